@@ -1,0 +1,187 @@
+//! Matrix × vector and matrix × matrix products on the worker pool.
+
+use crate::formats::DotFn;
+use crate::{dispatch, quantize_activations_into, vec_dot_type, GgmlType, KernelError, Pool};
+
+/// A row-major quantized matrix: `rows` rows of `cols` elements, each row `ty.row_bytes(cols)`.
+#[derive(Clone, Copy, Debug)]
+pub struct QMatrix<'a> {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+    pub data: &'a [u8],
+}
+
+impl<'a> QMatrix<'a> {
+    /// Checks that `data` holds exactly `rows` whole rows.
+    pub fn new(ty: GgmlType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self, KernelError> {
+        if !crate::is_supported_weight(ty) {
+            return Err(KernelError::Unsupported(ty));
+        }
+        let block = ty.block_size();
+        if cols % block != 0 {
+            return Err(KernelError::NotBlockMultiple { ty, n: cols, block });
+        }
+        let expected = rows * (cols / block * ty.type_size());
+        if data.len() != expected {
+            return Err(KernelError::LengthMismatch { ty, n: rows * cols, expected, got: data.len() });
+        }
+        Ok(QMatrix { ty, rows, cols, data })
+    }
+
+    pub fn row_bytes(&self) -> usize {
+        self.cols / self.ty.block_size() * self.ty.type_size()
+    }
+
+    pub fn row(&self, r: usize) -> &'a [u8] {
+        let rb = self.row_bytes();
+        &self.data[r * rb..(r + 1) * rb]
+    }
+
+    fn validate(&self) {
+        assert!(crate::is_supported_weight(self.ty), "unsupported weight type {}", self.ty);
+        assert!(self.cols % self.ty.block_size() == 0, "cols not a whole number of blocks");
+        assert!(self.data.len() >= self.rows * self.row_bytes(), "matrix data too short");
+    }
+}
+
+/// Bytes of one activation row for products with `w`.
+pub fn act_row_bytes(w: &QMatrix) -> usize {
+    let vd = vec_dot_type(w.ty);
+    w.cols / vd.block_size() * vd.type_size()
+}
+
+/// Whether llama.cpp's CPU backend on this machine would hold `w` in its repacked (CPU_REPACK)
+/// layout and quantize groups of 4 tokens with the interleaving Q8_K quantizer
+/// (ggml-cpu/repack.cpp:4925 ggml_repack_get_optimal_repack_type: Q4_K with AVX2, Q2_K with
+/// AVX-512, rows % 8 == 0). Its Q4_0/IQ4_NL repack uses a Q8_0 quantizer with the same values.
+fn repacked_q8k(w: &QMatrix) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let ok = match w.ty {
+            GgmlType::Q4_K => is_x86_feature_detected!("avx2"),
+            GgmlType::Q2_K => is_x86_feature_detected!("avx512f"),
+            _ => false,
+        };
+        ok && w.rows % 8 == 0
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = w;
+        false
+    }
+}
+
+/// Quantize `n_tok` activation rows (x is n_tok × cols) for a product with `w` exactly as
+/// llama.cpp's MUL_MAT would: per row with the matvec quantizer, except that when `w` is a
+/// repacked Q4_K/Q2_K matrix the first n_tok - n_tok % 4 rows use the 4-row quantizer's
+/// positive tie-break (repack.cpp:4700 forward_mul_mat). `out` is resized.
+pub fn quantize_activations_for_matmul(w: &QMatrix, x: &[f32], n_tok: usize, out: &mut Vec<u8>) {
+    let vd = vec_dot_type(w.ty);
+    let arb = act_row_bytes(w);
+    assert_eq!(x.len(), n_tok * w.cols, "x must be n_tok × cols");
+    out.clear();
+    out.resize(n_tok * arb, 0);
+    let grouped = if repacked_q8k(w) { n_tok - n_tok % 4 } else { 0 };
+    for t in 0..n_tok {
+        quantize_activations_into(vd, &x[t * w.cols..(t + 1) * w.cols], &mut out[t * arb..(t + 1) * arb], t < grouped);
+    }
+}
+
+#[derive(Clone, Copy)]
+struct SyncPtr(*mut f32);
+// SAFETY: tasks write disjoint elements through it.
+unsafe impl Sync for SyncPtr {}
+unsafe impl Send for SyncPtr {}
+
+/// Rows per task: several tasks per thread so the dynamic scheduler can balance.
+fn row_chunk(rows: usize, n_threads: usize) -> usize {
+    if n_threads <= 1 {
+        return rows.max(1);
+    }
+    rows.div_ceil(n_threads * 4).max(8)
+}
+
+/// Tokens per tile in `matmul`: one weight row is read from memory once per tile.
+const TOKEN_TILE: usize = 32;
+
+impl Pool {
+    /// y[r] = w_r · x for every row r; x is quantized once to the vec_dot type (into a buffer
+    /// the pool reuses), rows are split across threads.
+    pub fn matvec(&self, w: QMatrix, x: &[f32], y: &mut [f32]) {
+        assert_eq!(x.len(), w.cols, "matvec: x.len() != cols");
+        let mut buf = self.act_buf.lock().unwrap_or_else(|e| e.into_inner());
+        let vd = vec_dot_type(w.ty);
+        buf.clear();
+        buf.resize(act_row_bytes(&w), 0);
+        quantize_activations_into(vd, x, &mut buf, false);
+        self.matvec_q(w, &buf, y);
+    }
+
+    /// matvec with activations already quantized by `quantize_activations(w.ty, ..)`.
+    pub fn matvec_q(&self, w: QMatrix, xq: &[u8], y: &mut [f32]) {
+        w.validate();
+        assert_eq!(y.len(), w.rows, "matvec: y.len() != rows");
+        assert!(xq.len() >= act_row_bytes(&w), "matvec: activations too short");
+        let dot: DotFn = dispatch::dot_fn(w.ty).expect("validated");
+        let chunk = row_chunk(w.rows, self.n_threads());
+        let n_tasks = w.rows.div_ceil(chunk);
+        let yp = SyncPtr(y.as_mut_ptr());
+        let rb = w.row_bytes();
+        let cols = w.cols;
+        self.run(n_tasks, &|t| {
+            let r0 = t * chunk;
+            let r1 = (r0 + chunk).min(w.rows);
+            let yp = yp;
+            for r in r0..r1 {
+                let v = dot(cols, &w.data[r * rb..(r + 1) * rb], xq);
+                // SAFETY: r < rows = y.len(), and each r belongs to exactly one task.
+                unsafe { *yp.0.add(r) = v };
+            }
+        });
+    }
+
+    /// Batched product: x is n_tok × cols row-major, y is n_tok × rows row-major. Activations are
+    /// quantized once (as llama.cpp's MUL_MAT does, see `quantize_activations_for_matmul`) and
+    /// reused across rows; work is tiled so each weight row is read once per tile of tokens.
+    pub fn matmul(&self, w: QMatrix, x: &[f32], n_tok: usize, y: &mut [f32]) {
+        w.validate();
+        assert_eq!(x.len(), n_tok * w.cols, "matmul: x must be n_tok × cols");
+        assert_eq!(y.len(), n_tok * w.rows, "matmul: y must be n_tok × rows");
+        if n_tok == 0 {
+            return;
+        }
+        let mut buf = self.act_buf.lock().unwrap_or_else(|e| e.into_inner());
+        quantize_activations_for_matmul(&w, x, n_tok, &mut buf);
+        self.matmul_q(w, &buf, n_tok, y);
+    }
+
+    /// matmul with activations already quantized (n_tok rows of `act_row_bytes`).
+    pub fn matmul_q(&self, w: QMatrix, xq: &[u8], n_tok: usize, y: &mut [f32]) {
+        w.validate();
+        assert_eq!(y.len(), n_tok * w.rows, "matmul: y must be n_tok × rows");
+        let arb = act_row_bytes(&w);
+        assert!(xq.len() >= n_tok * arb, "matmul: activations too short");
+        let dot: DotFn = dispatch::dot_fn(w.ty).expect("validated");
+        let tile = TOKEN_TILE.min(n_tok);
+        let n_tiles = n_tok.div_ceil(tile);
+        let chunk = row_chunk(w.rows, self.n_threads().div_ceil(n_tiles).max(1));
+        let n_row_chunks = w.rows.div_ceil(chunk);
+        let yp = SyncPtr(y.as_mut_ptr());
+        let (rb, rows, cols) = (w.row_bytes(), w.rows, w.cols);
+        self.run(n_row_chunks * n_tiles, &|task| {
+            let yp = yp;
+            let (rc, tt) = (task % n_row_chunks, task / n_row_chunks);
+            let (r0, t0) = (rc * chunk, tt * tile);
+            let (r1, t1) = ((r0 + chunk).min(rows), (t0 + tile).min(n_tok));
+            for r in r0..r1 {
+                let wr = &w.data[r * rb..(r + 1) * rb];
+                for t in t0..t1 {
+                    let v = dot(cols, wr, &xq[t * arb..(t + 1) * arb]);
+                    // SAFETY: (t, r) is in bounds and owned by this task alone.
+                    unsafe { *yp.0.add(t * rows + r) = v };
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,34 @@
+//! SIMD kernels, one file per instruction set. Every kernel here has a scalar twin in
+//! `formats` and a property test holding them equal (tests/simd_vs_scalar.rs).
+//! Selection happens at run time in `dispatch`; these modules only expose what they have.
+
+#[cfg(target_arch = "x86_64")]
+pub mod avx2;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512;
+#[cfg(target_arch = "aarch64")]
+pub mod neon;
+
+use crate::formats::q8::{self, Q8Flavor};
+
+/// Q8_0 activation quantization, vectorized where the flavour allows (same bytes either way).
+pub fn quantize_q8_0(x: &[f32], out: &mut [u8], flavor: Q8Flavor) {
+    #[cfg(target_arch = "x86_64")]
+    if flavor == Q8Flavor::X86 && crate::dispatch::active() != crate::dispatch::Isa::Scalar {
+        // SAFETY: active() is Avx2 or Avx512 only when AVX2/FMA/F16C were detected.
+        unsafe { avx2::quantize_q8_0(x, out) };
+        return;
+    }
+    q8::quantize_q8_0(x, out, flavor)
+}
+
+/// F32 -> F16 with F16C where available (same bits as the scalar conversion).
+pub fn quantize_f16(x: &[f32], out: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::dispatch::active() != crate::dispatch::Isa::Scalar {
+        // SAFETY: as above.
+        unsafe { avx2::quantize_f16(x, out) };
+        return;
+    }
+    crate::formats::float::quantize_f16(x, out)
+}

@@ -1,0 +1,124 @@
+//! The worker pool and the matvec/matmul drivers against a naive per-row loop.
+
+mod common;
+use common::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use xwen_kernels::{quantize, quantize_activations, vec_dot, GgmlType, Pool, QMatrix};
+
+#[test]
+fn run_executes_every_task_exactly_once() {
+    for threads in [1, 2, 3, 5] {
+        let pool = Pool::new(threads);
+        assert_eq!(pool.n_threads(), threads);
+        for n_tasks in [0, 1, 2, 7, 64, 1000] {
+            let hits: Vec<AtomicUsize> = (0..n_tasks).map(|_| AtomicUsize::new(0)).collect();
+            pool.run(n_tasks, &|i| {
+                hits[i].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "threads {threads} tasks {n_tasks}");
+        }
+    }
+}
+
+#[test]
+fn run_survives_many_back_to_back_jobs_and_idle_gaps() {
+    let pool = Pool::new(2);
+    let total = AtomicUsize::new(0);
+    for k in 0..20_000 {
+        pool.run(3, &|i| {
+            total.fetch_add(i + 1, Ordering::Relaxed);
+        });
+        if k % 5000 == 0 {
+            // long enough for the worker to park
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+    assert_eq!(total.load(Ordering::Relaxed), 20_000 * 6);
+}
+
+#[test]
+fn a_panicking_task_is_reported_and_the_pool_still_works() {
+    let pool = Pool::new(2);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        pool.run(16, &|i| {
+            if i == 11 {
+                panic!("boom");
+            }
+        })
+    }));
+    assert!(r.is_err());
+    let n = AtomicUsize::new(0);
+    pool.run(10, &|_| {
+        n.fetch_add(1, Ordering::Relaxed);
+    });
+    assert_eq!(n.load(Ordering::Relaxed), 10);
+}
+
+fn naive(w: &QMatrix, x: &[f32]) -> Vec<f32> {
+    let mut xq = Vec::new();
+    quantize_activations(w.ty, x, &mut xq);
+    (0..w.rows).map(|r| vec_dot(w.ty, w.cols, w.row(r), &xq)).collect()
+}
+
+#[test]
+fn matvec_and_matmul_equal_a_naive_row_loop() {
+    let mut rng = Rng(0x5eed);
+    let types = [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::IQ4_NL];
+    for (k, &ty) in types.iter().enumerate() {
+        let threads = 1 + k % 3;
+        let pool = Pool::new(threads);
+        let rows = [1, 7, 13, 64, 97][k % 5] + rng.below(9);
+        let cols = 256 * (1 + rng.below(3));
+        let wf: Vec<f32> = (0..rows * cols).map(|_| rng.normalish()).collect();
+        let data = quantize(ty, &wf).unwrap();
+        let w = QMatrix::new(ty, rows, cols, &data).unwrap();
+        let x = rng.activations(cols);
+        let mut y = vec![f32::NAN; rows];
+        pool.matvec(w, &x, &mut y);
+        let want = naive(&w, &x);
+        assert_eq!(y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{ty} matvec {rows}x{cols} threads {threads}");
+
+        let n_tok = [1, 3, 5, 40][k % 4];
+        let xs = rng.activations(n_tok * cols);
+        let mut ym = vec![f32::NAN; n_tok * rows];
+        pool.matmul(w, &xs, n_tok, &mut ym);
+        for t in 0..n_tok {
+            let mut want_t = naive(&w, &xs[t * cols..(t + 1) * cols]);
+            if ty == GgmlType::Q4_K && rows % 8 == 0 && t < n_tok - n_tok % 4 && is_x86_feature_detected_avx2() {
+                // repacked Q4_K rows use the 4-row quantizer; recompute with it
+                let mut xq = vec![0u8; cols / 256 * 292];
+                xwen_kernels::formats::q8::quantize_q8_k_prefer_positive(&xs[t * cols..(t + 1) * cols], &mut xq);
+                want_t = (0..rows).map(|r| vec_dot(ty, cols, w.row(r), &xq)).collect();
+            }
+            assert_eq!(&ym[t * rows..(t + 1) * rows], want_t.as_slice(), "{ty} matmul token {t}");
+        }
+    }
+}
+
+fn is_x86_feature_detected_avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+#[test]
+fn matvec_q_reuses_prequantized_activations() {
+    let mut rng = Rng(7);
+    let pool = Pool::new(2);
+    let (rows, cols) = (33, 512);
+    let wf: Vec<f32> = (0..rows * cols).map(|_| rng.normalish()).collect();
+    let data = quantize(GgmlType::Q4_K, &wf).unwrap();
+    let w = QMatrix::new(GgmlType::Q4_K, rows, cols, &data).unwrap();
+    let x = rng.activations(cols);
+    let mut xq = Vec::new();
+    quantize_activations(w.ty, &x, &mut xq);
+    let (mut a, mut b) = (vec![0f32; rows], vec![0f32; rows]);
+    pool.matvec_q(w, &xq, &mut a);
+    pool.matvec(w, &x, &mut b);
+    assert_eq!(a, b);
+}
