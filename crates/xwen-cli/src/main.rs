@@ -1,0 +1,61 @@
+//! `xwen` — the command line. Every subcommand is a thin client of the library crates:
+//! argument parsing and printing live here, logic does not.
+
+mod args;
+mod cmd_bench;
+mod cmd_chat;
+mod cmd_synth;
+mod cmd_inspect;
+mod cmd_logits;
+mod cmd_run;
+mod cmd_tokenize;
+mod hub;
+mod model_arg;
+mod npy;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "\
+xwen — hybrid linear-attention / MoE inference engine
+
+usage: xwen <command> [options]
+
+commands:
+  run       generate text from a prompt (no -m: the embedded demo model)
+  chat      multi-turn chat
+  inspect   describe a GGUF file (--json for machine-readable output)
+  tokenize  print token ids of a text
+  logits    write logits of every position as .npy
+  bench     prefill / decode throughput (llama-bench compatible --json)
+  synth     write a synthetic full-size GGUF for benchmarks
+";
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = argv.first().map(String::as_str) else {
+        eprint!("{USAGE}");
+        return ExitCode::from(2);
+    };
+    let rest = &argv[1..];
+    let result = match cmd {
+        "inspect" => cmd_inspect::run(rest),
+        "run" => cmd_run::run(rest),
+        "chat" => cmd_chat::run(rest),
+        "bench" => cmd_bench::run(rest),
+        "synth" => cmd_synth::run(rest),
+        "logits" => cmd_logits::run(rest),
+        "tokenize" => cmd_tokenize::run(rest),
+        "-h" | "--help" | "help" => {
+            print!("{USAGE}");
+            Ok(())
+        }
+        other => Err(anyhow::anyhow!("unknown command `{other}`; run `xwen --help`")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xwen: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

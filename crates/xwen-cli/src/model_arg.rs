@@ -1,0 +1,59 @@
+//! Resolving `-m MODEL` to an open model: a path, an official checkpoint name, or — with no
+//! `-m` at all — the demo model embedded in this binary.
+
+use anyhow::{Context, Result};
+use std::path::Path;
+use std::sync::Arc;
+use xwen_engine::{EngineConfig, Model};
+use xwen_gguf::GgufFile;
+
+/// tiny-qwen35 (6 M parameters, trained on CPython's standard library), Q4_K_M.
+static DEMO_GGUF: &[u8] = include_bytes!("../../../models/demo/tiny-qwen35-q4_k_m.gguf");
+
+pub const DEMO_NOTE: &str = "xwen: no -m given: running the embedded demo model tiny-qwen35 (6M params, \
+writes Python). For a real checkpoint: xwen run -m path/to/model.gguf (e.g. Qwen3.6-35B-A3B Q4_K_M)";
+
+pub struct Loaded {
+    pub model: Model,
+    pub tokenizer: xwen_chat::Tokenizer,
+    pub load_secs: f64,
+    pub is_demo: bool,
+}
+
+pub fn load(model: Option<&str>, cfg: &EngineConfig) -> Result<Loaded> {
+    let t0 = std::time::Instant::now();
+    let (file, is_demo) = match model {
+        None => (GgufFile::from_bytes(DEMO_GGUF.to_vec()).context("embedded demo model")?, true),
+        Some(m) => {
+            let path = crate::hub::resolve(m)?;
+            (GgufFile::open(&path).with_context(|| format!("{}", display(&path)))?, false)
+        }
+    };
+    let file = Arc::new(file);
+    let tokenizer = xwen_chat::Tokenizer::from_gguf(&file).context("tokenizer")?;
+    let model = Model::from_gguf(file, cfg)?;
+    Ok(Loaded { model, tokenizer, load_secs: t0.elapsed().as_secs_f64(), is_demo })
+}
+
+fn display(p: &Path) -> String {
+    p.display().to_string()
+}
+
+pub fn engine_config(args: &mut crate::args::Args) -> Result<EngineConfig> {
+    let mut cfg = EngineConfig::default();
+    if let Some(t) = args.parsed::<usize>(&["-t", "--threads"])? {
+        cfg.threads = t;
+    }
+    if let Some(c) = args.parsed::<usize>(&["-c", "--ctx-size"])? {
+        cfg.max_ctx = c;
+    }
+    cfg.force_reference = args.flag(&["--reference-kernels"]);
+    Ok(cfg)
+}
+
+pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
+    s.split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|x| !x.is_empty())
+        .map(|x| x.parse::<u32>().with_context(|| format!("--ids: `{x}` is not a token id")))
+        .collect()
+}

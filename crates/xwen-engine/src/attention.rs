@@ -1,0 +1,137 @@
+//! Gated full attention of Qwen3.5/3.6 (llama.cpp `qwen35.cpp::build_layer_attn`):
+//! attn_q is double width, per head [q_h | gate_h]; RMSNorm on q and k heads; partial NeoX rope
+//! over n_rot dims (the GGUF's IMROPE sections are identical to NeoX for text); softmax(q·kᵀ/√d)
+//! with causal mask and grouped KV heads; the output is multiplied by sigmoid(gate) before
+//! attn_output.
+
+use crate::compute::Ctx;
+use crate::error::Result;
+use crate::ops::{self, SharedMut};
+use crate::weights::{Loader, Mat};
+
+#[derive(Clone, Copy, Debug)]
+pub struct AttnDims {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub n_rot: usize,
+    pub rope_base: f32,
+    pub eps: f32,
+}
+
+impl AttnDims {
+    pub fn kv_width(&self) -> usize {
+        self.n_head_kv * self.head_dim
+    }
+}
+
+pub struct AttnWeights {
+    pub q: Mat, // [2·n_head·head_dim × hidden], per head [q | gate]
+    pub k: Mat,
+    pub v: Mat,
+    pub o: Mat, // [hidden × n_head·head_dim]
+    pub q_norm: Vec<f32>,
+    pub k_norm: Vec<f32>,
+}
+
+impl AttnWeights {
+    pub fn load(ld: &Loader, il: usize, hidden: usize, d: &AttnDims) -> Result<Self> {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        let hq = d.n_head * d.head_dim;
+        Ok(AttnWeights {
+            q: ld.mat(&p("attn_q.weight"), 2 * hq, hidden)?,
+            k: ld.mat(&p("attn_k.weight"), d.kv_width(), hidden)?,
+            v: ld.mat(&p("attn_v.weight"), d.kv_width(), hidden)?,
+            o: ld.mat(&p("attn_output.weight"), hidden, hq)?,
+            q_norm: ld.vec(&p("attn_q_norm.weight"), d.head_dim)?,
+            k_norm: ld.vec(&p("attn_k_norm.weight"), d.head_dim)?,
+        })
+    }
+}
+
+/// KV cache of one attention layer for one sequence: [pos][n_head_kv·head_dim], fp32.
+#[derive(Clone, Debug, Default)]
+pub struct KvCache {
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+}
+
+impl KvCache {
+    pub fn len(&self, d: &AttnDims) -> usize {
+        self.k.len() / d.kv_width()
+    }
+    pub fn truncate(&mut self, pos: usize, d: &AttnDims) {
+        self.k.truncate(pos * d.kv_width());
+        self.v.truncate(pos * d.kv_width());
+    }
+}
+
+/// Mixer output for `n` tokens at positions pos0.. of normalized input x (n × hidden).
+pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], n: usize, pos0: usize, kv: &mut KvCache) -> Vec<f32> {
+    let hd = d.head_dim;
+    let hq = d.n_head * hd;
+    let kvw = d.kv_width();
+    let qg = ctx.mm(&w.q, x, n); // [n × 2hq]
+    let mut k = ctx.mm(&w.k, x, n);
+    let v = ctx.mm(&w.v, x, n);
+
+    // Split q and gate, normalize and rotate.
+    let mut q = vec![0.0f32; n * hq];
+    let mut gate = vec![0.0f32; n * hq];
+    let (mut cos, mut sin) = (vec![0.0f32; d.n_rot / 2], vec![0.0f32; d.n_rot / 2]);
+    for t in 0..n {
+        ops::rope_cache(pos0 + t, d.n_rot, d.rope_base, &mut cos, &mut sin);
+        for h in 0..d.n_head {
+            let src = &qg[t * 2 * hq + h * 2 * hd..][..2 * hd];
+            let qh = &mut q[t * hq + h * hd..][..hd];
+            qh.copy_from_slice(&src[..hd]);
+            gate[t * hq + h * hd..][..hd].copy_from_slice(&src[hd..]);
+            ops::rms_norm_inplace(qh, &w.q_norm, d.eps);
+            ops::rope_neox_inplace(qh, d.n_rot, &cos, &sin);
+        }
+        for h in 0..d.n_head_kv {
+            let kh = &mut k[t * kvw + h * hd..][..hd];
+            ops::rms_norm_inplace(kh, &w.k_norm, d.eps);
+            ops::rope_neox_inplace(kh, d.n_rot, &cos, &sin);
+        }
+    }
+    kv.k.extend_from_slice(&k);
+    kv.v.extend_from_slice(&v);
+    let n_ctx = kv.len(d);
+
+    // softmax(q kᵀ / √d) v per (token, head); one task per head.
+    let scale = 1.0 / (hd as f32).sqrt();
+    let group = d.n_head / d.n_head_kv;
+    let mut out = vec![0.0f32; n * hq];
+    {
+        let out_p = SharedMut::new(&mut out);
+        let (q, kv) = (&q, &*kv);
+        ctx.pool.run(d.n_head, &|h| {
+            let kvh = h / group;
+            let mut scores = vec![0.0f32; n_ctx];
+            for t in 0..n {
+                let visible = pos0 + t + 1;
+                let qh = &q[t * hq + h * hd..][..hd];
+                for (p, sc) in scores[..visible].iter_mut().enumerate() {
+                    let kh = &kv.k[p * kvw + kvh * hd..][..hd];
+                    *sc = ops::dot(qh, kh) * scale;
+                }
+                ops::softmax_inplace(&mut scores[..visible]);
+                // SAFETY: task h writes only head h's slice of each token's output.
+                let oh = unsafe { out_p.slice(t * hq + h * hd, hd) };
+                oh.fill(0.0);
+                for (p, &a) in scores[..visible].iter().enumerate() {
+                    let vh = &kv.v[p * kvw + kvh * hd..][..hd];
+                    for (o, &vv) in oh.iter_mut().zip(vh) {
+                        *o += a * vv;
+                    }
+                }
+            }
+        });
+    }
+    for (o, &g) in out.iter_mut().zip(&gate) {
+        *o *= ops::sigmoid(g);
+    }
+    ctx.mm(&w.o, &out, n)
+}
+

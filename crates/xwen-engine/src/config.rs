@@ -1,0 +1,28 @@
+//! Engine configuration: the one place where run-time knobs live. The library never reads
+//! environment variables; hosts (CLI, server) build this struct.
+
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Worker threads for matrix work (0 = all available cores).
+    pub threads: usize,
+    /// Force the scalar reference kernels everywhere (bisecting numeric differences).
+    pub force_reference: bool,
+    /// Maximum positions a sequence may hold (sizes nothing up front; KV grows on demand).
+    pub max_ctx: usize,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768 }
+    }
+}
+
+impl EngineConfig {
+    pub fn resolved_threads(&self) -> usize {
+        if self.threads > 0 {
+            self.threads
+        } else {
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        }
+    }
+}

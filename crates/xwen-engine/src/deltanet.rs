@@ -1,0 +1,414 @@
+//! Gated DeltaNet (linear attention) — the recurrent mixer of Qwen3.5/3.6 and Qwen3-Next.
+//! Ground truth: llama.cpp `src/models/qwen35.cpp::build_layer_attn_linear`,
+//! `delta-net-base.cpp` and ggml-cpu's fused `gated_delta_net` op.
+//!
+//! Per token, per V-head h (K-head h mod H_k: the GGUF's V order is tiled):
+//!   S ← S·exp(g);  d = (v − S k)·β;  S ← S + d kᵀ;  o = (S q)/√S_k
+//! with S stored [S_v rows][S_k cols] (row j is "column j of S" in ggml's comment), fp32.
+//! Decode runs that recurrence; prefill runs the equivalent chunked (WY) form over chunks of 64,
+//! which turns the per-token outer products into small matrix products.
+
+use crate::compute::Ctx;
+use crate::ops::{self, SharedMut};
+use crate::weights::{Loader, Mat};
+use crate::error::Result;
+
+#[derive(Clone, Copy, Debug)]
+pub struct DeltaDims {
+    pub n_k_heads: usize,
+    pub n_v_heads: usize,
+    /// Head dim of keys/queries (S_k) and of values (S_v); equal in every shipped model.
+    pub head_dim: usize,
+    pub conv_kernel: usize,
+    pub eps: f32,
+}
+
+impl DeltaDims {
+    pub fn key_dim(&self) -> usize {
+        self.n_k_heads * self.head_dim
+    }
+    pub fn value_dim(&self) -> usize {
+        self.n_v_heads * self.head_dim
+    }
+    /// Width of the fused q|k|v stream the convolution runs over.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+    pub fn state_len(&self) -> usize {
+        self.n_v_heads * self.head_dim * self.head_dim
+    }
+    pub fn conv_state_len(&self) -> usize {
+        (self.conv_kernel - 1) * self.conv_dim()
+    }
+}
+
+pub struct DeltaNetWeights {
+    pub qkv: Mat,        // [conv_dim × hidden]
+    pub gate: Mat,       // z: [value_dim × hidden]
+    pub beta: Mat,       // [H_v × hidden]
+    pub alpha: Mat,      // [H_v × hidden]
+    pub conv: Vec<f32>,  // [conv_dim][kernel]
+    pub dt_bias: Vec<f32>, // [H_v]
+    pub a: Vec<f32>,     // [H_v], −exp(A_log) baked in by the converter
+    pub norm: Vec<f32>,  // [head_dim]
+    pub out: Mat,        // [hidden × value_dim]
+}
+
+impl DeltaNetWeights {
+    pub fn load(ld: &Loader, il: usize, hidden: usize, d: &DeltaDims) -> Result<Self> {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        Ok(DeltaNetWeights {
+            qkv: ld.mat(&p("attn_qkv.weight"), d.conv_dim(), hidden)?,
+            gate: ld.mat(&p("attn_gate.weight"), d.value_dim(), hidden)?,
+            beta: ld.mat(&p("ssm_beta.weight"), d.n_v_heads, hidden)?,
+            alpha: ld.mat(&p("ssm_alpha.weight"), d.n_v_heads, hidden)?,
+            conv: ld.f32_tensor(&p("ssm_conv1d.weight"), &[d.conv_kernel as u64, d.conv_dim() as u64])?,
+            dt_bias: ld.vec(&p("ssm_dt.bias"), d.n_v_heads)?,
+            a: ld.vec(&p("ssm_a"), d.n_v_heads)?,
+            norm: ld.vec(&p("ssm_norm.weight"), d.head_dim)?,
+            out: ld.mat(&p("ssm_out.weight"), hidden, d.value_dim())?,
+        })
+    }
+}
+
+/// Recurrent state of one DeltaNet layer for one sequence.
+#[derive(Clone, Debug)]
+pub struct DeltaState {
+    /// The last (kernel − 1) inputs of the convolution, oldest first: [(K−1)][conv_dim].
+    pub conv: Vec<f32>,
+    /// [H_v][S_v][S_k] fp32.
+    pub s: Vec<f32>,
+}
+
+impl DeltaState {
+    pub fn new(d: &DeltaDims) -> Self {
+        DeltaState { conv: vec![0.0; d.conv_state_len()], s: vec![0.0; d.state_len()] }
+    }
+}
+
+/// Chunk length of the chunked prefill form (llama.cpp uses 64 for GDN).
+pub const CHUNK: usize = 64;
+
+/// Token count from which prefill switches from the recurrence to the chunked form.
+pub const CHUNKED_MIN_TOKENS: usize = 8;
+
+/// Mixer output for `n` tokens of normalized input `x` (n × hidden) → n × hidden.
+pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], n: usize, st: &mut DeltaState) -> Vec<f32> {
+    let cd = d.conv_dim();
+    let (hk, hv, sd) = (d.n_k_heads, d.n_v_heads, d.head_dim);
+
+    let qkv = ctx.mm(&w.qkv, x, n);      // [n × conv_dim]
+    let z = ctx.mm(&w.gate, x, n);       // [n × value_dim]
+    let braw = ctx.mm(&w.beta, x, n);    // [n × H_v]
+    let araw = ctx.mm(&w.alpha, x, n);   // [n × H_v]
+
+    // Causal depthwise convolution over the fused stream, state prepended, then SiLU.
+    let conv_out = conv_silu(&w.conv, d, &qkv, n, &mut st.conv);
+
+    // Split into per-head q, k (L2-normalized) and v; β = sigmoid, g = a·softplus(α + dt).
+    let mut q = vec![0.0f32; n * hk * sd];
+    let mut k = vec![0.0f32; n * hk * sd];
+    let mut v = vec![0.0f32; n * hv * sd];
+    for t in 0..n {
+        let row = &conv_out[t * cd..(t + 1) * cd];
+        q[t * hk * sd..(t + 1) * hk * sd].copy_from_slice(&row[..hk * sd]);
+        k[t * hk * sd..(t + 1) * hk * sd].copy_from_slice(&row[hk * sd..2 * hk * sd]);
+        v[t * hv * sd..(t + 1) * hv * sd].copy_from_slice(&row[2 * hk * sd..]);
+    }
+    for head in q.chunks_exact_mut(sd).chain(k.chunks_exact_mut(sd)) {
+        ops::gdn_l2_norm_inplace(head, d.eps);
+    }
+    let mut beta = braw;
+    for b in beta.iter_mut() {
+        *b = ops::sigmoid(*b);
+    }
+    let mut g = araw;
+    for t in 0..n {
+        for h in 0..hv {
+            let i = t * hv + h;
+            g[i] = ops::softplus(g[i] + w.dt_bias[h]) * w.a[h];
+        }
+    }
+
+    // The delta rule, one task per V-head.
+    let mut o = vec![0.0f32; n * hv * sd];
+    {
+        let o_ptr = SharedMut::new(&mut o);
+        let s_ptr = SharedMut::new(&mut st.s);
+        let (q, k, v, g, beta) = (&q, &k, &v, &g, &beta);
+        let chunked = n >= CHUNKED_MIN_TOKENS;
+        ctx.pool.run(hv, &|h| {
+            // SAFETY: task h touches only head h's state and head h's output columns.
+            let s = unsafe { s_ptr.slice(h * sd * sd, sd * sd) };
+            let io = HeadIo { q, k, v, g, beta, h, hk, hv, sd };
+            if chunked {
+                head_chunked(&io, n, s, o_ptr);
+            } else {
+                head_recurrent(&io, n, s, o_ptr);
+            }
+        });
+    }
+
+    // Gated RMSNorm per head: norm(o)·w · silu(z), then the output projection.
+    for t in 0..n {
+        for h in 0..hv {
+            let base = (t * hv + h) * sd;
+            let oh = &mut o[base..base + sd];
+            ops::rms_norm_inplace(oh, &w.norm, d.eps);
+            let zh = &z[base..base + sd];
+            for (ov, &zv) in oh.iter_mut().zip(zh) {
+                *ov *= ops::silu(zv);
+            }
+        }
+    }
+    ctx.mm(&w.out, &o, n)
+}
+
+/// ggml_ssm_conv over [state ‖ new inputs], then SiLU; updates the conv state.
+fn conv_silu(kernel: &[f32], d: &DeltaDims, qkv: &[f32], n: usize, state: &mut [f32]) -> Vec<f32> {
+    let cd = d.conv_dim();
+    let kk = d.conv_kernel;
+    let hist = kk - 1;
+    // window rows: hist state rows then n input rows.
+    let mut window = Vec::with_capacity((hist + n) * cd);
+    window.extend_from_slice(state);
+    window.extend_from_slice(qkv);
+    let mut out = vec![0.0f32; n * cd];
+    for t in 0..n {
+        let o = &mut out[t * cd..(t + 1) * cd];
+        for c in 0..cd {
+            let mut sum = 0.0f32;
+            for j in 0..kk {
+                sum += window[(t + j) * cd + c] * kernel[c * kk + j];
+            }
+            o[c] = ops::silu(sum);
+        }
+    }
+    state.copy_from_slice(&window[n * cd..(n + hist) * cd]);
+    out
+}
+
+struct HeadIo<'a> {
+    q: &'a [f32],
+    k: &'a [f32],
+    v: &'a [f32],
+    g: &'a [f32],
+    beta: &'a [f32],
+    h: usize,
+    hk: usize,
+    hv: usize,
+    sd: usize,
+}
+
+impl HeadIo<'_> {
+    fn q(&self, t: usize) -> &[f32] {
+        let kh = self.h % self.hk;
+        &self.q[(t * self.hk + kh) * self.sd..][..self.sd]
+    }
+    fn k(&self, t: usize) -> &[f32] {
+        let kh = self.h % self.hk;
+        &self.k[(t * self.hk + kh) * self.sd..][..self.sd]
+    }
+    fn v(&self, t: usize) -> &[f32] {
+        &self.v[(t * self.hv + self.h) * self.sd..][..self.sd]
+    }
+    fn g(&self, t: usize) -> f32 {
+        self.g[t * self.hv + self.h]
+    }
+    fn beta(&self, t: usize) -> f32 {
+        self.beta[t * self.hv + self.h]
+    }
+    fn out_offset(&self, t: usize) -> usize {
+        (t * self.hv + self.h) * self.sd
+    }
+}
+
+
+/// The token-by-token recurrence, in ggml's operation order.
+fn head_recurrent(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>) {
+    let sd = io.sd;
+    let scale = 1.0 / (sd as f32).sqrt();
+    let mut delta = vec![0.0f32; sd];
+    for t in 0..n {
+        let (q, k, v) = (io.q(t), io.k(t), io.v(t));
+        let decay = io.g(t).exp();
+        let beta = io.beta(t);
+        for x in s.iter_mut() {
+            *x *= decay;
+        }
+        for j in 0..sd {
+            let row = &s[j * sd..(j + 1) * sd];
+            delta[j] = (v[j] - ops::dot(row, k)) * beta;
+        }
+        for j in 0..sd {
+            let dj = delta[j];
+            let row = &mut s[j * sd..(j + 1) * sd];
+            for (r, &kv) in row.iter_mut().zip(k) {
+                *r += kv * dj;
+            }
+        }
+        // SAFETY: this head's output slot for token t.
+        let out = unsafe { o.slice(io.out_offset(t), sd) };
+        for j in 0..sd {
+            out[j] = ops::dot(&s[j * sd..(j + 1) * sd], q) * scale;
+        }
+    }
+}
+
+/// The chunked (WY) form. Within a chunk of C tokens with cumulative log-decay γ_t:
+///   A = strict_lower(diag(β) K Kᵀ ⊙ Γ),  Γ_ts = exp(γ_t − γ_s)
+///   T = (I + A)⁻¹                                   (forward substitution)
+///   U = T (diag(β) V),  W = T (diag(β e^γ) K)       (the "WY" pseudo-values and keys)
+///   V' = U − W S₀ᵀ                                   (values corrected by the incoming state)
+///   O  = (Q e^γ) S₀ᵀ + (lower(Q Kᵀ ⊙ Γ)) V'
+///   S  = e^{γ_C} S₀ + V'ᵀ (K ⊙ e^{γ_C − γ})
+/// which is the recurrence unrolled over the chunk (delta-net-base.cpp builds the same graph).
+fn head_chunked(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>) {
+    let sd = io.sd;
+    let scale = 1.0 / (sd as f32).sqrt();
+    let mut gam = vec![0.0f32; CHUNK];
+    let mut a = vec![0.0f32; CHUNK * CHUNK];
+    let mut u = vec![0.0f32; CHUNK * sd];
+    let mut wk = vec![0.0f32; CHUNK * sd];
+    let mut vp = vec![0.0f32; CHUNK * sd];
+    let mut qk = vec![0.0f32; CHUNK * CHUNK];
+    let mut t0 = 0;
+    while t0 < n {
+        let c = CHUNK.min(n - t0);
+        // Cumulative log decay within the chunk.
+        let mut acc = 0.0f32;
+        for i in 0..c {
+            acc += io.g(t0 + i);
+            gam[i] = acc;
+        }
+        // A (strictly lower) and the masked Q·Kᵀ (lower incl. diagonal).
+        for i in 0..c {
+            let (ki, qi, bi) = (io.k(t0 + i), io.q(t0 + i), io.beta(t0 + i));
+            for j in 0..c {
+                if j < i {
+                    let gmask = (gam[i] - gam[j]).exp();
+                    a[i * CHUNK + j] = bi * ops::dot(ki, io.k(t0 + j)) * gmask;
+                    qk[i * CHUNK + j] = ops::dot(qi, io.k(t0 + j)) * gmask * scale;
+                } else if j == i {
+                    a[i * CHUNK + j] = 0.0;
+                    qk[i * CHUNK + j] = ops::dot(qi, ki) * scale;
+                } else {
+                    a[i * CHUNK + j] = 0.0;
+                    qk[i * CHUNK + j] = 0.0;
+                }
+            }
+        }
+        // U = T·(βV) and W = T·(β e^γ K) by forward substitution: row i = rhs_i − Σ_{j<i} A_ij row_j.
+        for i in 0..c {
+            let (bi, eg) = (io.beta(t0 + i), gam[i].exp());
+            let (vi, ki) = (io.v(t0 + i), io.k(t0 + i));
+            for x in 0..sd {
+                u[i * sd + x] = bi * vi[x];
+                wk[i * sd + x] = bi * eg * ki[x];
+            }
+            for j in 0..i {
+                let aij = a[i * CHUNK + j];
+                if aij != 0.0 {
+                    let (ur, wr) = (u.split_at_mut(i * sd), wk.split_at_mut(i * sd));
+                    let (uj, ui) = (&ur.0[j * sd..(j + 1) * sd], &mut ur.1[..sd]);
+                    let (wj, wi) = (&wr.0[j * sd..(j + 1) * sd], &mut wr.1[..sd]);
+                    for x in 0..sd {
+                        ui[x] -= aij * uj[x];
+                        wi[x] -= aij * wj[x];
+                    }
+                }
+            }
+        }
+        // V' = U − W·S₀ᵀ   (S rows are value index, columns key index: (W S₀ᵀ)_ij = Σ_x W_ix S_jx)
+        for i in 0..c {
+            let wi = &wk[i * sd..(i + 1) * sd];
+            for j in 0..sd {
+                vp[i * sd + j] = u[i * sd + j] - ops::dot(&s[j * sd..(j + 1) * sd], wi);
+            }
+        }
+        // O = (Q e^γ)·S₀ᵀ·scale + QK·V'
+        for i in 0..c {
+            let qi = io.q(t0 + i);
+            let eg = gam[i].exp();
+            // SAFETY: this head's output slot for token t0+i.
+            let out = unsafe { o.slice(io.out_offset(t0 + i), sd) };
+            for j in 0..sd {
+                out[j] = ops::dot(&s[j * sd..(j + 1) * sd], qi) * eg * scale;
+            }
+            for jt in 0..=i {
+                let w = qk[i * CHUNK + jt];
+                if w != 0.0 {
+                    let vr = &vp[jt * sd..(jt + 1) * sd];
+                    for x in 0..sd {
+                        out[x] += w * vr[x];
+                    }
+                }
+            }
+        }
+        // S = e^{γ_C} S₀ + V'ᵀ (K ⊙ e^{γ_C − γ})
+        let glast = gam[c - 1];
+        let dl = glast.exp();
+        for x in s.iter_mut() {
+            *x *= dl;
+        }
+        for i in 0..c {
+            let f = (glast - gam[i]).exp();
+            let ki = io.k(t0 + i);
+            let vr = &vp[i * sd..(i + 1) * sd];
+            for j in 0..sd {
+                let coef = vr[j] * f;
+                let row = &mut s[j * sd..(j + 1) * sd];
+                for (r, &kv) in row.iter_mut().zip(ki) {
+                    *r += coef * kv;
+                }
+            }
+        }
+        t0 += c;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rng(seed: &mut u64) -> f32 {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    /// The chunked form equals the recurrence (up to float reassociation) across chunk borders,
+    /// with a non-zero incoming state and tiled K-head pairing.
+    #[test]
+    fn chunked_equals_recurrent() {
+        let (hk, hv, sd, n) = (2, 4, 16, 150);
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        let mut gen = |len: usize, s: &mut u64| (0..len).map(|_| rng(s)).collect::<Vec<f32>>();
+        let mut q = gen(n * hk * sd, &mut seed);
+        let mut k = gen(n * hk * sd, &mut seed);
+        for h in q.chunks_exact_mut(sd).chain(k.chunks_exact_mut(sd)) {
+            ops::gdn_l2_norm_inplace(h, 1e-6);
+        }
+        let v = gen(n * hv * sd, &mut seed);
+        let g: Vec<f32> = gen(n * hv, &mut seed).iter().map(|x| -0.5 * (x + 1.0) - 0.01).collect();
+        let beta: Vec<f32> = gen(n * hv, &mut seed).iter().map(|x| ops::sigmoid(2.0 * x)).collect();
+        let s0 = gen(hv * sd * sd, &mut seed);
+        for h in 0..hv {
+            let io = HeadIo { q: &q, k: &k, v: &v, g: &g, beta: &beta, h, hk, hv, sd };
+            let mut o1 = vec![0.0f32; n * hv * sd];
+            let mut o2 = vec![0.0f32; n * hv * sd];
+            let mut s1 = s0[h * sd * sd..(h + 1) * sd * sd].to_vec();
+            let mut s2 = s1.clone();
+            head_recurrent(&io, n, &mut s1, SharedMut::new(&mut o1));
+            head_chunked(&io, n, &mut s2, SharedMut::new(&mut o2));
+            let err = |a: &[f32], b: &[f32]| {
+                let num: f32 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
+                let den: f32 = a.iter().map(|x| x * x).sum();
+                (num / den).sqrt()
+            };
+            assert!(err(&o1, &o2) < 1e-5, "head {h}: output rel err {}", err(&o1, &o2));
+            assert!(err(&s1, &s2) < 1e-5, "head {h}: state rel err {}", err(&s1, &s2));
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! Where routed experts come from. MoE layers reach expert weights only through
+//! [`ExpertStore`], so a disk-streaming store with a bounded cache can replace the resident one
+//! without touching model code.
+
+use crate::error::Result;
+use crate::weights::Mat;
+use std::ops::Range;
+use std::sync::Arc;
+use xwen_gguf::{GgmlType, GgufFile};
+use xwen_kernels::QMatrix;
+
+/// The bytes of one expert's gate, up and down matrices: borrowed from the memory map, or an
+/// owned buffer shared with a cache (a streaming store hands out the latter).
+pub enum ExpertBytes<'a> {
+    Borrowed([&'a [u8]; 3]),
+    Shared(Arc<Vec<u8>>, [Range<usize>; 3]),
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct MatShape {
+    pub ty: GgmlType,
+    pub rows: usize,
+    pub cols: usize,
+}
+
+pub struct ExpertHandle<'a> {
+    pub bytes: ExpertBytes<'a>,
+    pub shapes: [MatShape; 3],
+}
+
+impl ExpertHandle<'_> {
+    fn mat(&self, i: usize) -> QMatrix<'_> {
+        let s = self.shapes[i];
+        let data = match &self.bytes {
+            ExpertBytes::Borrowed(b) => b[i],
+            ExpertBytes::Shared(buf, r) => &buf[r[i].clone()],
+        };
+        QMatrix { ty: s.ty, rows: s.rows, cols: s.cols, data }
+    }
+    pub fn gate(&self) -> QMatrix<'_> {
+        self.mat(0)
+    }
+    pub fn up(&self) -> QMatrix<'_> {
+        self.mat(1)
+    }
+    pub fn down(&self) -> QMatrix<'_> {
+        self.mat(2)
+    }
+}
+
+pub trait ExpertStore: Send + Sync {
+    /// Expert `expert` of MoE layer `layer`.
+    fn expert(&self, layer: usize, expert: usize) -> Result<ExpertHandle<'_>>;
+    /// Bytes resident in RAM that this store owns (the mapped file is not counted).
+    fn resident_bytes(&self) -> u64 {
+        0
+    }
+}
+
+/// All experts served straight from the memory-mapped GGUF.
+pub struct ResidentExperts {
+    file: Arc<GgufFile>,
+    /// Per layer: (gate, up, down) stacks; None for layers without experts.
+    layers: Vec<Option<[Mat; 3]>>,
+}
+
+impl ResidentExperts {
+    pub fn new(file: Arc<GgufFile>, layers: Vec<Option<[Mat; 3]>>) -> Self {
+        ResidentExperts { file, layers }
+    }
+}
+
+impl ExpertStore for ResidentExperts {
+    fn expert(&self, layer: usize, expert: usize) -> Result<ExpertHandle<'_>> {
+        let mats = self.layers.get(layer).and_then(|l| l.as_ref()).ok_or_else(|| {
+            crate::EngineError::ExpertStore(format!("layer {layer} has no experts"))
+        })?;
+        if expert >= mats[0].n_mats {
+            return Err(crate::EngineError::ExpertStore(format!("expert {expert} out of range")));
+        }
+        let slice = |m: &Mat| m.q_sub(&self.file, expert).data;
+        let shape = |m: &Mat| MatShape { ty: m.ty, rows: m.rows, cols: m.cols };
+        Ok(ExpertHandle {
+            bytes: ExpertBytes::Borrowed([slice(&mats[0]), slice(&mats[1]), slice(&mats[2])]),
+            shapes: [shape(&mats[0]), shape(&mats[1]), shape(&mats[2])],
+        })
+    }
+}

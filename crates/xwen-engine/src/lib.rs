@@ -1,0 +1,27 @@
+//! xwen-engine: model architectures, per-sequence state, expert store, sampler and the generate
+//! API. The library never prints, exits or reads environment variables; errors are returned.
+
+pub mod attention;
+pub mod compute;
+pub mod config;
+pub mod deltanet;
+pub mod error;
+pub mod expert_store;
+pub mod ffn;
+pub mod generate;
+pub mod model;
+pub mod models;
+pub mod moe;
+pub mod ops;
+pub mod sampler;
+pub mod state;
+pub mod synth;
+pub mod weights;
+
+pub use config::EngineConfig;
+pub use error::{EngineError, Result};
+pub use expert_store::{ExpertStore, ResidentExperts};
+pub use model::{LogitsMode, Model, KNOWN_UNIMPLEMENTED_ARCHS, SUPPORTED_ARCHS};
+pub use state::{SeqState, Snapshot};
+pub use generate::{generate, GenStats, GenerateRequest, StopReason};
+pub use sampler::{Sampler, SamplerConfig, SamplingParams};

@@ -1,0 +1,114 @@
+//! The public model handle: load a GGUF, create sequence states, run forward passes.
+
+use crate::compute::Ctx;
+use crate::config::EngineConfig;
+use crate::error::{EngineError, Result};
+use crate::expert_store::{ExpertStore, ResidentExperts};
+use crate::models::qwen35::{Config, Qwen35};
+use crate::state::SeqState;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use xwen_gguf::GgufFile;
+use xwen_kernels::Pool;
+
+/// Which logits a forward pass returns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogitsMode {
+    /// Every position: n_tokens × n_vocab.
+    All,
+    /// The last position only: n_vocab.
+    Last,
+    /// None (prefill that only advances the state).
+    None,
+}
+
+/// Architectures xwen recognizes; only some are implemented.
+pub const SUPPORTED_ARCHS: &[&str] = &["qwen35", "qwen35moe"];
+pub const KNOWN_UNIMPLEMENTED_ARCHS: &[&str] = &["qwen3next", "kimi-linear"];
+
+pub struct Model {
+    file: Arc<GgufFile>,
+    net: Qwen35,
+    store: Box<dyn ExpertStore>,
+    pool: Pool,
+    /// The pool runs one parallel job at a time; concurrent forwards take turns.
+    pool_lock: Mutex<()>,
+    cfg: EngineConfig,
+}
+
+impl Model {
+    pub fn load(path: &Path, cfg: &EngineConfig) -> Result<Model> {
+        let file = Arc::new(GgufFile::open(path)?);
+        Model::from_gguf(file, cfg)
+    }
+
+    pub fn from_gguf(file: Arc<GgufFile>, cfg: &EngineConfig) -> Result<Model> {
+        let arch = file.architecture().unwrap_or("").to_string();
+        if !SUPPORTED_ARCHS.contains(&arch.as_str()) {
+            return Err(EngineError::UnsupportedArchitecture(arch));
+        }
+        xwen_kernels::dispatch::set_force_reference(cfg.force_reference);
+        let (net, experts) = Qwen35::load(&file)?;
+        let store: Box<dyn ExpertStore> = Box::new(ResidentExperts::new(file.clone(), experts));
+        let pool = Pool::new(cfg.resolved_threads());
+        Ok(Model { file, net, store, pool, pool_lock: Mutex::new(()), cfg: cfg.clone() })
+    }
+
+    pub fn architecture(&self) -> &str {
+        &self.net.cfg.arch
+    }
+
+    /// `general.name` as the file states it.
+    pub fn name(&self) -> Option<&str> {
+        self.file.get_str("general.name")
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.net.cfg.n_vocab
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.net.cfg
+    }
+
+    pub fn gguf(&self) -> &GgufFile {
+        &self.file
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.n_threads()
+    }
+
+    pub fn is_supported(&self) -> bool {
+        true
+    }
+
+    pub fn new_state(&self) -> SeqState {
+        self.net.new_state()
+    }
+
+    /// Advance `state` over `tokens` and return the requested logits.
+    pub fn forward(&self, state: &mut SeqState, tokens: &[u32], mode: LogitsMode) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyInput);
+        }
+        let need = state.pos + tokens.len();
+        if need > self.cfg.max_ctx {
+            return Err(EngineError::ContextFull { need, max: self.cfg.max_ctx });
+        }
+        let n = tokens.len();
+        let rows = match mode {
+            LogitsMode::All => 0..n,
+            LogitsMode::Last => n - 1..n,
+            LogitsMode::None => n..n,
+        };
+        let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let ctx = Ctx { pool: &self.pool, file: &self.file };
+        self.net.forward(&ctx, self.store.as_ref(), state, tokens, rows)
+    }
+
+    /// Bytes of weights in the file (the mapped, page-cache-backed part of the footprint).
+    pub fn weight_bytes(&self) -> u64 {
+        self.file.tensors().iter().map(|t| t.n_bytes).sum()
+    }
+}

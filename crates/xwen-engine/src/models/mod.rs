@@ -1,0 +1,3 @@
+//! One file per architecture; each reads like the math: config from metadata, weights, forward.
+
+pub mod qwen35;

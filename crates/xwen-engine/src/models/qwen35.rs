@@ -1,0 +1,269 @@
+//! Qwen3.5 / Qwen3.6 / Qwen3.8 — llama.cpp architectures `qwen35` (dense) and `qwen35moe`.
+//! References: llama.cpp b11434 `src/models/qwen35.cpp`, `qwen35moe.cpp`, `delta-net-base.cpp`;
+//! HF transformers `models/qwen3_5`, `qwen3_5_moe` (intent only: the GGUF has conversion-baked
+//! deltas — norms multiply-ready, ssm_a = −exp(A_log), tiled V-head order).
+//!
+//! Layer skeleton (post_attention_norm is the pre-FFN norm; there is no ffn_norm):
+//!   h = x + mixer(rms_norm(x)·attn_norm)          mixer = GatedDeltaNet | gated attention
+//!   x = h + ffn(rms_norm(h)·post_attention_norm)  ffn   = SwiGLU | MoE + shared expert
+
+use crate::attention::{self, AttnDims, AttnWeights, KvCache};
+use crate::compute::Ctx;
+use crate::deltanet::{self, DeltaDims, DeltaNetWeights, DeltaState};
+use crate::error::{EngineError, Result};
+use crate::expert_store::ExpertStore;
+use crate::ffn::{self, FfnWeights};
+use crate::moe::{self, MoeDims, MoeWeights};
+use crate::ops;
+use crate::state::{LayerState, SeqState};
+use crate::weights::{Loader, Mat};
+use xwen_gguf::GgufFile;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub arch: String,
+    pub n_layer: usize,
+    pub hidden: usize,
+    pub n_vocab: usize,
+    pub eps: f32,
+    /// true = Gated DeltaNet layer, false = full attention.
+    pub recurrent: Vec<bool>,
+    pub attn: AttnDims,
+    pub delta: DeltaDims,
+    /// Dense FFN width (qwen35); 0 for MoE models.
+    pub ff: usize,
+    pub moe: Option<MoeDims>,
+}
+
+fn req_u(f: &GgufFile, key: &str) -> Result<usize> {
+    f.get_u64(key).map(|v| v as usize).ok_or_else(|| EngineError::MissingKey(key.to_string()))
+}
+
+/// A scalar key, or the first non-zero entry of a per-layer array.
+fn req_u_or_arr(f: &GgufFile, key: &str) -> Result<usize> {
+    if let Some(v) = f.get_u64(key) {
+        return Ok(v as usize);
+    }
+    f.get_array(key)
+        .and_then(|a| a.iter().filter_map(|v| v.as_u64()).find(|&v| v > 0))
+        .map(|v| v as usize)
+        .ok_or_else(|| EngineError::MissingKey(key.to_string()))
+}
+
+impl Config {
+    pub fn from_gguf(f: &GgufFile) -> Result<Config> {
+        let arch = f.architecture().ok_or_else(|| EngineError::MissingKey("general.architecture".into()))?.to_string();
+        let k = |s: &str| format!("{arch}.{s}");
+        let n_layer_all = req_u(f, &k("block_count"))?;
+        let n_nextn = f.get_u64(&k("nextn_predict_layers")).unwrap_or(0) as usize;
+        let n_layer = n_layer_all.checked_sub(n_nextn).filter(|&n| n > 0).ok_or_else(|| {
+            EngineError::BadHparams(format!("block_count {n_layer_all} with {n_nextn} MTP layers"))
+        })?;
+        let hidden = req_u(f, &k("embedding_length"))?;
+        let eps = f
+            .get_f32(&k("attention.layer_norm_rms_epsilon"))
+            .ok_or_else(|| EngineError::MissingKey(k("attention.layer_norm_rms_epsilon")))?;
+        let recurrent: Vec<bool> = match f.get_array(&k("attention.recurrent_layers")) {
+            Some(arr) => {
+                let v: Vec<bool> = arr.iter().map(|x| x.as_bool().or_else(|| x.as_u64().map(|u| u != 0)).unwrap_or(false)).collect();
+                if v.len() < n_layer {
+                    return Err(EngineError::BadHparams(format!("recurrent_layers has {} entries for {n_layer} layers", v.len())));
+                }
+                v[..n_layer].to_vec()
+            }
+            None => {
+                let interval = f.get_u64(&k("full_attention_interval")).unwrap_or(4).max(1) as usize;
+                (0..n_layer).map(|i| (i + 1) % interval != 0).collect()
+            }
+        };
+        let head_dim = req_u(f, &k("attention.key_length"))?;
+        if f.get_u64(&k("attention.value_length")).map(|v| v as usize).unwrap_or(head_dim) != head_dim {
+            return Err(EngineError::BadHparams("attention key_length != value_length".into()));
+        }
+        let attn = AttnDims {
+            n_head: req_u_or_arr(f, &k("attention.head_count"))?,
+            n_head_kv: req_u_or_arr(f, &k("attention.head_count_kv"))?,
+            head_dim,
+            n_rot: f.get_u64(&k("rope.dimension_count")).map(|v| v as usize).unwrap_or(head_dim),
+            rope_base: f.get_f32(&k("rope.freq_base")).unwrap_or(10000.0),
+            eps,
+        };
+        if attn.n_head == 0 || attn.n_head_kv == 0 || attn.n_head % attn.n_head_kv != 0 {
+            return Err(EngineError::BadHparams(format!("{} heads / {} kv heads", attn.n_head, attn.n_head_kv)));
+        }
+        if attn.n_rot == 0 || attn.n_rot > head_dim || attn.n_rot % 2 != 0 {
+            return Err(EngineError::BadHparams(format!("rope dims {} for head dim {head_dim}", attn.n_rot)));
+        }
+        let n_k_heads = req_u(f, &k("ssm.group_count"))?;
+        let n_v_heads = req_u(f, &k("ssm.time_step_rank"))?;
+        let state = req_u(f, &k("ssm.state_size"))?;
+        let inner = req_u(f, &k("ssm.inner_size"))?;
+        let delta = DeltaDims { n_k_heads, n_v_heads, head_dim: state, conv_kernel: req_u(f, &k("ssm.conv_kernel"))?, eps };
+        if n_k_heads == 0 || n_v_heads % n_k_heads != 0 || inner != n_v_heads * state || delta.conv_kernel < 1 {
+            return Err(EngineError::BadHparams(format!(
+                "DeltaNet geometry: {n_k_heads} K-heads, {n_v_heads} V-heads, state {state}, inner {inner}"
+            )));
+        }
+        let emb = f.tensor("token_embd.weight").ok_or_else(|| EngineError::MissingTensor("token_embd.weight".into()))?;
+        let n_vocab = *emb.dims.get(1).ok_or_else(|| EngineError::BadHparams("token_embd is 1-D".into()))? as usize;
+        let moe = if arch == "qwen35moe" {
+            Some(MoeDims {
+                n_expert: req_u(f, &k("expert_count"))?,
+                n_used: req_u(f, &k("expert_used_count"))?,
+                expert_ff: req_u(f, &k("expert_feed_forward_length"))?,
+                shared_ff: f.get_u64(&k("expert_shared_feed_forward_length")).unwrap_or(0) as usize,
+            })
+        } else {
+            None
+        };
+        if let Some(m) = &moe {
+            if m.n_used == 0 || m.n_used > m.n_expert {
+                return Err(EngineError::BadHparams(format!("{} of {} experts used", m.n_used, m.n_expert)));
+            }
+        }
+        let ff = if moe.is_some() { 0 } else { req_u_or_arr(f, &k("feed_forward_length"))? };
+        Ok(Config { arch, n_layer, hidden, n_vocab, eps, recurrent, attn, delta, ff, moe })
+    }
+}
+
+pub enum Mixer {
+    Attn(AttnWeights),
+    Delta(DeltaNetWeights),
+}
+
+pub enum Ffn {
+    Dense(FfnWeights),
+    Moe(MoeWeights),
+}
+
+pub struct Layer {
+    pub attn_norm: Vec<f32>,
+    pub post_attn_norm: Vec<f32>,
+    pub mixer: Mixer,
+    pub ffn: Ffn,
+}
+
+pub struct Qwen35 {
+    pub cfg: Config,
+    pub tok_embd: Mat,
+    pub layers: Vec<Layer>,
+    pub output_norm: Vec<f32>,
+    pub output: Mat,
+}
+
+impl Qwen35 {
+    /// Loads the trunk; routed-expert stacks are returned separately for the expert store.
+    pub fn load(f: &GgufFile) -> Result<(Qwen35, Vec<Option<[Mat; 3]>>)> {
+        let cfg = Config::from_gguf(f)?;
+        let ld = Loader::new(f);
+        let h = cfg.hidden;
+        let tok_embd = ld.mat("token_embd.weight", cfg.n_vocab, h)?;
+        let output = if ld.has("output.weight") { ld.mat("output.weight", cfg.n_vocab, h)? } else { tok_embd.clone() };
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        let mut experts = Vec::with_capacity(cfg.n_layer);
+        for il in 0..cfg.n_layer {
+            let mixer = if cfg.recurrent[il] {
+                Mixer::Delta(DeltaNetWeights::load(&ld, il, h, &cfg.delta)?)
+            } else {
+                Mixer::Attn(AttnWeights::load(&ld, il, h, &cfg.attn)?)
+            };
+            let ffn = match &cfg.moe {
+                Some(md) => {
+                    let (w, ex) = MoeWeights::load(&ld, il, h, md)?;
+                    experts.push(Some(ex));
+                    Ffn::Moe(w)
+                }
+                None => {
+                    experts.push(None);
+                    Ffn::Dense(FfnWeights::load(&ld, il, h, cfg.ff, "")?)
+                }
+            };
+            layers.push(Layer {
+                attn_norm: ld.vec(&format!("blk.{il}.attn_norm.weight"), h)?,
+                post_attn_norm: ld.vec(&format!("blk.{il}.post_attention_norm.weight"), h)?,
+                mixer,
+                ffn,
+            });
+        }
+        let output_norm = ld.vec("output_norm.weight", h)?;
+        Ok((Qwen35 { cfg, tok_embd, layers, output_norm, output }, experts))
+    }
+
+    pub fn new_state(&self) -> SeqState {
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| match l.mixer {
+                Mixer::Attn(_) => LayerState::Attn(KvCache::default()),
+                Mixer::Delta(_) => LayerState::Delta(DeltaState::new(&self.cfg.delta)),
+            })
+            .collect();
+        SeqState { pos: 0, layers }
+    }
+
+    /// Runs `tokens` through the trunk; returns the final hidden states (after output_norm) of
+    /// the rows in `out_rows`, then their logits.
+    pub fn forward(
+        &self,
+        ctx: &Ctx,
+        store: &dyn ExpertStore,
+        st: &mut SeqState,
+        tokens: &[u32],
+        out_rows: std::ops::Range<usize>,
+    ) -> Result<Vec<f32>> {
+        let n = tokens.len();
+        let h = self.cfg.hidden;
+        let pos0 = st.pos;
+
+        // Embedding rows dequantized from token_embd.
+        let mut x = vec![0.0f32; n * h];
+        let emb = self.tok_embd.q(ctx.file);
+        let rb = self.tok_embd.row_bytes();
+        for (t, &id) in tokens.iter().enumerate() {
+            let id = id as usize;
+            if id >= self.cfg.n_vocab {
+                return Err(EngineError::TokenOutOfRange { id: id as u32, n_vocab: self.cfg.n_vocab });
+            }
+            xwen_kernels::dequantize(emb.ty, &emb.data[id * rb..(id + 1) * rb], &mut x[t * h..(t + 1) * h])
+                .map_err(|e| EngineError::State(format!("embedding: {e}")))?;
+        }
+
+        let mut xn = vec![0.0f32; n * h];
+        for (il, layer) in self.layers.iter().enumerate() {
+            for t in 0..n {
+                ops::rms_norm(&x[t * h..(t + 1) * h], &layer.attn_norm, self.cfg.eps, &mut xn[t * h..(t + 1) * h]);
+            }
+            let mix = match (&layer.mixer, &mut st.layers[il]) {
+                (Mixer::Attn(w), LayerState::Attn(kv)) => attention::forward(ctx, w, &self.cfg.attn, &xn, n, pos0, kv),
+                (Mixer::Delta(w), LayerState::Delta(ds)) => deltanet::forward(ctx, w, &self.cfg.delta, &xn, n, ds),
+                _ => return Err(EngineError::State(format!("layer {il}: state kind does not match the model"))),
+            };
+            add_inplace(&mut x, &mix);
+            for t in 0..n {
+                ops::rms_norm(&x[t * h..(t + 1) * h], &layer.post_attn_norm, self.cfg.eps, &mut xn[t * h..(t + 1) * h]);
+            }
+            let f = match &layer.ffn {
+                Ffn::Dense(w) => ffn::forward(ctx, w, &xn, n),
+                Ffn::Moe(w) => moe::forward(ctx, w, self.cfg.moe.as_ref().expect("moe dims"), store, il, &xn, n, h)?,
+            };
+            add_inplace(&mut x, &f);
+        }
+        st.pos += n;
+
+        let rows = out_rows.len();
+        if rows == 0 {
+            return Ok(Vec::new());
+        }
+        let mut hn = vec![0.0f32; rows * h];
+        for (i, t) in out_rows.enumerate() {
+            ops::rms_norm(&x[t * h..(t + 1) * h], &self.output_norm, self.cfg.eps, &mut hn[i * h..(i + 1) * h]);
+        }
+        Ok(ctx.mm(&self.output, &hn, rows))
+    }
+}
+
+fn add_inplace(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}

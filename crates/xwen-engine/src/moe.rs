@@ -1,0 +1,148 @@
+//! Sparse MoE feed-forward of qwen35moe (llama.cpp `build_moe_ffn` with softmax gating):
+//! probs = softmax(router · x) over all experts → top-k → renormalize (sum clamped at
+//! 6.103515625e-5) → Σ_e p_e · expert_e(x), plus the shared expert scaled by
+//! sigmoid(gate_inp_shexp · x).
+
+use crate::compute::Ctx;
+use crate::error::Result;
+use crate::expert_store::ExpertStore;
+use crate::ffn::{self, FfnWeights};
+use crate::ops;
+use crate::weights::{Loader, Mat};
+
+#[derive(Clone, Copy, Debug)]
+pub struct MoeDims {
+    pub n_expert: usize,
+    pub n_used: usize,
+    pub expert_ff: usize,
+    pub shared_ff: usize,
+}
+
+pub struct MoeWeights {
+    pub router: Mat,              // [n_expert × hidden], F32
+    pub shared: Option<FfnWeights>,
+    pub shared_gate: Option<Vec<f32>>, // [hidden]
+}
+
+impl MoeWeights {
+    pub fn load(ld: &Loader, il: usize, hidden: usize, d: &MoeDims) -> Result<(Self, [Mat; 3])> {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        let router = ld.mat(&p("ffn_gate_inp.weight"), d.n_expert, hidden)?;
+        let shared = if d.shared_ff > 0 && ld.has(&p("ffn_gate_shexp.weight")) {
+            Some(FfnWeights::load(ld, il, hidden, d.shared_ff, "_shexp")?)
+        } else {
+            None
+        };
+        let shared_gate = if shared.is_some() && ld.has(&p("ffn_gate_inp_shexp.weight")) {
+            Some(ld.vec(&p("ffn_gate_inp_shexp.weight"), hidden)?)
+        } else {
+            None
+        };
+        let experts = [
+            ld.mats(&p("ffn_gate_exps.weight"), d.n_expert, d.expert_ff, hidden)?,
+            ld.mats(&p("ffn_up_exps.weight"), d.n_expert, d.expert_ff, hidden)?,
+            ld.mats(&p("ffn_down_exps.weight"), d.n_expert, hidden, d.expert_ff)?,
+        ];
+        Ok((MoeWeights { router, shared, shared_gate }, experts))
+    }
+}
+
+/// The routing decision of one token: expert ids (descending probability) and their weights.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Route {
+    pub experts: Vec<usize>,
+    pub weights: Vec<f32>,
+}
+
+pub fn route(logits: &[f32], n_used: usize) -> Route {
+    let mut probs = logits.to_vec();
+    ops::softmax_inplace(&mut probs);
+    let mut idx: Vec<usize> = (0..probs.len()).collect();
+    // Stable sort, descending: ties keep the lower id first.
+    idx.sort_by(|&a, &b| probs[b].partial_cmp(&probs[a]).unwrap_or(std::cmp::Ordering::Equal));
+    idx.truncate(n_used);
+    let mut w: Vec<f32> = idx.iter().map(|&i| probs[i]).collect();
+    let sum: f32 = w.iter().sum::<f32>().max(6.103515625e-5);
+    for x in w.iter_mut() {
+        *x /= sum;
+    }
+    Route { experts: idx, weights: w }
+}
+
+/// MoE output for n tokens of normalized input x (n × hidden).
+pub fn forward(
+    ctx: &Ctx,
+    w: &MoeWeights,
+    d: &MoeDims,
+    store: &dyn ExpertStore,
+    layer: usize,
+    x: &[f32],
+    n: usize,
+    hidden: usize,
+) -> Result<Vec<f32>> {
+    let logits = ctx.mm(&w.router, x, n); // [n × n_expert]
+    let routes: Vec<Route> = (0..n).map(|t| route(&logits[t * d.n_expert..(t + 1) * d.n_expert], d.n_used)).collect();
+
+    let mut out = vec![0.0f32; n * hidden];
+    // Group tokens by expert so each expert's weights are read once per forward.
+    let mut per_expert: Vec<Vec<(usize, f32)>> = vec![Vec::new(); d.n_expert];
+    for (t, r) in routes.iter().enumerate() {
+        for (&e, &p) in r.experts.iter().zip(&r.weights) {
+            per_expert[e].push((t, p));
+        }
+    }
+    // Decode keeps llama.cpp's summation order (by selection rank); prefill sums per expert.
+    let order: Vec<usize> = if n == 1 { routes[0].experts.clone() } else { (0..d.n_expert).collect() };
+    for e in order {
+        let toks = &per_expert[e];
+        if toks.is_empty() {
+            continue;
+        }
+        let h = store.expert(layer, e)?;
+        let m = toks.len();
+        let mut xe = Vec::with_capacity(m * hidden);
+        for &(t, _) in toks {
+            xe.extend_from_slice(&x[t * hidden..(t + 1) * hidden]);
+        }
+        let mut g = vec![0.0f32; m * d.expert_ff];
+        let mut u = vec![0.0f32; m * d.expert_ff];
+        ctx.mm_into(h.gate(), &xe, m, &mut g);
+        ctx.mm_into(h.up(), &xe, m, &mut u);
+        let act = ffn::swiglu(&g, &u);
+        let mut y = vec![0.0f32; m * hidden];
+        ctx.mm_into(h.down(), &act, m, &mut y);
+        for (i, &(t, p)) in toks.iter().enumerate() {
+            for (o, &v) in out[t * hidden..(t + 1) * hidden].iter_mut().zip(&y[i * hidden..(i + 1) * hidden]) {
+                *o += v * p;
+            }
+        }
+    }
+
+    if let Some(sh) = &w.shared {
+        let y = ffn::forward(ctx, sh, x, n);
+        for t in 0..n {
+            let xt = &x[t * hidden..(t + 1) * hidden];
+            let gate = match &w.shared_gate {
+                Some(gw) => ops::sigmoid(ops::dot(gw, xt)),
+                None => 1.0,
+            };
+            for (o, &v) in out[t * hidden..(t + 1) * hidden].iter_mut().zip(&y[t * hidden..(t + 1) * hidden]) {
+                *o += v * gate;
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_picks_top_k_and_renormalizes() {
+        let r = route(&[0.1, 3.0, -1.0, 2.0, 2.5], 2);
+        assert_eq!(r.experts, vec![1, 4]);
+        assert!((r.weights.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!(r.weights[0] > r.weights[1]);
+    }
+}

@@ -1,0 +1,170 @@
+//! Element-wise and row-wise operations, written to reproduce ggml-cpu's arithmetic (the parity
+//! oracle): RMSNorm accumulates in f64 like `ggml_compute_forward_rms_norm_f32`, softplus has the
+//! same x > 20 cut-off, SiLU is x / (1 + e^-x).
+
+/// y = x / sqrt(mean(x²) + eps) · w. ggml sums squares in double (ggml_float) and rounds the
+/// mean to f32 before adding eps; we do the same so the two agree to the last bit on the scale.
+pub fn rms_norm(x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
+    debug_assert_eq!(x.len(), w.len());
+    let scale = rms_scale(x, eps);
+    for ((yi, &xi), &wi) in y.iter_mut().zip(x).zip(w) {
+        *yi = (xi * scale) * wi;
+    }
+}
+
+/// In-place variant of [`rms_norm`].
+pub fn rms_norm_inplace(x: &mut [f32], w: &[f32], eps: f32) {
+    let scale = rms_scale(x, eps);
+    for (xi, &wi) in x.iter_mut().zip(w) {
+        *xi = (*xi * scale) * wi;
+    }
+}
+
+pub fn rms_scale(x: &[f32], eps: f32) -> f32 {
+    let mut sum = 0.0f64;
+    for &v in x {
+        sum += (v * v) as f64;
+    }
+    let mean = (sum / x.len() as f64) as f32;
+    1.0 / (mean + eps).sqrt()
+}
+
+/// llama.cpp's `build_gdn_l2_norm`: rms_norm(x, eps/n) scaled by 1/sqrt(n), i.e.
+/// x / sqrt(Σx² + eps) computed in ggml's operation order.
+pub fn gdn_l2_norm_inplace(x: &mut [f32], eps: f32) {
+    let n = x.len() as f32;
+    let scale = rms_scale(x, eps / n);
+    let post = 1.0 / n.sqrt();
+    for v in x.iter_mut() {
+        *v = (*v * scale) * post;
+    }
+}
+
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+#[inline]
+pub fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        (1.0 + x.exp()).ln()
+    }
+}
+
+/// Softmax in place, f64 accumulation of the sum like ggml_vec_soft_max_f32.
+pub fn softmax_inplace(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0f64;
+    for v in x.iter_mut() {
+        let e = (*v - max).exp();
+        *v = e;
+        sum += e as f64;
+    }
+    let inv = (1.0 / sum) as f32;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// Rotary tables for NeoX-style rope over the first `n_rot` dims of a head.
+/// theta advances multiplicatively (theta *= theta_scale) exactly as ggml's rope cache does, so
+/// the angles carry the same rounding.
+pub fn rope_cache(pos: usize, n_rot: usize, freq_base: f32, cos: &mut [f32], sin: &mut [f32]) {
+    let theta_scale = freq_base.powf(-2.0 / n_rot as f32);
+    let mut theta = pos as f32;
+    for i in 0..n_rot / 2 {
+        cos[i] = theta.cos();
+        sin[i] = theta.sin();
+        theta *= theta_scale;
+    }
+}
+
+/// Rotate one head in place: pairs (i, i + n_rot/2), dims ≥ n_rot untouched.
+pub fn rope_neox_inplace(head: &mut [f32], n_rot: usize, cos: &[f32], sin: &[f32]) {
+    let half = n_rot / 2;
+    for i in 0..half {
+        let x0 = head[i];
+        let x1 = head[i + half];
+        head[i] = x0 * cos[i] - x1 * sin[i];
+        head[i + half] = x0 * sin[i] + x1 * cos[i];
+    }
+}
+
+/// f32 dot product with eight independent partial sums (vectorizes without reassociation).
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    debug_assert_eq!(a.len(), b.len());
+    let mut acc = [0.0f32; 8];
+    let n8 = a.len() / 8 * 8;
+    for i in (0..n8).step_by(8) {
+        for l in 0..8 {
+            acc[l] += a[i + l] * b[i + l];
+        }
+    }
+    let mut s = (acc[0] + acc[4]) + (acc[1] + acc[5]) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for i in n8..a.len() {
+        s += a[i] * b[i];
+    }
+    s
+}
+
+/// A raw pointer that worker tasks may share because each task writes a disjoint range.
+#[derive(Clone, Copy)]
+pub struct SharedMut<T>(pub *mut T);
+unsafe impl<T> Send for SharedMut<T> {}
+unsafe impl<T> Sync for SharedMut<T> {}
+
+impl<T> SharedMut<T> {
+    pub fn new(s: &mut [T]) -> Self {
+        SharedMut(s.as_mut_ptr())
+    }
+    /// # Safety
+    /// Callers guarantee that concurrently used ranges are disjoint and in bounds.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice(&self, start: usize, len: usize) -> &mut [T] {
+        std::slice::from_raw_parts_mut(self.0.add(start), len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn l2_norm_matches_definition() {
+        let mut x = vec![3.0f32, 4.0];
+        gdn_l2_norm_inplace(&mut x, 1e-6);
+        let want = 3.0 / (25.0f32 + 1e-6).sqrt();
+        assert!((x[0] - want).abs() < 1e-6);
+    }
+
+    #[test]
+    fn rope_rotates_pairs_and_keeps_norm() {
+        let mut h: Vec<f32> = (0..8).map(|i| i as f32 + 1.0).collect();
+        let (mut c, mut s) = (vec![0.0; 2], vec![0.0; 2]);
+        rope_cache(5, 4, 10000.0, &mut c, &mut s);
+        let before: f32 = h[..4].iter().map(|v| v * v).sum();
+        rope_neox_inplace(&mut h, 4, &c, &s);
+        let after: f32 = h[..4].iter().map(|v| v * v).sum();
+        assert!((before - after).abs() < 1e-3);
+        assert_eq!(&h[4..], &[5.0, 6.0, 7.0, 8.0]);
+        // Pair (0, 2) rotated by angle 5 rad.
+        assert!((h[0] - (1.0 * 5f32.cos() - 3.0 * 5f32.sin())).abs() < 1e-5);
+    }
+
+    #[test]
+    fn softmax_sums_to_one() {
+        let mut x = vec![1.0f32, 2.0, 3.0, -100.0];
+        softmax_inplace(&mut x);
+        assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!(x[2] > x[1] && x[1] > x[0]);
+    }
+}

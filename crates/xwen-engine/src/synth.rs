@@ -1,0 +1,581 @@
+//! Synthetic full-size GGUF models for benchmarks (`xwen synth`, docs/bench.md).
+//!
+//! A preset reproduces the exact tensor names, shapes, types and metadata of a llama.cpp
+//! `qwen35` / `qwen35moe` Q4_K_M file (references: llama.cpp b11434 `src/models/qwen35.cpp` and
+//! `qwen35moe.cpp`, `load_arch_hparams` / `load_arch_tensors`; the official files' type mix), so
+//! llama.cpp and xwen both load it and do exactly the work the real checkpoint costs. Only the
+//! weights are fake.
+//!
+//! Weights: each quantized type has a small pool of blocks made by quantizing N(0, 0.02²)
+//! values with the reference quantizer; a tensor is a random sequence of pool blocks. That keeps
+//! every block one a real quantizer could emit (finite f16 scales of realistic magnitude, so
+//! activations stay finite through 64 layers) while writing at disk speed, and memory stays at
+//! a few MB whatever the file size (20 GB presets are streamed).
+
+mod vocab;
+
+use crate::error::{EngineError, Result};
+use std::io::BufWriter;
+use std::path::{Path, PathBuf};
+use xwen_gguf::{GgmlType, GgufFile, GgufWriter, Value};
+
+/// The geometries `xwen synth` can write.
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    /// Qwen3.6-35B-A3B: 40 layers, 256 experts top-8, about 20 GB.
+    Qwen35Moe35bA3b,
+    /// Qwen3.6-27B: 64 layers, hidden 5120, dense FFN 17408.
+    Qwen35_27b,
+    /// The size llama.cpp names "4B" for qwen35 (32 layers, n_embd 2560); see `geometry`.
+    Qwen35_4b,
+    /// A few MB, for smoke tests: the MoE graph at toy size.
+    Qwen35MoeTiny,
+    /// A few MB, for smoke tests: the dense graph at toy size.
+    Qwen35Tiny,
+}
+
+impl Preset {
+    pub const ALL: [Preset; 5] =
+        [Preset::Qwen35Moe35bA3b, Preset::Qwen35_27b, Preset::Qwen35_4b, Preset::Qwen35MoeTiny, Preset::Qwen35Tiny];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Qwen35Moe35bA3b => "qwen35moe-35b-a3b",
+            Preset::Qwen35_27b => "qwen35-27b",
+            Preset::Qwen35_4b => "qwen35-4b",
+            Preset::Qwen35MoeTiny => "qwen35moe-tiny",
+            Preset::Qwen35Tiny => "qwen35-tiny",
+        }
+    }
+
+    /// Toy presets use a small synthetic vocabulary: a real one would outweigh the model.
+    pub fn is_tiny(self) -> bool {
+        matches!(self, Preset::Qwen35MoeTiny | Preset::Qwen35Tiny)
+    }
+
+    pub fn geometry(self) -> Geometry {
+        const FULL_VOCAB: usize = 248_320;
+        let base = Geometry {
+            arch: "qwen35",
+            size_label: "",
+            n_layer: 0,
+            n_embd: 0,
+            n_head: 0,
+            n_head_kv: 0,
+            head_dim: 256,
+            rope_dims: 64,
+            rope_sections: [11, 11, 10, 0],
+            rope_freq_base: 1e7,
+            rms_eps: 1e-6,
+            ctx_train: 262_144,
+            full_attn_interval: 4,
+            n_ff: 0,
+            n_expert: 0,
+            n_expert_used: 0,
+            n_ff_exp: 0,
+            n_ff_shexp: 0,
+            ssm_conv: 4,
+            ssm_state: 128,
+            ssm_groups: 16,
+            ssm_dt_rank: 0,
+            n_vocab: FULL_VOCAB,
+        };
+        // Toy geometry of the trained tiny models (head dims 64, rope over 16 dims), but with a
+        // 4-layer stack: three DeltaNet layers and one attention layer cover both mixers.
+        let tiny = Geometry {
+            size_label: "tiny",
+            n_layer: 4,
+            n_embd: 256,
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 64,
+            rope_dims: 16,
+            rope_sections: [3, 3, 2, 0],
+            ctx_train: 4096,
+            ssm_state: 64,
+            ssm_groups: 2,
+            ssm_dt_rank: 4,
+            n_vocab: 1024,
+            ..base.clone()
+        };
+        match self {
+            Preset::Qwen35Moe35bA3b => Geometry {
+                arch: "qwen35moe",
+                size_label: "35B-A3B",
+                n_layer: 40,
+                n_embd: 2048,
+                n_head: 16,
+                n_head_kv: 2,
+                n_expert: 256,
+                n_expert_used: 8,
+                n_ff_exp: 512,
+                n_ff_shexp: 512,
+                ssm_dt_rank: 32,
+                ..base
+            },
+            Preset::Qwen35_27b => Geometry {
+                size_label: "27B",
+                n_layer: 64,
+                n_embd: 5120,
+                n_head: 24,
+                n_head_kv: 4,
+                n_ff: 17408,
+                ssm_dt_rank: 48,
+                ..base
+            },
+            // Our choice where no official geometry was at hand: llama.cpp's qwen35.cpp calls
+            // 32 layers of n_embd 2560 "4B"; heads, FFN and DeltaNet widths follow the family.
+            Preset::Qwen35_4b => Geometry {
+                size_label: "4B",
+                n_layer: 32,
+                n_embd: 2560,
+                n_head: 16,
+                n_head_kv: 4,
+                n_ff: 9216,
+                ssm_dt_rank: 32,
+                ..base
+            },
+            Preset::Qwen35MoeTiny => Geometry {
+                arch: "qwen35moe",
+                n_expert: 8,
+                n_expert_used: 2,
+                n_ff_exp: 256,
+                n_ff_shexp: 256,
+                ..tiny
+            },
+            Preset::Qwen35Tiny => Geometry { n_ff: 768, ..tiny },
+        }
+    }
+}
+
+impl std::fmt::Display for Preset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Preset {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
+        Preset::ALL.into_iter().find(|p| p.name().eq_ignore_ascii_case(s)).ok_or_else(|| {
+            let names: Vec<_> = Preset::ALL.iter().map(|p| p.name()).collect();
+            format!("unknown preset `{s}` (known: {})", names.join(", "))
+        })
+    }
+}
+
+/// Hyperparameters of a preset, in llama.cpp's terms.
+#[derive(Clone, Debug)]
+pub struct Geometry {
+    /// `general.architecture`: "qwen35" (dense) or "qwen35moe".
+    pub arch: &'static str,
+    pub size_label: &'static str,
+    pub n_layer: usize,
+    pub n_embd: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    /// Attention head width (key_length = value_length).
+    pub head_dim: usize,
+    pub rope_dims: usize,
+    pub rope_sections: [i32; 4],
+    pub rope_freq_base: f32,
+    pub rms_eps: f32,
+    pub ctx_train: u32,
+    /// Every this-many-th layer is full attention, the rest Gated DeltaNet.
+    pub full_attn_interval: usize,
+    /// Dense SwiGLU width; 0 for MoE.
+    pub n_ff: usize,
+    pub n_expert: usize,
+    pub n_expert_used: usize,
+    pub n_ff_exp: usize,
+    pub n_ff_shexp: usize,
+    pub ssm_conv: usize,
+    /// DeltaNet head width of K and V (`ssm.state_size`).
+    pub ssm_state: usize,
+    /// DeltaNet K heads (`ssm.group_count`).
+    pub ssm_groups: usize,
+    /// DeltaNet V heads (`ssm.time_step_rank`).
+    pub ssm_dt_rank: usize,
+    pub n_vocab: usize,
+}
+
+impl Geometry {
+    pub fn is_moe(&self) -> bool {
+        self.n_expert > 0
+    }
+
+    /// llama.cpp's default when `recurrent_layers` is absent; we also write the array.
+    pub fn is_recurrent(&self, il: usize) -> bool {
+        (il + 1) % self.full_attn_interval != 0
+    }
+
+    pub fn ssm_inner(&self) -> usize {
+        self.ssm_state * self.ssm_dt_rank
+    }
+}
+
+/// How a tensor's values are drawn.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fill {
+    /// Pool blocks of N(0, 0.02²) weights.
+    Matrix,
+    /// RMSNorm gains: 1 + N(0, 0.05²).
+    Norm,
+    /// N(0, std²) in F32 (routers, conv taps).
+    Normal(f32),
+    /// −exp(U(−1, 1)): a pre-baked −exp(A_log), so every head decays.
+    SsmA,
+    /// U(−1, 1): the softplus offset of the DeltaNet gate.
+    Uniform,
+}
+
+/// One tensor of a preset's file, in file order.
+#[derive(Clone, Debug)]
+pub struct TensorPlan {
+    pub name: String,
+    pub ty: GgmlType,
+    /// ne0 first, as GGUF stores them.
+    pub dims: Vec<u64>,
+    fill: Fill,
+}
+
+impl TensorPlan {
+    pub fn n_elements(&self) -> u64 {
+        self.dims.iter().product()
+    }
+
+    pub fn n_bytes(&self) -> u64 {
+        self.ty.row_bytes(self.n_elements()).expect("plans only hold whole blocks")
+    }
+}
+
+/// Every tensor of a preset's file, in the order llama-quantize writes them (output, output_norm,
+/// token_embd, then each block's tensors by name), with the official Q4_K_M mix: attention,
+/// DeltaNet and shared-expert matrices Q8_0; routed experts, dense FFN and token_embd Q4_K;
+/// output Q6_K; norms, routers, conv1d, ssm_a and ssm_dt F32.
+pub fn tensor_plan(g: &Geometry) -> Vec<TensorPlan> {
+    use GgmlType::{F32, Q4_K, Q6_K, Q8_0};
+    let t = |name: String, ty, dims: &[usize], fill| TensorPlan {
+        name,
+        ty,
+        dims: dims.iter().map(|&d| d as u64).collect(),
+        fill,
+    };
+    let (e, v) = (g.n_embd, g.n_vocab);
+    let mut out = vec![
+        t("output.weight".into(), Q6_K, &[e, v], Fill::Matrix),
+        t("output_norm.weight".into(), F32, &[e], Fill::Norm),
+        t("token_embd.weight".into(), Q4_K, &[e, v], Fill::Matrix),
+    ];
+    let key_dim = g.ssm_state * g.ssm_groups;
+    let value_dim = g.ssm_inner();
+    let conv_dim = 2 * key_dim + value_dim;
+    let q_dim = g.head_dim * g.n_head;
+    let kv_dim = g.head_dim * g.n_head_kv;
+    for il in 0..g.n_layer {
+        let mut layer = Vec::new();
+        let mut add = |suffix: &str, ty, dims: &[usize], fill| layer.push(t(format!("blk.{il}.{suffix}"), ty, dims, fill));
+        add("attn_norm.weight", F32, &[e], Fill::Norm);
+        add("post_attention_norm.weight", F32, &[e], Fill::Norm);
+        if g.is_recurrent(il) {
+            add("attn_qkv.weight", Q8_0, &[e, conv_dim], Fill::Matrix);
+            add("attn_gate.weight", Q8_0, &[e, value_dim], Fill::Matrix);
+            add("ssm_conv1d.weight", F32, &[g.ssm_conv, conv_dim], Fill::Normal(0.2));
+            add("ssm_dt.bias", F32, &[g.ssm_dt_rank], Fill::Uniform);
+            add("ssm_a", F32, &[g.ssm_dt_rank], Fill::SsmA);
+            add("ssm_beta.weight", Q8_0, &[e, g.ssm_dt_rank], Fill::Matrix);
+            add("ssm_alpha.weight", Q8_0, &[e, g.ssm_dt_rank], Fill::Matrix);
+            add("ssm_norm.weight", F32, &[g.ssm_state], Fill::Norm);
+            add("ssm_out.weight", Q8_0, &[value_dim, e], Fill::Matrix);
+        } else {
+            // attn_q is double width: per head [q(head_dim), gate(head_dim)].
+            add("attn_q.weight", Q8_0, &[e, 2 * q_dim], Fill::Matrix);
+            add("attn_k.weight", Q8_0, &[e, kv_dim], Fill::Matrix);
+            add("attn_v.weight", Q8_0, &[e, kv_dim], Fill::Matrix);
+            add("attn_output.weight", Q8_0, &[q_dim, e], Fill::Matrix);
+            add("attn_q_norm.weight", F32, &[g.head_dim], Fill::Norm);
+            add("attn_k_norm.weight", F32, &[g.head_dim], Fill::Norm);
+        }
+        if g.is_moe() {
+            let (n, f, s) = (g.n_expert, g.n_ff_exp, g.n_ff_shexp);
+            add("ffn_gate_inp.weight", F32, &[e, n], Fill::Normal(0.02));
+            add("ffn_gate_exps.weight", Q4_K, &[e, f, n], Fill::Matrix);
+            add("ffn_up_exps.weight", Q4_K, &[e, f, n], Fill::Matrix);
+            add("ffn_down_exps.weight", Q4_K, &[f, e, n], Fill::Matrix);
+            add("ffn_gate_inp_shexp.weight", F32, &[e], Fill::Normal(0.02));
+            add("ffn_gate_shexp.weight", Q8_0, &[e, s], Fill::Matrix);
+            add("ffn_up_shexp.weight", Q8_0, &[e, s], Fill::Matrix);
+            add("ffn_down_shexp.weight", Q8_0, &[s, e], Fill::Matrix);
+        } else {
+            add("ffn_gate.weight", Q4_K, &[e, g.n_ff], Fill::Matrix);
+            add("ffn_up.weight", Q4_K, &[e, g.n_ff], Fill::Matrix);
+            add("ffn_down.weight", Q4_K, &[g.n_ff, e], Fill::Matrix);
+        }
+        layer.sort_by(|a, b| a.name.cmp(&b.name));
+        out.extend(layer);
+    }
+    out
+}
+
+/// Metadata keys of the architecture (no tokenizer), as convert_hf_to_gguf writes them.
+fn arch_metadata(g: &Geometry, preset: Preset) -> Vec<(String, Value)> {
+    let a = g.arch;
+    let u = |x: usize| Value::U32(x as u32);
+    let mut kv: Vec<(String, Value)> = vec![
+        ("general.architecture".into(), a.into()),
+        ("general.type".into(), "model".into()),
+        ("general.name".into(), format!("synthetic {}", preset.name()).into()),
+        ("general.size_label".into(), g.size_label.into()),
+        (format!("{a}.block_count"), u(g.n_layer)),
+        (format!("{a}.context_length"), Value::U32(g.ctx_train)),
+        (format!("{a}.embedding_length"), u(g.n_embd)),
+    ];
+    if !g.is_moe() {
+        kv.push((format!("{a}.feed_forward_length"), u(g.n_ff)));
+    }
+    kv.extend([
+        (format!("{a}.attention.head_count"), u(g.n_head)),
+        (format!("{a}.attention.head_count_kv"), u(g.n_head_kv)),
+        (format!("{a}.rope.dimension_sections"), Value::Array(g.rope_sections.iter().map(|&s| Value::I32(s)).collect())),
+        (format!("{a}.rope.freq_base"), Value::F32(g.rope_freq_base)),
+        (format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(g.rms_eps)),
+    ]);
+    if g.is_moe() {
+        kv.extend([
+            (format!("{a}.expert_count"), u(g.n_expert)),
+            (format!("{a}.expert_used_count"), u(g.n_expert_used)),
+        ]);
+    }
+    kv.extend([
+        (format!("{a}.attention.key_length"), u(g.head_dim)),
+        (format!("{a}.attention.value_length"), u(g.head_dim)),
+    ]);
+    if g.is_moe() {
+        kv.extend([
+            (format!("{a}.expert_feed_forward_length"), u(g.n_ff_exp)),
+            (format!("{a}.expert_shared_feed_forward_length"), u(g.n_ff_shexp)),
+        ]);
+    }
+    kv.extend([
+        (format!("{a}.ssm.conv_kernel"), u(g.ssm_conv)),
+        (format!("{a}.ssm.state_size"), u(g.ssm_state)),
+        (format!("{a}.ssm.group_count"), u(g.ssm_groups)),
+        (format!("{a}.ssm.time_step_rank"), u(g.ssm_dt_rank)),
+        (format!("{a}.ssm.inner_size"), u(g.ssm_inner())),
+        (
+            format!("{a}.attention.recurrent_layers"),
+            Value::Array((0..g.n_layer).map(|il| Value::Bool(g.is_recurrent(il))).collect()),
+        ),
+        (format!("{a}.full_attention_interval"), u(g.full_attn_interval)),
+        (format!("{a}.rope.dimension_count"), u(g.rope_dims)),
+    ]);
+    kv
+}
+
+/// What `write_synthetic` wrote.
+#[derive(Clone, Debug)]
+pub struct SynthReport {
+    pub path: PathBuf,
+    pub file_bytes: u64,
+    pub tensor_bytes: u64,
+    pub n_params: u64,
+    pub n_tensors: usize,
+}
+
+/// Progress of a write, reported after each tensor.
+#[derive(Clone, Debug)]
+pub struct SynthProgress<'a> {
+    pub tensor: &'a str,
+    pub tensors_done: usize,
+    pub n_tensors: usize,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+}
+
+/// Writes `preset` to `path` (through `path.part`, renamed when complete). Tokenizer metadata is
+/// every `tokenizer.*` key of `vocab`, its per-token arrays padded to the preset's vocabulary
+/// with `[PAD{id}]` tokens; with no `vocab`, a small byte-level BPE vocabulary is synthesized.
+/// The same preset and seed give the same bytes.
+pub fn write_synthetic(preset: Preset, path: &Path, vocab: Option<&GgufFile>, seed: u64) -> Result<SynthReport> {
+    write_synthetic_with_progress(preset, path, vocab, seed, &mut |_| {})
+}
+
+pub fn write_synthetic_with_progress(
+    preset: Preset,
+    path: &Path,
+    vocab: Option<&GgufFile>,
+    seed: u64,
+    progress: &mut dyn FnMut(&SynthProgress<'_>),
+) -> Result<SynthReport> {
+    let g = preset.geometry();
+    let plan = tensor_plan(&g);
+    let mut w = GgufWriter::new();
+    for (k, v) in arch_metadata(&g, preset) {
+        w.add_kv(&k, v);
+    }
+    let tok = match vocab {
+        Some(f) => vocab::from_gguf(f, g.n_vocab)?,
+        None => vocab::synthetic(g.n_vocab),
+    };
+    for (k, v) in tok {
+        w.add_kv(&k, v);
+    }
+    w.add_kv("general.quantization_version", Value::U32(2));
+    w.add_kv("general.file_type", Value::U32(15)); // LLAMA_FTYPE_MOSTLY_Q4_K_M
+    for t in &plan {
+        w.add_tensor_info(&t.name, t.ty, &t.dims)?;
+    }
+
+    let part = PathBuf::from(format!("{}.part", path.display()));
+    let result = stream_tensors(&w, &plan, &part, seed, progress);
+    if let Err(e) = result {
+        let _ = std::fs::remove_file(&part);
+        return Err(e);
+    }
+    std::fs::rename(&part, path)?;
+    Ok(SynthReport {
+        path: path.to_path_buf(),
+        file_bytes: std::fs::metadata(path)?.len(),
+        tensor_bytes: plan.iter().map(TensorPlan::n_bytes).sum(),
+        n_params: plan.iter().map(TensorPlan::n_elements).sum(),
+        n_tensors: plan.len(),
+    })
+}
+
+/// Bytes handed to the writer at a time: large enough for sequential disk writes, small enough
+/// that memory use does not depend on the model.
+const CHUNK_BYTES: usize = 4 << 20;
+
+fn stream_tensors(
+    w: &GgufWriter,
+    plan: &[TensorPlan],
+    part: &Path,
+    seed: u64,
+    progress: &mut dyn FnMut(&SynthProgress<'_>),
+) -> Result<()> {
+    let file = std::fs::File::create(part)?;
+    let mut stream = w.stream_to(BufWriter::with_capacity(CHUNK_BYTES, file))?;
+    let pools = Pools::new(seed)?;
+    let bytes_total: u64 = plan.iter().map(TensorPlan::n_bytes).sum();
+    let mut bytes_done = 0;
+    let mut buf = Vec::with_capacity(CHUNK_BYTES);
+    for (i, t) in plan.iter().enumerate() {
+        // Seeded per tensor name so a tensor's bytes do not depend on the ones before it.
+        let mut rng = Rng::new(seed ^ fnv1a(t.name.as_bytes()));
+        let n = t.n_bytes();
+        if t.fill == Fill::Matrix {
+            let pool = pools.get(t.ty)?;
+            let bs = t.ty.type_size();
+            let pool_blocks = pool.len() / bs;
+            let mut left = n as usize / bs;
+            while left > 0 {
+                let k = left.min(CHUNK_BYTES / bs);
+                buf.clear();
+                for _ in 0..k {
+                    let j = rng.below(pool_blocks);
+                    buf.extend_from_slice(&pool[j * bs..(j + 1) * bs]);
+                }
+                stream.write_data(&buf)?;
+                left -= k;
+            }
+        } else {
+            let vals: Vec<f32> = (0..t.n_elements()).map(|_| f32_value(t.fill, &mut rng)).collect();
+            buf.clear();
+            buf.extend(vals.iter().flat_map(|v| v.to_le_bytes()));
+            stream.write_data(&buf)?;
+        }
+        bytes_done += n;
+        progress(&SynthProgress { tensor: &t.name, tensors_done: i + 1, n_tensors: plan.len(), bytes_done, bytes_total });
+    }
+    let bw = stream.finish()?;
+    let file = bw.into_inner().map_err(|e| e.into_error())?;
+    // Flush to disk now, so a benchmark started right after does not share the machine with
+    // 20 GB of write-back.
+    file.sync_all()?;
+    Ok(())
+}
+
+fn f32_value(fill: Fill, rng: &mut Rng) -> f32 {
+    match fill {
+        Fill::Norm => 1.0 + 0.05 * rng.normal(),
+        Fill::Normal(std) => std * rng.normal(),
+        Fill::SsmA => -(rng.uniform(-1.0, 1.0).exp()),
+        Fill::Uniform => rng.uniform(-1.0, 1.0),
+        Fill::Matrix => unreachable!("matrices are drawn from pools"),
+    }
+}
+
+/// Standard deviation of the synthetic matrix weights (a typical initializer_range).
+pub const WEIGHT_STD: f32 = 0.02;
+/// Elements quantized per pool: 1024 Q4_K / Q6_K blocks, 8192 Q8_0 blocks.
+const POOL_ELEMS: usize = 1 << 18;
+
+struct Pools {
+    q8_0: Vec<u8>,
+    q4_k: Vec<u8>,
+    q6_k: Vec<u8>,
+}
+
+impl Pools {
+    fn new(seed: u64) -> Result<Pools> {
+        let mut rng = Rng::new(seed ^ 0x9e37_79b9_7f4a_7c15);
+        let x: Vec<f32> = (0..POOL_ELEMS).map(|_| WEIGHT_STD * rng.normal()).collect();
+        let q = |ty| xwen_kernels::quantize(ty, &x).map_err(|e| EngineError::BadHparams(format!("synthetic {ty} pool: {e}")));
+        Ok(Pools { q8_0: q(GgmlType::Q8_0)?, q4_k: q(GgmlType::Q4_K)?, q6_k: q(GgmlType::Q6_K)? })
+    }
+
+    fn get(&self, ty: GgmlType) -> Result<&[u8]> {
+        match ty {
+            GgmlType::Q8_0 => Ok(&self.q8_0),
+            GgmlType::Q4_K => Ok(&self.q4_k),
+            GgmlType::Q6_K => Ok(&self.q6_k),
+            other => Err(EngineError::BadHparams(format!("no synthetic pool for {other}"))),
+        }
+    }
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+/// SplitMix64: tiny, seedable, and far better than these draws need.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in 0..n (n < 2^32).
+    fn below(&mut self, n: usize) -> usize {
+        (((self.next_u64() >> 32) * n as u64) >> 32) as usize
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+    }
+
+    fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * self.unit() as f32
+    }
+
+    /// Standard normal (Box–Muller).
+    fn normal(&mut self) -> f32 {
+        let u1 = 1.0 - self.unit(); // (0, 1]: ln stays finite
+        let u2 = self.unit();
+        ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+    }
+}
+
+#[cfg(test)]
+mod tests;
