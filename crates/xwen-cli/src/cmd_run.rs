@@ -102,5 +102,6 @@ pub fn run(argv: &[String]) -> Result<()> {
             stats.decode_tps()
         );
     }
+    model_arg::print_profile(&loaded.model);
     Ok(())
 }

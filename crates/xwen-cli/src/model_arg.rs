@@ -48,6 +48,7 @@ pub fn engine_config(args: &mut crate::args::Args) -> Result<EngineConfig> {
         cfg.max_ctx = c;
     }
     cfg.force_reference = args.flag(&["--reference-kernels"]);
+    cfg.profile = args.flag(&["--profile"]);
     Ok(cfg)
 }
 
@@ -56,4 +57,18 @@ pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
         .filter(|x| !x.is_empty())
         .map(|x| x.parse::<u32>().with_context(|| format!("--ids: `{x}` is not a token id")))
         .collect()
+}
+
+/// Prints the per-op profile (if enabled) to stderr, largest first.
+pub fn print_profile(model: &xwen_engine::Model) {
+    let mut rep = model.profile_report();
+    if rep.is_empty() {
+        return;
+    }
+    rep.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let total: f64 = rep.iter().map(|r| r.1).sum();
+    eprintln!("{:<34} {:>9} {:>6} {:>8}", "op", "ms", "%", "calls");
+    for (name, secs, calls) in rep {
+        eprintln!("{:<34} {:>9.1} {:>5.1}% {:>8}", name, secs * 1e3, 100.0 * secs / total, calls);
+    }
 }

@@ -7,6 +7,7 @@
 use crate::compute::Ctx;
 use crate::error::Result;
 use crate::ops::{self, SharedMut};
+use crate::profile::Op;
 use crate::weights::{Loader, Mat};
 
 #[derive(Clone, Copy, Debug)]
@@ -71,9 +72,12 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], n: usize, po
     let hd = d.head_dim;
     let hq = d.n_head * hd;
     let kvw = d.kv_width();
+    let sp = ctx.span(Op::AttnProj);
     let qg = ctx.mm(&w.q, x, n); // [n × 2hq]
     let mut k = ctx.mm(&w.k, x, n);
     let v = ctx.mm(&w.v, x, n);
+    drop(sp);
+    let sp = ctx.span(Op::AttnCore);
 
     // Split q and gate, normalize and rotate.
     let mut q = vec![0.0f32; n * hq];
@@ -132,6 +136,8 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], n: usize, po
     for (o, &g) in out.iter_mut().zip(&gate) {
         *o *= ops::sigmoid(g);
     }
+    drop(sp);
+    let _sp = ctx.span(Op::AttnProj);
     ctx.mm(&w.o, &out, n)
 }
 

@@ -2,6 +2,7 @@
 //! live in. Matrix products go through here so every block uses the same dispatch rule
 //! (one token: matrix × vector; several: batched matrix × matrix, activations quantized once).
 
+use crate::profile::{Op, Profiler, Span};
 use crate::weights::Mat;
 use xwen_gguf::GgufFile;
 use xwen_kernels::{Pool, QMatrix};
@@ -9,9 +10,14 @@ use xwen_kernels::{Pool, QMatrix};
 pub struct Ctx<'a> {
     pub pool: &'a Pool,
     pub file: &'a GgufFile,
+    pub prof: &'a Profiler,
 }
 
 impl<'a> Ctx<'a> {
+    pub fn span(&self, op: Op) -> Span<'_> {
+        self.prof.span(op)
+    }
+
     /// y = x · Wᵀ for `n` rows of x (each `w.cols` long); returns n × w.rows.
     pub fn mm(&self, w: &Mat, x: &[f32], n: usize) -> Vec<f32> {
         let mut y = vec![0.0f32; n * w.rows];

@@ -9,11 +9,13 @@ pub struct EngineConfig {
     pub force_reference: bool,
     /// Maximum positions a sequence may hold (sizes nothing up front; KV grows on demand).
     pub max_ctx: usize,
+    /// Accumulate per-op wall time (see `Model::profile_report`).
+    pub profile: bool,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768 }
+        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, profile: false }
     }
 }
 

@@ -10,6 +10,7 @@
 
 use crate::compute::Ctx;
 use crate::ops::{self, SharedMut};
+use crate::profile::Op;
 use crate::weights::{Loader, Mat};
 use crate::error::Result;
 
@@ -97,11 +98,14 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], n: usiz
     let cd = d.conv_dim();
     let (hk, hv, sd) = (d.n_k_heads, d.n_v_heads, d.head_dim);
 
+    let sp = ctx.span(Op::DeltaProj);
     let qkv = ctx.mm(&w.qkv, x, n);      // [n × conv_dim]
     let z = ctx.mm(&w.gate, x, n);       // [n × value_dim]
     let braw = ctx.mm(&w.beta, x, n);    // [n × H_v]
     let araw = ctx.mm(&w.alpha, x, n);   // [n × H_v]
 
+    drop(sp);
+    let sp = ctx.span(Op::DeltaConv);
     // Causal depthwise convolution over the fused stream, state prepended, then SiLU.
     let conv_out = conv_silu(&w.conv, d, &qkv, n, &mut st.conv);
 
@@ -130,6 +134,8 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], n: usiz
         }
     }
 
+    drop(sp);
+    let sp = ctx.span(Op::DeltaScan);
     // The delta rule, one task per V-head.
     let mut o = vec![0.0f32; n * hv * sd];
     {
@@ -149,6 +155,8 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], n: usiz
         });
     }
 
+    drop(sp);
+    let _sp = ctx.span(Op::DeltaOut);
     // Gated RMSNorm per head: norm(o)·w · silu(z), then the output projection.
     for t in 0..n {
         for h in 0..hv {
@@ -224,7 +232,9 @@ impl HeadIo<'_> {
 }
 
 
-/// The token-by-token recurrence, in ggml's operation order.
+/// The token-by-token recurrence with ggml's element-wise arithmetic (scale the state, S·k,
+/// rank-1 update, S·q), fused into two sweeps over the state instead of four: decode is
+/// memory-bound and the state is 2 MB per layer on the 35B.
 fn head_recurrent(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>) {
     let sd = io.sd;
     let scale = 1.0 / (sd as f32).sqrt();
@@ -233,24 +243,20 @@ fn head_recurrent(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>) {
         let (q, k, v) = (io.q(t), io.k(t), io.v(t));
         let decay = io.g(t).exp();
         let beta = io.beta(t);
-        for x in s.iter_mut() {
-            *x *= decay;
-        }
-        for j in 0..sd {
-            let row = &s[j * sd..(j + 1) * sd];
-            delta[j] = (v[j] - ops::dot(row, k)) * beta;
-        }
-        for j in 0..sd {
-            let dj = delta[j];
-            let row = &mut s[j * sd..(j + 1) * sd];
-            for (r, &kv) in row.iter_mut().zip(k) {
-                *r += kv * dj;
+        for (j, row) in s.chunks_exact_mut(sd).enumerate() {
+            for x in row.iter_mut() {
+                *x *= decay;
             }
+            delta[j] = (v[j] - ops::dot(row, k)) * beta;
         }
         // SAFETY: this head's output slot for token t.
         let out = unsafe { o.slice(io.out_offset(t), sd) };
-        for j in 0..sd {
-            out[j] = ops::dot(&s[j * sd..(j + 1) * sd], q) * scale;
+        for (j, row) in s.chunks_exact_mut(sd).enumerate() {
+            let dj = delta[j];
+            for (r, &kv) in row.iter_mut().zip(k) {
+                *r += kv * dj;
+            }
+            out[j] = ops::dot(row, q) * scale;
         }
     }
 }

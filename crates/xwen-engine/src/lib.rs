@@ -13,6 +13,7 @@ pub mod model;
 pub mod models;
 pub mod moe;
 pub mod ops;
+pub mod profile;
 pub mod sampler;
 pub mod state;
 pub mod synth;

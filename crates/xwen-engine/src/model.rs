@@ -5,6 +5,7 @@ use crate::config::EngineConfig;
 use crate::error::{EngineError, Result};
 use crate::expert_store::{ExpertStore, ResidentExperts};
 use crate::models::qwen35::{Config, Qwen35};
+use crate::profile::Profiler;
 use crate::state::SeqState;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -34,6 +35,7 @@ pub struct Model {
     /// The pool runs one parallel job at a time; concurrent forwards take turns.
     pool_lock: Mutex<()>,
     cfg: EngineConfig,
+    prof: Profiler,
 }
 
 impl Model {
@@ -51,7 +53,8 @@ impl Model {
         let (net, experts) = Qwen35::load(&file)?;
         let store: Box<dyn ExpertStore> = Box::new(ResidentExperts::new(file.clone(), experts));
         let pool = Pool::new(cfg.resolved_threads());
-        Ok(Model { file, net, store, pool, pool_lock: Mutex::new(()), cfg: cfg.clone() })
+        let prof = Profiler::new(cfg.profile);
+        Ok(Model { file, net, store, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof })
     }
 
     pub fn architecture(&self) -> &str {
@@ -103,8 +106,18 @@ impl Model {
             LogitsMode::None => n..n,
         };
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let ctx = Ctx { pool: &self.pool, file: &self.file };
+        let ctx = Ctx { pool: &self.pool, file: &self.file, prof: &self.prof };
         self.net.forward(&ctx, self.store.as_ref(), state, tokens, rows)
+    }
+
+    /// Per-op (name, seconds, calls) since load or the last reset; empty unless
+    /// `EngineConfig::profile` was set.
+    pub fn profile_report(&self) -> Vec<(&'static str, f64, u64)> {
+        self.prof.report()
+    }
+
+    pub fn profile_reset(&self) {
+        self.prof.reset()
     }
 
     /// Bytes of weights in the file (the mapped, page-cache-backed part of the footprint).

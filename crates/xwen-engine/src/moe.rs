@@ -8,6 +8,7 @@ use crate::error::Result;
 use crate::expert_store::ExpertStore;
 use crate::ffn::{self, FfnWeights};
 use crate::ops;
+use crate::profile::Op;
 use crate::weights::{Loader, Mat};
 
 #[derive(Clone, Copy, Debug)]
@@ -80,9 +81,12 @@ pub fn forward(
     n: usize,
     hidden: usize,
 ) -> Result<Vec<f32>> {
+    let sp = ctx.span(Op::MoeRouter);
     let logits = ctx.mm(&w.router, x, n); // [n × n_expert]
     let routes: Vec<Route> = (0..n).map(|t| route(&logits[t * d.n_expert..(t + 1) * d.n_expert], d.n_used)).collect();
 
+    drop(sp);
+    let sp = ctx.span(Op::MoeExperts);
     let mut out = vec![0.0f32; n * hidden];
     // Group tokens by expert so each expert's weights are read once per forward.
     let mut per_expert: Vec<Vec<(usize, f32)>> = vec![Vec::new(); d.n_expert];
@@ -118,6 +122,8 @@ pub fn forward(
         }
     }
 
+    drop(sp);
+    let _sp = ctx.span(Op::MoeShared);
     if let Some(sh) = &w.shared {
         let y = ffn::forward(ctx, sh, x, n);
         for t in 0..n {

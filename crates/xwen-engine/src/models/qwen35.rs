@@ -15,6 +15,7 @@ use crate::expert_store::ExpertStore;
 use crate::ffn::{self, FfnWeights};
 use crate::moe::{self, MoeDims, MoeWeights};
 use crate::ops;
+use crate::profile::Op;
 use crate::state::{LayerState, SeqState};
 use crate::weights::{Loader, Mat};
 use xwen_gguf::GgufFile;
@@ -216,6 +217,7 @@ impl Qwen35 {
         let pos0 = st.pos;
 
         // Embedding rows dequantized from token_embd.
+        let sp = ctx.span(Op::Embed);
         let mut x = vec![0.0f32; n * h];
         let emb = self.tok_embd.q(ctx.file);
         let rb = self.tok_embd.row_bytes();
@@ -228,22 +230,30 @@ impl Qwen35 {
                 .map_err(|e| EngineError::State(format!("embedding: {e}")))?;
         }
 
+        drop(sp);
         let mut xn = vec![0.0f32; n * h];
         for (il, layer) in self.layers.iter().enumerate() {
+            let sp = ctx.span(Op::Norms);
             for t in 0..n {
                 ops::rms_norm(&x[t * h..(t + 1) * h], &layer.attn_norm, self.cfg.eps, &mut xn[t * h..(t + 1) * h]);
             }
+            drop(sp);
             let mix = match (&layer.mixer, &mut st.layers[il]) {
                 (Mixer::Attn(w), LayerState::Attn(kv)) => attention::forward(ctx, w, &self.cfg.attn, &xn, n, pos0, kv),
                 (Mixer::Delta(w), LayerState::Delta(ds)) => deltanet::forward(ctx, w, &self.cfg.delta, &xn, n, ds),
                 _ => return Err(EngineError::State(format!("layer {il}: state kind does not match the model"))),
             };
             add_inplace(&mut x, &mix);
+            let sp = ctx.span(Op::Norms);
             for t in 0..n {
                 ops::rms_norm(&x[t * h..(t + 1) * h], &layer.post_attn_norm, self.cfg.eps, &mut xn[t * h..(t + 1) * h]);
             }
+            drop(sp);
             let f = match &layer.ffn {
-                Ffn::Dense(w) => ffn::forward(ctx, w, &xn, n),
+                Ffn::Dense(w) => {
+                    let _sp = ctx.span(Op::FfnDense);
+                    ffn::forward(ctx, w, &xn, n)
+                }
                 Ffn::Moe(w) => moe::forward(ctx, w, self.cfg.moe.as_ref().expect("moe dims"), store, il, &xn, n, h)?,
             };
             add_inplace(&mut x, &f);
@@ -254,6 +264,7 @@ impl Qwen35 {
         if rows == 0 {
             return Ok(Vec::new());
         }
+        let _sp = ctx.span(Op::LmHead);
         let mut hn = vec![0.0f32; rows * h];
         for (i, t) in out_rows.enumerate() {
             ops::rms_norm(&x[t * h..(t + 1) * h], &self.output_norm, self.cfg.eps, &mut hn[i * h..(i + 1) * h]);
