@@ -1,19 +1,518 @@
-//! AVX2 + FMA + F16C kernels (ggml-cpu/arch/x86/quants.c AVX2 paths are the model).
+//! AVX2 + FMA + F16C kernels. The structure follows ggml-cpu/arch/x86/quants.c's AVX2 paths
+//! (integer products with maddubs/madd per block, one f32 FMA per block or super-block), so
+//! results differ from the scalar twins only in float summation order.
+//!
+//! maddubs takes an unsigned and a signed byte: every kernel feeds it a non-negative weight
+//! code (or |x| with the sign moved onto the activation) and an activation in -127..=127, which
+//! all of ggml's activation quantizers guarantee (an activation byte of -128 would overflow
+//! the sign trick, in ggml as here).
+//!
+//! Every `unsafe fn` here requires AVX2, FMA and F16C; `dot_fn` hands out safe wrappers that
+//! dispatch only calls after detecting them.
 
-use crate::formats::DotFn;
-use crate::GgmlType;
 use std::arch::x86_64::*;
 
-pub fn dot_fn(_weight: GgmlType) -> Option<DotFn> {
-    None
+use crate::formats::legacy::KVALUES_IQ4NL;
+use crate::formats::{q3_k, DotFn};
+use crate::half::{f16_to_f32, read_f16, read_f32};
+use crate::GgmlType;
+
+macro_rules! safe_wrapper {
+    ($name:ident, $inner:ident) => {
+        fn $name(n: usize, w: &[u8], a: &[u8]) -> f32 {
+            // SAFETY: only reachable through `dot_fn`, which dispatch calls after detecting
+            // AVX2/FMA/F16C; slice lengths were checked by the callers (check_dot_args).
+            unsafe { $inner(n, w, a) }
+        }
+    };
 }
 
-/// quantize_row_q8_0's AVX path: id = 127/amax, round half to even.
+safe_wrapper!(q8_0, dot_q8_0);
+safe_wrapper!(q4_0, dot_q4_0);
+safe_wrapper!(q4_1, dot_q4_1);
+safe_wrapper!(q5_0, dot_q5_0);
+safe_wrapper!(q5_1, dot_q5_1);
+safe_wrapper!(iq4_nl, dot_iq4_nl);
+safe_wrapper!(q2_k, dot_q2_k);
+safe_wrapper!(q3_k, dot_q3_k);
+safe_wrapper!(q4_k, dot_q4_k);
+safe_wrapper!(q5_k, dot_q5_k);
+safe_wrapper!(q6_k, dot_q6_k);
+safe_wrapper!(iq4_xs, dot_iq4_xs);
+safe_wrapper!(f32d, dot_f32);
+safe_wrapper!(f16d, dot_f16);
+safe_wrapper!(bf16d, dot_bf16);
+
+pub fn dot_fn(weight: GgmlType) -> Option<DotFn> {
+    use GgmlType as T;
+    Some(match weight {
+        T::Q8_0 => q8_0,
+        T::Q4_0 => q4_0,
+        T::Q4_1 => q4_1,
+        T::Q5_0 => q5_0,
+        T::Q5_1 => q5_1,
+        T::IQ4_NL => iq4_nl,
+        T::Q2_K => q2_k,
+        T::Q3_K => q3_k,
+        T::Q4_K => q4_k,
+        T::Q5_K => q5_k,
+        T::Q6_K => q6_k,
+        T::IQ4_XS => iq4_xs,
+        T::F32 => f32d,
+        T::F16 => f16d,
+        T::BF16 => bf16d,
+        _ => return None,
+    })
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum_ps(x: __m256) -> f32 {
+    let r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    let r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    _mm_cvtss_f32(r)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load(p: &[u8], off: usize) -> __m256i {
+    debug_assert!(off + 32 <= p.len());
+    _mm256_loadu_si256(p.as_ptr().add(off) as *const __m256i)
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load128(p: &[u8], off: usize) -> __m128i {
+    debug_assert!(off + 16 <= p.len());
+    _mm_loadu_si128(p.as_ptr().add(off) as *const __m128i)
+}
+
+/// Sum of products of signed bytes as 8 i32 lanes (ggml's mul_sum_i8_pairs without the float).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256i {
+    let ax = _mm256_sign_epi8(x, x);
+    let sy = _mm256_sign_epi8(y, x);
+    _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1))
+}
+
+/// Unsigned x signed bytes summed to 8 i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn mul_sum_u8_i8(ux: __m256i, sy: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(ux, sy), _mm256_set1_epi16(1))
+}
+
+/// 32 nibbles of 16 bytes: low nibbles in bytes 0..16, high nibbles in 16..32.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn nibbles32(p: &[u8], off: usize) -> __m256i {
+    let t = load128(p, off);
+    let both = _mm256_insertf128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    _mm256_and_si256(both, _mm256_set1_epi8(0x0f))
+}
+
+/// Bit j of the u32 at p[off..off+4] spread to byte j as 0x10 (the Q5 fifth bit).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bits32_to_0x10(p: &[u8], off: usize) -> __m256i {
+    let h = u32::from_le_bytes([p[off], p[off + 1], p[off + 2], p[off + 3]]);
+    let shuf = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(h as i32), shuf);
+    let bit = _mm256_set1_epi64x(0x8040201008040201u64 as i64);
+    let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
+    _mm256_and_si256(set, _mm256_set1_epi8(0x10))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..n / 32 {
+        let (bw, ba) = (i * 34, i * 34);
+        let d = _mm256_set1_ps(read_f16(&w[bw..]) * read_f16(&a[ba..]));
+        let p = mul_sum_i8(load(w, bw + 2), load(a, ba + 2));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    }
+    hsum_ps(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q4_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..n / 32 {
+        let (bw, ba) = (i * 18, i * 34);
+        let d = _mm256_set1_ps(read_f16(&w[bw..]) * read_f16(&a[ba..]));
+        let q = _mm256_sub_epi8(nibbles32(w, bw + 2), _mm256_set1_epi8(8));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(mul_sum_i8(q, load(a, ba + 2))), acc);
+    }
+    hsum_ps(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q4_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0.0f32;
+    for i in 0..n / 32 {
+        let (bw, ba) = (i * 20, i * 36);
+        summs += read_f16(&w[bw + 2..]) * read_f16(&a[ba + 2..]);
+        let d = _mm256_set1_ps(read_f16(&w[bw..]) * read_f16(&a[ba..]));
+        let p = mul_sum_u8_i8(nibbles32(w, bw + 4), load(a, ba + 4));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
+    }
+    hsum_ps(acc) + summs
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q5_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..n / 32 {
+        let (bw, ba) = (i * 22, i * 34);
+        let d = _mm256_set1_ps(read_f16(&w[bw..]) * read_f16(&a[ba..]));
+        let q = _mm256_or_si256(nibbles32(w, bw + 6), bits32_to_0x10(w, bw + 2));
+        let q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(mul_sum_i8(q, load(a, ba + 2))), acc);
+    }
+    hsum_ps(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q5_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0.0f32;
+    for i in 0..n / 32 {
+        let (bw, ba) = (i * 24, i * 36);
+        summs += read_f16(&w[bw + 2..]) * read_f16(&a[ba + 2..]);
+        let d = _mm256_set1_ps(read_f16(&w[bw..]) * read_f16(&a[ba..]));
+        let q = _mm256_or_si256(nibbles32(w, bw + 8), bits32_to_0x10(w, bw + 4));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(mul_sum_u8_i8(q, load(a, ba + 4))), acc);
+    }
+    hsum_ps(acc) + summs
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn iq4_lookup(q: __m256i) -> __m256i {
+    let t = _mm_loadu_si128(KVALUES_IQ4NL.as_ptr() as *const __m128i);
+    _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(t), q)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_iq4_nl(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..n / 32 {
+        let (bw, ba) = (i * 18, i * 34);
+        let d = _mm256_set1_ps(read_f16(&w[bw..]) * read_f16(&a[ba..]));
+        let q = iq4_lookup(nibbles32(w, bw + 2));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(mul_sum_i8(q, load(a, ba + 2))), acc);
+    }
+    hsum_ps(acc)
+}
+
+/// Q8_K block field offsets.
+const QK: usize = 256;
+const Q8K: usize = 292;
+
+/// 16 bsums of a Q8_K block summed pairwise: the 8 sums over 32 elements.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bsums32(a: &[u8], ba: usize) -> __m128i {
+    let s = load(a, ba + 4 + QK);
+    _mm_hadd_epi16(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q4_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_m = _mm_setzero_ps();
+    for i in 0..n / QK {
+        let (bw, ba) = (i * 144, i * Q8K);
+        let dy = read_f32(&a[ba..]);
+        let d = dy * read_f16(&w[bw..]);
+        let dmin = -dy * read_f16(&w[bw + 2..]);
+        let (sc, mn) = crate::formats::q4_k::unpack_scales_k4(&w[bw + 4..bw + 16]);
+        let mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
+        let prod = _mm_madd_epi16(mins, bsums32(a, ba));
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..4 {
+            let q4 = load(w, bw + 16 + 32 * j);
+            let q4l = _mm256_and_si256(q4, m4);
+            let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+            let pl = _mm256_maddubs_epi16(q4l, load(a, ba + 4 + 64 * j));
+            let ph = _mm256_maddubs_epi16(q4h, load(a, ba + 4 + 64 * j + 32));
+            let pl = _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j] as i16), pl);
+            let ph = _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j + 1] as i16), ph);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    hsum_ps(acc) + _mm_cvtss_f32(m)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q5_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m1 = _mm256_set1_epi8(1);
+    let mut acc = _mm256_setzero_ps();
+    let mut acc_m = _mm_setzero_ps();
+    for i in 0..n / QK {
+        let (bw, ba) = (i * 176, i * Q8K);
+        let dy = read_f32(&a[ba..]);
+        let d = dy * read_f16(&w[bw..]);
+        let dmin = -dy * read_f16(&w[bw + 2..]);
+        let (sc, mn) = crate::formats::q4_k::unpack_scales_k4(&w[bw + 4..bw + 16]);
+        let mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
+        let prod = _mm_madd_epi16(mins, bsums32(a, ba));
+        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        let mut hbits = load(w, bw + 16);
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..4 {
+            let q4 = load(w, bw + 48 + 32 * j);
+            let hl = _mm256_slli_epi16(_mm256_and_si256(hbits, m1), 4);
+            let hh = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 1), m1), 4);
+            hbits = _mm256_srli_epi16(hbits, 2);
+            let q5l = _mm256_or_si256(_mm256_and_si256(q4, m4), hl);
+            let q5h = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), m4), hh);
+            let pl = _mm256_maddubs_epi16(q5l, load(a, ba + 4 + 64 * j));
+            let ph = _mm256_maddubs_epi16(q5h, load(a, ba + 4 + 64 * j + 32));
+            let pl = _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j] as i16), pl);
+            let ph = _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j + 1] as i16), ph);
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
+    let m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    hsum_ps(acc) + _mm_cvtss_f32(m)
+}
+
+/// Two 16-element scales as 8+8 i16 lanes matching maddubs output of 32 bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scale_pair(lo: i8, hi: i8) -> __m256i {
+    _mm256_setr_m128i(_mm_set1_epi16(lo as i16), _mm_set1_epi16(hi as i16))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let m2 = _mm256_set1_epi8(3);
+    let m32s = _mm256_set1_epi8(32);
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..n / QK {
+        let (bw, ba) = (i * 210, i * Q8K);
+        let d = read_f32(&a[ba..]) * read_f16(&w[bw + 208..]);
+        let sc: [i8; 16] = std::array::from_fn(|k| w[bw + 192 + k] as i8);
+        let mut sumi = _mm256_setzero_si256();
+        for h in 0..2 {
+            let q4b1 = load(w, bw + 64 * h);
+            let q4b2 = load(w, bw + 64 * h + 32);
+            let qh = load(w, bw + 128 + 32 * h);
+            let hb = |s: i32| -> __m256i {
+                let v = match s {
+                    0 => qh,
+                    2 => _mm256_srli_epi16(qh, 2),
+                    4 => _mm256_srli_epi16(qh, 4),
+                    _ => _mm256_srli_epi16(qh, 6),
+                };
+                _mm256_slli_epi16(_mm256_and_si256(v, m2), 4)
+            };
+            let q = [
+                _mm256_or_si256(_mm256_and_si256(q4b1, m4), hb(0)),
+                _mm256_or_si256(_mm256_and_si256(q4b2, m4), hb(2)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4b1, 4), m4), hb(4)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4b2, 4), m4), hb(6)),
+            ];
+            for (k, &qk) in q.iter().enumerate() {
+                let q8 = load(a, ba + 4 + 128 * h + 32 * k);
+                let p = _mm256_sub_epi16(_mm256_maddubs_epi16(qk, q8), _mm256_maddubs_epi16(m32s, q8));
+                let s = scale_pair(sc[8 * h + 2 * k], sc[8 * h + 2 * k + 1]);
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s, p));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q2_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let m3 = _mm256_set1_epi8(3);
+    let mut acc = _mm256_setzero_ps();
+    let mut summ = 0.0f32;
+    for i in 0..n / QK {
+        let (bw, ba) = (i * 84, i * Q8K);
+        let dy = read_f32(&a[ba..]);
+        let (d, dmin) = (dy * read_f16(&w[bw + 80..]), dy * read_f16(&w[bw + 82..]));
+        let bs = crate::formats::q8::q8k_parts(&a[ba..ba + Q8K]).2;
+        let mut m = 0i32;
+        for j in 0..16 {
+            m += bs[j] as i32 * (w[bw + j] >> 4) as i32;
+        }
+        summ += dmin * m as f32;
+        let mut sumi = _mm256_setzero_si256();
+        for h in 0..2 {
+            let qb = load(w, bw + 16 + 32 * h);
+            for k in 0..4 {
+                let q = _mm256_and_si256(_mm256_srl_epi16(qb, _mm_cvtsi32_si128(2 * k as i32)), m3);
+                let p = _mm256_maddubs_epi16(q, load(a, ba + 4 + 128 * h + 32 * k));
+                let g = 8 * h + 2 * k;
+                let s = _mm256_setr_m128i(_mm_set1_epi16((w[bw + g] & 0xf) as i16), _mm_set1_epi16((w[bw + g + 1] & 0xf) as i16));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s, p));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc) - summ
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q3_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let m3 = _mm256_set1_epi8(3);
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..n / QK {
+        let (bw, ba) = (i * 110, i * Q8K);
+        let d = read_f32(&a[ba..]) * read_f16(&w[bw + 108..]);
+        let sc = q3_k::scales(&w[bw + 96..bw + 108]);
+        let hm = load(w, bw);
+        let mut sumi = _mm256_setzero_si256();
+        for h in 0..2 {
+            let qb = load(w, bw + 32 + 32 * h);
+            for k in 0..4 {
+                let low = _mm256_and_si256(_mm256_srl_epi16(qb, _mm_cvtsi32_si128(2 * k as i32)), m3);
+                // high bit (4h + k) of hmask[l]: set -> +0, clear -> -4
+                let bit = _mm256_set1_epi8(1u8.wrapping_shl((4 * h + k) as u32) as i8);
+                let clear = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), _mm256_setzero_si256());
+                let q = _mm256_sub_epi8(low, _mm256_and_si256(clear, _mm256_set1_epi8(4)));
+                let p = mul_sum_i8(q, load(a, ba + 4 + 128 * h + 32 * k));
+                // mul_sum_i8 already reduced to i32 over groups of 4 bytes: lanes 0..3 are the
+                // first 16 elements, lanes 4..7 the second 16.
+                let g = 8 * h + 2 * k;
+                let s = _mm256_setr_epi32(
+                    sc[g] as i32, sc[g] as i32, sc[g] as i32, sc[g] as i32,
+                    sc[g + 1] as i32, sc[g + 1] as i32, sc[g + 1] as i32, sc[g + 1] as i32,
+                );
+                sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(p, s));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_iq4_xs(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
+    for i in 0..n / QK {
+        let (bw, ba) = (i * 136, i * Q8K);
+        let d = read_f32(&a[ba..]) * read_f16(&w[bw..]);
+        let mut sumi = _mm256_setzero_si256();
+        for ib in 0..8 {
+            let q = iq4_lookup(nibbles32(w, bw + 8 + 16 * ib));
+            let p = mul_sum_i8(q, load(a, ba + 4 + 32 * ib));
+            let s = crate::formats::iq4::xs_scale(&w[bw..], ib);
+            sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(p, _mm256_set1_epi32(s)));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (pw, pa) = (w.as_ptr() as *const f32, a.as_ptr() as *const f32);
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let n32 = n / 32 * 32;
+    for i in (0..n32).step_by(32) {
+        for (k, ac) in acc.iter_mut().enumerate() {
+            *ac = _mm256_fmadd_ps(_mm256_loadu_ps(pw.add(i + 8 * k)), _mm256_loadu_ps(pa.add(i + 8 * k)), *ac);
+        }
+    }
+    let mut s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for i in n32..n {
+        s += read_f32(&w[4 * i..]) * read_f32(&a[4 * i..]);
+    }
+    s
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let n32 = n / 32 * 32;
+    for i in (0..n32).step_by(32) {
+        for (k, ac) in acc.iter_mut().enumerate() {
+            let x = _mm256_cvtph_ps(load128(w, 2 * (i + 8 * k)));
+            let y = _mm256_cvtph_ps(load128(a, 2 * (i + 8 * k)));
+            *ac = _mm256_fmadd_ps(x, y, *ac);
+        }
+    }
+    let mut s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for i in n32..n {
+        let x = f16_to_f32(u16::from_le_bytes([w[2 * i], w[2 * i + 1]]));
+        let y = f16_to_f32(u16::from_le_bytes([a[2 * i], a[2 * i + 1]]));
+        s += x * y;
+    }
+    s
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn bf16x8(p: &[u8], off: usize) -> __m256 {
+    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(p, off)), 16))
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_bf16(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let n32 = n / 32 * 32;
+    for i in (0..n32).step_by(32) {
+        for (k, ac) in acc.iter_mut().enumerate() {
+            *ac = _mm256_fmadd_ps(bf16x8(w, 2 * (i + 8 * k)), bf16x8(a, 2 * (i + 8 * k)), *ac);
+        }
+    }
+    let mut s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    for i in n32..n {
+        let x = crate::half::bf16_to_f32(u16::from_le_bytes([w[2 * i], w[2 * i + 1]]));
+        let y = crate::half::bf16_to_f32(u16::from_le_bytes([a[2 * i], a[2 * i + 1]]));
+        s += x * y;
+    }
+    s
+}
+
+/// quantize_row_q8_0's AVX path (arch/x86/quants.c:302): id = 127/amax, round half to even.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
-    crate::formats::q8::quantize_q8_0(x, out, crate::formats::q8::Q8Flavor::X86)
+    let sign = _mm256_set1_ps(-0.0);
+    for (i, ob) in out.chunks_exact_mut(34).enumerate().take(x.len() / 32) {
+        let p = x.as_ptr().add(32 * i);
+        let v = [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))];
+        let mut m = _mm256_andnot_ps(sign, v[0]);
+        for vk in &v[1..] {
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, *vk));
+        }
+        let m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+        let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        let amax = _mm_cvtss_f32(m4);
+        let d = amax / 127.0;
+        ob[..2].copy_from_slice(&crate::half::f32_to_f16(d).to_le_bytes());
+        let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
+        let r: [__m256i; 4] = std::array::from_fn(|k| {
+            _mm256_cvtps_epi32(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(v[k], id)))
+        });
+        let p01 = _mm256_packs_epi32(r[0], r[1]);
+        let p23 = _mm256_packs_epi32(r[2], r[3]);
+        let b = _mm256_packs_epi16(p01, p23);
+        let b = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(ob.as_mut_ptr().add(2) as *mut __m256i, b);
+    }
 }
 
+/// F32 -> F16 with vcvtps2ph (round to nearest even), like ggml_cpu_fp32_to_fp16.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn quantize_f16(x: &[f32], out: &mut [u8]) {
     let n8 = x.len() / 8 * 8;
