@@ -73,9 +73,8 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], n: usize, po
     let hq = d.n_head * hd;
     let kvw = d.kv_width();
     let sp = ctx.span(Op::AttnProj);
-    let qg = ctx.mm(&w.q, x, n); // [n × 2hq]
-    let mut k = ctx.mm(&w.k, x, n);
-    let v = ctx.mm(&w.v, x, n);
+    let mut p = ctx.mm_many(&[&w.q, &w.k, &w.v], x, n).into_iter();
+    let (qg, mut k, v) = (p.next().unwrap(), p.next().unwrap(), p.next().unwrap()); // qg: [n × 2hq]
     drop(sp);
     let sp = ctx.span(Op::AttnCore);
 

@@ -99,10 +99,9 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], n: usiz
     let (hk, hv, sd) = (d.n_k_heads, d.n_v_heads, d.head_dim);
 
     let sp = ctx.span(Op::DeltaProj);
-    let qkv = ctx.mm(&w.qkv, x, n);      // [n × conv_dim]
-    let z = ctx.mm(&w.gate, x, n);       // [n × value_dim]
-    let braw = ctx.mm(&w.beta, x, n);    // [n × H_v]
-    let araw = ctx.mm(&w.alpha, x, n);   // [n × H_v]
+    // qkv [n × conv_dim], z [n × value_dim], β and α [n × H_v]
+    let mut p = ctx.mm_many(&[&w.qkv, &w.gate, &w.beta, &w.alpha], x, n).into_iter();
+    let (qkv, z, braw, araw) = (p.next().unwrap(), p.next().unwrap(), p.next().unwrap(), p.next().unwrap());
 
     drop(sp);
     let sp = ctx.span(Op::DeltaConv);

@@ -25,9 +25,8 @@ impl FfnWeights {
 }
 
 pub fn forward(ctx: &Ctx, w: &FfnWeights, x: &[f32], n: usize) -> Vec<f32> {
-    let g = ctx.mm(&w.gate, x, n);
-    let u = ctx.mm(&w.up, x, n);
-    let h = swiglu(&g, &u);
+    let mut p = ctx.mm_many(&[&w.gate, &w.up], x, n).into_iter();
+    let h = swiglu(&p.next().unwrap(), &p.next().unwrap());
     ctx.mm(&w.down, &h, n)
 }
 

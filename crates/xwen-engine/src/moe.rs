@@ -3,7 +3,7 @@
 //! 6.103515625e-5) → Σ_e p_e · expert_e(x), plus the shared expert scaled by
 //! sigmoid(gate_inp_shexp · x).
 
-use crate::compute::Ctx;
+use crate::compute::{Ctx, MvJob};
 use crate::error::Result;
 use crate::expert_store::ExpertStore;
 use crate::ffn::{self, FfnWeights};
@@ -81,6 +81,9 @@ pub fn forward(
     n: usize,
     hidden: usize,
 ) -> Result<Vec<f32>> {
+    if n == 1 {
+        return forward_one(ctx, w, d, store, layer, x, hidden);
+    }
     let sp = ctx.span(Op::MoeRouter);
     let logits = ctx.mm(&w.router, x, n); // [n × n_expert]
     let routes: Vec<Route> = (0..n).map(|t| route(&logits[t * d.n_expert..(t + 1) * d.n_expert], d.n_used)).collect();
@@ -135,6 +138,83 @@ pub fn forward(
             for (o, &v) in out[t * hidden..(t + 1) * hidden].iter_mut().zip(&y[t * hidden..(t + 1) * hidden]) {
                 *o += v * gate;
             }
+        }
+    }
+    Ok(out)
+}
+
+/// Decode (one token): three parallel jobs per layer — router with the shared expert's
+/// gate/up, the routed experts' gate/up, then every down projection — instead of one job per
+/// matrix. Expert outputs are summed in selection order, as llama.cpp does.
+fn forward_one(
+    ctx: &Ctx,
+    w: &MoeWeights,
+    d: &MoeDims,
+    store: &dyn ExpertStore,
+    layer: usize,
+    x: &[f32],
+    hidden: usize,
+) -> Result<Vec<f32>> {
+    let sp = ctx.span(Op::MoeRouter);
+    let mut logits = vec![0.0f32; d.n_expert];
+    let sff = w.shared.as_ref().map_or(0, |s| s.gate.rows);
+    let (mut sg, mut su) = (vec![0.0f32; sff], vec![0.0f32; sff]);
+    {
+        let mut jobs = vec![MvJob { w: w.router.q(ctx.file), x, y: &mut logits }];
+        if let Some(sh) = &w.shared {
+            jobs.push(MvJob { w: sh.gate.q(ctx.file), x, y: &mut sg });
+            jobs.push(MvJob { w: sh.up.q(ctx.file), x, y: &mut su });
+        }
+        ctx.mv_batch(&mut jobs);
+    }
+    let r = route(&logits, d.n_used);
+    drop(sp);
+
+    let sp = ctx.span(Op::MoeExperts);
+    let handles = r.experts.iter().map(|&e| store.expert(layer, e)).collect::<Result<Vec<_>>>()?;
+    let k = handles.len();
+    let ff = d.expert_ff;
+    let mut gu = vec![0.0f32; 2 * k * ff];
+    {
+        let mut jobs = Vec::with_capacity(2 * k);
+        for (h, out) in handles.iter().zip(gu.chunks_mut(2 * ff)) {
+            let (g, u) = out.split_at_mut(ff);
+            jobs.push(MvJob { w: h.gate(), x, y: g });
+            jobs.push(MvJob { w: h.up(), x, y: u });
+        }
+        ctx.mv_batch(&mut jobs);
+    }
+    let act: Vec<Vec<f32>> = gu.chunks(2 * ff).map(|c| ffn::swiglu(&c[..ff], &c[ff..])).collect();
+    let shared_act = w.shared.as_ref().map(|_| ffn::swiglu(&sg, &su));
+    let mut ys = vec![0.0f32; (k + 1) * hidden];
+    {
+        let (ye, ysh) = ys.split_at_mut(k * hidden);
+        let mut jobs: Vec<MvJob> = handles
+            .iter()
+            .zip(&act)
+            .zip(ye.chunks_mut(hidden))
+            .map(|((h, a), y)| MvJob { w: h.down(), x: a, y })
+            .collect();
+        if let (Some(sh), Some(a)) = (&w.shared, &shared_act) {
+            jobs.push(MvJob { w: sh.down.q(ctx.file), x: a, y: ysh });
+        }
+        ctx.mv_batch(&mut jobs);
+    }
+    let mut out = vec![0.0f32; hidden];
+    for (i, &p) in r.weights.iter().enumerate() {
+        for (o, &v) in out.iter_mut().zip(&ys[i * hidden..(i + 1) * hidden]) {
+            *o += v * p;
+        }
+    }
+    drop(sp);
+    let _sp = ctx.span(Op::MoeShared);
+    if w.shared.is_some() {
+        let gate = match &w.shared_gate {
+            Some(gw) => ops::sigmoid(ops::dot(gw, x)),
+            None => 1.0,
+        };
+        for (o, &v) in out.iter_mut().zip(&ys[k * hidden..]) {
+            *o += v * gate;
         }
     }
     Ok(out)
