@@ -27,7 +27,7 @@ pub fn run(argv: &[String]) -> Result<()> {
     if model.is_none() {
         eprintln!("{}", model_arg::DEMO_NOTE);
     }
-    let loaded = model_arg::load(model.as_deref(), &cfg)?;
+    let loaded = model_arg::load(model.as_deref(), &cfg, false)?;
     let tok = &loaded.tokenizer;
     let template = ChatTemplate::from_gguf(loaded.model.gguf())
         .context("chat template")?

@@ -20,7 +20,7 @@ pub fn run(argv: &[String]) -> Result<()> {
     if ids.is_empty() {
         bail!("--ids is empty");
     }
-    let loaded = model_arg::load(model.as_deref(), &cfg)?;
+    let loaded = model_arg::load(model.as_deref(), &cfg, false)?;
     let mut st = loaded.model.new_state();
     let logits = loaded.model.forward(&mut st, &ids, LogitsMode::All)?;
     npy::write_f32(std::path::Path::new(&out), &[ids.len(), loaded.model.n_vocab()], &logits)

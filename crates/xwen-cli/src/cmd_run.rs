@@ -39,10 +39,10 @@ pub fn run(argv: &[String]) -> Result<()> {
     if model.is_none() && !quiet {
         eprintln!("{}", model_arg::DEMO_NOTE);
     }
-    let loaded = model_arg::load(model.as_deref(), &cfg)?;
+    let loaded = model_arg::load(model.as_deref(), &cfg, quiet)?;
     if !quiet {
         eprintln!(
-            "xwen: loaded {} ({}) in {:.2}s, {:.1} MiB of weights mapped, {} threads",
+            "xwen: loaded {} ({}) in {:.2}s: {:.1} MiB of weights (memory-mapped), {} threads",
             loaded.model.name().unwrap_or("model"),
             loaded.model.architecture(),
             loaded.load_secs,

@@ -18,21 +18,47 @@ pub struct Loaded {
     pub tokenizer: xwen_chat::Tokenizer,
     pub load_secs: f64,
     pub is_demo: bool,
+    pub checkpoint: Option<xwen_engine::Checkpoint>,
 }
 
-pub fn load(model: Option<&str>, cfg: &EngineConfig) -> Result<Loaded> {
+/// Opens MODEL, builds the tokenizer, identifies the checkpoint and (for files over 256 MiB,
+/// unless `quiet`) pre-faults the weights with a progress line on stderr.
+pub fn load(model: Option<&str>, cfg: &EngineConfig, quiet: bool) -> Result<Loaded> {
     let t0 = std::time::Instant::now();
-    let (file, is_demo) = match model {
-        None => (GgufFile::from_bytes(DEMO_GGUF.to_vec()).context("embedded demo model")?, true),
+    let (file, is_demo, file_name) = match model {
+        None => (GgufFile::from_bytes(DEMO_GGUF.to_vec()).context("embedded demo model")?, true, None),
         Some(m) => {
             let path = crate::hub::resolve(m)?;
-            (GgufFile::open(&path).with_context(|| format!("{}", display(&path)))?, false)
+            let name = path.file_name().map(|n| n.to_string_lossy().to_string());
+            (GgufFile::open(&path).with_context(|| display(&path))?, false, name)
         }
     };
     let file = Arc::new(file);
     let tokenizer = xwen_chat::Tokenizer::from_gguf(&file).context("tokenizer")?;
     let model = Model::from_gguf(file, cfg)?;
-    Ok(Loaded { model, tokenizer, load_secs: t0.elapsed().as_secs_f64(), is_demo })
+    let checkpoint = model.checkpoint(file_name.as_deref());
+    if !quiet && !is_demo {
+        match checkpoint {
+            Some(c) => eprintln!("xwen: checkpoint {}", c.full_name()),
+            None => eprintln!(
+                "xwen: `{}` is not an official checkpoint; running it as {}",
+                model.name().unwrap_or("(unnamed)"),
+                model.architecture()
+            ),
+        }
+    }
+    if !quiet && model.weight_bytes() > 256 << 20 {
+        let mut last = u64::MAX;
+        model.prefault(&mut |done, total| {
+            let pct = done * 100 / total.max(1);
+            if pct != last {
+                last = pct;
+                eprint!("\rxwen: loading weights {pct:3}% of {:.2} GiB", total as f64 / (1u64 << 30) as f64);
+            }
+        });
+        eprintln!();
+    }
+    Ok(Loaded { model, tokenizer, load_secs: t0.elapsed().as_secs_f64(), is_demo, checkpoint })
 }
 
 fn display(p: &Path) -> String {

@@ -2,6 +2,7 @@
 //! API. The library never prints, exits or reads environment variables; errors are returned.
 
 pub mod attention;
+pub mod checkpoint;
 pub mod compute;
 pub mod config;
 pub mod deltanet;
@@ -26,3 +27,4 @@ pub use model::{LogitsMode, Model, KNOWN_UNIMPLEMENTED_ARCHS, SUPPORTED_ARCHS};
 pub use state::{SeqState, Snapshot};
 pub use generate::{generate, GenStats, GenerateRequest, StopReason};
 pub use sampler::{Sampler, SamplerConfig, SamplingParams};
+pub use checkpoint::{identify, Checkpoint};

@@ -66,6 +66,35 @@ impl Model {
         self.file.get_str("general.name")
     }
 
+    /// The official checkpoint this file is, by `general.name` then `file_name` (see
+    /// [`crate::checkpoint`]); `None` = run as its architecture.
+    pub fn checkpoint(&self, file_name: Option<&str>) -> Option<crate::Checkpoint> {
+        crate::checkpoint::identify(self.name(), file_name)
+    }
+
+    /// Touch every page of the weights so the first tokens do not pay for page faults;
+    /// `progress(done, total)` is called every ~1% (load progress for large files).
+    pub fn prefault(&self, progress: &mut dyn FnMut(u64, u64)) -> u64 {
+        let total: u64 = self.weight_bytes();
+        let mut done = 0u64;
+        let mut next_report = 0u64;
+        let mut sink = 0u8;
+        for t in self.file.tensors() {
+            let data = self.file.tensor_data(t);
+            for chunk in data.chunks(4096) {
+                sink ^= chunk[0];
+            }
+            done += data.len() as u64;
+            if done >= next_report {
+                progress(done, total);
+                next_report = done + total / 100;
+            }
+        }
+        std::hint::black_box(sink);
+        progress(total, total);
+        total
+    }
+
     pub fn n_vocab(&self) -> usize {
         self.net.cfg.n_vocab
     }
