@@ -1,0 +1,31 @@
+//! xwen-chat: the text side of a chat request. A byte-level BPE tokenizer built from a GGUF's
+//! `tokenizer.ggml.*` metadata (token-for-token identical to llama.cpp), an incremental
+//! detokenizer, and Jinja chat templates rendered into markup/content segments so that text a
+//! user or tool wrote can never turn into control tokens.
+
+mod bpe;
+mod pretok;
+mod segments;
+mod stream;
+mod tokenizer;
+mod unicode;
+mod unicode_data;
+mod vocab;
+
+pub use segments::{encode_segments, segments_text, Segment};
+pub use stream::StreamDecoder;
+pub use tokenizer::Tokenizer;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    #[error("GGUF metadata key {0} is missing")]
+    MissingKey(&'static str),
+    #[error("bad tokenizer metadata: {0}")]
+    BadMetadata(String),
+    #[error("unsupported tokenizer: {0}")]
+    UnsupportedTokenizer(String),
+    #[error("pre-tokenizer regex: {0}")]
+    Regex(String),
+    #[error("chat template: {0}")]
+    Template(String),
+}

@@ -1,0 +1,123 @@
+//! llama.cpp's tokenizer test vectors (`models/ggml-vocab-*.gguf.inp/.out`, checked by its
+//! tests/test-tokenizer-0.cpp with add_special = false, parse_special = false, which is our
+//! `Tokenizer::encode`). The committed fixtures cover Qwen3.5/Qwen2, GPT-2 and DeepSeek-Coder;
+//! with `XWEN_LLAMA_CPP_DIR` set to a llama.cpp source tree every byte-level BPE vocabulary in
+//! its models/ folder is checked too.
+
+use std::path::{Path, PathBuf};
+
+use xwen_chat::Tokenizer;
+use xwen_gguf::GgufFile;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/vocab")
+}
+
+/// test-tokenizer-0.cpp's `read_tests`: inputs separated by a marker line, one output line of
+/// space-separated ids per input.
+fn read_tests(inp: &Path, out: &Path) -> Vec<(String, Vec<u32>)> {
+    let raw = std::fs::read_to_string(inp).unwrap_or_else(|e| panic!("{}: {e}", inp.display()));
+    let sep = "\n__ggml_vocab_test__\n";
+    let mut inputs = Vec::new();
+    let mut pos = 0;
+    while pos < raw.len() {
+        match raw[pos..].find(sep) {
+            Some(n) => {
+                inputs.push(raw[pos..pos + n].to_string());
+                pos += n + sep.len();
+            }
+            None => {
+                inputs.push(raw[pos..].to_string());
+                break;
+            }
+        }
+    }
+    let outputs: Vec<Vec<u32>> = std::fs::read_to_string(out)
+        .unwrap_or_else(|e| panic!("{}: {e}", out.display()))
+        .lines()
+        .map(|l| l.split_whitespace().map(|t| t.parse().unwrap()).collect())
+        .collect();
+    assert_eq!(inputs.len(), outputs.len(), "{}: input and output counts differ", inp.display());
+    inputs.into_iter().zip(outputs).collect()
+}
+
+/// Checks every vector; returns the number of cases.
+fn check(tok: &Tokenizer, name: &str, inp: &Path, out: &Path) -> usize {
+    let tests = read_tests(inp, out);
+    let mut failures = Vec::new();
+    for (text, want) in &tests {
+        let got = tok.encode(text);
+        if &got != want {
+            failures.push(format!("{name}: {text:?}\n  want {want:?}\n  got  {got:?}"));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), tests.len(), failures.join("\n"));
+    tests.len()
+}
+
+fn vocab(name: &str) -> GgufFile {
+    let path = fixtures().join(format!("ggml-vocab-{name}.gguf"));
+    GgufFile::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn committed(name: &str) {
+    let f = vocab(name);
+    let tok = Tokenizer::from_gguf(&f).unwrap();
+    let base = fixtures().join(format!("ggml-vocab-{name}.gguf"));
+    let n = check(&tok, name, &base.with_extension("gguf.inp"), &base.with_extension("gguf.out"));
+    assert!(n > 30, "{name}: only {n} vectors");
+}
+
+#[test]
+fn qwen35_vectors() {
+    committed("qwen35");
+}
+
+#[test]
+fn gpt2_vectors() {
+    committed("gpt-2");
+}
+
+#[test]
+fn deepseek_coder_vectors() {
+    committed("deepseek-coder");
+}
+
+/// llama.cpp's qwen2 vocabulary file is the qwen35 one with `tokenizer.ggml.pre = qwen2`
+/// (identical tokens, types and merges), so only its vectors are committed.
+#[test]
+fn qwen2_vectors() {
+    let f = vocab("qwen35");
+    let tok = Tokenizer::from_gguf_with_pre(&f, Some("qwen2")).unwrap();
+    let base = fixtures().join("ggml-vocab-qwen2.gguf");
+    check(&tok, "qwen2", &base.with_extension("gguf.inp"), &base.with_extension("gguf.out"));
+}
+
+#[test]
+fn every_llama_cpp_bpe_vocab() {
+    let Some(dir) = std::env::var_os("XWEN_LLAMA_CPP_DIR") else {
+        eprintln!("SKIP every_llama_cpp_bpe_vocab: XWEN_LLAMA_CPP_DIR is not set (committed vocabularies are still checked)");
+        return;
+    };
+    let models = Path::new(&dir).join("models");
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&models)
+        .unwrap_or_else(|e| panic!("{}: {e}", models.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "gguf") && p.with_extension("gguf.inp").exists())
+        .collect();
+    names.sort();
+    let mut checked = 0;
+    for path in names {
+        let f = GgufFile::open(&path).unwrap();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        if f.get_str("tokenizer.ggml.model") != Some("gpt2") {
+            eprintln!("not byte-level BPE, not checked: {name}");
+            continue;
+        }
+        let tok = Tokenizer::from_gguf(&f).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let n = check(&tok, &name, &path.with_extension("gguf.inp"), &path.with_extension("gguf.out"));
+        eprintln!("{name}: {n} vectors match");
+        checked += 1;
+    }
+    assert!(checked >= 10, "only {checked} vocabularies checked");
+}
