@@ -1,0 +1,135 @@
+//! Kernel benchmarks: pool dispatch overhead, memory read bandwidth, matvec weight throughput.
+//!
+//!   cargo run -p xwen-kernels --release --example matvec_bench [-- --quick]
+//!
+//! Shapes are rows × cols of the weight matrix (rows = outputs, cols = inputs): 2048×2048 and
+//! 5120×17408 (the 27B FFN down projection). Throughput is weight bytes read per second.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use xwen_kernels::{dispatch, GgmlType, Pool, QMatrix};
+
+fn rng_bytes(n: usize, seed: &mut u64) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            *seed as u8
+        })
+        .collect()
+}
+
+/// Random blocks with finite f16 scales (values do not affect speed, NaNs could).
+fn weights(ty: GgmlType, rows: usize, cols: usize, seed: &mut u64) -> Vec<u8> {
+    let ts = ty.type_size();
+    let mut b = rng_bytes(rows * cols / ty.block_size() * ts, seed);
+    let fields: &[usize] = match ty {
+        GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        _ => &[],
+    };
+    let h = xwen_kernels::half::f32_to_f16(0.01).to_le_bytes();
+    for blk in b.chunks_exact_mut(ts) {
+        for &f in fields {
+            blk[f..f + 2].copy_from_slice(&h);
+        }
+    }
+    b
+}
+
+/// Runs `f` until `min` has elapsed (after one warm-up call); returns seconds per call.
+fn time_it(min: Duration, mut f: impl FnMut()) -> f64 {
+    f();
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < min {
+        f();
+        n += 1;
+    }
+    start.elapsed().as_secs_f64() / n as f64
+}
+
+fn bandwidth(pool: &Pool, buf: &[u64], min: Duration) -> f64 {
+    let n_tasks = pool.n_threads() * 8;
+    let chunk = buf.len() / n_tasks;
+    let sums: Vec<std::sync::atomic::AtomicU64> = (0..n_tasks).map(|_| Default::default()).collect();
+    let t = time_it(min, || {
+        pool.run(n_tasks, &|i| {
+            // Four independent accumulators so the adds do not serialize the loads.
+            let c = &buf[i * chunk..(i + 1) * chunk];
+            let mut s = [0u64; 4];
+            for q in c.chunks_exact(4) {
+                for k in 0..4 {
+                    s[k] = s[k].wrapping_add(q[k]);
+                }
+            }
+            sums[i].store(s[0] ^ s[1] ^ s[2] ^ s[3], std::sync::atomic::Ordering::Relaxed);
+        })
+    });
+    black_box(&sums);
+    (chunk * n_tasks * 8) as f64 / t / 1e9
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let min = Duration::from_millis(if quick { 200 } else { 1500 });
+    println!("kernel set: {:?}", dispatch::active());
+
+    for threads in [1, 2] {
+        let pool = Pool::new(threads);
+        let iters = 200_000;
+        let start = Instant::now();
+        for _ in 0..iters {
+            pool.run(threads, &|i| {
+                black_box(i);
+            });
+        }
+        let ns = start.elapsed().as_nanos() as f64 / iters as f64;
+        println!("empty run(): {threads} thread(s), {ns:.0} ns per call (back to back)");
+    }
+    {
+        // After an idle gap long enough for the worker to park.
+        let pool = Pool::new(2);
+        let mut total = 0.0;
+        let reps = 50;
+        for _ in 0..reps {
+            std::thread::sleep(Duration::from_millis(5));
+            let start = Instant::now();
+            pool.run(2, &|i| {
+                black_box(i);
+            });
+            total += start.elapsed().as_nanos() as f64;
+        }
+        println!("empty run(): 2 threads after a 5 ms idle gap, {:.0} ns per call", total / reps as f64);
+    }
+
+    let gib = if quick { 1 << 27 } else { 1 << 30 };
+    let buf: Vec<u64> = (0..gib / 8).map(|i| i as u64).collect();
+    for threads in [1, 2] {
+        let pool = Pool::new(threads);
+        println!("memory read bandwidth: {threads} thread(s), {:.1} GB/s over {} MiB", bandwidth(&pool, &buf, min), gib >> 20);
+    }
+    drop(buf);
+
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    for (rows, cols) in [(2048usize, 2048usize), (5120, 17408)] {
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
+            let data = weights(ty, rows, cols, &mut seed);
+            let w = QMatrix::new(ty, rows, cols, &data).unwrap();
+            let x: Vec<f32> = (0..cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+            let mut y = vec![0f32; rows];
+            for threads in [1, 2] {
+                let pool = Pool::new(threads);
+                let t = time_it(min, || pool.matvec(w, &x, &mut y));
+                println!(
+                    "matvec {ty:>4} {rows}x{cols} {threads} thread(s): {:8.1} us  {:6.2} GB/s weights",
+                    t * 1e6,
+                    data.len() as f64 / t / 1e9
+                );
+            }
+        }
+    }
+}
