@@ -124,10 +124,7 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], n: usize, po
                 let oh = unsafe { out_p.slice(t * hq + h * hd, hd) };
                 oh.fill(0.0);
                 for (p, &a) in scores[..visible].iter().enumerate() {
-                    let vh = &kv.v[p * kvw + kvh * hd..][..hd];
-                    for (o, &vv) in oh.iter_mut().zip(vh) {
-                        *o += a * vv;
-                    }
+                    ops::axpy(a, &kv.v[p * kvw + kvh * hd..][..hd], oh);
                 }
             }
         });

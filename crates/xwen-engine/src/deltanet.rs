@@ -243,19 +243,12 @@ fn head_recurrent(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>) {
         let decay = io.g(t).exp();
         let beta = io.beta(t);
         for (j, row) in s.chunks_exact_mut(sd).enumerate() {
-            for x in row.iter_mut() {
-                *x *= decay;
-            }
-            delta[j] = (v[j] - ops::dot(row, k)) * beta;
+            delta[j] = (v[j] - xwen_kernels::f32ops::scale_dot(decay, row, k)) * beta;
         }
         // SAFETY: this head's output slot for token t.
         let out = unsafe { o.slice(io.out_offset(t), sd) };
         for (j, row) in s.chunks_exact_mut(sd).enumerate() {
-            let dj = delta[j];
-            for (r, &kv) in row.iter_mut().zip(k) {
-                *r += kv * dj;
-            }
-            out[j] = ops::dot(row, q) * scale;
+            out[j] = xwen_kernels::f32ops::axpy_dot(delta[j], k, row, q) * scale;
         }
     }
 }
@@ -317,10 +310,8 @@ fn head_chunked(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>) {
                     let (ur, wr) = (u.split_at_mut(i * sd), wk.split_at_mut(i * sd));
                     let (uj, ui) = (&ur.0[j * sd..(j + 1) * sd], &mut ur.1[..sd]);
                     let (wj, wi) = (&wr.0[j * sd..(j + 1) * sd], &mut wr.1[..sd]);
-                    for x in 0..sd {
-                        ui[x] -= aij * uj[x];
-                        wi[x] -= aij * wj[x];
-                    }
+                    ops::axpy(-aij, uj, ui);
+                    ops::axpy(-aij, wj, wi);
                 }
             }
         }
@@ -343,10 +334,7 @@ fn head_chunked(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>) {
             for jt in 0..=i {
                 let w = qk[i * CHUNK + jt];
                 if w != 0.0 {
-                    let vr = &vp[jt * sd..(jt + 1) * sd];
-                    for x in 0..sd {
-                        out[x] += w * vr[x];
-                    }
+                    ops::axpy(w, &vp[jt * sd..(jt + 1) * sd], out);
                 }
             }
         }
@@ -360,12 +348,8 @@ fn head_chunked(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>) {
             let f = (glast - gam[i]).exp();
             let ki = io.k(t0 + i);
             let vr = &vp[i * sd..(i + 1) * sd];
-            for j in 0..sd {
-                let coef = vr[j] * f;
-                let row = &mut s[j * sd..(j + 1) * sd];
-                for (r, &kv) in row.iter_mut().zip(ki) {
-                    *r += coef * kv;
-                }
+            for (j, row) in s.chunks_exact_mut(sd).enumerate() {
+                ops::axpy(vr[j] * f, ki, row);
             }
         }
         t0 += c;

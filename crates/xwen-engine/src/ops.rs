@@ -98,22 +98,16 @@ pub fn rope_neox_inplace(head: &mut [f32], n_rot: usize, cos: &[f32], sin: &[f32
     }
 }
 
-/// f32 dot product with eight independent partial sums (vectorizes without reassociation).
+/// f32 dot product (runtime-dispatched SIMD in xwen-kernels).
 #[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    debug_assert_eq!(a.len(), b.len());
-    let mut acc = [0.0f32; 8];
-    let n8 = a.len() / 8 * 8;
-    for i in (0..n8).step_by(8) {
-        for l in 0..8 {
-            acc[l] += a[i + l] * b[i + l];
-        }
-    }
-    let mut s = (acc[0] + acc[4]) + (acc[1] + acc[5]) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for i in n8..a.len() {
-        s += a[i] * b[i];
-    }
-    s
+    xwen_kernels::f32ops::dot(a, b)
+}
+
+/// y += a·x (runtime-dispatched SIMD in xwen-kernels).
+#[inline]
+pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+    xwen_kernels::f32ops::axpy(a, x, y)
 }
 
 /// A raw pointer that worker tasks may share because each task writes a disjoint range.

@@ -8,6 +8,7 @@
 //! products agree with ggml up to float summation order.
 
 pub mod dispatch;
+pub mod f32ops;
 pub mod formats;
 pub mod half;
 mod matmul;

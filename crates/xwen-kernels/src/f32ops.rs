@@ -1,0 +1,356 @@
+//! f32 vector primitives for the engine's non-matmul work (DeltaNet state sweeps, attention
+//! scores, convolutions), dispatched once at run time like the quantized kernels: AVX-512F,
+//! AVX2+FMA, or a portable path with eight partial sums. The engine is compiled for baseline
+//! x86-64, so without this its float loops would run on SSE2 only.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+
+const UNKNOWN: u8 = 0;
+const PORTABLE: u8 = 1;
+const AVX2: u8 = 2;
+const AVX512: u8 = 3;
+
+static LEVEL: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+#[inline]
+fn level() -> u8 {
+    let l = LEVEL.load(Ordering::Relaxed);
+    if l != UNKNOWN {
+        return l;
+    }
+    let l = detect();
+    LEVEL.store(l, Ordering::Relaxed);
+    l
+}
+
+fn detect() -> u8 {
+    if crate::dispatch::force_reference() {
+        return PORTABLE;
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") {
+            return AVX512;
+        }
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            return AVX2;
+        }
+    }
+    PORTABLE
+}
+
+/// Σ a[i]·b[i].
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    match level() {
+        // SAFETY: the features were detected at run time.
+        AVX512 => return unsafe { x86::dot512(a, b) },
+        AVX2 => return unsafe { x86::dot256(a, b) },
+        _ => {}
+    }
+    dot_portable(a, b)
+}
+
+/// y[i] += a·x[i].
+#[inline]
+pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
+    assert_eq!(x.len(), y.len());
+    #[cfg(target_arch = "x86_64")]
+    match level() {
+        // SAFETY: the features were detected at run time.
+        AVX512 => return unsafe { x86::axpy512(a, x, y) },
+        AVX2 => return unsafe { x86::axpy256(a, x, y) },
+        _ => {}
+    }
+    for (yi, &xi) in y.iter_mut().zip(x) {
+        *yi += a * xi;
+    }
+}
+
+/// x[i] *= a, then return Σ x[i]·b[i] (one sweep: DeltaNet's decay followed by S·k).
+#[inline]
+pub fn scale_dot(a: f32, x: &mut [f32], b: &[f32]) -> f32 {
+    assert_eq!(x.len(), b.len());
+    #[cfg(target_arch = "x86_64")]
+    match level() {
+        // SAFETY: the features were detected at run time.
+        AVX512 => return unsafe { x86::scale_dot512(a, x, b) },
+        AVX2 => return unsafe { x86::scale_dot256(a, x, b) },
+        _ => {}
+    }
+    for v in x.iter_mut() {
+        *v *= a;
+    }
+    dot_portable(x, b)
+}
+
+/// y[i] += a·x[i], then return Σ y[i]·q[i] (DeltaNet's rank-1 update followed by S·q).
+#[inline]
+pub fn axpy_dot(a: f32, x: &[f32], y: &mut [f32], q: &[f32]) -> f32 {
+    assert!(x.len() == y.len() && q.len() == y.len());
+    #[cfg(target_arch = "x86_64")]
+    match level() {
+        // SAFETY: the features were detected at run time.
+        AVX512 => return unsafe { x86::axpy_dot512(a, x, y, q) },
+        AVX2 => return unsafe { x86::axpy_dot256(a, x, y, q) },
+        _ => {}
+    }
+    for (yi, &xi) in y.iter_mut().zip(x) {
+        *yi += a * xi;
+    }
+    dot_portable(y, q)
+}
+
+pub fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let n8 = a.len() / 8 * 8;
+    for i in (0..n8).step_by(8) {
+        for l in 0..8 {
+            acc[l] += a[i + l] * b[i + l];
+        }
+    }
+    let mut s = (acc[0] + acc[4]) + (acc[1] + acc[5]) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for i in n8..a.len() {
+        s += a[i] * b[i];
+    }
+    s
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn dot512(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len();
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let (mut s0, mut s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        let mut i = 0;
+        while i + 32 <= n {
+            s0 = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i)), s0);
+            s1 = _mm512_fmadd_ps(
+                _mm512_loadu_ps(pa.add(i + 16)),
+                _mm512_loadu_ps(pb.add(i + 16)),
+                s1,
+            );
+            i += 32;
+        }
+        while i + 16 <= n {
+            s0 = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i)), s0);
+            i += 16;
+        }
+        let mut s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+        while i < n {
+            s += *pa.add(i) * *pb.add(i);
+            i += 1;
+        }
+        s
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn axpy512(a: f32, x: &[f32], y: &mut [f32]) {
+        let n = x.len();
+        let (px, py) = (x.as_ptr(), y.as_mut_ptr());
+        let va = _mm512_set1_ps(a);
+        let mut i = 0;
+        while i + 16 <= n {
+            _mm512_storeu_ps(
+                py.add(i),
+                _mm512_fmadd_ps(va, _mm512_loadu_ps(px.add(i)), _mm512_loadu_ps(py.add(i))),
+            );
+            i += 16;
+        }
+        while i < n {
+            *py.add(i) += a * *px.add(i);
+            i += 1;
+        }
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn scale_dot512(a: f32, x: &mut [f32], b: &[f32]) -> f32 {
+        let n = x.len();
+        let (px, pb) = (x.as_mut_ptr(), b.as_ptr());
+        let va = _mm512_set1_ps(a);
+        let mut s0 = _mm512_setzero_ps();
+        let mut i = 0;
+        while i + 16 <= n {
+            let v = _mm512_mul_ps(_mm512_loadu_ps(px.add(i)), va);
+            _mm512_storeu_ps(px.add(i), v);
+            s0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(pb.add(i)), s0);
+            i += 16;
+        }
+        let mut s = _mm512_reduce_add_ps(s0);
+        while i < n {
+            *px.add(i) *= a;
+            s += *px.add(i) * *pb.add(i);
+            i += 1;
+        }
+        s
+    }
+
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn axpy_dot512(a: f32, x: &[f32], y: &mut [f32], q: &[f32]) -> f32 {
+        let n = x.len();
+        let (px, py, pq) = (x.as_ptr(), y.as_mut_ptr(), q.as_ptr());
+        let va = _mm512_set1_ps(a);
+        let mut s0 = _mm512_setzero_ps();
+        let mut i = 0;
+        while i + 16 <= n {
+            let v = _mm512_fmadd_ps(va, _mm512_loadu_ps(px.add(i)), _mm512_loadu_ps(py.add(i)));
+            _mm512_storeu_ps(py.add(i), v);
+            s0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(pq.add(i)), s0);
+            i += 16;
+        }
+        let mut s = _mm512_reduce_add_ps(s0);
+        while i < n {
+            *py.add(i) += a * *px.add(i);
+            s += *py.add(i) * *pq.add(i);
+            i += 1;
+        }
+        s
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn hsum256(v: __m256) -> f32 {
+        let lo = _mm256_castps256_ps128(v);
+        let hi = _mm256_extractf128_ps(v, 1);
+        let s = _mm_add_ps(lo, hi);
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+        _mm_cvtss_f32(s)
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot256(a: &[f32], b: &[f32]) -> f32 {
+        let n = a.len();
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut i = 0;
+        while i + 16 <= n {
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), s0);
+            s1 = _mm256_fmadd_ps(
+                _mm256_loadu_ps(pa.add(i + 8)),
+                _mm256_loadu_ps(pb.add(i + 8)),
+                s1,
+            );
+            i += 16;
+        }
+        while i + 8 <= n {
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), s0);
+            i += 8;
+        }
+        let mut s = hsum256(_mm256_add_ps(s0, s1));
+        while i < n {
+            s += *pa.add(i) * *pb.add(i);
+            i += 1;
+        }
+        s
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn axpy256(a: f32, x: &[f32], y: &mut [f32]) {
+        let n = x.len();
+        let (px, py) = (x.as_ptr(), y.as_mut_ptr());
+        let va = _mm256_set1_ps(a);
+        let mut i = 0;
+        while i + 8 <= n {
+            _mm256_storeu_ps(
+                py.add(i),
+                _mm256_fmadd_ps(va, _mm256_loadu_ps(px.add(i)), _mm256_loadu_ps(py.add(i))),
+            );
+            i += 8;
+        }
+        while i < n {
+            *py.add(i) += a * *px.add(i);
+            i += 1;
+        }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn scale_dot256(a: f32, x: &mut [f32], b: &[f32]) -> f32 {
+        let n = x.len();
+        let (px, pb) = (x.as_mut_ptr(), b.as_ptr());
+        let va = _mm256_set1_ps(a);
+        let mut s0 = _mm256_setzero_ps();
+        let mut i = 0;
+        while i + 8 <= n {
+            let v = _mm256_mul_ps(_mm256_loadu_ps(px.add(i)), va);
+            _mm256_storeu_ps(px.add(i), v);
+            s0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(pb.add(i)), s0);
+            i += 8;
+        }
+        let mut s = hsum256(s0);
+        while i < n {
+            *px.add(i) *= a;
+            s += *px.add(i) * *pb.add(i);
+            i += 1;
+        }
+        s
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn axpy_dot256(a: f32, x: &[f32], y: &mut [f32], q: &[f32]) -> f32 {
+        let n = x.len();
+        let (px, py, pq) = (x.as_ptr(), y.as_mut_ptr(), q.as_ptr());
+        let va = _mm256_set1_ps(a);
+        let mut s0 = _mm256_setzero_ps();
+        let mut i = 0;
+        while i + 8 <= n {
+            let v = _mm256_fmadd_ps(va, _mm256_loadu_ps(px.add(i)), _mm256_loadu_ps(py.add(i)));
+            _mm256_storeu_ps(py.add(i), v);
+            s0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(pq.add(i)), s0);
+            i += 8;
+        }
+        let mut s = hsum256(s0);
+        while i < n {
+            *py.add(i) += a * *px.add(i);
+            s += *py.add(i) * *pq.add(i);
+            i += 1;
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vecs(n: usize, seed: u32) -> (Vec<f32>, Vec<f32>) {
+        let mut s = seed;
+        let mut r = || {
+            s = s.wrapping_mul(1664525).wrapping_add(1013904223);
+            (s >> 8) as f32 / (1 << 24) as f32 - 0.5
+        };
+        ((0..n).map(|_| r()).collect(), (0..n).map(|_| r()).collect())
+    }
+
+    fn close(a: f32, b: f32) -> bool {
+        (a - b).abs() <= 1e-5 * (1.0 + a.abs().max(b.abs()))
+    }
+
+    /// Every dispatched path agrees with the portable reference (to float reassociation).
+    #[test]
+    fn dispatched_ops_equal_portable() {
+        for n in [1, 7, 8, 15, 16, 31, 64, 100, 128, 257] {
+            let (a, b) = vecs(n, n as u32);
+            assert!(close(dot(&a, &b), dot_portable(&a, &b)), "dot n={n}");
+            let mut y1 = b.clone();
+            axpy(0.3, &a, &mut y1);
+            let y2: Vec<f32> = b.iter().zip(&a).map(|(y, x)| y + 0.3 * x).collect();
+            assert!(y1.iter().zip(&y2).all(|(p, q)| close(*p, *q)), "axpy n={n}");
+            let mut x1 = a.clone();
+            let s1 = scale_dot(0.7, &mut x1, &b);
+            let x2: Vec<f32> = a.iter().map(|v| v * 0.7).collect();
+            assert!(
+                close(s1, dot_portable(&x2, &b)) && x1 == x2,
+                "scale_dot n={n}"
+            );
+            let mut y3 = b.clone();
+            let s3 = axpy_dot(-0.2, &a, &mut y3, &a);
+            let y4: Vec<f32> = b.iter().zip(&a).map(|(y, x)| y + -0.2 * x).collect();
+            assert!(close(s3, dot_portable(&y4, &a)), "axpy_dot n={n}");
+        }
+    }
+}
