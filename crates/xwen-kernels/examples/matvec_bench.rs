@@ -55,7 +55,8 @@ fn time_it(min: Duration, mut f: impl FnMut()) -> f64 {
 fn bandwidth(pool: &Pool, buf: &[u64], min: Duration) -> f64 {
     let n_tasks = pool.n_threads() * 8;
     let chunk = buf.len() / n_tasks;
-    let sums: Vec<std::sync::atomic::AtomicU64> = (0..n_tasks).map(|_| Default::default()).collect();
+    let sums: Vec<std::sync::atomic::AtomicU64> =
+        (0..n_tasks).map(|_| Default::default()).collect();
     let t = time_it(min, || {
         pool.run(n_tasks, &|i| {
             // Four independent accumulators so the adds do not serialize the loads.
@@ -66,7 +67,10 @@ fn bandwidth(pool: &Pool, buf: &[u64], min: Duration) -> f64 {
                     s[k] = s[k].wrapping_add(q[k]);
                 }
             }
-            sums[i].store(s[0] ^ s[1] ^ s[2] ^ s[3], std::sync::atomic::Ordering::Relaxed);
+            sums[i].store(
+                s[0] ^ s[1] ^ s[2] ^ s[3],
+                std::sync::atomic::Ordering::Relaxed,
+            );
         })
     });
     black_box(&sums);
@@ -103,14 +107,21 @@ fn main() {
             });
             total += start.elapsed().as_nanos() as f64;
         }
-        println!("empty run(): 2 threads after a 5 ms idle gap, {:.0} ns per call", total / reps as f64);
+        println!(
+            "empty run(): 2 threads after a 5 ms idle gap, {:.0} ns per call",
+            total / reps as f64
+        );
     }
 
     let gib = if quick { 1 << 27 } else { 1 << 30 };
     let buf: Vec<u64> = (0..gib / 8).map(|i| i as u64).collect();
     for threads in [1, 2] {
         let pool = Pool::new(threads);
-        println!("memory read bandwidth: {threads} thread(s), {:.1} GB/s over {} MiB", bandwidth(&pool, &buf, min), gib >> 20);
+        println!(
+            "memory read bandwidth: {threads} thread(s), {:.1} GB/s over {} MiB",
+            bandwidth(&pool, &buf, min),
+            gib >> 20
+        );
     }
     drop(buf);
 
@@ -119,7 +130,9 @@ fn main() {
         for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
             let data = weights(ty, rows, cols, &mut seed);
             let w = QMatrix::new(ty, rows, cols, &data).unwrap();
-            let x: Vec<f32> = (0..cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+            let x: Vec<f32> = (0..cols)
+                .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+                .collect();
             let mut y = vec![0f32; rows];
             for threads in [1, 2] {
                 let pool = Pool::new(threads);

@@ -47,7 +47,9 @@ pub fn active() -> Isa {
 
 #[cfg(target_arch = "x86_64")]
 fn detect() -> Isa {
-    let avx2 = is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c");
+    let avx2 = is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c");
     let avx512 = avx2
         && is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
@@ -64,7 +66,7 @@ fn detect() -> Isa {
 
 #[cfg(target_arch = "aarch64")]
 fn detect() -> Isa {
-    if std::arch::is_aarch64_feature_detected!("neon") && std::arch::is_aarch64_feature_detected!("dotprod") {
+    if std::arch::is_aarch64_feature_detected!("neon") {
         Isa::Neon
     } else {
         Isa::Scalar
@@ -84,7 +86,9 @@ pub fn dot_fn_for(weight: GgmlType, isa: Isa) -> Option<DotFn> {
     let simd = match isa {
         Isa::Scalar => None,
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 => crate::simd::avx512::dot_fn(weight).or_else(|| crate::simd::avx2::dot_fn(weight)),
+        Isa::Avx512 => {
+            crate::simd::avx512::dot_fn(weight).or_else(|| crate::simd::avx2::dot_fn(weight))
+        }
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => crate::simd::avx2::dot_fn(weight),
         #[cfg(target_arch = "aarch64")]
@@ -97,13 +101,13 @@ pub fn dot_fn_for(weight: GgmlType, isa: Isa) -> Option<DotFn> {
 
 /// Whether kernels of `isa` may run on this CPU.
 pub fn supported(isa: Isa) -> bool {
-    match (isa, detected()) {
-        (Isa::Scalar, _) => true,
-        (Isa::Avx2, Isa::Avx2 | Isa::Avx512) => true,
-        (Isa::Avx512, Isa::Avx512) => true,
-        (Isa::Neon, Isa::Neon) => true,
-        _ => false,
-    }
+    matches!(
+        (isa, detected()),
+        (Isa::Scalar, _)
+            | (Isa::Avx2, Isa::Avx2 | Isa::Avx512)
+            | (Isa::Avx512, Isa::Avx512)
+            | (Isa::Neon, Isa::Neon)
+    )
 }
 
 /// The dot kernel in use now for `weight`.

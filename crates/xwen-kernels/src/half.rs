@@ -50,7 +50,7 @@ pub fn f32_to_f16(f: f32) -> u16 {
     }
     // Normal: rebias exponent, round the 13 dropped mantissa bits to nearest even.
     let mant_drop = abs & 0x1fff;
-    let mut h = ((abs >> 13) - (112 << 10)) as u32;
+    let mut h = (abs >> 13) - (112 << 10);
     if mant_drop > 0x1000 || (mant_drop == 0x1000 && (h & 1) == 1) {
         h += 1; // may carry into the exponent, up to 0x7c00 = inf, which is correct
     }

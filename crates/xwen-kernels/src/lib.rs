@@ -26,9 +26,18 @@ pub enum KernelError {
     #[error("type {0} is not supported by xwen-kernels")]
     Unsupported(GgmlType),
     #[error("{n} elements is not a whole number of {ty} blocks ({block} elements each)")]
-    NotBlockMultiple { ty: GgmlType, n: usize, block: usize },
+    NotBlockMultiple {
+        ty: GgmlType,
+        n: usize,
+        block: usize,
+    },
     #[error("{ty}: {n} elements need {expected} bytes, got {got}")]
-    LengthMismatch { ty: GgmlType, n: usize, expected: usize, got: usize },
+    LengthMismatch {
+        ty: GgmlType,
+        n: usize,
+        expected: usize,
+        got: usize,
+    },
 }
 
 /// Whether `ty` can be dequantized and quantized here.
@@ -41,15 +50,24 @@ pub fn is_supported_weight(ty: GgmlType) -> bool {
     formats::format(ty).is_some_and(|f| f.dot.is_some())
 }
 
-fn check_len(ty: GgmlType, n: usize, bytes: usize) -> Result<&'static formats::Format, KernelError> {
+fn check_len(
+    ty: GgmlType,
+    n: usize,
+    bytes: usize,
+) -> Result<&'static formats::Format, KernelError> {
     let f = formats::format(ty).ok_or(KernelError::Unsupported(ty))?;
     let block = ty.block_size();
-    if n % block != 0 {
+    if !n.is_multiple_of(block) {
         return Err(KernelError::NotBlockMultiple { ty, n, block });
     }
     let expected = n / block * ty.type_size();
     if bytes != expected {
-        return Err(KernelError::LengthMismatch { ty, n, expected, got: bytes });
+        return Err(KernelError::LengthMismatch {
+            ty,
+            n,
+            expected,
+            got: bytes,
+        });
     }
     Ok(f)
 }
@@ -67,8 +85,12 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Kerne
 pub fn quantize(ty: GgmlType, src: &[f32]) -> Result<Vec<u8>, KernelError> {
     let f = formats::format(ty).ok_or(KernelError::Unsupported(ty))?;
     let block = ty.block_size();
-    if src.len() % block != 0 {
-        return Err(KernelError::NotBlockMultiple { ty, n: src.len(), block });
+    if !src.len().is_multiple_of(block) {
+        return Err(KernelError::NotBlockMultiple {
+            ty,
+            n: src.len(),
+            block,
+        });
     }
     let mut out = vec![0u8; src.len() / block * ty.type_size()];
     (f.quant)(src, &mut out);
@@ -90,9 +112,16 @@ pub fn vec_dot_type(weight: GgmlType) -> GgmlType {
 /// Panics if `weight` is unsupported or `x.len()` is not a whole number of blocks.
 pub fn quantize_activations(weight: GgmlType, x: &[f32], out: &mut Vec<u8>) {
     let vd = vec_dot_type(weight);
-    assert!(is_supported(vd), "quantize_activations: unsupported weight type {weight}");
+    assert!(
+        is_supported(vd),
+        "quantize_activations: unsupported weight type {weight}"
+    );
     let bs = vd.block_size();
-    assert!(x.len() % bs == 0, "quantize_activations: {} elements is not a multiple of {bs}", x.len());
+    assert!(
+        x.len().is_multiple_of(bs),
+        "quantize_activations: {} elements is not a multiple of {bs}",
+        x.len()
+    );
     out.clear();
     out.resize(x.len() / bs * vd.type_size(), 0);
     quantize_activations_into(vd, x, out, false);
@@ -100,7 +129,12 @@ pub fn quantize_activations(weight: GgmlType, x: &[f32], out: &mut Vec<u8>) {
 
 /// Activation quantization into a sized buffer. `prefer_positive` selects the Q8_K tie-break
 /// of ggml's x86 4-row repack quantizer (see `formats::q8`).
-pub(crate) fn quantize_activations_into(vd: GgmlType, x: &[f32], out: &mut [u8], prefer_positive: bool) {
+pub(crate) fn quantize_activations_into(
+    vd: GgmlType,
+    x: &[f32],
+    out: &mut [u8],
+    prefer_positive: bool,
+) {
     match vd {
         GgmlType::Q8_0 => simd::quantize_q8_0(x, out, Q8Flavor::native()),
         GgmlType::Q8_1 => q8::quantize_q8_1(x, out, Q8Flavor::native()),
@@ -119,14 +153,24 @@ pub(crate) fn quantize_activations_into(vd: GgmlType, x: &[f32], out: &mut [u8],
 /// Panics if `weight` is not a supported weight type or either slice is shorter than n
 /// elements need.
 pub fn vec_dot(weight: GgmlType, n: usize, w_row: &[u8], act: &[u8]) -> f32 {
-    let f = dispatch::dot_fn(weight).unwrap_or_else(|| panic!("vec_dot: unsupported weight type {weight}"));
+    let f = dispatch::dot_fn(weight)
+        .unwrap_or_else(|| panic!("vec_dot: unsupported weight type {weight}"));
     check_dot_args(weight, n, w_row, act);
     f(n, w_row, act)
 }
 
 pub(crate) fn check_dot_args(weight: GgmlType, n: usize, w_row: &[u8], act: &[u8]) {
     let vd = vec_dot_type(weight);
-    assert!(n % weight.block_size() == 0 && n % vd.block_size() == 0, "vec_dot: n = {n} is not a whole number of blocks");
-    assert!(w_row.len() >= n / weight.block_size() * weight.type_size(), "vec_dot: weight row too short");
-    assert!(act.len() >= n / vd.block_size() * vd.type_size(), "vec_dot: activation row too short");
+    assert!(
+        n.is_multiple_of(weight.block_size()) && n.is_multiple_of(vd.block_size()),
+        "vec_dot: n = {n} is not a whole number of blocks"
+    );
+    assert!(
+        w_row.len() >= n / weight.block_size() * weight.type_size(),
+        "vec_dot: weight row too short"
+    );
+    assert!(
+        act.len() >= n / vd.block_size() * vd.type_size(),
+        "vec_dot: activation row too short"
+    );
 }

@@ -14,19 +14,34 @@ pub struct QMatrix<'a> {
 
 impl<'a> QMatrix<'a> {
     /// Checks that `data` holds exactly `rows` whole rows.
-    pub fn new(ty: GgmlType, rows: usize, cols: usize, data: &'a [u8]) -> Result<Self, KernelError> {
+    pub fn new(
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: &'a [u8],
+    ) -> Result<Self, KernelError> {
         if !crate::is_supported_weight(ty) {
             return Err(KernelError::Unsupported(ty));
         }
         let block = ty.block_size();
-        if cols % block != 0 {
+        if !cols.is_multiple_of(block) {
             return Err(KernelError::NotBlockMultiple { ty, n: cols, block });
         }
         let expected = rows * (cols / block * ty.type_size());
         if data.len() != expected {
-            return Err(KernelError::LengthMismatch { ty, n: rows * cols, expected, got: data.len() });
+            return Err(KernelError::LengthMismatch {
+                ty,
+                n: rows * cols,
+                expected,
+                got: data.len(),
+            });
         }
-        Ok(QMatrix { ty, rows, cols, data })
+        Ok(QMatrix {
+            ty,
+            rows,
+            cols,
+            data,
+        })
     }
 
     pub fn row_bytes(&self) -> usize {
@@ -39,9 +54,19 @@ impl<'a> QMatrix<'a> {
     }
 
     fn validate(&self) {
-        assert!(crate::is_supported_weight(self.ty), "unsupported weight type {}", self.ty);
-        assert!(self.cols % self.ty.block_size() == 0, "cols not a whole number of blocks");
-        assert!(self.data.len() >= self.rows * self.row_bytes(), "matrix data too short");
+        assert!(
+            crate::is_supported_weight(self.ty),
+            "unsupported weight type {}",
+            self.ty
+        );
+        assert!(
+            self.cols.is_multiple_of(self.ty.block_size()),
+            "cols not a whole number of blocks"
+        );
+        assert!(
+            self.data.len() >= self.rows * self.row_bytes(),
+            "matrix data too short"
+        );
     }
 }
 
@@ -63,7 +88,7 @@ fn repacked_q8k(w: &QMatrix) -> bool {
             GgmlType::Q2_K => is_x86_feature_detected!("avx512f"),
             _ => false,
         };
-        ok && w.rows % 8 == 0
+        ok && w.rows.is_multiple_of(8)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -82,9 +107,18 @@ pub fn quantize_activations_for_matmul(w: &QMatrix, x: &[f32], n_tok: usize, out
     assert_eq!(x.len(), n_tok * w.cols, "x must be n_tok × cols");
     out.clear();
     out.resize(n_tok * arb, 0);
-    let grouped = if repacked_q8k(w) { n_tok - n_tok % 4 } else { 0 };
+    let grouped = if repacked_q8k(w) {
+        n_tok - n_tok % 4
+    } else {
+        0
+    };
     for t in 0..n_tok {
-        quantize_activations_into(vd, &x[t * w.cols..(t + 1) * w.cols], &mut out[t * arb..(t + 1) * arb], t < grouped);
+        quantize_activations_into(
+            vd,
+            &x[t * w.cols..(t + 1) * w.cols],
+            &mut out[t * arb..(t + 1) * arb],
+            t < grouped,
+        );
     }
 }
 
@@ -122,7 +156,10 @@ impl Pool {
     pub fn matvec_q(&self, w: QMatrix, xq: &[u8], y: &mut [f32]) {
         w.validate();
         assert_eq!(y.len(), w.rows, "matvec: y.len() != rows");
-        assert!(xq.len() >= act_row_bytes(&w), "matvec: activations too short");
+        assert!(
+            xq.len() >= act_row_bytes(&w),
+            "matvec: activations too short"
+        );
         let dot: DotFn = dispatch::dot_fn(w.ty).expect("validated");
         let chunk = row_chunk(w.rows, self.n_threads());
         let n_tasks = w.rows.div_ceil(chunk);
@@ -132,6 +169,7 @@ impl Pool {
         self.run(n_tasks, &|t| {
             let r0 = t * chunk;
             let r1 = (r0 + chunk).min(w.rows);
+            #[allow(clippy::redundant_locals)] // capture the Sync wrapper, not its raw field
             let yp = yp;
             for r in r0..r1 {
                 let v = dot(cols, &w.data[r * rb..(r + 1) * rb], xq);
@@ -170,6 +208,7 @@ impl Pool {
         let yp = SyncPtr(y.as_mut_ptr());
         let (rb, rows, cols) = (w.row_bytes(), w.rows, w.cols);
         self.run(n_row_chunks * n_tiles, &|task| {
+            #[allow(clippy::redundant_locals)] // capture the Sync wrapper, not its raw field
             let yp = yp;
             let (rc, tt) = (task % n_row_chunks, task / n_row_chunks);
             let (r0, t0) = (rc * chunk, tt * tile);

@@ -62,7 +62,10 @@ impl Pool {
         let shared = Arc::new(Shared {
             ctl: AtomicU64::new(0),
             next_task: AtomicUsize::new(0),
-            job: UnsafeCell::new(Job { f: noop_ref, n_tasks: 0 }),
+            job: UnsafeCell::new(Job {
+                f: noop_ref,
+                n_tasks: 0,
+            }),
             panicked: AtomicBool::new(false),
             shutdown: AtomicBool::new(false),
             sleepers: Mutex::new(0),
@@ -77,7 +80,12 @@ impl Pool {
                     .expect("spawn worker thread")
             })
             .collect();
-        Pool { shared, workers, run_lock: Mutex::new(()), act_buf: Mutex::new(Vec::new()) }
+        Pool {
+            shared,
+            workers,
+            run_lock: Mutex::new(()),
+            act_buf: Mutex::new(Vec::new()),
+        }
     }
 
     pub fn n_threads(&self) -> usize {
@@ -102,7 +110,10 @@ impl Pool {
         // this function does not return until no worker can touch `f` any more.
         unsafe {
             let f_static: *const (dyn Fn(usize) + Sync) = std::mem::transmute(f);
-            *s.job.get() = Job { f: f_static, n_tasks };
+            *s.job.get() = Job {
+                f: f_static,
+                n_tasks,
+            };
         }
         s.next_task.store(0, Ordering::Relaxed);
         let gen = (s.ctl.load(Ordering::Relaxed) >> GEN_SHIFT) + 1;
@@ -154,7 +165,9 @@ fn worker(s: &Shared) {
             } else {
                 let mut sleepers = s.sleepers.lock().unwrap_or_else(|e| e.into_inner());
                 *sleepers += 1;
-                while s.ctl.load(Ordering::Acquire) >> GEN_SHIFT == seen && !s.shutdown.load(Ordering::Relaxed) {
+                while s.ctl.load(Ordering::Acquire) >> GEN_SHIFT == seen
+                    && !s.shutdown.load(Ordering::Relaxed)
+                {
                     sleepers = s.wake.wait(sleepers).unwrap_or_else(|e| e.into_inner());
                 }
                 *sleepers -= 1;
@@ -170,7 +183,10 @@ fn worker(s: &Shared) {
             if c >> GEN_SHIFT != seen || c & OPEN == 0 {
                 break false;
             }
-            match s.ctl.compare_exchange_weak(c, c + 1, Ordering::AcqRel, Ordering::Acquire) {
+            match s
+                .ctl
+                .compare_exchange_weak(c, c + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
                 Ok(_) => break true,
                 Err(now) => c = now,
             }

@@ -15,7 +15,10 @@ fn run_executes_every_task_exactly_once() {
             pool.run(n_tasks, &|i| {
                 hits[i].fetch_add(1, Ordering::Relaxed);
             });
-            assert!(hits.iter().all(|h| h.load(Ordering::Relaxed) == 1), "threads {threads} tasks {n_tasks}");
+            assert!(
+                hits.iter().all(|h| h.load(Ordering::Relaxed) == 1),
+                "threads {threads} tasks {n_tasks}"
+            );
         }
     }
 }
@@ -57,13 +60,24 @@ fn a_panicking_task_is_reported_and_the_pool_still_works() {
 fn naive(w: &QMatrix, x: &[f32]) -> Vec<f32> {
     let mut xq = Vec::new();
     quantize_activations(w.ty, x, &mut xq);
-    (0..w.rows).map(|r| vec_dot(w.ty, w.cols, w.row(r), &xq)).collect()
+    (0..w.rows)
+        .map(|r| vec_dot(w.ty, w.cols, w.row(r), &xq))
+        .collect()
 }
 
 #[test]
 fn matvec_and_matmul_equal_a_naive_row_loop() {
     let mut rng = Rng(0x5eed);
-    let types = [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_K, GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::IQ4_NL];
+    let types = [
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::Q5_K,
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::BF16,
+        GgmlType::IQ4_NL,
+    ];
     for (k, &ty) in types.iter().enumerate() {
         let threads = 1 + k % 3;
         let pool = Pool::new(threads);
@@ -76,7 +90,11 @@ fn matvec_and_matmul_equal_a_naive_row_loop() {
         let mut y = vec![f32::NAN; rows];
         pool.matvec(w, &x, &mut y);
         let want = naive(&w, &x);
-        assert_eq!(y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{ty} matvec {rows}x{cols} threads {threads}");
+        assert_eq!(
+            y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            "{ty} matvec {rows}x{cols} threads {threads}"
+        );
 
         let n_tok = [1, 3, 5, 40][k % 4];
         let xs = rng.activations(n_tok * cols);
@@ -84,13 +102,26 @@ fn matvec_and_matmul_equal_a_naive_row_loop() {
         pool.matmul(w, &xs, n_tok, &mut ym);
         for t in 0..n_tok {
             let mut want_t = naive(&w, &xs[t * cols..(t + 1) * cols]);
-            if ty == GgmlType::Q4_K && rows % 8 == 0 && t < n_tok - n_tok % 4 && is_x86_feature_detected_avx2() {
+            if ty == GgmlType::Q4_K
+                && rows.is_multiple_of(8)
+                && t < n_tok - n_tok % 4
+                && is_x86_feature_detected_avx2()
+            {
                 // repacked Q4_K rows use the 4-row quantizer; recompute with it
                 let mut xq = vec![0u8; cols / 256 * 292];
-                xwen_kernels::formats::q8::quantize_q8_k_prefer_positive(&xs[t * cols..(t + 1) * cols], &mut xq);
-                want_t = (0..rows).map(|r| vec_dot(ty, cols, w.row(r), &xq)).collect();
+                xwen_kernels::formats::q8::quantize_q8_k_prefer_positive(
+                    &xs[t * cols..(t + 1) * cols],
+                    &mut xq,
+                );
+                want_t = (0..rows)
+                    .map(|r| vec_dot(ty, cols, w.row(r), &xq))
+                    .collect();
             }
-            assert_eq!(&ym[t * rows..(t + 1) * rows], want_t.as_slice(), "{ty} matmul token {t}");
+            assert_eq!(
+                &ym[t * rows..(t + 1) * rows],
+                want_t.as_slice(),
+                "{ty} matmul token {t}"
+            );
         }
     }
 }

@@ -52,7 +52,9 @@ fn set_f16(b: &mut [u8], off: usize, v: f32) {
 fn unit_scale_blocks(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
     let mut b = random_blocks(rng, ty, n);
     let fields: &[usize] = match ty {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => {
+            &[0]
+        }
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q2_K => &[80, 82],
         GgmlType::Q3_K => &[108],
@@ -71,11 +73,15 @@ fn unit_scale_blocks(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
 fn small_unit_activations(rng: &mut Rng, vd: GgmlType, n: usize) -> Vec<u8> {
     let mut out = Vec::new();
     let x = rng.activations(n);
-    quantize_activations(match vd {
-        GgmlType::Q8_1 => GgmlType::Q4_1,
-        GgmlType::Q8_K => GgmlType::Q4_K,
-        _ => GgmlType::Q8_0,
-    }, &x, &mut out);
+    quantize_activations(
+        match vd {
+            GgmlType::Q8_1 => GgmlType::Q4_1,
+            GgmlType::Q8_K => GgmlType::Q4_K,
+            _ => GgmlType::Q8_0,
+        },
+        &x,
+        &mut out,
+    );
     let clamp = |q: &mut u8| *q = (*q as i8).clamp(-15, 15) as u8;
     match vd {
         GgmlType::Q8_0 => out.chunks_exact_mut(34).for_each(|b| {
@@ -92,7 +98,10 @@ fn small_unit_activations(rng: &mut Rng, vd: GgmlType, n: usize) -> Vec<u8> {
             b[..4].copy_from_slice(&1.0f32.to_le_bytes());
             b[4..260].iter_mut().for_each(clamp);
             for g in 0..16 {
-                let s: i32 = b[4 + 16 * g..20 + 16 * g].iter().map(|&q| q as i8 as i32).sum();
+                let s: i32 = b[4 + 16 * g..20 + 16 * g]
+                    .iter()
+                    .map(|&q| q as i8 as i32)
+                    .sum();
                 b[260 + 2 * g..262 + 2 * g].copy_from_slice(&(s as i16).to_le_bytes());
             }
         }),
@@ -112,7 +121,11 @@ fn integer_exact_formats_give_identical_bits() {
                 let w = unit_scale_blocks(&mut rng, ty, 256);
                 let a = small_unit_activations(&mut rng, vec_dot_type(ty), 256);
                 let (s, v) = (scalar(256, &w, &a), simd(256, &w, &a));
-                assert_eq!(s.to_bits(), v.to_bits(), "{isa:?} {ty} trial {trial}: scalar {s} simd {v}");
+                assert_eq!(
+                    s.to_bits(),
+                    v.to_bits(),
+                    "{isa:?} {ty} trial {trial}: scalar {s} simd {v}"
+                );
             }
         }
     }
@@ -134,7 +147,10 @@ fn simd_dots_match_scalar_within_reassociation_bound() {
                 let (s, v) = (scalar(n, &w, &a) as f64, simd(n, &w, &a) as f64);
                 let scale = abs_dot(ty, &w, vec_dot_type(ty), &a, n);
                 let bound = (n as f64 / 32.0 + 16.0) * 2f64.powi(-23) * scale + 1e-30;
-                assert!((s - v).abs() <= bound, "{isa:?} {ty} trial {trial}: scalar {s:e} simd {v:e} bound {bound:e}");
+                assert!(
+                    (s - v).abs() <= bound,
+                    "{isa:?} {ty} trial {trial}: scalar {s:e} simd {v:e} bound {bound:e}"
+                );
                 worst = worst.max((s - v).abs() / scale.max(1e-30));
             }
             eprintln!("{isa:?} {ty}: worst |simd-scalar| / sum|w*a| = {worst:.2e}");

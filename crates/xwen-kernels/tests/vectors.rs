@@ -10,7 +10,11 @@ use xwen_kernels::{dequantize, quantize, quantize_activations, vec_dot, vec_dot_
 fn assert_bits_eq(name: &str, what: &str, ours: &[f32], theirs: &[f32]) {
     assert_eq!(ours.len(), theirs.len(), "{name} {what}: length");
     for (i, (a, b)) in ours.iter().zip(theirs).enumerate() {
-        assert_eq!(a.to_bits(), b.to_bits(), "{name} {what}: element {i}: ours {a:e} theirs {b:e}");
+        assert_eq!(
+            a.to_bits(),
+            b.to_bits(),
+            "{name} {what}: element {i}: ours {a:e} theirs {b:e}"
+        );
     }
 }
 
@@ -29,7 +33,11 @@ fn assert_bytes_eq(name: &str, what: &str, ours: &[u8], theirs: &[u8], block: us
 #[test]
 fn dequantize_matches_gguf_py_bit_for_bit() {
     let files = read_vectors("gguf_");
-    assert!(files.len() >= 14, "expected gguf_*.bin vectors, found {}", files.len());
+    assert!(
+        files.len() >= 14,
+        "expected gguf_*.bin vectors, found {}",
+        files.len()
+    );
     for (name, v) in files {
         let raw = v.bytes("QRND").unwrap();
         let mut ours = vec![0f32; v.n];
@@ -42,7 +50,9 @@ fn dequantize_matches_gguf_py_bit_for_bit() {
 fn quantize_matches_gguf_py_where_it_has_a_quantizer() {
     let mut checked = Vec::new();
     for (name, v) in read_vectors("gguf_") {
-        let (Some(x), Some(q)) = (v.f32s("INPY"), v.bytes("QUPY")) else { continue };
+        let (Some(x), Some(q)) = (v.f32s("INPY"), v.bytes("QUPY")) else {
+            continue;
+        };
         let ours = quantize(v.ty, &x).unwrap();
         assert_bytes_eq(&name, "quantize", &ours, q, v.ty.type_size());
         checked.push(v.ty);
@@ -55,11 +65,21 @@ fn quantize_matches_gguf_py_where_it_has_a_quantizer() {
 #[test]
 fn reference_quantizers_and_dequantize_match_ggml() {
     let files = read_vectors("ggml_");
-    assert!(files.len() >= 16, "expected ggml_*.bin vectors, found {}", files.len());
+    assert!(
+        files.len() >= 16,
+        "expected ggml_*.bin vectors, found {}",
+        files.len()
+    );
     for (name, v) in files {
         let x = v.f32s("INPT").unwrap();
         let ours = quantize(v.ty, &x).unwrap();
-        assert_bytes_eq(&name, "reference quantize", &ours, v.bytes("QREF").unwrap(), v.ty.type_size());
+        assert_bytes_eq(
+            &name,
+            "reference quantize",
+            &ours,
+            v.bytes("QREF").unwrap(),
+            v.ty.type_size(),
+        );
         if let Some(deq) = v.f32s("DEQ") {
             let mut out = vec![0f32; v.n];
             dequantize(v.ty, v.bytes("QREF").unwrap(), &mut out).unwrap();
@@ -74,7 +94,9 @@ fn reference_quantizers_and_dequantize_match_ggml() {
 fn activation_quantization_matches_ggml_cpu_on_x86() {
     let mut n_checked = 0;
     for (name, v) in read_vectors("ggml_") {
-        let (Some(x), Some(want)) = (v.f32s("ACTX"), v.bytes("ACTQ")) else { continue };
+        let (Some(x), Some(want)) = (v.f32s("ACTX"), v.bytes("ACTQ")) else {
+            continue;
+        };
         let mut ours = Vec::new();
         quantize_activations(v.ty, &x, &mut ours);
         let vd = vec_dot_type(v.ty);
@@ -88,7 +110,11 @@ fn activation_quantization_matches_ggml_cpu_on_x86() {
     let x = v.f32s("ACTX").unwrap();
     let mut r = vec![0u8; v.bytes("ACTQ").unwrap().len()];
     xwen_kernels::formats::q8::quantize_q8_0_ref(&x, &mut r);
-    assert_ne!(r.as_slice(), v.bytes("ACTQ").unwrap(), "no halfway case in the Q8_0 activation vectors");
+    assert_ne!(
+        r.as_slice(),
+        v.bytes("ACTQ").unwrap(),
+        "no halfway case in the Q8_0 activation vectors"
+    );
 }
 
 #[test]
@@ -105,7 +131,10 @@ fn q8_k_repack_quantizer_tie_break_matches_ggml() {
     // guards against the test passing because the two quantizers are secretly the same.
     let mut plain = vec![0u8; 4 * 292];
     xwen_kernels::formats::q8::quantize_q8_k(&x[..1024], &mut plain);
-    assert_ne!(plain, ours, "input has no sign tie: the tie-break is untested");
+    assert_ne!(
+        plain, ours,
+        "input has no sign tie: the tie-break is untested"
+    );
 }
 
 /// Our dispatched dot against ggml's vec_dot on the same bytes: equal up to summation order.
@@ -113,10 +142,16 @@ fn q8_k_repack_quantizer_tie_break_matches_ggml() {
 #[cfg(target_arch = "x86_64")]
 fn vec_dot_agrees_with_ggml() {
     for (name, v) in read_vectors("ggml_") {
-        let (Some(w), Some(a), Some(d)) = (v.bytes("QREF"), v.bytes("ACTQ"), v.f32s("DOT")) else { continue };
+        let (Some(w), Some(a), Some(d)) = (v.bytes("QREF"), v.bytes("ACTQ"), v.f32s("DOT")) else {
+            continue;
+        };
         let ours = vec_dot(v.ty, v.n, w, a);
         let bound = abs_dot(v.ty, w, vec_dot_type(v.ty), a, v.n) * 2e-6 + 1e-30;
         let err = (ours as f64 - d[0] as f64).abs();
-        assert!(err <= bound, "{name}: ours {ours:e} ggml {:e} |diff| {err:e} > {bound:e}", d[0]);
+        assert!(
+            err <= bound,
+            "{name}: ours {ours:e} ggml {:e} |diff| {err:e} > {bound:e}",
+            d[0]
+        );
     }
 }

@@ -11,7 +11,8 @@ fn u16s(b: &[u8]) -> impl Iterator<Item = u16> + '_ {
 
 #[inline]
 fn f32s(b: &[u8]) -> impl Iterator<Item = f32> + '_ {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
 }
 
 pub fn dequantize_f32(src: &[u8], dst: &mut [f32]) {
@@ -51,7 +52,10 @@ pub fn quantize_bf16(x: &[f32], out: &mut [u8]) {
 }
 
 pub fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    f32s(&w[..4 * n]).zip(f32s(&a[..4 * n])).map(|(x, y)| (x * y) as f64).sum::<f64>() as f32
+    f32s(&w[..4 * n])
+        .zip(f32s(&a[..4 * n]))
+        .map(|(x, y)| (x * y) as f64)
+        .sum::<f64>() as f32
 }
 
 pub fn dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {

@@ -155,7 +155,10 @@ pub fn dequantize_xs(src: &[u8], dst: &mut [f32]) {
         let d = read_f16(b);
         for ib in 0..8 {
             let dl = d * xs_scale(b, ib) as f32;
-            for (o, q) in y[32 * ib..32 * ib + 32].iter_mut().zip(nibbles(&b[8 + 16 * ib..])) {
+            for (o, q) in y[32 * ib..32 * ib + 32]
+                .iter_mut()
+                .zip(nibbles(&b[8 + 16 * ib..]))
+            {
                 *o = dl * KV[q as usize] as f32;
             }
         }
@@ -164,7 +167,11 @@ pub fn dequantize_xs(src: &[u8], dst: &mut [f32]) {
 
 pub fn dot_xs(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sumf = 0.0f32;
-    for (b, ya) in w.chunks_exact(XS_BYTES).zip(a.chunks_exact(Q8_K_BYTES)).take(n / QK_K) {
+    for (b, ya) in w
+        .chunks_exact(XS_BYTES)
+        .zip(a.chunks_exact(Q8_K_BYTES))
+        .take(n / QK_K)
+    {
         let (dy, q8, _) = q8k_parts(ya);
         let mut sumi = 0i32;
         for ib in 0..8 {

@@ -14,7 +14,9 @@ pub const Q5_0_BYTES: usize = 22;
 pub const Q5_1_BYTES: usize = 24;
 pub const IQ4_NL_BYTES: usize = 18;
 
-pub const KVALUES_IQ4NL: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+pub const KVALUES_IQ4NL: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
 
 /// First element of largest magnitude, with its sign (ggml's amax/max scan with strict `<`).
 #[inline]
@@ -184,8 +186,16 @@ fn q8(a: &[u8]) -> impl Iterator<Item = i32> + '_ {
 /// Scalar dots with ggml's generic order (ggml-cpu/quants.c): integer block sum, then scale.
 pub fn dot_q4_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sumf = 0.0f32;
-    for (bw, ba) in w.chunks_exact(Q4_0_BYTES).zip(a.chunks_exact(34)).take(n / 32) {
-        let sumi: i32 = nibbles(&bw[2..]).iter().zip(q8(&ba[2..])).map(|(&q, y)| (q as i32 - 8) * y).sum();
+    for (bw, ba) in w
+        .chunks_exact(Q4_0_BYTES)
+        .zip(a.chunks_exact(34))
+        .take(n / 32)
+    {
+        let sumi: i32 = nibbles(&bw[2..])
+            .iter()
+            .zip(q8(&ba[2..]))
+            .map(|(&q, y)| (q as i32 - 8) * y)
+            .sum();
         sumf += sumi as f32 * read_f16(bw) * read_f16(ba);
     }
     sumf
@@ -193,18 +203,35 @@ pub fn dot_q4_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
 
 pub fn dot_q4_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sumf = 0.0f32;
-    for (bw, ba) in w.chunks_exact(Q4_1_BYTES).zip(a.chunks_exact(36)).take(n / 32) {
-        let sumi: i32 = nibbles(&bw[4..]).iter().zip(q8(&ba[4..])).map(|(&q, y)| q as i32 * y).sum();
-        sumf += (read_f16(bw) * read_f16(ba)) * sumi as f32 + read_f16(&bw[2..]) * read_f16(&ba[2..]);
+    for (bw, ba) in w
+        .chunks_exact(Q4_1_BYTES)
+        .zip(a.chunks_exact(36))
+        .take(n / 32)
+    {
+        let sumi: i32 = nibbles(&bw[4..])
+            .iter()
+            .zip(q8(&ba[4..]))
+            .map(|(&q, y)| q as i32 * y)
+            .sum();
+        sumf +=
+            (read_f16(bw) * read_f16(ba)) * sumi as f32 + read_f16(&bw[2..]) * read_f16(&ba[2..]);
     }
     sumf
 }
 
 pub fn dot_q5_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sumf = 0.0f32;
-    for (bw, ba) in w.chunks_exact(Q5_0_BYTES).zip(a.chunks_exact(34)).take(n / 32) {
+    for (bw, ba) in w
+        .chunks_exact(Q5_0_BYTES)
+        .zip(a.chunks_exact(34))
+        .take(n / 32)
+    {
         let codes = codes5(&bw[2..6], &bw[6..]);
-        let sumi: i32 = codes.iter().zip(q8(&ba[2..])).map(|(&q, y)| (q as i32 - 16) * y).sum();
+        let sumi: i32 = codes
+            .iter()
+            .zip(q8(&ba[2..]))
+            .map(|(&q, y)| (q as i32 - 16) * y)
+            .sum();
         sumf += (read_f16(bw) * read_f16(ba)) * sumi as f32;
     }
     sumf
@@ -212,19 +239,35 @@ pub fn dot_q5_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
 
 pub fn dot_q5_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sumf = 0.0f32;
-    for (bw, ba) in w.chunks_exact(Q5_1_BYTES).zip(a.chunks_exact(36)).take(n / 32) {
+    for (bw, ba) in w
+        .chunks_exact(Q5_1_BYTES)
+        .zip(a.chunks_exact(36))
+        .take(n / 32)
+    {
         let codes = codes5(&bw[4..8], &bw[8..]);
-        let sumi: i32 = codes.iter().zip(q8(&ba[4..])).map(|(&q, y)| q as i32 * y).sum();
-        sumf += (read_f16(bw) * read_f16(ba)) * sumi as f32 + read_f16(&bw[2..]) * read_f16(&ba[2..]);
+        let sumi: i32 = codes
+            .iter()
+            .zip(q8(&ba[4..]))
+            .map(|(&q, y)| q as i32 * y)
+            .sum();
+        sumf +=
+            (read_f16(bw) * read_f16(ba)) * sumi as f32 + read_f16(&bw[2..]) * read_f16(&ba[2..]);
     }
     sumf
 }
 
 pub fn dot_iq4_nl(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sumf = 0.0f32;
-    for (bw, ba) in w.chunks_exact(IQ4_NL_BYTES).zip(a.chunks_exact(34)).take(n / 32) {
-        let sumi: i32 =
-            nibbles(&bw[2..]).iter().zip(q8(&ba[2..])).map(|(&q, y)| KVALUES_IQ4NL[q as usize] as i32 * y).sum();
+    for (bw, ba) in w
+        .chunks_exact(IQ4_NL_BYTES)
+        .zip(a.chunks_exact(34))
+        .take(n / 32)
+    {
+        let sumi: i32 = nibbles(&bw[2..])
+            .iter()
+            .zip(q8(&ba[2..]))
+            .map(|(&q, y)| KVALUES_IQ4NL[q as usize] as i32 * y)
+            .sum();
         sumf += (read_f16(bw) * read_f16(ba)) * sumi as f32;
     }
     sumf

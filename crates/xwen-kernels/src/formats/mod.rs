@@ -40,18 +40,58 @@ pub fn format(ty: GgmlType) -> Option<&'static Format> {
     use GgmlType as T;
     macro_rules! f {
         ($d:expr, $q:expr, $dot:expr, $vd:expr) => {{
-            static F: Format = Format { dequant: $d, quant: $q, dot: $dot, vec_dot_type: $vd };
+            static F: Format = Format {
+                dequant: $d,
+                quant: $q,
+                dot: $dot,
+                vec_dot_type: $vd,
+            };
             Some(&F)
         }};
     }
     match ty {
-        T::F32 => f!(float::dequantize_f32, float::quantize_f32, Some(float::dot_f32), T::F32),
-        T::F16 => f!(float::dequantize_f16, float::quantize_f16, Some(float::dot_f16), T::F16),
-        T::BF16 => f!(float::dequantize_bf16, float::quantize_bf16, Some(float::dot_bf16), T::BF16),
-        T::Q4_0 => f!(legacy::dequantize_q4_0, legacy::quantize_q4_0, Some(legacy::dot_q4_0), T::Q8_0),
-        T::Q4_1 => f!(legacy::dequantize_q4_1, legacy::quantize_q4_1, Some(legacy::dot_q4_1), T::Q8_1),
-        T::Q5_0 => f!(legacy::dequantize_q5_0, legacy::quantize_q5_0, Some(legacy::dot_q5_0), T::Q8_0),
-        T::Q5_1 => f!(legacy::dequantize_q5_1, legacy::quantize_q5_1, Some(legacy::dot_q5_1), T::Q8_1),
+        T::F32 => f!(
+            float::dequantize_f32,
+            float::quantize_f32,
+            Some(float::dot_f32),
+            T::F32
+        ),
+        T::F16 => f!(
+            float::dequantize_f16,
+            float::quantize_f16,
+            Some(float::dot_f16),
+            T::F16
+        ),
+        T::BF16 => f!(
+            float::dequantize_bf16,
+            float::quantize_bf16,
+            Some(float::dot_bf16),
+            T::BF16
+        ),
+        T::Q4_0 => f!(
+            legacy::dequantize_q4_0,
+            legacy::quantize_q4_0,
+            Some(legacy::dot_q4_0),
+            T::Q8_0
+        ),
+        T::Q4_1 => f!(
+            legacy::dequantize_q4_1,
+            legacy::quantize_q4_1,
+            Some(legacy::dot_q4_1),
+            T::Q8_1
+        ),
+        T::Q5_0 => f!(
+            legacy::dequantize_q5_0,
+            legacy::quantize_q5_0,
+            Some(legacy::dot_q5_0),
+            T::Q8_0
+        ),
+        T::Q5_1 => f!(
+            legacy::dequantize_q5_1,
+            legacy::quantize_q5_1,
+            Some(legacy::dot_q5_1),
+            T::Q8_1
+        ),
         T::Q8_0 => f!(q8::dequantize_q8_0, q8_0_ref, Some(q8::dot_q8_0), T::Q8_0),
         T::Q8_1 => f!(q8::dequantize_q8_1, q8_1_ref, None, T::Q8_1),
         T::Q8_K => f!(q8::dequantize_q8_k, q8::quantize_q8_k, None, T::Q8_K),
@@ -60,8 +100,18 @@ pub fn format(ty: GgmlType) -> Option<&'static Format> {
         T::Q4_K => f!(q4_k::dequantize, q4_k::quantize, Some(q4_k::dot), T::Q8_K),
         T::Q5_K => f!(q5_k::dequantize, q5_k::quantize, Some(q5_k::dot), T::Q8_K),
         T::Q6_K => f!(q6_k::dequantize, q6_k::quantize, Some(q6_k::dot), T::Q8_K),
-        T::IQ4_NL => f!(legacy::dequantize_iq4_nl, iq4::quantize_nl, Some(legacy::dot_iq4_nl), T::Q8_0),
-        T::IQ4_XS => f!(iq4::dequantize_xs, iq4::quantize_xs, Some(iq4::dot_xs), T::Q8_K),
+        T::IQ4_NL => f!(
+            legacy::dequantize_iq4_nl,
+            iq4::quantize_nl,
+            Some(legacy::dot_iq4_nl),
+            T::Q8_0
+        ),
+        T::IQ4_XS => f!(
+            iq4::dequantize_xs,
+            iq4::quantize_xs,
+            Some(iq4::dot_xs),
+            T::Q8_K
+        ),
         _ => None,
     }
 }

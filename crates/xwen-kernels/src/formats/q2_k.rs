@@ -48,7 +48,16 @@ pub fn quantize(x: &[f32], out: &mut [u8]) {
             for (w, &v) in weights.iter_mut().zip(xs) {
                 *w = v.abs();
             }
-            let (s, m) = make_qkx2_quants(xs, &weights, 3, &mut l[16 * j..16 * j + 16], -0.5, 0.1, 15, true);
+            let (s, m) = make_qkx2_quants(
+                xs,
+                &weights,
+                3,
+                &mut l[16 * j..16 * j + 16],
+                -0.5,
+                0.1,
+                15,
+                true,
+            );
             scales[j] = s;
             mins[j] = m;
             if s > max_scale {
@@ -100,7 +109,11 @@ pub fn quantize(x: &[f32], out: &mut [u8]) {
 
 pub fn dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sumf = 0.0f32;
-    for (b, ya) in w.chunks_exact(BYTES).zip(a.chunks_exact(Q8_K_BYTES)).take(n / QK_K) {
+    for (b, ya) in w
+        .chunks_exact(BYTES)
+        .zip(a.chunks_exact(Q8_K_BYTES))
+        .take(n / QK_K)
+    {
         let (dy, q8, bsums) = q8k_parts(ya);
         let q = codes(b);
         let mut summs = 0i32;

@@ -61,7 +61,12 @@ pub fn quantize(x: &[f32], out: &mut [u8]) {
         let mut sc = [0f32; 16];
         let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
         for j in 0..16 {
-            sc[j] = make_q3_quants(&xb[16 * j..16 * j + 16], 4, &mut l[16 * j..16 * j + 16], true);
+            sc[j] = make_q3_quants(
+                &xb[16 * j..16 * j + 16],
+                4,
+                &mut l[16 * j..16 * j + 16],
+                true,
+            );
             if sc[j].abs() > amax {
                 amax = sc[j].abs();
                 max_scale = sc[j];
@@ -108,7 +113,8 @@ pub fn quantize(x: &[f32], out: &mut [u8]) {
         for h in 0..2 {
             for i in 0..32 {
                 let j = 128 * h + i;
-                ob[32 + 32 * h + i] = lu[j] | (lu[j + 32] << 2) | (lu[j + 64] << 4) | (lu[j + 96] << 6);
+                ob[32 + 32 * h + i] =
+                    lu[j] | (lu[j + 32] << 2) | (lu[j + 64] << 4) | (lu[j + 96] << 6);
             }
         }
     }
@@ -116,7 +122,11 @@ pub fn quantize(x: &[f32], out: &mut [u8]) {
 
 pub fn dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sumf = 0.0f32;
-    for (b, ya) in w.chunks_exact(BYTES).zip(a.chunks_exact(Q8_K_BYTES)).take(n / QK_K) {
+    for (b, ya) in w
+        .chunks_exact(BYTES)
+        .zip(a.chunks_exact(Q8_K_BYTES))
+        .take(n / QK_K)
+    {
         let (dy, q8, _) = q8k_parts(ya);
         let sc = scales(&b[96..108]);
         let q = codes(b);

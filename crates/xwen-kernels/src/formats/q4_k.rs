@@ -17,7 +17,10 @@ pub fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
     } else {
-        ((q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+        (
+            (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
     }
 }
 
@@ -68,7 +71,16 @@ pub fn quantize_k4_scales(
         for (w, &v) in weights.iter_mut().zip(xs) {
             *w = av_x + v.abs();
         }
-        let (s, m) = make_qkx2_quants(xs, &weights, nmax, &mut codes[32 * j..32 * j + 32], rmin, 0.1, nstep, false);
+        let (s, m) = make_qkx2_quants(
+            xs,
+            &weights,
+            nmax,
+            &mut codes[32 * j..32 * j + 32],
+            rmin,
+            0.1,
+            nstep,
+            false,
+        );
         scales[j] = s;
         mins[j] = m;
         if s > max_scale {
@@ -78,7 +90,11 @@ pub fn quantize_k4_scales(
             max_min = m;
         }
     }
-    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     let (mut ls, mut lm) = ([0u8; 8], [0u8; 8]);
     for j in 0..8 {
@@ -90,7 +106,15 @@ pub fn quantize_k4_scales(
 }
 
 /// Final code choice once the rounded (d, dmin) are known.
-pub fn requantize_k4(x: &[f32], ob_d: f32, ob_dmin: f32, ls: &[u8; 8], lm: &[u8; 8], nmax: i32, codes: &mut [u8; QK_K]) {
+pub fn requantize_k4(
+    x: &[f32],
+    ob_d: f32,
+    ob_dmin: f32,
+    ls: &[u8; 8],
+    lm: &[u8; 8],
+    nmax: i32,
+    codes: &mut [u8; QK_K],
+) {
     for j in 0..8 {
         let d = ob_d * ls[j] as f32;
         if d == 0.0 {
@@ -112,7 +136,15 @@ pub fn quantize(x: &[f32], out: &mut [u8]) {
         let dmh = f32_to_f16(dmin);
         ob[..2].copy_from_slice(&dh.to_le_bytes());
         ob[2..4].copy_from_slice(&dmh.to_le_bytes());
-        requantize_k4(xb, read_f16(&ob[..2]), read_f16(&ob[2..4]), &ls, &lm, 15, &mut codes);
+        requantize_k4(
+            xb,
+            read_f16(&ob[..2]),
+            read_f16(&ob[2..4]),
+            &ls,
+            &lm,
+            15,
+            &mut codes,
+        );
         for c in 0..4 {
             for l in 0..32 {
                 ob[16 + 32 * c + l] = codes[64 * c + l] | (codes[64 * c + 32 + l] << 4);
@@ -141,7 +173,11 @@ pub fn dequantize(src: &[u8], dst: &mut [f32]) {
 /// d*dy*sum(sc*isum) - dmin*dy*sum(m*bsum).
 pub fn dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sumf = 0.0f32;
-    for (b, ya) in w.chunks_exact(BYTES).zip(a.chunks_exact(super::q8::Q8_K_BYTES)).take(n / QK_K) {
+    for (b, ya) in w
+        .chunks_exact(BYTES)
+        .zip(a.chunks_exact(super::q8::Q8_K_BYTES))
+        .take(n / QK_K)
+    {
         let (dy, q8, bsums) = q8k_parts(ya);
         let (sc, m) = unpack_scales_k4(&b[4..16]);
         let mut summ = 0i32;

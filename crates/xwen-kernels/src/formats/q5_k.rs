@@ -18,7 +18,15 @@ pub fn quantize(x: &[f32], out: &mut [u8]) {
         pack_scales_k4(&ls, &lm, &mut ob[4..16]);
         ob[..2].copy_from_slice(&f32_to_f16(d).to_le_bytes());
         ob[2..4].copy_from_slice(&f32_to_f16(dmin).to_le_bytes());
-        requantize_k4(xb, read_f16(&ob[..2]), read_f16(&ob[2..4]), &ls, &lm, 31, &mut codes);
+        requantize_k4(
+            xb,
+            read_f16(&ob[..2]),
+            read_f16(&ob[2..4]),
+            &ls,
+            &lm,
+            31,
+            &mut codes,
+        );
         ob[16..48].fill(0);
         for c in 0..4 {
             for j in 0..32 {
@@ -68,7 +76,11 @@ pub fn dequantize(src: &[u8], dst: &mut [f32]) {
 
 pub fn dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sumf = 0.0f32;
-    for (b, ya) in w.chunks_exact(BYTES).zip(a.chunks_exact(Q8_K_BYTES)).take(n / QK_K) {
+    for (b, ya) in w
+        .chunks_exact(BYTES)
+        .zip(a.chunks_exact(Q8_K_BYTES))
+        .take(n / QK_K)
+    {
         let (dy, q8, bsums) = q8k_parts(ya);
         let (sc, m) = unpack_scales_k4(&b[4..16]);
         let q = codes(b);

@@ -49,7 +49,12 @@ pub fn quantize(x: &[f32], out: &mut [u8]) {
         let mut scales = [0f32; 16];
         let (mut max_scale, mut max_abs_scale) = (0.0f32, 0.0f32);
         for ib in 0..16 {
-            let s = make_qx_quants(&xb[16 * ib..16 * ib + 16], 32, &mut l[16 * ib..16 * ib + 16], 1);
+            let s = make_qx_quants(
+                &xb[16 * ib..16 * ib + 16],
+                32,
+                &mut l[16 * ib..16 * ib + 16],
+                1,
+            );
             scales[ib] = s;
             if s.abs() > max_abs_scale {
                 max_abs_scale = s.abs();
@@ -80,11 +85,18 @@ pub fn quantize(x: &[f32], out: &mut [u8]) {
         for h in 0..2 {
             let j = 128 * h;
             for i in 0..32 {
-                let (q1, q2, q3, q4) = (l[j + i] & 0xf, l[j + i + 32] & 0xf, l[j + i + 64] & 0xf, l[j + i + 96] & 0xf);
+                let (q1, q2, q3, q4) = (
+                    l[j + i] & 0xf,
+                    l[j + i + 32] & 0xf,
+                    l[j + i + 64] & 0xf,
+                    l[j + i + 96] & 0xf,
+                );
                 ob[64 * h + i] = q1 | (q3 << 4);
                 ob[64 * h + i + 32] = q2 | (q4 << 4);
-                ob[128 + 32 * h + i] =
-                    (l[j + i] >> 4) | ((l[j + i + 32] >> 4) << 2) | ((l[j + i + 64] >> 4) << 4) | ((l[j + i + 96] >> 4) << 6);
+                ob[128 + 32 * h + i] = (l[j + i] >> 4)
+                    | ((l[j + i + 32] >> 4) << 2)
+                    | ((l[j + i + 64] >> 4) << 4)
+                    | ((l[j + i + 96] >> 4) << 6);
             }
         }
     }
@@ -92,7 +104,11 @@ pub fn quantize(x: &[f32], out: &mut [u8]) {
 
 pub fn dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sumf = 0.0f32;
-    for (b, ya) in w.chunks_exact(BYTES).zip(a.chunks_exact(Q8_K_BYTES)).take(n / QK_K) {
+    for (b, ya) in w
+        .chunks_exact(BYTES)
+        .zip(a.chunks_exact(Q8_K_BYTES))
+        .take(n / QK_K)
+    {
         let (dy, q8, _) = q8k_parts(ya);
         let q = codes(b);
         let mut sumi = 0i32;

@@ -122,7 +122,10 @@ fn q8_k_block(x: &[f32], out: &mut [u8], max: f32, amax: f32) {
         *q = nearest_int(iscale * v).min(127) as i8 as u8;
     }
     for j in 0..16 {
-        let s: i32 = out[4 + 16 * j..4 + 16 * j + 16].iter().map(|&q| q as i8 as i32).sum();
+        let s: i32 = out[4 + 16 * j..4 + 16 * j + 16]
+            .iter()
+            .map(|&q| q as i8 as i32)
+            .sum();
         out[4 + QK_K + 2 * j..4 + QK_K + 2 * j + 2].copy_from_slice(&(s as i16).to_le_bytes());
     }
     out[..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
@@ -148,7 +151,7 @@ pub fn quantize_q8_k(x: &[f32], out: &mut [u8]) {
 pub fn quantize_q8_k_prefer_positive(x: &[f32], out: &mut [u8]) {
     for (xb, ob) in x.chunks_exact(QK_K).zip(out.chunks_exact_mut(Q8_K_BYTES)) {
         let amax = xb.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let positive = xb.iter().any(|&v| v == amax);
+        let positive = xb.contains(&amax);
         q8_k_block(xb, ob, if positive { amax } else { -amax }, amax);
     }
 }
@@ -183,14 +186,25 @@ pub fn dequantize_q8_k(src: &[u8], dst: &mut [f32]) {
 /// Sum of 32 int8 products; shared by every 32-block format's scalar dot.
 #[inline]
 pub fn isum32(a: &[i8; 32], b: &[u8]) -> i32 {
-    a.iter().zip(b).map(|(&x, &y)| x as i32 * (y as i8 as i32)).sum()
+    a.iter()
+        .zip(b)
+        .map(|(&x, &y)| x as i32 * (y as i8 as i32))
+        .sum()
 }
 
 /// ggml_vec_dot_q8_0_q8_0_generic order: per-block integer sum, then sumi * (dx * dy).
 pub fn dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sumf = 0.0f32;
-    for (bw, ba) in w.chunks_exact(Q8_0_BYTES).zip(a.chunks_exact(Q8_0_BYTES)).take(n / 32) {
-        let sumi: i32 = bw[2..].iter().zip(&ba[2..]).map(|(&x, &y)| (x as i8 as i32) * (y as i8 as i32)).sum();
+    for (bw, ba) in w
+        .chunks_exact(Q8_0_BYTES)
+        .zip(a.chunks_exact(Q8_0_BYTES))
+        .take(n / 32)
+    {
+        let sumi: i32 = bw[2..]
+            .iter()
+            .zip(&ba[2..])
+            .map(|(&x, &y)| (x as i8 as i32) * (y as i8 as i32))
+            .sum();
         sumf += sumi as f32 * (read_f16(bw) * read_f16(ba));
     }
     sumf

@@ -30,7 +30,11 @@ pub fn make_qx_quants(x: &[f32], nmax: i32, l_out: &mut [i8], rmse_type: i32) ->
         }
         return 1.0 / iscale;
     }
-    let (rmse_type, return_early) = if rmse_type < 0 { (-rmse_type, true) } else { (rmse_type, false) };
+    let (rmse_type, return_early) = if rmse_type < 0 {
+        (-rmse_type, true)
+    } else {
+        (rmse_type, false)
+    };
     let weight = |v: f32| -> f32 {
         match rmse_type {
             1 => v * v,
@@ -49,7 +53,11 @@ pub fn make_qx_quants(x: &[f32], nmax: i32, l_out: &mut [i8], rmse_type: i32) ->
     }
     let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
     if return_early {
-        return if suml2 > 0.0 { 0.5 * (scale + 1.0 / iscale) } else { 1.0 / iscale };
+        return if suml2 > 0.0 {
+            0.5 * (scale + 1.0 / iscale)
+        } else {
+            1.0 / iscale
+        };
     }
     let mut best = scale * sumlx;
     for is in -9..=9 {

@@ -118,7 +118,12 @@ unsafe fn nibbles32(p: &[u8], off: usize) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn bits32_to_0x10(p: &[u8], off: usize) -> __m256i {
     let h = u32::from_le_bytes([p[off], p[off + 1], p[off + 2], p[off + 3]]);
-    let shuf = _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303);
+    let shuf = _mm256_setr_epi64x(
+        0,
+        0x0101010101010101,
+        0x0202020202020202,
+        0x0303030303030303,
+    );
     let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(h as i32), shuf);
     let bit = _mm256_set1_epi64x(0x8040201008040201u64 as i64);
     let set = _mm256_cmpeq_epi8(_mm256_and_si256(bytes, bit), bit);
@@ -185,7 +190,11 @@ unsafe fn dot_q5_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
         summs += read_f16(&w[bw + 2..]) * read_f16(&a[ba + 2..]);
         let d = _mm256_set1_ps(read_f16(&w[bw..]) * read_f16(&a[ba..]));
         let q = _mm256_or_si256(nibbles32(w, bw + 8), bits32_to_0x10(w, bw + 4));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(mul_sum_u8_i8(q, load(a, ba + 4))), acc);
+        acc = _mm256_fmadd_ps(
+            d,
+            _mm256_cvtepi32_ps(mul_sum_u8_i8(q, load(a, ba + 4))),
+            acc,
+        );
     }
     hsum_ps(acc) + summs
 }
@@ -329,7 +338,8 @@ unsafe fn dot_q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
             ];
             for (k, &qk) in q.iter().enumerate() {
                 let q8 = load(a, ba + 4 + 128 * h + 32 * k);
-                let p = _mm256_sub_epi16(_mm256_maddubs_epi16(qk, q8), _mm256_maddubs_epi16(m32s, q8));
+                let p =
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(qk, q8), _mm256_maddubs_epi16(m32s, q8));
                 let s = scale_pair(sc[8 * h + 2 * k], sc[8 * h + 2 * k + 1]);
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s, p));
             }
@@ -361,7 +371,10 @@ unsafe fn dot_q2_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
                 let q = _mm256_and_si256(_mm256_srl_epi16(qb, _mm_cvtsi32_si128(2 * k as i32)), m3);
                 let p = _mm256_maddubs_epi16(q, load(a, ba + 4 + 128 * h + 32 * k));
                 let g = 8 * h + 2 * k;
-                let s = _mm256_setr_m128i(_mm_set1_epi16((w[bw + g] & 0xf) as i16), _mm_set1_epi16((w[bw + g + 1] & 0xf) as i16));
+                let s = _mm256_setr_m128i(
+                    _mm_set1_epi16((w[bw + g] & 0xf) as i16),
+                    _mm_set1_epi16((w[bw + g + 1] & 0xf) as i16),
+                );
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s, p));
             }
         }
@@ -383,7 +396,8 @@ unsafe fn dot_q3_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
         for h in 0..2 {
             let qb = load(w, bw + 32 + 32 * h);
             for k in 0..4 {
-                let low = _mm256_and_si256(_mm256_srl_epi16(qb, _mm_cvtsi32_si128(2 * k as i32)), m3);
+                let low =
+                    _mm256_and_si256(_mm256_srl_epi16(qb, _mm_cvtsi32_si128(2 * k as i32)), m3);
                 // high bit (4h + k) of hmask[l]: set -> +0, clear -> -4
                 let bit = _mm256_set1_epi8(1u8.wrapping_shl((4 * h + k) as u32) as i8);
                 let clear = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), _mm256_setzero_si256());
@@ -393,8 +407,14 @@ unsafe fn dot_q3_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
                 // first 16 elements, lanes 4..7 the second 16.
                 let g = 8 * h + 2 * k;
                 let s = _mm256_setr_epi32(
-                    sc[g] as i32, sc[g] as i32, sc[g] as i32, sc[g] as i32,
-                    sc[g + 1] as i32, sc[g + 1] as i32, sc[g + 1] as i32, sc[g + 1] as i32,
+                    sc[g] as i32,
+                    sc[g] as i32,
+                    sc[g] as i32,
+                    sc[g] as i32,
+                    sc[g + 1] as i32,
+                    sc[g + 1] as i32,
+                    sc[g + 1] as i32,
+                    sc[g + 1] as i32,
                 );
                 sumi = _mm256_add_epi32(sumi, _mm256_mullo_epi32(p, s));
             }
@@ -429,10 +449,17 @@ unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let n32 = n / 32 * 32;
     for i in (0..n32).step_by(32) {
         for (k, ac) in acc.iter_mut().enumerate() {
-            *ac = _mm256_fmadd_ps(_mm256_loadu_ps(pw.add(i + 8 * k)), _mm256_loadu_ps(pa.add(i + 8 * k)), *ac);
+            *ac = _mm256_fmadd_ps(
+                _mm256_loadu_ps(pw.add(i + 8 * k)),
+                _mm256_loadu_ps(pa.add(i + 8 * k)),
+                *ac,
+            );
         }
     }
-    let mut s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    let mut s = hsum_ps(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ));
     for i in n32..n {
         s += read_f32(&w[4 * i..]) * read_f32(&a[4 * i..]);
     }
@@ -450,7 +477,10 @@ unsafe fn dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
             *ac = _mm256_fmadd_ps(x, y, *ac);
         }
     }
-    let mut s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    let mut s = hsum_ps(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ));
     for i in n32..n {
         let x = f16_to_f32(u16::from_le_bytes([w[2 * i], w[2 * i + 1]]));
         let y = f16_to_f32(u16::from_le_bytes([a[2 * i], a[2 * i + 1]]));
@@ -462,7 +492,10 @@ unsafe fn dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn bf16x8(p: &[u8], off: usize) -> __m256 {
-    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(p, off)), 16))
+    _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(load128(p, off)),
+        16,
+    ))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -474,7 +507,10 @@ unsafe fn dot_bf16(n: usize, w: &[u8], a: &[u8]) -> f32 {
             *ac = _mm256_fmadd_ps(bf16x8(w, 2 * (i + 8 * k)), bf16x8(a, 2 * (i + 8 * k)), *ac);
         }
     }
-    let mut s = hsum_ps(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
+    let mut s = hsum_ps(_mm256_add_ps(
+        _mm256_add_ps(acc[0], acc[1]),
+        _mm256_add_ps(acc[2], acc[3]),
+    ));
     for i in n32..n {
         let x = crate::half::bf16_to_f32(u16::from_le_bytes([w[2 * i], w[2 * i + 1]]));
         let y = crate::half::bf16_to_f32(u16::from_le_bytes([a[2 * i], a[2 * i + 1]]));
@@ -484,12 +520,20 @@ unsafe fn dot_bf16(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 
 /// quantize_row_q8_0's AVX path (arch/x86/quants.c:302): id = 127/amax, round half to even.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
     let sign = _mm256_set1_ps(-0.0);
     for (i, ob) in out.chunks_exact_mut(34).enumerate().take(x.len() / 32) {
         let p = x.as_ptr().add(32 * i);
-        let v = [_mm256_loadu_ps(p), _mm256_loadu_ps(p.add(8)), _mm256_loadu_ps(p.add(16)), _mm256_loadu_ps(p.add(24))];
+        let v = [
+            _mm256_loadu_ps(p),
+            _mm256_loadu_ps(p.add(8)),
+            _mm256_loadu_ps(p.add(16)),
+            _mm256_loadu_ps(p.add(24)),
+        ];
         let mut m = _mm256_andnot_ps(sign, v[0]);
         for vk in &v[1..] {
             m = _mm256_max_ps(m, _mm256_andnot_ps(sign, *vk));
@@ -502,7 +546,9 @@ pub unsafe fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
         ob[..2].copy_from_slice(&crate::half::f32_to_f16(d).to_le_bytes());
         let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
         let r: [__m256i; 4] = std::array::from_fn(|k| {
-            _mm256_cvtps_epi32(_mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(_mm256_mul_ps(v[k], id)))
+            _mm256_cvtps_epi32(_mm256_round_ps::<
+                { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+            >(_mm256_mul_ps(v[k], id)))
         });
         let p01 = _mm256_packs_epi32(r[0], r[1]);
         let p23 = _mm256_packs_epi32(r[2], r[3]);
@@ -513,8 +559,12 @@ pub unsafe fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
 }
 
 /// F32 -> F16 with vcvtps2ph (round to nearest even), like ggml_cpu_fp32_to_fp16.
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub unsafe fn quantize_f16(x: &[f32], out: &mut [u8]) {
+    assert!(out.len() >= 2 * x.len(), "quantize_f16: output too short");
     let n8 = x.len() / 8 * 8;
     for i in (0..n8).step_by(8) {
         let v = _mm256_loadu_ps(x.as_ptr().add(i));

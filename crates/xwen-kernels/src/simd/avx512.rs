@@ -69,7 +69,10 @@ unsafe fn join(lo: __m256i, hi: __m256i) -> __m512i {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn set2_ps(a: f32, b: f32) -> __m512 {
-    _mm512_castsi512_ps(join(_mm256_castps_si256(_mm256_set1_ps(a)), _mm256_castps_si256(_mm256_set1_ps(b))))
+    _mm512_castsi512_ps(join(
+        _mm256_castps_si256(_mm256_set1_ps(a)),
+        _mm256_castps_si256(_mm256_set1_ps(b)),
+    ))
 }
 
 /// Signed × signed bytes via VNNI: |x| · sign(y, x), 16 i32 sums of 4.
@@ -91,7 +94,10 @@ unsafe fn dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let x = join(load256(w, b0 + 2), load256(w, b1 + 2));
         let y = join(load256(a, b0 + 2), load256(a, b1 + 2));
         let p = dot_i8(_mm512_setzero_si512(), x, y);
-        let d = set2_ps(read_f16(&w[b0..]) * read_f16(&a[b0..]), read_f16(&w[b1..]) * read_f16(&a[b1..]));
+        let d = set2_ps(
+            read_f16(&w[b0..]) * read_f16(&a[b0..]),
+            read_f16(&w[b1..]) * read_f16(&a[b1..]),
+        );
         acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(p), acc);
         i += 2;
     }
@@ -131,11 +137,21 @@ unsafe fn dot_q4_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let mut sumi = _mm512_setzero_si512();
         for j in 0..4 {
             let q = load256(w, bw + 16 + 32 * j);
-            let q4 = join(_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
+            let q4 = join(
+                _mm256_and_si256(q, m4),
+                _mm256_and_si256(_mm256_srli_epi16(q, 4), m4),
+            );
             let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q4, load512(a, ba + 4 + 64 * j));
-            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, scale2(sc[2 * j], sc[2 * j + 1])));
+            sumi = _mm512_add_epi32(
+                sumi,
+                _mm512_mullo_epi32(p, scale2(sc[2 * j], sc[2 * j + 1])),
+            );
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(dy * read_f16(&w[bw..])), _mm512_cvtepi32_ps(sumi), acc);
+        acc = _mm512_fmadd_ps(
+            _mm512_set1_ps(dy * read_f16(&w[bw..])),
+            _mm512_cvtepi32_ps(sumi),
+            acc,
+        );
     }
     _mm512_reduce_add_ps(acc) - summ
 }
@@ -164,10 +180,21 @@ unsafe fn dot_q5_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
             hbits = _mm256_srli_epi16(hbits, 2);
             let lo = _mm256_or_si256(_mm256_and_si256(q, m4), hl);
             let hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), hh);
-            let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), join(lo, hi), load512(a, ba + 4 + 64 * j));
-            sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, scale2(sc[2 * j], sc[2 * j + 1])));
+            let p = _mm512_dpbusd_epi32(
+                _mm512_setzero_si512(),
+                join(lo, hi),
+                load512(a, ba + 4 + 64 * j),
+            );
+            sumi = _mm512_add_epi32(
+                sumi,
+                _mm512_mullo_epi32(p, scale2(sc[2 * j], sc[2 * j + 1])),
+            );
         }
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(dy * read_f16(&w[bw..])), _mm512_cvtepi32_ps(sumi), acc);
+        acc = _mm512_fmadd_ps(
+            _mm512_set1_ps(dy * read_f16(&w[bw..])),
+            _mm512_cvtepi32_ps(sumi),
+            acc,
+        );
     }
     _mm512_reduce_add_ps(acc) - summ
 }
@@ -194,15 +221,39 @@ unsafe fn dot_q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
             let hb = |v: __m256i| _mm256_slli_epi16(_mm256_and_si256(v, m2), 4);
             let c0 = _mm256_or_si256(_mm256_and_si256(q1, m4), hb(qh));
             let c1 = _mm256_or_si256(_mm256_and_si256(q2, m4), hb(_mm256_srli_epi16(qh, 2)));
-            let c2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4), hb(_mm256_srli_epi16(qh, 4)));
-            let c3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q2, 4), m4), hb(_mm256_srli_epi16(qh, 6)));
+            let c2 = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(q1, 4), m4),
+                hb(_mm256_srli_epi16(qh, 4)),
+            );
+            let c3 = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(q2, 4), m4),
+                hb(_mm256_srli_epi16(qh, 6)),
+            );
             for (k, codes) in [join(c0, c1), join(c2, c3)].into_iter().enumerate() {
-                let p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes, load512(a, ba + 4 + 128 * h + 64 * k));
+                let p = _mm512_dpbusd_epi32(
+                    _mm512_setzero_si512(),
+                    codes,
+                    load512(a, ba + 4 + 128 * h + 64 * k),
+                );
                 // lanes 4g..4g+4 hold group g of these 64 elements
                 let g0 = 8 * h + 4 * k;
                 let s = _mm512_setr_epi32(
-                    sc[g0], sc[g0], sc[g0], sc[g0], sc[g0 + 1], sc[g0 + 1], sc[g0 + 1], sc[g0 + 1],
-                    sc[g0 + 2], sc[g0 + 2], sc[g0 + 2], sc[g0 + 2], sc[g0 + 3], sc[g0 + 3], sc[g0 + 3], sc[g0 + 3],
+                    sc[g0],
+                    sc[g0],
+                    sc[g0],
+                    sc[g0],
+                    sc[g0 + 1],
+                    sc[g0 + 1],
+                    sc[g0 + 1],
+                    sc[g0 + 1],
+                    sc[g0 + 2],
+                    sc[g0 + 2],
+                    sc[g0 + 2],
+                    sc[g0 + 2],
+                    sc[g0 + 3],
+                    sc[g0 + 3],
+                    sc[g0 + 3],
+                    sc[g0 + 3],
                 );
                 sumi = _mm512_add_epi32(sumi, _mm512_mullo_epi32(p, s));
             }
@@ -220,10 +271,17 @@ unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let n64 = n / 64 * 64;
     for i in (0..n64).step_by(64) {
         for (k, ac) in acc.iter_mut().enumerate() {
-            *ac = _mm512_fmadd_ps(_mm512_loadu_ps(pw.add(i + 16 * k)), _mm512_loadu_ps(pa.add(i + 16 * k)), *ac);
+            *ac = _mm512_fmadd_ps(
+                _mm512_loadu_ps(pw.add(i + 16 * k)),
+                _mm512_loadu_ps(pa.add(i + 16 * k)),
+                *ac,
+            );
         }
     }
-    let mut s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[1]), _mm512_add_ps(acc[2], acc[3])));
+    let mut s = _mm512_reduce_add_ps(_mm512_add_ps(
+        _mm512_add_ps(acc[0], acc[1]),
+        _mm512_add_ps(acc[2], acc[3]),
+    ));
     for i in n64..n {
         s += read_f32(&w[4 * i..]) * read_f32(&a[4 * i..]);
     }
@@ -251,7 +309,10 @@ unsafe fn dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn bf16x16(p: &[u8], off: usize) -> __m512 {
-    _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(load256(p, off)), 16))
+    _mm512_castsi512_ps(_mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(load256(p, off)),
+        16,
+    ))
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
@@ -260,7 +321,11 @@ unsafe fn dot_bf16(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let n32 = n / 32 * 32;
     for i in (0..n32).step_by(32) {
         for (k, ac) in acc.iter_mut().enumerate() {
-            *ac = _mm512_fmadd_ps(bf16x16(w, 2 * (i + 16 * k)), bf16x16(a, 2 * (i + 16 * k)), *ac);
+            *ac = _mm512_fmadd_ps(
+                bf16x16(w, 2 * (i + 16 * k)),
+                bf16x16(a, 2 * (i + 16 * k)),
+                *ac,
+            );
         }
     }
     let mut s = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));

@@ -17,7 +17,11 @@ impl VectorFile {
         self.sections.get(tag).map(|v| v.as_slice())
     }
     pub fn f32s(&self, tag: &str) -> Option<Vec<f32>> {
-        self.bytes(tag).map(|b| b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        self.bytes(tag).map(|b| {
+            b.chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect()
+        })
     }
 }
 
@@ -28,7 +32,10 @@ pub fn vectors_dir() -> PathBuf {
 /// Reads every `<prefix>_*.bin` vector file (format: tools/kernels/make_vectors.py).
 pub fn read_vectors(prefix: &str) -> Vec<(String, VectorFile)> {
     let mut out = Vec::new();
-    let mut entries: Vec<_> = std::fs::read_dir(vectors_dir()).expect("tests/vectors exists").flatten().collect();
+    let mut entries: Vec<_> = std::fs::read_dir(vectors_dir())
+        .expect("tests/vectors exists")
+        .flatten()
+        .collect();
     entries.sort_by_key(|e| e.file_name());
     for e in entries {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -75,7 +82,9 @@ impl Rng {
     /// Activation-like values: heavy-ish tails, a range of magnitudes.
     pub fn activations(&mut self, n: usize) -> Vec<f32> {
         let scale = 10f32.powf(2.0 * self.uniform());
-        (0..n).map(|_| self.normalish() * scale * if self.below(50) == 0 { 8.0 } else { 1.0 }).collect()
+        (0..n)
+            .map(|_| self.normalish() * scale * if self.below(50) == 0 { 8.0 } else { 1.0 })
+            .collect()
     }
     pub fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next_u64() as u8).collect()
@@ -89,8 +98,12 @@ pub fn random_blocks(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
     let ts = ty.type_size();
     let mut b = rng.bytes(n / bs * ts);
     let f16_fields: &[usize] = match ty {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
-        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q8_1 => &[0, 2],
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::IQ4_NL | GgmlType::IQ4_XS => {
+            &[0]
+        }
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q8_1 => {
+            &[0, 2]
+        }
         GgmlType::Q2_K => &[80, 82],
         GgmlType::Q3_K => &[108],
         GgmlType::Q6_K => &[208],
@@ -117,7 +130,10 @@ pub fn random_blocks(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
             for blk in b.chunks_exact_mut(ts) {
                 blk[..4].copy_from_slice(&(rng.uniform() * 0.01).to_le_bytes());
                 for g in 0..16 {
-                    let s: i32 = blk[4 + 16 * g..20 + 16 * g].iter().map(|&q| q as i8 as i32).sum();
+                    let s: i32 = blk[4 + 16 * g..20 + 16 * g]
+                        .iter()
+                        .map(|&q| q as i8 as i32)
+                        .sum();
                     blk[260 + 2 * g..262 + 2 * g].copy_from_slice(&(s as i16).to_le_bytes());
                 }
             }
@@ -137,7 +153,17 @@ pub fn random_blocks(rng: &mut Rng, ty: GgmlType, n: usize) -> Vec<u8> {
 pub fn abs_dot(w_ty: GgmlType, w: &[u8], a_ty: GgmlType, a: &[u8], n: usize) -> f64 {
     let mut wf = vec![0f32; n];
     let mut af = vec![0f32; n];
-    xwen_kernels::dequantize(w_ty, &w[..w_ty.row_bytes(n as u64).unwrap() as usize], &mut wf).unwrap();
-    xwen_kernels::dequantize(a_ty, &a[..a_ty.row_bytes(n as u64).unwrap() as usize], &mut af).unwrap();
+    xwen_kernels::dequantize(
+        w_ty,
+        &w[..w_ty.row_bytes(n as u64).unwrap() as usize],
+        &mut wf,
+    )
+    .unwrap();
+    xwen_kernels::dequantize(
+        a_ty,
+        &a[..a_ty.row_bytes(n as u64).unwrap() as usize],
+        &mut af,
+    )
+    .unwrap();
     wf.iter().zip(&af).map(|(x, y)| (x * y).abs() as f64).sum()
 }
