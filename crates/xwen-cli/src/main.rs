@@ -2,11 +2,13 @@
 //! argument parsing and printing live here, logic does not.
 
 mod args;
+mod download;
 mod cmd_bench;
 mod cmd_chat;
 mod cmd_synth;
 mod cmd_inspect;
 mod cmd_logits;
+mod cmd_pull;
 mod cmd_run;
 mod cmd_tokenize;
 mod hub;
@@ -28,6 +30,7 @@ commands:
   logits    write logits of every position as .npy
   bench     prefill / decode throughput (llama-bench compatible --json)
   synth     write a synthetic full-size GGUF for benchmarks
+  pull      download a model into the Hugging Face cache and print its path
 ";
 
 fn main() -> ExitCode {
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
         "synth" => cmd_synth::run(rest),
         "logits" => cmd_logits::run(rest),
         "tokenize" => cmd_tokenize::run(rest),
+        "pull" => cmd_pull::run(rest),
         "-h" | "--help" | "help" => {
             print!("{USAGE}");
             Ok(())
