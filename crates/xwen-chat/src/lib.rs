@@ -7,6 +7,7 @@ mod bpe;
 mod pretok;
 mod segments;
 mod stream;
+mod template;
 mod tokenizer;
 mod unicode;
 mod unicode_data;
@@ -14,6 +15,7 @@ mod vocab;
 
 pub use segments::{encode_segments, segments_text, Segment};
 pub use stream::StreamDecoder;
+pub use template::{ChatMessage, ChatTemplate, RenderOptions, ToolCall};
 pub use tokenizer::Tokenizer;
 
 #[derive(Debug, thiserror::Error)]

@@ -25,17 +25,21 @@ pub fn segments_text(segs: &[Segment]) -> String {
     segs.iter().map(Segment::text).collect()
 }
 
-/// Token ids of a rendered prompt: markup via [`Tokenizer::encode_markup`], content via
-/// [`Tokenizer::encode`]. Each segment is tokenized on its own, so no BPE merge spans a
-/// markup/content boundary (llama.cpp's special-token partition cuts there too whenever the
-/// boundary is a special token).
+/// Token ids of a rendered prompt: special tokens in markup map to their ids (as
+/// [`Tokenizer::encode_markup`]), content never yields a control token (as
+/// [`Tokenizer::encode`]). The prompt is tokenized as one text
+/// ([`Tokenizer::encode_with_content`]) so BPE merges across segment boundaries exactly as
+/// llama.cpp does on the whole prompt: `"}"` ending a tool result and the template's `"\n"`
+/// after it become llama.cpp's single `"}\n"` token, not two.
 pub fn encode_segments(tok: &Tokenizer, segs: &[Segment]) -> Vec<u32> {
-    let mut out = Vec::new();
+    let mut text = String::new();
+    let mut content = Vec::new();
     for s in segs {
-        match s {
-            Segment::Markup(t) => out.extend(tok.encode_markup(t)),
-            Segment::Content(t) => out.extend(tok.encode(t)),
+        let start = text.len();
+        text.push_str(s.text());
+        if matches!(s, Segment::Content(_)) && text.len() > start {
+            content.push(start..text.len());
         }
     }
-    out
+    tok.encode_with_content(&text, &content)
 }

@@ -79,9 +79,26 @@ impl Tokenizer {
         self.tokenize(text, &self.markup_specials)
     }
 
+    /// Token ids of a prompt in which the byte ranges `content` (sorted, disjoint) hold text
+    /// users or tools wrote: special tokens are split out as by [`Tokenizer::encode_markup`],
+    /// except that a control token may not overlap any content byte. BPE then runs across
+    /// markup/content boundaries exactly as llama.cpp runs it over a whole prompt, so benign
+    /// content yields llama.cpp's ids.
+    pub fn encode_with_content(&self, text: &str, content: &[Range<usize>]) -> Vec<u32> {
+        let overlaps = |r: Range<usize>| {
+            let i = content.partition_point(|c| c.end <= r.start);
+            content.get(i).is_some_and(|c| c.start < r.end)
+        };
+        self.tokenize_with(text, &self.markup_specials, |id, r| !self.is_special(id) || !overlaps(r))
+    }
+
     fn tokenize(&self, text: &str, specials: &[u32]) -> Vec<u32> {
+        self.tokenize_with(text, specials, |_, _| true)
+    }
+
+    fn tokenize_with(&self, text: &str, specials: &[u32], allowed: impl Fn(u32, Range<usize>) -> bool) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3);
-        for frag in self.partition(text, specials) {
+        for frag in self.partition(text, specials, allowed) {
             match frag {
                 Fragment::Token(id) => out.push(id),
                 Fragment::Text(r) => {
@@ -96,8 +113,8 @@ impl Tokenizer {
     }
 
     /// llama.cpp's `tokenizer_st_partition`: for each special token, longest first, cut every
-    /// remaining text fragment at each of its occurrences.
-    fn partition(&self, text: &str, specials: &[u32]) -> Vec<Fragment> {
+    /// remaining text fragment at each of its occurrences (those `allowed` accepts).
+    fn partition(&self, text: &str, specials: &[u32], allowed: impl Fn(u32, Range<usize>) -> bool) -> Vec<Fragment> {
         let mut frags = Vec::new();
         if text.is_empty() {
             return frags;
@@ -114,12 +131,19 @@ impl Tokenizer {
                     next.push(frag);
                     continue;
                 };
-                while let Some(p) = text[r.clone()].find(pat) {
-                    if p > 0 {
-                        next.push(Fragment::Text(r.start..r.start + p));
+                let mut from = r.start;
+                while let Some(off) = text[from..r.end].find(pat) {
+                    let p = from + off;
+                    if !allowed(id, p..p + pat.len()) {
+                        from = p + text[p..].chars().next().map_or(1, char::len_utf8);
+                        continue;
+                    }
+                    if p > r.start {
+                        next.push(Fragment::Text(r.start..p));
                     }
                     next.push(Fragment::Token(id));
-                    r.start += p + pat.len();
+                    r.start = p + pat.len();
+                    from = r.start;
                 }
                 if !r.is_empty() {
                     next.push(Fragment::Text(r));
