@@ -1,0 +1,419 @@
+//! `xwen bench`: prefill and decode throughput with llama-bench's meaning and output, so the two
+//! can be run side by side (scripts/bench-vs-llamacpp, docs/bench.md "Method").
+//!
+//! As in llama-bench (tools/llama-bench/llama-bench.cpp, b11434): a `ppP` test prefills P random
+//! tokens from an empty state; a `tgN` test decodes N random tokens one at a time, also from an
+//! empty state; each repetition starts fresh; before the timed repetitions one warm-up runs (the
+//! whole prompt for pp, a single token for tg). `--json` prints llama-bench's `-o json` fields.
+
+use crate::args::Args;
+use crate::model_arg;
+use anyhow::{bail, Result};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::time::Instant;
+use xwen_engine::{LogitsMode, Model};
+
+const USAGE: &str = "usage: xwen bench -m MODEL [-p 512[,N..]] [-n 128[,N..]] [-r 5] [-t THREADS] [--json | -o md|json]
+                  [--no-warmup] [--no-prefault]
+  -p 0 / -n 0 skip the prefill / decode test; t/s is the median ± sample stddev of the repetitions;
+  weights are paged in before the first test unless --no-prefault (llama.cpp populates its mapping)";
+
+#[derive(Clone, Copy, PartialEq)]
+enum Output {
+    Markdown,
+    Json,
+}
+
+struct TestResult {
+    n_prompt: usize,
+    n_gen: usize,
+    samples_ns: Vec<u64>,
+    test_time: String,
+}
+
+impl TestResult {
+    fn samples_ts(&self) -> Vec<f64> {
+        let n = (self.n_prompt + self.n_gen) as f64;
+        self.samples_ns.iter().map(|&t| 1e9 * n / t as f64).collect()
+    }
+
+    fn name(&self) -> String {
+        match (self.n_prompt, self.n_gen) {
+            (p, 0) => format!("pp{p}"),
+            (0, n) => format!("tg{n}"),
+            (p, n) => format!("pp{p}+tg{n}"),
+        }
+    }
+}
+
+fn parse_list(v: Option<String>, default: usize, flag: &str) -> Result<Vec<usize>> {
+    let Some(v) = v else { return Ok(vec![default]) };
+    v.split(',')
+        .map(|s| s.trim().parse::<usize>().map_err(|e| anyhow::anyhow!("{flag}: bad value `{s}`: {e}")))
+        .collect()
+}
+
+pub fn run(argv: &[String]) -> Result<()> {
+    let mut a = Args::new(argv);
+    if a.flag(&["-h", "--help"]) {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    let model_arg = a.value(&["-m", "--model"])?;
+    let prompts = parse_list(a.value(&["-p", "--n-prompt"])?, 512, "-p")?;
+    let gens = parse_list(a.value(&["-n", "--n-gen"])?, 128, "-n")?;
+    let reps: usize = a.parsed(&["-r", "--repetitions"])?.unwrap_or(5);
+    let no_warmup = a.flag(&["--no-warmup"]);
+    let no_prefault = a.flag(&["--no-prefault"]);
+    let mut output = if a.flag(&["--json"]) { Output::Json } else { Output::Markdown };
+    if let Some(o) = a.value(&["-o", "--output"])? {
+        output = match o.as_str() {
+            "json" => Output::Json,
+            "md" => Output::Markdown,
+            other => bail!("-o: `{other}` is not one of md, json"),
+        };
+    }
+    let cfg = model_arg::engine_config(&mut a)?;
+    let rest = a.finish()?;
+    if let Some(x) = rest.first() {
+        bail!("unexpected argument `{x}`\n{USAGE}");
+    }
+    let Some(model_path) = model_arg else { bail!("-m MODEL is required\n{USAGE}") };
+    if reps == 0 {
+        bail!("-r must be at least 1");
+    }
+
+    let loaded = model_arg::load(Some(&model_path), &cfg, false)?;
+    let model = &loaded.model;
+    let t0 = Instant::now();
+    let touched = if no_prefault { 0 } else { prefault(model) };
+    eprintln!(
+        "xwen bench: loaded {} in {:.2} s, {:.2} GB of weights paged in in {:.2} s, {} threads",
+        model_path,
+        loaded.load_secs,
+        touched as f64 / 1e9,
+        t0.elapsed().as_secs_f64(),
+        model.threads()
+    );
+    let desc = ModelDesc::of(model, &model_path);
+    let mut rng = Lcg(1);
+    let tests: Vec<(usize, usize)> = prompts
+        .iter()
+        .filter(|&&p| p > 0)
+        .map(|&p| (p, 0))
+        .chain(gens.iter().filter(|&&n| n > 0).map(|&n| (0, n)))
+        .collect();
+
+    if output == Output::Markdown {
+        print_md_header();
+    }
+    let mut json_tests = Vec::new();
+    for (n_prompt, n_gen) in tests {
+        if !no_warmup {
+            if n_prompt > 0 {
+                run_prompt(model, n_prompt, &mut rng)?;
+            }
+            if n_gen > 0 {
+                run_gen(model, 1, &mut rng)?;
+            }
+        }
+        let mut r = TestResult { n_prompt, n_gen, samples_ns: Vec::new(), test_time: rfc3339_now() };
+        for _ in 0..reps {
+            let ns = if n_prompt > 0 { run_prompt(model, n_prompt, &mut rng)? } else { run_gen(model, n_gen, &mut rng)? };
+            r.samples_ns.push(ns);
+        }
+        match output {
+            Output::Markdown => print_md_row(&desc, model.threads(), &r),
+            Output::Json => json_tests.push(json_test(&desc, model.threads(), &r)),
+        }
+    }
+    match output {
+        Output::Markdown => println!("\nt/s: median ± sample stddev over {reps} repetitions; xwen {}", env!("CARGO_PKG_VERSION")),
+        Output::Json => {
+            // A reader that stops early (`| head`) is not an error worth a panic.
+            let text = serde_json::to_string_pretty(&Value::Array(json_tests))?;
+            match writeln!(std::io::stdout().lock(), "{text}") {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+                r => r?,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads one byte of every page of every tensor, so the timed runs do not include page faults
+/// that fetch weights from disk. llama.cpp maps with MAP_POPULATE (and copies repacked tensors to
+/// RAM) at load, outside llama-bench's timings; this is the same. Returns the bytes covered.
+fn prefault(model: &Model) -> u64 {
+    const PAGE: usize = 4096;
+    let f = model.gguf();
+    let mut sum = 0u8;
+    let mut bytes = 0u64;
+    for t in f.tensors() {
+        let d = f.tensor_data(t);
+        bytes += d.len() as u64;
+        for i in (0..d.len()).step_by(PAGE) {
+            sum = sum.wrapping_add(d[i]);
+        }
+    }
+    std::hint::black_box(sum);
+    bytes
+}
+
+/// Prefill of `n` random tokens from an empty state; returns nanoseconds.
+fn run_prompt(model: &Model, n: usize, rng: &mut Lcg) -> Result<u64> {
+    let n_vocab = model.n_vocab() as u32;
+    let tokens: Vec<u32> = (0..n).map(|_| rng.below(n_vocab)).collect();
+    let mut state = model.new_state();
+    let t0 = Instant::now();
+    model.forward(&mut state, &tokens, LogitsMode::Last)?;
+    Ok(t0.elapsed().as_nanos() as u64)
+}
+
+/// Decode of `n` random tokens one at a time from an empty state; returns nanoseconds.
+fn run_gen(model: &Model, n: usize, rng: &mut Lcg) -> Result<u64> {
+    let n_vocab = model.n_vocab() as u32;
+    let mut state = model.new_state();
+    let mut token = rng.below(n_vocab);
+    let t0 = Instant::now();
+    for _ in 0..n {
+        model.forward(&mut state, &[token], LogitsMode::Last)?;
+        token = rng.below(n_vocab);
+    }
+    Ok(t0.elapsed().as_nanos() as u64)
+}
+
+/// What llama-bench reports about the model.
+struct ModelDesc {
+    filename: String,
+    /// llama.cpp's `llama_model_desc`: "{arch} {size type} {file type}".
+    model_type: String,
+    size: u64,
+    n_params: u64,
+}
+
+impl ModelDesc {
+    fn of(model: &Model, filename: &str) -> ModelDesc {
+        let f = model.gguf();
+        let arch = model.architecture();
+        let n_layer = f
+            .get_u64(&f.arch_key("block_count"))
+            .unwrap_or(0)
+            .saturating_sub(f.get_u64(&f.arch_key("nextn_predict_layers")).unwrap_or(0));
+        let n_embd = f.get_u64(&f.arch_key("embedding_length")).unwrap_or(0);
+        // llama.cpp's load_arch_hparams size names for these architectures.
+        let size = match (arch, n_layer, n_embd) {
+            ("qwen35", 24, 1024) => "0.8B",
+            ("qwen35", 24, _) => "2B",
+            ("qwen35", 32, 2560) => "4B",
+            ("qwen35", 32, _) => "9B",
+            ("qwen35", 64, _) => "27B",
+            ("qwen35moe", 40, _) => "35B.A3B",
+            ("qwen35moe", 48, _) => "122B.A10B",
+            ("qwen35moe", 60, _) => "397B.A17B",
+            _ => "?B",
+        };
+        let ftype = f.get_u32("general.file_type").map_or("(unknown file type)", ftype_name);
+        ModelDesc {
+            filename: filename.to_string(),
+            model_type: format!("{arch} {size} {ftype}"),
+            size: model.weight_bytes(),
+            n_params: f.tensors().iter().map(|t| t.n_elements()).sum(),
+        }
+    }
+}
+
+/// llama_ftype_name (src/llama-model-loader.cpp) for the file types xwen can load.
+fn ftype_name(ft: u32) -> &'static str {
+    match ft {
+        0 => "all F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K - Medium",
+        11 => "Q3_K - Small",
+        12 => "Q3_K - Medium",
+        13 => "Q3_K - Large",
+        14 => "Q4_K - Small",
+        15 => "Q4_K - Medium",
+        16 => "Q5_K - Small",
+        17 => "Q5_K - Medium",
+        18 => "Q6_K",
+        25 => "IQ4_NL - 4.5 bpw",
+        30 => "IQ4_XS - 4.25 bpw",
+        32 => "BF16",
+        _ => "unknown, may not work",
+    }
+}
+
+fn mean(v: &[f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.iter().sum::<f64>() / v.len() as f64
+}
+
+/// Sample standard deviation (n − 1), 0 for fewer than two samples, as llama-bench's stdev.
+fn stddev(v: &[f64]) -> f64 {
+    if v.len() < 2 {
+        return 0.0;
+    }
+    let m = mean(v);
+    (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+fn json_test(d: &ModelDesc, threads: usize, r: &TestResult) -> Value {
+    let ns: Vec<f64> = r.samples_ns.iter().map(|&x| x as f64).collect();
+    let ts = r.samples_ts();
+    // Names and types as llama-bench's json_printer writes them; `engine`, `median_ns` and
+    // `median_ts` are ours.
+    json!({
+        "build_commit": format!("xwen-{}", env!("CARGO_PKG_VERSION")),
+        "build_number": 0,
+        "cpu_info": cpu_info(),
+        "gpu_info": "",
+        "backends": "CPU",
+        "engine": "xwen",
+        "model_filename": d.filename,
+        "model_type": d.model_type,
+        "model_size": d.size,
+        "model_n_params": d.n_params,
+        "n_threads": threads,
+        "n_gpu_layers": 0,
+        "n_prompt": r.n_prompt,
+        "n_gen": r.n_gen,
+        "n_depth": 0,
+        "test_time": r.test_time,
+        "avg_ns": mean(&ns) as u64,
+        "stddev_ns": stddev(&ns) as u64,
+        "median_ns": median(&ns) as u64,
+        "avg_ts": mean(&ts),
+        "stddev_ts": stddev(&ts),
+        "median_ts": median(&ts),
+        "samples_ns": r.samples_ns,
+        "samples_ts": ts,
+    })
+}
+
+/// (header, width): negative widths are left-aligned, as in llama-bench's markdown printer.
+const COLUMNS: [(&str, i32); 6] =
+    [("model", -30), ("size", 10), ("params", 10), ("backend", -10), ("threads", 7), ("test", 15)];
+
+fn print_md_header() {
+    let mut head = String::from("|");
+    let mut rule = String::from("|");
+    for (name, w) in COLUMNS.iter().copied().chain([("t/s", 20)]) {
+        head += &format!(" {} |", pad(name, w));
+        rule += &format!(" {}{} |", "-".repeat(w.unsigned_abs() as usize - 1), if w > 0 { ':' } else { '-' });
+    }
+    println!("{head}\n{rule}");
+}
+
+fn print_md_row(d: &ModelDesc, threads: usize, r: &TestResult) {
+    let size = if d.size < 1 << 30 {
+        format!("{:.2} MiB", d.size as f64 / (1u64 << 20) as f64)
+    } else {
+        format!("{:.2} GiB", d.size as f64 / (1u64 << 30) as f64)
+    };
+    let params = if d.n_params < 1_000_000_000 {
+        format!("{:.2} M", d.n_params as f64 / 1e6)
+    } else {
+        format!("{:.2} B", d.n_params as f64 / 1e9)
+    };
+    let ts = r.samples_ts();
+    let values = [d.model_type.clone(), size, params, "CPU".into(), threads.to_string(), r.name()];
+    let mut line = String::from("|");
+    for ((_, w), v) in COLUMNS.iter().zip(values) {
+        line += &format!(" {} |", pad(&v, *w));
+    }
+    line += &format!(" {} |", pad(&format!("{:.2} ± {:.2}", median(&ts), stddev(&ts)), 20));
+    println!("{line}");
+}
+
+fn pad(s: &str, w: i32) -> String {
+    let width = w.unsigned_abs() as usize;
+    if w < 0 {
+        format!("{s:<width$}")
+    } else {
+        format!("{s:>width$}")
+    }
+}
+
+fn cpu_info() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string()))
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+/// Now as RFC 3339 UTC ("2026-01-31T12:00:00Z"), llama-bench's test_time format.
+fn rfc3339_now() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil-from-days (Howard Hinnant's algorithm), valid for every date after 1970.
+    let z = days as i64 + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Token ids for benchmark inputs: any spread over the vocabulary will do (llama-bench uses
+/// `std::rand() % n_vocab`); a fixed seed keeps runs comparable.
+struct Lcg(u64);
+
+impl Lcg {
+    fn below(&mut self, n: u32) -> u32 {
+        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (((self.0 >> 32) * u64::from(n)) >> 32) as u32
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statistics_match_llama_bench_definitions() {
+        let v = [1.0, 2.0, 4.0];
+        assert_eq!(mean(&v), 7.0 / 3.0);
+        assert!((stddev(&v) - (7.0f64 / 3.0).sqrt()).abs() < 1e-12);
+        assert_eq!(stddev(&[5.0]), 0.0);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+
+    #[test]
+    fn test_names_follow_llama_bench() {
+        let r = |p, n| TestResult { n_prompt: p, n_gen: n, samples_ns: vec![2_000_000_000], test_time: String::new() };
+        assert_eq!(r(512, 0).name(), "pp512");
+        assert_eq!(r(0, 128).name(), "tg128");
+        assert_eq!(r(0, 128).samples_ts(), vec![64.0]);
+    }
+
+    #[test]
+    fn rfc3339_has_the_right_shape() {
+        let s = rfc3339_now();
+        assert_eq!(s.len(), 20, "{s}");
+        assert!(s.starts_with("20") && s.ends_with('Z') && &s[10..11] == "T");
+    }
+}

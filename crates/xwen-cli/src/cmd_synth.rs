@@ -1,0 +1,104 @@
+//! `xwen synth`: write a synthetic GGUF with a real checkpoint's geometry and random weights,
+//! for benchmarks (docs/bench.md "Synthetic models").
+
+use crate::args::Args;
+use anyhow::{bail, Context, Result};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use xwen_engine::synth::{self, Preset, SynthProgress};
+use xwen_gguf::GgufFile;
+
+const USAGE: &str = "usage: xwen synth --preset NAME --out FILE [--vocab VOCAB.gguf] [--seed N]
+presets: qwen35moe-35b-a3b (~20.4 GB), qwen35-27b (~19.1 GB), qwen35-4b (~3.5 GB),
+         qwen35moe-tiny, qwen35-tiny (a few MB, synthetic byte-level vocabulary)";
+
+/// The Qwen3.5 vocabulary fixture, looked for relative to the working directory (the repo root).
+const DEFAULT_VOCAB: &str = "tests/fixtures/vocab/ggml-vocab-qwen35.gguf";
+
+pub fn run(argv: &[String]) -> Result<()> {
+    let mut a = Args::new(argv);
+    if a.flag(&["-h", "--help"]) {
+        println!("{USAGE}");
+        return Ok(());
+    }
+    let preset: Option<Preset> = a.parsed(&["--preset"])?;
+    let out = a.value(&["--out", "-o"])?;
+    let vocab_arg = a.value(&["--vocab"])?;
+    let seed: u64 = a.parsed(&["--seed"])?.unwrap_or(1);
+    let rest = a.finish()?;
+    if let Some(x) = rest.first() {
+        bail!("unexpected argument `{x}`\n{USAGE}");
+    }
+    let (Some(preset), Some(out)) = (preset, out) else { bail!("--preset and --out are required\n{USAGE}") };
+    let out = PathBuf::from(out);
+
+    let vocab_path = match vocab_arg {
+        Some(v) => Some(PathBuf::from(v)),
+        None if !preset.is_tiny() && Path::new(DEFAULT_VOCAB).is_file() => Some(PathBuf::from(DEFAULT_VOCAB)),
+        None => None,
+    };
+    let vocab = match &vocab_path {
+        Some(p) => Some(GgufFile::open(p).with_context(|| format!("vocabulary {}", p.display()))?),
+        None => None,
+    };
+    match &vocab_path {
+        Some(p) => eprintln!("xwen synth: tokenizer from {}", p.display()),
+        None if preset.is_tiny() => eprintln!("xwen synth: synthetic byte-level vocabulary"),
+        None => eprintln!(
+            "xwen synth: no {DEFAULT_VOCAB} here and no --vocab: using a synthetic byte-level vocabulary \
+             (llama.cpp's models/ggml-vocab-qwen35.gguf is the real one)"
+        ),
+    }
+
+    let g = preset.geometry();
+    eprintln!(
+        "xwen synth: {preset}: {} {} layers, hidden {}, vocab {} -> {}",
+        g.arch,
+        g.n_layer,
+        g.n_embd,
+        g.n_vocab,
+        out.display()
+    );
+    let t0 = Instant::now();
+    // A live line on a terminal; a line per 10% in logs.
+    let live = std::io::stderr().is_terminal();
+    let step = if live { 0.01 } else { 0.1 };
+    let mut next_report = step;
+    let mut report = |p: &SynthProgress<'_>| {
+        let frac = p.bytes_done as f64 / p.bytes_total.max(1) as f64;
+        if frac >= next_report || p.tensors_done == p.n_tensors {
+            eprint!(
+                "{}xwen synth: {:5.1}%  {:.2} / {:.2} GB  {:>4}/{} tensors  {:.0} s{}",
+                if live { "\r" } else { "" },
+                100.0 * frac,
+                p.bytes_done as f64 / 1e9,
+                p.bytes_total as f64 / 1e9,
+                p.tensors_done,
+                p.n_tensors,
+                t0.elapsed().as_secs_f64(),
+                if live { "  " } else { "\n" }
+            );
+            let _ = std::io::stderr().flush();
+            while next_report <= frac {
+                next_report += step;
+            }
+        }
+    };
+    let rep = synth::write_synthetic_with_progress(preset, &out, vocab.as_ref(), seed, &mut report)
+        .with_context(|| format!("writing {}", out.display()))?;
+    if live {
+        eprintln!();
+    }
+    println!(
+        "wrote {}: {:.2} GB ({} bytes, {:.2} GiB), {} tensors, {:.3} B params, in {:.1} s",
+        rep.path.display(),
+        rep.file_bytes as f64 / 1e9,
+        rep.file_bytes,
+        rep.file_bytes as f64 / (1u64 << 30) as f64,
+        rep.n_tensors,
+        rep.n_params as f64 / 1e9,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
