@@ -28,6 +28,13 @@ pub const MAX_ARRAY_DEPTH: usize = 16;
 const MIN_KV_BYTES: u64 = 8 + 1 + 4 + 1; // key length, 1-byte key, type, u8 value
 const MIN_TENSOR_INFO_BYTES: u64 = 8 + 4 + 4 + 8; // name length, n_dims, type, offset
 
+/// Key and tensor counts are only bounded by the file size, which for a 20 GB model still allows
+/// a billion-entry claim; so reserve a modest amount up front and let real entries grow the
+/// tables. (Array elements are instead bounded by `MAX_METADATA_VALUES` before reserving.)
+fn initial_capacity(count: u64) -> usize {
+    count.min(1 << 12) as usize
+}
+
 pub(crate) struct Header {
     pub version: u32,
     pub alignment: u64,
@@ -272,8 +279,8 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Header, GgufError> {
     c.check_count(n_kv, MIN_KV_BYTES, &|| "metadata count".into())?;
     c.check_count(n_tensors, MIN_TENSOR_INFO_BYTES, &|| "tensor count".into())?;
 
-    let mut metadata = Vec::with_capacity(n_kv as usize);
-    let mut key_index = HashMap::with_capacity(n_kv as usize);
+    let mut metadata = Vec::with_capacity(initial_capacity(n_kv));
+    let mut key_index = HashMap::with_capacity(initial_capacity(n_kv));
     for i in 0..n_kv {
         let key = c.string(&|| format!("name of metadata key #{i}"))?;
         if key.is_empty() {
@@ -300,8 +307,8 @@ pub(crate) fn parse(buf: &[u8]) -> Result<Header, GgufError> {
     };
 
     c.check_count(n_tensors, MIN_TENSOR_INFO_BYTES, &|| "tensor count".into())?;
-    let mut tensors = Vec::with_capacity(n_tensors as usize);
-    let mut tensor_index = HashMap::with_capacity(n_tensors as usize);
+    let mut tensors = Vec::with_capacity(initial_capacity(n_tensors));
+    let mut tensor_index = HashMap::with_capacity(initial_capacity(n_tensors));
     for i in 0..n_tensors {
         let t = read_tensor_info(&mut c, i)?;
         if tensor_index.contains_key(&t.name) {
