@@ -1,9 +1,12 @@
 //! Kernel benchmarks: pool dispatch overhead, memory read bandwidth, matvec weight throughput.
 //!
-//!   cargo run -p xwen-kernels --release --example matvec_bench [-- --quick]
+//!   cargo run -p xwen-kernels --release --example matvec_bench [-- --quick] [--only-matvec]
+//!       [--shape ROWSxCOLS ...] [--matmul N_TOKENS]
 //!
-//! Shapes are rows × cols of the weight matrix (rows = outputs, cols = inputs): 2048×2048 and
-//! 5120×17408 (the 27B FFN down projection). Throughput is weight bytes read per second.
+//! Shapes are rows × cols of the weight matrix (rows = outputs, cols = inputs). Defaults:
+//! 2048x2048, 5120x17408 (the 27B FFN down projection) and 4096x14336 (the shape of
+//! llama.cpp's `test-backend-ops perf -o MUL_MAT`, for a side-by-side run). Throughput is
+//! weight bytes read per second.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -78,10 +81,60 @@ fn bandwidth(pool: &Pool, buf: &[u64], min: Duration) -> f64 {
 }
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let only_matvec = args.iter().any(|a| a == "--only-matvec");
+    let mut shapes: Vec<(usize, usize)> = args
+        .windows(2)
+        .filter(|w| w[0] == "--shape")
+        .map(|w| {
+            let (r, c) = w[1].split_once('x').expect("--shape ROWSxCOLS");
+            (r.parse().unwrap(), c.parse().unwrap())
+        })
+        .collect();
+    if shapes.is_empty() {
+        shapes = vec![(2048, 2048), (5120, 17408), (4096, 14336)];
+    }
     let min = Duration::from_millis(if quick { 200 } else { 1500 });
     println!("kernel set: {:?}", dispatch::active());
+    if !only_matvec {
+        pool_and_memory(quick, min);
+    }
+    matvecs(&shapes, min);
+    if let Some(n_tok) = args
+        .windows(2)
+        .find(|w| w[0] == "--matmul")
+        .map(|w| w[1].parse::<usize>().unwrap())
+    {
+        matmuls(&shapes, n_tok, min);
+    }
+}
 
+/// Batched products (prefill): n_tok tokens against each shape.
+fn matmuls(shapes: &[(usize, usize)], n_tok: usize, min: Duration) {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    for &(rows, cols) in shapes {
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
+            let data = weights(ty, rows, cols, &mut seed);
+            let w = QMatrix::new(ty, rows, cols, &data).unwrap();
+            let x: Vec<f32> = (0..n_tok * cols)
+                .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+                .collect();
+            let mut y = vec![0f32; n_tok * rows];
+            for threads in [1, 2] {
+                let pool = Pool::new(threads);
+                let t = time_it(min, || pool.matmul(w, &x, n_tok, &mut y));
+                println!(
+                    "matmul {ty:>4} {rows}x{cols} x {n_tok} tokens {threads} thread(s): {:9.1} us  {:6.1} GFLOP/s",
+                    t * 1e6,
+                    2.0 * (rows * cols * n_tok) as f64 / t / 1e9
+                );
+            }
+        }
+    }
+}
+
+fn pool_and_memory(quick: bool, min: Duration) {
     for threads in [1, 2] {
         let pool = Pool::new(threads);
         let iters = 200_000;
@@ -123,10 +176,11 @@ fn main() {
             gib >> 20
         );
     }
-    drop(buf);
+}
 
+fn matvecs(shapes: &[(usize, usize)], min: Duration) {
     let mut seed = 0x2545_f491_4f6c_dd1du64;
-    for (rows, cols) in [(2048usize, 2048usize), (5120, 17408)] {
+    for &(rows, cols) in shapes {
         for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
             let data = weights(ty, rows, cols, &mut seed);
             let w = QMatrix::new(ty, rows, cols, &data).unwrap();

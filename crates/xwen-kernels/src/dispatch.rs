@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 
-use crate::formats::{self, DotFn};
+use crate::formats::{self, DotFn, MultiDotFn};
 use crate::GgmlType;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -113,4 +113,16 @@ pub fn supported(isa: Isa) -> bool {
 /// The dot kernel in use now for `weight`.
 pub fn dot_fn(weight: GgmlType) -> Option<DotFn> {
     dot_fn_for(weight, active())
+}
+
+/// A multi-token kernel for `weight` whose per-token results are bit-identical to
+/// `dot_fn(weight)`; None where the active set has none (callers then loop over `dot_fn`).
+/// The AVX-512 set has no multi-token kernels yet, since the AVX2 ones would not match its
+/// single-token results bit for bit.
+pub fn multi_dot_fn(weight: GgmlType) -> Option<MultiDotFn> {
+    match active() {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => crate::simd::avx2_multi::multi_dot_fn(weight),
+        _ => None,
+    }
 }

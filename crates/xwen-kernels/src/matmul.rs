@@ -201,6 +201,7 @@ impl Pool {
         let arb = act_row_bytes(&w);
         assert!(xq.len() >= n_tok * arb, "matmul: activations too short");
         let dot: DotFn = dispatch::dot_fn(w.ty).expect("validated");
+        let multi = dispatch::multi_dot_fn(w.ty);
         let tile = TOKEN_TILE.min(n_tok);
         let n_tiles = n_tok.div_ceil(tile);
         let chunk = row_chunk(w.rows, self.n_threads().div_ceil(n_tiles).max(1));
@@ -213,12 +214,21 @@ impl Pool {
             let (rc, tt) = (task % n_row_chunks, task / n_row_chunks);
             let (r0, t0) = (rc * chunk, tt * tile);
             let (r1, t1) = ((r0 + chunk).min(rows), (t0 + tile).min(n_tok));
+            let mut out = [0f32; 4];
             for r in r0..r1 {
                 let wr = &w.data[r * rb..(r + 1) * rb];
-                for t in t0..t1 {
-                    let v = dot(cols, wr, &xq[t * arb..(t + 1) * arb]);
-                    // SAFETY: (t, r) is in bounds and owned by this task alone.
-                    unsafe { *yp.0.add(t * rows + r) = v };
+                let mut t = t0;
+                while t < t1 {
+                    let k = if multi.is_some() { (t1 - t).min(4) } else { 1 };
+                    match multi {
+                        Some(m) => m(cols, wr, &xq[t * arb..(t + k) * arb], arb, &mut out[..k]),
+                        None => out[0] = dot(cols, wr, &xq[t * arb..(t + 1) * arb]),
+                    }
+                    for (j, v) in out[..k].iter().enumerate() {
+                        // SAFETY: (t + j, r) is in bounds and owned by this task alone.
+                        unsafe { *yp.0.add((t + j) * rows + r) = *v };
+                    }
+                    t += k;
                 }
             }
         });

@@ -96,32 +96,33 @@ fn matvec_and_matmul_equal_a_naive_row_loop() {
             "{ty} matvec {rows}x{cols} threads {threads}"
         );
 
-        let n_tok = [1, 3, 5, 40][k % 4];
-        let xs = rng.activations(n_tok * cols);
-        let mut ym = vec![f32::NAN; n_tok * rows];
-        pool.matmul(w, &xs, n_tok, &mut ym);
-        for t in 0..n_tok {
-            let mut want_t = naive(&w, &xs[t * cols..(t + 1) * cols]);
-            if ty == GgmlType::Q4_K
-                && rows.is_multiple_of(8)
-                && t < n_tok - n_tok % 4
-                && is_x86_feature_detected_avx2()
-            {
-                // repacked Q4_K rows use the 4-row quantizer; recompute with it
-                let mut xq = vec![0u8; cols / 256 * 292];
-                xwen_kernels::formats::q8::quantize_q8_k_prefer_positive(
-                    &xs[t * cols..(t + 1) * cols],
-                    &mut xq,
+        for n_tok in [1, 2, 3, 6, 40] {
+            let xs = rng.activations(n_tok * cols);
+            let mut ym = vec![f32::NAN; n_tok * rows];
+            pool.matmul(w, &xs, n_tok, &mut ym);
+            for t in 0..n_tok {
+                let mut want_t = naive(&w, &xs[t * cols..(t + 1) * cols]);
+                if ty == GgmlType::Q4_K
+                    && rows.is_multiple_of(8)
+                    && t < n_tok - n_tok % 4
+                    && is_x86_feature_detected_avx2()
+                {
+                    // repacked Q4_K rows use the 4-row quantizer; recompute with it
+                    let mut xq = vec![0u8; cols / 256 * 292];
+                    xwen_kernels::formats::q8::quantize_q8_k_prefer_positive(
+                        &xs[t * cols..(t + 1) * cols],
+                        &mut xq,
+                    );
+                    want_t = (0..rows)
+                        .map(|r| vec_dot(ty, cols, w.row(r), &xq))
+                        .collect();
+                }
+                assert_eq!(
+                    &ym[t * rows..(t + 1) * rows],
+                    want_t.as_slice(),
+                    "{ty} matmul token {t} of {n_tok}"
                 );
-                want_t = (0..rows)
-                    .map(|r| vec_dot(ty, cols, w.row(r), &xq))
-                    .collect();
             }
-            assert_eq!(
-                &ym[t * rows..(t + 1) * rows],
-                want_t.as_slice(),
-                "{ty} matmul token {t}"
-            );
         }
     }
 }

@@ -19,6 +19,9 @@ pub type DequantFn = fn(&[u8], &mut [f32]);
 pub type QuantFn = fn(&[f32], &mut [u8]);
 /// (n elements, weight row bytes, activation row bytes) -> dot.
 pub type DotFn = fn(usize, &[u8], &[u8]) -> f32;
+/// (n, weight row, activations, activation row stride in bytes, out): out[t] = dot of the
+/// weight row with activation row t, for 1..=4 rows; bit-identical to the single-row DotFn.
+pub type MultiDotFn = fn(usize, &[u8], &[u8], usize, &mut [f32]);
 
 pub struct Format {
     pub dequant: DequantFn,

@@ -14,7 +14,7 @@ use std::arch::x86_64::*;
 
 use crate::formats::legacy::KVALUES_IQ4NL;
 use crate::formats::{q3_k, DotFn};
-use crate::half::{f16_to_f32, read_f16, read_f32};
+use crate::half::{f16_to_f32, read_f32};
 use crate::GgmlType;
 
 macro_rules! safe_wrapper {
@@ -65,9 +65,18 @@ pub fn dot_fn(weight: GgmlType) -> Option<DotFn> {
     })
 }
 
+/// f16 at p[off..off+2] to f32 with F16C (the software conversion costs more than a Q8_0 block).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum_ps(x: __m256) -> f32 {
+pub(super) unsafe fn h2f(p: &[u8], off: usize) -> f32 {
+    debug_assert!(off + 2 <= p.len());
+    let h = (p.as_ptr().add(off) as *const u16).read_unaligned();
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn hsum_ps(x: __m256) -> f32 {
     let r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
     let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     let r = _mm_add_ss(r, _mm_movehdup_ps(r));
@@ -76,7 +85,7 @@ unsafe fn hsum_ps(x: __m256) -> f32 {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn load(p: &[u8], off: usize) -> __m256i {
+pub(super) unsafe fn load(p: &[u8], off: usize) -> __m256i {
     debug_assert!(off + 32 <= p.len());
     _mm256_loadu_si256(p.as_ptr().add(off) as *const __m256i)
 }
@@ -91,7 +100,7 @@ unsafe fn load128(p: &[u8], off: usize) -> __m128i {
 /// Sum of products of signed bytes as 8 i32 lanes (ggml's mul_sum_i8_pairs without the float).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256i {
+pub(super) unsafe fn mul_sum_i8(x: __m256i, y: __m256i) -> __m256i {
     let ax = _mm256_sign_epi8(x, x);
     let sy = _mm256_sign_epi8(y, x);
     _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1))
@@ -135,7 +144,7 @@ unsafe fn dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for i in 0..n / 32 {
         let (bw, ba) = (i * 34, i * 34);
-        let d = _mm256_set1_ps(read_f16(&w[bw..]) * read_f16(&a[ba..]));
+        let d = _mm256_set1_ps(h2f(w, bw) * h2f(a, ba));
         let p = mul_sum_i8(load(w, bw + 2), load(a, ba + 2));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
     }
@@ -147,7 +156,7 @@ unsafe fn dot_q4_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for i in 0..n / 32 {
         let (bw, ba) = (i * 18, i * 34);
-        let d = _mm256_set1_ps(read_f16(&w[bw..]) * read_f16(&a[ba..]));
+        let d = _mm256_set1_ps(h2f(w, bw) * h2f(a, ba));
         let q = _mm256_sub_epi8(nibbles32(w, bw + 2), _mm256_set1_epi8(8));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(mul_sum_i8(q, load(a, ba + 2))), acc);
     }
@@ -160,8 +169,8 @@ unsafe fn dot_q4_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut summs = 0.0f32;
     for i in 0..n / 32 {
         let (bw, ba) = (i * 20, i * 36);
-        summs += read_f16(&w[bw + 2..]) * read_f16(&a[ba + 2..]);
-        let d = _mm256_set1_ps(read_f16(&w[bw..]) * read_f16(&a[ba..]));
+        summs += h2f(w, bw + 2) * h2f(a, ba + 2);
+        let d = _mm256_set1_ps(h2f(w, bw) * h2f(a, ba));
         let p = mul_sum_u8_i8(nibbles32(w, bw + 4), load(a, ba + 4));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
     }
@@ -173,7 +182,7 @@ unsafe fn dot_q5_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for i in 0..n / 32 {
         let (bw, ba) = (i * 22, i * 34);
-        let d = _mm256_set1_ps(read_f16(&w[bw..]) * read_f16(&a[ba..]));
+        let d = _mm256_set1_ps(h2f(w, bw) * h2f(a, ba));
         let q = _mm256_or_si256(nibbles32(w, bw + 6), bits32_to_0x10(w, bw + 2));
         let q = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(mul_sum_i8(q, load(a, ba + 2))), acc);
@@ -187,8 +196,8 @@ unsafe fn dot_q5_1(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut summs = 0.0f32;
     for i in 0..n / 32 {
         let (bw, ba) = (i * 24, i * 36);
-        summs += read_f16(&w[bw + 2..]) * read_f16(&a[ba + 2..]);
-        let d = _mm256_set1_ps(read_f16(&w[bw..]) * read_f16(&a[ba..]));
+        summs += h2f(w, bw + 2) * h2f(a, ba + 2);
+        let d = _mm256_set1_ps(h2f(w, bw) * h2f(a, ba));
         let q = _mm256_or_si256(nibbles32(w, bw + 8), bits32_to_0x10(w, bw + 4));
         acc = _mm256_fmadd_ps(
             d,
@@ -211,7 +220,7 @@ unsafe fn dot_iq4_nl(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for i in 0..n / 32 {
         let (bw, ba) = (i * 18, i * 34);
-        let d = _mm256_set1_ps(read_f16(&w[bw..]) * read_f16(&a[ba..]));
+        let d = _mm256_set1_ps(h2f(w, bw) * h2f(a, ba));
         let q = iq4_lookup(nibbles32(w, bw + 2));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(mul_sum_i8(q, load(a, ba + 2))), acc);
     }
@@ -219,13 +228,13 @@ unsafe fn dot_iq4_nl(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 
 /// Q8_K block field offsets.
-const QK: usize = 256;
-const Q8K: usize = 292;
+pub(super) const QK: usize = 256;
+pub(super) const Q8K: usize = 292;
 
 /// 16 bsums of a Q8_K block summed pairwise: the 8 sums over 32 elements.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn bsums32(a: &[u8], ba: usize) -> __m128i {
+pub(super) unsafe fn bsums32(a: &[u8], ba: usize) -> __m128i {
     let s = load(a, ba + 4 + QK);
     _mm_hadd_epi16(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1))
 }
@@ -238,8 +247,8 @@ unsafe fn dot_q4_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     for i in 0..n / QK {
         let (bw, ba) = (i * 144, i * Q8K);
         let dy = read_f32(&a[ba..]);
-        let d = dy * read_f16(&w[bw..]);
-        let dmin = -dy * read_f16(&w[bw + 2..]);
+        let d = dy * h2f(w, bw);
+        let dmin = -dy * h2f(w, bw + 2);
         let (sc, mn) = crate::formats::q4_k::unpack_scales_k4(&w[bw + 4..bw + 16]);
         let mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
         let prod = _mm_madd_epi16(mins, bsums32(a, ba));
@@ -271,8 +280,8 @@ unsafe fn dot_q5_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     for i in 0..n / QK {
         let (bw, ba) = (i * 176, i * Q8K);
         let dy = read_f32(&a[ba..]);
-        let d = dy * read_f16(&w[bw..]);
-        let dmin = -dy * read_f16(&w[bw + 2..]);
+        let d = dy * h2f(w, bw);
+        let dmin = -dy * h2f(w, bw + 2);
         let (sc, mn) = crate::formats::q4_k::unpack_scales_k4(&w[bw + 4..bw + 16]);
         let mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
         let prod = _mm_madd_epi16(mins, bsums32(a, ba));
@@ -302,7 +311,7 @@ unsafe fn dot_q5_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// Two 16-element scales as 8+8 i16 lanes matching maddubs output of 32 bytes.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn scale_pair(lo: i8, hi: i8) -> __m256i {
+pub(super) unsafe fn scale_pair(lo: i8, hi: i8) -> __m256i {
     _mm256_setr_m128i(_mm_set1_epi16(lo as i16), _mm_set1_epi16(hi as i16))
 }
 
@@ -314,7 +323,7 @@ unsafe fn dot_q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for i in 0..n / QK {
         let (bw, ba) = (i * 210, i * Q8K);
-        let d = read_f32(&a[ba..]) * read_f16(&w[bw + 208..]);
+        let d = read_f32(&a[ba..]) * h2f(w, bw + 208);
         let sc: [i8; 16] = std::array::from_fn(|k| w[bw + 192 + k] as i8);
         let mut sumi = _mm256_setzero_si256();
         for h in 0..2 {
@@ -357,7 +366,7 @@ unsafe fn dot_q2_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     for i in 0..n / QK {
         let (bw, ba) = (i * 84, i * Q8K);
         let dy = read_f32(&a[ba..]);
-        let (d, dmin) = (dy * read_f16(&w[bw + 80..]), dy * read_f16(&w[bw + 82..]));
+        let (d, dmin) = (dy * h2f(w, bw + 80), dy * h2f(w, bw + 82));
         let bs = crate::formats::q8::q8k_parts(&a[ba..ba + Q8K]).2;
         let mut m = 0i32;
         for j in 0..16 {
@@ -389,7 +398,7 @@ unsafe fn dot_q3_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for i in 0..n / QK {
         let (bw, ba) = (i * 110, i * Q8K);
-        let d = read_f32(&a[ba..]) * read_f16(&w[bw + 108..]);
+        let d = read_f32(&a[ba..]) * h2f(w, bw + 108);
         let sc = q3_k::scales(&w[bw + 96..bw + 108]);
         let hm = load(w, bw);
         let mut sumi = _mm256_setzero_si256();
@@ -429,7 +438,7 @@ unsafe fn dot_iq4_xs(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for i in 0..n / QK {
         let (bw, ba) = (i * 136, i * Q8K);
-        let d = read_f32(&a[ba..]) * read_f16(&w[bw..]);
+        let d = read_f32(&a[ba..]) * h2f(w, bw);
         let mut sumi = _mm256_setzero_si256();
         for ib in 0..8 {
             let q = iq4_lookup(nibbles32(w, bw + 8 + 16 * ib));
