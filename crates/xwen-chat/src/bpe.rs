@@ -36,7 +36,9 @@ impl Hasher for FxHasher {
         self.write_u64(v as u64);
     }
     fn finish(&self) -> u64 {
-        self.0
+        // The multiply only carries entropy upwards; hashbrown picks buckets from the low
+        // bits, so bring the well-mixed high bits down (as rustc-hash 2 does).
+        self.0.rotate_left(26)
     }
 }
 
@@ -69,8 +71,8 @@ pub(crate) struct Bpe {
     cache: Mutex<WordCache>,
 }
 
+#[derive(Default)]
 struct Interner {
-    text: Vec<Box<str>>,
     index: FxMap<Box<str>, u32>,
 }
 
@@ -79,10 +81,18 @@ impl Interner {
         if let Some(&i) = self.index.get(s) {
             return i;
         }
-        let i = self.text.len() as u32;
-        self.text.push(s.into());
+        let i = self.index.len() as u32;
         self.index.insert(s.into(), i);
         i
+    }
+
+    /// The interned strings by id (moved out, not copied).
+    fn into_texts(self) -> Vec<Box<str>> {
+        let mut text = vec![Box::<str>::default(); self.index.len()];
+        for (s, i) in self.index {
+            text[i as usize] = s;
+        }
+        text
     }
 }
 
@@ -104,12 +114,13 @@ impl Bpe {
         merges: impl Iterator<Item = &'a str>,
         ignore_merges: bool,
     ) -> Bpe {
-        let mut interner = Interner { text: Vec::new(), index: FxMap::default() };
+        let mut interner = Interner::default();
         let mut byte_sym = [0u32; 256];
         for b in 0..=255u8 {
             byte_sym[b as usize] = interner.intern(byte_to_char(b).encode_utf8(&mut [0; 4]));
         }
         let mut merge_map = FxMap::default();
+        let mut joined = String::new();
         for (rank, m) in merges.enumerate() {
             // llama.cpp splits at the first space after position 0; no space → both halves empty.
             let (left, right) = match m.bytes().skip(1).position(|b| b == b' ') {
@@ -117,13 +128,17 @@ impl Bpe {
                 None => ("", ""),
             };
             let (l, r) = (interner.intern(left), interner.intern(right));
-            let joined = interner.intern(&format!("{left}{right}"));
-            merge_map.entry(pair(l, r)).or_insert((rank as u32, joined));
+            joined.clear();
+            joined.push_str(left);
+            joined.push_str(right);
+            let j = interner.intern(&joined);
+            merge_map.entry(pair(l, r)).or_insert((rank as u32, j));
         }
         for text in token_to_id.keys() {
             interner.intern(text);
         }
-        let sym_token = interner.text.iter().map(|t| token_to_id.get(t).copied().unwrap_or(NO_TOKEN)).collect();
+        let sym_text = interner.into_texts();
+        let sym_token = sym_text.iter().map(|t| token_to_id.get(t).copied().unwrap_or(NO_TOKEN)).collect();
         let mut single_byte_token = [NO_TOKEN; 128];
         for (b, slot) in single_byte_token.iter_mut().enumerate() {
             if let Some(&id) = token_to_id.get(char::from(b as u8).encode_utf8(&mut [0; 4]) as &str) {
@@ -131,7 +146,7 @@ impl Bpe {
             }
         }
         Bpe {
-            sym_text: interner.text,
+            sym_text,
             sym_token,
             merges: merge_map,
             byte_sym,

@@ -47,7 +47,11 @@ pub(crate) struct Vocab {
     pub eos: Option<u32>,
     /// llama.cpp's `special_eog_ids`, ascending.
     pub eog: Vec<u32>,
-    pub merges: Vec<String>,
+}
+
+/// `tokenizer.ggml.merges`, in rank order.
+pub(crate) fn merges(f: &GgufFile) -> Result<Vec<&str>, ChatError> {
+    str_array(f, "tokenizer.ggml.merges")
 }
 
 fn str_array<'a>(f: &'a GgufFile, key: &'static str) -> Result<Vec<&'a str>, ChatError> {
@@ -75,7 +79,6 @@ impl Vocab {
                     .ok_or_else(|| ChatError::BadMetadata("tokenizer.ggml.token_type: not one integer per token".into()))?,
             ),
         };
-        let merges = str_array(f, "tokenizer.ggml.merges")?.into_iter().map(String::from).collect();
 
         let mut text = Vec::with_capacity(n);
         let mut attr = Vec::with_capacity(n);
@@ -94,7 +97,7 @@ impl Vocab {
                 Some(_) => 0,
             });
         }
-        let mut v = Vocab { text, attr, token_to_id, eos: token_id(f, "tokenizer.ggml.eos_token_id", n), eog: Vec::new(), merges };
+        let mut v = Vocab { text, attr, token_to_id, eos: token_id(f, "tokenizer.ggml.eos_token_id", n), eog: Vec::new() };
         v.apply_llama_corrections(f);
         Ok(v)
     }

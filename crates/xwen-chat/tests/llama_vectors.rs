@@ -121,3 +121,57 @@ fn every_llama_cpp_bpe_vocab() {
     }
     assert!(checked >= 10, "only {checked} vocabularies checked");
 }
+
+/// Random text over every pre-tokenizer branch, compared with llama.cpp's own `llama-tokenize`
+/// (`XWEN_LLAMA_CPP_DIR/build/bin`) in both modes, for each committed vocabulary.
+#[test]
+fn matches_llama_tokenize_on_random_text() {
+    let Some(dir) = std::env::var_os("XWEN_LLAMA_CPP_DIR") else {
+        eprintln!("SKIP matches_llama_tokenize_on_random_text: XWEN_LLAMA_CPP_DIR is not set");
+        return;
+    };
+    let bin = Path::new(&dir).join("build/bin/llama-tokenize");
+    if !bin.exists() {
+        eprintln!("SKIP matches_llama_tokenize_on_random_text: {} not built", bin.display());
+        return;
+    }
+    let pool: Vec<&str> = "a b c X Y Z 0 1 9 _ ' \" ( ) [ ] { } < > : ; . , ! ? - + * / = # é ß ж ع 中 文 한 😀 ½ ٣ ① ǅ ﬁ"
+        .split(' ')
+        .chain(["  ", " ", "\n", "\r\n", "\t", "\u{3000}", "\u{a0}", "\u{2028}", "\u{0b}", "\u{1c}", "e\u{301}", "\u{300}", "\u{200d}", "👍🏽"])
+        .chain(["'s", "'LL", "<|im_start|>", "<|im_end|>", "<|endoftext|>", "<think>", "<|fim_prefix|>", "    return "])
+        .collect();
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    let text: String = (0..40_000)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            pool[(state % pool.len() as u64) as usize]
+        })
+        .collect();
+    let tmp = std::env::temp_dir().join(format!("xwen-chat-llama-tokenize-{}.txt", std::process::id()));
+    std::fs::write(&tmp, &text).unwrap();
+    for name in ["qwen35", "gpt-2", "deepseek-coder"] {
+        let gguf = fixtures().join(format!("ggml-vocab-{name}.gguf"));
+        let tok = Tokenizer::from_gguf(&GgufFile::open(&gguf).unwrap()).unwrap();
+        for markup in [false, true] {
+            let mut cmd = std::process::Command::new(&bin);
+            cmd.arg("-m").arg(&gguf).arg("-f").arg(&tmp).args(["--ids", "--no-bos", "--no-escape", "--log-disable"]);
+            if !markup {
+                cmd.arg("--no-parse-special");
+            }
+            let out = cmd.output().unwrap();
+            assert!(out.status.success(), "{name}: llama-tokenize failed");
+            let want: Vec<u32> = String::from_utf8_lossy(&out.stdout)
+                .split(|c: char| !c.is_ascii_digit())
+                .filter(|t| !t.is_empty())
+                .map(|t| t.parse().unwrap())
+                .collect();
+            let got = if markup { tok.encode_markup(&text) } else { tok.encode(&text) };
+            assert_eq!(got.len(), want.len(), "{name} markup={markup}: token counts differ");
+            assert!(got == want, "{name} markup={markup}: ids differ");
+            eprintln!("{name} markup={markup}: {} ids match llama-tokenize", got.len());
+        }
+    }
+    std::fs::remove_file(&tmp).ok();
+}
