@@ -1,59 +1,103 @@
-//! End to end on real trained weights: `xwen run` greedy output on the tiny trained models
-//! equals llama.cpp's `llama-completion --temp 0 -n 64` output recorded in
-//! ../shared/models/llama_completions.txt (12 runs: 2 models × 3 quant types × 2 prompts).
+//! End to end on real trained weights: `xwen run --temp 0 --print-ids` on the tiny trained
+//! models (../shared/models/gguf) against llama.cpp b11434's greedy continuations recorded in
+//! tests/fixtures/greedy/tiny-models.json (f32 KV, flash attention off; regenerate with
+//! tools/oracle/greedy_fixture.py).
+//!
+//! The token streams must be identical, except that a divergence is accepted as a TIE when
+//! llama.cpp's own top-1/top-2 logit gap at that step is below TIE_GAP: quantized activations
+//! turn float-reassociation differences (1e-7) into occasional int8 rounding flips, measured at
+//! up to ~0.2 in a logit on these models (docs/parity.md), so a closer race than that is decided
+//! by rounding, not by the model math. Anything else fails.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn shared() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/models");
-    p.join("llama_completions.txt").is_file().then_some(p)
+const TIE_GAP: f64 = 0.1;
+
+fn shared_gguf() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/models/gguf");
+    p.is_dir().then_some(p)
 }
 
-/// (model, quant, prompt, expected full text) from the completions file.
-fn cases(dir: &Path) -> Vec<(String, String, String, String)> {
-    let text = std::fs::read_to_string(dir.join("llama_completions.txt")).unwrap();
-    let mut out = Vec::new();
-    for block in text.split("=== ").filter(|b| !b.is_empty()) {
-        let (head, body) = block.split_once('\n').unwrap();
-        let mut it = head.split(' ');
-        let (model, quant) = (it.next().unwrap().to_string(), it.next().unwrap().to_string());
-        let prompt = head.split_once("prompt=").unwrap().1.replace("\\n", "\n");
-        out.push((model, quant, prompt, body.to_string()));
-    }
-    out
+fn fixture() -> serde_json::Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/greedy/tiny-models.json");
+    serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u64> {
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
 }
 
 #[test]
-fn greedy_completions_equal_llama_cpp() {
-    let Some(dir) = shared() else {
-        eprintln!("SKIP greedy_completions_equal_llama_cpp: ../shared/models is not beside this checkout");
+fn greedy_ids_equal_llama_cpp_up_to_ties() {
+    let Some(dir) = shared_gguf() else {
+        eprintln!("SKIP greedy_ids_equal_llama_cpp_up_to_ties: ../shared/models/gguf is not beside this checkout");
         return;
     };
-    let mut failures = Vec::new();
-    let mut ran = 0;
-    for (model, quant, prompt, want) in cases(&dir) {
-        let gguf = dir.join(format!("gguf/{model}-{quant}.gguf"));
-        if !gguf.is_file() {
-            eprintln!("SKIP {model} {quant}: {} not shipped", gguf.file_name().unwrap().to_string_lossy());
-            continue;
-        }
+    let fx = fixture();
+    let n_gen = fx["n_gen"].as_u64().unwrap();
+    let (mut identical, mut ties, mut failures) = (0, Vec::new(), Vec::new());
+    for case in fx["cases"].as_array().unwrap() {
+        let gguf = dir.join(case["gguf"].as_str().unwrap());
+        let prompt = ids(&case["prompt_ids"]);
+        let want = ids(&case["greedy"]);
+        let gaps: Vec<f64> = case["gaps"].as_array().unwrap().iter().map(|g| g.as_f64().unwrap()).collect();
+        let id_arg = prompt.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",");
         let out = Command::new(env!("CARGO_BIN_EXE_xwen"))
-            .args(["run", "-q", "--temp", "0", "-n", "64", "-t", "2", "-p", &prompt, "-m"])
+            .args(["run", "-q", "--temp", "0", "--print-ids", "-t", "2", "-n", &n_gen.to_string(), "--ids", &id_arg, "-m"])
             .arg(&gguf)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{model} {quant}: {}", String::from_utf8_lossy(&out.stderr));
-        let got = String::from_utf8_lossy(&out.stdout).to_string();
-        ran += 1;
-        let (g, w) = (got.trim_end_matches('\n'), want.trim_end_matches('\n'));
-        if g != w {
-            let common = g.chars().zip(w.chars()).take_while(|(a, b)| a == b).count();
-            failures.push(format!("{model} {quant} {prompt:?}: diverges after {common} chars\n  got:  {g:?}\n  want: {w:?}"));
-        } else {
-            eprintln!("ok {model} {quant} {prompt:?}");
+        let label = format!("{} {:?}", case["gguf"].as_str().unwrap(), case["prompt"].as_str().unwrap());
+        assert!(out.status.success(), "{label}: {}", String::from_utf8_lossy(&out.stderr));
+        let got: Vec<u64> = String::from_utf8_lossy(&out.stdout).split_whitespace().map(|t| t.parse().unwrap()).collect();
+        match got.iter().zip(&want).position(|(a, b)| a != b) {
+            None if got.len() == want.len() => {
+                identical += 1;
+                eprintln!("identical  {label}");
+            }
+            None => failures.push(format!("{label}: {} tokens, llama.cpp {}", got.len(), want.len())),
+            Some(i) if gaps[i] < TIE_GAP => {
+                eprintln!("TIE        {label}: step {i}, llama.cpp gap {:.4} < {TIE_GAP}", gaps[i]);
+                ties.push(label);
+            }
+            Some(i) => failures.push(format!(
+                "{label}: diverges at step {i} where llama.cpp's gap is {:.4} (not a tie)\n  got  {:?}\n  want {:?}",
+                gaps[i],
+                &got[..(i + 4).min(got.len())],
+                &want[..(i + 4).min(want.len())]
+            )),
         }
     }
-    assert!(ran > 0, "no case ran");
-    assert!(failures.is_empty(), "{} of {ran} differ:\n{}", failures.len(), failures.join("\n"));
+    eprintln!("greedy vs llama.cpp: {identical} identical, {} ties, {} failures", ties.len(), failures.len());
+    assert!(identical + ties.len() + failures.len() > 0, "no case ran");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // Ties are allowed, but they must stay the exception.
+    assert!(ties.len() * 4 <= identical, "too many ties: {ties:?}");
+}
+
+/// `xwen run` with no model runs the embedded demo (tiny-qwen35 Q4_K_M) on its default prompt
+/// and must print exactly llama.cpp's greedy continuation of that file (no ties allowed here).
+/// Needs no ../shared: the fixture and the demo model both live in the repository.
+#[test]
+fn demo_model_prints_llama_cpp_greedy_output() {
+    let fx = fixture();
+    let case = fx["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["gguf"] == "tiny-qwen35-q4_k_m.gguf" && c["prompt"] == "def fibonacci(n):\n")
+        .expect("fixture has the demo case");
+    let want = ids(&case["greedy"]);
+    let out = Command::new(env!("CARGO_BIN_EXE_xwen"))
+        .args(["run", "-q", "--print-ids", "-n", &want.len().to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: Vec<u64> = String::from_utf8_lossy(&out.stdout).split_whitespace().map(|t| t.parse().unwrap()).collect();
+    assert_eq!(got, want);
+    // And the text form is Python.
+    let out = Command::new(env!("CARGO_BIN_EXE_xwen")).args(["run", "-q", "-n", "24"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.starts_with("def fibonacci(n):\n    \"\"\""), "{text}");
 }
