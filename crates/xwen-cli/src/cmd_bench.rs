@@ -97,6 +97,7 @@ pub fn run(argv: &[String]) -> Result<()> {
         model.threads()
     );
     let desc = ModelDesc::of(model, &model_path);
+    eprintln!("xwen bench: a decoded token reads {:.3} GB of weights", desc.decode_bytes as f64 / 1e9);
     let mut rng = Lcg(1);
     let tests: Vec<(usize, usize)> = prompts
         .iter()
@@ -191,6 +192,8 @@ struct ModelDesc {
     model_type: String,
     size: u64,
     n_params: u64,
+    /// Weight bytes one decoded token reads (see `decode_weight_bytes`).
+    decode_bytes: u64,
 }
 
 impl ModelDesc {
@@ -220,8 +223,29 @@ impl ModelDesc {
             model_type: format!("{arch} {size} {ftype}"),
             size: model.weight_bytes(),
             n_params: f.tensors().iter().map(|t| t.n_elements()).sum(),
+            decode_bytes: decode_weight_bytes(f),
         }
     }
+}
+
+/// Weight bytes a decode step must read: every tensor, except that token_embd contributes one
+/// row and each routed-expert tensor (`*_exps`) only `expert_used_count / expert_count` of
+/// itself. Divided by the memory bandwidth this is the decode floor (docs/bench.md "Floors").
+fn decode_weight_bytes(f: &xwen_gguf::GgufFile) -> u64 {
+    let n_expert = f.get_u64(&f.arch_key("expert_count")).unwrap_or(0);
+    let n_used = f.get_u64(&f.arch_key("expert_used_count")).unwrap_or(0);
+    f.tensors()
+        .iter()
+        .map(|t| {
+            if t.name == "token_embd.weight" {
+                t.n_bytes / t.rows().max(1)
+            } else if t.name.contains("_exps.") && n_expert > 0 {
+                t.n_bytes / n_expert * n_used
+            } else {
+                t.n_bytes
+            }
+        })
+        .sum()
 }
 
 /// llama_ftype_name (src/llama-model-loader.cpp) for the file types xwen can load.
@@ -279,8 +303,8 @@ fn median(v: &[f64]) -> f64 {
 fn json_test(d: &ModelDesc, threads: usize, r: &TestResult) -> Value {
     let ns: Vec<f64> = r.samples_ns.iter().map(|&x| x as f64).collect();
     let ts = r.samples_ts();
-    // Names and types as llama-bench's json_printer writes them; `engine`, `median_ns` and
-    // `median_ts` are ours.
+    // Names and types as llama-bench's json_printer writes them; `engine`, `median_ns`,
+    // `median_ts` and `decode_weight_bytes` are ours.
     json!({
         "build_commit": format!("xwen-{}", env!("CARGO_PKG_VERSION")),
         "build_number": 0,
@@ -292,6 +316,7 @@ fn json_test(d: &ModelDesc, threads: usize, r: &TestResult) -> Value {
         "model_type": d.model_type,
         "model_size": d.size,
         "model_n_params": d.n_params,
+        "decode_weight_bytes": d.decode_bytes,
         "n_threads": threads,
         "n_gpu_layers": 0,
         "n_prompt": r.n_prompt,
@@ -408,6 +433,24 @@ mod tests {
         assert_eq!(r(512, 0).name(), "pp512");
         assert_eq!(r(0, 128).name(), "tg128");
         assert_eq!(r(0, 128).samples_ts(), vec![64.0]);
+    }
+
+    #[test]
+    fn decode_reads_one_embedding_row_and_the_used_share_of_experts() {
+        use xwen_gguf::{GgmlType, GgufFile, GgufWriter, Value};
+        let mut w = GgufWriter::new();
+        w.add_kv("general.architecture", "qwen35moe".into());
+        w.add_kv("qwen35moe.expert_count", Value::U32(4));
+        w.add_kv("qwen35moe.expert_used_count", Value::U32(1));
+        let mut add = |name: &str, dims: &[u64]| {
+            let n = GgmlType::F32.row_bytes(dims.iter().product()).unwrap() as usize;
+            w.add_tensor(name, GgmlType::F32, dims, vec![0; n]).unwrap();
+        };
+        add("token_embd.weight", &[8, 100]); // 3200 B, one row 32 B
+        add("output.weight", &[8, 100]); // 3200 B
+        add("blk.0.ffn_up_exps.weight", &[8, 16, 4]); // 2048 B, one expert 512 B
+        let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
+        assert_eq!(decode_weight_bytes(&f), 32 + 3200 + 512);
     }
 
     #[test]

@@ -43,6 +43,9 @@ fn bench_json_has_llama_bench_fields() {
         let file_len = std::fs::metadata(&model).unwrap().len();
         assert!(size > 0 && size < file_len, "model_size {size} counts tensor bytes of a {file_len}-byte file");
         assert!(t["model_n_params"].as_u64().unwrap() > 1_000_000);
+        // Dense: everything but token_embd, of which one row.
+        let decode = t["decode_weight_bytes"].as_u64().unwrap();
+        assert!(decode > size / 2 && decode < size, "decode_weight_bytes {decode} of {size}");
         let ns: Vec<u64> = t["samples_ns"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
         let ts: Vec<f64> = t["samples_ts"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
         assert_eq!((ns.len(), ts.len()), (2, 2));
