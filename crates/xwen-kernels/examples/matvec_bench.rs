@@ -1,7 +1,7 @@
 //! Kernel benchmarks: pool dispatch overhead, memory read bandwidth, matvec weight throughput.
 //!
 //!   cargo run -p xwen-kernels --release --example matvec_bench [-- --quick] [--only-matvec]
-//!       [--shape ROWSxCOLS ...] [--matmul N_TOKENS]
+//!       [--shape ROWSxCOLS ...] [--matmul N_TOKENS] [--in-cache]
 //!
 //! Shapes are rows × cols of the weight matrix (rows = outputs, cols = inputs). Defaults:
 //! 2048x2048, 5120x17408 (the 27B FFN down projection) and 4096x14336 (the shape of
@@ -97,6 +97,10 @@ fn main() {
     }
     let min = Duration::from_millis(if quick { 200 } else { 1500 });
     println!("kernel set: {:?}", dispatch::active());
+    if args.iter().any(|a| a == "--in-cache") {
+        in_cache();
+        return;
+    }
     if !only_matvec {
         pool_and_memory(quick, min);
     }
@@ -199,4 +203,63 @@ fn matvecs(shapes: &[(usize, usize)], min: Duration) {
             }
         }
     }
+}
+
+#[cfg(target_os = "linux")]
+fn thread_cpu_seconds() -> f64 {
+    #[repr(C)]
+    struct Timespec {
+        sec: i64,
+        nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock: i32, ts: *mut Timespec) -> i32;
+    }
+    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+    let mut ts = Timespec { sec: 0, nsec: 0 };
+    // SAFETY: plain libc call writing into a valid struct.
+    unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.sec as f64 + ts.nsec as f64 * 1e-9
+}
+
+/// Kernel compute cost on an L2-resident 64×4096 block in thread CPU time (robust to a shared
+/// machine's load); the counterpart of tools/kernels/ggml_dot_bench.c.
+#[cfg(target_os = "linux")]
+fn in_cache() {
+    let (rows, cols) = (64usize, 4096usize);
+    let x: Vec<f32> = (0..rows * cols)
+        .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+        .collect();
+    for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
+        let w = xwen_kernels::quantize(ty, &x).unwrap();
+        let rb = w.len() / rows;
+        let mut a = Vec::new();
+        xwen_kernels::quantize_activations(ty, &x[..cols], &mut a);
+        let dot = dispatch::dot_fn(ty).unwrap();
+        let mut sink = 0f32;
+        let (t0, mut reps) = (thread_cpu_seconds(), 0u64);
+        let mut t1;
+        loop {
+            for r in 0..rows {
+                sink += dot(cols, &w[r * rb..(r + 1) * rb], &a);
+            }
+            reps += 1;
+            t1 = thread_cpu_seconds();
+            if t1 - t0 > 1.5 {
+                break;
+            }
+        }
+        black_box(sink);
+        let per_row = (t1 - t0) / (reps * rows as u64) as f64;
+        println!(
+            "xwen dot {ty:>4} in-cache {rows}x{cols}: {:7.1} ns/row  {:6.2} GB/s of weights (thread CPU time)",
+            per_row * 1e9,
+            rb as f64 / per_row / 1e9
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn in_cache() {
+    println!("--in-cache needs Linux (thread CPU clock)");
 }

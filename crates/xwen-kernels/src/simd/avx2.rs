@@ -71,7 +71,14 @@ pub fn dot_fn(weight: GgmlType) -> Option<DotFn> {
 pub(super) unsafe fn h2f(p: &[u8], off: usize) -> f32 {
     debug_assert!(off + 2 <= p.len());
     let h = (p.as_ptr().add(off) as *const u16).read_unaligned();
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+    // The conversion goes through asm so the input is materialized with vmovd: given the
+    // intrinsic, LLVM merges the load into a `vpinsrw` on an arbitrary register, often the
+    // loop's accumulator, which chains every block on the previous block's FMA (3x slower Q8_0).
+    let v = _mm_cvtsi32_si128(h as i32);
+    let r: __m128;
+    std::arch::asm!("vcvtph2ps {o}, {i}", i = in(xmm_reg) v, o = lateout(xmm_reg) r,
+        options(pure, nomem, nostack, preserves_flags));
+    _mm_cvtss_f32(r)
 }
 
 #[inline]
@@ -92,7 +99,14 @@ pub(super) unsafe fn load(p: &[u8], off: usize) -> __m256i {
 
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn load128(p: &[u8], off: usize) -> __m128i {
+pub(super) unsafe fn f32at(p: &[u8], off: usize) -> f32 {
+    debug_assert!(off + 4 <= p.len());
+    (p.as_ptr().add(off) as *const f32).read_unaligned()
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn load128(p: &[u8], off: usize) -> __m128i {
     debug_assert!(off + 16 <= p.len());
     _mm_loadu_si128(p.as_ptr().add(off) as *const __m128i)
 }
@@ -239,6 +253,59 @@ pub(super) unsafe fn bsums32(a: &[u8], ba: usize) -> __m128i {
     _mm_hadd_epi16(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1))
 }
 
+/// Byte shuffles that broadcast i16 lane k of a 128-bit vector to all 16 lanes
+/// (ggml's get_scale_shuffle_k4).
+static SHUF_I16: [[u8; 32]; 8] = {
+    let mut t = [[0u8; 32]; 8];
+    let mut k = 0;
+    while k < 8 {
+        let mut i = 0;
+        while i < 16 {
+            t[k][2 * i] = 2 * k as u8;
+            t[k][2 * i + 1] = 2 * k as u8 + 1;
+            i += 1;
+        }
+        k += 1;
+    }
+    t
+};
+
+/// Q4_K/Q5_K scales and mins as 8 + 8 i16 lanes ([scales | mins]), ggml's kmask unpacking.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn k4_scales_mins(b: &[u8], off: usize) -> __m256i {
+    const KMASK1: u32 = 0x3f3f3f3f;
+    const KMASK2: u32 = 0x0f0f0f0f;
+    const KMASK3: u32 = 0x03030303;
+    debug_assert!(off + 12 <= b.len());
+    let p = b.as_ptr().add(off) as *const u32;
+    let (u0, u1, u2) = (
+        p.read_unaligned(),
+        p.add(1).read_unaligned(),
+        p.add(2).read_unaligned(),
+    );
+    let m_hi = ((u2 >> 4) & KMASK2) | (((u1 >> 6) & KMASK3) << 4);
+    let m_lo = u1 & KMASK1;
+    let s_hi = (u2 & KMASK2) | (((u0 >> 6) & KMASK3) << 4);
+    let s_lo = u0 & KMASK1;
+    _mm256_cvtepu8_epi16(_mm_setr_epi32(
+        s_lo as i32,
+        s_hi as i32,
+        m_lo as i32,
+        m_hi as i32,
+    ))
+}
+
+/// Broadcast i16 lane k (0..8) of `v128` (both 128-bit halves hold the same 8 lanes).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn bcast_i16(v: __m256i, k: usize) -> __m256i {
+    _mm256_shuffle_epi8(
+        v,
+        _mm256_loadu_si256(SHUF_I16[k].as_ptr() as *const __m256i),
+    )
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q4_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let m4 = _mm256_set1_epi8(0x0f);
@@ -246,25 +313,28 @@ unsafe fn dot_q4_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc_m = _mm_setzero_ps();
     for i in 0..n / QK {
         let (bw, ba) = (i * 144, i * Q8K);
-        let dy = read_f32(&a[ba..]);
+        let dy = f32at(a, ba);
         let d = dy * h2f(w, bw);
         let dmin = -dy * h2f(w, bw + 2);
-        let (sc, mn) = crate::formats::q4_k::unpack_scales_k4(&w[bw + 4..bw + 16]);
-        let mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
-        let prod = _mm_madd_epi16(mins, bsums32(a, ba));
+        let sm = k4_scales_mins(w, bw + 4);
+        let prod = _mm_madd_epi16(_mm256_extracti128_si256(sm, 1), bsums32(a, ba));
         acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
-        let mut sumi = _mm256_setzero_si256();
+        let sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
+        let (mut s0, mut s1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
         for j in 0..4 {
             let q4 = load(w, bw + 16 + 32 * j);
             let q4l = _mm256_and_si256(q4, m4);
             let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
             let pl = _mm256_maddubs_epi16(q4l, load(a, ba + 4 + 64 * j));
             let ph = _mm256_maddubs_epi16(q4h, load(a, ba + 4 + 64 * j + 32));
-            let pl = _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j] as i16), pl);
-            let ph = _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j + 1] as i16), ph);
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(bcast_i16(sc, 2 * j), pl));
+            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(bcast_i16(sc, 2 * j + 1), ph));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(
+            _mm256_set1_ps(d),
+            _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)),
+            acc,
+        );
     }
     let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
     let m = _mm_add_ss(m, _mm_movehdup_ps(m));
@@ -279,13 +349,13 @@ unsafe fn dot_q5_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc_m = _mm_setzero_ps();
     for i in 0..n / QK {
         let (bw, ba) = (i * 176, i * Q8K);
-        let dy = read_f32(&a[ba..]);
+        let dy = f32at(a, ba);
         let d = dy * h2f(w, bw);
         let dmin = -dy * h2f(w, bw + 2);
-        let (sc, mn) = crate::formats::q4_k::unpack_scales_k4(&w[bw + 4..bw + 16]);
-        let mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
-        let prod = _mm_madd_epi16(mins, bsums32(a, ba));
+        let sm = k4_scales_mins(w, bw + 4);
+        let prod = _mm_madd_epi16(_mm256_extracti128_si256(sm, 1), bsums32(a, ba));
         acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        let sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
         let mut hbits = load(w, bw + 16);
         let mut sumi = _mm256_setzero_si256();
         for j in 0..4 {
@@ -297,8 +367,8 @@ unsafe fn dot_q5_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
             let q5h = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4, 4), m4), hh);
             let pl = _mm256_maddubs_epi16(q5l, load(a, ba + 4 + 64 * j));
             let ph = _mm256_maddubs_epi16(q5h, load(a, ba + 4 + 64 * j + 32));
-            let pl = _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j] as i16), pl);
-            let ph = _mm256_madd_epi16(_mm256_set1_epi16(sc[2 * j + 1] as i16), ph);
+            let pl = _mm256_madd_epi16(bcast_i16(sc, 2 * j), pl);
+            let ph = _mm256_madd_epi16(bcast_i16(sc, 2 * j + 1), ph);
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
@@ -308,52 +378,81 @@ unsafe fn dot_q5_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     hsum_ps(acc) + _mm_cvtss_f32(m)
 }
 
-/// Two 16-element scales as 8+8 i16 lanes matching maddubs output of 32 bytes.
+/// Q6_K's two high bits (already shifted down to bits 0..1) moved to bits 4..5.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn scale_pair(lo: i8, hi: i8) -> __m256i {
-    _mm256_setr_m128i(_mm_set1_epi16(lo as i16), _mm_set1_epi16(hi as i16))
+pub(super) unsafe fn q6_hi(v: __m256i) -> __m256i {
+    _mm256_slli_epi16(_mm256_and_si256(v, _mm256_set1_epi8(3)), 4)
+}
+
+/// Byte shuffles giving 8 copies of byte 2p then 8 of byte 2p+1 (ggml's get_scale_shuffle).
+static SHUF_PAIR: [[u8; 16]; 8] = {
+    let mut t = [[0u8; 16]; 8];
+    let mut p = 0;
+    while p < 8 {
+        let mut i = 0;
+        while i < 8 {
+            t[p][i] = 2 * p as u8;
+            t[p][i + 8] = 2 * p as u8 + 1;
+            i += 1;
+        }
+        p += 1;
+    }
+    t
+};
+
+/// Scales 2p and 2p+1 of 16 signed byte scales as 8+8 i16 lanes, matching the maddubs output
+/// of 32 bytes that span two 16-element groups.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn scale_pair(scales: __m128i, p: usize) -> __m256i {
+    let shuf = _mm_loadu_si128(SHUF_PAIR[p].as_ptr() as *const __m128i);
+    _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, shuf))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let m4 = _mm256_set1_epi8(0x0f);
-    let m2 = _mm256_set1_epi8(3);
     let m32s = _mm256_set1_epi8(32);
     let mut acc = _mm256_setzero_ps();
     for i in 0..n / QK {
         let (bw, ba) = (i * 210, i * Q8K);
-        let d = read_f32(&a[ba..]) * h2f(w, bw + 208);
-        let sc: [i8; 16] = std::array::from_fn(|k| w[bw + 192 + k] as i8);
-        let mut sumi = _mm256_setzero_si256();
+        let d = f32at(a, ba) * h2f(w, bw + 208);
+        let scales = load128(w, bw + 192);
+        let (mut s0, mut s1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
         for h in 0..2 {
             let q4b1 = load(w, bw + 64 * h);
             let q4b2 = load(w, bw + 64 * h + 32);
             let qh = load(w, bw + 128 + 32 * h);
-            let hb = |s: i32| -> __m256i {
-                let v = match s {
-                    0 => qh,
-                    2 => _mm256_srli_epi16(qh, 2),
-                    4 => _mm256_srli_epi16(qh, 4),
-                    _ => _mm256_srli_epi16(qh, 6),
-                };
-                _mm256_slli_epi16(_mm256_and_si256(v, m2), 4)
-            };
             let q = [
-                _mm256_or_si256(_mm256_and_si256(q4b1, m4), hb(0)),
-                _mm256_or_si256(_mm256_and_si256(q4b2, m4), hb(2)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4b1, 4), m4), hb(4)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4b2, 4), m4), hb(6)),
+                _mm256_or_si256(_mm256_and_si256(q4b1, m4), q6_hi(qh)),
+                _mm256_or_si256(_mm256_and_si256(q4b2, m4), q6_hi(_mm256_srli_epi16(qh, 2))),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(q4b1, 4), m4),
+                    q6_hi(_mm256_srli_epi16(qh, 4)),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(q4b2, 4), m4),
+                    q6_hi(_mm256_srli_epi16(qh, 6)),
+                ),
             ];
             for (k, &qk) in q.iter().enumerate() {
                 let q8 = load(a, ba + 4 + 128 * h + 32 * k);
                 let p =
                     _mm256_sub_epi16(_mm256_maddubs_epi16(qk, q8), _mm256_maddubs_epi16(m32s, q8));
-                let s = scale_pair(sc[8 * h + 2 * k], sc[8 * h + 2 * k + 1]);
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(s, p));
+                let v = _mm256_madd_epi16(scale_pair(scales, 4 * h + k), p);
+                if k % 2 == 0 {
+                    s0 = _mm256_add_epi32(s0, v);
+                } else {
+                    s1 = _mm256_add_epi32(s1, v);
+                }
             }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        acc = _mm256_fmadd_ps(
+            _mm256_set1_ps(d),
+            _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)),
+            acc,
+        );
     }
     hsum_ps(acc)
 }
@@ -365,7 +464,7 @@ unsafe fn dot_q2_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut summ = 0.0f32;
     for i in 0..n / QK {
         let (bw, ba) = (i * 84, i * Q8K);
-        let dy = read_f32(&a[ba..]);
+        let dy = f32at(a, ba);
         let (d, dmin) = (dy * h2f(w, bw + 80), dy * h2f(w, bw + 82));
         let bs = crate::formats::q8::q8k_parts(&a[ba..ba + Q8K]).2;
         let mut m = 0i32;
@@ -398,7 +497,7 @@ unsafe fn dot_q3_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for i in 0..n / QK {
         let (bw, ba) = (i * 110, i * Q8K);
-        let d = read_f32(&a[ba..]) * h2f(w, bw + 108);
+        let d = f32at(a, ba) * h2f(w, bw + 108);
         let sc = q3_k::scales(&w[bw + 96..bw + 108]);
         let hm = load(w, bw);
         let mut sumi = _mm256_setzero_si256();
@@ -438,7 +537,7 @@ unsafe fn dot_iq4_xs(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for i in 0..n / QK {
         let (bw, ba) = (i * 136, i * Q8K);
-        let d = read_f32(&a[ba..]) * h2f(w, bw);
+        let d = f32at(a, ba) * h2f(w, bw);
         let mut sumi = _mm256_setzero_si256();
         for ib in 0..8 {
             let q = iq4_lookup(nibbles32(w, bw + 8 + 16 * ib));
@@ -470,7 +569,7 @@ unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
         _mm256_add_ps(acc[2], acc[3]),
     ));
     for i in n32..n {
-        s += read_f32(&w[4 * i..]) * read_f32(&a[4 * i..]);
+        s += read_f32(&w[4 * i..]) * f32at(a, 4 * i);
     }
     s
 }
@@ -554,11 +653,13 @@ pub unsafe fn quantize_q8_0(x: &[f32], out: &mut [u8]) {
         let d = amax / 127.0;
         ob[..2].copy_from_slice(&crate::half::f32_to_f16(d).to_le_bytes());
         let id = _mm256_set1_ps(if amax != 0.0 { 127.0 / amax } else { 0.0 });
-        let r: [__m256i; 4] = std::array::from_fn(|k| {
-            _mm256_cvtps_epi32(_mm256_round_ps::<
+        let mut r = [_mm256_setzero_si256(); 4];
+        for k in 0..4 {
+            let scaled = _mm256_mul_ps(v[k], id);
+            r[k] = _mm256_cvtps_epi32(_mm256_round_ps::<
                 { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
-            >(_mm256_mul_ps(v[k], id)))
-        });
+            >(scaled));
+        }
         let p01 = _mm256_packs_epi32(r[0], r[1]);
         let p23 = _mm256_packs_epi32(r[2], r[3]);
         let b = _mm256_packs_epi16(p01, p23);

@@ -3,11 +3,15 @@
 //! kernel in `avx2` (same operations, same order), so matmul results equal per-row vec_dot bit
 //! for bit (tests/pool.rs holds them equal).
 
+#![allow(clippy::needless_range_loop)] // t indexes several per-token arrays in lockstep
+
 use std::arch::x86_64::*;
 
-use super::avx2::{bsums32, h2f, hsum_ps, load, scale_pair, Q8K, QK};
+use super::avx2::{
+    bcast_i16, bsums32, f32at, h2f, hsum_ps, k4_scales_mins, load, load128, q6_hi, scale_pair, Q8K,
+    QK,
+};
 use crate::formats::MultiDotFn;
-use crate::half::read_f32;
 use crate::GgmlType;
 
 macro_rules! multi_wrapper {
@@ -70,13 +74,17 @@ unsafe fn multi_q4_k<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: usize
     for i in 0..n / QK {
         let bw = i * 144;
         let (wd, wdmin) = (h2f(w, bw), h2f(w, bw + 2));
-        let (sc, mn) = crate::formats::q4_k::unpack_scales_k4(&w[bw + 4..bw + 16]);
-        let mins = _mm_cvtepu8_epi16(_mm_loadl_epi64(mn.as_ptr() as *const __m128i));
-        let scv: [__m256i; 8] = std::array::from_fn(|k| _mm256_set1_epi16(sc[k] as i16));
+        let sm = k4_scales_mins(w, bw + 4);
+        let mins = _mm256_extracti128_si256(sm, 1);
+        let sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
+        let mut scv = [_mm256_setzero_si256(); 8];
+        for (k, v) in scv.iter_mut().enumerate() {
+            *v = bcast_i16(sc, k);
+        }
         let mut sumi = [_mm256_setzero_si256(); T];
         for t in 0..T {
             let ba = t * stride + i * Q8K;
-            let dy = read_f32(&a[ba..]);
+            let dy = f32at(a, ba);
             let prod = _mm_madd_epi16(mins, bsums32(a, ba));
             acc_m[t] = _mm_fmadd_ps(_mm_set1_ps(-dy * wdmin), _mm_cvtepi32_ps(prod), acc_m[t]);
         }
@@ -94,7 +102,7 @@ unsafe fn multi_q4_k<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: usize
             }
         }
         for t in 0..T {
-            let dy = read_f32(&a[t * stride + i * Q8K..]);
+            let dy = f32at(a, t * stride + i * Q8K);
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dy * wd), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
         }
     }
@@ -108,33 +116,31 @@ unsafe fn multi_q4_k<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: usize
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn multi_q6_k<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
     let m4 = _mm256_set1_epi8(0x0f);
-    let m2 = _mm256_set1_epi8(3);
     let m32s = _mm256_set1_epi8(32);
     let mut acc = [_mm256_setzero_ps(); T];
     for i in 0..n / QK {
         let bw = i * 210;
         let wd = h2f(w, bw + 208);
-        let sc: [i8; 16] = std::array::from_fn(|k| w[bw + 192 + k] as i8);
+        let scales = load128(w, bw + 192);
         let mut sumi = [_mm256_setzero_si256(); T];
         for h in 0..2 {
             let q4b1 = load(w, bw + 64 * h);
             let q4b2 = load(w, bw + 64 * h + 32);
             let qh = load(w, bw + 128 + 32 * h);
-            let hb = |v: __m256i| _mm256_slli_epi16(_mm256_and_si256(v, m2), 4);
             let q = [
-                _mm256_or_si256(_mm256_and_si256(q4b1, m4), hb(qh)),
-                _mm256_or_si256(_mm256_and_si256(q4b2, m4), hb(_mm256_srli_epi16(qh, 2))),
+                _mm256_or_si256(_mm256_and_si256(q4b1, m4), q6_hi(qh)),
+                _mm256_or_si256(_mm256_and_si256(q4b2, m4), q6_hi(_mm256_srli_epi16(qh, 2))),
                 _mm256_or_si256(
                     _mm256_and_si256(_mm256_srli_epi16(q4b1, 4), m4),
-                    hb(_mm256_srli_epi16(qh, 4)),
+                    q6_hi(_mm256_srli_epi16(qh, 4)),
                 ),
                 _mm256_or_si256(
                     _mm256_and_si256(_mm256_srli_epi16(q4b2, 4), m4),
-                    hb(_mm256_srli_epi16(qh, 6)),
+                    q6_hi(_mm256_srli_epi16(qh, 6)),
                 ),
             ];
             for (k, &qk) in q.iter().enumerate() {
-                let s = scale_pair(sc[8 * h + 2 * k], sc[8 * h + 2 * k + 1]);
+                let s = scale_pair(scales, 4 * h + k);
                 for t in 0..T {
                     let q8 = load(a, t * stride + i * Q8K + 4 + 128 * h + 32 * k);
                     let p = _mm256_sub_epi16(
@@ -146,7 +152,7 @@ unsafe fn multi_q6_k<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: usize
             }
         }
         for t in 0..T {
-            let d = read_f32(&a[t * stride + i * Q8K..]) * wd;
+            let d = f32at(a, t * stride + i * Q8K) * wd;
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
         }
     }
