@@ -27,6 +27,7 @@ WEATHER_TOOL = {
                 "location": {"type": "string", "description": "City and country"},
                 "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
                 "days": {"type": "integer", "minimum": 1},
+                "metric": {"type": "boolean", "default": True},
             },
             "required": ["location"],
         },
@@ -89,6 +90,20 @@ SCENARIOS = {
             {"role": "tool", "tool_call_id": "c9", "name": "get_weather", "content": "rain"},
             {"role": "assistant", "content": "It rains in Oslo."},
             {"role": "user", "content": "Thanks"},
+        ],
+        "opts": {"tools": [WEATHER_TOOL]},
+    },
+    "scalar_arguments": {
+        "messages": [
+            {"role": "user", "content": "Oslo, metric off"},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {"name": "get_weather", "arguments": {"location": "Oslo", "metric": False, "note": None, "ratio": 0.5, "tags": ["a", "it's"]}}
+                ],
+            },
+            {"role": "tool", "name": "get_weather", "content": "ok"},
         ],
         "opts": {"tools": [WEATHER_TOOL]},
     },

@@ -226,3 +226,14 @@ fn untrackable_templates_fail_loudly() {
     let err = t.render(&[ChatMessage::new("user", "hello")], &RenderOptions::default()).unwrap_err();
     assert!(err.to_string().contains("cannot tell"), "{err}");
 }
+
+/// A template is untrusted input (it comes from the model file): one that never ends is
+/// stopped by the instruction budget.
+#[test]
+fn runaway_templates_are_stopped() {
+    let t = ChatTemplate::new("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}").unwrap();
+    let start = std::time::Instant::now();
+    let err = t.render(&[ChatMessage::new("user", "hi")], &RenderOptions::default()).unwrap_err();
+    assert!(err.to_string().contains("fuel"), "{err}");
+    eprintln!("stopped after {:?}", start.elapsed());
+}

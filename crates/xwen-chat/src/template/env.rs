@@ -12,6 +12,10 @@ use minijinja::{AutoEscape, Environment, Error, ErrorKind, State, Value};
 use super::json::{to_json, JsonStyle};
 use super::taint::{self, Mangled};
 
+/// Instructions one rendering may execute: a 1,500-message, 4 MB agent conversation with 40
+/// tools renders within it; a runaway template stops in about a second.
+const FUEL: u64 = 10_000_000;
+
 pub(crate) fn environment() -> Environment<'static> {
     let mut env = Environment::new();
     let syntax = SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build();
@@ -19,6 +23,10 @@ pub(crate) fn environment() -> Environment<'static> {
         env.set_syntax(syntax);
     }
     env.set_auto_escape_callback(|_| AutoEscape::None);
+    env.set_formatter(super::display::formatter);
+    // A template from an untrusted file must not spin forever.
+    env.set_fuel(Some(FUEL));
+    env.add_filter("string", |v: Value| Value::from(super::display::py_str(&v)));
     env.add_filter("trim", |v: Value, chars: Option<String>| text_op(&v, |s| taint::strip(s, chars.as_deref(), true, true)));
     env.add_filter("length", length);
     env.add_filter("count", length);

@@ -9,6 +9,7 @@
 //! text only) and otherwise fails with an error rather than guess.
 
 mod context;
+mod display;
 mod env;
 mod json;
 mod taint;
