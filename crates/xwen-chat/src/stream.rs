@@ -3,7 +3,7 @@
 
 use crate::Tokenizer;
 
-#[derive(Default)]
+#[derive(Clone, Debug, Default)]
 pub struct StreamDecoder {
     pending: Vec<u8>,
 }

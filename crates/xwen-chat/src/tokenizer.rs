@@ -27,6 +27,12 @@ pub struct Tokenizer {
     content_specials: Vec<u32>,
 }
 
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer").field("vocab_size", &self.vocab_size()).field("pre", &self.pre_kind).finish()
+    }
+}
+
 enum Fragment {
     Text(Range<usize>),
     Token(u32),

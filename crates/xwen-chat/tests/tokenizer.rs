@@ -130,3 +130,11 @@ fn tokenizes_100kb_quickly() {
     assert_eq!(tok.decode(&ids), text);
     assert!(dt.as_secs_f64() < 1.0, "100 KB took {dt:?}");
 }
+
+#[test]
+fn shareable_across_threads() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Tokenizer>();
+    assert_send_sync::<xwen_chat::ChatTemplate>();
+    assert_send_sync::<StreamDecoder>();
+}
