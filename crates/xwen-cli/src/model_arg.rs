@@ -48,15 +48,22 @@ pub fn load(model: Option<&str>, cfg: &EngineConfig, quiet: bool) -> Result<Load
         }
     }
     if !quiet && model.weight_bytes() > 256 << 20 {
+        // A live percentage on a terminal; one line when stderr is a file or pipe.
+        use std::io::IsTerminal;
+        let tty = std::io::stderr().is_terminal();
         let mut last = u64::MAX;
-        model.prefault(&mut |done, total| {
+        let total = model.prefault(&mut |done, total| {
             let pct = done * 100 / total.max(1);
-            if pct != last {
+            if tty && pct != last {
                 last = pct;
                 eprint!("\rxwen: loading weights {pct:3}% of {:.2} GiB", total as f64 / (1u64 << 30) as f64);
             }
         });
-        eprintln!();
+        if tty {
+            eprintln!();
+        } else {
+            eprintln!("xwen: loaded weights: {:.2} GiB paged in", total as f64 / (1u64 << 30) as f64);
+        }
     }
     Ok(Loaded { model, tokenizer, load_secs: t0.elapsed().as_secs_f64(), is_demo, checkpoint })
 }
