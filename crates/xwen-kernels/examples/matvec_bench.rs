@@ -1,7 +1,8 @@
 //! Kernel benchmarks: pool dispatch overhead, memory read bandwidth, matvec weight throughput.
 //!
 //!   cargo run -p xwen-kernels --release --example matvec_bench [-- --quick] [--only-matvec]
-//!       [--shape ROWSxCOLS ...] [--matmul N_TOKENS] [--in-cache]
+//!       [--shape ROWSxCOLS ...] [--matmul N_TOKENS] [--in-cache] [--threads 1,2]
+//!       [--isa avx2|scalar]
 //!
 //! Shapes are rows × cols of the weight matrix (rows = outputs, cols = inputs). Defaults:
 //! 2048x2048, 5120x17408 (the 27B FFN down projection) and 4096x14336 (the shape of
@@ -95,6 +96,21 @@ fn main() {
     if shapes.is_empty() {
         shapes = vec![(2048, 2048), (5120, 17408), (4096, 14336)];
     }
+    let threads: Vec<usize> = args
+        .windows(2)
+        .find(|w| w[0] == "--threads")
+        .map(|w| w[1].split(',').map(|t| t.parse().unwrap()).collect())
+        .unwrap_or_else(|| vec![1, 2]);
+    match args
+        .windows(2)
+        .find(|w| w[0] == "--isa")
+        .map(|w| w[1].as_str())
+    {
+        Some("avx2") => dispatch::set_max_isa(Some(dispatch::Isa::Avx2)),
+        Some("scalar") => dispatch::set_max_isa(Some(dispatch::Isa::Scalar)),
+        Some(other) => panic!("--isa avx2|scalar, got {other}"),
+        None => {}
+    }
     let min = Duration::from_millis(if quick { 200 } else { 1500 });
     println!("kernel set: {:?}", dispatch::active());
     if args.iter().any(|a| a == "--in-cache") {
@@ -102,20 +118,20 @@ fn main() {
         return;
     }
     if !only_matvec {
-        pool_and_memory(quick, min);
+        pool_and_memory(quick, min, &threads);
     }
-    matvecs(&shapes, min);
+    matvecs(&shapes, min, &threads);
     if let Some(n_tok) = args
         .windows(2)
         .find(|w| w[0] == "--matmul")
         .map(|w| w[1].parse::<usize>().unwrap())
     {
-        matmuls(&shapes, n_tok, min);
+        matmuls(&shapes, n_tok, min, &threads);
     }
 }
 
 /// Batched products (prefill): n_tok tokens against each shape.
-fn matmuls(shapes: &[(usize, usize)], n_tok: usize, min: Duration) {
+fn matmuls(shapes: &[(usize, usize)], n_tok: usize, min: Duration, thread_counts: &[usize]) {
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
     for &(rows, cols) in shapes {
         for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
@@ -125,7 +141,7 @@ fn matmuls(shapes: &[(usize, usize)], n_tok: usize, min: Duration) {
                 .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
                 .collect();
             let mut y = vec![0f32; n_tok * rows];
-            for threads in [1, 2] {
+            for &threads in thread_counts {
                 let pool = Pool::new(threads);
                 let t = time_it(min, || pool.matmul(w, &x, n_tok, &mut y));
                 println!(
@@ -138,7 +154,7 @@ fn matmuls(shapes: &[(usize, usize)], n_tok: usize, min: Duration) {
     }
 }
 
-fn pool_and_memory(quick: bool, min: Duration) {
+fn pool_and_memory(quick: bool, min: Duration, threads: &[usize]) {
     for threads in [1, 2] {
         let pool = Pool::new(threads);
         let iters = 200_000;
@@ -172,7 +188,7 @@ fn pool_and_memory(quick: bool, min: Duration) {
 
     let gib = if quick { 1 << 27 } else { 1 << 30 };
     let buf: Vec<u64> = (0..gib / 8).map(|i| i as u64).collect();
-    for threads in [1, 2] {
+    for &threads in threads {
         let pool = Pool::new(threads);
         println!(
             "memory read bandwidth: {threads} thread(s), {:.1} GB/s over {} MiB",
@@ -182,7 +198,7 @@ fn pool_and_memory(quick: bool, min: Duration) {
     }
 }
 
-fn matvecs(shapes: &[(usize, usize)], min: Duration) {
+fn matvecs(shapes: &[(usize, usize)], min: Duration, thread_counts: &[usize]) {
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     for &(rows, cols) in shapes {
         for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
@@ -192,7 +208,7 @@ fn matvecs(shapes: &[(usize, usize)], min: Duration) {
                 .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
                 .collect();
             let mut y = vec![0f32; rows];
-            for threads in [1, 2] {
+            for &threads in thread_counts {
                 let pool = Pool::new(threads);
                 let t = time_it(min, || pool.matvec(w, &x, &mut y));
                 println!(
@@ -230,7 +246,14 @@ fn in_cache() {
     let x: Vec<f32> = (0..rows * cols)
         .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
         .collect();
-    for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
+    for ty in [
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::Q8_0,
+        GgmlType::Q5_K,
+        GgmlType::F32,
+        GgmlType::BF16,
+    ] {
         let w = xwen_kernels::quantize(ty, &x).unwrap();
         let rb = w.len() / rows;
         let mut a = Vec::new();

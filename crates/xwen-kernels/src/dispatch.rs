@@ -2,7 +2,7 @@
 //! features, so one binary serves every x86-64), plus a process-wide switch that forces the
 //! scalar reference everywhere for bisecting numeric differences.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 use crate::formats::{self, DotFn, MultiDotFn};
@@ -19,6 +19,22 @@ pub enum Isa {
 }
 
 static FORCE_REFERENCE: AtomicBool = AtomicBool::new(false);
+/// 0 = no cap, else 1 + the rank of the highest Isa allowed (see `set_max_isa`).
+static MAX_ISA: AtomicU8 = AtomicU8::new(0);
+
+fn rank(isa: Isa) -> u8 {
+    match isa {
+        Isa::Scalar => 0,
+        Isa::Avx2 | Isa::Neon => 1,
+        Isa::Avx512 => 2,
+    }
+}
+
+/// Cap the kernel set (e.g. `Some(Isa::Avx2)` on an AVX-512 machine, for A/B timing or
+/// bisecting); `None` removes the cap. Process-wide, meant to be set at start-up.
+pub fn set_max_isa(cap: Option<Isa>) {
+    MAX_ISA.store(cap.map_or(0, |i| 1 + rank(i)), Ordering::Relaxed);
+}
 
 /// Force the scalar reference everywhere. Meant to be set once at start-up; kernels already
 /// handed out (e.g. inside a running matvec) finish with the set they started with.
@@ -39,9 +55,17 @@ pub fn detected() -> Isa {
 /// The kernel set in use now.
 pub fn active() -> Isa {
     if force_reference() {
-        Isa::Scalar
-    } else {
-        detected()
+        return Isa::Scalar;
+    }
+    let d = detected();
+    match MAX_ISA.load(Ordering::Relaxed) {
+        0 => d,
+        cap if rank(d) + 1 <= cap => d,
+        1 => Isa::Scalar,
+        _ => match d {
+            Isa::Avx512 => Isa::Avx2,
+            other => other,
+        },
     }
 }
 
@@ -117,12 +141,18 @@ pub fn dot_fn(weight: GgmlType) -> Option<DotFn> {
 
 /// A multi-token kernel for `weight` whose per-token results are bit-identical to
 /// `dot_fn(weight)`; None where the active set has none (callers then loop over `dot_fn`).
-/// The AVX-512 set has no multi-token kernels yet, since the AVX2 ones would not match its
-/// single-token results bit for bit.
+/// On AVX-512 the AVX2 multi-token kernels are valid where that set uses the AVX2 single-token
+/// kernel, and for Q8_0, whose VNNI kernel returns the AVX2 kernel's bits.
 pub fn multi_dot_fn(weight: GgmlType) -> Option<MultiDotFn> {
     match active() {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => crate::simd::avx2_multi::multi_dot_fn(weight),
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx512
+            if weight == GgmlType::Q8_0 || crate::simd::avx512::dot_fn(weight).is_none() =>
+        {
+            crate::simd::avx2_multi::multi_dot_fn(weight)
+        }
         _ => None,
     }
 }

@@ -138,8 +138,7 @@ pub(crate) fn quantize_activations_into(
     match vd {
         GgmlType::Q8_0 => simd::quantize_q8_0(x, out, Q8Flavor::native()),
         GgmlType::Q8_1 => q8::quantize_q8_1(x, out, Q8Flavor::native()),
-        GgmlType::Q8_K if prefer_positive => q8::quantize_q8_k_prefer_positive(x, out),
-        GgmlType::Q8_K => q8::quantize_q8_k(x, out),
+        GgmlType::Q8_K => simd::quantize_q8_k(x, out, prefer_positive),
         GgmlType::F32 => formats::float::quantize_f32(x, out),
         GgmlType::F16 => simd::quantize_f16(x, out),
         GgmlType::BF16 => formats::float::quantize_bf16(x, out),

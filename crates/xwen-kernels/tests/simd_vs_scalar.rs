@@ -173,10 +173,44 @@ fn vectorized_activation_quantizers_equal_scalar() {
         xwen_kernels::simd::quantize_q8_0(&x, &mut fast, q8::Q8Flavor::native());
         q8::quantize_q8_0(&x, &mut slow, q8::Q8Flavor::native());
         assert_eq!(fast, slow);
+        for prefer_positive in [false, true] {
+            let mut tie = x.clone();
+            tie[77] = 9.0e3; // +/- tie for the largest magnitude inside the first super-block
+            tie[5] = -9.0e3;
+            let mut fast = vec![0u8; 4 * 292];
+            let mut slow = vec![0u8; 4 * 292];
+            xwen_kernels::simd::quantize_q8_k(&tie, &mut fast, prefer_positive);
+            if prefer_positive {
+                q8::quantize_q8_k_prefer_positive(&tie, &mut slow);
+            } else {
+                q8::quantize_q8_k(&tie, &mut slow);
+            }
+            assert_eq!(fast, slow, "q8_K prefer_positive={prefer_positive}");
+        }
         let mut fh = vec![0u8; 2048];
         let mut sh = vec![0u8; 2048];
         xwen_kernels::simd::quantize_f16(&x, &mut fh);
         formats::float::quantize_f16(&x, &mut sh);
         assert_eq!(fh, sh);
+    }
+}
+
+/// The AVX-512 Q8_0 kernel must return the AVX2 kernel's bits (dispatch relies on it to reuse
+/// the AVX2 multi-token kernel for matmul).
+#[test]
+fn avx512_q8_0_is_bit_identical_to_avx2() {
+    if !dispatch::supported(Isa::Avx512) {
+        eprintln!("SKIP: avx512_q8_0_is_bit_identical_to_avx2: this CPU lacks AVX-512");
+        return;
+    }
+    let mut rng = Rng(4242);
+    let f512 = dispatch::dot_fn_for(GgmlType::Q8_0, Isa::Avx512).unwrap();
+    let f256 = dispatch::dot_fn_for(GgmlType::Q8_0, Isa::Avx2).unwrap();
+    for _ in 0..500 {
+        let n = 32 * (1 + rng.below(200));
+        let w = random_blocks(&mut rng, GgmlType::Q8_0, n);
+        let mut a = Vec::new();
+        quantize_activations(GgmlType::Q8_0, &rng.activations(n), &mut a);
+        assert_eq!(f512(n, &w, &a).to_bits(), f256(n, &w, &a).to_bits());
     }
 }

@@ -683,3 +683,91 @@ pub unsafe fn quantize_f16(x: &[f32], out: &mut [u8]) {
     }
     crate::formats::float::quantize_f16(&x[n8..], &mut out[2 * n8..]);
 }
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum_i32(v: __m256i) -> i32 {
+    let t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
+    _mm_cvtsi128_si32(_mm_add_epi32(t, _mm_shuffle_epi32::<1>(t)))
+}
+
+/// quantize_row_q8_K_ref vectorized (same bytes): `max` is the first element of largest
+/// magnitude, codes are round-half-even(-127/max * x) (ggml's nearest_int), bsums sum 16 codes.
+/// With `prefer_positive`, a +a/-a tie for the largest magnitude takes +a (the x86 4x8 repack
+/// quantizer's rule).
+///
+/// # Safety
+/// The CPU must support AVX2, FMA and F16C.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn quantize_q8_k(x: &[f32], out: &mut [u8], prefer_positive: bool) {
+    let sign = _mm256_set1_ps(-0.0);
+    for (i, ob) in out.chunks_exact_mut(292).enumerate().take(x.len() / 256) {
+        let xb = &x[256 * i..256 * i + 256];
+        let p = xb.as_ptr();
+        let mut m = _mm256_setzero_ps();
+        for k in 0..32 {
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(p.add(8 * k))));
+        }
+        let m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+        let m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+        if amax == 0.0 {
+            ob.fill(0);
+            continue;
+        }
+        let max = if prefer_positive {
+            if xb.contains(&amax) {
+                amax
+            } else {
+                -amax
+            }
+        } else {
+            // the first element reaching amax decides the sign
+            *xb.iter().find(|v| v.abs() == amax).unwrap_or(&amax)
+        };
+        let iscale = -127.0 / max;
+        let is = _mm256_set1_ps(iscale);
+        let o = ob.as_mut_ptr();
+        for k in 0..8 {
+            let r: [__m256i; 4] = [
+                _mm256_cvtps_epi32(_mm256_round_ps::<
+                    { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+                >(_mm256_mul_ps(
+                    is,
+                    _mm256_loadu_ps(p.add(32 * k)),
+                ))),
+                _mm256_cvtps_epi32(_mm256_round_ps::<
+                    { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+                >(_mm256_mul_ps(
+                    is,
+                    _mm256_loadu_ps(p.add(32 * k + 8)),
+                ))),
+                _mm256_cvtps_epi32(_mm256_round_ps::<
+                    { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+                >(_mm256_mul_ps(
+                    is,
+                    _mm256_loadu_ps(p.add(32 * k + 16)),
+                ))),
+                _mm256_cvtps_epi32(_mm256_round_ps::<
+                    { _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC },
+                >(_mm256_mul_ps(
+                    is,
+                    _mm256_loadu_ps(p.add(32 * k + 24)),
+                ))),
+            ];
+            // |codes| <= 127 by construction, so the saturating packs are exact; the two 16-bit
+            // halves give the two bsums of these 32 codes.
+            let w01 = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(r[0], r[1]));
+            let w23 = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi32(r[2], r[3]));
+            let b = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packs_epi16(w01, w23));
+            _mm256_storeu_si256(o.add(4 + 32 * k) as *mut __m256i, b);
+            let s01 = _mm256_madd_epi16(w01, _mm256_set1_epi16(1));
+            let s23 = _mm256_madd_epi16(w23, _mm256_set1_epi16(1));
+            let (b0, b1) = (hsum_i32(s01) as i16, hsum_i32(s23) as i16);
+            ob[4 + 256 + 4 * k..4 + 256 + 4 * k + 2].copy_from_slice(&b0.to_le_bytes());
+            ob[4 + 256 + 4 * k + 2..4 + 256 + 4 * k + 4].copy_from_slice(&b1.to_le_bytes());
+        }
+        ob[..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+    }
+}

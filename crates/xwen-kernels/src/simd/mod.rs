@@ -34,3 +34,23 @@ pub fn quantize_f16(x: &[f32], out: &mut [u8]) {
     }
     crate::formats::float::quantize_f16(x, out)
 }
+
+/// Q8_K activation quantization (ggml's single quantizer, or the 4x8 repack tie-break with
+/// `prefer_positive`), vectorized where available (same bytes either way).
+pub fn quantize_q8_k(x: &[f32], out: &mut [u8], prefer_positive: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::dispatch::active() != crate::dispatch::Isa::Scalar {
+        assert!(
+            out.len() >= x.len() / 256 * 292,
+            "quantize_q8_k: output too short"
+        );
+        // SAFETY: active() is Avx2 or Avx512 only when AVX2/FMA/F16C were detected.
+        unsafe { avx2::quantize_q8_k(x, out, prefer_positive) };
+        return;
+    }
+    if prefer_positive {
+        q8::quantize_q8_k_prefer_positive(x, out)
+    } else {
+        q8::quantize_q8_k(x, out)
+    }
+}
