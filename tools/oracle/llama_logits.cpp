@@ -10,7 +10,7 @@
 // default for the same reason (ggml's CPU FA path converts Q to the K type's vec-dot type).
 //
 // usage: llama_logits MODEL.gguf PROMPTS.txt OUT_PREFIX [--n-gen N] [--threads N]
-//                     [--kv f32|f16] [--fa on|off]
+//                     [--kv f32|f16] [--fa on|off] [--repack on|off] [--ubatch N]
 // writes OUT_PREFIX.p<i>.npy for prompt i and prints "p<i> greedy: id id ..." and
 // "p<i> gap: g g ..." (top-1 minus top-2 logit at each greedy step) on stdout.
 
@@ -67,7 +67,7 @@ static int argmax(const float * v, int n, float * gap) {
 
 int main(int argc, char ** argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s MODEL.gguf PROMPTS.txt OUT_PREFIX [--n-gen N] [--threads N] [--kv f32|f16] [--fa on|off]\n", argv[0]);
+        fprintf(stderr, "usage: %s MODEL.gguf PROMPTS.txt OUT_PREFIX [--n-gen N] [--threads N] [--kv f32|f16] [--fa on|off] [--repack on|off] [--ubatch N]\n", argv[0]);
         return 2;
     }
     const char * model_path = argv[1];
@@ -77,6 +77,8 @@ int main(int argc, char ** argv) {
     int n_threads = 2;
     ggml_type kv_type = GGML_TYPE_F32;
     bool fa = false;
+    bool repack = true;
+    int ubatch = 0;  // 0: the whole prompt in one ubatch
     for (int i = 4; i < argc; i++) {
         std::string a = argv[i];
         if (i + 1 >= argc) { fprintf(stderr, "missing value for %s\n", a.c_str()); return 2; }
@@ -85,6 +87,8 @@ int main(int argc, char ** argv) {
         else if (a == "--threads") n_threads = atoi(v.c_str());
         else if (a == "--kv") kv_type = (v == "f16") ? GGML_TYPE_F16 : GGML_TYPE_F32;
         else if (a == "--fa") fa = (v == "on");
+        else if (a == "--repack") repack = (v == "on");
+        else if (a == "--ubatch") ubatch = atoi(v.c_str());
         else { fprintf(stderr, "unknown option %s\n", a.c_str()); return 2; }
     }
 
@@ -107,6 +111,7 @@ int main(int argc, char ** argv) {
 
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    mp.use_extra_bufts = repack;  // ggml-cpu's runtime weight repacking (its default: on)
     llama_model * model = llama_model_load_from_file(model_path, mp);
     if (!model) { fprintf(stderr, "failed to load %s\n", model_path); return 1; }
     const llama_vocab * vocab = llama_model_get_vocab(model);
@@ -119,7 +124,8 @@ int main(int argc, char ** argv) {
         llama_context_params cp = llama_context_default_params();
         cp.n_ctx = (uint32_t) (n + n_gen + 16);
         cp.n_batch = (uint32_t) n;
-        cp.n_ubatch = (uint32_t) n;  // the whole prompt is one ubatch: one graph, chunked DeltaNet
+        // default: the whole prompt is one ubatch (one graph, chunked DeltaNet over all of it)
+        cp.n_ubatch = (uint32_t) (ubatch > 0 && ubatch < n ? ubatch : n);
         cp.n_seq_max = 1;
         cp.n_threads = n_threads;
         cp.n_threads_batch = n_threads;

@@ -38,6 +38,14 @@ def main() -> None:
               f"{a['act']['0.001']['all']:.2f} | {a['act']['0.001']['max']:.2f} | "
               f"{a['weight']['0.001']['median']:.2f} | {a['weight']['0.001']['all']:.2f} |")
 
+    print("\n### Activation rounding effect (transformers, every matmul input rounded as ggml does)\n")
+    print("| fixture | Q8_0 median/pos | Q8_0 max | Q8_K median/pos | Q8_K max | bf16 median/pos | bf16 max |")
+    print("|---|---|---|---|---|---|---|")
+    for name, m in rows.items():
+        q = m.get("act_quant_effect")
+        if q:
+            print(f"| {name} | " + " | ".join(f"{e(q[f]['median'])} | {e(q[f]['max'])}" for f in ("q8_0", "q8_k", "bf16")) + " |")
+
     print("\n### Bug sensitivity (rel-L2 of logits when the bug is injected into transformers)\n")
     print("| fixture | norm +1 missing | dt bias dropped | A scaled by 1/e |")
     print("|---|---|---|---|")
