@@ -346,9 +346,11 @@ fn run_case(fx: &Fixture, tier: &str, spec: &str, tol: f64, threads: usize) -> (
         if let Some(r) = fx.logits.get(&(src.clone(), pi)).and_then(|f| read_npy(&fx.dir.join(f)).ok()) {
             if r.shape == [ids.len(), n_vocab] {
                 let mut st1 = model.new_state();
+                let mut all = Vec::with_capacity(ids.len() * n_vocab);
                 for (p, &t) in ids.iter().enumerate() {
                     match model.forward(&mut st1, &[t], LogitsMode::Last) {
                         Ok(l) => {
+                            all.extend_from_slice(&l);
                             let e = rel_l2(&l, &r.data[p * n_vocab..(p + 1) * n_vocab]);
                             worst_decode = Some(worst_decode.unwrap_or(0.0).max(e));
                             if !(e <= tol) {
@@ -360,6 +362,10 @@ fn run_case(fx: &Fixture, tier: &str, spec: &str, tol: f64, threads: usize) -> (
                             break;
                         }
                     }
+                }
+                if let Some(d) = std::env::var_os("PARITY_DUMP_DIR") {
+                    let f = Path::new(&d).join(format!("{}-{tier}-decode.p{pi}.npy", name.replace('/', "-")));
+                    let _ = write_npy(&f, &all, all.len() / n_vocab, n_vocab);
                 }
             }
         }
