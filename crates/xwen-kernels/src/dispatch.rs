@@ -60,7 +60,7 @@ pub fn active() -> Isa {
     let d = detected();
     match MAX_ISA.load(Ordering::Relaxed) {
         0 => d,
-        cap if rank(d) + 1 <= cap => d,
+        cap if rank(d) < cap => d,
         1 => Isa::Scalar,
         _ => match d {
             Isa::Avx512 => Isa::Avx2,
