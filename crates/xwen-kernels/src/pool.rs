@@ -228,3 +228,12 @@ impl Drop for Pool {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pool_is_send_and_sync() {
+        fn check<T: Send + Sync>() {}
+        check::<super::Pool>();
+    }
+}
