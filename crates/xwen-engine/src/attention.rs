@@ -119,7 +119,8 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], n: usize, po
                     let kh = &kv.k[p * kvw + kvh * hd..][..hd];
                     *sc = ops::dot(qh, kh) * scale;
                 }
-                ops::softmax_inplace(&mut scores[..visible]);
+                // llama.cpp's kq row is n_kv long, the KV size padded to 256, masked past `visible`.
+                ops::softmax_masked_inplace(&mut scores[..visible], visible.next_multiple_of(256));
                 // SAFETY: task h writes only head h's slice of each token's output.
                 let oh = unsafe { out_p.slice(t * hq + h * hd, hd) };
                 oh.fill(0.0);

@@ -156,22 +156,27 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], n: usiz
 
     drop(sp);
     let _sp = ctx.span(Op::DeltaOut);
-    // Gated RMSNorm per head: norm(o)·w · silu(z), then the output projection.
+    // Gated RMSNorm per head: norm(o)·w · silu(z), then the output projection. llama.cpp's
+    // ggml_silu runs on z viewed as [head_dim, H_v, n]: rows of head_dim.
+    let mut z = z;
+    for zh in z.chunks_exact_mut(sd) {
+        ops::silu_row_inplace(zh);
+    }
     for t in 0..n {
         for h in 0..hv {
             let base = (t * hv + h) * sd;
             let oh = &mut o[base..base + sd];
             ops::rms_norm_inplace(oh, &w.norm, d.eps);
-            let zh = &z[base..base + sd];
-            for (ov, &zv) in oh.iter_mut().zip(zh) {
-                *ov *= ops::silu(zv);
+            for (ov, &sz) in oh.iter_mut().zip(&z[base..base + sd]) {
+                *ov *= sz;
             }
         }
     }
     ctx.mm(&w.out, &o, n)
 }
 
-/// ggml_ssm_conv over [state ‖ new inputs], then SiLU; updates the conv state.
+/// ggml_ssm_conv over [state ‖ new inputs], then SiLU; updates the conv state. The conv output
+/// is [conv_dim, n] in ggml, so ggml_silu's rows are one token's conv_dim values.
 fn conv_silu(kernel: &[f32], d: &DeltaDims, qkv: &[f32], n: usize, state: &mut [f32]) -> Vec<f32> {
     let cd = d.conv_dim();
     let kk = d.conv_kernel;
@@ -188,8 +193,9 @@ fn conv_silu(kernel: &[f32], d: &DeltaDims, qkv: &[f32], n: usize, state: &mut [
             for j in 0..kk {
                 sum += window[(t + j) * cd + c] * kernel[c * kk + j];
             }
-            o[c] = ops::silu(sum);
+            o[c] = sum;
         }
+        ops::silu_row_inplace(o);
     }
     state.copy_from_slice(&window[n * cd..(n + hist) * cd]);
     out

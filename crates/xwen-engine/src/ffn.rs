@@ -3,7 +3,6 @@
 
 use crate::compute::Ctx;
 use crate::error::Result;
-use crate::ops;
 use crate::weights::{Loader, Mat};
 
 pub struct FfnWeights {
@@ -26,10 +25,25 @@ impl FfnWeights {
 
 pub fn forward(ctx: &Ctx, w: &FfnWeights, x: &[f32], n: usize) -> Vec<f32> {
     let mut p = ctx.mm_many(&[&w.gate, &w.up], x, n).into_iter();
-    let h = swiglu(&p.next().unwrap(), &p.next().unwrap());
+    let h = swiglu_rows(&p.next().unwrap(), &p.next().unwrap(), w.gate.rows);
     ctx.mm(&w.down, &h, n)
 }
 
+/// silu(g)·u over ONE row, as llama.cpp's `ggml_swiglu_split(gate, up)` (ggml's vector expf on
+/// full chunks, libm on the tail). Several rows back to back give the same bits only when the
+/// row width is a multiple of 16; otherwise use [`swiglu_rows`].
 pub fn swiglu(g: &[f32], u: &[f32]) -> Vec<f32> {
-    g.iter().zip(u).map(|(&a, &b)| ops::silu(a) * b).collect()
+    let mut y = vec![0.0f32; g.len()];
+    xwen_kernels::f32ops::swiglu(g, u, &mut y);
+    y
+}
+
+/// [`swiglu`] over consecutive rows of `row` elements (one per token), chunked per row as ggml.
+pub fn swiglu_rows(g: &[f32], u: &[f32], row: usize) -> Vec<f32> {
+    assert!(row > 0 && g.len() % row == 0 && u.len() == g.len());
+    let mut y = vec![0.0f32; g.len()];
+    for ((gr, ur), yr) in g.chunks_exact(row).zip(u.chunks_exact(row)).zip(y.chunks_exact_mut(row)) {
+        xwen_kernels::f32ops::swiglu(gr, ur, yr);
+    }
+    y
 }

@@ -1,6 +1,8 @@
 //! Element-wise and row-wise operations, written to reproduce ggml-cpu's arithmetic (the parity
 //! oracle): RMSNorm accumulates in f64 like `ggml_compute_forward_rms_norm_f32`, softplus has the
-//! same x > 20 cut-off, SiLU is x / (1 + e^-x).
+//! same x > 20 cut-off, SiLU is x / (1 + e^-x). Row-wise SiLU and softmax go through
+//! xwen-kernels' ggml-exact versions: ggml evaluates exp with its own vector polynomial on full
+//! 8/16-lane chunks of a row and libm's expf only on the tail, so the row length matters.
 
 /// y = x / sqrt(mean(x²) + eps) · w. ggml sums squares in double (ggml_float) and rounds the
 /// mean to f32 before adding eps; we do the same so the two agree to the last bit on the scale.
@@ -59,19 +61,23 @@ pub fn softplus(x: f32) -> f32 {
     }
 }
 
-/// Softmax in place, f64 accumulation of the sum like ggml_vec_soft_max_f32.
+/// SiLU of one ggml row in place (`ggml_silu` runs `ggml_vec_silu_f32` per row of ne0).
+#[inline]
+pub fn silu_row_inplace(x: &mut [f32]) {
+    xwen_kernels::f32ops::silu_inplace(x)
+}
+
+/// Softmax of one row in place as `ggml_soft_max` (no mask): f64 sum, ggml's vector expf.
 pub fn softmax_inplace(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0f64;
-    for v in x.iter_mut() {
-        let e = (*v - max).exp();
-        *v = e;
-        sum += e as f64;
-    }
-    let inv = (1.0 / sum) as f32;
-    for v in x.iter_mut() {
-        *v *= inv;
-    }
+    xwen_kernels::f32ops::softmax_inplace(x)
+}
+
+/// Softmax of the first x.len() columns of a `row_len`-column row whose other columns are
+/// masked to −inf, as `ggml_soft_max_ext` with llama.cpp's causal mask. The masked columns give
+/// exp = 0 but decide whether the last visible columns are summed by the vector reduction or
+/// the scalar tail, so the sum's rounding depends on `row_len`.
+pub fn softmax_masked_inplace(x: &mut [f32], row_len: usize) {
+    xwen_kernels::f32ops::softmax_masked_inplace(x, row_len)
 }
 
 /// Rotary tables for NeoX-style rope over the first `n_rot` dims of a head.

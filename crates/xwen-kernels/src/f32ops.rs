@@ -2,8 +2,18 @@
 //! scores, convolutions), dispatched once at run time like the quantized kernels: AVX-512F,
 //! AVX2+FMA, or a portable path with eight partial sums. The engine is compiled for baseline
 //! x86-64, so without this its float loops would run on SSE2 only.
+//!
+//! The exp-based ops (SiLU, SwiGLU, softmax) live in `ggml_exp`: they reproduce ggml-cpu's
+//! vectorized expf bit for bit, which is what parity with llama.cpp needs.
 
 use std::sync::atomic::{AtomicU8, Ordering};
+
+mod ggml_exp;
+pub use ggml_exp::{
+    exp_flavor, silu, silu_emulated, silu_inplace, silu_scalar, softmax_inplace,
+    softmax_masked_emulated, softmax_masked_inplace, swiglu, swiglu_emulated, v_expf_avx2_lane,
+    v_expf_avx512_lane, v_expf_lane, v_silu_lane, ExpFlavor,
+};
 
 const UNKNOWN: u8 = 0;
 const PORTABLE: u8 = 1;

@@ -113,10 +113,14 @@ pub fn v_expf_avx2_lane(x: f32) -> f32 {
     let e = z.to_bits() << 23;
     let k = f32::from_bits(e.wrapping_add(1.0f32.to_bits())); // 2^n
     let u = b * b;
-    let j = P5.mul_add(b, P4).mul_add(u, P3.mul_add(b, P2)).mul_add(u, P1 * b);
-    // |n| ≤ 126: 2^n is a normal float. ggml's all-lanes fast path computes fma(j, k, k) and
-    // its slow path fma(k, j, k) for such lanes: the same value.
-    if !(n.abs() > 126.0) {
+    let j = P5
+        .mul_add(b, P4)
+        .mul_add(u, P3.mul_add(b, P2))
+        .mul_add(u, P1 * b);
+    // c is _CMP_GT_OQ, false for NaN. Without c, 2^n is a normal float: ggml's all-lanes fast
+    // path computes fma(j, k, k) and its slow path fma(k, j, k) for such lanes, the same value.
+    let c = n.abs() > 126.0;
+    if !c {
         return j.mul_add(k, k);
     }
     // Scale in two steps so neither overflows or underflows early.
@@ -135,7 +139,10 @@ pub fn v_expf_avx2_lane(x: f32) -> f32 {
 pub fn v_expf_avx512_lane(x: f32) -> f32 {
     let (_, n, b) = reduce(x);
     let u = b * b;
-    let j = P5.mul_add(b, P4).mul_add(u, P3.mul_add(b, P2)).mul_add(u, P1.mul_add(b, 1.0));
+    let j = P5
+        .mul_add(b, P4)
+        .mul_add(u, P3.mul_add(b, P2))
+        .mul_add(u, P1.mul_add(b, 1.0));
     if n.abs() > 192.0 {
         return if n <= 0.0 { 0.0 } else { f32::INFINITY };
     }
@@ -218,10 +225,8 @@ pub fn softmax_masked_inplace(x: &mut [f32], row_len: usize) {
     if x.is_empty() {
         return;
     }
-    let imp = implementation();
-    // ggml_vec_max_f32: max = MAX(max, x[i]) with MAX(a, b) = a > b ? a : b.
-    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| if m > v { m } else { v });
-    let sum = match imp {
+    let max = ggml_max(x);
+    let sum = match implementation() {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: the features were detected at run time.
         Impl::Avx512 => unsafe { x86::exp_sum512(x, max, row_len) },
@@ -235,6 +240,12 @@ pub fn softmax_masked_inplace(x: &mut [f32], row_len: usize) {
     for v in x.iter_mut() {
         *v *= inv;
     }
+}
+
+/// ggml_vec_max_f32: max = MAX(max, x[i]) with MAX(a, b) = a > b ? a : b.
+fn ggml_max(x: &[f32]) -> f32 {
+    x.iter()
+        .fold(f32::NEG_INFINITY, |m, &v| if m > v { m } else { v })
 }
 
 // ---------- the emulated (portable) paths ----------
@@ -286,7 +297,7 @@ pub fn softmax_masked_emulated(flavor: ExpFlavor, x: &mut [f32], row_len: usize)
     if x.is_empty() {
         return;
     }
-    let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| if m > v { m } else { v });
+    let max = ggml_max(x);
     let inv = (1.0 / exp_sum_emulated(flavor, x, max, row_len)) as f32;
     for v in x.iter_mut() {
         *v *= inv;
