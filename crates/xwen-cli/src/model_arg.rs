@@ -82,6 +82,13 @@ pub fn engine_config(args: &mut crate::args::Args) -> Result<EngineConfig> {
     }
     cfg.force_reference = args.flag(&["--reference-kernels"]);
     cfg.profile = args.flag(&["--profile"]);
+    if let Some(scan) = args.value(&["--prefill-scan"])? {
+        cfg.chunked_prefill = match scan.as_str() {
+            "chunked" => true,
+            "recurrent" => false,
+            other => anyhow::bail!("--prefill-scan: `{other}` is not chunked or recurrent"),
+        };
+    }
     Ok(cfg)
 }
 

@@ -12,6 +12,8 @@ pub struct Ctx<'a> {
     pub pool: &'a Pool,
     pub file: &'a GgufFile,
     pub prof: &'a Profiler,
+    /// Use the chunked DeltaNet form for multi-token prefill.
+    pub chunked_scan: bool,
 }
 
 /// One matrix × vector product of a batch: y = W·x.

@@ -9,13 +9,17 @@ pub struct EngineConfig {
     pub force_reference: bool,
     /// Maximum positions a sequence may hold (sizes nothing up front; KV grows on demand).
     pub max_ctx: usize,
+    /// DeltaNet prefill form: the chunked (WY) form or the token-by-token recurrence that
+    /// llama.cpp's CPU backend runs. They agree to f32 round-off; only the recurrence is
+    /// bit-identical to llama.cpp (see docs/decisions.md "DeltaNet prefill").
+    pub chunked_prefill: bool,
     /// Accumulate per-op wall time (see `Model::profile_report`).
     pub profile: bool,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, profile: false }
+        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false }
     }
 }
 

@@ -141,7 +141,7 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], n: usiz
         let o_ptr = SharedMut::new(&mut o);
         let s_ptr = SharedMut::new(&mut st.s);
         let (q, k, v, g, beta) = (&q, &k, &v, &g, &beta);
-        let chunked = n >= CHUNKED_MIN_TOKENS;
+        let chunked = ctx.chunked_scan && n >= CHUNKED_MIN_TOKENS;
         ctx.pool.run(hv, &|h| {
             // SAFETY: task h touches only head h's state and head h's output columns.
             let s = unsafe { s_ptr.slice(h * sd * sd, sd * sd) };

@@ -135,7 +135,7 @@ impl Model {
             LogitsMode::None => n..n,
         };
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let ctx = Ctx { pool: &self.pool, file: &self.file, prof: &self.prof };
+        let ctx = Ctx { pool: &self.pool, file: &self.file, prof: &self.prof, chunked_scan: self.cfg.chunked_prefill };
         self.net.forward(&ctx, self.store.as_ref(), state, tokens, rows)
     }
 
