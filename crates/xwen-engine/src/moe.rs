@@ -4,6 +4,7 @@
 //! sigmoid(gate_inp_shexp · x).
 
 use crate::compute::{Ctx, MvJob};
+use xwen_kernels::QMatrix;
 use crate::error::Result;
 use crate::expert_store::ExpertStore;
 use crate::ffn::{self, FfnWeights};
@@ -63,7 +64,8 @@ pub fn route(logits: &[f32], n_used: usize) -> Route {
     idx.sort_by(|&a, &b| probs[b].partial_cmp(&probs[a]).unwrap_or(std::cmp::Ordering::Equal));
     idx.truncate(n_used);
     let mut w: Vec<f32> = idx.iter().map(|&i| probs[i]).collect();
-    let sum: f32 = w.iter().sum::<f32>().max(6.103515625e-5);
+    // ggml_sum_rows accumulates in f64 and rounds once; then clamp and divide in f32.
+    let sum = (w.iter().map(|&x| x as f64).sum::<f64>() as f32).max(6.103515625e-5);
     for x in w.iter_mut() {
         *x /= sum;
     }
@@ -91,36 +93,47 @@ pub fn forward(
     drop(sp);
     let sp = ctx.span(Op::MoeExperts);
     let mut out = vec![0.0f32; n * hidden];
-    // Group tokens by expert so each expert's weights are read once per forward.
-    let mut per_expert: Vec<Vec<(usize, f32)>> = vec![Vec::new(); d.n_expert];
+    // Group tokens by expert so each expert's weights are read once per forward; remember each
+    // token's selection slot so the weighted outputs are summed in llama.cpp's order (slot 0,
+    // then 1, …), not in expert-id order.
+    let k = d.n_used;
+    let mut per_expert: Vec<Vec<(usize, usize, f32)>> = vec![Vec::new(); d.n_expert];
     for (t, r) in routes.iter().enumerate() {
-        for (&e, &p) in r.experts.iter().zip(&r.weights) {
-            per_expert[e].push((t, p));
+        for (slot, (&e, &p)) in r.experts.iter().zip(&r.weights).enumerate() {
+            per_expert[e].push((t, slot, p));
         }
     }
-    // Decode keeps llama.cpp's summation order (by selection rank); prefill sums per expert.
-    let order: Vec<usize> = if n == 1 { routes[0].experts.clone() } else { (0..d.n_expert).collect() };
-    for e in order {
-        let toks = &per_expert[e];
+    let mut slots = vec![0.0f32; n * k * hidden];
+    let mut xq = Vec::new();
+    for (e, toks) in per_expert.iter().enumerate() {
         if toks.is_empty() {
             continue;
         }
         let h = store.expert(layer, e)?;
         let m = toks.len();
         let mut xe = Vec::with_capacity(m * hidden);
-        for &(t, _) in toks {
+        for &(t, _, _) in toks {
             xe.extend_from_slice(&x[t * hidden..(t + 1) * hidden]);
         }
         let mut g = vec![0.0f32; m * d.expert_ff];
         let mut u = vec![0.0f32; m * d.expert_ff];
-        ctx.mm_into(h.gate(), &xe, m, &mut g);
-        ctx.mm_into(h.up(), &xe, m, &mut u);
-        let act = ffn::swiglu(&g, &u);
+        expert_mm(ctx, h.gate(), &xe, m, &mut g, &mut xq);
+        expert_mm(ctx, h.up(), &xe, m, &mut u, &mut xq);
+        let act = ffn::swiglu_rows(&g, &u, d.expert_ff);
         let mut y = vec![0.0f32; m * hidden];
-        ctx.mm_into(h.down(), &act, m, &mut y);
-        for (i, &(t, p)) in toks.iter().enumerate() {
-            for (o, &v) in out[t * hidden..(t + 1) * hidden].iter_mut().zip(&y[i * hidden..(i + 1) * hidden]) {
-                *o += v * p;
+        expert_mm(ctx, h.down(), &act, m, &mut y, &mut xq);
+        for (i, &(t, slot, p)) in toks.iter().enumerate() {
+            let dst = &mut slots[(t * k + slot) * hidden..][..hidden];
+            for (o, &v) in dst.iter_mut().zip(&y[i * hidden..(i + 1) * hidden]) {
+                *o = v * p;
+            }
+        }
+    }
+    for t in 0..n {
+        let o = &mut out[t * hidden..(t + 1) * hidden];
+        for slot in 0..k {
+            for (a, &b) in o.iter_mut().zip(&slots[(t * k + slot) * hidden..][..hidden]) {
+                *a += b;
             }
         }
     }
@@ -141,6 +154,23 @@ pub fn forward(
         }
     }
     Ok(out)
+}
+
+/// An expert's product over its m routed tokens. llama.cpp's MUL_MAT_ID quantizes every
+/// token with the row quantizer (no 4-row repack grouping), so do the same and hand the
+/// pre-quantized rows to the batched kernel.
+fn expert_mm(ctx: &Ctx, w: QMatrix, x: &[f32], m: usize, y: &mut [f32], xq: &mut Vec<u8>) {
+    if m == 1 {
+        ctx.pool.matvec(w, x, y);
+        return;
+    }
+    xq.clear();
+    let mut row = Vec::new();
+    for t in 0..m {
+        xwen_kernels::quantize_activations(w.ty, &x[t * w.cols..(t + 1) * w.cols], &mut row);
+        xq.extend_from_slice(&row);
+    }
+    ctx.pool.matmul_q(w, xq, m, y);
 }
 
 /// Decode (one token): three parallel jobs per layer — router with the shared expert's

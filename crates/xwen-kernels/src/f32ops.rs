@@ -222,36 +222,34 @@ mod x86 {
         s
     }
 
+    /// ggml_vec_dot_f32's AVX2 order (GGML_F32_STEP 32: four 8-lane FMA accumulators, then
+    /// GGML_F32x8_REDUCE: acc0+acc2, acc1+acc3, acc0+acc1, 128-bit halves, two hadds), with the
+    /// tail added in scalar. ggml's DeltaNet recurrence and f32 matrix × vector use it, so the
+    /// same order keeps our results bit-identical to llama.cpp on AVX2 machines.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn hsum256(v: __m256) -> f32 {
-        let lo = _mm256_castps256_ps128(v);
-        let hi = _mm256_extractf128_ps(v, 1);
-        let s = _mm_add_ps(lo, hi);
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-        _mm_cvtss_f32(s)
+    unsafe fn ggml_reduce(acc: [__m256; 4]) -> f32 {
+        let a0 = _mm256_add_ps(acc[0], acc[2]);
+        let a1 = _mm256_add_ps(acc[1], acc[3]);
+        let a = _mm256_add_ps(a0, a1);
+        let t0 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        let t1 = _mm_hadd_ps(t0, t0);
+        _mm_cvtss_f32(_mm_hadd_ps(t1, t1))
     }
 
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot256(a: &[f32], b: &[f32]) -> f32 {
         let n = a.len();
         let (pa, pb) = (a.as_ptr(), b.as_ptr());
-        let (mut s0, mut s1) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let np = n & !31;
         let mut i = 0;
-        while i + 16 <= n {
-            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), s0);
-            s1 = _mm256_fmadd_ps(
-                _mm256_loadu_ps(pa.add(i + 8)),
-                _mm256_loadu_ps(pb.add(i + 8)),
-                s1,
-            );
-            i += 16;
+        while i < np {
+            for (j, ac) in acc.iter_mut().enumerate() {
+                *ac = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i + 8 * j)), _mm256_loadu_ps(pb.add(i + 8 * j)), *ac);
+            }
+            i += 32;
         }
-        while i + 8 <= n {
-            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), s0);
-            i += 8;
-        }
-        let mut s = hsum256(_mm256_add_ps(s0, s1));
+        let mut s = ggml_reduce(acc);
         while i < n {
             s += *pa.add(i) * *pb.add(i);
             i += 1;
@@ -266,60 +264,38 @@ mod x86 {
         let va = _mm256_set1_ps(a);
         let mut i = 0;
         while i + 8 <= n {
-            _mm256_storeu_ps(
-                py.add(i),
-                _mm256_fmadd_ps(va, _mm256_loadu_ps(px.add(i)), _mm256_loadu_ps(py.add(i))),
-            );
+            _mm256_storeu_ps(py.add(i), _mm256_fmadd_ps(_mm256_loadu_ps(px.add(i)), va, _mm256_loadu_ps(py.add(i))));
             i += 8;
         }
         while i < n {
-            *py.add(i) += a * *px.add(i);
+            *py.add(i) += *px.add(i) * a;
             i += 1;
         }
     }
 
+    /// ggml_vec_scale_f32 of x, then ggml_vec_dot_f32(x, b).
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn scale_dot256(a: f32, x: &mut [f32], b: &[f32]) -> f32 {
         let n = x.len();
-        let (px, pb) = (x.as_mut_ptr(), b.as_ptr());
+        let px = x.as_mut_ptr();
         let va = _mm256_set1_ps(a);
-        let mut s0 = _mm256_setzero_ps();
         let mut i = 0;
         while i + 8 <= n {
-            let v = _mm256_mul_ps(_mm256_loadu_ps(px.add(i)), va);
-            _mm256_storeu_ps(px.add(i), v);
-            s0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(pb.add(i)), s0);
+            _mm256_storeu_ps(px.add(i), _mm256_mul_ps(_mm256_loadu_ps(px.add(i)), va));
             i += 8;
         }
-        let mut s = hsum256(s0);
         while i < n {
             *px.add(i) *= a;
-            s += *px.add(i) * *pb.add(i);
             i += 1;
         }
-        s
+        dot256(x, b)
     }
 
+    /// ggml_vec_mad_f32 (y += x·a, fused), then ggml_vec_dot_f32(y, q).
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn axpy_dot256(a: f32, x: &[f32], y: &mut [f32], q: &[f32]) -> f32 {
-        let n = x.len();
-        let (px, py, pq) = (x.as_ptr(), y.as_mut_ptr(), q.as_ptr());
-        let va = _mm256_set1_ps(a);
-        let mut s0 = _mm256_setzero_ps();
-        let mut i = 0;
-        while i + 8 <= n {
-            let v = _mm256_fmadd_ps(va, _mm256_loadu_ps(px.add(i)), _mm256_loadu_ps(py.add(i)));
-            _mm256_storeu_ps(py.add(i), v);
-            s0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(pq.add(i)), s0);
-            i += 8;
-        }
-        let mut s = hsum256(s0);
-        while i < n {
-            *py.add(i) += a * *px.add(i);
-            s += *py.add(i) * *pq.add(i);
-            i += 1;
-        }
-        s
+        axpy256(a, x, y);
+        dot256(y, q)
     }
 }
 

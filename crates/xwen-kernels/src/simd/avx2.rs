@@ -553,6 +553,16 @@ unsafe fn dot_iq4_xs(n: usize, w: &[u8], a: &[u8]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let (pw, pa) = (w.as_ptr() as *const f32, a.as_ptr() as *const f32);
+    // F32 weight matrices (MoE routers) go through llamafile's tinyBLAS in llama.cpp on AVX2
+    // (sgemm.cpp: one 8-lane FMA accumulator per output over k, then hsum). Matching its order
+    // keeps router probabilities bit-identical, which keeps near-tie expert choices identical.
+    if n % 8 == 0 {
+        let mut acc = _mm256_setzero_ps();
+        for i in (0..n).step_by(8) {
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(pw.add(i)), _mm256_loadu_ps(pa.add(i)), acc);
+        }
+        return hsum_ps(acc);
+    }
     let mut acc = [_mm256_setzero_ps(); 4];
     let n32 = n / 32 * 32;
     for i in (0..n32).step_by(32) {
