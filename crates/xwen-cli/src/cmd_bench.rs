@@ -229,15 +229,17 @@ impl ModelDesc {
 }
 
 /// Weight bytes a decode step must read: every tensor, except that token_embd contributes one
-/// row and each routed-expert tensor (`*_exps`) only `expert_used_count / expert_count` of
-/// itself. Divided by the memory bandwidth this is the decode floor (docs/bench.md "Floors").
+/// row (unless it is also the lm_head: no output.weight) and each routed-expert tensor (`*_exps`)
+/// only `expert_used_count / expert_count` of itself. Divided by the memory bandwidth this is
+/// the decode floor (docs/bench.md "Floors").
 fn decode_weight_bytes(f: &xwen_gguf::GgufFile) -> u64 {
     let n_expert = f.get_u64(&f.arch_key("expert_count")).unwrap_or(0);
     let n_used = f.get_u64(&f.arch_key("expert_used_count")).unwrap_or(0);
+    let tied = f.tensor("output.weight").is_none();
     f.tensors()
         .iter()
         .map(|t| {
-            if t.name == "token_embd.weight" {
+            if t.name == "token_embd.weight" && !tied {
                 t.n_bytes / t.rows().max(1)
             } else if t.name.contains("_exps.") && n_expert > 0 {
                 t.n_bytes / n_expert * n_used
@@ -451,6 +453,13 @@ mod tests {
         add("blk.0.ffn_up_exps.weight", &[8, 16, 4]); // 2048 B, one expert 512 B
         let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
         assert_eq!(decode_weight_bytes(&f), 32 + 3200 + 512);
+
+        // Tied embeddings: token_embd is the lm_head too, read whole.
+        let mut w = GgufWriter::new();
+        w.add_kv("general.architecture", "qwen35".into());
+        w.add_tensor("token_embd.weight", GgmlType::F32, &[8, 100], vec![0; 3200]).unwrap();
+        let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
+        assert_eq!(decode_weight_bytes(&f), 3200);
     }
 
     #[test]
