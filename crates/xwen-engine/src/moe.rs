@@ -170,7 +170,7 @@ fn expert_mm(ctx: &Ctx, w: QMatrix, x: &[f32], m: usize, y: &mut [f32], xq: &mut
         xwen_kernels::quantize_activations(w.ty, &x[t * w.cols..(t + 1) * w.cols], &mut row);
         xq.extend_from_slice(&row);
     }
-    ctx.pool.matmul_q(w, xq, m, y);
+    ctx.pool.matmul_q_id(w, xq, m, y);
 }
 
 /// Decode (one token): three parallel jobs per layer — router with the shared expert's

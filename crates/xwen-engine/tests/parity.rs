@@ -445,12 +445,17 @@ const KNOWN_FAILURES: &[(&str, &str, &str)] = &[
     // All of these are bit-identical to llama.cpp up to some position, then jump to 1e-3..1e-2
     // (docs/parity.md, "xwen"): an f32 round-off difference that Q8_K/bf16 activation rounding
     // turns into a one-quantum flip. Every Q8_0 tier is now bit-exact (prefill = ggml's
-    // recurrence, ggml-order f32 dots, ggml's SIMD expf, tinyBLAS-order router). Open: Q4_K
-    // (llama.cpp repacks Q4_K 8x8 on AVX2 and accumulates in that kernel's order) and bf16 dots.
-    ("cond/qwen3_5_moe", "q4_k_m", "exact until position 2 / 26, then ~3e-3"),
+    // recurrence, ggml-order f32 dots, ggml's SIMD expf, tinyBLAS-order router). Q4_K products
+    // now follow ggml's repacked gemv/gemm order and Q6_K its vec_dot order (both bit-exact
+    // against ggml in xwen-kernels' tests), but every q4_k_m position still differs by ~1e-7
+    // from a source not yet found, which flips a quantum at the positions below. Q4_K's
+    // repacked order also depends on the batch (4-token gemm groups vs gemv), so the
+    // token-by-token path cannot reproduce llama.cpp's prefill rows exactly.
+    ("cond/qwen3_5", "q4_k_m", "prefill ~1e-7 everywhere, code64 pos 48 flips to 2e-3"),
+    ("cond/qwen3_5_moe", "q4_k_m", "~1e-7 everywhere, code64 pos 36/37/50 at ~2e-3"),
     ("trained/tiny-qwen35", "bf16", "alternating exact and ~1e-3 positions; greedy 31/32 on `import` at a 2.6e-3 gap"),
-    ("trained/tiny-qwen35", "q4_k_m", "exact until position 4, then 1e-2..3e-2"),
-    ("trained/tiny-qwen35moe", "q4_k_m", "snippet: only its last position (40) at 6e-3, all others ~1e-7"),
+    ("trained/tiny-qwen35", "q4_k_m", "prefill within 3.5e-7; token-by-token from position 4 at 1e-2..3e-2"),
+    ("trained/tiny-qwen35moe", "q4_k_m", "snippet: only its last position (40) at 7e-3, all others ~1e-7"),
 ];
 
 fn fmt_opt(v: Option<f64>) -> String {

@@ -156,3 +156,34 @@ pub fn multi_dot_fn(weight: GgmlType) -> Option<MultiDotFn> {
         _ => None,
     }
 }
+
+/// Kernels for products with a `weight` matrix of `rows` rows, per token: `grouped` selects the
+/// order of a token in one of llama.cpp's 4-token MUL_MAT groups, else that of a single-token
+/// product (matvec, the n % 4 tail, every MUL_MAT_ID token). They differ from `dot_fn` only
+/// where llama.cpp would repack the matrix (`q4k_repack`). The multi-token kernel, when given,
+/// returns per token the single-token kernel's bits.
+pub fn matrix_kernels(
+    weight: GgmlType,
+    rows: usize,
+    grouped: bool,
+) -> Option<(DotFn, Option<MultiDotFn>)> {
+    if weight == GgmlType::Q4_K && crate::q4k_repack::repacked(rows) {
+        #[cfg(target_arch = "x86_64")]
+        if matches!(active(), Isa::Avx2 | Isa::Avx512) {
+            let (d, m) = crate::simd::avx2_q4k_repack::kernels(grouped);
+            return Some((d, Some(m)));
+        }
+        let d: DotFn = if grouped {
+            crate::q4k_repack::dot_gemm_ref
+        } else {
+            crate::q4k_repack::dot_gemv_ref
+        };
+        return Some((d, None));
+    }
+    Some((dot_fn(weight)?, multi_dot_fn(weight)))
+}
+
+/// The single-token kernel of `matrix_kernels` (matvec rows, decode batches).
+pub fn row_dot_fn(weight: GgmlType, rows: usize) -> Option<DotFn> {
+    matrix_kernels(weight, rows, false).map(|k| k.0)
+}

@@ -13,6 +13,7 @@ pub mod formats;
 pub mod half;
 mod matmul;
 mod pool;
+pub mod q4k_repack;
 pub mod simd;
 
 pub use matmul::{quantize_activations_for_matmul, QMatrix};

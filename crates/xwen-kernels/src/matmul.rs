@@ -162,7 +162,7 @@ impl Pool {
             xq.len() >= act_row_bytes(&w),
             "matvec: activations too short"
         );
-        let dot: DotFn = dispatch::dot_fn(w.ty).expect("validated");
+        let dot: DotFn = dispatch::row_dot_fn(w.ty, w.rows).expect("validated");
         let chunk = row_chunk(w.rows, self.n_threads());
         let n_tasks = w.rows.div_ceil(chunk);
         let yp = SyncPtr(y.as_mut_ptr());
@@ -196,14 +196,33 @@ impl Pool {
         self.matmul_q(w, &buf, n_tok, y);
     }
 
-    /// matmul with activations already quantized (n_tok rows of `act_row_bytes`).
+    /// matmul with activations already quantized by `quantize_activations_for_matmul`
+    /// (n_tok rows of `act_row_bytes`); per token in the float order llama.cpp's MUL_MAT uses
+    /// for it (4-token groups, then single tokens).
     pub fn matmul_q(&self, w: QMatrix, xq: &[u8], n_tok: usize, y: &mut [f32]) {
+        let grouped = if repacked_q8k(&w) { n_tok - n_tok % 4 } else { 0 };
+        self.matmul_q_grouped(w, xq, n_tok, grouped, y);
+    }
+
+    /// matmul_q for llama.cpp's MUL_MAT_ID (expert) semantics: every token is its own
+    /// single-token product, its activations quantized by `quantize_activations`.
+    pub fn matmul_q_id(&self, w: QMatrix, xq: &[u8], n_tok: usize, y: &mut [f32]) {
+        self.matmul_q_grouped(w, xq, n_tok, 0, y);
+    }
+
+    /// Tokens below `grouped` (a multiple of 4) take the 4-token-group kernels.
+    fn matmul_q_grouped(&self, w: QMatrix, xq: &[u8], n_tok: usize, grouped: usize, y: &mut [f32]) {
         w.validate();
         assert_eq!(y.len(), n_tok * w.rows, "matmul: y must be n_tok × rows");
         let arb = act_row_bytes(&w);
         assert!(xq.len() >= n_tok * arb, "matmul: activations too short");
-        let dot: DotFn = dispatch::dot_fn(w.ty).expect("validated");
-        let multi = dispatch::multi_dot_fn(w.ty);
+        debug_assert!(grouped.is_multiple_of(4) && grouped <= n_tok);
+        let single = dispatch::matrix_kernels(w.ty, w.rows, false).expect("validated");
+        let group = if grouped > 0 {
+            dispatch::matrix_kernels(w.ty, w.rows, true).expect("validated")
+        } else {
+            single
+        };
         let tile = TOKEN_TILE.min(n_tok);
         let n_tiles = n_tok.div_ceil(tile);
         let chunk = row_chunk(w.rows, self.n_threads().div_ceil(n_tiles).max(1));
@@ -221,7 +240,13 @@ impl Pool {
                 let wr = &w.data[r * rb..(r + 1) * rb];
                 let mut t = t0;
                 while t < t1 {
-                    let k = if multi.is_some() { (t1 - t).min(4) } else { 1 };
+                    // a run of tokens never straddles the group boundary
+                    let (end, (dot, multi)) = if t < grouped {
+                        (t1.min(grouped), group)
+                    } else {
+                        (t1, single)
+                    };
+                    let k = if multi.is_some() { (end - t).min(4) } else { 1 };
                     match multi {
                         Some(m) => m(cols, wr, &xq[t * arb..(t + k) * arb], arb, &mut out[..k]),
                         None => out[0] = dot(cols, wr, &xq[t * arb..(t + 1) * arb]),

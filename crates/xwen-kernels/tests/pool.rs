@@ -60,8 +60,25 @@ fn a_panicking_task_is_reported_and_the_pool_still_works() {
 fn naive(w: &QMatrix, x: &[f32]) -> Vec<f32> {
     let mut xq = Vec::new();
     quantize_activations(w.ty, x, &mut xq);
+    row_loop(w, &xq, false)
+}
+
+/// Rows one by one; a Q4_K matrix llama.cpp would repack takes its gemv (or, for a token of a
+/// 4-token group, gemm) float order, as the scalar emulations compute it.
+fn row_loop(w: &QMatrix, xq: &[u8], grouped: bool) -> Vec<f32> {
+    use xwen_kernels::q4k_repack;
     (0..w.rows)
-        .map(|r| vec_dot(w.ty, w.cols, w.row(r), &xq))
+        .map(|r| {
+            if w.ty == GgmlType::Q4_K && q4k_repack::repacked(w.rows) {
+                if grouped {
+                    q4k_repack::dot_gemm_ref(w.cols, w.row(r), xq)
+                } else {
+                    q4k_repack::dot_gemv_ref(w.cols, w.row(r), xq)
+                }
+            } else {
+                vec_dot(w.ty, w.cols, w.row(r), xq)
+            }
+        })
         .collect()
 }
 
@@ -113,9 +130,7 @@ fn matvec_and_matmul_equal_a_naive_row_loop() {
                         &xs[t * cols..(t + 1) * cols],
                         &mut xq,
                     );
-                    want_t = (0..rows)
-                        .map(|r| vec_dot(ty, cols, w.row(r), &xq))
-                        .collect();
+                    want_t = row_loop(&w, &xq, true);
                 }
                 assert_eq!(
                     &ym[t * rows..(t + 1) * rows],

@@ -155,3 +155,26 @@ fn vec_dot_agrees_with_ggml() {
         );
     }
 }
+
+#[test]
+fn vec_dot_is_bit_exact_with_ggml_on_avx2() {
+    // The ggml_*.bin dots come from an AVX2 build: where that is the active set, our kernels
+    // follow its float order exactly (Q2_K still only up to order, see vec_dot_agrees_with_ggml).
+    if xwen_kernels::dispatch::active() != xwen_kernels::dispatch::Isa::Avx2 {
+        eprintln!("SKIP vec_dot_is_bit_exact_with_ggml_on_avx2: active kernel set is not AVX2");
+        return;
+    }
+    let mut checked = Vec::new();
+    for (name, v) in read_vectors("ggml_") {
+        let (Some(w), Some(a), Some(d)) = (v.bytes("QREF"), v.bytes("ACTQ"), v.f32s("DOT")) else {
+            continue;
+        };
+        if v.ty == GgmlType::Q2_K {
+            continue;
+        }
+        let ours = vec_dot(v.ty, v.n, w, a);
+        assert_eq!(ours.to_bits(), d[0].to_bits(), "{name}: ours {ours:e} ggml {:e}", d[0]);
+        checked.push(v.ty);
+    }
+    assert!(checked.contains(&GgmlType::Q6_K) && checked.contains(&GgmlType::Q4_K), "{checked:?}");
+}

@@ -413,7 +413,6 @@ pub(super) unsafe fn scale_pair(scales: __m128i, p: usize) -> __m256i {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let m4 = _mm256_set1_epi8(0x0f);
-    let m32s = _mm256_set1_epi8(32);
     let mut acc = _mm256_setzero_ps();
     for i in 0..n / QK {
         let (bw, ba) = (i * 210, i * Q8K);
@@ -438,8 +437,7 @@ unsafe fn dot_q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
             ];
             for (k, &qk) in q.iter().enumerate() {
                 let q8 = load(a, ba + 4 + 128 * h + 32 * k);
-                let p =
-                    _mm256_sub_epi16(_mm256_maddubs_epi16(qk, q8), _mm256_maddubs_epi16(m32s, q8));
+                let p = _mm256_maddubs_epi16(qk, q8);
                 let v = _mm256_madd_epi16(scale_pair(scales, 4 * h + k), p);
                 if k % 2 == 0 {
                     s0 = _mm256_add_epi32(s0, v);
@@ -448,13 +446,19 @@ unsafe fn dot_q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
                 }
             }
         }
-        acc = _mm256_fmadd_ps(
-            _mm256_set1_ps(d),
-            _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)),
-            acc,
-        );
+        let sumi = _mm256_sub_epi32(_mm256_add_epi32(s0, s1), q6_offset(w, bw, a, ba));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
     hsum_ps(acc)
+}
+
+/// The q - 32 offset of a Q6_K super-block, per i32 lane as ggml's AVX2 vec_dot subtracts it
+/// (32·Σ scale·bsum over sub-block pairs): the lanes' float sum must see ggml's per-lane split.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q6_offset(w: &[u8], bw: usize, a: &[u8], ba: usize) -> __m256i {
+    let scales16 = _mm256_cvtepi8_epi16(load128(w, bw + 192));
+    _mm256_slli_epi32(_mm256_madd_epi16(load(a, ba + 4 + QK), scales16), 5)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

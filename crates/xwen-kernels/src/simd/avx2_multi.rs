@@ -8,7 +8,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{
-    bcast_i16, bsums32, f32at, h2f, hsum_ps, k4_scales_mins, load, load128, q6_hi, scale_pair, Q8K,
+    bcast_i16, bsums32, f32at, h2f, hsum_ps, k4_scales_mins, load, load128, q6_hi, q6_offset, scale_pair, Q8K,
     QK,
 };
 use crate::formats::MultiDotFn;
@@ -116,7 +116,6 @@ unsafe fn multi_q4_k<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: usize
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn multi_q6_k<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
     let m4 = _mm256_set1_epi8(0x0f);
-    let m32s = _mm256_set1_epi8(32);
     let mut acc = [_mm256_setzero_ps(); T];
     for i in 0..n / QK {
         let bw = i * 210;
@@ -143,17 +142,16 @@ unsafe fn multi_q6_k<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: usize
                 let s = scale_pair(scales, 4 * h + k);
                 for t in 0..T {
                     let q8 = load(a, t * stride + i * Q8K + 4 + 128 * h + 32 * k);
-                    let p = _mm256_sub_epi16(
-                        _mm256_maddubs_epi16(qk, q8),
-                        _mm256_maddubs_epi16(m32s, q8),
-                    );
+                    let p = _mm256_maddubs_epi16(qk, q8);
                     sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(s, p));
                 }
             }
         }
         for t in 0..T {
-            let d = f32at(a, t * stride + i * Q8K) * wd;
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+            let ba = t * stride + i * Q8K;
+            let d = f32at(a, ba) * wd;
+            let si = _mm256_sub_epi32(sumi[t], q6_offset(w, bw, a, ba));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(si), acc[t]);
         }
     }
     for t in 0..T {

@@ -1,0 +1,133 @@
+//! AVX2 twins of `q4k_repack` (Q4_K in the float order of ggml's repacked gemv/gemm): the
+//! integer sums are those of `avx2::dot_q4_k`, reduced per super-block (gemv) or per
+//! 64-element pair (gemm) before the same scalar FMAs the emulation does. One weight row
+//! against up to 4 activation rows, decoding the weight block once.
+
+#![allow(clippy::needless_range_loop)] // t indexes several per-token arrays in lockstep
+
+use std::arch::x86_64::*;
+
+use super::avx2::{bcast_i16, bsums32, f32at, h2f, k4_scales_mins, load, Q8K, QK};
+use crate::formats::{DotFn, MultiDotFn};
+
+fn gemv(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut out = [0f32; 1];
+    // SAFETY: handed out by dispatch only after detecting AVX2/FMA/F16C; lengths checked by
+    // the callers.
+    unsafe { rows::<1, false>(n, w, a, 0, &mut out) };
+    out[0]
+}
+
+fn gemm(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut out = [0f32; 1];
+    // SAFETY: as in `gemv`.
+    unsafe { rows::<1, true>(n, w, a, 0, &mut out) };
+    out[0]
+}
+
+macro_rules! multi_wrapper {
+    ($name:ident, $gemm:expr) => {
+        fn $name(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
+            // SAFETY: as in `gemv`; callers checked that `a` holds out.len() rows of `stride`.
+            unsafe {
+                match out.len() {
+                    1 => rows::<1, $gemm>(n, w, a, stride, out),
+                    2 => rows::<2, $gemm>(n, w, a, stride, out),
+                    3 => rows::<3, $gemm>(n, w, a, stride, out),
+                    4 => rows::<4, $gemm>(n, w, a, stride, out),
+                    k => panic!("multi-token dot takes 1..=4 rows, got {k}"),
+                }
+            }
+        }
+    };
+}
+
+multi_wrapper!(multi_gemv, false);
+multi_wrapper!(multi_gemm, true);
+
+/// (single-token, multi-token) kernels in the gemv (`gemm` false) or gemm order.
+pub fn kernels(gemm_order: bool) -> (DotFn, MultiDotFn) {
+    if gemm_order {
+        (gemm, multi_gemm)
+    } else {
+        (gemv, multi_gemv)
+    }
+}
+
+/// The four i32 lanes' sums of each of v[0..4], as lanes 0..4.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum4_epi32(v: &[__m256i; 4]) -> __m128i {
+    let t0 = _mm256_hadd_epi32(v[0], v[1]);
+    let t1 = _mm256_hadd_epi32(v[2], v[3]);
+    let t = _mm256_hadd_epi32(t0, t1);
+    _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1))
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum_epi32(v: __m128i) -> i32 {
+    let s = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    _mm_cvtsi128_si32(s)
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn rows<const T: usize, const GEMM: bool>(
+    n: usize,
+    w: &[u8],
+    a: &[u8],
+    stride: usize,
+    out: &mut [f32],
+) {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let mut acc = [0f32; T];
+    let mut accm = [0f32; T];
+    for i in 0..n / QK {
+        let bw = i * 144;
+        let (wd, wdmin) = (h2f(w, bw), h2f(w, bw + 2));
+        let sm = k4_scales_mins(w, bw + 4);
+        let mins = _mm256_extracti128_si256(sm, 1);
+        let sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
+        let mut pair = [[_mm256_setzero_si256(); 4]; T];
+        for j in 0..4 {
+            let q4 = load(w, bw + 16 + 32 * j);
+            let q4l = _mm256_and_si256(q4, m4);
+            let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+            let (sl, sh) = (bcast_i16(sc, 2 * j), bcast_i16(sc, 2 * j + 1));
+            for t in 0..T {
+                let ba = t * stride + i * Q8K;
+                let pl = _mm256_maddubs_epi16(q4l, load(a, ba + 4 + 64 * j));
+                let ph = _mm256_maddubs_epi16(q4h, load(a, ba + 4 + 64 * j + 32));
+                pair[t][j] = _mm256_add_epi32(_mm256_madd_epi16(sl, pl), _mm256_madd_epi16(sh, ph));
+            }
+        }
+        for t in 0..T {
+            let ba = t * stride + i * Q8K;
+            let dy = f32at(a, ba);
+            let (d, dmin) = (wd * dy, wdmin * dy);
+            // lane k: Σ m·bsum over sub-blocks 2k, 2k+1
+            let pm = _mm_madd_epi16(mins, bsums32(a, ba));
+            if GEMM {
+                let ps = hsum4_epi32(&pair[t]);
+                let (mut s4, mut m4v) = ([0i32; 4], [0i32; 4]);
+                _mm_storeu_si128(s4.as_mut_ptr() as *mut __m128i, ps);
+                _mm_storeu_si128(m4v.as_mut_ptr() as *mut __m128i, pm);
+                for k in 0..4 {
+                    acc[t] = (s4[k] as f32).mul_add(d, acc[t]);
+                    accm[t] = (m4v[k] as f32).mul_add(dmin, accm[t]);
+                }
+            } else {
+                let p = &pair[t];
+                let v =
+                    _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]));
+                let ps = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+                acc[t] = (hsum_epi32(ps) as f32).mul_add(d, acc[t]);
+                accm[t] = (hsum_epi32(pm) as f32).mul_add(dmin, accm[t]);
+            }
+        }
+    }
+    for t in 0..T {
+        out[t] = acc[t] - accm[t];
+    }
+}
