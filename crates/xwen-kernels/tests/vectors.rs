@@ -178,3 +178,35 @@ fn vec_dot_is_bit_exact_with_ggml_on_avx2() {
     }
     assert!(checked.contains(&GgmlType::Q6_K) && checked.contains(&GgmlType::Q4_K), "{checked:?}");
 }
+
+/// 48 rows of n = 4096 per K-quant (tests/vectors/kdot_*.bin, tools/kernels/make_kdot_vectors.sh):
+/// enough blocks and rows that a float-order difference from ggml's AVX2 vec_dot (the dmin term's
+/// accumulation, the final sums) cannot hide the way it can in one 4-block dot.
+#[test]
+fn k_quant_vec_dot_rows_are_bit_exact_with_ggml_on_avx2() {
+    if xwen_kernels::dispatch::active() != xwen_kernels::dispatch::Isa::Avx2 {
+        eprintln!("SKIP k_quant_vec_dot_rows_are_bit_exact_with_ggml_on_avx2: active set is not AVX2");
+        return;
+    }
+    let mut checked = Vec::new();
+    for (name, v) in read_vectors("kdot_") {
+        let (w, a, d) = (v.bytes("QREF").unwrap(), v.bytes("ACTQ").unwrap(), v.f32s("DOTS").unwrap());
+        if v.ty == GgmlType::Q2_K {
+            continue;
+        }
+        let rb = w.len() / d.len();
+        let bad: Vec<String> = d
+            .iter()
+            .enumerate()
+            .filter_map(|(r, &want)| {
+                let ours = vec_dot(v.ty, v.n, &w[r * rb..(r + 1) * rb], a);
+                (ours.to_bits() != want.to_bits()).then(|| format!("row {r}: ours {ours:e} ggml {want:e}"))
+            })
+            .collect();
+        assert!(bad.is_empty(), "{name}: {} of {} rows differ\n{}", bad.len(), d.len(), bad.join("\n"));
+        checked.push(v.ty);
+    }
+    for ty in [GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
+        assert!(checked.contains(&ty), "no kdot vectors for {ty}: {checked:?}");
+    }
+}

@@ -346,7 +346,7 @@ unsafe fn dot_q5_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let m4 = _mm256_set1_epi8(0x0f);
     let m1 = _mm256_set1_epi8(1);
     let mut acc = _mm256_setzero_ps();
-    let mut acc_m = _mm_setzero_ps();
+    let mut summs = 0.0f32;
     for i in 0..n / QK {
         let (bw, ba) = (i * 176, i * Q8K);
         let dy = f32at(a, ba);
@@ -354,7 +354,11 @@ unsafe fn dot_q5_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let dmin = -dy * h2f(w, bw + 2);
         let sm = k4_scales_mins(w, bw + 4);
         let prod = _mm_madd_epi16(_mm256_extracti128_si256(sm, 1), bsums32(a, ba));
-        acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
+        // Unlike Q4_K, ggml's AVX2 Q5_K sums the mins term per super-block as an integer and
+        // accumulates it in a scalar, which GCC contracts to one fused multiply-add.
+        let z = _mm_setzero_si128();
+        let msum = _mm_cvtsi128_si32(_mm_hadd_epi32(_mm_hadd_epi32(prod, z), z));
+        summs = dmin.mul_add(msum as f32, summs);
         let sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
         let mut hbits = load(w, bw + 16);
         let mut sumi = _mm256_setzero_si256();
@@ -373,9 +377,7 @@ unsafe fn dot_q5_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    let m = _mm_add_ps(acc_m, _mm_movehl_ps(acc_m, acc_m));
-    let m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    hsum_ps(acc) + _mm_cvtss_f32(m)
+    hsum_ps(acc) + summs
 }
 
 /// Q6_K's two high bits (already shifted down to bits 0..1) moved to bits 4..5.
