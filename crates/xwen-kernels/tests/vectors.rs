@@ -204,6 +204,19 @@ fn k_quant_vec_dot_rows_are_bit_exact_with_ggml_on_avx2() {
             })
             .collect();
         assert!(bad.is_empty(), "{name}: {} of {} rows differ\n{}", bad.len(), d.len(), bad.join("\n"));
+        // The multi-token kernel (prefill of matrices ggml does not repack) owes the same bits.
+        if let Some(multi) = xwen_kernels::dispatch::multi_dot_fn(v.ty) {
+            let acts: Vec<u8> = (0..4).flat_map(|_| a.iter().copied()).collect();
+            for t in 1..=4 {
+                for (r, &want) in d.iter().enumerate() {
+                    let mut out = [0f32; 4];
+                    multi(v.n, &w[r * rb..(r + 1) * rb], &acts[..t * a.len()], a.len(), &mut out[..t]);
+                    for (k, o) in out[..t].iter().enumerate() {
+                        assert_eq!(o.to_bits(), want.to_bits(), "{name} multi T={t} token {k} row {r}: ours {o:e} ggml {want:e}");
+                    }
+                }
+            }
+        }
         checked.push(v.ty);
     }
     for ty in [GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
