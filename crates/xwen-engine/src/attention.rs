@@ -112,6 +112,7 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], n: usize, po
         ctx.pool.run(d.n_head, &|h| {
             let kvh = h / group;
             let mut scores = vec![0.0f32; n_ctx];
+            let mut lanes = vec![0.0f32; 32 * hd];
             for t in 0..n {
                 let visible = pos0 + t + 1;
                 let qh = &q[t * hq + h * hd..][..hd];
@@ -123,10 +124,8 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], n: usize, po
                 ops::softmax_masked_inplace(&mut scores[..visible], visible.next_multiple_of(256));
                 // SAFETY: task h writes only head h's slice of each token's output.
                 let oh = unsafe { out_p.slice(t * hq + h * hd, hd) };
-                oh.fill(0.0);
-                for (p, &a) in scores[..visible].iter().enumerate() {
-                    ops::axpy(a, &kv.v[p * kvw + kvh * hd..][..hd], oh);
-                }
+                let v_at = |p: usize| &kv.v[p * kvw + kvh * hd..][..hd];
+                weighted_v_sum(&scores[..visible], v_at, n == 1, &mut lanes, oh);
             }
         });
     }
@@ -138,3 +137,40 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], n: usize, po
     ctx.mm(&w.o, &out, n)
 }
 
+
+/// out = Σ_p a[p] · v(p), in the rounding of llama.cpp's CPU kqv = mul_mat(vᵀ, kq), whose
+/// reduction runs over the KV positions separately for every output element:
+/// - batches of 2+ tokens go through llamafile's tinyBLAS (sgemm.cpp gemm_bloc, AVX2): 8 lane
+///   accumulators, position p into lane p % 8 by FMA, then its hsum ((l_i + l_{i+4}) pairs,
+///   then movehl, then movehdup);
+/// - a single token (tinyBLAS refuses n < 2) goes through ggml_vec_dot_f32: 4 × 8 lane
+///   accumulators over steps of 32 positions, then GGML_F32x8_REDUCE.
+/// Positions past `a.len()` are masked to 0 there and add nothing. `lanes` is scratch of
+/// 32 × out.len(). Each lane is an FMA chain vectorized across the head dimension.
+fn weighted_v_sum<'a>(a: &[f32], v: impl Fn(usize) -> &'a [f32], single: bool, lanes: &mut [f32], out: &mut [f32]) {
+    let hd = out.len();
+    let n_lanes = if single { 32 } else { 8 };
+    let lanes = &mut lanes[..n_lanes * hd];
+    lanes.fill(0.0);
+    for (p, &w) in a.iter().enumerate() {
+        ops::axpy(w, v(p), &mut lanes[(p % n_lanes) * hd..][..hd]);
+    }
+    let l = |i: usize, d: usize| lanes[i * hd + d];
+    for (d, o) in out.iter_mut().enumerate() {
+        // one 8-wide register x: lane k of x is l(k, d) (tinyBLAS) or the reduced accumulator
+        let x: [f32; 8] = if single {
+            // x[j] (accumulator j holds positions 8j..8j+8 of every 32): x0+x2, x1+x3, then sum
+            std::array::from_fn(|k| (l(k, d) + l(16 + k, d)) + (l(8 + k, d) + l(24 + k, d)))
+        } else {
+            std::array::from_fn(|k| l(k, d))
+        };
+        let h: [f32; 4] = std::array::from_fn(|i| x[i] + x[i + 4]);
+        *o = if single {
+            // _mm_hadd_ps twice: (h0 + h1) + (h2 + h3)
+            (h[0] + h[1]) + (h[2] + h[3])
+        } else {
+            // movehl then movehdup: (h0 + h2) + (h1 + h3)
+            (h[0] + h[2]) + (h[1] + h[3])
+        };
+    }
+}

@@ -183,7 +183,13 @@ pub fn matrix_kernels(
     Some((dot_fn(weight)?, multi_dot_fn(weight)))
 }
 
-/// The single-token kernel of `matrix_kernels` (matvec rows, decode batches).
+/// The kernel for a product with one token (matvec rows, decode batches, a 1-token matmul).
+/// Differs from `matrix_kernels`'s single-token kernel only for F32 weights, which llama.cpp
+/// multiplies with tinyBLAS for 2+ tokens but with ggml_vec_dot_f32 for one.
 pub fn row_dot_fn(weight: GgmlType, rows: usize) -> Option<DotFn> {
+    #[cfg(target_arch = "x86_64")]
+    if weight == GgmlType::F32 && active() == Isa::Avx2 {
+        return Some(crate::simd::avx2::dot_f32_vec_dot);
+    }
     matrix_kernels(weight, rows, false).map(|k| k.0)
 }

@@ -249,12 +249,13 @@ mod x86 {
             }
             i += 32;
         }
-        let mut s = ggml_reduce(acc);
+        // ggml_vec_dot_f32 accumulates in ggml_float (double) after the vector reduce
+        let mut s = ggml_reduce(acc) as f64;
         while i < n {
-            s += *pa.add(i) * *pb.add(i);
+            s += (*pa.add(i) * *pb.add(i)) as f64;
             i += 1;
         }
-        s
+        s as f32
     }
 
     #[target_feature(enable = "avx2,fma")]

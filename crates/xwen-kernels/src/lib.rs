@@ -15,6 +15,7 @@ mod matmul;
 mod pool;
 pub mod q4k_repack;
 pub mod simd;
+pub mod tiled;
 
 pub use matmul::{quantize_activations_for_matmul, QMatrix};
 pub use pool::Pool;

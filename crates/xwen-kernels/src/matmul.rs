@@ -198,14 +198,16 @@ impl Pool {
 
     /// matmul with activations already quantized by `quantize_activations_for_matmul`
     /// (n_tok rows of `act_row_bytes`); per token in the float order llama.cpp's MUL_MAT uses
-    /// for it (4-token groups, then single tokens).
+    /// for it (4-token groups, then single tokens; the tiled order of `crate::tiled` for plain
+    /// K-quant matrices once n_tok >= 8).
     pub fn matmul_q(&self, w: QMatrix, xq: &[u8], n_tok: usize, y: &mut [f32]) {
         let grouped = if repacked_q8k(&w) { n_tok - n_tok % 4 } else { 0 };
         self.matmul_q_grouped(w, xq, n_tok, grouped, y);
     }
 
     /// matmul_q for llama.cpp's MUL_MAT_ID (expert) semantics: every token is its own
-    /// single-token product, its activations quantized by `quantize_activations`.
+    /// single-token product, its activations quantized by `quantize_activations`, except that
+    /// an expert with 8 or more tokens takes the tiled order where `crate::tiled` applies.
     pub fn matmul_q_id(&self, w: QMatrix, xq: &[u8], n_tok: usize, y: &mut [f32]) {
         self.matmul_q_grouped(w, xq, n_tok, 0, y);
     }
@@ -217,7 +219,14 @@ impl Pool {
         let arb = act_row_bytes(&w);
         assert!(xq.len() >= n_tok * arb, "matmul: activations too short");
         debug_assert!(grouped.is_multiple_of(4) && grouped <= n_tok);
-        let single = dispatch::matrix_kernels(w.ty, w.rows, false).expect("validated");
+        let tiled = n_tok >= crate::tiled::MIN_BATCH && crate::tiled::applies(w.ty, w.rows);
+        let single = if n_tok == 1 {
+            (dispatch::row_dot_fn(w.ty, w.rows).expect("validated"), None)
+        } else if tiled {
+            crate::tiled::kernels(w.ty).expect("tiled::applies")
+        } else {
+            dispatch::matrix_kernels(w.ty, w.rows, false).expect("validated")
+        };
         let group = if grouped > 0 {
             dispatch::matrix_kernels(w.ty, w.rows, true).expect("validated")
         } else {

@@ -57,19 +57,26 @@ fn a_panicking_task_is_reported_and_the_pool_still_works() {
     assert_eq!(n.load(Ordering::Relaxed), 10);
 }
 
-fn naive(w: &QMatrix, x: &[f32]) -> Vec<f32> {
+/// The reference for one token of an n_tok-token product.
+fn naive(w: &QMatrix, x: &[f32], n_tok: usize) -> Vec<f32> {
     let mut xq = Vec::new();
     quantize_activations(w.ty, x, &mut xq);
-    row_loop(w, &xq, false)
+    row_loop(w, &xq, false, n_tok)
 }
 
-/// Rows one by one; a Q4_K matrix llama.cpp would repack takes its gemv (or, for a token of a
-/// 4-token group, gemm) float order, as the scalar emulations compute it.
-fn row_loop(w: &QMatrix, xq: &[u8], grouped: bool) -> Vec<f32> {
-    use xwen_kernels::q4k_repack;
+/// Rows one by one, in llama.cpp's float order for a product of n_tok tokens: a Q4_K matrix it
+/// would repack takes its gemv (or, for a token of a 4-token group, gemm) order; a plain
+/// K-quant of 8+ tokens the tiled order; an F32 weight against one token ggml_vec_dot_f32's
+/// order (tinyBLAS for more) — as the scalar emulations compute them.
+fn row_loop(w: &QMatrix, xq: &[u8], grouped: bool, n_tok: usize) -> Vec<f32> {
+    use xwen_kernels::{dispatch, q4k_repack, tiled};
     (0..w.rows)
         .map(|r| {
-            if w.ty == GgmlType::Q4_K && q4k_repack::repacked(w.rows) {
+            if n_tok == 1 {
+                dispatch::row_dot_fn(w.ty, w.rows).unwrap()(w.cols, w.row(r), xq)
+            } else if n_tok >= tiled::MIN_BATCH && tiled::applies(w.ty, w.rows) {
+                tiled::dot_ref(w.ty, w.cols, w.row(r), xq, tiled::vnni_epilogue())
+            } else if w.ty == GgmlType::Q4_K && q4k_repack::repacked(w.rows) {
                 if grouped {
                     q4k_repack::dot_gemm_ref(w.cols, w.row(r), xq)
                 } else {
@@ -106,7 +113,7 @@ fn matvec_and_matmul_equal_a_naive_row_loop() {
         let x = rng.activations(cols);
         let mut y = vec![f32::NAN; rows];
         pool.matvec(w, &x, &mut y);
-        let want = naive(&w, &x);
+        let want = naive(&w, &x, 1);
         assert_eq!(
             y.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
             want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
@@ -118,7 +125,7 @@ fn matvec_and_matmul_equal_a_naive_row_loop() {
             let mut ym = vec![f32::NAN; n_tok * rows];
             pool.matmul(w, &xs, n_tok, &mut ym);
             for t in 0..n_tok {
-                let mut want_t = naive(&w, &xs[t * cols..(t + 1) * cols]);
+                let mut want_t = naive(&w, &xs[t * cols..(t + 1) * cols], n_tok);
                 if ty == GgmlType::Q4_K
                     && rows.is_multiple_of(8)
                     && t < n_tok - n_tok % 4
@@ -130,7 +137,7 @@ fn matvec_and_matmul_equal_a_naive_row_loop() {
                         &xs[t * cols..(t + 1) * cols],
                         &mut xq,
                     );
-                    want_t = row_loop(&w, &xq, true);
+                    want_t = row_loop(&w, &xq, true, n_tok);
                 }
                 assert_eq!(
                     &ym[t * rows..(t + 1) * rows],

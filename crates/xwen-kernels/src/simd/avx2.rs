@@ -560,8 +560,9 @@ unsafe fn dot_iq4_xs(n: usize, w: &[u8], a: &[u8]) -> f32 {
 unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let (pw, pa) = (w.as_ptr() as *const f32, a.as_ptr() as *const f32);
     // F32 weight matrices (MoE routers) go through llamafile's tinyBLAS in llama.cpp on AVX2
-    // (sgemm.cpp: one 8-lane FMA accumulator per output over k, then hsum). Matching its order
-    // keeps router probabilities bit-identical, which keeps near-tie expert choices identical.
+    // for batches of 2+ tokens (sgemm.cpp: one 8-lane FMA accumulator per output over k, then
+    // hsum). Matching its order keeps router probabilities bit-identical, which keeps near-tie
+    // expert choices identical. Single tokens take `dot_f32_vec_dot` (tinyBLAS refuses n < 2).
     if n % 8 == 0 {
         let mut acc = _mm256_setzero_ps();
         for i in (0..n).step_by(8) {
@@ -569,6 +570,20 @@ unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
         }
         return hsum_ps(acc);
     }
+    dot_f32_ggml(n, w, a)
+}
+
+/// ggml_vec_dot_f32 (AVX2): 4 × 8-lane FMA accumulators over steps of 32, GGML_F32x8_REDUCE,
+/// the tail added in double. What llama.cpp computes for an F32 weight against one token.
+pub fn dot_f32_vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    // SAFETY: handed out by dispatch only after detecting AVX2/FMA/F16C; callers checked the
+    // slice lengths (n f32 each).
+    unsafe { dot_f32_ggml(n, w, a) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f32_ggml(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let (pw, pa) = (w.as_ptr() as *const f32, a.as_ptr() as *const f32);
     let mut acc = [_mm256_setzero_ps(); 4];
     let n32 = n / 32 * 32;
     for i in (0..n32).step_by(32) {
@@ -580,14 +595,14 @@ unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
             );
         }
     }
-    let mut s = hsum_ps(_mm256_add_ps(
-        _mm256_add_ps(acc[0], acc[1]),
-        _mm256_add_ps(acc[2], acc[3]),
-    ));
+    let x = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+    let t0 = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    let t1 = _mm_hadd_ps(t0, t0);
+    let mut s = _mm_cvtss_f32(_mm_hadd_ps(t1, t1)) as f64;
     for i in n32..n {
-        s += read_f32(&w[4 * i..]) * f32at(a, 4 * i);
+        s += (read_f32(&w[4 * i..]) * f32at(a, 4 * i)) as f64;
     }
-    s
+    s as f32
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
