@@ -33,6 +33,9 @@ sys.path.insert(0, str(HERE))
 import fixture_io  # noqa: E402
 
 
+MAX_BYTES = 256 * 1024
+
+
 def gguf_path(fdir: Path, ref: str) -> Path:
     if ref.startswith("@shared/"):
         return REPO.parent / "shared" / ref[len("@shared/"):]
@@ -91,14 +94,19 @@ def process(binary: str, fdir: Path, work: Path, max_bytes: int) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fixtures", default=str(REPO / "tests" / "fixtures" / "parity"))
-    ap.add_argument("--max-bytes", type=int, default=256 * 1024)
+    ap.add_argument("--max-bytes", type=int, default=MAX_BYTES)
     args = ap.parse_args()
     binary = os.environ.get("LLAMA_LOGITS") or str(
         Path(os.environ.get("XWEN_CACHE", Path.home() / ".cache" / "xwen")) / "bin" / "llama_logits")
     with tempfile.TemporaryDirectory() as tmp:
-        for cases in sorted(Path(args.fixtures).glob("*/*/cases.txt")):
+        root = Path(args.fixtures)
+        for cases in sorted(root.glob("*/*/cases.txt")):
             n = process(binary, cases.parent, Path(tmp), args.max_bytes)
             print(f"{cases.parent}: {n} decode references")
+        summary = root / "summary.json"
+        if summary.exists():  # keep manifest.json's file list and hashes true
+            import json
+            fixture_io.write_manifest(root, json.loads(summary.read_text()))
 
 
 if __name__ == "__main__":

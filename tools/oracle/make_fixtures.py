@@ -309,6 +309,11 @@ def main() -> None:
         import trained
 
         summary["trained"] = trained.run(binp, REPO, out_root, work, N_GEN, run_llama)
+    # single-token references for the token-by-token checks (decode_ref.py says why)
+    import decode_ref
+
+    for cases in sorted(out_root.glob("*/*/cases.txt")):
+        decode_ref.process(str(binp["logits"]), cases.parent, work, decode_ref.MAX_BYTES)
     summary["versions"] = fixture_io.versions(root)
     summary["prompts"] = {name: ids for name, ids in prompts}
     summary_path.write_text(json.dumps(summary, indent=1) + "\n")

@@ -184,12 +184,16 @@ pub fn matrix_kernels(
 }
 
 /// The kernel for a product with one token (matvec rows, decode batches, a 1-token matmul).
-/// Differs from `matrix_kernels`'s single-token kernel only for F32 weights, which llama.cpp
-/// multiplies with tinyBLAS for 2+ tokens but with ggml_vec_dot_f32 for one.
+/// Differs from `matrix_kernels`'s single-token kernel only for F32 and BF16 weights, which
+/// llama.cpp multiplies with tinyBLAS for 2+ tokens but with ggml_vec_dot_f32/_bf16 for one.
 pub fn row_dot_fn(weight: GgmlType, rows: usize) -> Option<DotFn> {
     #[cfg(target_arch = "x86_64")]
-    if weight == GgmlType::F32 && active() == Isa::Avx2 {
-        return Some(crate::simd::avx2::dot_f32_vec_dot);
+    if active() == Isa::Avx2 {
+        match weight {
+            GgmlType::F32 => return Some(crate::simd::avx2::dot_f32_vec_dot),
+            GgmlType::BF16 => return Some(crate::simd::avx2::dot_bf16_vec_dot),
+            _ => {}
+        }
     }
     matrix_kernels(weight, rows, false).map(|k| k.0)
 }

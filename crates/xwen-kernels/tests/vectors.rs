@@ -172,11 +172,23 @@ fn vec_dot_is_bit_exact_with_ggml_on_avx2() {
         if v.ty == GgmlType::Q2_K {
             continue;
         }
-        let ours = vec_dot(v.ty, v.n, w, a);
-        assert_eq!(ours.to_bits(), d[0].to_bits(), "{name}: ours {ours:e} ggml {:e}", d[0]);
+        // the single-token kernel: F32/BF16 weights take tinyBLAS's order for 2+ tokens instead
+        let dot = xwen_kernels::dispatch::row_dot_fn(v.ty, 1).expect("supported");
+        let ours = dot(v.n, w, a);
+        assert_eq!(
+            ours.to_bits(),
+            d[0].to_bits(),
+            "{name}: ours {ours:e} ggml {:e}",
+            d[0]
+        );
         checked.push(v.ty);
     }
-    assert!(checked.contains(&GgmlType::Q6_K) && checked.contains(&GgmlType::Q4_K), "{checked:?}");
+    assert!(
+        checked.contains(&GgmlType::Q6_K)
+            && checked.contains(&GgmlType::Q4_K)
+            && checked.contains(&GgmlType::BF16),
+        "{checked:?}"
+    );
 }
 
 /// 48 rows of n = 4096 per K-quant (tests/vectors/kdot_*.bin, tools/kernels/make_kdot_vectors.sh):
@@ -185,12 +197,18 @@ fn vec_dot_is_bit_exact_with_ggml_on_avx2() {
 #[test]
 fn k_quant_vec_dot_rows_are_bit_exact_with_ggml_on_avx2() {
     if xwen_kernels::dispatch::active() != xwen_kernels::dispatch::Isa::Avx2 {
-        eprintln!("SKIP k_quant_vec_dot_rows_are_bit_exact_with_ggml_on_avx2: active set is not AVX2");
+        eprintln!(
+            "SKIP k_quant_vec_dot_rows_are_bit_exact_with_ggml_on_avx2: active set is not AVX2"
+        );
         return;
     }
     let mut checked = Vec::new();
     for (name, v) in read_vectors("kdot_") {
-        let (w, a, d) = (v.bytes("QREF").unwrap(), v.bytes("ACTQ").unwrap(), v.f32s("DOTS").unwrap());
+        let (w, a, d) = (
+            v.bytes("QREF").unwrap(),
+            v.bytes("ACTQ").unwrap(),
+            v.f32s("DOTS").unwrap(),
+        );
         if v.ty == GgmlType::Q2_K {
             continue;
         }
@@ -200,26 +218,51 @@ fn k_quant_vec_dot_rows_are_bit_exact_with_ggml_on_avx2() {
             .enumerate()
             .filter_map(|(r, &want)| {
                 let ours = vec_dot(v.ty, v.n, &w[r * rb..(r + 1) * rb], a);
-                (ours.to_bits() != want.to_bits()).then(|| format!("row {r}: ours {ours:e} ggml {want:e}"))
+                (ours.to_bits() != want.to_bits())
+                    .then(|| format!("row {r}: ours {ours:e} ggml {want:e}"))
             })
             .collect();
-        assert!(bad.is_empty(), "{name}: {} of {} rows differ\n{}", bad.len(), d.len(), bad.join("\n"));
+        assert!(
+            bad.is_empty(),
+            "{name}: {} of {} rows differ\n{}",
+            bad.len(),
+            d.len(),
+            bad.join("\n")
+        );
         // The multi-token kernel (prefill of matrices ggml does not repack) owes the same bits.
         if let Some(multi) = xwen_kernels::dispatch::multi_dot_fn(v.ty) {
             let acts: Vec<u8> = (0..4).flat_map(|_| a.iter().copied()).collect();
             for t in 1..=4 {
                 for (r, &want) in d.iter().enumerate() {
                     let mut out = [0f32; 4];
-                    multi(v.n, &w[r * rb..(r + 1) * rb], &acts[..t * a.len()], a.len(), &mut out[..t]);
+                    multi(
+                        v.n,
+                        &w[r * rb..(r + 1) * rb],
+                        &acts[..t * a.len()],
+                        a.len(),
+                        &mut out[..t],
+                    );
                     for (k, o) in out[..t].iter().enumerate() {
-                        assert_eq!(o.to_bits(), want.to_bits(), "{name} multi T={t} token {k} row {r}: ours {o:e} ggml {want:e}");
+                        assert_eq!(
+                            o.to_bits(),
+                            want.to_bits(),
+                            "{name} multi T={t} token {k} row {r}: ours {o:e} ggml {want:e}"
+                        );
                     }
                 }
             }
         }
         checked.push(v.ty);
     }
-    for ty in [GgmlType::Q3_K, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K] {
-        assert!(checked.contains(&ty), "no kdot vectors for {ty}: {checked:?}");
+    for ty in [
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ] {
+        assert!(
+            checked.contains(&ty),
+            "no kdot vectors for {ty}: {checked:?}"
+        );
     }
 }

@@ -639,23 +639,51 @@ unsafe fn bf16x8(p: &[u8], off: usize) -> __m256 {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_bf16(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let mut acc = [_mm256_setzero_ps(); 4];
+    // BF16 weights against 2+ tokens go through llamafile's tinyBLAS in llama.cpp on AVX2
+    // (sgemm.cpp tinyBLAS<8, __m256, __m256, ggml_bf16_t, ...>): one 8-lane FMA accumulator over
+    // k, the k % 8 tail as a zero-padded partial load, then hsum. One token takes
+    // `dot_bf16_vec_dot`.
+    let mut acc = _mm256_setzero_ps();
+    let n8 = n / 8 * 8;
+    for i in (0..n8).step_by(8) {
+        acc = _mm256_fmadd_ps(bf16x8(w, 2 * i), bf16x8(a, 2 * i), acc);
+    }
+    if n8 < n {
+        let (mut x, mut y) = ([0u8; 16], [0u8; 16]);
+        x[..2 * (n - n8)].copy_from_slice(&w[2 * n8..2 * n]);
+        y[..2 * (n - n8)].copy_from_slice(&a[2 * n8..2 * n]);
+        acc = _mm256_fmadd_ps(bf16x8(&x, 0), bf16x8(&y, 0), acc);
+    }
+    hsum_ps(acc)
+}
+
+/// ggml_vec_dot_bf16 (AVX2): 4 × 8-lane accumulators over steps of 32 (multiply, then add:
+/// GCC keeps them apart here), reduced (c1 + c3) + (c2 + c4), hsum, the tail in double. What
+/// llama.cpp computes for a BF16 weight against one token.
+pub fn dot_bf16_vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    // SAFETY: handed out by dispatch only after detecting AVX2/FMA/F16C; callers checked the
+    // slice lengths (n bf16 each).
+    unsafe { dot_bf16_ggml(n, w, a) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_bf16_ggml(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut c = [_mm256_setzero_ps(); 4];
     let n32 = n / 32 * 32;
     for i in (0..n32).step_by(32) {
-        for (k, ac) in acc.iter_mut().enumerate() {
-            *ac = _mm256_fmadd_ps(bf16x8(w, 2 * (i + 8 * k)), bf16x8(a, 2 * (i + 8 * k)), *ac);
+        for (k, ck) in c.iter_mut().enumerate() {
+            let p = _mm256_mul_ps(bf16x8(w, 2 * (i + 8 * k)), bf16x8(a, 2 * (i + 8 * k)));
+            *ck = _mm256_add_ps(p, *ck);
         }
     }
-    let mut s = hsum_ps(_mm256_add_ps(
-        _mm256_add_ps(acc[0], acc[1]),
-        _mm256_add_ps(acc[2], acc[3]),
-    ));
+    let x = _mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3]));
+    let mut s = hsum_ps(x) as f64;
     for i in n32..n {
         let x = crate::half::bf16_to_f32(u16::from_le_bytes([w[2 * i], w[2 * i + 1]]));
         let y = crate::half::bf16_to_f32(u16::from_le_bytes([a[2 * i], a[2 * i + 1]]));
-        s += x * y;
+        s += (x * y) as f64;
     }
-    s
+    s as f32
 }
 
 /// quantize_row_q8_0's AVX path (arch/x86/quants.c:302): id = 127/amax, round half to even.
