@@ -138,14 +138,10 @@ impl Bpe {
             interner.intern(text);
         }
         let sym_text = interner.into_texts();
-        let sym_token = sym_text
-            .iter()
-            .map(|t| token_to_id.get(t).copied().unwrap_or(NO_TOKEN))
-            .collect();
+        let sym_token = sym_text.iter().map(|t| token_to_id.get(t).copied().unwrap_or(NO_TOKEN)).collect();
         let mut single_byte_token = [NO_TOKEN; 128];
         for (b, slot) in single_byte_token.iter_mut().enumerate() {
-            if let Some(&id) = token_to_id.get(char::from(b as u8).encode_utf8(&mut [0; 4]) as &str)
-            {
+            if let Some(&id) = token_to_id.get(char::from(b as u8).encode_utf8(&mut [0; 4]) as &str) {
                 *slot = id;
             }
         }

@@ -29,10 +29,7 @@ pub struct Tokenizer {
 
 impl std::fmt::Debug for Tokenizer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Tokenizer")
-            .field("vocab_size", &self.vocab_size())
-            .field("pre", &self.pre_kind)
-            .finish()
+        f.debug_struct("Tokenizer").field("vocab_size", &self.vocab_size()).field("pre", &self.pre_kind).finish()
     }
 }
 
@@ -50,24 +47,15 @@ impl Tokenizer {
     /// As [`Tokenizer::from_gguf`] with `tokenizer.ggml.pre` replaced by `pre` (for files whose
     /// converter could not name the pre-tokenizer). `None` means llama.cpp's "default".
     pub fn from_gguf_with_pre(f: &GgufFile, pre: Option<&str>) -> Result<Tokenizer, ChatError> {
-        let model = f
-            .get_str("tokenizer.ggml.model")
-            .ok_or(ChatError::MissingKey("tokenizer.ggml.model"))?;
+        let model = f.get_str("tokenizer.ggml.model").ok_or(ChatError::MissingKey("tokenizer.ggml.model"))?;
         if model != "gpt2" {
-            return Err(ChatError::UnsupportedTokenizer(format!(
-                "tokenizer.ggml.model = {model:?} (only \"gpt2\" byte-level BPE)"
-            )));
+            return Err(ChatError::UnsupportedTokenizer(format!("tokenizer.ggml.model = {model:?} (only \"gpt2\" byte-level BPE)")));
         }
-        let choice = patterns::choose(pre).ok_or_else(|| {
-            ChatError::UnsupportedTokenizer(format!("tokenizer.ggml.pre = {:?}", pre.unwrap_or("")))
-        })?;
+        let choice = patterns::choose(pre)
+            .ok_or_else(|| ChatError::UnsupportedTokenizer(format!("tokenizer.ggml.pre = {:?}", pre.unwrap_or(""))))?;
         let vocab = Vocab::from_gguf(f)?;
         let pre = PreTokenizer::new(choice.pre)?;
-        let bpe = Bpe::new(
-            &vocab.token_to_id,
-            crate::vocab::merges(f)?.into_iter(),
-            choice.ignore_merges,
-        );
+        let bpe = Bpe::new(&vocab.token_to_id, crate::vocab::merges(f)?.into_iter(), choice.ignore_merges);
         let (mut pieces, mut piece_at) = (Vec::new(), Vec::with_capacity(vocab.text.len() + 1));
         for id in 0..vocab.text.len() {
             piece_at.push(pieces.len());
@@ -80,16 +68,7 @@ impl Tokenizer {
             .copied()
             .filter(|&id| vocab.attr[id as usize] & (attr::CONTROL | attr::UNKNOWN) == 0)
             .collect();
-        Ok(Tokenizer {
-            vocab,
-            pre_kind: choice.pre,
-            pre,
-            bpe,
-            pieces,
-            piece_at,
-            markup_specials,
-            content_specials,
-        })
+        Ok(Tokenizer { vocab, pre_kind: choice.pre, pre, bpe, pieces, piece_at, markup_specials, content_specials })
     }
 
     /// Token ids of text a user or tool wrote: control tokens' text is tokenized as plain
@@ -116,21 +95,14 @@ impl Tokenizer {
             let i = content.partition_point(|c| c.end <= r.start);
             content.get(i).is_some_and(|c| c.start < r.end)
         };
-        self.tokenize_with(text, &self.markup_specials, |id, r| {
-            !self.is_special(id) || !overlaps(r)
-        })
+        self.tokenize_with(text, &self.markup_specials, |id, r| !self.is_special(id) || !overlaps(r))
     }
 
     fn tokenize(&self, text: &str, specials: &[u32]) -> Vec<u32> {
         self.tokenize_with(text, specials, |_, _| true)
     }
 
-    fn tokenize_with(
-        &self,
-        text: &str,
-        specials: &[u32],
-        allowed: impl Fn(u32, Range<usize>) -> bool,
-    ) -> Vec<u32> {
+    fn tokenize_with(&self, text: &str, specials: &[u32], allowed: impl Fn(u32, Range<usize>) -> bool) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3);
         for frag in self.partition(text, specials, allowed) {
             match frag {
@@ -138,11 +110,7 @@ impl Tokenizer {
                 Fragment::Text(r) => {
                     let piece = &text[r];
                     for w in self.pre.split(piece) {
-                        self.bpe.encode_word(
-                            &piece.as_bytes()[w],
-                            &self.vocab.token_to_id,
-                            &mut out,
-                        );
+                        self.bpe.encode_word(&piece.as_bytes()[w], &self.vocab.token_to_id, &mut out);
                     }
                 }
             }
@@ -152,12 +120,7 @@ impl Tokenizer {
 
     /// llama.cpp's `tokenizer_st_partition`: for each special token, longest first, cut every
     /// remaining text fragment at each of its occurrences (those `allowed` accepts).
-    fn partition(
-        &self,
-        text: &str,
-        specials: &[u32],
-        allowed: impl Fn(u32, Range<usize>) -> bool,
-    ) -> Vec<Fragment> {
+    fn partition(&self, text: &str, specials: &[u32], allowed: impl Fn(u32, Range<usize>) -> bool) -> Vec<Fragment> {
         let mut frags = Vec::new();
         if text.is_empty() {
             return frags;
@@ -247,10 +210,7 @@ impl Tokenizer {
 
     /// Control (or unknown) tokens: the ids plain content can never produce.
     pub fn is_special(&self, id: u32) -> bool {
-        self.vocab
-            .attr
-            .get(id as usize)
-            .is_some_and(|a| a & (attr::CONTROL | attr::UNKNOWN) != 0)
+        self.vocab.attr.get(id as usize).is_some_and(|a| a & (attr::CONTROL | attr::UNKNOWN) != 0)
     }
 }
 
@@ -270,11 +230,7 @@ fn append_piece(vocab: &Vocab, id: usize, out: &mut Vec<u8>) {
             }
         }
     } else if a & attr::BYTE != 0 {
-        if let Some(b) = text
-            .strip_prefix("<0x")
-            .and_then(|h| h.get(..2))
-            .and_then(|h| u8::from_str_radix(h, 16).ok())
-        {
+        if let Some(b) = text.strip_prefix("<0x").and_then(|h| h.get(..2)).and_then(|h| u8::from_str_radix(h, 16).ok()) {
             out.push(b);
         }
     }

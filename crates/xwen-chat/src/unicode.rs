@@ -95,11 +95,7 @@ pub(crate) fn flags(c: char) -> Flags {
     if cpt >= 0x110000 {
         return Flags(Flags::UNDEFINED);
     }
-    let ws = if WHITESPACE.binary_search(&cpt).is_ok() {
-        Flags::WHITESPACE
-    } else {
-        0
-    };
+    let ws = if WHITESPACE.binary_search(&cpt).is_ok() { Flags::WHITESPACE } else { 0 };
     Flags(range_flags(cpt) | ws)
 }
 
@@ -174,11 +170,7 @@ mod tests {
         assert!(flags('a').is_letter() && flags('é').is_letter() && flags('中').is_letter());
         assert!(flags('7').is_number() && flags('٣').is_number());
         assert!(flags('\u{0301}').is_accent_mark());
-        assert!(
-            flags(' ').is_whitespace()
-                && flags('\u{3000}').is_whitespace()
-                && flags('\u{85}').is_whitespace()
-        );
+        assert!(flags(' ').is_whitespace() && flags('\u{3000}').is_whitespace() && flags('\u{85}').is_whitespace());
         assert!(!flags('\u{1C}').is_whitespace());
         assert_eq!(flags('!').collapsed(), '\u{D3}');
         assert_eq!(flags('€').collapsed(), '\u{D5}');

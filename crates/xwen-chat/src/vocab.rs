@@ -19,105 +19,24 @@ pub(crate) mod attr {
 
 /// Token texts that end generation, from llama.cpp's EOG list.
 const EOG_TEXTS: &[&str] = &[
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<|return|>",
-    "<|call|>",
-    "<|flush|>",
-    "<|calls|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "</s>",
-    "<|eom_id|>",
-    "<EOT>",
-    "_<EOT>",
-    "[EOT]",
-    "[EOS]",
-    "<|end_of_text|>",
-    "<end_of_utterance>",
-    "<eos>",
-    "<turn|>",
-    "<|tool_response>",
-    "<｜end▁of▁sentence｜>",
-    "[e~[",
+    "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>",
+    "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]",
+    "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>",
+    "<｜end▁of▁sentence｜>", "[e~[",
 ];
 
 /// Fill-in-the-middle token families: `(GGUF keys, candidate texts, ends generation)`. When no
 /// key names the token, llama.cpp finds it by text and forces it to CONTROL.
 const FIM: &[(&[&str], &[&str], bool)] = &[
-    (
-        &[
-            "tokenizer.ggml.fim_pre_token_id",
-            "tokenizer.ggml.prefix_token_id",
-        ],
-        &[
-            "<|fim_prefix|>",
-            "<fim-prefix>",
-            "<fim_prefix>",
-            "<｜fim▁begin｜>",
-            "<PRE>",
-            "▁<PRE>",
-            "<|code_prefix|>",
-            "<|prefix|>",
-        ],
-        false,
-    ),
-    (
-        &[
-            "tokenizer.ggml.fim_suf_token_id",
-            "tokenizer.ggml.suffix_token_id",
-        ],
-        &[
-            "<|fim_suffix|>",
-            "<fim-suffix>",
-            "<fim_suffix>",
-            "<｜fim▁hole｜>",
-            "<SUF>",
-            "▁<SUF>",
-            "<|code_suffix|>",
-            "<|suffix|>",
-        ],
-        false,
-    ),
-    (
-        &[
-            "tokenizer.ggml.fim_mid_token_id",
-            "tokenizer.ggml.middle_token_id",
-        ],
-        &[
-            "<|fim_middle|>",
-            "<fim-middle>",
-            "<fim_middle>",
-            "<｜fim▁end｜>",
-            "<MID>",
-            "▁<MID>",
-            "<|code_middle|>",
-            "<|middle|>",
-        ],
-        false,
-    ),
-    (
-        &["tokenizer.ggml.fim_pad_token_id"],
-        &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"],
-        true,
-    ),
-    (
-        &["tokenizer.ggml.fim_rep_token_id"],
-        &[
-            "<|fim_repo|>",
-            "<|repo_name|>",
-            "<fim-repo>",
-            "<REPO>",
-            "<reponame>",
-        ],
-        true,
-    ),
-    (
-        &["tokenizer.ggml.fim_sep_token_id"],
-        &["<|file_sep|>"],
-        true,
-    ),
+    (&["tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"],
+     &["<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>", "<|prefix|>"], false),
+    (&["tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"],
+     &["<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>", "<|code_suffix|>", "<|suffix|>"], false),
+    (&["tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"],
+     &["<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>", "<|code_middle|>", "<|middle|>"], false),
+    (&["tokenizer.ggml.fim_pad_token_id"], &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"], true),
+    (&["tokenizer.ggml.fim_rep_token_id"], &["<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>"], true),
+    (&["tokenizer.ggml.fim_sep_token_id"], &["<|file_sep|>"], true),
 ];
 
 pub(crate) struct Vocab {
@@ -138,11 +57,7 @@ pub(crate) fn merges(f: &GgufFile) -> Result<Vec<&str>, ChatError> {
 fn str_array<'a>(f: &'a GgufFile, key: &'static str) -> Result<Vec<&'a str>, ChatError> {
     let arr = f.get_array(key).ok_or(ChatError::MissingKey(key))?;
     arr.iter()
-        .map(|v| {
-            v.as_str().ok_or_else(|| {
-                ChatError::BadMetadata(format!("{key}: expected strings, found {}", v.type_name()))
-            })
-        })
+        .map(|v| v.as_str().ok_or_else(|| ChatError::BadMetadata(format!("{key}: expected strings, found {}", v.type_name()))))
         .collect()
 }
 
@@ -161,11 +76,7 @@ impl Vocab {
                     .map(Value::as_i64)
                     .collect::<Option<_>>()
                     .filter(|t: &Vec<i64>| t.len() >= n)
-                    .ok_or_else(|| {
-                        ChatError::BadMetadata(
-                            "tokenizer.ggml.token_type: not one integer per token".into(),
-                        )
-                    })?,
+                    .ok_or_else(|| ChatError::BadMetadata("tokenizer.ggml.token_type: not one integer per token".into()))?,
             ),
         };
 
@@ -173,11 +84,7 @@ impl Vocab {
         let mut attr = Vec::with_capacity(n);
         let mut token_to_id = FxMap::default();
         for (i, t) in tokens.iter().enumerate() {
-            let t: Box<str> = if t.is_empty() {
-                format!("[EMPTY_{i}]").into()
-            } else {
-                (*t).into()
-            };
+            let t: Box<str> = if t.is_empty() { format!("[EMPTY_{i}]").into() } else { (*t).into() };
             token_to_id.insert(t.clone(), i as u32);
             text.push(t);
             attr.push(match types.as_ref().map(|ty| ty[i]) {
@@ -190,13 +97,7 @@ impl Vocab {
                 Some(_) => 0,
             });
         }
-        let mut v = Vocab {
-            text,
-            attr,
-            token_to_id,
-            eos: token_id(f, "tokenizer.ggml.eos_token_id", n),
-            eog: Vec::new(),
-        };
+        let mut v = Vocab { text, attr, token_to_id, eos: token_id(f, "tokenizer.ggml.eos_token_id", n), eog: Vec::new() };
         v.apply_llama_corrections(f);
         Ok(v)
     }
@@ -233,11 +134,7 @@ impl Vocab {
                 self.attr[id as usize] = attr::USER_DEFINED;
             }
         }
-        for key in [
-            "tokenizer.ggml.eos_token_id",
-            "tokenizer.ggml.eot_token_id",
-            "tokenizer.ggml.eom_token_id",
-        ] {
+        for key in ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"] {
             eog.extend(token_id(f, key, n));
         }
         eog.sort_unstable();
@@ -255,9 +152,7 @@ impl Vocab {
     /// llama.cpp's `cache_special_tokens`: tokens split out of text before BPE, longest first.
     pub fn special_tokens(&self) -> Vec<u32> {
         let mut ids: Vec<u32> = (0..self.text.len() as u32)
-            .filter(|&id| {
-                self.attr[id as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0
-            })
+            .filter(|&id| self.attr[id as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
             .collect();
         ids.sort_by_key(|&id| std::cmp::Reverse(self.text[id as usize].len()));
         ids

@@ -37,12 +37,7 @@ fn read_tests(inp: &Path, out: &Path) -> Vec<(String, Vec<u32>)> {
         .lines()
         .map(|l| l.split_whitespace().map(|t| t.parse().unwrap()).collect())
         .collect();
-    assert_eq!(
-        inputs.len(),
-        outputs.len(),
-        "{}: input and output counts differ",
-        inp.display()
-    );
+    assert_eq!(inputs.len(), outputs.len(), "{}: input and output counts differ", inp.display());
     inputs.into_iter().zip(outputs).collect()
 }
 
@@ -56,13 +51,7 @@ fn check(tok: &Tokenizer, name: &str, inp: &Path, out: &Path) -> usize {
             failures.push(format!("{name}: {text:?}\n  want {want:?}\n  got  {got:?}"));
         }
     }
-    assert!(
-        failures.is_empty(),
-        "{} of {} cases differ:\n{}",
-        failures.len(),
-        tests.len(),
-        failures.join("\n")
-    );
+    assert!(failures.is_empty(), "{} of {} cases differ:\n{}", failures.len(), tests.len(), failures.join("\n"));
     tests.len()
 }
 
@@ -75,12 +64,7 @@ fn committed(name: &str) {
     let f = vocab(name);
     let tok = Tokenizer::from_gguf(&f).unwrap();
     let base = fixtures().join(format!("ggml-vocab-{name}.gguf"));
-    let n = check(
-        &tok,
-        name,
-        &base.with_extension("gguf.inp"),
-        &base.with_extension("gguf.out"),
-    );
+    let n = check(&tok, name, &base.with_extension("gguf.inp"), &base.with_extension("gguf.out"));
     assert!(n > 30, "{name}: only {n} vectors");
 }
 
@@ -106,12 +90,7 @@ fn qwen2_vectors() {
     let f = vocab("qwen35");
     let tok = Tokenizer::from_gguf_with_pre(&f, Some("qwen2")).unwrap();
     let base = fixtures().join("ggml-vocab-qwen2.gguf");
-    check(
-        &tok,
-        "qwen2",
-        &base.with_extension("gguf.inp"),
-        &base.with_extension("gguf.out"),
-    );
+    check(&tok, "qwen2", &base.with_extension("gguf.inp"), &base.with_extension("gguf.out"));
 }
 
 #[test]
@@ -124,9 +103,7 @@ fn every_llama_cpp_bpe_vocab() {
     let mut names: Vec<PathBuf> = std::fs::read_dir(&models)
         .unwrap_or_else(|e| panic!("{}: {e}", models.display()))
         .map(|e| e.unwrap().path())
-        .filter(|p| {
-            p.extension().is_some_and(|x| x == "gguf") && p.with_extension("gguf.inp").exists()
-        })
+        .filter(|p| p.extension().is_some_and(|x| x == "gguf") && p.with_extension("gguf.inp").exists())
         .collect();
     names.sort();
     let mut checked = 0;
@@ -138,12 +115,7 @@ fn every_llama_cpp_bpe_vocab() {
             continue;
         }
         let tok = Tokenizer::from_gguf(&f).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let n = check(
-            &tok,
-            &name,
-            &path.with_extension("gguf.inp"),
-            &path.with_extension("gguf.out"),
-        );
+        let n = check(&tok, &name, &path.with_extension("gguf.inp"), &path.with_extension("gguf.out"));
         eprintln!("{name}: {n} vectors match");
         checked += 1;
     }
@@ -160,10 +132,7 @@ fn matches_llama_tokenize_on_random_text() {
     };
     let bin = Path::new(&dir).join("build/bin/llama-tokenize");
     if !bin.exists() {
-        eprintln!(
-            "SKIP matches_llama_tokenize_on_random_text: {} not built",
-            bin.display()
-        );
+        eprintln!("SKIP matches_llama_tokenize_on_random_text: {} not built", bin.display());
         return;
     }
     let pool: Vec<&str> = "a b c X Y Z 0 1 9 _ ' \" ( ) [ ] { } < > : ; . , ! ? - + * / = # é ß ж ع 中 文 한 😀 ½ ٣ ① ǅ ﬁ"
@@ -180,22 +149,14 @@ fn matches_llama_tokenize_on_random_text() {
             pool[(state % pool.len() as u64) as usize]
         })
         .collect();
-    let tmp = std::env::temp_dir().join(format!(
-        "xwen-chat-llama-tokenize-{}.txt",
-        std::process::id()
-    ));
+    let tmp = std::env::temp_dir().join(format!("xwen-chat-llama-tokenize-{}.txt", std::process::id()));
     std::fs::write(&tmp, &text).unwrap();
     for name in ["qwen35", "gpt-2", "deepseek-coder"] {
         let gguf = fixtures().join(format!("ggml-vocab-{name}.gguf"));
         let tok = Tokenizer::from_gguf(&GgufFile::open(&gguf).unwrap()).unwrap();
         for markup in [false, true] {
             let mut cmd = std::process::Command::new(&bin);
-            cmd.arg("-m").arg(&gguf).arg("-f").arg(&tmp).args([
-                "--ids",
-                "--no-bos",
-                "--no-escape",
-                "--log-disable",
-            ]);
+            cmd.arg("-m").arg(&gguf).arg("-f").arg(&tmp).args(["--ids", "--no-bos", "--no-escape", "--log-disable"]);
             if !markup {
                 cmd.arg("--no-parse-special");
             }
@@ -206,21 +167,10 @@ fn matches_llama_tokenize_on_random_text() {
                 .filter(|t| !t.is_empty())
                 .map(|t| t.parse().unwrap())
                 .collect();
-            let got = if markup {
-                tok.encode_markup(&text)
-            } else {
-                tok.encode(&text)
-            };
-            assert_eq!(
-                got.len(),
-                want.len(),
-                "{name} markup={markup}: token counts differ"
-            );
+            let got = if markup { tok.encode_markup(&text) } else { tok.encode(&text) };
+            assert_eq!(got.len(), want.len(), "{name} markup={markup}: token counts differ");
             assert!(got == want, "{name} markup={markup}: ids differ");
-            eprintln!(
-                "{name} markup={markup}: {} ids match llama-tokenize",
-                got.len()
-            );
+            eprintln!("{name} markup={markup}: {} ids match llama-tokenize", got.len());
         }
     }
     std::fs::remove_file(&tmp).ok();

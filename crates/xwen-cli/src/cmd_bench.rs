@@ -35,10 +35,7 @@ struct TestResult {
 impl TestResult {
     fn samples_ts(&self) -> Vec<f64> {
         let n = (self.n_prompt + self.n_gen) as f64;
-        self.samples_ns
-            .iter()
-            .map(|&t| 1e9 * n / t as f64)
-            .collect()
+        self.samples_ns.iter().map(|&t| 1e9 * n / t as f64).collect()
     }
 
     fn name(&self) -> String {
@@ -53,11 +50,7 @@ impl TestResult {
 fn parse_list(v: Option<String>, default: usize, flag: &str) -> Result<Vec<usize>> {
     let Some(v) = v else { return Ok(vec![default]) };
     v.split(',')
-        .map(|s| {
-            s.trim()
-                .parse::<usize>()
-                .map_err(|e| anyhow::anyhow!("{flag}: bad value `{s}`: {e}"))
-        })
+        .map(|s| s.trim().parse::<usize>().map_err(|e| anyhow::anyhow!("{flag}: bad value `{s}`: {e}")))
         .collect()
 }
 
@@ -73,11 +66,7 @@ pub fn run(argv: &[String]) -> Result<()> {
     let reps: usize = a.parsed(&["-r", "--repetitions"])?.unwrap_or(5);
     let no_warmup = a.flag(&["--no-warmup"]);
     let no_prefault = a.flag(&["--no-prefault"]);
-    let mut output = if a.flag(&["--json"]) {
-        Output::Json
-    } else {
-        Output::Markdown
-    };
+    let mut output = if a.flag(&["--json"]) { Output::Json } else { Output::Markdown };
     if let Some(o) = a.value(&["-o", "--output"])? {
         output = match o.as_str() {
             "json" => Output::Json,
@@ -90,9 +79,7 @@ pub fn run(argv: &[String]) -> Result<()> {
     if let Some(x) = rest.first() {
         bail!("unexpected argument `{x}`\n{USAGE}");
     }
-    let Some(model_path) = model_arg else {
-        bail!("-m MODEL is required\n{USAGE}")
-    };
+    let Some(model_path) = model_arg else { bail!("-m MODEL is required\n{USAGE}") };
     if reps == 0 {
         bail!("-r must be at least 1");
     }
@@ -110,10 +97,7 @@ pub fn run(argv: &[String]) -> Result<()> {
         model.threads()
     );
     let desc = ModelDesc::of(model, &model_path);
-    eprintln!(
-        "xwen bench: a decoded token reads {:.3} GB of weights",
-        desc.decode_bytes as f64 / 1e9
-    );
+    eprintln!("xwen bench: a decoded token reads {:.3} GB of weights", desc.decode_bytes as f64 / 1e9);
     let mut rng = Lcg(1);
     let tests: Vec<(usize, usize)> = prompts
         .iter()
@@ -135,18 +119,9 @@ pub fn run(argv: &[String]) -> Result<()> {
                 run_gen(model, 1, &mut rng)?;
             }
         }
-        let mut r = TestResult {
-            n_prompt,
-            n_gen,
-            samples_ns: Vec::new(),
-            test_time: rfc3339_now(),
-        };
+        let mut r = TestResult { n_prompt, n_gen, samples_ns: Vec::new(), test_time: rfc3339_now() };
         for _ in 0..reps {
-            let ns = if n_prompt > 0 {
-                run_prompt(model, n_prompt, &mut rng)?
-            } else {
-                run_gen(model, n_gen, &mut rng)?
-            };
+            let ns = if n_prompt > 0 { run_prompt(model, n_prompt, &mut rng)? } else { run_gen(model, n_gen, &mut rng)? };
             r.samples_ns.push(ns);
         }
         match output {
@@ -155,10 +130,7 @@ pub fn run(argv: &[String]) -> Result<()> {
         }
     }
     match output {
-        Output::Markdown => println!(
-            "\nt/s: median ± sample stddev over {reps} repetitions; xwen {}",
-            env!("CARGO_PKG_VERSION")
-        ),
+        Output::Markdown => println!("\nt/s: median ± sample stddev over {reps} repetitions; xwen {}", env!("CARGO_PKG_VERSION")),
         Output::Json => {
             // A reader that stops early (`| head`) is not an error worth a panic.
             let text = serde_json::to_string_pretty(&Value::Array(json_tests))?;
@@ -245,9 +217,7 @@ impl ModelDesc {
             ("qwen35moe", 60, _) => "397B.A17B",
             _ => "?B",
         };
-        let ftype = f
-            .get_u32("general.file_type")
-            .map_or("(unknown file type)", ftype_name);
+        let ftype = f.get_u32("general.file_type").map_or("(unknown file type)", ftype_name);
         ModelDesc {
             filename: filename.to_string(),
             model_type: format!("{arch} {size} {ftype}"),
@@ -367,25 +337,15 @@ fn json_test(d: &ModelDesc, threads: usize, r: &TestResult) -> Value {
 }
 
 /// (header, width): negative widths are left-aligned, as in llama-bench's markdown printer.
-const COLUMNS: [(&str, i32); 6] = [
-    ("model", -30),
-    ("size", 10),
-    ("params", 10),
-    ("backend", -10),
-    ("threads", 7),
-    ("test", 15),
-];
+const COLUMNS: [(&str, i32); 6] =
+    [("model", -30), ("size", 10), ("params", 10), ("backend", -10), ("threads", 7), ("test", 15)];
 
 fn print_md_header() {
     let mut head = String::from("|");
     let mut rule = String::from("|");
     for (name, w) in COLUMNS.iter().copied().chain([("t/s", 20)]) {
         head += &format!(" {} |", pad(name, w));
-        rule += &format!(
-            " {}{} |",
-            "-".repeat(w.unsigned_abs() as usize - 1),
-            if w > 0 { ':' } else { '-' }
-        );
+        rule += &format!(" {}{} |", "-".repeat(w.unsigned_abs() as usize - 1), if w > 0 { ':' } else { '-' });
     }
     println!("{head}\n{rule}");
 }
@@ -402,22 +362,12 @@ fn print_md_row(d: &ModelDesc, threads: usize, r: &TestResult) {
         format!("{:.2} B", d.n_params as f64 / 1e9)
     };
     let ts = r.samples_ts();
-    let values = [
-        d.model_type.clone(),
-        size,
-        params,
-        "CPU".into(),
-        threads.to_string(),
-        r.name(),
-    ];
+    let values = [d.model_type.clone(), size, params, "CPU".into(), threads.to_string(), r.name()];
     let mut line = String::from("|");
     for ((_, w), v) in COLUMNS.iter().zip(values) {
         line += &format!(" {} |", pad(&v, *w));
     }
-    line += &format!(
-        " {} |",
-        pad(&format!("{:.2} ± {:.2}", median(&ts), stddev(&ts)), 20)
-    );
+    line += &format!(" {} |", pad(&format!("{:.2} ± {:.2}", median(&ts), stddev(&ts)), 20));
     println!("{line}");
 }
 
@@ -433,20 +383,13 @@ fn pad(s: &str, w: i32) -> String {
 fn cpu_info() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split_once(':')).map(|(_, v)| v.trim().to_string()))
         .unwrap_or_else(|| std::env::consts::ARCH.to_string())
 }
 
 /// Now as RFC 3339 UTC ("2026-01-31T12:00:00Z"), llama-bench's test_time format.
 fn rfc3339_now() -> String {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Civil-from-days (Howard Hinnant's algorithm), valid for every date after 1970.
     let z = days as i64 + 719_468;
@@ -458,12 +401,7 @@ fn rfc3339_now() -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 /// Token ids for benchmark inputs: any spread over the vocabulary will do (llama-bench uses
@@ -472,10 +410,7 @@ struct Lcg(u64);
 
 impl Lcg {
     fn below(&mut self, n: u32) -> u32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
+        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
         (((self.0 >> 32) * u64::from(n)) >> 32) as u32
     }
 }
@@ -496,12 +431,7 @@ mod tests {
 
     #[test]
     fn test_names_follow_llama_bench() {
-        let r = |p, n| TestResult {
-            n_prompt: p,
-            n_gen: n,
-            samples_ns: vec![2_000_000_000],
-            test_time: String::new(),
-        };
+        let r = |p, n| TestResult { n_prompt: p, n_gen: n, samples_ns: vec![2_000_000_000], test_time: String::new() };
         assert_eq!(r(512, 0).name(), "pp512");
         assert_eq!(r(0, 128).name(), "tg128");
         assert_eq!(r(0, 128).samples_ts(), vec![64.0]);
@@ -527,8 +457,7 @@ mod tests {
         // Tied embeddings: token_embd is the lm_head too, read whole.
         let mut w = GgufWriter::new();
         w.add_kv("general.architecture", "qwen35".into());
-        w.add_tensor("token_embd.weight", GgmlType::F32, &[8, 100], vec![0; 3200])
-            .unwrap();
+        w.add_tensor("token_embd.weight", GgmlType::F32, &[8, 100], vec![0; 3200]).unwrap();
         let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
         assert_eq!(decode_weight_bytes(&f), 3200);
     }

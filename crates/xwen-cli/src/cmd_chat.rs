@@ -41,11 +41,7 @@ pub fn run(argv: &[String]) -> Result<()> {
     let mut state = loaded.model.new_state();
     let mut consumed: Vec<u32> = Vec::new();
     let mut before_reply: Option<(Snapshot, usize)> = None;
-    let opts = RenderOptions {
-        add_generation_prompt: true,
-        enable_thinking: !no_think,
-        ..Default::default()
-    };
+    let opts = RenderOptions { add_generation_prompt: true, enable_thinking: !no_think, ..Default::default() };
     let stdin = std::io::stdin();
     let mut out = std::io::stdout();
     loop {
@@ -62,11 +58,7 @@ pub fn run(argv: &[String]) -> Result<()> {
         }
         messages.push(msg("user", line));
         let ids = encode_segments(tok, &template.render(&messages, &opts)?);
-        let common = consumed
-            .iter()
-            .zip(&ids)
-            .take_while(|(a, b)| a == b)
-            .count();
+        let common = consumed.iter().zip(&ids).take_while(|(a, b)| a == b).count();
         if common < consumed.len() {
             // History re-rendered differently: fall back to the snapshot before the last reply.
             match &before_reply {
@@ -84,19 +76,13 @@ pub fn run(argv: &[String]) -> Result<()> {
         // Keep one token back so the prefill returns logits for the next position.
         let (head, last) = new.split_at(new.len().saturating_sub(1));
         if !head.is_empty() {
-            loaded
-                .model
-                .forward(&mut state, head, xwen_engine::LogitsMode::None)?;
+            loaded.model.forward(&mut state, head, xwen_engine::LogitsMode::None)?;
         }
         consumed.extend_from_slice(head);
         before_reply = Some((state.snapshot(), consumed.len()));
         let mut reply_ids = Vec::new();
         let mut dec = StreamDecoder::new();
-        let req = GenerateRequest {
-            prompt: last,
-            max_tokens: n,
-            stop_ids: &stop,
-        };
+        let req = GenerateRequest { prompt: last, max_tokens: n, stop_ids: &stop };
         let stats = generate(&loaded.model, &mut state, &req, &mut sampler, &mut |t| {
             reply_ids.push(t);
             if !stop.contains(&t) {
@@ -108,14 +94,7 @@ pub fn run(argv: &[String]) -> Result<()> {
         println!("{}", dec.finish());
         consumed.extend_from_slice(last);
         consumed.extend_from_slice(&reply_ids);
-        let text = tok.decode(
-            reply_ids
-                .iter()
-                .copied()
-                .filter(|t| !stop.contains(t))
-                .collect::<Vec<_>>()
-                .as_slice(),
-        );
+        let text = tok.decode(reply_ids.iter().copied().filter(|t| !stop.contains(t)).collect::<Vec<_>>().as_slice());
         messages.push(msg("assistant", text));
         eprintln!("[{} tok, {:.1} tok/s]", stats.generated, stats.decode_tps());
     }

@@ -10,9 +10,7 @@ pub fn run(argv: &[String]) -> Result<()> {
     let mut a = Args::new(argv);
     let model = a.value(&["-m", "--model"])?;
     let ids = a.value(&["--ids"])?.context("--ids is required")?;
-    let out = a
-        .value(&["--out", "-o"])?
-        .context("--out FILE.npy is required")?;
+    let out = a.value(&["--out", "-o"])?.context("--out FILE.npy is required")?;
     let cfg = model_arg::engine_config(&mut a)?;
     let rest = a.finish()?;
     if !rest.is_empty() {
@@ -25,11 +23,7 @@ pub fn run(argv: &[String]) -> Result<()> {
     let loaded = model_arg::load(model.as_deref(), &cfg, false)?;
     let mut st = loaded.model.new_state();
     let logits = loaded.model.forward(&mut st, &ids, LogitsMode::All)?;
-    npy::write_f32(
-        std::path::Path::new(&out),
-        &[ids.len(), loaded.model.n_vocab()],
-        &logits,
-    )
-    .with_context(|| format!("writing {out}"))?;
+    npy::write_f32(std::path::Path::new(&out), &[ids.len(), loaded.model.n_vocab()], &logits)
+        .with_context(|| format!("writing {out}"))?;
     Ok(())
 }

@@ -77,11 +77,7 @@ pub fn run(argv: &[String]) -> Result<()> {
     if let (false, Some(p)) = (print_ids, &prompt) {
         write!(out, "{p}")?;
     }
-    let req = GenerateRequest {
-        prompt: &prompt_ids,
-        max_tokens: n,
-        stop_ids: &stop,
-    };
+    let req = GenerateRequest { prompt: &prompt_ids, max_tokens: n, stop_ids: &stop };
     let stats = generate(&loaded.model, &mut state, &req, &mut sampler, &mut |t| {
         generated.push(t);
         if !print_ids && !stop.contains(&t) {

@@ -30,16 +30,12 @@ pub fn run(argv: &[String]) -> Result<()> {
     if let Some(x) = rest.first() {
         bail!("unexpected argument `{x}`\n{USAGE}");
     }
-    let (Some(preset), Some(out)) = (preset, out) else {
-        bail!("--preset and --out are required\n{USAGE}")
-    };
+    let (Some(preset), Some(out)) = (preset, out) else { bail!("--preset and --out are required\n{USAGE}") };
     let out = PathBuf::from(out);
 
     let vocab_path = match vocab_arg {
         Some(v) => Some(PathBuf::from(v)),
-        None if !preset.is_tiny() && Path::new(DEFAULT_VOCAB).is_file() => {
-            Some(PathBuf::from(DEFAULT_VOCAB))
-        }
+        None if !preset.is_tiny() && Path::new(DEFAULT_VOCAB).is_file() => Some(PathBuf::from(DEFAULT_VOCAB)),
         None => None,
     };
     let vocab = match &vocab_path {

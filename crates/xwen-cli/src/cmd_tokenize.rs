@@ -35,11 +35,7 @@ pub fn run(args: &[String]) -> Result<()> {
     };
     let f = GgufFile::open(Path::new(&model)).with_context(|| model.clone())?;
     let tok = Tokenizer::from_gguf(&f).with_context(|| format!("{model}: tokenizer"))?;
-    let ids = if markup {
-        tok.encode_markup(&text)
-    } else {
-        tok.encode(&text)
-    };
+    let ids = if markup { tok.encode_markup(&text) } else { tok.encode(&text) };
     let line: Vec<String> = ids.iter().map(u32::to_string).collect();
     println!("{}", line.join(" "));
     Ok(())
@@ -75,10 +71,7 @@ mod tests {
     fn invalid_bytes_become_one_replacement_each() {
         assert_eq!(llama_lossy_utf8(b"a\xE4\xB8b"), "a\u{FFFD}\u{FFFD}b");
         assert_eq!(llama_lossy_utf8("é😀".as_bytes()), "é😀");
-        assert_eq!(
-            llama_lossy_utf8(b"\xF0\x9F\x98A"),
-            "\u{FFFD}\u{FFFD}\u{FFFD}A"
-        );
+        assert_eq!(llama_lossy_utf8(b"\xF0\x9F\x98A"), "\u{FFFD}\u{FFFD}\u{FFFD}A");
         assert_eq!(llama_lossy_utf8(b""), "");
     }
 }

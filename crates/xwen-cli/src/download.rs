@@ -94,11 +94,7 @@ impl Hub {
     }
 
     pub fn file_url(&self, repo: &str, file: &str) -> String {
-        format!(
-            "{}/{repo}/resolve/main/{}",
-            self.endpoint,
-            encode_path(file)
-        )
+        format!("{}/{repo}/resolve/main/{}", self.endpoint, encode_path(file))
     }
 
     pub fn api_url(&self, repo: &str) -> String {
@@ -114,8 +110,7 @@ impl Hub {
             .body_mut()
             .read_to_string()
             .map_err(|e| anyhow!("reading {url}: {e}"))?;
-        let v: serde_json::Value =
-            serde_json::from_str(&text).with_context(|| format!("{url}: not JSON"))?;
+        let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{url}: not JSON"))?;
         let siblings = v["siblings"]
             .as_array()
             .ok_or_else(|| anyhow!("{url}: no `siblings` file list in the answer"))?;
@@ -187,13 +182,7 @@ impl Hub {
     /// One request, following redirects by hand. With `to_end` false it stops at the first
     /// answer carrying X-Repo-Commit (the hub's own), and follows only relative redirects
     /// before that (renamed repos), as huggingface_hub does.
-    fn follow(
-        &self,
-        url: &str,
-        m: Method,
-        from: Option<u64>,
-        to_end: bool,
-    ) -> Result<Response<Body>> {
+    fn follow(&self, url: &str, m: Method, from: Option<u64>, to_end: bool) -> Result<Response<Body>> {
         let mut url = url.to_string();
         for _ in 0..=MAX_REDIRECTS {
             let resp = self.send(&url, m, from)?;
@@ -202,8 +191,7 @@ impl Hub {
             let redirect = (300..400).contains(&status) && loc.is_some();
             let stop = !redirect
                 || (!to_end
-                    && (header(&resp, "x-repo-commit").is_some()
-                        || !loc.as_deref().unwrap_or("").starts_with('/')));
+                    && (header(&resp, "x-repo-commit").is_some() || !loc.as_deref().unwrap_or("").starts_with('/')));
             if stop {
                 return Ok(resp);
             }
@@ -214,10 +202,7 @@ impl Hub {
 
     fn send(&self, url: &str, m: Method, from: Option<u64>) -> Result<Response<Body>> {
         // The token goes to the hub only, never to the CDN its redirects point at.
-        let auth = self
-            .token
-            .as_ref()
-            .filter(|_| same_origin(url, &self.endpoint));
+        let auth = self.token.as_ref().filter(|_| same_origin(url, &self.endpoint));
         let result = match m {
             Method::Head => {
                 let mut r = self.agent.head(url).header("Accept-Encoding", "identity");
@@ -352,8 +337,7 @@ impl Hub {
                 );
             }
         }
-        fs::rename(incomplete, blob)
-            .with_context(|| format!("moving {} into place", incomplete.display()))
+        fs::rename(incomplete, blob).with_context(|| format!("moving {} into place", incomplete.display()))
     }
 
     /// One GET from `*have` onwards. Transport trouble is `Retry`; an answer that more
@@ -376,9 +360,7 @@ impl Hub {
             206 => {
                 let (start, len) = header(&resp, "content-range")
                     .and_then(|cr| parse_content_range(&cr))
-                    .ok_or_else(|| {
-                        AttemptError::Retry("206 without a usable Content-Range".into())
-                    })?;
+                    .ok_or_else(|| AttemptError::Retry("206 without a usable Content-Range".into()))?;
                 if start != *have {
                     // Never splice bytes at the wrong offset: start over.
                     let msg = format!("server resumed at byte {start}, not {}", *have);
@@ -406,12 +388,7 @@ impl Hub {
                 reset_hash(hasher);
                 return Err(AttemptError::Retry("HTTP 416 for a resume".into()));
             }
-            s if s >= 500 || s == 429 => {
-                return Err(AttemptError::Retry(format!(
-                    "HTTP {s} from {}",
-                    meta.location
-                )))
-            }
+            s if s >= 500 || s == 429 => return Err(AttemptError::Retry(format!("HTTP {s} from {}", meta.location))),
             _ => {
                 let e = check_status(&resp, "", None, &meta.location, self.token.is_some())
                     .err()
@@ -491,12 +468,7 @@ fn write_error(e: io::Error, have: u64, total: Option<u64>) -> anyhow::Error {
     // ENOSPC is 28 on Linux and macOS alike.
     if e.kind() == io::ErrorKind::StorageFull || e.raw_os_error() == Some(28) {
         let need = total
-            .map(|t| {
-                format!(
-                    ": free at least {} more",
-                    human_bytes(t.saturating_sub(have))
-                )
-            })
+            .map(|t| format!(": free at least {} more", human_bytes(t.saturating_sub(have))))
             .unwrap_or_default();
         anyhow!(
             "disk full after {} of the download{need}, then run again — the partial file is kept and the download resumes",
@@ -511,14 +483,12 @@ fn write_error(e: io::Error, have: u64, total: Option<u64>) -> anyhow::Error {
 /// ~/.cache/huggingface/token), as huggingface_hub looks them up.
 fn token() -> Option<String> {
     let from_env = std::env::var("HF_TOKEN").ok();
-    let path = std::env::var_os("HF_TOKEN_PATH")
-        .map(PathBuf::from)
-        .or_else(|| {
-            let home = std::env::var_os("HF_HOME").map(PathBuf::from).or_else(|| {
-                std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/huggingface"))
-            });
-            home.map(|h| h.join("token"))
-        });
+    let path = std::env::var_os("HF_TOKEN_PATH").map(PathBuf::from).or_else(|| {
+        let home = std::env::var_os("HF_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/huggingface")));
+        home.map(|h| h.join("token"))
+    });
     let from_file = || path.and_then(|p| fs::read_to_string(p).ok());
     from_env
         .or_else(from_file)
@@ -527,13 +497,7 @@ fn token() -> Option<String> {
 }
 
 /// A clear message for a hub refusal, using the hub's X-Error-Code where it sends one.
-fn check_status(
-    resp: &Response<Body>,
-    repo: &str,
-    file: Option<&str>,
-    url: &str,
-    token: bool,
-) -> Result<()> {
+fn check_status(resp: &Response<Body>, repo: &str, file: Option<&str>, url: &str, token: bool) -> Result<()> {
     let status = resp.status().as_u16();
     if (200..300).contains(&status) {
         return Ok(());
@@ -557,9 +521,7 @@ fn check_status(
             bail!("{repo} is gated (HTTP {status}){hub_msg}: accept its terms on the repo page, then {token_hint}")
         }
         (_, "RepoNotFound") => {
-            bail!(
-                "no such repo: {repo} (HTTP {status}, {url}){hub_msg}; private repos need HF_TOKEN"
-            )
+            bail!("no such repo: {repo} (HTTP {status}, {url}){hub_msg}; private repos need HF_TOKEN")
         }
         (_, "EntryNotFound") => bail!(
             "{repo} has no file `{}` (HTTP {status}, {url}){hub_msg}",
@@ -583,10 +545,7 @@ fn header(resp: &Response<Body>, name: &str) -> Option<String> {
 
 /// `W/"abc"` → `abc`, as huggingface_hub normalizes.
 pub fn normalize_etag(e: &str) -> String {
-    e.trim()
-        .trim_start_matches("W/")
-        .trim_matches('"')
-        .to_string()
+    e.trim().trim_start_matches("W/").trim_matches('"').to_string()
 }
 
 pub fn is_sha256(s: &str) -> bool {
@@ -595,11 +554,7 @@ pub fn is_sha256(s: &str) -> bool {
 
 /// Hub-provided names become path components: no separators, no `..`.
 fn is_safe_name(s: &str) -> bool {
-    !s.is_empty()
-        && s != "."
-        && s != ".."
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    !s.is_empty() && s != "." && s != ".." && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -663,11 +618,9 @@ fn link_snapshot(repo_dir: &Path, commit: &str, file: &str, etag: &str) -> Resul
     let depth = file.split('/').count() + 1; // up from the file's folder to the repo dir
     let target = format!("{}blobs/{etag}", "../".repeat(depth));
     #[cfg(unix)]
-    std::os::unix::fs::symlink(&target, &snap)
-        .with_context(|| format!("linking {}", snap.display()))?;
+    std::os::unix::fs::symlink(&target, &snap).with_context(|| format!("linking {}", snap.display()))?;
     #[cfg(not(unix))]
-    fs::copy(repo_dir.join("blobs").join(etag), &snap)
-        .with_context(|| format!("copying to {}", snap.display()))?;
+    fs::copy(repo_dir.join("blobs").join(etag), &snap).with_context(|| format!("copying to {}", snap.display()))?;
     Ok(snap)
 }
 
@@ -690,10 +643,7 @@ mod tests {
     fn etags_and_ranges() {
         assert_eq!(normalize_etag("W/\"abc\""), "abc");
         assert_eq!(normalize_etag("\"abc\""), "abc");
-        assert_eq!(
-            parse_content_range("bytes 100-199/200"),
-            Some((100, Some(200)))
-        );
+        assert_eq!(parse_content_range("bytes 100-199/200"), Some((100, Some(200))));
         assert_eq!(parse_content_range("bytes 5-9/*"), Some((5, None)));
         assert_eq!(parse_content_range("items 5-9/10"), None);
         assert!(is_sha256(&"a".repeat(64)) && !is_sha256(&"a".repeat(40)));
@@ -703,17 +653,8 @@ mod tests {
     fn urls() {
         assert_eq!(encode_path("sub dir/a+b.gguf"), "sub%20dir/a%2Bb.gguf");
         assert_eq!(join_url("https://h.co/a/b?x=1", "/c/d"), "https://h.co/c/d");
-        assert_eq!(
-            join_url("https://h.co/a/b", "https://cdn.x/y"),
-            "https://cdn.x/y"
-        );
-        assert!(same_origin(
-            "https://huggingface.co/x/y",
-            "https://huggingface.co"
-        ));
-        assert!(!same_origin(
-            "https://cdn.hf.co/x",
-            "https://huggingface.co"
-        ));
+        assert_eq!(join_url("https://h.co/a/b", "https://cdn.x/y"), "https://cdn.x/y");
+        assert!(same_origin("https://huggingface.co/x/y", "https://huggingface.co"));
+        assert!(!same_origin("https://cdn.hf.co/x", "https://huggingface.co"));
     }
 }

@@ -18,21 +18,13 @@ use crate::download::{is_unreachable, Hub};
 
 /// Official checkpoints by exact full name → (repo, file) of the ggml-org Q4_K_M GGUF (seed 000).
 pub const OFFICIAL: &[(&str, &str, &str)] = &[
-    (
-        "Qwen3.6-27B",
-        "ggml-org/Qwen3.6-27B-GGUF",
-        "Qwen3.6-27B-Q4_K_M.gguf",
-    ),
+    ("Qwen3.6-27B", "ggml-org/Qwen3.6-27B-GGUF", "Qwen3.6-27B-Q4_K_M.gguf"),
     (
         "Qwen3.6-35B-A3B",
         "ggml-org/Qwen3.6-35B-A3B-GGUF",
         "Qwen3.6-35B-A3B-Q4_K_M.gguf",
     ),
-    (
-        "Qwen3.8-27B",
-        "ggml-org/Qwen3.8-27B-GGUF",
-        "Qwen3.8-27B-Q4_K_M.gguf",
-    ),
+    ("Qwen3.8-27B", "ggml-org/Qwen3.8-27B-GGUF", "Qwen3.8-27B-Q4_K_M.gguf"),
 ];
 
 pub const DEFAULT_QUANT: &str = "Q4_K_M";
@@ -113,9 +105,7 @@ fn cached_quant(cache: &Path, repo: &str, quant: &str) -> Vec<PathBuf> {
 }
 
 fn list_files(dir: &Path, prefix: &str, depth: usize, out: &mut Vec<String>) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let rel = if prefix.is_empty() {
@@ -162,11 +152,7 @@ pub fn pick_quant(repo: &str, quant: &str, files: &[String]) -> Result<String> {
     let list = if shown.is_empty() {
         "(the repo has no .gguf files)".to_string()
     } else {
-        shown
-            .iter()
-            .map(|f| f.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
+        shown.iter().map(|f| f.as_str()).collect::<Vec<_>>().join(", ")
     };
     if hits.is_empty() {
         let split = related.iter().any(|f| f.contains("-of-"));
@@ -183,11 +169,7 @@ pub fn pick_quant(repo: &str, quant: &str, files: &[String]) -> Result<String> {
 /// `owner/name` with the hub's characters only.
 fn is_repo_id(s: &str) -> bool {
     let ok = |p: &str| {
-        !p.is_empty()
-            && p != "."
-            && p != ".."
-            && p.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+        !p.is_empty() && p != "." && p != ".." && p.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
     };
     matches!(s.split_once('/'), Some((o, n)) if ok(o) && ok(n))
 }
@@ -212,10 +194,7 @@ pub fn parse(model: &str) -> Result<Spec> {
         });
     }
     // Full names are exact: `qwen3.6-27b` is a typo for an official name, not a path.
-    if let Some((name, _, _)) = OFFICIAL
-        .iter()
-        .find(|(name, _, _)| name.eq_ignore_ascii_case(model))
-    {
+    if let Some((name, _, _)) = OFFICIAL.iter().find(|(name, _, _)| name.eq_ignore_ascii_case(model)) {
         bail!("no such file or checkpoint `{model}`; did you mean `{name}`? (checkpoint names are case-sensitive)");
     }
     let (repo, spec) = match model.split_once(':') {
@@ -240,16 +219,10 @@ pub fn parse(model: &str) -> Result<Spec> {
             }
             Want::File(s.to_string())
         }
-        Some(s)
-            if !s.is_empty()
-                && s.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b)) =>
-        {
+        Some(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b)) => {
             Want::Quant(s.to_string())
         }
-        Some(s) => {
-            bail!("`{model}`: after the colon goes a quant (Q4_K_M) or a FILE.gguf, not `{s}`")
-        }
+        Some(s) => bail!("`{model}`: after the colon goes a quant (Q4_K_M) or a FILE.gguf, not `{s}`"),
     };
     Ok(Spec::Repo {
         repo: repo.to_string(),
@@ -259,12 +232,7 @@ pub fn parse(model: &str) -> Result<Spec> {
 
 fn offline() -> bool {
     std::env::var("HF_HUB_OFFLINE")
-        .map(|v| {
-            matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "1" | "on" | "yes" | "true"
-            )
-        })
+        .map(|v| matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "on" | "yes" | "true"))
         .unwrap_or(false)
 }
 
@@ -273,8 +241,7 @@ pub fn resolve(model: &str) -> Result<PathBuf> {
         Spec::Path(p) => return Ok(p),
         Spec::Repo { repo, want } => (repo, want),
     };
-    let cache =
-        hub_cache_dir().context("no Hugging Face cache folder: set HF_HUB_CACHE or HF_HOME")?;
+    let cache = hub_cache_dir().context("no Hugging Face cache folder: set HF_HUB_CACHE or HF_HOME")?;
     match &want {
         Want::File(f) => {
             if let Some(p) = cached_file(&cache, &repo, f) {
@@ -289,14 +256,7 @@ pub fn resolve(model: &str) -> Result<PathBuf> {
     }
     let hub = Hub::from_env();
     if offline() {
-        bail!(not_cached(
-            model,
-            &repo,
-            &want,
-            &cache,
-            &hub,
-            "HF_HUB_OFFLINE is set"
-        ));
+        bail!(not_cached(model, &repo, &want, &cache, &hub, "HF_HUB_OFFLINE is set"));
     }
     let unreachable = |e: anyhow::Error| match is_unreachable(&e) {
         Some(u) => anyhow::anyhow!(not_cached(
@@ -377,14 +337,8 @@ mod tests {
             parse("o/r:X-Q8_0.gguf").unwrap(),
             repo("o/r", Want::File("X-Q8_0.gguf".into()))
         );
-        assert_eq!(
-            parse("o/r:Q8_0").unwrap(),
-            repo("o/r", Want::Quant("Q8_0".into()))
-        );
-        assert_eq!(
-            parse("o/r").unwrap(),
-            repo("o/r", Want::Quant("Q4_K_M".into()))
-        );
+        assert_eq!(parse("o/r:Q8_0").unwrap(), repo("o/r", Want::Quant("Q8_0".into())));
+        assert_eq!(parse("o/r").unwrap(), repo("o/r", Want::Quant("Q4_K_M".into())));
         assert!(parse("models/missing.gguf")
             .unwrap_err()
             .to_string()
@@ -406,19 +360,10 @@ mod tests {
         ]
         .map(String::from)
         .to_vec();
-        assert_eq!(
-            pick_quant("o/r", "Q8_0", &files).unwrap(),
-            "Qwen3.8-27B-Q8_0.gguf"
-        );
-        assert_eq!(
-            pick_quant("o/r", "q4_k_m", &files).unwrap(),
-            "Qwen3.8-27B-Q4_K_M.gguf"
-        );
+        assert_eq!(pick_quant("o/r", "Q8_0", &files).unwrap(), "Qwen3.8-27B-Q8_0.gguf");
+        assert_eq!(pick_quant("o/r", "q4_k_m", &files).unwrap(), "Qwen3.8-27B-Q4_K_M.gguf");
         let e = pick_quant("o/r", "Q2_K", &files).unwrap_err().to_string();
-        assert!(
-            e.contains("split") && e.contains("big-Q2_K-00001-of-00002.gguf"),
-            "{e}"
-        );
+        assert!(e.contains("split") && e.contains("big-Q2_K-00001-of-00002.gguf"), "{e}");
         let two = vec!["a-Q8_0.gguf".to_string(), "b-Q8_0.gguf".to_string()];
         let e = pick_quant("o/r", "Q8_0", &two).unwrap_err().to_string();
         assert!(

@@ -2,15 +2,15 @@
 //! argument parsing and printing live here, logic does not.
 
 mod args;
+mod download;
 mod cmd_bench;
 mod cmd_chat;
+mod cmd_synth;
 mod cmd_inspect;
 mod cmd_logits;
 mod cmd_pull;
 mod cmd_run;
-mod cmd_synth;
 mod cmd_tokenize;
-mod download;
 mod hub;
 mod model_arg;
 mod npy;
@@ -53,9 +53,7 @@ fn main() -> ExitCode {
             print!("{USAGE}");
             Ok(())
         }
-        other => Err(anyhow::anyhow!(
-            "unknown command `{other}`; run `xwen --help`"
-        )),
+        other => Err(anyhow::anyhow!("unknown command `{other}`; run `xwen --help`")),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

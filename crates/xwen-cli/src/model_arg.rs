@@ -26,19 +26,11 @@ pub struct Loaded {
 pub fn load(model: Option<&str>, cfg: &EngineConfig, quiet: bool) -> Result<Loaded> {
     let t0 = std::time::Instant::now();
     let (file, is_demo, file_name) = match model {
-        None => (
-            GgufFile::from_bytes(DEMO_GGUF.to_vec()).context("embedded demo model")?,
-            true,
-            None,
-        ),
+        None => (GgufFile::from_bytes(DEMO_GGUF.to_vec()).context("embedded demo model")?, true, None),
         Some(m) => {
             let path = crate::hub::resolve(m)?;
             let name = path.file_name().map(|n| n.to_string_lossy().to_string());
-            (
-                GgufFile::open(&path).with_context(|| display(&path))?,
-                false,
-                name,
-            )
+            (GgufFile::open(&path).with_context(|| display(&path))?, false, name)
         }
     };
     let file = Arc::new(file);
@@ -64,28 +56,16 @@ pub fn load(model: Option<&str>, cfg: &EngineConfig, quiet: bool) -> Result<Load
             let pct = done * 100 / total.max(1);
             if tty && pct != last {
                 last = pct;
-                eprint!(
-                    "\rxwen: loading weights {pct:3}% of {:.2} GiB",
-                    total as f64 / (1u64 << 30) as f64
-                );
+                eprint!("\rxwen: loading weights {pct:3}% of {:.2} GiB", total as f64 / (1u64 << 30) as f64);
             }
         });
         if tty {
             eprintln!();
         } else {
-            eprintln!(
-                "xwen: loaded weights: {:.2} GiB paged in",
-                total as f64 / (1u64 << 30) as f64
-            );
+            eprintln!("xwen: loaded weights: {:.2} GiB paged in", total as f64 / (1u64 << 30) as f64);
         }
     }
-    Ok(Loaded {
-        model,
-        tokenizer,
-        load_secs: t0.elapsed().as_secs_f64(),
-        is_demo,
-        checkpoint,
-    })
+    Ok(Loaded { model, tokenizer, load_secs: t0.elapsed().as_secs_f64(), is_demo, checkpoint })
 }
 
 fn display(p: &Path) -> String {
@@ -115,10 +95,7 @@ pub fn engine_config(args: &mut crate::args::Args) -> Result<EngineConfig> {
 pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
     s.split(|c: char| c == ',' || c.is_whitespace())
         .filter(|x| !x.is_empty())
-        .map(|x| {
-            x.parse::<u32>()
-                .with_context(|| format!("--ids: `{x}` is not a token id"))
-        })
+        .map(|x| x.parse::<u32>().with_context(|| format!("--ids: `{x}` is not a token id")))
         .collect()
 }
 
@@ -132,12 +109,6 @@ pub fn print_profile(model: &xwen_engine::Model) {
     let total: f64 = rep.iter().map(|r| r.1).sum();
     eprintln!("{:<34} {:>9} {:>6} {:>8}", "op", "ms", "%", "calls");
     for (name, secs, calls) in rep {
-        eprintln!(
-            "{:<34} {:>9.1} {:>5.1}% {:>8}",
-            name,
-            secs * 1e3,
-            100.0 * secs / total,
-            calls
-        );
+        eprintln!("{:<34} {:>9.1} {:>5.1}% {:>8}", name, secs * 1e3, 100.0 * secs / total, calls);
     }
 }

@@ -5,11 +5,7 @@ use std::io::Write;
 pub fn write_f32(path: &std::path::Path, shape: &[usize], data: &[f32]) -> std::io::Result<()> {
     assert_eq!(shape.iter().product::<usize>(), data.len());
     let dims: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
-    let shape_s = if dims.len() == 1 {
-        format!("({},)", dims[0])
-    } else {
-        format!("({})", dims.join(", "))
-    };
+    let shape_s = if dims.len() == 1 { format!("({},)", dims[0]) } else { format!("({})", dims.join(", ")) };
     let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape_s}, }}");
     // Pad so that magic(6)+version(2)+len(2)+header ends on a 64-byte boundary, with '\n'.
     let total = 10 + header.len() + 1;

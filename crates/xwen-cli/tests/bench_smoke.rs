@@ -5,10 +5,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 fn xwen(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_xwen"))
-        .args(args)
-        .output()
-        .expect("run xwen");
+    let out = Command::new(env!("CARGO_BIN_EXE_xwen")).args(args).output().expect("run xwen");
     assert!(
         out.status.success(),
         "xwen {args:?} failed: {}\n{}",
@@ -29,20 +26,10 @@ fn bench_json_has_llama_bench_fields() {
     let dir = temp_dir();
     let model = dir.join("qwen35-tiny.gguf");
     let model_s = model.to_str().unwrap();
-    let synth_out = xwen(&[
-        "synth",
-        "--preset",
-        "qwen35-tiny",
-        "--out",
-        model_s,
-        "--seed",
-        "3",
-    ]);
+    let synth_out = xwen(&["synth", "--preset", "qwen35-tiny", "--out", model_s, "--seed", "3"]);
     assert!(synth_out.contains("wrote"), "{synth_out}");
 
-    let out = xwen(&[
-        "bench", "-m", model_s, "-p", "16", "-n", "4", "-r", "2", "-t", "1", "--json",
-    ]);
+    let out = xwen(&["bench", "-m", model_s, "-p", "16", "-n", "4", "-r", "2", "-t", "1", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     let tests = v.as_array().expect("a JSON array");
     assert_eq!(tests.len(), 2, "one pp and one tg test: {out}");
@@ -54,29 +41,13 @@ fn bench_json_has_llama_bench_fields() {
         assert_eq!(t["model_type"].as_str(), Some("qwen35 ?B Q4_K - Medium"));
         let size = t["model_size"].as_u64().unwrap();
         let file_len = std::fs::metadata(&model).unwrap().len();
-        assert!(
-            size > 0 && size < file_len,
-            "model_size {size} counts tensor bytes of a {file_len}-byte file"
-        );
+        assert!(size > 0 && size < file_len, "model_size {size} counts tensor bytes of a {file_len}-byte file");
         assert!(t["model_n_params"].as_u64().unwrap() > 1_000_000);
         // Dense: everything but token_embd, of which one row.
         let decode = t["decode_weight_bytes"].as_u64().unwrap();
-        assert!(
-            decode > size / 2 && decode < size,
-            "decode_weight_bytes {decode} of {size}"
-        );
-        let ns: Vec<u64> = t["samples_ns"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap())
-            .collect();
-        let ts: Vec<f64> = t["samples_ts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_f64().unwrap())
-            .collect();
+        assert!(decode > size / 2 && decode < size, "decode_weight_bytes {decode} of {size}");
+        let ns: Vec<u64> = t["samples_ns"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect();
+        let ts: Vec<f64> = t["samples_ts"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
         assert_eq!((ns.len(), ts.len()), (2, 2));
         for (&a, &b) in ns.iter().zip(&ts) {
             assert!(a > 0);
@@ -96,10 +67,7 @@ fn bench_json_has_llama_bench_fields() {
 
 #[test]
 fn bench_rejects_a_missing_model() {
-    let out = Command::new(env!("CARGO_BIN_EXE_xwen"))
-        .args(["bench", "-p", "8", "-n", "0"])
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_xwen")).args(["bench", "-p", "8", "-n", "0"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("-m MODEL"));
 }

@@ -20,17 +20,12 @@ fn shared_gguf() -> Option<PathBuf> {
 }
 
 fn fixture() -> serde_json::Value {
-    let p =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/greedy/tiny-models.json");
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/greedy/tiny-models.json");
     serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
 }
 
 fn ids(v: &serde_json::Value) -> Vec<u64> {
-    v.as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_u64().unwrap())
-        .collect()
+    v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
 }
 
 #[test]
@@ -46,49 +41,16 @@ fn greedy_ids_equal_llama_cpp_up_to_ties() {
         let gguf = dir.join(case["gguf"].as_str().unwrap());
         let prompt = ids(&case["prompt_ids"]);
         let want = ids(&case["greedy"]);
-        let gaps: Vec<f64> = case["gaps"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|g| g.as_f64().unwrap())
-            .collect();
-        let id_arg = prompt
-            .iter()
-            .map(|t| t.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
+        let gaps: Vec<f64> = case["gaps"].as_array().unwrap().iter().map(|g| g.as_f64().unwrap()).collect();
+        let id_arg = prompt.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",");
         let out = Command::new(env!("CARGO_BIN_EXE_xwen"))
-            .args([
-                "run",
-                "-q",
-                "--temp",
-                "0",
-                "--print-ids",
-                "-t",
-                "2",
-                "-n",
-                &n_gen.to_string(),
-                "--ids",
-                &id_arg,
-                "-m",
-            ])
+            .args(["run", "-q", "--temp", "0", "--print-ids", "-t", "2", "-n", &n_gen.to_string(), "--ids", &id_arg, "-m"])
             .arg(&gguf)
             .output()
             .unwrap();
-        let label = format!(
-            "{} {:?}",
-            case["gguf"].as_str().unwrap(),
-            case["prompt"].as_str().unwrap()
-        );
-        assert!(
-            out.status.success(),
-            "{label}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let got: Vec<u64> = String::from_utf8_lossy(&out.stdout)
-            .split_whitespace()
-            .map(|t| t.parse().unwrap())
-            .collect();
+        let label = format!("{} {:?}", case["gguf"].as_str().unwrap(), case["prompt"].as_str().unwrap());
+        assert!(out.status.success(), "{label}: {}", String::from_utf8_lossy(&out.stderr));
+        let got: Vec<u64> = String::from_utf8_lossy(&out.stdout).split_whitespace().map(|t| t.parse().unwrap()).collect();
         match got.iter().zip(&want).position(|(a, b)| a != b) {
             None if got.len() == want.len() => {
                 identical += 1;
@@ -107,11 +69,7 @@ fn greedy_ids_equal_llama_cpp_up_to_ties() {
             )),
         }
     }
-    eprintln!(
-        "greedy vs llama.cpp: {identical} identical, {} ties, {} failures",
-        ties.len(),
-        failures.len()
-    );
+    eprintln!("greedy vs llama.cpp: {identical} identical, {} ties, {} failures", ties.len(), failures.len());
     assert!(identical + ties.len() + failures.len() > 0, "no case ran");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // Ties are allowed, but they must stay the exception.
@@ -135,21 +93,11 @@ fn demo_model_prints_llama_cpp_greedy_output() {
         .args(["run", "-q", "--print-ids", "-n", &want.len().to_string()])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got: Vec<u64> = String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .map(|t| t.parse().unwrap())
-        .collect();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: Vec<u64> = String::from_utf8_lossy(&out.stdout).split_whitespace().map(|t| t.parse().unwrap()).collect();
     assert_eq!(got, want);
     // And the text form is Python.
-    let out = Command::new(env!("CARGO_BIN_EXE_xwen"))
-        .args(["run", "-q", "-n", "24"])
-        .output()
-        .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_xwen")).args(["run", "-q", "-n", "24"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("def fibonacci(n):\n    \"\"\""), "{text}");
 }

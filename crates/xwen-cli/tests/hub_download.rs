@@ -19,16 +19,10 @@ use std::thread::JoinHandle;
 use sha2::{Digest, Sha256};
 
 const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
-const DEMO: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../models/demo/tiny-qwen35-q4_k_m.gguf"
-);
+const DEMO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/demo/tiny-qwen35-q4_k_m.gguf");
 
 fn sha256_hex(b: &[u8]) -> String {
-    Sha256::digest(b)
-        .iter()
-        .map(|x| format!("{x:02x}"))
-        .collect()
+    Sha256::digest(b).iter().map(|x| format!("{x:02x}")).collect()
 }
 
 fn demo_bytes() -> Vec<u8> {
@@ -131,10 +125,8 @@ fn handle(mut c: TcpStream, addr: SocketAddr, state: &Mutex<State>) -> std::io::
     }
     let range = headers.get("range").cloned();
     let mut st = state.lock().unwrap();
-    st.log.push(format!(
-        "{method} {path} range={}",
-        range.as_deref().unwrap_or("-")
-    ));
+    st.log
+        .push(format!("{method} {path} range={}", range.as_deref().unwrap_or("-")));
     let head = method == "HEAD";
 
     if let Some(repo) = path.strip_prefix("/api/models/") {
@@ -185,18 +177,8 @@ fn handle(mut c: TcpStream, addr: SocketAddr, state: &Mutex<State>) -> std::io::
     let Some(f) = st.files.get(&key) else {
         let repo: String = key.splitn(3, '/').take(2).collect::<Vec<_>>().join("/");
         let repo_known = st.files.keys().any(|k| k.starts_with(&format!("{repo}/")));
-        let code = if repo_known {
-            "EntryNotFound"
-        } else {
-            "RepoNotFound"
-        };
-        return respond(
-            &mut c,
-            "404 Not Found",
-            &[("X-Error-Code", code.into())],
-            b"",
-            head,
-        );
+        let code = if repo_known { "EntryNotFound" } else { "RepoNotFound" };
+        return respond(&mut c, "404 Not Found", &[("X-Error-Code", code.into())], b"", head);
     };
     let len = f.data.len();
     let etag = format!("\"{}\"", f.etag);
@@ -246,12 +228,7 @@ fn handle(mut c: TcpStream, addr: SocketAddr, state: &Mutex<State>) -> std::io::
     respond(&mut c, status, &hdrs, &body, head)
 }
 
-fn write_head(
-    c: &mut TcpStream,
-    status: &str,
-    hdrs: &[(&str, String)],
-    len: usize,
-) -> std::io::Result<()> {
+fn write_head(c: &mut TcpStream, status: &str, hdrs: &[(&str, String)], len: usize) -> std::io::Result<()> {
     let mut s = format!("HTTP/1.1 {status}\r\nContent-Length: {len}\r\nConnection: close\r\n");
     for (k, v) in hdrs {
         s.push_str(&format!("{k}: {v}\r\n"));
@@ -260,13 +237,7 @@ fn write_head(
     c.write_all(s.as_bytes())
 }
 
-fn respond(
-    c: &mut TcpStream,
-    status: &str,
-    hdrs: &[(&str, String)],
-    body: &[u8],
-    head: bool,
-) -> std::io::Result<()> {
+fn respond(c: &mut TcpStream, status: &str, hdrs: &[(&str, String)], body: &[u8], head: bool) -> std::io::Result<()> {
     write_head(c, status, hdrs, body.len())?;
     if !head {
         c.write_all(body)?;
@@ -299,9 +270,7 @@ impl Drop for TempDir {
 
 fn xwen(args: &[&str], cache: &Path, endpoint: &str, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_xwen"));
-    cmd.args(args)
-        .env("HF_HUB_CACHE", cache)
-        .env("HF_ENDPOINT", endpoint);
+    cmd.args(args).env("HF_HUB_CACHE", cache).env("HF_ENDPOINT", endpoint);
     for v in [
         "HF_TOKEN",
         "HF_HUB_OFFLINE",
@@ -366,9 +335,7 @@ fn cold_download_lays_out_hf_cache_then_hits_without_network() {
     let repo = tmp.0.join(OFFICIAL_REPO_DIR);
     assert_eq!(
         path,
-        repo.join("snapshots")
-            .join(COMMIT)
-            .join("Qwen3.6-35B-A3B-Q4_K_M.gguf")
+        repo.join("snapshots").join(COMMIT).join("Qwen3.6-35B-A3B-Q4_K_M.gguf")
     );
     assert_eq!(std::fs::read(&path).unwrap(), data);
     #[cfg(unix)]
@@ -382,10 +349,7 @@ fn cold_download_lays_out_hf_cache_then_hits_without_network() {
         "refs/main: the commit, no newline"
     );
     assert!(repo.join("blobs").join(&sha).is_file());
-    assert!(!repo
-        .join("blobs")
-        .join(format!("{sha}.incomplete"))
-        .exists());
+    assert!(!repo.join("blobs").join(format!("{sha}.incomplete")).exists());
     let log = hub.log();
     assert!(
         log.iter()
@@ -395,17 +359,8 @@ fn cold_download_lays_out_hf_cache_then_hits_without_network() {
     assert!(log.iter().any(|l| l.starts_with("GET /blob/")), "{log:?}");
 
     // The symlinked snapshot opens as the GGUF it is.
-    let inspect = xwen(
-        &["inspect", path.to_str().unwrap(), "--json"],
-        &tmp.0,
-        &hub.url(),
-        &[],
-    );
-    assert!(
-        inspect.status.success(),
-        "{}",
-        String::from_utf8_lossy(&inspect.stderr)
-    );
+    let inspect = xwen(&["inspect", path.to_str().unwrap(), "--json"], &tmp.0, &hub.url(), &[]);
+    assert!(inspect.status.success(), "{}", String::from_utf8_lossy(&inspect.stderr));
     assert!(String::from_utf8_lossy(&inspect.stdout).contains("\"architecture\""));
 
     // The port is closed now: a second resolve must come from the cache alone.
@@ -476,10 +431,7 @@ fn quant_names_pick_the_single_matching_file() {
 
     // Cached quants resolve from the snapshot folder with the hub gone.
     hub.shutdown();
-    assert_eq!(
-        ok_path(&pull("acme/tiny-GGUF:q8_0", &tmp.0, &hub.url())),
-        p8
-    );
+    assert_eq!(ok_path(&pull("acme/tiny-GGUF:q8_0", &tmp.0, &hub.url())), p8);
 }
 
 #[test]
@@ -496,10 +448,7 @@ fn resumes_after_a_dropped_connection() {
     let log = hub.log();
     let gets: Vec<_> = log.iter().filter(|l| l.starts_with("GET /blob/")).collect();
     assert_eq!(gets.len(), 2, "{log:?}");
-    assert!(
-        gets[1].ends_with(&format!("range=bytes={half}-")),
-        "{log:?}"
-    );
+    assert!(gets[1].ends_with(&format!("range=bytes={half}-")), "{log:?}");
 }
 
 #[test]
@@ -555,14 +504,8 @@ fn a_transfer_that_keeps_dying_is_a_clear_error_and_keeps_the_partial() {
     let hub = MockHub::start(st);
     let tmp = TempDir::new("trunc");
     let e = stderr(&pull("acme/r:m.gguf", &tmp.0, &hub.url()));
-    assert!(
-        e.contains("truncated") && e.contains("run again to resume"),
-        "{e}"
-    );
-    assert!(tmp
-        .0
-        .join(format!("models--acme--r/blobs/{sha}.incomplete"))
-        .exists());
+    assert!(e.contains("truncated") && e.contains("run again to resume"), "{e}");
+    assert!(tmp.0.join(format!("models--acme--r/blobs/{sha}.incomplete")).exists());
     assert!(!tmp.0.join("models--acme--r/snapshots").exists());
 }
 
@@ -587,11 +530,7 @@ fn sha256_mismatch_fails_loudly_and_drops_only_the_bad_partial() {
     assert!(e.contains("sha256 mismatch") && e.contains(&claimed), "{e}");
     let blobs = tmp.0.join("models--acme--r/blobs");
     assert!(blobs.is_dir(), "the cache folders stay");
-    assert_eq!(
-        std::fs::read_dir(&blobs).unwrap().count(),
-        0,
-        "no blob, no partial"
-    );
+    assert_eq!(std::fs::read_dir(&blobs).unwrap().count(), 0, "no blob, no partial");
     assert!(!tmp.0.join("models--acme--r/snapshots").exists());
     assert!(!tmp.0.join("models--acme--r/refs").exists());
 }
@@ -611,10 +550,7 @@ fn not_found_and_gated_messages() {
     let hub = MockHub::start(st);
     let tmp = TempDir::new("404");
     let e = stderr(&pull("acme/r:nope.gguf", &tmp.0, &hub.url()));
-    assert!(
-        e.contains("acme/r has no file `nope.gguf`") && e.contains("404"),
-        "{e}"
-    );
+    assert!(e.contains("acme/r has no file `nope.gguf`") && e.contains("404"), "{e}");
     let e = stderr(&pull("acme/missing:m.gguf", &tmp.0, &hub.url()));
     assert!(e.contains("no such repo: acme/missing"), "{e}");
     let e = stderr(&pull("acme/missing", &tmp.0, &hub.url()));
@@ -636,9 +572,7 @@ fn offline_and_uncached_says_what_to_fetch_and_where() {
     let mut hub = MockHub::start(one_file(OFFICIAL_KEY, data.clone()));
     let endpoint = hub.url();
     let tmp = TempDir::new("offline");
-    let url = format!(
-        "{endpoint}/ggml-org/Qwen3.6-35B-A3B-GGUF/resolve/main/Qwen3.6-35B-A3B-Q4_K_M.gguf"
-    );
+    let url = format!("{endpoint}/ggml-org/Qwen3.6-35B-A3B-GGUF/resolve/main/Qwen3.6-35B-A3B-Q4_K_M.gguf");
     let place = tmp
         .0
         .join(OFFICIAL_REPO_DIR)
@@ -652,9 +586,7 @@ fn offline_and_uncached_says_what_to_fetch_and_where() {
     );
     let e = stderr(&out);
     assert!(
-        e.contains(&url)
-            && e.contains(&place.display().to_string())
-            && e.contains("HF_HUB_OFFLINE"),
+        e.contains(&url) && e.contains(&place.display().to_string()) && e.contains("HF_HUB_OFFLINE"),
         "{e}"
     );
     assert!(
@@ -713,11 +645,7 @@ fn plain_files_without_redirect_are_named_by_their_git_etag() {
     let p = ok_path(&pull("acme/r:config.gguf", &tmp.0, &hub.url()));
     assert_eq!(std::fs::read(&p).unwrap(), data);
     assert!(tmp.0.join("models--acme--r/blobs").join(git_sha).is_file());
-    assert!(
-        !hub.log().iter().any(|l| l.contains("/blob/")),
-        "{:?}",
-        hub.log()
-    );
+    assert!(!hub.log().iter().any(|l| l.contains("/blob/")), "{:?}", hub.log());
 }
 
 #[test]

@@ -3,14 +3,7 @@ use xwen_engine::{EngineConfig, LogitsMode, Model};
 
 fn main() {
     let a: Vec<String> = std::env::args().collect();
-    let model = Model::load(
-        std::path::Path::new(&a[1]),
-        &EngineConfig {
-            threads: 2,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let model = Model::load(std::path::Path::new(&a[1]), &EngineConfig { threads: 2, ..Default::default() }).unwrap();
     let n: usize = a[2].parse().unwrap();
     let ids: Vec<u32> = a[3].split(',').map(|x| x.parse().unwrap()).collect();
     let mut st = model.new_state();
@@ -25,16 +18,6 @@ fn main() {
         logits = model.forward(&mut st, &[t], LogitsMode::Last).unwrap();
     }
     let td = t1.elapsed();
-    println!(
-        "{}",
-        out.iter()
-            .map(|x| x.to_string())
-            .collect::<Vec<_>>()
-            .join(",")
-    );
-    eprintln!(
-        "prefill {:?} decode {:.1} tok/s",
-        tp,
-        n as f64 / td.as_secs_f64()
-    );
+    println!("{}", out.iter().map(|x| x.to_string()).collect::<Vec<_>>().join(","));
+    eprintln!("prefill {:?} decode {:.1} tok/s", tp, n as f64 / td.as_secs_f64());
 }

@@ -68,15 +68,7 @@ impl KvCache {
 }
 
 /// Mixer output for `n` tokens at positions pos0.. of normalized input x (n × hidden).
-pub fn forward(
-    ctx: &Ctx,
-    w: &AttnWeights,
-    d: &AttnDims,
-    x: &[f32],
-    n: usize,
-    pos0: usize,
-    kv: &mut KvCache,
-) -> Vec<f32> {
+pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], n: usize, pos0: usize, kv: &mut KvCache) -> Vec<f32> {
     let hd = d.head_dim;
     let hq = d.n_head * hd;
     let kvw = d.kv_width();
@@ -145,6 +137,7 @@ pub fn forward(
     ctx.mm(&w.o, &out, n)
 }
 
+
 /// out = Σ_p a[p] · v(p), in the rounding of llama.cpp's CPU kqv = mul_mat(vᵀ, kq), whose
 /// reduction runs over the KV positions separately for every output element:
 /// - batches of 2+ tokens go through llamafile's tinyBLAS (sgemm.cpp gemm_bloc, AVX2): 8 lane
@@ -154,13 +147,7 @@ pub fn forward(
 ///   accumulators over steps of 32 positions, then GGML_F32x8_REDUCE.
 /// Positions past `a.len()` are masked to 0 there and add nothing. `lanes` is scratch of
 /// 32 × out.len(). Each lane is an FMA chain vectorized across the head dimension.
-fn weighted_v_sum<'a>(
-    a: &[f32],
-    v: impl Fn(usize) -> &'a [f32],
-    single: bool,
-    lanes: &mut [f32],
-    out: &mut [f32],
-) {
+fn weighted_v_sum<'a>(a: &[f32], v: impl Fn(usize) -> &'a [f32], single: bool, lanes: &mut [f32], out: &mut [f32]) {
     let hd = out.len();
     let n_lanes = if single { 32 } else { 8 };
     let lanes = &mut lanes[..n_lanes * hd];

@@ -10,11 +10,7 @@ pub enum Checkpoint {
     Qwen38_27B,
 }
 
-pub const CHECKPOINTS: [Checkpoint; 3] = [
-    Checkpoint::Qwen36_27B,
-    Checkpoint::Qwen36_35BA3B,
-    Checkpoint::Qwen38_27B,
-];
+pub const CHECKPOINTS: [Checkpoint; 3] = [Checkpoint::Qwen36_27B, Checkpoint::Qwen36_35BA3B, Checkpoint::Qwen38_27B];
 
 impl Checkpoint {
     pub fn full_name(self) -> &'static str {
@@ -54,20 +50,14 @@ fn contains_whole(text: &str, full: &str) -> bool {
 }
 
 fn match_one(text: &str) -> Option<Checkpoint> {
-    let hits: Vec<Checkpoint> = CHECKPOINTS
-        .iter()
-        .copied()
-        .filter(|c| contains_whole(text, c.full_name()))
-        .collect();
+    let hits: Vec<Checkpoint> = CHECKPOINTS.iter().copied().filter(|c| contains_whole(text, c.full_name())).collect();
     // "Qwen3.6-35B-A3B" contains no other full name, but guard anyway: two hits = neither.
     (hits.len() == 1).then(|| hits[0])
 }
 
 /// Identify a file from its `general.name` and file name.
 pub fn identify(general_name: Option<&str>, file_name: Option<&str>) -> Option<Checkpoint> {
-    general_name
-        .and_then(match_one)
-        .or_else(|| file_name.and_then(match_one))
+    general_name.and_then(match_one).or_else(|| file_name.and_then(match_one))
 }
 
 #[cfg(test)]
@@ -76,22 +66,10 @@ mod tests {
 
     #[test]
     fn exact_and_whole_names_identify() {
-        assert_eq!(
-            identify(Some("Qwen3.6-27B"), None),
-            Some(Checkpoint::Qwen36_27B)
-        );
-        assert_eq!(
-            identify(Some("Qwen3.6-35B-A3B"), None),
-            Some(Checkpoint::Qwen36_35BA3B)
-        );
-        assert_eq!(
-            identify(None, Some("Qwen3.8-27B-Q4_K_M.gguf")),
-            Some(Checkpoint::Qwen38_27B)
-        );
-        assert_eq!(
-            identify(Some("Tiny Qwen35"), Some("Qwen3.6-27B-Q8_0.gguf")),
-            Some(Checkpoint::Qwen36_27B)
-        );
+        assert_eq!(identify(Some("Qwen3.6-27B"), None), Some(Checkpoint::Qwen36_27B));
+        assert_eq!(identify(Some("Qwen3.6-35B-A3B"), None), Some(Checkpoint::Qwen36_35BA3B));
+        assert_eq!(identify(None, Some("Qwen3.8-27B-Q4_K_M.gguf")), Some(Checkpoint::Qwen38_27B));
+        assert_eq!(identify(Some("Tiny Qwen35"), Some("Qwen3.6-27B-Q8_0.gguf")), Some(Checkpoint::Qwen36_27B));
     }
 
     #[test]
@@ -99,10 +77,7 @@ mod tests {
         assert_eq!(identify(Some("Qwen3.6"), None), None);
         assert_eq!(identify(Some("qwen3.6-14B-finetune"), None), None);
         assert_eq!(identify(Some("Qwen3.6-27B2"), None), None);
-        assert_eq!(
-            identify(Some("Qwen3.6-27B vs Qwen3.8-27B merge"), None),
-            None
-        );
+        assert_eq!(identify(Some("Qwen3.6-27B vs Qwen3.8-27B merge"), None), None);
         assert_eq!(identify(None, None), None);
     }
 }

@@ -40,15 +40,8 @@ impl<'a> Ctx<'a> {
     pub fn mm_many(&self, ws: &[&Mat], x: &[f32], n: usize) -> Vec<Vec<f32>> {
         let mut ys: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0f32; n * w.rows]).collect();
         if n == 1 {
-            let mut jobs: Vec<MvJob> = ws
-                .iter()
-                .zip(ys.iter_mut())
-                .map(|(w, y)| MvJob {
-                    w: w.q(self.file),
-                    x,
-                    y,
-                })
-                .collect();
+            let mut jobs: Vec<MvJob> =
+                ws.iter().zip(ys.iter_mut()).map(|(w, y)| MvJob { w: w.q(self.file), x, y }).collect();
             self.mv_batch(&mut jobs);
         } else {
             for (w, y) in ws.iter().zip(ys.iter_mut()) {
@@ -107,10 +100,7 @@ impl<'a> Ctx<'a> {
         let mats: Vec<QMatrix> = jobs.iter().map(|j| j.w).collect();
         let dots: Vec<_> = mats
             .iter()
-            .map(|w| {
-                xwen_kernels::dispatch::row_dot_fn(w.ty, w.rows)
-                    .expect("weight type validated at load")
-            })
+            .map(|w| xwen_kernels::dispatch::row_dot_fn(w.ty, w.rows).expect("weight type validated at load"))
             .collect();
         let outs: Vec<SharedMut<f32>> = jobs.iter_mut().map(|j| SharedMut::new(j.y)).collect();
         self.pool.run(tasks.len(), &|ti| {

@@ -19,13 +19,7 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig {
-            threads: 0,
-            force_reference: false,
-            max_ctx: 32768,
-            chunked_prefill: false,
-            profile: false,
-        }
+        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false }
     }
 }
 
@@ -34,9 +28,7 @@ impl EngineConfig {
         if self.threads > 0 {
             self.threads
         } else {
-            std::thread::available_parallelism()
-                .map(|n| n.get())
-                .unwrap_or(1)
+            std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
         }
     }
 }

@@ -9,10 +9,10 @@
 //! which turns the per-token outer products into small matrix products.
 
 use crate::compute::Ctx;
-use crate::error::Result;
 use crate::ops::{self, SharedMut};
 use crate::profile::Op;
 use crate::weights::{Loader, Mat};
+use crate::error::Result;
 
 #[derive(Clone, Copy, Debug)]
 pub struct DeltaDims {
@@ -44,15 +44,15 @@ impl DeltaDims {
 }
 
 pub struct DeltaNetWeights {
-    pub qkv: Mat,          // [conv_dim × hidden]
-    pub gate: Mat,         // z: [value_dim × hidden]
-    pub beta: Mat,         // [H_v × hidden]
-    pub alpha: Mat,        // [H_v × hidden]
-    pub conv: Vec<f32>,    // [conv_dim][kernel]
+    pub qkv: Mat,        // [conv_dim × hidden]
+    pub gate: Mat,       // z: [value_dim × hidden]
+    pub beta: Mat,       // [H_v × hidden]
+    pub alpha: Mat,      // [H_v × hidden]
+    pub conv: Vec<f32>,  // [conv_dim][kernel]
     pub dt_bias: Vec<f32>, // [H_v]
-    pub a: Vec<f32>,       // [H_v], −exp(A_log) baked in by the converter
-    pub norm: Vec<f32>,    // [head_dim]
-    pub out: Mat,          // [hidden × value_dim]
+    pub a: Vec<f32>,     // [H_v], −exp(A_log) baked in by the converter
+    pub norm: Vec<f32>,  // [head_dim]
+    pub out: Mat,        // [hidden × value_dim]
 }
 
 impl DeltaNetWeights {
@@ -63,10 +63,7 @@ impl DeltaNetWeights {
             gate: ld.mat(&p("attn_gate.weight"), d.value_dim(), hidden)?,
             beta: ld.mat(&p("ssm_beta.weight"), d.n_v_heads, hidden)?,
             alpha: ld.mat(&p("ssm_alpha.weight"), d.n_v_heads, hidden)?,
-            conv: ld.f32_tensor(
-                &p("ssm_conv1d.weight"),
-                &[d.conv_kernel as u64, d.conv_dim() as u64],
-            )?,
+            conv: ld.f32_tensor(&p("ssm_conv1d.weight"), &[d.conv_kernel as u64, d.conv_dim() as u64])?,
             dt_bias: ld.vec(&p("ssm_dt.bias"), d.n_v_heads)?,
             a: ld.vec(&p("ssm_a"), d.n_v_heads)?,
             norm: ld.vec(&p("ssm_norm.weight"), d.head_dim)?,
@@ -86,10 +83,7 @@ pub struct DeltaState {
 
 impl DeltaState {
     pub fn new(d: &DeltaDims) -> Self {
-        DeltaState {
-            conv: vec![0.0; d.conv_state_len()],
-            s: vec![0.0; d.state_len()],
-        }
+        DeltaState { conv: vec![0.0; d.conv_state_len()], s: vec![0.0; d.state_len()] }
     }
 }
 
@@ -100,28 +94,14 @@ pub const CHUNK: usize = 64;
 pub const CHUNKED_MIN_TOKENS: usize = 8;
 
 /// Mixer output for `n` tokens of normalized input `x` (n × hidden) → n × hidden.
-pub fn forward(
-    ctx: &Ctx,
-    w: &DeltaNetWeights,
-    d: &DeltaDims,
-    x: &[f32],
-    n: usize,
-    st: &mut DeltaState,
-) -> Vec<f32> {
+pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], n: usize, st: &mut DeltaState) -> Vec<f32> {
     let cd = d.conv_dim();
     let (hk, hv, sd) = (d.n_k_heads, d.n_v_heads, d.head_dim);
 
     let sp = ctx.span(Op::DeltaProj);
     // qkv [n × conv_dim], z [n × value_dim], β and α [n × H_v]
-    let mut p = ctx
-        .mm_many(&[&w.qkv, &w.gate, &w.beta, &w.alpha], x, n)
-        .into_iter();
-    let (qkv, z, braw, araw) = (
-        p.next().unwrap(),
-        p.next().unwrap(),
-        p.next().unwrap(),
-        p.next().unwrap(),
-    );
+    let mut p = ctx.mm_many(&[&w.qkv, &w.gate, &w.beta, &w.alpha], x, n).into_iter();
+    let (qkv, z, braw, araw) = (p.next().unwrap(), p.next().unwrap(), p.next().unwrap(), p.next().unwrap());
 
     drop(sp);
     let sp = ctx.span(Op::DeltaConv);
@@ -165,17 +145,7 @@ pub fn forward(
         ctx.pool.run(hv, &|h| {
             // SAFETY: task h touches only head h's state and head h's output columns.
             let s = unsafe { s_ptr.slice(h * sd * sd, sd * sd) };
-            let io = HeadIo {
-                q,
-                k,
-                v,
-                g,
-                beta,
-                h,
-                hk,
-                hv,
-                sd,
-            };
+            let io = HeadIo { q, k, v, g, beta, h, hk, hv, sd };
             if chunked {
                 head_chunked(&io, n, s, o_ptr);
             } else {
@@ -265,6 +235,7 @@ impl HeadIo<'_> {
         (t * self.hv + self.h) * self.sd
     }
 }
+
 
 /// The token-by-token recurrence with ggml's element-wise arithmetic (scale the state, S·k,
 /// rank-1 update, S·q), fused into two sweeps over the state instead of four: decode is
@@ -415,27 +386,11 @@ mod tests {
             ops::gdn_l2_norm_inplace(h, 1e-6);
         }
         let v = gen(n * hv * sd, &mut seed);
-        let g: Vec<f32> = gen(n * hv, &mut seed)
-            .iter()
-            .map(|x| -0.5 * (x + 1.0) - 0.01)
-            .collect();
-        let beta: Vec<f32> = gen(n * hv, &mut seed)
-            .iter()
-            .map(|x| ops::sigmoid(2.0 * x))
-            .collect();
+        let g: Vec<f32> = gen(n * hv, &mut seed).iter().map(|x| -0.5 * (x + 1.0) - 0.01).collect();
+        let beta: Vec<f32> = gen(n * hv, &mut seed).iter().map(|x| ops::sigmoid(2.0 * x)).collect();
         let s0 = gen(hv * sd * sd, &mut seed);
         for h in 0..hv {
-            let io = HeadIo {
-                q: &q,
-                k: &k,
-                v: &v,
-                g: &g,
-                beta: &beta,
-                h,
-                hk,
-                hv,
-                sd,
-            };
+            let io = HeadIo { q: &q, k: &k, v: &v, g: &g, beta: &beta, h, hk, hv, sd };
             let mut o1 = vec![0.0f32; n * hv * sd];
             let mut o2 = vec![0.0f32; n * hv * sd];
             let mut s1 = s0[h * sd * sd..(h + 1) * sd * sd].to_vec();
@@ -447,16 +402,8 @@ mod tests {
                 let den: f32 = a.iter().map(|x| x * x).sum();
                 (num / den).sqrt()
             };
-            assert!(
-                err(&o1, &o2) < 1e-5,
-                "head {h}: output rel err {}",
-                err(&o1, &o2)
-            );
-            assert!(
-                err(&s1, &s2) < 1e-5,
-                "head {h}: state rel err {}",
-                err(&s1, &s2)
-            );
+            assert!(err(&o1, &o2) < 1e-5, "head {h}: output rel err {}", err(&o1, &o2));
+            assert!(err(&s1, &s2) < 1e-5, "head {h}: state rel err {}", err(&s1, &s2));
         }
     }
 }

@@ -16,11 +16,7 @@ pub enum EngineError {
     #[error("tensor `{0}` is missing")]
     MissingTensor(String),
     #[error("tensor `{name}` has shape {got:?}, expected {want:?}")]
-    TensorShape {
-        name: String,
-        got: Vec<u64>,
-        want: Vec<u64>,
-    },
+    TensorShape { name: String, got: Vec<u64>, want: Vec<u64> },
     #[error("tensor `{name}` has type {ty}, which xwen cannot compute with")]
     TensorType { name: String, ty: &'static str },
     #[error("token id {id} is outside the vocabulary ({n_vocab})")]

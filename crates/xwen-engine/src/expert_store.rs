@@ -35,12 +35,7 @@ impl ExpertHandle<'_> {
             ExpertBytes::Borrowed(b) => b[i],
             ExpertBytes::Shared(buf, r) => &buf[r[i].clone()],
         };
-        QMatrix {
-            ty: s.ty,
-            rows: s.rows,
-            cols: s.cols,
-            data,
-        }
+        QMatrix { ty: s.ty, rows: s.rows, cols: s.cols, data }
     }
     pub fn gate(&self) -> QMatrix<'_> {
         self.mat(0)
@@ -77,24 +72,14 @@ impl ResidentExperts {
 
 impl ExpertStore for ResidentExperts {
     fn expert(&self, layer: usize, expert: usize) -> Result<ExpertHandle<'_>> {
-        let mats = self
-            .layers
-            .get(layer)
-            .and_then(|l| l.as_ref())
-            .ok_or_else(|| {
-                crate::EngineError::ExpertStore(format!("layer {layer} has no experts"))
-            })?;
+        let mats = self.layers.get(layer).and_then(|l| l.as_ref()).ok_or_else(|| {
+            crate::EngineError::ExpertStore(format!("layer {layer} has no experts"))
+        })?;
         if expert >= mats[0].n_mats {
-            return Err(crate::EngineError::ExpertStore(format!(
-                "expert {expert} out of range"
-            )));
+            return Err(crate::EngineError::ExpertStore(format!("expert {expert} out of range")));
         }
         let slice = |m: &Mat| m.q_sub(&self.file, expert).data;
-        let shape = |m: &Mat| MatShape {
-            ty: m.ty,
-            rows: m.rows,
-            cols: m.cols,
-        };
+        let shape = |m: &Mat| MatShape { ty: m.ty, rows: m.rows, cols: m.cols };
         Ok(ExpertHandle {
             bytes: ExpertBytes::Borrowed([slice(&mats[0]), slice(&mats[1]), slice(&mats[2])]),
             shapes: [shape(&mats[0]), shape(&mats[1]), shape(&mats[2])],

@@ -59,10 +59,7 @@ pub fn generate(
     sampler: &mut Sampler,
     on_token: &mut dyn FnMut(u32) -> bool,
 ) -> Result<GenStats> {
-    let mut stats = GenStats {
-        prompt_tokens: req.prompt.len(),
-        ..Default::default()
-    };
+    let mut stats = GenStats { prompt_tokens: req.prompt.len(), ..Default::default() };
     for &t in req.prompt {
         sampler.accept(t);
     }

@@ -20,11 +20,11 @@ pub mod state;
 pub mod synth;
 pub mod weights;
 
-pub use checkpoint::{identify, Checkpoint};
 pub use config::EngineConfig;
 pub use error::{EngineError, Result};
 pub use expert_store::{ExpertStore, ResidentExperts};
-pub use generate::{generate, GenStats, GenerateRequest, StopReason};
 pub use model::{LogitsMode, Model, KNOWN_UNIMPLEMENTED_ARCHS, SUPPORTED_ARCHS};
-pub use sampler::{Sampler, SamplerConfig, SamplingParams};
 pub use state::{SeqState, Snapshot};
+pub use generate::{generate, GenStats, GenerateRequest, StopReason};
+pub use sampler::{Sampler, SamplerConfig, SamplingParams};
+pub use checkpoint::{identify, Checkpoint};

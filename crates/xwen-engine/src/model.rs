@@ -54,15 +54,7 @@ impl Model {
         let store: Box<dyn ExpertStore> = Box::new(ResidentExperts::new(file.clone(), experts));
         let pool = Pool::new(cfg.resolved_threads());
         let prof = Profiler::new(cfg.profile);
-        Ok(Model {
-            file,
-            net,
-            store,
-            pool,
-            pool_lock: Mutex::new(()),
-            cfg: cfg.clone(),
-            prof,
-        })
+        Ok(Model { file, net, store, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof })
     }
 
     pub fn architecture(&self) -> &str {
@@ -128,21 +120,13 @@ impl Model {
     }
 
     /// Advance `state` over `tokens` and return the requested logits.
-    pub fn forward(
-        &self,
-        state: &mut SeqState,
-        tokens: &[u32],
-        mode: LogitsMode,
-    ) -> Result<Vec<f32>> {
+    pub fn forward(&self, state: &mut SeqState, tokens: &[u32], mode: LogitsMode) -> Result<Vec<f32>> {
         if tokens.is_empty() {
             return Err(EngineError::EmptyInput);
         }
         let need = state.pos + tokens.len();
         if need > self.cfg.max_ctx {
-            return Err(EngineError::ContextFull {
-                need,
-                max: self.cfg.max_ctx,
-            });
+            return Err(EngineError::ContextFull { need, max: self.cfg.max_ctx });
         }
         let n = tokens.len();
         let rows = match mode {
@@ -151,14 +135,8 @@ impl Model {
             LogitsMode::None => n..n,
         };
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let ctx = Ctx {
-            pool: &self.pool,
-            file: &self.file,
-            prof: &self.prof,
-            chunked_scan: self.cfg.chunked_prefill,
-        };
-        self.net
-            .forward(&ctx, self.store.as_ref(), state, tokens, rows)
+        let ctx = Ctx { pool: &self.pool, file: &self.file, prof: &self.prof, chunked_scan: self.cfg.chunked_prefill };
+        self.net.forward(&ctx, self.store.as_ref(), state, tokens, rows)
     }
 
     /// Per-op (name, seconds, calls) since load or the last reset; empty unless

@@ -4,13 +4,13 @@
 //! sigmoid(gate_inp_shexp · x).
 
 use crate::compute::{Ctx, MvJob};
+use xwen_kernels::QMatrix;
 use crate::error::Result;
 use crate::expert_store::ExpertStore;
 use crate::ffn::{self, FfnWeights};
 use crate::ops;
 use crate::profile::Op;
 use crate::weights::{Loader, Mat};
-use xwen_kernels::QMatrix;
 
 #[derive(Clone, Copy, Debug)]
 pub struct MoeDims {
@@ -21,7 +21,7 @@ pub struct MoeDims {
 }
 
 pub struct MoeWeights {
-    pub router: Mat, // [n_expert × hidden], F32
+    pub router: Mat,              // [n_expert × hidden], F32
     pub shared: Option<FfnWeights>,
     pub shared_gate: Option<Vec<f32>>, // [hidden]
 }
@@ -45,14 +45,7 @@ impl MoeWeights {
             ld.mats(&p("ffn_up_exps.weight"), d.n_expert, d.expert_ff, hidden)?,
             ld.mats(&p("ffn_down_exps.weight"), d.n_expert, hidden, d.expert_ff)?,
         ];
-        Ok((
-            MoeWeights {
-                router,
-                shared,
-                shared_gate,
-            },
-            experts,
-        ))
+        Ok((MoeWeights { router, shared, shared_gate }, experts))
     }
 }
 
@@ -68,11 +61,7 @@ pub fn route(logits: &[f32], n_used: usize) -> Route {
     ops::softmax_inplace(&mut probs);
     let mut idx: Vec<usize> = (0..probs.len()).collect();
     // Stable sort, descending: ties keep the lower id first.
-    idx.sort_by(|&a, &b| {
-        probs[b]
-            .partial_cmp(&probs[a])
-            .unwrap_or(std::cmp::Ordering::Equal)
-    });
+    idx.sort_by(|&a, &b| probs[b].partial_cmp(&probs[a]).unwrap_or(std::cmp::Ordering::Equal));
     idx.truncate(n_used);
     let mut w: Vec<f32> = idx.iter().map(|&i| probs[i]).collect();
     // ggml_sum_rows accumulates in f64 and rounds once; then clamp and divide in f32.
@@ -80,10 +69,7 @@ pub fn route(logits: &[f32], n_used: usize) -> Route {
     for x in w.iter_mut() {
         *x /= sum;
     }
-    Route {
-        experts: idx,
-        weights: w,
-    }
+    Route { experts: idx, weights: w }
 }
 
 /// MoE output for n tokens of normalized input x (n × hidden).
@@ -102,9 +88,7 @@ pub fn forward(
     }
     let sp = ctx.span(Op::MoeRouter);
     let logits = ctx.mm(&w.router, x, n); // [n × n_expert]
-    let routes: Vec<Route> = (0..n)
-        .map(|t| route(&logits[t * d.n_expert..(t + 1) * d.n_expert], d.n_used))
-        .collect();
+    let routes: Vec<Route> = (0..n).map(|t| route(&logits[t * d.n_expert..(t + 1) * d.n_expert], d.n_used)).collect();
 
     drop(sp);
     let sp = ctx.span(Op::MoeExperts);
@@ -148,10 +132,7 @@ pub fn forward(
     for t in 0..n {
         let o = &mut out[t * hidden..(t + 1) * hidden];
         for slot in 0..k {
-            for (a, &b) in o
-                .iter_mut()
-                .zip(&slots[(t * k + slot) * hidden..][..hidden])
-            {
+            for (a, &b) in o.iter_mut().zip(&slots[(t * k + slot) * hidden..][..hidden]) {
                 *a += b;
             }
         }
@@ -167,10 +148,7 @@ pub fn forward(
                 Some(gw) => ops::sigmoid(ops::dot(gw, xt)),
                 None => 1.0,
             };
-            for (o, &v) in out[t * hidden..(t + 1) * hidden]
-                .iter_mut()
-                .zip(&y[t * hidden..(t + 1) * hidden])
-            {
+            for (o, &v) in out[t * hidden..(t + 1) * hidden].iter_mut().zip(&y[t * hidden..(t + 1) * hidden]) {
                 *o += v * gate;
             }
         }
@@ -212,22 +190,10 @@ fn forward_one(
     let sff = w.shared.as_ref().map_or(0, |s| s.gate.rows);
     let (mut sg, mut su) = (vec![0.0f32; sff], vec![0.0f32; sff]);
     {
-        let mut jobs = vec![MvJob {
-            w: w.router.q(ctx.file),
-            x,
-            y: &mut logits,
-        }];
+        let mut jobs = vec![MvJob { w: w.router.q(ctx.file), x, y: &mut logits }];
         if let Some(sh) = &w.shared {
-            jobs.push(MvJob {
-                w: sh.gate.q(ctx.file),
-                x,
-                y: &mut sg,
-            });
-            jobs.push(MvJob {
-                w: sh.up.q(ctx.file),
-                x,
-                y: &mut su,
-            });
+            jobs.push(MvJob { w: sh.gate.q(ctx.file), x, y: &mut sg });
+            jobs.push(MvJob { w: sh.up.q(ctx.file), x, y: &mut su });
         }
         ctx.mv_batch(&mut jobs);
     }
@@ -235,11 +201,7 @@ fn forward_one(
     drop(sp);
 
     let sp = ctx.span(Op::MoeExperts);
-    let handles = r
-        .experts
-        .iter()
-        .map(|&e| store.expert(layer, e))
-        .collect::<Result<Vec<_>>>()?;
+    let handles = r.experts.iter().map(|&e| store.expert(layer, e)).collect::<Result<Vec<_>>>()?;
     let k = handles.len();
     let ff = d.expert_ff;
     let mut gu = vec![0.0f32; 2 * k * ff];
@@ -247,19 +209,12 @@ fn forward_one(
         let mut jobs = Vec::with_capacity(2 * k);
         for (h, out) in handles.iter().zip(gu.chunks_mut(2 * ff)) {
             let (g, u) = out.split_at_mut(ff);
-            jobs.push(MvJob {
-                w: h.gate(),
-                x,
-                y: g,
-            });
+            jobs.push(MvJob { w: h.gate(), x, y: g });
             jobs.push(MvJob { w: h.up(), x, y: u });
         }
         ctx.mv_batch(&mut jobs);
     }
-    let act: Vec<Vec<f32>> = gu
-        .chunks(2 * ff)
-        .map(|c| ffn::swiglu(&c[..ff], &c[ff..]))
-        .collect();
+    let act: Vec<Vec<f32>> = gu.chunks(2 * ff).map(|c| ffn::swiglu(&c[..ff], &c[ff..])).collect();
     let shared_act = w.shared.as_ref().map(|_| ffn::swiglu(&sg, &su));
     let mut ys = vec![0.0f32; (k + 1) * hidden];
     {
@@ -268,18 +223,10 @@ fn forward_one(
             .iter()
             .zip(&act)
             .zip(ye.chunks_mut(hidden))
-            .map(|((h, a), y)| MvJob {
-                w: h.down(),
-                x: a,
-                y,
-            })
+            .map(|((h, a), y)| MvJob { w: h.down(), x: a, y })
             .collect();
         if let (Some(sh), Some(a)) = (&w.shared, &shared_act) {
-            jobs.push(MvJob {
-                w: sh.down.q(ctx.file),
-                x: a,
-                y: ysh,
-            });
+            jobs.push(MvJob { w: sh.down.q(ctx.file), x: a, y: ysh });
         }
         ctx.mv_batch(&mut jobs);
     }

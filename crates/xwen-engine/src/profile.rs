@@ -83,18 +83,11 @@ impl Drop for Span<'_> {
 
 impl Profiler {
     pub fn new(enabled: bool) -> Self {
-        Profiler {
-            enabled,
-            ..Default::default()
-        }
+        Profiler { enabled, ..Default::default() }
     }
 
     pub fn span(&self, op: Op) -> Span<'_> {
-        Span {
-            p: self,
-            op,
-            t0: self.enabled.then(Instant::now),
-        }
+        Span { p: self, op, t0: self.enabled.then(Instant::now) }
     }
 
     /// (op name, seconds, calls) for every op that ran, in a fixed order.
@@ -102,11 +95,7 @@ impl Profiler {
         OPS.iter()
             .map(|&op| {
                 let i = op as usize;
-                (
-                    op.name(),
-                    self.nanos[i].load(Ordering::Relaxed) as f64 * 1e-9,
-                    self.calls[i].load(Ordering::Relaxed),
-                )
+                (op.name(), self.nanos[i].load(Ordering::Relaxed) as f64 * 1e-9, self.calls[i].load(Ordering::Relaxed))
             })
             .filter(|r| r.2 > 0)
             .collect()

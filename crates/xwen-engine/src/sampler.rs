@@ -36,18 +36,11 @@ pub struct SamplingParams {
 
 impl SamplerConfig {
     pub fn greedy() -> Self {
-        SamplerConfig {
-            temperature: Some(0.0),
-            ..Default::default()
-        }
+        SamplerConfig { temperature: Some(0.0), ..Default::default() }
     }
 
     pub fn resolve(&self, thinking: bool) -> SamplingParams {
-        let (t, p, k) = if thinking {
-            (1.0, 0.95, 20)
-        } else {
-            (0.7, 0.8, 20)
-        };
+        let (t, p, k) = if thinking { (1.0, 0.95, 20) } else { (0.7, 0.8, 20) };
         SamplingParams {
             temperature: self.temperature.unwrap_or(t),
             top_k: self.top_k.unwrap_or(k),
@@ -72,11 +65,7 @@ pub struct Sampler {
 impl Sampler {
     pub fn new(p: SamplingParams) -> Self {
         let rng = SplitMix64(p.seed);
-        Sampler {
-            p,
-            rng,
-            recent: Vec::new(),
-        }
+        Sampler { p, rng, recent: Vec::new() }
     }
 
     pub fn params(&self) -> &SamplingParams {
@@ -88,8 +77,7 @@ impl Sampler {
         self.recent.push(tok);
         let keep = self.p.penalty_last_n.max(1) * 4;
         if self.recent.len() > keep {
-            self.recent
-                .drain(..self.recent.len() - self.p.penalty_last_n);
+            self.recent.drain(..self.recent.len() - self.p.penalty_last_n);
         }
     }
 
@@ -105,16 +93,8 @@ impl Sampler {
             return argmax(logits);
         }
         // Candidates sorted by logit, descending, truncated by top-k.
-        let mut cand: Vec<(u32, f32)> = logits
-            .iter()
-            .enumerate()
-            .map(|(i, &l)| (i as u32, l))
-            .collect();
-        let k = if self.p.top_k == 0 {
-            cand.len()
-        } else {
-            self.p.top_k.min(cand.len())
-        };
+        let mut cand: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l)).collect();
+        let k = if self.p.top_k == 0 { cand.len() } else { self.p.top_k.min(cand.len()) };
         if k < cand.len() {
             cand.select_nth_unstable_by(k - 1, |a, b| b.1.total_cmp(&a.1));
             cand.truncate(k);
@@ -161,9 +141,7 @@ impl Sampler {
             *counts.entry(t).or_default() += 1;
         }
         for (&t, &c) in &counts {
-            let Some(l) = logits.get_mut(t as usize) else {
-                continue;
-            };
+            let Some(l) = logits.get_mut(t as usize) else { continue };
             if *l <= 0.0 {
                 *l *= p.repeat_penalty;
             } else {
@@ -186,10 +164,7 @@ pub fn argmax(x: &[f32]) -> u32 {
 
 fn softmax(cand: &[(u32, f32)], temp: f32) -> Vec<f32> {
     let max = cand[0].1;
-    let mut e: Vec<f32> = cand
-        .iter()
-        .map(|&(_, l)| ((l - max) / temp).exp())
-        .collect();
+    let mut e: Vec<f32> = cand.iter().map(|&(_, l)| ((l - max) / temp).exp()).collect();
     let s: f32 = e.iter().sum();
     for v in e.iter_mut() {
         *v /= s;
@@ -233,93 +208,44 @@ mod tests {
         assert_eq!((p.temperature, p.top_p, p.top_k), (1.0, 0.95, 20));
         let p = SamplerConfig::default().resolve(false);
         assert_eq!((p.temperature, p.top_p, p.top_k), (0.7, 0.8, 20));
-        let p = SamplerConfig {
-            temperature: Some(0.3),
-            ..Default::default()
-        }
-        .resolve(true);
+        let p = SamplerConfig { temperature: Some(0.3), ..Default::default() }.resolve(true);
         assert_eq!((p.temperature, p.top_p), (0.3, 0.95));
     }
 
     #[test]
     fn seed_reproducible_and_top_k_respected() {
-        let cfg = SamplerConfig {
-            temperature: Some(1.5),
-            top_k: Some(2),
-            top_p: Some(1.0),
-            seed: Some(7),
-            ..Default::default()
-        };
+        let cfg = SamplerConfig { temperature: Some(1.5), top_k: Some(2), top_p: Some(1.0), seed: Some(7), ..Default::default() };
         let draw = |cfg: &SamplerConfig| {
             let mut s = Sampler::new(cfg.resolve(false));
-            (0..200)
-                .map(|_| s.sample(&mut logits()))
-                .collect::<Vec<_>>()
+            (0..200).map(|_| s.sample(&mut logits())).collect::<Vec<_>>()
         };
         let a = draw(&cfg);
         assert_eq!(a, draw(&cfg));
-        assert!(
-            a.iter().all(|&t| t == 1 || t == 3),
-            "top-k 2 allows only ids 1 and 3"
-        );
+        assert!(a.iter().all(|&t| t == 1 || t == 3), "top-k 2 allows only ids 1 and 3");
         assert!(a.contains(&1) && a.contains(&3));
     }
 
     #[test]
     fn logit_bias_and_penalties_change_the_choice() {
-        let mut s = Sampler::new(
-            SamplerConfig {
-                logit_bias: vec![(2, 10.0)],
-                ..SamplerConfig::greedy()
-            }
-            .resolve(false),
-        );
+        let mut s = Sampler::new(SamplerConfig { logit_bias: vec![(2, 10.0)], ..SamplerConfig::greedy() }.resolve(false));
         assert_eq!(s.sample(&mut logits()), 2);
-        let mut s = Sampler::new(
-            SamplerConfig {
-                repeat_penalty: Some(2.0),
-                ..SamplerConfig::greedy()
-            }
-            .resolve(false),
-        );
+        let mut s = Sampler::new(SamplerConfig { repeat_penalty: Some(2.0), ..SamplerConfig::greedy() }.resolve(false));
         s.accept(1);
         assert_eq!(s.sample(&mut logits()), 3, "5.0/2 < 4.5");
-        let mut s = Sampler::new(
-            SamplerConfig {
-                presence_penalty: Some(1.0),
-                ..SamplerConfig::greedy()
-            }
-            .resolve(false),
-        );
+        let mut s = Sampler::new(SamplerConfig { presence_penalty: Some(1.0), ..SamplerConfig::greedy() }.resolve(false));
         s.accept(1);
         assert_eq!(s.sample(&mut logits()), 3);
     }
 
     #[test]
     fn min_p_and_top_p_cut_the_tail() {
-        let cfg = SamplerConfig {
-            temperature: Some(1.0),
-            top_k: Some(0),
-            top_p: Some(1.0),
-            min_p: Some(0.5),
-            seed: Some(3),
-            ..Default::default()
-        };
+        let cfg = SamplerConfig { temperature: Some(1.0), top_k: Some(0), top_p: Some(1.0), min_p: Some(0.5), seed: Some(3), ..Default::default() };
         let mut s = Sampler::new(cfg.resolve(false));
         for _ in 0..100 {
             let t = s.sample(&mut logits());
-            assert!(
-                t == 1 || t == 3,
-                "min-p 0.5 keeps only tokens within 2x of the best, got {t}"
-            );
+            assert!(t == 1 || t == 3, "min-p 0.5 keeps only tokens within 2x of the best, got {t}");
         }
-        let cfg = SamplerConfig {
-            temperature: Some(1.0),
-            top_k: Some(0),
-            top_p: Some(0.1),
-            seed: Some(3),
-            ..Default::default()
-        };
+        let cfg = SamplerConfig { temperature: Some(1.0), top_k: Some(0), top_p: Some(0.1), seed: Some(3), ..Default::default() };
         let mut s = Sampler::new(cfg.resolve(false));
         for _ in 0..50 {
             assert_eq!(s.sample(&mut logits()), 1);

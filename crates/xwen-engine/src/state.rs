@@ -46,16 +46,9 @@ impl SeqState {
             return Ok(());
         }
         if pos > self.pos {
-            return Err(EngineError::State(format!(
-                "cannot truncate forward to {pos} (at {})",
-                self.pos
-            )));
+            return Err(EngineError::State(format!("cannot truncate forward to {pos} (at {})", self.pos)));
         }
-        if self
-            .layers
-            .iter()
-            .any(|l| matches!(l, LayerState::Delta(_)))
-        {
+        if self.layers.iter().any(|l| matches!(l, LayerState::Delta(_))) {
             return Err(EngineError::State(format!(
                 "recurrent layers cannot be rewound from {} to {pos}: restore a snapshot taken at {pos}",
                 self.pos

@@ -36,13 +36,8 @@ pub enum Preset {
 }
 
 impl Preset {
-    pub const ALL: [Preset; 5] = [
-        Preset::Qwen35Moe35bA3b,
-        Preset::Qwen35_27b,
-        Preset::Qwen35_4b,
-        Preset::Qwen35MoeTiny,
-        Preset::Qwen35Tiny,
-    ];
+    pub const ALL: [Preset; 5] =
+        [Preset::Qwen35Moe35bA3b, Preset::Qwen35_27b, Preset::Qwen35_4b, Preset::Qwen35MoeTiny, Preset::Qwen35Tiny];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -163,13 +158,10 @@ impl std::fmt::Display for Preset {
 impl std::str::FromStr for Preset {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, Self::Err> {
-        Preset::ALL
-            .into_iter()
-            .find(|p| p.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| {
-                let names: Vec<_> = Preset::ALL.iter().map(|p| p.name()).collect();
-                format!("unknown preset `{s}` (known: {})", names.join(", "))
-            })
+        Preset::ALL.into_iter().find(|p| p.name().eq_ignore_ascii_case(s)).ok_or_else(|| {
+            let names: Vec<_> = Preset::ALL.iter().map(|p| p.name()).collect();
+            format!("unknown preset `{s}` (known: {})", names.join(", "))
+        })
     }
 }
 
@@ -254,9 +246,7 @@ impl TensorPlan {
     }
 
     pub fn n_bytes(&self) -> u64 {
-        self.ty
-            .row_bytes(self.n_elements())
-            .expect("plans only hold whole blocks")
+        self.ty.row_bytes(self.n_elements()).expect("plans only hold whole blocks")
     }
 }
 
@@ -285,20 +275,13 @@ pub fn tensor_plan(g: &Geometry) -> Vec<TensorPlan> {
     let kv_dim = g.head_dim * g.n_head_kv;
     for il in 0..g.n_layer {
         let mut layer = Vec::new();
-        let mut add = |suffix: &str, ty, dims: &[usize], fill| {
-            layer.push(t(format!("blk.{il}.{suffix}"), ty, dims, fill))
-        };
+        let mut add = |suffix: &str, ty, dims: &[usize], fill| layer.push(t(format!("blk.{il}.{suffix}"), ty, dims, fill));
         add("attn_norm.weight", F32, &[e], Fill::Norm);
         add("post_attention_norm.weight", F32, &[e], Fill::Norm);
         if g.is_recurrent(il) {
             add("attn_qkv.weight", Q8_0, &[e, conv_dim], Fill::Matrix);
             add("attn_gate.weight", Q8_0, &[e, value_dim], Fill::Matrix);
-            add(
-                "ssm_conv1d.weight",
-                F32,
-                &[g.ssm_conv, conv_dim],
-                Fill::Normal(0.2),
-            );
+            add("ssm_conv1d.weight", F32, &[g.ssm_conv, conv_dim], Fill::Normal(0.2));
             add("ssm_dt.bias", F32, &[g.ssm_dt_rank], Fill::Uniform);
             add("ssm_a", F32, &[g.ssm_dt_rank], Fill::SsmA);
             add("ssm_beta.weight", Q8_0, &[e, g.ssm_dt_rank], Fill::Matrix);
@@ -342,10 +325,7 @@ fn arch_metadata(g: &Geometry, preset: Preset) -> Vec<(String, Value)> {
     let mut kv: Vec<(String, Value)> = vec![
         ("general.architecture".into(), a.into()),
         ("general.type".into(), "model".into()),
-        (
-            "general.name".into(),
-            format!("synthetic {}", preset.name()).into(),
-        ),
+        ("general.name".into(), format!("synthetic {}", preset.name()).into()),
         ("general.size_label".into(), g.size_label.into()),
         (format!("{a}.block_count"), u(g.n_layer)),
         (format!("{a}.context_length"), Value::U32(g.ctx_train)),
@@ -357,15 +337,9 @@ fn arch_metadata(g: &Geometry, preset: Preset) -> Vec<(String, Value)> {
     kv.extend([
         (format!("{a}.attention.head_count"), u(g.n_head)),
         (format!("{a}.attention.head_count_kv"), u(g.n_head_kv)),
-        (
-            format!("{a}.rope.dimension_sections"),
-            Value::Array(g.rope_sections.iter().map(|&s| Value::I32(s)).collect()),
-        ),
+        (format!("{a}.rope.dimension_sections"), Value::Array(g.rope_sections.iter().map(|&s| Value::I32(s)).collect())),
         (format!("{a}.rope.freq_base"), Value::F32(g.rope_freq_base)),
-        (
-            format!("{a}.attention.layer_norm_rms_epsilon"),
-            Value::F32(g.rms_eps),
-        ),
+        (format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(g.rms_eps)),
     ]);
     if g.is_moe() {
         kv.extend([
@@ -380,10 +354,7 @@ fn arch_metadata(g: &Geometry, preset: Preset) -> Vec<(String, Value)> {
     if g.is_moe() {
         kv.extend([
             (format!("{a}.expert_feed_forward_length"), u(g.n_ff_exp)),
-            (
-                format!("{a}.expert_shared_feed_forward_length"),
-                u(g.n_ff_shexp),
-            ),
+            (format!("{a}.expert_shared_feed_forward_length"), u(g.n_ff_shexp)),
         ]);
     }
     kv.extend([
@@ -394,16 +365,9 @@ fn arch_metadata(g: &Geometry, preset: Preset) -> Vec<(String, Value)> {
         (format!("{a}.ssm.inner_size"), u(g.ssm_inner())),
         (
             format!("{a}.attention.recurrent_layers"),
-            Value::Array(
-                (0..g.n_layer)
-                    .map(|il| Value::Bool(g.is_recurrent(il)))
-                    .collect(),
-            ),
+            Value::Array((0..g.n_layer).map(|il| Value::Bool(g.is_recurrent(il))).collect()),
         ),
-        (
-            format!("{a}.full_attention_interval"),
-            u(g.full_attn_interval),
-        ),
+        (format!("{a}.full_attention_interval"), u(g.full_attn_interval)),
         (format!("{a}.rope.dimension_count"), u(g.rope_dims)),
     ]);
     kv
@@ -433,12 +397,7 @@ pub struct SynthProgress<'a> {
 /// every `tokenizer.*` key of `vocab`, its per-token arrays padded to the preset's vocabulary
 /// with `[PAD{id}]` tokens; with no `vocab`, a small byte-level BPE vocabulary is synthesized.
 /// The same preset and seed give the same bytes.
-pub fn write_synthetic(
-    preset: Preset,
-    path: &Path,
-    vocab: Option<&GgufFile>,
-    seed: u64,
-) -> Result<SynthReport> {
+pub fn write_synthetic(preset: Preset, path: &Path, vocab: Option<&GgufFile>, seed: u64) -> Result<SynthReport> {
     write_synthetic_with_progress(preset, path, vocab, seed, &mut |_| {})
 }
 
@@ -521,21 +480,13 @@ fn stream_tensors(
                 left -= k;
             }
         } else {
-            let vals: Vec<f32> = (0..t.n_elements())
-                .map(|_| f32_value(t.fill, &mut rng))
-                .collect();
+            let vals: Vec<f32> = (0..t.n_elements()).map(|_| f32_value(t.fill, &mut rng)).collect();
             buf.clear();
             buf.extend(vals.iter().flat_map(|v| v.to_le_bytes()));
             stream.write_data(&buf)?;
         }
         bytes_done += n;
-        progress(&SynthProgress {
-            tensor: &t.name,
-            tensors_done: i + 1,
-            n_tensors: plan.len(),
-            bytes_done,
-            bytes_total,
-        });
+        progress(&SynthProgress { tensor: &t.name, tensors_done: i + 1, n_tensors: plan.len(), bytes_done, bytes_total });
     }
     let bw = stream.finish()?;
     let file = bw.into_inner().map_err(|e| e.into_error())?;
@@ -570,15 +521,8 @@ impl Pools {
     fn new(seed: u64) -> Result<Pools> {
         let mut rng = Rng::new(seed ^ 0x9e37_79b9_7f4a_7c15);
         let x: Vec<f32> = (0..POOL_ELEMS).map(|_| WEIGHT_STD * rng.normal()).collect();
-        let q = |ty| {
-            xwen_kernels::quantize(ty, &x)
-                .map_err(|e| EngineError::BadHparams(format!("synthetic {ty} pool: {e}")))
-        };
-        Ok(Pools {
-            q8_0: q(GgmlType::Q8_0)?,
-            q4_k: q(GgmlType::Q4_K)?,
-            q6_k: q(GgmlType::Q6_K)?,
-        })
+        let q = |ty| xwen_kernels::quantize(ty, &x).map_err(|e| EngineError::BadHparams(format!("synthetic {ty} pool: {e}")));
+        Ok(Pools { q8_0: q(GgmlType::Q8_0)?, q4_k: q(GgmlType::Q4_K)?, q6_k: q(GgmlType::Q6_K)? })
     }
 
     fn get(&self, ty: GgmlType) -> Result<&[u8]> {
@@ -586,17 +530,13 @@ impl Pools {
             GgmlType::Q8_0 => Ok(&self.q8_0),
             GgmlType::Q4_K => Ok(&self.q4_k),
             GgmlType::Q6_K => Ok(&self.q6_k),
-            other => Err(EngineError::BadHparams(format!(
-                "no synthetic pool for {other}"
-            ))),
+            other => Err(EngineError::BadHparams(format!("no synthetic pool for {other}"))),
         }
     }
 }
 
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    })
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
 }
 
 /// SplitMix64: tiny, seedable, and far better than these draws need.

@@ -19,12 +19,7 @@ pub struct Mat {
 
 impl Mat {
     pub fn q<'a>(&self, file: &'a GgufFile) -> QMatrix<'a> {
-        QMatrix {
-            ty: self.ty,
-            rows: self.rows,
-            cols: self.cols,
-            data: file.tensor_data(&self.info),
-        }
+        QMatrix { ty: self.ty, rows: self.rows, cols: self.cols, data: file.tensor_data(&self.info) }
     }
 
     /// Bytes of one matrix of a stack.
@@ -33,21 +28,14 @@ impl Mat {
     }
 
     pub fn row_bytes(&self) -> usize {
-        self.ty
-            .row_bytes(self.cols as u64)
-            .expect("validated at load") as usize
+        self.ty.row_bytes(self.cols as u64).expect("validated at load") as usize
     }
 
     /// Matrix `i` of a stack (an expert).
     pub fn q_sub<'a>(&self, file: &'a GgufFile, i: usize) -> QMatrix<'a> {
         let b = self.mat_bytes();
         let data = &file.tensor_data(&self.info)[i * b..(i + 1) * b];
-        QMatrix {
-            ty: self.ty,
-            rows: self.rows,
-            cols: self.cols,
-            data,
-        }
+        QMatrix { ty: self.ty, rows: self.rows, cols: self.cols, data }
     }
 }
 
@@ -61,9 +49,7 @@ impl<'a> Loader<'a> {
     }
 
     pub fn info(&self, name: &str) -> Result<&'a TensorInfo> {
-        self.file
-            .tensor(name)
-            .ok_or_else(|| EngineError::MissingTensor(name.to_string()))
+        self.file.tensor(name).ok_or_else(|| EngineError::MissingTensor(name.to_string()))
     }
 
     pub fn has(&self, name: &str) -> bool {
@@ -80,11 +66,7 @@ impl<'a> Loader<'a> {
             v
         };
         if trim(&t.dims) != trim(want) {
-            return Err(EngineError::TensorShape {
-                name: t.name.clone(),
-                got: t.dims.clone(),
-                want: want.to_vec(),
-            });
+            return Err(EngineError::TensorShape { name: t.name.clone(), got: t.dims.clone(), want: want.to_vec() });
         }
         Ok(())
     }
@@ -92,12 +74,9 @@ impl<'a> Loader<'a> {
     fn check_computable(&self, t: &TensorInfo) -> Result<()> {
         use GgmlType::*;
         match t.ty {
-            F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q2_K | Q3_K | Q4_K | Q5_K
-            | Q6_K | IQ4_NL | IQ4_XS => Ok(()),
-            other => Err(EngineError::TensorType {
-                name: t.name.clone(),
-                ty: other.name(),
-            }),
+            F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | IQ4_NL
+            | IQ4_XS => Ok(()),
+            other => Err(EngineError::TensorType { name: t.name.clone(), ty: other.name() }),
         }
     }
 
@@ -106,13 +85,7 @@ impl<'a> Loader<'a> {
         let t = self.info(name)?;
         self.check_shape(t, &[cols as u64, rows as u64])?;
         self.check_computable(t)?;
-        Ok(Mat {
-            info: t.clone(),
-            ty: t.ty,
-            rows,
-            cols,
-            n_mats: 1,
-        })
+        Ok(Mat { info: t.clone(), ty: t.ty, rows, cols, n_mats: 1 })
     }
 
     /// A stack of `n` matrices `rows × cols` (GGUF dims [cols, rows, n]).
@@ -120,13 +93,7 @@ impl<'a> Loader<'a> {
         let t = self.info(name)?;
         self.check_shape(t, &[cols as u64, rows as u64, n as u64])?;
         self.check_computable(t)?;
-        Ok(Mat {
-            info: t.clone(),
-            ty: t.ty,
-            rows,
-            cols,
-            n_mats: n,
-        })
+        Ok(Mat { info: t.clone(), ty: t.ty, rows, cols, n_mats: n })
     }
 
     /// A vector (norm weights, biases) dequantized to f32.
@@ -146,12 +113,8 @@ impl<'a> Loader<'a> {
     fn dequant(&self, t: &TensorInfo) -> Result<Vec<f32>> {
         let n = t.n_elements() as usize;
         let mut out = vec![0.0f32; n];
-        xwen_kernels::dequantize(t.ty, self.file.tensor_data(t), &mut out).map_err(|_| {
-            EngineError::TensorType {
-                name: t.name.clone(),
-                ty: t.ty.name(),
-            }
-        })?;
+        xwen_kernels::dequantize(t.ty, self.file.tensor_data(t), &mut out)
+            .map_err(|_| EngineError::TensorType { name: t.name.clone(), ty: t.ty.name() })?;
         Ok(out)
     }
 }

@@ -115,27 +115,15 @@ fn committed_vocab_fixtures() {
     for (name, arch, n_tokens, n_merges) in expect {
         let path = dir.join(name);
         if !path.exists() {
-            eprintln!(
-                "SKIP committed_vocab_fixtures: {} is missing",
-                path.display()
-            );
+            eprintln!("SKIP committed_vocab_fixtures: {} is missing", path.display());
             continue;
         }
         seen += 1;
         let (f, _) = open_timed(&path);
         assert_eq!(f.architecture(), Some(arch));
-        assert_eq!(
-            f.get_array("tokenizer.ggml.tokens").map(|a| a.len()),
-            Some(n_tokens)
-        );
-        assert_eq!(
-            f.get_array("tokenizer.ggml.token_type").map(|a| a.len()),
-            Some(n_tokens)
-        );
-        assert_eq!(
-            f.get_array("tokenizer.ggml.merges").map(|a| a.len()),
-            Some(n_merges)
-        );
+        assert_eq!(f.get_array("tokenizer.ggml.tokens").map(|a| a.len()), Some(n_tokens));
+        assert_eq!(f.get_array("tokenizer.ggml.token_type").map(|a| a.len()), Some(n_tokens));
+        assert_eq!(f.get_array("tokenizer.ggml.merges").map(|a| a.len()), Some(n_merges));
         assert!(f.tensors().is_empty());
         assert_rewrite_identical(&f, &path);
     }

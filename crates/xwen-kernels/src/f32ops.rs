@@ -245,11 +245,7 @@ mod x86 {
         let mut i = 0;
         while i < np {
             for (j, ac) in acc.iter_mut().enumerate() {
-                *ac = _mm256_fmadd_ps(
-                    _mm256_loadu_ps(pa.add(i + 8 * j)),
-                    _mm256_loadu_ps(pb.add(i + 8 * j)),
-                    *ac,
-                );
+                *ac = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i + 8 * j)), _mm256_loadu_ps(pb.add(i + 8 * j)), *ac);
             }
             i += 32;
         }
@@ -269,10 +265,7 @@ mod x86 {
         let va = _mm256_set1_ps(a);
         let mut i = 0;
         while i + 8 <= n {
-            _mm256_storeu_ps(
-                py.add(i),
-                _mm256_fmadd_ps(_mm256_loadu_ps(px.add(i)), va, _mm256_loadu_ps(py.add(i))),
-            );
+            _mm256_storeu_ps(py.add(i), _mm256_fmadd_ps(_mm256_loadu_ps(px.add(i)), va, _mm256_loadu_ps(py.add(i))));
             i += 8;
         }
         while i < n {

@@ -201,11 +201,7 @@ impl Pool {
     /// for it (4-token groups, then single tokens; the tiled order of `crate::tiled` for plain
     /// K-quant matrices once n_tok >= 8).
     pub fn matmul_q(&self, w: QMatrix, xq: &[u8], n_tok: usize, y: &mut [f32]) {
-        let grouped = if repacked_q8k(&w) {
-            n_tok - n_tok % 4
-        } else {
-            0
-        };
+        let grouped = if repacked_q8k(&w) { n_tok - n_tok % 4 } else { 0 };
         self.matmul_q_grouped(w, xq, n_tok, grouped, y);
     }
 

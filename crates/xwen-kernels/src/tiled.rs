@@ -176,10 +176,7 @@ pub fn block_sums(u: &Unpacked, q8: &[u8], bsums: &[i16; 16]) -> (i32, i32) {
         s1 += u.scales[s] * dot;
         if u.has_min {
             let per = u.sub / 16;
-            let bs: i32 = bsums[s * per..(s + 1) * per]
-                .iter()
-                .map(|&v| v as i32)
-                .sum();
+            let bs: i32 = bsums[s * per..(s + 1) * per].iter().map(|&v| v as i32).sum();
             s2 += u.mins[s] * bs;
         }
     }
@@ -188,16 +185,7 @@ pub fn block_sums(u: &Unpacked, q8: &[u8], bsums: &[i16; 16]) -> (i32, i32) {
 
 /// One block's contribution folded into `acc`, as the reference's epilogue does.
 #[inline(always)]
-pub fn fold(
-    acc: f32,
-    d: f32,
-    dmin: f32,
-    has_min: bool,
-    s1: i32,
-    s2: i32,
-    d8: f32,
-    vnni: bool,
-) -> f32 {
+pub fn fold(acc: f32, d: f32, dmin: f32, has_min: bool, s1: i32, s2: i32, d8: f32, vnni: bool) -> f32 {
     let mut res = d * s1 as f32;
     if has_min {
         res = (-dmin).mul_add(s2 as f32, res);

@@ -30,9 +30,7 @@ fn tiled_kernels_match_reference_bits_and_exact_product() {
             let w = quantize(ty, &wf).unwrap();
             let mut wd = vec![0f32; n];
             dequantize(ty, &w, &mut wd).unwrap();
-            let toks: Vec<Vec<f32>> = (0..4)
-                .map(|_| randn(&mut rng, n, 1.0 + round as f32))
-                .collect();
+            let toks: Vec<Vec<f32>> = (0..4).map(|_| randn(&mut rng, n, 1.0 + round as f32)).collect();
             let mut act = Vec::new();
             let mut row = Vec::new();
             for x in &toks {
@@ -48,20 +46,11 @@ fn tiled_kernels_match_reference_bits_and_exact_product() {
                 // the exact product of the dequantized weight and the dequantized activations
                 for t in 0..4 {
                     let mut ad = vec![0f32; n];
-                    dequantize(GgmlType::Q8_K, &act[t * stride..(t + 1) * stride], &mut ad)
-                        .unwrap();
+                    dequantize(GgmlType::Q8_K, &act[t * stride..(t + 1) * stride], &mut ad).unwrap();
                     let exact: f64 = wd.iter().zip(&ad).map(|(&a, &b)| a as f64 * b as f64).sum();
-                    let mag: f64 = wd
-                        .iter()
-                        .zip(&ad)
-                        .map(|(&a, &b)| (a as f64 * b as f64).abs())
-                        .sum();
+                    let mag: f64 = wd.iter().zip(&ad).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
                     let err = (refs[t] as f64 - exact).abs();
-                    assert!(
-                        err <= 1e-5 * mag + 1e-6,
-                        "{ty:?} round {round}: {} vs {exact}",
-                        refs[t]
-                    );
+                    assert!(err <= 1e-5 * mag + 1e-6, "{ty:?} round {round}: {} vs {exact}", refs[t]);
                 }
                 #[cfg(target_arch = "x86_64")]
                 if let Some((dot, multi)) = xwen_kernels::simd::avx2_tiled::kernels(ty, vnni) {
@@ -70,22 +59,14 @@ fn tiled_kernels_match_reference_bits_and_exact_product() {
                     }
                     for t in 0..4 {
                         let v = dot(n, &w, &act[t * stride..(t + 1) * stride]);
-                        assert_eq!(
-                            v.to_bits(),
-                            refs[t].to_bits(),
-                            "{ty:?} single t{t} vnni {vnni}"
-                        );
+                        assert_eq!(v.to_bits(), refs[t].to_bits(), "{ty:?} single t{t} vnni {vnni}");
                     }
                     let multi = multi.expect("multi kernel");
                     for k in 1..=4 {
                         let mut out = vec![0f32; k];
                         multi(n, &w, &act, stride, &mut out);
                         for t in 0..k {
-                            assert_eq!(
-                                out[t].to_bits(),
-                                refs[t].to_bits(),
-                                "{ty:?} multi k{k} t{t}"
-                            );
+                            assert_eq!(out[t].to_bits(), refs[t].to_bits(), "{ty:?} multi k{k} t{t}");
                         }
                     }
                 }
@@ -110,8 +91,5 @@ fn tiled_order_differs_from_vec_dot_order() {
             differ += 1;
         }
     }
-    assert!(
-        differ > 0,
-        "tiled and vec_dot orders never differed in 64 rows"
-    );
+    assert!(differ > 0, "tiled and vec_dot orders never differed in 64 rows");
 }

@@ -49,25 +49,14 @@ impl Piece<'_> {
         }
         // llama.cpp lowercases with its Unicode table; the only code points that lowercase to
         // s, t, m, d, r, v, e or l there are their ASCII capitals.
-        let lower = |c: Option<char>| {
-            c.map(|c| {
-                if ignore_case {
-                    c.to_ascii_lowercase()
-                } else {
-                    c
-                }
-            })
-        };
+        let lower = |c: Option<char>| c.map(|c| if ignore_case { c.to_ascii_lowercase() } else { c });
         let next = lower(self.cpt(pos + 1));
         if matches!(next, Some('s' | 't' | 'm' | 'd')) {
             return 2;
         }
         if pos + 2 < self.end {
             let next2 = lower(self.cpt(pos + 2));
-            if matches!(
-                (next, next2),
-                (Some('r'), Some('e')) | (Some('v'), Some('e')) | (Some('l'), Some('l'))
-            ) {
+            if matches!((next, next2), (Some('r'), Some('e')) | (Some('v'), Some('e')) | (Some('l'), Some('l'))) {
                 return 3;
             }
         }
@@ -102,23 +91,11 @@ impl Piece<'_> {
     }
 }
 
-fn for_each_piece(
-    cpts: &[char],
-    flags: &[Flags],
-    offsets: &[usize],
-    mut f: impl FnMut(&mut Piece),
-) -> Vec<usize> {
+fn for_each_piece(cpts: &[char], flags: &[Flags], offsets: &[usize], mut f: impl FnMut(&mut Piece)) -> Vec<usize> {
     let mut out = Vec::with_capacity(offsets.len());
     let mut start = 0;
     for &len in offsets {
-        let mut piece = Piece {
-            cpts,
-            flags,
-            ini: start,
-            end: start + len,
-            prev_end: start,
-            out: &mut out,
-        };
+        let mut piece = Piece { cpts, flags, ini: start, end: start + len, prev_end: start, out: &mut out };
         f(&mut piece);
         start += len;
     }
@@ -138,9 +115,11 @@ pub(crate) fn gpt2(cpts: &[char], flags: &[Flags], offsets: &[usize]) -> Vec<usi
             }
             let space = cpt == Some(' ');
             let mut f2 = if space { p.fl(pos + 1) } else { p.fl(pos) };
-            let classes: [fn(Flags) -> bool; 3] = [Flags::is_letter, Flags::is_number, |f| {
-                !(f.is_whitespace() || f.is_letter() || f.is_number()) && f.any()
-            }];
+            let classes: [fn(Flags) -> bool; 3] = [
+                Flags::is_letter,
+                Flags::is_number,
+                |f| !(f.is_whitespace() || f.is_letter() || f.is_number()) && f.any(),
+            ];
             if let Some(class) = classes.into_iter().find(|class| class(f2)) {
                 pos += space as usize;
                 while class(f2) {
@@ -169,12 +148,7 @@ pub(crate) enum Family {
 /// The Llama-3 / Qwen2 / Qwen3.5 pattern:
 /// `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 /// with the per-family differences noted on [`Family`].
-pub(crate) fn llama3_like(
-    family: Family,
-    cpts: &[char],
-    flags: &[Flags],
-    offsets: &[usize],
-) -> Vec<usize> {
+pub(crate) fn llama3_like(family: Family, cpts: &[char], flags: &[Flags], offsets: &[usize]) -> Vec<usize> {
     let marks = family == Family::Qwen35;
     let wordish = move |f: Flags| f.is_letter() || (marks && f.is_accent_mark());
     for_each_piece(cpts, flags, offsets, |p| {

@@ -60,21 +60,14 @@ impl PreTokenizer {
                 Step::Gpt2 => custom::gpt2(&cpts, &fl, &offsets),
                 Step::Llama3(family) => custom::llama3_like(*family, &cpts, &fl, &offsets),
                 Step::Newlines => custom::newlines(&cpts, &offsets),
-                Step::Regex(re) if re.collapsed => re.split(
-                    collapsed.get_or_insert_with(|| regex_split::collapse_text(&cpts, &fl)),
-                    &offsets,
-                ),
-                Step::Regex(re) => re.split(
-                    wide.get_or_insert_with(|| regex_split::wide_text(&cpts, &fl)),
-                    &offsets,
-                ),
+                Step::Regex(re) if re.collapsed => {
+                    re.split(collapsed.get_or_insert_with(|| regex_split::collapse_text(&cpts, &fl)), &offsets)
+                }
+                Step::Regex(re) => re.split(wide.get_or_insert_with(|| regex_split::wide_text(&cpts, &fl)), &offsets),
             };
         }
         let mut words = Vec::with_capacity(offsets.len());
-        let mut chars = text
-            .char_indices()
-            .map(|(i, _)| i)
-            .chain(std::iter::once(text.len()));
+        let mut chars = text.char_indices().map(|(i, _)| i).chain(std::iter::once(text.len()));
         let mut start = chars.next().unwrap_or(0);
         for len in offsets {
             if len == 0 {
@@ -95,19 +88,13 @@ mod tests {
     fn words(pre: &str, text: &str) -> Vec<String> {
         let choice = patterns::choose(Some(pre)).unwrap();
         let p = PreTokenizer::new(choice.pre).unwrap();
-        p.split(text)
-            .into_iter()
-            .map(|r| text[r].to_string())
-            .collect()
+        p.split(text).into_iter().map(|r| text[r].to_string()).collect()
     }
 
     #[test]
     fn qwen35_splits_like_its_regex() {
         assert_eq!(words("qwen35", "Hello world"), ["Hello", " world"]);
-        assert_eq!(
-            words("qwen35", "I'LL  go\n\n  x 123"),
-            ["I", "'LL", " ", " go", "\n\n", " ", " x", " ", "1", "2", "3"]
-        );
+        assert_eq!(words("qwen35", "I'LL  go\n\n  x 123"), ["I", "'LL", " ", " go", "\n\n", " ", " x", " ", "1", "2", "3"]);
         assert_eq!(words("qwen35", "a   "), ["a", "   "]);
     }
 

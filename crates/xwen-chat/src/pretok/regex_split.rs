@@ -37,11 +37,7 @@ pub(crate) struct RegexStep {
 impl RegexStep {
     pub fn new(pattern: &str) -> Result<Self, ChatError> {
         let collapsed = uses_classes(pattern);
-        let source = if collapsed {
-            collapse_pattern(pattern)?
-        } else {
-            pattern.to_string()
-        };
+        let source = if collapsed { collapse_pattern(pattern)? } else { pattern.to_string() };
         let re = Regex::new(&source).map_err(|e| ChatError::Regex(format!("{pattern}: {e}")))?;
         Ok(RegexStep { re, collapsed })
     }
@@ -84,34 +80,20 @@ impl RegexStep {
 
 /// The collapsed text: ASCII kept, anything else replaced by its class stand-in.
 pub(crate) fn collapse_text(cpts: &[char], flags: &[Flags]) -> Vec<char> {
-    cpts.iter()
-        .zip(flags)
-        .map(|(&c, f)| if (c as u32) < 128 { c } else { f.collapsed() })
-        .collect()
+    cpts.iter().zip(flags).map(|(&c, f)| if (c as u32) < 128 { c } else { f.collapsed() }).collect()
 }
 
 /// The text for patterns without classes: non-ASCII whitespace becomes U+000B, which
 /// std::wregex's `\s` recognizes.
 pub(crate) fn wide_text(cpts: &[char], flags: &[Flags]) -> Vec<char> {
-    cpts.iter()
-        .zip(flags)
-        .map(|(&c, f)| {
-            if (c as u32) > 0x7F && f.is_whitespace() {
-                '\u{0B}'
-            } else {
-                c
-            }
-        })
-        .collect()
+    cpts.iter().zip(flags).map(|(&c, f)| if (c as u32) > 0x7F && f.is_whitespace() { '\u{0B}' } else { c }).collect()
 }
 
 /// Rewrites each `\p{..}` into a bracket expression over its stand-in and ASCII members (or
 /// splices those into an enclosing bracket expression), exactly as llama.cpp does.
 fn collapse_pattern(pattern: &str) -> Result<String, ChatError> {
     if !pattern.is_ascii() {
-        return Err(ChatError::Regex(format!(
-            "{pattern}: unicode classes mixed with non-ASCII text"
-        )));
+        return Err(ChatError::Regex(format!("{pattern}: unicode classes mixed with non-ASCII text")));
     }
     let r = pattern.as_bytes();
     let mut out = String::new();
@@ -134,9 +116,7 @@ fn collapse_pattern(pattern: &str) -> Result<String, ChatError> {
             if let Some(close) = pattern[i + 3..].find('}').map(|k| k + i + 3) {
                 if close <= i + 10 {
                     let name = &pattern[i..=close];
-                    if let Some((_, stand_in, members)) =
-                        CLASSES.iter().find(|(c, _, _)| *c == name)
-                    {
+                    if let Some((_, stand_in, members)) = CLASSES.iter().find(|(c, _, _)| *c == name) {
                         if !inside {
                             out.push('[');
                         }
@@ -164,10 +144,7 @@ mod tests {
     #[test]
     fn collapses_like_llama_cpp() {
         assert_eq!(collapse_pattern("\\p{N}+").unwrap(), "[\u{D1}0-9]+");
-        assert_eq!(
-            collapse_pattern("[^\\s\\p{L}]").unwrap(),
-            "[^\\s\u{D2}A-Za-z]"
-        );
+        assert_eq!(collapse_pattern("[^\\s\\p{L}]").unwrap(), "[^\\s\u{D2}A-Za-z]");
         assert_eq!(collapse_pattern("\\p{M}").unwrap(), "[\u{D4}]");
     }
 

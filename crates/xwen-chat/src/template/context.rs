@@ -23,11 +23,7 @@ pub struct ChatMessage {
 
 impl ChatMessage {
     pub fn new(role: &str, content: &str) -> Self {
-        ChatMessage {
-            role: role.into(),
-            content: content.into(),
-            ..Default::default()
-        }
+        ChatMessage { role: role.into(), content: content.into(), ..Default::default() }
     }
 }
 
@@ -57,12 +53,7 @@ pub struct RenderOptions {
 impl Default for RenderOptions {
     /// A generation prompt with thinking on, no tools.
     fn default() -> Self {
-        RenderOptions {
-            add_generation_prompt: true,
-            enable_thinking: true,
-            tools: None,
-            extra: Map::new(),
-        }
+        RenderOptions { add_generation_prompt: true, enable_thinking: true, tools: None, extra: Map::new() }
     }
 }
 
@@ -140,36 +131,17 @@ fn message_json(m: &ChatMessage, marking: Marking) -> Json {
 }
 
 /// The template's variables, as llama.cpp's `common_chat_template_direct_apply` sets them.
-pub(crate) fn context(
-    messages: &[ChatMessage],
-    opts: &RenderOptions,
-    bos: &str,
-    eos: &str,
-    marking: Marking,
-) -> Json {
+pub(crate) fn context(messages: &[ChatMessage], opts: &RenderOptions, bos: &str, eos: &str, marking: Marking) -> Json {
     let mut ctx = Map::new();
-    ctx.insert(
-        "messages".into(),
-        Json::Array(messages.iter().map(|m| message_json(m, marking)).collect()),
-    );
+    ctx.insert("messages".into(), Json::Array(messages.iter().map(|m| message_json(m, marking)).collect()));
     ctx.insert("bos_token".into(), Json::String(sanitize(bos)));
     ctx.insert("eos_token".into(), Json::String(sanitize(eos)));
     ctx.insert("enable_thinking".into(), Json::Bool(opts.enable_thinking));
-    if let Some(tools) = opts
-        .tools
-        .as_ref()
-        .filter(|t| t.as_array().is_some_and(|a| !a.is_empty()))
-    {
+    if let Some(tools) = opts.tools.as_ref().filter(|t| t.as_array().is_some_and(|a| !a.is_empty())) {
         // Types and required-parameter lists are compared against literals and keys.
-        ctx.insert(
-            "tools".into(),
-            mark_tree(tools, marking == Marking::Full, &["type", "required"]),
-        );
+        ctx.insert("tools".into(), mark_tree(tools, marking == Marking::Full, &["type", "required"]));
     }
-    ctx.insert(
-        "add_generation_prompt".into(),
-        Json::Bool(opts.add_generation_prompt),
-    );
+    ctx.insert("add_generation_prompt".into(), Json::Bool(opts.add_generation_prompt));
     for (k, v) in &opts.extra {
         ctx.insert(sanitize(k), mark_tree(v, false, &[]));
     }

@@ -25,34 +25,19 @@ fn py_repr(v: &Value) -> String {
         ValueKind::String => {
             let s = v.as_str().unwrap_or_default();
             if s.contains('\'') {
-                out.push_str(
-                    &super::json::to_json(v, &super::json::JsonStyle::new(None, None))
-                        .unwrap_or_default(),
-                );
+                out.push_str(&super::json::to_json(v, &super::json::JsonStyle::new(None, None)).unwrap_or_default());
             } else {
                 write!(out, "'{s}'").ok();
             }
         }
         ValueKind::Seq | ValueKind::Iterable => {
-            let items: Vec<String> = v
-                .try_iter()
-                .map(|it| it.map(|x| py_repr(&x)).collect())
-                .unwrap_or_default();
+            let items: Vec<String> = v.try_iter().map(|it| it.map(|x| py_repr(&x)).collect()).unwrap_or_default();
             write!(out, "[{}]", items.join(", ")).ok();
         }
         ValueKind::Map => {
             let items: Vec<String> = v
                 .try_iter()
-                .map(|keys| {
-                    keys.map(|k| {
-                        format!(
-                            "{}: {}",
-                            py_repr(&k),
-                            py_repr(&v.get_item(&k).unwrap_or_default())
-                        )
-                    })
-                    .collect()
-                })
+                .map(|keys| keys.map(|k| format!("{}: {}", py_repr(&k), py_repr(&v.get_item(&k).unwrap_or_default()))).collect())
                 .unwrap_or_default();
             write!(out, "{{{}}}", items.join(", ")).ok();
         }
@@ -77,13 +62,8 @@ mod tests {
 
     #[test]
     fn prints_like_python() {
-        let v = Value::from(minijinja::value::Serde(
-            serde_json::json!({"a": [1, true, null, "x", "it's"], "b": 0.5}),
-        ));
-        assert_eq!(
-            py_str(&v),
-            r#"{'a': [1, True, None, 'x', "it's"], 'b': 0.5}"#
-        );
+        let v = Value::from(minijinja::value::Serde(serde_json::json!({"a": [1, true, null, "x", "it's"], "b": 0.5})));
+        assert_eq!(py_str(&v), r#"{'a': [1, True, None, 'x', "it's"], 'b': 0.5}"#);
         assert_eq!(py_str(&Value::from(false)), "False");
         assert_eq!(py_str(&Value::from("plain")), "plain");
     }

@@ -6,9 +6,7 @@
 use std::sync::{Arc, Mutex};
 
 use minijinja::syntax::SyntaxConfig;
-use minijinja::value::{
-    from_args, Enumerator, Kwargs, Object, ObjectRepr, ValueKind, ValueOrKwargs,
-};
+use minijinja::value::{from_args, Kwargs, Object, ObjectRepr, Enumerator, ValueKind, ValueOrKwargs};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, State, Value};
 
 use super::json::{to_json, JsonStyle};
@@ -20,10 +18,7 @@ const FUEL: u64 = 10_000_000;
 
 pub(crate) fn environment() -> Environment<'static> {
     let mut env = Environment::new();
-    let syntax = SyntaxConfig::builder()
-        .trim_blocks(true)
-        .lstrip_blocks(true)
-        .build();
+    let syntax = SyntaxConfig::builder().trim_blocks(true).lstrip_blocks(true).build();
     if let Ok(syntax) = syntax {
         env.set_syntax(syntax);
     }
@@ -32,48 +27,28 @@ pub(crate) fn environment() -> Environment<'static> {
     // A template from an untrusted file must not spin forever.
     env.set_fuel(Some(FUEL));
     env.add_filter("string", |v: Value| Value::from(super::display::py_str(&v)));
-    env.add_filter("trim", |v: Value, chars: Option<String>| {
-        text_op(&v, |s| taint::strip(s, chars.as_deref(), true, true))
-    });
+    env.add_filter("trim", |v: Value, chars: Option<String>| text_op(&v, |s| taint::strip(s, chars.as_deref(), true, true)));
     env.add_filter("length", length);
     env.add_filter("count", length);
     env.add_filter("tojson", tojson);
-    env.add_filter(
-        "replace",
-        |v: Value, old: String, new: String, count: Option<i64>| {
-            text_op(&v, |s| taint::replace(s, &old, &new, count))
-        },
-    );
-    env.add_filter("upper", |v: Value| {
-        text_op(&v, |s| taint::remap(s, str::to_uppercase))
+    env.add_filter("replace", |v: Value, old: String, new: String, count: Option<i64>| {
+        text_op(&v, |s| taint::replace(s, &old, &new, count))
     });
-    env.add_filter("lower", |v: Value| {
-        text_op(&v, |s| taint::remap(s, str::to_lowercase))
-    });
-    env.add_filter("title", |v: Value| {
-        text_op(&v, |s| {
-            taint::remap(s, |t| minijinja::filters::title(t.into()))
-        })
-    });
-    env.add_filter("capitalize", |v: Value| {
-        text_op(&v, |s| taint::remap(s, capitalize))
-    });
+    env.add_filter("upper", |v: Value| text_op(&v, |s| taint::remap(s, str::to_uppercase)));
+    env.add_filter("lower", |v: Value| text_op(&v, |s| taint::remap(s, str::to_lowercase)));
+    env.add_filter("title", |v: Value| text_op(&v, |s| taint::remap(s, |t| minijinja::filters::title(t.into()))));
+    env.add_filter("capitalize", |v: Value| text_op(&v, |s| taint::remap(s, capitalize)));
     env.add_function("raise_exception", |msg: String| -> Result<Value, Error> {
         Err(Error::new(ErrorKind::InvalidOperation, taint::clean(&msg)))
     });
-    env.add_function("strftime_now", |fmt: String| {
-        super::time::strftime_now(&fmt)
-    });
+    env.add_function("strftime_now", |fmt: String| super::time::strftime_now(&fmt));
     env.add_function("namespace", namespace);
     env.set_unknown_method_callback(method);
     env
 }
 
 fn mangled() -> Error {
-    Error::new(
-        ErrorKind::InvalidOperation,
-        "the template cut user-provided text in a way xwen cannot track",
-    )
+    Error::new(ErrorKind::InvalidOperation, "the template cut user-provided text in a way xwen cannot track")
 }
 
 /// Applies a marker-aware text operation to a string value (non-strings are stringified,
@@ -89,10 +64,7 @@ fn text_op(v: &Value, f: impl FnOnce(&str) -> Result<String, Mangled>) -> Result
 fn capitalize(s: &str) -> String {
     let mut chars = s.chars();
     match chars.next() {
-        Some(first) => first
-            .to_uppercase()
-            .chain(chars.flat_map(char::to_lowercase))
-            .collect(),
+        Some(first) => first.to_uppercase().chain(chars.flat_map(char::to_lowercase)).collect(),
         None => String::new(),
     }
 }
@@ -100,26 +72,19 @@ fn capitalize(s: &str) -> String {
 /// `length` / `count`: characters of the text itself, not of its markers.
 fn length(v: Value) -> Result<Value, Error> {
     match v.as_str() {
-        Some(s) => Ok(Value::from(
-            s.chars().filter(|&c| !taint::is_marker(c)).count(),
-        )),
+        Some(s) => Ok(Value::from(s.chars().filter(|&c| !taint::is_marker(c)).count())),
         None => minijinja::filters::length(&v).map(Value::from),
     }
 }
 
 /// Hugging Face's `tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)`.
 fn tojson(v: Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value, Error> {
-    let indent = indent
-        .or(kwargs.get::<Option<Value>>("indent")?)
-        .filter(|i| !i.is_none() && !i.is_undefined());
+    let indent = indent.or(kwargs.get::<Option<Value>>("indent")?).filter(|i| !i.is_none() && !i.is_undefined());
     let indent = match indent {
         None => None,
         Some(i) => Some(match i.as_str() {
             Some(s) => s.to_string(),
-            None => " "
-                .repeat(i.as_usize().ok_or_else(|| {
-                    Error::new(ErrorKind::InvalidOperation, "tojson: bad indent")
-                })?),
+            None => " ".repeat(i.as_usize().ok_or_else(|| Error::new(ErrorKind::InvalidOperation, "tojson: bad indent"))?),
         }),
     };
     let separators = match kwargs.get::<Option<Value>>("separators")? {
@@ -127,12 +92,7 @@ fn tojson(v: Value, indent: Option<Value>, kwargs: Kwargs) -> Result<Value, Erro
             let seps: Vec<String> = seps.try_iter()?.map(|s| s.to_string()).collect();
             match seps.as_slice() {
                 [a, b] => Some((a.clone(), b.clone())),
-                _ => {
-                    return Err(Error::new(
-                        ErrorKind::InvalidOperation,
-                        "tojson: separators must be a pair",
-                    ))
-                }
+                _ => return Err(Error::new(ErrorKind::InvalidOperation, "tojson: separators must be a pair")),
             }
         }
         _ => None,
@@ -172,14 +132,10 @@ fn method(state: &mut State, value: &Value, name: &str, args: &[Value]) -> Resul
         }
         "upper" => text_op(value, |s| taint::remap(s, str::to_uppercase)),
         "lower" => text_op(value, |s| taint::remap(s, str::to_lowercase)),
-        "title" => text_op(value, |s| {
-            taint::remap(s, |t| minijinja::filters::title(t.into()))
-        }),
+        "title" => text_op(value, |s| taint::remap(s, |t| minijinja::filters::title(t.into()))),
         "capitalize" => text_op(value, |s| taint::remap(s, capitalize)),
         // `join` and `format` build new text from marked pieces, which stay balanced.
-        "join" | "format" => {
-            minijinja_contrib::pycompat::unknown_method_callback(state, value, name, args)
-        }
+        "join" | "format" => minijinja_contrib::pycompat::unknown_method_callback(state, value, name, args),
         _ => {
             let clean = Value::from(taint::clean(s));
             minijinja_contrib::pycompat::unknown_method_callback(state, &clean, name, args)
@@ -197,11 +153,7 @@ fn namespace(defaults: Option<ValueOrKwargs>) -> Result<Value, Error> {
     let mut pairs = Vec::new();
     for key in defaults.try_iter()? {
         let v = defaults.get_item(&key)?;
-        let v = if v.kind() == ValueKind::Seq {
-            Value::from_object(PyList::new(v.try_iter()?.collect()))
-        } else {
-            v
-        };
+        let v = if v.kind() == ValueKind::Seq { Value::from_object(PyList::new(v.try_iter()?.collect())) } else { v };
         pairs.push((key, v));
     }
     minijinja::functions::namespace(Some(Value::from_pairs(pairs).into()))
@@ -236,12 +188,7 @@ impl Object for PyList {
         Enumerator::Values(self.items())
     }
 
-    fn call_method(
-        self: &Arc<Self>,
-        state: &mut State,
-        method: &str,
-        args: &[Value],
-    ) -> Result<Value, Error> {
+    fn call_method(self: &Arc<Self>, state: &mut State, method: &str, args: &[Value]) -> Result<Value, Error> {
         let poisoned = |_| Error::new(ErrorKind::InvalidOperation, "list lock poisoned");
         let mut items = self.0.lock().map_err(poisoned)?;
         match method {
@@ -268,10 +215,7 @@ impl Object for PyList {
                 let i = i.unwrap_or(-1);
                 let i = if i < 0 { len + i } else { i };
                 if i < 0 || i >= len {
-                    return Err(Error::new(
-                        ErrorKind::InvalidOperation,
-                        "pop index out of range",
-                    ));
+                    return Err(Error::new(ErrorKind::InvalidOperation, "pop index out of range"));
                 }
                 Ok(items.remove(i as usize))
             }

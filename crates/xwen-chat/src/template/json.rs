@@ -24,13 +24,7 @@ impl JsonStyle {
             let item = if indent.is_some() { "," } else { ", " };
             (item.to_string(), ": ".to_string())
         });
-        JsonStyle {
-            ensure_ascii: false,
-            indent,
-            item_sep,
-            key_sep,
-            sort_keys: false,
-        }
+        JsonStyle { ensure_ascii: false, indent, item_sep, key_sep, sort_keys: false }
     }
 }
 
@@ -103,12 +97,7 @@ fn write_value(out: &mut String, v: &Value, style: &JsonStyle, depth: usize) -> 
             newline(out, style, depth);
             out.push(']');
         }
-        kind => {
-            return Err(Error::new(
-                ErrorKind::InvalidOperation,
-                format!("tojson: cannot serialize {kind}"),
-            ))
-        }
+        kind => return Err(Error::new(ErrorKind::InvalidOperation, format!("tojson: cannot serialize {kind}"))),
     }
     Ok(())
 }
@@ -145,11 +134,7 @@ fn py_float(f: f64) -> String {
         return "NaN".into();
     }
     if f.is_infinite() {
-        return if f > 0.0 {
-            "Infinity".into()
-        } else {
-            "-Infinity".into()
-        };
+        return if f > 0.0 { "Infinity".into() } else { "-Infinity".into() };
     }
     let a = f.abs();
     if a != 0.0 && !(1e-4..1e16).contains(&a) {
@@ -172,26 +157,13 @@ mod tests {
 
     #[test]
     fn formats_like_python_json_dumps() {
-        let v = Value::from(minijinja::value::Serde(
-            serde_json::json!({"b": [1, 2.5, 1.0, 1e20, 1.5e-7], "a": {"x": "é\"\n"}, "c": null, "d": true, "e": []}),
-        ));
+        let v = Value::from(minijinja::value::Serde(serde_json::json!({"b": [1, 2.5, 1.0, 1e20, 1.5e-7], "a": {"x": "é\"\n"}, "c": null, "d": true, "e": []})));
         let s = to_json(&v, &JsonStyle::new(None, None)).unwrap();
         // Insertion order is kept (serde_json's preserve_order is on for this crate).
-        assert_eq!(
-            s,
-            r#"{"b": [1, 2.5, 1.0, 1e+20, 1.5e-07], "a": {"x": "é\"\n"}, "c": null, "d": true, "e": []}"#
-        );
+        assert_eq!(s, r#"{"b": [1, 2.5, 1.0, 1e+20, 1.5e-07], "a": {"x": "é\"\n"}, "c": null, "d": true, "e": []}"#);
         let mut style = JsonStyle::new(Some("  ".into()), None);
         style.ensure_ascii = true;
-        assert_eq!(
-            to_json(
-                &Value::from(minijinja::value::Serde(
-                    serde_json::json!({"k": ["é", "😀"]})
-                )),
-                &style
-            )
-            .unwrap(),
-            "{\n  \"k\": [\n    \"\\u00e9\",\n    \"\\ud83d\\ude00\"\n  ]\n}"
-        );
+        assert_eq!(to_json(&Value::from(minijinja::value::Serde(serde_json::json!({"k": ["é", "😀"]}))), &style).unwrap(),
+            "{\n  \"k\": [\n    \"\\u00e9\",\n    \"\\ud83d\\ude00\"\n  ]\n}");
     }
 }

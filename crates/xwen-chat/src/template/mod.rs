@@ -18,8 +18,8 @@ mod time;
 use minijinja::Environment;
 use xwen_gguf::GgufFile;
 
-use context::Marking;
 pub use context::{ChatMessage, RenderOptions, ToolCall};
+use context::Marking;
 
 use crate::{ChatError, Segment};
 
@@ -33,10 +33,7 @@ pub struct ChatTemplate {
 
 impl std::fmt::Debug for ChatTemplate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ChatTemplate")
-            .field("bos_token", &self.bos_token)
-            .field("eos_token", &self.eos_token)
-            .finish()
+        f.debug_struct("ChatTemplate").field("bos_token", &self.bos_token).field("eos_token", &self.eos_token).finish()
     }
 }
 
@@ -45,13 +42,8 @@ impl ChatTemplate {
     pub fn new(source: &str) -> Result<Self, ChatError> {
         let mut env = env::environment();
         // Marker characters in the template itself would forge content boundaries.
-        env.add_template_owned(NAME, taint::sanitize(source))
-            .map_err(template_error)?;
-        Ok(ChatTemplate {
-            env,
-            bos_token: String::new(),
-            eos_token: String::new(),
-        })
+        env.add_template_owned(NAME, taint::sanitize(source)).map_err(template_error)?;
+        Ok(ChatTemplate { env, bos_token: String::new(), eos_token: String::new() })
     }
 
     /// The GGUF's `tokenizer.chat_template`, with its BOS/EOS token texts; `None` if it has none.
@@ -81,18 +73,11 @@ impl ChatTemplate {
     /// Renders the conversation. Joined, the segments are exactly the template's output;
     /// every character that came from a message, reasoning, tool call or tool result is in a
     /// `Content` segment.
-    pub fn render(
-        &self,
-        messages: &[ChatMessage],
-        opts: &RenderOptions,
-    ) -> Result<Vec<Segment>, ChatError> {
+    pub fn render(&self, messages: &[ChatMessage], opts: &RenderOptions) -> Result<Vec<Segment>, ChatError> {
         let reference = self.render_raw(messages, opts, Marking::Off)?;
         let mut last_err = None;
         for marking in [Marking::Full, Marking::Text] {
-            match self
-                .render_raw(messages, opts, marking)
-                .map(|s| split_segments(&s))
-            {
+            match self.render_raw(messages, opts, marking).map(|s| split_segments(&s)) {
                 Ok(Ok(segs)) if crate::segments_text(&segs) == reference => return Ok(segs),
                 Ok(Ok(_)) => last_err = Some("marking user text changed the rendering".to_string()),
                 Ok(Err(e)) | Err(ChatError::Template(e)) => last_err = Some(e),
@@ -106,24 +91,14 @@ impl ChatTemplate {
     }
 
     /// The plain rendered text (no content/markup split).
-    pub fn render_text(
-        &self,
-        messages: &[ChatMessage],
-        opts: &RenderOptions,
-    ) -> Result<String, ChatError> {
+    pub fn render_text(&self, messages: &[ChatMessage], opts: &RenderOptions) -> Result<String, ChatError> {
         self.render_raw(messages, opts, Marking::Off)
     }
 
-    fn render_raw(
-        &self,
-        messages: &[ChatMessage],
-        opts: &RenderOptions,
-        marking: Marking,
-    ) -> Result<String, ChatError> {
+    fn render_raw(&self, messages: &[ChatMessage], opts: &RenderOptions, marking: Marking) -> Result<String, ChatError> {
         let ctx = context::context(messages, opts, &self.bos_token, &self.eos_token, marking);
         let tmpl = self.env.get_template(NAME).map_err(template_error)?;
-        tmpl.render(minijinja::Value::from(minijinja::value::Serde(&ctx)))
-            .map_err(template_error)
+        tmpl.render(minijinja::Value::from(minijinja::value::Serde(&ctx))).map_err(template_error)
     }
 }
 
@@ -140,14 +115,11 @@ fn template_error(e: minijinja::Error) -> ChatError {
 
 /// Cuts a marked rendering into segments; a marker out of place is an error.
 fn split_segments(marked: &str) -> Result<Vec<Segment>, String> {
-    let runs = taint::Runs::parse(marked)
-        .map_err(|_| "the template cut user-provided text apart".to_string())?;
+    let runs = taint::Runs::parse(marked).map_err(|_| "the template cut user-provided text apart".to_string())?;
     let mut segs: Vec<Segment> = Vec::new();
     for (is_content, text) in runs.0 {
         match (segs.last_mut(), is_content) {
-            (Some(Segment::Content(s)), true) | (Some(Segment::Markup(s)), false) => {
-                s.push_str(text)
-            }
+            (Some(Segment::Content(s)), true) | (Some(Segment::Markup(s)), false) => s.push_str(text),
             (_, true) => segs.push(Segment::Content(text.to_string())),
             (_, false) => segs.push(Segment::Markup(text.to_string())),
         }

@@ -17,6 +17,7 @@ pub(crate) fn is_marker(c: char) -> bool {
     c == OPEN || c == CLOSE
 }
 
+
 /// Removes marker characters an input might carry, so it cannot forge a run boundary.
 pub(crate) fn sanitize(s: &str) -> String {
     s.replace([OPEN, CLOSE], "")
@@ -122,12 +123,7 @@ fn push_run(out: &mut String, marked: bool, text: &str) {
 }
 
 /// llama.cpp's jinja `strip` (C `isspace` without `chars`), on the clean text.
-pub(crate) fn strip(
-    s: &str,
-    chars: Option<&str>,
-    left: bool,
-    right: bool,
-) -> Result<String, Mangled> {
+pub(crate) fn strip(s: &str, chars: Option<&str>, left: bool, right: bool) -> Result<String, Mangled> {
     let runs = Runs::parse(s)?;
     let text = runs.clean();
     let strip_it = |c: char| match chars {
@@ -146,11 +142,7 @@ pub(crate) fn strip(
 
 /// Python's `str.split(sep, maxsplit)`: `sep = None` splits on whitespace runs and drops
 /// empty pieces.
-pub(crate) fn split(
-    s: &str,
-    sep: Option<&str>,
-    maxsplit: Option<i64>,
-) -> Result<Vec<String>, Mangled> {
+pub(crate) fn split(s: &str, sep: Option<&str>, maxsplit: Option<i64>) -> Result<Vec<String>, Mangled> {
     let runs = Runs::parse(s)?;
     let text = runs.clean();
     let mut left = maxsplit.filter(|&m| m >= 0).map(|m| m as usize);
@@ -159,9 +151,7 @@ pub(crate) fn split(
         Some(sep) => {
             let mut start = 0;
             while left != Some(0) {
-                let Some(p) = text[start..].find(sep) else {
-                    break;
-                };
+                let Some(p) = text[start..].find(sep) else { break };
                 pieces.push(start..start + p);
                 start += p + sep.len();
                 left = left.map(|n| n - 1);
@@ -189,12 +179,7 @@ pub(crate) fn split(
 
 /// `str.replace(old, new, count)` on the clean text. A replacement inside one run takes that
 /// run's marking; one that spans runs is marked if any part of the original was.
-pub(crate) fn replace(
-    s: &str,
-    old: &str,
-    new: &str,
-    count: Option<i64>,
-) -> Result<String, Mangled> {
+pub(crate) fn replace(s: &str, old: &str, new: &str, count: Option<i64>) -> Result<String, Mangled> {
     let runs = Runs::parse(s)?;
     let text = runs.clean();
     let marked_at = |r: Range<usize>| {
@@ -262,39 +247,23 @@ mod tests {
     use super::*;
 
     fn m(s: &str) -> String {
-        s.replace('[', &OPEN.to_string())
-            .replace(']', &CLOSE.to_string())
+        s.replace('[', &OPEN.to_string()).replace(']', &CLOSE.to_string())
     }
 
     #[test]
     fn strip_keeps_runs_marked() {
         assert_eq!(strip(&m("[  hi  ]"), None, true, true).unwrap(), m("[hi]"));
         assert_eq!(strip(&m("\n[ \n]"), None, true, true).unwrap(), "");
-        assert_eq!(
-            strip(&m("<x>[\n\nhi]"), Some("\n"), false, true).unwrap(),
-            m("<x>[\n\nhi]")
-        );
-        assert_eq!(
-            strip(&m("[\n\nhi\n]\n"), Some("\n"), true, false).unwrap(),
-            m("[hi\n]\n")
-        );
+        assert_eq!(strip(&m("<x>[\n\nhi]"), Some("\n"), false, true).unwrap(), m("<x>[\n\nhi]"));
+        assert_eq!(strip(&m("[\n\nhi\n]\n"), Some("\n"), true, false).unwrap(), m("[hi\n]\n"));
     }
 
     #[test]
     fn split_rebalances_pieces() {
         let s = m("<a>[why</think>ans]");
-        assert_eq!(
-            split(&s, Some("</think>"), None).unwrap(),
-            vec![m("<a>[why]"), m("[ans]")]
-        );
-        assert_eq!(
-            split(&m("[a  b] c"), None, None).unwrap(),
-            vec![m("[a]"), m("[b]"), "c".to_string()]
-        );
-        assert_eq!(
-            split(&m("[a,b,c]"), Some(","), Some(1)).unwrap(),
-            vec![m("[a]"), m("[b,c]")]
-        );
+        assert_eq!(split(&s, Some("</think>"), None).unwrap(), vec![m("<a>[why]"), m("[ans]")]);
+        assert_eq!(split(&m("[a  b] c"), None, None).unwrap(), vec![m("[a]"), m("[b]"), "c".to_string()]);
+        assert_eq!(split(&m("[a,b,c]"), Some(","), Some(1)).unwrap(), vec![m("[a]"), m("[b,c]")]);
         assert_eq!(split("a,,b", Some(","), None).unwrap(), vec!["a", "", "b"]);
         assert_eq!(split("  a b  ", None, Some(1)).unwrap(), vec!["a", "b  "]);
     }
@@ -304,10 +273,7 @@ mod tests {
         assert_eq!(replace(&m("x[a-b]"), "-", "+", None).unwrap(), m("x[a+b]"));
         assert_eq!(replace(&m("x[ab]"), "xa", "Y", None).unwrap(), m("[Yb]"));
         assert_eq!(replace("ab", "", "-", None).unwrap(), "-a-b-");
-        assert_eq!(
-            remap(&m("a[bc]"), |t| t.to_uppercase()).unwrap(),
-            m("A[BC]")
-        );
+        assert_eq!(remap(&m("a[bc]"), |t| t.to_uppercase()).unwrap(), m("A[BC]"));
         assert_eq!(remap(&m("[ß]"), |t| t.to_uppercase()).unwrap(), m("[SS]"));
     }
 
@@ -316,10 +282,7 @@ mod tests {
         assert!(Runs::parse(&m("[a")).is_err());
         assert!(Runs::parse(&m("a]")).is_err());
         assert!(Runs::parse(&m("[[a]]")).is_err());
-        assert_eq!(
-            Runs::parse(&m("a[b]c")).unwrap().0,
-            vec![(false, "a"), (true, "b"), (false, "c")]
-        );
+        assert_eq!(Runs::parse(&m("a[b]c")).unwrap().0, vec![(false, "a"), (true, "b"), (false, "c")]);
         assert_eq!(wrap(&m("x[y")), m("[xy]"));
     }
 }

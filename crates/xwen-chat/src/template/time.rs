@@ -5,34 +5,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use minijinja::Error;
 
-const MONTHS: [&str; 12] = [
-    "January",
-    "February",
-    "March",
-    "April",
-    "May",
-    "June",
-    "July",
-    "August",
-    "September",
-    "October",
-    "November",
-    "December",
-];
-const DAYS: [&str; 7] = [
-    "Monday",
-    "Tuesday",
-    "Wednesday",
-    "Thursday",
-    "Friday",
-    "Saturday",
-    "Sunday",
-];
+const MONTHS: [&str; 12] =
+    ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December"];
+const DAYS: [&str; 7] = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"];
 
 pub(crate) fn strftime_now(fmt: &str) -> Result<String, Error> {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() as i64);
     Ok(strftime(fmt, secs))
 }
 
@@ -78,13 +56,7 @@ fn strftime(fmt: &str, secs: i64) -> String {
         if unpadded {
             spec = chars.next();
         }
-        let num = |n: i64, w: usize| {
-            if unpadded {
-                n.to_string()
-            } else {
-                format!("{n:0w$}")
-            }
-        };
+        let num = |n: i64, w: usize| if unpadded { n.to_string() } else { format!("{n:0w$}") };
         match spec {
             Some('Y') => out.push_str(&y.to_string()),
             Some('y') => out.push_str(&num(y.rem_euclid(100), 2)),
@@ -125,10 +97,7 @@ mod tests {
         // 2024-02-29 13:05:09 UTC, a Thursday, day 60 of the year.
         let t = 1_709_211_909;
         assert_eq!(strftime("%d %b %Y", t), "29 Feb 2024");
-        assert_eq!(
-            strftime("%A %B %-d, %Y %H:%M:%S %j %p %%", t),
-            "Thursday February 29, 2024 13:05:09 060 PM %"
-        );
+        assert_eq!(strftime("%A %B %-d, %Y %H:%M:%S %j %p %%", t), "Thursday February 29, 2024 13:05:09 060 PM %");
         assert_eq!(strftime("%F %Q", 0), "1970-01-01 %Q");
     }
 }

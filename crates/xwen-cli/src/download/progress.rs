@@ -54,9 +54,7 @@ impl Progress {
             drawn: false,
         };
         if !tty {
-            let size = total
-                .map(|t| format!(" ({})", human_bytes(t)))
-                .unwrap_or_default();
+            let size = total.map(|t| format!(" ({})", human_bytes(t))).unwrap_or_default();
             eprintln!("xwen: downloading {name}{size}");
         }
         p
@@ -76,8 +74,7 @@ impl Progress {
     pub fn update(&mut self, done: u64) {
         let now = Instant::now();
         self.window.push_back((now, done));
-        while self.window.len() > 2 && now.duration_since(self.window[0].0) > Duration::from_secs(5)
-        {
+        while self.window.len() > 2 && now.duration_since(self.window[0].0) > Duration::from_secs(5) {
             self.window.pop_front();
         }
         let every = if self.tty {
@@ -85,10 +82,7 @@ impl Progress {
         } else {
             Duration::from_secs(30)
         };
-        if self
-            .last_draw
-            .is_some_and(|t| now.duration_since(t) < every)
-        {
+        if self.last_draw.is_some_and(|t| now.duration_since(t) < every) {
             return;
         }
         if self.last_draw.is_none() && !self.tty {
@@ -107,9 +101,7 @@ impl Progress {
 
     fn line(&self, done: u64) -> String {
         let rate = match (self.window.front(), self.window.back()) {
-            (Some(a), Some(b)) if b.0 > a.0 => {
-                (b.1 - a.1) as f64 / b.0.duration_since(a.0).as_secs_f64()
-            }
+            (Some(a), Some(b)) if b.0 > a.0 => (b.1 - a.1) as f64 / b.0.duration_since(a.0).as_secs_f64(),
             _ => 0.0,
         };
         let speed = format!("{:.1} MB/s", rate / 1e6);
@@ -118,9 +110,7 @@ impl Progress {
                 let frac = (done as f64 / t as f64).min(1.0);
                 let width = 24;
                 let fill = (frac * width as f64) as usize;
-                let bar: String = (0..width)
-                    .map(|i| if i < fill { '#' } else { '-' })
-                    .collect();
+                let bar: String = (0..width).map(|i| if i < fill { '#' } else { '-' }).collect();
                 let eta = if rate > 0.0 {
                     human_secs((t - done.min(t)) as f64 / rate)
                 } else {

@@ -37,9 +37,7 @@ pub struct Config {
 }
 
 fn req_u(f: &GgufFile, key: &str) -> Result<usize> {
-    f.get_u64(key)
-        .map(|v| v as usize)
-        .ok_or_else(|| EngineError::MissingKey(key.to_string()))
+    f.get_u64(key).map(|v| v as usize).ok_or_else(|| EngineError::MissingKey(key.to_string()))
 }
 
 /// A scalar key, or the first non-zero entry of a per-layer array.
@@ -55,147 +53,77 @@ fn req_u_or_arr(f: &GgufFile, key: &str) -> Result<usize> {
 
 impl Config {
     pub fn from_gguf(f: &GgufFile) -> Result<Config> {
-        let arch = f
-            .architecture()
-            .ok_or_else(|| EngineError::MissingKey("general.architecture".into()))?
-            .to_string();
+        let arch = f.architecture().ok_or_else(|| EngineError::MissingKey("general.architecture".into()))?.to_string();
         let k = |s: &str| format!("{arch}.{s}");
         let n_layer_all = req_u(f, &k("block_count"))?;
         let n_nextn = f.get_u64(&k("nextn_predict_layers")).unwrap_or(0) as usize;
-        let n_layer = n_layer_all
-            .checked_sub(n_nextn)
-            .filter(|&n| n > 0)
-            .ok_or_else(|| {
-                EngineError::BadHparams(format!(
-                    "block_count {n_layer_all} with {n_nextn} MTP layers"
-                ))
-            })?;
+        let n_layer = n_layer_all.checked_sub(n_nextn).filter(|&n| n > 0).ok_or_else(|| {
+            EngineError::BadHparams(format!("block_count {n_layer_all} with {n_nextn} MTP layers"))
+        })?;
         let hidden = req_u(f, &k("embedding_length"))?;
         let eps = f
             .get_f32(&k("attention.layer_norm_rms_epsilon"))
             .ok_or_else(|| EngineError::MissingKey(k("attention.layer_norm_rms_epsilon")))?;
         let recurrent: Vec<bool> = match f.get_array(&k("attention.recurrent_layers")) {
             Some(arr) => {
-                let v: Vec<bool> = arr
-                    .iter()
-                    .map(|x| {
-                        x.as_bool()
-                            .or_else(|| x.as_u64().map(|u| u != 0))
-                            .unwrap_or(false)
-                    })
-                    .collect();
+                let v: Vec<bool> = arr.iter().map(|x| x.as_bool().or_else(|| x.as_u64().map(|u| u != 0)).unwrap_or(false)).collect();
                 if v.len() < n_layer {
-                    return Err(EngineError::BadHparams(format!(
-                        "recurrent_layers has {} entries for {n_layer} layers",
-                        v.len()
-                    )));
+                    return Err(EngineError::BadHparams(format!("recurrent_layers has {} entries for {n_layer} layers", v.len())));
                 }
                 v[..n_layer].to_vec()
             }
             None => {
-                let interval =
-                    f.get_u64(&k("full_attention_interval")).unwrap_or(4).max(1) as usize;
+                let interval = f.get_u64(&k("full_attention_interval")).unwrap_or(4).max(1) as usize;
                 (0..n_layer).map(|i| (i + 1) % interval != 0).collect()
             }
         };
         let head_dim = req_u(f, &k("attention.key_length"))?;
-        if f.get_u64(&k("attention.value_length"))
-            .map(|v| v as usize)
-            .unwrap_or(head_dim)
-            != head_dim
-        {
-            return Err(EngineError::BadHparams(
-                "attention key_length != value_length".into(),
-            ));
+        if f.get_u64(&k("attention.value_length")).map(|v| v as usize).unwrap_or(head_dim) != head_dim {
+            return Err(EngineError::BadHparams("attention key_length != value_length".into()));
         }
         let attn = AttnDims {
             n_head: req_u_or_arr(f, &k("attention.head_count"))?,
             n_head_kv: req_u_or_arr(f, &k("attention.head_count_kv"))?,
             head_dim,
-            n_rot: f
-                .get_u64(&k("rope.dimension_count"))
-                .map(|v| v as usize)
-                .unwrap_or(head_dim),
+            n_rot: f.get_u64(&k("rope.dimension_count")).map(|v| v as usize).unwrap_or(head_dim),
             rope_base: f.get_f32(&k("rope.freq_base")).unwrap_or(10000.0),
             eps,
         };
         if attn.n_head == 0 || attn.n_head_kv == 0 || attn.n_head % attn.n_head_kv != 0 {
-            return Err(EngineError::BadHparams(format!(
-                "{} heads / {} kv heads",
-                attn.n_head, attn.n_head_kv
-            )));
+            return Err(EngineError::BadHparams(format!("{} heads / {} kv heads", attn.n_head, attn.n_head_kv)));
         }
         if attn.n_rot == 0 || attn.n_rot > head_dim || attn.n_rot % 2 != 0 {
-            return Err(EngineError::BadHparams(format!(
-                "rope dims {} for head dim {head_dim}",
-                attn.n_rot
-            )));
+            return Err(EngineError::BadHparams(format!("rope dims {} for head dim {head_dim}", attn.n_rot)));
         }
         let n_k_heads = req_u(f, &k("ssm.group_count"))?;
         let n_v_heads = req_u(f, &k("ssm.time_step_rank"))?;
         let state = req_u(f, &k("ssm.state_size"))?;
         let inner = req_u(f, &k("ssm.inner_size"))?;
-        let delta = DeltaDims {
-            n_k_heads,
-            n_v_heads,
-            head_dim: state,
-            conv_kernel: req_u(f, &k("ssm.conv_kernel"))?,
-            eps,
-        };
-        if n_k_heads == 0
-            || n_v_heads % n_k_heads != 0
-            || inner != n_v_heads * state
-            || delta.conv_kernel < 1
-        {
+        let delta = DeltaDims { n_k_heads, n_v_heads, head_dim: state, conv_kernel: req_u(f, &k("ssm.conv_kernel"))?, eps };
+        if n_k_heads == 0 || n_v_heads % n_k_heads != 0 || inner != n_v_heads * state || delta.conv_kernel < 1 {
             return Err(EngineError::BadHparams(format!(
                 "DeltaNet geometry: {n_k_heads} K-heads, {n_v_heads} V-heads, state {state}, inner {inner}"
             )));
         }
-        let emb = f
-            .tensor("token_embd.weight")
-            .ok_or_else(|| EngineError::MissingTensor("token_embd.weight".into()))?;
-        let n_vocab = *emb
-            .dims
-            .get(1)
-            .ok_or_else(|| EngineError::BadHparams("token_embd is 1-D".into()))?
-            as usize;
+        let emb = f.tensor("token_embd.weight").ok_or_else(|| EngineError::MissingTensor("token_embd.weight".into()))?;
+        let n_vocab = *emb.dims.get(1).ok_or_else(|| EngineError::BadHparams("token_embd is 1-D".into()))? as usize;
         let moe = if arch == "qwen35moe" {
             Some(MoeDims {
                 n_expert: req_u(f, &k("expert_count"))?,
                 n_used: req_u(f, &k("expert_used_count"))?,
                 expert_ff: req_u(f, &k("expert_feed_forward_length"))?,
-                shared_ff: f
-                    .get_u64(&k("expert_shared_feed_forward_length"))
-                    .unwrap_or(0) as usize,
+                shared_ff: f.get_u64(&k("expert_shared_feed_forward_length")).unwrap_or(0) as usize,
             })
         } else {
             None
         };
         if let Some(m) = &moe {
             if m.n_used == 0 || m.n_used > m.n_expert {
-                return Err(EngineError::BadHparams(format!(
-                    "{} of {} experts used",
-                    m.n_used, m.n_expert
-                )));
+                return Err(EngineError::BadHparams(format!("{} of {} experts used", m.n_used, m.n_expert)));
             }
         }
-        let ff = if moe.is_some() {
-            0
-        } else {
-            req_u_or_arr(f, &k("feed_forward_length"))?
-        };
-        Ok(Config {
-            arch,
-            n_layer,
-            hidden,
-            n_vocab,
-            eps,
-            recurrent,
-            attn,
-            delta,
-            ff,
-            moe,
-        })
+        let ff = if moe.is_some() { 0 } else { req_u_or_arr(f, &k("feed_forward_length"))? };
+        Ok(Config { arch, n_layer, hidden, n_vocab, eps, recurrent, attn, delta, ff, moe })
     }
 }
 
@@ -231,11 +159,7 @@ impl Qwen35 {
         let ld = Loader::new(f);
         let h = cfg.hidden;
         let tok_embd = ld.mat("token_embd.weight", cfg.n_vocab, h)?;
-        let output = if ld.has("output.weight") {
-            ld.mat("output.weight", cfg.n_vocab, h)?
-        } else {
-            tok_embd.clone()
-        };
+        let output = if ld.has("output.weight") { ld.mat("output.weight", cfg.n_vocab, h)? } else { tok_embd.clone() };
         let mut layers = Vec::with_capacity(cfg.n_layer);
         let mut experts = Vec::with_capacity(cfg.n_layer);
         for il in 0..cfg.n_layer {
@@ -263,16 +187,7 @@ impl Qwen35 {
             });
         }
         let output_norm = ld.vec("output_norm.weight", h)?;
-        Ok((
-            Qwen35 {
-                cfg,
-                tok_embd,
-                layers,
-                output_norm,
-                output,
-            },
-            experts,
-        ))
+        Ok((Qwen35 { cfg, tok_embd, layers, output_norm, output }, experts))
     }
 
     pub fn new_state(&self) -> SeqState {
@@ -309,17 +224,10 @@ impl Qwen35 {
         for (t, &id) in tokens.iter().enumerate() {
             let id = id as usize;
             if id >= self.cfg.n_vocab {
-                return Err(EngineError::TokenOutOfRange {
-                    id: id as u32,
-                    n_vocab: self.cfg.n_vocab,
-                });
+                return Err(EngineError::TokenOutOfRange { id: id as u32, n_vocab: self.cfg.n_vocab });
             }
-            xwen_kernels::dequantize(
-                emb.ty,
-                &emb.data[id * rb..(id + 1) * rb],
-                &mut x[t * h..(t + 1) * h],
-            )
-            .map_err(|e| EngineError::State(format!("embedding: {e}")))?;
+            xwen_kernels::dequantize(emb.ty, &emb.data[id * rb..(id + 1) * rb], &mut x[t * h..(t + 1) * h])
+                .map_err(|e| EngineError::State(format!("embedding: {e}")))?;
         }
 
         drop(sp);
@@ -327,36 +235,18 @@ impl Qwen35 {
         for (il, layer) in self.layers.iter().enumerate() {
             let sp = ctx.span(Op::Norms);
             for t in 0..n {
-                ops::rms_norm(
-                    &x[t * h..(t + 1) * h],
-                    &layer.attn_norm,
-                    self.cfg.eps,
-                    &mut xn[t * h..(t + 1) * h],
-                );
+                ops::rms_norm(&x[t * h..(t + 1) * h], &layer.attn_norm, self.cfg.eps, &mut xn[t * h..(t + 1) * h]);
             }
             drop(sp);
             let mix = match (&layer.mixer, &mut st.layers[il]) {
-                (Mixer::Attn(w), LayerState::Attn(kv)) => {
-                    attention::forward(ctx, w, &self.cfg.attn, &xn, n, pos0, kv)
-                }
-                (Mixer::Delta(w), LayerState::Delta(ds)) => {
-                    deltanet::forward(ctx, w, &self.cfg.delta, &xn, n, ds)
-                }
-                _ => {
-                    return Err(EngineError::State(format!(
-                        "layer {il}: state kind does not match the model"
-                    )))
-                }
+                (Mixer::Attn(w), LayerState::Attn(kv)) => attention::forward(ctx, w, &self.cfg.attn, &xn, n, pos0, kv),
+                (Mixer::Delta(w), LayerState::Delta(ds)) => deltanet::forward(ctx, w, &self.cfg.delta, &xn, n, ds),
+                _ => return Err(EngineError::State(format!("layer {il}: state kind does not match the model"))),
             };
             add_inplace(&mut x, &mix);
             let sp = ctx.span(Op::Norms);
             for t in 0..n {
-                ops::rms_norm(
-                    &x[t * h..(t + 1) * h],
-                    &layer.post_attn_norm,
-                    self.cfg.eps,
-                    &mut xn[t * h..(t + 1) * h],
-                );
+                ops::rms_norm(&x[t * h..(t + 1) * h], &layer.post_attn_norm, self.cfg.eps, &mut xn[t * h..(t + 1) * h]);
             }
             drop(sp);
             let f = match &layer.ffn {
@@ -364,16 +254,7 @@ impl Qwen35 {
                     let _sp = ctx.span(Op::FfnDense);
                     ffn::forward(ctx, w, &xn, n)
                 }
-                Ffn::Moe(w) => moe::forward(
-                    ctx,
-                    w,
-                    self.cfg.moe.as_ref().expect("moe dims"),
-                    store,
-                    il,
-                    &xn,
-                    n,
-                    h,
-                )?,
+                Ffn::Moe(w) => moe::forward(ctx, w, self.cfg.moe.as_ref().expect("moe dims"), store, il, &xn, n, h)?,
             };
             add_inplace(&mut x, &f);
         }
@@ -386,12 +267,7 @@ impl Qwen35 {
         let _sp = ctx.span(Op::LmHead);
         let mut hn = vec![0.0f32; rows * h];
         for (i, t) in out_rows.enumerate() {
-            ops::rms_norm(
-                &x[t * h..(t + 1) * h],
-                &self.output_norm,
-                self.cfg.eps,
-                &mut hn[i * h..(i + 1) * h],
-            );
+            ops::rms_norm(&x[t * h..(t + 1) * h], &self.output_norm, self.cfg.eps, &mut hn[i * h..(i + 1) * h]);
         }
         Ok(ctx.mm(&self.output, &hn, rows))
     }

@@ -13,24 +13,15 @@ fn preset_names_round_trip() {
         assert_eq!(p.name().parse::<Preset>().unwrap(), p);
         assert_eq!(p.to_string(), p.name());
     }
-    assert!("qwen35-9000b"
-        .parse::<Preset>()
-        .unwrap_err()
-        .contains("qwen35moe-35b-a3b"));
+    assert!("qwen35-9000b".parse::<Preset>().unwrap_err().contains("qwen35moe-35b-a3b"));
 }
 
 #[test]
 fn full_size_plans_match_the_official_file_sizes() {
     // Tensor bytes of the ggml-org Q4_K_M files: Qwen3.6-35B-A3B 20.4 GB, Qwen3.6-27B 19.1 GB.
     // Matching them to 0.2% checks geometry and type mix together.
-    for (p, official) in [
-        (Preset::Qwen35Moe35bA3b, 20.4e9),
-        (Preset::Qwen35_27b, 19.1e9),
-    ] {
-        let bytes: u64 = tensor_plan(&p.geometry())
-            .iter()
-            .map(TensorPlan::n_bytes)
-            .sum();
+    for (p, official) in [(Preset::Qwen35Moe35bA3b, 20.4e9), (Preset::Qwen35_27b, 19.1e9)] {
+        let bytes: u64 = tensor_plan(&p.geometry()).iter().map(TensorPlan::n_bytes).sum();
         let rel = (bytes as f64 - official).abs() / official;
         assert!(rel < 0.002, "{p}: {bytes} bytes vs {official}");
     }
@@ -42,11 +33,7 @@ fn plans_have_llama_cpp_shapes_and_the_q4_k_m_mix() {
     let plan = tensor_plan(&g);
     let names: HashSet<_> = plan.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names.len(), plan.len(), "duplicate tensor names");
-    let get = |n: &str| {
-        plan.iter()
-            .find(|t| t.name == n)
-            .unwrap_or_else(|| panic!("{n} missing"))
-    };
+    let get = |n: &str| plan.iter().find(|t| t.name == n).unwrap_or_else(|| panic!("{n} missing"));
     let check = |n: &str, ty: GgmlType, dims: &[u64]| {
         let t = get(n);
         assert_eq!((t.ty, t.dims.as_slice()), (ty, dims), "{n}");
@@ -63,11 +50,7 @@ fn plans_have_llama_cpp_shapes_and_the_q4_k_m_mix() {
     check("blk.3.attn_k.weight", GgmlType::Q8_0, &[2048, 512]);
     check("blk.3.attn_output.weight", GgmlType::Q8_0, &[4096, 2048]);
     check("blk.3.attn_q_norm.weight", GgmlType::F32, &[256]);
-    check(
-        "blk.39.ffn_down_exps.weight",
-        GgmlType::Q4_K,
-        &[512, 2048, 256],
-    );
+    check("blk.39.ffn_down_exps.weight", GgmlType::Q4_K, &[512, 2048, 256]);
     check("blk.39.ffn_gate_inp.weight", GgmlType::F32, &[2048, 256]);
     check("blk.39.ffn_up_shexp.weight", GgmlType::Q8_0, &[2048, 512]);
     assert!(!names.contains("blk.3.attn_qkv.weight") && !names.contains("blk.4.attn_q.weight"));
@@ -80,9 +63,7 @@ fn plans_have_llama_cpp_shapes_and_the_q4_k_m_mix() {
         }
     }
     let dense = tensor_plan(&Preset::Qwen35_27b.geometry());
-    assert!(dense
-        .iter()
-        .any(|t| t.name == "blk.63.ffn_down.weight" && t.dims == [17408, 5120]));
+    assert!(dense.iter().any(|t| t.name == "blk.63.ffn_down.weight" && t.dims == [17408, 5120]));
 }
 
 fn read_f32s(f: &GgufFile, name: &str) -> Vec<f32> {
@@ -113,64 +94,31 @@ fn tiny_presets_write_loadable_files_with_realistic_values() {
             let ft = f.tensor(&t.name).unwrap();
             assert_eq!((ft.ty, &ft.dims), (t.ty, &t.dims), "{}", t.name);
             let x = read_f32s(&f, &t.name);
-            assert!(
-                x.iter().all(|v| v.is_finite()),
-                "{p}: {} has non-finite values",
-                t.name
-            );
+            assert!(x.iter().all(|v| v.is_finite()), "{p}: {} has non-finite values", t.name);
             let (m, s) = mean_std(&x);
             match t.fill {
-                Fill::Matrix => assert!(
-                    m.abs() < 2e-3 && (0.015..0.025).contains(&s),
-                    "{}: mean {m} std {s}",
-                    t.name
-                ),
+                Fill::Matrix => assert!(m.abs() < 2e-3 && (0.015..0.025).contains(&s), "{}: mean {m} std {s}", t.name),
                 Fill::Norm => assert!((m - 1.0).abs() < 0.05, "{}: mean {m}", t.name),
-                Fill::SsmA => assert!(
-                    x.iter().all(|&v| v < 0.0),
-                    "{}: ssm_a must be negative",
-                    t.name
-                ),
+                Fill::SsmA => assert!(x.iter().all(|&v| v < 0.0), "{}: ssm_a must be negative", t.name),
                 _ => {}
             }
         }
         assert_eq!(f.architecture(), Some(g.arch));
         assert_eq!(f.get_u32("general.file_type"), Some(15));
-        assert_eq!(
-            f.get_str("general.name"),
-            Some(format!("synthetic {p}").as_str())
-        );
-        assert_eq!(
-            f.get_array("tokenizer.ggml.tokens").unwrap().len(),
-            g.n_vocab
-        );
-        assert_eq!(
-            f.get_array("tokenizer.ggml.token_type").unwrap().len(),
-            g.n_vocab
-        );
-        let rec = f
-            .get_array(&f.arch_key("attention.recurrent_layers"))
-            .unwrap();
-        assert_eq!(
-            rec.iter().map(|v| v.as_bool().unwrap()).collect::<Vec<_>>(),
-            [true, true, true, false]
-        );
+        assert_eq!(f.get_str("general.name"), Some(format!("synthetic {p}").as_str()));
+        assert_eq!(f.get_array("tokenizer.ggml.tokens").unwrap().len(), g.n_vocab);
+        assert_eq!(f.get_array("tokenizer.ggml.token_type").unwrap().len(), g.n_vocab);
+        let rec = f.get_array(&f.arch_key("attention.recurrent_layers")).unwrap();
+        assert_eq!(rec.iter().map(|v| v.as_bool().unwrap()).collect::<Vec<_>>(), [true, true, true, false]);
         let cfg = crate::models::qwen35::Config::from_gguf(&f).unwrap();
-        assert_eq!(
-            (cfg.n_layer, cfg.hidden, cfg.n_vocab),
-            (g.n_layer, g.n_embd, g.n_vocab)
-        );
+        assert_eq!((cfg.n_layer, cfg.hidden, cfg.n_vocab), (g.n_layer, g.n_embd, g.n_vocab));
         std::fs::remove_file(&path).unwrap();
     }
 }
 
 #[test]
 fn same_seed_same_bytes_other_seed_other_bytes() {
-    let (a, b, c) = (
-        temp_path("a.gguf"),
-        temp_path("b.gguf"),
-        temp_path("c.gguf"),
-    );
+    let (a, b, c) = (temp_path("a.gguf"), temp_path("b.gguf"), temp_path("c.gguf"));
     write_synthetic(Preset::Qwen35Tiny, &a, None, 1).unwrap();
     write_synthetic(Preset::Qwen35Tiny, &b, None, 1).unwrap();
     write_synthetic(Preset::Qwen35Tiny, &c, None, 2).unwrap();
@@ -192,18 +140,9 @@ fn vocab_file(n_tokens: usize) -> GgufFile {
     let mut w = GgufWriter::new();
     w.add_kv("general.architecture", "qwen2".into());
     w.add_kv("tokenizer.ggml.model", "gpt2".into());
-    w.add_kv(
-        "tokenizer.ggml.tokens",
-        Value::Array((0..n_tokens).map(|i| Value::Str(format!("t{i}"))).collect()),
-    );
-    w.add_kv(
-        "tokenizer.ggml.token_type",
-        Value::Array(vec![Value::I32(1); n_tokens]),
-    );
-    w.add_kv(
-        "tokenizer.ggml.merges",
-        Value::Array(vec![Value::Str("t 1".into())]),
-    );
+    w.add_kv("tokenizer.ggml.tokens", Value::Array((0..n_tokens).map(|i| Value::Str(format!("t{i}"))).collect()));
+    w.add_kv("tokenizer.ggml.token_type", Value::Array(vec![Value::I32(1); n_tokens]));
+    w.add_kv("tokenizer.ggml.merges", Value::Array(vec![Value::Str("t 1".into())]));
     w.add_kv("tokenizer.ggml.eos_token_id", Value::U32(3));
     GgufFile::from_bytes(w.to_bytes()).unwrap()
 }
@@ -214,36 +153,19 @@ fn a_vocabulary_file_is_copied_and_padded() {
     let get = |k: &str| kv.iter().find(|(key, _)| key == k).map(|(_, v)| v).unwrap();
     let toks = get("tokenizer.ggml.tokens").as_array().unwrap();
     assert_eq!(toks.len(), 1024);
-    assert_eq!(
-        (toks[299].as_str(), toks[300].as_str()),
-        (Some("t299"), Some("[PAD300]"))
-    );
+    assert_eq!((toks[299].as_str(), toks[300].as_str()), (Some("t299"), Some("[PAD300]")));
     let types = get("tokenizer.ggml.token_type").as_array().unwrap();
-    assert_eq!(
-        (types.len(), &types[299], &types[300]),
-        (1024, &Value::I32(1), &Value::I32(5))
-    );
+    assert_eq!((types.len(), &types[299], &types[300]), (1024, &Value::I32(1), &Value::I32(5)));
     assert_eq!(get("tokenizer.ggml.eos_token_id"), &Value::U32(3));
-    assert!(
-        kv.iter().all(|(k, _)| k.starts_with("tokenizer.")),
-        "general.* keys must not be copied"
-    );
+    assert!(kv.iter().all(|(k, _)| k.starts_with("tokenizer.")), "general.* keys must not be copied");
     assert!(vocab::from_gguf(&vocab_file(2000), 1024).is_err());
 }
 
 #[test]
 fn the_synthetic_vocabulary_covers_every_byte() {
     let kv = vocab::synthetic(vocab::MIN_SYNTHETIC_VOCAB);
-    let toks = kv
-        .iter()
-        .find(|(k, _)| k == "tokenizer.ggml.tokens")
-        .unwrap()
-        .1
-        .as_array()
-        .unwrap();
+    let toks = kv.iter().find(|(k, _)| k == "tokenizer.ggml.tokens").unwrap().1.as_array().unwrap();
     let set: HashSet<_> = toks.iter().map(|t| t.as_str().unwrap()).collect();
     assert_eq!(set.len(), toks.len(), "duplicate tokens");
-    assert!(
-        set.contains("Ġ") && set.contains("Ċ") && set.contains("A") && set.contains("<|im_end|>")
-    );
+    assert!(set.contains("Ġ") && set.contains("Ċ") && set.contains("A") && set.contains("<|im_end|>"));
 }

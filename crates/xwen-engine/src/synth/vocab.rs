@@ -20,10 +20,7 @@ fn pad_token(id: usize) -> Value {
 /// Every `tokenizer.*` key of `vocab`, with the per-token arrays padded to `n_vocab` entries
 /// (the embedding rows), as convert_hf_to_gguf pads a vocabulary smaller than the matrix.
 pub(super) fn from_gguf(vocab: &GgufFile, n_vocab: usize) -> Result<Vec<(String, Value)>> {
-    let n = vocab
-        .get_array(TOKENS)
-        .map(<[Value]>::len)
-        .ok_or_else(|| EngineError::MissingKey(TOKENS.into()))?;
+    let n = vocab.get_array(TOKENS).map(<[Value]>::len).ok_or_else(|| EngineError::MissingKey(TOKENS.into()))?;
     if n > n_vocab {
         return Err(EngineError::BadHparams(format!(
             "the vocabulary file has {n} tokens, more than the preset's {n_vocab} embedding rows"
@@ -35,39 +32,23 @@ pub(super) fn from_gguf(vocab: &GgufFile, n_vocab: usize) -> Result<Vec<(String,
             continue;
         }
         let padded = match (k.as_str(), v) {
-            (TOKENS, Value::Array(a)) => Value::Array(
-                a.iter()
-                    .cloned()
-                    .chain((n..n_vocab).map(pad_token))
-                    .collect(),
-            ),
+            (TOKENS, Value::Array(a)) => Value::Array(a.iter().cloned().chain((n..n_vocab).map(pad_token)).collect()),
             (TOKEN_TYPE, Value::Array(a)) => {
                 // Keep the file's element type (i32 in every converter we know of).
                 let unused = match a.first() {
                     Some(Value::U32(_)) => Value::U32(TYPE_UNUSED as u32),
                     _ => Value::I32(TYPE_UNUSED),
                 };
-                Value::Array(
-                    a.iter()
-                        .cloned()
-                        .chain(std::iter::repeat(unused).take(n_vocab - a.len()))
-                        .collect(),
-                )
+                Value::Array(a.iter().cloned().chain(std::iter::repeat(unused).take(n_vocab - a.len())).collect())
             }
-            (SCORES, Value::Array(a)) => Value::Array(
-                a.iter()
-                    .cloned()
-                    .chain(std::iter::repeat(Value::F32(-1000.0)).take(n_vocab - a.len()))
-                    .collect(),
-            ),
+            (SCORES, Value::Array(a)) => {
+                Value::Array(a.iter().cloned().chain(std::iter::repeat(Value::F32(-1000.0)).take(n_vocab - a.len())).collect())
+            }
             _ => v.clone(),
         };
         if let Value::Array(a) = &padded {
             if matches!(k.as_str(), TOKENS | TOKEN_TYPE | SCORES) && a.len() != n_vocab {
-                return Err(EngineError::BadHparams(format!(
-                    "`{k}` has {} entries, `{TOKENS}` has {n}",
-                    a.len()
-                )));
+                return Err(EngineError::BadHparams(format!("`{k}` has {} entries, `{TOKENS}` has {n}", a.len())));
             }
         }
         out.push((k.clone(), padded));
@@ -78,9 +59,7 @@ pub(super) fn from_gguf(vocab: &GgufFile, n_vocab: usize) -> Result<Vec<(String,
 /// GPT-2's byte-to-unicode map: printable Latin-1 bytes stand for themselves, the rest are
 /// shifted to U+0100 and up, so every byte is a visible one-character token.
 fn byte_token(b: u8) -> char {
-    let printable = |c: u8| {
-        (b'!'..=b'~').contains(&c) || (0xa1..=0xac).contains(&c) || (0xae..=0xff).contains(&c)
-    };
+    let printable = |c: u8| (b'!'..=b'~').contains(&c) || (0xa1..=0xac).contains(&c) || (0xae..=0xff).contains(&c);
     if printable(b) {
         return char::from(b);
     }
@@ -89,19 +68,11 @@ fn byte_token(b: u8) -> char {
 }
 
 /// Special tokens of the Qwen chat format, as the tiny trained models define them.
-const SPECIALS: [&str; 7] = [
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<think>",
-    "</think>",
-    "<tool_call>",
-    "</tool_call>",
-];
+const SPECIALS: [&str; 7] =
+    ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>", "<tool_call>", "</tool_call>"];
 /// A few merges, so the BPE merge table is a real one (llama.cpp rejects a file without it).
 const MERGES: [(&str, &str); 4] = [("Ġ", "t"), ("Ġ", "a"), ("i", "n"), ("h", "e")];
-const CHAT_TEMPLATE: &str =
-    "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\n' + \
+const CHAT_TEMPLATE: &str = "{%- for message in messages %}{{- '<|im_start|>' + message['role'] + '\n' + \
 message['content'] + '<|im_end|>' + '\n' }}{%- endfor %}{%- if add_generation_prompt %}{{- \
 '<|im_start|>assistant\n' }}{%- endif %}";
 
@@ -111,10 +82,7 @@ pub(super) const MIN_SYNTHETIC_VOCAB: usize = 256 + MERGES.len() + SPECIALS.len(
 /// A byte-level BPE vocabulary (256 byte tokens, a few merges, the chat specials) padded to
 /// `n_vocab`, with the qwen35 pre-tokenizer.
 pub(super) fn synthetic(n_vocab: usize) -> Vec<(String, Value)> {
-    assert!(
-        n_vocab >= MIN_SYNTHETIC_VOCAB,
-        "synthetic vocabulary needs {MIN_SYNTHETIC_VOCAB} rows"
-    );
+    assert!(n_vocab >= MIN_SYNTHETIC_VOCAB, "synthetic vocabulary needs {MIN_SYNTHETIC_VOCAB} rows");
     let mut tokens: Vec<String> = (0..=255u8).map(|b| byte_token(b).to_string()).collect();
     let mut types = vec![TYPE_NORMAL; 256];
     for (a, b) in MERGES {
@@ -134,18 +102,10 @@ pub(super) fn synthetic(n_vocab: usize) -> Vec<(String, Value)> {
         ("tokenizer.ggml.model".into(), "gpt2".into()),
         ("tokenizer.ggml.pre".into(), "qwen35".into()),
         (TOKENS.into(), Value::Array(tok_values)),
-        (
-            TOKEN_TYPE.into(),
-            Value::Array(types.into_iter().map(Value::I32).collect()),
-        ),
+        (TOKEN_TYPE.into(), Value::Array(types.into_iter().map(Value::I32).collect())),
         (
             "tokenizer.ggml.merges".into(),
-            Value::Array(
-                MERGES
-                    .iter()
-                    .map(|(a, b)| Value::Str(format!("{a} {b}")))
-                    .collect(),
-            ),
+            Value::Array(MERGES.iter().map(|(a, b)| Value::Str(format!("{a} {b}"))).collect()),
         ),
         ("tokenizer.ggml.eos_token_id".into(), Value::U32(eos)),
         ("tokenizer.ggml.padding_token_id".into(), Value::U32(eos)),

@@ -8,8 +8,8 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{
-    bcast_i16, bsums32, f32at, h2f, hsum_ps, k4_scales_mins, load, load128, q6_hi, q6_offset,
-    scale_pair, Q8K, QK,
+    bcast_i16, bsums32, f32at, h2f, hsum_ps, k4_scales_mins, load, load128, q6_hi, q6_offset, scale_pair, Q8K,
+    QK,
 };
 use crate::formats::MultiDotFn;
 use crate::GgmlType;
