@@ -214,6 +214,87 @@ impl Pool {
 
     /// Tokens below `grouped` (a multiple of 4) take the 4-token-group kernels.
     fn matmul_q_grouped(&self, w: QMatrix, xq: &[u8], n_tok: usize, grouped: usize, y: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let done = self.matmul_q4k_tok8(w, xq, n_tok, grouped, y);
+            if done > 0 {
+                if done < n_tok {
+                    let arb = act_row_bytes(&w);
+                    self.matmul_q_plain(
+                        w,
+                        &xq[done * arb..],
+                        n_tok - done,
+                        grouped.saturating_sub(done),
+                        &mut y[done * w.rows..],
+                    );
+                }
+                return;
+            }
+        }
+        self.matmul_q_plain(w, xq, n_tok, grouped, y)
+    }
+
+    /// Repacked Q4_K (the bulk of prefill: dense FFN, routed experts) in whole groups of 8
+    /// tokens of one order (gemm below `grouped`, gemv when nothing is grouped) through the
+    /// token-lane kernel (`simd::avx2_q4k_tok8`); returns how many leading tokens it computed
+    /// (0 when it does not apply).
+    #[cfg(target_arch = "x86_64")]
+    fn matmul_q4k_tok8(&self, w: QMatrix, xq: &[u8], n_tok: usize, grouped: usize, y: &mut [f32]) -> usize {
+        use crate::simd::avx2_q4k_tok8::{rows4, Act8, Rows4, ROWS, TOK};
+        let applies = w.ty == GgmlType::Q4_K
+            && crate::q4k_repack::repacked(w.rows)
+            && matches!(dispatch::active(), dispatch::Isa::Avx2 | dispatch::Isa::Avx512)
+            && !(n_tok >= crate::tiled::MIN_BATCH && crate::tiled::applies(w.ty, w.rows));
+        let gemm = grouped > 0;
+        let groups = if gemm { grouped / TOK } else { n_tok / TOK };
+        if !applies || groups == 0 {
+            return 0;
+        }
+        w.validate();
+        let arb = act_row_bytes(&w);
+        let nb = w.cols / 256;
+        let mut act = Act8::default();
+        act.build(xq, arb, nb, groups);
+        let row_groups = w.rows / ROWS;
+        // one task per run of row quads, all token groups inside it: each quad's weights are
+        // widened once and stay in L1/L2 while every group streams past them
+        let chunk = row_chunk(row_groups, self.n_threads()).div_ceil(4).max(1);
+        let n_row_chunks = row_groups.div_ceil(chunk);
+        let yp = SyncPtr(y.as_mut_ptr());
+        let (rb, rows) = (w.row_bytes(), w.rows);
+        let act = &act;
+        self.run(n_row_chunks, &|rc| {
+            #[allow(clippy::redundant_locals)] // capture the Sync wrapper, not its raw field
+            let yp = yp;
+            let (q0, q1) = (rc * chunk, ((rc + 1) * chunk).min(row_groups));
+            let mut out = [[0f32; TOK]; ROWS];
+            let mut wide = Rows4::default();
+            for q in q0..q1 {
+                let r0 = q * ROWS;
+                wide.build(&w.data[r0 * rb..(r0 + ROWS) * rb], rb, nb);
+                for g in 0..groups {
+                    // SAFETY: AVX2/FMA/F16C checked above (active set); act holds `groups`
+                    // groups of nb blocks, as does `wide`.
+                    unsafe {
+                        if gemm {
+                            rows4::<true>(&wide, act, g, &mut out)
+                        } else {
+                            rows4::<false>(&wide, act, g, &mut out)
+                        }
+                    }
+                    for (r, o) in out.iter().enumerate() {
+                        for (t, &v) in o.iter().enumerate() {
+                            // SAFETY: (g * TOK + t, r0 + r) is in bounds and owned by this task.
+                            unsafe { *yp.0.add((g * TOK + t) * rows + r0 + r) = v };
+                        }
+                    }
+                }
+            }
+        });
+        groups * TOK
+    }
+
+    fn matmul_q_plain(&self, w: QMatrix, xq: &[u8], n_tok: usize, grouped: usize, y: &mut [f32]) {
         w.validate();
         assert_eq!(y.len(), n_tok * w.rows, "matmul: y must be n_tok × rows");
         let arb = act_row_bytes(&w);

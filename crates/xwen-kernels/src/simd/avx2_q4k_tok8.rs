@@ -1,0 +1,197 @@
+//! Batched Q4_K products for prefill, 8 tokens per vector: the float order of ggml's
+//! repacked gemm/gemv (see `crate::q4k_repack`), computed with tokens in the vector lanes.
+//!
+//! The per-row kernels (`avx2_q4k_repack`) hold one token's 32 elements in a vector, so every
+//! sub-block sum ends in a horizontal reduction, and their float epilogue is scalar. Here the
+//! activations of 8 tokens are interleaved once per product (4 consecutive elements of each
+//! token per 32-byte chunk, `Act8`) and each weight row is widened once per super-block, so a
+//! chunk is one broadcast of 4 weight codes, one maddubs and one i16 add; one madd with the
+//! sub-block scale per 8 chunks, and no horizontal step: the i32 lane t is token t's exact
+//! sub-block sum. The float
+//! steps then run on 8 tokens at once in exactly the per-output order of the reference (the
+//! integer sums are exact, so only where the roundings happen matters, and that is unchanged).
+
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+
+use crate::formats::q4_k::unpack_scales_k4;
+use crate::half::read_f16;
+
+const QK: usize = 256;
+const Q8K: usize = 292;
+const W: usize = 144;
+
+/// Tokens per group (vector lanes).
+pub const TOK: usize = 8;
+/// Rows per kernel call.
+pub const ROWS: usize = 4;
+
+/// Q8_K activations of groups of 8 tokens, interleaved for the kernel.
+#[derive(Default)]
+pub struct Act8 {
+    nb: usize,
+    /// [group][block][chunk of 4 elements (64)][token (8)][4 bytes]
+    qs: Vec<u8>,
+    /// [group][block][token] — the Q8_K scale
+    dy: Vec<f32>,
+    /// [group][block][pair k (4)][token (8)][2]: the i16 sums of sub-blocks 2k and 2k+1
+    bsp: Vec<i16>,
+}
+
+impl Act8 {
+    /// Interleaves `groups` groups of 8 consecutive Q8_K rows (row t at `a[t * stride..]`,
+    /// `nb` super-blocks each), starting at row 0 of `a`.
+    pub fn build(&mut self, a: &[u8], stride: usize, nb: usize, groups: usize) {
+        self.nb = nb;
+        self.qs.clear();
+        self.qs.resize(groups * nb * QK * TOK, 0);
+        self.dy.clear();
+        self.dy.resize(groups * nb * TOK, 0.0);
+        self.bsp.clear();
+        self.bsp.resize(groups * nb * 4 * TOK * 2, 0);
+        for g in 0..groups {
+            for t in 0..TOK {
+                let row = &a[(g * TOK + t) * stride..];
+                for i in 0..nb {
+                    let b = &row[i * Q8K..(i + 1) * Q8K];
+                    let gi = g * nb + i;
+                    self.dy[gi * TOK + t] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    let qs = &mut self.qs[gi * QK * TOK..(gi + 1) * QK * TOK];
+                    for c in 0..QK / 4 {
+                        qs[c * 32 + t * 4..c * 32 + t * 4 + 4].copy_from_slice(&b[4 + 4 * c..8 + 4 * c]);
+                    }
+                    let bs = |k: usize| i16::from_le_bytes([b[4 + QK + 2 * k], b[5 + QK + 2 * k]]);
+                    for k in 0..4 {
+                        for h in 0..2 {
+                            let j = 2 * k + h; // sub-block of 32 = bsums 2j, 2j+1
+                            self.bsp[((gi * 4 + k) * TOK + t) * 2 + h] = bs(2 * j) + bs(2 * j + 1);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// ROWS weight rows widened once for every token group: codes, scales, mins, d, dmin.
+#[derive(Default)]
+pub struct Rows4 {
+    nb: usize,
+    /// [block][row][256 codes]
+    codes: Vec<[u8; QK]>,
+    /// [block][row][sub-block]
+    sc: Vec<[i16; 8]>,
+    /// [block][row][pair]: mins of sub-blocks 2k (low 16 bits) and 2k+1 (high)
+    mn: Vec<[i32; 4]>,
+    /// [block][row]
+    d: Vec<f32>,
+    dmin: Vec<f32>,
+}
+
+impl Rows4 {
+    /// Widens ROWS consecutive rows of `w` (`row_bytes` each, `nb` super-blocks).
+    pub fn build(&mut self, w: &[u8], row_bytes: usize, nb: usize) {
+        self.nb = nb;
+        let n = nb * ROWS;
+        self.codes.resize(n, [0; QK]);
+        self.sc.resize(n, [0; 8]);
+        self.mn.resize(n, [0; 4]);
+        self.d.resize(n, 0.0);
+        self.dmin.resize(n, 0.0);
+        for i in 0..nb {
+            for r in 0..ROWS {
+                let b = &w[r * row_bytes + i * W..r * row_bytes + (i + 1) * W];
+                let x = i * ROWS + r;
+                self.d[x] = read_f16(b);
+                self.dmin[x] = read_f16(&b[2..]);
+                let (s, m) = unpack_scales_k4(&b[4..16]);
+                for j in 0..8 {
+                    self.sc[x][j] = s[j] as i16;
+                }
+                for k in 0..4 {
+                    self.mn[x][k] = (m[2 * k] as i32) | ((m[2 * k + 1] as i32) << 16);
+                }
+                let c = &mut self.codes[x];
+                for k in 0..4 {
+                    for l in 0..32 {
+                        let q = b[16 + 32 * k + l];
+                        c[64 * k + l] = q & 0xf;
+                        c[64 * k + 32 + l] = q >> 4;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `out[r][t]` = row r of `rows` times token t of activation group `g`, in the gemm (`GEMM`)
+/// or gemv order.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available; `act` holds at least g + 1 groups of the rows' block
+/// count.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn rows4<const GEMM: bool>(rows: &Rows4, act: &Act8, g: usize, out: &mut [[f32; TOK]; ROWS]) {
+    let nb = act.nb;
+    debug_assert_eq!(nb, rows.nb);
+    let mut acc = [_mm256_setzero_ps(); ROWS];
+    let mut accm = [_mm256_setzero_ps(); ROWS];
+    for i in 0..nb {
+        let gi = g * nb + i;
+        let dyv = _mm256_loadu_ps(act.dy.as_ptr().add(gi * TOK));
+        let mut d = [_mm256_setzero_ps(); ROWS];
+        let mut dmin = [_mm256_setzero_ps(); ROWS];
+        for r in 0..ROWS {
+            d[r] = _mm256_mul_ps(_mm256_set1_ps(rows.d[i * ROWS + r]), dyv);
+            dmin[r] = _mm256_mul_ps(_mm256_set1_ps(rows.dmin[i * ROWS + r]), dyv);
+        }
+        let qs = act.qs.as_ptr().add(gi * QK * TOK) as *const __m256i;
+        let bsp = act.bsp.as_ptr().add(gi * 4 * TOK * 2) as *const __m256i;
+        let codes = rows.codes.as_ptr().add(i * ROWS);
+        let mut s_tot = [_mm256_setzero_si256(); ROWS];
+        let mut m_tot = [_mm256_setzero_si256(); ROWS];
+        for k in 0..4 {
+            let mut s = [_mm256_setzero_si256(); ROWS];
+            for h in 0..2 {
+                let j = 2 * k + h;
+                // i16 sums over the sub-block's 8 chunks stay exact (|each| <= 2·15·128, eight
+                // of them <= 30720), so the scale's madd runs once per sub-block, not per chunk:
+                // the vector multiply port is what bounds this loop.
+                let mut p16 = [_mm256_setzero_si256(); ROWS];
+                for e in 0..8 {
+                    let c = 8 * j + e;
+                    let av = _mm256_loadu_si256(qs.add(c));
+                    for r in 0..ROWS {
+                        let wv = _mm256_set1_epi32(((*codes.add(r)).as_ptr().add(4 * c) as *const i32).read_unaligned());
+                        p16[r] = _mm256_add_epi16(p16[r], _mm256_maddubs_epi16(wv, av));
+                    }
+                }
+                for r in 0..ROWS {
+                    let scv = _mm256_set1_epi16(rows.sc[i * ROWS + r][j]);
+                    s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(p16[r], scv));
+                }
+            }
+            let bv = _mm256_loadu_si256(bsp.add(k));
+            for r in 0..ROWS {
+                let m = _mm256_madd_epi16(bv, _mm256_set1_epi32(rows.mn[i * ROWS + r][k]));
+                if GEMM {
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), d[r], acc[r]);
+                    accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), dmin[r], accm[r]);
+                } else {
+                    s_tot[r] = _mm256_add_epi32(s_tot[r], s[r]);
+                    m_tot[r] = _mm256_add_epi32(m_tot[r], m);
+                }
+            }
+        }
+        if !GEMM {
+            for r in 0..ROWS {
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s_tot[r]), d[r], acc[r]);
+                accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m_tot[r]), dmin[r], accm[r]);
+            }
+        }
+    }
+    for r in 0..ROWS {
+        _mm256_storeu_ps(out[r].as_mut_ptr(), _mm256_sub_ps(acc[r], accm[r]));
+    }
+}
