@@ -216,7 +216,11 @@ impl Pool {
     fn matmul_q_grouped(&self, w: QMatrix, xq: &[u8], n_tok: usize, grouped: usize, y: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         {
-            let done = self.matmul_q4k_tok8(w, xq, n_tok, grouped, y);
+            let done = if w.ty == GgmlType::Q8_0 {
+                self.matmul_q8_0_tok8(w, xq, n_tok, y)
+            } else {
+                self.matmul_q4k_tok8(w, xq, n_tok, grouped, y)
+            };
             if done > 0 {
                 if done < n_tok {
                     let arb = act_row_bytes(&w);
@@ -287,6 +291,52 @@ impl Pool {
                             // SAFETY: (g * TOK + t, r0 + r) is in bounds and owned by this task.
                             unsafe { *yp.0.add((g * TOK + t) * rows + r0 + r) = v };
                         }
+                    }
+                }
+            }
+        });
+        groups * TOK
+    }
+
+    /// Q8_0 (attention, DeltaNet and shared-expert matrices) in whole groups of 8 tokens through
+    /// the token-lane kernel; returns how many leading tokens it computed (0: not applicable).
+    #[cfg(target_arch = "x86_64")]
+    fn matmul_q8_0_tok8(&self, w: QMatrix, xq: &[u8], n_tok: usize, y: &mut [f32]) -> usize {
+        use crate::simd::avx2_q4k_tok8::{row_q8_0, Act8Q8, TOK};
+        let groups = n_tok / TOK;
+        if !matches!(dispatch::active(), dispatch::Isa::Avx2 | dispatch::Isa::Avx512) || groups == 0 {
+            return 0;
+        }
+        w.validate();
+        let arb = act_row_bytes(&w);
+        let nb = w.cols / 32;
+        let mut act = Act8Q8::default();
+        act.build(xq, arb, nb, groups);
+        let chunk = row_chunk(w.rows, self.n_threads());
+        let n_row_chunks = w.rows.div_ceil(chunk);
+        let yp = SyncPtr(y.as_mut_ptr());
+        let (rb, rows) = (w.row_bytes(), w.rows);
+        let act = &act;
+        self.run(n_row_chunks, &|rc| {
+            #[allow(clippy::redundant_locals)] // capture the Sync wrapper, not its raw field
+            let yp = yp;
+            let (r0, r1) = (rc * chunk, ((rc + 1) * chunk).min(rows));
+            let mut out = [0f32; TOK];
+            let mut ax = vec![0u8; nb * 32];
+            for r in r0..r1 {
+                let wr = &w.data[r * rb..(r + 1) * rb];
+                for (i, a) in ax.chunks_exact_mut(32).enumerate() {
+                    for (o, &x) in a.iter_mut().zip(&wr[i * 34 + 2..i * 34 + 34]) {
+                        *o = (x as i8).unsigned_abs();
+                    }
+                }
+                for g in 0..groups {
+                    // SAFETY: AVX2/FMA/F16C checked above (active set); wr and ax hold nb
+                    // blocks, act `groups` groups.
+                    unsafe { row_q8_0(wr, &ax, act, g, &mut out) };
+                    for (t, &v) in out.iter().enumerate() {
+                        // SAFETY: (g * TOK + t, r) is in bounds and owned by this task.
+                        unsafe { *yp.0.add((g * TOK + t) * rows + r) = v };
                     }
                 }
             }

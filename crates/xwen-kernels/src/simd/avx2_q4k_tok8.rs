@@ -195,3 +195,72 @@ pub unsafe fn rows4<const GEMM: bool>(rows: &Rows4, act: &Act8, g: usize, out: &
         _mm256_storeu_ps(out[r].as_mut_ptr(), _mm256_sub_ps(acc[r], accm[r]));
     }
 }
+
+// ---------- Q8_0 ----------
+
+const Q8_0: usize = 34;
+
+/// Q8_0 activations of groups of 8 tokens, interleaved: [group][block][lane l (8)][token][4].
+#[derive(Default)]
+pub struct Act8Q8 {
+    nb: usize,
+    qs: Vec<u8>,
+    /// [group][block][token]: the f16 scale widened
+    dy: Vec<f32>,
+}
+
+impl Act8Q8 {
+    pub fn build(&mut self, a: &[u8], stride: usize, nb: usize, groups: usize) {
+        self.nb = nb;
+        self.qs.clear();
+        self.qs.resize(groups * nb * 32 * TOK, 0);
+        self.dy.clear();
+        self.dy.resize(groups * nb * TOK, 0.0);
+        for g in 0..groups {
+            for t in 0..TOK {
+                let row = &a[(g * TOK + t) * stride..];
+                for i in 0..nb {
+                    let b = &row[i * Q8_0..(i + 1) * Q8_0];
+                    let gi = g * nb + i;
+                    self.dy[gi * TOK + t] = read_f16(b);
+                    let qs = &mut self.qs[gi * 32 * TOK..(gi + 1) * 32 * TOK];
+                    for l in 0..8 {
+                        qs[l * 32 + t * 4..l * 32 + t * 4 + 4].copy_from_slice(&b[2 + 4 * l..6 + 4 * l]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One Q8_0 weight row (`nb` blocks) times the 8 tokens of group `g`, in the order of ggml's
+/// vec_dot_q8_0 / tinyBLAS_Q0_AVX (identical for Q8_0): per block, lane l (elements 4l..4l+3)
+/// gets fma(dx·dy, f32(Σ x·y), acc_l); at the end the lanes are summed as tinyBLAS's hsum. Here
+/// acc_l holds lane l of all 8 tokens, so no step is horizontal. `ax` is |x| of the row.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available; `w`/`ax` hold nb blocks, `act` g + 1 groups.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn row_q8_0(w: &[u8], ax: &[u8], act: &Act8Q8, g: usize, out: &mut [f32; TOK]) {
+    let nb = act.nb;
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); 8];
+    for i in 0..nb {
+        let gi = g * nb + i;
+        let d = _mm256_mul_ps(_mm256_set1_ps(read_f16(&w[i * Q8_0..])), _mm256_loadu_ps(act.dy.as_ptr().add(gi * TOK)));
+        let qs = act.qs.as_ptr().add(gi * 32 * TOK) as *const __m256i;
+        let xp = w.as_ptr().add(i * Q8_0 + 2) as *const i32;
+        let ap = ax.as_ptr().add(i * 32) as *const i32;
+        for l in 0..8 {
+            let x = _mm256_set1_epi32(xp.add(l).read_unaligned());
+            let a = _mm256_set1_epi32(ap.add(l).read_unaligned());
+            let sy = _mm256_sign_epi8(_mm256_loadu_si256(qs.add(l)), x);
+            let q = _mm256_madd_epi16(_mm256_maddubs_epi16(a, sy), ones);
+            acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q), acc[l]);
+        }
+    }
+    // tinyBLAS hsum per token: h_i = l_{i+4} + l_i, then (h0 + h2) + (h1 + h3)
+    let h: [__m256; 4] = std::array::from_fn(|k| _mm256_add_ps(acc[k + 4], acc[k]));
+    let s = _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3]));
+    _mm256_storeu_ps(out.as_mut_ptr(), s);
+}
