@@ -1,9 +1,9 @@
 //! Batched product throughput (prefill's matmuls): GMAC/s of `Pool::matmul` per weight type.
 //!
 //!   cargo run -p xwen-kernels --release --example matmul_bench -- [--shape 9216x2560]
-//!       [--tokens 128] [--threads 1] [--types q8_0,q4_k,q6_k]
+//!       [--tokens 128] [--threads 1] [--types q8_0,q4_k,q6_k] [--reps 15]
 //!
-//! Activations are quantized inside every timed call, as in prefill. Best of 15 calls after a
+//! Activations are quantized inside every timed call, as in prefill. Best of --reps (15) calls after a
 //! warm-up (the weights of the default shape stay in L3 only partly; prefill is compute-bound
 //! either way: every weight byte is used n_tok times).
 use std::time::Instant;
@@ -41,6 +41,7 @@ fn main() {
         .unwrap_or((9216, 2560));
     let n_tok: usize = arg(&args, "--tokens").map_or(128, |s| s.parse().unwrap());
     let threads: usize = arg(&args, "--threads").map_or(1, |s| s.parse().unwrap());
+    let reps: usize = arg(&args, "--reps").map_or(15, |s| s.parse().unwrap());
     let types: Vec<GgmlType> = arg(&args, "--types")
         .unwrap_or("q8_0,q4_k,q6_k")
         .split(',')
@@ -71,7 +72,7 @@ fn main() {
         let mut y = vec![0f32; n_tok * rows];
         pool.matmul(w, &x, n_tok, &mut y);
         let (mut best, mut best_cpu) = (f64::MAX, f64::MAX);
-        for _ in 0..15 {
+        for _ in 0..reps {
             let (t, c) = (Instant::now(), thread_cpu());
             pool.matmul(w, &x, n_tok, &mut y);
             best = best.min(t.elapsed().as_secs_f64());

@@ -138,6 +138,31 @@ fn row_chunk(rows: usize, n_threads: usize) -> usize {
     rows.div_ceil(n_threads * 4).clamp(8, 64)
 }
 
+/// Rows ahead of the one being multiplied whose bytes a matvec asks the cache to fetch. A
+/// single core on this class of machine streams only ~5 GB/s from DRAM on its own (the
+/// hardware prefetcher keeps too few lines in flight for decode's short rows); see
+/// docs/bench.md.
+const PREFETCH_ROWS: usize = 4;
+
+/// Software prefetch of `len` bytes of `data` from `off` (clamped to the slice).
+#[inline(always)]
+fn prefetch_row(data: &[u8], off: usize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let end = (off + len).min(data.len());
+        let mut o = off;
+        while o < end {
+            // SAFETY: o < data.len(); prefetch has no architectural effect.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch(data.as_ptr().add(o) as *const i8, std::arch::x86_64::_MM_HINT_T0)
+            };
+            o += 64;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (data, off, len);
+}
+
 /// Tokens per tile in `matmul`: one weight row is read from memory once per tile.
 const TOKEN_TILE: usize = 32;
 
@@ -174,6 +199,7 @@ impl Pool {
             #[allow(clippy::redundant_locals)] // capture the Sync wrapper, not its raw field
             let yp = yp;
             for r in r0..r1 {
+                prefetch_row(w.data, (r + PREFETCH_ROWS) * rb, rb);
                 let v = dot(cols, &w.data[r * rb..(r + 1) * rb], xq);
                 // SAFETY: r < rows = y.len(), and each r belongs to exactly one task.
                 unsafe { *yp.0.add(r) = v };
