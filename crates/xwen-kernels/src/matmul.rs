@@ -142,11 +142,12 @@ fn row_chunk(rows: usize, n_threads: usize) -> usize {
 /// single core on this class of machine streams only ~5 GB/s from DRAM on its own (the
 /// hardware prefetcher keeps too few lines in flight for decode's short rows); see
 /// docs/bench.md.
-const PREFETCH_ROWS: usize = 4;
+pub const PREFETCH_ROWS: usize = 4;
 
-/// Software prefetch of `len` bytes of `data` from `off` (clamped to the slice).
+/// Software prefetch of `len` bytes of `data` from `off` (clamped to the slice): matvec loops
+/// call it for the row `PREFETCH_ROWS` ahead of the one they multiply.
 #[inline(always)]
-fn prefetch_row(data: &[u8], off: usize, len: usize) {
+pub fn prefetch_row(data: &[u8], off: usize, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         let end = (off + len).min(data.len());
