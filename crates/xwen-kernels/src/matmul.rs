@@ -271,13 +271,18 @@ impl Pool {
     /// (0 when it does not apply).
     #[cfg(target_arch = "x86_64")]
     fn matmul_q4k_tok8(&self, w: QMatrix, xq: &[u8], n_tok: usize, grouped: usize, y: &mut [f32]) -> usize {
-        use crate::simd::avx2_q4k_tok8::{rows4, Act8, Rows4, ROWS, TOK};
+        use crate::simd::avx2_q4k_tok8::{rows4, Act8, ROWS, TOK};
         let applies = w.ty == GgmlType::Q4_K
             && crate::q4k_repack::repacked(w.rows)
             && matches!(dispatch::active(), dispatch::Isa::Avx2 | dispatch::Isa::Avx512)
             && !(n_tok >= crate::tiled::MIN_BATCH && crate::tiled::applies(w.ty, w.rows));
         let gemm = grouped > 0;
-        let groups = if gemm { grouped / TOK } else { n_tok / TOK };
+        // tokens of one order: the 4-token groups (gemm) or, with none, every token (gemv)
+        let n_same = if gemm { grouped } else { n_tok };
+        // a last partial group of 4+ tokens runs padded with zero lanes (faster than the per-row
+        // kernel for them, e.g. the routed experts' ~16 tokens each at pp512)
+        let groups = n_same / TOK + usize::from(n_same % TOK >= 4);
+        let n_valid = (groups * TOK).min(n_same);
         if !applies || groups == 0 {
             return 0;
         }
@@ -285,10 +290,10 @@ impl Pool {
         let arb = act_row_bytes(&w);
         let nb = w.cols / 256;
         let mut act = Act8::default();
-        act.build(xq, arb, nb, groups);
+        act.build(xq, arb, nb, groups, n_valid);
         let row_groups = w.rows / ROWS;
-        // one task per run of row quads, all token groups inside it: each quad's weights are
-        // widened once and stay in L1/L2 while every group streams past them
+        // one task per run of row quads, all token groups inside it: each quad's weights stay in
+        // L1 while every group streams past them
         let chunk = row_chunk(row_groups, self.n_threads()).div_ceil(4).max(1);
         let n_row_chunks = row_groups.div_ceil(chunk);
         let yp = SyncPtr(y.as_mut_ptr());
@@ -299,22 +304,22 @@ impl Pool {
             let yp = yp;
             let (q0, q1) = (rc * chunk, ((rc + 1) * chunk).min(row_groups));
             let mut out = [[0f32; TOK]; ROWS];
-            let mut wide = Rows4::default();
             for q in q0..q1 {
                 let r0 = q * ROWS;
-                wide.build(&w.data[r0 * rb..(r0 + ROWS) * rb], rb, nb);
+                let wr = &w.data[r0 * rb..(r0 + ROWS) * rb];
                 for g in 0..groups {
-                    // SAFETY: AVX2/FMA/F16C checked above (active set); act holds `groups`
-                    // groups of nb blocks, as does `wide`.
+                    // SAFETY: AVX2/FMA/F16C checked above (active set); wr holds ROWS rows and
+                    // act `groups` groups of nb blocks.
                     unsafe {
                         if gemm {
-                            rows4::<true>(&wide, act, g, &mut out)
+                            rows4::<true>(wr, rb, act, g, &mut out)
                         } else {
-                            rows4::<false>(&wide, act, g, &mut out)
+                            rows4::<false>(wr, rb, act, g, &mut out)
                         }
                     }
+                    let lanes = TOK.min(n_valid - g * TOK);
                     for (r, o) in out.iter().enumerate() {
-                        for (t, &v) in o.iter().enumerate() {
+                        for (t, &v) in o[..lanes].iter().enumerate() {
                             // SAFETY: (g * TOK + t, r0 + r) is in bounds and owned by this task.
                             unsafe { *yp.0.add((g * TOK + t) * rows + r0 + r) = v };
                         }
@@ -322,7 +327,7 @@ impl Pool {
                 }
             }
         });
-        groups * TOK
+        n_valid
     }
 
     /// Q8_0 (attention, DeltaNet and shared-expert matrices) in whole groups of 8 tokens through

@@ -120,7 +120,7 @@ fn matvec_and_matmul_equal_a_naive_row_loop() {
             "{ty} matvec {rows}x{cols} threads {threads}"
         );
 
-        for n_tok in [1, 2, 3, 6, 40] {
+        for n_tok in [1, 2, 3, 6, 13, 20, 40] {
             let xs = rng.activations(n_tok * cols);
             let mut ym = vec![f32::NAN; n_tok * rows];
             pool.matmul(w, &xs, n_tok, &mut ym);
@@ -175,4 +175,34 @@ fn matvec_q_reuses_prequantized_activations() {
     pool.matvec_q(w, &xq, &mut a);
     pool.matvec(w, &x, &mut b);
     assert_eq!(a, b);
+}
+
+/// MUL_MAT_ID semantics (every token its own single-token product, row quantizer): the expert
+/// path, including the token-lane kernel's padded last group, equals the per-token row loop.
+#[test]
+fn matmul_q_id_equals_single_token_products() {
+    let mut rng = Rng(0x1d);
+    for &(ty, rows) in &[(GgmlType::Q4_K, 64), (GgmlType::Q8_0, 48), (GgmlType::Q6_K, 40)] {
+        let cols = 512;
+        let pool = Pool::new(2);
+        let wf: Vec<f32> = (0..rows * cols).map(|_| rng.normalish()).collect();
+        let data = quantize(ty, &wf).unwrap();
+        let w = QMatrix::new(ty, rows, cols, &data).unwrap();
+        for n_tok in [2, 5, 8, 12, 13, 16, 21] {
+            let xs = rng.activations(n_tok * cols);
+            let mut xq = Vec::new();
+            let mut row = Vec::new();
+            for t in 0..n_tok {
+                quantize_activations(ty, &xs[t * cols..(t + 1) * cols], &mut row);
+                xq.extend_from_slice(&row);
+            }
+            let mut y = vec![f32::NAN; n_tok * rows];
+            pool.matmul_q_id(w, &xq, n_tok, &mut y);
+            let arb = xq.len() / n_tok;
+            for t in 0..n_tok {
+                let want = row_loop(&w, &xq[t * arb..(t + 1) * arb], false, n_tok);
+                assert_eq!(&y[t * rows..(t + 1) * rows], want.as_slice(), "{ty} token {t} of {n_tok}");
+            }
+        }
+    }
 }

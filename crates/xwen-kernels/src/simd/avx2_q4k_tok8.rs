@@ -15,7 +15,6 @@
 
 use std::arch::x86_64::*;
 
-use crate::formats::q4_k::unpack_scales_k4;
 use crate::half::read_f16;
 
 const QK: usize = 256;
@@ -41,8 +40,9 @@ pub struct Act8 {
 
 impl Act8 {
     /// Interleaves `groups` groups of 8 consecutive Q8_K rows (row t at `a[t * stride..]`,
-    /// `nb` super-blocks each), starting at row 0 of `a`.
-    pub fn build(&mut self, a: &[u8], stride: usize, nb: usize, groups: usize) {
+    /// `nb` super-blocks each), starting at row 0 of `a`. Rows from `n_rows` on are padding:
+    /// zero codes, sums and scale, so their lanes compute 0 and are never stored.
+    pub fn build(&mut self, a: &[u8], stride: usize, nb: usize, groups: usize, n_rows: usize) {
         self.nb = nb;
         self.qs.clear();
         self.qs.resize(groups * nb * QK * TOK, 0);
@@ -52,6 +52,9 @@ impl Act8 {
         self.bsp.resize(groups * nb * 4 * TOK * 2, 0);
         for g in 0..groups {
             for t in 0..TOK {
+                if g * TOK + t >= n_rows {
+                    continue;
+                }
                 let row = &a[(g * TOK + t) * stride..];
                 for i in 0..nb {
                     let b = &row[i * Q8K..(i + 1) * Q8K];
@@ -74,73 +77,19 @@ impl Act8 {
     }
 }
 
-/// ROWS weight rows widened once for every token group: codes, scales, mins, d, dmin.
-#[derive(Default)]
-pub struct Rows4 {
-    nb: usize,
-    /// [block][row][256 codes]
-    codes: Vec<[u8; QK]>,
-    /// [block][row][sub-block]
-    sc: Vec<[i16; 8]>,
-    /// [block][row][pair]: mins of sub-blocks 2k (low 16 bits) and 2k+1 (high)
-    mn: Vec<[i32; 4]>,
-    /// [block][row]
-    d: Vec<f32>,
-    dmin: Vec<f32>,
-}
-
-impl Rows4 {
-    /// Widens ROWS consecutive rows of `w` (`row_bytes` each, `nb` super-blocks).
-    pub fn build(&mut self, w: &[u8], row_bytes: usize, nb: usize) {
-        self.nb = nb;
-        let n = nb * ROWS;
-        self.codes.resize(n, [0; QK]);
-        self.sc.resize(n, [0; 8]);
-        self.mn.resize(n, [0; 4]);
-        self.d.resize(n, 0.0);
-        self.dmin.resize(n, 0.0);
-        for i in 0..nb {
-            for r in 0..ROWS {
-                let b = &w[r * row_bytes + i * W..r * row_bytes + (i + 1) * W];
-                let x = i * ROWS + r;
-                self.d[x] = read_f16(b);
-                self.dmin[x] = read_f16(&b[2..]);
-                let (s, m) = unpack_scales_k4(&b[4..16]);
-                for j in 0..8 {
-                    self.sc[x][j] = s[j] as i16;
-                }
-                for k in 0..4 {
-                    self.mn[x][k] = (m[2 * k] as i32) | ((m[2 * k + 1] as i32) << 16);
-                }
-                // SAFETY: `Rows4` is built only where `rows4` may run (AVX2 detected).
-                unsafe { split_nibbles(&b[16..144], &mut self.codes[x]) };
-            }
-        }
-    }
-}
-
-/// Q4_K's 128 code bytes as 256 codes in element order (pair k: low nibbles, then high).
-#[target_feature(enable = "avx2")]
-unsafe fn split_nibbles(qs: &[u8], out: &mut [u8; QK]) {
-    let m4 = _mm256_set1_epi8(0x0f);
-    let o = out.as_mut_ptr() as *mut __m256i;
-    for k in 0..4 {
-        let q = _mm256_loadu_si256(qs.as_ptr().add(32 * k) as *const __m256i);
-        _mm256_storeu_si256(o.add(2 * k), _mm256_and_si256(q, m4));
-        _mm256_storeu_si256(o.add(2 * k + 1), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4));
-    }
-}
-
-/// `out[r][t]` = row r of `rows` times token t of activation group `g`, in the gemm (`GEMM`)
-/// or gemv order.
+/// `out[r][t]` = row r of `w` (ROWS consecutive rows of `row_bytes`, `nb` super-blocks each)
+/// times token t of activation group `g`, in the gemm (`GEMM`) or gemv order. The weight codes
+/// are taken straight from the Q4_K blocks (4 bytes broadcast, nibbles masked: extra work on
+/// ports the multiplies leave free), so nothing is widened per product — which matters for
+/// routed experts, multiplied with only ~2 token groups each in prefill.
 ///
 /// # Safety
-/// AVX2, FMA and F16C must be available; `act` holds at least g + 1 groups of the rows' block
-/// count.
+/// AVX2, FMA and F16C must be available; `w` holds ROWS rows, `act` at least g + 1 groups of
+/// `nb` blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn rows4<const GEMM: bool>(rows: &Rows4, act: &Act8, g: usize, out: &mut [[f32; TOK]; ROWS]) {
+pub unsafe fn rows4<const GEMM: bool>(w: &[u8], row_bytes: usize, act: &Act8, g: usize, out: &mut [[f32; TOK]; ROWS]) {
     let nb = act.nb;
-    debug_assert_eq!(nb, rows.nb);
+    let m4 = _mm256_set1_epi8(0x0f);
     let mut acc = [_mm256_setzero_ps(); ROWS];
     let mut accm = [_mm256_setzero_ps(); ROWS];
     for i in 0..nb {
@@ -148,44 +97,50 @@ pub unsafe fn rows4<const GEMM: bool>(rows: &Rows4, act: &Act8, g: usize, out: &
         let dyv = _mm256_loadu_ps(act.dy.as_ptr().add(gi * TOK));
         let mut d = [_mm256_setzero_ps(); ROWS];
         let mut dmin = [_mm256_setzero_ps(); ROWS];
+        // [row][scales 0..8 | mins 8..16] as i16
+        let mut sm = [[0i16; 16]; ROWS];
+        let mut qp = [std::ptr::null::<u8>(); ROWS];
         for r in 0..ROWS {
-            d[r] = _mm256_mul_ps(_mm256_set1_ps(rows.d[i * ROWS + r]), dyv);
-            dmin[r] = _mm256_mul_ps(_mm256_set1_ps(rows.dmin[i * ROWS + r]), dyv);
+            let b = &w[r * row_bytes + i * W..r * row_bytes + (i + 1) * W];
+            d[r] = _mm256_mul_ps(_mm256_set1_ps(read_f16(b)), dyv);
+            dmin[r] = _mm256_mul_ps(_mm256_set1_ps(read_f16(&b[2..])), dyv);
+            _mm256_storeu_si256(sm[r].as_mut_ptr() as *mut __m256i, super::avx2::k4_scales_mins(b, 4));
+            qp[r] = b.as_ptr().add(16);
         }
         let qs = act.qs.as_ptr().add(gi * QK * TOK) as *const __m256i;
         let bsp = act.bsp.as_ptr().add(gi * 4 * TOK * 2) as *const __m256i;
-        let codes = rows.codes.as_ptr().add(i * ROWS);
         let mut s_tot = [_mm256_setzero_si256(); ROWS];
         let mut m_tot = [_mm256_setzero_si256(); ROWS];
         for k in 0..4 {
-            let mut s = [_mm256_setzero_si256(); ROWS];
-            for h in 0..2 {
-                let j = 2 * k + h;
-                // i16 sums over the sub-block's 8 chunks stay exact (|each| <= 2·15·128, eight
-                // of them <= 30720), so the scale's madd runs once per sub-block, not per chunk:
-                // the vector multiply port is what bounds this loop.
-                let mut p16 = [_mm256_setzero_si256(); ROWS];
-                for e in 0..8 {
-                    let c = 8 * j + e;
-                    let av = _mm256_loadu_si256(qs.add(c));
-                    for r in 0..ROWS {
-                        let wv = _mm256_set1_epi32(((*codes.add(r)).as_ptr().add(4 * c) as *const i32).read_unaligned());
-                        p16[r] = _mm256_add_epi16(p16[r], _mm256_maddubs_epi16(wv, av));
-                    }
-                }
+            // sub-blocks 2k (low nibbles of qs[32k..32k+32]) and 2k+1 (high nibbles); i16 sums
+            // over a sub-block's 8 chunks stay exact (|each| <= 2·15·128, eight <= 30720), so
+            // the scale's madd runs once per sub-block: the multiply port bounds this loop.
+            let mut lo = [_mm256_setzero_si256(); ROWS];
+            let mut hi = [_mm256_setzero_si256(); ROWS];
+            for e in 0..8 {
+                let a0 = _mm256_loadu_si256(qs.add(16 * k + e));
+                let a1 = _mm256_loadu_si256(qs.add(16 * k + 8 + e));
                 for r in 0..ROWS {
-                    let scv = _mm256_set1_epi16(rows.sc[i * ROWS + r][j]);
-                    s[r] = _mm256_add_epi32(s[r], _mm256_madd_epi16(p16[r], scv));
+                    let raw = _mm256_set1_epi32((qp[r].add(32 * k + 4 * e) as *const i32).read_unaligned());
+                    let wl = _mm256_and_si256(raw, m4);
+                    let wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                    lo[r] = _mm256_add_epi16(lo[r], _mm256_maddubs_epi16(wl, a0));
+                    hi[r] = _mm256_add_epi16(hi[r], _mm256_maddubs_epi16(wh, a1));
                 }
             }
             let bv = _mm256_loadu_si256(bsp.add(k));
             for r in 0..ROWS {
-                let m = _mm256_madd_epi16(bv, _mm256_set1_epi32(rows.mn[i * ROWS + r][k]));
+                let s = _mm256_add_epi32(
+                    _mm256_madd_epi16(lo[r], _mm256_set1_epi16(sm[r][2 * k])),
+                    _mm256_madd_epi16(hi[r], _mm256_set1_epi16(sm[r][2 * k + 1])),
+                );
+                let mins = (sm[r].as_ptr().add(8 + 2 * k) as *const i32).read_unaligned();
+                let m = _mm256_madd_epi16(bv, _mm256_set1_epi32(mins));
                 if GEMM {
-                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[r]), d[r], acc[r]);
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d[r], acc[r]);
                     accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), dmin[r], accm[r]);
                 } else {
-                    s_tot[r] = _mm256_add_epi32(s_tot[r], s[r]);
+                    s_tot[r] = _mm256_add_epi32(s_tot[r], s);
                     m_tot[r] = _mm256_add_epi32(m_tot[r], m);
                 }
             }
