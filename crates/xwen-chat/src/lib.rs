@@ -17,6 +17,7 @@ pub use segments::{encode_segments, segments_text, Segment};
 pub use stream::StreamDecoder;
 pub use template::{ChatMessage, ChatTemplate, RenderOptions, ToolCall};
 pub use tokenizer::Tokenizer;
+pub use unicode::byte_to_char;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ChatError {

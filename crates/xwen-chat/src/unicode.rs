@@ -133,7 +133,8 @@ static SHIFTED_TO_BYTE: [u8; 68] = {
     t
 };
 
-pub(crate) fn byte_to_char(b: u8) -> char {
+/// GPT-2's bytes_to_unicode: the character a byte is spelled with in byte-level BPE token text.
+pub fn byte_to_char(b: u8) -> char {
     // Every table entry is below U+0144, a valid scalar value.
     char::from_u32(BYTE_TO_CPT[b as usize]).unwrap_or('\0')
 }

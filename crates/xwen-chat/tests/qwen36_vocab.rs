@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
-use xwen_chat::Tokenizer;
+use xwen_chat::{byte_to_char, Tokenizer};
 use xwen_gguf::{GgufFile, GgufWriter, Value};
 
 const SPECIALS: [&str; 33] = [
@@ -62,22 +62,6 @@ fn b64(s: &str) -> Vec<u8> {
     out
 }
 
-/// GPT-2's bytes_to_unicode: printable bytes map to themselves, the rest to U+0100 onwards.
-fn byte_chars() -> [char; 256] {
-    let mut map = ['\0'; 256];
-    let mut n = 0u32;
-    for b in 0..256u32 {
-        let printable = (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
-        map[b as usize] = if printable {
-            char::from_u32(b).unwrap()
-        } else {
-            n += 1;
-            char::from_u32(255 + n).unwrap()
-        };
-    }
-    map
-}
-
 /// Every split of `token` into two vocabulary tokens, ordered by the parts' ranks: the merges
 /// transformers' TikTokenConverter writes for it (all at the priority of `token`'s rank), which
 /// makes rank-ordered BPE over the merge list the same as tiktoken's lowest-rank-pair BPE.
@@ -106,8 +90,7 @@ fn build_gguf(tiktoken: &str) -> Vec<u8> {
         assert_eq!(t.1 as usize, i, "ranks are dense from 0");
     }
     let ranks: HashMap<&[u8], u32> = toks.iter().map(|(b, r)| (b.as_slice(), *r)).collect();
-    let chars = byte_chars();
-    let text = |b: &[u8]| -> String { b.iter().map(|&x| chars[x as usize]).collect() };
+    let text = |b: &[u8]| -> String { b.iter().map(|&x| byte_to_char(x)).collect() };
     let mut tokens: Vec<Value> = toks.iter().map(|(b, _)| Value::Str(text(b))).collect();
     let mut types: Vec<Value> = vec![Value::I32(1); toks.len()];
     for s in SPECIALS {

@@ -107,13 +107,9 @@ impl<'a> Ctx<'a> {
             let (ji, r0, r1) = tasks[ti];
             let w = &mats[ji];
             let act = &acts[act_of[ji]].2;
-            let rb = w.row_bytes();
             // SAFETY: rows r0..r1 of job ji belong to this task alone.
             let y = unsafe { outs[ji].slice(r0, r1 - r0) };
-            for (i, r) in (r0..r1).enumerate() {
-                xwen_kernels::prefetch_row(w.data, (r + xwen_kernels::PREFETCH_ROWS) * rb, rb);
-                y[i] = dots[ji](w.cols, &w.data[r * rb..(r + 1) * rb], act);
-            }
+            xwen_kernels::dot_rows(w, dots[ji], act, r0, y);
         });
     }
 }

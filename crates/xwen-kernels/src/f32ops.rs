@@ -129,6 +129,9 @@ pub fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
+pub(crate) use x86::dot256_raw;
+
+#[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::*;
 
@@ -238,8 +241,13 @@ mod x86 {
 
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot256(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len();
-        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        dot256_raw(a.as_ptr(), b.as_ptr(), a.len())
+    }
+
+    /// ggml_vec_dot_f32 (AVX2) over n floats at possibly unaligned addresses (also the F32
+    /// weight kernel for one token, simd::avx2::dot_f32_vec_dot).
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot256_raw(pa: *const f32, pb: *const f32, n: usize) -> f32 {
         let mut acc = [_mm256_setzero_ps(); 4];
         let np = n & !31;
         let mut i = 0;
@@ -252,7 +260,7 @@ mod x86 {
         // ggml_vec_dot_f32 accumulates in ggml_float (double) after the vector reduce
         let mut s = ggml_reduce(acc) as f64;
         while i < n {
-            s += (*pa.add(i) * *pb.add(i)) as f64;
+            s += (pa.add(i).read_unaligned() * pb.add(i).read_unaligned()) as f64;
             i += 1;
         }
         s as f32

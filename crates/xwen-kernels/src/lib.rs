@@ -17,7 +17,7 @@ pub mod q4k_repack;
 pub mod simd;
 pub mod tiled;
 
-pub use matmul::{prefetch_row, quantize_activations_for_matmul, QMatrix, PREFETCH_ROWS};
+pub use matmul::{dot_rows, quantize_activations_for_matmul, QMatrix};
 pub use pool::Pool;
 pub use xwen_gguf::GgmlType;
 

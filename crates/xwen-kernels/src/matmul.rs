@@ -76,23 +76,31 @@ pub fn act_row_bytes(w: &QMatrix) -> usize {
     w.cols / vd.block_size() * vd.type_size()
 }
 
-/// Whether llama.cpp's CPU backend on this machine would hold `w` in its repacked (CPU_REPACK)
-/// layout and quantize groups of 4 tokens with the interleaving Q8_K quantizer
-/// (ggml-cpu/repack.cpp:4925 ggml_repack_get_optimal_repack_type: Q4_K with AVX2, Q2_K with
-/// AVX-512, rows % 8 == 0). Its Q4_0/IQ4_NL repack uses a Q8_0 quantizer with the same values.
-fn repacked_q8k(w: &QMatrix) -> bool {
+/// Whether the token-lane prefill kernels (`simd::avx2_tok8`) may run: AVX2 or AVX-512 active.
+#[cfg(target_arch = "x86_64")]
+fn lane_kernels_active() -> bool {
+    matches!(dispatch::active(), dispatch::Isa::Avx2 | dispatch::Isa::Avx512)
+}
+
+/// Whether llama.cpp's CPU backend on this machine would hold a `ty` matrix of `rows` rows in
+/// its repacked (CPU_REPACK) layout with K-quant activations, quantizing groups of 4 tokens with
+/// the interleaving Q8_K quantizer (ggml-cpu/repack.cpp:4925 ggml_repack_get_optimal_repack_type:
+/// Q4_K with AVX2, Q2_K with AVX-512, rows % 8 == 0). Its Q4_0/IQ4_NL repack uses a Q8_0
+/// quantizer with the same values. A property of the reference on this CPU, not of the active
+/// kernel set; `tiled::applies` is its complement among the plain K-quants.
+pub(crate) fn repacked_q8k(ty: GgmlType, rows: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        let ok = match w.ty {
+        let ok = match ty {
             GgmlType::Q4_K => is_x86_feature_detected!("avx2"),
             GgmlType::Q2_K => is_x86_feature_detected!("avx512f"),
             _ => false,
         };
-        ok && w.rows.is_multiple_of(8)
+        ok && rows.is_multiple_of(8)
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
-        let _ = w;
+        let _ = (ty, rows);
         false
     }
 }
@@ -107,7 +115,7 @@ pub fn quantize_activations_for_matmul(w: &QMatrix, x: &[f32], n_tok: usize, out
     assert_eq!(x.len(), n_tok * w.cols, "x must be n_tok × cols");
     out.clear();
     out.resize(n_tok * arb, 0);
-    let grouped = if repacked_q8k(w) {
+    let grouped = if repacked_q8k(w.ty, w.rows) {
         n_tok - n_tok % 4
     } else {
         0
@@ -124,6 +132,18 @@ pub fn quantize_activations_for_matmul(w: &QMatrix, x: &[f32], n_tok: usize, out
 
 #[derive(Clone, Copy)]
 struct SyncPtr(*mut f32);
+
+impl SyncPtr {
+    /// y[(t0 + t) * rows + r] = vals[t]: one weight row's results for consecutive tokens.
+    ///
+    /// # Safety
+    /// Those elements are in bounds and written by this task alone.
+    unsafe fn put_tokens(self, t0: usize, rows: usize, r: usize, vals: &[f32]) {
+        for (t, &v) in vals.iter().enumerate() {
+            *self.0.add((t0 + t) * rows + r) = v;
+        }
+    }
+}
 // SAFETY: tasks write disjoint elements through it.
 unsafe impl Sync for SyncPtr {}
 unsafe impl Send for SyncPtr {}
@@ -142,12 +162,23 @@ fn row_chunk(rows: usize, n_threads: usize) -> usize {
 /// single core on this class of machine streams only ~5 GB/s from DRAM on its own (the
 /// hardware prefetcher keeps too few lines in flight for decode's short rows); see
 /// docs/bench.md.
-pub const PREFETCH_ROWS: usize = 4;
+const PREFETCH_ROWS: usize = 4;
 
-/// Software prefetch of `len` bytes of `data` from `off` (clamped to the slice): matvec loops
-/// call it for the row `PREFETCH_ROWS` ahead of the one they multiply.
+/// y[i] = dot(row r0 + i of `w`, xq) for i < y.len(): the inner loop of every matrix × vector
+/// product (`Pool::matvec_q`, the engine's batched decode jobs), asking for the row
+/// `PREFETCH_ROWS` ahead of the one it multiplies.
+pub fn dot_rows(w: &QMatrix, dot: DotFn, xq: &[u8], r0: usize, y: &mut [f32]) {
+    let rb = w.row_bytes();
+    for (i, yi) in y.iter_mut().enumerate() {
+        let r = r0 + i;
+        prefetch_row(w.data, (r + PREFETCH_ROWS) * rb, rb);
+        *yi = dot(w.cols, &w.data[r * rb..(r + 1) * rb], xq);
+    }
+}
+
+/// Software prefetch of `len` bytes of `data` from `off` (clamped to the slice).
 #[inline(always)]
-pub fn prefetch_row(data: &[u8], off: usize, len: usize) {
+fn prefetch_row(data: &[u8], off: usize, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
         let end = (off + len).min(data.len());
@@ -192,19 +223,14 @@ impl Pool {
         let chunk = row_chunk(w.rows, self.n_threads());
         let n_tasks = w.rows.div_ceil(chunk);
         let yp = SyncPtr(y.as_mut_ptr());
-        let rb = w.row_bytes();
-        let cols = w.cols;
         self.run(n_tasks, &|t| {
             let r0 = t * chunk;
             let r1 = (r0 + chunk).min(w.rows);
             #[allow(clippy::redundant_locals)] // capture the Sync wrapper, not its raw field
             let yp = yp;
-            for r in r0..r1 {
-                prefetch_row(w.data, (r + PREFETCH_ROWS) * rb, rb);
-                let v = dot(cols, &w.data[r * rb..(r + 1) * rb], xq);
-                // SAFETY: r < rows = y.len(), and each r belongs to exactly one task.
-                unsafe { *yp.0.add(r) = v };
-            }
+            // SAFETY: rows r0..r1 < y.len() belong to this task alone.
+            let y = unsafe { std::slice::from_raw_parts_mut(yp.0.add(r0), r1 - r0) };
+            dot_rows(&w, dot, xq, r0, y);
         });
     }
 
@@ -228,7 +254,7 @@ impl Pool {
     /// for it (4-token groups, then single tokens; the tiled order of `crate::tiled` for plain
     /// K-quant matrices once n_tok >= 8).
     pub fn matmul_q(&self, w: QMatrix, xq: &[u8], n_tok: usize, y: &mut [f32]) {
-        let grouped = if repacked_q8k(&w) { n_tok - n_tok % 4 } else { 0 };
+        let grouped = if repacked_q8k(w.ty, w.rows) { n_tok - n_tok % 4 } else { 0 };
         self.matmul_q_grouped(w, xq, n_tok, grouped, y);
     }
 
@@ -267,15 +293,12 @@ impl Pool {
 
     /// Repacked Q4_K (the bulk of prefill: dense FFN, routed experts) in whole groups of 8
     /// tokens of one order (gemm below `grouped`, gemv when nothing is grouped) through the
-    /// token-lane kernel (`simd::avx2_q4k_tok8`); returns how many leading tokens it computed
+    /// token-lane kernel (`simd::avx2_tok8`); returns how many leading tokens it computed
     /// (0 when it does not apply).
     #[cfg(target_arch = "x86_64")]
     fn matmul_q4k_tok8(&self, w: QMatrix, xq: &[u8], n_tok: usize, grouped: usize, y: &mut [f32]) -> usize {
-        use crate::simd::avx2_q4k_tok8::{rows4, Act8, ROWS, TOK};
-        let applies = w.ty == GgmlType::Q4_K
-            && crate::q4k_repack::repacked(w.rows)
-            && matches!(dispatch::active(), dispatch::Isa::Avx2 | dispatch::Isa::Avx512)
-            && !(n_tok >= crate::tiled::MIN_BATCH && crate::tiled::applies(w.ty, w.rows));
+        use crate::simd::avx2_tok8::{rows4, Act8, ROWS, TOK};
+        let applies = w.ty == GgmlType::Q4_K && crate::q4k_repack::repacked(w.rows) && lane_kernels_active();
         let gemm = grouped > 0;
         // tokens of one order: the 4-token groups (gemm) or, with none, every token (gemv)
         let n_same = if gemm { grouped } else { n_tok };
@@ -319,10 +342,8 @@ impl Pool {
                     }
                     let lanes = TOK.min(n_valid - g * TOK);
                     for (r, o) in out.iter().enumerate() {
-                        for (t, &v) in o[..lanes].iter().enumerate() {
-                            // SAFETY: (g * TOK + t, r0 + r) is in bounds and owned by this task.
-                            unsafe { *yp.0.add((g * TOK + t) * rows + r0 + r) = v };
-                        }
+                        // SAFETY: tokens g·TOK.. of row r0 + r are in bounds, owned by this task.
+                        unsafe { yp.put_tokens(g * TOK, rows, r0 + r, &o[..lanes]) };
                     }
                 }
             }
@@ -334,9 +355,9 @@ impl Pool {
     /// the token-lane kernel; returns how many leading tokens it computed (0: not applicable).
     #[cfg(target_arch = "x86_64")]
     fn matmul_q8_0_tok8(&self, w: QMatrix, xq: &[u8], n_tok: usize, y: &mut [f32]) -> usize {
-        use crate::simd::avx2_q4k_tok8::{row_q8_0, Act8Q8, TOK};
+        use crate::simd::avx2_tok8::{row_q8_0, Act8Q8, TOK};
         let groups = n_tok / TOK;
-        if !matches!(dispatch::active(), dispatch::Isa::Avx2 | dispatch::Isa::Avx512) || groups == 0 {
+        if !lane_kernels_active() || groups == 0 {
             return 0;
         }
         w.validate();
@@ -366,10 +387,8 @@ impl Pool {
                     // SAFETY: AVX2/FMA/F16C checked above (active set); wr and ax hold nb
                     // blocks, act `groups` groups.
                     unsafe { row_q8_0(wr, &ax, act, g, &mut out) };
-                    for (t, &v) in out.iter().enumerate() {
-                        // SAFETY: (g * TOK + t, r) is in bounds and owned by this task.
-                        unsafe { *yp.0.add((g * TOK + t) * rows + r) = v };
-                    }
+                    // SAFETY: tokens g·TOK.. of row r are in bounds, owned by this task.
+                    unsafe { yp.put_tokens(g * TOK, rows, r, &out) };
                 }
             }
         });

@@ -32,24 +32,14 @@ pub const MIN_BATCH: usize = 8;
 /// the tiled kernel once a product has `MIN_BATCH` or more activation rows. A property of the
 /// reference on this CPU, not of the kernel set in use.
 pub fn applies(ty: GgmlType, rows: usize) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if crate::dispatch::detected() == crate::dispatch::Isa::Scalar {
-            return false;
-        }
-        match ty {
-            GgmlType::Q6_K | GgmlType::Q5_K | GgmlType::Q3_K | GgmlType::IQ4_XS => true,
-            GgmlType::Q4_K => !crate::q4k_repack::repacked(rows),
-            // Q2_K is repacked (8x8) on AVX-512 builds when rows % 8 == 0
-            GgmlType::Q2_K => !(is_x86_feature_detected!("avx512f") && rows.is_multiple_of(8)),
-            _ => false,
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (ty, rows);
-        false
-    }
+    // the build has AVX2 (or AVX/AVX-512 VNNI) on x86; the types of tiled.cpp's dispatch that
+    // xwen supports, unless the matrix is repacked instead
+    let x86_simd = cfg!(target_arch = "x86_64") && crate::dispatch::detected() != crate::dispatch::Isa::Scalar;
+    let plain_kquant = matches!(
+        ty,
+        GgmlType::Q6_K | GgmlType::Q5_K | GgmlType::Q4_K | GgmlType::Q3_K | GgmlType::Q2_K | GgmlType::IQ4_XS
+    );
+    x86_simd && plain_kquant && !crate::matmul::repacked_q8k(ty, rows)
 }
 
 /// Whether the reference's tiled kernel here is the AVX-512 VNNI one (accumulates with a
@@ -197,21 +187,9 @@ pub fn fold(acc: f32, d: f32, dmin: f32, has_min: bool, s1: i32, s2: i32, d8: f3
     }
 }
 
-fn block_bytes(ty: GgmlType) -> usize {
-    match ty {
-        GgmlType::Q6_K => q6_k::BYTES,
-        GgmlType::Q5_K => 176,
-        GgmlType::Q4_K => q4_k::BYTES,
-        GgmlType::Q3_K => 110,
-        GgmlType::Q2_K => q2_k::BYTES,
-        GgmlType::IQ4_XS => 136,
-        other => panic!("no tiled kernel for {other:?}"),
-    }
-}
-
 /// Scalar tiled-order product of one `ty` row with one Q8_K row of n elements.
 pub fn dot_ref(ty: GgmlType, n: usize, w: &[u8], a: &[u8], vnni: bool) -> f32 {
-    let bb = block_bytes(ty);
+    let bb = ty.type_size();
     let mut acc = 0.0f32;
     for i in 0..n / QK_K {
         let u = unpack(ty, &w[i * bb..(i + 1) * bb]);

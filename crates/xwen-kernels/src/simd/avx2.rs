@@ -14,7 +14,7 @@ use std::arch::x86_64::*;
 
 use crate::formats::legacy::KVALUES_IQ4NL;
 use crate::formats::{q3_k, DotFn};
-use crate::half::{f16_to_f32, read_f32};
+use crate::half::f16_to_f32;
 use crate::GgmlType;
 
 macro_rules! safe_wrapper {
@@ -583,26 +583,8 @@ pub fn dot_f32_vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_f32_ggml(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let (pw, pa) = (w.as_ptr() as *const f32, a.as_ptr() as *const f32);
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let n32 = n / 32 * 32;
-    for i in (0..n32).step_by(32) {
-        for (k, ac) in acc.iter_mut().enumerate() {
-            *ac = _mm256_fmadd_ps(
-                _mm256_loadu_ps(pw.add(i + 8 * k)),
-                _mm256_loadu_ps(pa.add(i + 8 * k)),
-                *ac,
-            );
-        }
-    }
-    let x = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
-    let t0 = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    let t1 = _mm_hadd_ps(t0, t0);
-    let mut s = _mm_cvtss_f32(_mm_hadd_ps(t1, t1)) as f64;
-    for i in n32..n {
-        s += (read_f32(&w[4 * i..]) * f32at(a, 4 * i)) as f64;
-    }
-    s as f32
+    debug_assert!(w.len() >= 4 * n && a.len() >= 4 * n);
+    crate::f32ops::dot256_raw(w.as_ptr() as *const f32, a.as_ptr() as *const f32, n)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]

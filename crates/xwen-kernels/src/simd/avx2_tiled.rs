@@ -30,16 +30,6 @@ fn ggml_type(f: u8) -> GgmlType {
     }
 }
 
-fn block_bytes(f: u8) -> usize {
-    match f {
-        Q6K => 210,
-        Q4K => 144,
-        Q5K => 176,
-        Q3K => 110,
-        _ => 84,
-    }
-}
-
 macro_rules! kernel_set {
     ($f:expr, $dot:ident, $dotv:ident, $multi:ident, $multiv:ident) => {
         fn $dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
@@ -229,7 +219,7 @@ unsafe fn multi<const T: usize, const F: u8, const V: bool>(
     stride: usize,
     out: &mut [f32],
 ) {
-    let bb = block_bytes(F);
+    let bb = ggml_type(F).type_size();
     let has_min = matches!(F, Q4K | Q5K | Q2K);
     let has_bias = matches!(F, Q6K | Q3K);
     let mut acc = [0f32; T];

@@ -9,7 +9,7 @@ pub mod avx2_multi;
 #[cfg(target_arch = "x86_64")]
 pub mod avx2_q4k_repack;
 #[cfg(target_arch = "x86_64")]
-pub mod avx2_q4k_tok8;
+pub mod avx2_tok8;
 #[cfg(target_arch = "x86_64")]
 pub mod avx2_tiled;
 #[cfg(target_arch = "x86_64")]
