@@ -100,7 +100,7 @@ impl<'a> Ctx<'a> {
         let mats: Vec<QMatrix> = jobs.iter().map(|j| j.w).collect();
         let dots: Vec<_> = mats
             .iter()
-            .map(|w| xwen_kernels::dispatch::row_dot_fn(w.ty, w.rows).expect("weight type validated at load"))
+            .map(|w| xwen_kernels::dispatch::row_kernel(w.ty, w.rows).expect("weight type validated at load"))
             .collect();
         let outs: Vec<SharedMut<f32>> = jobs.iter_mut().map(|j| SharedMut::new(j.y)).collect();
         self.pool.run(tasks.len(), &|ti| {

@@ -1,6 +1,7 @@
 //! Matrix × vector and matrix × matrix products on the worker pool.
 
-use crate::formats::DotFn;
+use crate::dispatch::RowKernel;
+use crate::formats::ROW_GROUP;
 use crate::{dispatch, quantize_activations_into, vec_dot_type, GgmlType, KernelError, Pool};
 
 /// A row-major quantized matrix: `rows` rows of `cols` elements, each row `ty.row_bytes(cols)`.
@@ -158,21 +159,37 @@ fn row_chunk(rows: usize, n_threads: usize) -> usize {
     rows.div_ceil(n_threads * 4).clamp(8, 64)
 }
 
-/// Rows ahead of the one being multiplied whose bytes a matvec asks the cache to fetch. A
-/// single core on this class of machine streams only ~5 GB/s from DRAM on its own (the
-/// hardware prefetcher keeps too few lines in flight for decode's short rows); see
-/// docs/bench.md.
+/// Rows ahead of the one being multiplied whose bytes a matvec asks the cache to fetch, for
+/// kernels that do not prefetch themselves (`RowKernel::prefetches`). A single core on this
+/// class of machine streams only ~5-8 GB/s from DRAM on its own once the kernel's arithmetic
+/// fills the out-of-order window; see docs/bench.md.
 const PREFETCH_ROWS: usize = 4;
 
 /// y[i] = dot(row r0 + i of `w`, xq) for i < y.len(): the inner loop of every matrix × vector
-/// product (`Pool::matvec_q`, the engine's batched decode jobs), asking for the row
-/// `PREFETCH_ROWS` ahead of the one it multiplies.
-pub fn dot_rows(w: &QMatrix, dot: DotFn, xq: &[u8], r0: usize, y: &mut [f32]) {
+/// product (`Pool::matvec_q`, the engine's batched decode jobs), in groups of `ROW_GROUP` rows
+/// where the kernel has a row-group form. Kernels that do not prefetch inside their loop get a
+/// row `PREFETCH_ROWS` ahead requested before each row.
+pub fn dot_rows(w: &QMatrix, k: RowKernel, xq: &[u8], r0: usize, y: &mut [f32]) {
     let rb = w.row_bytes();
-    for (i, yi) in y.iter_mut().enumerate() {
-        let r = r0 + i;
-        prefetch_row(w.data, (r + PREFETCH_ROWS) * rb, rb);
-        *yi = dot(w.cols, &w.data[r * rb..(r + 1) * rb], xq);
+    match k.group {
+        Some(group) => {
+            for (g, yg) in y.chunks_mut(ROW_GROUP).enumerate() {
+                let r = r0 + g * ROW_GROUP;
+                if !k.prefetches {
+                    prefetch_row(w.data, (r + PREFETCH_ROWS) * rb, yg.len() * rb);
+                }
+                group(w.cols, &w.data[r * rb..(r + yg.len()) * rb], rb, xq, yg);
+            }
+        }
+        None => {
+            for (i, yi) in y.iter_mut().enumerate() {
+                let r = r0 + i;
+                if !k.prefetches {
+                    prefetch_row(w.data, (r + PREFETCH_ROWS) * rb, rb);
+                }
+                *yi = (k.dot)(w.cols, &w.data[r * rb..(r + 1) * rb], xq);
+            }
+        }
     }
 }
 
@@ -219,7 +236,7 @@ impl Pool {
             xq.len() >= act_row_bytes(&w),
             "matvec: activations too short"
         );
-        let dot: DotFn = dispatch::row_dot_fn(w.ty, w.rows).expect("validated");
+        let kern = dispatch::row_kernel(w.ty, w.rows).expect("validated");
         let chunk = row_chunk(w.rows, self.n_threads());
         let n_tasks = w.rows.div_ceil(chunk);
         let yp = SyncPtr(y.as_mut_ptr());
@@ -230,7 +247,7 @@ impl Pool {
             let yp = yp;
             // SAFETY: rows r0..r1 < y.len() belong to this task alone.
             let y = unsafe { std::slice::from_raw_parts_mut(yp.0.add(r0), r1 - r0) };
-            dot_rows(&w, dot, xq, r0, y);
+            dot_rows(&w, kern, xq, r0, y);
         });
     }
 

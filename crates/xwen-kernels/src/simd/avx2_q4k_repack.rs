@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{bcast_i16, bsums32, f32at, h2f, k4_scales_mins, load, Q8K, QK};
+use super::avx2::{bcast_i16, bsums32, f32at, h2f, k4_scales_mins, load, prefetch_ahead, Q8K, QK};
 use crate::formats::{DotFn, MultiDotFn};
 
 fn gemv(n: usize, w: &[u8], a: &[u8]) -> f32 {
@@ -85,6 +85,12 @@ unsafe fn rows<const T: usize, const GEMM: bool>(
     let mut accm = [0f32; T];
     for i in 0..n / QK {
         let bw = i * 144;
+        if T == 1 {
+            // one token: decode, streaming the matrix from DRAM (see `prefetch_ahead`)
+            for l in 0..3 {
+                prefetch_ahead(w.as_ptr().add(bw + 64 * l));
+            }
+        }
         let (wd, wdmin) = (h2f(w, bw), h2f(w, bw + 2));
         let sm = k4_scales_mins(w, bw + 4);
         let mins = _mm256_extracti128_si256(sm, 1);
