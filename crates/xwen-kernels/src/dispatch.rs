@@ -210,8 +210,9 @@ pub struct RowKernel {
 }
 
 /// `row_dot_fn` plus its row-group kernel. Q8_0 only: its single-row kernel is latency-bound
-/// (one FMA chain per row), the others are not. Valid on AVX-512 too, whose VNNI Q8_0 kernel
-/// returns the AVX2 kernel's bits.
+/// (one FMA chain per row); a repacked-Q4_K group of 4 (shared activation loads, one hadd tree)
+/// measured no faster. Valid on AVX-512 too, whose VNNI Q8_0 kernel returns the AVX2 kernel's
+/// bits.
 pub fn row_kernel(weight: GgmlType, rows: usize) -> Option<RowKernel> {
     let dot = row_dot_fn(weight, rows)?;
     let simd = matches!(active(), Isa::Avx2 | Isa::Avx512) && cfg!(target_arch = "x86_64");
