@@ -27,6 +27,10 @@ fn rng_bytes(n: usize, seed: &mut u64) -> Vec<u8> {
 
 /// Random blocks with finite f16 scales (values do not affect speed, NaNs could).
 fn weights(ty: GgmlType, rows: usize, cols: usize, seed: &mut u64) -> Vec<u8> {
+    if ty == GgmlType::F32 {
+        // random bits would include NaNs and subnormals (slow paths); small finite values instead
+        return rng_bytes(rows * cols, seed).iter().flat_map(|&b| (b as f32 / 1e4).to_le_bytes()).collect();
+    }
     let ts = ty.type_size();
     let mut b = rng_bytes(rows * cols / ty.block_size() * ts, seed);
     let fields: &[usize] = match ty {
@@ -222,7 +226,8 @@ fn pool_and_memory(quick: bool, min: Duration, threads: &[usize]) {
 fn matvecs(shapes: &[(usize, usize)], min: Duration, thread_counts: &[usize]) {
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     for &(rows, cols) in shapes {
-        for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0] {
+        // F32: the MoE routers (ffn_gate_inp) in decode
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F32] {
             let data = weights(ty, rows, cols, &mut seed);
             let w = QMatrix::new(ty, rows, cols, &data).unwrap();
             let x: Vec<f32> = (0..cols)

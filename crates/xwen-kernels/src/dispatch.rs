@@ -222,11 +222,14 @@ pub fn row_kernel(weight: GgmlType, rows: usize) -> Option<RowKernel> {
         _ => None,
     };
     // The AVX2 kernels with prefetch_ahead in their loop (Q6_K has no AVX-512 kernel, so AVX2's
-    // runs there too; Q4_K only in the repacked order).
+    // runs there too; Q4_K only in the repacked order; F32 only where row_dot_fn hands out
+    // ggml_vec_dot_f32's twin).
     let prefetches = simd
         && match weight {
             GgmlType::Q8_0 | GgmlType::Q6_K => true,
             GgmlType::Q4_K => crate::q4k_repack::repacked(rows),
+            // ggml_vec_dot_f32's twin (dot_f32_vec_dot) is the AVX2 set's only
+            GgmlType::F32 => active() == Isa::Avx2,
             _ => false,
         };
     Some(RowKernel { dot, group, prefetches })

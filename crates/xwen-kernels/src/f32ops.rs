@@ -129,7 +129,7 @@ pub fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use x86::dot256_raw;
+pub(crate) use x86::dot256_raw_streaming;
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -248,10 +248,26 @@ mod x86 {
     /// weight kernel for one token, simd::avx2::dot_f32_vec_dot).
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot256_raw(pa: *const f32, pb: *const f32, n: usize) -> f32 {
+        dot256_impl::<false>(pa, pb, n)
+    }
+
+    /// dot256_raw for a weight row streamed from DRAM: also prefetches `pa` ahead of the loop
+    /// (crate::simd::avx2::prefetch_ahead); same result.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot256_raw_streaming(pa: *const f32, pb: *const f32, n: usize) -> f32 {
+        dot256_impl::<true>(pa, pb, n)
+    }
+
+    #[inline(always)]
+    unsafe fn dot256_impl<const PREFETCH: bool>(pa: *const f32, pb: *const f32, n: usize) -> f32 {
         let mut acc = [_mm256_setzero_ps(); 4];
         let np = n & !31;
         let mut i = 0;
         while i < np {
+            if PREFETCH {
+                crate::simd::avx2::prefetch_ahead(pa.add(i) as *const u8);
+                crate::simd::avx2::prefetch_ahead(pa.add(i + 16) as *const u8);
+            }
             for (j, ac) in acc.iter_mut().enumerate() {
                 *ac = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i + 8 * j)), _mm256_loadu_ps(pb.add(i + 8 * j)), *ac);
             }

@@ -103,12 +103,12 @@ pub(super) unsafe fn h2f(p: &[u8], off: usize) -> f32 {
 /// arithmetic fills the out-of-order window (the read loop streams 12 GB/s, a Q8_0 matvec 7-8).
 /// One prefetch per line consumed, spread through the loop, 16 KB ahead, measured 10.6-12.1
 /// GB/s against 7.8-8.1 without and 6.5-8.1 for a burst of whole rows ahead (docs/bench.md).
-pub(super) const PREFETCH_AHEAD: usize = 16 << 10;
+pub(crate) const PREFETCH_AHEAD: usize = 16 << 10;
 
 /// Prefetch of the line `PREFETCH_AHEAD` bytes after `p` (may lie past the end of the data:
 /// prefetches never fault, and the address is only formed with wrapping arithmetic).
 #[inline(always)]
-pub(super) unsafe fn prefetch_ahead(p: *const u8) {
+pub(crate) unsafe fn prefetch_ahead(p: *const u8) {
     _mm_prefetch(p.wrapping_add(PREFETCH_AHEAD) as *const i8, _MM_HINT_T0);
 }
 
@@ -645,7 +645,7 @@ pub fn dot_f32_vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_f32_ggml(n: usize, w: &[u8], a: &[u8]) -> f32 {
     debug_assert!(w.len() >= 4 * n && a.len() >= 4 * n);
-    crate::f32ops::dot256_raw(w.as_ptr() as *const f32, a.as_ptr() as *const f32, n)
+    crate::f32ops::dot256_raw_streaming(w.as_ptr() as *const f32, a.as_ptr() as *const f32, n)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
