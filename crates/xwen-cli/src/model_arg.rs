@@ -18,7 +18,6 @@ pub struct Loaded {
     pub tokenizer: xwen_chat::Tokenizer,
     pub load_secs: f64,
     pub is_demo: bool,
-    pub checkpoint: Option<xwen_engine::Checkpoint>,
 }
 
 /// Opens MODEL, builds the tokenizer, identifies the checkpoint and (for files over 256 MiB,
@@ -65,7 +64,7 @@ pub fn load(model: Option<&str>, cfg: &EngineConfig, quiet: bool) -> Result<Load
             eprintln!("xwen: loaded weights: {:.2} GiB paged in", total as f64 / (1u64 << 30) as f64);
         }
     }
-    Ok(Loaded { model, tokenizer, load_secs: t0.elapsed().as_secs_f64(), is_demo, checkpoint })
+    Ok(Loaded { model, tokenizer, load_secs: t0.elapsed().as_secs_f64(), is_demo })
 }
 
 fn display(p: &Path) -> String {

@@ -379,7 +379,7 @@ mod tests {
     fn chunked_equals_recurrent() {
         let (hk, hv, sd, n) = (2, 4, 16, 150);
         let mut seed = 0x1234_5678_9abc_def0u64;
-        let mut gen = |len: usize, s: &mut u64| (0..len).map(|_| rng(s)).collect::<Vec<f32>>();
+        let gen = |len: usize, s: &mut u64| (0..len).map(|_| rng(s)).collect::<Vec<f32>>();
         let mut q = gen(n * hk * sd, &mut seed);
         let mut k = gen(n * hk * sd, &mut seed);
         for h in q.chunks_exact_mut(sd).chain(k.chunks_exact_mut(sd)) {

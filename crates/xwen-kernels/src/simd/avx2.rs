@@ -50,13 +50,7 @@ pub fn q8_0_rows(n: usize, w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]
     // SAFETY: reachable only through dispatch::row_kernel, after detecting AVX2/FMA/F16C;
     // lengths checked above.
     unsafe {
-        match out.len() {
-            4 => dot_q8_0_rows::<4>(n, w, row_bytes, a, out),
-            3 => dot_q8_0_rows::<3>(n, w, row_bytes, a, out),
-            2 => dot_q8_0_rows::<2>(n, w, row_bytes, a, out),
-            1 => dot_q8_0_rows::<1>(n, w, row_bytes, a, out),
-            k => panic!("q8_0_rows: {k} rows (1..=4)"),
-        }
+        count_1_to_4!(out.len(), dot_q8_0_rows::<N>(n, w, row_bytes, a, out))
     }
 }
 

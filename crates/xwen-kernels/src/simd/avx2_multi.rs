@@ -20,13 +20,7 @@ macro_rules! multi_wrapper {
             // SAFETY: handed out by dispatch only after detecting AVX2/FMA/F16C; callers checked
             // that `a` holds out.len() rows of `stride` bytes.
             unsafe {
-                match out.len() {
-                    1 => $inner::<1>(n, w, a, stride, out),
-                    2 => $inner::<2>(n, w, a, stride, out),
-                    3 => $inner::<3>(n, w, a, stride, out),
-                    4 => $inner::<4>(n, w, a, stride, out),
-                    k => panic!("multi-token dot takes 1..=4 rows, got {k}"),
-                }
+                count_1_to_4!(out.len(), $inner::<N>(n, w, a, stride, out))
             }
         }
     };

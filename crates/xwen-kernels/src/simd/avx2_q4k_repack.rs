@@ -26,17 +26,11 @@ fn gemm(n: usize, w: &[u8], a: &[u8]) -> f32 {
 }
 
 macro_rules! multi_wrapper {
-    ($name:ident, $gemm:expr) => {
+    ($name:ident, $gemm:tt) => {
         fn $name(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
             // SAFETY: as in `gemv`; callers checked that `a` holds out.len() rows of `stride`.
             unsafe {
-                match out.len() {
-                    1 => rows::<1, $gemm>(n, w, a, stride, out),
-                    2 => rows::<2, $gemm>(n, w, a, stride, out),
-                    3 => rows::<3, $gemm>(n, w, a, stride, out),
-                    4 => rows::<4, $gemm>(n, w, a, stride, out),
-                    k => panic!("multi-token dot takes 1..=4 rows, got {k}"),
-                }
+                count_1_to_4!(out.len(), rows::<N, $gemm>(n, w, a, stride, out))
             }
         }
     };

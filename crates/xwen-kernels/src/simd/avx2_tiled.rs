@@ -84,13 +84,7 @@ unsafe fn dispatch_t<const F: u8, const V: bool>(
     stride: usize,
     out: &mut [f32],
 ) {
-    match out.len() {
-        1 => multi::<1, F, V>(n, w, a, stride, out),
-        2 => multi::<2, F, V>(n, w, a, stride, out),
-        3 => multi::<3, F, V>(n, w, a, stride, out),
-        4 => multi::<4, F, V>(n, w, a, stride, out),
-        k => panic!("multi-token dot takes 1..=4 rows, got {k}"),
-    }
+    count_1_to_4!(out.len(), multi::<N, F, V>(n, w, a, stride, out))
 }
 
 #[inline(always)]

@@ -2,6 +2,22 @@
 //! `formats` and a property test holding them equal (tests/simd_vs_scalar.rs).
 //! Selection happens at run time in `dispatch`; these modules only expose what they have.
 
+/// `f::<len, X..>(args)` for a run-time `len` of 1..=4: the kernels taking 1..=4 rows (tokens or
+/// weight rows) are const-generic in that count so each count compiles to unrolled code.
+/// Written `count_1_to_4!(len, f::<N, X..>(args))` (the `N` stands for the count); panics
+/// outside 1..=4.
+macro_rules! count_1_to_4 {
+    ($len:expr, $f:ident ::< N $(, $x:tt)* > ( $($a:expr),* $(,)? )) => {
+        match $len {
+            1 => $f::<1 $(, $x)*>($($a),*),
+            2 => $f::<2 $(, $x)*>($($a),*),
+            3 => $f::<3 $(, $x)*>($($a),*),
+            4 => $f::<4 $(, $x)*>($($a),*),
+            k => panic!("{} takes 1..=4 rows, got {k}", stringify!($f)),
+        }
+    };
+}
+
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
 #[cfg(target_arch = "x86_64")]
