@@ -8,9 +8,9 @@
 
 use std::arch::x86_64::*;
 
+use super::avx2::h2f;
 use crate::formats::q8::{Q8_K_BYTES, QK_K};
 use crate::formats::{DotFn, MultiDotFn};
-use crate::half::read_f16;
 use crate::tiled::{fold, unpack};
 use crate::GgmlType;
 
@@ -126,8 +126,8 @@ unsafe fn widen<const F: u8>(b: &[u8]) -> Block {
     };
     match F {
         Q4K => {
-            blk.d = read_f16(b);
-            blk.dmin = read_f16(&b[2..]);
+            blk.d = h2f(b, 0);
+            blk.dmin = h2f(b, 2);
             let (sc, mn) = crate::formats::q4_k::unpack_scales_k4(&b[4..16]);
             for k in 0..4 {
                 let q = ld(b, 16 + 32 * k);
@@ -143,7 +143,7 @@ unsafe fn widen<const F: u8>(b: &[u8]) -> Block {
             blk.min_coef = _mm256_loadu_si256(mc.as_ptr() as *const __m256i);
         }
         Q6K => {
-            blk.d = read_f16(&b[208..]);
+            blk.d = h2f(b, 208);
             let m3 = _mm256_set1_epi8(3);
             for h in 0..2 {
                 let ql0 = ld(b, 64 * h);
