@@ -134,17 +134,58 @@ pub fn quantize_activations_for_matmul(w: &QMatrix, x: &[f32], n_tok: usize, out
 #[derive(Clone, Copy)]
 struct SyncPtr(*mut f32);
 
-impl SyncPtr {
-    /// y[(t0 + t) * rows + r] = vals[t]: one weight row's results for consecutive tokens.
+/// A task's results for up to `OUT_TILE_ROWS` consecutive weight rows × every token, stored
+/// token-major so they reach y (tokens × rows) as contiguous runs. Written straight into y, a
+/// row's results for 512 tokens land in 512 lines of 512 different pages (y's row stride is the
+/// matrix's row count × 4 bytes): a TLB miss per store.
+#[cfg(target_arch = "x86_64")]
+struct OutTile {
+    vals: Vec<f32>,
+    r0: usize,
+    n_rows: usize,
+}
+
+#[cfg(target_arch = "x86_64")]
+const OUT_TILE_ROWS: usize = 64;
+
+/// Token groups from which the Q4_K lane product decodes a quad of rows once (`WideQuad`)
+/// instead of per group.
+#[cfg(target_arch = "x86_64")]
+const WIDE_MIN_GROUPS: usize = 4;
+
+#[cfg(target_arch = "x86_64")]
+impl OutTile {
+    fn new(n_tok: usize) -> Self {
+        OutTile { vals: vec![0.0; OUT_TILE_ROWS * n_tok], r0: 0, n_rows: 0 }
+    }
+
+    /// Starts a tile of rows r0..r0 + n_rows (n_rows <= OUT_TILE_ROWS).
+    fn start(&mut self, r0: usize, n_rows: usize) {
+        debug_assert!(n_rows <= OUT_TILE_ROWS);
+        (self.r0, self.n_rows) = (r0, n_rows);
+    }
+
+    /// Row r's results for tokens t0..t0 + vals.len().
+    fn put(&mut self, r: usize, t0: usize, vals: &[f32]) {
+        let (i, nr) = (r - self.r0, self.n_rows);
+        for (t, &v) in vals.iter().enumerate() {
+            self.vals[(t0 + t) * nr + i] = v;
+        }
+    }
+
+    /// Copies tokens 0..n_tok of the tile into y.
     ///
     /// # Safety
-    /// Those elements are in bounds and written by this task alone.
-    unsafe fn put_tokens(self, t0: usize, rows: usize, r: usize, vals: &[f32]) {
-        for (t, &v) in vals.iter().enumerate() {
-            *self.0.add((t0 + t) * rows + r) = v;
+    /// y (through `yp`) has `rows` columns and n_tok rows; the tile's rows belong to this task.
+    unsafe fn flush(&self, yp: SyncPtr, rows: usize, n_tok: usize) {
+        let nr = self.n_rows;
+        for t in 0..n_tok {
+            let dst = std::slice::from_raw_parts_mut(yp.0.add(t * rows + self.r0), nr);
+            dst.copy_from_slice(&self.vals[t * nr..(t + 1) * nr]);
         }
     }
 }
+
 // SAFETY: tasks write disjoint elements through it.
 unsafe impl Sync for SyncPtr {}
 unsafe impl Send for SyncPtr {}
@@ -314,7 +355,7 @@ impl Pool {
     /// (0 when it does not apply).
     #[cfg(target_arch = "x86_64")]
     fn matmul_q4k_tok8(&self, w: QMatrix, xq: &[u8], n_tok: usize, grouped: usize, y: &mut [f32]) -> usize {
-        use crate::simd::avx2_tok8::{rows4, Act8, ROWS, TOK};
+        use crate::simd::avx2_tok8::{rows4, Act8, WideQuad, ROWS, TOK};
         let applies = w.ty == GgmlType::Q4_K && crate::q4k_repack::repacked(w.rows) && lane_kernels_active();
         let gemm = grouped > 0;
         // tokens of one order: the 4-token groups (gemm) or, with none, every token (gemv)
@@ -332,6 +373,9 @@ impl Pool {
         let mut act = Act8::default();
         act.build(xq, arb, nb, groups, n_valid);
         let row_groups = w.rows / ROWS;
+        // Decode each quad once when enough token groups reuse it (dense prefill); routed experts
+        // (~2 groups each) read the codes straight from the blocks.
+        let wide = groups >= WIDE_MIN_GROUPS;
         // one task per run of row quads, all token groups inside it: each quad's weights stay in
         // L1 while every group streams past them
         let chunk = row_chunk(row_groups, self.n_threads()).div_ceil(4).max(1);
@@ -344,25 +388,37 @@ impl Pool {
             let yp = yp;
             let (q0, q1) = (rc * chunk, ((rc + 1) * chunk).min(row_groups));
             let mut out = [[0f32; TOK]; ROWS];
-            for q in q0..q1 {
-                let r0 = q * ROWS;
-                let wr = &w.data[r0 * rb..(r0 + ROWS) * rb];
-                for g in 0..groups {
-                    // SAFETY: AVX2/FMA/F16C checked above (active set); wr holds ROWS rows and
-                    // act `groups` groups of nb blocks.
-                    unsafe {
-                        if gemm {
-                            rows4::<true>(wr, rb, act, g, &mut out)
-                        } else {
-                            rows4::<false>(wr, rb, act, g, &mut out)
+            let mut tile = OutTile::new(n_valid);
+            let mut wq = WideQuad::default();
+            for qs in (q0..q1).step_by(OUT_TILE_ROWS / ROWS) {
+                let qe = (qs + OUT_TILE_ROWS / ROWS).min(q1);
+                tile.start(qs * ROWS, (qe - qs) * ROWS);
+                for q in qs..qe {
+                    let r0 = q * ROWS;
+                    let wr = &w.data[r0 * rb..(r0 + ROWS) * rb];
+                    if wide {
+                        // SAFETY: AVX2/FMA/F16C checked above; wr holds ROWS rows.
+                        unsafe { wq.fill(wr, rb, nb) };
+                    }
+                    for g in 0..groups {
+                        // SAFETY: AVX2/FMA/F16C checked above (active set); wr holds ROWS rows
+                        // and act `groups` groups of nb blocks; wq holds wr's rows when `wide`.
+                        unsafe {
+                            match (gemm, wide) {
+                                (true, true) => rows4::<true, true>(wr, rb, Some(&wq), act, g, &mut out),
+                                (true, false) => rows4::<true, false>(wr, rb, None, act, g, &mut out),
+                                (false, true) => rows4::<false, true>(wr, rb, Some(&wq), act, g, &mut out),
+                                (false, false) => rows4::<false, false>(wr, rb, None, act, g, &mut out),
+                            }
+                        }
+                        let lanes = TOK.min(n_valid - g * TOK);
+                        for (r, o) in out.iter().enumerate() {
+                            tile.put(r0 + r, g * TOK, &o[..lanes]);
                         }
                     }
-                    let lanes = TOK.min(n_valid - g * TOK);
-                    for (r, o) in out.iter().enumerate() {
-                        // SAFETY: tokens g·TOK.. of row r0 + r are in bounds, owned by this task.
-                        unsafe { yp.put_tokens(g * TOK, rows, r0 + r, &o[..lanes]) };
-                    }
                 }
+                // SAFETY: rows qs·ROWS..qe·ROWS of tokens 0..n_valid belong to this task.
+                unsafe { tile.flush(yp, rows, n_valid) };
             }
         });
         n_valid
@@ -393,20 +449,26 @@ impl Pool {
             let (r0, r1) = (rc * chunk, ((rc + 1) * chunk).min(rows));
             let mut out = [0f32; TOK];
             let mut ax = vec![0u8; nb * 32];
-            for r in r0..r1 {
-                let wr = &w.data[r * rb..(r + 1) * rb];
-                for (i, a) in ax.chunks_exact_mut(32).enumerate() {
-                    for (o, &x) in a.iter_mut().zip(&wr[i * 34 + 2..i * 34 + 34]) {
-                        *o = (x as i8).unsigned_abs();
+            let mut tile = OutTile::new(groups * TOK);
+            for rs in (r0..r1).step_by(OUT_TILE_ROWS) {
+                let re = (rs + OUT_TILE_ROWS).min(r1);
+                tile.start(rs, re - rs);
+                for r in rs..re {
+                    let wr = &w.data[r * rb..(r + 1) * rb];
+                    for (i, a) in ax.chunks_exact_mut(32).enumerate() {
+                        for (o, &x) in a.iter_mut().zip(&wr[i * 34 + 2..i * 34 + 34]) {
+                            *o = (x as i8).unsigned_abs();
+                        }
+                    }
+                    for g in 0..groups {
+                        // SAFETY: AVX2/FMA/F16C checked above (active set); wr and ax hold nb
+                        // blocks, act `groups` groups.
+                        unsafe { row_q8_0(wr, &ax, act, g, &mut out) };
+                        tile.put(r, g * TOK, &out);
                     }
                 }
-                for g in 0..groups {
-                    // SAFETY: AVX2/FMA/F16C checked above (active set); wr and ax hold nb
-                    // blocks, act `groups` groups.
-                    unsafe { row_q8_0(wr, &ax, act, g, &mut out) };
-                    // SAFETY: tokens g·TOK.. of row r are in bounds, owned by this task.
-                    unsafe { yp.put_tokens(g * TOK, rows, r, &out) };
-                }
+                // SAFETY: rows rs..re of tokens 0..groups·TOK belong to this task.
+                unsafe { tile.flush(yp, rows, groups * TOK) };
             }
         });
         groups * TOK

@@ -125,25 +125,51 @@ fn matvec_and_matmul_equal_a_naive_row_loop() {
             let mut ym = vec![f32::NAN; n_tok * rows];
             pool.matmul(w, &xs, n_tok, &mut ym);
             for t in 0..n_tok {
-                let mut want_t = naive(&w, &xs[t * cols..(t + 1) * cols], n_tok);
-                if ty == GgmlType::Q4_K
-                    && rows.is_multiple_of(8)
-                    && t < n_tok - n_tok % 4
-                    && is_x86_feature_detected_avx2()
-                {
-                    // repacked Q4_K rows use the 4-row quantizer; recompute with it
-                    let mut xq = vec![0u8; cols / 256 * 292];
-                    xwen_kernels::formats::q8::quantize_q8_k_prefer_positive(
-                        &xs[t * cols..(t + 1) * cols],
-                        &mut xq,
-                    );
-                    want_t = row_loop(&w, &xq, true, n_tok);
-                }
                 assert_eq!(
                     &ym[t * rows..(t + 1) * rows],
-                    want_t.as_slice(),
+                    expected_token(&w, &xs, n_tok, t).as_slice(),
                     "{ty} matmul token {t} of {n_tok}"
                 );
+            }
+        }
+    }
+}
+
+/// Token t of an n_tok-token product by the row loop, in the order llama.cpp gives that token.
+fn expected_token(w: &QMatrix, xs: &[f32], n_tok: usize, t: usize) -> Vec<f32> {
+    let cols = w.cols;
+    let xt = &xs[t * cols..(t + 1) * cols];
+    if w.ty == GgmlType::Q4_K && w.rows.is_multiple_of(8) && t < n_tok - n_tok % 4 && is_x86_feature_detected_avx2() {
+        // repacked Q4_K rows of a 4-token group use the 4-row quantizer and the gemm order
+        let mut xq = vec![0u8; cols / 256 * 292];
+        xwen_kernels::formats::q8::quantize_q8_k_prefer_positive(xt, &mut xq);
+        return row_loop(w, &xq, true, n_tok);
+    }
+    naive(w, xt, n_tok)
+}
+
+/// Dense prefill shapes: repacked Q4_K with 4+ token groups (each row quad decoded once for all
+/// groups), plain rows and the tail past the last 4-token group, on 1 and 2 threads.
+#[test]
+fn dense_prefill_products_equal_the_row_loop() {
+    let mut rng = Rng(0xde75e);
+    for &(ty, rows, cols) in &[(GgmlType::Q4_K, 64, 512), (GgmlType::Q4_K, 72, 768), (GgmlType::Q8_0, 40, 512)] {
+        let wf: Vec<f32> = (0..rows * cols).map(|_| rng.normalish()).collect();
+        let data = quantize(ty, &wf).unwrap();
+        let w = QMatrix::new(ty, rows, cols, &data).unwrap();
+        for threads in [1, 2] {
+            let pool = Pool::new(threads);
+            for n_tok in [32, 45, 70] {
+                let xs = rng.activations(n_tok * cols);
+                let mut ym = vec![f32::NAN; n_tok * rows];
+                pool.matmul(w, &xs, n_tok, &mut ym);
+                for t in 0..n_tok {
+                    assert_eq!(
+                        &ym[t * rows..(t + 1) * rows],
+                        expected_token(&w, &xs, n_tok, t).as_slice(),
+                        "{ty} {rows}x{cols} token {t} of {n_tok}, {threads} threads"
+                    );
+                }
             }
         }
     }

@@ -79,17 +79,70 @@ impl Act8 {
     }
 }
 
+/// A quad of Q4_K rows decoded once for a product with many token groups: per row and
+/// super-block the 4-bit codes as bytes in the kernel's chunk order ([k][e]: the 4 low-nibble
+/// codes of sub-block 2k, then the 4 high-nibble codes of 2k+1, elements 4e..4e+3), the 6-bit
+/// scales and mins as i16, and d / dmin widened from f16. Same values `rows4` decodes per group.
+#[derive(Default)]
+pub struct WideQuad {
+    nb: usize,
+    codes: Vec<u8>,
+    sm: Vec<[i16; 16]>,
+    dd: Vec<[f32; 2]>,
+}
+
+impl WideQuad {
+    /// Decodes ROWS consecutive rows of `w` (`row_bytes` each, `nb` super-blocks).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C must be available; `w` holds ROWS rows.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn fill(&mut self, w: &[u8], row_bytes: usize, nb: usize) {
+        self.nb = nb;
+        self.codes.resize(ROWS * nb * QK, 0);
+        self.sm.resize(ROWS * nb, [0; 16]);
+        self.dd.resize(ROWS * nb, [0.0; 2]);
+        for r in 0..ROWS {
+            for i in 0..nb {
+                let b = &w[r * row_bytes + i * W..r * row_bytes + (i + 1) * W];
+                let ri = r * nb + i;
+                self.dd[ri] = [h2f(b, 0), h2f(b, 2)];
+                _mm256_storeu_si256(self.sm[ri].as_mut_ptr() as *mut __m256i, super::avx2::k4_scales_mins(b, 4));
+                let out = &mut self.codes[ri * QK..(ri + 1) * QK];
+                for c in 0..QK / 8 {
+                    // chunk c = 8k + e: 4 bytes of qs at 32k + 4e
+                    let (k, e) = (c / 8, c % 8);
+                    let raw = u32::from_le_bytes(b[16 + 32 * k + 4 * e..20 + 32 * k + 4 * e].try_into().unwrap());
+                    out[8 * c..8 * c + 4].copy_from_slice(&(raw & 0x0f0f_0f0f).to_le_bytes());
+                    out[8 * c + 4..8 * c + 8].copy_from_slice(&((raw >> 4) & 0x0f0f_0f0f).to_le_bytes());
+                }
+            }
+        }
+    }
+}
+
 /// `out[r][t]` = row r of `w` (ROWS consecutive rows of `row_bytes`, `nb` super-blocks each)
 /// times token t of activation group `g`, in the gemm (`GEMM`) or gemv order. The weight codes
 /// are taken straight from the Q4_K blocks (4 bytes broadcast, nibbles masked: extra work on
 /// ports the multiplies leave free), so nothing is widened per product — which matters for
 /// routed experts, multiplied with only ~2 token groups each in prefill.
 ///
+/// With `WIDE`, `wide` (a `WideQuad` of these ROWS rows) the codes, scales and f16 factors come
+/// pre-decoded from it instead: for dense products of many token groups, where decoding them
+/// per group cost 3 of a chunk's 7 vector operations.
+///
 /// # Safety
 /// AVX2, FMA and F16C must be available; `w` holds ROWS rows, `act` at least g + 1 groups of
 /// `nb` blocks.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub unsafe fn rows4<const GEMM: bool>(w: &[u8], row_bytes: usize, act: &Act8, g: usize, out: &mut [[f32; TOK]; ROWS]) {
+pub unsafe fn rows4<const GEMM: bool, const WIDE: bool>(
+    w: &[u8],
+    row_bytes: usize,
+    wide: Option<&WideQuad>,
+    act: &Act8,
+    g: usize,
+    out: &mut [[f32; TOK]; ROWS],
+) {
     let nb = act.nb;
     let m4 = _mm256_set1_epi8(0x0f);
     let mut acc = [_mm256_setzero_ps(); ROWS];
@@ -103,6 +156,15 @@ pub unsafe fn rows4<const GEMM: bool>(w: &[u8], row_bytes: usize, act: &Act8, g:
         let mut sm = [[0i16; 16]; ROWS];
         let mut qp = [std::ptr::null::<u8>(); ROWS];
         for r in 0..ROWS {
+            if WIDE {
+                let wq = wide.unwrap_unchecked();
+                let ri = r * wq.nb + i;
+                d[r] = _mm256_mul_ps(_mm256_set1_ps(wq.dd[ri][0]), dyv);
+                dmin[r] = _mm256_mul_ps(_mm256_set1_ps(wq.dd[ri][1]), dyv);
+                sm[r] = wq.sm[ri];
+                qp[r] = wq.codes.as_ptr().add(ri * QK);
+                continue;
+            }
             let b = &w[r * row_bytes + i * W..r * row_bytes + (i + 1) * W];
             // F16C: the software conversion's branches and shifts cost ~10% of these loops
             d[r] = _mm256_mul_ps(_mm256_set1_ps(h2f(b, 0)), dyv);
@@ -124,9 +186,13 @@ pub unsafe fn rows4<const GEMM: bool>(w: &[u8], row_bytes: usize, act: &Act8, g:
                 let a0 = _mm256_loadu_si256(qs.add(16 * k + e));
                 let a1 = _mm256_loadu_si256(qs.add(16 * k + 8 + e));
                 for r in 0..ROWS {
-                    let raw = _mm256_set1_epi32((qp[r].add(32 * k + 4 * e) as *const i32).read_unaligned());
-                    let wl = _mm256_and_si256(raw, m4);
-                    let wh = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                    let (wl, wh) = if WIDE {
+                        let p = qp[r].add(8 * (8 * k + e)) as *const i32;
+                        (_mm256_set1_epi32(p.read_unaligned()), _mm256_set1_epi32(p.add(1).read_unaligned()))
+                    } else {
+                        let raw = _mm256_set1_epi32((qp[r].add(32 * k + 4 * e) as *const i32).read_unaligned());
+                        (_mm256_and_si256(raw, m4), _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4))
+                    };
                     lo[r] = _mm256_add_epi16(lo[r], _mm256_maddubs_epi16(wl, a0));
                     hi[r] = _mm256_add_epi16(hi[r], _mm256_maddubs_epi16(wh, a1));
                 }
