@@ -4,7 +4,8 @@
 //! sigmoid(gate_inp_shexp · x).
 
 use crate::compute::{Ctx, MvJob};
-use xwen_kernels::QMatrix;
+use crate::ops::SharedMut;
+use xwen_kernels::{Pool, QMatrix};
 use crate::error::Result;
 use crate::expert_store::ExpertStore;
 use crate::ffn::{self, FfnWeights};
@@ -103,32 +104,42 @@ pub fn forward(
             per_expert[e].push((t, slot, p));
         }
     }
+    // Busiest experts first, so the threads' last tasks are the short ones.
+    let mut active: Vec<usize> = (0..d.n_expert).filter(|&e| !per_expert[e].is_empty()).collect();
+    active.sort_by_key(|&e| std::cmp::Reverse(per_expert[e].len()));
+    let handles = active.iter().map(|&e| store.expert(layer, e)).collect::<Result<Vec<_>>>()?;
     let mut slots = vec![0.0f32; n * k * hidden];
-    let mut xq = Vec::new();
-    for (e, toks) in per_expert.iter().enumerate() {
-        if toks.is_empty() {
-            continue;
-        }
-        let h = store.expert(layer, e)?;
-        let m = toks.len();
-        let mut xe = Vec::with_capacity(m * hidden);
-        for &(t, _, _) in toks {
-            xe.extend_from_slice(&x[t * hidden..(t + 1) * hidden]);
-        }
-        let mut g = vec![0.0f32; m * d.expert_ff];
-        let mut u = vec![0.0f32; m * d.expert_ff];
-        expert_mm(ctx, h.gate(), &xe, m, &mut g, &mut xq);
-        expert_mm(ctx, h.up(), &xe, m, &mut u, &mut xq);
-        let act = ffn::swiglu_rows(&g, &u, d.expert_ff);
-        let mut y = vec![0.0f32; m * hidden];
-        expert_mm(ctx, h.down(), &act, m, &mut y, &mut xq);
-        for (i, &(t, slot, p)) in toks.iter().enumerate() {
-            let dst = &mut slots[(t * k + slot) * hidden..][..hidden];
-            for (o, &v) in dst.iter_mut().zip(&y[i * hidden..(i + 1) * hidden]) {
-                *o = v * p;
+    let slots_out = SharedMut::new(&mut slots);
+    // One task per expert, each on one thread (gate, up, SwiGLU, down): an expert has ~16 tokens
+    // at pp512, too little work to split its products across threads — per-matrix parallel
+    // jobs left the second core spinning through every expert's serial quantize/interleave
+    // steps (docs/bench.md, session 3).
+    ctx.pool.run(active.len(), &|i| {
+        let (toks, h) = (&per_expert[active[i]], &handles[i]);
+        SOLO.with(|solo| {
+            let m = toks.len();
+            let mut xe = Vec::with_capacity(m * hidden);
+            for &(t, _, _) in toks {
+                xe.extend_from_slice(&x[t * hidden..(t + 1) * hidden]);
             }
-        }
-    }
+            let mut xq = Vec::new();
+            let mut g = vec![0.0f32; m * d.expert_ff];
+            let mut u = vec![0.0f32; m * d.expert_ff];
+            expert_mm(solo, h.gate(), &xe, m, &mut g, &mut xq);
+            expert_mm(solo, h.up(), &xe, m, &mut u, &mut xq);
+            let act = ffn::swiglu_rows(&g, &u, d.expert_ff);
+            let mut y = vec![0.0f32; m * hidden];
+            expert_mm(solo, h.down(), &act, m, &mut y, &mut xq);
+            for (i, &(t, slot, p)) in toks.iter().enumerate() {
+                // SAFETY: (token, slot) pairs are unique across experts: this task alone writes
+                // that row of `slots`, which outlives the pool job.
+                let dst = unsafe { slots_out.slice((t * k + slot) * hidden, hidden) };
+                for (o, &v) in dst.iter_mut().zip(&y[i * hidden..(i + 1) * hidden]) {
+                    *o = v * p;
+                }
+            }
+        });
+    });
     for t in 0..n {
         let o = &mut out[t * hidden..(t + 1) * hidden];
         for slot in 0..k {
@@ -156,12 +167,18 @@ pub fn forward(
     Ok(out)
 }
 
+thread_local! {
+    /// A pool of one (no worker threads: it runs tasks on the calling thread) for products done
+    /// inside another pool's task.
+    static SOLO: Pool = Pool::new(1);
+}
+
 /// An expert's product over its m routed tokens. llama.cpp's MUL_MAT_ID quantizes every
 /// token with the row quantizer (no 4-row repack grouping), so do the same and hand the
 /// pre-quantized rows to the batched kernel.
-fn expert_mm(ctx: &Ctx, w: QMatrix, x: &[f32], m: usize, y: &mut [f32], xq: &mut Vec<u8>) {
+fn expert_mm(pool: &Pool, w: QMatrix, x: &[f32], m: usize, y: &mut [f32], xq: &mut Vec<u8>) {
     if m == 1 {
-        ctx.pool.matvec(w, x, y);
+        pool.matvec(w, x, y);
         return;
     }
     xq.clear();
@@ -170,7 +187,7 @@ fn expert_mm(ctx: &Ctx, w: QMatrix, x: &[f32], m: usize, y: &mut [f32], xq: &mut
         xwen_kernels::quantize_activations(w.ty, &x[t * w.cols..(t + 1) * w.cols], &mut row);
         xq.extend_from_slice(&row);
     }
-    ctx.pool.matmul_q_id(w, xq, m, y);
+    pool.matmul_q_id(w, xq, m, y);
 }
 
 /// Decode (one token): three parallel jobs per layer — router with the shared expert's
