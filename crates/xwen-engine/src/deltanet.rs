@@ -106,20 +106,29 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], n: usiz
     drop(sp);
     let sp = ctx.span(Op::DeltaConv);
     // Causal depthwise convolution over the fused stream, state prepended, then SiLU.
-    let conv_out = conv_silu(&w.conv, d, &qkv, n, &mut st.conv);
+    let conv_out = conv_silu(ctx, &w.conv, d, &qkv, n, &mut st.conv);
 
     // Split into per-head q, k (L2-normalized) and v; β = sigmoid, g = a·softplus(α + dt).
     let mut q = vec![0.0f32; n * hk * sd];
     let mut k = vec![0.0f32; n * hk * sd];
     let mut v = vec![0.0f32; n * hv * sd];
-    for t in 0..n {
-        let row = &conv_out[t * cd..(t + 1) * cd];
-        q[t * hk * sd..(t + 1) * hk * sd].copy_from_slice(&row[..hk * sd]);
-        k[t * hk * sd..(t + 1) * hk * sd].copy_from_slice(&row[hk * sd..2 * hk * sd]);
-        v[t * hv * sd..(t + 1) * hv * sd].copy_from_slice(&row[2 * hk * sd..]);
-    }
-    for head in q.chunks_exact_mut(sd).chain(k.chunks_exact_mut(sd)) {
-        ops::gdn_l2_norm_inplace(head, d.eps);
+    {
+        let (qo, ko, vo) = (SharedMut::new(&mut q), SharedMut::new(&mut k), SharedMut::new(&mut v));
+        let conv_out = &conv_out;
+        for_token_chunks(ctx, n, &|t0, t1| {
+            for t in t0..t1 {
+                let row = &conv_out[t * cd..(t + 1) * cd];
+                // SAFETY: token t's rows of q, k and v belong to this task alone.
+                let (qt, kt, vt) =
+                    unsafe { (qo.slice(t * hk * sd, hk * sd), ko.slice(t * hk * sd, hk * sd), vo.slice(t * hv * sd, hv * sd)) };
+                qt.copy_from_slice(&row[..hk * sd]);
+                kt.copy_from_slice(&row[hk * sd..2 * hk * sd]);
+                vt.copy_from_slice(&row[2 * hk * sd..]);
+                for head in qt.chunks_exact_mut(sd).chain(kt.chunks_exact_mut(sd)) {
+                    ops::gdn_l2_norm_inplace(head, d.eps);
+                }
+            }
+        });
     }
     let mut beta = braw;
     for b in beta.iter_mut() {
@@ -159,25 +168,41 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], n: usiz
     // Gated RMSNorm per head: norm(o)·w · silu(z), then the output projection. llama.cpp's
     // ggml_silu runs on z viewed as [head_dim, H_v, n]: rows of head_dim.
     let mut z = z;
-    for zh in z.chunks_exact_mut(sd) {
-        ops::silu_row_inplace(zh);
-    }
-    for t in 0..n {
-        for h in 0..hv {
-            let base = (t * hv + h) * sd;
-            let oh = &mut o[base..base + sd];
-            ops::rms_norm_inplace(oh, &w.norm, d.eps);
-            for (ov, &sz) in oh.iter_mut().zip(&z[base..base + sd]) {
-                *ov *= sz;
+    {
+        let (zo, oo) = (SharedMut::new(&mut z), SharedMut::new(&mut o));
+        for_token_chunks(ctx, n, &|t0, t1| {
+            for t in t0..t1 {
+                // SAFETY: token t's rows of z and o belong to this task alone.
+                let (zt, ot) = unsafe { (zo.slice(t * hv * sd, hv * sd), oo.slice(t * hv * sd, hv * sd)) };
+                for (zh, oh) in zt.chunks_exact_mut(sd).zip(ot.chunks_exact_mut(sd)) {
+                    ops::silu_row_inplace(zh);
+                    ops::rms_norm_inplace(oh, &w.norm, d.eps);
+                    for (ov, &sz) in oh.iter_mut().zip(zh.iter()) {
+                        *ov *= sz;
+                    }
+                }
             }
-        }
+        });
     }
     ctx.mm(&w.out, &o, n)
 }
 
+/// f(t0, t1) over chunks of the n tokens on the pool: the per-token elementwise steps around the
+/// scan (convolution, norms, gates) are a few percent of a prefill each, serial otherwise.
+fn for_token_chunks(ctx: &Ctx, n: usize, f: &(dyn Fn(usize, usize) + Sync)) {
+    const TOKENS_PER_TASK: usize = 16;
+    if n <= TOKENS_PER_TASK {
+        f(0, n);
+        return;
+    }
+    ctx.pool.run(n.div_ceil(TOKENS_PER_TASK), &|i| {
+        f(i * TOKENS_PER_TASK, ((i + 1) * TOKENS_PER_TASK).min(n))
+    });
+}
+
 /// ggml_ssm_conv over [state ‖ new inputs], then SiLU; updates the conv state. The conv output
 /// is [conv_dim, n] in ggml, so ggml_silu's rows are one token's conv_dim values.
-fn conv_silu(kernel: &[f32], d: &DeltaDims, qkv: &[f32], n: usize, state: &mut [f32]) -> Vec<f32> {
+fn conv_silu(ctx: &Ctx, kernel: &[f32], d: &DeltaDims, qkv: &[f32], n: usize, state: &mut [f32]) -> Vec<f32> {
     let cd = d.conv_dim();
     let kk = d.conv_kernel;
     let hist = kk - 1;
@@ -186,16 +211,22 @@ fn conv_silu(kernel: &[f32], d: &DeltaDims, qkv: &[f32], n: usize, state: &mut [
     window.extend_from_slice(state);
     window.extend_from_slice(qkv);
     let mut out = vec![0.0f32; n * cd];
-    for t in 0..n {
-        let o = &mut out[t * cd..(t + 1) * cd];
-        for c in 0..cd {
-            let mut sum = 0.0f32;
-            for j in 0..kk {
-                sum += window[(t + j) * cd + c] * kernel[c * kk + j];
+    {
+        let (oo, window) = (SharedMut::new(&mut out), &window);
+        for_token_chunks(ctx, n, &|t0, t1| {
+            for t in t0..t1 {
+                // SAFETY: token t's output row belongs to this task alone.
+                let o = unsafe { oo.slice(t * cd, cd) };
+                for c in 0..cd {
+                    let mut sum = 0.0f32;
+                    for j in 0..kk {
+                        sum += window[(t + j) * cd + c] * kernel[c * kk + j];
+                    }
+                    o[c] = sum;
+                }
+                ops::silu_row_inplace(o);
             }
-            o[c] = sum;
-        }
-        ops::silu_row_inplace(o);
+        });
     }
     state.copy_from_slice(&window[n * cd..(n + hist) * cd]);
     out
