@@ -121,17 +121,18 @@ fn matvec_and_matmul_equal_a_naive_row_loop() {
         );
 
         for n_tok in [1, 2, 3, 6, 13, 20, 40] {
-            let xs = rng.activations(n_tok * cols);
-            let mut ym = vec![f32::NAN; n_tok * rows];
-            pool.matmul(w, &xs, n_tok, &mut ym);
-            for t in 0..n_tok {
-                assert_eq!(
-                    &ym[t * rows..(t + 1) * rows],
-                    expected_token(&w, &xs, n_tok, t).as_slice(),
-                    "{ty} matmul token {t} of {n_tok}"
-                );
-            }
+            check_matmul(&pool, &w, &rng.activations(n_tok * cols), n_tok, &format!("{ty} matmul"));
         }
+    }
+}
+
+/// pool.matmul of `xs` (n_tok rows) equals `expected_token` for every token, bit for bit.
+fn check_matmul(pool: &Pool, w: &QMatrix, xs: &[f32], n_tok: usize, what: &str) {
+    let rows = w.rows;
+    let mut ym = vec![f32::NAN; n_tok * rows];
+    pool.matmul(*w, xs, n_tok, &mut ym);
+    for t in 0..n_tok {
+        assert_eq!(&ym[t * rows..(t + 1) * rows], expected_token(w, xs, n_tok, t).as_slice(), "{what}: token {t} of {n_tok}");
     }
 }
 
@@ -160,16 +161,8 @@ fn dense_prefill_products_equal_the_row_loop() {
         for threads in [1, 2] {
             let pool = Pool::new(threads);
             for n_tok in [32, 45, 70] {
-                let xs = rng.activations(n_tok * cols);
-                let mut ym = vec![f32::NAN; n_tok * rows];
-                pool.matmul(w, &xs, n_tok, &mut ym);
-                for t in 0..n_tok {
-                    assert_eq!(
-                        &ym[t * rows..(t + 1) * rows],
-                        expected_token(&w, &xs, n_tok, t).as_slice(),
-                        "{ty} {rows}x{cols} token {t} of {n_tok}, {threads} threads"
-                    );
-                }
+                let what = format!("{ty} {rows}x{cols}, {threads} threads");
+                check_matmul(&pool, &w, &rng.activations(n_tok * cols), n_tok, &what);
             }
         }
     }
