@@ -155,14 +155,23 @@ const WIDE_MIN_GROUPS: usize = 4;
 
 #[cfg(target_arch = "x86_64")]
 impl OutTile {
-    fn new(n_tok: usize) -> Self {
-        OutTile { vals: vec![0.0; OUT_TILE_ROWS * n_tok], r0: 0, n_rows: 0 }
-    }
-
-    /// Starts a tile of rows r0..r0 + n_rows (n_rows <= OUT_TILE_ROWS).
-    fn start(&mut self, r0: usize, n_rows: usize) {
-        debug_assert!(n_rows <= OUT_TILE_ROWS);
-        (self.r0, self.n_rows) = (r0, n_rows);
+    /// Computes rows r0..r1 of y (n_tok tokens × `rows` columns) tile by tile: `f(tile, rs, re)`
+    /// puts the results of rows rs..re (at most OUT_TILE_ROWS; rs - r0 a multiple of it), then
+    /// the tile is copied into y.
+    ///
+    /// # Safety
+    /// y (through `yp`) has `rows` columns and n_tok rows; rows r0..r1 belong to this task.
+    unsafe fn for_rows(yp: SyncPtr, rows: usize, n_tok: usize, r0: usize, r1: usize, mut f: impl FnMut(&mut OutTile, usize, usize)) {
+        let mut tile = OutTile { vals: vec![0.0; OUT_TILE_ROWS * n_tok], r0, n_rows: 0 };
+        for rs in (r0..r1).step_by(OUT_TILE_ROWS) {
+            let re = (rs + OUT_TILE_ROWS).min(r1);
+            (tile.r0, tile.n_rows) = (rs, re - rs);
+            f(&mut tile, rs, re);
+            for t in 0..n_tok {
+                let dst = std::slice::from_raw_parts_mut(yp.0.add(t * rows + rs), re - rs);
+                dst.copy_from_slice(&tile.vals[t * (re - rs)..(t + 1) * (re - rs)]);
+            }
+        }
     }
 
     /// Row r's results for tokens t0..t0 + vals.len().
@@ -170,18 +179,6 @@ impl OutTile {
         let (i, nr) = (r - self.r0, self.n_rows);
         for (t, &v) in vals.iter().enumerate() {
             self.vals[(t0 + t) * nr + i] = v;
-        }
-    }
-
-    /// Copies tokens 0..n_tok of the tile into y.
-    ///
-    /// # Safety
-    /// y (through `yp`) has `rows` columns and n_tok rows; the tile's rows belong to this task.
-    unsafe fn flush(&self, yp: SyncPtr, rows: usize, n_tok: usize) {
-        let nr = self.n_rows;
-        for t in 0..n_tok {
-            let dst = std::slice::from_raw_parts_mut(yp.0.add(t * rows + self.r0), nr);
-            dst.copy_from_slice(&self.vals[t * nr..(t + 1) * nr]);
         }
     }
 }
@@ -388,12 +385,9 @@ impl Pool {
             let yp = yp;
             let (q0, q1) = (rc * chunk, ((rc + 1) * chunk).min(row_groups));
             let mut out = [[0f32; TOK]; ROWS];
-            let mut tile = OutTile::new(n_valid);
             let mut wq = WideQuad::default();
-            for qs in (q0..q1).step_by(OUT_TILE_ROWS / ROWS) {
-                let qe = (qs + OUT_TILE_ROWS / ROWS).min(q1);
-                tile.start(qs * ROWS, (qe - qs) * ROWS);
-                for q in qs..qe {
+            let quads = |tile: &mut OutTile, rs: usize, re: usize| {
+                for q in rs / ROWS..re / ROWS {
                     let r0 = q * ROWS;
                     let wr = &w.data[r0 * rb..(r0 + ROWS) * rb];
                     if wide {
@@ -417,9 +411,10 @@ impl Pool {
                         }
                     }
                 }
-                // SAFETY: rows qs·ROWS..qe·ROWS of tokens 0..n_valid belong to this task.
-                unsafe { tile.flush(yp, rows, n_valid) };
-            }
+            };
+            // SAFETY: rows q0·ROWS..q1·ROWS of tokens 0..n_valid belong to this task;
+            // OUT_TILE_ROWS is a multiple of ROWS, so every tile holds whole quads.
+            unsafe { OutTile::for_rows(yp, rows, n_valid, q0 * ROWS, q1 * ROWS, quads) };
         });
         n_valid
     }
@@ -449,10 +444,7 @@ impl Pool {
             let (r0, r1) = (rc * chunk, ((rc + 1) * chunk).min(rows));
             let mut out = [0f32; TOK];
             let mut ax = vec![0u8; nb * 32];
-            let mut tile = OutTile::new(groups * TOK);
-            for rs in (r0..r1).step_by(OUT_TILE_ROWS) {
-                let re = (rs + OUT_TILE_ROWS).min(r1);
-                tile.start(rs, re - rs);
+            let each_row = |tile: &mut OutTile, rs: usize, re: usize| {
                 for r in rs..re {
                     let wr = &w.data[r * rb..(r + 1) * rb];
                     for (i, a) in ax.chunks_exact_mut(32).enumerate() {
@@ -467,9 +459,9 @@ impl Pool {
                         tile.put(r, g * TOK, &out);
                     }
                 }
-                // SAFETY: rows rs..re of tokens 0..groups·TOK belong to this task.
-                unsafe { tile.flush(yp, rows, groups * TOK) };
-            }
+            };
+            // SAFETY: rows r0..r1 of tokens 0..groups·TOK belong to this task.
+            unsafe { OutTile::for_rows(yp, rows, groups * TOK, r0, r1, each_row) };
         });
         groups * TOK
     }
