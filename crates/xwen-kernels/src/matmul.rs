@@ -324,6 +324,9 @@ impl Pool {
     fn matmul_q_grouped(&self, w: QMatrix, xq: &[u8], n_tok: usize, grouped: usize, y: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
         {
+            if self.matmul_f32_blocked(w, xq, n_tok, y) {
+                return;
+            }
             let done = if w.ty == GgmlType::Q8_0 {
                 self.matmul_q8_0_tok8(w, xq, n_tok, y)
             } else {
@@ -417,6 +420,65 @@ impl Pool {
             unsafe { OutTile::for_rows(yp, rows, n_valid, q0 * ROWS, q1 * ROWS, quads) };
         });
         n_valid
+    }
+
+    /// F32 weights (the MoE routers) against 2+ tokens, `F32_BLOCK_ROWS` rows × `F32_BLOCK_TOKENS`
+    /// tokens per kernel call, each output in `dot_f32`'s order; returns false where that kernel
+    /// is not the one `matmul_q_plain` would use (another ISA, k % 8 != 0, one token).
+    #[cfg(target_arch = "x86_64")]
+    fn matmul_f32_blocked(&self, w: QMatrix, xq: &[u8], n_tok: usize, y: &mut [f32]) -> bool {
+        use crate::simd::avx2::{f32_block, F32_BLOCK_ROWS as R, F32_BLOCK_TOKENS as T};
+        if w.ty != GgmlType::F32 || n_tok < 2 || !w.cols.is_multiple_of(8) || dispatch::active() != dispatch::Isa::Avx2 {
+            return false;
+        }
+        w.validate();
+        assert_eq!(y.len(), n_tok * w.rows, "matmul: y must be n_tok × rows");
+        assert!(xq.len() >= n_tok * w.cols * 4, "matmul: activations too short");
+        let (rows, cols) = (w.rows, w.cols);
+        let chunk = row_chunk(rows, self.n_threads()).next_multiple_of(R);
+        let n_row_chunks = rows.div_ceil(chunk);
+        let yp = SyncPtr(y.as_mut_ptr());
+        let (wp, ap) = (w.data.as_ptr() as usize, xq.as_ptr() as usize);
+        self.run(n_row_chunks, &|rc| {
+            #[allow(clippy::redundant_locals)] // capture the Sync wrapper, not its raw field
+            let yp = yp;
+            let (wp, ap) = (wp as *const f32, ap as *const f32);
+            let (r0, r1) = (rc * chunk, ((rc + 1) * chunk).min(rows));
+            // SAFETY: AVX2/FMA active; rows r0..r1 < rows and tokens < n_tok are in bounds of
+            // w and xq (validated above); cols % 8 == 0; (t, r) for r in r0..r1 belong to
+            // this task alone.
+            unsafe {
+                let put = |r: usize, t: usize, v: f32| *yp.0.add(t * rows + r) = v;
+                let mut r = r0;
+                while r < r1 {
+                    let nr = if r + R <= r1 { R } else { 1 };
+                    let mut t = 0;
+                    while t < n_tok {
+                        let wr = wp.add(r * cols);
+                        let at = ap.add(t * cols);
+                        if nr == R && t + T <= n_tok {
+                            let mut out = [[0f32; T]; R];
+                            f32_block::<R, T>(cols, wr, cols, at, cols, &mut out);
+                            for (i, o) in out.iter().enumerate() {
+                                for (j, &v) in o.iter().enumerate() {
+                                    put(r + i, t + j, v);
+                                }
+                            }
+                            t += T;
+                        } else {
+                            for i in 0..nr {
+                                let mut out = [[0f32; 1]; 1];
+                                f32_block::<1, 1>(cols, wr.add(i * cols), cols, at, cols, &mut out);
+                                put(r + i, t, out[0][0]);
+                            }
+                            t += 1;
+                        }
+                    }
+                    r += nr;
+                }
+            }
+        });
+        true
     }
 
     /// Q8_0 (attention, DeltaNet and shared-expert matrices) in whole groups of 8 tokens through

@@ -628,6 +628,47 @@ unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
     dot_f32_ggml(n, w, a)
 }
 
+/// Rows per call of `f32_block`.
+pub const F32_BLOCK_ROWS: usize = 4;
+/// Tokens per call of `f32_block`.
+pub const F32_BLOCK_TOKENS: usize = 3;
+
+/// `out[r][t]` = `dot_f32(n, row r, token t)` for R rows (`w`, stride `ws` floats) and T tokens
+/// (`a`, stride `as_` floats), bit for bit: each output keeps its own single 8-lane FMA chain
+/// over k and the same hsum (tinyBLAS's order), so computing R·T of them together changes no
+/// result. One chain per call is bound by the FMA latency (~2 MACs/cycle for the MoE router
+/// at prefill); twelve independent chains keep both FMA pipes busy.
+///
+/// # Safety
+/// AVX2/FMA available; n % 8 == 0; `w` holds R rows and `a` T tokens of n floats at their
+/// strides.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn f32_block<const R: usize, const T: usize>(
+    n: usize,
+    w: *const f32,
+    ws: usize,
+    a: *const f32,
+    as_: usize,
+    out: &mut [[f32; T]; R],
+) {
+    debug_assert!(n % 8 == 0);
+    let mut acc = [[_mm256_setzero_ps(); T]; R];
+    for i in (0..n).step_by(8) {
+        let x: [__m256; T] = std::array::from_fn(|t| _mm256_loadu_ps(a.add(t * as_ + i)));
+        for r in 0..R {
+            let wr = _mm256_loadu_ps(w.add(r * ws + i));
+            for t in 0..T {
+                acc[r][t] = _mm256_fmadd_ps(wr, x[t], acc[r][t]);
+            }
+        }
+    }
+    for r in 0..R {
+        for t in 0..T {
+            out[r][t] = hsum_ps(acc[r][t]);
+        }
+    }
+}
+
 /// ggml_vec_dot_f32 (AVX2): 4 × 8-lane FMA accumulators over steps of 32, GGML_F32x8_REDUCE,
 /// the tail added in double. What llama.cpp computes for an F32 weight against one token.
 pub fn dot_f32_vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
