@@ -397,15 +397,19 @@ impl Pool {
                         // SAFETY: AVX2/FMA/F16C checked above; wr holds ROWS rows.
                         unsafe { wq.fill(wr, rb, nb) };
                     }
+                    // the next quad's weights, fetched while the first group computes this one
+                    // (cold weights: experts; dense quads are decoded once by `wq.fill`)
+                    let next = if !wide && q + 1 < q1 { &w.data[(r0 + ROWS) * rb..(r0 + 2 * ROWS) * rb] } else { &[][..] };
                     for g in 0..groups {
+                        let next = if g == 0 { next } else { &[][..] };
                         // SAFETY: AVX2/FMA/F16C checked above (active set); wr holds ROWS rows
                         // and act `groups` groups of nb blocks; wq holds wr's rows when `wide`.
                         unsafe {
                             match (gemm, wide) {
-                                (true, true) => rows4::<true, true>(wr, rb, Some(&wq), act, g, &mut out),
-                                (true, false) => rows4::<true, false>(wr, rb, None, act, g, &mut out),
-                                (false, true) => rows4::<false, true>(wr, rb, Some(&wq), act, g, &mut out),
-                                (false, false) => rows4::<false, false>(wr, rb, None, act, g, &mut out),
+                                (true, true) => rows4::<true, true>(wr, rb, &wq, next, act, g, &mut out),
+                                (true, false) => rows4::<true, false>(wr, rb, &wq, next, act, g, &mut out),
+                                (false, true) => rows4::<false, true>(wr, rb, &wq, next, act, g, &mut out),
+                                (false, false) => rows4::<false, false>(wr, rb, &wq, next, act, g, &mut out),
                             }
                         }
                         let lanes = TOK.min(n_valid - g * TOK);
