@@ -108,8 +108,9 @@ pub fn forward(
     let mut active: Vec<usize> = (0..d.n_expert).filter(|&e| !per_expert[e].is_empty()).collect();
     active.sort_by_key(|&e| std::cmp::Reverse(per_expert[e].len()));
     let handles = active.iter().map(|&e| store.expert(layer, e)).collect::<Result<Vec<_>>>()?;
-    let mut slots = vec![0.0f32; n * k * hidden];
-    let slots_out = SharedMut::new(&mut slots);
+    // Each expert's outputs (its tokens × hidden), unweighted; summed per token below.
+    let mut ys: Vec<Vec<f32>> = vec![Vec::new(); active.len()];
+    let ys_out = SharedMut::new(&mut ys);
     // One task per expert, each on one thread (gate, up, SwiGLU, down): an expert has ~16 tokens
     // at pp512, too little work to split its products across threads — per-matrix parallel
     // jobs left the second core spinning through every expert's serial quantize/interleave
@@ -118,33 +119,39 @@ pub fn forward(
         let (toks, h) = (&per_expert[active[i]], &handles[i]);
         SOLO.with(|solo| {
             let m = toks.len();
-            let mut xe = Vec::with_capacity(m * hidden);
-            for &(t, _, _) in toks {
-                xe.extend_from_slice(&x[t * hidden..(t + 1) * hidden]);
-            }
-            let mut xq = Vec::new();
+            let (gw, uw) = (h.gate(), h.up());
             let mut g = vec![0.0f32; m * d.expert_ff];
             let mut u = vec![0.0f32; m * d.expert_ff];
-            expert_mm(solo, h.gate(), &xe, m, &mut g, &mut xq);
-            expert_mm(solo, h.up(), &xe, m, &mut u, &mut xq);
+            let mut xq = Vec::new();
+            if m > 1 && gw.ty == uw.ty && gw.rows == uw.rows {
+                // gate and up take the same rows: quantized and laid out once for both
+                quantize_rows(gw.ty, toks.iter().map(|&(t, _, _)| &x[t * hidden..(t + 1) * hidden]), &mut xq);
+                solo.matmul_q_id_shared(&[gw, uw], &xq, m, &mut [&mut g, &mut u]);
+            } else {
+                let xe: Vec<f32> = toks.iter().flat_map(|&(t, _, _)| &x[t * hidden..(t + 1) * hidden]).copied().collect();
+                expert_mm(solo, gw, &xe, m, &mut g, &mut xq);
+                expert_mm(solo, uw, &xe, m, &mut u, &mut xq);
+            }
             let act = ffn::swiglu_rows(&g, &u, d.expert_ff);
             let mut y = vec![0.0f32; m * hidden];
             expert_mm(solo, h.down(), &act, m, &mut y, &mut xq);
-            for (i, &(t, slot, p)) in toks.iter().enumerate() {
-                // SAFETY: (token, slot) pairs are unique across experts: this task alone writes
-                // that row of `slots`, which outlives the pool job.
-                let dst = unsafe { slots_out.slice((t * k + slot) * hidden, hidden) };
-                for (o, &v) in dst.iter_mut().zip(&y[i * hidden..(i + 1) * hidden]) {
-                    *o = v * p;
-                }
-            }
+            // SAFETY: slot i of `ys` is written by this task alone; `ys` outlives the job.
+            unsafe { ys_out.slice(i, 1)[0] = y };
         });
     });
+    // Σ over a token's selection slots in llama.cpp's order (slot 0, then 1, …) of p · y, the
+    // product rounded before the add as ggml_mul then ggml_add do.
+    let mut by_slot: Vec<(usize, usize, f32)> = vec![(0, 0, 0.0); n * k];
+    for (i, &e) in active.iter().enumerate() {
+        for (row, &(t, slot, p)) in per_expert[e].iter().enumerate() {
+            by_slot[t * k + slot] = (i, row, p);
+        }
+    }
     for t in 0..n {
         let o = &mut out[t * hidden..(t + 1) * hidden];
-        for slot in 0..k {
-            for (a, &b) in o.iter_mut().zip(&slots[(t * k + slot) * hidden..][..hidden]) {
-                *a += b;
+        for &(i, row, p) in &by_slot[t * k..(t + 1) * k] {
+            for (a, &v) in o.iter_mut().zip(&ys[i][row * hidden..(row + 1) * hidden]) {
+                *a += v * p;
             }
         }
     }
@@ -173,6 +180,17 @@ thread_local! {
     static SOLO: Pool = Pool::new(1);
 }
 
+/// Rows quantized one by one with the row quantizer for a `ty` matrix (MUL_MAT_ID's
+/// activations), appended into `out` (cleared first).
+fn quantize_rows<'a>(ty: xwen_kernels::GgmlType, rows: impl Iterator<Item = &'a [f32]>, out: &mut Vec<u8>) {
+    out.clear();
+    let mut row = Vec::new();
+    for r in rows {
+        xwen_kernels::quantize_activations(ty, r, &mut row);
+        out.extend_from_slice(&row);
+    }
+}
+
 /// An expert's product over its m routed tokens. llama.cpp's MUL_MAT_ID quantizes every
 /// token with the row quantizer (no 4-row repack grouping), so do the same and hand the
 /// pre-quantized rows to the batched kernel.
@@ -181,12 +199,7 @@ fn expert_mm(pool: &Pool, w: QMatrix, x: &[f32], m: usize, y: &mut [f32], xq: &m
         pool.matvec(w, x, y);
         return;
     }
-    xq.clear();
-    let mut row = Vec::new();
-    for t in 0..m {
-        xwen_kernels::quantize_activations(w.ty, &x[t * w.cols..(t + 1) * w.cols], &mut row);
-        xq.extend_from_slice(&row);
-    }
+    quantize_rows(w.ty, x.chunks_exact(w.cols), xq);
     pool.matmul_q_id(w, xq, m, y);
 }
 

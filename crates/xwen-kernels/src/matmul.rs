@@ -134,15 +134,20 @@ pub fn quantize_activations_for_matmul(w: &QMatrix, x: &[f32], n_tok: usize, out
 #[derive(Clone, Copy)]
 struct SyncPtr(*mut f32);
 
-/// A task's results for up to `OUT_TILE_ROWS` consecutive weight rows × every token, stored
-/// token-major so they reach y (tokens × rows) as contiguous runs. Written straight into y, a
-/// row's results for 512 tokens land in 512 lines of 512 different pages (y's row stride is the
-/// matrix's row count × 4 bytes): a TLB miss per store.
+/// A task's results for up to `OUT_TILE_ROWS` consecutive weight rows × every token. The
+/// kernels deliver a row's results for 8 consecutive tokens at a time: held row-major they are
+/// one contiguous store each, and the tile reaches y (tokens × rows) transposed, as contiguous
+/// runs of a token's rows. Written straight into y, a row's results for 512 tokens land in 512
+/// lines of 512 different pages (y's row stride is the matrix's row count × 4 bytes); written
+/// token-major into the tile, in 512 lines of a 128 KB tile that L1 cannot hold (4% of a pp512).
 #[cfg(target_arch = "x86_64")]
 struct OutTile {
     vals: Vec<f32>,
     r0: usize,
-    n_rows: usize,
+    /// floats from one tile row to the next: n_tok plus one cache line, so the rows of a
+    /// column (read together when copying out) fall in different L1 sets even when n_tok is a
+    /// power of two
+    stride: usize,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -162,24 +167,28 @@ impl OutTile {
     /// # Safety
     /// y (through `yp`) has `rows` columns and n_tok rows; rows r0..r1 belong to this task.
     unsafe fn for_rows(yp: SyncPtr, rows: usize, n_tok: usize, r0: usize, r1: usize, mut f: impl FnMut(&mut OutTile, usize, usize)) {
-        let mut tile = OutTile { vals: vec![0.0; OUT_TILE_ROWS * n_tok], r0, n_rows: 0 };
+        let stride = n_tok + 16;
+        let mut tile = OutTile { vals: vec![0.0; OUT_TILE_ROWS * stride], r0, stride };
         for rs in (r0..r1).step_by(OUT_TILE_ROWS) {
             let re = (rs + OUT_TILE_ROWS).min(r1);
-            (tile.r0, tile.n_rows) = (rs, re - rs);
+            tile.r0 = rs;
             f(&mut tile, rs, re);
+            // column t of the tile is token t's run of rows rs..re in y; the tile's rows (a
+            // few KB apart) stay in L1 across consecutive tokens
             for t in 0..n_tok {
                 let dst = std::slice::from_raw_parts_mut(yp.0.add(t * rows + rs), re - rs);
-                dst.copy_from_slice(&tile.vals[t * (re - rs)..(t + 1) * (re - rs)]);
+                for (i, d) in dst.iter_mut().enumerate() {
+                    *d = *tile.vals.get_unchecked(i * stride + t);
+                }
             }
         }
     }
 
     /// Row r's results for tokens t0..t0 + vals.len().
+    #[inline]
     fn put(&mut self, r: usize, t0: usize, vals: &[f32]) {
-        let (i, nr) = (r - self.r0, self.n_rows);
-        for (t, &v) in vals.iter().enumerate() {
-            self.vals[(t0 + t) * nr + i] = v;
-        }
+        let at = (r - self.r0) * self.stride + t0;
+        self.vals[at..at + vals.len()].copy_from_slice(vals);
     }
 }
 
@@ -248,6 +257,39 @@ fn prefetch_row(data: &[u8], off: usize, len: usize) {
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (data, off, len);
+}
+
+/// Activations of a Q4_K lane product (`simd::avx2_tok8::Act8`), laid out once and reusable by
+/// every matrix of the same type and width that takes the same tokens (an expert's gate and up).
+#[cfg(target_arch = "x86_64")]
+struct Q4kLanes {
+    act: crate::simd::avx2_tok8::Act8,
+    groups: usize,
+    /// tokens computed by the lanes (the rest take the per-row kernels)
+    n_valid: usize,
+    gemm: bool,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Q4kLanes {
+    /// None where the lane kernel does not apply to `w` (type, row count, ISA, < 4 tokens).
+    fn build(w: &QMatrix, xq: &[u8], n_tok: usize, grouped: usize) -> Option<Q4kLanes> {
+        use crate::simd::avx2_tok8::{Act8, TOK};
+        let applies = w.ty == GgmlType::Q4_K && crate::q4k_repack::repacked(w.rows) && lane_kernels_active();
+        let gemm = grouped > 0;
+        // tokens of one order: the 4-token groups (gemm) or, with none, every token (gemv)
+        let n_same = if gemm { grouped } else { n_tok };
+        // a last partial group of 4+ tokens runs padded with zero lanes (faster than the per-row
+        // kernel for them, e.g. the routed experts' ~16 tokens each at pp512)
+        let groups = n_same / TOK + usize::from(n_same % TOK >= 4);
+        let n_valid = (groups * TOK).min(n_same);
+        if !applies || groups == 0 {
+            return None;
+        }
+        let mut act = Act8::default();
+        act.build(xq, act_row_bytes(w), w.cols / 256, groups, n_valid);
+        Some(Q4kLanes { act, groups, n_valid, gemm })
+    }
 }
 
 /// Tokens per tile in `matmul`: one weight row is read from memory once per tile.
@@ -320,6 +362,32 @@ impl Pool {
         self.matmul_q_grouped(w, xq, n_tok, 0, y);
     }
 
+    /// `matmul_q_id` of several matrices of one type and width with the same activations (a
+    /// routed expert's gate and up): ys[i] = ws[i] × xq, with the lane kernels' activation
+    /// layout built once for all of them.
+    pub fn matmul_q_id_shared(&self, ws: &[QMatrix], xq: &[u8], n_tok: usize, ys: &mut [&mut [f32]]) {
+        assert_eq!(ws.len(), ys.len(), "matmul_q_id_shared: one output per matrix");
+        let Some(w0) = ws.first() else { return };
+        assert!(ws.iter().all(|w| w.ty == w0.ty && w.cols == w0.cols), "matmul_q_id_shared: matrices differ in type or width");
+        #[cfg(target_arch = "x86_64")]
+        if ws.iter().all(|w| w.rows == w0.rows) {
+            if let Some(lanes) = Q4kLanes::build(w0, xq, n_tok, 0) {
+                let (done, arb) = (lanes.n_valid, act_row_bytes(w0));
+                for (w, y) in ws.iter().zip(ys.iter_mut()) {
+                    assert_eq!(y.len(), n_tok * w.rows, "matmul: y must be n_tok × rows");
+                    self.run_q4k_lanes(*w, &lanes, y);
+                    if done < n_tok {
+                        self.matmul_q_plain(*w, &xq[done * arb..], n_tok - done, 0, &mut y[done * w.rows..]);
+                    }
+                }
+                return;
+            }
+        }
+        for (w, y) in ws.iter().zip(ys.iter_mut()) {
+            self.matmul_q_id(*w, xq, n_tok, y);
+        }
+    }
+
     /// Tokens below `grouped` (a multiple of 4) take the 4-token-group kernels.
     fn matmul_q_grouped(&self, w: QMatrix, xq: &[u8], n_tok: usize, grouped: usize, y: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
@@ -355,23 +423,23 @@ impl Pool {
     /// (0 when it does not apply).
     #[cfg(target_arch = "x86_64")]
     fn matmul_q4k_tok8(&self, w: QMatrix, xq: &[u8], n_tok: usize, grouped: usize, y: &mut [f32]) -> usize {
-        use crate::simd::avx2_tok8::{rows4, Act8, WideQuad, ROWS, TOK};
-        let applies = w.ty == GgmlType::Q4_K && crate::q4k_repack::repacked(w.rows) && lane_kernels_active();
-        let gemm = grouped > 0;
-        // tokens of one order: the 4-token groups (gemm) or, with none, every token (gemv)
-        let n_same = if gemm { grouped } else { n_tok };
-        // a last partial group of 4+ tokens runs padded with zero lanes (faster than the per-row
-        // kernel for them, e.g. the routed experts' ~16 tokens each at pp512)
-        let groups = n_same / TOK + usize::from(n_same % TOK >= 4);
-        let n_valid = (groups * TOK).min(n_same);
-        if !applies || groups == 0 {
-            return 0;
+        match Q4kLanes::build(&w, xq, n_tok, grouped) {
+            Some(lanes) => {
+                self.run_q4k_lanes(w, &lanes, y);
+                lanes.n_valid
+            }
+            None => 0,
         }
+    }
+
+    /// The lane product of `w` with activations laid out by `Q4kLanes::build` (for a matrix
+    /// of w's type and width): tokens 0..lanes.n_valid of y.
+    #[cfg(target_arch = "x86_64")]
+    fn run_q4k_lanes(&self, w: QMatrix, lanes: &Q4kLanes, y: &mut [f32]) {
+        use crate::simd::avx2_tok8::{rows4, WideQuad, ROWS, TOK};
         w.validate();
-        let arb = act_row_bytes(&w);
+        let Q4kLanes { ref act, groups, n_valid, gemm } = *lanes;
         let nb = w.cols / 256;
-        let mut act = Act8::default();
-        act.build(xq, arb, nb, groups, n_valid);
         let row_groups = w.rows / ROWS;
         // Decode each quad once when enough token groups reuse it (dense prefill); routed experts
         // (~2 groups each) read the codes straight from the blocks.
@@ -382,7 +450,6 @@ impl Pool {
         let n_row_chunks = row_groups.div_ceil(chunk);
         let yp = SyncPtr(y.as_mut_ptr());
         let (rb, rows) = (w.row_bytes(), w.rows);
-        let act = &act;
         self.run(n_row_chunks, &|rc| {
             #[allow(clippy::redundant_locals)] // capture the Sync wrapper, not its raw field
             let yp = yp;
@@ -423,7 +490,6 @@ impl Pool {
             // OUT_TILE_ROWS is a multiple of ROWS, so every tile holds whole quads.
             unsafe { OutTile::for_rows(yp, rows, n_valid, q0 * ROWS, q1 * ROWS, quads) };
         });
-        n_valid
     }
 
     /// F32 weights (the MoE routers) against 2+ tokens, `F32_BLOCK_ROWS` rows × `F32_BLOCK_TOKENS`

@@ -222,6 +222,17 @@ fn matmul_q_id_equals_single_token_products() {
                 let want = row_loop(&w, &xq[t * arb..(t + 1) * arb], false, n_tok);
                 assert_eq!(&y[t * rows..(t + 1) * rows], want.as_slice(), "{ty} token {t} of {n_tok}");
             }
+            // a second matrix sharing the activations (an expert's gate and up): the shared
+            // layout gives each matrix what it gets alone
+            let w2f: Vec<f32> = (0..rows * cols).map(|_| rng.normalish()).collect();
+            let data2 = quantize(ty, &w2f).unwrap();
+            let w2 = QMatrix::new(ty, rows, cols, &data2).unwrap();
+            let mut y2 = vec![f32::NAN; n_tok * rows];
+            pool.matmul_q_id(w2, &xq, n_tok, &mut y2);
+            let (mut s1, mut s2) = (vec![f32::NAN; n_tok * rows], vec![f32::NAN; n_tok * rows]);
+            pool.matmul_q_id_shared(&[w, w2], &xq, n_tok, &mut [&mut s1, &mut s2]);
+            assert_eq!(s1, y, "{ty} shared, first matrix, {n_tok} tokens");
+            assert_eq!(s2, y2, "{ty} shared, second matrix, {n_tok} tokens");
         }
     }
 }
