@@ -34,6 +34,9 @@ commands:
 ";
 
 fn main() -> ExitCode {
+    if std::env::var_os("XWEN_DEFAULT_MALLOC").is_none() {
+        xwen_engine::heap::keep_freed_memory();
+    }
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let Some(cmd) = argv.first().map(String::as_str) else {
         eprint!("{USAGE}");

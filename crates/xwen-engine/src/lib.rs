@@ -10,6 +10,7 @@ pub mod error;
 pub mod expert_store;
 pub mod ffn;
 pub mod generate;
+pub mod heap;
 pub mod model;
 pub mod models;
 pub mod moe;
