@@ -21,7 +21,8 @@ fn main() {
     let big: Vec<u8> = (0..copies).flat_map(|_| w1.iter().copied()).collect();
     let w = &big[..w1.len()];
     let nb = cols / 256;
-    for groups in [1usize, 2, 3] {
+    let list: Vec<usize> = std::env::var("LANE_GROUPS").map(|s| s.split(',').map(|x| x.parse().unwrap()).collect()).unwrap_or(vec![1, 2, 3]);
+    for groups in list {
         let n = groups * TOK;
         let mut xq = Vec::new();
         let mut row = Vec::new();
@@ -37,7 +38,7 @@ fn main() {
         let mut wq = WideQuad::default();
         let mut sink = 0f32;
         let (mut best_a, mut best_b) = (f64::MAX, f64::MAX);
-        let iters = 200 / groups;
+        let iters = (200 / groups).max(4);
         for _ in 0..7 {
             let t = Instant::now();
             for _ in 0..iters {

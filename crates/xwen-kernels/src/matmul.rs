@@ -173,12 +173,21 @@ impl OutTile {
             let re = (rs + OUT_TILE_ROWS).min(r1);
             tile.r0 = rs;
             f(&mut tile, rs, re);
-            // column t of the tile is token t's run of rows rs..re in y; the tile's rows (a
-            // few KB apart) stay in L1 across consecutive tokens
+            // column t of the tile is token t's run of rows rs..re in y: 8×8 blocks transposed
+            // in registers, the edges one float at a time
+            let (nr, src) = (re - rs, tile.vals.as_ptr());
+            let (nr8, nt8) = (nr - nr % 8, n_tok - n_tok % 8);
+            for t0 in (0..nt8).step_by(8) {
+                for i0 in (0..nr8).step_by(8) {
+                    // SAFETY: lane kernels run only with AVX2 active; the block lies inside
+                    // the tile (nr rows of `stride`) and inside y's rows t0..t0+8.
+                    crate::simd::avx2::transpose8x8(src.add(i0 * stride + t0), stride, yp.0.add(t0 * rows + rs + i0), rows);
+                }
+            }
             for t in 0..n_tok {
-                let dst = std::slice::from_raw_parts_mut(yp.0.add(t * rows + rs), re - rs);
-                for (i, d) in dst.iter_mut().enumerate() {
-                    *d = *tile.vals.get_unchecked(i * stride + t);
+                let i_from = if t < nt8 { nr8 } else { 0 };
+                for i in i_from..nr {
+                    *yp.0.add(t * rows + rs + i) = *tile.vals.get_unchecked(i * stride + t);
                 }
             }
         }

@@ -628,6 +628,46 @@ unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
     dot_f32_ggml(n, w, a)
 }
 
+/// dst[j·dst_stride + i] = src[i·src_stride + j] for an 8×8 block of floats (i rows of src,
+/// j columns): the lane products' output tiles (rows × tokens) into y (tokens × rows).
+///
+/// # Safety
+/// AVX available; src holds 8 rows of 8 floats at src_stride, dst 8 rows of 8 at dst_stride.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub unsafe fn transpose8x8(src: *const f32, src_stride: usize, dst: *mut f32, dst_stride: usize) {
+    let r: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(src.add(i * src_stride)));
+    // pairs of rows interleaved, then quads, then the 128-bit halves exchanged
+    let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+    let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+    let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+    let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+    let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    let u0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+    let u1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+    let u2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+    let u3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+    let u4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+    let u5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+    let u6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+    let u7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+    let c = [
+        _mm256_permute2f128_ps::<0x20>(u0, u4),
+        _mm256_permute2f128_ps::<0x20>(u1, u5),
+        _mm256_permute2f128_ps::<0x20>(u2, u6),
+        _mm256_permute2f128_ps::<0x20>(u3, u7),
+        _mm256_permute2f128_ps::<0x31>(u0, u4),
+        _mm256_permute2f128_ps::<0x31>(u1, u5),
+        _mm256_permute2f128_ps::<0x31>(u2, u6),
+        _mm256_permute2f128_ps::<0x31>(u3, u7),
+    ];
+    for (j, v) in c.iter().enumerate() {
+        _mm256_storeu_ps(dst.add(j * dst_stride), *v);
+    }
+}
+
 /// Rows per call of `f32_block`.
 pub const F32_BLOCK_ROWS: usize = 4;
 /// Tokens per call of `f32_block`.
