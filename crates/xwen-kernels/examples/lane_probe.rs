@@ -1,5 +1,10 @@
 //! Probe: one routed expert's Q4_K product (512x2048, G token groups of 8) through the lane
-//! kernel, codes decoded per group vs a quad decoded once (`WideQuad`). Interleaved, best of N.
+//! kernel (`simd::avx2_tok8::rows4`): codes decoded per group vs a quad decoded once
+//! (`WideQuad`), with the matrix in cache; then cold (cycling through 96 copies, past L3, as
+//! prefill reads each expert once per layer) without and with the next-quad prefetch.
+//! Interleaved, best of N.
+//!
+//!   cargo run -p xwen-kernels --release --example lane_probe    # LANE_GROUPS=16,64 for others
 use std::time::Instant;
 use xwen_kernels::simd::avx2_tok8::{rows4, Act8, WideQuad, ROWS, TOK};
 use xwen_kernels::{quantize, quantize_activations, GgmlType};
@@ -64,38 +69,29 @@ fn main() {
             }
             best_b = best_b.min(t.elapsed().as_secs_f64());
         }
-        let mut best_c = f64::MAX;
-        for _ in 0..3 {
-            let t = Instant::now();
-            for it in 0..iters {
-                let wm = &big[(it % copies) * w1.len()..(it % copies + 1) * w1.len()];
-                for q in 0..rows / ROWS {
-                    let wr = &wm[q * ROWS * rb..(q + 1) * ROWS * rb];
-                    for g in 0..groups {
-                        unsafe { rows4::<false, false>(wr, rb, &wq, &[], &act, g, &mut out) };
-                        sink += out[0][0];
+        // cold weights, with or without the next quad prefetched during the first group
+        let mut cold = |prefetch: bool| {
+            let mut best = f64::MAX;
+            for _ in 0..3 {
+                let t = Instant::now();
+                for it in 0..iters {
+                    let wm = &big[(it % copies) * w1.len()..(it % copies + 1) * w1.len()];
+                    for q in 0..rows / ROWS {
+                        let wr = &wm[q * ROWS * rb..(q + 1) * ROWS * rb];
+                        let last = q + 1 == rows / ROWS;
+                        let next = if prefetch && !last { &wm[(q + 1) * ROWS * rb..(q + 2) * ROWS * rb] } else { &[][..] };
+                        for g in 0..groups {
+                            let next = if g == 0 { next } else { &[][..] };
+                            unsafe { rows4::<false, false>(wr, rb, &wq, next, &act, g, &mut out) };
+                            sink += out[0][0];
+                        }
                     }
                 }
+                best = best.min(t.elapsed().as_secs_f64());
             }
-            best_c = best_c.min(t.elapsed().as_secs_f64());
-        }
-        let mut best_d = f64::MAX;
-        for _ in 0..3 {
-            let t = Instant::now();
-            for it in 0..iters {
-                let wm = &big[(it % copies) * w1.len()..(it % copies + 1) * w1.len()];
-                for q in 0..rows / ROWS {
-                    let wr = &wm[q * ROWS * rb..(q + 1) * ROWS * rb];
-                    let next = if q + 1 < rows / ROWS { &wm[(q + 1) * ROWS * rb..(q + 2) * ROWS * rb] } else { &[][..] };
-                    for g in 0..groups {
-                        let next = if g == 0 { next } else { &[][..] };
-                        unsafe { rows4::<false, false>(wr, rb, &wq, next, &act, g, &mut out) };
-                        sink += out[0][0];
-                    }
-                }
-            }
-            best_d = best_d.min(t.elapsed().as_secs_f64());
-        }
+            best
+        };
+        let (best_c, best_d) = (cold(false), cold(true));
         let macs = (rows * cols * n * iters) as f64;
         println!("groups {groups}: cold weights, per-group decode {:.1} GMAC/s, with next-quad prefetch {:.1}", macs / best_c / 1e9, macs / best_d / 1e9);
         println!("groups {groups}: per-group decode {:.1} GMAC/s, quad decoded once {:.1} GMAC/s ({sink:.0})", macs / best_a / 1e9, macs / best_b / 1e9);
