@@ -234,8 +234,8 @@ pub fn dot_rows(w: &QMatrix, k: RowKernel, xq: &[u8], r0: usize, y: &mut [f32]) 
         // a prefetching kernel asks for lines PREFETCH_AHEAD past what it reads, so the head
         // of a matrix (cold in decode: each is read once per token) would come in by demand
         // misses; ask for it at once. Later runs of rows have their head prefetched by the
-        // run before (measured: bursts at every run's head cost the 4B 1-6% of its decode,
-        // the matrix head gained the 35B's many small experts 2-6%)
+        // run before (measured: bursts at every run's head cost the 4B 1-6% of its decode;
+        // the matrix head alone gained the 35B's many small experts 8-12%, docs/bench.md)
         prefetch_row(w.data, 0, (y.len() * rb).min(CHUNK_HEAD_BYTES));
     }
     match k.group {
@@ -392,13 +392,10 @@ impl Pool {
         #[cfg(target_arch = "x86_64")]
         if ws.iter().all(|w| w.rows == w0.rows) {
             if let Some(lanes) = Q4kLanes::build(w0, xq, n_tok, 0) {
-                let (done, arb) = (lanes.n_valid, act_row_bytes(w0));
                 for (w, y) in ws.iter().zip(ys.iter_mut()) {
                     assert_eq!(y.len(), n_tok * w.rows, "matmul: y must be n_tok × rows");
                     self.run_q4k_lanes(*w, &lanes, y);
-                    if done < n_tok {
-                        self.matmul_q_plain(*w, &xq[done * arb..], n_tok - done, 0, &mut y[done * w.rows..]);
-                    }
+                    self.matmul_q_rest(*w, xq, n_tok, lanes.n_valid, 0, y);
                 }
                 return;
             }
@@ -421,20 +418,20 @@ impl Pool {
                 self.matmul_q4k_tok8(w, xq, n_tok, grouped, y)
             };
             if done > 0 {
-                if done < n_tok {
-                    let arb = act_row_bytes(&w);
-                    self.matmul_q_plain(
-                        w,
-                        &xq[done * arb..],
-                        n_tok - done,
-                        grouped.saturating_sub(done),
-                        &mut y[done * w.rows..],
-                    );
-                }
+                self.matmul_q_rest(w, xq, n_tok, done, grouped, y);
                 return;
             }
         }
         self.matmul_q_plain(w, xq, n_tok, grouped, y)
+    }
+
+    /// Tokens done..n_tok of a product whose first `done` tokens a lane kernel computed, by
+    /// the per-row kernels (the 4-token-group order below `grouped`).
+    fn matmul_q_rest(&self, w: QMatrix, xq: &[u8], n_tok: usize, done: usize, grouped: usize, y: &mut [f32]) {
+        if done < n_tok {
+            let arb = act_row_bytes(&w);
+            self.matmul_q_plain(w, &xq[done * arb..], n_tok - done, grouped.saturating_sub(done), &mut y[done * w.rows..]);
+        }
     }
 
     /// Repacked Q4_K (the bulk of prefill: dense FFN, routed experts) in whole groups of 8
@@ -528,11 +525,10 @@ impl Pool {
         let chunk = row_chunk(rows, self.n_threads()).next_multiple_of(R);
         let n_row_chunks = rows.div_ceil(chunk);
         let yp = SyncPtr(y.as_mut_ptr());
-        let (wp, ap) = (w.data.as_ptr() as usize, xq.as_ptr() as usize);
         self.run(n_row_chunks, &|rc| {
             #[allow(clippy::redundant_locals)] // capture the Sync wrapper, not its raw field
             let yp = yp;
-            let (wp, ap) = (wp as *const f32, ap as *const f32);
+            let (wp, ap) = (w.data.as_ptr() as *const f32, xq.as_ptr() as *const f32);
             let (r0, r1) = (rc * chunk, ((rc + 1) * chunk).min(rows));
             // SAFETY: AVX2/FMA active; rows r0..r1 < rows and tokens < n_tok are in bounds of
             // w and xq (validated above); cols % 8 == 0; (t, r) for r in r0..r1 belong to

@@ -169,12 +169,11 @@ pub unsafe fn rows4<const GEMM: bool, const WIDE: bool>(
                 }
             }
             if WIDE {
-                let wq = wide;
-                let ri = r * wq.nb + i;
-                d[r] = _mm256_mul_ps(_mm256_set1_ps(wq.dd[ri][0]), dyv);
-                dmin[r] = _mm256_mul_ps(_mm256_set1_ps(wq.dd[ri][1]), dyv);
-                sm[r] = wq.sm[ri];
-                qp[r] = wq.codes.as_ptr().add(ri * QK);
+                let ri = r * wide.nb + i;
+                d[r] = _mm256_mul_ps(_mm256_set1_ps(wide.dd[ri][0]), dyv);
+                dmin[r] = _mm256_mul_ps(_mm256_set1_ps(wide.dd[ri][1]), dyv);
+                sm[r] = wide.sm[ri];
+                qp[r] = wide.codes.as_ptr().add(ri * QK);
                 continue;
             }
             let b = &w[r * row_bytes + i * W..r * row_bytes + (i + 1) * W];
