@@ -11,11 +11,9 @@ use super::avx2::{bcast_i16, bsums32, f32at, h2f, k4_scales_mins, load, prefetch
 use crate::formats::{DotFn, MultiDotFn};
 
 fn gemv(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let mut out = [0f32; 1];
     // SAFETY: handed out by dispatch only after detecting AVX2/FMA/F16C; lengths checked by
     // the callers.
-    unsafe { rows::<1, false>(n, w, a, 0, &mut out) };
-    out[0]
+    unsafe { gemv1(n, w, a) }
 }
 
 fn gemm(n: usize, w: &[u8], a: &[u8]) -> f32 {
@@ -64,6 +62,96 @@ unsafe fn hsum_epi32(v: __m128i) -> i32 {
     let s = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
     _mm_cvtsi128_si32(s)
+}
+
+/// A Q4_K block's scales and mins, unpacked in vector registers (ggml's kmask arithmetic on
+/// the four 32-bit words at once): ([s0..s7] as i16 in both 128-bit halves, [m0, m0, m1, m1,
+/// .., m7, m7] as i16, the mins paired to meet the 16 bsums of a Q8_K block in one madd).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4k_scales_mins(w: &[u8], off: usize) -> (__m256i, __m256i) {
+    debug_assert!(off + 16 <= w.len());
+    let u = _mm_loadu_si128(w.as_ptr().add(off) as *const __m128i); // u0 u1 u2 (q4 bytes)
+    // [u0 & 3f.., u2 & 0f.., u1 & 3f.., (u2 >> 4) & 0f..] | [0, (u0 >> 2) & 30.., 0, (u1 >> 2) & 30..]
+    let a = _mm_shuffle_epi32(u, 0b10_01_10_00);
+    let lo = _mm_and_si128(
+        _mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
+        _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f),
+    );
+    let b = _mm_shuffle_epi32(u, 0b01_01_00_00);
+    let hi = _mm_and_si128(_mm_srli_epi32(b, 2), _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));
+    let r = _mm_or_si128(lo, hi); // bytes: s0..s7, m0..m7
+    let sc = _mm256_cvtepu8_epi16(_mm_unpacklo_epi64(r, r));
+    let pair = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    (sc, _mm256_cvtepu8_epi16(_mm_shuffle_epi8(r, pair)))
+}
+
+/// One super-block of one row against one token: [Σ sc·dot, Σ m·bsum, ..] as exact integers
+/// converted to f32 (lanes 0 and 1).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_sums(w: &[u8], a: &[u8], bw: usize, ba: usize) -> __m128 {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let (sc, mins) = q4k_scales_mins(w, bw + 4);
+    // two accumulators: the adds of low and high nibbles' products do not wait on each other
+    let (mut vl, mut vh) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+    for j in 0..4 {
+        let q4 = load(w, bw + 16 + 32 * j);
+        let q4l = _mm256_and_si256(q4, m4);
+        let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+        let pl = _mm256_maddubs_epi16(q4l, load(a, ba + 4 + 64 * j));
+        let ph = _mm256_maddubs_epi16(q4h, load(a, ba + 4 + 64 * j + 32));
+        vl = _mm256_add_epi32(vl, _mm256_madd_epi16(bcast_i16(sc, 2 * j), pl));
+        vh = _mm256_add_epi32(vh, _mm256_madd_epi16(bcast_i16(sc, 2 * j + 1), ph));
+    }
+    let pm = _mm256_madd_epi16(mins, load(a, ba + 4 + QK));
+    let h = _mm256_hadd_epi32(_mm256_add_epi32(vl, vh), pm);
+    let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    _mm_cvtepi32_ps(_mm_hadd_epi32(s, s))
+}
+
+/// [d·dy, dmin·dy, ..] of super-block i.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn block_scales(w: &[u8], a: &[u8], bw: usize, ba: usize) -> __m128 {
+    debug_assert!(bw + 4 <= w.len());
+    let v = _mm_cvtsi32_si128((w.as_ptr().add(bw) as *const i32).read_unaligned());
+    let r: __m128;
+    // asm for the reason given at `avx2::h2f`
+    std::arch::asm!("vcvtph2ps {o}, {i}", i = in(xmm_reg) v, o = lateout(xmm_reg) r,
+        options(pure, nomem, nostack, preserves_flags));
+    _mm_mul_ps(r, _mm_set1_ps(f32at(a, ba)))
+}
+
+/// One row against one token in the gemv order: the decode kernel of every repacked Q4_K
+/// matrix (dense FFN, routed experts). acc and accm live in lanes 0 and 1 of one vector, so
+/// each lane computes exactly the scalar fma(f32(sum), d·dy, acc) of `dot_gemv_ref`; two
+/// super-blocks per iteration give the out-of-order core two independent chains to overlap
+/// (1.3x `rows::<1, false>` on a row in cache; docs/bench.md, session 5).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn gemv1(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let nb = n / QK;
+    let mut acc = _mm_setzero_ps();
+    let mut i = 0;
+    while i + 2 <= nb {
+        let (bw, ba) = (i * 144, i * Q8K);
+        for l in 0..5 {
+            prefetch_ahead(w.as_ptr().add(bw + 64 * l));
+        }
+        let f0 = block_sums(w, a, bw, ba);
+        let f1 = block_sums(w, a, bw + 144, ba + Q8K);
+        acc = _mm_fmadd_ps(f0, block_scales(w, a, bw, ba), acc);
+        acc = _mm_fmadd_ps(f1, block_scales(w, a, bw + 144, ba + Q8K), acc);
+        i += 2;
+    }
+    if i < nb {
+        let (bw, ba) = (i * 144, i * Q8K);
+        for l in 0..3 {
+            prefetch_ahead(w.as_ptr().add(bw + 64 * l));
+        }
+        acc = _mm_fmadd_ps(block_sums(w, a, bw, ba), block_scales(w, a, bw, ba), acc);
+    }
+    _mm_cvtss_f32(acc) - _mm_cvtss_f32(_mm_movehdup_ps(acc))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
