@@ -16,8 +16,11 @@ use xwen_engine::{LogitsMode, Model};
 
 const USAGE: &str = "usage: xwen bench -m MODEL [-p 512[,N..]] [-n 128[,N..]] [-r 5] [-t THREADS] [--json | -o md|json]
                   [--no-warmup] [--no-prefault]
+       xwen bench --membw [-t THREADS] [-r 5] [--membw-mib 512] [--json | -o md|json]
   -p 0 / -n 0 skip the prefill / decode test; t/s is the median ± sample stddev of the repetitions;
-  weights are paged in before the first test unless --no-prefault (llama.cpp populates its mapping)";
+  weights are paged in before the first test unless --no-prefault (llama.cpp populates its mapping).
+  --membw measures memory read bandwidth instead (a plain read loop over a buffer much larger than
+  the caches, all threads, -r passes): the bandwidth that bounds decode (docs/bench.md \"Floors\")";
 
 #[derive(Clone, Copy, PartialEq)]
 enum Output {
@@ -74,15 +77,23 @@ pub fn run(argv: &[String]) -> Result<()> {
             other => bail!("-o: `{other}` is not one of md, json"),
         };
     }
+    let membw = a.flag(&["--membw"]);
+    let membw_mib: usize = a.parsed(&["--membw-mib"])?.unwrap_or(512);
     let cfg = model_arg::engine_config(&mut a)?;
     let rest = a.finish()?;
     if let Some(x) = rest.first() {
         bail!("unexpected argument `{x}`\n{USAGE}");
     }
-    let Some(model_path) = model_arg else { bail!("-m MODEL is required\n{USAGE}") };
     if reps == 0 {
         bail!("-r must be at least 1");
     }
+    if membw {
+        if model_arg.is_some() {
+            bail!("--membw measures the machine, not a model: drop -m");
+        }
+        return bench_membw(cfg.resolved_threads(), membw_mib, reps, output);
+    }
+    let Some(model_path) = model_arg else { bail!("-m MODEL is required\n{USAGE}") };
 
     let loaded = model_arg::load(Some(&model_path), &cfg, false)?;
     let model = &loaded.model;
@@ -139,6 +150,32 @@ pub fn run(argv: &[String]) -> Result<()> {
                 r => r?,
             }
         }
+    }
+    Ok(())
+}
+
+/// `--membw`: read bandwidth of a `mib` MiB buffer with `threads` threads, `passes` passes;
+/// prints the best (the floor's denominator, docs/bench.md) and the median.
+fn bench_membw(threads: usize, mib: usize, passes: usize, output: Output) -> Result<()> {
+    if mib < 64 {
+        bail!("--membw-mib {mib}: below 64 MiB the buffer may fit in a cache");
+    }
+    let buf = xwen_kernels::membw::buffer(mib << 20);
+    let pool = xwen_kernels::Pool::new(threads);
+    let samples = xwen_kernels::membw::read_bandwidth(&pool, &buf, passes);
+    let best = samples.iter().cloned().fold(0.0, f64::max);
+    let med = median(&samples);
+    match output {
+        Output::Markdown => println!(
+            "memory read bandwidth: {threads} threads, {mib} MiB, {passes} passes: best {best:.2} GB/s, median {med:.2} GB/s"
+        ),
+        Output::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({
+                "test": "membw", "n_threads": threads, "buffer_bytes": buf.len(),
+                "best_gbs": best, "median_gbs": med, "samples_gbs": samples,
+            }))?
+        ),
     }
     Ok(())
 }

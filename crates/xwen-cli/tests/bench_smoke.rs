@@ -15,15 +15,16 @@ fn xwen(args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8 stdout")
 }
 
-fn temp_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("xwen-bench-smoke-{}", std::process::id()));
+/// A folder of this test alone (tests run in parallel in one process).
+fn temp_dir(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("xwen-bench-smoke-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
 }
 
 #[test]
 fn bench_json_has_llama_bench_fields() {
-    let dir = temp_dir();
+    let dir = temp_dir("json");
     let model = dir.join("qwen35-tiny.gguf");
     let model_s = model.to_str().unwrap();
     let synth_out = xwen(&["synth", "--preset", "qwen35-tiny", "--out", model_s, "--seed", "3"]);
@@ -70,4 +71,79 @@ fn bench_rejects_a_missing_model() {
     let out = Command::new(env!("CARGO_BIN_EXE_xwen")).args(["bench", "-p", "8", "-n", "0"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("-m MODEL"));
+}
+
+#[test]
+fn membw_reports_a_bandwidth_and_refuses_a_model_or_a_cache_sized_buffer() {
+    let out = xwen(&["bench", "--membw", "-t", "2", "-r", "2", "--membw-mib", "64", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["test"].as_str(), Some("membw"));
+    assert_eq!(v["n_threads"].as_u64(), Some(2));
+    assert_eq!(v["buffer_bytes"].as_u64(), Some(64 << 20));
+    let s: Vec<f64> = v["samples_gbs"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+    assert_eq!(s.len(), 2);
+    assert!(s.iter().all(|g| g.is_finite() && *g > 0.0));
+    assert_eq!(v["best_gbs"].as_f64(), Some(s[0].max(s[1])));
+    for (args, msg) in [
+        (&["bench", "--membw", "-m", "x.gguf"][..], "drop -m"),
+        (&["bench", "--membw", "--membw-mib", "8"][..], "may fit in a cache"),
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_xwen")).args(args).output().unwrap();
+        assert!(!o.status.success(), "{args:?}");
+        assert!(String::from_utf8_lossy(&o.stderr).contains(msg), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+}
+
+/// scripts/bench-vs-llamacpp end to end with a stand-in llama-bench (a script printing
+/// llama-bench's JSON): alternation, medians, ratios and the --floor shares.
+#[test]
+fn side_by_side_script_runs_with_a_stand_in_llama_bench() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("python3 missing: skipped");
+        return;
+    }
+    let dir = temp_dir("script");
+    let model = dir.join("qwen35-tiny.gguf");
+    let model_s = model.to_str().unwrap();
+    xwen(&["synth", "--preset", "qwen35-tiny", "--out", model_s, "--seed", "5"]);
+    let fake = dir.join("llama-bench");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho '[{\"n_prompt\": 16, \"n_gen\": 0, \"avg_ts\": 100.0}, {\"n_prompt\": 0, \"n_gen\": 4, \"avg_ts\": 10.0}]'\n",
+    )
+    .unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let json_out = dir.join("out.json");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/bench-vs-llamacpp");
+    let out = Command::new("python3")
+        .args([script, "-m", model_s, "-t", "1", "-p", "16", "-n", "4", "--rounds", "2", "--floor", "--no-build"])
+        .arg("--json-out")
+        .arg(&json_out)
+        .env("LLAMA_CPP_BIN", &dir)
+        .env("XWEN_BIN", env!("CARGO_BIN_EXE_xwen"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("|     pp16 |") && stdout.contains("|      tg4 |"), "{stdout}");
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_out).unwrap()).unwrap();
+    let summary = v["summary"].as_array().unwrap();
+    assert_eq!(summary.len(), 2);
+    for s in summary {
+        let (l, x) = (s["llama_cpp_median_ts"].as_f64().unwrap(), s["xwen_median_ts"].as_f64().unwrap());
+        assert!((s["ratio"].as_f64().unwrap() - x / l).abs() < 1e-9 * (x / l));
+        assert_eq!(s["xwen_samples_ts"].as_array().unwrap().len(), 2);
+    }
+    let floor = v["floor"].as_array().unwrap();
+    assert_eq!(floor.len(), 1, "the floor is decode's only");
+    assert_eq!(floor[0]["test"].as_str(), Some("tg4"));
+    assert_eq!(floor[0]["membw_best_gbs"].as_array().unwrap().len(), 2);
+    // llama.cpp's stand-in decodes at 10 t/s: its share is 10 x bytes / bandwidth, per round
+    let share = floor[0]["llama_cpp_share"].as_f64().unwrap();
+    assert!(share > 0.0 && share.is_finite());
+    std::fs::remove_dir_all(&dir).unwrap();
 }
