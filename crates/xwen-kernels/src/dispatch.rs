@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::OnceLock;
 
-use crate::formats::{self, DotFn, MultiDotFn, RowsFn};
+use crate::formats::{self, DotFn, MultiDotFn};
 use crate::GgmlType;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,28 +198,24 @@ pub fn row_dot_fn(weight: GgmlType, rows: usize) -> Option<DotFn> {
     matrix_kernels(weight, rows, false).map(|k| k.0)
 }
 
-/// The kernels of a product with one token: `dot` per row, and where the active set has one, a
-/// kernel taking up to `formats::ROW_GROUP` rows per call with `dot`'s bits per row.
+/// The kernel of a product with one token, per row, and whether it prefetches for itself.
 #[derive(Clone, Copy)]
 pub struct RowKernel {
     pub dot: DotFn,
-    pub group: Option<RowsFn>,
-    /// The kernels prefetch the weights ahead of their own loop (simd::avx2::prefetch_ahead),
+    /// The kernel prefetches the weights ahead of its own loop (simd::avx2::prefetch_ahead),
     /// so the row loop must not add its own bursts (which measured slower on top).
     pub prefetches: bool,
 }
 
-/// `row_dot_fn` plus its row-group kernel. Q8_0 only: its single-row kernel is latency-bound
-/// (one FMA chain per row); a repacked-Q4_K group of 4 (shared activation loads, one hadd tree)
-/// measured no faster. Valid on AVX-512 too, whose VNNI Q8_0 kernel returns the AVX2 kernel's
-/// bits.
+/// `row_dot_fn`, except that Q8_0 takes its streaming twin (the same bits, with prefetch; see
+/// `simd::avx2::q8_0_stream`). Valid on AVX-512 too, whose VNNI Q8_0 kernel returns the AVX2
+/// kernel's bits.
 pub fn row_kernel(weight: GgmlType, rows: usize) -> Option<RowKernel> {
-    let dot = row_dot_fn(weight, rows)?;
     let simd = matches!(active(), Isa::Avx2 | Isa::Avx512) && cfg!(target_arch = "x86_64");
-    let group: Option<RowsFn> = match weight {
+    let dot = match weight {
         #[cfg(target_arch = "x86_64")]
-        GgmlType::Q8_0 if simd => Some(crate::simd::avx2::q8_0_rows),
-        _ => None,
+        GgmlType::Q8_0 if simd => crate::simd::avx2::q8_0_stream,
+        _ => row_dot_fn(weight, rows)?,
     };
     // The AVX2 kernels with prefetch_ahead in their loop (Q6_K has no AVX-512 kernel, so AVX2's
     // runs there too; Q4_K only in the repacked order; F32 only where row_dot_fn hands out
@@ -232,5 +228,5 @@ pub fn row_kernel(weight: GgmlType, rows: usize) -> Option<RowKernel> {
             GgmlType::F32 => active() == Isa::Avx2,
             _ => false,
         };
-    Some(RowKernel { dot, group, prefetches })
+    Some(RowKernel { dot, prefetches })
 }

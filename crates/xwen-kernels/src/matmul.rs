@@ -1,7 +1,6 @@
 //! Matrix × vector and matrix × matrix products on the worker pool.
 
 use crate::dispatch::RowKernel;
-use crate::formats::ROW_GROUP;
 use crate::{dispatch, quantize_activations_into, vec_dot_type, GgmlType, KernelError, Pool};
 
 /// A row-major quantized matrix: `rows` rows of `cols` elements, each row `ty.row_bytes(cols)`.
@@ -225,9 +224,9 @@ const PREFETCH_ROWS: usize = 4;
 const CHUNK_HEAD_BYTES: usize = 16 << 10;
 
 /// y[i] = dot(row r0 + i of `w`, xq) for i < y.len(): the inner loop of every matrix × vector
-/// product (`Pool::matvec_q`, the engine's batched decode jobs), in groups of `ROW_GROUP` rows
-/// where the kernel has a row-group form. Kernels that do not prefetch inside their loop get a
-/// row `PREFETCH_ROWS` ahead requested before each row.
+/// product (`Pool::matvec_q`, the engine's batched decode jobs), one row at a time (one
+/// sequential stream per thread). Kernels that do not prefetch inside their loop get a row
+/// `PREFETCH_ROWS` ahead requested before each row.
 pub fn dot_rows(w: &QMatrix, k: RowKernel, xq: &[u8], r0: usize, y: &mut [f32]) {
     let rb = w.row_bytes();
     if k.prefetches && r0 == 0 {
@@ -238,25 +237,12 @@ pub fn dot_rows(w: &QMatrix, k: RowKernel, xq: &[u8], r0: usize, y: &mut [f32]) 
         // the matrix head alone gained the 35B's many small experts 8-12%, docs/bench.md)
         prefetch_row(w.data, 0, (y.len() * rb).min(CHUNK_HEAD_BYTES));
     }
-    match k.group {
-        Some(group) => {
-            for (g, yg) in y.chunks_mut(ROW_GROUP).enumerate() {
-                let r = r0 + g * ROW_GROUP;
-                if !k.prefetches {
-                    prefetch_row(w.data, (r + PREFETCH_ROWS) * rb, yg.len() * rb);
-                }
-                group(w.cols, &w.data[r * rb..(r + yg.len()) * rb], rb, xq, yg);
-            }
+    for (i, yi) in y.iter_mut().enumerate() {
+        let r = r0 + i;
+        if !k.prefetches {
+            prefetch_row(w.data, (r + PREFETCH_ROWS) * rb, rb);
         }
-        None => {
-            for (i, yi) in y.iter_mut().enumerate() {
-                let r = r0 + i;
-                if !k.prefetches {
-                    prefetch_row(w.data, (r + PREFETCH_ROWS) * rb, rb);
-                }
-                *yi = (k.dot)(w.cols, &w.data[r * rb..(r + 1) * rb], xq);
-            }
-        }
+        *yi = (k.dot)(w.cols, &w.data[r * rb..(r + 1) * rb], xq);
     }
 }
 

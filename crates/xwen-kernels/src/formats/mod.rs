@@ -22,12 +22,6 @@ pub type DotFn = fn(usize, &[u8], &[u8]) -> f32;
 /// (n, weight row, activations, activation row stride in bytes, out): out[t] = dot of the
 /// weight row with activation row t, for 1..=4 rows; bit-identical to the single-row DotFn.
 pub type MultiDotFn = fn(usize, &[u8], &[u8], usize, &mut [f32]);
-/// (n, weight rows, row bytes, activations, out): out[r] = dot of weight row r (`out.len()`
-/// consecutive rows of `row bytes` each, 1..=`ROW_GROUP`) with the one activation row;
-/// bit-identical to the single-row DotFn of the same matrix.
-pub type RowsFn = fn(usize, &[u8], usize, &[u8], &mut [f32]);
-/// Rows a `RowsFn` takes at most per call.
-pub const ROW_GROUP: usize = 4;
 
 pub struct Format {
     pub dequant: DequantFn,

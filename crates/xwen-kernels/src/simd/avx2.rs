@@ -43,15 +43,12 @@ safe_wrapper!(f32d, dot_f32);
 safe_wrapper!(f16d, dot_f16);
 safe_wrapper!(bf16d, dot_bf16);
 
-/// Q8_0 rows in groups (see `dot_q8_0_rows`): bit-identical to `q8_0` per row.
-pub fn q8_0_rows(n: usize, w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) {
-    assert!(n % 32 == 0 && row_bytes == n / 32 * 34 && a.len() >= row_bytes);
-    assert!(w.len() >= out.len() * row_bytes, "q8_0_rows: weight rows too short");
+/// One Q8_0 row streamed from DRAM (see `dot_q8_0_stream`): bit-identical to `q8_0`.
+pub fn q8_0_stream(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    assert!(n % 32 == 0 && w.len() >= n / 32 * 34 && a.len() >= n / 32 * 34);
     // SAFETY: reachable only through dispatch::row_kernel, after detecting AVX2/FMA/F16C;
     // lengths checked above.
-    unsafe {
-        count_1_to_4!(out.len(), dot_q8_0_rows::<N>(n, w, row_bytes, a, out))
-    }
+    unsafe { dot_q8_0_stream(n, w, a) }
 }
 
 pub fn dot_fn(weight: GgmlType) -> Option<DotFn> {
@@ -190,31 +187,24 @@ unsafe fn dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     hsum_ps(acc)
 }
 
-/// `R` Q8_0 rows (`R * row_bytes` contiguous bytes at `w`) times one activation row, each row
-/// in exactly `dot_q8_0`'s order. One row's FMA chain waits ~4 cycles per block on the previous
-/// block (the kernel is latency-bound, not throughput-bound: 267 ns per 4096-column row in
-/// cache); R independent chains in one loop overlap those waits and share the activation load.
+/// `dot_q8_0` with the weights prefetched `PREFETCH_AHEAD` bytes ahead, one line per two
+/// blocks: the decode kernel of Q8_0 matrices, which come from DRAM once per token. One row at
+/// a time keeps each thread on one sequential stream: a group of 4 rows per call (four FMA
+/// chains overlapping, faster in cache) streamed 11-26% slower than this from DRAM, most on
+/// the 35B's 2048-column rows (examples/stream_probe; docs/bench.md, session 5).
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn dot_q8_0_rows<const R: usize>(n: usize, w: &[u8], row_bytes: usize, a: &[u8], out: &mut [f32]) {
-    debug_assert!(w.len() >= R * row_bytes && out.len() >= R && a.len() >= n / 32 * 34);
-    let mut acc = [_mm256_setzero_ps(); R];
+unsafe fn dot_q8_0_stream(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = _mm256_setzero_ps();
     for i in 0..n / 32 {
         let b = i * 34;
-        let da = h2f(a, b);
-        let y = load(a, b + 2);
-        for r in 0..R {
-            let o = r * row_bytes + b;
-            if i % 2 == 0 {
-                prefetch_ahead(w.as_ptr().add(o));
-            }
-            let d = _mm256_set1_ps(h2f(w, o) * da);
-            let p = mul_sum_i8(load(w, o + 2), y);
-            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r]);
+        if i % 2 == 0 {
+            prefetch_ahead(w.as_ptr().add(b));
         }
+        let d = _mm256_set1_ps(h2f(w, b) * h2f(a, b));
+        let p = mul_sum_i8(load(w, b + 2), load(a, b + 2));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
     }
-    for r in 0..R {
-        out[r] = hsum_ps(acc[r]);
-    }
+    hsum_ps(acc)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
