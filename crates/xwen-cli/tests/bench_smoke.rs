@@ -142,6 +142,11 @@ fn side_by_side_script_runs_with_a_stand_in_llama_bench() {
     assert_eq!(floor.len(), 1, "the floor is decode's only");
     assert_eq!(floor[0]["test"].as_str(), Some("tg4"));
     assert_eq!(floor[0]["membw_best_gbs"].as_array().unwrap().len(), 2);
+    for (best, ba) in floor[0]["membw_best_gbs"].as_array().unwrap().iter().zip(floor[0]["membw_before_after_gbs"].as_array().unwrap()) {
+        let ba: Vec<f64> = ba.as_array().unwrap().iter().map(|x| x.as_f64().unwrap()).collect();
+        assert_eq!(ba.len(), 2, "read before and after each round");
+        assert_eq!(best.as_f64(), Some(ba[0].max(ba[1])));
+    }
     // llama.cpp's stand-in decodes at 10 t/s: its share is 10 x bytes / bandwidth, per round
     let share = floor[0]["llama_cpp_share"].as_f64().unwrap();
     assert!(share > 0.0 && share.is_finite());
