@@ -338,6 +338,27 @@ pub(super) unsafe fn k4_scales_mins(b: &[u8], off: usize) -> __m256i {
     ))
 }
 
+/// A Q4_K block's eight sub-block dot products with a Q8_K block, each times its 6-bit scale,
+/// as i32 lanes: (the low-nibble sub-blocks 0, 2, 4, 6; the high-nibble ones 1, 3, 5, 7) —
+/// ggml's `sumi_1`, `sumi_2`. `sc` holds the scales as i16 lanes 0..8 of both 128-bit halves.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q4k_scaled_dots(w: &[u8], bw: usize, a: &[u8], ba: usize, sc: __m256i) -> (__m256i, __m256i) {
+    let m4 = _mm256_set1_epi8(0x0f);
+    // two accumulators: the adds of low and high nibbles' products do not wait on each other
+    let (mut s0, mut s1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+    for j in 0..4 {
+        let q4 = load(w, bw + 16 + 32 * j);
+        let q4l = _mm256_and_si256(q4, m4);
+        let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+        let pl = _mm256_maddubs_epi16(q4l, load(a, ba + 4 + 64 * j));
+        let ph = _mm256_maddubs_epi16(q4h, load(a, ba + 4 + 64 * j + 32));
+        s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(bcast_i16(sc, 2 * j), pl));
+        s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(bcast_i16(sc, 2 * j + 1), ph));
+    }
+    (s0, s1)
+}
+
 /// Broadcast i16 lane k (0..8) of `v128` (both 128-bit halves hold the same 8 lanes).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
@@ -352,7 +373,6 @@ pub(super) unsafe fn bcast_i16(v: __m256i, k: usize) -> __m256i {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q4_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let m4 = _mm256_set1_epi8(0x0f);
     let mut acc = _mm256_setzero_ps();
     let mut acc_m = _mm_setzero_ps();
     for i in 0..n / QK {
@@ -364,16 +384,7 @@ unsafe fn dot_q4_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let prod = _mm_madd_epi16(_mm256_extracti128_si256(sm, 1), bsums32(a, ba));
         acc_m = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(prod), acc_m);
         let sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
-        let (mut s0, mut s1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-        for j in 0..4 {
-            let q4 = load(w, bw + 16 + 32 * j);
-            let q4l = _mm256_and_si256(q4, m4);
-            let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-            let pl = _mm256_maddubs_epi16(q4l, load(a, ba + 4 + 64 * j));
-            let ph = _mm256_maddubs_epi16(q4h, load(a, ba + 4 + 64 * j + 32));
-            s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(bcast_i16(sc, 2 * j), pl));
-            s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(bcast_i16(sc, 2 * j + 1), ph));
-        }
+        let (s0, s1) = q4k_scaled_dots(w, bw, a, ba, sc);
         acc = _mm256_fmadd_ps(
             _mm256_set1_ps(d),
             _mm256_cvtepi32_ps(_mm256_add_epi32(s0, s1)),

@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{bcast_i16, bsums32, f32at, h2f, k4_scales_mins, load, prefetch_ahead, Q8K, QK};
+use super::avx2::{bcast_i16, bsums32, f32at, h2f, k4_scales_mins, load, prefetch_ahead, q4k_scaled_dots, Q8K, QK};
 use crate::formats::{DotFn, MultiDotFn};
 
 fn gemv(n: usize, w: &[u8], a: &[u8]) -> f32 {
@@ -91,19 +91,8 @@ unsafe fn q4k_scales_mins(w: &[u8], off: usize) -> (__m256i, __m256i) {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn block_sums(w: &[u8], a: &[u8], bw: usize, ba: usize) -> __m128 {
-    let m4 = _mm256_set1_epi8(0x0f);
     let (sc, mins) = q4k_scales_mins(w, bw + 4);
-    // two accumulators: the adds of low and high nibbles' products do not wait on each other
-    let (mut vl, mut vh) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-    for j in 0..4 {
-        let q4 = load(w, bw + 16 + 32 * j);
-        let q4l = _mm256_and_si256(q4, m4);
-        let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-        let pl = _mm256_maddubs_epi16(q4l, load(a, ba + 4 + 64 * j));
-        let ph = _mm256_maddubs_epi16(q4h, load(a, ba + 4 + 64 * j + 32));
-        vl = _mm256_add_epi32(vl, _mm256_madd_epi16(bcast_i16(sc, 2 * j), pl));
-        vh = _mm256_add_epi32(vh, _mm256_madd_epi16(bcast_i16(sc, 2 * j + 1), ph));
-    }
+    let (vl, vh) = q4k_scaled_dots(w, bw, a, ba, sc);
     let pm = _mm256_madd_epi16(mins, load(a, ba + 4 + QK));
     let h = _mm256_hadd_epi32(_mm256_add_epi32(vl, vh), pm);
     let s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
