@@ -79,14 +79,21 @@ pub fn dot_fn(weight: GgmlType) -> Option<DotFn> {
 pub(super) unsafe fn h2f(p: &[u8], off: usize) -> f32 {
     debug_assert!(off + 2 <= p.len());
     let h = (p.as_ptr().add(off) as *const u16).read_unaligned();
-    // The conversion goes through asm so the input is materialized with vmovd: given the
-    // intrinsic, LLVM merges the load into a `vpinsrw` on an arbitrary register, often the
-    // loop's accumulator, which chains every block on the previous block's FMA (3x slower Q8_0).
+    _mm_cvtss_f32(cvtph_ps(h as u32))
+}
+
+/// The two f16 of `h` (low half first) as lanes 0 and 1 (lanes 2, 3 zero). Through asm so the
+/// input is materialized with vmovd: given the intrinsic, LLVM merges the load into a
+/// `vpinsrw` on an arbitrary register, often the loop's accumulator, which chains every block
+/// on the previous block's FMA (3x slower Q8_0).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn cvtph_ps(h: u32) -> __m128 {
     let v = _mm_cvtsi32_si128(h as i32);
     let r: __m128;
     std::arch::asm!("vcvtph2ps {o}, {i}", i = in(xmm_reg) v, o = lateout(xmm_reg) r,
         options(pure, nomem, nostack, preserves_flags));
-    _mm_cvtss_f32(r)
+    r
 }
 
 /// Bytes ahead of a matvec kernel's read position that it asks the cache for. Decode streams
@@ -177,14 +184,7 @@ unsafe fn bits32_to_0x10(p: &[u8], off: usize) -> __m256i {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    for i in 0..n / 32 {
-        let (bw, ba) = (i * 34, i * 34);
-        let d = _mm256_set1_ps(h2f(w, bw) * h2f(a, ba));
-        let p = mul_sum_i8(load(w, bw + 2), load(a, ba + 2));
-        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
-    }
-    hsum_ps(acc)
+    dot_q8_0_impl::<false>(n, w, a)
 }
 
 /// `dot_q8_0` with the weights prefetched `PREFETCH_AHEAD` bytes ahead, one line per two
@@ -194,10 +194,17 @@ unsafe fn dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// the 35B's 2048-column rows (examples/stream_probe; docs/bench.md, session 5).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q8_0_stream(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    dot_q8_0_impl::<true>(n, w, a)
+}
+
+/// ggml_vec_dot_q8_0_q8_0's order; `PREFETCH` adds the decode kernel's lookahead.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q8_0_impl<const PREFETCH: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for i in 0..n / 32 {
         let b = i * 34;
-        if i % 2 == 0 {
+        if PREFETCH && i % 2 == 0 {
             prefetch_ahead(w.as_ptr().add(b));
         }
         let d = _mm256_set1_ps(h2f(w, b) * h2f(a, b));

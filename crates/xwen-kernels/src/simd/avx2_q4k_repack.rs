@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{bcast_i16, bsums32, f32at, h2f, k4_scales_mins, load, prefetch_ahead, q4k_scaled_dots, Q8K, QK};
+use super::avx2::{bcast_i16, bsums32, cvtph_ps, f32at, h2f, k4_scales_mins, load, prefetch_ahead, q4k_scaled_dots, Q8K, QK};
 use crate::formats::{DotFn, MultiDotFn};
 
 fn gemv(n: usize, w: &[u8], a: &[u8]) -> f32 {
@@ -104,12 +104,8 @@ unsafe fn block_sums(w: &[u8], a: &[u8], bw: usize, ba: usize) -> __m128 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn block_scales(w: &[u8], a: &[u8], bw: usize, ba: usize) -> __m128 {
     debug_assert!(bw + 4 <= w.len());
-    let v = _mm_cvtsi32_si128((w.as_ptr().add(bw) as *const i32).read_unaligned());
-    let r: __m128;
-    // asm for the reason given at `avx2::h2f`
-    std::arch::asm!("vcvtph2ps {o}, {i}", i = in(xmm_reg) v, o = lateout(xmm_reg) r,
-        options(pure, nomem, nostack, preserves_flags));
-    _mm_mul_ps(r, _mm_set1_ps(f32at(a, ba)))
+    let dd = cvtph_ps((w.as_ptr().add(bw) as *const u32).read_unaligned());
+    _mm_mul_ps(dd, _mm_set1_ps(f32at(a, ba)))
 }
 
 /// One row against one token in the gemv order: the decode kernel of every repacked Q4_K

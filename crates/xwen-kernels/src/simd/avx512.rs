@@ -10,6 +10,7 @@
 
 use std::arch::x86_64::*;
 
+use super::avx2::h2f;
 use crate::formats::DotFn;
 use crate::half::read_f32;
 use crate::GgmlType;
@@ -38,22 +39,6 @@ pub fn dot_fn(weight: GgmlType) -> Option<DotFn> {
         T::BF16 => bf16d,
         _ => return None,
     })
-}
-
-/// f16 at p[off..off+2] to f32 with F16C (the software conversion costs more than a Q8_0 block).
-#[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
-unsafe fn h2f(p: &[u8], off: usize) -> f32 {
-    debug_assert!(off + 2 <= p.len());
-    let h = (p.as_ptr().add(off) as *const u16).read_unaligned();
-    // The conversion goes through asm so the input is materialized with vmovd: given the
-    // intrinsic, LLVM merges the load into a `vpinsrw` on an arbitrary register, often the
-    // loop's accumulator, which chains every block on the previous block's FMA (3x slower Q8_0).
-    let v = _mm_cvtsi32_si128(h as i32);
-    let r: __m128;
-    std::arch::asm!("vcvtph2ps {o}, {i}", i = in(xmm_reg) v, o = lateout(xmm_reg) r,
-        options(pure, nomem, nostack, preserves_flags));
-    _mm_cvtss_f32(r)
 }
 
 #[inline]
