@@ -12,7 +12,7 @@
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-use xwen_kernels::{dispatch, GgmlType, Pool, QMatrix};
+use xwen_kernels::{dispatch, membw, GgmlType, Pool, QMatrix};
 
 fn rng_bytes(n: usize, seed: &mut u64) -> Vec<u8> {
     (0..n)
@@ -60,50 +60,14 @@ fn time_it(min: Duration, mut f: impl FnMut()) -> f64 {
     start.elapsed().as_secs_f64() / n as f64
 }
 
-/// Wide-load sum: 256-bit loads into four independent accumulators where AVX2 exists.
-fn sum_words(c: &[u64]) -> u64 {
-    #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 was just detected.
-        return unsafe { sum_words_avx2(c) };
-    }
-    c.iter().fold(0u64, |a, &v| a.wrapping_add(v))
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn sum_words_avx2(c: &[u64]) -> u64 {
-    use std::arch::x86_64::*;
-    let p = c.as_ptr() as *const __m256i;
-    let mut acc = [_mm256_setzero_si256(); 4];
-    let n = c.len() / 16;
-    for i in 0..n {
-        for (k, a) in acc.iter_mut().enumerate() {
-            *a = _mm256_add_epi64(*a, _mm256_loadu_si256(p.add(4 * i + k)));
-        }
-    }
-    let s = _mm256_add_epi64(
-        _mm256_add_epi64(acc[0], acc[1]),
-        _mm256_add_epi64(acc[2], acc[3]),
-    );
-    let mut out = [0u64; 4];
-    _mm256_storeu_si256(out.as_mut_ptr() as *mut __m256i, s);
-    out.iter().fold(0u64, |a, &v| a.wrapping_add(v))
-}
-
-fn bandwidth(pool: &Pool, buf: &[u64], min: Duration) -> f64 {
-    let n_tasks = pool.n_threads() * 8;
-    let chunk = buf.len() / n_tasks;
-    let sums: Vec<std::sync::atomic::AtomicU64> =
-        (0..n_tasks).map(|_| Default::default()).collect();
+/// Mean read bandwidth over at least `min`, one `membw` pass (the library's read loop) at a
+/// time.
+fn bandwidth(pool: &Pool, buf: &[u8], min: Duration) -> f64 {
     let t = time_it(min, || {
-        pool.run(n_tasks, &|i| {
-            let c = &buf[i * chunk..(i + 1) * chunk];
-            sums[i].store(sum_words(c), std::sync::atomic::Ordering::Relaxed);
-        })
+        black_box(membw::read_bandwidth(pool, buf, 1));
     });
-    black_box(&sums);
-    (chunk * n_tasks * 8) as f64 / t / 1e9
+    // membw reads whole 128-byte steps of each thread's share
+    (buf.len() / pool.n_threads() / 128 * 128 * pool.n_threads()) as f64 / t / 1e9
 }
 
 fn main() {
@@ -212,7 +176,7 @@ fn pool_and_memory(quick: bool, min: Duration, threads: &[usize]) {
     }
 
     let gib = if quick { 1 << 27 } else { 1 << 30 };
-    let buf: Vec<u64> = (0..gib / 8).map(|i| i as u64).collect();
+    let buf = membw::buffer(gib);
     for &threads in threads {
         let pool = Pool::new(threads);
         println!(
