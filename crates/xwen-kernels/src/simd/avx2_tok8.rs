@@ -16,7 +16,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::h2f;
+use super::avx2::{h2f, h2f_wide};
 use crate::half::read_f16;
 
 const QK: usize = 256;
@@ -178,8 +178,9 @@ pub unsafe fn rows4<const GEMM: bool, const WIDE: bool>(
             }
             let b = &w[r * row_bytes + i * W..r * row_bytes + (i + 1) * W];
             // F16C: the software conversion's branches and shifts cost ~10% of these loops
-            d[r] = _mm256_mul_ps(_mm256_set1_ps(h2f(b, 0)), dyv);
-            dmin[r] = _mm256_mul_ps(_mm256_set1_ps(h2f(b, 2)), dyv);
+            // (h2f_wide: 8 bytes from the scale, inside the 144-byte block)
+            d[r] = _mm256_mul_ps(_mm256_set1_ps(h2f_wide(b, 0)), dyv);
+            dmin[r] = _mm256_mul_ps(_mm256_set1_ps(h2f_wide(b, 2)), dyv);
             _mm256_storeu_si256(sm[r].as_mut_ptr() as *mut __m256i, super::avx2::k4_scales_mins(b, 4));
             qp[r] = b.as_ptr().add(16);
         }
@@ -288,7 +289,7 @@ pub unsafe fn row_q8_0(w: &[u8], ax: &[u8], act: &Act8Q8, g: usize, out: &mut [f
     let mut acc = [_mm256_setzero_ps(); 8];
     for i in 0..nb {
         let gi = g * nb + i;
-        let d = _mm256_mul_ps(_mm256_set1_ps(h2f(w, i * Q8_0)), _mm256_loadu_ps(act.dy.as_ptr().add(gi * TOK)));
+        let d = _mm256_mul_ps(_mm256_set1_ps(h2f_wide(w, i * Q8_0)), _mm256_loadu_ps(act.dy.as_ptr().add(gi * TOK)));
         let qs = act.qs.as_ptr().add(gi * 32 * TOK) as *const __m256i;
         let xp = w.as_ptr().add(i * Q8_0 + 2) as *const i32;
         let ap = ax.as_ptr().add(i * 32) as *const i32;
