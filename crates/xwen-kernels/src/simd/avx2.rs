@@ -96,18 +96,25 @@ pub(super) unsafe fn cvtph_ps(h: u32) -> __m128 {
     r
 }
 
-/// f16 at p[off..off+2] to f32 straight from memory: vcvtph2ps reads 8 bytes (4 halves) and
-/// only lane 0 is kept, so p[off..off+8] must lie inside the slice. Saves the integer load and
-/// the vmovd into a vector register that `h2f` pays (two of a Q8_0 block's ~14 vector ops, on
-/// the path to the block's FMA).
+/// The four f16 at p[off..off+8] as f32 lanes, converted straight from memory (`vcvtph2ps xmm,
+/// m64`): no integer load and `vmovd` into a vector register as `cvtph_ps` needs (two of a Q8_0
+/// block's ~14 vector ops, on the path to the block's FMA). Callers wanting fewer halves keep
+/// the low lanes; the 8 bytes must lie inside the slice (a block's scale and what follows it).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn h2f_wide(p: &[u8], off: usize) -> f32 {
+pub(super) unsafe fn cvtph_ps_at(p: &[u8], off: usize) -> __m128 {
     debug_assert!(off + 8 <= p.len());
     let r: __m128;
     std::arch::asm!("vcvtph2ps {o}, qword ptr [{p}]", p = in(reg) p.as_ptr().add(off), o = lateout(xmm_reg) r,
         options(pure, readonly, nostack, preserves_flags));
-    _mm_cvtss_f32(r)
+    r
+}
+
+/// f16 at p[off..off+2] to f32 through `cvtph_ps_at` (so p[off..off+8] must lie inside p).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn h2f_wide(p: &[u8], off: usize) -> f32 {
+    _mm_cvtss_f32(cvtph_ps_at(p, off))
 }
 
 /// Bytes ahead of a matvec kernel's read position that it asks the cache for. Decode streams

@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{bcast_i16, bsums32, cvtph_ps, f32at, h2f, k4_scales_mins, load, prefetch_ahead, q4k_scaled_dots, Q8K, QK};
+use super::avx2::{bcast_i16, bsums32, cvtph_ps_at, f32at, h2f, k4_scales_mins, load, prefetch_ahead, q4k_scaled_dots, Q8K, QK};
 use crate::formats::{DotFn, MultiDotFn};
 
 fn gemv(n: usize, w: &[u8], a: &[u8]) -> f32 {
@@ -103,8 +103,7 @@ unsafe fn block_sums(w: &[u8], a: &[u8], bw: usize, ba: usize) -> __m128 {
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn block_scales(w: &[u8], a: &[u8], bw: usize, ba: usize) -> __m128 {
-    debug_assert!(bw + 4 <= w.len());
-    let dd = cvtph_ps((w.as_ptr().add(bw) as *const u32).read_unaligned());
+    let dd = cvtph_ps_at(w, bw); // d, dmin and two code bytes' worth: lanes 0 and 1 used
     _mm_mul_ps(dd, _mm_set1_ps(f32at(a, ba)))
 }
 

@@ -16,7 +16,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{h2f, h2f_wide};
+use super::avx2::{cvtph_ps_at, h2f, h2f_wide};
 use crate::half::read_f16;
 
 const QK: usize = 256;
@@ -177,10 +177,11 @@ pub unsafe fn rows4<const GEMM: bool, const WIDE: bool>(
                 continue;
             }
             let b = &w[r * row_bytes + i * W..r * row_bytes + (i + 1) * W];
-            // F16C: the software conversion's branches and shifts cost ~10% of these loops
-            // (h2f_wide: 8 bytes from the scale, inside the 144-byte block)
-            d[r] = _mm256_mul_ps(_mm256_set1_ps(h2f_wide(b, 0)), dyv);
-            dmin[r] = _mm256_mul_ps(_mm256_set1_ps(h2f_wide(b, 2)), dyv);
+            // F16C: the software conversion's branches and shifts cost ~10% of these loops;
+            // d and dmin are lanes 0 and 1 of one conversion (8 bytes inside the block)
+            let dd = cvtph_ps_at(b, 0);
+            d[r] = _mm256_mul_ps(_mm256_broadcastss_ps(dd), dyv);
+            dmin[r] = _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), dyv);
             _mm256_storeu_si256(sm[r].as_mut_ptr() as *mut __m256i, super::avx2::k4_scales_mins(b, 4));
             qp[r] = b.as_ptr().add(16);
         }
