@@ -29,7 +29,12 @@ pub fn load(model: Option<&str>, cfg: &EngineConfig, quiet: bool) -> Result<Load
         Some(m) => {
             let path = crate::hub::resolve(m)?;
             let name = path.file_name().map(|n| n.to_string_lossy().to_string());
-            (GgufFile::open(&path).with_context(|| display(&path))?, false, name)
+            if cfg.reread_huge_pages {
+                if let Err(e) = xwen_gguf::evict_from_page_cache(&path) {
+                    eprintln!("xwen: --reread-huge-pages: {e} (the page cache is left as it was)");
+                }
+            }
+            (GgufFile::open_with(&path, cfg.map_pages).with_context(|| display(&path))?, false, name)
         }
     };
     let file = Arc::new(file);
@@ -60,8 +65,20 @@ pub fn load(model: Option<&str>, cfg: &EngineConfig, quiet: bool) -> Result<Load
         });
         if tty {
             eprintln!();
-        } else {
-            eprintln!("xwen: loaded weights: {:.2} GiB paged in", total as f64 / (1u64 << 30) as f64);
+        }
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        match model.gguf().huge_mapped_bytes() {
+            Some(huge) => {
+                eprintln!("xwen: loaded weights: {:.2} GiB paged in, {:.2} GiB of it in 2 MiB pages", gib(total), gib(huge));
+                if cfg.map_pages == xwen_gguf::MapPages::Huge && huge < total / 2 {
+                    eprintln!(
+                        "xwen: most of the file sits in the page cache in small pages (another program read it in); \
+                         decode streams it slower (MoE models up to ~1.4x). --reread-huge-pages drops it from the \
+                         cache and reads it back in 2 MiB pages."
+                    );
+                }
+            }
+            None => eprintln!("xwen: loaded weights: {:.2} GiB paged in", gib(total)),
         }
     }
     Ok(Loaded { model, tokenizer, load_secs: t0.elapsed().as_secs_f64(), is_demo })
@@ -81,6 +98,10 @@ pub fn engine_config(args: &mut crate::args::Args) -> Result<EngineConfig> {
     }
     cfg.force_reference = args.flag(&["--reference-kernels"]);
     cfg.profile = args.flag(&["--profile"]);
+    if args.flag(&["--no-huge-pages"]) {
+        cfg.map_pages = xwen_gguf::MapPages::Small;
+    }
+    cfg.reread_huge_pages = args.flag(&["--reread-huge-pages"]);
     if let Some(scan) = args.value(&["--prefill-scan"])? {
         cfg.chunked_prefill = match scan.as_str() {
             "chunked" => true,

@@ -15,11 +15,16 @@ pub struct EngineConfig {
     pub chunked_prefill: bool,
     /// Accumulate per-op wall time (see `Model::profile_report`).
     pub profile: bool,
+    /// Page size asked for the weights' mapping (2 MiB by default; see `xwen_gguf::MapPages`).
+    pub map_pages: xwen_gguf::MapPages,
+    /// Drop the file from the page cache before mapping it, so it is read back from disk in
+    /// 2 MiB pages (`xwen_gguf::evict_from_page_cache`); for a cache another program filled.
+    pub reread_huge_pages: bool,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false }
+        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false }
     }
 }
 

@@ -40,7 +40,11 @@ pub struct Model {
 
 impl Model {
     pub fn load(path: &Path, cfg: &EngineConfig) -> Result<Model> {
-        let file = Arc::new(GgufFile::open(path)?);
+        if cfg.reread_huge_pages {
+            // only a hint to the kernel: a failure leaves the cache as it was
+            let _ = xwen_gguf::evict_from_page_cache(path);
+        }
+        let file = Arc::new(GgufFile::open_with(path, cfg.map_pages)?);
         Model::from_gguf(file, cfg)
     }
 

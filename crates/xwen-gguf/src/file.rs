@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use crate::pages::MapPages;
 use crate::reader::{self, Header};
 use crate::{GgmlType, GgufError, Value};
 
@@ -72,6 +73,11 @@ impl GgufFile {
     /// The mapping assumes nobody truncates or rewrites the file while it is open (the usual
     /// contract of mmap-based model loaders, llama.cpp's included).
     pub fn open(path: &Path) -> Result<GgufFile, GgufError> {
+        Self::open_with(path, MapPages::Huge)
+    }
+
+    /// `open`, asking for the given page size for the mapping (see `MapPages`).
+    pub fn open_with(path: &Path, pages: MapPages) -> Result<GgufFile, GgufError> {
         let io_err = |source| GgufError::Open {
             path: path.display().to_string(),
             source,
@@ -84,6 +90,7 @@ impl GgufFile {
         }
         // SAFETY: read-only private mapping; see the contract above.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io_err)?;
+        crate::pages::advise(&map, pages);
         Self::from_parts(Bytes::Mapped(map))
     }
 
@@ -112,6 +119,15 @@ impl GgufFile {
             tensor_index,
             data_offset,
         })
+    }
+
+    /// Bytes of the file now mapped with 2 MiB page entries (Linux; None for an in-memory
+    /// file or where the kernel does not say). Meaningful after the weights are paged in.
+    pub fn huge_mapped_bytes(&self) -> Option<u64> {
+        match &self.bytes {
+            Bytes::Mapped(m) => crate::pages::huge_mapped_bytes(m.as_ptr() as usize),
+            Bytes::Owned(_) => None,
+        }
     }
 
     pub fn version(&self) -> u32 {

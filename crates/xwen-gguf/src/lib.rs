@@ -14,6 +14,7 @@
 
 mod error;
 mod file;
+mod pages;
 mod reader;
 mod types;
 mod value;
@@ -21,6 +22,7 @@ mod writer;
 
 pub use error::GgufError;
 pub use file::{GgufFile, TensorInfo};
+pub use pages::{evict_from_page_cache, MapPages};
 pub use reader::{DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH, MAX_DIMS, MAX_METADATA_VALUES};
 pub use types::{GgmlType, QK_K};
 pub use value::Value;

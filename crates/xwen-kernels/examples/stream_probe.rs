@@ -28,7 +28,7 @@ fn main() {
     let bytes = rows * cols / ty.block_size() * ty.type_size();
     let nmat = (512usize << 20).div_ceil(bytes);
     let mut data = membw::buffer(bytes * nmat + 4096);
-    data.truncate(bytes * nmat);
+    let data = &mut data[..bytes * nmat];
     let mut seed = 0x9e3779b97f4a7c15u64;
     for b in data.iter_mut() {
         seed ^= seed << 13;

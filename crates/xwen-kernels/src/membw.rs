@@ -6,16 +6,43 @@
 //! four independent accumulators (no stores, no software prefetch: on the machine of
 //! docs/bench.md a prefetch in this loop measured 15-20% slower, the hardware prefetchers
 //! alone stream best). The buffer must be much larger than the last-level cache and backed by
-//! real pages (`buffer` fills it), or the figure is a cache's.
+//! real pages (`buffer` fills it), or the figure is a cache's. It asks for 2 MiB pages, as the
+//! weights' mapping does (`xwen_gguf::MapPages`): with 4 KiB pages a page walk every 4 KiB
+//! costs this loop 6-10% here (docs/bench.md, session 7), and the floor is the best the
+//! machine can stream.
 
 use crate::Pool;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+/// An anonymous mapping of whole pages, every byte written (1), asked for 2 MiB pages.
+pub struct Buffer {
+    map: memmap2::MmapMut,
+    len: usize,
+}
+
+impl std::ops::Deref for Buffer {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.map[..self.len]
+    }
+}
+
+impl std::ops::DerefMut for Buffer {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.map[..self.len]
+    }
+}
+
 /// A buffer of `bytes` (rounded down to 4 KiB) with every page written, so reads hit DRAM
-/// rather than the kernel's shared zero page.
-pub fn buffer(bytes: usize) -> Vec<u8> {
-    vec![1u8; bytes / 4096 * 4096]
+/// rather than the kernel's shared zero page; in 2 MiB pages where the kernel grants them.
+pub fn buffer(bytes: usize) -> Buffer {
+    let len = bytes / 4096 * 4096;
+    let mut map = memmap2::MmapMut::map_anon(len.max(1)).expect("anonymous mapping for the bandwidth buffer");
+    #[cfg(target_os = "linux")]
+    let _ = map.advise(memmap2::Advice::HugePage); // a hint; 4 KiB pages work the same
+    map.fill(1);
+    Buffer { map, len }
 }
 
 /// Reads `buf` once per pass with all of `pool`'s threads; returns each pass's GB/s
