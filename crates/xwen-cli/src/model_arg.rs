@@ -70,11 +70,13 @@ pub fn load(model: Option<&str>, cfg: &EngineConfig, quiet: bool) -> Result<Load
         match model.gguf().huge_mapped_bytes() {
             Some(huge) => {
                 eprintln!("xwen: loaded weights: {:.2} GiB paged in, {:.2} GiB of it in 2 MiB pages", gib(total), gib(huge));
-                if cfg.map_pages == xwen_gguf::MapPages::Huge && huge < total / 2 {
+                let small = total.saturating_sub(huge);
+                if cfg.map_pages == xwen_gguf::MapPages::Huge && small > total / 10 {
                     eprintln!(
-                        "xwen: most of the file sits in the page cache in small pages (another program read it in); \
-                         decode streams it slower (MoE models up to ~1.4x). --reread-huge-pages drops it from the \
-                         cache and reads it back in 2 MiB pages."
+                        "xwen: {:.0}% of the weights sit in the page cache in small pages (another program read them \
+                         in), which decode streams slower (a MoE model up to ~1.4x); --reread-huge-pages drops the \
+                         file from the cache and reads it back in 2 MiB pages",
+                        small as f64 * 100.0 / total.max(1) as f64
                     );
                 }
             }
