@@ -127,6 +127,8 @@ fn side_by_side_script_runs_with_a_stand_in_llama_bench() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("|     pp16 |") && stdout.contains("|      tg4 |"), "{stdout}");
+    // xwen reads the file back in 2 MiB pages each round unless --keep-page-cache
+    assert!(stdout.contains("--reread-huge-pages"), "{stdout}");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_out).unwrap()).unwrap();
     let summary = v["summary"].as_array().unwrap();
     assert_eq!(summary.len(), 2);
