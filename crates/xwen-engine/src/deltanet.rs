@@ -210,19 +210,28 @@ fn conv_silu(ctx: &Ctx, kernel: &[f32], d: &DeltaDims, qkv: &[f32], n: usize, st
     let mut window = Vec::with_capacity((hist + n) * cd);
     window.extend_from_slice(state);
     window.extend_from_slice(qkv);
+    // The kernel tap-major ([j][c]), so each tap is one contiguous row the compiler vectorizes
+    // across channels; per channel the sum is still 0 + w₀k₀ + w₁k₁ + …, rounded in that order
+    // (ggml_ssm_conv's), so the result is unchanged. Channel-major it ran scalar, strided:
+    // ~2% of a 4B prefill (docs/bench.md, session 7).
+    let mut taps = vec![0.0f32; kk * cd];
+    for (c, kc) in kernel.chunks_exact(kk).enumerate() {
+        for (j, &kv) in kc.iter().enumerate() {
+            taps[j * cd + c] = kv;
+        }
+    }
     let mut out = vec![0.0f32; n * cd];
     {
-        let (oo, window) = (SharedMut::new(&mut out), &window);
+        let (oo, window, taps) = (SharedMut::new(&mut out), &window, &taps);
         for_token_chunks(ctx, n, &|t0, t1| {
             for t in t0..t1 {
-                // SAFETY: token t's output row belongs to this task alone.
+                // SAFETY: token t's output row belongs to this task alone (zeroed above).
                 let o = unsafe { oo.slice(t * cd, cd) };
-                for c in 0..cd {
-                    let mut sum = 0.0f32;
-                    for j in 0..kk {
-                        sum += window[(t + j) * cd + c] * kernel[c * kk + j];
+                for j in 0..kk {
+                    let (wr, tr) = (&window[(t + j) * cd..(t + j + 1) * cd], &taps[j * cd..(j + 1) * cd]);
+                    for ((o, &x), &k) in o.iter_mut().zip(wr).zip(tr) {
+                        *o += x * k;
                     }
-                    o[c] = sum;
                 }
                 ops::silu_row_inplace(o);
             }
