@@ -29,12 +29,7 @@ pub fn load(model: Option<&str>, cfg: &EngineConfig, quiet: bool) -> Result<Load
         Some(m) => {
             let path = crate::hub::resolve(m)?;
             let name = path.file_name().map(|n| n.to_string_lossy().to_string());
-            if cfg.reread_huge_pages {
-                if let Err(e) = xwen_gguf::evict_from_page_cache(&path) {
-                    eprintln!("xwen: --reread-huge-pages: {e} (the page cache is left as it was)");
-                }
-            }
-            (GgufFile::open_with(&path, cfg.map_pages).with_context(|| display(&path))?, false, name)
+            (Model::open_file(&path, cfg).with_context(|| display(&path))?, false, name)
         }
     };
     let file = Arc::new(file);

@@ -40,12 +40,18 @@ pub struct Model {
 
 impl Model {
     pub fn load(path: &Path, cfg: &EngineConfig) -> Result<Model> {
+        Model::from_gguf(Arc::new(Model::open_file(path, cfg)?), cfg)
+    }
+
+    /// Opens a GGUF the way `load` does: the page cache dropped first when
+    /// `cfg.reread_huge_pages`, the mapping asking for `cfg.map_pages`.
+    pub fn open_file(path: &Path, cfg: &EngineConfig) -> Result<GgufFile> {
         if cfg.reread_huge_pages {
-            // only a hint to the kernel: a failure leaves the cache as it was
+            // only a hint to the kernel: a failure leaves the cache as it was (the load line's
+            // count of 2 MiB pages shows the outcome)
             let _ = xwen_gguf::evict_from_page_cache(path);
         }
-        let file = Arc::new(GgufFile::open_with(path, cfg.map_pages)?);
-        Model::from_gguf(file, cfg)
+        Ok(GgufFile::open_with(path, cfg.map_pages)?)
     }
 
     pub fn from_gguf(file: Arc<GgufFile>, cfg: &EngineConfig) -> Result<Model> {
