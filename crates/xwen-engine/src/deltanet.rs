@@ -48,7 +48,9 @@ pub struct DeltaNetWeights {
     pub gate: Mat,       // z: [value_dim × hidden]
     pub beta: Mat,       // [H_v × hidden]
     pub alpha: Mat,      // [H_v × hidden]
-    pub conv: Vec<f32>,  // [conv_dim][kernel]
+    /// The convolution kernel tap-major, [kernel][conv_dim] (the file stores [conv_dim][kernel]):
+    /// transposed once here so each tap is a contiguous row `conv_silu` vectorizes over.
+    pub conv: Vec<f32>,
     pub dt_bias: Vec<f32>, // [H_v]
     pub a: Vec<f32>,     // [H_v], −exp(A_log) baked in by the converter
     pub norm: Vec<f32>,  // [head_dim]
@@ -63,13 +65,25 @@ impl DeltaNetWeights {
             gate: ld.mat(&p("attn_gate.weight"), d.value_dim(), hidden)?,
             beta: ld.mat(&p("ssm_beta.weight"), d.n_v_heads, hidden)?,
             alpha: ld.mat(&p("ssm_alpha.weight"), d.n_v_heads, hidden)?,
-            conv: ld.f32_tensor(&p("ssm_conv1d.weight"), &[d.conv_kernel as u64, d.conv_dim() as u64])?,
+            conv: tap_major(&ld.f32_tensor(&p("ssm_conv1d.weight"), &[d.conv_kernel as u64, d.conv_dim() as u64])?, d.conv_kernel),
             dt_bias: ld.vec(&p("ssm_dt.bias"), d.n_v_heads)?,
             a: ld.vec(&p("ssm_a"), d.n_v_heads)?,
             norm: ld.vec(&p("ssm_norm.weight"), d.head_dim)?,
             out: ld.mat(&p("ssm_out.weight"), hidden, d.value_dim())?,
         })
     }
+}
+
+/// A [channel][tap] kernel as [tap][channel].
+fn tap_major(kernel: &[f32], taps: usize) -> Vec<f32> {
+    let channels = kernel.len() / taps;
+    let mut t = vec![0.0f32; kernel.len()];
+    for (c, kc) in kernel.chunks_exact(taps).enumerate() {
+        for (j, &kv) in kc.iter().enumerate() {
+            t[j * channels + c] = kv;
+        }
+    }
+    t
 }
 
 /// Recurrent state of one DeltaNet layer for one sequence.
@@ -200,9 +214,10 @@ fn for_token_chunks(ctx: &Ctx, n: usize, f: &(dyn Fn(usize, usize) + Sync)) {
     });
 }
 
-/// ggml_ssm_conv over [state ‖ new inputs], then SiLU; updates the conv state. The conv output
-/// is [conv_dim, n] in ggml, so ggml_silu's rows are one token's conv_dim values.
-fn conv_silu(ctx: &Ctx, kernel: &[f32], d: &DeltaDims, qkv: &[f32], n: usize, state: &mut [f32]) -> Vec<f32> {
+/// ggml_ssm_conv over [state ‖ new inputs] with the tap-major kernel `taps`, then SiLU; updates
+/// the conv state. The conv output is [conv_dim, n] in ggml, so ggml_silu's rows are one
+/// token's conv_dim values.
+fn conv_silu(ctx: &Ctx, taps: &[f32], d: &DeltaDims, qkv: &[f32], n: usize, state: &mut [f32]) -> Vec<f32> {
     let cd = d.conv_dim();
     let kk = d.conv_kernel;
     let hist = kk - 1;
@@ -210,23 +225,16 @@ fn conv_silu(ctx: &Ctx, kernel: &[f32], d: &DeltaDims, qkv: &[f32], n: usize, st
     let mut window = Vec::with_capacity((hist + n) * cd);
     window.extend_from_slice(state);
     window.extend_from_slice(qkv);
-    // The kernel tap-major ([j][c]), so each tap is one contiguous row the compiler vectorizes
-    // across channels; per channel the sum is still 0 + w₀k₀ + w₁k₁ + …, rounded in that order
-    // (ggml_ssm_conv's), so the result is unchanged. Channel-major it ran scalar, strided:
-    // ~2% of a 4B prefill (docs/bench.md, session 7).
-    let mut taps = vec![0.0f32; kk * cd];
-    for (c, kc) in kernel.chunks_exact(kk).enumerate() {
-        for (j, &kv) in kc.iter().enumerate() {
-            taps[j * cd + c] = kv;
-        }
-    }
     let mut out = vec![0.0f32; n * cd];
     {
-        let (oo, window, taps) = (SharedMut::new(&mut out), &window, &taps);
+        let (oo, window) = (SharedMut::new(&mut out), &window);
         for_token_chunks(ctx, n, &|t0, t1| {
             for t in t0..t1 {
                 // SAFETY: token t's output row belongs to this task alone (zeroed above).
                 let o = unsafe { oo.slice(t * cd, cd) };
+                // per channel 0 + w₀k₀ + w₁k₁ + …, rounded in that order (ggml_ssm_conv's), one
+                // tap row at a time so the loop vectorizes across channels (channel-major it ran
+                // scalar and strided: ~2% of a 4B prefill; docs/bench.md, session 7)
                 for j in 0..kk {
                     let (wr, tr) = (&window[(t + j) * cd..(t + j + 1) * cd], &taps[j * cd..(j + 1) * cd]);
                     for ((o, &x), &k) in o.iter_mut().zip(wr).zip(tr) {
