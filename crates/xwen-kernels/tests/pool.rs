@@ -150,11 +150,12 @@ fn expected_token(w: &QMatrix, xs: &[f32], n_tok: usize, t: usize) -> Vec<f32> {
 }
 
 /// Dense prefill shapes: repacked Q4_K with 4+ token groups (each row quad decoded once for all
-/// groups), plain rows and the tail past the last 4-token group, on 1 and 2 threads.
+/// groups), plain rows and the tail past the last 4-token group, Q8_0 row runs that do not fill
+/// the lane product's sub-tiles of 8 rows, on 1 and 2 threads.
 #[test]
 fn dense_prefill_products_equal_the_row_loop() {
     let mut rng = Rng(0xde75e);
-    for &(ty, rows, cols) in &[(GgmlType::Q4_K, 64, 512), (GgmlType::Q4_K, 72, 768), (GgmlType::Q8_0, 40, 512)] {
+    for &(ty, rows, cols) in &[(GgmlType::Q4_K, 64, 512), (GgmlType::Q4_K, 72, 768), (GgmlType::Q8_0, 40, 512), (GgmlType::Q8_0, 43, 768)] {
         let wf: Vec<f32> = (0..rows * cols).map(|_| rng.normalish()).collect();
         let data = quantize(ty, &wf).unwrap();
         let w = QMatrix::new(ty, rows, cols, &data).unwrap();
