@@ -145,6 +145,7 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], n: usize, po
 ///   then movehl, then movehdup);
 /// - a single token (tinyBLAS refuses n < 2) goes through ggml_vec_dot_f32: 4 × 8 lane
 ///   accumulators over steps of 32 positions, then GGML_F32x8_REDUCE.
+///
 /// Positions past `a.len()` are masked to 0 there and add nothing. `lanes` is scratch of
 /// 32 × out.len(). Each lane is an FMA chain vectorized across the head dimension.
 fn weighted_v_sum<'a>(a: &[f32], v: impl Fn(usize) -> &'a [f32], single: bool, lanes: &mut [f32], out: &mut [f32]) {

@@ -322,9 +322,9 @@ fn head_chunked(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>) {
         let c = CHUNK.min(n - t0);
         // Cumulative log decay within the chunk.
         let mut acc = 0.0f32;
-        for i in 0..c {
+        for (i, g) in gam[..c].iter_mut().enumerate() {
             acc += io.g(t0 + i);
-            gam[i] = acc;
+            *g = acc;
         }
         // A (strictly lower) and the masked Q·Kᵀ (lower incl. diagonal).
         for i in 0..c {

@@ -40,7 +40,7 @@ pub fn swiglu(g: &[f32], u: &[f32]) -> Vec<f32> {
 
 /// [`swiglu`] over consecutive rows of `row` elements (one per token), chunked per row as ggml.
 pub fn swiglu_rows(g: &[f32], u: &[f32], row: usize) -> Vec<f32> {
-    assert!(row > 0 && g.len() % row == 0 && u.len() == g.len());
+    assert!(row > 0 && g.len().is_multiple_of(row) && u.len() == g.len());
     let mut y = vec![0.0f32; g.len()];
     for ((gr, ur), yr) in g.chunks_exact(row).zip(u.chunks_exact(row)).zip(y.chunks_exact_mut(row)) {
         xwen_kernels::f32ops::swiglu(gr, ur, yr);

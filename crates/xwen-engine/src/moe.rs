@@ -66,7 +66,7 @@ pub fn route(logits: &[f32], n_used: usize) -> Route {
     idx.truncate(n_used);
     let mut w: Vec<f32> = idx.iter().map(|&i| probs[i]).collect();
     // ggml_sum_rows accumulates in f64 and rounds once; then clamp and divide in f32.
-    let sum = (w.iter().map(|&x| x as f64).sum::<f64>() as f32).max(6.103515625e-5);
+    let sum = (w.iter().map(|&x| x as f64).sum::<f64>() as f32).max(6.103_515_6e-5);
     for x in w.iter_mut() {
         *x /= sum;
     }
@@ -74,6 +74,7 @@ pub fn route(logits: &[f32], n_used: usize) -> Route {
 }
 
 /// MoE output for n tokens of normalized input x (n × hidden).
+#[allow(clippy::too_many_arguments)] // the layer's weights, geometry, store and position
 pub fn forward(
     ctx: &Ctx,
     w: &MoeWeights,

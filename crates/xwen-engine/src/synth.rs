@@ -207,7 +207,7 @@ impl Geometry {
 
     /// llama.cpp's default when `recurrent_layers` is absent; we also write the array.
     pub fn is_recurrent(&self, il: usize) -> bool {
-        (il + 1) % self.full_attn_interval != 0
+        !(il + 1).is_multiple_of(self.full_attn_interval)
     }
 
     pub fn ssm_inner(&self) -> usize {

@@ -91,7 +91,7 @@ fn cycles_per_block(blocks_per_call: usize, mut call: impl FnMut() -> f32) -> f6
 fn main() {
     assert!(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c"));
     let cols: usize = std::env::args().nth(1).map_or(2048, |s| s.parse().expect("COLS"));
-    assert!(cols % 32 == 0, "COLS must be a multiple of 32");
+    assert!(cols.is_multiple_of(32), "COLS must be a multiple of 32");
     let (nb, rb) = (cols / 32, cols / 32 * 34);
     let mut w = vec![0u8; 3 * rb];
     let mut s = 1u32;

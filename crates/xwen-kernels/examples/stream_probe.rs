@@ -60,7 +60,7 @@ fn main() {
             pool.matvec(*w, &x, &mut y);
         }
         let m = (bytes * nmat) as f64 / t.elapsed().as_secs_f64() / 1e9;
-        let r = membw::read_bandwidth(&pool, &data, 1)[0];
+        let r = membw::read_bandwidth(&pool, data, 1)[0];
         mv.push(m);
         rd.push(r);
         ratio.push(m / r);

@@ -101,6 +101,7 @@ pub fn scale_dot(a: f32, x: &mut [f32], b: &[f32]) -> f32 {
 /// out_j = (row_j·q)·scale — `scale_dot` then `axpy_dot` per row, bit for bit. A row's update
 /// needs only its own δ_j, so each row is finished in one visit (ggml sweeps the whole state
 /// four times; two fused sweeps still cost ~7x this on a 64 KB head state).
+#[allow(clippy::too_many_arguments)] // the recurrence's inputs, all per step
 pub fn delta_rule_step(s: &mut [f32], k: &[f32], q: &[f32], v: &[f32], decay: f32, beta: f32, scale: f32, out: &mut [f32]) {
     let sd = k.len();
     assert!(q.len() == sd && s.len() == v.len() * sd && out.len() == v.len());
@@ -357,7 +358,7 @@ mod x86 {
 
     /// R consecutive state rows from `r` (sd floats each) through one delta-rule step.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // R rows' chains side by side
     unsafe fn delta_rows<const R: usize>(r: *mut f32, sd: usize, k: &[f32], q: &[f32], v: &[f32], decay: f32, beta: f32, scale: f32, out: &mut [f32]) {
         let (pk, pq) = (k.as_ptr(), q.as_ptr());
         let vdecay = _mm256_set1_ps(decay);

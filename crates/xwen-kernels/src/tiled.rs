@@ -128,9 +128,9 @@ pub fn unpack(ty: GgmlType, b: &[u8]) -> Unpacked {
         }
         GgmlType::Q2_K => {
             u.codes = q2_k::codes(b);
-            for j in 0..16 {
-                u.scales[j] = (b[j] & 0xf) as i32;
-                u.mins[j] = (b[j] >> 4) as i32;
+            for ((s, m), &x) in u.scales.iter_mut().zip(u.mins.iter_mut()).zip(&b[..16]) {
+                *s = (x & 0xf) as i32;
+                *m = (x >> 4) as i32;
             }
             u.d = read_f16(&b[80..]);
             u.dmin = read_f16(&b[82..]);
@@ -175,6 +175,7 @@ pub fn block_sums(u: &Unpacked, q8: &[u8], bsums: &[i16; 16]) -> (i32, i32) {
 
 /// One block's contribution folded into `acc`, as the reference's epilogue does.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)] // the epilogue's operands, kept scalar to mirror the reference
 pub fn fold(acc: f32, d: f32, dmin: f32, has_min: bool, s1: i32, s2: i32, d8: f32, vnni: bool) -> f32 {
     let mut res = d * s1 as f32;
     if has_min {

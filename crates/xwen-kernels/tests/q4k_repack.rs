@@ -131,7 +131,7 @@ fn pool_products_equal_ggml_repacked_mul_mat() {
             }
             // the gemv tail equals a lone matvec of that token
             let t = n_tok - 1;
-            if n_tok % 4 != 0 {
+            if !n_tok.is_multiple_of(4) {
                 let mut y1 = vec![f32::NAN; rows];
                 pool.matvec(w, &x[t * cols..(t + 1) * cols], &mut y1);
                 assert_eq!(

@@ -89,10 +89,10 @@ impl Config {
             rope_base: f.get_f32(&k("rope.freq_base")).unwrap_or(10000.0),
             eps,
         };
-        if attn.n_head == 0 || attn.n_head_kv == 0 || attn.n_head % attn.n_head_kv != 0 {
+        if attn.n_head == 0 || attn.n_head_kv == 0 || !attn.n_head.is_multiple_of(attn.n_head_kv) {
             return Err(EngineError::BadHparams(format!("{} heads / {} kv heads", attn.n_head, attn.n_head_kv)));
         }
-        if attn.n_rot == 0 || attn.n_rot > head_dim || attn.n_rot % 2 != 0 {
+        if attn.n_rot == 0 || attn.n_rot > head_dim || !attn.n_rot.is_multiple_of(2) {
             return Err(EngineError::BadHparams(format!("rope dims {} for head dim {head_dim}", attn.n_rot)));
         }
         let n_k_heads = req_u(f, &k("ssm.group_count"))?;

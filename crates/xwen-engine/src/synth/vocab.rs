@@ -39,10 +39,10 @@ pub(super) fn from_gguf(vocab: &GgufFile, n_vocab: usize) -> Result<Vec<(String,
                     Some(Value::U32(_)) => Value::U32(TYPE_UNUSED as u32),
                     _ => Value::I32(TYPE_UNUSED),
                 };
-                Value::Array(a.iter().cloned().chain(std::iter::repeat(unused).take(n_vocab - a.len())).collect())
+                Value::Array(a.iter().cloned().chain(std::iter::repeat_n(unused, n_vocab - a.len())).collect())
             }
             (SCORES, Value::Array(a)) => {
-                Value::Array(a.iter().cloned().chain(std::iter::repeat(Value::F32(-1000.0)).take(n_vocab - a.len())).collect())
+                Value::Array(a.iter().cloned().chain(std::iter::repeat_n(Value::F32(-1000.0), n_vocab - a.len())).collect())
             }
             _ => v.clone(),
         };

@@ -45,7 +45,7 @@ safe_wrapper!(bf16d, dot_bf16);
 
 /// One Q8_0 row streamed from DRAM (see `dot_q8_0_stream`): bit-identical to `q8_0`.
 pub fn q8_0_stream(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    assert!(n % 32 == 0 && w.len() >= n / 32 * 34 && a.len() >= n / 32 * 34);
+    assert!(n.is_multiple_of(32) && w.len() >= n / 32 * 34 && a.len() >= n / 32 * 34);
     // SAFETY: reachable only through dispatch::row_kernel, after detecting AVX2/FMA/F16C;
     // lengths checked above.
     unsafe { dot_q8_0_stream(n, w, a) }
@@ -650,7 +650,7 @@ unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
     // for batches of 2+ tokens (sgemm.cpp: one 8-lane FMA accumulator per output over k, then
     // hsum). Matching its order keeps router probabilities bit-identical, which keeps near-tie
     // expert choices identical. Single tokens take `dot_f32_vec_dot` (tinyBLAS refuses n < 2).
-    if n % 8 == 0 {
+    if n.is_multiple_of(8) {
         let mut acc = _mm256_setzero_ps();
         for i in (0..n).step_by(8) {
             acc = _mm256_fmadd_ps(_mm256_loadu_ps(pw.add(i)), _mm256_loadu_ps(pa.add(i)), acc);
@@ -715,6 +715,7 @@ pub const F32_BLOCK_TOKENS: usize = 3;
 /// AVX2/FMA available; n % 8 == 0; `w` holds R rows and `a` T tokens of n floats at their
 /// strides.
 #[target_feature(enable = "avx2,fma,f16c")]
+#[allow(clippy::needless_range_loop)] // acc[r][t] indexed by both loops
 pub unsafe fn f32_block<const R: usize, const T: usize>(
     n: usize,
     w: *const f32,
@@ -723,7 +724,7 @@ pub unsafe fn f32_block<const R: usize, const T: usize>(
     as_: usize,
     out: &mut [[f32; T]; R],
 ) {
-    debug_assert!(n % 8 == 0);
+    debug_assert!(n.is_multiple_of(8));
     let mut acc = [[_mm256_setzero_ps(); T]; R];
     for i in (0..n).step_by(8) {
         let x: [__m256; T] = std::array::from_fn(|t| _mm256_loadu_ps(a.add(t * as_ + i)));
