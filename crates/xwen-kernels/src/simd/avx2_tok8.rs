@@ -322,3 +322,27 @@ pub unsafe fn row_q8_0(w: &[u8], ax: &[u8], act: &Act8Q8, g: usize, out: &mut [f
     let s = _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3]));
     _mm256_storeu_ps(out.as_mut_ptr(), s);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every code, −128 included (its magnitude 128 fits the unsigned operand), per block.
+    #[test]
+    fn abs_codes_of_every_byte() {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let nb = 9;
+        let w: Vec<u8> = (0..nb * Q8_0).map(|i| (i * 37 + 11) as u8).collect();
+        let mut ax = vec![0u8; nb * 32];
+        // SAFETY: AVX2 checked above; w holds nb whole blocks, ax 32 bytes per block.
+        unsafe { abs_codes_q8_0(&w, &mut ax) };
+        for i in 0..nb {
+            for j in 0..32 {
+                assert_eq!(ax[i * 32 + j], (w[i * Q8_0 + 2 + j] as i8).unsigned_abs(), "block {i} code {j}");
+            }
+        }
+        assert!(w.iter().enumerate().any(|(i, &b)| b == 0x80 && i % Q8_0 >= 2), "the codes cover -128");
+    }
+}
