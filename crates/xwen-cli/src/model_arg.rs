@@ -66,13 +66,23 @@ pub fn load(model: Option<&str>, cfg: &EngineConfig, quiet: bool) -> Result<Load
             Some(huge) => {
                 eprintln!("xwen: loaded weights: {:.2} GiB paged in, {:.2} GiB of it in 2 MiB pages", gib(total), gib(huge));
                 let small = total.saturating_sub(huge);
+                let pct = small as f64 * 100.0 / total.max(1) as f64;
                 if cfg.map_pages == xwen_gguf::MapPages::Huge && small > total / 10 {
-                    eprintln!(
-                        "xwen: {:.0}% of the weights sit in the page cache in small pages (another program read them \
-                         in), which decode streams slower (a MoE model up to ~1.4x); --reread-huge-pages drops the \
-                         file from the cache and reads it back in 2 MiB pages",
-                        small as f64 * 100.0 / total.max(1) as f64
-                    );
+                    if cfg.reread_huge_pages {
+                        // the eviction is only a hint (Model::open_file): say that it did not take
+                        // rather than suggest the switch that was given
+                        eprintln!(
+                            "xwen: {pct:.0}% of the weights are still in small pages after --reread-huge-pages: the \
+                             file could not be dropped from the page cache (another process maps it?) or this \
+                             filesystem does not keep 2 MiB folios; decode streams them slower"
+                        );
+                    } else {
+                        eprintln!(
+                            "xwen: {pct:.0}% of the weights sit in the page cache in small pages (another program \
+                             read them in), which decode streams slower (a MoE model up to ~1.4x); \
+                             --reread-huge-pages drops the file from the cache and reads it back in 2 MiB pages"
+                        );
+                    }
                 }
             }
             None => eprintln!("xwen: loaded weights: {:.2} GiB paged in", gib(total)),
