@@ -8,7 +8,8 @@
 //! `membw::read_bandwidth` with the same two threads; the two alternate pass by pass, so the
 //! ratio of the two times shares the machine's mood. Prints each side's median GB/s and the
 //! median of the per-pass ratios (matvec / read loop; 1.0 would be a kernel as fast as the
-//! memory).
+//! memory), and the kernel's rate on a block of the same width held in L2 by one thread, times
+//! two (its arithmetic alone on both cores; compare with `examples/pattern_probe`).
 
 use std::time::Instant;
 use xwen_kernels::{membw, GgmlType, Pool, QMatrix};
@@ -69,10 +70,25 @@ fn main() {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
+    // the kernel's own rate: one thread over and over a block of the same width small enough
+    // to stay in its L2 (~320 KB), doubled for the two cores (their L2s are private)
+    let one = Pool::new(1);
+    let l2_rows = ((320usize << 10) / (bytes / rows)).clamp(16, rows) / 16 * 16;
+    let hot = QMatrix::new(ty, l2_rows, cols, &data[..l2_rows * (bytes / rows)]).unwrap();
+    let mut yh = vec![0f32; l2_rows];
+    let mut l2 = Vec::new();
+    for _ in 0..passes {
+        let t = Instant::now();
+        for _ in 0..400 {
+            one.matvec(hot, &x, &mut yh);
+        }
+        l2.push(2.0 * (400 * hot.data.len()) as f64 / t.elapsed().as_secs_f64() / 1e9);
+    }
     println!(
-        "{ty:?} {rows}x{cols} ({nmat} matrices, {passes} passes, 2 threads): matvec {:.2} GB/s, read loop {:.2} GB/s, per-pass ratio {:.3}",
+        "{ty:?} {rows}x{cols} ({nmat} matrices, {passes} passes, 2 threads): matvec {:.2} GB/s, read loop {:.2} GB/s, per-pass ratio {:.3}; in L2 ({l2_rows} rows, 1 thread x 2) {:.1} GB/s",
         median(&mut mv),
         median(&mut rd),
-        median(&mut ratio)
+        median(&mut ratio),
+        median(&mut l2)
     );
 }
