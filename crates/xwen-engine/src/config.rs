@@ -20,11 +20,16 @@ pub struct EngineConfig {
     /// Drop the file from the page cache before mapping it, so it is read back from disk in
     /// 2 MiB pages (`xwen_gguf::evict_from_page_cache`); for a cache another program filled.
     pub reread_huge_pages: bool,
+    /// A hard ceiling on the RAM the engine holds, in bytes: None = every weight mapped from
+    /// the file (the page cache decides); Some(0) = 3/4 of the machine's RAM; Some(n) = n. With
+    /// a budget, a MoE model's routed experts stream from disk into a cache of what the trunk,
+    /// state and scratch leave (`memory_plan`), and a budget under the floor is refused.
+    pub ram_budget: Option<u64>,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false }
+        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false, ram_budget: None }
     }
 }
 

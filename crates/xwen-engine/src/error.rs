@@ -29,6 +29,8 @@ pub enum EngineError {
     State(String),
     #[error("expert store: {0}")]
     ExpertStore(String),
+    #[error("RAM budget: {0}")]
+    RamBudget(String),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
 }

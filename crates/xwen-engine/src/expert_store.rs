@@ -2,7 +2,9 @@
 //! [`ExpertStore`], so a disk-streaming store with a bounded cache can replace the resident one
 //! without touching model code.
 
+use crate::direct_read::AlignedBuf;
 use crate::error::Result;
+pub use crate::streamed_experts::ExpertCacheStats;
 use crate::weights::Mat;
 use std::ops::Range;
 use std::sync::Arc;
@@ -10,10 +12,10 @@ use xwen_gguf::{GgmlType, GgufFile};
 use xwen_kernels::QMatrix;
 
 /// The bytes of one expert's gate, up and down matrices: borrowed from the memory map, or an
-/// owned buffer shared with a cache (a streaming store hands out the latter).
+/// owned buffer shared with a cache (`StreamedExperts` hands out the latter).
 pub enum ExpertBytes<'a> {
     Borrowed([&'a [u8]; 3]),
-    Shared(Arc<Vec<u8>>, [Range<usize>; 3]),
+    Shared(Arc<AlignedBuf>, [Range<usize>; 3]),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -55,6 +57,11 @@ pub trait ExpertStore: Send + Sync {
     fn resident_bytes(&self) -> u64 {
         0
     }
+    /// Hits, misses and bytes read of a caching store; None for one that does not cache.
+    fn cache_stats(&self) -> Option<ExpertCacheStats> {
+        None
+    }
+    fn reset_cache_stats(&self) {}
 }
 
 /// All experts served straight from the memory-mapped GGUF.

@@ -4,6 +4,8 @@ use crate::compute::Ctx;
 use crate::config::EngineConfig;
 use crate::error::{EngineError, Result};
 use crate::expert_store::{ExpertStore, ResidentExperts};
+use crate::memory_plan::{MemoryPlan, PREFILL_BATCH};
+use crate::streamed_experts::{ExpertCacheStats, StreamedExperts};
 use crate::models::qwen35::{Config, Qwen35};
 use crate::profile::Profiler;
 use crate::state::SeqState;
@@ -36,11 +38,15 @@ pub struct Model {
     pool_lock: Mutex<()>,
     cfg: EngineConfig,
     prof: Profiler,
+    /// The RAM plan in force (`EngineConfig::ram_budget`); None = everything mapped.
+    plan: Option<MemoryPlan>,
+    /// Routed experts come from disk (`StreamedExperts`), not from the mapping.
+    streamed: bool,
 }
 
 impl Model {
     pub fn load(path: &Path, cfg: &EngineConfig) -> Result<Model> {
-        Model::from_gguf(Arc::new(Model::open_file(path, cfg)?), cfg)
+        Model::from_gguf_at(Arc::new(Model::open_file(path, cfg)?), Some(path), cfg)
     }
 
     /// Opens a GGUF the way `load` does: the page cache dropped first when
@@ -54,17 +60,68 @@ impl Model {
         Ok(GgufFile::open_with(path, cfg.map_pages)?)
     }
 
+    /// A model over an opened file. With a RAM budget, a MoE model's experts are streamed
+    /// from the file, whose path this form does not know: use `from_gguf_at` or `load`.
     pub fn from_gguf(file: Arc<GgufFile>, cfg: &EngineConfig) -> Result<Model> {
+        Model::from_gguf_at(file, None, cfg)
+    }
+
+    /// `from_gguf` for the file at `path` (which `file` was opened from): the path is where a
+    /// budgeted MoE model streams its experts from.
+    pub fn from_gguf_at(file: Arc<GgufFile>, path: Option<&Path>, cfg: &EngineConfig) -> Result<Model> {
         let arch = file.architecture().unwrap_or("").to_string();
         if !SUPPORTED_ARCHS.contains(&arch.as_str()) {
             return Err(EngineError::UnsupportedArchitecture(arch));
         }
         xwen_kernels::dispatch::set_force_reference(cfg.force_reference);
         let (net, experts) = Qwen35::load(&file)?;
-        let store: Box<dyn ExpertStore> = Box::new(ResidentExperts::new(file.clone(), experts));
-        let pool = Pool::new(cfg.resolved_threads());
+        let threads = cfg.resolved_threads();
+        let plan = match cfg.ram_budget {
+            None => None,
+            Some(b) => Some(MemoryPlan::new(
+                &file,
+                &net.cfg,
+                &experts,
+                cfg.max_ctx,
+                threads,
+                b,
+                crate::memory_plan::machine_ram(),
+            )?),
+        };
+        let has_experts = experts.iter().any(|e| e.is_some());
+        let (store, streamed): (Box<dyn ExpertStore>, bool) = match (&plan, has_experts) {
+            (Some(p), true) => {
+                let path = path.ok_or_else(|| {
+                    EngineError::RamBudget(
+                        "streaming experts needs the model file's path (this model was opened from memory)".into(),
+                    )
+                })?;
+                (Box::new(StreamedExperts::open(path, file.data_offset(), experts, p.cache_bytes)?), true)
+            }
+            _ => (Box::new(ResidentExperts::new(file.clone(), experts)), false),
+        };
+        let pool = Pool::new(threads);
         let prof = Profiler::new(cfg.profile);
-        Ok(Model { file, net, store, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof })
+        Ok(Model { file, net, store, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan, streamed })
+    }
+
+    /// The RAM plan in force, if a budget was given.
+    pub fn memory_plan(&self) -> Option<&MemoryPlan> {
+        self.plan.as_ref()
+    }
+
+    /// Whether routed experts stream from disk (a MoE model under a RAM budget).
+    pub fn streams_experts(&self) -> bool {
+        self.streamed
+    }
+
+    /// Hit/miss counters of the expert cache (None unless experts stream).
+    pub fn expert_cache_stats(&self) -> Option<ExpertCacheStats> {
+        self.store.cache_stats()
+    }
+
+    pub fn reset_expert_cache_stats(&self) {
+        self.store.reset_cache_stats()
     }
 
     pub fn architecture(&self) -> &str {
@@ -82,14 +139,15 @@ impl Model {
         crate::checkpoint::identify(self.name(), file_name)
     }
 
-    /// Touch every page of the weights so the first tokens do not pay for page faults;
-    /// `progress(done, total)` is called every ~1% (load progress for large files).
+    /// Touch every page of the mapped weights (the trunk only, when experts stream) so the
+    /// first tokens do not pay for page faults; `progress(done, total)` is called every ~1%
+    /// (load progress for large files).
     pub fn prefault(&self, progress: &mut dyn FnMut(u64, u64)) -> u64 {
-        let total: u64 = self.weight_bytes();
+        let total: u64 = self.mapped_weight_bytes();
         let mut done = 0u64;
         let mut next_report = 0u64;
         let mut sink = 0u8;
-        for t in self.file.tensors() {
+        for t in self.file.tensors().iter().filter(|t| !(self.streamed && is_routed_expert(&t.name))) {
             let data = self.file.tensor_data(t);
             for chunk in data.chunks(4096) {
                 sink ^= chunk[0];
@@ -144,6 +202,22 @@ impl Model {
             LogitsMode::Last => n - 1..n,
             LogitsMode::None => n..n,
         };
+        if self.plan.is_some() && n > PREFILL_BATCH {
+            // under a budget, prompts run in batches: the plan's scratch covers one batch
+            let mut out = Vec::new();
+            let mut at = 0;
+            while at < n {
+                let end = (at + PREFILL_BATCH).min(n);
+                let part = match mode {
+                    LogitsMode::All => LogitsMode::All,
+                    LogitsMode::Last if end == n => LogitsMode::Last,
+                    _ => LogitsMode::None,
+                };
+                out.extend(self.forward(state, &tokens[at..end], part)?);
+                at = end;
+            }
+            return Ok(out);
+        }
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
         let ctx = Ctx { pool: &self.pool, file: &self.file, prof: &self.prof, chunked_scan: self.cfg.chunked_prefill };
         self.net.forward(&ctx, self.store.as_ref(), state, tokens, rows)
@@ -159,8 +233,20 @@ impl Model {
         self.prof.reset()
     }
 
-    /// Bytes of weights in the file (the mapped, page-cache-backed part of the footprint).
+    /// Bytes of weights in the file.
     pub fn weight_bytes(&self) -> u64 {
         self.file.tensors().iter().map(|t| t.n_bytes).sum()
     }
+
+    /// Bytes of weights read through the mapping (page-cache backed): all of them, or the
+    /// trunk alone when experts stream.
+    pub fn mapped_weight_bytes(&self) -> u64 {
+        self.file.tensors().iter().filter(|t| !(self.streamed && is_routed_expert(&t.name))).map(|t| t.n_bytes).sum()
+    }
+}
+
+/// A routed-expert stack (`blk.N.ffn_{gate,up,down}_exps.weight`), which a streaming store
+/// reads from disk instead of the mapping.
+fn is_routed_expert(name: &str) -> bool {
+    name.ends_with("_exps.weight")
 }

@@ -108,16 +108,27 @@ pub fn forward(
     // Busiest experts first, so the threads' last tasks are the short ones.
     let mut active: Vec<usize> = (0..d.n_expert).filter(|&e| !per_expert[e].is_empty()).collect();
     active.sort_by_key(|&e| std::cmp::Reverse(per_expert[e].len()));
-    let handles = active.iter().map(|&e| store.expert(layer, e)).collect::<Result<Vec<_>>>()?;
     // Each expert's outputs (its tokens × hidden), unweighted; summed per token below.
     let mut ys: Vec<Vec<f32>> = vec![Vec::new(); active.len()];
     let ys_out = SharedMut::new(&mut ys);
+    // the first store error of the job (a streamed expert that could not be read)
+    let failed: std::sync::Mutex<Option<crate::EngineError>> = std::sync::Mutex::new(None);
     // One task per expert, each on one thread (gate, up, SwiGLU, down): an expert has ~16 tokens
     // at pp512, too little work to split its products across threads — per-matrix parallel
     // jobs left the second core spinning through every expert's serial quantize/interleave
     // steps (docs/bench.md, session 3).
     ctx.pool.run(active.len(), &|i| {
-        let (toks, h) = (&per_expert[active[i]], &handles[i]);
+        let toks = &per_expert[active[i]];
+        // fetched inside the task: a streaming store then holds one expert per thread in flight,
+        // not the layer's whole active set (memory_plan counts it so)
+        let h = match store.expert(layer, active[i]) {
+            Ok(h) => h,
+            Err(e) => {
+                failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                return;
+            }
+        };
+        let h = &h;
         SOLO.with(|solo| {
             let m = toks.len();
             let (gw, uw) = (h.gate(), h.up());
@@ -140,6 +151,9 @@ pub fn forward(
             unsafe { ys_out.slice(i, 1)[0] = y };
         });
     });
+    if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
     // Σ over a token's selection slots in llama.cpp's order (slot 0, then 1, …) of p · y, the
     // product rounded before the add as ggml_mul then ggml_add do.
     let mut by_slot: Vec<(usize, usize, f32)> = vec![(0, 0, 0.0); n * k];

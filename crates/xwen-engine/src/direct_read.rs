@@ -1,0 +1,223 @@
+//! Positioned reads of a model file that bypass the page cache (Linux `O_DIRECT`), for the
+//! streamed expert store: a cache hit rate is only real if a miss really goes to the disk, and
+//! expert bytes read through the page cache would sit in RAM outside the budget
+//! (docs/decisions.md "Experts streamed from disk").
+//!
+//! `O_DIRECT` wants the file offset, the length and the buffer address aligned to the device's
+//! logical block; every read here covers whole 4 KiB blocks around the bytes asked for, into a
+//! 4 KiB-aligned place of the destination. Where the filesystem refuses `O_DIRECT` (tmpfs, some
+//! overlays) the file is read normally and the read bytes are dropped from the page cache
+//! afterwards (`POSIX_FADV_DONTNEED`), which keeps the RAM bound if not the hit-rate purity;
+//! [`DirectFile::is_direct`] says which.
+
+use std::fs::File;
+use std::io;
+use std::ops::Range;
+use std::path::Path;
+
+/// pread(2): a read at an offset that leaves the file position alone (threads share the file).
+fn read_at(f: &File, buf: &mut [u8], off: u64) -> io::Result<usize> {
+    #[cfg(unix)]
+    return std::os::unix::fs::FileExt::read_at(f, buf, off);
+    #[cfg(windows)]
+    return std::os::windows::fs::FileExt::seek_read(f, buf, off);
+}
+
+/// The alignment of every direct read (offset, length, buffer address).
+pub const BLOCK: u64 = 4096;
+
+pub struct DirectFile {
+    file: File,
+    direct: bool,
+    len: u64,
+}
+
+impl DirectFile {
+    /// Opens `path` for direct reads, falling back to buffered reads where the filesystem
+    /// refuses them.
+    pub fn open(path: &Path) -> io::Result<DirectFile> {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            if let Ok(file) = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(path) {
+                let len = file.metadata()?.len();
+                let df = DirectFile { file, direct: true, len };
+                // some filesystems accept the flag at open and fail the first read (EINVAL)
+                let mut probe = AlignedBuf::new(BLOCK as usize);
+                if len == 0 || read_at(&df.file, probe.block_mut(0, BLOCK as usize), 0).is_ok() {
+                    return Ok(df);
+                }
+            }
+        }
+        let file = File::open(path)?;
+        let len = file.metadata()?.len();
+        Ok(DirectFile { file, direct: false, len })
+    }
+
+    /// Whether reads bypass the page cache.
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Reads the byte ranges `ranges` of the file into one buffer; returns it with the place of
+    /// each range inside it. A range past the end of the file (a file truncated since it was
+    /// opened) is an error, never a short buffer.
+    pub fn read_ranges(&self, ranges: &[Range<u64>]) -> io::Result<(AlignedBuf, Vec<Range<usize>>)> {
+        // each range widened to whole blocks, laid out one after the other
+        let spans: Vec<Range<u64>> =
+            ranges.iter().map(|r| r.start / BLOCK * BLOCK..r.end.div_ceil(BLOCK) * BLOCK).collect();
+        let total: u64 = spans.iter().map(|s| s.end - s.start).sum();
+        let mut buf = AlignedBuf::new(total as usize);
+        let mut places = Vec::with_capacity(ranges.len());
+        let mut at = 0usize;
+        for (r, s) in ranges.iter().zip(&spans) {
+            if r.end > self.len || r.start > r.end {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("bytes {}..{} lie past the end of the file ({} bytes)", r.start, r.end, self.len),
+                ));
+            }
+            let span_len = (s.end - s.start) as usize;
+            // the bytes wanted must all arrive; the block tail past EOF may not
+            let need = (r.end - s.start) as usize;
+            let dst = buf.block_mut(at, span_len);
+            let mut got = 0usize;
+            while got < need {
+                match read_at(&self.file, &mut dst[got..], s.start + got as u64) {
+                    Ok(0) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!("the file ended at byte {} while reading {}..{}", s.start + got as u64, r.start, r.end),
+                        ))
+                    }
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+                // a direct read that stops short of a block boundary stops at EOF: no retry
+                if self.direct && got < need && !got.is_multiple_of(BLOCK as usize) {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("the file ended while reading {}..{}", r.start, r.end),
+                    ));
+                }
+            }
+            let off = (r.start - s.start) as usize;
+            places.push(at + off..at + off + (r.end - r.start) as usize);
+            at += span_len;
+        }
+        if !self.direct {
+            self.drop_cached(&spans);
+        }
+        Ok((buf, places))
+    }
+
+    /// Buffered fallback: the bytes just read leave the page cache, so RAM holds them once
+    /// (in the expert cache), not twice.
+    fn drop_cached(&self, spans: &[Range<u64>]) {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            for s in spans {
+                // SAFETY: a valid descriptor; the call only drops clean cached pages.
+                unsafe {
+                    libc::posix_fadvise(
+                        self.file.as_raw_fd(),
+                        s.start as libc::off_t,
+                        (s.end - s.start) as libc::off_t,
+                        libc::POSIX_FADV_DONTNEED,
+                    )
+                };
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = spans;
+    }
+}
+
+/// A byte buffer whose usable part starts at a `BLOCK`-aligned address (what `O_DIRECT` needs
+/// of the destination). Derefs to that part.
+pub struct AlignedBuf {
+    raw: Vec<u8>,
+    start: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    pub fn new(len: usize) -> AlignedBuf {
+        let raw = vec![0u8; len + BLOCK as usize];
+        let start = raw.as_ptr().align_offset(BLOCK as usize);
+        AlignedBuf { raw, start, len }
+    }
+
+    /// `len` bytes from `at` (a multiple of BLOCK, so the slice is aligned too).
+    fn block_mut(&mut self, at: usize, len: usize) -> &mut [u8] {
+        debug_assert!(at.is_multiple_of(BLOCK as usize) && at + len <= self.len);
+        &mut self.raw[self.start + at..self.start + at + len]
+    }
+
+    /// Bytes this buffer holds (its allocation, alignment slack included).
+    pub fn allocated(&self) -> usize {
+        self.raw.len()
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.raw[self.start..self.start + self.len]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_file(name: &str, bytes: &[u8]) -> std::path::PathBuf {
+        let p = std::env::temp_dir().join(format!("xwen-direct-{}-{name}", std::process::id()));
+        std::fs::write(&p, bytes).unwrap();
+        p
+    }
+
+    #[test]
+    fn reads_unaligned_ranges_exactly() {
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        let p = temp_file("ranges", &data);
+        let f = DirectFile::open(&p).unwrap();
+        let ranges = [3..4100u64, 12_288..12_289, 40_001..50_000, 0..0];
+        let (buf, places) = f.read_ranges(&ranges).unwrap();
+        for (r, pl) in ranges.iter().zip(&places) {
+            assert_eq!(&buf[pl.clone()], &data[r.start as usize..r.end as usize]);
+        }
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn a_range_past_the_end_is_an_error() {
+        let p = temp_file("eof", &[1u8; 5000]);
+        let f = DirectFile::open(&p).unwrap();
+        let e = f.read_ranges(&[4000..6000, 0..1]).err().expect("past EOF");
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+        // truncated after open: the length checked at open still allows it; the read must fail
+        std::fs::write(&p, [1u8; 100]).unwrap();
+        assert!(f.read_ranges(&[0..1, 0..4000]).is_err());
+        std::fs::remove_file(&p).unwrap();
+    }
+
+    #[test]
+    fn buffers_are_block_aligned() {
+        for len in [0, 1, 4096, 10_000] {
+            let b = AlignedBuf::new(len);
+            assert_eq!(b.as_ptr() as usize % BLOCK as usize, 0);
+            assert_eq!(b.len(), len);
+        }
+    }
+}

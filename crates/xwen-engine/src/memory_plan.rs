@@ -1,0 +1,194 @@
+//! The RAM plan of a model under a budget (`EngineConfig::ram_budget`): what must stay resident
+//! (the trunk: every tensor but the routed experts, mapped from the file), one sequence's state
+//! at `max_ctx`, scratch for a prompt batch, the experts a layer holds while it computes, and
+//! what is left for the expert cache. A budget under the floor is refused before anything is
+//! allocated, with the parts named (DESIGN.md "Expert streaming").
+//!
+//! The plan bounds what the engine itself holds; it assumes one sequence at a time (each further
+//! `SeqState` adds `state_bytes`).
+
+use crate::deltanet::DeltaState;
+use crate::error::{EngineError, Result};
+use crate::models::qwen35::Config;
+use crate::streamed_experts::StreamedExperts;
+use crate::weights::Mat;
+use xwen_gguf::GgufFile;
+
+/// Tokens per forward pass when a budget is in force: a longer prompt runs in batches of this
+/// many (llama.cpp's default micro-batch too), which bounds the scratch the plan counts.
+pub const PREFILL_BATCH: usize = 512;
+
+/// Allocator slack, thread stacks and small buffers the per-op estimate does not name.
+const SCRATCH_SLACK: u64 = 64 << 20;
+
+/// Share of the machine's RAM an automatic budget (`ram_budget: Some(0)`) takes.
+const AUTO_SHARE: (u64, u64) = (3, 4);
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// The ceiling in force (bytes).
+    pub budget: u64,
+    /// Whether `budget` was chosen by the engine (a share of the machine's RAM).
+    pub auto: bool,
+    /// Resident weights: every tensor except the routed experts.
+    pub trunk_bytes: u64,
+    /// One sequence's KV cache at `max_ctx` plus its recurrent state.
+    pub state_bytes: u64,
+    /// Activations and work buffers of a `PREFILL_BATCH`-token forward pass (an estimate).
+    pub scratch_bytes: u64,
+    /// RAM one cached expert takes (gate + up + down; the largest over layers), 0 for a dense
+    /// model.
+    pub record_bytes: u64,
+    /// Experts held outside the cache while a layer computes (its selection or one per thread).
+    pub in_flight_bytes: u64,
+    /// The smallest useful cache: one token's experts of one layer.
+    pub min_cache_bytes: u64,
+    /// What the cache gets: the budget less everything above, capped at all experts.
+    pub cache_bytes: u64,
+    /// Bytes of all routed experts in the file (as cached records).
+    pub all_experts_bytes: u64,
+    /// One token's working set across layers (n_used experts × MoE layers): a cache below it
+    /// serves decode almost no hits.
+    pub token_set_bytes: u64,
+}
+
+impl MemoryPlan {
+    /// Everything but the cache, plus the smallest cache: a budget under this is refused.
+    pub fn floor(&self) -> u64 {
+        self.fixed_bytes() + self.min_cache_bytes
+    }
+
+    fn fixed_bytes(&self) -> u64 {
+        self.trunk_bytes + self.state_bytes + self.scratch_bytes + self.in_flight_bytes
+    }
+
+    /// Plans `cfg` under `budget` bytes (0 = automatic: a share of `machine_ram`, which must
+    /// then be known) with `threads` worker threads and sequences up to `max_ctx` positions.
+    pub fn new(
+        file: &GgufFile,
+        cfg: &Config,
+        experts: &[Option<[Mat; 3]>],
+        max_ctx: usize,
+        threads: usize,
+        budget: u64,
+        machine_ram: Option<u64>,
+    ) -> Result<MemoryPlan> {
+        let expert_tensor_bytes: u64 = experts.iter().flatten().flat_map(|m| m.iter()).map(|m| m.info.n_bytes).sum();
+        let trunk_bytes = file.tensor_bytes().saturating_sub(expert_tensor_bytes);
+        let state_bytes = state_bytes(cfg, max_ctx);
+        let scratch_bytes = scratch_bytes(cfg);
+        // layers may quantize their experts differently (Q4_K_M gives some down stacks Q6_K):
+        // the largest record bounds what one slot holds, the per-layer sum what all of them do
+        let records: Vec<u64> = experts.iter().flatten().map(StreamedExperts::record_bytes).collect();
+        let record_bytes = records.iter().copied().max().unwrap_or(0);
+        let per_layer_sum: u64 = records.iter().sum();
+        let (n_expert, n_used) = cfg.moe.as_ref().map_or((0, 0), |m| (m.n_expert as u64, m.n_used as u64));
+        let in_flight_bytes = record_bytes * n_used.max(threads as u64).min(n_expert);
+        let min_cache_bytes = record_bytes * n_used;
+        let all_experts_bytes = per_layer_sum * n_expert;
+        let token_set_bytes = per_layer_sum * n_used;
+        let mut plan = MemoryPlan {
+            budget,
+            auto: budget == 0,
+            trunk_bytes,
+            state_bytes,
+            scratch_bytes,
+            record_bytes,
+            in_flight_bytes,
+            min_cache_bytes,
+            cache_bytes: 0,
+            all_experts_bytes,
+            token_set_bytes,
+        };
+        if plan.auto {
+            let ram = machine_ram.ok_or_else(|| {
+                EngineError::RamBudget("an automatic budget needs the machine's RAM, which this system does not report; give the budget in bytes".into())
+            })?;
+            plan.budget = ram / AUTO_SHARE.1 * AUTO_SHARE.0;
+            // no more than the model can use
+            plan.budget = plan.budget.min(plan.fixed_bytes() + plan.all_experts_bytes.max(plan.min_cache_bytes));
+        }
+        if plan.budget < plan.floor() {
+            return Err(EngineError::RamBudget(format!(
+                "{} is under this model's floor of {}: trunk {} + state at {max_ctx} positions {} + scratch {} + experts in flight {} + smallest expert cache {}{}",
+                gib(plan.budget),
+                gib(plan.floor()),
+                gib(plan.trunk_bytes),
+                gib(plan.state_bytes),
+                gib(plan.scratch_bytes),
+                gib(plan.in_flight_bytes),
+                gib(plan.min_cache_bytes),
+                if plan.auto { " (the automatic budget is 3/4 of this machine's RAM)" } else { "" }
+            )));
+        }
+        plan.cache_bytes = (plan.budget - plan.fixed_bytes()).min(plan.all_experts_bytes.max(plan.min_cache_bytes));
+        Ok(plan)
+    }
+
+    /// One line for a log: the budget and where it goes.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "RAM budget {}{}: trunk {} + state {} + scratch {} + in flight {}",
+            gib(self.budget),
+            if self.auto { " (automatic, 3/4 of RAM)" } else { "" },
+            gib(self.trunk_bytes),
+            gib(self.state_bytes),
+            gib(self.scratch_bytes),
+            gib(self.in_flight_bytes)
+        );
+        if self.record_bytes > 0 {
+            s += &format!(
+                "; expert cache {} of {} of experts ({:.0}%)",
+                gib(self.cache_bytes),
+                gib(self.all_experts_bytes),
+                100.0 * self.cache_bytes as f64 / self.all_experts_bytes.max(1) as f64
+            );
+            if self.cache_bytes < self.token_set_bytes {
+                s += &format!(", under one token's working set ({}): decode will read most experts from disk", gib(self.token_set_bytes));
+            }
+        }
+        s
+    }
+}
+
+/// One sequence's state at `max_ctx` positions: f32 K and V per attention layer, conv and delta
+/// state per DeltaNet layer.
+pub fn state_bytes(cfg: &Config, max_ctx: usize) -> u64 {
+    let n_attn = cfg.recurrent.iter().filter(|&&r| !r).count() as u64;
+    let n_delta = cfg.recurrent.len() as u64 - n_attn;
+    let kv = n_attn * 2 * cfg.attn.kv_width() as u64 * 4 * max_ctx as u64;
+    let d = DeltaState::new(&cfg.delta);
+    kv + n_delta * (d.conv.len() + d.s.len()) as u64 * 4
+}
+
+/// Scratch of a `PREFILL_BATCH`-token forward pass: the residual stream and its normed copy, the
+/// widest mixer projections, the FFN's gate/up/activation (for MoE the routed slots of every
+/// token), the quantized activations, and last-position logits, plus `SCRATCH_SLACK`.
+pub fn scratch_bytes(cfg: &Config) -> u64 {
+    let h = cfg.hidden as u64;
+    let d = &cfg.delta;
+    let mixer = ((d.conv_dim() + d.value_dim()) as u64 * 2).max((4 * cfg.attn.n_head + 2 * cfg.attn.n_head_kv) as u64 * cfg.attn.head_dim as u64);
+    let ffn = match &cfg.moe {
+        Some(m) => (m.n_used * m.expert_ff).max(m.shared_ff) as u64,
+        None => cfg.ff as u64,
+    };
+    let per_token = 6 * h + mixer + 3 * ffn;
+    PREFILL_BATCH as u64 * per_token * 4 + 2 * cfg.n_vocab as u64 * 4 + SCRATCH_SLACK
+}
+
+/// Total RAM of this machine (Linux `MemTotal`); None where not known.
+pub fn machine_ram() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Bytes as GiB with two decimals (MiB under one GiB), for messages.
+pub fn gib(b: u64) -> String {
+    if b >= 1 << 30 {
+        format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+    } else {
+        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+    }
+}

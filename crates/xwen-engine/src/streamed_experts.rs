@@ -1,0 +1,200 @@
+//! Routed experts streamed from the GGUF on demand into a cache bounded in bytes: the store
+//! that lets a MoE model larger than RAM run (DESIGN.md "Expert streaming"). The trunk stays in
+//! the memory map; an expert's gate, up and down matrices are three ranges of the file, read
+//! together with direct I/O (`direct_read`) into one buffer the cache owns.
+//!
+//! Eviction is least-recently-used over whole experts. A handle keeps its buffer alive after an
+//! eviction (the buffer is shared), so the cache may drop an expert a layer is still using; the
+//! RAM beyond the cache is then at most the experts one layer holds at once, which the memory
+//! plan counts (`memory_plan`).
+
+use crate::direct_read::{AlignedBuf, DirectFile};
+use crate::error::{EngineError, Result};
+use crate::expert_store::{ExpertBytes, ExpertHandle, ExpertStore, MatShape};
+use crate::weights::Mat;
+use std::collections::HashMap;
+use std::ops::Range;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Counters of the expert cache since load (or the last reset).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExpertCacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    /// Bytes read from the file (whole 4 KiB blocks around each expert's ranges).
+    pub bytes_read: u64,
+    /// Bytes the cache holds now, and its capacity.
+    pub cached_bytes: u64,
+    pub capacity_bytes: u64,
+    /// Whether reads bypass the page cache (see `direct_read`).
+    pub direct_io: bool,
+}
+
+impl ExpertCacheStats {
+    pub fn hit_rate(&self) -> f64 {
+        let n = self.hits + self.misses;
+        if n == 0 {
+            0.0
+        } else {
+            self.hits as f64 / n as f64
+        }
+    }
+}
+
+struct Entry {
+    buf: Arc<AlignedBuf>,
+    places: [Range<usize>; 3],
+    last_use: u64,
+}
+
+#[derive(Default)]
+struct Lru {
+    map: HashMap<(usize, usize), Entry>,
+    bytes: u64,
+    clock: u64,
+}
+
+pub struct StreamedExperts {
+    file: DirectFile,
+    data_offset: u64,
+    /// Per layer: (gate, up, down) stacks; None for layers without experts.
+    layers: Vec<Option<[Mat; 3]>>,
+    capacity: u64,
+    lru: Mutex<Lru>,
+    hits: AtomicU64,
+    misses: AtomicU64,
+    evictions: AtomicU64,
+    bytes_read: AtomicU64,
+}
+
+impl StreamedExperts {
+    /// Experts of `layers` read from the GGUF at `path` (whose tensor data starts at
+    /// `data_offset`), cached up to `capacity` bytes.
+    pub fn open(path: &Path, data_offset: u64, layers: Vec<Option<[Mat; 3]>>, capacity: u64) -> Result<Self> {
+        let file = DirectFile::open(path)
+            .map_err(|e| EngineError::ExpertStore(format!("cannot open {} to stream experts: {e}", path.display())))?;
+        Ok(StreamedExperts {
+            file,
+            data_offset,
+            layers,
+            capacity,
+            lru: Mutex::new(Lru::default()),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+            evictions: AtomicU64::new(0),
+            bytes_read: AtomicU64::new(0),
+        })
+    }
+
+    /// RAM one cached expert takes (its three ranges widened to 4 KiB blocks, plus alignment).
+    pub fn record_bytes(mats: &[Mat; 3]) -> u64 {
+        let b = crate::direct_read::BLOCK;
+        mats.iter().map(|m| (m.mat_bytes() as u64).div_ceil(b) * b + b).sum::<u64>() + b
+    }
+
+    pub fn stats(&self) -> ExpertCacheStats {
+        let lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+        ExpertCacheStats {
+            hits: self.hits.load(Ordering::Relaxed),
+            misses: self.misses.load(Ordering::Relaxed),
+            evictions: self.evictions.load(Ordering::Relaxed),
+            bytes_read: self.bytes_read.load(Ordering::Relaxed),
+            cached_bytes: lru.bytes,
+            capacity_bytes: self.capacity,
+            direct_io: self.file.is_direct(),
+        }
+    }
+
+    pub fn reset_stats(&self) {
+        for c in [&self.hits, &self.misses, &self.evictions, &self.bytes_read] {
+            c.store(0, Ordering::Relaxed);
+        }
+    }
+
+    fn mats(&self, layer: usize, expert: usize) -> Result<&[Mat; 3]> {
+        let mats = self
+            .layers
+            .get(layer)
+            .and_then(|l| l.as_ref())
+            .ok_or_else(|| EngineError::ExpertStore(format!("layer {layer} has no experts")))?;
+        if expert >= mats[0].n_mats {
+            return Err(EngineError::ExpertStore(format!("expert {expert} out of range")));
+        }
+        Ok(mats)
+    }
+
+    fn handle(mats: &[Mat; 3], buf: Arc<AlignedBuf>, places: [Range<usize>; 3]) -> ExpertHandle<'static> {
+        let shape = |m: &Mat| MatShape { ty: m.ty, rows: m.rows, cols: m.cols };
+        ExpertHandle {
+            bytes: ExpertBytes::Shared(buf, places),
+            shapes: [shape(&mats[0]), shape(&mats[1]), shape(&mats[2])],
+        }
+    }
+}
+
+impl ExpertStore for StreamedExperts {
+    fn expert(&self, layer: usize, expert: usize) -> Result<ExpertHandle<'_>> {
+        let mats = self.mats(layer, expert)?;
+        {
+            let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+            lru.clock += 1;
+            let now = lru.clock;
+            if let Some(e) = lru.map.get_mut(&(layer, expert)) {
+                e.last_use = now;
+                self.hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(Self::handle(mats, e.buf.clone(), e.places.clone()));
+            }
+        }
+        // a miss: read without holding the lock (another thread may read other experts
+        // meanwhile; two threads missing the same expert both read it, the second insert wins)
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        let ranges: Vec<Range<u64>> = mats
+            .iter()
+            .map(|m| {
+                let b = m.mat_bytes() as u64;
+                let start = self.data_offset + m.info.offset + expert as u64 * b;
+                start..start + b
+            })
+            .collect();
+        let (buf, places) = self.file.read_ranges(&ranges).map_err(|e| {
+            EngineError::ExpertStore(format!("reading expert {expert} of layer {layer} from the model file: {e}"))
+        })?;
+        self.bytes_read.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        let size = buf.allocated() as u64;
+        let buf = Arc::new(buf);
+        let places: [Range<usize>; 3] = [places[0].clone(), places[1].clone(), places[2].clone()];
+        let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+        // make room: least recently used first (a scan; a miss costs a disk read, far more)
+        while lru.bytes + size > self.capacity && !lru.map.is_empty() {
+            let oldest = lru.map.iter().min_by_key(|(_, e)| e.last_use).map(|(k, _)| *k).expect("non-empty");
+            if let Some(e) = lru.map.remove(&oldest) {
+                lru.bytes -= e.buf.allocated() as u64;
+                self.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if size <= self.capacity {
+            lru.clock += 1;
+            let now = lru.clock;
+            if let Some(old) = lru.map.insert((layer, expert), Entry { buf: buf.clone(), places: places.clone(), last_use: now }) {
+                lru.bytes -= old.buf.allocated() as u64;
+            }
+            lru.bytes += size;
+        }
+        Ok(Self::handle(mats, buf, places))
+    }
+
+    fn resident_bytes(&self) -> u64 {
+        self.lru.lock().unwrap_or_else(|p| p.into_inner()).bytes
+    }
+
+    fn cache_stats(&self) -> Option<ExpertCacheStats> {
+        Some(self.stats())
+    }
+
+    fn reset_cache_stats(&self) {
+        self.reset_stats()
+    }
+}

@@ -1,0 +1,207 @@
+//! Routed experts streamed from disk under a RAM budget (`EngineConfig::ram_budget`): the same
+//! logits, bit for bit, as the experts read from the mapping, with a cache small enough that
+//! experts are evicted and read again; budgets under the floor refused; a file that loses its
+//! experts under a running model failing the forward pass with an error, not a panic.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use xwen_engine::{EngineConfig, EngineError, LogitsMode, Model};
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// MoE GGUFs to check: the committed random-weight fixtures, and the trained tiny model from
+/// ../shared/models when it is there.
+fn moe_files() -> Vec<PathBuf> {
+    let mut v = vec![
+        repo_root().join("tests/fixtures/parity/cond/qwen3_5_moe/model-q4_k_m.gguf"),
+        repo_root().join("tests/fixtures/parity/cond/qwen3_5_moe/model-q8_0.gguf"),
+    ];
+    let trained = repo_root().join("../shared/models/gguf/tiny-qwen35moe-q4_k_m.gguf");
+    if trained.exists() {
+        v.push(trained);
+    } else {
+        eprintln!("SKIP trained tiny-qwen35moe: ../shared/models/gguf not present");
+    }
+    for f in &v[..2] {
+        assert!(f.exists(), "committed fixture {} is missing", f.display());
+    }
+    v
+}
+
+fn cfg(budget: Option<u64>) -> EngineConfig {
+    EngineConfig { threads: 2, max_ctx: 4096, ram_budget: budget, ..Default::default() }
+}
+
+/// The floor this model plans for under `cfg`, and the bytes of one cached expert.
+fn floor_and_record(path: &Path) -> (u64, u64) {
+    let m = Model::load(path, &cfg(Some(1 << 50))).expect("an ample budget loads");
+    let p = m.memory_plan().expect("a budget gives a plan");
+    assert!(m.streams_experts());
+    (p.floor(), p.record_bytes)
+}
+
+/// Prompt logits (every position) then `steps` greedy decode steps' logits.
+fn run(m: &Model, prompt: &[u32], steps: usize) -> Vec<Vec<f32>> {
+    let mut st = m.new_state();
+    let mut out = vec![m.forward(&mut st, prompt, LogitsMode::All).unwrap()];
+    for _ in 0..steps {
+        let last = out.last().unwrap();
+        let row = &last[last.len() - m.n_vocab()..];
+        let tok = row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32;
+        out.push(m.forward(&mut st, &[tok], LogitsMode::Last).unwrap());
+    }
+    out
+}
+
+fn prompt(n: usize, vocab: usize) -> Vec<u32> {
+    (0..n).map(|i| ((i * 7919 + 13) % vocab) as u32).collect()
+}
+
+#[test]
+fn streamed_experts_give_the_resident_logits_bit_for_bit() {
+    for path in moe_files() {
+        let resident = Model::load(&path, &cfg(None)).unwrap();
+        assert!(!resident.streams_experts() && resident.memory_plan().is_none());
+        let p = prompt(40, resident.n_vocab());
+        let want = run(&resident, &p, 8);
+
+        // a cache of the smallest size plus one expert: every layer evicts
+        let (floor, record) = floor_and_record(&path);
+        let streamed = Model::load(&path, &cfg(Some(floor + record))).unwrap();
+        assert!(streamed.streams_experts());
+        let plan = streamed.memory_plan().unwrap().clone();
+        assert!(plan.cache_bytes >= plan.min_cache_bytes && plan.cache_bytes < plan.all_experts_bytes);
+        let got = run(&streamed, &p, 8);
+        assert_eq!(want.len(), got.len());
+        for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+            let same = w.len() == g.len() && w.iter().zip(g).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{}: step {i} logits differ between resident and streamed experts", path.display());
+        }
+        let s = streamed.expert_cache_stats().expect("a streaming store counts");
+        assert!(s.misses > 0 && s.evictions > 0, "{}: {s:?}", path.display());
+        assert!(s.cached_bytes <= s.capacity_bytes && s.capacity_bytes == plan.cache_bytes, "{s:?}");
+        assert!(s.bytes_read >= s.misses * plan.record_bytes / 2, "{s:?}");
+        eprintln!(
+            "{}: {} hits, {} misses, {} evictions, {:.1} MB read, direct I/O {}",
+            path.file_name().unwrap().to_string_lossy(),
+            s.hits,
+            s.misses,
+            s.evictions,
+            s.bytes_read as f64 / 1e6,
+            s.direct_io
+        );
+
+        // a cache holding every expert: after the first pass, decode only hits
+        let full = Model::load(&path, &cfg(Some(1 << 50))).unwrap();
+        let got = run(&full, &p, 2);
+        full.reset_expert_cache_stats();
+        let again = run(&full, &p, 2);
+        assert_eq!(got, again);
+        let s = full.expert_cache_stats().unwrap();
+        assert_eq!(s.misses, 0, "{s:?}");
+        assert!(s.hits > 0);
+    }
+}
+
+#[test]
+fn prompts_longer_than_a_batch_run_in_batches_under_a_budget() {
+    let path = &moe_files()[0];
+    let resident = Model::load(path, &cfg(None)).unwrap();
+    let (floor, record) = floor_and_record(path);
+    let streamed = Model::load(path, &cfg(Some(floor + 4 * record))).unwrap();
+    let p = prompt(xwen_engine::memory_plan::PREFILL_BATCH + 37, resident.n_vocab());
+    let want = resident.forward(&mut resident.new_state(), &p, LogitsMode::All).unwrap();
+    let mut st = streamed.new_state();
+    let got = streamed.forward(&mut st, &p, LogitsMode::All).unwrap();
+    assert_eq!(st.pos, p.len());
+    assert_eq!(got.len(), want.len());
+    // the second batch's products see fewer tokens, so a routed expert may take another
+    // kernel's float order (as llama.cpp's 512-token micro-batches do): close, not identical
+    assert!(rel_l2(&want, &got) < 1e-3, "rel-L2 {}", rel_l2(&want, &got));
+    // Last: the final batch's last row (the lm_head then runs on one row: a matvec's order)
+    let last = streamed.forward(&mut streamed.new_state(), &p, LogitsMode::Last).unwrap();
+    let tail = &got[got.len() - streamed.n_vocab()..];
+    assert!(last.len() == tail.len() && rel_l2(tail, &last) < 1e-3, "rel-L2 {}", rel_l2(tail, &last));
+}
+
+fn rel_l2(want: &[f32], got: &[f32]) -> f64 {
+    let (mut num, mut den) = (0f64, 0f64);
+    for (a, b) in want.iter().zip(got) {
+        num += ((a - b) as f64).powi(2);
+        den += (*a as f64).powi(2);
+    }
+    (num / den).sqrt()
+}
+
+#[test]
+fn a_budget_under_the_floor_is_refused_with_its_parts() {
+    let path = &moe_files()[0];
+    let (floor, _) = floor_and_record(path);
+    for budget in [1, floor - 1] {
+        match Model::load(path, &cfg(Some(budget))) {
+            Err(EngineError::RamBudget(msg)) => {
+                assert!(msg.contains("floor") && msg.contains("trunk") && msg.contains("expert cache"), "{msg}")
+            }
+            Err(e) => panic!("budget {budget}: wrong error {e}"),
+            Ok(_) => panic!("budget {budget} under the floor {floor} was accepted"),
+        }
+    }
+    assert!(Model::load(path, &cfg(Some(floor))).is_ok());
+}
+
+#[test]
+fn an_automatic_budget_takes_a_share_of_ram() {
+    let path = &moe_files()[0];
+    let m = Model::load(path, &cfg(Some(0))).unwrap();
+    let p = m.memory_plan().unwrap();
+    assert!(p.auto && p.budget >= p.floor());
+    // a tiny model fits whole: the cache holds every expert
+    assert_eq!(p.cache_bytes, p.all_experts_bytes);
+    assert!(p.summary().contains("automatic"), "{}", p.summary());
+}
+
+#[test]
+fn a_dense_model_under_a_budget_streams_nothing() {
+    let path = repo_root().join("tests/fixtures/parity/cond/qwen3_5/model-q4_k_m.gguf");
+    let m = Model::load(&path, &cfg(Some(1 << 40))).unwrap();
+    assert!(!m.streams_experts() && m.expert_cache_stats().is_none());
+    assert_eq!(m.memory_plan().unwrap().record_bytes, 0);
+    assert!(matches!(Model::load(&path, &cfg(Some(1 << 20))), Err(EngineError::RamBudget(_))));
+}
+
+#[test]
+fn an_in_memory_moe_model_cannot_stream() {
+    let path = &moe_files()[0];
+    let file = Arc::new(xwen_gguf::GgufFile::from_bytes(std::fs::read(path).unwrap()).unwrap());
+    match Model::from_gguf(file, &cfg(Some(1 << 40))) {
+        Err(EngineError::RamBudget(msg)) => assert!(msg.contains("path"), "{msg}"),
+        Err(e) => panic!("wrong error {e}"),
+        Ok(_) => panic!("an in-memory MoE model cannot stream experts from a file"),
+    }
+}
+
+#[test]
+fn experts_missing_from_the_file_fail_the_forward_pass_cleanly() {
+    let path = &moe_files()[0];
+    let bytes = std::fs::read(path).unwrap();
+    let file = Arc::new(xwen_gguf::GgufFile::from_bytes(bytes.clone()).unwrap());
+    // the experts stream from a copy cut short after its first expert stack: the mapping the
+    // trunk reads stays whole, the store's reads run past the end
+    let first_exps = file.tensors().iter().filter(|t| t.name.ends_with("_exps.weight")).map(|t| t.offset).min().unwrap();
+    let cut = file.data_offset() + first_exps + 100;
+    let short = std::env::temp_dir().join(format!("xwen-short-{}.gguf", std::process::id()));
+    std::fs::write(&short, &bytes[..cut as usize]).unwrap();
+    let (floor, record) = floor_and_record(path);
+    let m = Model::from_gguf_at(file, Some(&short), &cfg(Some(floor + record))).unwrap();
+    for n in [1usize, 12] {
+        let mut st = m.new_state();
+        match m.forward(&mut st, &prompt(n, m.n_vocab()), LogitsMode::Last) {
+            Err(EngineError::ExpertStore(msg)) => assert!(msg.contains("reading expert"), "{msg}"),
+            Err(e) => panic!("wrong error {e}"),
+            Ok(_) => panic!("a forward pass over experts the file no longer holds succeeded"),
+        }
+    }
+    std::fs::remove_file(&short).unwrap();
+}
