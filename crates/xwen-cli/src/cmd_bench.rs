@@ -15,12 +15,13 @@ use std::time::Instant;
 use xwen_engine::{LogitsMode, Model};
 
 const USAGE: &str = "usage: xwen bench -m MODEL [-p 512[,N..]] [-n 128[,N..]] [-r 5] [-t THREADS] [--json | -o md|json]
-                  [--no-warmup] [--no-prefault]
+                  [--no-warmup] [--no-prefault] [--ram-budget SIZE]
        xwen bench --membw [-t THREADS] [-r 5] [--membw-mib 512] [--json | -o md|json]
   -p 0 / -n 0 skip the prefill / decode test; t/s is the median ± sample stddev of the repetitions;
   weights are paged in before the first test unless --no-prefault (llama.cpp populates its mapping).
   --membw measures memory read bandwidth instead (a plain read loop over a buffer much larger than
-  the caches, all threads, -r passes): the bandwidth that bounds decode (docs/bench.md \"Floors\")";
+  the caches, all threads, -r passes): the bandwidth that bounds decode (docs/bench.md \"Floors\").
+  --ram-budget SIZE (12G, auto) streams a MoE model's experts from disk into a bounded cache.";
 
 #[derive(Clone, Copy, PartialEq)]
 enum Output {
@@ -151,6 +152,7 @@ pub fn run(argv: &[String]) -> Result<()> {
             }
         }
     }
+    model_arg::print_expert_cache(model);
     Ok(())
 }
 

@@ -103,5 +103,8 @@ pub fn run(argv: &[String]) -> Result<()> {
         );
     }
     model_arg::print_profile(&loaded.model);
+    if !quiet {
+        model_arg::print_expert_cache(&loaded.model);
+    }
     Ok(())
 }

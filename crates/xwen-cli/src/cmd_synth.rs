@@ -11,7 +11,8 @@ use xwen_gguf::GgufFile;
 
 const USAGE: &str = "usage: xwen synth --preset NAME --out FILE [--vocab VOCAB.gguf] [--seed N]
 presets: qwen35moe-35b-a3b (~20.4 GB), qwen35-27b (~19.1 GB), qwen35-4b (~3.5 GB),
-         qwen35moe-tiny, qwen35-tiny (a few MB, synthetic byte-level vocabulary)";
+         qwen35moe-small (~230 MB, nearly all routed experts: for --ram-budget runs),
+         qwen35moe-tiny, qwen35-tiny (a few MB); the last three with a synthetic byte-level vocabulary";
 
 /// The Qwen3.5 vocabulary fixture, looked for relative to the working directory (the repo root).
 const DEFAULT_VOCAB: &str = "tests/fixtures/vocab/ggml-vocab-qwen35.gguf";

@@ -24,17 +24,27 @@ pub struct Loaded {
 /// unless `quiet`) pre-faults the weights with a progress line on stderr.
 pub fn load(model: Option<&str>, cfg: &EngineConfig, quiet: bool) -> Result<Loaded> {
     let t0 = std::time::Instant::now();
-    let (file, is_demo, file_name) = match model {
-        None => (GgufFile::from_bytes(DEMO_GGUF.to_vec()).context("embedded demo model")?, true, None),
+    let (file, is_demo, file_name, path) = match model {
+        None => (GgufFile::from_bytes(DEMO_GGUF.to_vec()).context("embedded demo model")?, true, None, None),
         Some(m) => {
             let path = crate::hub::resolve(m)?;
             let name = path.file_name().map(|n| n.to_string_lossy().to_string());
-            (Model::open_file(&path, cfg).with_context(|| display(&path))?, false, name)
+            (Model::open_file(&path, cfg).with_context(|| display(&path))?, false, name, Some(path))
         }
     };
     let file = Arc::new(file);
     let tokenizer = xwen_chat::Tokenizer::from_gguf(&file).context("tokenizer")?;
-    let model = Model::from_gguf(file, cfg)?;
+    let model = Model::from_gguf_at(file, path.as_deref(), cfg)?;
+    if let (Some(plan), false) = (model.memory_plan(), quiet) {
+        eprintln!("xwen: {}", plan.summary());
+        if model.streams_experts() {
+            let direct = model.expert_cache_stats().is_some_and(|s| s.direct_io);
+            eprintln!(
+                "xwen: routed experts stream from disk into the cache{}",
+                if direct { " (direct I/O, past the page cache)" } else { " (this filesystem refuses direct I/O: buffered reads, dropped from the page cache after each)" }
+            );
+        }
+    }
     let checkpoint = model.checkpoint(file_name.as_deref());
     if !quiet && !is_demo {
         match checkpoint {
@@ -109,6 +119,9 @@ pub fn engine_config(args: &mut crate::args::Args) -> Result<EngineConfig> {
         cfg.map_pages = xwen_gguf::MapPages::Small;
     }
     cfg.reread_huge_pages = args.flag(&["--reread-huge-pages"]);
+    if let Some(b) = args.value(&["--ram-budget"])? {
+        cfg.ram_budget = Some(parse_size(&b).with_context(|| format!("--ram-budget: `{b}` is not a size (e.g. 12G, 800M, auto)"))?);
+    }
     if let Some(scan) = args.value(&["--prefill-scan"])? {
         cfg.chunked_prefill = match scan.as_str() {
             "chunked" => true,
@@ -117,6 +130,45 @@ pub fn engine_config(args: &mut crate::args::Args) -> Result<EngineConfig> {
         };
     }
     Ok(cfg)
+}
+
+/// A byte count: `auto` or 0 (the engine picks), a number with an optional binary unit
+/// (K, M, G, T; `GiB` and `GB` read the same), e.g. `12G`, `1.5G`, `800M`, `4096`.
+pub fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("auto") {
+        return Ok(0);
+    }
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let shift = match unit.trim().to_ascii_uppercase().trim_end_matches('B').trim_end_matches('I') {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        u => anyhow::bail!("unknown unit `{u}`"),
+    };
+    let v: f64 = num.parse().map_err(|_| anyhow::anyhow!("`{num}` is not a number"))?;
+    let bytes = v * (1u64 << shift) as f64;
+    anyhow::ensure!(bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64, "out of range");
+    Ok(bytes as u64)
+}
+
+/// The expert cache's counters after a run that streamed experts (stderr), else nothing.
+pub fn print_expert_cache(model: &xwen_engine::Model) {
+    if let Some(s) = model.expert_cache_stats() {
+        eprintln!(
+            "xwen: expert cache: {} hits, {} misses ({:.1}% hit rate), {} evictions, {:.1} MB read from disk, {:.0} of {:.0} MB held",
+            s.hits,
+            s.misses,
+            100.0 * s.hit_rate(),
+            s.evictions,
+            s.bytes_read as f64 / 1e6,
+            s.cached_bytes as f64 / 1e6,
+            s.capacity_bytes as f64 / 1e6
+        );
+    }
 }
 
 pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
@@ -137,5 +189,26 @@ pub fn print_profile(model: &xwen_engine::Model) {
     eprintln!("{:<34} {:>9} {:>6} {:>8}", "op", "ms", "%", "calls");
     for (name, secs, calls) in rep {
         eprintln!("{:<34} {:>9.1} {:>5.1}% {:>8}", name, secs * 1e3, 100.0 * secs / total, calls);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_size("auto").unwrap(), 0);
+        assert_eq!(parse_size("0").unwrap(), 0);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("800M").unwrap(), 800 << 20);
+        assert_eq!(parse_size("12G").unwrap(), 12 << 30);
+        assert_eq!(parse_size("12GiB").unwrap(), 12 << 30);
+        assert_eq!(parse_size("12 gb").unwrap(), 12 << 30);
+        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
+        assert_eq!(parse_size("2T").unwrap(), 2 << 40);
+        for bad in ["", "G", "12X", "-1G", "1.2.3M", "lots"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -31,13 +31,22 @@ pub enum Preset {
     Qwen35_4b,
     /// A few MB, for smoke tests: the MoE graph at toy size.
     Qwen35MoeTiny,
+    /// ~230 MB, nearly all routed experts (64 of width 512 per layer): a MoE model that a test
+    /// can run under a RAM budget well below its size.
+    Qwen35MoeSmall,
     /// A few MB, for smoke tests: the dense graph at toy size.
     Qwen35Tiny,
 }
 
 impl Preset {
-    pub const ALL: [Preset; 5] =
-        [Preset::Qwen35Moe35bA3b, Preset::Qwen35_27b, Preset::Qwen35_4b, Preset::Qwen35MoeTiny, Preset::Qwen35Tiny];
+    pub const ALL: [Preset; 6] = [
+        Preset::Qwen35Moe35bA3b,
+        Preset::Qwen35_27b,
+        Preset::Qwen35_4b,
+        Preset::Qwen35MoeTiny,
+        Preset::Qwen35MoeSmall,
+        Preset::Qwen35Tiny,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -45,13 +54,14 @@ impl Preset {
             Preset::Qwen35_27b => "qwen35-27b",
             Preset::Qwen35_4b => "qwen35-4b",
             Preset::Qwen35MoeTiny => "qwen35moe-tiny",
+            Preset::Qwen35MoeSmall => "qwen35moe-small",
             Preset::Qwen35Tiny => "qwen35-tiny",
         }
     }
 
     /// Toy presets use a small synthetic vocabulary: a real one would outweigh the model.
     pub fn is_tiny(self) -> bool {
-        matches!(self, Preset::Qwen35MoeTiny | Preset::Qwen35Tiny)
+        matches!(self, Preset::Qwen35MoeTiny | Preset::Qwen35MoeSmall | Preset::Qwen35Tiny)
     }
 
     pub fn geometry(self) -> Geometry {
@@ -142,6 +152,17 @@ impl Preset {
                 n_expert_used: 2,
                 n_ff_exp: 256,
                 n_ff_shexp: 256,
+                ..tiny
+            },
+            Preset::Qwen35MoeSmall => Geometry {
+                arch: "qwen35moe",
+                size_label: "small",
+                n_embd: 1024,
+                n_head: 8,
+                n_expert: 64,
+                n_expert_used: 8,
+                n_ff_exp: 512,
+                n_ff_shexp: 512,
                 ..tiny
             },
             Preset::Qwen35Tiny => Geometry { n_ff: 768, ..tiny },
