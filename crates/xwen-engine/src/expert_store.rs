@@ -53,6 +53,11 @@ impl ExpertHandle<'_> {
 pub trait ExpertStore: Send + Sync {
     /// Expert `expert` of MoE layer `layer`.
     fn expert(&self, layer: usize, expert: usize) -> Result<ExpertHandle<'_>>;
+    /// Experts `ids` of MoE layer `layer`, in order (a decode step's selection). A streaming
+    /// store reads the missing ones concurrently: a disk serves parallel reads faster.
+    fn experts(&self, layer: usize, ids: &[usize]) -> Result<Vec<ExpertHandle<'_>>> {
+        ids.iter().map(|&e| self.expert(layer, e)).collect()
+    }
     /// Bytes resident in RAM that this store owns (the mapped file is not counted).
     fn resident_bytes(&self) -> u64 {
         0

@@ -246,7 +246,7 @@ fn forward_one(
     drop(sp);
 
     let sp = ctx.span(Op::MoeExperts);
-    let handles = r.experts.iter().map(|&e| store.expert(layer, e)).collect::<Result<Vec<_>>>()?;
+    let handles = store.experts(layer, &r.experts)?;
     let k = handles.len();
     let ff = d.expert_ff;
     let mut gu = vec![0.0f32; 2 * k * ff];

@@ -135,22 +135,28 @@ impl StreamedExperts {
     }
 }
 
-impl ExpertStore for StreamedExperts {
-    fn expert(&self, layer: usize, expert: usize) -> Result<ExpertHandle<'_>> {
-        let mats = self.mats(layer, expert)?;
-        {
-            let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
-            lru.clock += 1;
-            let now = lru.clock;
-            if let Some(e) = lru.map.get_mut(&(layer, expert)) {
+impl StreamedExperts {
+    /// The cached copy of an expert, marked used now; None on a miss (counted either way).
+    fn lookup(&self, layer: usize, expert: usize, mats: &[Mat; 3]) -> Option<ExpertHandle<'static>> {
+        let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+        lru.clock += 1;
+        let now = lru.clock;
+        match lru.map.get_mut(&(layer, expert)) {
+            Some(e) => {
                 e.last_use = now;
                 self.hits.fetch_add(1, Ordering::Relaxed);
-                return Ok(Self::handle(mats, e.buf.clone(), e.places.clone()));
+                Some(Self::handle(mats, e.buf.clone(), e.places.clone()))
+            }
+            None => {
+                self.misses.fetch_add(1, Ordering::Relaxed);
+                None
             }
         }
-        // a miss: read without holding the lock (another thread may read other experts
-        // meanwhile; two threads missing the same expert both read it, the second insert wins)
-        self.misses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Reads a missed expert from the file and caches it (without holding the lock while
+    /// reading: two threads missing the same expert both read it, the second insert wins).
+    fn fetch(&self, layer: usize, expert: usize, mats: &[Mat; 3]) -> Result<ExpertHandle<'static>> {
         let ranges: Vec<Range<u64>> = mats
             .iter()
             .map(|m| {
@@ -184,6 +190,39 @@ impl ExpertStore for StreamedExperts {
             lru.bytes += size;
         }
         Ok(Self::handle(mats, buf, places))
+    }
+}
+
+impl ExpertStore for StreamedExperts {
+    fn expert(&self, layer: usize, expert: usize) -> Result<ExpertHandle<'_>> {
+        let mats = self.mats(layer, expert)?;
+        match self.lookup(layer, expert, mats) {
+            Some(h) => Ok(h),
+            None => self.fetch(layer, expert, mats),
+        }
+    }
+
+    fn experts(&self, layer: usize, ids: &[usize]) -> Result<Vec<ExpertHandle<'_>>> {
+        let mats: Vec<&[Mat; 3]> = ids.iter().map(|&e| self.mats(layer, e)).collect::<Result<_>>()?;
+        let mut out: Vec<Option<ExpertHandle<'static>>> =
+            ids.iter().zip(&mats).map(|(&e, m)| self.lookup(layer, e, m)).collect();
+        let missed: Vec<usize> = (0..ids.len()).filter(|&i| out[i].is_none()).collect();
+        if missed.len() == 1 {
+            let i = missed[0];
+            out[i] = Some(self.fetch(layer, ids[i], mats[i])?);
+        } else if missed.len() > 1 {
+            // one reader thread per missed expert: the disk overlaps the requests (measured
+            // here: one direct 1.7 MB read at a time 0.58 GB/s, four at once 0.90 GB/s)
+            let read: Vec<Result<ExpertHandle<'static>>> = std::thread::scope(|sc| {
+                let jobs: Vec<_> =
+                    missed.iter().map(|&i| (i, mats[i])).map(|(i, m)| sc.spawn(move || self.fetch(layer, ids[i], m))).collect();
+                jobs.into_iter().map(|j| j.join().unwrap_or_else(|p| std::panic::resume_unwind(p))).collect()
+            });
+            for (i, r) in missed.into_iter().zip(read) {
+                out[i] = Some(r?);
+            }
+        }
+        Ok(out.into_iter().map(|h| h.expect("every id looked up or read")).collect())
     }
 
     fn resident_bytes(&self) -> u64 {
