@@ -8,6 +8,7 @@ pub mod config;
 pub mod deltanet;
 pub mod direct_read;
 pub mod error;
+pub mod expert_cache;
 pub mod expert_store;
 pub mod ffn;
 pub mod generate;

@@ -96,7 +96,7 @@ impl Model {
                         "streaming experts needs the model file's path (this model was opened from memory)".into(),
                     )
                 })?;
-                (Box::new(StreamedExperts::open(path, file.data_offset(), experts, p.cache_bytes)?), true)
+                (Box::new(StreamedExperts::open(path, file.data_offset(), experts, net.cfg.moe.as_ref().map_or(1, |m| m.n_used), p.cache_bytes)?), true)
             }
             _ => (Box::new(ResidentExperts::new(file.clone(), experts)), false),
         };

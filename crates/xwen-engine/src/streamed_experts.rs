@@ -3,16 +3,16 @@
 //! the memory map; an expert's gate, up and down matrices are three ranges of the file, read
 //! together with direct I/O (`direct_read`) into one buffer the cache owns.
 //!
-//! Eviction is least-recently-used over whole experts. A handle keeps its buffer alive after an
-//! eviction (the buffer is shared), so the cache may drop an expert a layer is still using; the
-//! RAM beyond the cache is then at most the experts one layer holds at once, which the memory
-//! plan counts (`memory_plan`).
+//! Eviction is by use counts then recency, with admission (`expert_cache`). A handle keeps its
+//! buffer alive after an eviction (the buffer is shared), so the cache may drop an expert a layer
+//! is still using, or serve one uncached; the RAM beyond the cache is then at most the experts
+//! one layer holds at once, which the memory plan counts (`memory_plan`).
 
 use crate::direct_read::{AlignedBuf, DirectFile};
+use crate::expert_cache::ExpertCache;
 use crate::error::{EngineError, Result};
 use crate::expert_store::{ExpertBytes, ExpertHandle, ExpertStore, MatShape};
 use crate::weights::Mat;
-use std::collections::HashMap;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -44,47 +44,34 @@ impl ExpertCacheStats {
     }
 }
 
-struct Entry {
-    buf: Arc<AlignedBuf>,
-    places: [Range<usize>; 3],
-    last_use: u64,
-}
-
-#[derive(Default)]
-struct Lru {
-    map: HashMap<(usize, usize), Entry>,
-    bytes: u64,
-    clock: u64,
-}
-
 pub struct StreamedExperts {
     file: DirectFile,
     data_offset: u64,
     /// Per layer: (gate, up, down) stacks; None for layers without experts.
     layers: Vec<Option<[Mat; 3]>>,
     capacity: u64,
-    lru: Mutex<Lru>,
+    cache: Mutex<ExpertCache>,
     hits: AtomicU64,
     misses: AtomicU64,
-    evictions: AtomicU64,
     bytes_read: AtomicU64,
 }
 
 impl StreamedExperts {
     /// Experts of `layers` read from the GGUF at `path` (whose tensor data starts at
     /// `data_offset`), cached up to `capacity` bytes.
-    pub fn open(path: &Path, data_offset: u64, layers: Vec<Option<[Mat; 3]>>, capacity: u64) -> Result<Self> {
+    pub fn open(path: &Path, data_offset: u64, layers: Vec<Option<[Mat; 3]>>, n_used: usize, capacity: u64) -> Result<Self> {
         let file = DirectFile::open(path)
             .map_err(|e| EngineError::ExpertStore(format!("cannot open {} to stream experts: {e}", path.display())))?;
+        // lookups in one token's pass over the layers
+        let window = layers.iter().flatten().count() as u64 * n_used as u64;
         Ok(StreamedExperts {
             file,
             data_offset,
             layers,
             capacity,
-            lru: Mutex::new(Lru::default()),
+            cache: Mutex::new(ExpertCache::new(capacity, window)),
             hits: AtomicU64::new(0),
             misses: AtomicU64::new(0),
-            evictions: AtomicU64::new(0),
             bytes_read: AtomicU64::new(0),
         })
     }
@@ -96,22 +83,23 @@ impl StreamedExperts {
     }
 
     pub fn stats(&self) -> ExpertCacheStats {
-        let lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
+        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         ExpertCacheStats {
             hits: self.hits.load(Ordering::Relaxed),
             misses: self.misses.load(Ordering::Relaxed),
-            evictions: self.evictions.load(Ordering::Relaxed),
+            evictions: cache.evictions(),
             bytes_read: self.bytes_read.load(Ordering::Relaxed),
-            cached_bytes: lru.bytes,
+            cached_bytes: cache.bytes(),
             capacity_bytes: self.capacity,
             direct_io: self.file.is_direct(),
         }
     }
 
     pub fn reset_stats(&self) {
-        for c in [&self.hits, &self.misses, &self.evictions, &self.bytes_read] {
+        for c in [&self.hits, &self.misses, &self.bytes_read] {
             c.store(0, Ordering::Relaxed);
         }
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).reset_evictions();
     }
 
     fn mats(&self, layer: usize, expert: usize) -> Result<&[Mat; 3]> {
@@ -136,16 +124,13 @@ impl StreamedExperts {
 }
 
 impl StreamedExperts {
-    /// The cached copy of an expert, marked used now; None on a miss (counted either way).
+    /// The cached copy of an expert, its use counted; None on a miss (counted either way).
     fn lookup(&self, layer: usize, expert: usize, mats: &[Mat; 3]) -> Option<ExpertHandle<'static>> {
-        let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
-        lru.clock += 1;
-        let now = lru.clock;
-        match lru.map.get_mut(&(layer, expert)) {
-            Some(e) => {
-                e.last_use = now;
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        match cache.lookup((layer, expert)) {
+            Some(c) => {
                 self.hits.fetch_add(1, Ordering::Relaxed);
-                Some(Self::handle(mats, e.buf.clone(), e.places.clone()))
+                Some(Self::handle(mats, c.buf.clone(), c.places.clone()))
             }
             None => {
                 self.misses.fetch_add(1, Ordering::Relaxed);
@@ -154,8 +139,8 @@ impl StreamedExperts {
         }
     }
 
-    /// Reads a missed expert from the file and caches it (without holding the lock while
-    /// reading: two threads missing the same expert both read it, the second insert wins).
+    /// Reads a missed expert from the file and offers it to the cache (without holding the lock
+    /// while reading: two threads missing the same expert both read it, the second insert wins).
     fn fetch(&self, layer: usize, expert: usize, mats: &[Mat; 3]) -> Result<ExpertHandle<'static>> {
         let ranges: Vec<Range<u64>> = mats
             .iter()
@@ -169,26 +154,9 @@ impl StreamedExperts {
             EngineError::ExpertStore(format!("reading expert {expert} of layer {layer} from the model file: {e}"))
         })?;
         self.bytes_read.fetch_add(buf.len() as u64, Ordering::Relaxed);
-        let size = buf.allocated() as u64;
         let buf = Arc::new(buf);
         let places: [Range<usize>; 3] = [places[0].clone(), places[1].clone(), places[2].clone()];
-        let mut lru = self.lru.lock().unwrap_or_else(|p| p.into_inner());
-        // make room: least recently used first (a scan; a miss costs a disk read, far more)
-        while lru.bytes + size > self.capacity && !lru.map.is_empty() {
-            let oldest = lru.map.iter().min_by_key(|(_, e)| e.last_use).map(|(k, _)| *k).expect("non-empty");
-            if let Some(e) = lru.map.remove(&oldest) {
-                lru.bytes -= e.buf.allocated() as u64;
-                self.evictions.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        if size <= self.capacity {
-            lru.clock += 1;
-            let now = lru.clock;
-            if let Some(old) = lru.map.insert((layer, expert), Entry { buf: buf.clone(), places: places.clone(), last_use: now }) {
-                lru.bytes -= old.buf.allocated() as u64;
-            }
-            lru.bytes += size;
-        }
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).insert((layer, expert), buf.clone(), places.clone());
         Ok(Self::handle(mats, buf, places))
     }
 }
@@ -226,7 +194,7 @@ impl ExpertStore for StreamedExperts {
     }
 
     fn resident_bytes(&self) -> u64 {
-        self.lru.lock().unwrap_or_else(|p| p.into_inner()).bytes
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).bytes()
     }
 
     fn cache_stats(&self) -> Option<ExpertCacheStats> {
