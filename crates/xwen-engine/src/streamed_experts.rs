@@ -121,9 +121,7 @@ impl StreamedExperts {
             shapes: [shape(&mats[0]), shape(&mats[1]), shape(&mats[2])],
         }
     }
-}
 
-impl StreamedExperts {
     /// The cached copy of an expert, its use counted; None on a miss (counted either way).
     fn lookup(&self, layer: usize, expert: usize, mats: &[Mat; 3]) -> Option<ExpertHandle<'static>> {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
