@@ -86,9 +86,10 @@ fn file_type_name(ft: u64) -> &'static str {
     }
 }
 
-/// Memory for one sequence: weights as stored, an f16 KV cache for the full-attention layers and
-/// the f32 recurrent state (conv + delta-rule matrix) of the linear-attention layers, from the
-/// `{arch}.*` hyperparameters. Compute scratch and the tokenizer are not counted.
+/// Memory for one sequence: weights as stored, an f32 KV cache (what xwen keeps) for the
+/// full-attention layers and the f32 recurrent state (conv + delta-rule matrix) of the
+/// linear-attention layers, from the `{arch}.*` hyperparameters. Compute scratch and the
+/// tokenizer are not counted.
 struct MemoryEstimate {
     n_ctx: u64,
     attn_layers: u64,
@@ -118,7 +119,8 @@ impl MemoryEstimate {
         let default_head_dim = hp("embedding_length").unwrap_or(0) / n_head;
         let k_len = hp("attention.key_length").unwrap_or(default_head_dim);
         let v_len = hp("attention.value_length").unwrap_or(default_head_dim);
-        let kv_bytes_per_token = attn_layers * n_head_kv * (k_len + v_len) * 2;
+        // xwen keeps K and V in f32
+        let kv_bytes_per_token = attn_layers * n_head_kv * (k_len + v_len) * 4;
         let (d_state, inner) = (
             hp("ssm.state_size").unwrap_or(0),
             hp("ssm.inner_size").unwrap_or(0),
@@ -153,7 +155,7 @@ impl MemoryEstimate {
             "kv_bytes": self.kv_bytes_per_token * self.n_ctx,
             "recurrent_state_bytes": self.recurrent_bytes,
             "total_bytes": self.total(),
-            "method": "tensor bytes + f16 K/V for attention layers at n_ctx + f32 conv and delta-rule state of recurrent layers, one sequence, compute scratch excluded",
+            "method": "tensor bytes + f32 K/V for attention layers at n_ctx + f32 conv and delta-rule state of recurrent layers, one sequence, compute scratch excluded",
         })
     }
 }
@@ -285,7 +287,7 @@ fn to_text(path: &str, f: &GgufFile) -> String {
     let m = MemoryEstimate::of(f);
     let _ = writeln!(
         o,
-        "\nmemory a run needs ≈ {} = tensors {} + KV cache {} ({} attention layers × {} B/token × n_ctx {}, f16) + recurrent state {} ({} layers, f32); one sequence, compute scratch not included",
+        "\nmemory a run needs ≈ {} = tensors {} + KV cache {} ({} attention layers × {} B/token × n_ctx {}, f32) + recurrent state {} ({} layers, f32); one sequence, compute scratch not included",
         human_bytes(m.total()),
         human_bytes(m.tensor_bytes),
         human_bytes(m.kv_bytes_per_token * m.n_ctx),
@@ -295,7 +297,31 @@ fn to_text(path: &str, f: &GgufFile) -> String {
         human_bytes(m.recurrent_bytes),
         m.recurrent_layers,
     );
+    if let Some(p) = streaming_plan(f, m.n_ctx) {
+        let _ = writeln!(
+            o,
+            "with --ram-budget the routed experts ({}) stream from disk: the smallest budget is {} at n_ctx {} (trunk {} + state {} + scratch {} + experts in flight {} + smallest cache {}); one token's experts take {}",
+            human_bytes(p.all_experts_bytes),
+            human_bytes(p.floor()),
+            m.n_ctx,
+            human_bytes(p.trunk_bytes),
+            human_bytes(p.state_bytes),
+            human_bytes(p.scratch_bytes),
+            human_bytes(p.in_flight_bytes),
+            human_bytes(p.min_cache_bytes),
+            human_bytes(p.token_set_bytes),
+        );
+    }
     o
+}
+
+/// xwen's RAM plan for a MoE model it can run, with every expert cacheable (what the floor
+/// and the expert sizes are); None for other files.
+fn streaming_plan(f: &GgufFile, n_ctx: u64) -> Option<xwen_engine::MemoryPlan> {
+    let (net, experts) = xwen_engine::models::qwen35::Qwen35::load(f).ok()?;
+    experts.iter().any(|e| e.is_some()).then_some(())?;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    xwen_engine::MemoryPlan::new(f, &net.cfg, &experts, n_ctx as usize, threads, u64::MAX, None).ok()
 }
 
 // ---- json -------------------------------------------------------------------------------
@@ -352,6 +378,7 @@ fn to_json(f: &GgufFile) -> Json {
         "tensor_bytes": f.tensor_bytes(),
         "tensor_types": types,
         "memory_estimate": MemoryEstimate::of(f).to_json(),
+        "ram_budget_floor_bytes": streaming_plan(f, MemoryEstimate::of(f).n_ctx).map(|p| p.floor()),
         "metadata": metadata,
         "tensors": tensors,
     })

@@ -136,7 +136,7 @@ fn json_output() {
         j["tensors"][1]["offset"], 6816,
         "second tensor starts at the next 32-byte boundary"
     );
-    // 1 attention layer of 4: 2 KV heads × (16 + 16) × 2 bytes per token, at n_ctx 1024.
+    // 1 attention layer of 4: 2 KV heads × (16 + 16) × 4 bytes (f32) per token, at n_ctx 1024.
     let m = &j["memory_estimate"];
     assert_eq!(
         (
@@ -145,7 +145,7 @@ fn json_output() {
         ),
         (Some(1), Some(3))
     );
-    assert_eq!(m["kv_bytes"].as_u64(), Some(128 * 1024));
+    assert_eq!(m["kv_bytes"].as_u64(), Some(256 * 1024));
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -190,4 +190,27 @@ fn corrupt_and_foreign_files_fail_with_one_line() {
         stderr(&o)
     );
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_moe_model_reports_its_ram_budget_floor() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity/cond");
+    let run = |file: &Path, json: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_xwen"));
+        c.arg("inspect").arg(file);
+        if json {
+            c.arg("--json");
+        }
+        let out = c.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let moe = root.join("qwen3_5_moe/model-q4_k_m.gguf");
+    assert!(run(&moe, false).contains("with --ram-budget the routed experts"));
+    let j: serde_json::Value = serde_json::from_str(&run(&moe, true)).unwrap();
+    assert!(j["ram_budget_floor_bytes"].as_u64().is_some_and(|b| b > 0), "{}", j["ram_budget_floor_bytes"]);
+    let dense = root.join("qwen3_5/model-q4_k_m.gguf");
+    assert!(!run(&dense, false).contains("--ram-budget"));
+    let j: serde_json::Value = serde_json::from_str(&run(&dense, true)).unwrap();
+    assert!(j["ram_budget_floor_bytes"].is_null());
 }
