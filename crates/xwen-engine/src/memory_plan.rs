@@ -32,8 +32,9 @@ pub struct MemoryPlan {
     pub auto: bool,
     /// Resident weights: every tensor except the routed experts.
     pub trunk_bytes: u64,
-    /// One sequence's KV cache at `max_ctx` plus its recurrent state.
+    /// One sequence's KV cache at `max_ctx` positions plus its recurrent state.
     pub state_bytes: u64,
+    pub max_ctx: usize,
     /// Activations and work buffers of a `PREFILL_BATCH`-token forward pass (an estimate).
     pub scratch_bytes: u64,
     /// RAM one cached expert takes (gate + up + down; the largest over layers), 0 for a dense
@@ -92,6 +93,7 @@ impl MemoryPlan {
             auto: budget == 0,
             trunk_bytes,
             state_bytes,
+            max_ctx,
             scratch_bytes,
             record_bytes,
             in_flight_bytes,
@@ -110,7 +112,7 @@ impl MemoryPlan {
         }
         if plan.budget < plan.floor() {
             return Err(EngineError::RamBudget(format!(
-                "{} is under this model's floor of {}: trunk {} + state at {max_ctx} positions {} + scratch {} + experts in flight {} + smallest expert cache {}{}",
+                "{} is under this model's floor of {}: trunk {} + state at {max_ctx} positions (-c) {} + scratch {} + experts in flight {} + smallest expert cache {}{}",
                 gib(plan.budget),
                 gib(plan.floor()),
                 gib(plan.trunk_bytes),
@@ -128,11 +130,12 @@ impl MemoryPlan {
     /// One line for a log: the budget and where it goes.
     pub fn summary(&self) -> String {
         let mut s = format!(
-            "RAM budget {}{}: trunk {} + state {} + scratch {} + in flight {}",
+            "RAM budget {}{}: trunk {} + state {} (at {} positions: -c) + scratch {} + in flight {}",
             gib(self.budget),
             if self.auto { " (automatic, 3/4 of RAM)" } else { "" },
             gib(self.trunk_bytes),
             gib(self.state_bytes),
+            self.max_ctx,
             gib(self.scratch_bytes),
             gib(self.in_flight_bytes)
         );
