@@ -151,3 +151,51 @@ fn side_by_side_script_runs_with_a_stand_in_llama_bench() {
     assert!(share > 0.0 && share.is_finite());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// scripts/bench-ram-limited with a stand-in llama-bench: both engines run inside a memory cgroup
+/// below the model's size and the medians come out. Needs a writable cgroup memory controller
+/// (root); elsewhere it says SKIP.
+#[cfg(target_os = "linux")]
+#[test]
+fn ram_limited_script_runs_with_a_stand_in_llama_bench() {
+    let probe = ["/sys/fs/cgroup/cgroup.controllers", "/sys/fs/cgroup/memory"]
+        .iter()
+        .map(std::path::Path::new)
+        .find(|p| p.exists())
+        .map(|p| if p.is_dir() { p.join(format!("xwen-probe-{}", std::process::id())) } else { p.with_file_name(format!("xwen-probe-{}", std::process::id())) });
+    // a group we may create and whose memory we may limit (cgroup v2 enables the controller
+    // per subtree: its file may be missing)
+    let writable = probe.is_some_and(|d| {
+        let made = std::fs::create_dir(&d).is_ok();
+        let limits = made && (d.join("memory.max").exists() || d.join("memory.limit_in_bytes").exists());
+        made && std::fs::remove_dir(&d).is_ok() && limits
+    });
+    if !writable {
+        eprintln!("SKIP ram_limited_script: no writable cgroup memory controller (needs root)");
+        return;
+    }
+    let dir = temp_dir("ramlimit");
+    let model = dir.join("qwen35moe-small.gguf");
+    let model_s = model.to_str().unwrap();
+    xwen(&["synth", "--preset", "qwen35moe-small", "--out", model_s]);
+    let fake = dir.join("llama-bench");
+    std::fs::write(&fake, "#!/bin/sh\necho '[{\"n_prompt\": 0, \"n_gen\": 4, \"avg_ts\": 0.5}]'\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/bench-ram-limited");
+    let out = Command::new("bash")
+        .args([script, "-m", model_s, "-l", "400M", "-b", "200M", "-t", "1", "-n", "4", "--rounds", "2"])
+        .env("LLAMA_CPP_BIN", &dir)
+        .env("XWEN_BIN", env!("CARGO_BIN_EXE_xwen"))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(stderr.matches("xwen (--ram-budget 200M) tg4:").count(), 2, "{stderr}");
+    assert!(!stderr.contains("failed"), "{stderr}");
+    assert!(stdout.contains("memory limit 400M: llama.cpp 0.500 t/s"), "{stdout}");
+    assert!(stdout.contains("xwen / llama.cpp"), "{stdout}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
