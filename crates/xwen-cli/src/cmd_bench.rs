@@ -34,6 +34,8 @@ struct TestResult {
     n_gen: usize,
     samples_ns: Vec<u64>,
     test_time: String,
+    /// The expert cache over the timed repetitions, when experts stream (`--ram-budget`).
+    cache: Option<xwen_engine::ExpertCacheStats>,
 }
 
 impl TestResult {
@@ -131,11 +133,13 @@ pub fn run(argv: &[String]) -> Result<()> {
                 run_gen(model, 1, &mut rng)?;
             }
         }
-        let mut r = TestResult { n_prompt, n_gen, samples_ns: Vec::new(), test_time: rfc3339_now() };
+        let mut r = TestResult { n_prompt, n_gen, samples_ns: Vec::new(), test_time: rfc3339_now(), cache: None };
+        model.reset_expert_cache_stats();
         for _ in 0..reps {
             let ns = if n_prompt > 0 { run_prompt(model, n_prompt, &mut rng)? } else { run_gen(model, n_gen, &mut rng)? };
             r.samples_ns.push(ns);
         }
+        r.cache = model.expert_cache_stats();
         match output {
             Output::Markdown => print_md_row(&desc, model.threads(), &r),
             Output::Json => json_tests.push(json_test(&desc, model.threads(), &r)),
@@ -372,6 +376,19 @@ fn json_test(d: &ModelDesc, threads: usize, r: &TestResult) -> Value {
         "median_ts": median(&ts),
         "samples_ns": r.samples_ns,
         "samples_ts": ts,
+        // ours, with --ram-budget: the expert cache over this test's timed repetitions
+        "expert_cache": r.cache.map(|c| {
+            let tokens = ((r.n_prompt + r.n_gen) * r.samples_ns.len()).max(1) as u64;
+            json!({
+                "hits": c.hits,
+                "misses": c.misses,
+                "hit_rate": c.hit_rate(),
+                "bytes_read": c.bytes_read,
+                "bytes_read_per_token": c.bytes_read / tokens,
+                "capacity_bytes": c.capacity_bytes,
+                "direct_io": c.direct_io,
+            })
+        }),
     })
 }
 
@@ -470,7 +487,7 @@ mod tests {
 
     #[test]
     fn test_names_follow_llama_bench() {
-        let r = |p, n| TestResult { n_prompt: p, n_gen: n, samples_ns: vec![2_000_000_000], test_time: String::new() };
+        let r = |p, n| TestResult { n_prompt: p, n_gen: n, samples_ns: vec![2_000_000_000], test_time: String::new(), cache: None };
         assert_eq!(r(512, 0).name(), "pp512");
         assert_eq!(r(0, 128).name(), "tg128");
         assert_eq!(r(0, 128).samples_ts(), vec![64.0]);

@@ -85,6 +85,20 @@ fn a_moe_model_larger_than_the_budget_runs_within_it() {
     let out = xwen(&["run", "-c", "256", "--ids", "1,2", "-n", "1", "--ram-budget", "20M", "-m", m]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("under this model's floor"), "{err}");
+    // bench --json reports the cache over each test's timed repetitions (null when mapped)
+    let cache_of = |extra: &[&str]| {
+        let mut args = vec!["bench", "-m", m, "-c", "256", "-p", "8", "-n", "4", "-r", "1", "-t", "2", "--json"];
+        args.extend_from_slice(extra);
+        let out = xwen(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        v.as_array().unwrap().iter().map(|t| t["expert_cache"].clone()).collect::<Vec<_>>()
+    };
+    for c in cache_of(&["--ram-budget", "160M"]) {
+        assert!(c["misses"].as_u64().is_some_and(|m| m > 0) && c["bytes_read_per_token"].as_u64().is_some_and(|b| b > 0), "{c}");
+        assert!(c["hit_rate"].as_f64().is_some_and(|h| (0.0..=1.0).contains(&h)), "{c}");
+    }
+    assert!(cache_of(&[]).iter().all(|c| c.is_null()));
     std::fs::remove_file(&model).unwrap();
 }
 
