@@ -58,6 +58,10 @@ pub trait ExpertStore: Send + Sync {
     fn experts(&self, layer: usize, ids: &[usize]) -> Result<Vec<ExpertHandle<'_>>> {
         ids.iter().map(|&e| self.expert(layer, e)).collect()
     }
+    /// Whether experts come from disk (so reading them ahead of the compute pays).
+    fn streams(&self) -> bool {
+        false
+    }
     /// Bytes resident in RAM that this store owns (the mapped file is not counted).
     fn resident_bytes(&self) -> u64 {
         0

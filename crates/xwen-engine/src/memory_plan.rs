@@ -18,6 +18,10 @@ use xwen_gguf::GgufFile;
 /// many (llama.cpp's default micro-batch too), which bounds the scratch the plan counts.
 pub const PREFILL_BATCH: usize = 512;
 
+/// Experts a streamed prefill reads ahead of the ones it computes (`moe::forward`): a batch of
+/// them is read while the previous batch computes, so two batches are in flight.
+pub const PREFILL_READ_AHEAD: usize = 8;
+
 /// Allocator slack, thread stacks and small buffers the per-op estimate does not name.
 const SCRATCH_SLACK: u64 = 64 << 20;
 
@@ -40,7 +44,8 @@ pub struct MemoryPlan {
     /// RAM one cached expert takes (gate + up + down; the largest over layers), 0 for a dense
     /// model.
     pub record_bytes: u64,
-    /// Experts held outside the cache while a layer computes (its selection or one per thread).
+    /// Experts held outside the cache while a layer computes (decode's selection, or a streamed
+    /// prefill's two read-ahead batches).
     pub in_flight_bytes: u64,
     /// The smallest useful cache: one token's experts of one layer.
     pub min_cache_bytes: u64,
@@ -84,7 +89,9 @@ impl MemoryPlan {
         let record_bytes = records.iter().copied().max().unwrap_or(0);
         let per_layer_sum: u64 = records.iter().sum();
         let (n_expert, n_used) = cfg.moe.as_ref().map_or((0, 0), |m| (m.n_expert as u64, m.n_used as u64));
-        let in_flight_bytes = record_bytes * n_used.max(threads as u64).min(n_expert);
+        // decode holds its selection; a streamed prefill two read-ahead batches
+        let _ = threads;
+        let in_flight_bytes = record_bytes * n_used.max(2 * PREFILL_READ_AHEAD as u64).min(n_expert);
         let min_cache_bytes = record_bytes * n_used;
         let all_experts_bytes = per_layer_sum * n_expert;
         let token_set_bytes = per_layer_sum * n_used;

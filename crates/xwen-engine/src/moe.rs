@@ -7,7 +7,8 @@ use crate::compute::{Ctx, MvJob};
 use crate::ops::SharedMut;
 use xwen_kernels::{Pool, QMatrix};
 use crate::error::Result;
-use crate::expert_store::ExpertStore;
+use crate::expert_store::{ExpertHandle, ExpertStore};
+use crate::memory_plan::PREFILL_READ_AHEAD;
 use crate::ffn::{self, FfnWeights};
 use crate::ops;
 use crate::profile::Op;
@@ -113,22 +114,12 @@ pub fn forward(
     let ys_out = SharedMut::new(&mut ys);
     // the first store error of the job (a streamed expert that could not be read)
     let failed: std::sync::Mutex<Option<crate::EngineError>> = std::sync::Mutex::new(None);
-    // One task per expert, each on one thread (gate, up, SwiGLU, down): an expert has ~16 tokens
-    // at pp512, too little work to split its products across threads — per-matrix parallel
-    // jobs left the second core spinning through every expert's serial quantize/interleave
-    // steps (docs/bench.md, session 3).
-    ctx.pool.run(active.len(), &|i| {
+    let fail = |e: crate::EngineError| {
+        failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+    };
+    // Expert `i` of `active`, whole: gate, up, SwiGLU, down into ys[i].
+    let compute = |i: usize, h: &ExpertHandle<'_>| {
         let toks = &per_expert[active[i]];
-        // fetched inside the task: a streaming store then holds one expert per thread in flight,
-        // not the layer's whole active set (memory_plan counts it so)
-        let h = match store.expert(layer, active[i]) {
-            Ok(h) => h,
-            Err(e) => {
-                failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
-                return;
-            }
-        };
-        let h = &h;
         SOLO.with(|solo| {
             let m = toks.len();
             let (gw, uw) = (h.gate(), h.up());
@@ -150,7 +141,42 @@ pub fn forward(
             // SAFETY: slot i of `ys` is written by this task alone; `ys` outlives the job.
             unsafe { ys_out.slice(i, 1)[0] = y };
         });
-    });
+    };
+    // One task per expert, each on one thread (gate, up, SwiGLU, down): an expert has ~16 tokens
+    // at pp512, too little work to split its products across threads — per-matrix parallel
+    // jobs left the second core spinning through every expert's serial quantize/interleave
+    // steps (docs/bench.md, session 3).
+    if !store.streams() {
+        ctx.pool.run(active.len(), &|i| match store.expert(layer, active[i]) {
+            Ok(h) => compute(i, &h),
+            Err(e) => fail(e),
+        });
+    } else {
+        // From disk a batch touches nearly every expert: read the next PREFILL_READ_AHEAD
+        // experts (concurrently, `ExpertStore::experts`) while the pool computes the current
+        // ones, so the disk and the cores overlap. Same per-expert arithmetic.
+        let batches: Vec<std::ops::Range<usize>> = (0..active.len())
+            .step_by(PREFILL_READ_AHEAD)
+            .map(|s| s..(s + PREFILL_READ_AHEAD).min(active.len()))
+            .collect();
+        let read = |r: &std::ops::Range<usize>| store.experts(layer, &active[r.clone()]);
+        std::thread::scope(|sc| {
+            let mut next = batches.first().map(|r| sc.spawn(move || read(r)));
+            for (b, r) in batches.iter().enumerate() {
+                let got = next.take().expect("a read per batch").join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                next = batches.get(b + 1).map(|r| sc.spawn(move || read(r)));
+                match got {
+                    Ok(handles) => ctx.pool.run(handles.len(), &|j| compute(r.start + j, &handles[j])),
+                    Err(e) => {
+                        fail(e);
+                        break;
+                    }
+                }
+            }
+            // a read still running after an error finishes inside the scope; its result is dropped
+            drop(next);
+        });
+    }
     if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(e);
     }

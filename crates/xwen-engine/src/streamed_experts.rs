@@ -191,6 +191,10 @@ impl ExpertStore for StreamedExperts {
         Ok(out.into_iter().map(|h| h.expect("every id looked up or read")).collect())
     }
 
+    fn streams(&self) -> bool {
+        true
+    }
+
     fn resident_bytes(&self) -> u64 {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).bytes()
     }
