@@ -320,8 +320,7 @@ fn to_text(path: &str, f: &GgufFile) -> String {
 fn streaming_plan(f: &GgufFile, n_ctx: u64) -> Option<xwen_engine::MemoryPlan> {
     let (net, experts) = xwen_engine::models::qwen35::Qwen35::load(f).ok()?;
     experts.iter().any(|e| e.is_some()).then_some(())?;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    xwen_engine::MemoryPlan::new(f, &net.cfg, &experts, n_ctx as usize, threads, u64::MAX, None).ok()
+    xwen_engine::MemoryPlan::new(f, &net.cfg, &experts, n_ctx as usize, u64::MAX, None).ok()
 }
 
 // ---- json -------------------------------------------------------------------------------

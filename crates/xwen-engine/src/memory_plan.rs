@@ -69,13 +69,12 @@ impl MemoryPlan {
     }
 
     /// Plans `cfg` under `budget` bytes (0 = automatic: a share of `machine_ram`, which must
-    /// then be known) with `threads` worker threads and sequences up to `max_ctx` positions.
+    /// then be known) for sequences up to `max_ctx` positions.
     pub fn new(
         file: &GgufFile,
         cfg: &Config,
         experts: &[Option<[Mat; 3]>],
         max_ctx: usize,
-        threads: usize,
         budget: u64,
         machine_ram: Option<u64>,
     ) -> Result<MemoryPlan> {
@@ -90,7 +89,6 @@ impl MemoryPlan {
         let per_layer_sum: u64 = records.iter().sum();
         let (n_expert, n_used) = cfg.moe.as_ref().map_or((0, 0), |m| (m.n_expert as u64, m.n_used as u64));
         // decode holds its selection; a streamed prefill two read-ahead batches
-        let _ = threads;
         let in_flight_bytes = record_bytes * n_used.max(2 * PREFILL_READ_AHEAD as u64).min(n_expert);
         let min_cache_bytes = record_bytes * n_used;
         let all_experts_bytes = per_layer_sum * n_expert;

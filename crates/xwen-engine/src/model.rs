@@ -83,7 +83,6 @@ impl Model {
                 &net.cfg,
                 &experts,
                 cfg.max_ctx,
-                threads,
                 b,
                 crate::memory_plan::machine_ram(),
             )?),
