@@ -41,6 +41,8 @@ pub struct ExpertCache {
     clock: u64,
     aged: u64,
     freq: HashMap<ExpertKey, u32>,
+    hits: u64,
+    misses: u64,
     evictions: u64,
 }
 
@@ -54,6 +56,8 @@ impl ExpertCache {
             clock: 0,
             aged: 0,
             freq: HashMap::new(),
+            hits: 0,
+            misses: 0,
             evictions: 0,
         }
     }
@@ -72,22 +76,29 @@ impl ExpertCache {
         let f = self.freq.entry(key).or_insert(0);
         *f = f.saturating_add(1);
         let now = self.clock;
-        self.map.get_mut(&key).map(|c| {
-            c.last_use = now;
-            &*c
-        })
+        match self.map.get_mut(&key) {
+            Some(c) => {
+                self.hits += 1;
+                c.last_use = now;
+                Some(&*c)
+            }
+            None => {
+                self.misses += 1;
+                None
+            }
+        }
     }
 
     /// Offers a freshly read expert (its buffer's whole allocation counts); returns whether the
     /// cache kept it. Evicts until it fits, unless the newcomer is used less than the victim.
     pub fn insert(&mut self, key: ExpertKey, buf: Arc<AlignedBuf>, places: [Range<usize>; 3]) -> bool {
         let size = buf.allocated() as u64;
+        if self.map.contains_key(&key) {
+            // another thread read it too and got it in first: keep that copy
+            return true;
+        }
         if size > self.capacity {
             return false;
-        }
-        if let Some(old) = self.map.remove(&key) {
-            // another thread read it too
-            self.bytes -= old.buf.allocated() as u64;
         }
         let mine = self.uses(&key);
         while self.bytes + size > self.capacity {
@@ -122,12 +133,13 @@ impl ExpertCache {
         self.bytes
     }
 
-    pub fn evictions(&self) -> u64 {
-        self.evictions
+    /// (hits, misses, evictions) since creation or the last `reset_counters`.
+    pub fn counters(&self) -> (u64, u64, u64) {
+        (self.hits, self.misses, self.evictions)
     }
 
-    pub fn reset_evictions(&mut self) {
-        self.evictions = 0;
+    pub fn reset_counters(&mut self) {
+        (self.hits, self.misses, self.evictions) = (0, 0, 0);
     }
 
     pub fn contains(&self, key: &ExpertKey) -> bool {
@@ -174,6 +186,7 @@ mod tests {
         // 4 layers × 3 experts per token = 12 lookups; room for 8 records: an LRU would thrash
         let mut c = ExpertCache::new(8 * rec_bytes(), 12);
         let (hits, misses) = cyclic(&mut c, 4, &[1, 2], 40);
+        assert_eq!((c.counters().0, c.counters().1), (hits, misses), "the cache counts what the caller saw");
         assert!(c.bytes() <= 8 * rec_bytes());
         // after warm-up every popular lookup hits: 8 popular (layer, expert) pairs fit exactly
         assert!(hits >= 8 * 38, "hits {hits} misses {misses}");
@@ -197,7 +210,7 @@ mod tests {
         let (b, p) = rec();
         assert!(!c.insert((0, 9), b, p), "a first use displaced an expert used five times");
         assert!(c.contains(&(0, 1)) && c.contains(&(0, 2)) && !c.contains(&(0, 9)));
-        assert_eq!(c.evictions(), 0);
+        assert_eq!(c.counters().2, 0, "no eviction");
     }
 
     #[test]
@@ -217,6 +230,24 @@ mod tests {
             step(2);
         }
         assert!(c.contains(&(0, 2)), "the new topic's expert never got in");
+    }
+
+    #[test]
+    fn a_second_read_of_a_cached_expert_keeps_the_first_copy() {
+        // two threads missing the same expert both read it; the later insert must not drop it
+        let mut c = ExpertCache::new(2 * rec_bytes(), 1);
+        for _ in 0..3 {
+            c.lookup((0, 1));
+        }
+        let (first, p) = rec();
+        assert!(c.insert((0, 1), first.clone(), p));
+        c.lookup((0, 2));
+        let (b, p) = rec();
+        assert!(c.insert((0, 2), b, p));
+        let (second, p) = rec();
+        assert!(c.insert((0, 1), second, p));
+        assert_eq!(c.bytes(), 2 * rec_bytes());
+        assert!(Arc::ptr_eq(&c.lookup((0, 1)).expect("still cached").buf, &first));
     }
 
     #[test]

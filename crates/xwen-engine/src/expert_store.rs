@@ -3,8 +3,8 @@
 //! without touching model code.
 
 use crate::direct_read::AlignedBuf;
-use crate::error::Result;
-pub use crate::streamed_experts::ExpertCacheStats;
+use crate::error::{EngineError, Result};
+use crate::streamed_experts::ExpertCacheStats;
 use crate::weights::Mat;
 use std::ops::Range;
 use std::sync::Arc;
@@ -23,6 +23,26 @@ pub struct MatShape {
     pub ty: GgmlType,
     pub rows: usize,
     pub cols: usize,
+}
+
+impl MatShape {
+    /// The shapes of one expert of the (gate, up, down) stacks `mats`.
+    pub fn of_expert(mats: &[Mat; 3]) -> [MatShape; 3] {
+        mats.each_ref().map(|m| MatShape { ty: m.ty, rows: m.rows, cols: m.cols })
+    }
+}
+
+/// The (gate, up, down) stacks of MoE layer `layer` of `layers`, checked to hold `expert`: the
+/// lookup every store starts from.
+pub fn expert_stacks(layers: &[Option<[Mat; 3]>], layer: usize, expert: usize) -> Result<&[Mat; 3]> {
+    let mats = layers
+        .get(layer)
+        .and_then(|l| l.as_ref())
+        .ok_or_else(|| EngineError::ExpertStore(format!("layer {layer} has no experts")))?;
+    if expert >= mats[0].n_mats {
+        return Err(EngineError::ExpertStore(format!("expert {expert} out of range")));
+    }
+    Ok(mats)
 }
 
 pub struct ExpertHandle<'a> {
@@ -88,17 +108,11 @@ impl ResidentExperts {
 
 impl ExpertStore for ResidentExperts {
     fn expert(&self, layer: usize, expert: usize) -> Result<ExpertHandle<'_>> {
-        let mats = self.layers.get(layer).and_then(|l| l.as_ref()).ok_or_else(|| {
-            crate::EngineError::ExpertStore(format!("layer {layer} has no experts"))
-        })?;
-        if expert >= mats[0].n_mats {
-            return Err(crate::EngineError::ExpertStore(format!("expert {expert} out of range")));
-        }
+        let mats = expert_stacks(&self.layers, layer, expert)?;
         let slice = |m: &Mat| m.q_sub(&self.file, expert).data;
-        let shape = |m: &Mat| MatShape { ty: m.ty, rows: m.rows, cols: m.cols };
         Ok(ExpertHandle {
             bytes: ExpertBytes::Borrowed([slice(&mats[0]), slice(&mats[1]), slice(&mats[2])]),
-            shapes: [shape(&mats[0]), shape(&mats[1]), shape(&mats[2])],
+            shapes: MatShape::of_expert(mats),
         })
     }
 }

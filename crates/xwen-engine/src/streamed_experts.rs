@@ -11,7 +11,7 @@
 use crate::direct_read::{AlignedBuf, DirectFile};
 use crate::expert_cache::ExpertCache;
 use crate::error::{EngineError, Result};
-use crate::expert_store::{ExpertBytes, ExpertHandle, ExpertStore, MatShape};
+use crate::expert_store::{expert_stacks, ExpertBytes, ExpertHandle, ExpertStore, MatShape};
 use crate::weights::Mat;
 use std::ops::Range;
 use std::path::Path;
@@ -51,8 +51,6 @@ pub struct StreamedExperts {
     layers: Vec<Option<[Mat; 3]>>,
     capacity: u64,
     cache: Mutex<ExpertCache>,
-    hits: AtomicU64,
-    misses: AtomicU64,
     bytes_read: AtomicU64,
 }
 
@@ -70,8 +68,6 @@ impl StreamedExperts {
             layers,
             capacity,
             cache: Mutex::new(ExpertCache::new(capacity, window)),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
             bytes_read: AtomicU64::new(0),
         })
     }
@@ -84,10 +80,11 @@ impl StreamedExperts {
 
     pub fn stats(&self) -> ExpertCacheStats {
         let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        let (hits, misses, evictions) = cache.counters();
         ExpertCacheStats {
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
-            evictions: cache.evictions(),
+            hits,
+            misses,
+            evictions,
             bytes_read: self.bytes_read.load(Ordering::Relaxed),
             cached_bytes: cache.bytes(),
             capacity_bytes: self.capacity,
@@ -96,45 +93,22 @@ impl StreamedExperts {
     }
 
     pub fn reset_stats(&self) {
-        for c in [&self.hits, &self.misses, &self.bytes_read] {
-            c.store(0, Ordering::Relaxed);
-        }
-        self.cache.lock().unwrap_or_else(|p| p.into_inner()).reset_evictions();
+        self.bytes_read.store(0, Ordering::Relaxed);
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).reset_counters();
     }
 
     fn mats(&self, layer: usize, expert: usize) -> Result<&[Mat; 3]> {
-        let mats = self
-            .layers
-            .get(layer)
-            .and_then(|l| l.as_ref())
-            .ok_or_else(|| EngineError::ExpertStore(format!("layer {layer} has no experts")))?;
-        if expert >= mats[0].n_mats {
-            return Err(EngineError::ExpertStore(format!("expert {expert} out of range")));
-        }
-        Ok(mats)
+        expert_stacks(&self.layers, layer, expert)
     }
 
     fn handle(mats: &[Mat; 3], buf: Arc<AlignedBuf>, places: [Range<usize>; 3]) -> ExpertHandle<'static> {
-        let shape = |m: &Mat| MatShape { ty: m.ty, rows: m.rows, cols: m.cols };
-        ExpertHandle {
-            bytes: ExpertBytes::Shared(buf, places),
-            shapes: [shape(&mats[0]), shape(&mats[1]), shape(&mats[2])],
-        }
+        ExpertHandle { bytes: ExpertBytes::Shared(buf, places), shapes: MatShape::of_expert(mats) }
     }
 
     /// The cached copy of an expert, its use counted; None on a miss (counted either way).
     fn lookup(&self, layer: usize, expert: usize, mats: &[Mat; 3]) -> Option<ExpertHandle<'static>> {
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        match cache.lookup((layer, expert)) {
-            Some(c) => {
-                self.hits.fetch_add(1, Ordering::Relaxed);
-                Some(Self::handle(mats, c.buf.clone(), c.places.clone()))
-            }
-            None => {
-                self.misses.fetch_add(1, Ordering::Relaxed);
-                None
-            }
-        }
+        cache.lookup((layer, expert)).map(|c| Self::handle(mats, c.buf.clone(), c.places.clone()))
     }
 
     /// Reads a missed expert from the file and offers it to the cache (without holding the lock
@@ -153,7 +127,7 @@ impl StreamedExperts {
         })?;
         self.bytes_read.fetch_add(buf.len() as u64, Ordering::Relaxed);
         let buf = Arc::new(buf);
-        let places: [Range<usize>; 3] = [places[0].clone(), places[1].clone(), places[2].clone()];
+        let places: [Range<usize>; 3] = places.try_into().expect("three ranges read");
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).insert((layer, expert), buf.clone(), places.clone());
         Ok(Self::handle(mats, buf, places))
     }
