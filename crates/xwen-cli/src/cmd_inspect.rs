@@ -350,6 +350,7 @@ fn value_json(v: &Value) -> Json {
 }
 
 fn to_json(f: &GgufFile) -> Json {
+    let estimate = MemoryEstimate::of(f);
     let metadata: Map<String, Json> = f
         .metadata()
         .iter()
@@ -376,8 +377,8 @@ fn to_json(f: &GgufFile) -> Json {
         "tensor_count": f.tensors().len(),
         "tensor_bytes": f.tensor_bytes(),
         "tensor_types": types,
-        "memory_estimate": MemoryEstimate::of(f).to_json(),
-        "ram_budget_floor_bytes": streaming_plan(f, MemoryEstimate::of(f).n_ctx).map(|p| p.floor()),
+        "memory_estimate": estimate.to_json(),
+        "ram_budget_floor_bytes": streaming_plan(f, estimate.n_ctx).map(|p| p.floor()),
         "metadata": metadata,
         "tensors": tensors,
     })
