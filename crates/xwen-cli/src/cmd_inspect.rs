@@ -14,6 +14,7 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Map, Value as Json};
 use xwen_gguf::{GgufError, GgufFile, Value};
+use xwen_engine::memory_plan::human_bytes;
 
 use crate::args::Args;
 
@@ -171,21 +172,6 @@ fn tensor_types(f: &GgufFile) -> BTreeMap<&'static str, (u64, u64)> {
 }
 
 // ---- text -------------------------------------------------------------------------------
-
-fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
-}
 
 fn short_str(s: &str) -> String {
     if s.chars().count() <= TEXT_STR_MAX {

@@ -118,13 +118,13 @@ impl MemoryPlan {
         if plan.budget < plan.floor() {
             return Err(EngineError::RamBudget(format!(
                 "{} is under this model's floor of {}: trunk {} + state at {max_ctx} positions (-c) {} + scratch {} + experts in flight {} + smallest expert cache {}{}",
-                gib(plan.budget),
-                gib(plan.floor()),
-                gib(plan.trunk_bytes),
-                gib(plan.state_bytes),
-                gib(plan.scratch_bytes),
-                gib(plan.in_flight_bytes),
-                gib(plan.min_cache_bytes),
+                human_bytes(plan.budget),
+                human_bytes(plan.floor()),
+                human_bytes(plan.trunk_bytes),
+                human_bytes(plan.state_bytes),
+                human_bytes(plan.scratch_bytes),
+                human_bytes(plan.in_flight_bytes),
+                human_bytes(plan.min_cache_bytes),
                 if plan.auto { " (the automatic budget is 3/4 of this machine's RAM)" } else { "" }
             )));
         }
@@ -136,23 +136,23 @@ impl MemoryPlan {
     pub fn summary(&self) -> String {
         let mut s = format!(
             "RAM budget {}{}: trunk {} + state {} (at {} positions: -c) + scratch {} + in flight {}",
-            gib(self.budget),
+            human_bytes(self.budget),
             if self.auto { " (automatic, 3/4 of RAM)" } else { "" },
-            gib(self.trunk_bytes),
-            gib(self.state_bytes),
+            human_bytes(self.trunk_bytes),
+            human_bytes(self.state_bytes),
             self.max_ctx,
-            gib(self.scratch_bytes),
-            gib(self.in_flight_bytes)
+            human_bytes(self.scratch_bytes),
+            human_bytes(self.in_flight_bytes)
         );
         if self.record_bytes > 0 {
             s += &format!(
                 "; expert cache {} of {} of experts ({:.0}%)",
-                gib(self.cache_bytes),
-                gib(self.all_experts_bytes),
+                human_bytes(self.cache_bytes),
+                human_bytes(self.all_experts_bytes),
                 100.0 * self.cache_bytes as f64 / self.all_experts_bytes.max(1) as f64
             );
             if self.cache_bytes < self.token_set_bytes {
-                s += &format!(", under one token's working set ({}): decode will read most experts from disk", gib(self.token_set_bytes));
+                s += &format!(", under one token's working set ({}): decode will read most experts from disk", human_bytes(self.token_set_bytes));
             }
         }
         s
@@ -192,11 +192,19 @@ pub fn machine_ram() -> Option<u64> {
     Some(kb * 1024)
 }
 
-/// Bytes as GiB with two decimals (MiB under one GiB), for messages.
-pub fn gib(b: u64) -> String {
-    if b >= 1 << 30 {
-        format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+/// Bytes in binary units with two decimals (`13.90 MiB`, `2.13 GiB`), for messages; also
+/// `xwen inspect`'s format.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
     } else {
-        format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+        format!("{v:.2} {}", UNITS[u])
     }
 }
