@@ -68,6 +68,11 @@ impl MemoryPlan {
         self.trunk_bytes + self.state_bytes + self.scratch_bytes + self.in_flight_bytes
     }
 
+    /// The most cache the model can use: every expert (at least the smallest cache).
+    fn usable_cache_bytes(&self) -> u64 {
+        self.all_experts_bytes.max(self.min_cache_bytes)
+    }
+
     /// Plans `cfg` under `budget` bytes (0 = automatic: a share of `machine_ram`, which must
     /// then be known) for sequences up to `max_ctx` positions.
     pub fn new(
@@ -113,7 +118,7 @@ impl MemoryPlan {
             })?;
             plan.budget = ram / AUTO_SHARE.1 * AUTO_SHARE.0;
             // no more than the model can use
-            plan.budget = plan.budget.min(plan.fixed_bytes() + plan.all_experts_bytes.max(plan.min_cache_bytes));
+            plan.budget = plan.budget.min(plan.fixed_bytes() + plan.usable_cache_bytes());
         }
         if plan.budget < plan.floor() {
             return Err(EngineError::RamBudget(format!(
@@ -128,7 +133,7 @@ impl MemoryPlan {
                 if plan.auto { " (the automatic budget is 3/4 of this machine's RAM)" } else { "" }
             )));
         }
-        plan.cache_bytes = (plan.budget - plan.fixed_bytes()).min(plan.all_experts_bytes.max(plan.min_cache_bytes));
+        plan.cache_bytes = (plan.budget - plan.fixed_bytes()).min(plan.usable_cache_bytes());
         Ok(plan)
     }
 
