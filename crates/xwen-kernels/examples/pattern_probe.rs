@@ -5,8 +5,8 @@
 //!
 //! For each WORK (vector multiply-adds per 32-byte load, independent of each other, as a dot
 //! kernel's are), a loop reads 512 MB of DRAM-resident bytes with two threads, with and without
-//! a software prefetch 16 KB ahead (the decode kernels' distance), alternated with the plain read
-//! loop (WORK 0, no prefetch: `membw`'s loop). The same loop over a 256 KB slice per thread (L2)
+//! a software prefetch 16 KB ahead (the decode kernels' distance), alternated with `membw`'s read
+//! loop (the floor's denominator). The same loop over a 256 KB slice per thread (L2)
 //! gives the arithmetic's own rate. Prints medians of the per-pass ratios to the read loop.
 
 use std::arch::x86_64::*;
@@ -68,7 +68,8 @@ fn main() {
         let l2 = median((0..passes).map(|_| run(256 << 10, 400, w, false)).collect());
         let (mut plain, mut pf, mut rp, mut rf) = (vec![], vec![], vec![], vec![]);
         for _ in 0..passes {
-            let r = run(half, 1, 0, false);
+            // the floor's own denominator: membw's read loop, each thread a contiguous half
+            let r = membw::read_bandwidth(&pool, &buf[..2 * half], 1)[0];
             let a = run(half, 1, w, false);
             let b = run(half, 1, w, true);
             plain.push(a);
