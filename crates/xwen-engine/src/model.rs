@@ -40,8 +40,6 @@ pub struct Model {
     prof: Profiler,
     /// The RAM plan in force (`EngineConfig::ram_budget`); None = everything mapped.
     plan: Option<MemoryPlan>,
-    /// Routed experts come from disk (`StreamedExperts`), not from the mapping.
-    streamed: bool,
 }
 
 impl Model {
@@ -88,20 +86,20 @@ impl Model {
             )?),
         };
         let has_experts = experts.iter().any(|e| e.is_some());
-        let (store, streamed): (Box<dyn ExpertStore>, bool) = match (&plan, has_experts) {
+        let store: Box<dyn ExpertStore> = match (&plan, has_experts) {
             (Some(p), true) => {
                 let path = path.ok_or_else(|| {
                     EngineError::RamBudget(
                         "streaming experts needs the model file's path (this model was opened from memory)".into(),
                     )
                 })?;
-                (Box::new(StreamedExperts::open(path, file.data_offset(), experts, net.cfg.moe.as_ref().map_or(1, |m| m.n_used), p.cache_bytes)?), true)
+                Box::new(StreamedExperts::open(path, file.data_offset(), experts, net.cfg.moe.as_ref().map_or(1, |m| m.n_used), p.cache_bytes)?)
             }
-            _ => (Box::new(ResidentExperts::new(file.clone(), experts)), false),
+            _ => Box::new(ResidentExperts::new(file.clone(), experts)),
         };
         let pool = Pool::new(threads);
         let prof = Profiler::new(cfg.profile);
-        Ok(Model { file, net, store, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan, streamed })
+        Ok(Model { file, net, store, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan })
     }
 
     /// The RAM plan in force, if a budget was given.
@@ -111,7 +109,7 @@ impl Model {
 
     /// Whether routed experts stream from disk (a MoE model under a RAM budget).
     pub fn streams_experts(&self) -> bool {
-        self.streamed
+        self.store.streams()
     }
 
     /// Hit/miss counters of the expert cache (None unless experts stream).
@@ -146,7 +144,7 @@ impl Model {
         let mut done = 0u64;
         let mut next_report = 0u64;
         let mut sink = 0u8;
-        for t in self.file.tensors().iter().filter(|t| !(self.streamed && is_routed_expert(&t.name))) {
+        for t in self.file.tensors().iter().filter(|t| !(self.streams_experts() && is_routed_expert(&t.name))) {
             let data = self.file.tensor_data(t);
             for chunk in data.chunks(4096) {
                 sink ^= chunk[0];
@@ -240,7 +238,7 @@ impl Model {
     /// Bytes of weights read through the mapping (page-cache backed): all of them, or the
     /// trunk alone when experts stream.
     pub fn mapped_weight_bytes(&self) -> u64 {
-        self.file.tensors().iter().filter(|t| !(self.streamed && is_routed_expert(&t.name))).map(|t| t.n_bytes).sum()
+        self.file.tensors().iter().filter(|t| !(self.streams_experts() && is_routed_expert(&t.name))).map(|t| t.n_bytes).sum()
     }
 }
 
