@@ -34,6 +34,17 @@ fn rank(isa: Isa) -> u8 {
 /// bisecting); `None` removes the cap. Process-wide, meant to be set at start-up.
 pub fn set_max_isa(cap: Option<Isa>) {
     MAX_ISA.store(cap.map_or(0, |i| 1 + rank(i)), Ordering::Relaxed);
+    crate::f32ops::redetect();
+}
+
+/// Whether the llama.cpp build whose float orders xwen reproduces takes its AVX-512 paths: the
+/// CPU has them and no `set_max_isa` cap below AVX-512 is in force. A cap to AVX2 thus means
+/// "reproduce an AVX2 build" on any x86 machine — the build the committed parity fixtures come
+/// from — in the kernels and in the reference-side choices (`tiled::vnni_epilogue`, the
+/// Q2_K repack, the f32 primitives' width). The scalar switch keeps the native build's orders.
+pub fn reference_avx512() -> bool {
+    let cap = MAX_ISA.load(Ordering::Relaxed);
+    (cap == 0 || cap > 1 + rank(Isa::Avx2)) && detected() == Isa::Avx512
 }
 
 /// Force the scalar reference everywhere. Meant to be set once at start-up; kernels already
@@ -205,6 +216,10 @@ pub struct RowKernel {
     /// The kernel prefetches the weights ahead of its own loop (simd::avx2::prefetch_ahead),
     /// so the row loop must not add its own bursts (which measured slower on top).
     pub prefetches: bool,
+    /// A kernel for one row against 1..=4 activation rows whose per-row results are `dot`'s
+    /// bits: several sequences' decode rows share one read of the weight row (`dot_rows_tokens`)
+    /// without leaving the single-token order. None = loop `dot` over the tokens.
+    pub multi: Option<MultiDotFn>,
 }
 
 /// `row_dot_fn`, except that Q8_0 takes its streaming twin (the same bits, with prefetch; see
@@ -228,5 +243,10 @@ pub fn row_kernel(weight: GgmlType, rows: usize) -> Option<RowKernel> {
             GgmlType::F32 => active() == Isa::Avx2,
             _ => false,
         };
-    Some(RowKernel { dot, prefetches })
+    // `matrix_kernels`' multi-token twin returns its single-token kernel's bits; that kernel is
+    // `row_dot_fn`'s (and, for Q8_0, `q8_0_stream`'s: the same bits) except for F32 and BF16
+    // on AVX2, whose vec_dot twins have no multi-token form.
+    let vec_dot_twin = active() == Isa::Avx2 && matches!(weight, GgmlType::F32 | GgmlType::BF16);
+    let multi = if vec_dot_twin { None } else { matrix_kernels(weight, rows, false).and_then(|k| k.1) };
+    Some(RowKernel { dot, prefetches, multi })
 }

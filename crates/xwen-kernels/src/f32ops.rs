@@ -33,13 +33,18 @@ fn level() -> u8 {
     l
 }
 
+/// Choose the primitives' width again (after `dispatch::set_max_isa`).
+pub(crate) fn redetect() {
+    LEVEL.store(UNKNOWN, Ordering::Relaxed);
+}
+
 fn detect() -> u8 {
     if crate::dispatch::force_reference() {
         return PORTABLE;
     }
     #[cfg(target_arch = "x86_64")]
     {
-        if is_x86_feature_detected!("avx512f") {
+        if is_x86_feature_detected!("avx512f") && crate::dispatch::reference_avx512() {
             return AVX512;
         }
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {

@@ -93,7 +93,7 @@ pub(crate) fn repacked_q8k(ty: GgmlType, rows: usize) -> bool {
     {
         let ok = match ty {
             GgmlType::Q4_K => is_x86_feature_detected!("avx2"),
-            GgmlType::Q2_K => is_x86_feature_detected!("avx512f"),
+            GgmlType::Q2_K => is_x86_feature_detected!("avx512f") && dispatch::reference_avx512(),
             _ => false,
         };
         ok && rows.is_multiple_of(8)
@@ -251,6 +251,43 @@ pub fn dot_rows(w: &QMatrix, k: RowKernel, xq: &[u8], r0: usize, y: &mut [f32]) 
             prefetch_row(w.data, (r + PREFETCH_ROWS) * rb, rb);
         }
         *yi = (k.dot)(w.cols, &w.data[r * rb..(r + 1) * rb], xq);
+    }
+}
+
+/// `dot_rows` for `n_tok` single-token activations at once (`xq` holds them back to back,
+/// `act_row_bytes(w)` each): out[i * n_tok + t] = dot(row r0 + i of `w`, token t), every value
+/// the bits `dot_rows` gives that token alone. Each weight row is read from memory once for
+/// all tokens (the multi-token kernel decodes its blocks once; without one the row stays in L1
+/// for the other tokens' dots), which is what lets several sequences' decode steps share one
+/// pass over the weights. `out.len()` must be a multiple of `n_tok`.
+pub fn dot_rows_tokens(w: &QMatrix, k: RowKernel, xq: &[u8], n_tok: usize, r0: usize, out: &mut [f32]) {
+    assert!(n_tok > 0 && out.len().is_multiple_of(n_tok), "dot_rows_tokens: out must be rows × n_tok");
+    let arb = act_row_bytes(w);
+    assert!(xq.len() >= n_tok * arb, "dot_rows_tokens: activations too short");
+    if n_tok == 1 {
+        return dot_rows(w, k, xq, r0, out);
+    }
+    let rb = w.row_bytes();
+    let n_rows = out.len() / n_tok;
+    // the multi-token kernels do not prefetch inside their loop: request rows ahead here
+    prefetch_row(w.data, r0 * rb, (PREFETCH_ROWS * rb).min(CHUNK_HEAD_BYTES));
+    for i in 0..n_rows {
+        let r = r0 + i;
+        prefetch_row(w.data, (r + PREFETCH_ROWS) * rb, rb);
+        let row = &w.data[r * rb..(r + 1) * rb];
+        let y = &mut out[i * n_tok..(i + 1) * n_tok];
+        match k.multi {
+            Some(multi) => {
+                for (g, yg) in y.chunks_mut(4).enumerate() {
+                    multi(w.cols, row, &xq[g * 4 * arb..], arb, yg);
+                }
+            }
+            None => {
+                for (t, yt) in y.iter_mut().enumerate() {
+                    *yt = (k.dot)(w.cols, row, &xq[t * arb..(t + 1) * arb]);
+                }
+            }
+        }
     }
 }
 

@@ -50,6 +50,7 @@ pub fn vnni_epilogue() -> bool {
         is_x86_feature_detected!("avx512vnni")
             && is_x86_feature_detected!("avx512vl")
             && is_x86_feature_detected!("avx512dq")
+            && crate::dispatch::reference_avx512()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
