@@ -4,6 +4,7 @@
 //! with causal mask and grouped KV heads; the output is multiplied by sigmoid(gate) before
 //! attn_output.
 
+use crate::batch::Rows;
 use crate::compute::Ctx;
 use crate::error::Result;
 use crate::ops::{self, SharedMut};
@@ -67,54 +68,67 @@ impl KvCache {
     }
 }
 
-/// Mixer output for `n` tokens at positions pos0.. of normalized input x (n × hidden).
-pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], n: usize, pos0: usize, kv: &mut KvCache) -> Vec<f32> {
+/// Mixer output for the batch `rows` of normalized input x (rows.n × hidden); `kvs[i]` is the
+/// KV cache of span i's sequence, which the span's keys and values are appended to.
+pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows, kvs: &mut [&mut KvCache]) -> Vec<f32> {
+    assert_eq!(kvs.len(), rows.spans.len(), "one KV cache per span");
+    let n = rows.n;
     let hd = d.head_dim;
     let hq = d.n_head * hd;
     let kvw = d.kv_width();
     let sp = ctx.span(Op::AttnProj);
-    let mut p = ctx.mm_many(&[&w.q, &w.k, &w.v], x, n).into_iter();
-    let (qg, mut k, v) = (p.next().unwrap(), p.next().unwrap(), p.next().unwrap()); // qg: [n × 2hq]
+    // qg [n × 2hq] (per head [q | gate]), k and v [n × kvw]
+    let mut p = ctx.mm_rows(&[&w.q, &w.k, &w.v], x, rows).into_iter();
+    let (qg, mut k, v) = (p.next().unwrap(), p.next().unwrap(), p.next().unwrap());
     drop(sp);
     let sp = ctx.span(Op::AttnCore);
 
-    // Split q and gate, normalize and rotate.
+    // Split q and gate, normalize and rotate, each row at its own sequence's position.
     let mut q = vec![0.0f32; n * hq];
     let mut gate = vec![0.0f32; n * hq];
     let (mut cos, mut sin) = (vec![0.0f32; d.n_rot / 2], vec![0.0f32; d.n_rot / 2]);
-    for t in 0..n {
-        ops::rope_cache(pos0 + t, d.n_rot, d.rope_base, &mut cos, &mut sin);
-        for h in 0..d.n_head {
-            let src = &qg[t * 2 * hq + h * 2 * hd..][..2 * hd];
-            let qh = &mut q[t * hq + h * hd..][..hd];
-            qh.copy_from_slice(&src[..hd]);
-            gate[t * hq + h * hd..][..hd].copy_from_slice(&src[hd..]);
-            ops::rms_norm_inplace(qh, &w.q_norm, d.eps);
-            ops::rope_neox_inplace(qh, d.n_rot, &cos, &sin);
-        }
-        for h in 0..d.n_head_kv {
-            let kh = &mut k[t * kvw + h * hd..][..hd];
-            ops::rms_norm_inplace(kh, &w.k_norm, d.eps);
-            ops::rope_neox_inplace(kh, d.n_rot, &cos, &sin);
+    for s in &rows.spans {
+        for t in s.rows() {
+            ops::rope_cache(s.pos0 + (t - s.start), d.n_rot, d.rope_base, &mut cos, &mut sin);
+            for h in 0..d.n_head {
+                let src = &qg[t * 2 * hq + h * 2 * hd..][..2 * hd];
+                let qh = &mut q[t * hq + h * hd..][..hd];
+                qh.copy_from_slice(&src[..hd]);
+                gate[t * hq + h * hd..][..hd].copy_from_slice(&src[hd..]);
+                ops::rms_norm_inplace(qh, &w.q_norm, d.eps);
+                ops::rope_neox_inplace(qh, d.n_rot, &cos, &sin);
+            }
+            for h in 0..d.n_head_kv {
+                let kh = &mut k[t * kvw + h * hd..][..hd];
+                ops::rms_norm_inplace(kh, &w.k_norm, d.eps);
+                ops::rope_neox_inplace(kh, d.n_rot, &cos, &sin);
+            }
         }
     }
-    kv.k.extend_from_slice(&k);
-    kv.v.extend_from_slice(&v);
-    let n_ctx = kv.len(d);
+    for (s, kv) in rows.spans.iter().zip(kvs.iter_mut()) {
+        debug_assert_eq!(kv.len(d), s.pos0, "a sequence's KV holds its positions");
+        kv.k.extend_from_slice(&k[s.start * kvw..(s.start + s.len) * kvw]);
+        kv.v.extend_from_slice(&v[s.start * kvw..(s.start + s.len) * kvw]);
+    }
 
-    // softmax(q kᵀ / √d) v per (token, head); one task per head.
+    // softmax(q kᵀ / √d) v per (token, head); one task per (sequence, head).
     let scale = 1.0 / (hd as f32).sqrt();
     let group = d.n_head / d.n_head_kv;
     let mut out = vec![0.0f32; n * hq];
     {
         let out_p = SharedMut::new(&mut out);
-        let (q, kv) = (&q, &*kv);
-        ctx.pool.run(d.n_head, &|h| {
+        let q = &q;
+        let caches: Vec<&KvCache> = kvs.iter().map(|kv| &**kv).collect();
+        ctx.pool.run(rows.spans.len() * d.n_head, &|task| {
+            let (si, h) = (task / d.n_head, task % d.n_head);
+            let (s, kv) = (&rows.spans[si], caches[si]);
             let kvh = h / group;
+            let n_ctx = kv.len(d);
             let mut scores = vec![0.0f32; n_ctx];
             let mut lanes = vec![0.0f32; 32 * hd];
-            for t in 0..n {
-                let visible = pos0 + t + 1;
+            for i in 0..s.len {
+                let t = s.start + i;
+                let visible = s.pos0 + i + 1;
                 let qh = &q[t * hq + h * hd..][..hd];
                 for (p, sc) in scores[..visible].iter_mut().enumerate() {
                     let kh = &kv.k[p * kvw + kvh * hd..][..hd];
@@ -122,10 +136,10 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], n: usize, po
                 }
                 // llama.cpp's kq row is n_kv long, the KV size padded to 256, masked past `visible`.
                 ops::softmax_masked_inplace(&mut scores[..visible], visible.next_multiple_of(256));
-                // SAFETY: task h writes only head h's slice of each token's output.
+                // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
                 let oh = unsafe { out_p.slice(t * hq + h * hd, hd) };
                 let v_at = |p: usize| &kv.v[p * kvw + kvh * hd..][..hd];
-                weighted_v_sum(&scores[..visible], v_at, n == 1, &mut lanes, oh);
+                weighted_v_sum(&scores[..visible], v_at, s.len == 1, &mut lanes, oh);
             }
         });
     }
@@ -134,7 +148,7 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], n: usize, po
     }
     drop(sp);
     let _sp = ctx.span(Op::AttnProj);
-    ctx.mm(&w.o, &out, n)
+    ctx.mm_rows1(&w.o, &out, rows)
 }
 
 

@@ -2,6 +2,7 @@
 //! live in. Matrix products go through here so every block uses the same dispatch rule
 //! (one token: matrix × vector; several: batched matrix × matrix, activations quantized once).
 
+use crate::batch::{self, Rows};
 use crate::ops::SharedMut;
 use crate::profile::{Op, Profiler, Span};
 use crate::weights::Mat;
@@ -16,11 +17,18 @@ pub struct Ctx<'a> {
     pub chunked_scan: bool,
 }
 
-/// One matrix × vector product of a batch: y = W·x.
+/// One matrix × vector product of a batch: y = W·x, for one token or several single-token
+/// rows (x: n_tok × cols, y: n_tok × rows), each row in the one-token order.
 pub struct MvJob<'b> {
     pub w: QMatrix<'b>,
     pub x: &'b [f32],
     pub y: &'b mut [f32],
+}
+
+impl MvJob<'_> {
+    fn n_tok(&self) -> usize {
+        self.x.len() / self.w.cols.max(1)
+    }
 }
 
 impl<'a> Ctx<'a> {
@@ -51,6 +59,47 @@ impl<'a> Ctx<'a> {
         ys
     }
 
+    /// `mm_many` over a batch of several sequences (`Rows`), batch-invariantly: the decode rows
+    /// of all sequences share one pass over each matrix, every row in the one-token order (the
+    /// bits `mm_many` gives it alone), and each longer span takes the product of its own row
+    /// count, as if it ran alone. One sequence: exactly `mm_many`.
+    pub fn mm_rows(&self, ws: &[&Mat], x: &[f32], rows: &Rows) -> Vec<Vec<f32>> {
+        if rows.is_single() {
+            return self.mm_many(ws, x, rows.n);
+        }
+        let cols = ws.first().map_or(0, |w| w.cols);
+        debug_assert!(ws.iter().all(|w| w.cols == cols));
+        let mut ys: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0f32; rows.n * w.rows]).collect();
+        let dec = rows.decode_rows();
+        if !dec.is_empty() {
+            let xd = batch::gather(x, cols, &dec);
+            let mut yd: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0f32; dec.len() * w.rows]).collect();
+            {
+                let mut jobs: Vec<MvJob> =
+                    ws.iter().zip(yd.iter_mut()).map(|(w, y)| MvJob { w: w.q(self.file), x: &xd, y }).collect();
+                self.mv_batch(&mut jobs);
+            }
+            for ((w, y), src) in ws.iter().zip(ys.iter_mut()).zip(&yd) {
+                batch::scatter(src, w.rows, &dec, y);
+            }
+        }
+        for s in rows.multi_row_spans() {
+            for (w, y) in ws.iter().zip(ys.iter_mut()) {
+                let r = s.rows();
+                self.mm_into(w.q(self.file), &x[r.start * cols..r.end * cols], s.len, &mut y[r.start * w.rows..r.end * w.rows]);
+            }
+        }
+        ys
+    }
+
+    /// `mm_rows` of one matrix.
+    pub fn mm_rows1(&self, w: &Mat, x: &[f32], rows: &Rows) -> Vec<f32> {
+        if rows.is_single() {
+            return self.mm(w, x, rows.n);
+        }
+        self.mm_rows(&[w], x, rows).pop().expect("one matrix, one product")
+    }
+
     pub fn mm_into(&self, w: QMatrix, x: &[f32], n: usize, y: &mut [f32]) {
         debug_assert_eq!(x.len(), n * w.cols);
         debug_assert_eq!(y.len(), n * w.rows);
@@ -66,19 +115,26 @@ impl<'a> Ctx<'a> {
     /// routed experts of a layer) divides the dispatch count and lets threads balance across
     /// matrices. Activations are quantized once per distinct (input, activation format).
     pub fn mv_batch(&self, jobs: &mut [MvJob]) {
-        let mut acts: Vec<(usize, GgmlType, Vec<u8>)> = Vec::new();
+        // (input address, its length, activation format) → its quantized rows, back to back
+        let mut acts: Vec<(usize, usize, GgmlType, Vec<u8>)> = Vec::new();
         let mut act_of = Vec::with_capacity(jobs.len());
         for j in jobs.iter() {
-            debug_assert_eq!(j.x.len(), j.w.cols);
-            debug_assert_eq!(j.y.len(), j.w.rows);
+            let n_tok = j.n_tok();
+            debug_assert_eq!(j.x.len(), n_tok * j.w.cols);
+            debug_assert_eq!(j.y.len(), n_tok * j.w.rows);
             let vd = xwen_kernels::vec_dot_type(j.w.ty);
-            let key = (j.x.as_ptr() as usize, vd);
-            let idx = match acts.iter().position(|a| (a.0, a.1) == key) {
+            let key = (j.x.as_ptr() as usize, j.x.len(), vd);
+            let idx = match acts.iter().position(|a| (a.0, a.1, a.2) == key) {
                 Some(i) => i,
                 None => {
+                    // every row with the one-token quantizer (matvec's), never the 4-row one
                     let mut buf = Vec::new();
-                    xwen_kernels::quantize_activations(j.w.ty, j.x, &mut buf);
-                    acts.push((key.0, key.1, buf));
+                    let mut row = Vec::new();
+                    for xr in j.x.chunks_exact(j.w.cols) {
+                        xwen_kernels::quantize_activations(j.w.ty, xr, &mut row);
+                        buf.extend_from_slice(&row);
+                    }
+                    acts.push((key.0, key.1, key.2, buf));
                     acts.len() - 1
                 }
             };
@@ -98,7 +154,8 @@ impl<'a> Ctx<'a> {
             }
         }
         let mats: Vec<QMatrix> = jobs.iter().map(|j| j.w).collect();
-        let dots: Vec<_> = mats
+        let n_toks: Vec<usize> = jobs.iter().map(|j| j.n_tok()).collect();
+        let kernels: Vec<_> = mats
             .iter()
             .map(|w| xwen_kernels::dispatch::row_kernel(w.ty, w.rows).expect("weight type validated at load"))
             .collect();
@@ -106,10 +163,25 @@ impl<'a> Ctx<'a> {
         self.pool.run(tasks.len(), &|ti| {
             let (ji, r0, r1) = tasks[ti];
             let w = &mats[ji];
-            let act = &acts[act_of[ji]].2;
-            // SAFETY: rows r0..r1 of job ji belong to this task alone.
-            let y = unsafe { outs[ji].slice(r0, r1 - r0) };
-            xwen_kernels::dot_rows(w, dots[ji], act, r0, y);
+            let act = &acts[act_of[ji]].3;
+            let n_tok = n_toks[ji];
+            if n_tok == 1 {
+                // SAFETY: rows r0..r1 of job ji belong to this task alone.
+                let y = unsafe { outs[ji].slice(r0, r1 - r0) };
+                xwen_kernels::dot_rows(w, kernels[ji], act, r0, y);
+                return;
+            }
+            // several decode rows: one read of each weight row for all of them, then each
+            // token's results to its own row of y (token-major)
+            let mut tile = vec![0.0f32; (r1 - r0) * n_tok];
+            xwen_kernels::dot_rows_tokens(w, kernels[ji], act, n_tok, r0, &mut tile);
+            for t in 0..n_tok {
+                // SAFETY: rows r0..r1 of every token of job ji belong to this task alone.
+                let y = unsafe { outs[ji].slice(t * w.rows + r0, r1 - r0) };
+                for (i, yi) in y.iter_mut().enumerate() {
+                    *yi = tile[i * n_tok + t];
+                }
+            }
         });
     }
 }

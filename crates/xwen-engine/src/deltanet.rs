@@ -8,6 +8,7 @@
 //! Decode runs that recurrence; prefill runs the equivalent chunked (WY) form over chunks of 64,
 //! which turns the per-token outer products into small matrix products.
 
+use crate::batch::Rows;
 use crate::compute::Ctx;
 use crate::ops::{self, SharedMut};
 use crate::profile::Op;
@@ -107,20 +108,31 @@ pub const CHUNK: usize = 64;
 /// Token count from which prefill switches from the recurrence to the chunked form.
 pub const CHUNKED_MIN_TOKENS: usize = 8;
 
-/// Mixer output for `n` tokens of normalized input `x` (n × hidden) → n × hidden.
-pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], n: usize, st: &mut DeltaState) -> Vec<f32> {
+/// Mixer output for the batch `rows` of normalized input `x` (rows.n × hidden) → rows.n ×
+/// hidden; `states[i]` is span i's sequence's state, advanced over the span.
+pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &Rows, states: &mut [&mut DeltaState]) -> Vec<f32> {
+    assert_eq!(states.len(), rows.spans.len(), "one recurrent state per span");
+    let n = rows.n;
     let cd = d.conv_dim();
     let (hk, hv, sd) = (d.n_k_heads, d.n_v_heads, d.head_dim);
 
     let sp = ctx.span(Op::DeltaProj);
     // qkv [n × conv_dim], z [n × value_dim], β and α [n × H_v]
-    let mut p = ctx.mm_many(&[&w.qkv, &w.gate, &w.beta, &w.alpha], x, n).into_iter();
-    let (qkv, z, braw, araw) = (p.next().unwrap(), p.next().unwrap(), p.next().unwrap(), p.next().unwrap());
+    let mut p = ctx.mm_rows(&[&w.qkv, &w.gate, &w.beta, &w.alpha], x, rows).into_iter();
+    let (qkv, z, beta_in, alpha_in) = (p.next().unwrap(), p.next().unwrap(), p.next().unwrap(), p.next().unwrap());
 
     drop(sp);
     let sp = ctx.span(Op::DeltaConv);
-    // Causal depthwise convolution over the fused stream, state prepended, then SiLU.
-    let conv_out = conv_silu(ctx, &w.conv, d, &qkv, n, &mut st.conv);
+    // Causal depthwise convolution over each sequence's fused stream, its state prepended, then SiLU.
+    let conv_out: Vec<f32> = if rows.is_single() {
+        conv_silu(ctx, &w.conv, d, &qkv, n, &mut states[0].conv)
+    } else {
+        let mut all = Vec::with_capacity(n * cd);
+        for (s, st) in rows.spans.iter().zip(states.iter_mut()) {
+            all.extend(conv_silu(ctx, &w.conv, d, &qkv[s.start * cd..(s.start + s.len) * cd], s.len, &mut st.conv));
+        }
+        all
+    };
 
     // Split into per-head q, k (L2-normalized) and v; β = sigmoid, g = a·softplus(α + dt).
     let mut q = vec![0.0f32; n * hk * sd];
@@ -144,11 +156,11 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], n: usiz
             }
         });
     }
-    let mut beta = braw;
+    let mut beta = beta_in;
     for b in beta.iter_mut() {
         *b = ops::sigmoid(*b);
     }
-    let mut g = araw;
+    let mut g = alpha_in;
     for t in 0..n {
         for h in 0..hv {
             let i = t * hv + h;
@@ -158,21 +170,36 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], n: usiz
 
     drop(sp);
     let sp = ctx.span(Op::DeltaScan);
-    // The delta rule, one task per V-head.
+    // The delta rule, one task per (sequence, V-head).
     let mut o = vec![0.0f32; n * hv * sd];
     {
-        let o_ptr = SharedMut::new(&mut o);
-        let s_ptr = SharedMut::new(&mut st.s);
+        let o_all = SharedMut::new(&mut o);
+        let s_ptrs: Vec<SharedMut<f32>> = states.iter_mut().map(|st| SharedMut::new(&mut st.s)).collect();
         let (q, k, v, g, beta) = (&q, &k, &v, &g, &beta);
-        let chunked = ctx.chunked_scan && n >= CHUNKED_MIN_TOKENS;
-        ctx.pool.run(hv, &|h| {
-            // SAFETY: task h touches only head h's state and head h's output columns.
-            let s = unsafe { s_ptr.slice(h * sd * sd, sd * sd) };
-            let io = HeadIo { q, k, v, g, beta, h, hk, hv, sd };
-            if chunked {
-                head_chunked(&io, n, s, o_ptr);
+        ctx.pool.run(rows.spans.len() * hv, &|task| {
+            let (si, h) = (task / hv, task % hv);
+            let span = &rows.spans[si];
+            let (a, b) = (span.start, span.start + span.len);
+            // SAFETY: task (si, h) touches only head h's state of sequence si and head h's
+            // output columns of that sequence's rows.
+            let s = unsafe { s_ptrs[si].slice(h * sd * sd, sd * sd) };
+            let base = o_all; // the whole Sync wrapper, not its raw field
+            let o_span = SharedMut(unsafe { base.0.add(a * hv * sd) });
+            let io = HeadIo {
+                q: &q[a * hk * sd..b * hk * sd],
+                k: &k[a * hk * sd..b * hk * sd],
+                v: &v[a * hv * sd..b * hv * sd],
+                g: &g[a * hv..b * hv],
+                beta: &beta[a * hv..b * hv],
+                h,
+                hk,
+                hv,
+                sd,
+            };
+            if ctx.chunked_scan && span.len >= CHUNKED_MIN_TOKENS {
+                head_chunked(&io, span.len, s, o_span);
             } else {
-                head_recurrent(&io, n, s, o_ptr);
+                head_recurrent(&io, span.len, s, o_span);
             }
         });
     }
@@ -198,7 +225,7 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], n: usiz
             }
         });
     }
-    ctx.mm(&w.out, &o, n)
+    ctx.mm_rows1(&w.out, &o, rows)
 }
 
 /// f(t0, t1) over chunks of the n tokens on the pool: the per-token elementwise steps around the

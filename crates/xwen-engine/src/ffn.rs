@@ -1,6 +1,7 @@
 //! Dense SwiGLU feed-forward: down(silu(gate·x) ⊙ up·x). Used by qwen35 layers and, with its
 //! own tensors, as the MoE shared expert.
 
+use crate::batch::Rows;
 use crate::compute::Ctx;
 use crate::error::Result;
 use crate::weights::{Loader, Mat};
@@ -23,10 +24,11 @@ impl FfnWeights {
     }
 }
 
-pub fn forward(ctx: &Ctx, w: &FfnWeights, x: &[f32], n: usize) -> Vec<f32> {
-    let mut p = ctx.mm_many(&[&w.gate, &w.up], x, n).into_iter();
+/// The FFN of the batch `rows` of normalized input x (rows.n × hidden).
+pub fn forward(ctx: &Ctx, w: &FfnWeights, x: &[f32], rows: &Rows) -> Vec<f32> {
+    let mut p = ctx.mm_rows(&[&w.gate, &w.up], x, rows).into_iter();
     let h = swiglu_rows(&p.next().unwrap(), &p.next().unwrap(), w.gate.rows);
-    ctx.mm(&w.down, &h, n)
+    ctx.mm_rows1(&w.down, &h, rows)
 }
 
 /// silu(g)·u over ONE row, as llama.cpp's `ggml_swiglu_split(gate, up)` (ggml's vector expf on

@@ -2,6 +2,7 @@
 //! API. The library never prints, exits or reads environment variables; errors are returned.
 
 pub mod attention;
+pub mod batch;
 pub mod checkpoint;
 pub mod compute;
 pub mod config;
@@ -30,7 +31,7 @@ pub use error::{EngineError, Result};
 pub use expert_store::{ExpertStore, ResidentExperts};
 pub use memory_plan::MemoryPlan;
 pub use streamed_experts::{ExpertCacheStats, StreamedExperts};
-pub use model::{LogitsMode, Model, KNOWN_UNIMPLEMENTED_ARCHS, SUPPORTED_ARCHS};
+pub use model::{LogitsMode, Model, SeqStep, KNOWN_UNIMPLEMENTED_ARCHS, SUPPORTED_ARCHS};
 pub use state::{SeqState, Snapshot};
 pub use generate::{generate, GenStats, GenerateRequest, StopReason};
 pub use sampler::{Sampler, SamplerConfig, SamplingParams};

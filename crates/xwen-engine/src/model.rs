@@ -25,6 +25,14 @@ pub enum LogitsMode {
     None,
 }
 
+/// One sequence's part of a batched forward step (`Model::forward_batch`).
+pub struct SeqStep<'a> {
+    pub state: &'a mut SeqState,
+    /// The tokens this step feeds, at `state.pos` onwards.
+    pub tokens: &'a [u32],
+    pub logits: LogitsMode,
+}
+
 /// Architectures xwen recognizes; only some are implemented.
 pub const SUPPORTED_ARCHS: &[&str] = &["qwen35", "qwen35moe"];
 pub const KNOWN_UNIMPLEMENTED_ARCHS: &[&str] = &["qwen3next", "kimi-linear"];
@@ -189,18 +197,10 @@ impl Model {
         if tokens.is_empty() {
             return Err(EngineError::EmptyInput);
         }
-        let need = state.pos + tokens.len();
-        if need > self.cfg.max_ctx {
-            return Err(EngineError::ContextFull { need, max: self.cfg.max_ctx });
-        }
         let n = tokens.len();
-        let rows = match mode {
-            LogitsMode::All => 0..n,
-            LogitsMode::Last => n - 1..n,
-            LogitsMode::None => n..n,
-        };
         if self.plan.is_some() && n > PREFILL_BATCH {
             // under a budget, prompts run in batches: the plan's scratch covers one batch
+            self.check_context(state, n)?;
             let mut out = Vec::new();
             let mut at = 0;
             while at < n {
@@ -215,9 +215,71 @@ impl Model {
             }
             return Ok(out);
         }
+        let mut step = [SeqStep { state, tokens, logits: mode }];
+        Ok(self.forward_batch(&mut step)?.pop().unwrap_or_default())
+    }
+
+    /// Rows one batch may hold: a budgeted model's scratch covers `PREFILL_BATCH` rows; a
+    /// mapped one has no limit of its own.
+    pub fn max_batch_rows(&self) -> usize {
+        if self.plan.is_some() {
+            PREFILL_BATCH
+        } else {
+            usize::MAX
+        }
+    }
+
+    /// One forward step over several sequences at once — any mix of decode rows (one token)
+    /// and prefill chunks, each sequence at its own position in its own state. Weights are read
+    /// once per step for all decode rows. Returns each step's requested logits, in order.
+    ///
+    /// Batch invariance: a sequence's logits are the bits it gets when run alone with the same
+    /// span sizes (`forward` with these tokens), whatever else shares the batch.
+    pub fn forward_batch(&self, steps: &mut [SeqStep]) -> Result<Vec<Vec<f32>>> {
+        if steps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut rows = 0usize;
+        for (i, s) in steps.iter().enumerate() {
+            if s.tokens.is_empty() {
+                return Err(EngineError::EmptyInput);
+            }
+            self.check_context(s.state, s.tokens.len())?;
+            if steps[..i].iter().any(|o| std::ptr::eq(&*o.state, &*s.state)) {
+                return Err(EngineError::State(format!("sequence {i} appears twice in one batch")));
+            }
+            rows += s.tokens.len();
+        }
+        if rows > self.max_batch_rows() {
+            return Err(EngineError::State(format!(
+                "a batch of {rows} rows exceeds the {} rows the RAM plan's scratch holds: split the prompt",
+                self.max_batch_rows()
+            )));
+        }
+        let out_rows: Vec<std::ops::Range<usize>> = steps
+            .iter()
+            .map(|s| {
+                let n = s.tokens.len();
+                match s.logits {
+                    LogitsMode::All => 0..n,
+                    LogitsMode::Last => n - 1..n,
+                    LogitsMode::None => n..n,
+                }
+            })
+            .collect();
+        let tokens: Vec<&[u32]> = steps.iter().map(|s| s.tokens).collect();
+        let mut states: Vec<&mut SeqState> = steps.iter_mut().map(|s| &mut *s.state).collect();
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
         let ctx = Ctx { pool: &self.pool, file: &self.file, prof: &self.prof, chunked_scan: self.cfg.chunked_prefill };
-        self.net.forward(&ctx, self.store.as_ref(), state, tokens, rows)
+        self.net.forward(&ctx, self.store.as_ref(), &mut states, &tokens, &out_rows)
+    }
+
+    fn check_context(&self, state: &SeqState, n: usize) -> Result<()> {
+        let need = state.pos + n;
+        if need > self.cfg.max_ctx {
+            return Err(EngineError::ContextFull { need, max: self.cfg.max_ctx });
+        }
+        Ok(())
     }
 
     /// Per-op (name, seconds, calls) since load or the last reset; empty unless

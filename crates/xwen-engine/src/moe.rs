@@ -3,6 +3,7 @@
 //! 6.103515625e-5) → Σ_e p_e · expert_e(x), plus the shared expert scaled by
 //! sigmoid(gate_inp_shexp · x).
 
+use crate::batch::{self, Rows};
 use crate::compute::{Ctx, MvJob};
 use crate::ops::SharedMut;
 use xwen_kernels::{Pool, QMatrix};
@@ -74,7 +75,39 @@ pub fn route(logits: &[f32], n_used: usize) -> Route {
     Route { experts: idx, weights: w }
 }
 
-/// MoE output for n tokens of normalized input x (n × hidden).
+/// MoE output for the batch `rows` of normalized input x (rows.n × hidden). Batch-invariant:
+/// the decode rows of all sequences run together in the one-token order (`forward_decode_rows`),
+/// sharing each expert's read among the rows that chose it; each longer span runs alone.
+#[allow(clippy::too_many_arguments)] // the layer's weights, geometry, store and batch
+pub fn forward_rows(
+    ctx: &Ctx,
+    w: &MoeWeights,
+    d: &MoeDims,
+    store: &dyn ExpertStore,
+    layer: usize,
+    x: &[f32],
+    rows: &Rows,
+    hidden: usize,
+) -> Result<Vec<f32>> {
+    if rows.is_single() {
+        return forward(ctx, w, d, store, layer, x, rows.n, hidden);
+    }
+    let mut out = vec![0.0f32; rows.n * hidden];
+    let dec = rows.decode_rows();
+    if !dec.is_empty() {
+        let xd = batch::gather(x, hidden, &dec);
+        let yd = forward_decode_rows(ctx, w, d, store, layer, &xd, dec.len(), hidden)?;
+        batch::scatter(&yd, hidden, &dec, &mut out);
+    }
+    for s in rows.multi_row_spans() {
+        let r = s.rows();
+        let y = forward(ctx, w, d, store, layer, &x[r.start * hidden..r.end * hidden], s.len, hidden)?;
+        out[r.start * hidden..r.end * hidden].copy_from_slice(&y);
+    }
+    Ok(out)
+}
+
+/// MoE output for n tokens of normalized input x (n × hidden) of one sequence.
 #[allow(clippy::too_many_arguments)] // the layer's weights, geometry, store and position
 pub fn forward(
     ctx: &Ctx,
@@ -200,7 +233,7 @@ pub fn forward(
     drop(sp);
     let _sp = ctx.span(Op::MoeShared);
     if let Some(sh) = &w.shared {
-        let y = ffn::forward(ctx, sh, x, n);
+        let y = ffn::forward(ctx, sh, x, &Rows::single(n, 0));
         for t in 0..n {
             let xt = &x[t * hidden..(t + 1) * hidden];
             let gate = match &w.shared_gate {
@@ -316,6 +349,120 @@ fn forward_one(
         };
         for (o, &v) in out.iter_mut().zip(&ys[k * hidden..]) {
             *o += v * gate;
+        }
+    }
+    Ok(out)
+}
+
+/// `forward_one` for `m` decode rows of different sequences at once (x: m × hidden): every
+/// row's products in the one-token order and its experts summed in its own selection order, so
+/// each row gets the bits `forward_one` gives it alone, while an expert chosen by several rows
+/// is read once for all of them. The union of the rows' experts is fetched in groups no larger
+/// than the memory plan's experts in flight, so a streamed store stays inside its budget.
+#[allow(clippy::too_many_arguments)] // the layer's weights, geometry, store and rows
+fn forward_decode_rows(
+    ctx: &Ctx,
+    w: &MoeWeights,
+    d: &MoeDims,
+    store: &dyn ExpertStore,
+    layer: usize,
+    x: &[f32],
+    m: usize,
+    hidden: usize,
+) -> Result<Vec<f32>> {
+    let sp = ctx.span(Op::MoeRouter);
+    let mut logits = vec![0.0f32; m * d.n_expert];
+    let sff = w.shared.as_ref().map_or(0, |s| s.gate.rows);
+    let (mut sg, mut su) = (vec![0.0f32; m * sff], vec![0.0f32; m * sff]);
+    {
+        let mut jobs = vec![MvJob { w: w.router.q(ctx.file), x, y: &mut logits }];
+        if let Some(sh) = &w.shared {
+            jobs.push(MvJob { w: sh.gate.q(ctx.file), x, y: &mut sg });
+            jobs.push(MvJob { w: sh.up.q(ctx.file), x, y: &mut su });
+        }
+        ctx.mv_batch(&mut jobs);
+    }
+    let routes: Vec<Route> = logits.chunks_exact(d.n_expert).map(|l| route(l, d.n_used)).collect();
+    drop(sp);
+
+    let sp = ctx.span(Op::MoeExperts);
+    // the distinct experts of all rows, in order of first choice, each with its (row, slot)s
+    let mut union: Vec<usize> = Vec::new();
+    let mut users: Vec<Vec<(usize, usize)>> = Vec::new();
+    for (row, r) in routes.iter().enumerate() {
+        for (slot, &e) in r.experts.iter().enumerate() {
+            let i = match union.iter().position(|&u| u == e) {
+                Some(i) => i,
+                None => {
+                    union.push(e);
+                    users.push(Vec::new());
+                    union.len() - 1
+                }
+            };
+            users[i].push((row, slot));
+        }
+    }
+    let ff = d.expert_ff;
+    let k = d.n_used;
+    // ys[row * k + slot]: that row's unweighted output of its slot's expert
+    let mut ys = vec![0.0f32; m * k * hidden];
+    let group = if store.streams() { d.n_used.max(2 * PREFILL_READ_AHEAD) } else { union.len().max(1) };
+    for (ids, who) in union.chunks(group).zip(users.chunks(group)) {
+        let handles = store.experts(layer, ids)?;
+        let xe: Vec<Vec<f32>> = who.iter().map(|u| batch::gather(x, hidden, &u.iter().map(|&(r, _)| r).collect::<Vec<_>>())).collect();
+        let mut gu: Vec<(Vec<f32>, Vec<f32>)> = who.iter().map(|u| (vec![0.0f32; u.len() * ff], vec![0.0f32; u.len() * ff])).collect();
+        {
+            let mut jobs = Vec::with_capacity(2 * handles.len());
+            for ((h, xr), (g, u)) in handles.iter().zip(&xe).zip(gu.iter_mut()) {
+                jobs.push(MvJob { w: h.gate(), x: xr, y: g });
+                jobs.push(MvJob { w: h.up(), x: xr, y: u });
+            }
+            ctx.mv_batch(&mut jobs);
+        }
+        // SwiGLU per row, each row alone (as forward_one's single-row swiglu)
+        let act: Vec<Vec<f32>> = gu
+            .iter()
+            .map(|(g, u)| g.chunks_exact(ff).zip(u.chunks_exact(ff)).flat_map(|(gr, ur)| ffn::swiglu(gr, ur)).collect())
+            .collect();
+        let mut down: Vec<Vec<f32>> = who.iter().map(|u| vec![0.0f32; u.len() * hidden]).collect();
+        {
+            let mut jobs: Vec<MvJob> =
+                handles.iter().zip(&act).zip(down.iter_mut()).map(|((h, a), y)| MvJob { w: h.down(), x: a, y }).collect();
+            ctx.mv_batch(&mut jobs);
+        }
+        for (u, y) in who.iter().zip(&down) {
+            for (j, &(row, slot)) in u.iter().enumerate() {
+                ys[(row * k + slot) * hidden..][..hidden].copy_from_slice(&y[j * hidden..(j + 1) * hidden]);
+            }
+        }
+    }
+    let mut ysh = vec![0.0f32; m * hidden];
+    if let Some(sh) = &w.shared {
+        let act: Vec<f32> = sg.chunks_exact(sff).zip(su.chunks_exact(sff)).flat_map(|(g, u)| ffn::swiglu(g, u)).collect();
+        let mut jobs = vec![MvJob { w: sh.down.q(ctx.file), x: &act, y: &mut ysh }];
+        ctx.mv_batch(&mut jobs);
+    }
+    let mut out = vec![0.0f32; m * hidden];
+    for (row, r) in routes.iter().enumerate() {
+        let o = &mut out[row * hidden..(row + 1) * hidden];
+        for (slot, &p) in r.weights.iter().enumerate() {
+            for (a, &v) in o.iter_mut().zip(&ys[(row * k + slot) * hidden..][..hidden]) {
+                *a += v * p;
+            }
+        }
+    }
+    drop(sp);
+    let _sp = ctx.span(Op::MoeShared);
+    if w.shared.is_some() {
+        for row in 0..m {
+            let xr = &x[row * hidden..(row + 1) * hidden];
+            let gate = match &w.shared_gate {
+                Some(gw) => ops::sigmoid(ops::dot(gw, xr)),
+                None => 1.0,
+            };
+            for (o, &v) in out[row * hidden..(row + 1) * hidden].iter_mut().zip(&ysh[row * hidden..(row + 1) * hidden]) {
+                *o += v * gate;
+            }
         }
     }
     Ok(out)

@@ -8,6 +8,7 @@
 //!   x = h + ffn(rms_norm(h)·post_attention_norm)  ffn   = SwiGLU | MoE + shared expert
 
 use crate::attention::{self, AttnDims, AttnWeights, KvCache};
+use crate::batch::Rows;
 use crate::compute::Ctx;
 use crate::deltanet::{self, DeltaDims, DeltaNetWeights, DeltaState};
 use crate::error::{EngineError, Result};
@@ -202,26 +203,34 @@ impl Qwen35 {
         SeqState { pos: 0, layers }
     }
 
-    /// Runs `tokens` through the trunk; returns the final hidden states (after output_norm) of
-    /// the rows in `out_rows`, then their logits.
+    /// Runs a batch through the trunk: sequence i's `tokens[i]` at its own position in
+    /// `states[i]`. Returns per sequence the logits of its rows `out_rows[i]` (row-major,
+    /// rows × n_vocab). Batch-invariant (see `crate::batch`): each sequence's logits are the
+    /// bits it would get alone.
     pub fn forward(
         &self,
         ctx: &Ctx,
         store: &dyn ExpertStore,
-        st: &mut SeqState,
-        tokens: &[u32],
-        out_rows: std::ops::Range<usize>,
-    ) -> Result<Vec<f32>> {
-        let n = tokens.len();
+        states: &mut [&mut SeqState],
+        tokens: &[&[u32]],
+        out_rows: &[std::ops::Range<usize>],
+    ) -> Result<Vec<Vec<f32>>> {
+        assert!(states.len() == tokens.len() && tokens.len() == out_rows.len(), "one state, span and logits range per sequence");
         let h = self.cfg.hidden;
-        let pos0 = st.pos;
+        let rows = Rows::from_lens(tokens.iter().zip(states.iter()).map(|(t, s)| (t.len(), s.pos)));
+        let n = rows.n;
+        for (i, st) in states.iter().enumerate() {
+            if st.layers.len() != self.layers.len() {
+                return Err(EngineError::State(format!("sequence {i}: a state of {} layers for a model of {}", st.layers.len(), self.layers.len())));
+            }
+        }
 
-        // Embedding rows dequantized from token_embd.
+        // Embedding rows dequantized from token_embd: x [n × hidden]
         let sp = ctx.span(Op::Embed);
         let mut x = vec![0.0f32; n * h];
         let emb = self.tok_embd.q(ctx.file);
         let rb = self.tok_embd.row_bytes();
-        for (t, &id) in tokens.iter().enumerate() {
+        for (t, &id) in tokens.iter().flat_map(|t| t.iter()).enumerate() {
             let id = id as usize;
             if id >= self.cfg.n_vocab {
                 return Err(EngineError::TokenOutOfRange { id: id as u32, n_vocab: self.cfg.n_vocab });
@@ -233,43 +242,92 @@ impl Qwen35 {
         drop(sp);
         let mut xn = vec![0.0f32; n * h];
         for (il, layer) in self.layers.iter().enumerate() {
+            // h = x + mixer(rms_norm(x)·attn_norm)
             let sp = ctx.span(Op::Norms);
-            for t in 0..n {
-                ops::rms_norm(&x[t * h..(t + 1) * h], &layer.attn_norm, self.cfg.eps, &mut xn[t * h..(t + 1) * h]);
-            }
+            rms_norm_rows(&x, &layer.attn_norm, self.cfg.eps, h, &mut xn);
             drop(sp);
-            let mix = match (&layer.mixer, &mut st.layers[il]) {
-                (Mixer::Attn(w), LayerState::Attn(kv)) => attention::forward(ctx, w, &self.cfg.attn, &xn, n, pos0, kv),
-                (Mixer::Delta(w), LayerState::Delta(ds)) => deltanet::forward(ctx, w, &self.cfg.delta, &xn, n, ds),
-                _ => return Err(EngineError::State(format!("layer {il}: state kind does not match the model"))),
+            let mix = match &layer.mixer {
+                Mixer::Attn(w) => {
+                    let mut kvs = layer_states(states, il, |l| match l {
+                        LayerState::Attn(kv) => Some(kv),
+                        _ => None,
+                    })?;
+                    attention::forward(ctx, w, &self.cfg.attn, &xn, &rows, &mut kvs)
+                }
+                Mixer::Delta(w) => {
+                    let mut ds = layer_states(states, il, |l| match l {
+                        LayerState::Delta(d) => Some(d),
+                        _ => None,
+                    })?;
+                    deltanet::forward(ctx, w, &self.cfg.delta, &xn, &rows, &mut ds)
+                }
             };
             add_inplace(&mut x, &mix);
+            // x = h + ffn(rms_norm(h)·post_attention_norm)
             let sp = ctx.span(Op::Norms);
-            for t in 0..n {
-                ops::rms_norm(&x[t * h..(t + 1) * h], &layer.post_attn_norm, self.cfg.eps, &mut xn[t * h..(t + 1) * h]);
-            }
+            rms_norm_rows(&x, &layer.post_attn_norm, self.cfg.eps, h, &mut xn);
             drop(sp);
             let f = match &layer.ffn {
                 Ffn::Dense(w) => {
                     let _sp = ctx.span(Op::FfnDense);
-                    ffn::forward(ctx, w, &xn, n)
+                    ffn::forward(ctx, w, &xn, &rows)
                 }
-                Ffn::Moe(w) => moe::forward(ctx, w, self.cfg.moe.as_ref().expect("moe dims"), store, il, &xn, n, h)?,
+                Ffn::Moe(w) => moe::forward_rows(ctx, w, self.cfg.moe.as_ref().expect("moe dims"), store, il, &xn, &rows, h)?,
             };
             add_inplace(&mut x, &f);
         }
-        st.pos += n;
-
-        let rows = out_rows.len();
-        if rows == 0 {
-            return Ok(Vec::new());
+        for (st, t) in states.iter_mut().zip(tokens) {
+            st.pos += t.len();
         }
+
+        // logits of the rows asked for: each sequence's rows one span of the head's batch
         let _sp = ctx.span(Op::LmHead);
-        let mut hn = vec![0.0f32; rows * h];
-        for (i, t) in out_rows.enumerate() {
+        let wanted: Vec<usize> = rows
+            .spans
+            .iter()
+            .zip(out_rows)
+            .flat_map(|(s, r)| r.clone().map(move |i| s.start + i))
+            .collect();
+        if wanted.is_empty() {
+            return Ok(vec![Vec::new(); states.len()]);
+        }
+        let mut hn = vec![0.0f32; wanted.len() * h];
+        for (i, &t) in wanted.iter().enumerate() {
             ops::rms_norm(&x[t * h..(t + 1) * h], &self.output_norm, self.cfg.eps, &mut hn[i * h..(i + 1) * h]);
         }
-        Ok(ctx.mm(&self.output, &hn, rows))
+        let head_rows = Rows::from_lens(out_rows.iter().map(|r| (r.len(), 0)).filter(|&(l, _)| l > 0));
+        let logits = ctx.mm_rows1(&self.output, &hn, &head_rows);
+        let v = self.cfg.n_vocab;
+        let mut at = 0;
+        Ok(out_rows
+            .iter()
+            .map(|r| {
+                let part = logits[at * v..(at + r.len()) * v].to_vec();
+                at += r.len();
+                part
+            })
+            .collect())
+    }
+}
+
+/// Layer `il`'s state of every sequence, as the kind `pick` takes (None = a state that does
+/// not match the model's layer).
+fn layer_states<'s, T>(
+    states: &'s mut [&mut SeqState],
+    il: usize,
+    pick: impl Fn(&'s mut LayerState) -> Option<&'s mut T>,
+) -> Result<Vec<&'s mut T>> {
+    states
+        .iter_mut()
+        .enumerate()
+        .map(|(i, st)| pick(&mut st.layers[il]).ok_or_else(|| EngineError::State(format!("sequence {i}, layer {il}: state kind does not match the model"))))
+        .collect()
+}
+
+/// rms_norm of every row of x (rows of `width`) into y.
+fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, width: usize, y: &mut [f32]) {
+    for (xr, yr) in x.chunks_exact(width).zip(y.chunks_exact_mut(width)) {
+        ops::rms_norm(xr, w, eps, yr);
     }
 }
 
