@@ -16,12 +16,16 @@ use xwen_engine::{LogitsMode, Model};
 
 const USAGE: &str = "usage: xwen bench -m MODEL [-p 512[,N..]] [-n 128[,N..]] [-r 5] [-t THREADS] [--json | -o md|json]
                   [--no-warmup] [--no-prefault] [--ram-budget SIZE]
+       xwen bench -m MODEL --parallel 1,2,4,8 [-p 128[,N..]] [-n 128[,N..]] [-r 1] [-t THREADS] [--json]
        xwen bench --membw [-t THREADS] [-r 5] [--membw-mib 512] [--json | -o md|json]
   -p 0 / -n 0 skip the prefill / decode test; t/s is the median ± sample stddev of the repetitions;
   weights are paged in before the first test unless --no-prefault (llama.cpp populates its mapping).
   --membw measures memory read bandwidth instead (a plain read loop over a buffer much larger than
   the caches, all threads, -r passes): the bandwidth that bounds decode (docs/bench.md \"Floors\").
-  --ram-budget SIZE (12G, auto) streams a MoE model's experts from disk into a bounded cache.";
+  --ram-budget SIZE (12G, auto) streams a MoE model's experts from disk into a bounded cache.
+  --parallel (-npl) N,..: llama-batched-bench's test: N sequences each prefill -p tokens, then decode
+  -n tokens together (batched forward); prints PP TG B N_KV T_PP S_PP T_TG S_TG S_TG/seq T S, or with
+  --json its jsonl fields (pl, pp, tg, speed_pp, speed_tg, speed, ...); times are medians of -r runs.";
 
 #[derive(Clone, Copy, PartialEq)]
 enum Output {
@@ -67,9 +71,12 @@ pub fn run(argv: &[String]) -> Result<()> {
         return Ok(());
     }
     let model_arg = a.value(&["-m", "--model"])?;
-    let prompts = parse_list(a.value(&["-p", "--n-prompt"])?, 512, "-p")?;
-    let gens = parse_list(a.value(&["-n", "--n-gen"])?, 128, "-n")?;
-    let reps: usize = a.parsed(&["-r", "--repetitions"])?.unwrap_or(5);
+    let prompt_arg = a.value(&["-p", "--n-prompt", "-npp"])?;
+    let gen_arg = a.value(&["-n", "--n-gen", "-ntg"])?;
+    let prompts = parse_list(prompt_arg.clone(), 512, "-p")?;
+    let gens = parse_list(gen_arg.clone(), 128, "-n")?;
+    let reps_arg: Option<usize> = a.parsed(&["-r", "--repetitions"])?;
+    let parallel = a.value(&["--parallel", "-npl"])?;
     let no_warmup = a.flag(&["--no-warmup"]);
     let no_prefault = a.flag(&["--no-prefault"]);
     let mut output = if a.flag(&["--json"]) { Output::Json } else { Output::Markdown };
@@ -87,6 +94,8 @@ pub fn run(argv: &[String]) -> Result<()> {
     if let Some(x) = rest.first() {
         bail!("unexpected argument `{x}`\n{USAGE}");
     }
+    // llama-batched-bench runs each configuration once; llama-bench five times
+    let reps = reps_arg.unwrap_or(if parallel.is_some() { 1 } else { 5 });
     if reps == 0 {
         bail!("-r must be at least 1");
     }
@@ -110,6 +119,24 @@ pub fn run(argv: &[String]) -> Result<()> {
         t0.elapsed().as_secs_f64(),
         model.threads()
     );
+    if let Some(pl) = parallel {
+        let parallel = parse_list(Some(pl), 1, "--parallel")?;
+        if parallel.contains(&0) {
+            bail!("--parallel: every count must be at least 1");
+        }
+        let c = crate::bench_parallel::Config {
+            prompts: parse_list(prompt_arg, 128, "-p")?,
+            gens: parse_list(gen_arg, 128, "-n")?,
+            parallel,
+            reps,
+            json: output == Output::Json,
+            warmup: !no_warmup,
+        };
+        crate::bench_parallel::run(model, &c)?;
+        model_arg::print_profile(model);
+        model_arg::print_expert_cache(model);
+        return Ok(());
+    }
     let desc = ModelDesc::of(model, &model_path);
     eprintln!("xwen bench: a decoded token reads {:.3} GB of weights", desc.decode_bytes as f64 / 1e9);
     let mut rng = Lcg(1);

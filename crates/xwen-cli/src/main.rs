@@ -3,6 +3,7 @@
 
 mod args;
 mod download;
+mod bench_parallel;
 mod cmd_bench;
 mod cmd_chat;
 mod cmd_synth;

@@ -199,3 +199,78 @@ fn ram_limited_script_runs_with_a_stand_in_llama_bench() {
     assert!(stdout.contains("xwen / llama.cpp"), "{stdout}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn bench_parallel_prints_llama_batched_bench_jsonl() {
+    let dir = temp_dir("parallel");
+    let model = dir.join("qwen35moe-tiny.gguf");
+    let model_s = model.to_str().unwrap();
+    xwen(&["synth", "--preset", "qwen35moe-tiny", "--out", model_s, "--seed", "5"]);
+    let out = xwen(&["bench", "-m", model_s, "--parallel", "1,3", "-p", "8,5", "-n", "4", "-t", "2", "--json"]);
+    let lines: Vec<serde_json::Value> =
+        out.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"))).collect();
+    assert_eq!(lines.len(), 4, "pp × tg × pl = 2 × 1 × 2 lines: {out}");
+    for (v, (pp, pl)) in lines.iter().zip([(8, 1), (8, 3), (5, 1), (5, 3)]) {
+        assert_eq!(v["pp"].as_u64(), Some(pp));
+        assert_eq!(v["tg"].as_u64(), Some(4));
+        assert_eq!(v["pl"].as_u64(), Some(pl));
+        assert_eq!(v["n_kv"].as_u64(), Some(pl * (pp + 4)));
+        let (t_pp, t_tg, t) = (v["t_pp"].as_f64().unwrap(), v["t_tg"].as_f64().unwrap(), v["t"].as_f64().unwrap());
+        assert!(t_pp > 0.0 && t_tg > 0.0 && (t - t_pp - t_tg).abs() < 1e-9);
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-6 * b.abs().max(1.0);
+        assert!(close(v["speed_pp"].as_f64().unwrap(), (pl * pp) as f64 / t_pp));
+        assert!(close(v["speed_tg"].as_f64().unwrap(), (pl * 4) as f64 / t_tg));
+        assert!(close(v["speed"].as_f64().unwrap(), (pl * (pp + 4)) as f64 / t));
+        assert!(close(v["speed_tg_per_seq"].as_f64().unwrap(), v["speed_tg"].as_f64().unwrap() / pl as f64));
+    }
+    // the markdown table has llama-batched-bench's columns and one row per configuration
+    let md = xwen(&["bench", "-m", model_s, "--parallel", "2", "-p", "4", "-n", "2", "-t", "1"]);
+    assert!(md.contains("S_TG t/s") && md.contains("S_TG/seq"), "{md}");
+    assert_eq!(md.lines().filter(|l| l.starts_with("|     4 |")).count(), 1, "{md}");
+    let out = Command::new(env!("CARGO_BIN_EXE_xwen")).args(["bench", "-m", model_s, "--parallel", "0"]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("at least 1"));
+}
+
+/// scripts/bench-batched-vs-llamacpp with a stand-in llama-batched-bench (jsonl lines): the
+/// medians, ratios and scaling come out for every N.
+#[test]
+fn batched_side_by_side_script_runs_with_a_stand_in_llama_batched_bench() {
+    let dir = temp_dir("batched-script");
+    let model = dir.join("qwen35-tiny.gguf");
+    let model_s = model.to_str().unwrap();
+    xwen(&["synth", "--preset", "qwen35-tiny", "--out", model_s, "--seed", "5"]);
+    let fake = dir.join("llama-batched-bench");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho '{\"pp\": 8, \"tg\": 4, \"pl\": 1, \"speed_tg\": 10.0}'\necho '{\"pp\": 8, \"tg\": 4, \"pl\": 2, \"speed_tg\": 15.0}'\n",
+    )
+    .unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let json_out = dir.join("out.json");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/bench-batched-vs-llamacpp");
+    let out = Command::new("python3")
+        .args([script, "-m", model_s, "-t", "1", "-p", "8", "-n", "4", "--npl", "1,2", "--rounds", "2", "--no-build"])
+        .arg("--json-out")
+        .arg(&json_out)
+        .env("LLAMA_CPP_BIN", &dir)
+        .env("XWEN_BIN", env!("CARGO_BIN_EXE_xwen"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_out).unwrap()).unwrap();
+    let summary = v["summary"].as_array().unwrap();
+    assert_eq!(summary.len(), 2);
+    for (s, want_llama) in summary.iter().zip([10.0, 15.0]) {
+        assert_eq!(s["llama_cpp_median_speed_tg"].as_f64(), Some(want_llama));
+        let x = s["xwen_median_speed_tg"].as_f64().unwrap();
+        assert!(x > 0.0 && (s["ratio"].as_f64().unwrap() - x / want_llama).abs() < 1e-9 * x);
+        assert_eq!(s["xwen_samples"].as_array().unwrap().len(), 2);
+    }
+    assert!(stdout.contains("|    2 |"), "{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

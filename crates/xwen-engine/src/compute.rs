@@ -73,12 +73,26 @@ impl<'a> Ctx<'a> {
         let dec = rows.decode_rows();
         if !dec.is_empty() {
             let xd = batch::gather(x, cols, &dec);
-            let mut yd: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0f32; dec.len() * w.rows]).collect();
-            {
-                let mut jobs: Vec<MvJob> =
-                    ws.iter().zip(yd.iter_mut()).map(|(w, y)| MvJob { w: w.q(self.file), x: &xd, y }).collect();
-                self.mv_batch(&mut jobs);
+            let nd = dec.len();
+            let mut yd: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0f32; nd * w.rows]).collect();
+            // matrices whose token-lane kernels keep the one-token order run on them (8 rows in
+            // the vector lanes); the rest share one job of per-row kernels
+            let lanes = |w: &Mat| xwen_kernels::lanes_keep_one_token_order(w.ty, w.rows, nd);
+            let mut jobs = Vec::new();
+            for (w, y) in ws.iter().zip(yd.iter_mut()) {
+                if lanes(w) {
+                    let mut xq = Vec::new();
+                    let mut row = Vec::new();
+                    for xr in xd.chunks_exact(cols) {
+                        xwen_kernels::quantize_activations(w.ty, xr, &mut row);
+                        xq.extend_from_slice(&row);
+                    }
+                    self.pool.matvec_tokens_q(w.q(self.file), &xq, nd, y);
+                } else {
+                    jobs.push(MvJob { w: w.q(self.file), x: &xd, y });
+                }
             }
+            self.mv_batch(&mut jobs);
             for ((w, y), src) in ws.iter().zip(ys.iter_mut()).zip(&yd) {
                 batch::scatter(src, w.rows, &dec, y);
             }

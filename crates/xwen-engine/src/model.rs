@@ -219,6 +219,11 @@ impl Model {
         Ok(self.forward_batch(&mut step)?.pop().unwrap_or_default())
     }
 
+    /// Positions one sequence may hold (`EngineConfig::max_ctx`, `-c`).
+    pub fn max_context(&self) -> usize {
+        self.cfg.max_ctx
+    }
+
     /// Rows one batch may hold: a budgeted model's scratch covers `PREFILL_BATCH` rows; a
     /// mapped one has no limit of its own.
     pub fn max_batch_rows(&self) -> usize {

@@ -291,6 +291,28 @@ pub fn dot_rows_tokens(w: &QMatrix, k: RowKernel, xq: &[u8], n_tok: usize, r0: u
     }
 }
 
+/// Whether a product of `n_tok` tokens with a `ty` matrix of `rows` rows runs through a
+/// token-lane kernel whose per-token results are the one-token (matvec) bits: Q8_0 in whole
+/// groups of 8 (its lane kernel keeps vec_dot's order) and repacked Q4_K from 4 tokens (the
+/// gemv-order lanes; MUL_MAT_ID's order), the tokens past the lanes taking the one-token
+/// kernels. Other types' batched orders differ from their one-token order (tinyBLAS, tiled).
+pub fn lanes_keep_one_token_order(ty: GgmlType, rows: usize, n_tok: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        lane_kernels_active()
+            && match ty {
+                GgmlType::Q8_0 => n_tok >= crate::simd::avx2_tok8::TOK,
+                GgmlType::Q4_K => crate::q4k_repack::repacked(rows) && n_tok >= 4,
+                _ => false,
+            }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (ty, rows, n_tok);
+        false
+    }
+}
+
 /// Software prefetch of `len` bytes of `data` from `off` (clamped to the slice).
 #[inline(always)]
 fn prefetch_row(data: &[u8], off: usize, len: usize) {
@@ -434,6 +456,42 @@ impl Pool {
         for (w, y) in ws.iter().zip(ys.iter_mut()) {
             self.matmul_q_id(*w, xq, n_tok, y);
         }
+    }
+
+    /// `n_tok` single-token products with one matrix (`xq`: the tokens' activations quantized
+    /// one by one with `quantize_activations`, back to back; y token-major n_tok × rows): every
+    /// token the bits `matvec` gives it alone, the weights read once for all of them. Several
+    /// sequences' decode rows go through here; where `lanes_keep_one_token_order` holds, the
+    /// token-lane kernels (8 tokens in the vector lanes, each lane's integer sums exact and its
+    /// float epilogue the one-token order) do the arithmetic, else `dot_rows_tokens`.
+    pub fn matvec_tokens_q(&self, w: QMatrix, xq: &[u8], n_tok: usize, y: &mut [f32]) {
+        w.validate();
+        assert_eq!(y.len(), n_tok * w.rows, "matvec_tokens: y must be n_tok × rows");
+        assert!(xq.len() >= n_tok * act_row_bytes(&w), "matvec_tokens: activations too short");
+        if n_tok == 0 {
+            return;
+        }
+        if lanes_keep_one_token_order(w.ty, w.rows, n_tok) {
+            return self.matmul_q_grouped(w, xq, n_tok, 0, y);
+        }
+        let kern = dispatch::row_kernel(w.ty, w.rows).expect("validated");
+        let chunk = row_chunk(w.rows, self.n_threads());
+        let n_tasks = w.rows.div_ceil(chunk);
+        let yp = SyncPtr(y.as_mut_ptr());
+        let rows = w.rows;
+        self.run(n_tasks, &|t| {
+            #[allow(clippy::redundant_locals)] // capture the Sync wrapper, not its raw field
+            let yp = yp;
+            let (r0, r1) = (t * chunk, ((t + 1) * chunk).min(rows));
+            let mut tile = vec![0.0f32; (r1 - r0) * n_tok];
+            dot_rows_tokens(&w, kern, xq, n_tok, r0, &mut tile);
+            for tok in 0..n_tok {
+                for (i, r) in (r0..r1).enumerate() {
+                    // SAFETY: rows r0..r1 of every token belong to this task alone.
+                    unsafe { *yp.0.add(tok * rows + r) = tile[i * n_tok + tok] };
+                }
+            }
+        });
     }
 
     /// Tokens below `grouped` (a multiple of 4) take the 4-token-group kernels.

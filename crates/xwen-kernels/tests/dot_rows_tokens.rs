@@ -1,5 +1,6 @@
 //! Several sequences' decode rows sharing one pass over a weight matrix (`dot_rows_tokens`)
-//! against each token multiplied alone (`Pool::matvec`): bit for bit, for every weight type
+//! and `Pool::matvec_tokens_q` (token-lane kernels where they keep the one-token order) against
+//! each token multiplied alone (`Pool::matvec`): bit for bit, for every weight type
 //! and under every kernel set this CPU runs (a separate test binary, since the kernel set is
 //! process-wide).
 
@@ -37,7 +38,7 @@ fn tokens_sharing_a_weight_pass_get_their_matvec_bits() {
                 let data = quantize(ty, &wf).unwrap();
                 let w = QMatrix::new(ty, rows, cols, &data).unwrap();
                 let kern = dispatch::row_kernel(ty, rows).unwrap();
-                for n_tok in [1, 2, 3, 4, 5, 8, 9] {
+                for n_tok in [1, 2, 3, 4, 5, 8, 9, 16, 21] {
                     let xs: Vec<Vec<f32>> = (0..n_tok).map(|_| rng.activations(cols)).collect();
                     let mut xq = Vec::new();
                     let mut row = Vec::new();
@@ -50,9 +51,16 @@ fn tokens_sharing_a_weight_pass_get_their_matvec_bits() {
                     let r0 = 3;
                     let mut got = vec![f32::NAN; (rows - r0) * n_tok];
                     dot_rows_tokens(&w, kern, &xq, n_tok, r0, &mut got);
+                    let mut whole = vec![f32::NAN; rows * n_tok];
+                    pool.matvec_tokens_q(w, &xq, n_tok, &mut whole);
                     for (t, x) in xs.iter().enumerate() {
                         let mut want = vec![0.0f32; rows];
                         pool.matvec(w, x, &mut want);
+                        assert_eq!(
+                            whole[t * rows..(t + 1) * rows].iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                            want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                            "{ty} {rows}x{cols} under {cap:?}: matvec_tokens_q, token {t} of {n_tok}"
+                        );
                         for r in r0..rows {
                             assert_eq!(
                                 got[(r - r0) * n_tok + t].to_bits(),

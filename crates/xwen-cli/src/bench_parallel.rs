@@ -1,0 +1,150 @@
+//! `xwen bench --parallel 1,2,4,8`: batched decode with llama-batched-bench's meaning
+//! (tools/batched-bench/batched-bench.cpp, b11434), so the two run side by side
+//! (scripts/bench-batched-vs-llamacpp). For each (pp, tg, pl): pl sequences, each from an empty
+//! state, prefill pp tokens (together, in batches of at most 2048 rows — llama's n_batch — or the
+//! RAM plan's rows), then decode tg tokens together, one row per sequence per step, through the
+//! engine's batched forward. Reported as llama-batched-bench does (PP, TG, B, N_KV, T_PP, S_PP,
+//! T_TG, S_TG, T, S) plus the decode rate per sequence; `--json` prints its jsonl fields.
+
+use anyhow::Result;
+use serde_json::json;
+use std::io::Write;
+use std::time::Instant;
+use xwen_engine::{LogitsMode, Model, SeqState, SeqStep};
+
+/// llama-batched-bench's default logical batch (-b 2048).
+const N_BATCH: usize = 2048;
+
+pub struct Config {
+    pub prompts: Vec<usize>,
+    pub gens: Vec<usize>,
+    pub parallel: Vec<usize>,
+    pub reps: usize,
+    pub json: bool,
+    pub warmup: bool,
+}
+
+struct Run {
+    t_pp: f64,
+    t_tg: f64,
+}
+
+/// Pseudo-random token ids (the values do not matter to the timing; llama-batched-bench
+/// feeds constant ids).
+struct Tokens(u64);
+
+impl Tokens {
+    fn next(&mut self, n_vocab: usize) -> u32 {
+        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+        (((self.0 >> 32) * n_vocab as u64) >> 32) as u32
+    }
+}
+
+/// Prefill `pp` tokens into each of `states`, all sequences sharing each batch: the rows left
+/// over after whole spans are split evenly, so no batch exceeds `limit` rows.
+fn prefill(model: &Model, states: &mut [SeqState], pp: usize, toks: &mut Tokens) -> Result<()> {
+    let limit = model.max_batch_rows().min(N_BATCH);
+    let prompts: Vec<Vec<u32>> = states.iter().map(|_| (0..pp).map(|_| toks.next(model.n_vocab())).collect()).collect();
+    // tokens per sequence per batch
+    let per = (limit / states.len().max(1)).max(1);
+    let mut at = 0;
+    while at < pp {
+        let end = (at + per).min(pp);
+        let mut steps: Vec<SeqStep> = states
+            .iter_mut()
+            .zip(&prompts)
+            .map(|(st, p)| SeqStep { state: st, tokens: &p[at..end], logits: if end == pp { LogitsMode::Last } else { LogitsMode::None } })
+            .collect();
+        model.forward_batch(&mut steps)?;
+        at = end;
+    }
+    Ok(())
+}
+
+fn decode(model: &Model, states: &mut [SeqState], tg: usize, toks: &mut Tokens) -> Result<()> {
+    for _ in 0..tg {
+        let ids: Vec<[u32; 1]> = states.iter().map(|_| [toks.next(model.n_vocab())]).collect();
+        let mut steps: Vec<SeqStep> =
+            states.iter_mut().zip(&ids).map(|(st, t)| SeqStep { state: st, tokens: t, logits: LogitsMode::Last }).collect();
+        model.forward_batch(&mut steps)?;
+    }
+    Ok(())
+}
+
+fn one_run(model: &Model, pp: usize, tg: usize, pl: usize, toks: &mut Tokens) -> Result<Run> {
+    let mut states: Vec<SeqState> = (0..pl).map(|_| model.new_state()).collect();
+    let t0 = Instant::now();
+    if pp > 0 {
+        prefill(model, &mut states, pp, toks)?;
+    }
+    let t_pp = t0.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    decode(model, &mut states, tg, toks)?;
+    Ok(Run { t_pp, t_tg: t1.elapsed().as_secs_f64() })
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+pub fn run(model: &Model, c: &Config) -> Result<()> {
+    let mut toks = Tokens(7);
+    let max_ctx = model.max_context();
+    let mut out = std::io::stdout().lock();
+    let mut emit = |line: String| -> Result<()> {
+        match writeln!(out, "{line}") {
+            // a reader that stops early (`| head`) ends the bench, not with a panic
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+            r => Ok(r?),
+        }
+    };
+    if c.warmup {
+        // llama-batched-bench decodes one warm-up batch first
+        decode(model, &mut [model.new_state()], 1, &mut toks)?;
+    }
+    if !c.json {
+        emit(format!(
+            "|{:>6} | {:>6} | {:>4} | {:>6} | {:>8} | {:>8} | {:>8} | {:>8} | {:>10} | {:>8} | {:>8} |",
+            "PP", "TG", "B", "N_KV", "T_PP s", "S_PP t/s", "T_TG s", "S_TG t/s", "S_TG/seq", "T s", "S t/s"
+        ))?;
+        emit(format!("|{}|", ["-------", "--------", "------", "--------", "----------", "----------", "----------", "----------", "------------", "----------", "----------"].join("|")))?;
+    }
+    for &pp in &c.prompts {
+        for &tg in &c.gens {
+            for &pl in &c.parallel {
+                if pp + tg > max_ctx {
+                    anyhow::bail!("pp {pp} + tg {tg} exceeds the context of {max_ctx} positions per sequence (-c)");
+                }
+                let runs: Vec<Run> = (0..c.reps).map(|_| one_run(model, pp, tg, pl, &mut toks)).collect::<Result<_>>()?;
+                let t_pp = median(runs.iter().map(|r| r.t_pp).collect());
+                let t_tg = median(runs.iter().map(|r| r.t_tg).collect());
+                let t = t_pp + t_tg;
+                let n_kv = pl * (pp + tg);
+                let rate = |n: usize, t: f64| if t > 0.0 { n as f64 / t } else { 0.0 };
+                let (speed_pp, speed_tg, speed) = (rate(pl * pp, t_pp), rate(pl * tg, t_tg), rate(n_kv, t));
+                if c.json {
+                    emit(
+                        json!({
+                            "engine": "xwen", "n_kv_max": max_ctx * pl, "n_batch": N_BATCH.min(model.max_batch_rows()),
+                            "n_threads": model.threads(), "is_pp_shared": 0, "pp": pp, "tg": tg, "pl": pl, "n_kv": n_kv,
+                            "t_pp": t_pp, "speed_pp": speed_pp, "t_tg": t_tg, "speed_tg": speed_tg,
+                            "speed_tg_per_seq": speed_tg / pl as f64, "t": t, "speed": speed, "repetitions": c.reps,
+                        })
+                        .to_string(),
+                    )?;
+                } else {
+                    emit(format!(
+                        "|{pp:>6} | {tg:>6} | {pl:>4} | {n_kv:>6} | {t_pp:>8.3} | {speed_pp:>8.2} | {t_tg:>8.3} | {speed_tg:>8.2} | {:>10.2} | {t:>8.3} | {speed:>8.2} |",
+                        speed_tg / pl as f64
+                    ))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
