@@ -10,7 +10,7 @@ use crate::model_arg;
 use anyhow::{bail, Context, Result};
 use std::io::{BufRead, Write};
 use xwen_chat::{encode_segments, ChatMessage, ChatTemplate, RenderOptions, StreamDecoder};
-use xwen_engine::{generate, GenerateRequest, Sampler, Snapshot};
+use xwen_engine::{Sampler, Session};
 
 pub fn run(argv: &[String]) -> Result<()> {
     let mut a = Args::new(argv);
@@ -38,9 +38,8 @@ pub fn run(argv: &[String]) -> Result<()> {
     }
     let mut sampler = Sampler::new(scfg.resolve(!no_think));
     let stop = tok.eos_ids();
-    let mut state = loaded.model.new_state();
-    let mut consumed: Vec<u32> = Vec::new();
-    let mut before_reply: Option<(Snapshot, usize)> = None;
+    // the state, exactly the tokens it holds, and checkpoints: prefix reuse lives in the library
+    let mut session = Session::new(&loaded.model);
     let opts = RenderOptions { add_generation_prompt: true, enable_thinking: !no_think, ..Default::default() };
     let stdin = std::io::stdin();
     let mut out = std::io::stdout();
@@ -58,32 +57,9 @@ pub fn run(argv: &[String]) -> Result<()> {
         }
         messages.push(msg("user", line));
         let ids = encode_segments(tok, &template.render(&messages, &opts)?);
-        let common = consumed.iter().zip(&ids).take_while(|(a, b)| a == b).count();
-        if common < consumed.len() {
-            // History re-rendered differently: fall back to the snapshot before the last reply.
-            match &before_reply {
-                Some((snap, p)) if *p <= common => {
-                    state.restore(snap);
-                    consumed.truncate(*p);
-                }
-                _ => {
-                    state = loaded.model.new_state();
-                    consumed.clear();
-                }
-            }
-        }
-        let new = ids[consumed.len()..].to_vec();
-        // Keep one token back so the prefill returns logits for the next position.
-        let (head, last) = new.split_at(new.len().saturating_sub(1));
-        if !head.is_empty() {
-            loaded.model.forward(&mut state, head, xwen_engine::LogitsMode::None)?;
-        }
-        consumed.extend_from_slice(head);
-        before_reply = Some((state.snapshot(), consumed.len()));
         let mut reply_ids = Vec::new();
         let mut dec = StreamDecoder::new();
-        let req = GenerateRequest { prompt: last, max_tokens: n, stop_ids: &stop };
-        let stats = generate(&loaded.model, &mut state, &req, &mut sampler, &mut |t| {
+        let (stats, _reuse) = session.generate(&loaded.model, &ids, n, &stop, &mut sampler, &mut |t| {
             reply_ids.push(t);
             if !stop.contains(&t) {
                 print!("{}", dec.push(tok, t));
@@ -92,8 +68,6 @@ pub fn run(argv: &[String]) -> Result<()> {
             true
         })?;
         println!("{}", dec.finish());
-        consumed.extend_from_slice(last);
-        consumed.extend_from_slice(&reply_ids);
         let text = tok.decode(reply_ids.iter().copied().filter(|t| !stop.contains(t)).collect::<Vec<_>>().as_slice());
         messages.push(msg("assistant", text));
         eprintln!("[{} tok, {:.1} tok/s]", stats.generated, stats.decode_tps());

@@ -1,10 +1,14 @@
 //! Per-sequence state, kept outside the model: a KV cache per attention layer and conv + delta
-//! state per DeltaNet layer. Snapshots are plain clones; prefix caching and speculative rollback
-//! restore them (recurrent state cannot be "un-advanced", so rollback = restore + re-advance).
+//! state per DeltaNet layer (llama.cpp's hybrid memory: `llama_memory_hybrid`, KV rows plus
+//! recurrent cells). A [`SeqCheckpoint`] is what a rollback needs and nothing more: the recurrent
+//! layers' states and the position. KV rows are never copied — restoring truncates the cache
+//! to the checkpoint's length, since the rows below it are still the ones it was taken over
+//! (the state's cut history proves it; a checkpoint the state has been cut below is refused).
 
 use crate::attention::KvCache;
 use crate::deltanet::DeltaState;
 use crate::error::{EngineError, Result};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Clone, Debug)]
 pub enum LayerState {
@@ -12,14 +16,21 @@ pub enum LayerState {
     Delta(DeltaState),
 }
 
+/// Tells states apart so a checkpoint is only ever restored into the sequence it was taken
+/// from (or a clone of it, whose rows below its position are the same).
+static NEXT_LINEAGE: AtomicU64 = AtomicU64::new(1);
+
 #[derive(Clone, Debug)]
 pub struct SeqState {
     /// Positions consumed so far.
     pub pos: usize,
     pub layers: Vec<LayerState>,
+    lineage: u64,
+    /// Every position the sequence was cut back to (truncate, restore), in order.
+    cuts: Vec<usize>,
 }
 
-/// A saved copy of a sequence's state at a position.
+/// A saved copy of a sequence's whole state at a position (KV rows included).
 #[derive(Clone, Debug)]
 pub struct Snapshot(SeqState);
 
@@ -29,7 +40,35 @@ impl Snapshot {
     }
 }
 
+/// A sequence's recurrent states at a position, and that position: restoring it into the same
+/// sequence later truncates the KV cache and copies these back (`SeqState::restore_checkpoint`).
+#[derive(Clone, Debug)]
+pub struct SeqCheckpoint {
+    pos: usize,
+    lineage: u64,
+    /// how many cuts the state had when this was taken
+    cuts_before: usize,
+    /// (layer index, state) of every recurrent layer
+    recurrent: Vec<(usize, DeltaState)>,
+}
+
+impl SeqCheckpoint {
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Bytes this checkpoint holds (the recurrent states: constant in the position).
+    pub fn bytes(&self) -> usize {
+        self.recurrent.iter().map(|(_, d)| (d.conv.len() + d.s.len()) * 4).sum()
+    }
+}
+
 impl SeqState {
+    /// A fresh sequence at position 0 over `layers`.
+    pub fn new(layers: Vec<LayerState>) -> SeqState {
+        SeqState { pos: 0, layers, lineage: NEXT_LINEAGE.fetch_add(1, Ordering::Relaxed), cuts: Vec::new() }
+    }
+
     pub fn snapshot(&self) -> Snapshot {
         Snapshot(self.clone())
     }
@@ -38,9 +77,54 @@ impl SeqState {
         *self = snap.0.clone();
     }
 
+    /// The recurrent states at the current position (no KV rows).
+    pub fn checkpoint(&self) -> SeqCheckpoint {
+        let recurrent = self
+            .layers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| match l {
+                LayerState::Delta(d) => Some((i, d.clone())),
+                LayerState::Attn(_) => None,
+            })
+            .collect();
+        SeqCheckpoint { pos: self.pos, lineage: self.lineage, cuts_before: self.cuts.len(), recurrent }
+    }
+
+    /// Back to `ck`'s position: KV rows past it are dropped, the recurrent states copied back.
+    /// Refused for a checkpoint of another sequence, one ahead of this state, or one this state
+    /// has since been cut below (its KV rows there may now hold other tokens).
+    pub fn restore_checkpoint(&mut self, ck: &SeqCheckpoint) -> Result<()> {
+        if ck.lineage != self.lineage {
+            return Err(EngineError::State("this checkpoint was taken from another sequence".into()));
+        }
+        if ck.pos > self.pos {
+            return Err(EngineError::State(format!("checkpoint at {} is ahead of the sequence (at {})", ck.pos, self.pos)));
+        }
+        if let Some(&low) = self.cuts.get(ck.cuts_before..).and_then(|c| c.iter().min()) {
+            if low < ck.pos {
+                return Err(EngineError::State(format!(
+                    "the sequence was cut back to {low} after this checkpoint at {} was taken",
+                    ck.pos
+                )));
+            }
+        }
+        for (i, d) in &ck.recurrent {
+            match self.layers.get_mut(*i) {
+                Some(LayerState::Delta(cur)) => {
+                    cur.conv.copy_from_slice(&d.conv);
+                    cur.s.copy_from_slice(&d.s);
+                }
+                _ => return Err(EngineError::State(format!("checkpoint layer {i} is not recurrent in this state"))),
+            }
+        }
+        self.cut_kv(ck.pos);
+        Ok(())
+    }
+
     /// Cut the sequence back to `pos` positions. Attention layers drop KV rows; recurrent layers
     /// cannot be rewound, so this is only possible when every layer is attention or `pos` equals
-    /// the current position — otherwise restore a snapshot taken at `pos` (the error says so).
+    /// the current position — otherwise restore a checkpoint taken at `pos` (the error says so).
     pub fn truncate(&mut self, pos: usize) -> Result<()> {
         if pos == self.pos {
             return Ok(());
@@ -50,10 +134,15 @@ impl SeqState {
         }
         if self.layers.iter().any(|l| matches!(l, LayerState::Delta(_))) {
             return Err(EngineError::State(format!(
-                "recurrent layers cannot be rewound from {} to {pos}: restore a snapshot taken at {pos}",
+                "recurrent layers cannot be rewound from {} to {pos}: restore a checkpoint taken at {pos}",
                 self.pos
             )));
         }
+        self.cut_kv(pos);
+        Ok(())
+    }
+
+    fn cut_kv(&mut self, pos: usize) {
         for l in &mut self.layers {
             if let LayerState::Attn(kv) = l {
                 let w = kv.k.len() / self.pos.max(1);
@@ -61,8 +150,10 @@ impl SeqState {
                 kv.v.truncate(pos * w);
             }
         }
+        if pos < self.pos {
+            self.cuts.push(pos);
+        }
         self.pos = pos;
-        Ok(())
     }
 
     /// Bytes this state holds (KV grows with position; recurrent state is constant).

@@ -111,10 +111,18 @@ pub fn delta_rule_step(s: &mut [f32], k: &[f32], q: &[f32], v: &[f32], decay: f3
     let sd = k.len();
     assert!(q.len() == sd && s.len() == v.len() * sd && out.len() == v.len());
     #[cfg(target_arch = "x86_64")]
-    if level() == AVX2 && sd.is_multiple_of(32) {
-        // SAFETY: AVX2/FMA detected; lengths checked above.
-        unsafe { x86::delta_rule_step256(s, k, q, v, decay, beta, scale, out) };
-        return;
+    match level() {
+        AVX2 if sd.is_multiple_of(32) => {
+            // SAFETY: AVX2/FMA detected; lengths checked above.
+            unsafe { x86::delta_rule_step256(s, k, q, v, decay, beta, scale, out) };
+            return;
+        }
+        AVX512 if sd.is_multiple_of(16) => {
+            // SAFETY: AVX-512F detected; lengths checked above.
+            unsafe { x86::delta_rule_step512(s, k, q, v, decay, beta, scale, out) };
+            return;
+        }
+        _ => {}
     }
     for (j, row) in s.chunks_exact_mut(sd).enumerate() {
         let delta = (v[j] - scale_dot(decay, row, k)) * beta;
@@ -249,6 +257,63 @@ mod x86 {
             i += 1;
         }
         s
+    }
+
+    /// `delta_rule_step` at the AVX-512 level for k.len() % 16 == 0: two rows at a time, each
+    /// in scale_dot512 / axpy_dot512's exact order (one 16-lane accumulator, the same reduce),
+    /// each row finished in one visit instead of the two sweeps those make (the 35B's decode
+    /// spent 13 ms a token in them on a Zen 4, against ~5 ms of state traffic).
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn delta_rule_step512(s: &mut [f32], k: &[f32], q: &[f32], v: &[f32], decay: f32, beta: f32, scale: f32, out: &mut [f32]) {
+        let sd = k.len();
+        let rows = v.len();
+        let p = s.as_mut_ptr();
+        let mut j = 0;
+        while j + 2 <= rows {
+            delta_rows512::<2>(p.add(j * sd), sd, k, q, &v[j..j + 2], decay, beta, scale, &mut out[j..j + 2]);
+            j += 2;
+        }
+        if j < rows {
+            delta_rows512::<1>(p.add(j * sd), sd, k, q, &v[j..j + 1], decay, beta, scale, &mut out[j..j + 1]);
+        }
+    }
+
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // R rows' chains side by side
+    unsafe fn delta_rows512<const R: usize>(r: *mut f32, sd: usize, k: &[f32], q: &[f32], v: &[f32], decay: f32, beta: f32, scale: f32, out: &mut [f32]) {
+        let (pk, pq) = (k.as_ptr(), q.as_ptr());
+        let vdecay = _mm512_set1_ps(decay);
+        // row ·= decay, kv = row · k (scale_dot512's order)
+        let mut acc = [_mm512_setzero_ps(); R];
+        let mut i = 0;
+        while i < sd {
+            let kk = _mm512_loadu_ps(pk.add(i));
+            for n in 0..R {
+                let at = r.add(n * sd + i);
+                let x = _mm512_mul_ps(_mm512_loadu_ps(at), vdecay);
+                _mm512_storeu_ps(at, x);
+                acc[n] = _mm512_fmadd_ps(x, kk, acc[n]);
+            }
+            i += 16;
+        }
+        let vdelta: [__m512; R] = std::array::from_fn(|n| _mm512_set1_ps((v[n] - _mm512_reduce_add_ps(acc[n])) * beta));
+        // row += δ·k, out = row · q (axpy_dot512's order)
+        let mut acc = [_mm512_setzero_ps(); R];
+        let mut i = 0;
+        while i < sd {
+            let (kk, qq) = (_mm512_loadu_ps(pk.add(i)), _mm512_loadu_ps(pq.add(i)));
+            for n in 0..R {
+                let at = r.add(n * sd + i);
+                let y = _mm512_fmadd_ps(vdelta[n], kk, _mm512_loadu_ps(at));
+                _mm512_storeu_ps(at, y);
+                acc[n] = _mm512_fmadd_ps(y, qq, acc[n]);
+            }
+            i += 16;
+        }
+        for n in 0..R {
+            out[n] = _mm512_reduce_add_ps(acc[n]) * scale;
+        }
     }
 
     /// ggml_vec_dot_f32's AVX2 order (GGML_F32_STEP 32: four 8-lane FMA accumulators, then
@@ -456,7 +521,7 @@ mod tests {
     /// (state, outputs), for even and odd row counts and widths on and off the fast path.
     #[test]
     fn delta_rule_step_equals_the_two_sweeps() {
-        for (rows, sd) in [(128, 128), (7, 64), (6, 32), (5, 40), (3, 7)] {
+        for (rows, sd) in [(128, 128), (7, 64), (6, 32), (4, 48), (5, 40), (3, 7)] {
             let (s0, _) = vecs(rows * sd, (rows * sd) as u32);
             let (k, q) = vecs(sd, 3 + sd as u32);
             let (v, _) = vecs(rows, 11 + rows as u32);

@@ -200,7 +200,7 @@ impl Qwen35 {
                 Mixer::Delta(_) => LayerState::Delta(DeltaState::new(&self.cfg.delta)),
             })
             .collect();
-        SeqState { pos: 0, layers }
+        SeqState::new(layers)
     }
 
     /// Runs a batch through the trunk: sequence i's `tokens[i]` at its own position in

@@ -4,7 +4,7 @@
 
 use crate::error::Result;
 use crate::model::{LogitsMode, Model};
-use crate::sampler::Sampler;
+use crate::runtime::sampler::Sampler;
 use crate::state::SeqState;
 use std::time::Instant;
 
@@ -24,6 +24,8 @@ pub enum StopReason {
     Length,
     StopToken,
     Caller,
+    /// The sequence reached the context size (`EngineConfig::max_ctx`).
+    ContextFull,
 }
 
 impl GenStats {

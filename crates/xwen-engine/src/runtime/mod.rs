@@ -1,0 +1,10 @@
+//! The runtime over the model: what `xwen chat`, `xwen bench --parallel` and a server call.
+//! - `session`: one conversation's sequence with prefix reuse (longest common prefix, then a
+//!   checkpoint restore — recurrent state cannot be rewound);
+//! - `scheduler`: many sequences stepped together through the batched forward;
+//! - `generate`: the one-sequence generate loop; `sampler`: token choice.
+
+pub mod generate;
+pub mod sampler;
+pub mod scheduler;
+pub mod session;

@@ -1,0 +1,159 @@
+//! One conversation's sequence: its state, exactly the tokens that state holds, and checkpoints
+//! to roll back to. A new prompt (the whole rendered transcript) reuses the longest common
+//! prefix with what the state holds: the state continues when it holds only that prefix;
+//! otherwise the latest checkpoint at or below the prefix is restored (recurrent layers cannot
+//! be rewound, and KV rows are truncated, never copied — `SeqState::restore_checkpoint`), else
+//! the sequence starts over. The tokens are those fed, so a reply's last sampled token, which
+//! generation does not feed, is fed with the next prompt: every turn's state holds exactly the
+//! transcript's tokens.
+
+use crate::error::{EngineError, Result};
+use crate::model::{LogitsMode, Model};
+use crate::runtime::generate::{GenStats, StopReason};
+use crate::runtime::sampler::Sampler;
+use crate::state::{SeqCheckpoint, SeqState};
+use std::time::Instant;
+
+/// Checkpoints a session keeps (the oldest is dropped past it): one per turn is what chat
+/// needs (the end of each prompt, before its reply), a few cover templates that re-render the
+/// last turns differently.
+pub const MAX_CHECKPOINTS: usize = 4;
+
+pub struct Session {
+    state: SeqState,
+    tokens: Vec<u32>,
+    checkpoints: Vec<SeqCheckpoint>,
+}
+
+/// How a prompt met the session's state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reuse {
+    /// Positions the state already held (kept or restored), not run again.
+    pub reused: usize,
+    /// Positions run for this prompt.
+    pub computed: usize,
+    /// Whether a checkpoint was restored (the state held tokens past the common prefix).
+    pub restored: bool,
+}
+
+impl Session {
+    pub fn new(model: &Model) -> Session {
+        Session { state: model.new_state(), tokens: Vec::new(), checkpoints: Vec::new() }
+    }
+
+    /// The tokens the state holds, in order.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    pub fn state(&self) -> &SeqState {
+        &self.state
+    }
+
+    /// Forget everything (a new conversation).
+    pub fn reset(&mut self, model: &Model) {
+        *self = Session::new(model);
+    }
+
+    /// Bring the state to hold exactly `prompt` minus its last token, reusing what it can,
+    /// then run that last token and return its logits (the next token's distribution). A
+    /// checkpoint is taken before the last token: the end of this prompt is where the next
+    /// turn's transcript most often departs from what this turn generates.
+    pub fn prefill(&mut self, model: &Model, prompt: &[u32]) -> Result<(Vec<f32>, Reuse)> {
+        let Some((&last, head)) = prompt.split_last() else { return Err(EngineError::EmptyInput) };
+        let reuse = self.advance_to(model, head)?;
+        self.checkpoint();
+        let logits = self.feed(model, &[last], LogitsMode::Last)?;
+        Ok((logits, Reuse { computed: reuse.computed + 1, ..reuse }))
+    }
+
+    /// Make the state hold exactly `ids` (no logits).
+    pub fn advance_to(&mut self, model: &Model, ids: &[u32]) -> Result<Reuse> {
+        let common = self.tokens.iter().zip(ids).take_while(|(a, b)| a == b).count();
+        let mut restored = false;
+        if common < self.tokens.len() {
+            self.rewind(model, common)?;
+            restored = true;
+        }
+        let reused = self.tokens.len();
+        if reused < ids.len() {
+            self.feed(model, &ids[reused..], LogitsMode::None)?;
+        }
+        Ok(Reuse { reused, computed: ids.len() - reused, restored })
+    }
+
+    /// Roll the state back to at most `pos` positions: the latest checkpoint at or below it,
+    /// or the empty state.
+    fn rewind(&mut self, model: &Model, pos: usize) -> Result<()> {
+        while let Some(ck) = self.checkpoints.pop() {
+            if ck.pos() <= pos && self.state.restore_checkpoint(&ck).is_ok() {
+                self.tokens.truncate(ck.pos());
+                self.checkpoints.push(ck);
+                return Ok(());
+            }
+        }
+        self.reset(model);
+        Ok(())
+    }
+
+    /// Advance over `ids`, recording them; returns the requested logits.
+    pub fn feed(&mut self, model: &Model, ids: &[u32], mode: LogitsMode) -> Result<Vec<f32>> {
+        let logits = model.forward(&mut self.state, ids, mode)?;
+        self.tokens.extend_from_slice(ids);
+        Ok(logits)
+    }
+
+    /// A checkpoint at the current position (kept with the latest few).
+    pub fn checkpoint(&mut self) {
+        if self.checkpoints.last().is_some_and(|c| c.pos() == self.state.pos) {
+            return;
+        }
+        self.checkpoints.push(self.state.checkpoint());
+        if self.checkpoints.len() > MAX_CHECKPOINTS {
+            self.checkpoints.remove(0);
+        }
+    }
+
+    /// Prefill `prompt` (with reuse), then sample up to `max_tokens` tokens until a stop id or
+    /// `on_token` returns false. The last sampled token is not fed (nothing needs its logits);
+    /// the next prompt feeds it. `sampler` sees the whole prompt as history.
+    pub fn generate(
+        &mut self,
+        model: &Model,
+        prompt: &[u32],
+        max_tokens: usize,
+        stop_ids: &[u32],
+        sampler: &mut Sampler,
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<(GenStats, Reuse)> {
+        let mut stats = GenStats { prompt_tokens: prompt.len(), ..Default::default() };
+        for &t in prompt {
+            sampler.accept(t);
+        }
+        let t0 = Instant::now();
+        let (mut logits, reuse) = self.prefill(model, prompt)?;
+        stats.prefill_secs = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        while stats.generated < max_tokens {
+            let tok = sampler.sample(&mut logits);
+            sampler.accept(tok);
+            stats.generated += 1;
+            let go_on = on_token(tok);
+            if stop_ids.contains(&tok) {
+                stats.stop = StopReason::StopToken;
+                break;
+            }
+            if !go_on {
+                stats.stop = StopReason::Caller;
+                break;
+            }
+            if stats.generated >= max_tokens {
+                stats.stop = StopReason::Length;
+                break;
+            }
+            logits = self.feed(model, &[tok], LogitsMode::Last)?;
+        }
+        stats.decode_secs = t1.elapsed().as_secs_f64();
+        Ok((stats, reuse))
+    }
+}

@@ -1,0 +1,185 @@
+//! The runtime layer: the scheduler's continuous batching gives every sequence the tokens it
+//! gets alone (sequences joining, leaving, cancelled, stopped by a stop id, prompts longer than
+//! a prefill chunk), and a session's turns equal a fresh greedy run of the whole transcript
+//! (continuing, and restoring a checkpoint when the transcript departs from what the state
+//! holds). State checkpoints restore without copying KV rows and refuse what they cannot prove.
+
+use std::path::{Path, PathBuf};
+use xwen_engine::{EngineConfig, Event, LogitsMode, Model, Request, Sampler, SamplerConfig, Scheduler, Session, StopReason};
+
+fn fixture(rel: &str) -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity").join(rel);
+    assert!(p.exists(), "committed fixture {} is missing", p.display());
+    p
+}
+
+fn cfg(budget: Option<u64>) -> EngineConfig {
+    EngineConfig { threads: 2, max_ctx: 1024, ram_budget: budget, ..Default::default() }
+}
+
+fn prompt(seed: usize, n: usize, vocab: usize) -> Vec<u32> {
+    (0..n).map(|i| ((seed * 7919 + i * 104_729 + 5) % vocab) as u32).collect()
+}
+
+fn request(p: Vec<u32>, max_tokens: usize, stop_ids: Vec<u32>) -> Request {
+    Request { prompt: p, max_tokens, stop_ids, sampler: Sampler::new(SamplerConfig::greedy().resolve(false)) }
+}
+
+/// Runs the scheduler until empty; (tokens, stop) per id. `joins[s]` = step at which request s joins.
+fn drive(m: &Model, reqs: &[(Vec<u32>, usize, Vec<u32>)], joins: &[usize], cancel: Option<(usize, usize)>) -> Vec<(Vec<u32>, Option<StopReason>)> {
+    let mut sch = Scheduler::new(8);
+    let mut ids = vec![0u64; reqs.len()];
+    let mut out: Vec<(Vec<u32>, Option<StopReason>)> = vec![(Vec::new(), None); reqs.len()];
+    let mut step = 0;
+    loop {
+        for (s, r) in reqs.iter().enumerate() {
+            if joins[s] == step {
+                ids[s] = sch.add(m, request(r.0.clone(), r.1, r.2.clone())).unwrap();
+            }
+        }
+        if let Some((s, at)) = cancel {
+            if at == step {
+                assert!(sch.cancel(ids[s]));
+            }
+        }
+        if sch.is_empty() && joins.iter().all(|&j| j < step) {
+            return out;
+        }
+        for e in sch.step(m).unwrap() {
+            let s = ids.iter().position(|&i| i == match e { Event::Token { id, .. } | Event::Done { id, .. } => id }).unwrap();
+            match e {
+                Event::Token { token, .. } => out[s].0.push(token),
+                Event::Done { stop, generated, .. } => {
+                    assert_eq!(generated, out[s].0.len());
+                    out[s].1 = Some(stop);
+                }
+            }
+        }
+        step += 1;
+        assert!(step < 10_000, "the scheduler never drains");
+    }
+}
+
+fn check_scheduler(m: &Model, what: &str) {
+    let v = m.n_vocab();
+    let mut reqs: Vec<(Vec<u32>, usize, Vec<u32>)> = vec![
+        (prompt(0, 9, v), 12, vec![]),
+        (prompt(1, 30, v), 6, vec![]),
+        (prompt(2, 1, v), 10, vec![]),
+        (prompt(3, 600, v), 4, vec![]), // two prefill chunks
+        (prompt(4, 17, v), 9, vec![]),
+        (prompt(5, 5, v), 0, vec![]),
+        (prompt(6, 12, v), 8, vec![]),
+    ];
+    // a stop id: the third token request 6 produces alone
+    let alone6 = drive(m, &reqs[6..7], &[0], None);
+    reqs[6].2 = vec![alone6[0].0[2]];
+    let together = drive(m, &reqs, &[0, 1, 1, 2, 4, 3, 0], Some((4, 6)));
+    for (s, r) in reqs.iter().enumerate() {
+        let alone = drive(m, std::slice::from_ref(r), &[0], None);
+        if s == 4 {
+            // cancelled at step 6, two steps after joining: a prefix of its own tokens, no Done
+            assert!(together[s].1.is_none() && alone[0].0.starts_with(&together[s].0), "{what}: cancelled request");
+            continue;
+        }
+        assert_eq!(together[s], alone[0], "{what}: request {s} batched differs from alone");
+        // short prompts: the same as the one-sequence runtime
+        if r.0.len() <= 512 && r.1 > 0 {
+            let mut sess = Session::new(m);
+            let mut toks = Vec::new();
+            sess.generate(m, &r.0, r.1, &r.2, &mut Sampler::new(SamplerConfig::greedy().resolve(false)), &mut |t| {
+                toks.push(t);
+                true
+            })
+            .unwrap();
+            assert_eq!(toks, together[s].0, "{what}: request {s} differs from Session::generate");
+        }
+    }
+    assert_eq!(together[5], (vec![], Some(StopReason::Length)));
+    assert_eq!(together[6].1, Some(StopReason::StopToken));
+    assert_eq!(together[6].0.len(), 3);
+}
+
+#[test]
+fn scheduled_sequences_get_the_tokens_they_get_alone() {
+    check_scheduler(&Model::load(&fixture("cond/qwen3_5/model-q4_k_m.gguf"), &cfg(None)).unwrap(), "dense q4_k_m");
+    let moe = fixture("cond/qwen3_5_moe/model-q8_0.gguf");
+    check_scheduler(&Model::load(&moe, &cfg(None)).unwrap(), "moe q8_0");
+    let plan = Model::load(&moe, &cfg(Some(1 << 50))).unwrap().memory_plan().unwrap().clone();
+    check_scheduler(&Model::load(&moe, &cfg(Some(plan.floor() + plan.record_bytes))).unwrap(), "moe q8_0 streamed");
+}
+
+fn greedy(m: &Model, sess: &mut Session, p: &[u32], n: usize) -> Vec<u32> {
+    let mut toks = Vec::new();
+    sess.generate(m, p, n, &[], &mut Sampler::new(SamplerConfig::greedy().resolve(false)), &mut |t| {
+        toks.push(t);
+        true
+    })
+    .unwrap();
+    toks
+}
+
+#[test]
+fn session_turns_equal_a_fresh_run_of_the_transcript() {
+    let m = Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap();
+    let v = m.n_vocab();
+    let mut sess = Session::new(&m);
+    let mut transcript = prompt(10, 14, v);
+    for turn in 0..4 {
+        let reply = greedy(&m, &mut sess, &transcript, 7);
+        let fresh = greedy(&m, &mut Session::new(&m), &transcript, 7);
+        assert_eq!(reply, fresh, "turn {turn}");
+        // the state holds the transcript and the reply but its last token (never fed)
+        assert_eq!(sess.tokens().len(), transcript.len() + reply.len() - 1);
+        transcript.extend_from_slice(&reply);
+        transcript.extend(prompt(20 + turn, 5, v));
+    }
+    // a transcript that departs inside the last reply (a template that re-renders it):
+    // restored from the checkpoint at the end of the prompt before it
+    let held = sess.tokens().to_vec();
+    let mut edited = held[..held.len() - 3].to_vec();
+    edited.extend(prompt(99, 4, v));
+    let (logits, reuse) = sess.prefill(&m, &edited).unwrap();
+    assert!(reuse.restored && reuse.reused > 0 && reuse.reused < held.len() - 3, "{reuse:?}");
+    let mut fresh = Session::new(&m);
+    let (want, _) = fresh.prefill(&m, &edited).unwrap();
+    let argmax = |x: &[f32]| x.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0;
+    assert_eq!(argmax(&logits), argmax(&want));
+    assert_eq!(sess.tokens(), &edited[..]);
+}
+
+#[test]
+fn checkpoints_restore_without_the_kv_and_refuse_what_they_cannot_prove() {
+    let m = Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap();
+    let v = m.n_vocab();
+    let p = prompt(3, 20, v);
+    let mut a = m.new_state();
+    m.forward(&mut a, &p[..12], LogitsMode::None).unwrap();
+    let ck = a.checkpoint();
+    let want = m.forward(&mut a.clone(), &p[12..], LogitsMode::Last).unwrap();
+    m.forward(&mut a, &p[12..16], LogitsMode::None).unwrap();
+    assert!(ck.bytes() > 0 && ck.bytes() < a.bytes(), "a checkpoint holds no KV rows");
+    a.restore_checkpoint(&ck).unwrap();
+    assert_eq!(a.pos, 12);
+    let got = m.forward(&mut a, &p[12..], LogitsMode::Last).unwrap();
+    assert!(got.iter().zip(&want).all(|(x, y)| x.to_bits() == y.to_bits()), "restored state continues bit for bit");
+    // another sequence's checkpoint, a checkpoint ahead of the state, one cut below
+    let b = m.new_state();
+    assert!(m.new_state().restore_checkpoint(&ck).is_err());
+    let mut early = b.clone();
+    let ahead = a.checkpoint();
+    let ck8 = {
+        let mut c = m.new_state();
+        m.forward(&mut c, &p[..8], LogitsMode::None).unwrap();
+        let ck8 = c.checkpoint();
+        m.forward(&mut c, &p[8..10], LogitsMode::None).unwrap();
+        let ck10 = c.checkpoint();
+        c.restore_checkpoint(&ck8).unwrap();
+        m.forward(&mut c, &p[..3], LogitsMode::None).unwrap(); // other tokens at 8..11
+        assert!(c.restore_checkpoint(&ck10).is_err(), "cut below it since");
+        assert!(c.restore_checkpoint(&ck8).is_ok(), "rows below 8 are unchanged");
+        ck8
+    };
+    assert!(early.restore_checkpoint(&ahead).is_err());
+    assert!(early.restore_checkpoint(&ck8).is_err());
+}
