@@ -550,6 +550,7 @@ impl Pool {
         // Decode each quad once when enough token groups reuse it (dense prefill); routed experts
         // (~2 groups each) read the codes straight from the blocks.
         let wide = groups >= WIDE_MIN_GROUPS;
+        let vnni = dispatch::active() == dispatch::Isa::Avx512;
         // one task per run of row quads, all token groups inside it: each quad's weights stay in
         // L1 while every group streams past them
         let chunk = row_chunk(row_groups, self.n_threads()).div_ceil(4).max(1);
@@ -578,11 +579,17 @@ impl Pool {
                         // SAFETY: AVX2/FMA/F16C checked above (active set); wr holds ROWS rows
                         // and act `groups` groups of nb blocks; wq holds wr's rows when `wide`.
                         unsafe {
-                            match (gemm, wide) {
-                                (true, true) => rows4::<true, true>(wr, rb, &wq, next, act, g, &mut out),
-                                (true, false) => rows4::<true, false>(wr, rb, &wq, next, act, g, &mut out),
-                                (false, true) => rows4::<false, true>(wr, rb, &wq, next, act, g, &mut out),
-                                (false, false) => rows4::<false, false>(wr, rb, &wq, next, act, g, &mut out),
+                            use crate::simd::avx512_tok8::rows4_vnni;
+                            match (vnni, gemm, wide) {
+                                (false, true, true) => rows4::<true, true>(wr, rb, &wq, next, act, g, &mut out),
+                                (false, true, false) => rows4::<true, false>(wr, rb, &wq, next, act, g, &mut out),
+                                (false, false, true) => rows4::<false, true>(wr, rb, &wq, next, act, g, &mut out),
+                                (false, false, false) => rows4::<false, false>(wr, rb, &wq, next, act, g, &mut out),
+                                // the VNNI twins (the same bits) where AVX-512 is the active set
+                                (true, true, true) => rows4_vnni::<true, true>(wr, rb, &wq, next, act, g, &mut out),
+                                (true, true, false) => rows4_vnni::<true, false>(wr, rb, &wq, next, act, g, &mut out),
+                                (true, false, true) => rows4_vnni::<false, true>(wr, rb, &wq, next, act, g, &mut out),
+                                (true, false, false) => rows4_vnni::<false, false>(wr, rb, &wq, next, act, g, &mut out),
                             }
                         }
                         let lanes = TOK.min(n_valid - g * TOK);
@@ -670,6 +677,11 @@ impl Pool {
         let nb = w.cols / 32;
         let mut act = Act8Q8::default();
         act.build(xq, arb, nb, groups);
+        // the VNNI twin of the lane kernel (the same bits) where AVX-512 is the active set
+        let vnni = dispatch::active() == dispatch::Isa::Avx512;
+        if vnni {
+            act.build_offset();
+        }
         let chunk = row_chunk(w.rows, self.n_threads());
         let n_row_chunks = w.rows.div_ceil(chunk);
         let yp = SyncPtr(y.as_mut_ptr());
@@ -682,6 +694,18 @@ impl Pool {
             let mut out = [0f32; TOK];
             let mut ax = vec![0u8; Q8_SUB_ROWS * nb * 32];
             let each_row = |tile: &mut OutTile, rs: usize, re: usize| {
+                if vnni {
+                    for r in rs..re {
+                        let wr = &w.data[r * rb..(r + 1) * rb];
+                        for g in 0..groups {
+                            // SAFETY: AVX-512 VNNI is the active set; wr holds nb blocks, act
+                            // `groups` groups with the offset codes built.
+                            unsafe { crate::simd::avx512_tok8::row_q8_0_vnni(wr, act, g, &mut out) };
+                            tile.put(r, g * TOK, &out);
+                        }
+                    }
+                    return;
+                }
                 for s0 in (rs..re).step_by(Q8_SUB_ROWS) {
                     let s1 = (s0 + Q8_SUB_ROWS).min(re);
                     for (r, axr) in (s0..s1).zip(ax.chunks_exact_mut(nb * 32)) {

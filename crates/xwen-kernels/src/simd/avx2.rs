@@ -102,7 +102,7 @@ pub(super) unsafe fn cvtph_ps(h: u32) -> __m128 {
 /// the low lanes; the 8 bytes must lie inside the slice (a block's scale and what follows it).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn cvtph_ps_at(p: &[u8], off: usize) -> __m128 {
+pub(crate) unsafe fn cvtph_ps_at(p: &[u8], off: usize) -> __m128 {
     debug_assert!(off + 8 <= p.len());
     let r: __m128;
     std::arch::asm!("vcvtph2ps {o}, qword ptr [{p}]", p = in(reg) p.as_ptr().add(off), o = lateout(xmm_reg) r,
@@ -344,7 +344,7 @@ static SHUF_I16: [[u8; 32]; 8] = {
 /// Q4_K/Q5_K scales and mins as 8 + 8 i16 lanes ([scales | mins]), ggml's kmask unpacking.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn k4_scales_mins(b: &[u8], off: usize) -> __m256i {
+pub(crate) unsafe fn k4_scales_mins(b: &[u8], off: usize) -> __m256i {
     const KMASK1: u32 = 0x3f3f3f3f;
     const KMASK2: u32 = 0x0f0f0f0f;
     const KMASK3: u32 = 0x03030303;

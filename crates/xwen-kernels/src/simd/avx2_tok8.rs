@@ -19,9 +19,9 @@ use std::arch::x86_64::*;
 use super::avx2::{cvtph_ps_at, h2f, h2f_wide};
 use crate::half::read_f16;
 
-const QK: usize = 256;
+pub(crate) const QK: usize = 256;
 const Q8K: usize = 292;
-const W: usize = 144;
+pub(crate) const W: usize = 144;
 
 /// Tokens per group (vector lanes).
 pub const TOK: usize = 8;
@@ -31,13 +31,13 @@ pub const ROWS: usize = 4;
 /// Q8_K activations of groups of 8 tokens, interleaved for the kernel.
 #[derive(Default)]
 pub struct Act8 {
-    nb: usize,
+    pub(crate) nb: usize,
     /// [group][block][chunk of 4 elements (64)][token (8)][4 bytes]
-    qs: Vec<u8>,
+    pub(crate) qs: Vec<u8>,
     /// [group][block][token] — the Q8_K scale
-    dy: Vec<f32>,
+    pub(crate) dy: Vec<f32>,
     /// [group][block][pair k (4)][token (8)][2]: the i16 sums of sub-blocks 2k and 2k+1
-    bsp: Vec<i16>,
+    pub(crate) bsp: Vec<i16>,
 }
 
 impl Act8 {
@@ -85,10 +85,10 @@ impl Act8 {
 /// scales and mins as i16, and d / dmin widened from f16. Same values `rows4` decodes per group.
 #[derive(Default)]
 pub struct WideQuad {
-    nb: usize,
-    codes: Vec<u8>,
-    sm: Vec<[i16; 16]>,
-    dd: Vec<[f32; 2]>,
+    pub(crate) nb: usize,
+    pub(crate) codes: Vec<u8>,
+    pub(crate) sm: Vec<[i16; 16]>,
+    pub(crate) dd: Vec<[f32; 2]>,
 }
 
 impl WideQuad {
@@ -246,13 +246,22 @@ const Q8_0: usize = 34;
 /// Q8_0 activations of groups of 8 tokens, interleaved: [group][block][lane l (8)][token][4].
 #[derive(Default)]
 pub struct Act8Q8 {
-    nb: usize,
+    pub(crate) nb: usize,
     qs: Vec<u8>,
     /// [group][block][token]: the f16 scale widened
-    dy: Vec<f32>,
+    pub(crate) dy: Vec<f32>,
+    /// `qs` offset by 128 as unsigned bytes (y + 128), for the VNNI kernel's u8 × s8 products
+    /// (`simd::avx512_tok8`); empty unless `build_offset` ran.
+    pub(crate) qs_u8: Vec<u8>,
 }
 
 impl Act8Q8 {
+    /// `qs_u8` from `qs` (after `build`).
+    pub fn build_offset(&mut self) {
+        self.qs_u8.clear();
+        self.qs_u8.extend(self.qs.iter().map(|&b| b ^ 0x80));
+    }
+
     pub fn build(&mut self, a: &[u8], stride: usize, nb: usize, groups: usize) {
         self.nb = nb;
         self.qs.clear();

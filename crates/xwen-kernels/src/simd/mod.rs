@@ -30,6 +30,8 @@ pub mod avx2_tok8;
 pub mod avx2_tiled;
 #[cfg(target_arch = "x86_64")]
 pub mod avx512;
+#[cfg(target_arch = "x86_64")]
+pub mod avx512_tok8;
 #[cfg(target_arch = "aarch64")]
 pub mod neon;
 

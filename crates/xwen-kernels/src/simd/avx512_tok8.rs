@@ -1,0 +1,167 @@
+//! The Q8_0 token-lane product (`avx2_tok8::row_q8_0`) with AVX-512 VNNI: two of a block's
+//! eight 4-element chunks per 512-bit vector (lanes 0..8: chunk 2p of the 8 tokens, lanes
+//! 8..16: chunk 2p + 1) and one `vpdpbusd` for each pair's products. The integer sums are
+//! exact and equal to the AVX2 kernel's (Σ x·y over 4 elements, as (y + 128)·x − 128·x with
+//! y + 128 unsigned: VNNI multiplies u8 by s8), and every float step — the per-chunk
+//! fma(dx·dy, f32(Σ), acc) and the final hsum — pairs the same lanes in the same order, so
+//! each token's result is the AVX2 kernel's bits (tests/pool.rs, tests/dot_rows_tokens.rs).
+//! Half the instructions per block, which is what several sequences' decode rows sharing
+//! one weight pass are bound by.
+
+use std::arch::x86_64::*;
+
+use super::avx2::{cvtph_ps_at, h2f_wide, k4_scales_mins};
+use super::avx2_tok8::{Act8, Act8Q8, WideQuad, QK, ROWS, TOK, W};
+
+const Q8_0: usize = 34;
+
+/// One Q8_0 weight row (`nb` blocks) times the 8 tokens of group `g`: `row_q8_0`'s bits.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available; `w` holds nb blocks; `act` was
+/// built for g + 1 groups and `build_offset` ran.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn row_q8_0_vnni(w: &[u8], act: &Act8Q8, g: usize, out: &mut [f32; TOK]) {
+    let nb = act.nb;
+    debug_assert!(act.qs_u8.len() >= (g + 1) * nb * 32 * TOK);
+    let off = _mm512_set1_epi8(0x80u8 as i8);
+    let zero = _mm512_setzero_si512();
+    // pair p: dword 2p of the block's codes into lanes 0..8, dword 2p + 1 into lanes 8..16
+    let idx: [__m512i; 4] = std::array::from_fn(|p| {
+        let (a, b) = (2 * p as i32, 2 * p as i32 + 1);
+        _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
+    });
+    let mut acc = [_mm512_setzero_ps(); 4];
+    for i in 0..nb {
+        let gi = g * nb + i;
+        let d8 = _mm256_mul_ps(_mm256_set1_ps(h2f_wide(w, i * Q8_0)), _mm256_loadu_ps(act.dy.as_ptr().add(gi * TOK)));
+        let d = _mm512_shuffle_f32x4::<0x44>(_mm512_castps256_ps512(d8), _mm512_castps256_ps512(d8));
+        let codes = _mm512_castsi256_si512(_mm256_loadu_si256(w.as_ptr().add(i * Q8_0 + 2) as *const __m256i));
+        let qs = act.qs_u8.as_ptr().add(gi * 32 * TOK);
+        for (p, a) in acc.iter_mut().enumerate() {
+            let x = _mm512_permutexvar_epi32(idx[p], codes);
+            let y = _mm512_loadu_si512(qs.add(p * 64) as *const __m512i);
+            let t = _mm512_dpbusd_epi32(zero, y, x);
+            let c = _mm512_dpbusd_epi32(zero, off, x);
+            *a = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(t, c)), *a);
+        }
+    }
+    // row_q8_0's hsum: h_k = l_{k+4} + l_k, then (h0 + h2) + (h1 + h3); lane l sits in half
+    // l % 2 of acc[l / 2]
+    let h01 = _mm512_add_ps(acc[2], acc[0]);
+    let h23 = _mm512_add_ps(acc[3], acc[1]);
+    let t = _mm512_add_ps(h01, h23);
+    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(t)));
+    _mm256_storeu_ps(out.as_mut_ptr(), _mm256_add_ps(_mm512_castps512_ps256(t), hi));
+}
+
+/// `avx2_tok8::rows4` with AVX-512 VNNI, the same bits: a (sub-block 2k, 2k+1) chunk pair of
+/// 8 tokens is one 512-bit vector (lanes 0..8: sub-block 2k's chunk e, 8..16: 2k+1's), the
+/// weight codes of both — low and high nibbles of the same 4 bytes — one broadcast shifted per
+/// half, and one `vpdpbusd` adds both chunks' 4-element sums (codes u8, activations s8) into
+/// i32 lanes. The AVX2 kernel sums the same products exactly in i16 before the scale's madd;
+/// here the i32 sums are multiplied by the scale instead, the same integer. Everything after
+/// (mins, d/dmin, the float epilogue in gemm or gemv order) is `rows4`'s. 4 instructions per
+/// row and chunk pair where AVX2 takes 7.
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available; as `rows4` otherwise.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn rows4_vnni<const GEMM: bool, const WIDE: bool>(
+    w: &[u8],
+    row_bytes: usize,
+    wide: &WideQuad,
+    next: &[u8],
+    act: &Act8,
+    g: usize,
+    out: &mut [[f32; TOK]; ROWS],
+) {
+    let nb = act.nb;
+    let m4 = _mm512_set1_epi8(0x0f);
+    // i16 lanes 0..16 (the low half's dwords) shift by 0, 16..32 by 4: low nibbles, then high
+    let shifts = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0x0004_0004, 0x0004_0004, 0x0004_0004, 0x0004_0004, 0x0004_0004, 0x0004_0004, 0x0004_0004, 0x0004_0004);
+    // WIDE codes hold [low 4 | high 4] per chunk: dword 0 to the low half, dword 1 to the high
+    let idx01 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    let mut acc = [_mm256_setzero_ps(); ROWS];
+    let mut accm = [_mm256_setzero_ps(); ROWS];
+    for i in 0..nb {
+        let gi = g * nb + i;
+        let dyv = _mm256_loadu_ps(act.dy.as_ptr().add(gi * TOK));
+        let mut d = [_mm256_setzero_ps(); ROWS];
+        let mut dmin = [_mm256_setzero_ps(); ROWS];
+        let mut sm = [[0i16; 16]; ROWS];
+        let mut qp = [std::ptr::null::<u8>(); ROWS];
+        for r in 0..ROWS {
+            if !next.is_empty() {
+                let (lines, steps, j) = (next.len().div_ceil(64), nb * ROWS, i * ROWS + r);
+                for l in j * lines / steps..(j + 1) * lines / steps {
+                    _mm_prefetch(next.as_ptr().add(64 * l) as *const i8, _MM_HINT_T0);
+                }
+            }
+            if WIDE {
+                let ri = r * wide.nb + i;
+                d[r] = _mm256_mul_ps(_mm256_set1_ps(wide.dd[ri][0]), dyv);
+                dmin[r] = _mm256_mul_ps(_mm256_set1_ps(wide.dd[ri][1]), dyv);
+                sm[r] = wide.sm[ri];
+                qp[r] = wide.codes.as_ptr().add(ri * QK);
+                continue;
+            }
+            let b = &w[r * row_bytes + i * W..r * row_bytes + (i + 1) * W];
+            let dd = cvtph_ps_at(b, 0);
+            d[r] = _mm256_mul_ps(_mm256_broadcastss_ps(dd), dyv);
+            dmin[r] = _mm256_mul_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), dyv);
+            _mm256_storeu_si256(sm[r].as_mut_ptr() as *mut __m256i, k4_scales_mins(b, 4));
+            qp[r] = b.as_ptr().add(16);
+        }
+        let qs = act.qs.as_ptr().add(gi * QK * TOK) as *const __m256i;
+        let bsp = act.bsp.as_ptr().add(gi * 4 * TOK * 2) as *const __m256i;
+        let mut s_tot = [_mm256_setzero_si256(); ROWS];
+        let mut m_tot = [_mm256_setzero_si256(); ROWS];
+        for k in 0..4 {
+            let mut both = [_mm512_setzero_si512(); ROWS];
+            for e in 0..8 {
+                let a = _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(_mm256_loadu_si256(qs.add(16 * k + e))),
+                    _mm256_loadu_si256(qs.add(16 * k + 8 + e)),
+                );
+                for r in 0..ROWS {
+                    let wv = if WIDE {
+                        let p = qp[r].add(8 * (8 * k + e));
+                        _mm512_permutexvar_epi32(idx01, _mm512_castsi128_si512(_mm_loadl_epi64(p as *const __m128i)))
+                    } else {
+                        let raw = _mm512_set1_epi32((qp[r].add(32 * k + 4 * e) as *const i32).read_unaligned());
+                        _mm512_and_si512(_mm512_srlv_epi16(raw, shifts), m4)
+                    };
+                    both[r] = _mm512_dpbusd_epi32(both[r], wv, a);
+                }
+            }
+            let bv = _mm256_loadu_si256(bsp.add(k));
+            for r in 0..ROWS {
+                let lo = _mm512_castsi512_si256(both[r]);
+                let hi = _mm512_extracti64x4_epi64::<1>(both[r]);
+                let s = _mm256_add_epi32(
+                    _mm256_mullo_epi32(lo, _mm256_set1_epi32(sm[r][2 * k] as i32)),
+                    _mm256_mullo_epi32(hi, _mm256_set1_epi32(sm[r][2 * k + 1] as i32)),
+                );
+                let mins = (sm[r].as_ptr().add(8 + 2 * k) as *const i32).read_unaligned();
+                let m = _mm256_madd_epi16(bv, _mm256_set1_epi32(mins));
+                if GEMM {
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), d[r], acc[r]);
+                    accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m), dmin[r], accm[r]);
+                } else {
+                    s_tot[r] = _mm256_add_epi32(s_tot[r], s);
+                    m_tot[r] = _mm256_add_epi32(m_tot[r], m);
+                }
+            }
+        }
+        if !GEMM {
+            for r in 0..ROWS {
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s_tot[r]), d[r], acc[r]);
+                accm[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(m_tot[r]), dmin[r], accm[r]);
+            }
+        }
+    }
+    for r in 0..ROWS {
+        _mm256_storeu_ps(out[r].as_mut_ptr(), _mm256_sub_ps(acc[r], accm[r]));
+    }
+}
