@@ -304,9 +304,9 @@ fn to_text(path: &str, f: &GgufFile) -> String {
 /// xwen's RAM plan for a MoE model it can run, with every expert cacheable (what the floor
 /// and the expert sizes are); None for other files.
 fn streaming_plan(f: &GgufFile, n_ctx: u64) -> Option<xwen_engine::MemoryPlan> {
-    let (net, experts) = xwen_engine::models::qwen35::Qwen35::load(f).ok()?;
+    let xwen_engine::models::Loaded { net, experts } = xwen_engine::models::load(f).ok()?;
     experts.iter().any(|e| e.is_some()).then_some(())?;
-    xwen_engine::MemoryPlan::new(f, &net.cfg, &experts, n_ctx as usize, u64::MAX, None).ok()
+    xwen_engine::MemoryPlan::new(f, &net.plan_figures(n_ctx as usize), &experts, n_ctx as usize, u64::MAX, None).ok()
 }
 
 // ---- json -------------------------------------------------------------------------------

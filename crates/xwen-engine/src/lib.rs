@@ -30,7 +30,7 @@ pub use error::{EngineError, Result};
 pub use expert_store::{ExpertStore, ResidentExperts};
 pub use memory_plan::MemoryPlan;
 pub use streamed_experts::{ExpertCacheStats, StreamedExperts};
-pub use model::{LogitsMode, Model, SeqStep, KNOWN_UNIMPLEMENTED_ARCHS, SUPPORTED_ARCHS};
+pub use model::{supported_archs, LogitsMode, Model, SeqStep, KNOWN_UNIMPLEMENTED_ARCHS};
 pub use state::{SeqCheckpoint, SeqState, Snapshot};
 pub use runtime::generate::{self, generate, GenStats, GenerateRequest, StopReason};
 pub use runtime::sampler;

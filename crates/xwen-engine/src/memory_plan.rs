@@ -7,9 +7,8 @@
 //! The plan bounds what the engine itself holds; it assumes one sequence at a time (each further
 //! `SeqState` adds `state_bytes`).
 
-use crate::deltanet::DeltaState;
 use crate::error::{EngineError, Result};
-use crate::models::qwen35::Config;
+use crate::models::PlanFigures;
 use crate::streamed_experts::StreamedExperts;
 use crate::weights::Mat;
 use xwen_gguf::GgufFile;
@@ -23,7 +22,7 @@ pub const PREFILL_BATCH: usize = 512;
 pub const PREFILL_READ_AHEAD: usize = 8;
 
 /// Allocator slack, thread stacks and small buffers the per-op estimate does not name.
-const SCRATCH_SLACK: u64 = 64 << 20;
+pub const SCRATCH_SLACK: u64 = 64 << 20;
 
 /// Share of the machine's RAM an automatic budget (`ram_budget: Some(0)`) takes.
 const AUTO_SHARE: (u64, u64) = (3, 4);
@@ -77,7 +76,7 @@ impl MemoryPlan {
     /// then be known) for sequences up to `max_ctx` positions.
     pub fn new(
         file: &GgufFile,
-        cfg: &Config,
+        figures: &PlanFigures,
         experts: &[Option<[Mat; 3]>],
         max_ctx: usize,
         budget: u64,
@@ -85,14 +84,13 @@ impl MemoryPlan {
     ) -> Result<MemoryPlan> {
         let expert_tensor_bytes: u64 = experts.iter().flatten().flat_map(|m| m.iter()).map(|m| m.info.n_bytes).sum();
         let trunk_bytes = file.tensor_bytes().saturating_sub(expert_tensor_bytes);
-        let state_bytes = state_bytes(cfg, max_ctx);
-        let scratch_bytes = scratch_bytes(cfg);
+        let (state_bytes, scratch_bytes) = (figures.state_bytes, figures.scratch_bytes);
         // layers may quantize their experts differently (Q4_K_M gives some down stacks Q6_K):
         // the largest record bounds what one slot holds, the per-layer sum what all of them do
         let records: Vec<u64> = experts.iter().flatten().map(StreamedExperts::record_bytes).collect();
         let record_bytes = records.iter().copied().max().unwrap_or(0);
         let per_layer_sum: u64 = records.iter().sum();
-        let (n_expert, n_used) = cfg.moe.as_ref().map_or((0, 0), |m| (m.n_expert as u64, m.n_used as u64));
+        let (n_expert, n_used) = (figures.n_expert as u64, figures.n_used as u64);
         // decode holds its selection; a streamed prefill two read-ahead batches
         let in_flight_bytes = record_bytes * n_used.max(2 * PREFILL_READ_AHEAD as u64).min(n_expert);
         let min_cache_bytes = record_bytes * n_used;
@@ -162,31 +160,6 @@ impl MemoryPlan {
         }
         s
     }
-}
-
-/// One sequence's state at `max_ctx` positions: f32 K and V per attention layer, conv and delta
-/// state per DeltaNet layer.
-pub fn state_bytes(cfg: &Config, max_ctx: usize) -> u64 {
-    let n_attn = cfg.recurrent.iter().filter(|&&r| !r).count() as u64;
-    let n_delta = cfg.recurrent.len() as u64 - n_attn;
-    let kv = n_attn * 2 * cfg.attn.kv_width() as u64 * 4 * max_ctx as u64;
-    let d = DeltaState::new(&cfg.delta);
-    kv + n_delta * (d.conv.len() + d.s.len()) as u64 * 4
-}
-
-/// Scratch of a `PREFILL_BATCH`-token forward pass: the residual stream and its normed copy, the
-/// widest mixer projections, the FFN's gate/up/activation (for MoE the routed slots of every
-/// token), the quantized activations, and last-position logits, plus `SCRATCH_SLACK`.
-pub fn scratch_bytes(cfg: &Config) -> u64 {
-    let h = cfg.hidden as u64;
-    let d = &cfg.delta;
-    let mixer = ((d.conv_dim() + d.value_dim()) as u64 * 2).max((4 * cfg.attn.n_head + 2 * cfg.attn.n_head_kv) as u64 * cfg.attn.head_dim as u64);
-    let ffn = match &cfg.moe {
-        Some(m) => (m.n_used * m.expert_ff).max(m.shared_ff) as u64,
-        None => cfg.ff as u64,
-    };
-    let per_token = 6 * h + mixer + 3 * ffn;
-    PREFILL_BATCH as u64 * per_token * 4 + 2 * cfg.n_vocab as u64 * 4 + SCRATCH_SLACK
 }
 
 /// Total RAM of this machine (Linux `MemTotal`); None where not known.

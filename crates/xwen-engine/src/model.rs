@@ -6,7 +6,7 @@ use crate::error::{EngineError, Result};
 use crate::expert_store::{ExpertStore, ResidentExperts};
 use crate::memory_plan::{MemoryPlan, PREFILL_BATCH};
 use crate::streamed_experts::{ExpertCacheStats, StreamedExperts};
-use crate::models::qwen35::{Config, Qwen35};
+use crate::models::{self, Network};
 use crate::profile::Profiler;
 use crate::state::SeqState;
 use std::path::Path;
@@ -33,13 +33,16 @@ pub struct SeqStep<'a> {
     pub logits: LogitsMode,
 }
 
-/// Architectures xwen recognizes; only some are implemented.
-pub const SUPPORTED_ARCHS: &[&str] = &["qwen35", "qwen35moe"];
-pub const KNOWN_UNIMPLEMENTED_ARCHS: &[&str] = &["qwen3next", "kimi-linear"];
+/// Architectures xwen runs (the registry's, `models::REGISTRY`) and those it recognizes but
+/// does not run yet.
+pub use crate::models::KNOWN_UNIMPLEMENTED as KNOWN_UNIMPLEMENTED_ARCHS;
+pub fn supported_archs() -> Vec<&'static str> {
+    models::supported().collect()
+}
 
 pub struct Model {
     file: Arc<GgufFile>,
-    net: Qwen35,
+    net: Box<dyn Network>,
     store: Box<dyn ExpertStore>,
     pool: Pool,
     /// The pool runs one parallel job at a time; concurrent forwards take turns.
@@ -75,23 +78,13 @@ impl Model {
     /// `from_gguf` for the file at `path` (which `file` was opened from): the path is where a
     /// budgeted MoE model streams its experts from.
     pub fn from_gguf_at(file: Arc<GgufFile>, path: Option<&Path>, cfg: &EngineConfig) -> Result<Model> {
-        let arch = file.architecture().unwrap_or("").to_string();
-        if !SUPPORTED_ARCHS.contains(&arch.as_str()) {
-            return Err(EngineError::UnsupportedArchitecture(arch));
-        }
         xwen_kernels::dispatch::set_force_reference(cfg.force_reference);
-        let (net, experts) = Qwen35::load(&file)?;
+        let models::Loaded { net, experts } = models::load(&file)?;
         let threads = cfg.resolved_threads();
+        let figures = net.plan_figures(cfg.max_ctx);
         let plan = match cfg.ram_budget {
             None => None,
-            Some(b) => Some(MemoryPlan::new(
-                &file,
-                &net.cfg,
-                &experts,
-                cfg.max_ctx,
-                b,
-                crate::memory_plan::machine_ram(),
-            )?),
+            Some(b) => Some(MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, b, crate::memory_plan::machine_ram())?),
         };
         let has_experts = experts.iter().any(|e| e.is_some());
         let store: Box<dyn ExpertStore> = match (&plan, has_experts) {
@@ -101,7 +94,7 @@ impl Model {
                         "streaming experts needs the model file's path (this model was opened from memory)".into(),
                     )
                 })?;
-                Box::new(StreamedExperts::open(path, file.data_offset(), experts, net.cfg.moe.as_ref().map_or(1, |m| m.n_used), p.cache_bytes)?)
+                Box::new(StreamedExperts::open(path, file.data_offset(), experts, figures.n_used.max(1), p.cache_bytes)?)
             }
             _ => Box::new(ResidentExperts::new(file.clone(), experts)),
         };
@@ -130,7 +123,7 @@ impl Model {
     }
 
     pub fn architecture(&self) -> &str {
-        &self.net.cfg.arch
+        self.net.arch()
     }
 
     /// `general.name` as the file states it.
@@ -169,11 +162,7 @@ impl Model {
     }
 
     pub fn n_vocab(&self) -> usize {
-        self.net.cfg.n_vocab
-    }
-
-    pub fn config(&self) -> &Config {
-        &self.net.cfg
+        self.net.n_vocab()
     }
 
     pub fn gguf(&self) -> &GgufFile {

@@ -524,7 +524,7 @@ fn report_uncommitted_models(dirs: &[PathBuf]) {
             "kimi_linear" => "kimi-linear",
             other => other,
         };
-        let engine = if xwen_engine::SUPPORTED_ARCHS.contains(&gguf_arch) {
+        let engine = if xwen_engine::supported_archs().contains(&gguf_arch) {
             "implemented by the engine, checked on the committed fixtures of the other set"
         } else {
             "NOT implemented by the engine yet"

@@ -8,7 +8,9 @@
 //!   x = h + ffn(rms_norm(h)·post_attention_norm)  ffn   = SwiGLU | MoE + shared expert
 
 use crate::attention::{self, AttnDims, AttnWeights, KvCache};
+use super::{Loaded, Network, PlanFigures};
 use crate::batch::Rows;
+use crate::memory_plan::{PREFILL_BATCH, SCRATCH_SLACK};
 use crate::compute::Ctx;
 use crate::deltanet::{self, DeltaDims, DeltaNetWeights, DeltaState};
 use crate::error::{EngineError, Result};
@@ -191,7 +193,7 @@ impl Qwen35 {
         Ok((Qwen35 { cfg, tok_embd, layers, output_norm, output }, experts))
     }
 
-    pub fn new_state(&self) -> SeqState {
+    pub fn new_state_of_layers(&self) -> SeqState {
         let layers = self
             .layers
             .iter()
@@ -207,7 +209,7 @@ impl Qwen35 {
     /// `states[i]`. Returns per sequence the logits of its rows `out_rows[i]` (row-major,
     /// rows × n_vocab). Batch-invariant (see `crate::batch`): each sequence's logits are the
     /// bits it would get alone.
-    pub fn forward(
+    pub fn forward_batch(
         &self,
         ctx: &Ctx,
         store: &dyn ExpertStore,
@@ -217,7 +219,7 @@ impl Qwen35 {
     ) -> Result<Vec<Vec<f32>>> {
         assert!(states.len() == tokens.len() && tokens.len() == out_rows.len(), "one state, span and logits range per sequence");
         let h = self.cfg.hidden;
-        let rows = Rows::from_lens(tokens.iter().zip(states.iter()).map(|(t, s)| (t.len(), s.pos)));
+        let rows = super::batch_rows(states, tokens);
         let n = rows.n;
         for (i, st) in states.iter().enumerate() {
             if st.layers.len() != self.layers.len() {
@@ -308,6 +310,67 @@ impl Qwen35 {
             })
             .collect())
     }
+}
+
+/// The registry's loader for `qwen35` and `qwen35moe`.
+pub fn load(f: &GgufFile) -> Result<Loaded> {
+    let (net, experts) = Qwen35::load(f)?;
+    Ok(Loaded { net: Box::new(net), experts })
+}
+
+impl Network for Qwen35 {
+    fn arch(&self) -> &str {
+        &self.cfg.arch
+    }
+
+    fn n_vocab(&self) -> usize {
+        self.cfg.n_vocab
+    }
+
+    fn new_state(&self) -> SeqState {
+        self.new_state_of_layers()
+    }
+
+    fn forward(
+        &self,
+        ctx: &Ctx,
+        store: &dyn ExpertStore,
+        states: &mut [&mut SeqState],
+        tokens: &[&[u32]],
+        out_rows: &[std::ops::Range<usize>],
+    ) -> Result<Vec<Vec<f32>>> {
+        self.forward_batch(ctx, store, states, tokens, out_rows)
+    }
+
+    fn plan_figures(&self, max_ctx: usize) -> PlanFigures {
+        let (n_expert, n_used) = self.cfg.moe.as_ref().map_or((0, 0), |m| (m.n_expert, m.n_used));
+        PlanFigures { state_bytes: state_bytes(&self.cfg, max_ctx), scratch_bytes: scratch_bytes(&self.cfg), n_expert, n_used }
+    }
+}
+
+/// One sequence's state at `max_ctx` positions: f32 K and V per attention layer, conv and delta
+/// state per DeltaNet layer.
+pub fn state_bytes(cfg: &Config, max_ctx: usize) -> u64 {
+    let n_attn = cfg.recurrent.iter().filter(|&&r| !r).count() as u64;
+    let n_delta = cfg.recurrent.len() as u64 - n_attn;
+    let kv = n_attn * 2 * cfg.attn.kv_width() as u64 * 4 * max_ctx as u64;
+    let d = DeltaState::new(&cfg.delta);
+    kv + n_delta * (d.conv.len() + d.s.len()) as u64 * 4
+}
+
+/// Scratch of a `PREFILL_BATCH`-token forward pass: the residual stream and its normed copy, the
+/// widest mixer projections, the FFN's gate/up/activation (for MoE the routed slots of every
+/// token), the quantized activations, and last-position logits, plus `SCRATCH_SLACK`.
+pub fn scratch_bytes(cfg: &Config) -> u64 {
+    let h = cfg.hidden as u64;
+    let d = &cfg.delta;
+    let mixer = ((d.conv_dim() + d.value_dim()) as u64 * 2).max((4 * cfg.attn.n_head + 2 * cfg.attn.n_head_kv) as u64 * cfg.attn.head_dim as u64);
+    let ffn = match &cfg.moe {
+        Some(m) => (m.n_used * m.expert_ff).max(m.shared_ff) as u64,
+        None => cfg.ff as u64,
+    };
+    let per_token = 6 * h + mixer + 3 * ffn;
+    PREFILL_BATCH as u64 * per_token * 4 + 2 * cfg.n_vocab as u64 * 4 + SCRATCH_SLACK
 }
 
 /// Layer `il`'s state of every sequence, as the kind `pick` takes (None = a state that does
