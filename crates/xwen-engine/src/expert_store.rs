@@ -4,7 +4,6 @@
 
 use crate::direct_read::AlignedBuf;
 use crate::error::{EngineError, Result};
-use crate::streamed_experts::ExpertCacheStats;
 use crate::weights::Mat;
 use std::ops::Range;
 use std::sync::Arc;
@@ -43,6 +42,32 @@ pub fn expert_stacks(layers: &[Option<[Mat; 3]>], layer: usize, expert: usize) -
         return Err(EngineError::ExpertStore(format!("expert {expert} out of range")));
     }
     Ok(mats)
+}
+
+/// Counters of the expert cache since load (or the last reset).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExpertCacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    /// Bytes read from the file (whole 4 KiB blocks around each expert's ranges).
+    pub bytes_read: u64,
+    /// Bytes the cache holds now, and its capacity.
+    pub cached_bytes: u64,
+    pub capacity_bytes: u64,
+    /// Whether reads bypass the page cache (see `direct_read`).
+    pub direct_io: bool,
+}
+
+impl ExpertCacheStats {
+    pub fn hit_rate(&self) -> f64 {
+        let n = self.hits + self.misses;
+        if n == 0 {
+            0.0
+        } else {
+            self.hits as f64 / n as f64
+        }
+    }
 }
 
 pub struct ExpertHandle<'a> {

@@ -8,7 +8,6 @@
 //! `SeqState` adds `state_bytes`).
 
 use crate::error::{EngineError, Result};
-use crate::models::PlanFigures;
 use crate::streamed_experts::StreamedExperts;
 use crate::weights::Mat;
 use xwen_gguf::GgufFile;
@@ -160,6 +159,18 @@ impl MemoryPlan {
         }
         s
     }
+}
+
+/// What the memory plan needs of an architecture (`MemoryPlan::new`), from `models::Network::plan_figures`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlanFigures {
+    /// One sequence's state at the plan's `max_ctx` positions (KV at its maximum + recurrent).
+    pub state_bytes: u64,
+    /// Scratch of one forward pass of `memory_plan::PREFILL_BATCH` rows.
+    pub scratch_bytes: u64,
+    /// Routed experts per MoE layer and how many a token uses (0, 0 for a dense model).
+    pub n_expert: usize,
+    pub n_used: usize,
 }
 
 /// Total RAM of this machine (Linux `MemTotal`); None where not known.

@@ -11,22 +11,11 @@ use crate::batch::Rows;
 use crate::compute::Ctx;
 use crate::error::{EngineError, Result};
 use crate::expert_store::ExpertStore;
+pub use crate::memory_plan::PlanFigures;
 use crate::state::SeqState;
 use crate::weights::Mat;
 use std::ops::Range;
 use xwen_gguf::GgufFile;
-
-/// What the memory plan needs of an architecture (`memory_plan::MemoryPlan::new`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PlanFigures {
-    /// One sequence's state at the plan's `max_ctx` positions (KV at its maximum + recurrent).
-    pub state_bytes: u64,
-    /// Scratch of one forward pass of `memory_plan::PREFILL_BATCH` rows.
-    pub scratch_bytes: u64,
-    /// Routed experts per MoE layer and how many a token uses (0, 0 for a dense model).
-    pub n_expert: usize,
-    pub n_used: usize,
-}
 
 /// A loaded network: its trunk's weights (views into the mapped file) and its forward.
 pub trait Network: Send + Sync {
