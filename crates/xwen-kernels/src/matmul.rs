@@ -291,6 +291,10 @@ pub fn dot_rows_tokens(w: &QMatrix, k: RowKernel, xq: &[u8], n_tok: usize, r0: u
     }
 }
 
+/// Fewest Q8_0 tokens that `Pool::matvec_tokens_q` pads to a group of 8 lanes with AVX-512
+/// VNNI (measured: docs/bench.md "Session 10").
+const Q8_PAD_MIN: usize = 4;
+
 /// Whether a product of `n_tok` tokens with a `ty` matrix of `rows` rows runs through a
 /// token-lane kernel whose per-token results are the one-token (matvec) bits: Q8_0 in whole
 /// groups of 8 (its lane kernel keeps vec_dot's order) and repacked Q4_K from 4 tokens (the
@@ -473,6 +477,20 @@ impl Pool {
         }
         if lanes_keep_one_token_order(w.ty, w.rows, n_tok) {
             return self.matmul_q_grouped(w, xq, n_tok, 0, y);
+        }
+        // 4..7 Q8_0 tokens: one padded group of 8 lanes (zero rows: zero scales, so zero lanes,
+        // never stored past n_tok) on the VNNI lane kernel costs less than the per-row kernels
+        // (measured at 4: docs/bench.md "Session 10"; at 2-3 the per-row kernels cost less)
+        #[cfg(target_arch = "x86_64")]
+        if w.ty == GgmlType::Q8_0 && dispatch::active() == dispatch::Isa::Avx512 && n_tok >= Q8_PAD_MIN {
+            let arb = act_row_bytes(&w);
+            let n_pad = n_tok.next_multiple_of(crate::simd::avx2_tok8::TOK);
+            let mut xp = xq[..n_tok * arb].to_vec();
+            xp.resize(n_pad * arb, 0);
+            let mut yp = vec![0.0f32; n_pad * w.rows];
+            self.matmul_q_grouped(w, &xp, n_pad, 0, &mut yp);
+            y.copy_from_slice(&yp[..n_tok * w.rows]);
+            return;
         }
         let kern = dispatch::row_kernel(w.ty, w.rows).expect("validated");
         let chunk = row_chunk(w.rows, self.n_threads());
