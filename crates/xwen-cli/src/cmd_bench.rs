@@ -89,7 +89,10 @@ pub fn run(argv: &[String]) -> Result<()> {
     }
     let membw = a.flag(&["--membw"]);
     let membw_mib: usize = a.parsed(&["--membw-mib"])?.unwrap_or(512);
-    let cfg = model_arg::engine_config(&mut a)?;
+    let mut cfg = model_arg::engine_config(&mut a)?;
+    let parallel = parallel.map(|pl| parse_list(Some(pl), 1, "--parallel")).transpose()?;
+    // a RAM plan holds the state of every sequence the test runs at once
+    cfg.n_seq = parallel.as_ref().and_then(|p| p.iter().max().copied()).unwrap_or(1).max(1);
     let rest = a.finish()?;
     if let Some(x) = rest.first() {
         bail!("unexpected argument `{x}`\n{USAGE}");
@@ -119,8 +122,7 @@ pub fn run(argv: &[String]) -> Result<()> {
         t0.elapsed().as_secs_f64(),
         model.threads()
     );
-    if let Some(pl) = parallel {
-        let parallel = parse_list(Some(pl), 1, "--parallel")?;
+    if let Some(parallel) = parallel {
         if parallel.contains(&0) {
             bail!("--parallel: every count must be at least 1");
         }

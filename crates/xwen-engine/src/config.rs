@@ -25,11 +25,14 @@ pub struct EngineConfig {
     /// a budget, a MoE model's routed experts stream from disk into a cache of what the trunk,
     /// state and scratch leave (`memory_plan`), and a budget under the floor is refused.
     pub ram_budget: Option<u64>,
+    /// Sequences held at once (batched decode, a server's slots): a RAM plan reserves the state
+    /// of this many at `max_ctx` positions, and under a budget `Model::max_sequences` says so.
+    pub n_seq: usize,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false, ram_budget: None }
+        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false, ram_budget: None, n_seq: 1 }
     }
 }
 

@@ -4,8 +4,8 @@
 //! what is left for the expert cache. A budget under the floor is refused before anything is
 //! allocated, with the parts named (DESIGN.md "Expert streaming").
 //!
-//! The plan bounds what the engine itself holds; it assumes one sequence at a time (each further
-//! `SeqState` adds `state_bytes`).
+//! The plan bounds what the engine itself holds: the states of `n_seq` sequences
+//! (`EngineConfig::n_seq`; each further `SeqState` would add `state_bytes / n_seq`).
 
 use crate::error::{EngineError, Result};
 use crate::streamed_experts::StreamedExperts;
@@ -34,9 +34,11 @@ pub struct MemoryPlan {
     pub auto: bool,
     /// Resident weights: every tensor except the routed experts.
     pub trunk_bytes: u64,
-    /// One sequence's KV cache at `max_ctx` positions plus its recurrent state.
+    /// `n_seq` sequences' KV caches at `max_ctx` positions plus their recurrent states.
     pub state_bytes: u64,
     pub max_ctx: usize,
+    /// Sequences whose state the plan holds.
+    pub n_seq: usize,
     /// Activations and work buffers of a `PREFILL_BATCH`-token forward pass (an estimate).
     pub scratch_bytes: u64,
     /// RAM one cached expert takes (gate + up + down; the largest over layers), 0 for a dense
@@ -78,12 +80,15 @@ impl MemoryPlan {
         figures: &PlanFigures,
         experts: &[Option<[Mat; 3]>],
         max_ctx: usize,
+        n_seq: usize,
         budget: u64,
         machine_ram: Option<u64>,
     ) -> Result<MemoryPlan> {
+        let n_seq = n_seq.max(1);
         let expert_tensor_bytes: u64 = experts.iter().flatten().flat_map(|m| m.iter()).map(|m| m.info.n_bytes).sum();
         let trunk_bytes = file.tensor_bytes().saturating_sub(expert_tensor_bytes);
-        let (state_bytes, scratch_bytes) = (figures.state_bytes, figures.scratch_bytes);
+        let state_bytes = figures.state_bytes.saturating_mul(n_seq as u64);
+        let scratch_bytes = figures.scratch_bytes;
         // layers may quantize their experts differently (Q4_K_M gives some down stacks Q6_K):
         // the largest record bounds what one slot holds, the per-layer sum what all of them do
         let records: Vec<u64> = experts.iter().flatten().map(StreamedExperts::record_bytes).collect();
@@ -101,6 +106,7 @@ impl MemoryPlan {
             trunk_bytes,
             state_bytes,
             max_ctx,
+            n_seq,
             scratch_bytes,
             record_bytes,
             in_flight_bytes,
@@ -119,10 +125,11 @@ impl MemoryPlan {
         }
         if plan.budget < plan.floor() {
             return Err(EngineError::RamBudget(format!(
-                "{} is under this model's floor of {}: trunk {} + state at {max_ctx} positions (-c) {} + scratch {} + experts in flight {} + smallest expert cache {}{}",
+                "{} is under this model's floor of {}: trunk {} + state of {} at {max_ctx} positions (-c) {} + scratch {} + experts in flight {} + smallest expert cache {}{}",
                 human_bytes(plan.budget),
                 human_bytes(plan.floor()),
                 human_bytes(plan.trunk_bytes),
+                sequences(n_seq),
                 human_bytes(plan.state_bytes),
                 human_bytes(plan.scratch_bytes),
                 human_bytes(plan.in_flight_bytes),
@@ -137,11 +144,12 @@ impl MemoryPlan {
     /// One line for a log: the budget and where it goes.
     pub fn summary(&self) -> String {
         let mut s = format!(
-            "RAM budget {}{}: trunk {} + state {} (at {} positions: -c) + scratch {} + in flight {}",
+            "RAM budget {}{}: trunk {} + state {} ({} at {} positions: -c) + scratch {} + in flight {}",
             human_bytes(self.budget),
             if self.auto { " (automatic, 3/4 of RAM)" } else { "" },
             human_bytes(self.trunk_bytes),
             human_bytes(self.state_bytes),
+            sequences(self.n_seq),
             self.max_ctx,
             human_bytes(self.scratch_bytes),
             human_bytes(self.in_flight_bytes)
@@ -171,6 +179,14 @@ pub struct PlanFigures {
     /// Routed experts per MoE layer and how many a token uses (0, 0 for a dense model).
     pub n_expert: usize,
     pub n_used: usize,
+}
+
+fn sequences(n: usize) -> String {
+    if n == 1 {
+        "one sequence".into()
+    } else {
+        format!("{n} sequences")
+    }
 }
 
 /// Total RAM of this machine (Linux `MemTotal`); None where not known.

@@ -84,7 +84,7 @@ impl Model {
         let figures = net.plan_figures(cfg.max_ctx);
         let plan = match cfg.ram_budget {
             None => None,
-            Some(b) => Some(MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, b, crate::memory_plan::machine_ram())?),
+            Some(b) => Some(MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, cfg.n_seq, b, crate::memory_plan::machine_ram())?),
         };
         let has_experts = experts.iter().any(|e| e.is_some());
         let store: Box<dyn ExpertStore> = match (&plan, has_experts) {
@@ -213,6 +213,12 @@ impl Model {
         self.cfg.max_ctx
     }
 
+    /// Sequences the RAM plan holds state for (`EngineConfig::n_seq`); unbounded without a
+    /// budget. The scheduler admits no more.
+    pub fn max_sequences(&self) -> usize {
+        self.plan.as_ref().map_or(usize::MAX, |p| p.n_seq)
+    }
+
     /// Rows one batch may hold: a budgeted model's scratch covers `PREFILL_BATCH` rows; a
     /// mapped one has no limit of its own.
     pub fn max_batch_rows(&self) -> usize {
@@ -243,6 +249,13 @@ impl Model {
                 return Err(EngineError::State(format!("sequence {i} appears twice in one batch")));
             }
             rows += s.tokens.len();
+        }
+        if steps.len() > self.max_sequences() {
+            return Err(EngineError::State(format!(
+                "a batch of {} sequences exceeds the {} whose state the RAM plan holds (EngineConfig::n_seq)",
+                steps.len(),
+                self.max_sequences()
+            )));
         }
         if rows > self.max_batch_rows() {
             return Err(EngineError::State(format!(

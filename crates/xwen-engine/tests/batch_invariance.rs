@@ -130,11 +130,24 @@ fn moe_sequences_batched_equal_each_alone_mapped_and_streamed() {
         let mapped = Model::load(&p, &cfg(None)).unwrap();
         check(&mapped, &format!("{} mapped", p.display()));
         // a cache one expert above its smallest size: every layer evicts
-        let plan = Model::load(&p, &cfg(Some(1 << 50))).unwrap().memory_plan().unwrap().clone();
-        let streamed = Model::load(&p, &cfg(Some(plan.floor() + plan.record_bytes))).unwrap();
+        // a budget holding the 9 sequences' states, the cache one expert above its smallest
+        let budgeted = |b| EngineConfig { n_seq: 9, ..cfg(Some(b)) };
+        let plan = Model::load(&p, &budgeted(1 << 50)).unwrap().memory_plan().unwrap().clone();
+        let streamed = Model::load(&p, &budgeted(plan.floor() + plan.record_bytes)).unwrap();
         assert!(streamed.streams_experts());
         check(&streamed, &format!("{} streamed", p.display()));
     }
+}
+
+#[test]
+fn a_budgeted_batch_refuses_more_sequences_than_its_plan_holds() {
+    let p = fixture("cond/qwen3_5_moe/model-q8_0.gguf");
+    let m = Model::load(&p, &EngineConfig { n_seq: 2, ..cfg(Some(1 << 50)) }).unwrap();
+    let mut s: Vec<_> = (0..3).map(|_| m.new_state()).collect();
+    let mut steps: Vec<SeqStep> = s.iter_mut().map(|st| SeqStep { state: st, tokens: &[1], logits: LogitsMode::Last }).collect();
+    let err = m.forward_batch(&mut steps).unwrap_err().to_string();
+    assert!(err.contains("RAM plan"), "{err}");
+    assert_eq!(m.forward_batch(&mut steps[..2]).unwrap().len(), 2);
 }
 
 #[test]

@@ -105,8 +105,10 @@ fn scheduled_sequences_get_the_tokens_they_get_alone() {
     check_scheduler(&Model::load(&fixture("cond/qwen3_5/model-q4_k_m.gguf"), &cfg(None)).unwrap(), "dense q4_k_m");
     let moe = fixture("cond/qwen3_5_moe/model-q8_0.gguf");
     check_scheduler(&Model::load(&moe, &cfg(None)).unwrap(), "moe q8_0");
-    let plan = Model::load(&moe, &cfg(Some(1 << 50))).unwrap().memory_plan().unwrap().clone();
-    check_scheduler(&Model::load(&moe, &cfg(Some(plan.floor() + plan.record_bytes))).unwrap(), "moe q8_0 streamed");
+    // a budget that holds 8 sequences' states and one expert above the smallest cache
+    let streamed = |budget| EngineConfig { n_seq: 8, ..cfg(Some(budget)) };
+    let plan = Model::load(&moe, &streamed(1 << 50)).unwrap().memory_plan().unwrap().clone();
+    check_scheduler(&Model::load(&moe, &streamed(plan.floor() + plan.record_bytes)).unwrap(), "moe q8_0 streamed");
 }
 
 fn greedy(m: &Model, sess: &mut Session, p: &[u32], n: usize) -> Vec<u32> {
@@ -182,4 +184,27 @@ fn checkpoints_restore_without_the_kv_and_refuse_what_they_cannot_prove() {
     };
     assert!(early.restore_checkpoint(&ahead).is_err());
     assert!(early.restore_checkpoint(&ck8).is_err());
+}
+
+#[test]
+fn a_budget_plans_the_state_of_n_sequences_and_the_scheduler_admits_no_more() {
+    let moe = fixture("cond/qwen3_5_moe/model-q8_0.gguf");
+    let plan = |n_seq: usize, budget: u64| Model::load(&moe, &EngineConfig { n_seq, ..cfg(Some(budget)) }).map(|m| m.memory_plan().unwrap().clone());
+    let one = plan(1, 1 << 50).unwrap();
+    let four = plan(4, 1 << 50).unwrap();
+    assert_eq!(four.state_bytes, 4 * one.state_bytes);
+    assert_eq!(four.floor() - one.floor(), 3 * one.state_bytes);
+    // between the two floors: enough for one sequence, refused for four, with the count named
+    let between = one.floor() + one.state_bytes;
+    assert!(plan(1, between).is_ok());
+    let err = plan(4, between).unwrap_err().to_string();
+    assert!(err.contains("4 sequences"), "{err}");
+    let m = Model::load(&moe, &EngineConfig { n_seq: 2, ..cfg(Some(1 << 50)) }).unwrap();
+    assert_eq!(m.max_sequences(), 2);
+    let mut sch = Scheduler::new(8);
+    let v = m.n_vocab();
+    sch.add(&m, request(prompt(1, 4, v), 2, vec![])).unwrap();
+    sch.add(&m, request(prompt(2, 4, v), 2, vec![])).unwrap();
+    assert!(sch.add(&m, request(prompt(3, 4, v), 2, vec![])).is_err(), "a third sequence over the plan's two");
+    assert_eq!(Model::load(&moe, &cfg(None)).unwrap().max_sequences(), usize::MAX);
 }

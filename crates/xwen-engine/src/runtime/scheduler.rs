@@ -67,10 +67,12 @@ impl Scheduler {
         self.running.is_empty()
     }
 
-    /// Admit a request; refused when `max_seqs` run already or the prompt is empty.
+    /// Admit a request; refused when `max_seqs` run already (or the sequences a RAM plan holds
+    /// state for, `Model::max_sequences`) or the prompt is empty.
     pub fn add(&mut self, model: &Model, mut req: Request) -> Result<SeqId> {
-        if self.running.len() >= self.max_seqs {
-            return Err(EngineError::State(format!("all {} sequences are busy", self.max_seqs)));
+        let cap = self.max_seqs.min(model.max_sequences());
+        if self.running.len() >= cap {
+            return Err(EngineError::State(format!("all {cap} sequences are busy")));
         }
         if req.prompt.is_empty() {
             return Err(EngineError::EmptyInput);
