@@ -14,7 +14,7 @@ use std::path::Path;
 use anyhow::{anyhow, bail, Result};
 use serde_json::{json, Map, Value as Json};
 use xwen_gguf::{GgufError, GgufFile, Value};
-use xwen_engine::memory_plan::human_bytes;
+use xwen_engine::experts::plan::human_bytes;
 
 use crate::args::Args;
 

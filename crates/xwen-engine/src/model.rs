@@ -3,9 +3,9 @@
 use crate::compute::Ctx;
 use crate::config::EngineConfig;
 use crate::error::{EngineError, Result};
-use crate::expert_store::{ExpertStore, ResidentExperts};
-use crate::memory_plan::{MemoryPlan, PREFILL_BATCH};
-use crate::streamed_experts::{ExpertCacheStats, StreamedExperts};
+use crate::experts::store::{ExpertStore, ResidentExperts};
+use crate::experts::plan::{MemoryPlan, PREFILL_BATCH};
+use crate::experts::streamed::{ExpertCacheStats, StreamedExperts};
 use crate::models::{self, Network};
 use crate::profile::Profiler;
 use crate::state::SeqState;
@@ -84,7 +84,7 @@ impl Model {
         let figures = net.plan_figures(cfg.max_ctx);
         let plan = match cfg.ram_budget {
             None => None,
-            Some(b) => Some(MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, cfg.n_seq, b, crate::memory_plan::machine_ram())?),
+            Some(b) => Some(MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, cfg.n_seq, b, crate::experts::plan::machine_ram())?),
         };
         let has_experts = experts.iter().any(|e| e.is_some());
         let store: Box<dyn ExpertStore> = match (&plan, has_experts) {

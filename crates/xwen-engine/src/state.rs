@@ -5,8 +5,8 @@
 //! to the checkpoint's length, since the rows below it are still the ones it was taken over
 //! (the state's cut history proves it; a checkpoint the state has been cut below is refused).
 
-use crate::attention::KvCache;
-use crate::deltanet::DeltaState;
+use crate::layers::attention::KvCache;
+use crate::layers::deltanet::DeltaState;
 use crate::error::{EngineError, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 

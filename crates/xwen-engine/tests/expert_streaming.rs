@@ -111,7 +111,7 @@ fn prompts_longer_than_a_batch_run_in_batches_under_a_budget() {
     let resident = Model::load(path, &cfg(None)).unwrap();
     let (floor, record) = floor_and_record(path);
     let streamed = Model::load(path, &cfg(Some(floor + 4 * record))).unwrap();
-    let p = prompt(xwen_engine::memory_plan::PREFILL_BATCH + 37, resident.n_vocab());
+    let p = prompt(xwen_engine::experts::plan::PREFILL_BATCH + 37, resident.n_vocab());
     let want = resident.forward(&mut resident.new_state(), &p, LogitsMode::All).unwrap();
     let mut st = streamed.new_state();
     let got = streamed.forward(&mut st, &p, LogitsMode::All).unwrap();

@@ -7,16 +7,16 @@
 //!   h = x + mixer(rms_norm(x)·attn_norm)          mixer = GatedDeltaNet | gated attention
 //!   x = h + ffn(rms_norm(h)·post_attention_norm)  ffn   = SwiGLU | MoE + shared expert
 
-use crate::attention::{self, AttnDims, AttnWeights, KvCache};
+use crate::layers::attention::{self, AttnDims, AttnWeights, KvCache};
 use super::{Loaded, Network, PlanFigures};
 use crate::batch::Rows;
-use crate::memory_plan::{PREFILL_BATCH, SCRATCH_SLACK};
+use crate::experts::plan::{PREFILL_BATCH, SCRATCH_SLACK};
 use crate::compute::Ctx;
-use crate::deltanet::{self, DeltaDims, DeltaNetWeights, DeltaState};
+use crate::layers::deltanet::{self, DeltaDims, DeltaNetWeights, DeltaState};
 use crate::error::{EngineError, Result};
-use crate::expert_store::ExpertStore;
-use crate::ffn::{self, FfnWeights};
-use crate::moe::{self, MoeDims, MoeWeights};
+use crate::experts::store::ExpertStore;
+use crate::layers::ffn::{self, FfnWeights};
+use crate::layers::moe::{self, MoeDims, MoeWeights};
 use crate::ops;
 use crate::profile::Op;
 use crate::state::{LayerState, SeqState};

@@ -6,7 +6,7 @@
 //! (fed in the same chunks) — tested token for token.
 
 use crate::error::{EngineError, Result};
-use crate::memory_plan::PREFILL_BATCH;
+use crate::experts::plan::PREFILL_BATCH;
 use crate::model::{LogitsMode, Model, SeqStep};
 use crate::runtime::generate::StopReason;
 use crate::runtime::sampler::Sampler;

@@ -2,7 +2,7 @@
 //! [`ExpertStore`], so a disk-streaming store with a bounded cache can replace the resident one
 //! without touching model code.
 
-use crate::direct_read::AlignedBuf;
+use crate::experts::direct_read::AlignedBuf;
 use crate::error::{EngineError, Result};
 use crate::weights::Mat;
 use std::ops::Range;

@@ -8,11 +8,11 @@
 //! is still using, or serve one uncached; the RAM beyond the cache is then at most the experts
 //! one layer holds at once, which the memory plan counts (`memory_plan`).
 
-use crate::direct_read::{AlignedBuf, DirectFile};
-use crate::expert_cache::ExpertCache;
+use crate::experts::direct_read::{AlignedBuf, DirectFile};
+use crate::experts::cache::ExpertCache;
 use crate::error::{EngineError, Result};
-pub use crate::expert_store::ExpertCacheStats;
-use crate::expert_store::{expert_stacks, ExpertBytes, ExpertHandle, ExpertStore, MatShape};
+pub use crate::experts::store::ExpertCacheStats;
+use crate::experts::store::{expert_stacks, ExpertBytes, ExpertHandle, ExpertStore, MatShape};
 use crate::weights::Mat;
 use std::ops::Range;
 use std::path::Path;
@@ -49,7 +49,7 @@ impl StreamedExperts {
 
     /// RAM one cached expert takes (its three ranges widened to 4 KiB blocks, plus alignment).
     pub fn record_bytes(mats: &[Mat; 3]) -> u64 {
-        let b = crate::direct_read::BLOCK;
+        let b = crate::experts::direct_read::BLOCK;
         mats.iter().map(|m| (m.mat_bytes() as u64).div_ceil(b) * b + b).sum::<u64>() + b
     }
 

@@ -8,7 +8,7 @@
 //! (`EngineConfig::n_seq`; each further `SeqState` would add `state_bytes / n_seq`).
 
 use crate::error::{EngineError, Result};
-use crate::streamed_experts::StreamedExperts;
+use crate::experts::streamed::StreamedExperts;
 use crate::weights::Mat;
 use xwen_gguf::GgufFile;
 

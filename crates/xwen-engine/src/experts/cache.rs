@@ -13,7 +13,7 @@
 //! "Session 9"): 21% of the experts cached, 0% hits under LRU against 43–47% here; 46% cached,
 //! 64–68% against 74–78%.
 
-use crate::direct_read::AlignedBuf;
+use crate::experts::direct_read::AlignedBuf;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
