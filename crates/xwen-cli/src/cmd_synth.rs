@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use xwen_engine::synth::{self, Preset, SynthProgress};
+use xwen_synth::{self as synth, Preset, SynthProgress};
 use xwen_gguf::GgufFile;
 
 const USAGE: &str = "usage: xwen synth --preset NAME --out FILE [--vocab VOCAB.gguf] [--seed N]

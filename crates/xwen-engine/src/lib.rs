@@ -17,7 +17,6 @@ pub mod ops;
 pub mod profile;
 pub mod runtime;
 pub mod state;
-pub mod synth;
 pub mod weights;
 
 pub use config::EngineConfig;

@@ -14,7 +14,18 @@
 
 mod vocab;
 
-use crate::error::{EngineError, Result};
+/// What can go wrong writing a synthetic model.
+#[derive(Debug, thiserror::Error)]
+pub enum SynthError {
+    #[error(transparent)]
+    Gguf(#[from] xwen_gguf::GgufError),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+pub type Result<T> = std::result::Result<T, SynthError>;
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
 use xwen_gguf::{GgmlType, GgufFile, GgufWriter, Value};
@@ -542,7 +553,7 @@ impl Pools {
     fn new(seed: u64) -> Result<Pools> {
         let mut rng = Rng::new(seed ^ 0x9e37_79b9_7f4a_7c15);
         let x: Vec<f32> = (0..POOL_ELEMS).map(|_| WEIGHT_STD * rng.normal()).collect();
-        let q = |ty| xwen_kernels::quantize(ty, &x).map_err(|e| EngineError::BadHparams(format!("synthetic {ty} pool: {e}")));
+        let q = |ty| xwen_kernels::quantize(ty, &x).map_err(|e| SynthError::Invalid(format!("synthetic {ty} pool: {e}")));
         Ok(Pools { q8_0: q(GgmlType::Q8_0)?, q4_k: q(GgmlType::Q4_K)?, q6_k: q(GgmlType::Q6_K)? })
     }
 
@@ -551,7 +562,7 @@ impl Pools {
             GgmlType::Q8_0 => Ok(&self.q8_0),
             GgmlType::Q4_K => Ok(&self.q4_k),
             GgmlType::Q6_K => Ok(&self.q6_k),
-            other => Err(EngineError::BadHparams(format!("no synthetic pool for {other}"))),
+            other => Err(SynthError::Invalid(format!("no synthetic pool for {other}"))),
         }
     }
 }

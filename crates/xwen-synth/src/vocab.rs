@@ -1,7 +1,7 @@
 //! Tokenizer metadata for synthetic models: copied from a real vocabulary file and padded, or a
 //! small byte-level BPE vocabulary that llama.cpp and xwen both accept.
 
-use crate::error::{EngineError, Result};
+use crate::{Result, SynthError};
 use xwen_gguf::{GgufFile, Value};
 
 const TOKENS: &str = "tokenizer.ggml.tokens";
@@ -20,9 +20,9 @@ fn pad_token(id: usize) -> Value {
 /// Every `tokenizer.*` key of `vocab`, with the per-token arrays padded to `n_vocab` entries
 /// (the embedding rows), as convert_hf_to_gguf pads a vocabulary smaller than the matrix.
 pub(super) fn from_gguf(vocab: &GgufFile, n_vocab: usize) -> Result<Vec<(String, Value)>> {
-    let n = vocab.get_array(TOKENS).map(<[Value]>::len).ok_or_else(|| EngineError::MissingKey(TOKENS.into()))?;
+    let n = vocab.get_array(TOKENS).map(<[Value]>::len).ok_or_else(|| SynthError::Invalid(format!("the vocabulary file has no `{TOKENS}`")))?;
     if n > n_vocab {
-        return Err(EngineError::BadHparams(format!(
+        return Err(SynthError::Invalid(format!(
             "the vocabulary file has {n} tokens, more than the preset's {n_vocab} embedding rows"
         )));
     }
@@ -48,7 +48,7 @@ pub(super) fn from_gguf(vocab: &GgufFile, n_vocab: usize) -> Result<Vec<(String,
         };
         if let Value::Array(a) = &padded {
             if matches!(k.as_str(), TOKENS | TOKEN_TYPE | SCORES) && a.len() != n_vocab {
-                return Err(EngineError::BadHparams(format!("`{k}` has {} entries, `{TOKENS}` has {n}", a.len())));
+                return Err(SynthError::Invalid(format!("`{k}` has {} entries, `{TOKENS}` has {n}", a.len())));
             }
         }
         out.push((k.clone(), padded));
