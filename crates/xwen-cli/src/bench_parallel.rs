@@ -53,7 +53,7 @@ fn prefill(model: &Model, states: &mut [SeqState], pp: usize, toks: &mut Tokens)
         let mut steps: Vec<SeqStep> = states
             .iter_mut()
             .zip(&prompts)
-            .map(|(st, p)| SeqStep { state: st, tokens: &p[at..end], logits: if end == pp { LogitsMode::Last } else { LogitsMode::None } })
+            .map(|(st, p)| SeqStep::new(st, &p[at..end], if end == pp { LogitsMode::Last } else { LogitsMode::None }))
             .collect();
         model.forward_batch(&mut steps)?;
         at = end;
@@ -65,7 +65,7 @@ fn decode(model: &Model, states: &mut [SeqState], tg: usize, toks: &mut Tokens) 
     for _ in 0..tg {
         let ids: Vec<[u32; 1]> = states.iter().map(|_| [toks.next(model.n_vocab())]).collect();
         let mut steps: Vec<SeqStep> =
-            states.iter_mut().zip(&ids).map(|(st, t)| SeqStep { state: st, tokens: t, logits: LogitsMode::Last }).collect();
+            states.iter_mut().zip(&ids).map(|(st, t)| SeqStep::new(st, t, LogitsMode::Last)).collect();
         model.forward_batch(&mut steps)?;
     }
     Ok(())

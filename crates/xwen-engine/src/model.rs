@@ -31,6 +31,16 @@ pub struct SeqStep<'a> {
     /// The tokens this step feeds, at `state.pos` onwards.
     pub tokens: &'a [u32],
     pub logits: LogitsMode,
+    /// Compute every row in the one-token (decode) order, as if the tokens were decoded one by
+    /// one: a speculative verify's rows then carry exactly plain decode's logits.
+    pub decode_order: bool,
+}
+
+impl<'a> SeqStep<'a> {
+    /// A step in the span's own order (a prefill chunk, or one decode token).
+    pub fn new(state: &'a mut SeqState, tokens: &'a [u32], logits: LogitsMode) -> SeqStep<'a> {
+        SeqStep { state, tokens, logits, decode_order: false }
+    }
 }
 
 /// Architectures xwen runs (the registry's, `models::REGISTRY`) and those it recognizes but
@@ -204,7 +214,7 @@ impl Model {
             }
             return Ok(out);
         }
-        let mut step = [SeqStep { state, tokens, logits: mode }];
+        let mut step = [SeqStep::new(state, tokens, mode)];
         Ok(self.forward_batch(&mut step)?.pop().unwrap_or_default())
     }
 
@@ -263,22 +273,22 @@ impl Model {
                 self.max_batch_rows()
             )));
         }
-        let out_rows: Vec<std::ops::Range<usize>> = steps
+        let spans: Vec<models::SpanIn> = steps
             .iter()
             .map(|s| {
                 let n = s.tokens.len();
-                match s.logits {
+                let logits = match s.logits {
                     LogitsMode::All => 0..n,
                     LogitsMode::Last => n - 1..n,
                     LogitsMode::None => n..n,
-                }
+                };
+                models::SpanIn { tokens: s.tokens, logits, decode_order: s.decode_order }
             })
             .collect();
-        let tokens: Vec<&[u32]> = steps.iter().map(|s| s.tokens).collect();
         let mut states: Vec<&mut SeqState> = steps.iter_mut().map(|s| &mut *s.state).collect();
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
         let ctx = Ctx { pool: &self.pool, file: &self.file, prof: &self.prof, chunked_scan: self.cfg.chunked_prefill };
-        self.net.forward(&ctx, self.store.as_ref(), &mut states, &tokens, &out_rows)
+        self.net.forward(&ctx, self.store.as_ref(), &mut states, &spans)
     }
 
     fn check_context(&self, state: &SeqState, n: usize) -> Result<()> {

@@ -122,6 +122,53 @@ impl SeqState {
         Ok(())
     }
 
+    /// Keep the recurrent states before each of the last `k` tokens fed (k × the recurrent
+    /// state's bytes), so `rollback` can return to any of those positions without a re-run —
+    /// what a speculative verify needs. 0 (the default) keeps none.
+    pub fn keep_history(&mut self, k: usize) {
+        for l in &mut self.layers {
+            if let LayerState::Delta(d) = l {
+                d.keep = k;
+                while d.past.len() > k {
+                    d.past.pop_front();
+                }
+            }
+        }
+    }
+
+    /// Back to `pos`, a position among the last kept ones (`keep_history`) or the current one:
+    /// KV rows past it are dropped, each recurrent layer takes its kept state from before the
+    /// token at `pos`.
+    pub fn rollback(&mut self, pos: usize) -> Result<()> {
+        if pos == self.pos {
+            return Ok(());
+        }
+        if pos > self.pos {
+            return Err(EngineError::State(format!("cannot roll forward to {pos} (at {})", self.pos)));
+        }
+        let kept = self.layers.iter().all(|l| match l {
+            LayerState::Delta(d) => d.past.iter().any(|p| p.pos == pos),
+            LayerState::Attn(_) => true,
+        });
+        if !kept {
+            return Err(EngineError::State(format!(
+                "position {pos} is not among the kept states (at {}; keep_history keeps the last k)",
+                self.pos
+            )));
+        }
+        for l in &mut self.layers {
+            if let LayerState::Delta(d) = l {
+                let i = d.past.iter().position(|p| p.pos == pos).expect("checked above");
+                let p = d.past.remove(i).expect("in range");
+                d.past.truncate(i);
+                d.conv = p.conv;
+                d.s = p.s;
+            }
+        }
+        self.cut_kv(pos);
+        Ok(())
+    }
+
     /// Cut the sequence back to `pos` positions. Attention layers drop KV rows; recurrent layers
     /// cannot be rewound, so this is only possible when every layer is attention or `pos` equals
     /// the current position — otherwise restore a checkpoint taken at `pos` (the error says so).

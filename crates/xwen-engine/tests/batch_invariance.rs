@@ -95,7 +95,7 @@ fn check(m: &Model, what: &str) {
             if let Some(c) = f.chunks.iter().position(|c| c.0 == step) {
                 let (_, toks, mode) = &f.chunks[c];
                 who.push((s, c));
-                steps.push(SeqStep { state: st, tokens: toks, logits: *mode });
+                steps.push(SeqStep::new(st, toks, *mode));
             }
         }
         max_batch = max_batch.max(steps.iter().filter(|s| s.tokens.len() == 1).count());
@@ -144,7 +144,7 @@ fn a_budgeted_batch_refuses_more_sequences_than_its_plan_holds() {
     let p = fixture("cond/qwen3_5_moe/model-q8_0.gguf");
     let m = Model::load(&p, &EngineConfig { n_seq: 2, ..cfg(Some(1 << 50)) }).unwrap();
     let mut s: Vec<_> = (0..3).map(|_| m.new_state()).collect();
-    let mut steps: Vec<SeqStep> = s.iter_mut().map(|st| SeqStep { state: st, tokens: &[1], logits: LogitsMode::Last }).collect();
+    let mut steps: Vec<SeqStep> = s.iter_mut().map(|st| SeqStep::new(st, &[1], LogitsMode::Last)).collect();
     let err = m.forward_batch(&mut steps).unwrap_err().to_string();
     assert!(err.contains("RAM plan"), "{err}");
     assert_eq!(m.forward_batch(&mut steps[..2]).unwrap().len(), 2);
@@ -154,7 +154,7 @@ fn a_budgeted_batch_refuses_more_sequences_than_its_plan_holds() {
 fn a_batch_refuses_the_same_state_twice_and_empty_spans() {
     let m = Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap();
     let mut a = m.new_state();
-    let mut steps = [SeqStep { state: &mut a, tokens: &[], logits: LogitsMode::Last }];
+    let mut steps = [SeqStep::new(&mut a, &[], LogitsMode::Last)];
     assert!(m.forward_batch(&mut steps).is_err());
     assert!(m.forward_batch(&mut []).unwrap().is_empty());
 }

@@ -139,7 +139,7 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
                 // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
                 let oh = unsafe { out_p.slice(t * hq + h * hd, hd) };
                 let v_at = |p: usize| &kv.v[p * kvw + kvh * hd..][..hd];
-                weighted_v_sum(&scores[..visible], v_at, s.len == 1, &mut lanes, oh);
+                weighted_v_sum(&scores[..visible], v_at, s.len == 1 || s.decode_order, &mut lanes, oh);
             }
         });
     }

@@ -94,6 +94,19 @@ pub struct DeltaState {
     pub conv: Vec<f32>,
     /// [H_v][S_v][S_k] fp32.
     pub s: Vec<f32>,
+    /// How many earlier positions' states to keep (`SeqState::keep_history`): a speculative
+    /// verify rolls back to any of them without running anything again.
+    pub keep: usize,
+    /// The states before each of the last `keep` tokens fed, oldest first.
+    pub past: std::collections::VecDeque<PastState>,
+}
+
+/// A DeltaNet layer's state at an earlier position (before the token at `pos`).
+#[derive(Clone, Debug)]
+pub struct PastState {
+    pub pos: usize,
+    pub conv: Vec<f32>,
+    pub s: Vec<f32>,
 }
 
 impl DeltaState {
@@ -101,7 +114,7 @@ impl DeltaState {
     /// sequence's first decode steps would fault in its whole recurrent state (66 MB on the
     /// 35B-A3B) inside the step (llama.cpp allocates its recurrent cells with the context).
     pub fn new(d: &DeltaDims) -> Self {
-        DeltaState { conv: touched_zeros(d.conv_state_len()), s: touched_zeros(d.state_len()) }
+        DeltaState { conv: touched_zeros(d.conv_state_len()), s: touched_zeros(d.state_len()), keep: 0, past: Default::default() }
     }
 }
 
@@ -138,6 +151,8 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
     drop(sp);
     let sp = ctx.span(Op::DeltaConv);
     // Causal depthwise convolution over each sequence's fused stream, its state prepended, then SiLU.
+    // the inputs before each span's tokens (its conv state), for the history of kept positions
+    let conv_before: Vec<Option<Vec<f32>>> = states.iter().map(|st| (st.keep > 0).then(|| st.conv.clone())).collect();
     let conv_out: Vec<f32> = if rows.is_single() {
         conv_silu(ctx, &w.conv, d, &qkv, n, &mut states[0].conv)
     } else {
@@ -186,8 +201,17 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
     let sp = ctx.span(Op::DeltaScan);
     // The delta rule, one task per (sequence, V-head).
     let mut o = vec![0.0f32; n * hv * sd];
+    // per span: its first kept token and one buffer per kept token for the state before it
+    let kept: Vec<usize> = rows.spans.iter().zip(states.iter()).map(|(sp, st)| sp.len - st.keep.min(sp.len)).collect();
+    let mut snaps: Vec<Vec<Vec<f32>>> = rows
+        .spans
+        .iter()
+        .zip(&kept)
+        .map(|(sp, &j0)| (j0..sp.len).map(|_| vec![0.0f32; hv * sd * sd]).collect())
+        .collect();
     {
         let o_all = SharedMut::new(&mut o);
+        let snap_ptrs: Vec<Vec<SharedMut<f32>>> = snaps.iter_mut().map(|v| v.iter_mut().map(|b| SharedMut::new(b)).collect()).collect();
         let s_ptrs: Vec<SharedMut<f32>> = states.iter_mut().map(|st| SharedMut::new(&mut st.s)).collect();
         let (q, k, v, g, beta) = (&q, &k, &v, &g, &beta);
         ctx.pool.run(rows.spans.len() * hv, &|task| {
@@ -210,12 +234,26 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
                 hv,
                 sd,
             };
-            if ctx.chunked_scan && span.len >= CHUNKED_MIN_TOKENS {
+            let keep = Keep { from: kept[si], into: &snap_ptrs[si] };
+            if ctx.chunked_scan && span.len >= CHUNKED_MIN_TOKENS && !span.decode_order && keep.from == span.len {
                 head_chunked(&io, span.len, s, o_span);
             } else {
-                head_recurrent(&io, span.len, s, o_span);
+                head_recurrent(&io, span.len, s, o_span, &keep);
             }
         });
+    }
+    // the kept positions' states, oldest first, at most `keep` of them
+    for (((sp, st), (j0, snap)), before) in rows.spans.iter().zip(states.iter_mut()).zip(kept.iter().zip(snaps)).zip(conv_before) {
+        let Some(before) = before else { continue };
+        let hist = d.conv_kernel - 1;
+        let window: Vec<f32> = before.iter().chain(&qkv[sp.start * cd..(sp.start + sp.len) * cd]).copied().collect();
+        st.past.retain(|p| p.pos < sp.pos0);
+        for (j, s_before) in (*j0..sp.len).zip(snap) {
+            st.past.push_back(PastState { pos: sp.pos0 + j, conv: window[j * cd..(j + hist) * cd].to_vec(), s: s_before });
+        }
+        while st.past.len() > st.keep {
+            st.past.pop_front();
+        }
     }
 
     drop(sp);
@@ -330,10 +368,21 @@ impl HeadIo<'_> {
 /// rank-1 update, S·q), each state row finished in one visit instead of ggml's four sweeps
 /// (`f32ops::delta_rule_step`): decode is memory-bound with a 2 MB state per layer on the 35B,
 /// and prefill keeps a head's 64 KB state in L2 across its tokens.
-fn head_recurrent(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>) {
+/// Tokens `from..` of a span whose state before them is kept: `into[t - from]` receives head
+/// h's slice (h·S_v·S_k..) of the state before token t.
+struct Keep<'a> {
+    from: usize,
+    into: &'a [SharedMut<f32>],
+}
+
+fn head_recurrent(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>, keep: &Keep) {
     let sd = io.sd;
     let scale = 1.0 / (sd as f32).sqrt();
     for t in 0..n {
+        if t >= keep.from {
+            // SAFETY: head h's slice of the buffer of token t belongs to this task alone.
+            unsafe { keep.into[t - keep.from].slice(io.h * sd * sd, sd * sd) }.copy_from_slice(s);
+        }
         let (q, k, v) = (io.q(t), io.k(t), io.v(t));
         // SAFETY: this head's output slot for token t.
         let out = unsafe { o.slice(io.out_offset(t), sd) };
@@ -477,7 +526,7 @@ mod tests {
             let mut o2 = vec![0.0f32; n * hv * sd];
             let mut s1 = s0[h * sd * sd..(h + 1) * sd * sd].to_vec();
             let mut s2 = s1.clone();
-            head_recurrent(&io, n, &mut s1, SharedMut::new(&mut o1));
+            head_recurrent(&io, n, &mut s1, SharedMut::new(&mut o1), &Keep { from: n, into: &[] });
             head_chunked(&io, n, &mut s2, SharedMut::new(&mut o2));
             let err = |a: &[f32], b: &[f32]| {
                 let num: f32 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();

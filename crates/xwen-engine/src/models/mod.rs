@@ -24,16 +24,10 @@ pub trait Network: Send + Sync {
     fn n_vocab(&self) -> usize;
     /// A fresh sequence state (position 0) of this network's layers.
     fn new_state(&self) -> SeqState;
-    /// One batched step: sequence i's `tokens[i]` at its own position in `states[i]`; returns
-    /// per sequence the logits of rows `out_rows[i]`. Batch-invariant (`crate::batch`).
-    fn forward(
-        &self,
-        ctx: &Ctx,
-        store: &dyn ExpertStore,
-        states: &mut [&mut SeqState],
-        tokens: &[&[u32]],
-        out_rows: &[Range<usize>],
-    ) -> Result<Vec<Vec<f32>>>;
+    /// One batched step: sequence i's `spans[i].tokens` at its own position in `states[i]`;
+    /// returns per sequence the logits of its rows `spans[i].logits`. Batch-invariant
+    /// (`crate::batch`).
+    fn forward(&self, ctx: &Ctx, store: &dyn ExpertStore, states: &mut [&mut SeqState], spans: &[SpanIn]) -> Result<Vec<Vec<f32>>>;
     /// Memory-plan figures at `max_ctx` positions per sequence.
     fn plan_figures(&self, max_ctx: usize) -> PlanFigures;
 }
@@ -79,8 +73,32 @@ pub fn load(f: &GgufFile) -> Result<Loaded> {
     }
 }
 
-/// `Rows` of a batch of `tokens` at the states' positions (what every architecture's forward
-/// starts from).
-pub fn batch_rows(states: &[&mut SeqState], tokens: &[&[u32]]) -> Rows {
-    Rows::from_lens(tokens.iter().zip(states.iter()).map(|(t, s)| (t.len(), s.pos)))
+/// One sequence's input to a batched step.
+#[derive(Clone, Debug)]
+pub struct SpanIn<'a> {
+    pub tokens: &'a [u32],
+    /// Rows (within the span) whose logits come back.
+    pub logits: Range<usize>,
+    /// Every row in the one-token (decode) order (`batch::Span::decode_order`).
+    pub decode_order: bool,
+}
+
+/// `Rows` of a batch at the states' positions (what every architecture's forward starts from).
+pub fn batch_rows(states: &[&mut SeqState], spans: &[SpanIn]) -> Rows {
+    Rows::from_spans(spans.iter().zip(states.iter()).map(|(sp, s)| (sp.tokens.len(), s.pos, sp.decode_order)))
+}
+
+/// The rows of the lm head's batch: each sequence's logits rows as one span, in the decode
+/// order (one row each) for a decode-order span.
+pub fn head_rows(spans: &[SpanIn]) -> Rows {
+    let mut out = Vec::new();
+    for sp in spans {
+        let n = sp.logits.len();
+        if sp.decode_order {
+            out.extend((0..n).map(|_| (1, 0, false)));
+        } else if n > 0 {
+            out.push((n, 0, false));
+        }
+    }
+    Rows::from_spans(out)
 }

@@ -8,8 +8,7 @@
 //!   x = h + ffn(rms_norm(h)·post_attention_norm)  ffn   = SwiGLU | MoE + shared expert
 
 use crate::layers::attention::{self, AttnDims, AttnWeights, KvCache};
-use super::{Loaded, Network, PlanFigures};
-use crate::batch::Rows;
+use super::{Loaded, Network, PlanFigures, SpanIn};
 use crate::experts::plan::{PREFILL_BATCH, SCRATCH_SLACK};
 use crate::compute::Ctx;
 use crate::layers::deltanet::{self, DeltaDims, DeltaNetWeights, DeltaState};
@@ -209,17 +208,10 @@ impl Qwen35 {
     /// `states[i]`. Returns per sequence the logits of its rows `out_rows[i]` (row-major,
     /// rows × n_vocab). Batch-invariant (see `crate::batch`): each sequence's logits are the
     /// bits it would get alone.
-    pub fn forward_batch(
-        &self,
-        ctx: &Ctx,
-        store: &dyn ExpertStore,
-        states: &mut [&mut SeqState],
-        tokens: &[&[u32]],
-        out_rows: &[std::ops::Range<usize>],
-    ) -> Result<Vec<Vec<f32>>> {
-        assert!(states.len() == tokens.len() && tokens.len() == out_rows.len(), "one state, span and logits range per sequence");
+    pub fn forward_batch(&self, ctx: &Ctx, store: &dyn ExpertStore, states: &mut [&mut SeqState], spans: &[SpanIn]) -> Result<Vec<Vec<f32>>> {
+        assert_eq!(states.len(), spans.len(), "one state per span");
         let h = self.cfg.hidden;
-        let rows = super::batch_rows(states, tokens);
+        let rows = super::batch_rows(states, spans);
         let n = rows.n;
         for (i, st) in states.iter().enumerate() {
             if st.layers.len() != self.layers.len() {
@@ -232,7 +224,7 @@ impl Qwen35 {
         let mut x = vec![0.0f32; n * h];
         let emb = self.tok_embd.q(ctx.file);
         let rb = self.tok_embd.row_bytes();
-        for (t, &id) in tokens.iter().flat_map(|t| t.iter()).enumerate() {
+        for (t, &id) in spans.iter().flat_map(|sp| sp.tokens.iter()).enumerate() {
             let id = id as usize;
             if id >= self.cfg.n_vocab {
                 return Err(EngineError::TokenOutOfRange { id: id as u32, n_vocab: self.cfg.n_vocab });
@@ -278,8 +270,8 @@ impl Qwen35 {
             };
             add_inplace(&mut x, &f);
         }
-        for (st, t) in states.iter_mut().zip(tokens) {
-            st.pos += t.len();
+        for (st, sp) in states.iter_mut().zip(spans) {
+            st.pos += sp.tokens.len();
         }
 
         // logits of the rows asked for: each sequence's rows one span of the head's batch
@@ -287,8 +279,8 @@ impl Qwen35 {
         let wanted: Vec<usize> = rows
             .spans
             .iter()
-            .zip(out_rows)
-            .flat_map(|(s, r)| r.clone().map(move |i| s.start + i))
+            .zip(spans)
+            .flat_map(|(s, sp)| sp.logits.clone().map(move |i| s.start + i))
             .collect();
         if wanted.is_empty() {
             return Ok(vec![Vec::new(); states.len()]);
@@ -297,15 +289,15 @@ impl Qwen35 {
         for (i, &t) in wanted.iter().enumerate() {
             ops::rms_norm(&x[t * h..(t + 1) * h], &self.output_norm, self.cfg.eps, &mut hn[i * h..(i + 1) * h]);
         }
-        let head_rows = Rows::from_lens(out_rows.iter().map(|r| (r.len(), 0)).filter(|&(l, _)| l > 0));
-        let logits = ctx.mm_rows1(&self.output, &hn, &head_rows);
+        let logits = ctx.mm_rows1(&self.output, &hn, &super::head_rows(spans));
         let v = self.cfg.n_vocab;
         let mut at = 0;
-        Ok(out_rows
+        Ok(spans
             .iter()
-            .map(|r| {
-                let part = logits[at * v..(at + r.len()) * v].to_vec();
-                at += r.len();
+            .map(|sp| {
+                let n = sp.logits.len();
+                let part = logits[at * v..(at + n) * v].to_vec();
+                at += n;
                 part
             })
             .collect())
@@ -331,15 +323,8 @@ impl Network for Qwen35 {
         self.new_state_of_layers()
     }
 
-    fn forward(
-        &self,
-        ctx: &Ctx,
-        store: &dyn ExpertStore,
-        states: &mut [&mut SeqState],
-        tokens: &[&[u32]],
-        out_rows: &[std::ops::Range<usize>],
-    ) -> Result<Vec<Vec<f32>>> {
-        self.forward_batch(ctx, store, states, tokens, out_rows)
+    fn forward(&self, ctx: &Ctx, store: &dyn ExpertStore, states: &mut [&mut SeqState], spans: &[SpanIn]) -> Result<Vec<Vec<f32>>> {
+        self.forward_batch(ctx, store, states, spans)
     }
 
     fn plan_figures(&self, max_ctx: usize) -> PlanFigures {

@@ -148,11 +148,7 @@ impl Scheduler {
             }
             let last_chunk = !r.prompt_left || n == r.pending.len();
             idx.push((k, n));
-            steps.push(SeqStep {
-                state: &mut r.state,
-                tokens: &r.pending[..n],
-                logits: if last_chunk { LogitsMode::Last } else { LogitsMode::None },
-            });
+            steps.push(SeqStep::new(&mut r.state, &r.pending[..n], if last_chunk { LogitsMode::Last } else { LogitsMode::None }));
         }
         if steps.is_empty() {
             return Ok(events);

@@ -1,0 +1,88 @@
+//! The seams speculative decoding stands on (issue 20): a verify of several drafted tokens in
+//! one decode-order span gives each row the logits plain one-token decode gives it — bit for
+//! bit, so drafted output equals greedy by construction — and a rollback to any of the last
+//! kept positions (`SeqState::keep_history`) continues exactly as if the rejected tokens had
+//! never been fed, without running anything again.
+
+use std::path::{Path, PathBuf};
+use xwen_engine::{EngineConfig, LogitsMode, Model, SeqState, SeqStep};
+
+fn fixture(rel: &str) -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity").join(rel);
+    assert!(p.exists(), "committed fixture {} is missing", p.display());
+    p
+}
+
+fn cfg(budget: Option<u64>) -> EngineConfig {
+    EngineConfig { threads: 2, max_ctx: 512, ram_budget: budget, ..Default::default() }
+}
+
+fn argmax(x: &[f32]) -> u32 {
+    x.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0 as u32
+}
+
+fn bits(x: &[f32]) -> Vec<u32> {
+    x.iter().map(|v| v.to_bits()).collect()
+}
+
+/// Verify `draft` after `st`'s position in one decode-order span: every row's logits.
+fn verify(m: &Model, st: &mut SeqState, draft: &[u32]) -> Vec<Vec<f32>> {
+    let mut step = [SeqStep { state: st, tokens: draft, logits: LogitsMode::All, decode_order: true }];
+    let all = m.forward_batch(&mut step).unwrap().pop().unwrap();
+    all.chunks_exact(m.n_vocab()).map(<[f32]>::to_vec).collect()
+}
+
+fn check(m: &Model, what: &str) {
+    let v = m.n_vocab() as u32;
+    let prompt: Vec<u32> = (0..12).map(|i| (i * 7919 + 11) % v).collect();
+    // plain greedy decode: logits[i] follows toks[..i]
+    let mut a = m.new_state();
+    let mut logits = vec![m.forward(&mut a, &prompt, LogitsMode::Last).unwrap()];
+    let mut toks = Vec::new();
+    for _ in 0..10 {
+        let t = argmax(logits.last().unwrap());
+        toks.push(t);
+        logits.push(m.forward(&mut a, &[t], LogitsMode::Last).unwrap());
+    }
+    let p0 = prompt.len();
+    let mut b = m.new_state();
+    b.keep_history(5);
+    assert_eq!(bits(&m.forward(&mut b, &prompt, LogitsMode::Last).unwrap()), bits(&logits[0]));
+    // verify 1: three right drafts, then a wrong one, then one more
+    let wrong = (toks[3] + 1) % v;
+    let rows = verify(m, &mut b, &[toks[0], toks[1], toks[2], wrong, toks[4]]);
+    for i in 0..3 {
+        assert_eq!(bits(&rows[i]), bits(&logits[i + 1]), "{what}: verify row {i} differs from plain decode");
+    }
+    // accepted: the drafts greedy agrees with; roll back to before the wrong one
+    let accepted = (0..5).take_while(|&i| [toks[0], toks[1], toks[2], wrong][..].get(i).is_some_and(|&d| d == argmax(if i == 0 { &logits[0] } else { &rows[i - 1] }))).count();
+    assert_eq!(accepted, 3, "{what}");
+    b.rollback(p0 + 3).unwrap();
+    assert_eq!(b.pos, p0 + 3);
+    assert_eq!(bits(&m.forward(&mut b, &[toks[3]], LogitsMode::Last).unwrap()), bits(&logits[4]), "{what}: after the rollback");
+    // verify 2: every draft right, nothing to roll back; then plain decode goes on
+    let rows = verify(m, &mut b, &toks[4..7]);
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(bits(r), bits(&logits[5 + i]), "{what}: second verify row {i}");
+    }
+    assert_eq!(bits(&m.forward(&mut b, &[toks[7]], LogitsMode::Last).unwrap()), bits(&logits[8]), "{what}: decode after the verify");
+    // a rollback past what is kept is refused and changes nothing
+    assert!(b.rollback(p0).is_err());
+    assert_eq!(b.pos, p0 + 8);
+    // rejecting a whole verify: back to the position it started from
+    let before = b.pos;
+    verify(m, &mut b, &[wrong, wrong]);
+    b.rollback(before).unwrap();
+    assert_eq!(bits(&m.forward(&mut b, &[toks[8]], LogitsMode::Last).unwrap()), bits(&logits[9]), "{what}: after rejecting every draft");
+}
+
+#[test]
+fn verified_drafts_equal_plain_decode_and_rollback_needs_no_rerun() {
+    for rel in ["cond/qwen3_5/model-q4_k_m.gguf", "cond/qwen3_5/model-q8_0.gguf", "cond/qwen3_5/model-f32.gguf"] {
+        check(&Model::load(&fixture(rel), &cfg(None)).unwrap(), rel);
+    }
+    let moe = fixture("cond/qwen3_5_moe/model-q4_k_m.gguf");
+    check(&Model::load(&moe, &cfg(None)).unwrap(), "moe q4_k_m mapped");
+    let plan = Model::load(&moe, &cfg(Some(1 << 50))).unwrap().memory_plan().unwrap().clone();
+    check(&Model::load(&moe, &cfg(Some(plan.floor() + plan.record_bytes))).unwrap(), "moe q4_k_m streamed");
+}
