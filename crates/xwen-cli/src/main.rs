@@ -38,7 +38,24 @@ fn main() -> ExitCode {
     if std::env::var_os("XWEN_DEFAULT_MALLOC").is_none() {
         xwen_engine::heap::keep_freed_memory();
     }
-    let argv: Vec<String> = std::env::args().skip(1).collect();
+    // A closed output pipe (`xwen inspect M --json | head -1`) ends the process quietly, as it
+    // does C tools, instead of a panic at the next print.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+    // Arguments that are not UTF-8 are refused by name, not with a panic.
+    let mut argv: Vec<String> = Vec::new();
+    for (i, a) in std::env::args_os().skip(1).enumerate() {
+        match a.into_string() {
+            Ok(s) => argv.push(s),
+            Err(raw) => {
+                eprintln!("xwen: argument {} is not valid UTF-8: {}", i + 1, raw.to_string_lossy());
+                return ExitCode::from(2);
+            }
+        }
+    }
     let Some(cmd) = argv.first().map(String::as_str) else {
         eprint!("{USAGE}");
         return ExitCode::from(2);

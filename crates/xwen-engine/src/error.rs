@@ -31,6 +31,8 @@ pub enum EngineError {
     ExpertStore(String),
     #[error("RAM budget: {0}")]
     RamBudget(String),
+    #[error("threads: {0}")]
+    Threads(String),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -25,6 +25,9 @@ pub enum LogitsMode {
     None,
 }
 
+/// More worker threads than any machine xwen runs on has cores is a mistake, not a request.
+pub const MAX_THREADS: usize = 1024;
+
 /// One sequence's part of a batched forward step (`Model::forward_batch`).
 pub struct SeqStep<'a> {
     pub state: &'a mut SeqState,
@@ -108,7 +111,10 @@ impl Model {
             }
             _ => Box::new(ResidentExperts::new(file.clone(), experts)),
         };
-        let pool = Pool::new(threads);
+        if threads > MAX_THREADS {
+            return Err(EngineError::Threads(format!("{threads} threads asked for; at most {MAX_THREADS}")));
+        }
+        let pool = Pool::try_new(threads).map_err(|e| EngineError::Threads(format!("the system refused to start {threads} threads: {e}")))?;
         let prof = Profiler::new(cfg.profile);
         Ok(Model { file, net, store, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan })
     }

@@ -56,7 +56,14 @@ fn noop(_: usize) {}
 
 impl Pool {
     /// A pool of `n_threads` threads in total: the caller plus `n_threads - 1` workers.
+    /// Panics if the system refuses a thread; `try_new` returns that as an error.
     pub fn new(n_threads: usize) -> Pool {
+        Pool::try_new(n_threads).expect("spawn worker thread")
+    }
+
+    /// `new`, with the system's refusal to start a worker (a thread limit, `-t 50000`) as an
+    /// error; the workers already started are stopped again.
+    pub fn try_new(n_threads: usize) -> std::io::Result<Pool> {
         let n_threads = n_threads.clamp(1, COUNT_MASK as usize);
         let noop_ref: &'static (dyn Fn(usize) + Sync) = &noop;
         let shared = Arc::new(Shared {
@@ -71,21 +78,19 @@ impl Pool {
             sleepers: Mutex::new(0),
             wake: Condvar::new(),
         });
-        let workers = (1..n_threads)
-            .map(|i| {
-                let s = shared.clone();
-                std::thread::Builder::new()
-                    .name(format!("xwen-worker-{i}"))
-                    .spawn(move || worker(&s))
-                    .expect("spawn worker thread")
-            })
-            .collect();
-        Pool {
-            shared,
-            workers,
+        let mut pool = Pool {
+            shared: shared.clone(),
+            workers: Vec::with_capacity(n_threads - 1),
             run_lock: Mutex::new(()),
             act_buf: Mutex::new(Vec::new()),
+        };
+        for i in 1..n_threads {
+            let s = shared.clone();
+            // on an error `pool` drops here, which stops and joins the workers already started
+            let h = std::thread::Builder::new().name(format!("xwen-worker-{i}")).spawn(move || worker(&s))?;
+            pool.workers.push(h);
         }
+        Ok(pool)
     }
 
     pub fn n_threads(&self) -> usize {
