@@ -120,7 +120,7 @@ pub fn forward(
     hidden: usize,
 ) -> Result<Vec<f32>> {
     if n == 1 {
-        return forward_one(ctx, w, d, store, layer, x, hidden);
+        return forward_decode_rows(ctx, w, d, store, layer, x, 1, hidden);
     }
     let sp = ctx.span(Op::MoeRouter);
     let logits = ctx.mm(&w.router, x, n); // [n × n_expert]
@@ -277,88 +277,13 @@ fn expert_mm(pool: &Pool, w: QMatrix, x: &[f32], m: usize, y: &mut [f32], xq: &m
     pool.matmul_q_id(w, xq, m, y);
 }
 
-/// Decode (one token): three parallel jobs per layer — router with the shared expert's
-/// gate/up, the routed experts' gate/up, then every down projection — instead of one job per
-/// matrix. Expert outputs are summed in selection order, as llama.cpp does.
-fn forward_one(
-    ctx: &Ctx,
-    w: &MoeWeights,
-    d: &MoeDims,
-    store: &dyn ExpertStore,
-    layer: usize,
-    x: &[f32],
-    hidden: usize,
-) -> Result<Vec<f32>> {
-    let sp = ctx.span(Op::MoeRouter);
-    let mut logits = vec![0.0f32; d.n_expert];
-    let sff = w.shared.as_ref().map_or(0, |s| s.gate.rows);
-    let (mut sg, mut su) = (vec![0.0f32; sff], vec![0.0f32; sff]);
-    {
-        let mut jobs = vec![MvJob { w: w.router.q(ctx.file), x, y: &mut logits }];
-        if let Some(sh) = &w.shared {
-            jobs.push(MvJob { w: sh.gate.q(ctx.file), x, y: &mut sg });
-            jobs.push(MvJob { w: sh.up.q(ctx.file), x, y: &mut su });
-        }
-        ctx.mv_batch(&mut jobs);
-    }
-    let r = route(&logits, d.n_used);
-    drop(sp);
-
-    let sp = ctx.span(Op::MoeExperts);
-    let handles = store.experts(layer, &r.experts)?;
-    let k = handles.len();
-    let ff = d.expert_ff;
-    let mut gu = vec![0.0f32; 2 * k * ff];
-    {
-        let mut jobs = Vec::with_capacity(2 * k);
-        for (h, out) in handles.iter().zip(gu.chunks_mut(2 * ff)) {
-            let (g, u) = out.split_at_mut(ff);
-            jobs.push(MvJob { w: h.gate(), x, y: g });
-            jobs.push(MvJob { w: h.up(), x, y: u });
-        }
-        ctx.mv_batch(&mut jobs);
-    }
-    let act: Vec<Vec<f32>> = gu.chunks(2 * ff).map(|c| ffn::swiglu(&c[..ff], &c[ff..])).collect();
-    let shared_act = w.shared.as_ref().map(|_| ffn::swiglu(&sg, &su));
-    let mut ys = vec![0.0f32; (k + 1) * hidden];
-    {
-        let (ye, ysh) = ys.split_at_mut(k * hidden);
-        let mut jobs: Vec<MvJob> = handles
-            .iter()
-            .zip(&act)
-            .zip(ye.chunks_mut(hidden))
-            .map(|((h, a), y)| MvJob { w: h.down(), x: a, y })
-            .collect();
-        if let (Some(sh), Some(a)) = (&w.shared, &shared_act) {
-            jobs.push(MvJob { w: sh.down.q(ctx.file), x: a, y: ysh });
-        }
-        ctx.mv_batch(&mut jobs);
-    }
-    let mut out = vec![0.0f32; hidden];
-    for (i, &p) in r.weights.iter().enumerate() {
-        for (o, &v) in out.iter_mut().zip(&ys[i * hidden..(i + 1) * hidden]) {
-            *o += v * p;
-        }
-    }
-    drop(sp);
-    let _sp = ctx.span(Op::MoeShared);
-    if w.shared.is_some() {
-        let gate = match &w.shared_gate {
-            Some(gw) => ops::sigmoid(ops::dot(gw, x)),
-            None => 1.0,
-        };
-        for (o, &v) in out.iter_mut().zip(&ys[k * hidden..]) {
-            *o += v * gate;
-        }
-    }
-    Ok(out)
-}
-
-/// `forward_one` for `m` decode rows of different sequences at once (x: m × hidden): every
-/// row's products in the one-token order and its experts summed in its own selection order, so
-/// each row gets the bits `forward_one` gives it alone, while an expert chosen by several rows
-/// is read once for all of them. The union of the rows' experts is fetched in groups no larger
-/// than the memory plan's experts in flight, so a streamed store stays inside its budget.
+/// Decode: `m` rows (one token each, of one or several sequences; x: m × hidden), every
+/// row's products in the one-token order and its experts summed in its own selection order (as
+/// llama.cpp does), so a row's result never depends on the others, while an expert chosen by
+/// several rows is read once for all of them. Three parallel jobs per group of experts —
+/// router with the shared expert's gate/up, the routed gate/up, the downs — instead of one
+/// per matrix. The union of the rows' experts is fetched in groups no larger than the memory
+/// plan's experts in flight, so a streamed store stays inside its budget.
 #[allow(clippy::too_many_arguments)] // the layer's weights, geometry, store and rows
 fn forward_decode_rows(
     ctx: &Ctx,
@@ -409,11 +334,22 @@ fn forward_decode_rows(
     let group = if store.streams() { d.n_used.max(2 * PREFILL_READ_AHEAD) } else { union.len().max(1) };
     for (ids, who) in union.chunks(group).zip(users.chunks(group)) {
         let handles = store.experts(layer, ids)?;
-        let xe: Vec<Vec<f32>> = who.iter().map(|u| batch::gather(x, hidden, &u.iter().map(|&(r, _)| r).collect::<Vec<_>>())).collect();
+        // an expert of one row multiplies that row in place (one quantization of it serves
+        // all its experts, as `mv_batch` shares activations by address); several rows gathered
+        let gathered: Vec<Option<Vec<f32>>> =
+            who.iter().map(|u| (u.len() > 1).then(|| batch::gather(x, hidden, &u.iter().map(|&(r, _)| r).collect::<Vec<_>>()))).collect();
+        let xe: Vec<&[f32]> = who
+            .iter()
+            .zip(&gathered)
+            .map(|(u, g)| match g {
+                Some(g) => &g[..],
+                None => &x[u[0].0 * hidden..(u[0].0 + 1) * hidden],
+            })
+            .collect();
         let mut gu: Vec<(Vec<f32>, Vec<f32>)> = who.iter().map(|u| (vec![0.0f32; u.len() * ff], vec![0.0f32; u.len() * ff])).collect();
         {
             let mut jobs = Vec::with_capacity(2 * handles.len());
-            for ((h, xr), (g, u)) in handles.iter().zip(&xe).zip(gu.iter_mut()) {
+            for ((h, &xr), (g, u)) in handles.iter().zip(&xe).zip(gu.iter_mut()) {
                 jobs.push(MvJob { w: h.gate(), x: xr, y: g });
                 jobs.push(MvJob { w: h.up(), x: xr, y: u });
             }
