@@ -122,6 +122,17 @@ pub fn engine_config(args: &mut crate::args::Args) -> Result<EngineConfig> {
     if let Some(b) = args.value(&["--ram-budget"])? {
         cfg.ram_budget = Some(parse_size(&b).with_context(|| format!("--ram-budget: `{b}` is not a size (e.g. 12G, 800M, auto)"))?);
     }
+    if let Some(isa) = args.value(&["--isa"])? {
+        use xwen_kernels::dispatch::Isa;
+        cfg.max_isa = match isa.as_str() {
+            "native" => None,
+            "avx512" => Some(Isa::Avx512),
+            "avx2" => Some(Isa::Avx2),
+            "neon" => Some(Isa::Neon),
+            "scalar" => Some(Isa::Scalar),
+            other => anyhow::bail!("--isa: `{other}` is not one of native, avx512, avx2, neon, scalar"),
+        };
+    }
     if let Some(scan) = args.value(&["--prefill-scan"])? {
         cfg.chunked_prefill = match scan.as_str() {
             "chunked" => true,

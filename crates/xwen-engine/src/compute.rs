@@ -15,6 +15,18 @@ pub struct Ctx<'a> {
     pub prof: &'a Profiler,
     /// Use the chunked DeltaNet form for multi-token prefill.
     pub chunked_scan: bool,
+    /// Where MoE layers record their routing decisions (`EngineConfig::record_routes`).
+    pub routes: Option<&'a std::sync::Mutex<Vec<RouteRecord>>>,
+}
+
+/// One MoE routing decision: `row` of the forward's batch at `layer`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouteRecord {
+    pub row: usize,
+    pub layer: usize,
+    pub experts: Vec<usize>,
+    pub weights: Vec<f32>,
+    pub margin: f32,
 }
 
 /// One matrix × vector product of a batch: y = W·x, for one token or several single-token
@@ -34,6 +46,20 @@ impl MvJob<'_> {
 impl<'a> Ctx<'a> {
     pub fn span(&self, op: Op) -> Span<'_> {
         self.prof.span(op)
+    }
+
+    /// Record `routes` of batch rows `rows_at` at `layer`, when recording is on.
+    pub fn record_routes(&self, layer: usize, rows_at: &[usize], routes: &[crate::layers::moe::Route]) {
+        if let Some(sink) = self.routes {
+            let mut v = sink.lock().unwrap_or_else(|p| p.into_inner());
+            v.extend(rows_at.iter().zip(routes).map(|(&row, r)| RouteRecord {
+                row,
+                layer,
+                experts: r.experts.clone(),
+                weights: r.weights.clone(),
+                margin: r.margin,
+            }));
+        }
     }
 
     /// y = x · Wᵀ for `n` rows of x (each `w.cols` long); returns n × w.rows.

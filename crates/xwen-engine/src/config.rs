@@ -28,11 +28,17 @@ pub struct EngineConfig {
     /// Sequences held at once (batched decode, a server's slots): a RAM plan reserves the state
     /// of this many at `max_ctx` positions, and under a budget `Model::max_sequences` says so.
     pub n_seq: usize,
+    /// Record every MoE routing decision (`Model::take_routes`), to compare two runs' routes.
+    pub record_routes: bool,
+    /// Cap the kernel set (`xwen_kernels::dispatch::set_max_isa`): `Some(Avx2)` on an AVX-512
+    /// CPU reproduces an AVX2 llama.cpp build's float orders. Process-wide, like the
+    /// reference-kernel switch.
+    pub max_isa: Option<xwen_kernels::dispatch::Isa>,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false, ram_budget: None, n_seq: 1 }
+        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false, ram_budget: None, n_seq: 1, record_routes: false, max_isa: None }
     }
 }
 

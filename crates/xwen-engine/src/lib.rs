@@ -24,7 +24,7 @@ pub use error::{EngineError, Result};
 pub use experts::plan::MemoryPlan;
 pub use experts::store::{ExpertCacheStats, ExpertStore, ResidentExperts};
 pub use experts::streamed::StreamedExperts;
-pub use model::{supported_archs, LogitsMode, Model, SeqStep, KNOWN_UNIMPLEMENTED_ARCHS};
+pub use model::{supported_archs, LogitsMode, Model, Route, SeqStep, KNOWN_UNIMPLEMENTED_ARCHS};
 pub use state::{SeqCheckpoint, SeqState, Snapshot};
 pub use runtime::generate::{self, generate, GenStats, GenerateRequest, StopReason};
 pub use runtime::sampler;

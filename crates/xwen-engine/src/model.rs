@@ -64,6 +64,21 @@ pub struct Model {
     prof: Profiler,
     /// The RAM plan in force (`EngineConfig::ram_budget`); None = everything mapped.
     plan: Option<MemoryPlan>,
+    /// Routing decisions recorded since the last `take_routes` (`EngineConfig::record_routes`).
+    routes: Mutex<Vec<Route>>,
+}
+
+/// A MoE routing decision of a forward pass: sequence `seq` of its batch at position `pos`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Route {
+    pub seq: usize,
+    pub pos: usize,
+    pub layer: usize,
+    /// Chosen experts, most probable first, and their renormalized weights.
+    pub experts: Vec<usize>,
+    pub weights: Vec<f32>,
+    /// The last chosen expert's probability less the best unchosen one's.
+    pub margin: f32,
 }
 
 impl Model {
@@ -92,6 +107,9 @@ impl Model {
     /// budgeted MoE model streams its experts from.
     pub fn from_gguf_at(file: Arc<GgufFile>, path: Option<&Path>, cfg: &EngineConfig) -> Result<Model> {
         xwen_kernels::dispatch::set_force_reference(cfg.force_reference);
+        if cfg.max_isa.is_some() {
+            xwen_kernels::dispatch::set_max_isa(cfg.max_isa);
+        }
         let models::Loaded { net, experts } = models::load(&file)?;
         let threads = cfg.resolved_threads();
         let figures = net.plan_figures(cfg.max_ctx);
@@ -116,7 +134,7 @@ impl Model {
         }
         let pool = Pool::try_new(threads).map_err(|e| EngineError::Threads(format!("the system refused to start {threads} threads: {e}")))?;
         let prof = Profiler::new(cfg.profile);
-        Ok(Model { file, net, store, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan })
+        Ok(Model { file, net, store, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan, routes: Mutex::new(Vec::new()) })
     }
 
     /// The RAM plan in force, if a budget was given.
@@ -293,8 +311,35 @@ impl Model {
             .collect();
         let mut states: Vec<&mut SeqState> = steps.iter_mut().map(|s| &mut *s.state).collect();
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let ctx = Ctx { pool: &self.pool, file: &self.file, prof: &self.prof, chunked_scan: self.cfg.chunked_prefill };
-        self.net.forward(&ctx, self.store.as_ref(), &mut states, &spans)
+        let sink = std::sync::Mutex::new(Vec::new());
+        let ctx = Ctx {
+            pool: &self.pool,
+            file: &self.file,
+            prof: &self.prof,
+            chunked_scan: self.cfg.chunked_prefill,
+            routes: self.cfg.record_routes.then_some(&sink),
+        };
+        // positions before the step, to place the recorded rows
+        let starts: Vec<(usize, usize, usize)> = {
+            let mut row = 0;
+            states.iter().zip(&spans).map(|(st, sp)| {
+                let r = (row, sp.tokens.len(), st.pos);
+                row += sp.tokens.len();
+                r
+            }).collect()
+        };
+        let out = self.net.forward(&ctx, self.store.as_ref(), &mut states, &spans);
+        if self.cfg.record_routes {
+            let mut recs = sink.into_inner().unwrap_or_else(|p| p.into_inner());
+            recs.sort_by_key(|r| (r.row, r.layer));
+            let mut all = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+            for r in recs {
+                let seq = starts.iter().position(|&(s, n, _)| r.row >= s && r.row < s + n).expect("a row of the batch");
+                let (s0, _, p0) = starts[seq];
+                all.push(Route { seq, pos: p0 + r.row - s0, layer: r.layer, experts: r.experts, weights: r.weights, margin: r.margin });
+            }
+        }
+        out
     }
 
     fn check_context(&self, state: &SeqState, n: usize) -> Result<()> {
@@ -303,6 +348,12 @@ impl Model {
             return Err(EngineError::ContextFull { need, max: self.cfg.max_ctx });
         }
         Ok(())
+    }
+
+    /// The routing decisions recorded since the last call (`EngineConfig::record_routes`), in
+    /// order of step, then sequence and position, then layer.
+    pub fn take_routes(&self) -> Vec<Route> {
+        std::mem::take(&mut *self.routes.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Per-op (name, seconds, calls) since load or the last reset; empty unless

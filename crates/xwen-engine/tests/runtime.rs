@@ -5,7 +5,7 @@
 //! holds). State checkpoints restore without copying KV rows and refuse what they cannot prove.
 
 use std::path::{Path, PathBuf};
-use xwen_engine::{EngineConfig, Event, LogitsMode, Model, Request, Sampler, SamplerConfig, Scheduler, Session, StopReason};
+use xwen_engine::{EngineConfig, Event, LogitsMode, Model, Request, Sampler, SamplerConfig, Scheduler, SeqStep, Session, StopReason};
 
 fn fixture(rel: &str) -> PathBuf {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity").join(rel);
@@ -207,4 +207,41 @@ fn a_budget_plans_the_state_of_n_sequences_and_the_scheduler_admits_no_more() {
     sch.add(&m, request(prompt(2, 4, v), 2, vec![])).unwrap();
     assert!(sch.add(&m, request(prompt(3, 4, v), 2, vec![])).is_err(), "a third sequence over the plan's two");
     assert_eq!(Model::load(&moe, &cfg(None)).unwrap().max_sequences(), usize::MAX);
+}
+
+#[test]
+fn routes_are_recorded_per_sequence_position_and_layer() {
+    let moe = fixture("cond/qwen3_5_moe/model-q8_0.gguf");
+    let rec = |budget| EngineConfig { record_routes: true, n_seq: 2, ..cfg(budget) };
+    let m = Model::load(&moe, &rec(None)).unwrap();
+    let v = m.n_vocab();
+    let (p, q) = (prompt(1, 7, v), prompt(2, 3, v));
+    let mut a = m.new_state();
+    m.forward(&mut a, &p, LogitsMode::Last).unwrap();
+    let alone = m.take_routes();
+    let n_layers = alone.iter().map(|r| r.layer).max().unwrap() + 1;
+    assert_eq!(alone.len(), 7 * n_layers);
+    assert!(alone.iter().all(|r| r.seq == 0 && r.margin >= 0.0 && r.experts.len() == r.weights.len()));
+    assert_eq!((alone[0].pos, alone[0].layer), (0, 0));
+    assert_eq!((alone.last().unwrap().pos, alone.last().unwrap().layer), (6, n_layers - 1));
+    // batched with another sequence: sequence 1's decisions are its own run's, at its positions
+    let (mut b, mut c) = (m.new_state(), m.new_state());
+    m.forward(&mut c, &q[..1], LogitsMode::None).unwrap();
+    m.take_routes();
+    let mut steps = [SeqStep::new(&mut b, &p, LogitsMode::Last), SeqStep::new(&mut c, &q[1..2], LogitsMode::Last)];
+    m.forward_batch(&mut steps).unwrap();
+    let both = m.take_routes();
+    let seq0: Vec<_> = both.iter().filter(|r| r.seq == 0).cloned().collect();
+    assert_eq!(seq0, alone);
+    assert!(both.iter().filter(|r| r.seq == 1).all(|r| r.pos == 1));
+    // the same decisions when the experts stream
+    let plan = Model::load(&moe, &rec(Some(1 << 50))).unwrap().memory_plan().unwrap().clone();
+    let s = Model::load(&moe, &rec(Some(plan.floor() + plan.record_bytes))).unwrap();
+    let mut st = s.new_state();
+    s.forward(&mut st, &p, LogitsMode::Last).unwrap();
+    assert_eq!(s.take_routes(), alone);
+    // off by default
+    let quiet = Model::load(&moe, &cfg(None)).unwrap();
+    quiet.forward(&mut quiet.new_state(), &p, LogitsMode::Last).unwrap();
+    assert!(quiet.take_routes().is_empty());
 }

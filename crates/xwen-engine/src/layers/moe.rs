@@ -57,6 +57,9 @@ impl MoeWeights {
 pub struct Route {
     pub experts: Vec<usize>,
     pub weights: Vec<f32>,
+    /// The last chosen expert's probability less the best unchosen one's: how near the
+    /// decision was to a tie (0 = a tie the order of the sort decided).
+    pub margin: f32,
 }
 
 pub fn route(logits: &[f32], n_used: usize) -> Route {
@@ -65,6 +68,10 @@ pub fn route(logits: &[f32], n_used: usize) -> Route {
     let mut idx: Vec<usize> = (0..probs.len()).collect();
     // Stable sort, descending: ties keep the lower id first.
     idx.sort_by(|&a, &b| probs[b].partial_cmp(&probs[a]).unwrap_or(std::cmp::Ordering::Equal));
+    let margin = match (idx.get(n_used.wrapping_sub(1)), idx.get(n_used)) {
+        (Some(&last), Some(&next)) => probs[last] - probs[next],
+        _ => f32::INFINITY,
+    };
     idx.truncate(n_used);
     let mut w: Vec<f32> = idx.iter().map(|&i| probs[i]).collect();
     // ggml_sum_rows accumulates in f64 and rounds once; then clamp and divide in f32.
@@ -72,7 +79,7 @@ pub fn route(logits: &[f32], n_used: usize) -> Route {
     for x in w.iter_mut() {
         *x /= sum;
     }
-    Route { experts: idx, weights: w }
+    Route { experts: idx, weights: w, margin }
 }
 
 /// MoE output for the batch `rows` of normalized input x (rows.n × hidden). Batch-invariant:
@@ -90,24 +97,25 @@ pub fn forward_rows(
     hidden: usize,
 ) -> Result<Vec<f32>> {
     if rows.is_single() {
-        return forward(ctx, w, d, store, layer, x, rows.n, hidden);
+        return forward(ctx, w, d, store, layer, x, rows.n, hidden, &(0..rows.n).collect::<Vec<_>>());
     }
     let mut out = vec![0.0f32; rows.n * hidden];
     let dec = rows.decode_rows();
     if !dec.is_empty() {
         let xd = batch::gather(x, hidden, &dec);
-        let yd = forward_decode_rows(ctx, w, d, store, layer, &xd, dec.len(), hidden)?;
+        let yd = forward_decode_rows(ctx, w, d, store, layer, &xd, dec.len(), hidden, &dec)?;
         batch::scatter(&yd, hidden, &dec, &mut out);
     }
     for s in rows.multi_row_spans() {
         let r = s.rows();
-        let y = forward(ctx, w, d, store, layer, &x[r.start * hidden..r.end * hidden], s.len, hidden)?;
+        let y = forward(ctx, w, d, store, layer, &x[r.start * hidden..r.end * hidden], s.len, hidden, &r.clone().collect::<Vec<_>>())?;
         out[r.start * hidden..r.end * hidden].copy_from_slice(&y);
     }
     Ok(out)
 }
 
-/// MoE output for n tokens of normalized input x (n × hidden) of one sequence.
+/// MoE output for n tokens of normalized input x (n × hidden) of one sequence; `rows_at[t]`
+/// is row t's row in the batch (for the route record).
 #[allow(clippy::too_many_arguments)] // the layer's weights, geometry, store and position
 pub fn forward(
     ctx: &Ctx,
@@ -118,13 +126,15 @@ pub fn forward(
     x: &[f32],
     n: usize,
     hidden: usize,
+    rows_at: &[usize],
 ) -> Result<Vec<f32>> {
     if n == 1 {
-        return forward_decode_rows(ctx, w, d, store, layer, x, 1, hidden);
+        return forward_decode_rows(ctx, w, d, store, layer, x, 1, hidden, rows_at);
     }
     let sp = ctx.span(Op::MoeRouter);
     let logits = ctx.mm(&w.router, x, n); // [n × n_expert]
     let routes: Vec<Route> = (0..n).map(|t| route(&logits[t * d.n_expert..(t + 1) * d.n_expert], d.n_used)).collect();
+    ctx.record_routes(layer, rows_at, &routes);
 
     drop(sp);
     let sp = ctx.span(Op::MoeExperts);
@@ -294,6 +304,7 @@ fn forward_decode_rows(
     x: &[f32],
     m: usize,
     hidden: usize,
+    rows_at: &[usize],
 ) -> Result<Vec<f32>> {
     let sp = ctx.span(Op::MoeRouter);
     let mut logits = vec![0.0f32; m * d.n_expert];
@@ -308,6 +319,7 @@ fn forward_decode_rows(
         ctx.mv_batch(&mut jobs);
     }
     let routes: Vec<Route> = logits.chunks_exact(d.n_expert).map(|l| route(l, d.n_used)).collect();
+    ctx.record_routes(layer, rows_at, &routes);
     drop(sp);
 
     let sp = ctx.span(Op::MoeExperts);

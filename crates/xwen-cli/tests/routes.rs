@@ -1,0 +1,47 @@
+//! Route dumps (`xwen logits --dump-routes`) and tools/oracle/route_diff.py on them.
+
+use std::process::Command;
+
+/// `xwen logits --dump-routes` writes one decision per position and layer; route_diff finds
+/// two identical dumps equal and names the first departure (with its margins) in a changed one.
+#[test]
+fn route_dumps_and_route_diff() {
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/parity/cond/qwen3_5_moe/model-q8_0.gguf");
+    let dir = std::env::temp_dir().join(format!("xwen-routes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (a, b, npy) = (dir.join("a.jsonl"), dir.join("b.jsonl"), dir.join("l.npy"));
+    for out in [&a, &b] {
+        let st = Command::new(env!("CARGO_BIN_EXE_xwen"))
+            .args(["logits", "-m", model, "--ids", "1,2,3,4,5", "-t", "1", "--out"])
+            .arg(&npy)
+            .arg("--dump-routes")
+            .arg(out)
+            .output()
+            .unwrap();
+        assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    }
+    let text = std::fs::read_to_string(&a).unwrap();
+    let first: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!((first["pos"].as_u64(), first["layer"].as_u64()), (Some(0), Some(0)));
+    assert!(first["margin"].as_f64().unwrap() >= 0.0);
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/oracle/route_diff.py");
+    let same = Command::new("python3").arg(script).arg(&a).arg(&b).output().unwrap();
+    assert_eq!(same.status.code(), Some(0), "{}", String::from_utf8_lossy(&same.stdout));
+    // swap one decision's expert set at position 3
+    let changed: Vec<String> = text
+        .lines()
+        .map(|l| {
+            let mut v: serde_json::Value = serde_json::from_str(l).unwrap();
+            if v["pos"] == 3 && v["layer"] == 1 {
+                v["experts"][0] = serde_json::json!(v["experts"][0].as_u64().unwrap() + 100);
+            }
+            v.to_string()
+        })
+        .collect();
+    std::fs::write(&b, changed.join("\n")).unwrap();
+    let diff = Command::new("python3").arg(script).arg(&a).arg(&b).output().unwrap();
+    let out = String::from_utf8_lossy(&diff.stdout);
+    assert_eq!(diff.status.code(), Some(1), "{out}");
+    assert!(out.contains("pos 3, layer 1") && out.contains("margins"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
