@@ -22,7 +22,7 @@ fn prompt(seed: usize, n: usize, vocab: usize) -> Vec<u32> {
 }
 
 fn request(p: Vec<u32>, max_tokens: usize, stop_ids: Vec<u32>) -> Request {
-    Request { prompt: p, max_tokens, stop_ids, sampler: Sampler::new(SamplerConfig::greedy().resolve(false)) }
+    Request { prompt: p, max_tokens, stop_ids, sampler: Sampler::new(SamplerConfig::greedy().resolve(false)), session: None }
 }
 
 /// Runs the scheduler until empty; (tokens, stop) per id. `joins[s]` = step at which request s joins.
@@ -244,4 +244,51 @@ fn routes_are_recorded_per_sequence_position_and_layer() {
     let quiet = Model::load(&moe, &cfg(None)).unwrap();
     quiet.forward(&mut quiet.new_state(), &p, LogitsMode::Last).unwrap();
     assert!(quiet.take_routes().is_empty());
+}
+
+/// A conversation continued through the scheduler (a server's slot) beside other requests:
+/// each turn's tokens are `Session::generate`'s on the same conversation, its prefix reused,
+/// and the session comes back holding exactly what was fed.
+#[test]
+fn scheduled_sessions_reuse_their_prefix_and_equal_session_generate() {
+    let m = Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap();
+    let v = m.n_vocab();
+    let greedy = || Sampler::new(SamplerConfig::greedy().resolve(false));
+    let mut reference = Session::new(&m);
+    let mut slot = Some(Session::new(&m));
+    let mut transcript = prompt(40, 20, v);
+    for turn in 0..3 {
+        let mut want = Vec::new();
+        let (_, reuse) = reference
+            .generate(&m, &transcript, 6, &[], &mut greedy(), &mut |t| {
+                want.push(t);
+                true
+            })
+            .unwrap();
+        let mut sch = Scheduler::new(4);
+        let other = sch.add(&m, request(prompt(50 + turn, 9, v), 8, vec![])).unwrap();
+        let id = sch
+            .add(&m, Request { prompt: transcript.clone(), max_tokens: 6, stop_ids: vec![], sampler: greedy(), session: slot.take() })
+            .unwrap();
+        let mut got = Vec::new();
+        while !sch.is_empty() {
+            for e in sch.step(&m).unwrap() {
+                if let Event::Token { id: i, token } = e {
+                    if i == id {
+                        got.push(token);
+                    }
+                }
+            }
+        }
+        assert!(sch.take_session(other).is_none(), "a plain request has no session to give back");
+        let sess = sch.take_session(id).expect("the session comes back");
+        assert_eq!(got, want, "turn {turn}");
+        assert_eq!(sess.tokens(), reference.tokens(), "turn {turn}: the same tokens held");
+        if turn > 0 {
+            assert!(reuse.reused > 0);
+        }
+        slot = Some(sess);
+        transcript.extend_from_slice(&want);
+        transcript.extend(prompt(60 + turn, 4, v));
+    }
 }

@@ -10,7 +10,8 @@ use crate::experts::plan::PREFILL_BATCH;
 use crate::model::{LogitsMode, Model, SeqStep};
 use crate::runtime::generate::StopReason;
 use crate::runtime::sampler::Sampler;
-use crate::state::SeqState;
+use crate::runtime::session::Session;
+use std::collections::HashMap;
 
 /// Prompt tokens one sequence feeds per step (llama.cpp's micro-batch).
 pub const PREFILL_CHUNK: usize = PREFILL_BATCH;
@@ -25,6 +26,11 @@ pub struct Request {
     pub max_tokens: usize,
     pub stop_ids: Vec<u32>,
     pub sampler: Sampler,
+    /// A conversation to continue (a server's slot): the prompt reuses what its state holds
+    /// (`Session`'s prefix reuse), a checkpoint is taken before the prompt's last token, and
+    /// the session comes back with `Scheduler::take_session` once the sequence ends — its
+    /// tokens generated exactly as `Session::generate` would. None: a fresh sequence.
+    pub session: Option<Session>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -37,7 +43,11 @@ pub enum Event {
 
 struct Running {
     id: SeqId,
-    state: SeqState,
+    session: Session,
+    /// The caller gets the session back (`take_session`).
+    keep_session: bool,
+    /// The position after which a checkpoint is taken (before the prompt's last token).
+    checkpoint_at: Option<usize>,
     /// Prompt tokens not fed yet; once the prompt is in, the one sampled token to feed next.
     pending: Vec<u32>,
     prompt_left: bool,
@@ -51,12 +61,14 @@ pub struct Scheduler {
     running: Vec<Running>,
     max_seqs: usize,
     next_id: SeqId,
+    /// Sessions of ended sequences, for `take_session`.
+    ended: HashMap<SeqId, Session>,
 }
 
 impl Scheduler {
     /// A scheduler of at most `max_seqs` sequences at once.
     pub fn new(max_seqs: usize) -> Scheduler {
-        Scheduler { running: Vec::new(), max_seqs: max_seqs.max(1), next_id: 1 }
+        Scheduler { running: Vec::new(), max_seqs: max_seqs.max(1), next_id: 1, ended: HashMap::new() }
     }
 
     pub fn len(&self) -> usize {
@@ -80,12 +92,27 @@ impl Scheduler {
         for &t in &req.prompt {
             req.sampler.accept(t);
         }
+        let keep_session = req.session.is_some();
+        let (session, pending, checkpoint_at) = match req.session.take() {
+            Some(mut s) => {
+                let held = s.prepare(model, &req.prompt)?;
+                let at = req.prompt.len() - 1;
+                if held == at {
+                    // already at the prompt's last token: the checkpoint is due now
+                    s.checkpoint();
+                }
+                (s, req.prompt[held..].to_vec(), (held < at).then_some(at))
+            }
+            None => (Session::new(model), req.prompt, None),
+        };
         let id = self.next_id;
         self.next_id += 1;
         self.running.push(Running {
             id,
-            state: model.new_state(),
-            pending: req.prompt,
+            session,
+            keep_session,
+            checkpoint_at,
+            pending,
             prompt_left: true,
             sampler: req.sampler,
             generated: 0,
@@ -95,11 +122,40 @@ impl Scheduler {
         Ok(id)
     }
 
-    /// Drop a sequence (a client that went away); false if it is not running.
+    /// Drop a sequence (a client that went away); false if it is not running. Its session,
+    /// if it came with one, can still be taken back (holding what was fed).
     pub fn cancel(&mut self, id: SeqId) -> bool {
-        let before = self.running.len();
-        self.running.retain(|r| r.id != id);
-        self.running.len() != before
+        match self.running.iter().position(|r| r.id == id) {
+            Some(i) => {
+                self.end(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The session of an ended sequence that came with one (`Request::session`).
+    pub fn take_session(&mut self, id: SeqId) -> Option<Session> {
+        self.ended.remove(&id)
+    }
+
+    fn end(&mut self, i: usize) {
+        let r = self.running.remove(i);
+        if r.keep_session {
+            self.ended.insert(r.id, r.session);
+        }
+    }
+
+    /// Prompt tokens sequence `r` feeds next: a whole chunk, cut at the checkpoint position.
+    fn chunk(r: &Running) -> usize {
+        let mut n = r.pending.len().min(PREFILL_CHUNK);
+        if let Some(c) = r.checkpoint_at {
+            let pos = r.session.state().pos;
+            if pos < c {
+                n = n.min(c - pos);
+            }
+        }
+        n
     }
 
     /// One batched forward over the running sequences; returns what happened.
@@ -110,10 +166,10 @@ impl Scheduler {
         let mut i = 0;
         while i < self.running.len() {
             let r = &self.running[i];
-            let next = if r.prompt_left { r.pending.len().min(PREFILL_CHUNK) } else { 1 };
+            let next = if r.prompt_left { Self::chunk(r) } else { 1 };
             let stop = if r.max_tokens == 0 {
                 Some(StopReason::Length)
-            } else if r.state.pos + next > max_ctx {
+            } else if r.session.state().pos + next > max_ctx {
                 Some(StopReason::ContextFull)
             } else {
                 None
@@ -121,7 +177,7 @@ impl Scheduler {
             match stop {
                 Some(stop) => {
                     events.push(Event::Done { id: r.id, stop, generated: r.generated });
-                    self.running.remove(i);
+                    self.end(i);
                 }
                 None => i += 1,
             }
@@ -133,7 +189,7 @@ impl Scheduler {
         let mut take: Vec<usize> = self.running.iter().map(|r| usize::from(!r.prompt_left)).collect();
         for (t, r) in take.iter_mut().zip(&self.running) {
             if r.prompt_left {
-                let chunk = r.pending.len().min(PREFILL_CHUNK);
+                let chunk = Self::chunk(r);
                 if rows + chunk <= budget || rows == 0 {
                     *t = chunk;
                     rows += chunk;
@@ -148,7 +204,7 @@ impl Scheduler {
             }
             let last_chunk = !r.prompt_left || n == r.pending.len();
             idx.push((k, n));
-            steps.push(SeqStep::new(&mut r.state, &r.pending[..n], if last_chunk { LogitsMode::Last } else { LogitsMode::None }));
+            steps.push(SeqStep::new(r.session.state_mut(), &r.pending[..n], if last_chunk { LogitsMode::Last } else { LogitsMode::None }));
         }
         if steps.is_empty() {
             return Ok(events);
@@ -157,7 +213,12 @@ impl Scheduler {
         let mut finished = Vec::new();
         for ((k, n), lg) in idx.into_iter().zip(logits.iter_mut()) {
             let r = &mut self.running[k];
+            r.session.record_fed(&r.pending[..n]);
             r.pending.drain(..n);
+            if r.checkpoint_at == Some(r.session.state().pos) {
+                r.session.checkpoint();
+                r.checkpoint_at = None;
+            }
             if r.prompt_left && !r.pending.is_empty() {
                 continue;
             }
@@ -181,7 +242,11 @@ impl Scheduler {
                 None => r.pending.push(tok),
             }
         }
-        self.running.retain(|r| !finished.contains(&r.id));
+        for id in finished {
+            if let Some(i) = self.running.iter().position(|r| r.id == id) {
+                self.end(i);
+            }
+        }
         Ok(events)
     }
 }

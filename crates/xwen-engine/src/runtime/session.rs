@@ -82,6 +82,27 @@ impl Session {
         Ok(Reuse { reused, computed: ids.len() - reused, restored })
     }
 
+    /// For the scheduler: roll back so the state holds a prefix of `prompt` minus its last
+    /// token (the longest it can keep); returns how many of `prompt`'s tokens it holds — the
+    /// rest is fed through the batched forward, the last token after a checkpoint.
+    pub(crate) fn prepare(&mut self, model: &Model, prompt: &[u32]) -> Result<usize> {
+        let head = &prompt[..prompt.len().saturating_sub(1)];
+        let common = self.tokens.iter().zip(head).take_while(|(a, b)| a == b).count();
+        if common < self.tokens.len() {
+            self.rewind(model, common)?;
+        }
+        Ok(self.tokens.len())
+    }
+
+    pub(crate) fn state_mut(&mut self) -> &mut SeqState {
+        &mut self.state
+    }
+
+    /// For the scheduler: `ids` were fed to the state through the batched forward.
+    pub(crate) fn record_fed(&mut self, ids: &[u32]) {
+        self.tokens.extend_from_slice(ids);
+    }
+
     /// Roll the state back to at most `pos` positions: the latest checkpoint at or below it,
     /// or the empty state.
     fn rewind(&mut self, model: &Model, pos: usize) -> Result<()> {
