@@ -1,16 +1,17 @@
 //! `xwen bench --parallel 1,2,4,8`: batched decode with llama-batched-bench's meaning
 //! (tools/batched-bench/batched-bench.cpp, b11434), so the two run side by side
 //! (scripts/bench-batched-vs-llamacpp). For each (pp, tg, pl): pl sequences, each from an empty
-//! state, prefill pp tokens (together, in batches of at most 2048 rows — llama's n_batch — or the
-//! RAM plan's rows), then decode tg tokens together, one row per sequence per step, through the
-//! engine's batched forward. Reported as llama-batched-bench does (PP, TG, B, N_KV, T_PP, S_PP,
+//! state, prefill pp tokens (together: the scheduler's steps of at most 2048 rows — llama's
+//! n_batch — or the RAM plan's rows, whole 512-token chunks per sequence), then decode tg tokens
+//! together, one row per sequence per step, greedy — all through the library's `Scheduler`,
+//! what a server runs. Reported as llama-batched-bench does (PP, TG, B, N_KV, T_PP, S_PP,
 //! T_TG, S_TG, T, S) plus the decode rate per sequence; `--json` prints its jsonl fields.
 
 use anyhow::Result;
 use serde_json::json;
 use std::io::Write;
 use std::time::Instant;
-use xwen_engine::{LogitsMode, Model, SeqState, SeqStep};
+use xwen_engine::{Event, Model, Request, Sampler, SamplerConfig, Scheduler};
 
 /// llama-batched-bench's default logical batch (-b 2048).
 const N_BATCH: usize = 2048;
@@ -40,47 +41,33 @@ impl Tokens {
     }
 }
 
-/// Prefill `pp` tokens into each of `states`, all sequences sharing each batch: the rows left
-/// over after whole spans are split evenly, so no batch exceeds `limit` rows.
-fn prefill(model: &Model, states: &mut [SeqState], pp: usize, toks: &mut Tokens) -> Result<()> {
-    let limit = model.max_batch_rows().min(N_BATCH);
-    let prompts: Vec<Vec<u32>> = states.iter().map(|_| (0..pp).map(|_| toks.next(model.n_vocab())).collect()).collect();
-    // tokens per sequence per batch
-    let per = (limit / states.len().max(1)).max(1);
-    let mut at = 0;
-    while at < pp {
-        let end = (at + per).min(pp);
-        let mut steps: Vec<SeqStep> = states
-            .iter_mut()
-            .zip(&prompts)
-            .map(|(st, p)| SeqStep::new(st, &p[at..end], if end == pp { LogitsMode::Last } else { LogitsMode::None }))
-            .collect();
-        model.forward_batch(&mut steps)?;
-        at = end;
-    }
-    Ok(())
-}
-
-fn decode(model: &Model, states: &mut [SeqState], tg: usize, toks: &mut Tokens) -> Result<()> {
-    for _ in 0..tg {
-        let ids: Vec<[u32; 1]> = states.iter().map(|_| [toks.next(model.n_vocab())]).collect();
-        let mut steps: Vec<SeqStep> =
-            states.iter_mut().zip(&ids).map(|(st, t)| SeqStep::new(st, t, LogitsMode::Last)).collect();
-        model.forward_batch(&mut steps)?;
-    }
-    Ok(())
-}
-
+/// One configuration through the library's scheduler (continuous batching, as a server runs
+/// it): pl requests of pp prompt tokens and tg + 1 greedy tokens each — the first comes out of
+/// the prefill, as in llama-batched-bench, then tg batched decode steps. T_PP ends with the
+/// step in which the last sequence got its first token.
 fn one_run(model: &Model, pp: usize, tg: usize, pl: usize, toks: &mut Tokens) -> Result<Run> {
-    let mut states: Vec<SeqState> = (0..pl).map(|_| model.new_state()).collect();
-    let t0 = Instant::now();
-    if pp > 0 {
-        prefill(model, &mut states, pp, toks)?;
+    let mut sch = Scheduler::new(pl);
+    let greedy = SamplerConfig::greedy().resolve(false);
+    for _ in 0..pl {
+        let prompt: Vec<u32> = (0..pp).map(|_| toks.next(model.n_vocab())).collect();
+        sch.add(model, Request { prompt, max_tokens: tg + 1, stop_ids: Vec::new(), sampler: Sampler::new(greedy.clone()), session: None })?;
     }
-    let t_pp = t0.elapsed().as_secs_f64();
-    let t1 = Instant::now();
-    decode(model, &mut states, tg, toks)?;
-    Ok(Run { t_pp, t_tg: t1.elapsed().as_secs_f64() })
+    let t0 = Instant::now();
+    let mut started = std::collections::HashSet::new();
+    let mut t_pp = None;
+    while !sch.is_empty() {
+        for e in sch.step(model)? {
+            if let Event::Token { id, .. } = e {
+                started.insert(id);
+            }
+        }
+        if t_pp.is_none() && started.len() == pl {
+            t_pp = Some(t0.elapsed().as_secs_f64());
+        }
+    }
+    let total = t0.elapsed().as_secs_f64();
+    let t_pp = t_pp.unwrap_or(total);
+    Ok(Run { t_pp, t_tg: total - t_pp })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -103,9 +90,12 @@ pub fn run(model: &Model, c: &Config) -> Result<()> {
             r => Ok(r?),
         }
     };
+    if c.prompts.contains(&0) {
+        anyhow::bail!("--parallel needs -p of at least 1: every sequence starts from a prompt");
+    }
     if c.warmup {
         // llama-batched-bench decodes one warm-up batch first
-        decode(model, &mut [model.new_state()], 1, &mut toks)?;
+        one_run(model, 1, 1, 1, &mut toks)?;
     }
     if !c.json {
         emit(format!(
