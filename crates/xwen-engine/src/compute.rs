@@ -103,7 +103,7 @@ impl<'a> Ctx<'a> {
             let mut yd: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0f32; nd * w.rows]).collect();
             // matrices whose token-lane kernels keep the one-token order run on them (8 rows in
             // the vector lanes); the rest share one job of per-row kernels
-            let lanes = |w: &Mat| xwen_kernels::lanes_keep_one_token_order(w.ty, w.rows, nd);
+            let lanes = |w: &Mat| xwen_kernels::tokens_on_lanes(w.ty, w.rows, nd);
             let mut jobs = Vec::new();
             for (w, y) in ws.iter().zip(yd.iter_mut()) {
                 if lanes(w) {

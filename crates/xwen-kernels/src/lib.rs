@@ -18,7 +18,7 @@ pub mod q4k_repack;
 pub mod simd;
 pub mod tiled;
 
-pub use matmul::{act_row_bytes, dot_rows, dot_rows_tokens, lanes_keep_one_token_order, quantize_activations_for_matmul, QMatrix};
+pub use matmul::{act_row_bytes, dot_rows, dot_rows_tokens, lanes_keep_one_token_order, tokens_on_lanes, quantize_activations_for_matmul, QMatrix};
 pub use pool::Pool;
 pub use xwen_gguf::GgmlType;
 

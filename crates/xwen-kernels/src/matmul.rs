@@ -293,7 +293,27 @@ pub fn dot_rows_tokens(w: &QMatrix, k: RowKernel, xq: &[u8], n_tok: usize, r0: u
 
 /// Fewest Q8_0 tokens that `Pool::matvec_tokens_q` pads to a group of 8 lanes with AVX-512
 /// VNNI (measured: docs/bench.md "Session 10").
-const Q8_PAD_MIN: usize = 4;
+const Q8_PAD_MIN: usize = 6;
+
+/// Whether `Pool::matvec_tokens_q` runs `n_tok` single-token products with a `ty` matrix on a
+/// token-lane kernel (the lanes' own order, or one zero-padded Q8_0 group on AVX-512) rather
+/// than the per-row kernels a batched `dot_rows_tokens` job would use.
+pub fn tokens_on_lanes(ty: GgmlType, rows: usize, n_tok: usize) -> bool {
+    lanes_keep_one_token_order(ty, rows, n_tok) || q8_0_padded(ty, n_tok)
+}
+
+/// 6 or 7 Q8_0 tokens padded to one group of 8 lanes on the VNNI lane kernel.
+fn q8_0_padded(ty: GgmlType, n_tok: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        ty == GgmlType::Q8_0 && dispatch::active() == dispatch::Isa::Avx512 && n_tok >= Q8_PAD_MIN
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (ty, n_tok);
+        false
+    }
+}
 
 /// Whether a product of `n_tok` tokens with a `ty` matrix of `rows` rows runs through a
 /// token-lane kernel whose per-token results are the one-token (matvec) bits: Q8_0 in whole
@@ -478,11 +498,11 @@ impl Pool {
         if lanes_keep_one_token_order(w.ty, w.rows, n_tok) {
             return self.matmul_q_grouped(w, xq, n_tok, 0, y);
         }
-        // 4..7 Q8_0 tokens: one padded group of 8 lanes (zero rows: zero scales, so zero lanes,
-        // never stored past n_tok) on the VNNI lane kernel costs less than the per-row kernels
-        // (measured at 4: docs/bench.md "Session 10"; at 2-3 the per-row kernels cost less)
+        // 6 or 7 Q8_0 tokens: one padded group of 8 lanes (zero rows: zero scales, so zero
+        // lanes, never stored past n_tok) on the VNNI lane kernel costs less than the per-row
+        // kernels; at 4 it cost more (docs/bench.md "Session 10")
         #[cfg(target_arch = "x86_64")]
-        if w.ty == GgmlType::Q8_0 && dispatch::active() == dispatch::Isa::Avx512 && n_tok >= Q8_PAD_MIN {
+        if q8_0_padded(w.ty, n_tok) {
             let arb = act_row_bytes(&w);
             let n_pad = n_tok.next_multiple_of(crate::simd::avx2_tok8::TOK);
             let mut xp = xq[..n_tok * arb].to_vec();

@@ -38,7 +38,7 @@ fn tokens_sharing_a_weight_pass_get_their_matvec_bits() {
                 let data = quantize(ty, &wf).unwrap();
                 let w = QMatrix::new(ty, rows, cols, &data).unwrap();
                 let kern = dispatch::row_kernel(ty, rows).unwrap();
-                for n_tok in [1, 2, 3, 4, 5, 8, 9, 16, 21] {
+                for n_tok in [1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 21] {
                     let xs: Vec<Vec<f32>> = (0..n_tok).map(|_| rng.activations(cols)).collect();
                     let mut xq = Vec::new();
                     let mut row = Vec::new();
