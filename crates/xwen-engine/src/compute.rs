@@ -48,17 +48,15 @@ impl<'a> Ctx<'a> {
         self.prof.span(op)
     }
 
-    /// Record `routes` of batch rows `rows_at` at `layer`, when recording is on.
-    pub fn record_routes(&self, layer: usize, rows_at: &[usize], routes: &[crate::layers::moe::Route]) {
+    /// Whether MoE layers record their routing decisions in this forward.
+    pub fn records_routes(&self) -> bool {
+        self.routes.is_some()
+    }
+
+    /// Appends routing decisions to the forward's record (nothing when it records none).
+    pub fn push_routes(&self, recs: Vec<RouteRecord>) {
         if let Some(sink) = self.routes {
-            let mut v = sink.lock().unwrap_or_else(|p| p.into_inner());
-            v.extend(rows_at.iter().zip(routes).map(|(&row, r)| RouteRecord {
-                row,
-                layer,
-                experts: r.experts.clone(),
-                weights: r.weights.clone(),
-                margin: r.margin,
-            }));
+            sink.lock().unwrap_or_else(|p| p.into_inner()).extend(recs);
         }
     }
 

@@ -4,7 +4,7 @@
 //! sigmoid(gate_inp_shexp · x).
 
 use crate::batch::{self, Rows};
-use crate::compute::{Ctx, MvJob};
+use crate::compute::{Ctx, MvJob, RouteRecord};
 use crate::ops::SharedMut;
 use xwen_kernels::{Pool, QMatrix};
 use crate::error::Result;
@@ -134,7 +134,7 @@ pub fn forward(
     let sp = ctx.span(Op::MoeRouter);
     let logits = ctx.mm(&w.router, x, n); // [n × n_expert]
     let routes: Vec<Route> = (0..n).map(|t| route(&logits[t * d.n_expert..(t + 1) * d.n_expert], d.n_used)).collect();
-    ctx.record_routes(layer, rows_at, &routes);
+    record(ctx, layer, rows_at, &routes);
 
     drop(sp);
     let sp = ctx.span(Op::MoeExperts);
@@ -244,18 +244,36 @@ pub fn forward(
     let _sp = ctx.span(Op::MoeShared);
     if let Some(sh) = &w.shared {
         let y = ffn::forward(ctx, sh, x, &Rows::single(n, 0));
-        for t in 0..n {
-            let xt = &x[t * hidden..(t + 1) * hidden];
-            let gate = match &w.shared_gate {
-                Some(gw) => ops::sigmoid(ops::dot(gw, xt)),
-                None => 1.0,
-            };
-            for (o, &v) in out[t * hidden..(t + 1) * hidden].iter_mut().zip(&y[t * hidden..(t + 1) * hidden]) {
-                *o += v * gate;
-            }
-        }
+        add_gated_shared(w, x, &y, hidden, &mut out);
     }
     Ok(out)
+}
+
+/// out += sigmoid(gate_inp_shexp · x) · y per row: the shared expert's output `y` (rows ×
+/// hidden), scaled by its gate (1 where the model has none).
+fn add_gated_shared(w: &MoeWeights, x: &[f32], y: &[f32], hidden: usize, out: &mut [f32]) {
+    for ((xr, yr), o) in x.chunks_exact(hidden).zip(y.chunks_exact(hidden)).zip(out.chunks_exact_mut(hidden)) {
+        let gate = match &w.shared_gate {
+            Some(gw) => ops::sigmoid(ops::dot(gw, xr)),
+            None => 1.0,
+        };
+        for (a, &v) in o.iter_mut().zip(yr) {
+            *a += v * gate;
+        }
+    }
+}
+
+/// Records `routes` of batch rows `rows_at` at `layer` when the forward records routes.
+fn record(ctx: &Ctx, layer: usize, rows_at: &[usize], routes: &[Route]) {
+    if ctx.records_routes() {
+        ctx.push_routes(
+            rows_at
+                .iter()
+                .zip(routes)
+                .map(|(&row, r)| RouteRecord { row, layer, experts: r.experts.clone(), weights: r.weights.clone(), margin: r.margin })
+                .collect(),
+        );
+    }
 }
 
 thread_local! {
@@ -319,7 +337,7 @@ fn forward_decode_rows(
         ctx.mv_batch(&mut jobs);
     }
     let routes: Vec<Route> = logits.chunks_exact(d.n_expert).map(|l| route(l, d.n_used)).collect();
-    ctx.record_routes(layer, rows_at, &routes);
+    record(ctx, layer, rows_at, &routes);
     drop(sp);
 
     let sp = ctx.span(Op::MoeExperts);
@@ -402,16 +420,7 @@ fn forward_decode_rows(
     drop(sp);
     let _sp = ctx.span(Op::MoeShared);
     if w.shared.is_some() {
-        for row in 0..m {
-            let xr = &x[row * hidden..(row + 1) * hidden];
-            let gate = match &w.shared_gate {
-                Some(gw) => ops::sigmoid(ops::dot(gw, xr)),
-                None => 1.0,
-            };
-            for (o, &v) in out[row * hidden..(row + 1) * hidden].iter_mut().zip(&ysh[row * hidden..(row + 1) * hidden]) {
-                *o += v * gate;
-            }
-        }
+        add_gated_shared(w, x, &ysh, hidden, &mut out);
     }
     Ok(out)
 }
