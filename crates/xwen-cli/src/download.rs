@@ -120,12 +120,12 @@ impl Hub {
             .collect())
     }
 
-    /// `file` of `repo` at main, downloaded into `cache` unless its blob is already there.
+    /// `file` of `repo` at main, downloaded into the cache folder `repo_dir` of that repo
+    /// (`hub::repo_dir`: the cache layout is the hub's) unless its blob is already there.
     /// Returns the snapshot path.
-    pub fn download(&self, cache: &Path, repo: &str, file: &str) -> Result<PathBuf> {
+    pub fn download(&self, repo_dir: &Path, repo: &str, file: &str) -> Result<PathBuf> {
         let url = self.file_url(repo, file);
         let meta = self.metadata(repo, file, &url)?;
-        let repo_dir = crate::hub::repo_dir(cache, repo);
         let blobs = repo_dir.join("blobs");
         fs::create_dir_all(&blobs).with_context(|| format!("creating {}", blobs.display()))?;
         let blob = blobs.join(&meta.etag);

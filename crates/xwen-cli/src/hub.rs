@@ -283,7 +283,7 @@ pub fn resolve(model: &str) -> Result<PathBuf> {
             f
         }
     };
-    hub.download(&cache, &repo, &file).map_err(unreachable)
+    hub.download(&repo_dir(&cache, &repo), &repo, &file).map_err(unreachable)
 }
 
 /// The offline miss: exactly which URL to fetch and where the file goes so that the next run
