@@ -141,8 +141,8 @@ impl Hub {
         } else {
             self.fetch(&meta, file, &blob)?;
         }
-        let snap = link_snapshot(&repo_dir, &meta.commit, file, &meta.etag)?;
-        write_ref(&repo_dir, &meta.commit)?;
+        let snap = link_snapshot(repo_dir, &meta.commit, file, &meta.etag)?;
+        write_ref(repo_dir, &meta.commit)?;
         Ok(snap)
     }
 

@@ -2,116 +2,12 @@
 //! features, so one binary serves every x86-64), plus a process-wide switch that forces the
 //! scalar reference everywhere for bisecting numeric differences.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::OnceLock;
-
 use crate::formats::{self, DotFn, MultiDotFn};
 use crate::GgmlType;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Isa {
-    Scalar,
-    /// AVX2 + FMA + F16C.
-    Avx2,
-    /// AVX-512 F/BW/VL/VNNI on top of the AVX2 set (kernels without a 512-bit version use AVX2).
-    Avx512,
-    Neon,
-}
-
-static FORCE_REFERENCE: AtomicBool = AtomicBool::new(false);
-/// 0 = no cap, else 1 + the rank of the highest Isa allowed (see `set_max_isa`).
-static MAX_ISA: AtomicU8 = AtomicU8::new(0);
-
-fn rank(isa: Isa) -> u8 {
-    match isa {
-        Isa::Scalar => 0,
-        Isa::Avx2 | Isa::Neon => 1,
-        Isa::Avx512 => 2,
-    }
-}
-
-/// Cap the kernel set (e.g. `Some(Isa::Avx2)` on an AVX-512 machine, for A/B timing or
-/// bisecting); `None` removes the cap. Process-wide, meant to be set at start-up.
-pub fn set_max_isa(cap: Option<Isa>) {
-    MAX_ISA.store(cap.map_or(0, |i| 1 + rank(i)), Ordering::Relaxed);
-    crate::f32ops::redetect();
-}
-
-/// Whether the llama.cpp build whose float orders xwen reproduces takes its AVX-512 paths: the
-/// CPU has them and no `set_max_isa` cap below AVX-512 is in force. A cap to AVX2 thus means
-/// "reproduce an AVX2 build" on any x86 machine — the build the committed parity fixtures come
-/// from — in the kernels and in the reference-side choices (`tiled::vnni_epilogue`, the
-/// Q2_K repack, the f32 primitives' width). The scalar switch keeps the native build's orders.
-pub fn reference_avx512() -> bool {
-    let cap = MAX_ISA.load(Ordering::Relaxed);
-    (cap == 0 || cap > 1 + rank(Isa::Avx2)) && detected() == Isa::Avx512
-}
-
-/// Force the scalar reference everywhere. Meant to be set once at start-up; kernels already
-/// handed out (e.g. inside a running matvec) finish with the set they started with.
-pub fn set_force_reference(on: bool) {
-    FORCE_REFERENCE.store(on, Ordering::Relaxed);
-}
-
-pub fn force_reference() -> bool {
-    FORCE_REFERENCE.load(Ordering::Relaxed)
-}
-
-/// The best kernel set this CPU supports, ignoring the force switch.
-pub fn detected() -> Isa {
-    static DETECTED: OnceLock<Isa> = OnceLock::new();
-    *DETECTED.get_or_init(detect)
-}
-
-/// The kernel set in use now.
-pub fn active() -> Isa {
-    if force_reference() {
-        return Isa::Scalar;
-    }
-    let d = detected();
-    match MAX_ISA.load(Ordering::Relaxed) {
-        0 => d,
-        cap if rank(d) < cap => d,
-        1 => Isa::Scalar,
-        _ => match d {
-            Isa::Avx512 => Isa::Avx2,
-            other => other,
-        },
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn detect() -> Isa {
-    let avx2 = is_x86_feature_detected!("avx2")
-        && is_x86_feature_detected!("fma")
-        && is_x86_feature_detected!("f16c");
-    let avx512 = avx2
-        && is_x86_feature_detected!("avx512f")
-        && is_x86_feature_detected!("avx512bw")
-        && is_x86_feature_detected!("avx512vl")
-        && is_x86_feature_detected!("avx512vnni");
-    if avx512 {
-        Isa::Avx512
-    } else if avx2 {
-        Isa::Avx2
-    } else {
-        Isa::Scalar
-    }
-}
-
-#[cfg(target_arch = "aarch64")]
-fn detect() -> Isa {
-    if std::arch::is_aarch64_feature_detected!("neon") {
-        Isa::Neon
-    } else {
-        Isa::Scalar
-    }
-}
-
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-fn detect() -> Isa {
-    Isa::Scalar
-}
+// The kernel-set state (CPUID, the cap, the force switch) lives in `isa`, a leaf module that
+// the f32 primitives and the repack rules read without importing the kernel tables here.
+pub use crate::isa::{active, detected, force_reference, generation, reference_avx512, set_force_reference, set_max_isa, Isa};
 
 /// The dot kernel for `weight` under `isa` (falling back to scalar where that set has none).
 /// Only hands out SIMD kernels for an `isa` this CPU supports.
@@ -250,3 +146,18 @@ pub fn row_kernel(weight: GgmlType, rows: usize) -> Option<RowKernel> {
     let multi = if vec_dot_twin { None } else { matrix_kernels(weight, rows, false).and_then(|k| k.1) };
     Some(RowKernel { dot, prefetches, multi })
 }
+
+/// Kernels for a `ty` product in llama.cpp's tiled order (`crate::tiled`): a single-token dot
+/// and, where the active kernel set has one, a multi-token kernel returning the same bits per
+/// token.
+pub fn tiled_kernels(ty: GgmlType) -> Option<(DotFn, Option<MultiDotFn>)> {
+    let vnni = crate::tiled::vnni_epilogue();
+    #[cfg(target_arch = "x86_64")]
+    if matches!(active(), Isa::Avx2 | Isa::Avx512) {
+        if let Some(k) = crate::simd::avx2_tiled::kernels(ty, vnni) {
+            return Some(k);
+        }
+    }
+    crate::tiled::ref_fn(ty, vnni).map(|d| (d, None))
+}
+

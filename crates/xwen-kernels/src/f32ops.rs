@@ -6,7 +6,7 @@
 //! The exp-based ops (SiLU, SwiGLU, softmax) live in `ggml_exp`: they reproduce ggml-cpu's
 //! vectorized expf bit for bit, which is what parity with llama.cpp needs.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 mod ggml_exp;
 pub use ggml_exp::{
@@ -20,31 +20,29 @@ const PORTABLE: u8 = 1;
 const AVX2: u8 = 2;
 const AVX512: u8 = 3;
 
-static LEVEL: AtomicU8 = AtomicU8::new(UNKNOWN);
+/// The chosen level and the `isa::generation` it was chosen under: (generation << 8) | level.
+static LEVEL: AtomicU32 = AtomicU32::new(UNKNOWN as u32);
 
 #[inline]
 fn level() -> u8 {
-    let l = LEVEL.load(Ordering::Relaxed);
-    if l != UNKNOWN {
-        return l;
+    let cached = LEVEL.load(Ordering::Relaxed);
+    let gen = crate::isa::generation();
+    if cached & 0xff != UNKNOWN as u32 && cached >> 8 == gen {
+        return (cached & 0xff) as u8;
     }
+    // the kernel set changed (`set_max_isa`, `set_force_reference`) or nothing was chosen yet
     let l = detect();
-    LEVEL.store(l, Ordering::Relaxed);
+    LEVEL.store((gen << 8) | l as u32, Ordering::Relaxed);
     l
 }
 
-/// Choose the primitives' width again (after `dispatch::set_max_isa`).
-pub(crate) fn redetect() {
-    LEVEL.store(UNKNOWN, Ordering::Relaxed);
-}
-
 fn detect() -> u8 {
-    if crate::dispatch::force_reference() {
+    if crate::isa::force_reference() {
         return PORTABLE;
     }
     #[cfg(target_arch = "x86_64")]
     {
-        if is_x86_feature_detected!("avx512f") && crate::dispatch::reference_avx512() {
+        if is_x86_feature_detected!("avx512f") && crate::isa::reference_avx512() {
             return AVX512;
         }
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
@@ -343,7 +341,7 @@ mod x86 {
     }
 
     /// dot256_raw for a weight row streamed from DRAM: also prefetches `pa` ahead of the loop
-    /// (crate::simd::avx2::prefetch_ahead); same result.
+    /// (crate::simd::prefetch::prefetch_ahead); same result.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot256_raw_streaming(pa: *const f32, pb: *const f32, n: usize) -> f32 {
         dot256_impl::<true>(pa, pb, n)
@@ -356,8 +354,8 @@ mod x86 {
         let mut i = 0;
         while i < np {
             if PREFETCH {
-                crate::simd::avx2::prefetch_ahead(pa.add(i) as *const u8);
-                crate::simd::avx2::prefetch_ahead(pa.add(i + 16) as *const u8);
+                crate::simd::prefetch::prefetch_ahead(pa.add(i) as *const u8);
+                crate::simd::prefetch::prefetch_ahead(pa.add(i + 16) as *const u8);
             }
             for (j, ac) in acc.iter_mut().enumerate() {
                 *ac = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i + 8 * j)), _mm256_loadu_ps(pb.add(i + 8 * j)), *ac);

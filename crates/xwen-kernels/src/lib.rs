@@ -11,6 +11,7 @@ pub mod dispatch;
 pub mod f32ops;
 pub mod formats;
 pub mod half;
+pub mod isa;
 pub mod membw;
 mod matmul;
 mod pool;

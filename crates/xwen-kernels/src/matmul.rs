@@ -1,6 +1,7 @@
 //! Matrix × vector and matrix × matrix products on the worker pool.
 
 use crate::dispatch::RowKernel;
+use crate::q4k_repack::repacked_q8k;
 use crate::{dispatch, quantize_activations_into, vec_dot_type, GgmlType, KernelError, Pool};
 
 /// A row-major quantized matrix: `rows` rows of `cols` elements, each row `ty.row_bytes(cols)`.
@@ -80,29 +81,6 @@ pub fn act_row_bytes(w: &QMatrix) -> usize {
 #[cfg(target_arch = "x86_64")]
 fn lane_kernels_active() -> bool {
     matches!(dispatch::active(), dispatch::Isa::Avx2 | dispatch::Isa::Avx512)
-}
-
-/// Whether llama.cpp's CPU backend on this machine would hold a `ty` matrix of `rows` rows in
-/// its repacked (CPU_REPACK) layout with K-quant activations, quantizing groups of 4 tokens with
-/// the interleaving Q8_K quantizer (ggml-cpu/repack.cpp:4925 ggml_repack_get_optimal_repack_type:
-/// Q4_K with AVX2, Q2_K with AVX-512, rows % 8 == 0). Its Q4_0/IQ4_NL repack uses a Q8_0
-/// quantizer with the same values. A property of the reference on this CPU, not of the active
-/// kernel set; `tiled::applies` is its complement among the plain K-quants.
-pub(crate) fn repacked_q8k(ty: GgmlType, rows: usize) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let ok = match ty {
-            GgmlType::Q4_K => is_x86_feature_detected!("avx2"),
-            GgmlType::Q2_K => is_x86_feature_detected!("avx512f") && dispatch::reference_avx512(),
-            _ => false,
-        };
-        ok && rows.is_multiple_of(8)
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (ty, rows);
-        false
-    }
 }
 
 /// Quantize `n_tok` activation rows (x is n_tok × cols) for a product with `w` exactly as
@@ -777,7 +755,7 @@ impl Pool {
         let single = if n_tok == 1 {
             (dispatch::row_dot_fn(w.ty, w.rows).expect("validated"), None)
         } else if tiled {
-            crate::tiled::kernels(w.ty).expect("tiled::applies")
+            dispatch::tiled_kernels(w.ty).expect("tiled::applies")
         } else {
             dispatch::matrix_kernels(w.ty, w.rows, false).expect("validated")
         };

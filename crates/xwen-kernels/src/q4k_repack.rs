@@ -15,6 +15,7 @@
 
 use crate::formats::q4_k::{scale_min_k4, BYTES};
 use crate::half::read_f16;
+use crate::GgmlType;
 
 const QK: usize = 256;
 const Q8K: usize = 292;
@@ -24,7 +25,11 @@ const Q8K: usize = 292;
 pub fn repacked(rows: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        rows.is_multiple_of(8) && crate::dispatch::detected() != crate::dispatch::Isa::Scalar
+        // the CPU has the AVX2 set that llama.cpp's repack needs (as `dispatch::detected`)
+        rows.is_multiple_of(8)
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("fma")
+            && is_x86_feature_detected!("f16c")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -93,3 +98,27 @@ pub fn dot_gemm_ref(n: usize, w: &[u8], a: &[u8]) -> f32 {
     }
     acc - accm
 }
+
+/// Whether llama.cpp's CPU backend on this machine would hold a `ty` matrix of `rows` rows in
+/// its repacked (CPU_REPACK) layout with K-quant activations, quantizing groups of 4 tokens with
+/// the interleaving Q8_K quantizer (ggml-cpu/repack.cpp:4925 ggml_repack_get_optimal_repack_type:
+/// Q4_K with AVX2, Q2_K with AVX-512, rows % 8 == 0). Its Q4_0/IQ4_NL repack uses a Q8_0
+/// quantizer with the same values. A property of the reference on this CPU, not of the active
+/// kernel set; `tiled::applies` is its complement among the plain K-quants.
+pub(crate) fn repacked_q8k(ty: GgmlType, rows: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let ok = match ty {
+            GgmlType::Q4_K => is_x86_feature_detected!("avx2"),
+            GgmlType::Q2_K => is_x86_feature_detected!("avx512f") && crate::isa::reference_avx512(),
+            _ => false,
+        };
+        ok && rows.is_multiple_of(8)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (ty, rows);
+        false
+    }
+}
+

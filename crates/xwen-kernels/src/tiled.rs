@@ -21,7 +21,7 @@
 //! `dot_ref` is that arithmetic in scalar form; `simd::avx2_tiled` computes the same bits.
 
 use crate::formats::q8::{q8k_parts, Q8_K_BYTES, QK_K};
-use crate::formats::{q2_k, q3_k, q4_k, q5_k, q6_k, DotFn, MultiDotFn};
+use crate::formats::{q2_k, q3_k, q4_k, q5_k, q6_k, DotFn};
 use crate::half::read_f16;
 use crate::GgmlType;
 
@@ -34,12 +34,12 @@ pub const MIN_BATCH: usize = 8;
 pub fn applies(ty: GgmlType, rows: usize) -> bool {
     // the build has AVX2 (or AVX/AVX-512 VNNI) on x86; the types of tiled.cpp's dispatch that
     // xwen supports, unless the matrix is repacked instead
-    let x86_simd = cfg!(target_arch = "x86_64") && crate::dispatch::detected() != crate::dispatch::Isa::Scalar;
+    let x86_simd = cfg!(target_arch = "x86_64") && crate::isa::detected() != crate::isa::Isa::Scalar;
     let plain_kquant = matches!(
         ty,
         GgmlType::Q6_K | GgmlType::Q5_K | GgmlType::Q4_K | GgmlType::Q3_K | GgmlType::Q2_K | GgmlType::IQ4_XS
     );
-    x86_simd && plain_kquant && !crate::matmul::repacked_q8k(ty, rows)
+    x86_simd && plain_kquant && !crate::q4k_repack::repacked_q8k(ty, rows)
 }
 
 /// Whether the reference's tiled kernel here is the AVX-512 VNNI one (accumulates with a
@@ -50,7 +50,7 @@ pub fn vnni_epilogue() -> bool {
         is_x86_feature_detected!("avx512vnni")
             && is_x86_feature_detected!("avx512vl")
             && is_x86_feature_detected!("avx512dq")
-            && crate::dispatch::reference_avx512()
+            && crate::isa::reference_avx512()
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -212,7 +212,8 @@ macro_rules! ref_fns {
                 dot_ref(GgmlType::$ty, n, w, a, true)
             }
         )*
-        fn ref_fn(ty: GgmlType, vnni: bool) -> Option<DotFn> {
+        /// The scalar tiled-order dot for `ty` (with the VNNI or the FMA epilogue).
+        pub(crate) fn ref_fn(ty: GgmlType, vnni: bool) -> Option<DotFn> {
             Some(match (ty, vnni) {
                 $(
                     (GgmlType::$ty, false) => $fma,
@@ -233,18 +234,3 @@ ref_fns! {
     IQ4_XS => ref_iq4_xs, ref_iq4_xs_vnni;
 }
 
-/// Kernels for a `ty` product in tiled order: a single-token dot and, where the active kernel
-/// set has one, a multi-token kernel returning the same bits per token.
-pub fn kernels(ty: GgmlType) -> Option<(DotFn, Option<MultiDotFn>)> {
-    let vnni = vnni_epilogue();
-    #[cfg(target_arch = "x86_64")]
-    if matches!(
-        crate::dispatch::active(),
-        crate::dispatch::Isa::Avx2 | crate::dispatch::Isa::Avx512
-    ) {
-        if let Some(k) = crate::simd::avx2_tiled::kernels(ty, vnni) {
-            return Some(k);
-        }
-    }
-    ref_fn(ty, vnni).map(|d| (d, None))
-}

@@ -22,7 +22,7 @@
 //!
 //! Summation orders assume llama.cpp was built by GCC (its `_mm512_reduce_add_ps` tree).
 
-use crate::dispatch;
+use crate::isa as dispatch;
 
 /// Which ggml `ggml_v_expf` to reproduce (module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -34,6 +34,7 @@ pub mod avx512;
 pub mod avx512_tok8;
 #[cfg(target_arch = "aarch64")]
 pub mod neon;
+pub mod prefetch;
 
 use crate::formats::q8::{self, Q8Flavor};
 
