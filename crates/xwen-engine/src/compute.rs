@@ -106,11 +106,7 @@ impl<'a> Ctx<'a> {
             for (w, y) in ws.iter().zip(yd.iter_mut()) {
                 if lanes(w) {
                     let mut xq = Vec::new();
-                    let mut row = Vec::new();
-                    for xr in xd.chunks_exact(cols) {
-                        xwen_kernels::quantize_activations(w.ty, xr, &mut row);
-                        xq.extend_from_slice(&row);
-                    }
+                    quantize_rows(w.ty, xd.chunks_exact(cols), &mut xq);
                     self.pool.matvec_tokens_q(w.q(self.file), &xq, nd, y);
                 } else {
                     jobs.push(MvJob { w: w.q(self.file), x: &xd, y });
@@ -167,11 +163,7 @@ impl<'a> Ctx<'a> {
                 None => {
                     // every row with the one-token quantizer (matvec's), never the 4-row one
                     let mut buf = Vec::new();
-                    let mut row = Vec::new();
-                    for xr in j.x.chunks_exact(j.w.cols) {
-                        xwen_kernels::quantize_activations(j.w.ty, xr, &mut row);
-                        buf.extend_from_slice(&row);
-                    }
+                    quantize_rows(j.w.ty, j.x.chunks_exact(j.w.cols), &mut buf);
                     acts.push((key.0, key.1, key.2, buf));
                     acts.len() - 1
                 }
@@ -221,5 +213,16 @@ impl<'a> Ctx<'a> {
                 }
             }
         });
+    }
+}
+
+/// Rows quantized one by one with the row (matvec) quantizer for a `ty` matrix — MUL_MAT_ID's
+/// activations and every decode row's — appended into `out` (cleared first).
+pub fn quantize_rows<'a>(ty: GgmlType, rows: impl Iterator<Item = &'a [f32]>, out: &mut Vec<u8>) {
+    out.clear();
+    let mut row = Vec::new();
+    for r in rows {
+        xwen_kernels::quantize_activations(ty, r, &mut row);
+        out.extend_from_slice(&row);
     }
 }

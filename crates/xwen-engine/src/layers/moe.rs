@@ -4,7 +4,7 @@
 //! sigmoid(gate_inp_shexp · x).
 
 use crate::batch::{self, Rows};
-use crate::compute::{Ctx, MvJob, RouteRecord};
+use crate::compute::{quantize_rows, Ctx, MvJob, RouteRecord};
 use crate::ops::SharedMut;
 use xwen_kernels::{Pool, QMatrix};
 use crate::error::Result;
@@ -280,17 +280,6 @@ thread_local! {
     /// A pool of one (no worker threads: it runs tasks on the calling thread) for products done
     /// inside another pool's task.
     static SOLO: Pool = Pool::new(1);
-}
-
-/// Rows quantized one by one with the row quantizer for a `ty` matrix (MUL_MAT_ID's
-/// activations), appended into `out` (cleared first).
-fn quantize_rows<'a>(ty: xwen_kernels::GgmlType, rows: impl Iterator<Item = &'a [f32]>, out: &mut Vec<u8>) {
-    out.clear();
-    let mut row = Vec::new();
-    for r in rows {
-        xwen_kernels::quantize_activations(ty, r, &mut row);
-        out.extend_from_slice(&row);
-    }
 }
 
 /// An expert's product over its m routed tokens. llama.cpp's MUL_MAT_ID quantizes every
