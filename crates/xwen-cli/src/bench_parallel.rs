@@ -7,6 +7,7 @@
 //! what a server runs. Reported as llama-batched-bench does (PP, TG, B, N_KV, T_PP, S_PP,
 //! T_TG, S_TG, T, S) plus the decode rate per sequence; `--json` prints its jsonl fields.
 
+use crate::cmd_bench::Lcg;
 use anyhow::Result;
 use serde_json::json;
 use std::io::Write;
@@ -30,26 +31,15 @@ struct Run {
     t_tg: f64,
 }
 
-/// Pseudo-random token ids (the values do not matter to the timing; llama-batched-bench
-/// feeds constant ids).
-struct Tokens(u64);
-
-impl Tokens {
-    fn next(&mut self, n_vocab: usize) -> u32 {
-        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        (((self.0 >> 32) * n_vocab as u64) >> 32) as u32
-    }
-}
-
 /// One configuration through the library's scheduler (continuous batching, as a server runs
 /// it): pl requests of pp prompt tokens and tg + 1 greedy tokens each — the first comes out of
 /// the prefill, as in llama-batched-bench, then tg batched decode steps. T_PP ends with the
 /// step in which the last sequence got its first token.
-fn one_run(model: &Model, pp: usize, tg: usize, pl: usize, toks: &mut Tokens) -> Result<Run> {
+fn one_run(model: &Model, pp: usize, tg: usize, pl: usize, toks: &mut Lcg) -> Result<Run> {
     let mut sch = Scheduler::new(pl);
     let greedy = SamplerConfig::greedy().resolve(false);
     for _ in 0..pl {
-        let prompt: Vec<u32> = (0..pp).map(|_| toks.next(model.n_vocab())).collect();
+        let prompt: Vec<u32> = (0..pp).map(|_| toks.below(model.n_vocab() as u32)).collect();
         sch.add(model, Request { prompt, max_tokens: tg + 1, stop_ids: Vec::new(), sampler: Sampler::new(greedy.clone()), session: None })?;
     }
     let t0 = Instant::now();
@@ -80,7 +70,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 pub fn run(model: &Model, c: &Config) -> Result<()> {
-    let mut toks = Tokens(7);
+    let mut toks = Lcg(7);
     let max_ctx = model.max_context();
     let mut out = std::io::stdout().lock();
     let mut emit = |line: String| -> Result<()> {

@@ -491,10 +491,11 @@ fn rfc3339_now() -> String {
 
 /// Token ids for benchmark inputs: any spread over the vocabulary will do (llama-bench uses
 /// `std::rand() % n_vocab`); a fixed seed keeps runs comparable.
-struct Lcg(u64);
+/// Pseudo-random token ids for the tests (their values do not matter to the timing).
+pub(crate) struct Lcg(pub(crate) u64);
 
 impl Lcg {
-    fn below(&mut self, n: u32) -> u32 {
+    pub(crate) fn below(&mut self, n: u32) -> u32 {
         self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
         (((self.0 >> 32) * u64::from(n)) >> 32) as u32
     }
