@@ -319,14 +319,21 @@ impl Model {
             chunked_scan: self.cfg.chunked_prefill,
             routes: self.cfg.record_routes.then_some(&sink),
         };
-        // positions before the step, to place the recorded rows
-        let starts: Vec<(usize, usize, usize)> = {
+        // each sequence's first batch row, row count and position before the step, to place
+        // the recorded rows (only when recording)
+        let starts: Vec<(usize, usize, usize)> = if self.cfg.record_routes {
             let mut row = 0;
-            states.iter().zip(&spans).map(|(st, sp)| {
-                let r = (row, sp.tokens.len(), st.pos);
-                row += sp.tokens.len();
-                r
-            }).collect()
+            states
+                .iter()
+                .zip(&spans)
+                .map(|(st, sp)| {
+                    let r = (row, sp.tokens.len(), st.pos);
+                    row += sp.tokens.len();
+                    r
+                })
+                .collect()
+        } else {
+            Vec::new()
         };
         let out = self.net.forward(&ctx, self.store.as_ref(), &mut states, &spans);
         if self.cfg.record_routes {
