@@ -40,7 +40,7 @@ fn one_run(model: &Model, pp: usize, tg: usize, pl: usize, toks: &mut Lcg) -> Re
     let greedy = SamplerConfig::greedy().resolve(false);
     for _ in 0..pl {
         let prompt: Vec<u32> = (0..pp).map(|_| toks.below(model.n_vocab() as u32)).collect();
-        sch.add(model, Request { prompt, max_tokens: tg + 1, stop_ids: Vec::new(), sampler: Sampler::new(greedy.clone()), session: None })?;
+        sch.add(model, Request::new(prompt, tg + 1, Vec::new(), Sampler::new(greedy.clone())))?;
     }
     let t0 = Instant::now();
     let mut started = std::collections::HashSet::new();

@@ -11,6 +11,7 @@ mod cmd_inspect;
 mod cmd_logits;
 mod cmd_pull;
 mod cmd_run;
+mod cmd_serve;
 mod cmd_tokenize;
 mod hub;
 mod model_arg;
@@ -26,6 +27,7 @@ usage: xwen <command> [options]
 commands:
   run       generate text from a prompt (no -m: the embedded demo model)
   chat      multi-turn chat
+  serve     OpenAI- and Anthropic-compatible HTTP server
   inspect   describe a GGUF file (--json for machine-readable output)
   tokenize  print token ids of a text
   logits    write logits of every position as .npy
@@ -65,6 +67,7 @@ fn main() -> ExitCode {
         "inspect" => cmd_inspect::run(rest),
         "run" => cmd_run::run(rest),
         "chat" => cmd_chat::run(rest),
+        "serve" => cmd_serve::run(rest),
         "bench" => cmd_bench::run(rest),
         "synth" => cmd_synth::run(rest),
         "logits" => cmd_logits::run(rest),

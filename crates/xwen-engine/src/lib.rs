@@ -28,7 +28,7 @@ pub use model::{supported_archs, LogitsMode, Model, Route, SeqStep, KNOWN_UNIMPL
 pub use state::{SeqCheckpoint, SeqState, Snapshot};
 pub use runtime::generate::{self, generate, GenStats, GenerateRequest, StopReason};
 pub use runtime::sampler;
-pub use runtime::scheduler::{Event, Request, Scheduler, SeqId};
+pub use runtime::scheduler::{Event, LogitsProcessor, Request, Scheduler, SeqId, TokenLogprobs};
 pub use runtime::session::{Reuse, Session};
 pub use runtime::sampler::{Sampler, SamplerConfig, SamplingParams};
 pub use checkpoint::{identify, Checkpoint};

@@ -22,7 +22,7 @@ fn prompt(seed: usize, n: usize, vocab: usize) -> Vec<u32> {
 }
 
 fn request(p: Vec<u32>, max_tokens: usize, stop_ids: Vec<u32>) -> Request {
-    Request { prompt: p, max_tokens, stop_ids, sampler: Sampler::new(SamplerConfig::greedy().resolve(false)), session: None }
+    Request::new(p, max_tokens, stop_ids, Sampler::new(SamplerConfig::greedy().resolve(false)))
 }
 
 /// Runs the scheduler until empty; (tokens, stop) per id. `joins[s]` = step at which request s joins.
@@ -268,12 +268,12 @@ fn scheduled_sessions_reuse_their_prefix_and_equal_session_generate() {
         let mut sch = Scheduler::new(4);
         let other = sch.add(&m, request(prompt(50 + turn, 9, v), 8, vec![])).unwrap();
         let id = sch
-            .add(&m, Request { prompt: transcript.clone(), max_tokens: 6, stop_ids: vec![], sampler: greedy(), session: slot.take() })
+            .add(&m, Request { session: slot.take(), ..Request::new(transcript.clone(), 6, vec![], greedy()) })
             .unwrap();
         let mut got = Vec::new();
         while !sch.is_empty() {
             for e in sch.step(&m).unwrap() {
-                if let Event::Token { id: i, token } = e {
+                if let Event::Token { id: i, token, .. } = e {
                     if i == id {
                         got.push(token);
                     }

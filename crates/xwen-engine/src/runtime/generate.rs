@@ -26,6 +26,8 @@ pub enum StopReason {
     Caller,
     /// The sequence reached the context size (`EngineConfig::max_ctx`).
     ContextFull,
+    /// A logits processor (a grammar) said the output is complete.
+    Constraint,
 }
 
 impl GenStats {

@@ -31,12 +31,60 @@ pub struct Request {
     /// the session comes back with `Scheduler::take_session` once the sequence ends — its
     /// tokens generated exactly as `Session::generate` would. None: a fresh sequence.
     pub session: Option<Session>,
+    /// Report the sampled token's log-probability and this many most likely alternatives
+    /// (OpenAI's `logprobs` / `top_logprobs`), from the model's distribution before sampling.
+    pub logprobs: Option<usize>,
+    /// Constrains or edits the logits before sampling (a grammar, a tool-call format) and
+    /// sees every sampled token.
+    pub processor: Option<Box<dyn LogitsProcessor>>,
+}
+
+impl Request {
+    /// A fresh sequence (no session), no logprobs, no processor.
+    pub fn new(prompt: Vec<u32>, max_tokens: usize, stop_ids: Vec<u32>, sampler: Sampler) -> Request {
+        Request { prompt, max_tokens, stop_ids, sampler, session: None, logprobs: None, processor: None }
+    }
+}
+
+/// Edits a sequence's next-token logits before sampling (e.g. masks tokens a grammar forbids).
+pub trait LogitsProcessor: Send {
+    /// Called with the raw logits of the next position; may set entries to -inf.
+    fn process(&mut self, logits: &mut [f32]);
+    /// The token that was sampled; false ends the sequence (the constraint is complete).
+    fn accept(&mut self, token: u32) -> bool;
+}
+
+/// A sampled token's log-probability and the most likely alternatives, most likely first.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TokenLogprobs {
+    pub logprob: f32,
+    pub top: Vec<(u32, f32)>,
+}
+
+impl TokenLogprobs {
+    /// Log-softmax of `logits` at `token`, and the `top` most likely tokens.
+    pub fn of(logits: &[f32], token: u32, top: usize) -> TokenLogprobs {
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = logits.iter().map(|&l| ((l - max) as f64).exp()).sum();
+        let lse = max as f64 + sum.ln();
+        let lp = |l: f32| (l as f64 - lse) as f32;
+        let mut best: Vec<(u32, f32)> = Vec::new();
+        if top > 0 {
+            let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+            let k = top.min(idx.len());
+            idx.select_nth_unstable_by(k - 1, |&a, &b| logits[b as usize].total_cmp(&logits[a as usize]).then(a.cmp(&b)));
+            idx.truncate(k);
+            idx.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]).then(a.cmp(&b)));
+            best = idx.into_iter().map(|i| (i, lp(logits[i as usize]))).collect();
+        }
+        TokenLogprobs { logprob: logits.get(token as usize).map_or(f32::NEG_INFINITY, |&l| lp(l)), top: best }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Event {
-    /// A sampled token (stop ids included).
-    Token { id: SeqId, token: u32 },
+    /// A sampled token (stop ids included), with its logprobs when the request asked.
+    Token { id: SeqId, token: u32, logprobs: Option<Box<TokenLogprobs>> },
     /// The sequence ended and left the scheduler.
     Done { id: SeqId, stop: StopReason, generated: usize },
 }
@@ -55,6 +103,10 @@ struct Running {
     generated: usize,
     max_tokens: usize,
     stop_ids: Vec<u32>,
+    logprobs: Option<usize>,
+    processor: Option<Box<dyn LogitsProcessor>>,
+    /// Prompt tokens the session already held at admission (not computed again).
+    cached: usize,
 }
 
 pub struct Scheduler {
@@ -93,7 +145,7 @@ impl Scheduler {
             req.sampler.accept(t);
         }
         let keep_session = req.session.is_some();
-        let (session, pending, checkpoint_at) = match req.session.take() {
+        let (session, pending, checkpoint_at, cached) = match req.session.take() {
             Some(mut s) => {
                 let held = s.prepare(model, &req.prompt)?;
                 let at = req.prompt.len() - 1;
@@ -101,9 +153,9 @@ impl Scheduler {
                     // already at the prompt's last token: the checkpoint is due now
                     s.checkpoint();
                 }
-                (s, req.prompt[held..].to_vec(), (held < at).then_some(at))
+                (s, req.prompt[held..].to_vec(), (held < at).then_some(at), held)
             }
-            None => (Session::new(model), req.prompt, None),
+            None => (Session::new(model), req.prompt, None, 0),
         };
         let id = self.next_id;
         self.next_id += 1;
@@ -118,8 +170,17 @@ impl Scheduler {
             generated: 0,
             max_tokens: req.max_tokens,
             stop_ids: req.stop_ids,
+            logprobs: req.logprobs,
+            processor: req.processor,
+            cached,
         });
         Ok(id)
+    }
+
+    /// How many of a running sequence's prompt tokens its session already held when it was
+    /// admitted (the prefix reused, not computed again).
+    pub fn cached_tokens(&self, id: SeqId) -> Option<usize> {
+        self.running.iter().find(|r| r.id == id).map(|r| r.cached)
     }
 
     /// Drop a sequence (a client that went away); false if it is not running. Its session,
@@ -223,12 +284,20 @@ impl Scheduler {
                 continue;
             }
             r.prompt_left = false;
+            if let Some(p) = r.processor.as_mut() {
+                p.process(lg);
+            }
+            let raw = r.logprobs.map(|_| lg.clone());
             let tok = r.sampler.sample(lg);
             r.sampler.accept(tok);
+            let done = r.processor.as_mut().is_some_and(|p| !p.accept(tok));
             r.generated += 1;
-            events.push(Event::Token { id: r.id, token: tok });
+            let logprobs = raw.zip(r.logprobs).map(|(l, k)| Box::new(TokenLogprobs::of(&l, tok, k)));
+            events.push(Event::Token { id: r.id, token: tok, logprobs });
             let stop = if r.stop_ids.contains(&tok) {
                 Some(StopReason::StopToken)
+            } else if done {
+                Some(StopReason::Constraint)
             } else if r.generated >= r.max_tokens {
                 Some(StopReason::Length)
             } else {

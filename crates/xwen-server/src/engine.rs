@@ -1,0 +1,326 @@
+//! The engine thread: owns the model and the scheduler, admits queued jobs into free slots,
+//! steps every running sequence in one batched forward (continuous batching), and sends each
+//! job its tokens. Slots are `Session`s kept between requests: a new request takes the idle
+//! session holding the longest prefix of its prompt, so a conversation's next turn prefills only
+//! its new tokens (recurrent state restored from the session's checkpoint where the rendering
+//! departs). A job whose client went away (its receiver dropped) or that asked to stop is
+//! cancelled before the next step; its slot is free at once.
+
+use crate::metrics::Metrics;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Instant;
+use tokio::sync::mpsc::UnboundedSender;
+use xwen_engine::{Event, LogitsProcessor, Model, Request, Sampler, SamplingParams, Scheduler, SeqId, Session, StopReason, TokenLogprobs};
+
+/// One generation request as the engine sees it: token ids in, token ids out.
+pub struct Job {
+    pub prompt: Vec<u32>,
+    pub max_tokens: usize,
+    pub stop_ids: Vec<u32>,
+    pub sampling: SamplingParams,
+    pub logprobs: Option<usize>,
+    pub processor: Option<Box<dyn LogitsProcessor>>,
+    pub out: UnboundedSender<Out>,
+    /// Set by the request's side to stop the sequence (a stop string matched).
+    pub cancel: Arc<AtomicBool>,
+}
+
+/// What a job hears back, in order: Started, Token…, then Done or Failed.
+#[derive(Debug)]
+pub enum Out {
+    /// Admitted into a slot; `cached` prompt tokens were already in its state.
+    Started { cached: usize },
+    Token { id: u32, logprobs: Option<Box<TokenLogprobs>> },
+    Done { stop: StopReason },
+    /// The server is shutting down: the reply ends here.
+    Shutdown,
+    Failed(String),
+}
+
+enum Msg {
+    Job(Box<Job>),
+    Shutdown,
+}
+
+/// Why a job was not queued.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SubmitError {
+    QueueFull,
+    ShuttingDown,
+}
+
+/// The request side's handle on the engine thread.
+#[derive(Clone)]
+pub struct EngineHandle {
+    tx: mpsc::Sender<Msg>,
+    queued: Arc<AtomicUsize>,
+    queue_limit: usize,
+    closed: Arc<AtomicBool>,
+}
+
+impl EngineHandle {
+    /// Queue a job; refused at once when `queue_limit` jobs wait already.
+    pub fn submit(&self, job: Job) -> Result<(), SubmitError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(SubmitError::ShuttingDown);
+        }
+        // reserve a place in the queue first, so concurrent submits cannot overshoot it
+        let prev = self.queued.fetch_add(1, Ordering::AcqRel);
+        if prev >= self.queue_limit {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(SubmitError::QueueFull);
+        }
+        if self.tx.send(Msg::Job(Box::new(job))).is_err() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return Err(SubmitError::ShuttingDown);
+        }
+        Ok(())
+    }
+
+    /// Jobs waiting for a slot.
+    pub fn queued(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+
+    /// Ends every running and queued job with `Out::Shutdown` and stops the thread.
+    pub fn shutdown(&self) {
+        self.closed.store(true, Ordering::Release);
+        let _ = self.tx.send(Msg::Shutdown);
+    }
+}
+
+struct Slot {
+    session: Session,
+    last_used: u64,
+}
+
+struct Running {
+    id: SeqId,
+    out: UnboundedSender<Out>,
+    cancel: Arc<AtomicBool>,
+}
+
+/// Starts the engine thread with `parallel` slots; returns its handle and the thread.
+pub fn start(model: Model, parallel: usize, queue_limit: usize, metrics: Arc<Metrics>) -> (EngineHandle, std::thread::JoinHandle<()>) {
+    let (tx, rx) = mpsc::channel();
+    let queued = Arc::new(AtomicUsize::new(0));
+    let handle = EngineHandle { tx, queued: queued.clone(), queue_limit, closed: Arc::new(AtomicBool::new(false)) };
+    let thread = std::thread::Builder::new()
+        .name("xwen-engine".into())
+        .spawn(move || EngineLoop::new(model, parallel, queued, metrics).run(rx))
+        .expect("spawning the engine thread");
+    (handle, thread)
+}
+
+struct EngineLoop {
+    model: Model,
+    parallel: usize,
+    sched: Scheduler,
+    queue: VecDeque<Box<Job>>,
+    queued: Arc<AtomicUsize>,
+    running: Vec<Running>,
+    idle: Vec<Slot>,
+    /// Sessions in existence (idle or running), at most `parallel`.
+    sessions: usize,
+    clock: u64,
+    metrics: Arc<Metrics>,
+}
+
+impl EngineLoop {
+    fn new(model: Model, parallel: usize, queued: Arc<AtomicUsize>, metrics: Arc<Metrics>) -> Self {
+        let parallel = parallel.max(1).min(model.max_sequences().max(1));
+        EngineLoop {
+            sched: Scheduler::new(parallel),
+            model,
+            parallel,
+            queue: VecDeque::new(),
+            queued,
+            running: Vec::new(),
+            idle: Vec::new(),
+            sessions: 0,
+            clock: 0,
+            metrics,
+        }
+    }
+
+    fn run(mut self, rx: mpsc::Receiver<Msg>) {
+        loop {
+            // block only when there is nothing to do
+            if self.running.is_empty() && self.queue.is_empty() {
+                match rx.recv() {
+                    Ok(m) => {
+                        if !self.take(m) {
+                            return self.shutdown();
+                        }
+                    }
+                    Err(_) => return,
+                }
+            }
+            while let Ok(m) = rx.try_recv() {
+                if !self.take(m) {
+                    return self.shutdown();
+                }
+            }
+            self.drop_cancelled();
+            self.admit();
+            self.metrics.set_load(self.queue.len(), self.running.len());
+            if self.sched.is_empty() {
+                continue;
+            }
+            self.step();
+        }
+    }
+
+    /// False on shutdown.
+    fn take(&mut self, m: Msg) -> bool {
+        match m {
+            Msg::Job(j) => {
+                self.queue.push_back(j);
+                true
+            }
+            Msg::Shutdown => false,
+        }
+    }
+
+    fn shutdown(&mut self) {
+        for r in self.running.drain(..) {
+            self.sched.cancel(r.id);
+            let _ = r.out.send(Out::Shutdown);
+        }
+        for j in self.queue.drain(..) {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            let _ = j.out.send(Out::Shutdown);
+        }
+        self.metrics.set_load(0, 0);
+    }
+
+    fn drop_cancelled(&mut self) {
+        let mut i = 0;
+        while i < self.running.len() {
+            let r = &self.running[i];
+            if r.cancel.load(Ordering::Acquire) || r.out.is_closed() {
+                let r = self.running.remove(i);
+                self.sched.cancel(r.id);
+                self.release(r.id);
+                let _ = r.out.send(Out::Done { stop: StopReason::Caller });
+                self.metrics.cancelled.inc();
+            } else {
+                i += 1;
+            }
+        }
+        let before = self.queue.len();
+        self.queue.retain(|j| !(j.cancel.load(Ordering::Acquire) || j.out.is_closed()));
+        let gone = before - self.queue.len();
+        if gone > 0 {
+            self.queued.fetch_sub(gone, Ordering::AcqRel);
+        }
+    }
+
+    /// The session of an ended sequence goes back to the idle slots.
+    fn release(&mut self, id: SeqId) {
+        match self.sched.take_session(id) {
+            Some(session) => {
+                self.clock += 1;
+                self.idle.push(Slot { session, last_used: self.clock });
+            }
+            None => self.sessions -= 1,
+        }
+    }
+
+    /// The idle session sharing the longest prefix with `prompt`; on a tie (or none shared),
+    /// the least recently used, so a long conversation's slot survives short one-off requests.
+    fn pick_session(&mut self, prompt: &[u32]) -> Session {
+        if self.idle.is_empty() {
+            self.sessions += 1;
+            return Session::new(&self.model);
+        }
+        let common = |s: &Session| s.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        let mut best = 0;
+        let mut key = (0, u64::MAX);
+        for (i, slot) in self.idle.iter().enumerate() {
+            let c = common(&slot.session);
+            let k = (c, u64::MAX - slot.last_used);
+            if i == 0 || k > key {
+                best = i;
+                key = k;
+            }
+        }
+        // nothing shared: a fresh session if one more fits, so cached conversations stay
+        if key.0 == 0 && self.sessions < self.parallel {
+            self.sessions += 1;
+            return Session::new(&self.model);
+        }
+        self.idle.swap_remove(best).session
+    }
+
+    fn admit(&mut self) {
+        while self.running.len() < self.parallel {
+            let Some(job) = self.queue.pop_front() else { break };
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            let job = *job;
+            let session = self.pick_session(&job.prompt);
+            let req = Request {
+                session: Some(session),
+                logprobs: job.logprobs,
+                processor: job.processor,
+                ..Request::new(job.prompt, job.max_tokens, job.stop_ids, Sampler::new(job.sampling))
+            };
+            match self.sched.add(&self.model, req) {
+                Ok(id) => {
+                    let cached = self.sched.cached_tokens(id).unwrap_or(0);
+                    self.metrics.cached_tokens.inc_by(cached as u64);
+                    let _ = job.out.send(Out::Started { cached });
+                    self.running.push(Running { id, out: job.out, cancel: job.cancel });
+                }
+                Err(e) => {
+                    // the session went with the request; a fresh one is made when needed
+                    self.sessions -= 1;
+                    let _ = job.out.send(Out::Failed(e.to_string()));
+                }
+            }
+        }
+    }
+
+    fn step(&mut self) {
+        let t0 = Instant::now();
+        let decoding = self.running.len();
+        match self.sched.step(&self.model) {
+            Ok(events) => {
+                let mut tokens = 0u64;
+                for e in events {
+                    match e {
+                        Event::Token { id, token, logprobs } => {
+                            tokens += 1;
+                            if let Some(r) = self.running.iter().find(|r| r.id == id) {
+                                let _ = r.out.send(Out::Token { id: token, logprobs });
+                            }
+                        }
+                        Event::Done { id, stop, .. } => {
+                            if let Some(i) = self.running.iter().position(|r| r.id == id) {
+                                let r = self.running.remove(i);
+                                let _ = r.out.send(Out::Done { stop });
+                            }
+                            self.release(id);
+                        }
+                    }
+                }
+                self.metrics.record_step(decoding, tokens, t0.elapsed().as_secs_f64());
+                if let Some(s) = self.model.expert_cache_stats() {
+                    self.metrics.set_expert_cache(s.hits, s.misses);
+                }
+            }
+            Err(e) => {
+                // an engine error fails every sequence of the step; the slots are rebuilt
+                let msg = e.to_string();
+                for r in self.running.drain(..) {
+                    self.sched.cancel(r.id);
+                    let _ = self.sched.take_session(r.id);
+                    self.sessions -= 1;
+                    let _ = r.out.send(Out::Failed(msg.clone()));
+                }
+            }
+        }
+    }
+}

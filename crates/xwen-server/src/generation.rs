@@ -1,0 +1,241 @@
+//! One request's generation as the routes see it: a prepared prompt goes to the engine thread,
+//! and its tokens come back as text pieces (reasoning, content, tool calls) with logprobs, cut at
+//! stop strings, ending with a finish reason. Both dialects and both modes (streamed or not)
+//! read the same `Gen`, so a streamed reply concatenates to exactly the non-streamed one.
+
+use crate::engine::{Job, Out, SubmitError};
+use crate::error::{ApiError, ApiResult, Dialect, Kind};
+use crate::reply::{Piece, ReplyParser, StopFilter};
+use crate::tool_parse::ToolSchemas;
+use crate::App;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use xwen_chat::{StreamDecoder, Tokenizer};
+use xwen_engine::{SamplingParams, StopReason};
+
+/// A request ready for the engine.
+pub struct Prepared {
+    pub prompt: Vec<u32>,
+    /// None: until the context is full.
+    pub max_tokens: Option<usize>,
+    pub sampling: SamplingParams,
+    pub stops: Vec<String>,
+    pub logprobs: Option<usize>,
+    /// The prompt ends inside an open `<think>`.
+    pub in_reasoning: bool,
+    /// Split reasoning out of the reply.
+    pub reasoning: bool,
+    /// Parse tool calls (the request has tools and did not say `none`).
+    pub tools: Option<ToolSchemas>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Finish {
+    /// An end-of-generation token.
+    Stop,
+    /// A stop string matched (the string).
+    StopSequence(String),
+    /// max_tokens, or the context is full.
+    Length,
+    ToolCalls,
+    /// The server is shutting down.
+    Shutdown,
+    /// The engine failed (our fault: a 500 or an error event).
+    Error(String),
+}
+
+/// One token's logprobs as text.
+#[derive(Clone, Debug)]
+pub struct LogprobEntry {
+    pub token: String,
+    pub bytes: Vec<u8>,
+    pub logprob: f32,
+    pub top: Vec<(String, Vec<u8>, f32)>,
+}
+
+#[derive(Debug, Default)]
+pub struct Chunk {
+    pub pieces: Vec<Piece>,
+    pub logprobs: Vec<LogprobEntry>,
+}
+
+pub struct Gen {
+    rx: UnboundedReceiver<Out>,
+    cancel: Arc<AtomicBool>,
+    tok: Arc<Tokenizer>,
+    eog: Vec<u32>,
+    dec: StreamDecoder,
+    stop: StopFilter,
+    parser: ReplyParser,
+    pub prompt_tokens: usize,
+    pub cached: usize,
+    pub completion_tokens: usize,
+    finish: Option<Finish>,
+    /// The sequence's last token was an end-of-generation id (the engine is done with it).
+    pub created: u64,
+}
+
+/// Seconds since the epoch (OpenAI's `created`).
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl App {
+    /// Checks the prompt against the context and queues it; the error is the client's (400,
+    /// 429) or the server's state (503 while shutting down).
+    pub fn start(&self, d: Dialect, p: Prepared) -> ApiResult<Gen> {
+        let n = p.prompt.len();
+        if n == 0 {
+            return Err(ApiError::bad(d, "the prompt is empty"));
+        }
+        if n >= self.max_ctx {
+            return Err(ApiError::bad(
+                d,
+                format!("the prompt is {n} tokens and the context holds {} (the server's -c); shorten the prompt", self.max_ctx),
+            )
+            .with_code("context_length_exceeded"));
+        }
+        let room = self.max_ctx - n;
+        let max_tokens = p.max_tokens.map_or(room, |m| m.min(room));
+        let (tx, rx) = unbounded_channel();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let job = Job {
+            prompt: p.prompt,
+            max_tokens,
+            stop_ids: self.eog.clone(),
+            sampling: p.sampling,
+            logprobs: p.logprobs,
+            processor: None,
+            out: tx,
+            cancel: cancel.clone(),
+        };
+        self.metrics.prompt_tokens.inc_by(n as u64);
+        match self.engine.submit(job) {
+            Ok(()) => {}
+            Err(SubmitError::QueueFull) => {
+                return Err(ApiError::new(d, Kind::QueueFull, format!("all {} slots are busy and {} requests wait; retry later", self.parallel, self.queue_limit)))
+            }
+            Err(SubmitError::ShuttingDown) => return Err(ApiError::new(d, Kind::Unavailable, "the server is shutting down")),
+        }
+        Ok(Gen {
+            rx,
+            cancel,
+            tok: self.tok.clone(),
+            eog: self.eog.clone(),
+            dec: StreamDecoder::new(),
+            stop: StopFilter::new(p.stops),
+            parser: ReplyParser::new(p.in_reasoning, p.reasoning, p.tools),
+            prompt_tokens: n,
+            cached: 0,
+            completion_tokens: 0,
+            finish: None,
+            created: now_secs(),
+        })
+    }
+}
+
+impl Gen {
+    /// Waits until the request holds a slot (a queued request waits here). An engine failure
+    /// before any token is returned as a 500.
+    pub async fn started(&mut self, d: Dialect) -> ApiResult<()> {
+        match self.rx.recv().await {
+            Some(Out::Started { cached }) => {
+                self.cached = cached;
+                Ok(())
+            }
+            Some(Out::Failed(e)) => Err(ApiError::new(d, Kind::Internal, format!("the engine failed: {e}"))),
+            Some(Out::Shutdown) | None => Err(ApiError::new(d, Kind::Unavailable, "the server is shutting down")),
+            Some(other) => Err(ApiError::new(d, Kind::Internal, format!("unexpected engine event {other:?}"))),
+        }
+    }
+
+    pub fn finish(&self) -> Option<&Finish> {
+        self.finish.as_ref()
+    }
+
+    fn entry(&self, id: u32, lp: &xwen_engine::TokenLogprobs) -> LogprobEntry {
+        let text = |t: u32| {
+            let b = self.tok.token_bytes(t).to_vec();
+            (String::from_utf8_lossy(&b).into_owned(), b)
+        };
+        let (token, bytes) = text(id);
+        let top = lp
+            .top
+            .iter()
+            .map(|&(t, l)| {
+                let (s, b) = text(t);
+                (s, b, l)
+            })
+            .collect();
+        LogprobEntry { token, bytes, logprob: lp.logprob, top }
+    }
+
+    /// Text through the stop filter and the parser.
+    fn text(&mut self, t: &str, out: &mut Chunk) {
+        let safe = self.stop.push(t);
+        out.pieces.extend(self.parser.push(&safe));
+        if let Some(s) = self.stop.hit() {
+            let s = s.to_string();
+            self.cancel.store(true, Ordering::Release);
+            out.pieces.extend(self.parser.finish());
+            self.finish = Some(Finish::StopSequence(s));
+        }
+    }
+
+    fn flush(&mut self, out: &mut Chunk, fin: Finish) {
+        let tail = self.dec.finish();
+        self.text(&tail, out);
+        if self.finish.is_some() {
+            return;
+        }
+        let held = self.stop.finish();
+        out.pieces.extend(self.parser.push(&held));
+        out.pieces.extend(self.parser.finish());
+        let fin = if fin == Finish::Stop && self.parser.calls() > 0 { Finish::ToolCalls } else { fin };
+        self.finish = Some(fin);
+    }
+
+    /// The next part of the reply; None once it has finished (see `finish`).
+    pub async fn next(&mut self) -> Option<Chunk> {
+        if self.finish.is_some() {
+            return None;
+        }
+        loop {
+            let mut out = Chunk::default();
+            match self.rx.recv().await {
+                Some(Out::Token { id, logprobs }) => {
+                    self.completion_tokens += 1;
+                    if let Some(lp) = &logprobs {
+                        out.logprobs.push(self.entry(id, lp));
+                    }
+                    if !self.eog.contains(&id) {
+                        let t = self.dec.push(&self.tok, id);
+                        self.text(&t, &mut out);
+                    }
+                }
+                Some(Out::Done { stop }) => {
+                    let fin = match stop {
+                        StopReason::StopToken | StopReason::Constraint | StopReason::Caller => Finish::Stop,
+                        StopReason::Length | StopReason::ContextFull => Finish::Length,
+                    };
+                    self.flush(&mut out, fin);
+                }
+                Some(Out::Shutdown) => self.flush(&mut out, Finish::Shutdown),
+                Some(Out::Failed(e)) => self.flush(&mut out, Finish::Error(e)),
+                Some(Out::Started { .. }) => continue,
+                None => self.flush(&mut out, Finish::Error("the engine thread ended".into())),
+            }
+            if !out.pieces.is_empty() || !out.logprobs.is_empty() || self.finish.is_some() {
+                return Some(out);
+            }
+        }
+    }
+}
+
+impl Drop for Gen {
+    /// A request that goes away (client disconnected) stops its sequence at the next step.
+    fn drop(&mut self) {
+        self.cancel.store(true, Ordering::Release);
+    }
+}

@@ -1,0 +1,170 @@
+//! xwen-server: OpenAI- and Anthropic-compatible HTTP over the engine's continuous-batching
+//! scheduler. One engine thread (`engine`) owns the model and steps all running sequences
+//! together; the HTTP side (axum on tokio) renders prompts, queues jobs and turns tokens back
+//! into each dialect's replies (`openai`, `anthropic`), streamed or not. The crate calls only
+//! the public API of xwen-engine and xwen-chat.
+//!
+//! - `engine`: the engine thread, its queue and its slots (sessions kept for prefix reuse);
+//! - `generation`: one request's tokens → text pieces, stop strings, finish reasons;
+//! - `reply`, `tool_parse`: reasoning / content / tool-call splitting of the reply text;
+//! - `params`: strict reading of request fields; `error`: each dialect's error shape;
+//! - `routes`: the router, auth, limits and the small routes; `metrics`: `/metrics`.
+
+pub mod anthropic;
+pub mod engine;
+pub mod error;
+pub mod generation;
+pub mod metrics;
+pub mod openai;
+pub mod params;
+pub mod reply;
+pub mod routes;
+pub mod tool_parse;
+
+use anyhow::{Context, Result};
+use error::{ApiError, ApiResult, Dialect, Kind};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use xwen_chat::{encode_segments, segments_text, ChatMessage, ChatTemplate, RenderOptions, Tokenizer};
+use xwen_engine::Model;
+
+/// How the server listens and admits work.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub host: String,
+    pub port: u16,
+    /// Sequences decoded together (llama-server's -np).
+    pub parallel: usize,
+    /// Requests that may wait for a slot before new ones get 429.
+    pub queue_limit: usize,
+    pub api_key: Option<String>,
+    /// Largest request body, bytes (413 above).
+    pub max_body: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig { host: "127.0.0.1".into(), port: 8080, parallel: 4, queue_limit: 64, api_key: None, max_body: 8 << 20 }
+    }
+}
+
+/// What is served: the model, its tokenizer and chat template, and the names it answers to
+/// (the first is the id `/v1/models` lists).
+pub struct ServedModel {
+    pub model: Model,
+    pub tokenizer: Tokenizer,
+    pub template: Option<ChatTemplate>,
+    pub names: Vec<String>,
+}
+
+/// Shared by every request.
+pub struct App {
+    pub engine: engine::EngineHandle,
+    pub tok: Arc<Tokenizer>,
+    pub template: Option<Arc<ChatTemplate>>,
+    pub names: Vec<String>,
+    pub max_ctx: usize,
+    pub eog: Vec<u32>,
+    pub metrics: Arc<metrics::Metrics>,
+    pub api_key: Option<String>,
+    pub parallel: usize,
+    pub queue_limit: usize,
+    pub created: u64,
+    pub architecture: String,
+}
+
+impl App {
+    /// The id clients see.
+    pub fn model_id(&self) -> &str {
+        &self.names[0]
+    }
+
+    /// A request's `model`: absent is this model; any other name than ours is a 404.
+    pub fn check_model(&self, d: Dialect, name: Option<&str>) -> ApiResult<()> {
+        match name {
+            None => Ok(()),
+            Some(n) if self.names.iter().any(|m| m == n) => Ok(()),
+            Some(n) => Err(ApiError::new(d, Kind::NotFound, format!("model `{n}` does not exist; this server serves `{}`", self.model_id()))
+                .with_code("model_not_found")),
+        }
+    }
+
+    /// Renders a conversation with the chat template (client text as content, never control
+    /// tokens); returns the prompt ids and whether it ends inside an open `<think>`.
+    pub fn render(&self, d: Dialect, messages: &[ChatMessage], opts: &RenderOptions) -> ApiResult<(Vec<u32>, bool)> {
+        let Some(t) = &self.template else {
+            return Err(ApiError::bad(d, "this model has no chat template (start the server with --chat-template-file); use /v1/completions"));
+        };
+        let segs = t.render(messages, opts).map_err(|e| ApiError::bad(d, format!("the chat template could not render this conversation: {e}")))?;
+        let text = segments_text(&segs);
+        let tail = text.trim_end();
+        let in_reasoning = tail.ends_with("<think>");
+        Ok((encode_segments(&self.tok, &segs), in_reasoning))
+    }
+}
+
+/// Runs the server until SIGINT or SIGTERM; `on_ready` gets the bound address. In-flight
+/// replies end with their final event when the server shuts down.
+pub fn serve(m: ServedModel, cfg: ServerConfig, on_ready: impl FnOnce(SocketAddr) + Send) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).thread_name("xwen-http").enable_all().build().context("tokio runtime")?;
+    rt.block_on(async move {
+        let metrics = Arc::new(metrics::Metrics::default());
+        let max_ctx = m.model.max_context();
+        let architecture = m.model.architecture().to_string();
+        let parallel = cfg.parallel.max(1).min(m.model.max_sequences().max(1));
+        let eog = m.tokenizer.eos_ids();
+        let (engine, engine_thread) = engine::start(m.model, parallel, cfg.queue_limit, metrics.clone());
+        let app = Arc::new(App {
+            engine: engine.clone(),
+            tok: Arc::new(m.tokenizer),
+            template: m.template.map(Arc::new),
+            names: m.names,
+            max_ctx,
+            eog,
+            metrics,
+            api_key: cfg.api_key.clone(),
+            parallel,
+            queue_limit: cfg.queue_limit,
+            created: generation::now_secs(),
+            architecture,
+        });
+        let router = routes::router(app, cfg.max_body);
+        let addr = format!("{}:{}", cfg.host, cfg.port);
+        let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("binding {addr}"))?;
+        on_ready(listener.local_addr()?);
+        let shutdown = {
+            let engine = engine.clone();
+            async move {
+                wait_for_signal().await;
+                // running streams get their final event, then connections close
+                engine.shutdown();
+            }
+        };
+        axum::serve(listener, router).with_graceful_shutdown(shutdown).await.context("serving")?;
+        engine.shutdown();
+        let _ = tokio::task::spawn_blocking(move || engine_thread.join()).await;
+        Ok(())
+    })
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,87 @@
+//! `/metrics`: Prometheus text exposition (prometheus-client) of what the server did — requests,
+//! tokens in and out, the prefix cache's share of prompt tokens, queue depth, batch size,
+//! generation speed and the expert cache's hit rate when experts stream.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+type FGauge = Gauge<f64, AtomicU64>;
+type FCounter = Counter<f64, AtomicU64>;
+
+#[derive(Default)]
+pub struct Metrics {
+    pub requests: Counter,
+    pub errors: Counter,
+    pub prompt_tokens: Counter,
+    pub cached_tokens: Counter,
+    pub generated_tokens: Counter,
+    pub cancelled: Counter,
+    queue_depth: Gauge,
+    running: Gauge,
+    batch_size: Gauge,
+    step_seconds: FCounter,
+    steps: Counter,
+    tokens_per_second: FGauge,
+    expert_hits: Gauge,
+    expert_misses: Gauge,
+    expert_hit_rate: FGauge,
+    prefix_hit_rate: FGauge,
+}
+
+impl Metrics {
+    pub fn set_load(&self, queued: usize, running: usize) {
+        self.queue_depth.set(queued as i64);
+        self.running.set(running as i64);
+    }
+
+    /// One engine step that ran `rows` sequences and sampled `tokens` tokens in `secs`.
+    pub fn record_step(&self, rows: usize, tokens: u64, secs: f64) {
+        self.batch_size.set(rows as i64);
+        self.steps.inc();
+        self.step_seconds.inc_by(secs);
+        self.generated_tokens.inc_by(tokens);
+        if secs > 0.0 && tokens > 0 {
+            self.tokens_per_second.set(tokens as f64 / secs);
+        }
+    }
+
+    pub fn set_expert_cache(&self, hits: u64, misses: u64) {
+        self.expert_hits.set(hits as i64);
+        self.expert_misses.set(misses as i64);
+        if hits + misses > 0 {
+            self.expert_hit_rate.set(hits as f64 / (hits + misses) as f64);
+        }
+    }
+
+    /// The exposition text.
+    pub fn render(&self) -> String {
+        let prompt = self.prompt_tokens.get();
+        if prompt > 0 {
+            self.prefix_hit_rate.set(self.cached_tokens.get() as f64 / prompt as f64);
+        }
+        let mut r = Registry::with_prefix("xwen");
+        r.register("requests", "HTTP generation requests received", self.requests.clone());
+        r.register("request_errors", "Requests answered with an error status", self.errors.clone());
+        r.register("prompt_tokens", "Prompt tokens of admitted requests", self.prompt_tokens.clone());
+        r.register("prompt_tokens_cached", "Prompt tokens served from the prefix cache (not computed)", self.cached_tokens.clone());
+        r.register("generated_tokens", "Tokens sampled", self.generated_tokens.clone());
+        r.register("requests_cancelled", "Sequences stopped early (client gone or stop string)", self.cancelled.clone());
+        r.register("queue_depth", "Requests waiting for a slot", self.queue_depth.clone());
+        r.register("running_sequences", "Sequences in the running batch", self.running.clone());
+        r.register("batch_size", "Sequences in the last engine step", self.batch_size.clone());
+        r.register("engine_steps", "Batched forward steps run", self.steps.clone());
+        r.register("engine_step_seconds", "Time spent in batched forward steps", self.step_seconds.clone());
+        r.register("tokens_per_second", "Tokens sampled per second in the last step", self.tokens_per_second.clone());
+        r.register("prefix_cache_hit_rate", "Share of prompt tokens served from the prefix cache", self.prefix_hit_rate.clone());
+        r.register("expert_cache_hits", "Routed-expert cache hits (streamed experts)", self.expert_hits.clone());
+        r.register("expert_cache_misses", "Routed-expert cache misses (streamed experts)", self.expert_misses.clone());
+        r.register("expert_cache_hit_rate", "Routed-expert cache hit rate (streamed experts)", self.expert_hit_rate.clone());
+        let mut out = String::new();
+        // writing into a String cannot fail
+        let _ = encode(&mut out, &r);
+        out
+    }
+}

@@ -1,0 +1,337 @@
+//! The reply's text, as it streams: stop strings cut it (`StopFilter`), then `ReplyParser` splits
+//! it into reasoning (`<think>` … `</think>`), content and tool calls (`<tool_call>` …
+//! `</tool_call>`). Both hold back only the tail that could still become a stop string or a tag,
+//! so streamed deltas never show text that the final reply does not contain.
+
+use crate::tool_parse::{parse_call, ParsedCall, ToolSchemas};
+
+/// Cuts the text at the first stop string.
+pub struct StopFilter {
+    stops: Vec<String>,
+    held: String,
+    hit: Option<String>,
+}
+
+/// The longest suffix of `s` that is a proper prefix of `tag`, in bytes (on a char boundary).
+fn partial_suffix(s: &str, tag: &str) -> usize {
+    let max = tag.len().saturating_sub(1).min(s.len());
+    (1..=max).rev().find(|&k| s.is_char_boundary(s.len() - k) && tag.starts_with(&s[s.len() - k..])).unwrap_or(0)
+}
+
+impl StopFilter {
+    pub fn new(stops: Vec<String>) -> Self {
+        StopFilter { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new(), hit: None }
+    }
+
+    /// Adds text; returns what is certainly before any stop string.
+    pub fn push(&mut self, text: &str) -> String {
+        if self.hit.is_some() {
+            return String::new();
+        }
+        self.held.push_str(text);
+        let first = self.stops.iter().filter_map(|s| self.held.find(s.as_str()).map(|i| (i, s))).min_by_key(|(i, _)| *i);
+        if let Some((i, s)) = first {
+            self.hit = Some(s.clone());
+            let out = self.held[..i].to_string();
+            self.held.clear();
+            return out;
+        }
+        let keep = self.stops.iter().map(|s| partial_suffix(&self.held, s)).max().unwrap_or(0);
+        let out = self.held[..self.held.len() - keep].to_string();
+        self.held.drain(..self.held.len() - keep);
+        out
+    }
+
+    /// The stop string that matched, if one did.
+    pub fn hit(&self) -> Option<&str> {
+        self.hit.as_deref()
+    }
+
+    /// The text still held (the reply ended without completing a stop string).
+    pub fn finish(&mut self) -> String {
+        std::mem::take(&mut self.held)
+    }
+}
+
+/// One part of the reply.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Piece {
+    Reasoning(String),
+    Content(String),
+    ToolCall(ParsedCall),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Reasoning,
+    Content,
+    Call,
+}
+
+const THINK_OPEN: &str = "<think>";
+const THINK_CLOSE: &str = "</think>";
+const CALL_OPEN: &str = "<tool_call>";
+const CALL_CLOSE: &str = "</tool_call>";
+
+pub struct ReplyParser {
+    mode: Mode,
+    buf: String,
+    reasoning: bool,
+    tools: Option<ToolSchemas>,
+    /// Content not shown yet because it is only whitespace (trimmed at the edges of the
+    /// content, around reasoning and calls, as llama.cpp's parser does).
+    ws: String,
+    content_started: bool,
+    /// Leading newlines of a reasoning block are dropped (`<think>\n` opens one).
+    reasoning_started: bool,
+    calls: usize,
+}
+
+impl ReplyParser {
+    /// `in_reasoning`: the prompt ended inside `<think>` (the template opened it);
+    /// `reasoning`: split `<think>` blocks out at all; `tools`: parse tool calls.
+    pub fn new(in_reasoning: bool, reasoning: bool, tools: Option<ToolSchemas>) -> Self {
+        ReplyParser {
+            mode: if in_reasoning && reasoning { Mode::Reasoning } else { Mode::Content },
+            buf: String::new(),
+            reasoning,
+            tools,
+            ws: String::new(),
+            content_started: false,
+            reasoning_started: false,
+            calls: 0,
+        }
+    }
+
+    /// Tool calls parsed so far.
+    pub fn calls(&self) -> usize {
+        self.calls
+    }
+
+    fn content(&mut self, out: &mut Vec<Piece>, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        if text.trim().is_empty() {
+            self.ws.push_str(text);
+            return;
+        }
+        let mut s = std::mem::take(&mut self.ws);
+        s.push_str(text);
+        let s = if self.content_started { s } else { s.trim_start().to_string() };
+        // keep trailing whitespace back until more content follows
+        let trimmed = s.trim_end();
+        self.ws = s[trimmed.len()..].to_string();
+        self.content_started = true;
+        push_merge(out, Piece::Content(trimmed.to_string()));
+    }
+
+    fn reasoning_text(out: &mut Vec<Piece>, text: &str) {
+        if !text.is_empty() {
+            push_merge(out, Piece::Reasoning(text.to_string()));
+        }
+    }
+
+    /// Adds text; returns the pieces now complete.
+    pub fn push(&mut self, text: &str) -> Vec<Piece> {
+        self.buf.push_str(text);
+        let mut out = Vec::new();
+        loop {
+            match self.mode {
+                Mode::Reasoning => {
+                    if !self.reasoning_started {
+                        let n = self.buf.len() - self.buf.trim_start_matches('\n').len();
+                        self.buf.drain(..n);
+                        if self.buf.is_empty() {
+                            return out;
+                        }
+                        self.reasoning_started = true;
+                    }
+                    let close = self.buf.find(THINK_CLOSE).map(|i| (i, THINK_CLOSE.len(), Mode::Content));
+                    let call = self.tools.as_ref().and(self.buf.find(CALL_OPEN)).map(|i| (i, 0, Mode::Call));
+                    match [close, call].into_iter().flatten().min_by_key(|x| x.0) {
+                        Some((i, skip, next)) => {
+                            let r = self.buf[..i].to_string();
+                            Self::reasoning_text(&mut out, r.trim_end_matches('\n'));
+                            self.buf.drain(..i + skip);
+                            self.mode = next;
+                        }
+                        None => {
+                            let mut keep = partial_suffix(&self.buf, THINK_CLOSE);
+                            if self.tools.is_some() {
+                                keep = keep.max(partial_suffix(&self.buf, CALL_OPEN));
+                            }
+                            // a trailing newline may be the one before `</think>`
+                            let cut = self.buf.len() - keep;
+                            let body = &self.buf[..cut];
+                            let nl = body.len() - body.trim_end_matches('\n').len();
+                            let r = body[..body.len() - nl].to_string();
+                            Self::reasoning_text(&mut out, &r);
+                            self.buf.drain(..cut - nl);
+                            return out;
+                        }
+                    }
+                }
+                Mode::Content => {
+                    let call = self.tools.as_ref().and(self.buf.find(CALL_OPEN)).map(|i| (i, Mode::Call));
+                    let think = self.reasoning.then(|| self.buf.find(THINK_OPEN)).flatten().map(|i| (i, Mode::Reasoning));
+                    match [call, think].into_iter().flatten().min_by_key(|x| x.0) {
+                        Some((i, next)) => {
+                            let c = self.buf[..i].to_string();
+                            self.content(&mut out, &c);
+                            let skip = if next == Mode::Reasoning { THINK_OPEN.len() } else { 0 };
+                            self.buf.drain(..i + skip);
+                            if next == Mode::Reasoning {
+                                self.reasoning_started = false;
+                            }
+                            self.mode = next;
+                        }
+                        None => {
+                            let mut keep = 0;
+                            if self.tools.is_some() {
+                                keep = partial_suffix(&self.buf, CALL_OPEN);
+                            }
+                            if self.reasoning {
+                                keep = keep.max(partial_suffix(&self.buf, THINK_OPEN));
+                            }
+                            let cut = self.buf.len() - keep;
+                            let c = self.buf[..cut].to_string();
+                            self.content(&mut out, &c);
+                            self.buf.drain(..cut);
+                            return out;
+                        }
+                    }
+                }
+                Mode::Call => match self.buf.find(CALL_CLOSE) {
+                    Some(i) => {
+                        let body = self.buf[..i + CALL_CLOSE.len()].to_string();
+                        self.buf.drain(..i + CALL_CLOSE.len());
+                        self.finish_call(&mut out, &body);
+                        self.mode = Mode::Content;
+                    }
+                    None => return out,
+                },
+            }
+        }
+    }
+
+    fn finish_call(&mut self, out: &mut Vec<Piece>, body: &str) {
+        let schemas = self.tools.clone().unwrap_or_default();
+        match parse_call(body, &schemas) {
+            Some(call) => {
+                self.calls += 1;
+                // whitespace between calls is not content
+                self.ws.clear();
+                out.push(Piece::ToolCall(call));
+            }
+            // not a call after all: the text is content
+            None => self.content(out, body),
+        }
+    }
+
+    /// The reply ended: whatever is held is flushed (an unclosed call is parsed as far as it
+    /// goes; an unclosed reasoning block stays reasoning).
+    pub fn finish(&mut self) -> Vec<Piece> {
+        let mut out = Vec::new();
+        let rest = std::mem::take(&mut self.buf);
+        match self.mode {
+            Mode::Reasoning => Self::reasoning_text(&mut out, rest.trim_end_matches('\n')),
+            Mode::Content => self.content(&mut out, &rest),
+            Mode::Call => self.finish_call(&mut out, &rest),
+        }
+        self.ws.clear();
+        out
+    }
+}
+
+/// Appends, merging with the previous piece of the same kind.
+fn push_merge(out: &mut Vec<Piece>, p: Piece) {
+    match (out.last_mut(), p) {
+        (Some(Piece::Content(a)), Piece::Content(b)) => a.push_str(&b),
+        (Some(Piece::Reasoning(a)), Piece::Reasoning(b)) => a.push_str(&b),
+        (_, p) => out.push(p),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Feeds `text` one char at a time (the hardest split) and whole, and checks they agree.
+    fn run(text: &str, in_reasoning: bool, tools: bool) -> Vec<Piece> {
+        let schemas = || tools.then(|| ToolSchemas::from_openai(&[json!({"function": {"name": "f", "parameters": {"properties": {"n": {"type": "integer"}}}}})]));
+        let mut whole = ReplyParser::new(in_reasoning, true, schemas());
+        let mut a = whole.push(text);
+        a.extend(whole.finish());
+        let mut p = ReplyParser::new(in_reasoning, true, schemas());
+        let mut b = Vec::new();
+        for ch in text.chars() {
+            for x in p.push(&ch.to_string()) {
+                match x {
+                    Piece::Content(s) => push_merge(&mut b, Piece::Content(s)),
+                    Piece::Reasoning(s) => push_merge(&mut b, Piece::Reasoning(s)),
+                    other => b.push(other),
+                }
+            }
+        }
+        for x in p.finish() {
+            push_merge(&mut b, x);
+        }
+        assert_eq!(merge_all(a.clone()), b, "split by char differs for {text:?}");
+        merge_all(a)
+    }
+
+    fn merge_all(v: Vec<Piece>) -> Vec<Piece> {
+        let mut out = Vec::new();
+        for p in v {
+            push_merge(&mut out, p);
+        }
+        out
+    }
+
+    fn r(s: &str) -> Piece {
+        Piece::Reasoning(s.into())
+    }
+    fn c(s: &str) -> Piece {
+        Piece::Content(s.into())
+    }
+
+    #[test]
+    fn reasoning_then_content() {
+        assert_eq!(run("I think.\n</think>\n\nHello!", true, false), vec![r("I think."), c("Hello!")]);
+        assert_eq!(run("<think>\nhmm\n</think>\n\nHi", false, false), vec![r("hmm"), c("Hi")]);
+        assert_eq!(run("plain answer", false, false), vec![c("plain answer")]);
+        // the reply ran out inside the reasoning
+        assert_eq!(run("still thinking\n", true, false), vec![r("still thinking")]);
+    }
+
+    #[test]
+    fn tool_calls_after_text_and_inside_unclosed_reasoning() {
+        let call = "<tool_call>\n<function=f>\n<parameter=n>\n7\n</parameter>\n</function>\n</tool_call>";
+        let want = Piece::ToolCall(ParsedCall { name: "f".into(), arguments: json!({"n": 7}).as_object().unwrap().clone() });
+        assert_eq!(run(&format!("Let me check.\n\n{call}"), false, true), vec![c("Let me check."), want.clone()]);
+        // a call that ends an unclosed reasoning block
+        assert_eq!(run(&format!("need a tool\n{call}"), true, true), vec![r("need a tool"), want.clone()]);
+        // two calls separated by a newline, and an unclosed one at the end
+        assert_eq!(run(&format!("{call}\n{call}"), false, true), vec![want.clone(), want.clone()]);
+        assert_eq!(run("<tool_call>\n<function=f>\n<parameter=n>\n7", false, true), vec![want]);
+        // without tools the tags are text
+        assert_eq!(run("<tool_call>x</tool_call>", false, false), vec![c("<tool_call>x</tool_call>")]);
+    }
+
+    #[test]
+    fn stop_strings_hold_back_partial_matches() {
+        let mut f = StopFilter::new(vec!["STOP".into(), "\n\n".into()]);
+        assert_eq!(f.push("abc ST"), "abc ");
+        assert_eq!(f.push("O"), "");
+        assert_eq!(f.push("x"), "STOx");
+        assert_eq!(f.push("y\n"), "y");
+        assert_eq!(f.push("\nz"), "");
+        assert_eq!(f.hit(), Some("\n\n"));
+        assert_eq!(f.push("more"), "");
+        let mut f = StopFilter::new(vec!["é!".into()]);
+        assert_eq!(f.push("aé"), "a");
+        assert_eq!(f.finish(), "é");
+    }
+}
