@@ -163,38 +163,36 @@ fn parse(app: &App, o: &Map<String, Value>, for_count: bool) -> ApiResult<Messag
     let mut thinking = true;
     if let Some(t) = b.object("thinking")? {
         match t.get("type").and_then(Value::as_str) {
-            Some("enabled") => {
+            Some("enabled" | "adaptive") => {
                 let budget = t.get("budget_tokens").and_then(Value::as_i64);
                 if budget.is_some_and(|x| x < 1) {
                     return Err(b.err("thinking", "`thinking.budget_tokens` must be positive"));
                 }
             }
             Some("disabled") => thinking = false,
-            _ => return Err(b.err("thinking", "`thinking.type` must be enabled or disabled")),
+            _ => return Err(b.err("thinking", "`thinking.type` must be enabled, adaptive or disabled")),
         }
     }
     let (thinking, extra) = thinking_options(&b, thinking)?;
-    let sampler = {
-        // Anthropic's temperature is 0..1; the shared reader takes 0..2
-        if let Some(t) = b.f32_in("temperature", 0.0, 1.0)? {
-            let _ = t;
-        }
-        b.sampler(app.tok.vocab_size())?
-    };
+    // Anthropic's temperature is 0..1 (the shared reader allows OpenAI's 0..2)
+    b.f32_in("temperature", 0.0, 1.0)?;
+    let sampler = b.sampler(app.tok.vocab_size())?;
     let render_tools = if choice_none { None } else { tools.clone().map(Value::Array) };
     let opts = RenderOptions { add_generation_prompt: true, enable_thinking: thinking, tools: render_tools, extra };
-    let (prompt, in_reasoning) = app.render(D, &messages, &opts)?;
+    let rendered = app.render(D, &messages, &opts)?;
     let schemas = if choice_none { None } else { tools.as_ref().map(|t| ToolSchemas::from_openai(t)) };
     Ok(MessagesReq {
         prepared: Prepared {
-            prompt,
+            prompt: rendered.ids,
             max_tokens,
             sampling: sampler.resolve(thinking),
             stops: b.stops("stop_sequences")?,
             logprobs: None,
-            in_reasoning,
+            in_reasoning: rendered.in_reasoning,
             reasoning: true,
             tools: schemas,
+            ignore_eos: b.bool("ignore_eos")?.unwrap_or(false),
+            checkpoints: rendered.boundary.into_iter().collect(),
         },
         stream: b.bool("stream")?.unwrap_or(false),
         single_call,

@@ -22,6 +22,8 @@ pub struct Job {
     pub sampling: SamplingParams,
     pub logprobs: Option<usize>,
     pub processor: Option<Box<dyn LogitsProcessor>>,
+    /// Prompt positions to checkpoint the slot's state at (message boundaries).
+    pub checkpoints: Vec<usize>,
     pub out: UnboundedSender<Out>,
     /// Set by the request's side to stop the sequence (a stop string matched).
     pub cancel: Arc<AtomicBool>,
@@ -55,25 +57,35 @@ pub enum SubmitError {
 #[derive(Clone)]
 pub struct EngineHandle {
     tx: mpsc::Sender<Msg>,
-    queued: Arc<AtomicUsize>,
+    counts: Arc<Counts>,
     queue_limit: usize,
+    parallel: usize,
     closed: Arc<AtomicBool>,
 }
 
+/// Jobs in the system: `in_flight` counts every job from its submit until it ends (queued or
+/// running), so a job that is submitted while a slot is free is never refused because the engine
+/// thread has not admitted the one before it yet.
+#[derive(Default)]
+struct Counts {
+    in_flight: AtomicUsize,
+    running: AtomicUsize,
+}
+
 impl EngineHandle {
-    /// Queue a job; refused at once when `queue_limit` jobs wait already.
+    /// Queue a job; refused at once when every slot is busy and `queue_limit` jobs wait.
     pub fn submit(&self, job: Job) -> Result<(), SubmitError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(SubmitError::ShuttingDown);
         }
-        // reserve a place in the queue first, so concurrent submits cannot overshoot it
-        let prev = self.queued.fetch_add(1, Ordering::AcqRel);
-        if prev >= self.queue_limit {
-            self.queued.fetch_sub(1, Ordering::AcqRel);
+        // reserve a place first, so concurrent submits cannot overshoot the limit
+        let prev = self.counts.in_flight.fetch_add(1, Ordering::AcqRel);
+        if prev >= self.parallel + self.queue_limit {
+            self.counts.in_flight.fetch_sub(1, Ordering::AcqRel);
             return Err(SubmitError::QueueFull);
         }
         if self.tx.send(Msg::Job(Box::new(job))).is_err() {
-            self.queued.fetch_sub(1, Ordering::AcqRel);
+            self.counts.in_flight.fetch_sub(1, Ordering::AcqRel);
             return Err(SubmitError::ShuttingDown);
         }
         Ok(())
@@ -81,7 +93,7 @@ impl EngineHandle {
 
     /// Jobs waiting for a slot.
     pub fn queued(&self) -> usize {
-        self.queued.load(Ordering::Acquire)
+        self.counts.in_flight.load(Ordering::Acquire).saturating_sub(self.counts.running.load(Ordering::Acquire))
     }
 
     /// Ends every running and queued job with `Out::Shutdown` and stops the thread.
@@ -105,11 +117,12 @@ struct Running {
 /// Starts the engine thread with `parallel` slots; returns its handle and the thread.
 pub fn start(model: Model, parallel: usize, queue_limit: usize, metrics: Arc<Metrics>) -> (EngineHandle, std::thread::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel();
-    let queued = Arc::new(AtomicUsize::new(0));
-    let handle = EngineHandle { tx, queued: queued.clone(), queue_limit, closed: Arc::new(AtomicBool::new(false)) };
+    let counts = Arc::new(Counts::default());
+    let parallel = parallel.max(1).min(model.max_sequences().max(1));
+    let handle = EngineHandle { tx, counts: counts.clone(), queue_limit, parallel, closed: Arc::new(AtomicBool::new(false)) };
     let thread = std::thread::Builder::new()
         .name("xwen-engine".into())
-        .spawn(move || EngineLoop::new(model, parallel, queued, metrics).run(rx))
+        .spawn(move || EngineLoop::new(model, parallel, counts, metrics).run(rx))
         .expect("spawning the engine thread");
     (handle, thread)
 }
@@ -119,7 +132,7 @@ struct EngineLoop {
     parallel: usize,
     sched: Scheduler,
     queue: VecDeque<Box<Job>>,
-    queued: Arc<AtomicUsize>,
+    counts: Arc<Counts>,
     running: Vec<Running>,
     idle: Vec<Slot>,
     /// Sessions in existence (idle or running), at most `parallel`.
@@ -129,14 +142,13 @@ struct EngineLoop {
 }
 
 impl EngineLoop {
-    fn new(model: Model, parallel: usize, queued: Arc<AtomicUsize>, metrics: Arc<Metrics>) -> Self {
-        let parallel = parallel.max(1).min(model.max_sequences().max(1));
+    fn new(model: Model, parallel: usize, counts: Arc<Counts>, metrics: Arc<Metrics>) -> Self {
         EngineLoop {
             sched: Scheduler::new(parallel),
             model,
             parallel,
             queue: VecDeque::new(),
-            queued,
+            counts,
             running: Vec::new(),
             idle: Vec::new(),
             sessions: 0,
@@ -165,11 +177,12 @@ impl EngineLoop {
             }
             self.drop_cancelled();
             self.admit();
-            self.metrics.set_load(self.queue.len(), self.running.len());
+            self.publish();
             if self.sched.is_empty() {
                 continue;
             }
             self.step();
+            self.publish();
         }
     }
 
@@ -184,16 +197,28 @@ impl EngineLoop {
         }
     }
 
+    /// The running count for the handle, the load for /metrics.
+    fn publish(&self) {
+        self.counts.running.store(self.running.len(), Ordering::Release);
+        self.metrics.set_load(self.queue.len(), self.running.len());
+    }
+
+    /// A job left the system (ended, failed or cancelled).
+    fn job_ended(&self) {
+        self.counts.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+
     fn shutdown(&mut self) {
-        for r in self.running.drain(..) {
+        for r in std::mem::take(&mut self.running) {
             self.sched.cancel(r.id);
             let _ = r.out.send(Out::Shutdown);
+            self.job_ended();
         }
-        for j in self.queue.drain(..) {
-            self.queued.fetch_sub(1, Ordering::AcqRel);
+        for j in std::mem::take(&mut self.queue) {
             let _ = j.out.send(Out::Shutdown);
+            self.job_ended();
         }
-        self.metrics.set_load(0, 0);
+        self.publish();
     }
 
     fn drop_cancelled(&mut self) {
@@ -206,15 +231,15 @@ impl EngineLoop {
                 self.release(r.id);
                 let _ = r.out.send(Out::Done { stop: StopReason::Caller });
                 self.metrics.cancelled.inc();
+                self.job_ended();
             } else {
                 i += 1;
             }
         }
         let before = self.queue.len();
         self.queue.retain(|j| !(j.cancel.load(Ordering::Acquire) || j.out.is_closed()));
-        let gone = before - self.queue.len();
-        if gone > 0 {
-            self.queued.fetch_sub(gone, Ordering::AcqRel);
+        for _ in self.queue.len()..before {
+            self.job_ended();
         }
     }
 
@@ -258,13 +283,13 @@ impl EngineLoop {
     fn admit(&mut self) {
         while self.running.len() < self.parallel {
             let Some(job) = self.queue.pop_front() else { break };
-            self.queued.fetch_sub(1, Ordering::AcqRel);
             let job = *job;
             let session = self.pick_session(&job.prompt);
             let req = Request {
                 session: Some(session),
                 logprobs: job.logprobs,
                 processor: job.processor,
+                checkpoint_at: job.checkpoints,
                 ..Request::new(job.prompt, job.max_tokens, job.stop_ids, Sampler::new(job.sampling))
             };
             match self.sched.add(&self.model, req) {
@@ -278,6 +303,7 @@ impl EngineLoop {
                     // the session went with the request; a fresh one is made when needed
                     self.sessions -= 1;
                     let _ = job.out.send(Out::Failed(e.to_string()));
+                    self.job_ended();
                 }
             }
         }
@@ -301,6 +327,7 @@ impl EngineLoop {
                             if let Some(i) = self.running.iter().position(|r| r.id == id) {
                                 let r = self.running.remove(i);
                                 let _ = r.out.send(Out::Done { stop });
+                                self.job_ended();
                             }
                             self.release(id);
                         }
@@ -314,11 +341,12 @@ impl EngineLoop {
             Err(e) => {
                 // an engine error fails every sequence of the step; the slots are rebuilt
                 let msg = e.to_string();
-                for r in self.running.drain(..) {
+                for r in std::mem::take(&mut self.running) {
                     self.sched.cancel(r.id);
                     let _ = self.sched.take_session(r.id);
                     self.sessions -= 1;
                     let _ = r.out.send(Out::Failed(msg.clone()));
+                    self.job_ended();
                 }
             }
         }

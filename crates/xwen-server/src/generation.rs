@@ -28,6 +28,11 @@ pub struct Prepared {
     pub reasoning: bool,
     /// Parse tool calls (the request has tools and did not say `none`).
     pub tools: Option<ToolSchemas>,
+    /// llama-server's `ignore_eos`: end-of-generation tokens are banned, the reply runs to
+    /// max_tokens.
+    pub ignore_eos: bool,
+    /// Prompt positions to checkpoint the slot's state at (message boundaries).
+    pub checkpoints: Vec<usize>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -99,14 +104,19 @@ impl App {
         let room = self.max_ctx - n;
         let max_tokens = p.max_tokens.map_or(room, |m| m.min(room));
         let (tx, rx) = unbounded_channel();
+        let mut sampling = p.sampling;
+        if p.ignore_eos {
+            sampling.logit_bias.extend(self.eog.iter().map(|&t| (t, f32::NEG_INFINITY)));
+        }
         let cancel = Arc::new(AtomicBool::new(false));
         let job = Job {
             prompt: p.prompt,
             max_tokens,
-            stop_ids: self.eog.clone(),
-            sampling: p.sampling,
+            stop_ids: if p.ignore_eos { Vec::new() } else { self.eog.clone() },
+            sampling,
             logprobs: p.logprobs,
             processor: None,
+            checkpoints: p.checkpoints,
             out: tx,
             cancel: cancel.clone(),
         };

@@ -23,6 +23,7 @@ pub mod tool_parse;
 
 use anyhow::{Context, Result};
 use error::{ApiError, ApiResult, Dialect, Kind};
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use xwen_chat::{encode_segments, segments_text, ChatMessage, ChatTemplate, RenderOptions, Tokenizer};
@@ -55,6 +56,17 @@ pub struct ServedModel {
     pub tokenizer: Tokenizer,
     pub template: Option<ChatTemplate>,
     pub names: Vec<String>,
+}
+
+/// A rendered chat prompt.
+pub struct Rendered {
+    pub ids: Vec<u32>,
+    /// It ends inside an open `<think>`.
+    pub in_reasoning: bool,
+    /// The position where the next turn's rendering departs (a checkpoint goes there).
+    pub boundary: Option<usize>,
+    /// The prompt as text (llama-server's /apply-template).
+    pub text: String,
 }
 
 /// Shared by every request.
@@ -90,18 +102,34 @@ impl App {
     }
 
     /// Renders a conversation with the chat template (client text as content, never control
-    /// tokens); returns the prompt ids and whether it ends inside an open `<think>`.
-    pub fn render(&self, d: Dialect, messages: &[ChatMessage], opts: &RenderOptions) -> ApiResult<(Vec<u32>, bool)> {
+    /// tokens).
+    pub fn render(&self, d: Dialect, messages: &[ChatMessage], opts: &RenderOptions) -> ApiResult<Rendered> {
         let Some(t) = &self.template else {
             return Err(ApiError::bad(d, "this model has no chat template (start the server with --chat-template-file); use /v1/completions"));
         };
         let segs = t.render(messages, opts).map_err(|e| ApiError::bad(d, format!("the chat template could not render this conversation: {e}")))?;
         let text = segments_text(&segs);
-        let tail = text.trim_end();
-        let in_reasoning = tail.ends_with("<think>");
-        Ok((encode_segments(&self.tok, &segs), in_reasoning))
+        let in_reasoning = text.trim_end().ends_with("<think>");
+        let ids = encode_segments(&self.tok, &segs);
+        // Where the next turn's rendering departs from this prompt: the conversation with a
+        // reply and a next user message renders the reply's turn differently from the
+        // generation prompt (Qwen drops the `<think>` part of turns before the last query), so
+        // the prefix they share is the message boundary a checkpoint must sit at for the next
+        // turn to reuse everything before it.
+        let mut next = messages.to_vec();
+        next.push(ChatMessage::new("assistant", "x"));
+        next.push(ChatMessage::new("user", "y"));
+        let boundary = t
+            .render(&next, &RenderOptions { add_generation_prompt: false, ..opts.clone() })
+            .map(|s| encode_segments(&self.tok, &s))
+            .map(|n| n.iter().zip(&ids).take_while(|(a, b)| a == b).count())
+            .ok();
+        Ok(Rendered { ids, in_reasoning, boundary, text })
     }
 }
+
+/// How long connections may take to finish after SIGINT/SIGTERM before the server exits anyway.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Runs the server until SIGINT or SIGTERM; `on_ready` gets the bound address. In-flight
 /// replies end with their final event when the server shuts down.
@@ -132,15 +160,26 @@ pub fn serve(m: ServedModel, cfg: ServerConfig, on_ready: impl FnOnce(SocketAddr
         let addr = format!("{}:{}", cfg.host, cfg.port);
         let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("binding {addr}"))?;
         on_ready(listener.local_addr()?);
+        let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
         let shutdown = {
             let engine = engine.clone();
             async move {
                 wait_for_signal().await;
                 // running streams get their final event, then connections close
                 engine.shutdown();
+                let _ = stop_tx.send(true);
             }
         };
-        axum::serve(listener, router).with_graceful_shutdown(shutdown).await.context("serving")?;
+        let server = axum::serve(listener, router).with_graceful_shutdown(shutdown).into_future();
+        tokio::pin!(server);
+        tokio::select! {
+            r = &mut server => r.context("serving")?,
+            _ = async {
+                let _ = stop_rx.wait_for(|s| *s).await;
+                // a client that stopped reading cannot hold the shutdown forever
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } => {}
+        }
         engine.shutdown();
         let _ = tokio::task::spawn_blocking(move || engine_thread.join()).await;
         Ok(())

@@ -32,6 +32,10 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    pub fn set_queue(&self, queued: usize) {
+        self.queue_depth.set(queued as i64);
+    }
+
     pub fn set_load(&self, queued: usize, running: usize) {
         self.queue_depth.set(queued as i64);
         self.running.set(running as i64);

@@ -182,6 +182,7 @@ fn check_n(b: &Body) -> ApiResult<()> {
 
 struct ChatReq {
     prepared: Prepared,
+    text: String,
     stream: bool,
     include_usage: bool,
     parallel_calls: bool,
@@ -214,24 +215,35 @@ fn parse_chat(app: &App, o: &Map<String, Value>) -> ApiResult<ChatReq> {
     let parallel_calls = b.bool("parallel_tool_calls")?.unwrap_or(true);
     let render_tools = if choice == ToolChoice::None { None } else { tools.clone().map(Value::Array) };
     let opts = RenderOptions { add_generation_prompt: true, enable_thinking: thinking, tools: render_tools, extra };
-    let (prompt, in_reasoning) = app.render(D, &messages, &opts)?;
+    let rendered = app.render(D, &messages, &opts)?;
     let cfg = b.sampler(app.tok.vocab_size())?;
     let schemas = (choice != ToolChoice::None).then(|| tools.as_ref().map(|t| ToolSchemas::from_openai(t))).flatten();
     Ok(ChatReq {
         prepared: Prepared {
-            prompt,
+            prompt: rendered.ids,
             max_tokens: max_tokens(&b)?,
             sampling: cfg.resolve(thinking),
             stops: b.stops("stop")?,
             logprobs: logprobs_field(&b)?,
-            in_reasoning,
+            in_reasoning: rendered.in_reasoning,
             reasoning: true,
             tools: schemas,
+            ignore_eos: b.bool("ignore_eos")?.unwrap_or(false),
+            checkpoints: rendered.boundary.into_iter().collect(),
         },
         stream,
         include_usage,
         parallel_calls,
+        text: rendered.text,
     })
+}
+
+/// llama-server's `/apply-template`: the chat request's prompt as text, its token count and
+/// the message boundary a checkpoint is taken at.
+pub async fn apply_template(State(app): AppState, b: Result<Bytes, BytesRejection>) -> ApiResult<Json<Value>> {
+    let o = parse_object(D, &body(D, b)?)?;
+    let r = parse_chat(&app, &o)?;
+    Ok(Json(json!({"prompt": r.text, "n_tokens": r.prepared.prompt.len(), "boundary": r.prepared.checkpoints.first()})))
 }
 
 pub fn finish_reason(f: Option<&Finish>) -> &'static str {
@@ -451,7 +463,7 @@ async fn completions_inner(app: Arc<App>, b: Result<Bytes, BytesRejection>) -> A
     let cfg = b.sampler(app.tok.vocab_size())?;
     // OpenAI's completions default is 16 tokens
     let max = b.int_in("max_tokens", -1, i64::MAX)?.map_or(Some(16), |n| (n >= 0).then_some(n as usize));
-    let prepared = Prepared { prompt, max_tokens: max, sampling: cfg.resolve(false), stops: b.stops("stop")?, logprobs: top, in_reasoning: false, reasoning: false, tools: None };
+    let prepared = Prepared { prompt, max_tokens: max, sampling: cfg.resolve(false), stops: b.stops("stop")?, logprobs: top, in_reasoning: false, reasoning: false, tools: None, ignore_eos: b.bool("ignore_eos")?.unwrap_or(false), checkpoints: Vec::new() };
     let mut g = app.start(D, prepared)?;
     g.started(D).await?;
     let id = new_id("cmpl-");

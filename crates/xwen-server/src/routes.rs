@@ -35,6 +35,7 @@ pub fn router(app: Arc<App>, max_body: usize) -> Router {
         .route("/v1/health", get(health))
         .route("/metrics", get(metrics))
         .route("/props", get(props))
+        .route("/apply-template", post(openai::apply_template))
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .route("/openapi.json", get(openapi))
@@ -106,7 +107,7 @@ async fn model_by_id(State(app): AppState, Path(id): Path<String>) -> ApiResult<
 }
 
 async fn metrics(State(app): AppState) -> Response {
-    app.metrics.set_load(app.engine.queued(), 0);
+    app.metrics.set_queue(app.engine.queued());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], app.metrics.render()).into_response()
 }
 

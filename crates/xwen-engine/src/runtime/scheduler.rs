@@ -37,12 +37,16 @@ pub struct Request {
     /// Constrains or edits the logits before sampling (a grammar, a tool-call format) and
     /// sees every sampled token.
     pub processor: Option<Box<dyn LogitsProcessor>>,
+    /// More positions of the prompt to checkpoint the session at (with a session): the
+    /// message boundaries where a later turn's rendering stops agreeing with this one (a
+    /// template that renders the reply differently from its generation prompt departs there).
+    pub checkpoint_at: Vec<usize>,
 }
 
 impl Request {
     /// A fresh sequence (no session), no logprobs, no processor.
     pub fn new(prompt: Vec<u32>, max_tokens: usize, stop_ids: Vec<u32>, sampler: Sampler) -> Request {
-        Request { prompt, max_tokens, stop_ids, sampler, session: None, logprobs: None, processor: None }
+        Request { prompt, max_tokens, stop_ids, sampler, session: None, logprobs: None, processor: None, checkpoint_at: Vec::new() }
     }
 }
 
@@ -94,8 +98,8 @@ struct Running {
     session: Session,
     /// The caller gets the session back (`take_session`).
     keep_session: bool,
-    /// The position after which a checkpoint is taken (before the prompt's last token).
-    checkpoint_at: Option<usize>,
+    /// Positions still to checkpoint at, ascending (the last is before the prompt's last token).
+    checkpoint_at: Vec<usize>,
     /// Prompt tokens not fed yet; once the prompt is in, the one sampled token to feed next.
     pending: Vec<u32>,
     prompt_left: bool,
@@ -148,14 +152,18 @@ impl Scheduler {
         let (session, pending, checkpoint_at, cached) = match req.session.take() {
             Some(mut s) => {
                 let held = s.prepare(model, &req.prompt)?;
-                let at = req.prompt.len() - 1;
-                if held == at {
-                    // already at the prompt's last token: the checkpoint is due now
+                let last = req.prompt.len() - 1;
+                let mut at: Vec<usize> = req.checkpoint_at.iter().copied().filter(|&p| p >= held && p < last).chain([last]).collect();
+                at.sort_unstable();
+                at.dedup();
+                if at.first() == Some(&held) {
+                    // the state is at a checkpoint position already: it is due now
                     s.checkpoint();
+                    at.remove(0);
                 }
-                (s, req.prompt[held..].to_vec(), (held < at).then_some(at), held)
+                (s, req.prompt[held..].to_vec(), at, held)
             }
-            None => (Session::new(model), req.prompt, None, 0),
+            None => (Session::new(model), req.prompt, Vec::new(), 0),
         };
         let id = self.next_id;
         self.next_id += 1;
@@ -210,11 +218,9 @@ impl Scheduler {
     /// Prompt tokens sequence `r` feeds next: a whole chunk, cut at the checkpoint position.
     fn chunk(r: &Running) -> usize {
         let mut n = r.pending.len().min(PREFILL_CHUNK);
-        if let Some(c) = r.checkpoint_at {
-            let pos = r.session.state().pos;
-            if pos < c {
-                n = n.min(c - pos);
-            }
+        let pos = r.session.state().pos;
+        if let Some(&c) = r.checkpoint_at.iter().find(|&&c| c > pos) {
+            n = n.min(c - pos);
         }
         n
     }
@@ -276,9 +282,9 @@ impl Scheduler {
             let r = &mut self.running[k];
             r.session.record_fed(&r.pending[..n]);
             r.pending.drain(..n);
-            if r.checkpoint_at == Some(r.session.state().pos) {
+            if r.checkpoint_at.first() == Some(&r.session.state().pos) {
                 r.session.checkpoint();
-                r.checkpoint_at = None;
+                r.checkpoint_at.remove(0);
             }
             if r.prompt_left && !r.pending.is_empty() {
                 continue;
