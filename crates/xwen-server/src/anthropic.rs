@@ -145,15 +145,22 @@ fn parse(app: &App, o: &Map<String, Value>, for_count: bool) -> ApiResult<Messag
     let messages = convert_messages(b.get("system"), msgs)?;
     let tools = convert_tools(b.array("tools")?)?;
     let (mut choice_none, mut single_call) = (false, false);
+    // `any` / `tool`: the reply is one call, enforced by a grammar
+    let mut forced: Option<Vec<Value>> = None;
     if let Some(tc) = b.object("tool_choice")? {
         match tc.get("type").and_then(Value::as_str) {
-            Some("auto") | Some("any") => {}
+            Some("auto") => {}
+            Some("any") => {
+                forced = Some(tools.clone().ok_or_else(|| b.err("tool_choice", "`tool_choice` any needs `tools`"))?);
+            }
             Some("none") => choice_none = true,
             Some("tool") => {
                 let n = tc.get("name").and_then(Value::as_str).ok_or_else(|| b.err("tool_choice", "`tool_choice` of type tool needs a `name`"))?;
-                if !tools.iter().flatten().any(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(n)) {
+                let named: Vec<Value> = tools.iter().flatten().filter(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(n)).cloned().collect();
+                if named.is_empty() {
                     return Err(b.err("tool_choice", format!("`tool_choice` names `{n}`, which is not among the tools")));
                 }
+                forced = Some(named);
             }
             _ => return Err(b.err("tool_choice", "`tool_choice.type` must be auto, any, tool or none")),
         }
@@ -173,7 +180,16 @@ fn parse(app: &App, o: &Map<String, Value>, for_count: bool) -> ApiResult<Messag
             _ => return Err(b.err("thinking", "`thinking.type` must be enabled, adaptive or disabled")),
         }
     }
-    let (thinking, extra) = thinking_options(&b, thinking)?;
+    let (mut thinking, extra) = thinking_options(&b, thinking)?;
+    let processor = match forced {
+        Some(f) if !for_count => {
+            let g = crate::structured::tool_call_grammar(&f).ok_or_else(|| b.err("tools", "the tools cannot be turned into a call grammar"))?;
+            // the grammar covers the whole reply: no thinking first
+            thinking = false;
+            Some(app.constraint(D, "tools", g)?)
+        }
+        _ => None,
+    };
     // Anthropic's temperature is 0..1 (the shared reader allows OpenAI's 0..2)
     b.f32_in("temperature", 0.0, 1.0)?;
     let sampler = b.sampler(app.tok.vocab_size())?;
@@ -193,6 +209,7 @@ fn parse(app: &App, o: &Map<String, Value>, for_count: bool) -> ApiResult<Messag
             tools: schemas,
             ignore_eos: b.bool("ignore_eos")?.unwrap_or(false),
             checkpoints: rendered.boundary.into_iter().collect(),
+            processor,
         },
         stream: b.bool("stream")?.unwrap_or(false),
         single_call,

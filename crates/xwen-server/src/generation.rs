@@ -33,6 +33,8 @@ pub struct Prepared {
     pub ignore_eos: bool,
     /// Prompt positions to checkpoint the slot's state at (message boundaries).
     pub checkpoints: Vec<usize>,
+    /// A grammar the reply must follow (structured output, a forced tool call).
+    pub processor: Option<Box<dyn xwen_engine::LogitsProcessor>>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -115,7 +117,7 @@ impl App {
             stop_ids: if p.ignore_eos { Vec::new() } else { self.eog.clone() },
             sampling,
             logprobs: p.logprobs,
-            processor: None,
+            processor: p.processor,
             checkpoints: p.checkpoints,
             out: tx,
             cancel: cancel.clone(),

@@ -19,6 +19,7 @@ pub mod openai;
 pub mod params;
 pub mod reply;
 pub mod routes;
+pub mod structured;
 pub mod tool_parse;
 
 use anyhow::{Context, Result};
@@ -83,6 +84,8 @@ pub struct App {
     pub queue_limit: usize,
     pub created: u64,
     pub architecture: String,
+    /// The constrained-decoding compiler (None if the vocabulary could not be read into it).
+    pub grammars: Option<structured::Grammars>,
 }
 
 impl App {
@@ -98,6 +101,17 @@ impl App {
             Some(n) if self.names.iter().any(|m| m == n) => Ok(()),
             Some(n) => Err(ApiError::new(d, Kind::NotFound, format!("model `{n}` does not exist; this server serves `{}`", self.model_id()))
                 .with_code("model_not_found")),
+        }
+    }
+
+    /// A constraint's processor, or a 400 naming `param` (a schema llguidance cannot compile).
+    pub fn constraint(&self, d: Dialect, param: &str, g: llguidance::api::TopLevelGrammar) -> ApiResult<Box<dyn xwen_engine::LogitsProcessor>> {
+        let Some(gr) = &self.grammars else {
+            return Err(ApiError::new(d, Kind::Unavailable, "structured output is not available on this server"));
+        };
+        match gr.processor(g) {
+            Ok(p) => Ok(Box::new(p)),
+            Err(e) => Err(ApiError::param(d, param, format!("`{param}` cannot be enforced: {e}"))),
         }
     }
 
@@ -142,9 +156,12 @@ pub fn serve(m: ServedModel, cfg: ServerConfig, on_ready: impl FnOnce(SocketAddr
         let parallel = cfg.parallel.max(1).min(m.model.max_sequences().max(1));
         let eog = m.tokenizer.eos_ids();
         let (engine, engine_thread) = engine::start(m.model, parallel, cfg.queue_limit, metrics.clone());
+        let tok = Arc::new(m.tokenizer);
+        let grammars = structured::Grammars::new(tok.clone()).map_err(|e| eprintln!("xwen: structured output is off: {e}")).ok();
         let app = Arc::new(App {
             engine: engine.clone(),
-            tok: Arc::new(m.tokenizer),
+            grammars,
+            tok,
             template: m.template.map(Arc::new),
             names: m.names,
             max_ctx,

@@ -199,13 +199,38 @@ fn parse_chat(app: &App, o: &Map<String, Value>) -> ApiResult<ChatReq> {
     let messages = msgs.iter().enumerate().map(|(i, m)| parse_message(i, m)).collect::<ApiResult<Vec<_>>>()?;
     let tools = parse_tools(D, b.array("tools")?)?;
     let choice = parse_tool_choice(&b, &tools)?;
-    let (thinking, extra) = thinking_options(&b, true)?;
+    let (mut thinking, extra) = thinking_options(&b, true)?;
+    // a constraint covers the whole reply, so a constrained request does not think first
+    let mut processor = None;
     if let Some(rf) = b.object("response_format")? {
-        match rf.get("type").and_then(Value::as_str) {
-            Some("text") => {}
-            Some("json_object" | "json_schema") => return Err(b.err("response_format", "structured output (json_object / json_schema) is not available in this build yet")),
+        let grammar = match rf.get("type").and_then(Value::as_str) {
+            Some("text") => None,
+            Some("json_object") => Some(crate::structured::json_grammar(json!({"type": "object"}))),
+            Some("json_schema") => {
+                let schema = rf.get("json_schema").and_then(|j| j.get("schema")).filter(|s| s.is_object() || s.is_boolean());
+                let schema = schema.ok_or_else(|| b.err("response_format", "`response_format.json_schema.schema` (a JSON schema) is required"))?;
+                Some(crate::structured::json_grammar(schema.clone()))
+            }
             _ => return Err(b.err("response_format", "`response_format.type` must be text, json_object or json_schema")),
+        };
+        if let Some(g) = grammar {
+            processor = Some(app.constraint(D, "response_format", g)?);
         }
+    }
+    let forced: Option<Vec<Value>> = match &choice {
+        ToolChoice::Required => tools.clone(),
+        ToolChoice::Named(n) => Some(tools.iter().flatten().filter(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(n)).cloned().collect()),
+        _ => None,
+    };
+    if let Some(f) = forced {
+        if processor.is_some() {
+            return Err(b.err("tool_choice", "`tool_choice` required or named cannot be combined with a `response_format` schema"));
+        }
+        let g = crate::structured::tool_call_grammar(&f).ok_or_else(|| b.err("tools", "the tools cannot be turned into a call grammar"))?;
+        processor = Some(app.constraint(D, "tools", g)?);
+    }
+    if processor.is_some() {
+        thinking = false;
     }
     let stream = b.bool("stream")?.unwrap_or(false);
     let include_usage = match b.object("stream_options")? {
@@ -230,6 +255,7 @@ fn parse_chat(app: &App, o: &Map<String, Value>) -> ApiResult<ChatReq> {
             tools: schemas,
             ignore_eos: b.bool("ignore_eos")?.unwrap_or(false),
             checkpoints: rendered.boundary.into_iter().collect(),
+            processor,
         },
         stream,
         include_usage,
@@ -463,7 +489,7 @@ async fn completions_inner(app: Arc<App>, b: Result<Bytes, BytesRejection>) -> A
     let cfg = b.sampler(app.tok.vocab_size())?;
     // OpenAI's completions default is 16 tokens
     let max = b.int_in("max_tokens", -1, i64::MAX)?.map_or(Some(16), |n| (n >= 0).then_some(n as usize));
-    let prepared = Prepared { prompt, max_tokens: max, sampling: cfg.resolve(false), stops: b.stops("stop")?, logprobs: top, in_reasoning: false, reasoning: false, tools: None, ignore_eos: b.bool("ignore_eos")?.unwrap_or(false), checkpoints: Vec::new() };
+    let prepared = Prepared { prompt, max_tokens: max, sampling: cfg.resolve(false), stops: b.stops("stop")?, logprobs: top, in_reasoning: false, reasoning: false, tools: None, ignore_eos: b.bool("ignore_eos")?.unwrap_or(false), checkpoints: Vec::new(), processor: None };
     let mut g = app.start(D, prepared)?;
     g.started(D).await?;
     let id = new_id("cmpl-");
