@@ -79,11 +79,11 @@ def test_named_tool_choice_streams_a_call(oa):
 
 def test_anthropic_any_tool_gives_tool_use(an):
     tools = [{"name": t["function"]["name"], "input_schema": t["function"]["parameters"]} for t in TOOLS]
-    m = an.messages.create(model="tiny-qwen35", max_tokens=200, messages=[{"role": "user", "content": "weather?"}], tools=tools, tool_choice={"type": "any"})
+    m = an.messages.create(model="tiny-qwen35", max_tokens=200, messages=[{"role": "user", "content": "weather?"}], tools=tools, tool_choice={"type": "any"}, extra_body={"temperature": 0})
     assert m.stop_reason == "tool_use", m
     uses = [b for b in m.content if b.type == "tool_use"]
     assert len(uses) == 1 and uses[0].name in ("get_weather", "search") and isinstance(uses[0].input, dict)
-    with an.messages.stream(model="tiny-qwen35", max_tokens=200, messages=[{"role": "user", "content": "weather?"}], tools=tools, tool_choice={"type": "tool", "name": "get_weather"}) as s:
+    with an.messages.stream(model="tiny-qwen35", max_tokens=200, messages=[{"role": "user", "content": "weather?"}], tools=tools, tool_choice={"type": "tool", "name": "get_weather"}, extra_body={"temperature": 0}) as s:
         final = s.get_final_message()
     assert final.stop_reason == "tool_use" and final.content[-1].type == "tool_use" and final.content[-1].name == "get_weather"
     assert set(final.content[-1].input) == {"city", "unit"}
