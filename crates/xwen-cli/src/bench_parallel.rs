@@ -7,7 +7,7 @@
 //! what a server runs. Reported as llama-batched-bench does (PP, TG, B, N_KV, T_PP, S_PP,
 //! T_TG, S_TG, T, S) plus the decode rate per sequence; `--json` prints its jsonl fields.
 
-use crate::cmd_bench::Lcg;
+use crate::lcg::Lcg;
 use anyhow::Result;
 use serde_json::json;
 use std::io::Write;

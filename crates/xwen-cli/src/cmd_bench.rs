@@ -6,6 +6,7 @@
 //! empty state; each repetition starts fresh; before the timed repetitions one warm-up runs (the
 //! whole prompt for pp, a single token for tg). `--json` prints llama-bench's `-o json` fields.
 
+use crate::lcg::Lcg;
 use crate::args::Args;
 use crate::model_arg;
 use anyhow::{bail, Result};
@@ -487,18 +488,6 @@ fn rfc3339_now() -> String {
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
     format!("{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
-/// Token ids for benchmark inputs: any spread over the vocabulary will do (llama-bench uses
-/// `std::rand() % n_vocab`); a fixed seed keeps runs comparable.
-/// Pseudo-random token ids for the tests (their values do not matter to the timing).
-pub(crate) struct Lcg(pub(crate) u64);
-
-impl Lcg {
-    pub(crate) fn below(&mut self, n: u32) -> u32 {
-        self.0 = self.0.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-        (((self.0 >> 32) * u64::from(n)) >> 32) as u32
-    }
 }
 
 #[cfg(test)]

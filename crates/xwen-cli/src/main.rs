@@ -14,6 +14,7 @@ mod cmd_run;
 mod cmd_serve;
 mod cmd_tokenize;
 mod hub;
+mod lcg;
 mod model_arg;
 mod npy;
 

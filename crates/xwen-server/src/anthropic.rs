@@ -5,10 +5,9 @@
 
 use crate::error::{ApiError, ApiResult, Dialect, Kind};
 use crate::generation::{Finish, Gen, Prepared};
-use crate::openai::{new_id, sse, thinking_options};
-use crate::params::{parse_object, Body};
+use crate::common::{body, new_id, sse, AppState};
+use crate::params::{parse_object, thinking_options, Body};
 use crate::reply::Piece;
-use crate::routes::{body, AppState};
 use crate::tool_parse::ToolSchemas;
 use crate::App;
 use axum::body::Bytes;

@@ -8,9 +8,11 @@
 //! - `generation`: one request's tokens → text pieces, stop strings, finish reasons;
 //! - `reply`, `tool_parse`: reasoning / content / tool-call splitting of the reply text;
 //! - `params`: strict reading of request fields; `error`: each dialect's error shape;
-//! - `routes`: the router, auth, limits and the small routes; `metrics`: `/metrics`.
+//! - `routes`: the router, auth, limits and the small routes; `common`: what routes share;
+//!   `structured`: constrained decoding (llguidance); `metrics`: `/metrics`.
 
 pub mod anthropic;
+pub mod common;
 pub mod engine;
 pub mod error;
 pub mod generation;

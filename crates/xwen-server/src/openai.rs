@@ -4,21 +4,20 @@
 
 use crate::error::{ApiError, ApiResult, Dialect};
 use crate::generation::{Chunk, Finish, Gen, LogprobEntry, Prepared};
-use crate::params::{content_text, parse_object, Body};
+use crate::common::{body, data, new_id, sse, AppState};
+use crate::params::{content_text, parse_object, thinking_options, Body};
 use crate::reply::Piece;
-use crate::routes::{body, AppState};
 use crate::tool_parse::{ParsedCall, ToolSchemas};
 use crate::App;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Map, Value};
-use std::convert::Infallible;
 use std::sync::Arc;
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use xwen_chat::{ChatMessage, RenderOptions, ToolCall};
 
 const D: Dialect = Dialect::OpenAi;
@@ -30,11 +29,6 @@ pub enum ToolChoice {
     None,
     Required,
     Named(String),
-}
-
-/// A random-looking id with a prefix (`chatcmpl-…`, `call_…`).
-pub fn new_id(prefix: &str) -> String {
-    format!("{prefix}{:016x}{:08x}", crate::params::random_seed(), crate::params::random_seed() as u32)
 }
 
 /// Validates an OpenAI `tools` array; returns it (chat-completions shape).
@@ -117,44 +111,6 @@ fn parse_message(i: usize, m: &Value) -> ApiResult<ChatMessage> {
     msg.tool_call_id = o.get("tool_call_id").and_then(Value::as_str).map(str::to_string);
     msg.name = o.get("name").and_then(Value::as_str).map(str::to_string);
     Ok(msg)
-}
-
-/// Thinking on or off, and the template variables the request sets (validated).
-pub fn thinking_options(b: &Body, default_on: bool) -> ApiResult<(bool, Map<String, Value>)> {
-    let mut on = default_on;
-    let mut extra = Map::new();
-    if let Some(e) = b.str("reasoning_effort")? {
-        match e {
-            "none" => on = false,
-            "minimal" | "low" | "medium" | "high" | "xhigh" => {
-                on = true;
-                extra.insert("reasoning_effort".into(), Value::String(e.into()));
-            }
-            other => return Err(b.err("reasoning_effort", format!("`reasoning_effort` `{other}` is not one of none, minimal, low, medium, high, xhigh"))),
-        }
-    }
-    if let Some(kw) = b.object("chat_template_kwargs")? {
-        for (k, v) in kw {
-            match k.as_str() {
-                "enable_thinking" => on = v.as_bool().ok_or_else(|| b.err("chat_template_kwargs", "`chat_template_kwargs.enable_thinking` must be a boolean"))?,
-                "preserve_thinking" => {
-                    v.as_bool().ok_or_else(|| b.err("chat_template_kwargs", "`chat_template_kwargs.preserve_thinking` must be a boolean"))?;
-                    extra.insert(k.clone(), v.clone());
-                }
-                "reasoning_effort" => match v.as_str() {
-                    Some("low" | "medium" | "high" | "minimal" | "xhigh") => {
-                        extra.insert(k.clone(), v.clone());
-                    }
-                    Some("none") => on = false,
-                    _ => return Err(b.err("chat_template_kwargs", "`chat_template_kwargs.reasoning_effort` must be one of none, minimal, low, medium, high, xhigh")),
-                },
-                _ => {
-                    extra.insert(k.clone(), v.clone());
-                }
-            }
-        }
-    }
-    Ok((on, extra))
 }
 
 /// `max_completion_tokens` (or the older `max_tokens`): None is until the context is full.
@@ -310,16 +266,6 @@ fn call_json(c: &ParsedCall, index: Option<usize>) -> Value {
     v
 }
 
-/// A streamed reply: SSE events from a task that reads the generation; a client that goes away
-/// drops the receiver, which ends the task and (through `Gen`'s drop) the sequence.
-pub fn sse(rx: mpsc::Receiver<Result<Event, Infallible>>) -> Response {
-    Sse::new(ReceiverStream::new(rx)).keep_alive(KeepAlive::default()).into_response()
-}
-
-pub fn data(v: &Value) -> Result<Event, Infallible> {
-    Ok(Event::default().data(v.to_string()))
-}
-
 pub async fn chat_completions(State(app): AppState, b: Result<Bytes, BytesRejection>) -> Response {
     app.metrics.requests.inc();
     match chat_inner(app.clone(), b).await {
@@ -331,7 +277,6 @@ pub async fn chat_completions(State(app): AppState, b: Result<Bytes, BytesReject
     }
 }
 
-use axum::extract::State;
 
 async fn chat_inner(app: Arc<App>, b: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
     let o = parse_object(D, &body(D, b)?)?;

@@ -200,3 +200,41 @@ pub fn content_text(d: Dialect, field: &str, v: Option<&Value>) -> ApiResult<Str
         Some(v) => Err(ApiError::param(d, field, format!("`{field}` must be a string or an array of parts, got {}", type_name(v)))),
     }
 }
+
+/// Thinking on or off, and the template variables the request sets (validated).
+pub fn thinking_options(b: &Body, default_on: bool) -> ApiResult<(bool, Map<String, Value>)> {
+    let mut on = default_on;
+    let mut extra = Map::new();
+    if let Some(e) = b.str("reasoning_effort")? {
+        match e {
+            "none" => on = false,
+            "minimal" | "low" | "medium" | "high" | "xhigh" => {
+                on = true;
+                extra.insert("reasoning_effort".into(), Value::String(e.into()));
+            }
+            other => return Err(b.err("reasoning_effort", format!("`reasoning_effort` `{other}` is not one of none, minimal, low, medium, high, xhigh"))),
+        }
+    }
+    if let Some(kw) = b.object("chat_template_kwargs")? {
+        for (k, v) in kw {
+            match k.as_str() {
+                "enable_thinking" => on = v.as_bool().ok_or_else(|| b.err("chat_template_kwargs", "`chat_template_kwargs.enable_thinking` must be a boolean"))?,
+                "preserve_thinking" => {
+                    v.as_bool().ok_or_else(|| b.err("chat_template_kwargs", "`chat_template_kwargs.preserve_thinking` must be a boolean"))?;
+                    extra.insert(k.clone(), v.clone());
+                }
+                "reasoning_effort" => match v.as_str() {
+                    Some("low" | "medium" | "high" | "minimal" | "xhigh") => {
+                        extra.insert(k.clone(), v.clone());
+                    }
+                    Some("none") => on = false,
+                    _ => return Err(b.err("chat_template_kwargs", "`chat_template_kwargs.reasoning_effort` must be one of none, minimal, low, medium, high, xhigh")),
+                },
+                _ => {
+                    extra.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+    Ok((on, extra))
+}

@@ -3,19 +3,18 @@
 
 use crate::error::{ApiError, ApiResult, Dialect, Kind};
 use crate::params::{parse_object, Body};
+use crate::common::{body, AppState};
 use crate::{anthropic, openai, App};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
-use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::http::{header, HeaderMap, Uri};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use std::sync::Arc;
-
-pub type AppState = State<Arc<App>>;
 
 /// The OpenAPI document of every route (served at /openapi.json).
 pub const OPENAPI: &str = include_str!("openapi.json");
@@ -43,17 +42,6 @@ pub fn router(app: Arc<App>, max_body: usize) -> Router {
         .layer(middleware::from_fn_with_state(app.clone(), auth))
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(app)
-}
-
-/// The body, or the error its rejection means (413 above the limit).
-pub fn body(d: Dialect, b: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
-    b.map_err(|e| {
-        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(d, Kind::TooLarge, "the request body is larger than the server accepts")
-        } else {
-            ApiError::bad(d, format!("the request body could not be read: {e}"))
-        }
-    })
 }
 
 /// With `--api-key`, every route but /health needs `Authorization: Bearer KEY` or `x-api-key`.
