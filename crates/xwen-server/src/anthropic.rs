@@ -5,7 +5,7 @@
 
 use crate::error::{ApiError, ApiResult, Dialect, Kind};
 use crate::generation::{Finish, Gen, Prepared};
-use crate::common::{body, new_id, sse, AppState};
+use crate::common::{body, counted, new_id, sse, AppState};
 use crate::params::{parse_object, thinking_options, Body};
 use crate::reply::Piece;
 use crate::tool_parse::ToolSchemas;
@@ -240,14 +240,7 @@ fn usage(g: &Gen) -> Value {
 }
 
 pub async fn messages(State(app): AppState, b: Result<Bytes, BytesRejection>) -> Response {
-    app.metrics.requests.inc();
-    match inner(app.clone(), b).await {
-        Ok(r) => r,
-        Err(e) => {
-            app.metrics.errors.inc();
-            e.into_response()
-        }
-    }
+    counted(&app, inner(app.clone(), b)).await
 }
 
 fn ev(name: &str, v: Value) -> Result<Event, Infallible> {

@@ -43,3 +43,15 @@ pub fn data(v: &Value) -> Result<Event, Infallible> {
     Ok(Event::default().data(v.to_string()))
 }
 
+
+/// A generation route's answer, counted in /metrics (requests, and errors by their response).
+pub async fn counted(app: &App, answer: impl std::future::Future<Output = ApiResult<Response>>) -> Response {
+    app.metrics.requests.inc();
+    match answer.await {
+        Ok(r) => r,
+        Err(e) => {
+            app.metrics.errors.inc();
+            e.into_response()
+        }
+    }
+}

@@ -4,7 +4,7 @@
 
 use crate::error::{ApiError, ApiResult, Dialect};
 use crate::generation::{Chunk, Finish, Gen, LogprobEntry, Prepared};
-use crate::common::{body, data, new_id, sse, AppState};
+use crate::common::{body, counted, data, new_id, sse, AppState};
 use crate::params::{content_text, parse_object, thinking_options, Body};
 use crate::reply::Piece;
 use crate::tool_parse::{ParsedCall, ToolSchemas};
@@ -267,14 +267,7 @@ fn call_json(c: &ParsedCall, index: Option<usize>) -> Value {
 }
 
 pub async fn chat_completions(State(app): AppState, b: Result<Bytes, BytesRejection>) -> Response {
-    app.metrics.requests.inc();
-    match chat_inner(app.clone(), b).await {
-        Ok(r) => r,
-        Err(e) => {
-            app.metrics.errors.inc();
-            e.into_response()
-        }
-    }
+    counted(&app, chat_inner(app.clone(), b)).await
 }
 
 
@@ -387,14 +380,7 @@ fn collect(c: Chunk, content: &mut String, reasoning: &mut String, calls: &mut V
 
 /// `/v1/completions`: a prompt string (or one array of ids), no template.
 pub async fn completions(State(app): AppState, b: Result<Bytes, BytesRejection>) -> Response {
-    app.metrics.requests.inc();
-    match completions_inner(app.clone(), b).await {
-        Ok(r) => r,
-        Err(e) => {
-            app.metrics.errors.inc();
-            e.into_response()
-        }
-    }
+    counted(&app, completions_inner(app.clone(), b)).await
 }
 
 fn completion_prompt(app: &App, b: &Body) -> ApiResult<Vec<u32>> {
