@@ -8,7 +8,7 @@ use crate::generation::{Finish, Gen, Prepared};
 use crate::common::{body, counted, new_id, sse, AppState};
 use crate::params::{parse_object, thinking_options, Body};
 use crate::reply::Piece;
-use crate::tool_parse::ToolSchemas;
+use crate::tool_parse::{tools_named, ToolSchemas};
 use crate::App;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -155,7 +155,7 @@ fn parse(app: &App, o: &Map<String, Value>, for_count: bool) -> ApiResult<Messag
             Some("none") => choice_none = true,
             Some("tool") => {
                 let n = tc.get("name").and_then(Value::as_str).ok_or_else(|| b.err("tool_choice", "`tool_choice` of type tool needs a `name`"))?;
-                let named: Vec<Value> = tools.iter().flatten().filter(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(n)).cloned().collect();
+                let named = tools_named(&tools, n);
                 if named.is_empty() {
                     return Err(b.err("tool_choice", format!("`tool_choice` names `{n}`, which is not among the tools")));
                 }

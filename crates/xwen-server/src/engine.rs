@@ -91,6 +91,11 @@ impl EngineHandle {
         Ok(())
     }
 
+    /// Slots: `start`'s `parallel`, capped by the sequences the model's RAM plan holds.
+    pub fn parallel(&self) -> usize {
+        self.parallel
+    }
+
     /// Jobs waiting for a slot.
     pub fn queued(&self) -> usize {
         self.counts.in_flight.load(Ordering::Acquire).saturating_sub(self.counts.running.load(Ordering::Acquire))

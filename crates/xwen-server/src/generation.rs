@@ -79,7 +79,7 @@ pub struct Gen {
     pub cached: usize,
     pub completion_tokens: usize,
     finish: Option<Finish>,
-    /// The sequence's last token was an end-of-generation id (the engine is done with it).
+    /// When the request started (OpenAI's `created`, seconds since the epoch).
     pub created: u64,
 }
 

@@ -155,9 +155,9 @@ pub fn serve(m: ServedModel, cfg: ServerConfig, on_ready: impl FnOnce(SocketAddr
         let metrics = Arc::new(metrics::Metrics::default());
         let max_ctx = m.model.max_context();
         let architecture = m.model.architecture().to_string();
-        let parallel = cfg.parallel.max(1).min(m.model.max_sequences().max(1));
         let eog = m.tokenizer.eos_ids();
-        let (engine, engine_thread) = engine::start(m.model, parallel, cfg.queue_limit, metrics.clone());
+        let (engine, engine_thread) = engine::start(m.model, cfg.parallel, cfg.queue_limit, metrics.clone());
+        let parallel = engine.parallel();
         let tok = Arc::new(m.tokenizer);
         let grammars = structured::Grammars::new(tok.clone()).map_err(|e| eprintln!("xwen: structured output is off: {e}")).ok();
         let app = Arc::new(App {

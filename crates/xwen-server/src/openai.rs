@@ -7,7 +7,7 @@ use crate::generation::{Chunk, Finish, Gen, LogprobEntry, Prepared};
 use crate::common::{body, counted, data, new_id, sse, AppState};
 use crate::params::{content_text, parse_object, thinking_options, Body};
 use crate::reply::Piece;
-use crate::tool_parse::{ParsedCall, ToolSchemas};
+use crate::tool_parse::{tools_named, ParsedCall, ToolSchemas};
 use crate::App;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -53,9 +53,6 @@ pub fn parse_tools(d: Dialect, v: Option<&Vec<Value>>) -> ApiResult<Option<Vec<V
     Ok((!tools.is_empty()).then(|| tools.clone()))
 }
 
-fn tool_names(tools: &Option<Vec<Value>>) -> Vec<String> {
-    tools.iter().flatten().filter_map(|t| t.pointer("/function/name").and_then(Value::as_str).map(str::to_string)).collect()
-}
 
 fn parse_tool_choice(b: &Body, tools: &Option<Vec<Value>>) -> ApiResult<ToolChoice> {
     let choice = match b.get("tool_choice") {
@@ -73,7 +70,7 @@ fn parse_tool_choice(b: &Body, tools: &Option<Vec<Value>>) -> ApiResult<ToolChoi
     };
     match &choice {
         ToolChoice::Required if tools.is_none() => Err(b.err("tool_choice", "`tool_choice` is required but the request has no tools")),
-        ToolChoice::Named(n) if !tool_names(tools).contains(n) => Err(b.err("tool_choice", format!("`tool_choice` names `{n}`, which is not among the tools"))),
+        ToolChoice::Named(n) if tools_named(tools, n).is_empty() => Err(b.err("tool_choice", format!("`tool_choice` names `{n}`, which is not among the tools"))),
         _ => Ok(choice),
     }
 }
@@ -175,7 +172,7 @@ fn parse_chat(app: &App, o: &Map<String, Value>) -> ApiResult<ChatReq> {
     }
     let forced: Option<Vec<Value>> = match &choice {
         ToolChoice::Required => tools.clone(),
-        ToolChoice::Named(n) => Some(tools.iter().flatten().filter(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(n)).cloned().collect()),
+        ToolChoice::Named(n) => Some(tools_named(&tools, n)),
         _ => None,
     };
     if let Some(f) = forced {

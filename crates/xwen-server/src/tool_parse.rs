@@ -91,6 +91,11 @@ impl ToolSchemas {
     }
 }
 
+/// The tools (OpenAI shape) named `name`: the one a named tool choice forces.
+pub fn tools_named(tools: &Option<Vec<Value>>, name: &str) -> Vec<Value> {
+    tools.iter().flatten().filter(|t| t.pointer("/function/name").and_then(Value::as_str) == Some(name)).cloned().collect()
+}
+
 fn type_allowed(v: &Value, types: &[&str]) -> bool {
     types.iter().any(|t| match *t {
         "integer" => v.is_i64() || v.is_u64(),
