@@ -6,6 +6,7 @@
 mod bpe;
 mod pretok;
 mod segments;
+mod stop;
 mod stream;
 mod template;
 mod tokenizer;
@@ -14,6 +15,7 @@ mod unicode_data;
 mod vocab;
 
 pub use segments::{encode_segments, segments_text, Segment};
+pub use stop::{partial_suffix, StopFilter};
 pub use stream::StreamDecoder;
 pub use template::{ChatMessage, ChatTemplate, RenderOptions, ToolCall};
 pub use tokenizer::Tokenizer;

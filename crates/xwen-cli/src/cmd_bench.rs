@@ -7,26 +7,13 @@
 //! whole prompt for pp, a single token for tg). `--json` prints llama-bench's `-o json` fields.
 
 use crate::lcg::Lcg;
-use crate::args::Args;
+use crate::cli::BenchArgs;
 use crate::model_arg;
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::time::Instant;
 use xwen_engine::{LogitsMode, Model};
-
-const USAGE: &str = "usage: xwen bench -m MODEL [-p 512[,N..]] [-n 128[,N..]] [-r 5] [-t THREADS] [--json | -o md|json]
-                  [--no-warmup] [--no-prefault] [--ram-budget SIZE]
-       xwen bench -m MODEL --parallel 1,2,4,8 [-p 128[,N..]] [-n 128[,N..]] [-r 1] [-t THREADS] [--json]
-       xwen bench --membw [-t THREADS] [-r 5] [--membw-mib 512] [--json | -o md|json]
-  -p 0 / -n 0 skip the prefill / decode test; t/s is the median ± sample stddev of the repetitions;
-  weights are paged in before the first test unless --no-prefault (llama.cpp populates its mapping).
-  --membw measures memory read bandwidth instead (a plain read loop over a buffer much larger than
-  the caches, all threads, -r passes): the bandwidth that bounds decode (docs/bench.md \"Floors\").
-  --ram-budget SIZE (12G, auto) streams a MoE model's experts from disk into a bounded cache.
-  --parallel (-npl) N,..: llama-batched-bench's test: N sequences each prefill -p tokens, then decode
-  -n tokens together (batched forward); prints PP TG B N_KV T_PP S_PP T_TG S_TG S_TG/seq T S, or with
-  --json its jsonl fields (pl, pp, tg, speed_pp, speed_tg, speed, ...); times are medians of -r runs.";
 
 #[derive(Clone, Copy, PartialEq)]
 enum Output {
@@ -58,63 +45,31 @@ impl TestResult {
     }
 }
 
-fn parse_list(v: Option<String>, default: usize, flag: &str) -> Result<Vec<usize>> {
-    let Some(v) = v else { return Ok(vec![default]) };
-    v.split(',')
-        .map(|s| s.trim().parse::<usize>().map_err(|e| anyhow::anyhow!("{flag}: bad value `{s}`: {e}")))
-        .collect()
-}
-
-pub fn run(argv: &[String]) -> Result<()> {
-    let mut a = Args::new(argv);
-    if a.flag(&["-h", "--help"]) {
-        println!("{USAGE}");
-        return Ok(());
-    }
-    let model_arg = a.value(&["-m", "--model"])?;
-    let prompt_arg = a.value(&["-p", "--n-prompt", "-npp"])?;
-    let gen_arg = a.value(&["-n", "--n-gen", "-ntg"])?;
-    let prompts = parse_list(prompt_arg.clone(), 512, "-p")?;
-    let gens = parse_list(gen_arg.clone(), 128, "-n")?;
-    let reps_arg: Option<usize> = a.parsed(&["-r", "--repetitions"])?;
-    let parallel = a.value(&["--parallel", "-npl"])?;
-    let no_warmup = a.flag(&["--no-warmup"]);
-    let no_prefault = a.flag(&["--no-prefault"]);
-    let mut output = if a.flag(&["--json"]) { Output::Json } else { Output::Markdown };
-    if let Some(o) = a.value(&["-o", "--output"])? {
-        output = match o.as_str() {
-            "json" => Output::Json,
-            "md" => Output::Markdown,
-            other => bail!("-o: `{other}` is not one of md, json"),
-        };
-    }
-    let membw = a.flag(&["--membw"]);
-    let membw_mib: usize = a.parsed(&["--membw-mib"])?.unwrap_or(512);
-    let mut cfg = model_arg::engine_config(&mut a)?;
-    let parallel = parallel.map(|pl| parse_list(Some(pl), 1, "--parallel")).transpose()?;
+pub fn run(a: BenchArgs) -> Result<()> {
+    let prompts = a.n_prompt.clone().map(|l| l.0).unwrap_or_else(|| vec![if a.parallel.is_some() { 128 } else { 512 }]);
+    let gens = a.n_gen.clone().map(|l| l.0).unwrap_or_else(|| vec![128]);
+    let output = match a.output.as_deref() {
+        Some("json") => Output::Json,
+        Some(_) => Output::Markdown,
+        None if a.json => Output::Json,
+        None => Output::Markdown,
+    };
+    let no_warmup = a.no_warmup;
+    let mut cfg = a.engine.engine_config()?;
     // a RAM plan holds the state of every sequence the test runs at once
-    cfg.n_seq = parallel.as_ref().and_then(|p| p.iter().max().copied()).unwrap_or(1).max(1);
-    let rest = a.finish()?;
-    if let Some(x) = rest.first() {
-        bail!("unexpected argument `{x}`\n{USAGE}");
-    }
+    cfg.n_seq = a.parallel.as_ref().and_then(|p| p.0.iter().max().copied()).unwrap_or(1).max(1);
     // llama-batched-bench runs each configuration once; llama-bench five times
-    let reps = reps_arg.unwrap_or(if parallel.is_some() { 1 } else { 5 });
-    if reps == 0 {
-        bail!("-r must be at least 1");
+    let reps = a.repetitions.map_or(if a.parallel.is_some() { 1 } else { 5 }, |r| r as usize);
+    if a.membw {
+        return bench_membw(cfg.resolved_threads(), a.membw_mib as usize, reps, output);
     }
-    if membw {
-        if model_arg.is_some() {
-            bail!("--membw measures the machine, not a model: drop -m");
-        }
-        return bench_membw(cfg.resolved_threads(), membw_mib, reps, output);
-    }
-    let Some(model_path) = model_arg else { bail!("-m MODEL is required\n{USAGE}") };
+    let model_arg = a.model.clone();
+    let Some(model_path) = model_arg else { bail!("-m MODEL is required (or --membw); see `xwen bench --help`") };
 
-    let loaded = model_arg::load(Some(&model_path), &cfg, false)?;
+    let loaded = model_arg::load(Some(&model_path), cfg, &a.engine)?;
     let model = &loaded.model;
     let t0 = Instant::now();
-    let touched = if no_prefault { 0 } else { prefault(model) };
+    let touched = if a.no_prefault { 0 } else { prefault(model) };
     eprintln!(
         "xwen bench: loaded {} in {:.2} s, {:.2} GB of weights paged in in {:.2} s, {} threads",
         model_path,
@@ -123,13 +78,10 @@ pub fn run(argv: &[String]) -> Result<()> {
         t0.elapsed().as_secs_f64(),
         model.threads()
     );
-    if let Some(parallel) = parallel {
-        if parallel.contains(&0) {
-            bail!("--parallel: every count must be at least 1");
-        }
+    if let Some(parallel) = a.parallel.clone().map(|l| l.0) {
         let c = crate::bench_parallel::Config {
-            prompts: parse_list(prompt_arg, 128, "-p")?,
-            gens: parse_list(gen_arg, 128, "-n")?,
+            prompts: prompts.clone(),
+            gens: gens.clone(),
             parallel,
             reps,
             json: output == Output::Json,

@@ -2,117 +2,238 @@
 //! turns (the library's `Session`): each turn renders the whole conversation with the GGUF's
 //! chat template, keeps the longest prefix already in the state, and prefills only the rest;
 //! templates that re-render history differently (Qwen3.6 drops old reasoning) are handled by
-//! restoring the checkpoint taken before the last reply. Lines starting with `/` are commands
-//! (`/exit`, `/reset`, `/system TEXT`, `/help`); a line that is not UTF-8 is reported and the
-//! chat goes on; a full context ends the reply and says so.
+//! restoring the checkpoint taken before the last reply. So every turn's state holds exactly the
+//! tokens of the rendered transcript.
+//!
+//! Lines starting with `/` are commands (`/exit`, `/reset`, `/system TEXT`, `/save FILE`,
+//! `/load FILE`, `/help`); `exit` and `quit` alone leave too. A line ending in `\` continues
+//! on the next. Ctrl-C stops the reply being written and keeps the chat (at the prompt it
+//! leaves). A line that is not UTF-8, a file that cannot be read, a conversation that fills
+//! the context: each is reported and the chat goes on.
 
-use crate::args::Args;
-use crate::cmd_run::sampler_config;
-use crate::model_arg;
+use crate::cli::ChatArgs;
+use crate::prefill_progress::PrefillProgress;
+use crate::{interrupt, model_arg, opts};
 use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 use xwen_chat::{encode_segments, ChatMessage, ChatTemplate, RenderOptions, StreamDecoder};
-use xwen_engine::{Sampler, Session};
+use xwen_engine::{Sampler, Session, StopReason};
 
-pub fn run(argv: &[String]) -> Result<()> {
-    let mut a = Args::new(argv);
-    let model = a.value(&["-m", "--model"])?;
-    let system = a.value(&["--system"])?;
-    let n: usize = a.parsed(&["-n", "--n-predict"])?.unwrap_or(1024);
-    let no_think = a.flag(&["--no-think"]);
-    let scfg = sampler_config(&mut a)?;
-    let cfg = model_arg::engine_config(&mut a)?;
-    let rest = a.finish()?;
-    if !rest.is_empty() {
-        bail!("unexpected argument `{}`", rest[0]);
-    }
-    if model.is_none() {
+const HELP: &str = "commands: /exit (also exit, quit, Ctrl-D), /reset (clear the conversation), /system TEXT (set the \
+system prompt; empty removes it), /save FILE and /load FILE (the conversation as JSON), /help; Ctrl-C stops a reply; \
+a line ending in \\ continues on the next";
+
+pub fn run(a: ChatArgs) -> Result<()> {
+    let cfg = a.engine.engine_config()?;
+    if a.model.is_none() {
         eprintln!("{}", model_arg::DEMO_NOTE);
     }
-    let loaded = model_arg::load(model.as_deref(), &cfg, false)?;
+    let loaded = model_arg::load(a.model.as_deref(), cfg, &a.engine)?;
     let tok = &loaded.tokenizer;
     let template = ChatTemplate::from_gguf(loaded.model.gguf())
         .context("chat template")?
         .context("this GGUF has no tokenizer.chat_template; use `xwen run` for plain completion")?;
     let mut messages: Vec<ChatMessage> = Vec::new();
-    if let Some(s) = system {
-        messages.push(msg("system", s));
+    if let Some(s) = &a.system {
+        messages.push(msg("system", s.clone()));
     }
-    let mut sampler = Sampler::new(scfg.resolve(!no_think));
+    let params = a.sampling.sampler_config().resolve(!a.no_think);
+    if params.temperature > 0.0 && !a.engine.quiet {
+        eprintln!("xwen: seed {} (--seed {} repeats this chat)", params.seed, params.seed);
+    }
+    let mut sampler = Sampler::new(params);
     let stop = tok.eos_ids();
     // the state, exactly the tokens it holds, and checkpoints: prefix reuse lives in the library
     let mut session = Session::new(&loaded.model);
-    let opts = RenderOptions { add_generation_prompt: true, enable_thinking: !no_think, ..Default::default() };
+    session.set_prefill_chunk(a.engine.prefill_chunk());
+    let opts = RenderOptions { add_generation_prompt: true, enable_thinking: !a.no_think, ..Default::default() };
+    let limit = opts::token_limit(a.n_predict).unwrap_or(usize::MAX);
+    let max_ctx = loaded.model.max_context();
+    interrupt::install();
     let stdin = std::io::stdin();
     let mut out = std::io::stdout();
+    eprintln!("xwen: chat ready; /help lists the commands");
     loop {
-        write!(out, "> ")?;
-        out.flush()?;
-        let mut raw = Vec::new();
-        if stdin.lock().read_until(b'\n', &mut raw)? == 0 {
+        let Some(line) = read_message(&stdin, &mut out)? else {
             writeln!(out)?;
             return Ok(());
-        }
-        let Ok(line) = String::from_utf8(raw) else {
-            eprintln!("xwen: that line is not valid UTF-8; nothing was sent");
-            continue;
         };
-        let line = line.trim_end_matches(['\n', '\r']).to_string();
-        if line.is_empty() {
+        if line.trim().is_empty() {
             continue;
         }
-        if let Some(cmd) = line.strip_prefix('/') {
+        let trimmed = line.trim();
+        if trimmed == "exit" || trimmed == "quit" {
+            return Ok(());
+        }
+        if let Some(cmd) = trimmed.strip_prefix('/') {
             let (name, arg) = cmd.split_once(' ').unwrap_or((cmd, ""));
+            let arg = arg.trim();
             match name {
-                "exit" | "quit" => return Ok(()),
-                "reset" => {
+                "exit" | "quit" | "bye" => return Ok(()),
+                "reset" | "clear" => {
                     messages.retain(|m| m.role == "system");
                     session.reset(&loaded.model);
                     eprintln!("xwen: conversation cleared");
                 }
                 "system" => {
                     messages.retain(|m| m.role != "system");
-                    if !arg.trim().is_empty() {
-                        messages.insert(0, msg("system", arg.trim().to_string()));
+                    if !arg.is_empty() {
+                        messages.insert(0, msg("system", arg.to_string()));
                     }
-                    eprintln!("xwen: system prompt {}", if arg.trim().is_empty() { "removed" } else { "set" });
+                    eprintln!("xwen: system prompt {}", if arg.is_empty() { "removed" } else { "set" });
                 }
-                "help" => eprintln!("commands: /exit, /reset (clear the conversation), /system TEXT (set or, empty, remove the system prompt)"),
+                "save" if !arg.is_empty() => match save(arg, &messages) {
+                    Ok(()) => eprintln!("xwen: saved {} messages to {arg}", messages.len()),
+                    Err(e) => eprintln!("xwen: /save {arg}: {e:#}"),
+                },
+                "load" if !arg.is_empty() => match load(arg) {
+                    Ok(m) => {
+                        messages = m;
+                        // the state is kept: the next turn reuses what it shares with the loaded transcript
+                        eprintln!("xwen: loaded {} messages from {arg}", messages.len());
+                    }
+                    Err(e) => eprintln!("xwen: /load {arg}: {e:#}"),
+                },
+                "save" | "load" => eprintln!("xwen: /{name} needs a file name: /{name} FILE"),
+                "help" | "?" => eprintln!("{HELP}"),
                 other => eprintln!("xwen: unknown command `/{other}` (/help lists them)"),
             }
             continue;
         }
         messages.push(msg("user", line));
-        let ids = encode_segments(tok, &template.render(&messages, &opts)?);
+        let ids = match template.render(&messages, &opts) {
+            Ok(segs) => encode_segments(tok, &segs),
+            Err(e) => {
+                messages.pop();
+                eprintln!("xwen: the chat template failed on this conversation: {e}");
+                continue;
+            }
+        };
         // a reply must fit in the context: stop it where the context ends, and say so
-        let room = loaded.model.max_context().saturating_sub(ids.len());
-        if room == 0 {
+        if ids.len() >= max_ctx {
             messages.pop();
             eprintln!(
-                "xwen: the conversation ({} tokens) fills the context of {} positions (-c); /reset to start over (recurrent state cannot be shifted like a KV cache)",
-                ids.len(),
-                loaded.model.max_context()
+                "xwen: the conversation ({} tokens) fills the context of {max_ctx} positions (-c); /reset to start over \
+                 (a context shift is not possible: the recurrent layers' state cannot drop old tokens)",
+                ids.len()
             );
             continue;
         }
         let mut reply_ids = Vec::new();
         let mut dec = StreamDecoder::new();
-        let (stats, _reuse) = session.generate(&loaded.model, &ids, n.min(room), &stop, &mut sampler, &mut |t| {
-            reply_ids.push(t);
-            if !stop.contains(&t) {
-                print!("{}", dec.push(tok, t));
-                let _ = std::io::stdout().flush();
+        let progress = std::cell::RefCell::new(PrefillProgress::new(a.engine.quiet));
+        interrupt::begin_reply();
+        let result = session.generate_observed(
+            &loaded.model,
+            &ids,
+            limit,
+            &stop,
+            &mut sampler,
+            &mut |done, total| {
+                progress.borrow_mut().update(done, total);
+                !interrupt::stop_requested()
+            },
+            &mut |t| {
+                progress.borrow_mut().finish();
+                reply_ids.push(t);
+                if !stop.contains(&t) {
+                    print!("{}", dec.push(tok, t));
+                    let _ = std::io::stdout().flush();
+                }
+                !interrupt::stop_requested()
+            },
+        );
+        progress.borrow_mut().finish();
+        let interrupted = interrupt::end_reply();
+        let (stats, _reuse) = match result {
+            Ok(r) => r,
+            Err(e) => {
+                messages.pop();
+                eprintln!("xwen: {e}");
+                continue;
             }
-            true
-        })?;
+        };
         println!("{}", dec.finish());
+        if reply_ids.is_empty() {
+            // stopped during the prefill: the turn is dropped, as if not sent
+            messages.pop();
+            eprintln!("xwen: stopped before the reply began; the message was not kept");
+            continue;
+        }
         let text = tok.decode(reply_ids.iter().copied().filter(|t| !stop.contains(t)).collect::<Vec<_>>().as_slice());
         messages.push(msg("assistant", text));
-        if stats.stop == xwen_engine::StopReason::Length && n > room {
-            eprintln!("xwen: the reply reached the end of the context (-c {}); /reset to start over", loaded.model.max_context());
+        match stats.stop {
+            StopReason::ContextFull => eprintln!("xwen: the reply reached the end of the context (-c {max_ctx}); /reset to start over"),
+            StopReason::Caller if interrupted => eprintln!("xwen: reply stopped (Ctrl-C); the chat goes on"),
+            _ => {}
         }
-        eprintln!("[{} tok, {:.1} tok/s]", stats.generated, stats.decode_tps());
+        if !a.engine.quiet {
+            eprintln!("[{} tok, {:.1} tok/s]", stats.generated, stats.decode_tps());
+        }
     }
+}
+
+/// The next message: one line, or several joined where a line ends in `\`. None at the end of
+/// input. A line that is not UTF-8 is reported and dropped.
+fn read_message(stdin: &std::io::Stdin, out: &mut std::io::Stdout) -> Result<Option<String>> {
+    let mut text = String::new();
+    loop {
+        write!(out, "{}", if text.is_empty() { "> " } else { ". " })?;
+        out.flush()?;
+        let mut raw = Vec::new();
+        if stdin.lock().read_until(b'\n', &mut raw)? == 0 {
+            return Ok(if text.is_empty() { None } else { Some(text) });
+        }
+        let Ok(line) = String::from_utf8(raw) else {
+            eprintln!("xwen: that line is not valid UTF-8; nothing was sent");
+            text.clear();
+            continue;
+        };
+        let line = line.trim_end_matches(['\n', '\r']);
+        match line.strip_suffix('\\') {
+            Some(head) => {
+                text.push_str(head);
+                text.push('\n');
+            }
+            None => {
+                text.push_str(line);
+                return Ok(Some(text));
+            }
+        }
+    }
+}
+
+fn save(path: &str, messages: &[ChatMessage]) -> Result<()> {
+    let items: Vec<Value> = messages.iter().map(|m| json!({"role": m.role, "content": m.content})).collect();
+    let text = serde_json::to_string_pretty(&json!({"messages": items}))?;
+    std::fs::write(path, text + "\n")?;
+    Ok(())
+}
+
+/// A conversation saved by /save: `{"messages": [{"role", "content"}, ...]}` (a bare array of
+/// messages, as the OpenAI API takes them, reads too).
+fn load(path: &str) -> Result<Vec<ChatMessage>> {
+    let bytes = std::fs::read(path)?;
+    let v: Value = serde_json::from_slice(&bytes).context("not JSON")?;
+    let items = match &v {
+        Value::Array(a) => a,
+        Value::Object(o) => match o.get("messages") {
+            Some(Value::Array(a)) => a,
+            _ => bail!("no \"messages\" array"),
+        },
+        _ => bail!("not a conversation (an object with \"messages\", or an array)"),
+    };
+    let mut out = Vec::new();
+    for (i, m) in items.iter().enumerate() {
+        let role = m.get("role").and_then(Value::as_str).with_context(|| format!("message {i}: no \"role\""))?;
+        if !matches!(role, "system" | "user" | "assistant") {
+            bail!("message {i}: role `{role}` is not system, user or assistant");
+        }
+        let content = m.get("content").and_then(Value::as_str).with_context(|| format!("message {i}: \"content\" is not text"))?;
+        out.push(msg(role, content.to_string()));
+    }
+    Ok(out)
 }
 
 fn msg(role: &str, content: String) -> ChatMessage {
@@ -123,5 +244,27 @@ fn msg(role: &str, content: String) -> ChatMessage {
         tool_calls: Vec::new(),
         tool_call_id: None,
         name: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_saved_conversation_loads_back() {
+        let dir = std::env::temp_dir().join(format!("xwen-chat-save-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("c.json");
+        let f = f.to_str().unwrap();
+        let m = vec![msg("system", "be brief".into()), msg("user", "hi\nthere".into()), msg("assistant", "hello".into())];
+        save(f, &m).unwrap();
+        let back = load(f).unwrap();
+        assert_eq!(back.iter().map(|m| (m.role.as_str(), m.content.as_str())).collect::<Vec<_>>(), [("system", "be brief"), ("user", "hi\nthere"), ("assistant", "hello")]);
+        std::fs::write(f, r#"[{"role": "tool", "content": "x"}]"#).unwrap();
+        assert!(load(f).unwrap_err().to_string().contains("role"));
+        std::fs::write(f, "not json").unwrap();
+        assert!(load(f).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,5 +1,5 @@
-//! `xwen inspect FILE [--json]`: what a GGUF file holds — architecture, hyperparameters, every
-//! metadata key, tensors grouped by type — and roughly how much memory running it takes.
+//! `xwen inspect FILE [--json] [--tensors]`: what a GGUF file holds — architecture,
+//! hyperparameters, every metadata key, special tokens, tensors grouped by type (and each one) — and roughly how much memory running it takes.
 //!
 //! `--json` prints one object: `architecture`, `name`, `version`, `alignment`, `file_type`,
 //! `file_bytes`, `data_offset`, `tensor_count`, `tensor_bytes`, `metadata` (key → value),
@@ -9,14 +9,13 @@
 //! that JSON cannot hold (NaN, ±inf) become null.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, Result};
 use serde_json::{json, Map, Value as Json};
 use xwen_gguf::{GgufError, GgufFile, Value};
 use xwen_engine::experts::plan::human_bytes;
 
-use crate::args::Args;
+use crate::cli::InspectArgs;
 
 const JSON_ARRAY_MAX: usize = 64;
 const JSON_ARRAY_HEAD: usize = 16;
@@ -25,23 +24,90 @@ const TEXT_STR_MAX: usize = 72;
 /// Context length the memory estimate is quoted at (capped by the model's own).
 const ESTIMATE_CTX: u64 = 4096;
 
-pub fn run(args: &[String]) -> Result<()> {
-    let mut a = Args::new(args);
-    let as_json = a.flag(&["--json"]);
-    let pos = a.finish()?;
-    let [path] = pos.as_slice() else {
-        bail!("usage: xwen inspect FILE [--json]");
-    };
-    let f = GgufFile::open(Path::new(path)).map_err(|e| match e {
+pub fn run(a: InspectArgs) -> Result<()> {
+    let path = a.file.display().to_string();
+    if a.file.is_dir() {
+        anyhow::bail!("{path} is a directory, not a GGUF file");
+    }
+    let f = GgufFile::open(&a.file).map_err(|e| match e {
         GgufError::Open { .. } => anyhow!("{e}"),
         _ => anyhow!("{path}: {e}"),
     })?;
-    if as_json {
+    if a.json {
         println!("{}", serde_json::to_string_pretty(&to_json(&f))?);
     } else {
-        print!("{}", to_text(path, &f));
+        print!("{}", to_text(&path, &f));
+        if a.tensors {
+            print!("{}", tensor_table(&f));
+        }
     }
     Ok(())
+}
+
+/// The named special tokens llama.cpp reads (`tokenizer.ggml.*_token_id`), as
+/// (name, id, text), in llama.cpp's order.
+const SPECIAL_KEYS: &[&str] = &[
+    "bos", "eos", "eot", "eom", "unknown", "seperator", "padding", "cls", "mask", "fim_pre", "fim_suf", "fim_mid", "fim_pad", "fim_rep", "fim_sep",
+];
+
+fn special_tokens(f: &GgufFile) -> Vec<(&'static str, u64, Option<String>)> {
+    let texts = f.get_array("tokenizer.ggml.tokens");
+    SPECIAL_KEYS
+        .iter()
+        .filter_map(|k| {
+            let id = f.get_u64(&format!("tokenizer.ggml.{k}_token_id"))?;
+            let text = texts.and_then(|t| t.get(id as usize)).and_then(Value::as_str).map(str::to_string);
+            Some((*k, id, text))
+        })
+        .collect()
+}
+
+/// The control tokens (token type 3: chat markup such as `<|im_start|>`), as (id, text).
+fn control_tokens(f: &GgufFile) -> Vec<(usize, String)> {
+    let (Some(texts), Some(types)) = (f.get_array("tokenizer.ggml.tokens"), f.get_array("tokenizer.ggml.token_type")) else {
+        return Vec::new();
+    };
+    types
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| matches!(t, Value::I32(3) | Value::U32(3)))
+        .filter_map(|(i, _)| Some((i, texts.get(i)?.as_str()?.to_string())))
+        .collect()
+}
+
+fn special_text(f: &GgufFile) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let named = special_tokens(f);
+    let control = control_tokens(f);
+    if named.is_empty() && control.is_empty() {
+        return o;
+    }
+    let _ = writeln!(o, "\nspecial tokens:");
+    for (name, id, text) in &named {
+        let _ = writeln!(o, "  {name:<10} {id:>7}  {}", text.as_deref().map_or("(no such token)".to_string(), |t| format!("{t:?}")));
+    }
+    if let Some(b) = f.get_bool("tokenizer.ggml.add_bos_token") {
+        let _ = writeln!(o, "  add_bos    {b}");
+    }
+    if !control.is_empty() {
+        let list: Vec<String> = control.iter().map(|(i, t)| format!("{i} {t}")).collect();
+        let _ = writeln!(o, "  control tokens ({}): {}", control.len(), list.join(", "));
+    }
+    o
+}
+
+/// `--tensors`: one line per tensor, in file order.
+fn tensor_table(f: &GgufFile) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let w = f.tensors().iter().map(|t| t.name.len()).max().unwrap_or(4).max(4);
+    let _ = writeln!(o, "\ntensors:\n  {:<w$} {:<7} {:<24} {:>14} {:>14}", "name", "type", "shape", "bytes", "offset");
+    for t in f.tensors() {
+        let shape = t.dims.iter().map(u64::to_string).collect::<Vec<_>>().join(" x ");
+        let _ = writeln!(o, "  {:<w$} {:<7} {:<24} {:>14} {:>14}", t.name, t.ty.name(), shape, t.n_bytes, t.offset);
+    }
+    o
 }
 
 /// llama.cpp's `general.file_type` (enum llama_ftype) names.
@@ -270,6 +336,8 @@ fn to_text(path: &str, f: &GgufFile) -> String {
         human_bytes(total)
     );
 
+    o += &special_text(f);
+
     let m = MemoryEstimate::of(f);
     let _ = writeln!(
         o,
@@ -365,6 +433,8 @@ fn to_json(f: &GgufFile) -> Json {
         "tensor_types": types,
         "memory_estimate": estimate.to_json(),
         "ram_budget_floor_bytes": streaming_plan(f, estimate.n_ctx).map(|p| p.floor()),
+        "special_tokens": special_tokens(f).into_iter().map(|(k, id, text)| (k.to_string(), json!({"id": id, "text": text}))).collect::<Map<String, Json>>(),
+        "control_tokens": control_tokens(f).into_iter().map(|(id, text)| json!({"id": id, "text": text})).collect::<Vec<_>>(),
         "metadata": metadata,
         "tensors": tensors,
     })

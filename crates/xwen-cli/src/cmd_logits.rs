@@ -3,39 +3,31 @@
 //! on — and, for a MoE model, every routing decision (one JSON line per position and layer:
 //! pos, layer, experts, weights, margin), which tools/oracle/route_diff.py compares.
 
-use crate::args::Args;
+use crate::cli::LogitsArgs;
 use crate::{model_arg, npy};
 use anyhow::{bail, Context, Result};
 use xwen_engine::LogitsMode;
 
-pub fn run(argv: &[String]) -> Result<()> {
-    let mut a = Args::new(argv);
-    let model = a.value(&["-m", "--model"])?;
-    let ids = a.value(&["--ids"])?.context("--ids is required")?;
-    let out = a.value(&["--out", "-o"])?.context("--out FILE.npy is required")?;
-    let routes_out = a.value(&["--dump-routes"])?;
-    let mut cfg = model_arg::engine_config(&mut a)?;
-    cfg.record_routes = routes_out.is_some();
-    let rest = a.finish()?;
-    if !rest.is_empty() {
-        bail!("unexpected argument `{}`", rest[0]);
-    }
+pub fn run(a: LogitsArgs) -> Result<()> {
+    let mut cfg = a.engine.engine_config()?;
+    cfg.record_routes = a.dump_routes.is_some();
+    let (model, ids, out, routes_out) = (a.model.clone(), a.ids.clone(), a.out.clone(), a.dump_routes.clone());
     let ids = model_arg::parse_ids(&ids)?;
     if ids.is_empty() {
         bail!("--ids is empty");
     }
-    let loaded = model_arg::load(model.as_deref(), &cfg, false)?;
+    let loaded = model_arg::load(model.as_deref(), cfg, &a.engine)?;
     let mut st = loaded.model.new_state();
     let logits = loaded.model.forward(&mut st, &ids, LogitsMode::All)?;
-    npy::write_f32(std::path::Path::new(&out), &[ids.len(), loaded.model.n_vocab()], &logits)
-        .with_context(|| format!("writing {out}"))?;
+    npy::write_f32(&out, &[ids.len(), loaded.model.n_vocab()], &logits)
+        .with_context(|| format!("writing {}", out.display()))?;
     if let Some(path) = routes_out {
         let mut text = String::new();
         for r in loaded.model.take_routes() {
             text += &serde_json::json!({"pos": r.pos, "layer": r.layer, "experts": r.experts, "weights": r.weights, "margin": r.margin}).to_string();
             text.push('\n');
         }
-        std::fs::write(&path, text).with_context(|| format!("writing {path}"))?;
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }

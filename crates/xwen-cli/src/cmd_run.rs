@@ -1,101 +1,199 @@
-//! `xwen run`: complete a prompt (raw text or token ids) and stream the continuation.
+//! `xwen run`: complete a prompt (text, a file, or token ids) and stream the continuation.
+//! The prompt runs in forward steps of `-ub` tokens (llama.cpp's n_ubatch), with a progress
+//! line when it is long; the run ends with its rates and why it stopped.
 
-use crate::args::Args;
-use crate::model_arg;
-use anyhow::{bail, Result};
+use crate::cli::RunArgs;
+use crate::prefill_progress::PrefillProgress;
+use crate::{model_arg, opts};
+use anyhow::{bail, Context, Result};
+use serde_json::json;
 use std::io::Write;
-use xwen_engine::{generate, GenerateRequest, Sampler, SamplerConfig};
+use xwen_chat::{StopFilter, StreamDecoder};
+use xwen_engine::{generate_observed, GenerateRequest, Sampler, StopReason};
 
-pub fn sampler_config(a: &mut Args) -> Result<SamplerConfig> {
-    Ok(SamplerConfig {
-        temperature: a.parsed(&["--temp", "--temperature"])?,
-        top_k: a.parsed(&["--top-k"])?,
-        top_p: a.parsed(&["--top-p"])?,
-        min_p: a.parsed(&["--min-p"])?,
-        repeat_penalty: a.parsed(&["--repeat-penalty"])?,
-        presence_penalty: a.parsed(&["--presence-penalty"])?,
-        frequency_penalty: a.parsed(&["--frequency-penalty"])?,
-        penalty_last_n: a.parsed(&["--repeat-last-n"])?,
-        logit_bias: Vec::new(),
-        seed: a.parsed(&["--seed", "-s"])?,
-    })
+/// UTF-8 decoding as llama.cpp's `unicode_cpts_from_utf8` does it: a byte that does not start
+/// a well-formed character becomes one U+FFFD and decoding resumes at the next byte.
+pub fn llama_lossy_utf8(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match std::str::from_utf8(rest) {
+            Ok(s) => {
+                out.push_str(s);
+                break;
+            }
+            Err(e) => {
+                let (good, bad) = rest.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(good).unwrap_or_default());
+                out.push(char::REPLACEMENT_CHARACTER);
+                rest = &bad[1..];
+            }
+        }
+    }
+    out
 }
 
-pub fn run(argv: &[String]) -> Result<()> {
-    let mut a = Args::new(argv);
-    let model = a.value(&["-m", "--model"])?;
-    let prompt = a.value(&["-p", "--prompt"])?;
-    let ids = a.value(&["--ids"])?;
-    let n: usize = a.parsed(&["-n", "--n-predict"])?.unwrap_or(64);
-    let print_ids = a.flag(&["--print-ids"]);
-    let no_think = a.flag(&["--no-think"]);
-    let quiet = a.flag(&["-q", "--quiet"]);
-    let mut scfg = sampler_config(&mut a)?;
-    let cfg = model_arg::engine_config(&mut a)?;
-    let rest = a.finish()?;
-    if !rest.is_empty() {
-        bail!("unexpected argument `{}`", rest[0]);
+pub fn run(a: RunArgs) -> Result<()> {
+    let quiet = a.engine.quiet;
+    let cfg = a.engine.engine_config()?;
+    let prompt_file = match &a.file {
+        Some(f) => Some(llama_lossy_utf8(&std::fs::read(f).with_context(|| format!("-f {f}"))?)),
+        None => None,
+    };
+    if a.model.is_some() && a.prompt.is_none() && a.file.is_none() && a.ids.is_none() {
+        bail!("no prompt: give -p TEXT, -f FILE or --ids 1,2,3");
     }
-    if model.is_none() && !quiet {
+    if a.model.is_none() && !quiet {
         eprintln!("{}", model_arg::DEMO_NOTE);
     }
-    let loaded = model_arg::load(model.as_deref(), &cfg, quiet)?;
+    let loaded = model_arg::load(a.model.as_deref(), cfg, &a.engine)?;
     if !quiet {
         eprintln!(
-            "xwen: loaded {} ({}) in {:.2}s: {:.1} MiB of weights (memory-mapped), {} threads",
+            "xwen: loaded {} ({}) in {:.2}s: {:.1} MiB of weights ({}), {} threads",
             loaded.model.name().unwrap_or("model"),
             loaded.model.architecture(),
             loaded.load_secs,
             loaded.model.weight_bytes() as f64 / (1 << 20) as f64,
+            if a.engine.no_mmap { "read into memory" } else { "memory-mapped" },
             loaded.model.threads()
         );
     }
     let tok = &loaded.tokenizer;
-    let prompt = match (&prompt, &ids) {
-        (None, None) if loaded.is_demo => Some("def fibonacci(n):\n".to_string()),
-        _ => prompt,
-    };
-    let prompt_ids = match (&prompt, &ids) {
-        (Some(_), Some(_)) => bail!("give either -p TEXT or --ids, not both"),
+    let mut prompt = a.prompt.clone().or(prompt_file);
+    if prompt.is_none() && a.ids.is_none() && loaded.is_demo {
+        prompt = Some("def fibonacci(n):\n".to_string());
+    }
+    let prompt_ids = match (&prompt, &a.ids) {
         (_, Some(s)) => model_arg::parse_ids(s)?,
         (Some(p), None) => tok.encode(p),
-        (None, None) => bail!("no prompt: give -p TEXT or --ids 1,2,3"),
+        (None, None) => bail!("no prompt: give -p TEXT, -f FILE or --ids 1,2,3"),
     };
     if prompt_ids.is_empty() {
         bail!("the prompt tokenizes to nothing");
     }
+    if let Some(&bad) = prompt_ids.iter().find(|&&t| t as usize >= loaded.model.n_vocab()) {
+        bail!("--ids: token {bad} is outside the vocabulary (0..{})", loaded.model.n_vocab());
+    }
+    let max_ctx = loaded.model.max_context();
+    if prompt_ids.len() >= max_ctx {
+        bail!("the prompt ({} tokens) does not fit the context of {max_ctx} positions with room to generate: raise -c", prompt_ids.len());
+    }
+    let mut scfg = a.sampling.sampler_config();
     // The demo is a code model: greedy unless asked otherwise.
-    if loaded.is_demo && scfg.temperature.is_none() {
+    if loaded.is_demo && a.sampling.temp.is_none() {
         scfg.temperature = Some(0.0);
     }
-    let mut sampler = Sampler::new(scfg.resolve(!no_think));
-    let mut state = loaded.model.new_state();
-    let stop = tok.eos_ids();
-    let mut out = std::io::stdout().lock();
-    let mut generated = Vec::new();
-    let mut dec = xwen_chat::StreamDecoder::new();
-    if let (false, Some(p)) = (print_ids, &prompt) {
-        write!(out, "{p}")?;
+    let params = scfg.resolve(!a.no_think);
+    if params.temperature > 0.0 && !quiet {
+        eprintln!("xwen: seed {} (--seed {} repeats this run)", params.seed, params.seed);
     }
-    let req = GenerateRequest { prompt: &prompt_ids, max_tokens: n, stop_ids: &stop };
-    let stats = generate(&loaded.model, &mut state, &req, &mut sampler, &mut |t| {
-        generated.push(t);
-        if !print_ids && !stop.contains(&t) {
-            let s = dec.push(tok, t);
-            let _ = write!(out, "{s}");
-            let _ = out.flush();
+    let seed = params.seed;
+    let mut sampler = Sampler::new(params);
+    let mut state = loaded.model.new_state();
+    let stop_ids = if a.ignore_eos { Vec::new() } else { tok.eos_ids() };
+    let eos = tok.eos_ids();
+    let mut out = std::io::stdout().lock();
+    let stream_text = !a.print_ids && !a.json;
+    if let (true, Some(p)) = (stream_text, &prompt) {
+        write!(out, "{p}")?;
+        out.flush()?;
+    }
+    let mut generated = Vec::new();
+    let mut text = String::new();
+    let mut dec = StreamDecoder::new();
+    let mut stops = StopFilter::new(a.stop.clone());
+    let req = GenerateRequest {
+        prompt: &prompt_ids,
+        max_tokens: opts::token_limit(a.n_predict),
+        stop_ids: &stop_ids,
+        prefill_chunk: a.engine.prefill_chunk(),
+    };
+    let mut progress = PrefillProgress::new(quiet);
+    let mut write_err = None;
+    let mut emit = |s: &str, text: &mut String, out: &mut std::io::StdoutLock| {
+        text.push_str(s);
+        if stream_text && write_err.is_none() {
+            if let Err(e) = write!(out, "{s}").and_then(|_| out.flush()) {
+                write_err = Some(e);
+            }
         }
-        true
-    })?;
-    if print_ids {
+    };
+    let stats = generate_observed(
+        &loaded.model,
+        &mut state,
+        &req,
+        &mut sampler,
+        &mut |done, total| {
+            progress.update(done, total);
+            if done == total {
+                progress.finish();
+            }
+            true
+        },
+        &mut |t| {
+            generated.push(t);
+            if eos.contains(&t) && !a.ignore_eos {
+                return true;
+            }
+            let piece = dec.push(tok, t);
+            let kept = stops.push(&piece);
+            emit(&kept, &mut text, &mut out);
+            stops.hit().is_none()
+        },
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    progress.finish();
+    if stops.hit().is_none() {
+        let tail = stops.push(&dec.finish());
+        emit(&tail, &mut text, &mut out);
+        let held = stops.finish();
+        emit(&held, &mut text, &mut out);
+    }
+    if let Some(e) = write_err {
+        return Err(e.into());
+    }
+    let stop = match stats.stop {
+        StopReason::StopToken => "eos",
+        StopReason::Length => "length",
+        StopReason::ContextFull => "context_full",
+        StopReason::Caller if stops.hit().is_some() => "stop_string",
+        StopReason::Caller | StopReason::Constraint => "stopped",
+    };
+    if a.json {
+        let v = json!({
+            "text": text,
+            "ids": generated,
+            "prompt_tokens": stats.prompt_tokens,
+            "generated_tokens": stats.generated,
+            "stop": stop,
+            "stop_string": stops.hit(),
+            "seed": seed,
+            "timings": {
+                "load_s": loaded.load_secs,
+                "prefill_s": stats.prefill_secs,
+                "prefill_tok_per_s": stats.prefill_tps(),
+                "decode_s": stats.decode_secs,
+                "decode_tok_per_s": stats.decode_tps(),
+            },
+        });
+        writeln!(out, "{v}")?;
+    } else if a.print_ids {
         let s: Vec<String> = generated.iter().map(|t| t.to_string()).collect();
         writeln!(out, "{}", s.join(" "))?;
     } else {
-        writeln!(out, "{}", dec.finish())?;
+        writeln!(out)?;
     }
+    out.flush()?;
     if !quiet {
+        let why = match stats.stop {
+            StopReason::StopToken => "end of text".to_string(),
+            StopReason::Length => format!("the token limit (-n {})", a.n_predict),
+            StopReason::ContextFull => format!("the end of the context (-c {max_ctx}; recurrent state cannot be shifted: raise -c)"),
+            StopReason::Caller if stops.hit().is_some() => format!("the stop string {:?}", stops.hit().unwrap_or_default()),
+            StopReason::Caller | StopReason::Constraint => "stopped".into(),
+        };
         eprintln!(
-            "xwen: prefill {} tok at {:.1} tok/s, decode {} tok at {:.1} tok/s",
+            "xwen: prefill {} tok at {:.1} tok/s, decode {} tok at {:.1} tok/s; stopped at {why}",
             stats.prompt_tokens,
             stats.prefill_tps(),
             stats.generated,
@@ -107,4 +205,17 @@ pub fn run(argv: &[String]) -> Result<()> {
         model_arg::print_expert_cache(&loaded.model);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_bytes_become_one_replacement_each() {
+        assert_eq!(llama_lossy_utf8(b"a\xE4\xB8b"), "a\u{FFFD}\u{FFFD}b");
+        assert_eq!(llama_lossy_utf8("é😀".as_bytes()), "é😀");
+        assert_eq!(llama_lossy_utf8(b"\xF0\x9F\x98A"), "\u{FFFD}\u{FFFD}\u{FFFD}A");
+        assert_eq!(llama_lossy_utf8(b""), "");
+    }
 }

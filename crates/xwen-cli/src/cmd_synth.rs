@@ -1,41 +1,21 @@
 //! `xwen synth`: write a synthetic GGUF with a real checkpoint's geometry and random weights,
 //! for benchmarks (docs/bench.md "Synthetic models").
 
-use crate::args::Args;
-use anyhow::{bail, Context, Result};
+use crate::cli::SynthArgs;
+use anyhow::{Context, Result};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use xwen_synth::{self as synth, Preset, SynthProgress};
+use xwen_synth::{self as synth, SynthProgress};
 use xwen_gguf::GgufFile;
-
-const USAGE: &str = "usage: xwen synth --preset NAME --out FILE [--vocab VOCAB.gguf] [--seed N]
-presets: qwen35moe-35b-a3b (~20.4 GB), qwen35-27b (~19.1 GB), qwen35-4b (~3.5 GB),
-         qwen35moe-small (~230 MB, nearly all routed experts: for --ram-budget runs),
-         qwen35moe-tiny, qwen35-tiny (a few MB); the last three with a synthetic byte-level vocabulary";
 
 /// The Qwen3.5 vocabulary fixture, looked for relative to the working directory (the repo root).
 const DEFAULT_VOCAB: &str = "tests/fixtures/vocab/ggml-vocab-qwen35.gguf";
 
-pub fn run(argv: &[String]) -> Result<()> {
-    let mut a = Args::new(argv);
-    if a.flag(&["-h", "--help"]) {
-        println!("{USAGE}");
-        return Ok(());
-    }
-    let preset: Option<Preset> = a.parsed(&["--preset"])?;
-    let out = a.value(&["--out", "-o"])?;
-    let vocab_arg = a.value(&["--vocab"])?;
-    let seed: u64 = a.parsed(&["--seed"])?.unwrap_or(1);
-    let rest = a.finish()?;
-    if let Some(x) = rest.first() {
-        bail!("unexpected argument `{x}`\n{USAGE}");
-    }
-    let (Some(preset), Some(out)) = (preset, out) else { bail!("--preset and --out are required\n{USAGE}") };
-    let out = PathBuf::from(out);
-
+pub fn run(a: SynthArgs) -> Result<()> {
+    let (preset, out, vocab_arg, seed) = (a.preset, a.out, a.vocab, a.seed);
     let vocab_path = match vocab_arg {
-        Some(v) => Some(PathBuf::from(v)),
+        Some(v) => Some(v),
         None if !preset.is_tiny() && Path::new(DEFAULT_VOCAB).is_file() => Some(PathBuf::from(DEFAULT_VOCAB)),
         None => None,
     };

@@ -182,10 +182,39 @@ fn is_repo_file(f: &str) -> bool {
         && f.split('/').all(|c| !c.is_empty() && c != "." && c != "..")
 }
 
+/// The one model GGUF in `dir` (multimodal projectors, `mmproj*`, aside; a split model by its
+/// first part); several or none is an error that lists what is there.
+fn one_gguf_in(dir: &Path) -> Result<PathBuf> {
+    let entries = std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
+    let mut found: Vec<PathBuf> = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().to_ascii_lowercase();
+        let is_part = name.contains("-of-") && !name.contains("-00001-of-");
+        if name.ends_with(".gguf") && !name.starts_with("mmproj") && !is_part && e.path().is_file() {
+            found.push(e.path());
+        }
+    }
+    found.sort();
+    match found.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => bail!("{} holds no .gguf file", dir.display()),
+        many => bail!(
+            "{} holds {} GGUF files ({}): give one with -m DIR/FILE.gguf",
+            dir.display(),
+            many.len(),
+            many.iter().filter_map(|p| p.file_name()).map(|n| n.to_string_lossy()).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
 pub fn parse(model: &str) -> Result<Spec> {
     let p = Path::new(model);
     if p.is_file() {
         return Ok(Spec::Path(p.to_path_buf()));
+    }
+    // a local directory is never a repo id, even when its name looks like one (`models/x`)
+    if p.is_dir() {
+        return one_gguf_in(p).map(Spec::Path);
     }
     if let Some((_, repo, file)) = OFFICIAL.iter().find(|(name, _, _)| *name == model) {
         return Ok(Spec::Repo {

@@ -1,41 +1,51 @@
 //! `xwen` — the command line. Every subcommand is a thin client of the library crates:
-//! argument parsing and printing live here, logic does not.
+//! argument parsing (cli.rs, clap) and printing live here, logic does not.
 
-mod args;
-mod download;
 mod bench_parallel;
+mod cli;
 mod cmd_bench;
 mod cmd_chat;
-mod cmd_synth;
 mod cmd_inspect;
 mod cmd_logits;
 mod cmd_pull;
 mod cmd_run;
 mod cmd_serve;
+mod cmd_synth;
 mod cmd_tokenize;
+mod download;
 mod hub;
+mod interrupt;
 mod lcg;
 mod model_arg;
 mod npy;
+mod opts;
+mod prefill_progress;
 
+use clap::{CommandFactory, FromArgMatches};
 use std::process::ExitCode;
 
-const USAGE: &str = "\
-xwen — hybrid linear-attention / MoE inference engine
+use cli::{Cli, Command};
 
-usage: xwen <command> [options]
+/// `xwen --version`: the version, the commit, and the kernel set this CPU gets.
+fn long_version() -> String {
+    use xwen_kernels::dispatch::{detected, Isa};
+    let isa = match detected() {
+        Isa::Avx512 => "AVX-512 (F, BW, VL, VNNI) + AVX2 + FMA + F16C",
+        Isa::Avx2 => "AVX2 + FMA + F16C",
+        Isa::Neon => "NEON",
+        Isa::Scalar => "scalar (no SIMD kernel set this CPU supports)",
+    };
+    format!("{} (commit {})\nkernels: {isa}", env!("CARGO_PKG_VERSION"), env!("XWEN_GIT_HASH"))
+}
 
-commands:
-  run       generate text from a prompt (no -m: the embedded demo model)
-  chat      multi-turn chat
-  serve     OpenAI- and Anthropic-compatible HTTP server
-  inspect   describe a GGUF file (--json for machine-readable output)
-  tokenize  print token ids of a text
-  logits    write logits of every position as .npy
-  bench     prefill / decode throughput (llama-bench compatible --json)
-  synth     write a synthetic full-size GGUF for benchmarks
-  pull      download a model into the Hugging Face cache and print its path
-";
+/// The clap command with its run-time pieces: the version strings and a fixed help width (the
+/// width docs/cli.md is generated at, so help reads the same everywhere).
+pub fn command() -> clap::Command {
+    Cli::command()
+        .version(concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("XWEN_GIT_HASH"), ")"))
+        .long_version(&*Box::leak(long_version().into_boxed_str()))
+        .term_width(100)
+}
 
 fn main() -> ExitCode {
     if std::env::var_os("XWEN_DEFAULT_MALLOC").is_none() {
@@ -49,7 +59,7 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     // Arguments that are not UTF-8 are refused by name, not with a panic.
-    let mut argv: Vec<String> = Vec::new();
+    let mut argv: Vec<String> = vec!["xwen".into()];
     for (i, a) in std::env::args_os().skip(1).enumerate() {
         match a.into_string() {
             Ok(s) => argv.push(s),
@@ -59,32 +69,71 @@ fn main() -> ExitCode {
             }
         }
     }
-    let Some(cmd) = argv.first().map(String::as_str) else {
-        eprint!("{USAGE}");
-        return ExitCode::from(2);
+    let argv = cli::expand_llama_shorts(argv);
+    let cli = match command().try_get_matches_from(&argv).and_then(|m| Cli::from_arg_matches(&m)) {
+        Ok(c) => c,
+        Err(e) => return usage_error(e, &argv),
     };
-    let rest = &argv[1..];
-    let result = match cmd {
-        "inspect" => cmd_inspect::run(rest),
-        "run" => cmd_run::run(rest),
-        "chat" => cmd_chat::run(rest),
-        "serve" => cmd_serve::run(rest),
-        "bench" => cmd_bench::run(rest),
-        "synth" => cmd_synth::run(rest),
-        "logits" => cmd_logits::run(rest),
-        "tokenize" => cmd_tokenize::run(rest),
-        "pull" => cmd_pull::run(rest),
-        "-h" | "--help" | "help" => {
-            print!("{USAGE}");
+    let result = match cli.command {
+        Command::Run(a) => cmd_run::run(a),
+        Command::Chat(a) => cmd_chat::run(a),
+        Command::Serve(a) => cmd_serve::run(a),
+        Command::Inspect(a) => cmd_inspect::run(a),
+        Command::Tokenize(a) => cmd_tokenize::run(a),
+        Command::Logits(a) => cmd_logits::run(a),
+        Command::Bench(a) => cmd_bench::run(a),
+        Command::Synth(a) => cmd_synth::run(a),
+        Command::Pull(a) => cmd_pull::run(a),
+        Command::Completions(a) => {
+            clap_complete::generate(a.shell, &mut command(), "xwen", &mut std::io::stdout());
             Ok(())
         }
-        other => Err(anyhow::anyhow!("unknown command `{other}`; run `xwen --help`")),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("xwen: {e:#}");
+            // one line: a message's own line breaks would read as separate errors
+            eprintln!("xwen: {}", format!("{e:#}").replace('\n', "; "));
             ExitCode::FAILURE
         }
     }
+}
+
+/// Help and version go to stdout (exit 0); a usage error is one line on stderr naming the
+/// problem, plus where help is (exit 2).
+fn usage_error(e: clap::Error, argv: &[String]) -> ExitCode {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            let _ = e.print();
+            return if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+        _ => {}
+    }
+    // clap's message spans lines (the problem, its items, a tip, the usage): one line of it
+    let text = e.to_string();
+    let mut first = String::new();
+    let mut usage = String::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if let Some(u) = line.strip_prefix("Usage: ") {
+            usage = format!("; usage: {u}");
+        } else if !(line.starts_with("For more information") || line.starts_with("tip:")) {
+            if !first.is_empty() {
+                first.push(' ');
+            }
+            first.push_str(line.trim_start_matches("error: "));
+        }
+    }
+    let tip = match e.get(ContextKind::SuggestedArg).or_else(|| e.get(ContextKind::SuggestedSubcommand)) {
+        Some(ContextValue::String(s)) => format!(" (did you mean `{s}`?)"),
+        Some(ContextValue::Strings(v)) if !v.is_empty() => format!(" (did you mean `{}`?)", v[0]),
+        _ => String::new(),
+    };
+    let sub = argv.get(1).filter(|s| command().get_subcommands().any(|c| c.get_name() == s.as_str()));
+    let help = match sub {
+        Some(s) => format!("xwen {s} --help"),
+        None => "xwen --help".into(),
+    };
+    eprintln!("xwen: {first}{tip}{usage}; see `{help}`");
+    ExitCode::from(2)
 }

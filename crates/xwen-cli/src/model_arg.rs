@@ -5,6 +5,8 @@ use anyhow::{Context, Result};
 use std::path::Path;
 use std::sync::Arc;
 use xwen_engine::{EngineConfig, Model};
+
+use crate::opts::EngineOpts;
 use xwen_gguf::GgufFile;
 
 /// tiny-qwen35 (6 M parameters, trained on CPython's standard library), Q4_K_M.
@@ -20,21 +22,44 @@ pub struct Loaded {
     pub is_demo: bool,
 }
 
-/// Opens MODEL, builds the tokenizer, identifies the checkpoint and (for files over 256 MiB,
-/// unless `quiet`) pre-faults the weights with a progress line on stderr.
-pub fn load(model: Option<&str>, cfg: &EngineConfig, quiet: bool) -> Result<Loaded> {
+/// Opens MODEL (`opts`: `--no-mmap`, `-c 0` for the trained context, quiet / verbose), builds
+/// the tokenizer, identifies the checkpoint and (for files over 256 MiB, unless quiet)
+/// pre-faults the weights with a progress line on stderr.
+pub fn load(model: Option<&str>, mut cfg: EngineConfig, opts: &EngineOpts) -> Result<Loaded> {
+    let quiet = opts.quiet;
     let t0 = std::time::Instant::now();
     let (file, is_demo, file_name, path) = match model {
         None => (GgufFile::from_bytes(DEMO_GGUF.to_vec()).context("embedded demo model")?, true, None, None),
         Some(m) => {
             let path = crate::hub::resolve(m)?;
             let name = path.file_name().map(|n| n.to_string_lossy().to_string());
-            (Model::open_file(&path, cfg).with_context(|| display(&path))?, false, name, Some(path))
+            let file = if opts.no_mmap {
+                let bytes = std::fs::read(&path).with_context(|| display(&path))?;
+                GgufFile::from_bytes(bytes).with_context(|| display(&path))?
+            } else {
+                Model::open_file(&path, &cfg).with_context(|| display(&path))?
+            };
+            (file, false, name, Some(path))
         }
     };
+    let trained = file.architecture().and_then(|a| file.get_u64(&format!("{a}.context_length")));
+    match (opts.ctx_size, trained) {
+        (Some(0), Some(t)) => cfg.max_ctx = usize::try_from(t).unwrap_or(crate::opts::MAX_CTX).min(crate::opts::MAX_CTX),
+        (Some(0), None) => {
+            opts.note(&format!("-c 0: the model states no trained context; using {}", EngineConfig::default().max_ctx));
+            cfg.max_ctx = EngineConfig::default().max_ctx;
+        }
+        (Some(c), Some(t)) if c as u64 > t => {
+            opts.note(&format!("warning: -c {c} is beyond the {t} positions the model was trained on; quality may fall past them"))
+        }
+        _ => {}
+    }
     let file = Arc::new(file);
     let tokenizer = xwen_chat::Tokenizer::from_gguf(&file).context("tokenizer")?;
-    let model = Model::from_gguf_at(file, path.as_deref(), cfg)?;
+    let model = Model::from_gguf_at(file, path.as_deref(), &cfg)?;
+    if opts.verbose {
+        eprintln!("xwen: kernels {:?} (CPU offers {:?}), {} threads, context {} positions", xwen_kernels::dispatch::active(), xwen_kernels::dispatch::detected(), model.threads(), model.max_context());
+    }
     if let (Some(plan), false) = (model.memory_plan(), quiet) {
         eprintln!("xwen: {}", plan.summary());
         if model.streams_experts() {
@@ -103,44 +128,6 @@ pub fn load(model: Option<&str>, cfg: &EngineConfig, quiet: bool) -> Result<Load
 
 fn display(p: &Path) -> String {
     p.display().to_string()
-}
-
-pub fn engine_config(args: &mut crate::args::Args) -> Result<EngineConfig> {
-    let mut cfg = EngineConfig::default();
-    if let Some(t) = args.parsed::<usize>(&["-t", "--threads"])? {
-        cfg.threads = t;
-    }
-    if let Some(c) = args.parsed::<usize>(&["-c", "--ctx-size"])? {
-        cfg.max_ctx = c;
-    }
-    cfg.force_reference = args.flag(&["--reference-kernels"]);
-    cfg.profile = args.flag(&["--profile"]);
-    if args.flag(&["--no-huge-pages"]) {
-        cfg.map_pages = xwen_gguf::MapPages::Small;
-    }
-    cfg.reread_huge_pages = args.flag(&["--reread-huge-pages"]);
-    if let Some(b) = args.value(&["--ram-budget"])? {
-        cfg.ram_budget = Some(parse_size(&b).with_context(|| format!("--ram-budget: `{b}` is not a size (e.g. 12G, 800M, auto)"))?);
-    }
-    if let Some(isa) = args.value(&["--isa"])? {
-        use xwen_kernels::dispatch::Isa;
-        cfg.max_isa = match isa.as_str() {
-            "native" => None,
-            "avx512" => Some(Isa::Avx512),
-            "avx2" => Some(Isa::Avx2),
-            "neon" => Some(Isa::Neon),
-            "scalar" => Some(Isa::Scalar),
-            other => anyhow::bail!("--isa: `{other}` is not one of native, avx512, avx2, neon, scalar"),
-        };
-    }
-    if let Some(scan) = args.value(&["--prefill-scan"])? {
-        cfg.chunked_prefill = match scan.as_str() {
-            "chunked" => true,
-            "recurrent" => false,
-            other => anyhow::bail!("--prefill-scan: `{other}` is not chunked or recurrent"),
-        };
-    }
-    Ok(cfg)
 }
 
 /// A byte count: `auto` or 0 (the engine picks), a number with an optional binary unit

@@ -38,3 +38,70 @@ fn a_full_context_ends_the_reply_and_says_so() {
     assert!(err.contains("end of the context") || err.contains("fills the context"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+/// Turn N's reply equals a fresh greedy `xwen run` of the transcript rendered up to it: the
+/// chat's state holds exactly the transcript's tokens (the last token of every reply included),
+/// for replies that end by length and by the end-of-turn token, thinking on and off. The
+/// conversation is read back with /save. Both sides run the scalar reference kernels, whose
+/// rows do not depend on how many share a forward step: the SIMD kernels follow llama.cpp's
+/// orders, which differ between a lone decode row and a prefill's row groups, so a state built
+/// turn by turn and a fresh prefill may round differently and flip a greedy near-tie — as in
+/// llama.cpp (docs/decisions.md "Chat state and span sizes").
+#[test]
+fn every_turn_equals_a_fresh_run_of_the_transcript() {
+    use xwen_chat::{encode_segments, ChatMessage, ChatTemplate, RenderOptions, Tokenizer};
+    let demo = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/demo/tiny-qwen35-q4_k_m.gguf");
+    let file = xwen_gguf::GgufFile::open(std::path::Path::new(demo)).unwrap();
+    let tok = Tokenizer::from_gguf(&file).unwrap();
+    let template = ChatTemplate::from_gguf(&file).unwrap().unwrap();
+    let dir = std::env::temp_dir().join(format!("xwen-chat-exact-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut stop_ends = 0;
+    let mut length_ends = 0;
+    for (think, n) in [(true, "24"), (false, "24"), (true, "200"), (false, "200")] {
+        let saved = dir.join(format!("c-{think}-{n}.json"));
+        let input = format!("def add(a, b):\nimport sys\nclass Stack:\n/save {}\n", saved.display());
+        let mut extra = vec!["-n", n, "--reference-kernels"];
+        if !think {
+            extra.push("--no-think");
+        }
+        let (_, err, code) = chat(input.as_bytes(), &extra);
+        assert_eq!(code, Some(0), "{err}");
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&saved).unwrap()).unwrap();
+        let msgs: Vec<ChatMessage> = v["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| ChatMessage {
+                role: m["role"].as_str().unwrap().into(),
+                content: m["content"].as_str().unwrap().into(),
+                reasoning_content: None,
+                tool_calls: Vec::new(),
+                tool_call_id: None,
+                name: None,
+            })
+            .collect();
+        assert_eq!(msgs.len(), 6, "three turns: {v}");
+        let opts = RenderOptions { add_generation_prompt: true, enable_thinking: think, ..Default::default() };
+        for turn in 0..3 {
+            let ids = encode_segments(&tok, &template.render(&msgs[..2 * turn + 1], &opts).unwrap());
+            let ids_arg = ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",");
+            let out = Command::new(env!("CARGO_BIN_EXE_xwen"))
+                .args(["run", "-m", demo, "--ids", &ids_arg, "-n", n, "--temp", "0", "-t", "1", "--json", "-q", "--reference-kernels"])
+                .args(if think { &[][..] } else { &["--no-think"][..] })
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            let fresh: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let want = fresh["text"].as_str().unwrap();
+            assert_eq!(msgs[2 * turn + 1].content, want, "think {think}, -n {n}, turn {turn}: the chat's reply differs from a fresh run");
+            match fresh["stop"].as_str() {
+                Some("eos") => stop_ends += 1,
+                Some("length") => length_ends += 1,
+                other => panic!("stop {other:?}"),
+            }
+        }
+    }
+    assert!(stop_ends > 0 && length_ends > 0, "replies ending by stop token {stop_ends}, by length {length_ends}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -26,7 +26,7 @@ pub use experts::store::{ExpertCacheStats, ExpertStore, ResidentExperts};
 pub use experts::streamed::StreamedExperts;
 pub use model::{supported_archs, LogitsMode, Model, Route, SeqStep, KNOWN_UNIMPLEMENTED_ARCHS};
 pub use state::{SeqCheckpoint, SeqState, Snapshot};
-pub use runtime::generate::{self, generate, GenStats, GenerateRequest, StopReason};
+pub use runtime::generate::{self, generate, generate_observed, GenStats, GenerateRequest, StopReason};
 pub use runtime::sampler;
 pub use runtime::scheduler::{Event, LogitsProcessor, Request, Scheduler, SeqId, TokenLogprobs};
 pub use runtime::session::{Reuse, Session};

@@ -5,7 +5,8 @@
 
 use crate::engine::{Job, Out, SubmitError};
 use crate::error::{ApiError, ApiResult, Dialect, Kind};
-use crate::reply::{Piece, ReplyParser, StopFilter};
+use crate::reply::{Piece, ReplyParser};
+use xwen_chat::StopFilter;
 use crate::tool_parse::ToolSchemas;
 use crate::App;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -50,8 +50,12 @@ fn rate(n: usize, s: f64) -> f64 {
 
 pub struct GenerateRequest<'a> {
     pub prompt: &'a [u32],
-    pub max_tokens: usize,
+    /// Tokens to sample at most; `None`: until a stop id or the context is full.
+    pub max_tokens: Option<usize>,
     pub stop_ids: &'a [u32],
+    /// Prompt tokens per forward step (llama.cpp's n_ubatch: a long prompt runs in steps of
+    /// this many, the last step giving the logits); 0 runs the whole prompt in one step.
+    pub prefill_chunk: usize,
 }
 
 /// Generate from `state` (which may already hold earlier turns). `on_token` sees every
@@ -63,21 +67,48 @@ pub fn generate(
     sampler: &mut Sampler,
     on_token: &mut dyn FnMut(u32) -> bool,
 ) -> Result<GenStats> {
+    generate_observed(model, state, req, sampler, &mut |_, _| true, on_token)
+}
+
+/// `generate`, with `on_prefill(done, total)` called after each prefill step (return false to
+/// stop before sampling: the state then holds the prompt tokens fed so far, and the stop
+/// reason is `Caller`). A sequence that reaches the context's end stops with `ContextFull`.
+pub fn generate_observed(
+    model: &Model,
+    state: &mut SeqState,
+    req: &GenerateRequest,
+    sampler: &mut Sampler,
+    on_prefill: &mut dyn FnMut(usize, usize) -> bool,
+    on_token: &mut dyn FnMut(u32) -> bool,
+) -> Result<GenStats> {
     let mut stats = GenStats { prompt_tokens: req.prompt.len(), ..Default::default() };
     for &t in req.prompt {
         sampler.accept(t);
     }
-    if req.max_tokens == 0 {
-        if !req.prompt.is_empty() {
-            let t0 = Instant::now();
-            model.forward(state, req.prompt, LogitsMode::None)?;
+    let limit = req.max_tokens.unwrap_or(usize::MAX);
+    let t0 = Instant::now();
+    let n = req.prompt.len();
+    let chunk = if req.prefill_chunk == 0 { n.max(1) } else { req.prefill_chunk };
+    let mut logits = Vec::new();
+    let mut at = 0;
+    while at < n {
+        let end = (at + chunk).min(n);
+        let mode = if end == n && limit > 0 { LogitsMode::Last } else { LogitsMode::None };
+        logits = model.forward(state, &req.prompt[at..end], mode)?;
+        at = end;
+        if !on_prefill(at, n) && at < n {
             stats.prefill_secs = t0.elapsed().as_secs_f64();
+            stats.stop = StopReason::Caller;
+            return Ok(stats);
         }
+    }
+    stats.prefill_secs = t0.elapsed().as_secs_f64();
+    if limit == 0 {
         return Ok(stats);
     }
-    let t0 = Instant::now();
-    let mut logits = model.forward(state, req.prompt, LogitsMode::Last)?;
-    stats.prefill_secs = t0.elapsed().as_secs_f64();
+    if logits.is_empty() {
+        return Err(crate::error::EngineError::EmptyInput);
+    }
     let t1 = Instant::now();
     loop {
         let tok = sampler.sample(&mut logits);
@@ -92,8 +123,12 @@ pub fn generate(
             stats.stop = StopReason::Caller;
             break;
         }
-        if stats.generated >= req.max_tokens {
+        if stats.generated >= limit {
             stats.stop = StopReason::Length;
+            break;
+        }
+        if state.pos + 1 > model.max_context() {
+            stats.stop = StopReason::ContextFull;
             break;
         }
         logits = model.forward(state, &[tok], LogitsMode::Last)?;

@@ -23,6 +23,8 @@ pub struct Session {
     state: SeqState,
     tokens: Vec<u32>,
     checkpoints: Vec<SeqCheckpoint>,
+    /// Prompt tokens per forward step (0: a prompt in one step); see `set_prefill_chunk`.
+    prefill_chunk: usize,
 }
 
 /// How a prompt met the session's state.
@@ -38,7 +40,14 @@ pub struct Reuse {
 
 impl Session {
     pub fn new(model: &Model) -> Session {
-        Session { state: model.new_state(), tokens: Vec::new(), checkpoints: Vec::new() }
+        Session { state: model.new_state(), tokens: Vec::new(), checkpoints: Vec::new(), prefill_chunk: 0 }
+    }
+
+    /// Run prompts in forward steps of at most `n` tokens (llama.cpp's n_ubatch), which bounds
+    /// the scratch a long prompt takes and lets `generate_observed` report progress; 0 (the
+    /// default) runs a prompt in one step.
+    pub fn set_prefill_chunk(&mut self, n: usize) {
+        self.prefill_chunk = n;
     }
 
     /// The tokens the state holds, in order.
@@ -52,7 +61,9 @@ impl Session {
 
     /// Forget everything (a new conversation).
     pub fn reset(&mut self, model: &Model) {
+        let chunk = self.prefill_chunk;
         *self = Session::new(model);
+        self.prefill_chunk = chunk;
     }
 
     /// Bring the state to hold exactly `prompt` minus its last token, reusing what it can,
@@ -60,15 +71,43 @@ impl Session {
     /// checkpoint is taken before the last token: the end of this prompt is where the next
     /// turn's transcript most often departs from what this turn generates.
     pub fn prefill(&mut self, model: &Model, prompt: &[u32]) -> Result<(Vec<f32>, Reuse)> {
+        self.prefill_observed(model, prompt, &mut |_, _| true).map(|(l, r)| (l.unwrap_or_default(), r))
+    }
+
+    /// `prefill`, calling `progress(done, total)` after each forward step of the part that is
+    /// computed; when it returns false the prefill stops there (None: the state holds the
+    /// tokens fed so far, no logits).
+    pub fn prefill_observed(
+        &mut self,
+        model: &Model,
+        prompt: &[u32],
+        progress: &mut dyn FnMut(usize, usize) -> bool,
+    ) -> Result<(Option<Vec<f32>>, Reuse)> {
         let Some((&last, head)) = prompt.split_last() else { return Err(EngineError::EmptyInput) };
-        let reuse = self.advance_to(model, head)?;
+        let (reuse, complete) = self.advance_observed(model, head, 1, progress)?;
+        if !complete {
+            return Ok((None, reuse));
+        }
         self.checkpoint();
         let logits = self.feed(model, &[last], LogitsMode::Last)?;
-        Ok((logits, Reuse { computed: reuse.computed + 1, ..reuse }))
+        progress(reuse.computed + 1, reuse.computed + 1);
+        Ok((Some(logits), Reuse { computed: reuse.computed + 1, ..reuse }))
     }
 
     /// Make the state hold exactly `ids` (no logits).
     pub fn advance_to(&mut self, model: &Model, ids: &[u32]) -> Result<Reuse> {
+        self.advance_observed(model, ids, 0, &mut |_, _| true).map(|(r, _)| r)
+    }
+
+    /// `advance_to` in forward steps of `prefill_chunk`; `progress(done, total)` counts the
+    /// computed tokens, `extra` more being computed after these. Returns whether it finished.
+    fn advance_observed(
+        &mut self,
+        model: &Model,
+        ids: &[u32],
+        extra: usize,
+        progress: &mut dyn FnMut(usize, usize) -> bool,
+    ) -> Result<(Reuse, bool)> {
         let common = self.tokens.iter().zip(ids).take_while(|(a, b)| a == b).count();
         let mut restored = false;
         if common < self.tokens.len() {
@@ -76,10 +115,19 @@ impl Session {
             restored = true;
         }
         let reused = self.tokens.len();
-        if reused < ids.len() {
-            self.feed(model, &ids[reused..], LogitsMode::None)?;
+        let total = ids.len() - reused + extra;
+        let chunk = if self.prefill_chunk == 0 { ids.len().max(1) } else { self.prefill_chunk };
+        let mut at = reused;
+        while at < ids.len() {
+            let end = (at + chunk).min(ids.len());
+            self.feed(model, &ids[at..end], LogitsMode::None)?;
+            at = end;
+            if !progress(at - reused, total) {
+                let complete = at == ids.len();
+                return Ok((Reuse { reused, computed: at - reused, restored }, complete));
+            }
         }
-        Ok(Reuse { reused, computed: ids.len() - reused, restored })
+        Ok((Reuse { reused, computed: ids.len() - reused, restored }, true))
     }
 
     /// For the scheduler: roll back so the state holds a prefix of `prompt` minus its last
@@ -147,13 +195,34 @@ impl Session {
         sampler: &mut Sampler,
         on_token: &mut dyn FnMut(u32) -> bool,
     ) -> Result<(GenStats, Reuse)> {
+        self.generate_observed(model, prompt, max_tokens, stop_ids, sampler, &mut |_, _| true, on_token)
+    }
+
+    /// `generate`, with `on_prefill(done, total)` after each prefill step (false stops before
+    /// any token: stop reason `Caller`, the state holding what was fed). A reply that reaches
+    /// the context's end stops with `ContextFull`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn generate_observed(
+        &mut self,
+        model: &Model,
+        prompt: &[u32],
+        max_tokens: usize,
+        stop_ids: &[u32],
+        sampler: &mut Sampler,
+        on_prefill: &mut dyn FnMut(usize, usize) -> bool,
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<(GenStats, Reuse)> {
         let mut stats = GenStats { prompt_tokens: prompt.len(), ..Default::default() };
         for &t in prompt {
             sampler.accept(t);
         }
         let t0 = Instant::now();
-        let (mut logits, reuse) = self.prefill(model, prompt)?;
+        let (logits, reuse) = self.prefill_observed(model, prompt, on_prefill)?;
         stats.prefill_secs = t0.elapsed().as_secs_f64();
+        let Some(mut logits) = logits else {
+            stats.stop = StopReason::Caller;
+            return Ok((stats, reuse));
+        };
         let t1 = Instant::now();
         while stats.generated < max_tokens {
             let tok = sampler.sample(&mut logits);
@@ -170,6 +239,10 @@ impl Session {
             }
             if stats.generated >= max_tokens {
                 stats.stop = StopReason::Length;
+                break;
+            }
+            if self.state.pos + 1 > model.max_context() {
+                stats.stop = StopReason::ContextFull;
                 break;
             }
             logits = self.feed(model, &[tok], LogitsMode::Last)?;

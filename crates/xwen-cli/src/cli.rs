@@ -1,0 +1,396 @@
+//! The command line's grammar: every subcommand and flag, parsed by clap (derive). Flags keep
+//! llama.cpp's names where they mean the same; llama.cpp's multi-letter short flags (`-np`,
+//! `-ngl`, `-ub`, ...) are spelled out to their long names before clap sees them
+//! (`expand_llama_shorts`), since clap's short flags are one letter. A repeated flag keeps its
+//! last value, as in llama.cpp. Every value is range-checked here, so a command starts only with
+//! values it can use.
+
+use clap::{Parser, Subcommand};
+
+use crate::opts::{self, EngineOpts, SamplingOpts};
+
+/// The multi-letter single-dash flags of llama.cpp that xwen accepts, and the long flag each
+/// means. `-npl` is llama-batched-bench's name for `bench --parallel`.
+pub const LLAMA_SHORTS: &[(&str, &str)] = &[
+    ("-np", "--parallel"),
+    ("-npl", "--parallel"),
+    ("-ngl", "--n-gpu-layers"),
+    ("-ub", "--ubatch-size"),
+    ("-npp", "--n-prompt"),
+    ("-ntg", "--n-gen"),
+    ("-sys", "--system-prompt"),
+    ("-mli", "--multiline-input"),
+];
+
+/// Rewrites llama.cpp's multi-letter short flags (`-np 4`, `-np=4`) to their long names. Only
+/// whole arguments are rewritten, never a value that merely starts like one, and nothing after
+/// `--`.
+pub fn expand_llama_shorts(argv: Vec<String>) -> Vec<String> {
+    let mut out = Vec::with_capacity(argv.len());
+    let mut literal = false;
+    for a in argv {
+        if literal || a == "--" {
+            literal = true;
+            out.push(a);
+            continue;
+        }
+        let (flag, value) = match a.split_once('=') {
+            Some((f, v)) => (f, Some(v)),
+            None => (a.as_str(), None),
+        };
+        match LLAMA_SHORTS.iter().find(|(short, _)| *short == flag) {
+            Some((_, long)) => out.push(match value {
+                Some(v) => format!("{long}={v}"),
+                None => long.to_string(),
+            }),
+            None => out.push(a),
+        }
+    }
+    out
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "xwen",
+    about = "xwen — a hybrid linear-attention / MoE inference engine for GGUF models (Qwen3.5/3.6/3.8 dense and MoE)",
+    args_override_self = true,
+    disable_help_subcommand = false,
+    propagate_version = true,
+    after_help = "\
+Examples:
+  xwen run                                   # the embedded demo model writes Python
+  xwen run -m model.gguf -p 'The capital of France is' -n 32
+  xwen chat -m model.gguf
+  xwen serve -m model.gguf --port 8080 -np 4
+  xwen inspect model.gguf --json
+  xwen bench -m model.gguf -p 512 -n 128
+
+Run `xwen <command> --help` for a command's flags; docs/cli.md lists them all."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Generate text from a prompt (no -m: the embedded demo model)
+    Run(RunArgs),
+    /// Multi-turn chat on the terminal, with the model's chat template
+    Chat(ChatArgs),
+    /// OpenAI- and Anthropic-compatible HTTP server
+    Serve(ServeArgs),
+    /// Describe a GGUF file: architecture, metadata, special tokens, tensors, memory
+    Inspect(InspectArgs),
+    /// Print the token ids of a text
+    Tokenize(TokenizeArgs),
+    /// Write the logits of every position as .npy (parity tooling)
+    Logits(LogitsArgs),
+    /// Prefill / decode throughput with llama-bench's meaning (and llama-batched-bench's with --parallel)
+    Bench(BenchArgs),
+    /// Write a synthetic full-size GGUF with random weights, for benchmarks
+    Synth(SynthArgs),
+    /// Download a model into the Hugging Face cache (cache first) and print its path
+    Pull(PullArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    Completions(CompletionsArgs),
+}
+
+// ---- run ---------------------------------------------------------------------------------
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  xwen run                                        # demo model, its default prompt, greedy
+  xwen run -m model.gguf -p 'def quicksort(xs):' -n 128 --temp 0
+  xwen run -m model.gguf -f prompt.txt -n -1      # until end of text or the context is full
+  xwen run -m model.gguf --ids 1,2,3 --print-ids
+  xwen run -m model.gguf -p 'Hello' --json        # text, ids, timings and stop reason as JSON")]
+pub struct RunArgs {
+    /// GGUF path, a directory holding one GGUF, a checkpoint name (Qwen3.6-35B-A3B) or owner/repo[:QUANT]; none: the embedded demo model
+    #[arg(short = 'm', long = "model", value_name = "MODEL")]
+    pub model: Option<String>,
+    /// The prompt text
+    #[arg(short = 'p', long = "prompt", value_name = "TEXT", conflicts_with_all = ["file", "ids"])]
+    pub prompt: Option<String>,
+    /// Read the prompt from a file (bytes that are not UTF-8 become U+FFFD, as llama.cpp reads them)
+    #[arg(short = 'f', long = "file", value_name = "FILE", conflicts_with = "ids")]
+    pub file: Option<String>,
+    /// The prompt as token ids (comma- or space-separated)
+    #[arg(long = "ids", value_name = "IDS")]
+    pub ids: Option<String>,
+    /// Tokens to generate; -1: until an end-of-text token or the context is full
+    #[arg(short = 'n', long = "n-predict", value_name = "N", default_value_t = 64, allow_negative_numbers = true, value_parser = opts::n_predict)]
+    pub n_predict: i64,
+    /// Print the generated token ids instead of the text
+    #[arg(long = "print-ids")]
+    pub print_ids: bool,
+    /// Print one JSON object at the end: text, ids, prompt tokens, timings, stop reason, seed
+    #[arg(long = "json")]
+    pub json: bool,
+    /// Stop when the output contains this text (repeatable)
+    #[arg(long = "stop", value_name = "TEXT", action = clap::ArgAction::Append)]
+    pub stop: Vec<String>,
+    /// Keep generating past end-of-text tokens
+    #[arg(long = "ignore-eos")]
+    pub ignore_eos: bool,
+    /// Use the non-thinking sampling defaults (Qwen3.6 model cards)
+    #[arg(long = "no-think")]
+    pub no_think: bool,
+    #[command(flatten)]
+    pub sampling: SamplingOpts,
+    #[command(flatten)]
+    pub engine: EngineOpts,
+}
+
+// ---- chat --------------------------------------------------------------------------------
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+In the chat: /exit (or exit, quit, Ctrl-D) leaves; Ctrl-C stops the reply being written and keeps
+the chat; /reset clears the conversation; /system TEXT sets the system prompt; /save FILE and
+/load FILE write and read the conversation as JSON; /help lists them.
+
+Examples:
+  xwen chat                                       # the embedded demo model
+  xwen chat -m model.gguf --system 'You are terse.'
+  xwen chat -m model.gguf --no-think -n 512")]
+pub struct ChatArgs {
+    /// GGUF path, a directory holding one GGUF, a checkpoint name or owner/repo[:QUANT]; none: the embedded demo model
+    #[arg(short = 'm', long = "model", value_name = "MODEL")]
+    pub model: Option<String>,
+    /// The system prompt
+    #[arg(long = "system", visible_alias = "system-prompt", value_name = "TEXT")]
+    pub system: Option<String>,
+    /// Longest reply in tokens; -1: until the end-of-turn token or the context is full
+    #[arg(short = 'n', long = "n-predict", value_name = "N", default_value_t = -1, allow_negative_numbers = true, value_parser = opts::n_predict)]
+    pub n_predict: i64,
+    /// Thinking off: the template's non-thinking form and its sampling defaults
+    #[arg(long = "no-think")]
+    pub no_think: bool,
+    /// Accepted for llama-cli compatibility: a line ending in `\` continues on the next line either way
+    #[arg(long = "multiline-input", hide = true)]
+    pub multiline_input: bool,
+    #[command(flatten)]
+    pub sampling: SamplingOpts,
+    #[command(flatten)]
+    pub engine: EngineOpts,
+}
+
+// ---- serve -------------------------------------------------------------------------------
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  xwen serve -m model.gguf --port 8080 &
+  curl -s localhost:8080/v1/chat/completions -H 'content-type: application/json' \\
+    -d '{\"messages\": [{\"role\": \"user\", \"content\": \"def add(a, b):\"}], \"max_tokens\": 32}'
+  xwen serve -m model.gguf --host 0.0.0.0 --api-key secret -np 8 -c 16384")]
+pub struct ServeArgs {
+    /// GGUF path, a directory holding one GGUF, a checkpoint name or owner/repo[:QUANT]; none: the embedded demo model
+    #[arg(short = 'm', long = "model", value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Address to bind (default: loopback only)
+    #[arg(long = "host", value_name = "HOST", default_value = "127.0.0.1")]
+    pub host: String,
+    /// Port (0 picks a free one)
+    #[arg(long = "port", value_name = "PORT", default_value_t = 8080)]
+    pub port: u16,
+    /// Sequences decoded together, one slot each (also -np)
+    #[arg(long = "parallel", value_name = "N", default_value_t = 4, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub parallel: u32,
+    /// Require `Authorization: Bearer KEY` or `x-api-key: KEY`
+    #[arg(long = "api-key", value_name = "KEY")]
+    pub api_key: Option<String>,
+    /// The model id clients see and send
+    #[arg(short = 'a', long = "alias", value_name = "NAME")]
+    pub alias: Option<String>,
+    /// A Jinja chat template instead of the GGUF's
+    #[arg(long = "chat-template-file", value_name = "FILE")]
+    pub chat_template_file: Option<String>,
+    /// Requests that may wait for a slot before the server answers 429
+    #[arg(long = "queue", value_name = "N", default_value_t = 64, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub queue: u32,
+    /// Largest request body (e.g. 8M)
+    #[arg(long = "max-body", value_name = "SIZE", default_value = "8M", allow_hyphen_values = true, value_parser = opts::nonzero_size)]
+    pub max_body: u64,
+    #[command(flatten)]
+    pub engine: EngineOpts,
+}
+
+// ---- inspect -----------------------------------------------------------------------------
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  xwen inspect model.gguf
+  xwen inspect model.gguf --tensors
+  xwen inspect model.gguf --json | jq .special_tokens")]
+pub struct InspectArgs {
+    /// The GGUF file
+    #[arg(value_name = "FILE")]
+    pub file: std::path::PathBuf,
+    /// One JSON object instead of text
+    #[arg(long = "json")]
+    pub json: bool,
+    /// A table of every tensor (name, type, shape, bytes, offset)
+    #[arg(long = "tensors")]
+    pub tensors: bool,
+}
+
+// ---- tokenize ----------------------------------------------------------------------------
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  xwen tokenize -m model.gguf 'Hello, world'
+  xwen tokenize -m model.gguf --markup '<|im_start|>user'
+  xwen tokenize -m model.gguf -f text.txt")]
+pub struct TokenizeArgs {
+    /// The GGUF whose tokenizer is used (no weights are read)
+    #[arg(short = 'm', long = "model", value_name = "MODEL")]
+    pub model: std::path::PathBuf,
+    /// The text
+    #[arg(value_name = "TEXT", required_unless_present = "file", conflicts_with = "file")]
+    pub text: Option<String>,
+    /// Tokenize a file's exact bytes (bytes that are not UTF-8 become U+FFFD, one per byte)
+    #[arg(short = 'f', long = "text-file", visible_alias = "file", value_name = "FILE")]
+    pub file: Option<std::path::PathBuf>,
+    /// Parse special-token text such as <|im_start|> as the special token
+    #[arg(long = "markup")]
+    pub markup: bool,
+}
+
+// ---- logits ------------------------------------------------------------------------------
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  xwen logits -m model.gguf --ids 1,2,3 --out logits.npy
+  xwen logits -m moe.gguf --ids 1,2,3 --out logits.npy --dump-routes routes.jsonl")]
+pub struct LogitsArgs {
+    /// GGUF path, a directory holding one GGUF, a checkpoint name or owner/repo[:QUANT]; none: the embedded demo model
+    #[arg(short = 'm', long = "model", value_name = "MODEL")]
+    pub model: Option<String>,
+    /// The token ids (comma- or space-separated)
+    #[arg(long = "ids", value_name = "IDS")]
+    pub ids: String,
+    /// Where the float32 logits go, shape [n_ids, n_vocab]
+    #[arg(short = 'o', long = "out", value_name = "FILE.npy")]
+    pub out: std::path::PathBuf,
+    /// Also write every MoE routing decision, one JSON line per position and layer
+    #[arg(long = "dump-routes", value_name = "FILE.jsonl")]
+    pub dump_routes: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub engine: EngineOpts,
+}
+
+// ---- bench -------------------------------------------------------------------------------
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+-p 0 / -n 0 skip the prefill / decode test; t/s is the median ± sample stddev of the repetitions;
+weights are paged in before the first test unless --no-prefault (llama.cpp populates its mapping).
+--parallel (-npl) N,..: llama-batched-bench's test: N sequences each prefill -p tokens, then decode
+-n tokens together; prints PP TG B N_KV T_PP S_PP T_TG S_TG S_TG/seq T S, or with --json its jsonl
+fields (pl, pp, tg, speed_pp, speed_tg, speed, ...).
+
+Examples:
+  xwen bench -m model.gguf                        # pp512 and tg128, 5 repetitions
+  xwen bench -m model.gguf -p 512,2048 -n 0 --json
+  xwen bench -m model.gguf --parallel 1,2,4,8 -p 128 -n 128
+  xwen bench --membw")]
+pub struct BenchArgs {
+    /// GGUF path, a directory holding one GGUF, a checkpoint name or owner/repo[:QUANT]
+    #[arg(short = 'm', long = "model", value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Prompt lengths to prefill (comma-separated; 0 skips; default 512, or 128 with --parallel)
+    #[arg(short = 'p', long = "n-prompt", value_name = "N,..", allow_negative_numbers = true, value_parser = opts::count_list)]
+    pub n_prompt: Option<opts::List>,
+    /// Tokens to decode (comma-separated; 0 skips; default 128)
+    #[arg(short = 'n', long = "n-gen", value_name = "N,..", allow_negative_numbers = true, value_parser = opts::count_list)]
+    pub n_gen: Option<opts::List>,
+    /// Repetitions of each test (default 5, or 1 with --parallel)
+    #[arg(short = 'r', long = "repetitions", value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub repetitions: Option<u32>,
+    /// llama-batched-bench's test: numbers of sequences decoded together (also -npl)
+    #[arg(long = "parallel", value_name = "N,..", allow_negative_numbers = true, value_parser = opts::parallel_list)]
+    pub parallel: Option<opts::List>,
+    /// Skip the warm-up run before each test
+    #[arg(long = "no-warmup")]
+    pub no_warmup: bool,
+    /// Do not page the weights in before the first test
+    #[arg(long = "no-prefault")]
+    pub no_prefault: bool,
+    /// llama-bench's `-o json` fields instead of a table
+    #[arg(long = "json")]
+    pub json: bool,
+    /// Output format (llama-bench's -o)
+    #[arg(short = 'o', long = "output", value_name = "FORMAT", value_parser = ["md", "json"])]
+    pub output: Option<String>,
+    /// Measure memory read bandwidth instead of a model (the bound of decode)
+    #[arg(long = "membw", conflicts_with = "model")]
+    pub membw: bool,
+    /// Buffer size of --membw in MiB
+    #[arg(long = "membw-mib", value_name = "MIB", default_value_t = 512, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub membw_mib: u32,
+    #[command(flatten)]
+    pub engine: EngineOpts,
+}
+
+// ---- synth -------------------------------------------------------------------------------
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Presets: qwen35moe-35b-a3b (~20.4 GB), qwen35-27b (~19.1 GB), qwen35-4b (~3.5 GB),
+qwen35moe-small (~230 MB, nearly all routed experts: for --ram-budget runs), qwen35moe-tiny,
+qwen35-tiny (a few MB); the last three with a synthetic byte-level vocabulary.
+
+Examples:
+  xwen synth --preset qwen35-4b --out /tmp/qwen35-4b.gguf
+  xwen synth --preset qwen35moe-small --out small.gguf --seed 7")]
+pub struct SynthArgs {
+    /// Which checkpoint's geometry
+    #[arg(long = "preset", value_name = "NAME")]
+    pub preset: xwen_synth::Preset,
+    /// The GGUF to write
+    #[arg(short = 'o', long = "out", value_name = "FILE")]
+    pub out: std::path::PathBuf,
+    /// A GGUF whose tokenizer to copy (default: tests/fixtures/vocab/ggml-vocab-qwen35.gguf when present)
+    #[arg(long = "vocab", value_name = "VOCAB.gguf")]
+    pub vocab: Option<std::path::PathBuf>,
+    /// Seed of the random weights
+    #[arg(long = "seed", value_name = "N", default_value_t = 1)]
+    pub seed: u64,
+}
+
+// ---- pull --------------------------------------------------------------------------------
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+MODEL is a .gguf path, Qwen3.6-27B | Qwen3.6-35B-A3B | Qwen3.8-27B, owner/repo (its Q4_K_M),
+owner/repo:QUANT or owner/repo:FILE.gguf. HF_HUB_CACHE / HF_HOME place the cache, HF_TOKEN
+authenticates, HF_HUB_OFFLINE=1 never touches the network.
+
+Examples:
+  xwen pull Qwen3.6-35B-A3B
+  m=$(xwen pull unsloth/Qwen3.6-27B-GGUF:Q8_0) && xwen run -m \"$m\"")]
+pub struct PullArgs {
+    /// The model to resolve
+    #[arg(value_name = "MODEL")]
+    pub model: String,
+}
+
+// ---- completions -------------------------------------------------------------------------
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  xwen completions bash > ~/.local/share/bash-completion/completions/xwen
+  xwen completions zsh > \"${fpath[1]}/_xwen\"
+  xwen completions fish > ~/.config/fish/completions/xwen.fish")]
+pub struct CompletionsArgs {
+    /// The shell
+    #[arg(value_name = "SHELL")]
+    pub shell: clap_complete::Shell,
+}

@@ -1,0 +1,334 @@
+//! Flag groups several commands share (the engine's settings, sampling) and the value parsers
+//! that range-check them. A value out of range is refused by clap with the flag's name and the
+//! allowed range; a value that is legal but cannot help (more threads than CPUs, `-ngl` on a
+//! CPU engine) is adjusted with a one-line note.
+
+use anyhow::Result;
+use xwen_engine::{EngineConfig, SamplerConfig};
+
+/// The largest `-c`: 16M positions (Qwen3.6 is trained at 256K); beyond it every KV cache
+/// would be too large to plan.
+pub const MAX_CTX: usize = 1 << 24;
+
+#[derive(clap::Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Engine")]
+pub struct EngineOpts {
+    /// Compute threads (default: every CPU; more than the machine has is capped, with a note)
+    #[arg(short = 't', long = "threads", value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub threads: Option<u32>,
+    /// Positions per sequence, the KV cache's size (0: the model's trained context; default 32768)
+    #[arg(short = 'c', long = "ctx-size", value_name = "N", value_parser = ctx_size)]
+    pub ctx_size: Option<usize>,
+    /// Logical batch: prompt tokens handed to the engine at once (llama.cpp's -b; caps -ub)
+    #[arg(short = 'b', long = "batch-size", value_name = "N", allow_negative_numbers = true, value_parser = batch)]
+    pub batch_size: Option<usize>,
+    /// Physical batch: prompt tokens per forward step (also -ub; llama.cpp's n_ubatch, default 512)
+    #[arg(long = "ubatch-size", value_name = "N", allow_negative_numbers = true, value_parser = batch)]
+    pub ubatch_size: Option<usize>,
+    /// Hard RAM ceiling; MoE experts stream from disk into a bounded cache (e.g. 12G, 800M, auto = 3/4 of RAM)
+    #[arg(long = "ram-budget", value_name = "SIZE", allow_hyphen_values = true, value_parser = size)]
+    pub ram_budget: Option<u64>,
+    /// Read the whole file into memory instead of mapping it
+    #[arg(long = "no-mmap")]
+    pub no_mmap: bool,
+    /// Accepted for llama.cpp compatibility and ignored: xwen runs on the CPU (also -ngl)
+    #[arg(long = "n-gpu-layers", visible_alias = "gpu-layers", value_name = "N", allow_hyphen_values = true)]
+    pub n_gpu_layers: Option<String>,
+    /// Cap the kernel set
+    #[arg(long = "isa", value_name = "ISA", value_parser = ["native", "avx512", "avx2", "neon", "scalar"])]
+    pub isa: Option<String>,
+    /// The DeltaNet prefill scan: recurrent (llama.cpp's order, default) or chunked
+    #[arg(long = "prefill-scan", value_name = "SCAN", value_parser = ["chunked", "recurrent"])]
+    pub prefill_scan: Option<String>,
+    /// Scalar reference kernels everywhere (slow; for bisecting)
+    #[arg(long = "reference-kernels")]
+    pub reference_kernels: bool,
+    /// Time every op and print a profile at the end
+    #[arg(long = "profile")]
+    pub profile: bool,
+    /// Map the weights in 4 KiB pages (default: 2 MiB pages where the kernel offers them)
+    #[arg(long = "no-huge-pages")]
+    pub no_huge_pages: bool,
+    /// Drop the file from the page cache and read it back in 2 MiB pages
+    #[arg(long = "reread-huge-pages")]
+    pub reread_huge_pages: bool,
+    /// Only errors on stderr (also --log-disable)
+    #[arg(short = 'q', long = "quiet", visible_alias = "log-disable")]
+    pub quiet: bool,
+    /// More detail on stderr: the kernel set, the memory plan, prompt reuse
+    #[arg(short = 'v', long = "verbose", conflicts_with = "quiet")]
+    pub verbose: bool,
+}
+
+impl EngineOpts {
+    /// The engine configuration these flags ask for, with notes (unless quiet) for values the
+    /// engine adjusts.
+    pub fn engine_config(&self) -> Result<EngineConfig> {
+        let mut cfg = EngineConfig::default();
+        if let Some(t) = self.threads {
+            let cpus = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+            let t = t as usize;
+            cfg.threads = if t > cpus {
+                self.note(&format!("-t {t}: this machine has {cpus} CPUs; using {cpus} threads"));
+                cpus
+            } else {
+                t
+            };
+        }
+        if let Some(c) = self.ctx_size {
+            cfg.max_ctx = c;
+        }
+        cfg.force_reference = self.reference_kernels;
+        cfg.profile = self.profile;
+        if self.no_huge_pages {
+            cfg.map_pages = xwen_gguf::MapPages::Small;
+        }
+        cfg.reread_huge_pages = self.reread_huge_pages;
+        cfg.ram_budget = self.ram_budget;
+        if let Some(isa) = &self.isa {
+            use xwen_kernels::dispatch::Isa;
+            cfg.max_isa = match isa.as_str() {
+                "avx512" => Some(Isa::Avx512),
+                "avx2" => Some(Isa::Avx2),
+                "neon" => Some(Isa::Neon),
+                "scalar" => Some(Isa::Scalar),
+                _ => None,
+            };
+        }
+        if let Some(scan) = &self.prefill_scan {
+            cfg.chunked_prefill = scan == "chunked";
+        }
+        if let Some(n) = &self.n_gpu_layers {
+            self.note(&format!("-ngl {n} ignored: xwen computes on the CPU"));
+        }
+        Ok(cfg)
+    }
+
+    /// Prompt tokens per forward step: llama.cpp's n_ubatch = min(-b, -ub), default 512.
+    pub fn prefill_chunk(&self) -> usize {
+        let ub = self.ubatch_size.unwrap_or(512);
+        self.batch_size.map_or(ub, |b| b.min(ub))
+    }
+
+    pub fn note(&self, text: &str) {
+        if !self.quiet {
+            eprintln!("xwen: {text}");
+        }
+    }
+}
+
+#[derive(clap::Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Sampling")]
+pub struct SamplingOpts {
+    /// Temperature; 0 is greedy (default: the model card's, 1.0 thinking / 0.7 not)
+    #[arg(long = "temp", visible_alias = "temperature", value_name = "T", allow_negative_numbers = true, value_parser = temperature)]
+    pub temp: Option<f32>,
+    /// Keep the K most likely tokens; 0 keeps all (default 20)
+    #[arg(long = "top-k", value_name = "K", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(0..=100_000_000))]
+    pub top_k: Option<u32>,
+    /// Nucleus sampling: the smallest set of tokens whose probability reaches P (default 0.95 / 0.8)
+    #[arg(long = "top-p", value_name = "P", allow_negative_numbers = true, value_parser = unit_interval)]
+    pub top_p: Option<f32>,
+    /// Drop tokens below P times the most likely one's probability (default 0)
+    #[arg(long = "min-p", value_name = "P", allow_negative_numbers = true, value_parser = unit_interval)]
+    pub min_p: Option<f32>,
+    /// Divide the logits of recent tokens by this (1 = off)
+    #[arg(long = "repeat-penalty", value_name = "X", allow_negative_numbers = true, value_parser = repeat_penalty)]
+    pub repeat_penalty: Option<f32>,
+    /// Subtract this from the logits of tokens seen recently (0 = off)
+    #[arg(long = "presence-penalty", value_name = "X", allow_negative_numbers = true, value_parser = penalty)]
+    pub presence_penalty: Option<f32>,
+    /// Subtract this times its count from each recent token's logit (0 = off)
+    #[arg(long = "frequency-penalty", value_name = "X", allow_negative_numbers = true, value_parser = penalty)]
+    pub frequency_penalty: Option<f32>,
+    /// How many recent tokens the penalties see (0 = off, -1 = the whole context; default 64)
+    #[arg(long = "repeat-last-n", value_name = "N", allow_negative_numbers = true, value_parser = last_n)]
+    pub repeat_last_n: Option<usize>,
+    /// Seed of the sampler (-1 or none: a random one, printed so a run can be repeated)
+    #[arg(short = 's', long = "seed", value_name = "N", allow_negative_numbers = true, value_parser = seed)]
+    pub seed: Option<u64>,
+}
+
+impl SamplingOpts {
+    /// The sampler configuration, with a seed always set: the one given, or a fresh random one
+    /// (returned as well, so it can be printed).
+    pub fn sampler_config(&self) -> SamplerConfig {
+        SamplerConfig {
+            temperature: self.temp,
+            top_k: self.top_k.map(|k| k as usize),
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            penalty_last_n: self.repeat_last_n,
+            logit_bias: Vec::new(),
+            seed: Some(self.seed.unwrap_or_else(random_seed)),
+        }
+    }
+}
+
+/// A seed no two runs share: the clock's nanoseconds mixed with the process id.
+pub fn random_seed() -> u64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let mut x = nanos ^ ((std::process::id() as u64) << 32);
+    // SplitMix64's finalizer, so close clocks give unrelated seeds
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    // llama.cpp prints seeds as 32-bit numbers; keep ours short enough to retype
+    (x ^ (x >> 31)) & 0xffff_ffff
+}
+
+// ---- value parsers (each error names the allowed range; clap adds the flag) ---------------
+
+fn float(s: &str) -> Result<f32, String> {
+    let v: f32 = s.trim().parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if !v.is_finite() {
+        return Err(format!("`{s}` is not a finite number"));
+    }
+    Ok(v)
+}
+
+fn temperature(s: &str) -> Result<f32, String> {
+    let v = float(s)?;
+    if !(0.0..=100.0).contains(&v) {
+        return Err(format!("{v} is outside the allowed range 0..=100 (0 is greedy)"));
+    }
+    Ok(v)
+}
+
+fn unit_interval(s: &str) -> Result<f32, String> {
+    let v = float(s)?;
+    if !(0.0..=1.0).contains(&v) {
+        return Err(format!("{v} is outside the allowed range 0..=1"));
+    }
+    Ok(v)
+}
+
+fn repeat_penalty(s: &str) -> Result<f32, String> {
+    let v = float(s)?;
+    if !(v > 0.0 && v <= 100.0) {
+        return Err(format!("{v} is outside the allowed range (0, 100] (1 is off)"));
+    }
+    Ok(v)
+}
+
+fn penalty(s: &str) -> Result<f32, String> {
+    let v = float(s)?;
+    if !(-100.0..=100.0).contains(&v) {
+        return Err(format!("{v} is outside the allowed range -100..=100 (0 is off)"));
+    }
+    Ok(v)
+}
+
+fn last_n(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<i64>() {
+        Ok(-1) => Ok(MAX_CTX),
+        Ok(n) if (0..=MAX_CTX as i64).contains(&n) => Ok(n as usize),
+        _ => Err(format!("`{s}` is outside the allowed range -1..={MAX_CTX} (-1 is the whole context)")),
+    }
+}
+
+fn seed(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<i128>() {
+        Ok(-1) => Ok(random_seed()),
+        Ok(n) if (0..=u64::MAX as i128).contains(&n) => Ok(n as u64),
+        _ => Err(format!("`{s}` is outside the allowed range -1..={} (-1 is random)", u64::MAX)),
+    }
+}
+
+/// `-n`: a count of tokens or -1 (no limit but the context).
+pub fn n_predict(s: &str) -> Result<i64, String> {
+    match s.trim().parse::<i64>() {
+        Ok(n) if (-1..=MAX_CTX as i64).contains(&n) => Ok(n),
+        _ => Err(format!("`{s}` is outside the allowed range -1..={MAX_CTX} (-1: until end of text or a full context)")),
+    }
+}
+
+/// `-n` resolved: `None` for no limit.
+pub fn token_limit(n: i64) -> Option<usize> {
+    usize::try_from(n).ok()
+}
+
+fn ctx_size(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if n <= MAX_CTX as u64 => Ok(n as usize),
+        _ => Err(format!("`{s}` is outside the allowed range 0..={MAX_CTX} (0: the model's trained context)")),
+    }
+}
+
+fn batch(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if (1..=MAX_CTX as u64).contains(&n) => Ok(n as usize),
+        _ => Err(format!("`{s}` is outside the allowed range 1..={MAX_CTX}")),
+    }
+}
+
+fn size(s: &str) -> Result<u64, String> {
+    crate::model_arg::parse_size(s).map_err(|e| format!("`{s}` is not a size (e.g. 12G, 800M, auto): {e}"))
+}
+
+pub fn nonzero_size(s: &str) -> Result<u64, String> {
+    match size(s)? {
+        0 => Err("must be above 0".into()),
+        n => Ok(n),
+    }
+}
+
+/// A comma-separated list of numbers, one flag value (`-p 128,512`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct List(pub Vec<usize>);
+
+/// A comma-separated list of counts (`512,1024`), each 0..=MAX_CTX.
+pub fn count_list(s: &str) -> Result<List, String> {
+    s.split(',')
+        .map(|x| match x.trim().parse::<u64>() {
+            Ok(n) if n <= MAX_CTX as u64 => Ok(n as usize),
+            _ => Err(format!("`{x}` is outside the allowed range 0..={MAX_CTX}")),
+        })
+        .collect::<Result<_, _>>()
+        .map(List)
+}
+
+/// A comma-separated list of sequence counts, each 1..=256.
+pub fn parallel_list(s: &str) -> Result<List, String> {
+    s.split(',')
+        .map(|x| match x.trim().parse::<u64>() {
+            Ok(n) if (1..=256).contains(&n) => Ok(n as usize),
+            _ => Err(format!("`{x}`: a count of sequences is at least 1 (allowed range 1..=256)")),
+        })
+        .collect::<Result<_, _>>()
+        .map(List)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_are_checked() {
+        assert!(temperature("-1").is_err() && temperature("nan").is_err() && temperature("0.7").is_ok());
+        assert!(unit_interval("2").is_err() && unit_interval("1").is_ok() && unit_interval("0").is_ok());
+        assert!(repeat_penalty("0").is_err() && repeat_penalty("1.1").is_ok());
+        assert_eq!(n_predict("-1"), Ok(-1));
+        assert!(n_predict("-2").is_err() && n_predict("4611686018427387904").is_err());
+        assert!(ctx_size("4611686018427387904").is_err());
+        assert_eq!(ctx_size("0"), Ok(0));
+        assert_eq!(last_n("-1"), Ok(MAX_CTX));
+        assert!(seed("-2").is_err());
+        assert_eq!(seed("42"), Ok(42));
+        assert_eq!(count_list("0,512"), Ok(List(vec![0, 512])));
+        assert!(parallel_list("0").is_err() && parallel_list("1,x").is_err());
+        assert_eq!(token_limit(-1), None);
+        assert_eq!(token_limit(5), Some(5));
+    }
+
+    #[test]
+    fn random_seeds_differ_and_stay_retypeable() {
+        let a = random_seed();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let b = random_seed();
+        assert_ne!(a, b);
+        assert!(a <= u32::MAX as u64 && b <= u32::MAX as u64);
+    }
+}
