@@ -32,6 +32,8 @@ pub struct MemoryPlan {
     pub budget: u64,
     /// Whether `budget` was chosen by the engine (a share of the machine's RAM).
     pub auto: bool,
+    /// For an automatic budget, the machine's RAM it was taken from (0 otherwise).
+    pub machine_ram: u64,
     /// Resident weights: every tensor except the routed experts.
     pub trunk_bytes: u64,
     /// `n_seq` sequences' KV caches at `max_ctx` positions plus their recurrent states.
@@ -61,11 +63,11 @@ pub struct MemoryPlan {
 impl MemoryPlan {
     /// Everything but the cache, plus the smallest cache: a budget under this is refused.
     pub fn floor(&self) -> u64 {
-        self.fixed_bytes() + self.min_cache_bytes
+        self.fixed_bytes().saturating_add(self.min_cache_bytes)
     }
 
     fn fixed_bytes(&self) -> u64 {
-        self.trunk_bytes + self.state_bytes + self.scratch_bytes + self.in_flight_bytes
+        self.trunk_bytes.saturating_add(self.state_bytes).saturating_add(self.scratch_bytes).saturating_add(self.in_flight_bytes)
     }
 
     /// The most cache the model can use: every expert (at least the smallest cache).
@@ -103,6 +105,7 @@ impl MemoryPlan {
         let mut plan = MemoryPlan {
             budget,
             auto: budget == 0,
+            machine_ram: 0,
             trunk_bytes,
             state_bytes,
             max_ctx,
@@ -119,9 +122,10 @@ impl MemoryPlan {
             let ram = machine_ram.ok_or_else(|| {
                 EngineError::RamBudget("an automatic budget needs the machine's RAM, which this system does not report; give the budget in bytes".into())
             })?;
+            plan.machine_ram = ram;
             plan.budget = ram / AUTO_SHARE.1 * AUTO_SHARE.0;
             // no more than the model can use
-            plan.budget = plan.budget.min(plan.fixed_bytes() + plan.usable_cache_bytes());
+            plan.budget = plan.budget.min(plan.fixed_bytes().saturating_add(plan.usable_cache_bytes()));
         }
         if plan.budget < plan.floor() {
             return Err(EngineError::RamBudget(format!(
@@ -142,11 +146,24 @@ impl MemoryPlan {
     }
 
     /// One line for a log: the budget and where it goes.
+    /// How an automatic budget was chosen, naming its cap; empty for a given one.
+    fn auto_text(&self) -> String {
+        if !self.auto {
+            return String::new();
+        }
+        let share = self.machine_ram / AUTO_SHARE.1 * AUTO_SHARE.0;
+        if self.budget < share {
+            format!(" (automatic: all this model can use, under the cap of 3/4 of this machine's {} RAM)", human_bytes(self.machine_ram))
+        } else {
+            format!(" (automatic: the cap of 3/4 of this machine's {} RAM)", human_bytes(self.machine_ram))
+        }
+    }
+
     pub fn summary(&self) -> String {
         let mut s = format!(
             "RAM budget {}{}: trunk {} + state {} ({} at {} positions: -c) + scratch {} + in flight {}",
             human_bytes(self.budget),
-            if self.auto { " (automatic, 3/4 of RAM)" } else { "" },
+            self.auto_text(),
             human_bytes(self.trunk_bytes),
             human_bytes(self.state_bytes),
             sequences(self.n_seq),

@@ -338,9 +338,10 @@ impl Network for Qwen35 {
 pub fn state_bytes(cfg: &Config, max_ctx: usize) -> u64 {
     let n_attn = cfg.recurrent.iter().filter(|&&r| !r).count() as u64;
     let n_delta = cfg.recurrent.len() as u64 - n_attn;
-    let kv = n_attn * 2 * cfg.attn.kv_width() as u64 * 4 * max_ctx as u64;
+    // saturating: an absurd max_ctx gives a figure no budget holds, never a wrapped small one
+    let kv = (n_attn * 2 * cfg.attn.kv_width() as u64 * 4).saturating_mul(max_ctx as u64);
     let d = DeltaState::new(&cfg.delta);
-    kv + n_delta * (d.conv.len() + d.s.len()) as u64 * 4
+    kv.saturating_add(n_delta * (d.conv.len() + d.s.len()) as u64 * 4)
 }
 
 /// Scratch of a `PREFILL_BATCH`-token forward pass: the residual stream and its normed copy, the
