@@ -146,7 +146,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         );
         progress.borrow_mut().finish();
         let interrupted = interrupt::end_reply();
-        let (stats, _reuse) = match result {
+        let (stats, reuse) = match result {
             Ok(r) => r,
             Err(e) => {
                 messages.pop();
@@ -167,6 +167,16 @@ pub fn run(a: ChatArgs) -> Result<()> {
             StopReason::ContextFull => eprintln!("xwen: the reply reached the end of the context (-c {max_ctx}); /reset to start over"),
             StopReason::Caller if interrupted => eprintln!("xwen: reply stopped (Ctrl-C); the chat goes on"),
             _ => {}
+        }
+        if a.engine.verbose {
+            eprintln!(
+                "xwen: prompt {} tokens: {} reused from the state{}, {} computed at {:.1} tok/s",
+                ids.len(),
+                reuse.reused,
+                if reuse.restored { " (after restoring a checkpoint)" } else { "" },
+                reuse.computed,
+                stats.prefill_tps()
+            );
         }
         if !a.engine.quiet {
             eprintln!("[{} tok, {:.1} tok/s]", stats.generated, stats.decode_tps());

@@ -3,6 +3,7 @@
 
 mod bench_parallel;
 mod cli;
+#[cfg(test)]
 mod cli_doc;
 mod cmd_bench;
 mod cmd_chat;

@@ -105,3 +105,47 @@ fn every_turn_equals_a_fresh_run_of_the_transcript() {
     assert!(stop_ends > 0 && length_ends > 0, "replies ending by stop token {stop_ends}, by length {length_ends}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Ctrl-C while a reply is being written stops that reply; the chat goes on and answers the
+/// next line.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_stops_the_reply_and_keeps_the_chat() {
+    use std::io::Read;
+    let demo = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/demo/tiny-qwen35-q4_k_m.gguf");
+    // greedy, the demo model answers `def add(a, b):` with thousands of tokens and `def main():`
+    // with a few hundred
+    let mut child = Command::new(env!("CARGO_BIN_EXE_xwen"))
+        .args(["chat", "-m", demo, "--temp", "0", "-t", "1", "-n", "3000", "-c", "100000"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    stdin.write_all(b"def add(a, b):\n").unwrap();
+    stdin.flush().unwrap();
+    // wait for the reply to be under way
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 256];
+    while seen.len() < 200 {
+        let n = stdout.read(&mut buf).unwrap();
+        assert!(n > 0, "the chat ended before the reply: {}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buf[..n]);
+    }
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    stdin.write_all(b"def main():\n/exit\n").unwrap();
+    drop(stdin);
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("reply stopped (Ctrl-C)"), "{err}");
+    // both lines were answered: two replies' rate lines
+    assert_eq!(err.matches(" tok/s]").count(), 2, "{err}");
+}
