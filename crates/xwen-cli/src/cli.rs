@@ -20,6 +20,9 @@ pub const LLAMA_SHORTS: &[(&str, &str)] = &[
     ("-ntg", "--n-gen"),
     ("-sys", "--system-prompt"),
     ("-mli", "--multiline-input"),
+    ("-ctk", "--cache-type-k"),
+    ("-ctv", "--cache-type-v"),
+    ("-fa", "--flash-attn"),
 ];
 
 /// Rewrites llama.cpp's multi-letter short flags (`-np 4`, `-np=4`) to their long names. Only

@@ -12,7 +12,8 @@ pub fn markdown(mut cmd: clap::Command) -> String {
          file and `xwen <command> --help` disagree.\n\n\
          llama.cpp's multi-letter short flags are accepted as they are spelled there: `-np`\n\
          (`--parallel`), `-npl` (`bench --parallel`), `-ngl` (`--n-gpu-layers`), `-ub`\n\
-         (`--ubatch-size`), `-npp` (`--n-prompt`), `-ntg` (`--n-gen`), `-sys` (`--system-prompt`).\n\
+         (`--ubatch-size`), `-npp` (`--n-prompt`), `-ntg` (`--n-gen`), `-sys` (`--system-prompt`),\n\
+         `-ctk` / `-ctv` (`--cache-type-k` / `-v`), `-fa` (`--flash-attn`).\n\
          Any flag also reads as `--flag=value`; a repeated flag keeps its last value.\n\n",
     );
     out += &section("xwen", cmd.render_long_help().to_string());

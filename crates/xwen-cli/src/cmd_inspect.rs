@@ -153,7 +153,7 @@ fn file_type_name(ft: u64) -> &'static str {
     }
 }
 
-/// Memory for one sequence: weights as stored, an f32 KV cache (what xwen keeps) for the
+/// Memory for one sequence: weights as stored, an f16 KV cache (the default, as llama.cpp's) for the
 /// full-attention layers and the f32 recurrent state (conv + delta-rule matrix) of the
 /// linear-attention layers, from the `{arch}.*` hyperparameters. Compute scratch and the
 /// tokenizer are not counted.
@@ -186,8 +186,8 @@ impl MemoryEstimate {
         let default_head_dim = hp("embedding_length").unwrap_or(0) / n_head;
         let k_len = hp("attention.key_length").unwrap_or(default_head_dim);
         let v_len = hp("attention.value_length").unwrap_or(default_head_dim);
-        // xwen keeps K and V in f32
-        let kv_bytes_per_token = attn_layers * n_head_kv * (k_len + v_len) * 4;
+        // K and V in f16 (the default; `-ctk f32 -ctv f32 -fa off` doubles this)
+        let kv_bytes_per_token = attn_layers * n_head_kv * (k_len + v_len) * 2;
         let (d_state, inner) = (
             hp("ssm.state_size").unwrap_or(0),
             hp("ssm.inner_size").unwrap_or(0),
@@ -222,7 +222,7 @@ impl MemoryEstimate {
             "kv_bytes": self.kv_bytes_per_token * self.n_ctx,
             "recurrent_state_bytes": self.recurrent_bytes,
             "total_bytes": self.total(),
-            "method": "tensor bytes + f32 K/V for attention layers at n_ctx + f32 conv and delta-rule state of recurrent layers, one sequence, compute scratch excluded",
+            "method": "tensor bytes + f16 K/V (the default cache type) for attention layers at n_ctx + f32 conv and delta-rule state of recurrent layers, one sequence, compute scratch excluded",
         })
     }
 }
@@ -341,7 +341,7 @@ fn to_text(path: &str, f: &GgufFile) -> String {
     let m = MemoryEstimate::of(f);
     let _ = writeln!(
         o,
-        "\nmemory a run needs ≈ {} = tensors {} + KV cache {} ({} attention layers × {} B/token × n_ctx {}, f32) + recurrent state {} ({} layers, f32); one sequence, compute scratch not included",
+        "\nmemory a run needs ≈ {} = tensors {} + KV cache {} ({} attention layers × {} B/token × n_ctx {}, f16; an f32 cache doubles it) + recurrent state {} ({} layers, f32); one sequence, compute scratch not included",
         human_bytes(m.total()),
         human_bytes(m.tensor_bytes),
         human_bytes(m.kv_bytes_per_token * m.n_ctx),
@@ -374,7 +374,7 @@ fn to_text(path: &str, f: &GgufFile) -> String {
 fn streaming_plan(f: &GgufFile, n_ctx: u64) -> Option<xwen_engine::MemoryPlan> {
     let xwen_engine::models::Loaded { net, experts } = xwen_engine::models::load(f).ok()?;
     experts.iter().any(|e| e.is_some()).then_some(())?;
-    xwen_engine::MemoryPlan::new(f, &net.plan_figures(n_ctx as usize), &experts, n_ctx as usize, 1, u64::MAX, None).ok()
+    xwen_engine::MemoryPlan::new(f, &net.plan_figures(n_ctx as usize, (xwen_engine::KvType::F16, xwen_engine::KvType::F16)), &experts, n_ctx as usize, 1, u64::MAX, None).ok()
 }
 
 // ---- json -------------------------------------------------------------------------------

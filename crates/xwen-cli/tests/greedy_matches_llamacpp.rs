@@ -44,7 +44,7 @@ fn greedy_ids_equal_llama_cpp_up_to_ties() {
         let gaps: Vec<f64> = case["gaps"].as_array().unwrap().iter().map(|g| g.as_f64().unwrap()).collect();
         let id_arg = prompt.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(",");
         let out = Command::new(env!("CARGO_BIN_EXE_xwen"))
-            .args(["run", "-q", "--temp", "0", "--print-ids", "-t", "2", "-n", &n_gen.to_string(), "--ids", &id_arg, "-m"])
+            .args(["run", "-q", "--temp", "0", "--print-ids", "-t", "2", "-ctk", "f32", "-ctv", "f32", "-fa", "off", "-n", &n_gen.to_string(), "--ids", &id_arg, "-m"])
             .arg(&gguf)
             .output()
             .unwrap();
@@ -90,7 +90,7 @@ fn demo_model_prints_llama_cpp_greedy_output() {
         .expect("fixture has the demo case");
     let want = ids(&case["greedy"]);
     let out = Command::new(env!("CARGO_BIN_EXE_xwen"))
-        .args(["run", "-q", "--print-ids", "-n", &want.len().to_string()])
+        .args(["run", "-q", "--print-ids", "-ctk", "f32", "-ctv", "f32", "-fa", "off", "-n", &want.len().to_string()])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -100,4 +100,23 @@ fn demo_model_prints_llama_cpp_greedy_output() {
     let out = Command::new(env!("CARGO_BIN_EXE_xwen")).args(["run", "-q", "-n", "24"]).output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.starts_with("def fibonacci(n):\n    \"\"\""), "{text}");
+}
+
+/// At llama.cpp's default settings (f16 KV cache, flash attention on) `xwen run` at its own
+/// defaults prints llama.cpp's greedy continuation on the demo model — ` password = ...`, where
+/// an f32, non-flash run writes ` pass` (tests/fixtures/parity/fa/demo.txt, llama.cpp b11434).
+#[test]
+fn demo_model_at_defaults_prints_llama_cpp_default_output() {
+    let fa = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/parity/fa");
+    let prompt = std::fs::read_to_string(format!("{fa}/demo-prompt.txt")).unwrap().split_whitespace().collect::<Vec<_>>().join(",");
+    let rec = std::fs::read_to_string(format!("{fa}/demo.txt")).unwrap();
+    let want: Vec<u64> = rec.lines().find_map(|l| l.strip_prefix("p0 greedy: ")).unwrap().split_whitespace().map(|t| t.parse().unwrap()).collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_xwen"))
+        .args(["run", "-q", "--print-ids", "--temp", "0", "-t", "2", "--isa", "avx2", "--ids", &prompt, "-n", &want.len().to_string()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: Vec<u64> = String::from_utf8_lossy(&out.stdout).split_whitespace().map(|t| t.parse().unwrap()).collect();
+    assert_eq!(got, want);
+    assert_eq!(&want[..2], &[630, 1416], "` pass` `word`");
 }

@@ -136,7 +136,7 @@ fn json_output() {
         j["tensors"][1]["offset"], 6816,
         "second tensor starts at the next 32-byte boundary"
     );
-    // 1 attention layer of 4: 2 KV heads × (16 + 16) × 4 bytes (f32) per token, at n_ctx 1024.
+    // 1 attention layer of 4: 2 KV heads × (16 + 16) × 2 bytes (f16, the default) per token, at n_ctx 1024.
     let m = &j["memory_estimate"];
     assert_eq!(
         (
@@ -145,7 +145,7 @@ fn json_output() {
         ),
         (Some(1), Some(3))
     );
-    assert_eq!(m["kv_bytes"].as_u64(), Some(256 * 1024));
+    assert_eq!(m["kv_bytes"].as_u64(), Some(128 * 1024));
     std::fs::remove_dir_all(dir).unwrap();
 }
 

@@ -17,6 +17,8 @@ pub struct Ctx<'a> {
     pub chunked_scan: bool,
     /// Where MoE layers record their routing decisions (`EngineConfig::record_routes`).
     pub routes: Option<&'a std::sync::Mutex<Vec<RouteRecord>>>,
+    /// Flash attention or the plain path (`EngineConfig::flash_attn`).
+    pub attn: crate::layers::attention::AttnMode,
 }
 
 /// One MoE routing decision: `row` of the forward's batch at `layer`.

@@ -1,6 +1,57 @@
 //! Engine configuration: the one place where run-time knobs live. The library never reads
 //! environment variables; hosts (CLI, server) build this struct.
 
+/// Element type of the KV cache (llama.cpp's `-ctk` / `-ctv`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum KvType {
+    F32,
+    /// llama.cpp's default: K and V rounded to f16 (nearest even) as they are written.
+    #[default]
+    F16,
+}
+
+impl KvType {
+    pub fn bytes(self) -> usize {
+        match self {
+            KvType::F32 => 4,
+            KvType::F16 => 2,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F32 => "f32",
+            KvType::F16 => "f16",
+        }
+    }
+}
+
+impl std::str::FromStr for KvType {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" => Ok(KvType::F32),
+            "f16" => Ok(KvType::F16),
+            other => Err(format!("`{other}` is not a KV cache type xwen has (f32, f16)")),
+        }
+    }
+}
+
+/// Flash attention (llama.cpp's `-fa`): `Auto` is on wherever the CPU path exists — every
+/// model xwen runs — as llama.cpp resolves it on the CPU.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FlashAttn {
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+impl FlashAttn {
+    pub fn enabled(self) -> bool {
+        !matches!(self, FlashAttn::Off)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
     /// Worker threads for matrix work (0 = all available cores).
@@ -34,15 +85,39 @@ pub struct EngineConfig {
     /// CPU reproduces an AVX2 llama.cpp build's float orders. Process-wide, like the
     /// reference-kernel switch.
     pub max_isa: Option<xwen_kernels::dispatch::Isa>,
+    /// KV cache element types (K, V). llama.cpp's default is f16 for both.
+    pub kv_types: (KvType, KvType),
+    /// Flash attention: on reproduces llama.cpp's CPU flash-attention path, off its plain
+    /// kq / softmax / kqv path (which xwen has for an f32 cache only).
+    pub flash_attn: FlashAttn,
 }
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false, ram_budget: None, n_seq: 1, record_routes: false, max_isa: None }
+        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false, ram_budget: None, n_seq: 1, record_routes: false, max_isa: None, kv_types: (KvType::F16, KvType::F16), flash_attn: FlashAttn::Auto }
     }
 }
 
 impl EngineConfig {
+    /// The KV types the cache holds: with flash attention llama.cpp casts an f32 K or V to f16
+    /// before the op (llama-graph.cpp `build_attn_mha`), so an f32 cache computes exactly as an
+    /// f16 one — xwen stores it as f16 then, which also halves its memory.
+    pub fn effective_kv_types(&self) -> (KvType, KvType) {
+        if self.flash_attn.enabled() {
+            (KvType::F16, KvType::F16)
+        } else {
+            self.kv_types
+        }
+    }
+
+    /// The oracle's settings the committed parity fixtures were recorded under: an f32 KV
+    /// cache, flash attention off.
+    pub fn with_f32_cache_no_flash(mut self) -> Self {
+        self.kv_types = (KvType::F32, KvType::F32);
+        self.flash_attn = FlashAttn::Off;
+        self
+    }
+
     pub fn resolved_threads(&self) -> usize {
         if self.threads > 0 {
             self.threads

@@ -33,6 +33,8 @@ pub enum EngineError {
     RamBudget(String),
     #[error("threads: {0}")]
     Threads(String),
+    #[error("configuration: {0}")]
+    Config(String),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -19,7 +19,7 @@ pub mod runtime;
 pub mod state;
 pub mod weights;
 
-pub use config::EngineConfig;
+pub use config::{EngineConfig, FlashAttn, KvType};
 pub use error::{EngineError, Result};
 pub use experts::plan::MemoryPlan;
 pub use experts::store::{ExpertCacheStats, ExpertStore, ResidentExperts};

@@ -110,9 +110,16 @@ impl Model {
         if cfg.max_isa.is_some() {
             xwen_kernels::dispatch::set_max_isa(cfg.max_isa);
         }
+        if !cfg.flash_attn.enabled() && cfg.kv_types != (crate::KvType::F32, crate::KvType::F32) {
+            return Err(EngineError::Config(format!(
+                "flash attention off needs an f32 KV cache (-ctk f32 -ctv f32), not {}/{}: xwen reproduces llama.cpp's plain attention path on an f32 cache only",
+                cfg.kv_types.0.name(),
+                cfg.kv_types.1.name()
+            )));
+        }
         let models::Loaded { net, experts } = models::load(&file)?;
         let threads = cfg.resolved_threads();
-        let figures = net.plan_figures(cfg.max_ctx);
+        let figures = net.plan_figures(cfg.max_ctx, cfg.effective_kv_types());
         let plan = match cfg.ram_budget {
             None => None,
             Some(b) => Some(MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, cfg.n_seq, b, crate::experts::plan::machine_ram())?),
@@ -211,8 +218,11 @@ impl Model {
         true
     }
 
+    /// An empty sequence state, its KV caches of the configured types (`EngineConfig::kv_types`).
     pub fn new_state(&self) -> SeqState {
-        self.net.new_state()
+        let mut st = self.net.new_state();
+        st.set_kv_types(self.cfg.effective_kv_types());
+        st
     }
 
     /// Advance `state` over `tokens` and return the requested logits.
@@ -318,6 +328,7 @@ impl Model {
             prof: &self.prof,
             chunked_scan: self.cfg.chunked_prefill,
             routes: self.cfg.record_routes.then_some(&sink),
+            attn: crate::layers::attention::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.pool.n_threads(), n_ctx: self.cfg.max_ctx },
         };
         // each sequence's first batch row, row count and position before the step, to place
         // the recorded rows (only when recording)

@@ -189,6 +189,15 @@ impl SeqState {
         Ok(())
     }
 
+    /// Gives every attention layer an empty cache of these (K, V) types; for a fresh state.
+    pub fn set_kv_types(&mut self, types: (crate::config::KvType, crate::config::KvType)) {
+        for l in &mut self.layers {
+            if let LayerState::Attn(kv) = l {
+                *kv = KvCache::new(types);
+            }
+        }
+    }
+
     fn cut_kv(&mut self, pos: usize) {
         for l in &mut self.layers {
             if let LayerState::Attn(kv) = l {
@@ -208,7 +217,7 @@ impl SeqState {
         self.layers
             .iter()
             .map(|l| match l {
-                LayerState::Attn(kv) => (kv.k.len() + kv.v.len()) * 4,
+                LayerState::Attn(kv) => kv.k.bytes() + kv.v.bytes(),
                 LayerState::Delta(d) => (d.conv.len() + d.s.len()) * 4,
             })
             .sum()

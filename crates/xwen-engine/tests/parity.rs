@@ -302,10 +302,11 @@ fn run_case(fx: &Fixture, tier: &str, spec: &str, tol: f64, threads: usize) -> (
     // PARITY_FORCE_REFERENCE=1 runs xwen's scalar reference kernels: a failure that goes away
     // there is in a SIMD kernel, one that stays is in the model code or the reference itself
     let force_reference = std::env::var_os("PARITY_FORCE_REFERENCE").is_some_and(|v| v == "1");
+    // the fixtures' llama.cpp settings: an f32 KV cache, flash attention off (docs/parity.md)
     let cfg = EngineConfig {
         threads,
         force_reference,
-        ..EngineConfig::default()
+        ..EngineConfig::default().with_f32_cache_no_flash()
     };
     let model = match Model::load(&path, &cfg) {
         Ok(m) => m,

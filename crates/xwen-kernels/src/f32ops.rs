@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 mod ggml_exp;
 pub use ggml_exp::{
-    exp_flavor, silu, silu_emulated, silu_inplace, silu_scalar, softmax_inplace,
+    exp_flavor, silu, silu_emulated, silu_inplace, silu_scalar, soft_max_sum, softmax_inplace,
     softmax_masked_emulated, softmax_masked_inplace, swiglu, swiglu_emulated, v_expf_avx2_lane,
     v_expf_avx512_lane, v_expf_lane, v_silu_lane, ExpFlavor,
 };

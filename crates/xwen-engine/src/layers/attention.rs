@@ -10,6 +10,9 @@ use crate::error::Result;
 use crate::ops::{self, SharedMut};
 use crate::profile::Op;
 use crate::weights::{Loader, Mat};
+use crate::config::KvType;
+use crate::layers::flash_attn::{self, KvRows};
+use xwen_kernels::half::f32_to_f16;
 
 #[derive(Clone, Copy, Debug)]
 pub struct AttnDims {
@@ -51,14 +54,78 @@ impl AttnWeights {
     }
 }
 
-/// KV cache of one attention layer for one sequence: [pos][n_head_kv·head_dim], fp32.
+/// One of a KV cache's two tensors, [pos][n_head_kv·head_dim], in the cache's element type.
+#[derive(Clone, Debug)]
+pub enum KvBuf {
+    F32(Vec<f32>),
+    /// f16 bit patterns, rounded to nearest even on write (as ggml's f32 → f16 copy).
+    F16(Vec<u16>),
+}
+
+impl Default for KvBuf {
+    fn default() -> Self {
+        KvBuf::F32(Vec::new())
+    }
+}
+
+impl KvBuf {
+    pub fn empty(ty: KvType) -> Self {
+        match ty {
+            KvType::F32 => KvBuf::F32(Vec::new()),
+            KvType::F16 => KvBuf::F16(Vec::new()),
+        }
+    }
+    pub fn ty(&self) -> KvType {
+        match self {
+            KvBuf::F32(_) => KvType::F32,
+            KvBuf::F16(_) => KvType::F16,
+        }
+    }
+    /// Elements held.
+    pub fn len(&self) -> usize {
+        match self {
+            KvBuf::F32(v) => v.len(),
+            KvBuf::F16(v) => v.len(),
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn bytes(&self) -> usize {
+        self.len() * self.ty().bytes()
+    }
+    pub fn truncate(&mut self, n: usize) {
+        match self {
+            KvBuf::F32(v) => v.truncate(n),
+            KvBuf::F16(v) => v.truncate(n),
+        }
+    }
+    /// Appends f32 values in the cache's type.
+    pub fn extend(&mut self, x: &[f32]) {
+        match self {
+            KvBuf::F32(v) => v.extend_from_slice(x),
+            KvBuf::F16(v) => v.extend(x.iter().map(|&f| f32_to_f16(f))),
+        }
+    }
+    pub fn rows(&self) -> KvRows<'_> {
+        match self {
+            KvBuf::F32(v) => KvRows::F32(v),
+            KvBuf::F16(v) => KvRows::F16(v),
+        }
+    }
+}
+
+/// KV cache of one attention layer for one sequence.
 #[derive(Clone, Debug, Default)]
 pub struct KvCache {
-    pub k: Vec<f32>,
-    pub v: Vec<f32>,
+    pub k: KvBuf,
+    pub v: KvBuf,
 }
 
 impl KvCache {
+    pub fn new(types: (KvType, KvType)) -> Self {
+        KvCache { k: KvBuf::empty(types.0), v: KvBuf::empty(types.1) }
+    }
     pub fn len(&self, d: &AttnDims) -> usize {
         self.k.len() / d.kv_width()
     }
@@ -66,6 +133,16 @@ impl KvCache {
         self.k.truncate(pos * d.kv_width());
         self.v.truncate(pos * d.kv_width());
     }
+}
+
+/// How attention runs: llama.cpp's flash-attention path or its plain one, and the cache types.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnMode {
+    pub flash: bool,
+    /// Threads llama.cpp would split a decode row's KV over (the split-KV path).
+    pub threads: usize,
+    /// The context size, which caps llama.cpp's KV view (`flash_attn::n_kv`).
+    pub n_ctx: usize,
 }
 
 /// Mixer output for the batch `rows` of normalized input x (rows.n × hidden); `kvs[i]` is the
@@ -107,15 +184,15 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
     }
     for (s, kv) in rows.spans.iter().zip(kvs.iter_mut()) {
         debug_assert_eq!(kv.len(d), s.pos0, "a sequence's KV holds its positions");
-        kv.k.extend_from_slice(&k[s.start * kvw..(s.start + s.len) * kvw]);
-        kv.v.extend_from_slice(&v[s.start * kvw..(s.start + s.len) * kvw]);
+        kv.k.extend(&k[s.start * kvw..(s.start + s.len) * kvw]);
+        kv.v.extend(&v[s.start * kvw..(s.start + s.len) * kvw]);
     }
 
     // softmax(q kᵀ / √d) v per (token, head); one task per (sequence, head).
     let scale = 1.0 / (hd as f32).sqrt();
     let group = d.n_head / d.n_head_kv;
     let mut out = vec![0.0f32; n * hq];
-    {
+    if ctx.attn.flash {
         let out_p = SharedMut::new(&mut out);
         let q = &q;
         let caches: Vec<&KvCache> = kvs.iter().map(|kv| &**kv).collect();
@@ -123,7 +200,35 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
             let (si, h) = (task / d.n_head, task % d.n_head);
             let (s, kv) = (&rows.spans[si], caches[si]);
             let kvh = h / group;
-            let n_ctx = kv.len(d);
+            // llama.cpp's KV view after this ubatch, and the path its rows take; a row in
+            // decode order runs as the one-row ubatch it stands for
+            let n_kv = flash_attn::n_kv(s.pos0 + s.len, ctx.attn.n_ctx);
+            let same = kv.k.ty() == kv.v.ty();
+            for i in 0..s.len {
+                let t = s.start + i;
+                let (rows_n, kv_n) = if s.decode_order { (1, flash_attn::n_kv(s.pos0 + i + 1, ctx.attn.n_ctx)) } else { (s.len, n_kv) };
+                let path = flash_attn::path(rows_n, kv_n, same, ctx.attn.threads);
+                let qh = &q[t * hq + h * hd..][..hd];
+                // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
+                let oh = unsafe { out_p.slice(t * hq + h * hd, hd) };
+                flash_attn::attend(qh, kv.k.rows(), kv.v.rows(), kvw, kvh * hd, s.pos0 + i + 1, kv_n, scale, path, oh);
+            }
+        });
+    } else {
+        // the plain path runs on an f32 cache (`Model` refuses another with flash attention off)
+        let out_p = SharedMut::new(&mut out);
+        let q = &q;
+        let caches: Vec<(&[f32], &[f32], usize)> = kvs
+            .iter()
+            .map(|kv| match (&kv.k, &kv.v) {
+                (KvBuf::F32(k), KvBuf::F32(v)) => (&k[..], &v[..], kv.len(d)),
+                _ => (&[][..], &[][..], 0),
+            })
+            .collect();
+        ctx.pool.run(rows.spans.len() * d.n_head, &|task| {
+            let (si, h) = (task / d.n_head, task % d.n_head);
+            let (s, (kc, vc, n_ctx)) = (&rows.spans[si], caches[si]);
+            let kvh = h / group;
             let mut scores = vec![0.0f32; n_ctx];
             let mut lanes = vec![0.0f32; 32 * hd];
             for i in 0..s.len {
@@ -131,14 +236,14 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
                 let visible = s.pos0 + i + 1;
                 let qh = &q[t * hq + h * hd..][..hd];
                 for (p, sc) in scores[..visible].iter_mut().enumerate() {
-                    let kh = &kv.k[p * kvw + kvh * hd..][..hd];
+                    let kh = &kc[p * kvw + kvh * hd..][..hd];
                     *sc = ops::dot(qh, kh) * scale;
                 }
                 // llama.cpp's kq row is n_kv long, the KV size padded to 256, masked past `visible`.
                 ops::softmax_masked_inplace(&mut scores[..visible], visible.next_multiple_of(256));
                 // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
                 let oh = unsafe { out_p.slice(t * hq + h * hd, hd) };
-                let v_at = |p: usize| &kv.v[p * kvw + kvh * hd..][..hd];
+                let v_at = |p: usize| &vc[p * kvw + kvh * hd..][..hd];
                 weighted_v_sum(&scores[..visible], v_at, s.len == 1 || s.decode_order, &mut lanes, oh);
             }
         });

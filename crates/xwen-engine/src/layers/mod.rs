@@ -4,5 +4,6 @@
 
 pub mod attention;
 pub mod deltanet;
+pub mod flash_attn;
 pub mod ffn;
 pub mod moe;

@@ -28,8 +28,8 @@ pub trait Network: Send + Sync {
     /// returns per sequence the logits of its rows `spans[i].logits`. Batch-invariant
     /// (`crate::batch`).
     fn forward(&self, ctx: &Ctx, store: &dyn ExpertStore, states: &mut [&mut SeqState], spans: &[SpanIn]) -> Result<Vec<Vec<f32>>>;
-    /// Memory-plan figures at `max_ctx` positions per sequence.
-    fn plan_figures(&self, max_ctx: usize) -> PlanFigures;
+    /// Memory-plan figures at `max_ctx` positions per sequence, KV caches of `kv_types`.
+    fn plan_figures(&self, max_ctx: usize, kv_types: (crate::KvType, crate::KvType)) -> PlanFigures;
 }
 
 /// A network and its routed-expert stacks per layer (None for layers without), which the

@@ -327,19 +327,20 @@ impl Network for Qwen35 {
         self.forward_batch(ctx, store, states, spans)
     }
 
-    fn plan_figures(&self, max_ctx: usize) -> PlanFigures {
+    fn plan_figures(&self, max_ctx: usize, kv_types: (crate::KvType, crate::KvType)) -> PlanFigures {
         let (n_expert, n_used) = self.cfg.moe.as_ref().map_or((0, 0), |m| (m.n_expert, m.n_used));
-        PlanFigures { state_bytes: state_bytes(&self.cfg, max_ctx), scratch_bytes: scratch_bytes(&self.cfg), n_expert, n_used }
+        PlanFigures { state_bytes: state_bytes(&self.cfg, max_ctx, kv_types), scratch_bytes: scratch_bytes(&self.cfg), n_expert, n_used }
     }
 }
 
-/// One sequence's state at `max_ctx` positions: f32 K and V per attention layer, conv and delta
-/// state per DeltaNet layer.
-pub fn state_bytes(cfg: &Config, max_ctx: usize) -> u64 {
+/// One sequence's state at `max_ctx` positions: K and V of their types per attention layer,
+/// conv and delta state (f32) per DeltaNet layer.
+pub fn state_bytes(cfg: &Config, max_ctx: usize, kv_types: (crate::KvType, crate::KvType)) -> u64 {
     let n_attn = cfg.recurrent.iter().filter(|&&r| !r).count() as u64;
     let n_delta = cfg.recurrent.len() as u64 - n_attn;
+    let per_pos = cfg.attn.kv_width() as u64 * (kv_types.0.bytes() + kv_types.1.bytes()) as u64;
     // saturating: an absurd max_ctx gives a figure no budget holds, never a wrapped small one
-    let kv = (n_attn * 2 * cfg.attn.kv_width() as u64 * 4).saturating_mul(max_ctx as u64);
+    let kv = (n_attn * per_pos).saturating_mul(max_ctx as u64);
     let d = DeltaState::new(&cfg.delta);
     kv.saturating_add(n_delta * (d.conv.len() + d.s.len()) as u64 * 4)
 }

@@ -242,6 +242,25 @@ pub fn softmax_masked_inplace(x: &mut [f32], row_len: usize) {
     }
 }
 
+/// `ggml_vec_soft_max_f32(row_len, x, x, max)` over a row whose columns from x.len() on are
+/// −inf: x ← exp(x − max) (ggml's vector expf on full chunks, libm's on the tail) and the f64
+/// sum, unnormalized — flash attention's per-tile step.
+pub fn soft_max_sum(x: &mut [f32], max: f32, row_len: usize) -> f64 {
+    assert!(row_len >= x.len());
+    if x.is_empty() {
+        return 0.0;
+    }
+    match implementation() {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the features were detected at run time.
+        Impl::Avx512 => unsafe { x86::exp_sum512(x, max, row_len) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: as above.
+        Impl::Avx2 => unsafe { x86::exp_sum256(x, max, row_len) },
+        Impl::Emulated(f) => exp_sum_emulated(f, x, max, row_len),
+    }
+}
+
 /// ggml_vec_max_f32: max = MAX(max, x[i]) with MAX(a, b) = a > b ? a : b.
 fn ggml_max(x: &[f32]) -> f32 {
     x.iter()

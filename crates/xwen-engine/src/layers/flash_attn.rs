@@ -1,0 +1,492 @@
+//! Flash attention in the float order of llama.cpp's CPU `ggml_compute_forward_flash_attn_ext`
+//! (ggml-cpu/ops.cpp, b11434; AVX2 build), over an f32 or f16 KV cache. One query head's row
+//! at a time; which of ggml's three paths a row takes is ggml's rule:
+//! - **tiled** (`flash_attn_ext_tiled`): a ubatch of ≥ 64 query rows with K and V of one type
+//!   (f32 or f16): KV in tiles of 64, scores as f32 FMA chains over the head dim against K
+//!   widened to f32 (`simd_gemm`), the tile's softmax through ggml's vector expf
+//!   (`ggml_vec_soft_max_f32`, f64 sum), V accumulated in f32 FMA chains over the tile;
+//! - **split-KV** (decode: one query row, ≥ 512 KV cells, K and V of one type): the KV cells
+//!   split into one chunk per thread, each chunk run as below into (M, S, VKQ) partials, then
+//!   merged in chunk order (`ggml_flash_attn_ext_reduce_partials`) — so the bits depend on the
+//!   thread count, as llama.cpp's do;
+//! - **one chunk** otherwise: Q rounded to the K type's dot type (f16 for an f16 cache),
+//!   `ggml_vec_dot_f16` / `_f32` per position (4 × 8 lanes, ggml's reduction), an online softmax
+//!   with libm's expf, and for an f16 V an accumulator kept in f16 (`ggml_vec_mad_f16`,
+//!   `ggml_vec_scale_f16`: every update rounded to f16).
+//!
+//! llama.cpp's KV view is `n_kv` cells (the used cells padded to 256, at most the context);
+//! cells past a row's causal limit are masked with −inf and skipped (one chunk) or weigh 0
+//! (tiled). GCC contracts `S*ms + vs` and the partial merge's `a*b + c*d` to fused
+//! multiply-adds on the first product, which is reproduced here.
+//!
+//! AVX-512 builds of llama.cpp use 16-lane vectors in `ggml_vec_dot_f16`: not reproduced.
+
+use xwen_kernels::half::{f16_to_f32, f32_to_f16};
+
+/// KV rows of one attention layer, one sequence: `width` elements per position.
+#[derive(Clone, Copy)]
+pub enum KvRows<'a> {
+    F32(&'a [f32]),
+    F16(&'a [u16]),
+}
+
+/// ggml's tile sizes (ggml-cpu/common.h GGML_FA_TILE_Q / _KV).
+const TILE_Q: usize = 64;
+const TILE_KV: usize = 64;
+/// A decode row over at least this many KV cells takes the split-KV path.
+const SPLIT_MIN_KV: usize = 512;
+
+/// How ggml runs the rows of one ubatch (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Path {
+    OneChunk,
+    Tiled,
+    Split { threads: usize },
+}
+
+/// The path of a ubatch of `n_rows` query rows over `n_kv` cells.
+pub fn path(n_rows: usize, n_kv: usize, same_type: bool, threads: usize) -> Path {
+    if same_type && n_rows == 1 && n_kv >= SPLIT_MIN_KV {
+        Path::Split { threads: threads.max(1) }
+    } else if same_type && n_rows >= TILE_Q {
+        Path::Tiled
+    } else {
+        Path::OneChunk
+    }
+}
+
+/// llama.cpp's `n_kv` after a ubatch that leaves `used` cells filled: padded to 256, at most the
+/// context's cells (`n_ctx`, itself padded to 256).
+pub fn n_kv(used: usize, n_ctx: usize) -> usize {
+    let cells = n_ctx.next_multiple_of(256).max(256);
+    used.next_multiple_of(256).max(256).min(cells)
+}
+
+/// One query head's attention: `q` (head_dim), keys and values of positions `0..visible` at
+/// `k`/`v` (row stride `width`, this head's offset `off`); writes `out` (head_dim).
+#[allow(clippy::too_many_arguments)]
+pub fn attend(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, visible: usize, n_kv: usize, scale: f32, path: Path, out: &mut [f32]) {
+    let hd = q.len();
+    match path {
+        Path::Tiled => tiled(q, k, v, width, off, visible, n_kv, scale, out),
+        Path::OneChunk => {
+            let p = one_chunk(q, k, v, width, off, 0..visible.min(n_kv), scale);
+            let inv = if p.s == 0.0 { 0.0 } else { 1.0 / p.s };
+            for (o, &x) in out.iter_mut().zip(&p.vkq) {
+                *o = x * inv;
+            }
+        }
+        Path::Split { threads } => {
+            let chunk = n_kv.div_ceil(threads);
+            let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
+            let mut acc = vec![0.0f32; hd];
+            for ith in 0..threads {
+                let start = ith * chunk;
+                if start >= n_kv {
+                    continue;
+                }
+                let end = (start + chunk).min(n_kv);
+                let p = one_chunk(q, k, v, width, off, start.min(visible)..end.min(visible), scale);
+                if p.s == 0.0 {
+                    continue;
+                }
+                let m_new = m.max(p.m);
+                let (so, sn) = ((m - m_new).exp(), (p.m - m_new).exp());
+                for (a, &c) in acc.iter_mut().zip(&p.vkq) {
+                    *a = a.mul_add(so, c * sn);
+                }
+                s = s.mul_add(so, p.s * sn);
+                m = m_new;
+            }
+            let inv = if s != 0.0 { 1.0 / s } else { 1.0 };
+            for (o, &x) in out.iter_mut().zip(&acc) {
+                *o = x * inv;
+            }
+        }
+    }
+}
+
+/// Online-softmax state of one row over a range of positions.
+struct Partial {
+    m: f32,
+    s: f32,
+    vkq: Vec<f32>,
+}
+
+/// ggml's `flash_attn_ext_f16_one_chunk` for one row over `range` (all unmasked).
+fn one_chunk(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, range: std::ops::Range<usize>, scale: f32) -> Partial {
+    let hd = q.len();
+    // Q in the K type's dot type
+    let q16: Vec<u16> = match k {
+        KvRows::F16(_) => q.iter().map(|&x| f32_to_f16(x)).collect(),
+        KvRows::F32(_) => Vec::new(),
+    };
+    let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
+    let mut vkq32 = vec![0.0f32; hd];
+    let mut vkq16 = vec![0u16; hd];
+    for p in range {
+        let at = p * width + off;
+        let mut sc = match k {
+            KvRows::F16(kk) => dot_f16(&kk[at..at + hd], &q16),
+            KvRows::F32(kk) => dot_f32(&kk[at..at + hd], q),
+        };
+        sc *= scale;
+        sc += 0.0; // the mask's 0
+        let (mut ms, mut vs) = (1.0f32, 1.0f32);
+        if sc > m {
+            let m_old = m;
+            m = sc;
+            ms = (m_old - m).exp();
+            match v {
+                KvRows::F16(_) => scale_f16(&mut vkq16, ms),
+                KvRows::F32(_) => vkq32.iter_mut().for_each(|x| *x *= ms),
+            }
+        } else {
+            vs = (sc - m).exp();
+        }
+        match v {
+            KvRows::F16(vv) => mad_f16(&mut vkq16, &vv[at..at + hd], vs),
+            KvRows::F32(vv) => {
+                for (y, &x) in vkq32.iter_mut().zip(&vv[at..at + hd]) {
+                    *y = x.mul_add(vs, *y);
+                }
+            }
+        }
+        s = s.mul_add(ms, vs);
+    }
+    if let KvRows::F16(_) = v {
+        for (d, &h) in vkq32.iter_mut().zip(&vkq16) {
+            *d = f16_to_f32(h);
+        }
+    }
+    Partial { m, s, vkq: vkq32 }
+}
+
+/// ggml's `flash_attn_ext_tiled` for one row: positions `0..visible` in tiles of 64.
+#[allow(clippy::too_many_arguments)]
+fn tiled(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, visible: usize, n_kv: usize, scale: f32, out: &mut [f32]) {
+    let hd = q.len();
+    let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
+    let mut vkq = vec![0.0f32; hd];
+    let mut kq = [0.0f32; TILE_KV];
+    // the tile's K transposed ([dk][64], zero past the valid cells) and V ([tk][hd]), in f32
+    let mut kt = vec![0.0f32; hd * TILE_KV];
+    let mut vt = vec![0.0f32; TILE_KV * hd];
+    let widen = |rows: KvRows, at: usize, dst: &mut [f32]| match rows {
+        KvRows::F32(r) => dst.copy_from_slice(&r[at..at + dst.len()]),
+        KvRows::F16(r) => {
+            let n = dst.len();
+            for (d, &h) in dst.iter_mut().zip(&r[at..at + n]) {
+                *d = f16_to_f32(h);
+            }
+        }
+    };
+    let mut krow = vec![0.0f32; hd];
+    let mut c = 0;
+    while c < n_kv.min(visible) {
+        let valid = (visible - c).min(TILE_KV);
+        for tk in 0..TILE_KV {
+            if tk < valid {
+                widen(k, (c + tk) * width + off, &mut krow);
+                for (dk, &x) in krow.iter().enumerate() {
+                    kt[dk * TILE_KV + tk] = x;
+                }
+                widen(v, (c + tk) * width + off, &mut vt[tk * hd..(tk + 1) * hd]);
+            } else {
+                for dk in 0..hd {
+                    kt[dk * TILE_KV + tk] = 0.0;
+                }
+            }
+        }
+        tile_scores(q, &kt, &mut kq);
+        for (tk, x) in kq.iter_mut().enumerate() {
+            // scale, then the mask: 0 for the row's cells, −inf past them
+            *x = if tk < valid { *x * scale + 0.0 } else { f32::NEG_INFINITY };
+        }
+        let tile_max = kq.iter().fold(f32::NEG_INFINITY, |a, &b| if a > b { a } else { b });
+        let m_new = m.max(tile_max);
+        if m_new > m {
+            let ms = (m - m_new).exp();
+            vkq.iter_mut().for_each(|x| *x *= ms);
+            s *= ms;
+        }
+        m = m_new;
+        let sum = xwen_kernels::f32ops::soft_max_sum(&mut kq[..valid], m_new, TILE_KV);
+        s = (s as f64 + sum) as f32;
+        // the masked cells weigh exp(−inf) = 0: fma(v, 0, a) = a, so they are left out
+        tile_values(&kq[..valid], &vt[..valid * hd], &mut vkq);
+        c += TILE_KV;
+    }
+    let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
+    for (o, &x) in out.iter_mut().zip(&vkq) {
+        *o = x * inv;
+    }
+}
+
+/// Whether the AVX2 + FMA + F16C versions below may run (the same bits as the portable ones,
+/// which are the specification).
+fn simd() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::sync::OnceLock;
+        static OK: OnceLock<bool> = OnceLock::new();
+        *OK.get_or_init(|| is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c"))
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// `ggml_vec_dot_f16` (AVX2 + F16C): 4 accumulators × 8 lanes over steps of 32, FMA, ggml's
+/// reduction, the tail summed in f64.
+fn dot_f16(x: &[u16], y: &[u16]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: the features were detected; the slices are of equal length.
+        return unsafe { x86::dot_f16(x, y) };
+    }
+    dot_f16_portable(x, y)
+}
+
+fn dot_f16_portable(x: &[u16], y: &[u16]) -> f32 {
+    lanes_dot(x.len(), |i| f16_to_f32(x[i]), |i| f16_to_f32(y[i]))
+}
+
+/// `ggml_vec_dot_f32` (AVX2 + FMA), the same shape with a float tail.
+fn dot_f32(x: &[f32], y: &[f32]) -> f32 {
+    let n = x.len();
+    let np = n & !31;
+    let mut sum = lanes_dot(np, |i| x[i], |i| y[i]);
+    for i in np..n {
+        sum = x[i].mul_add(y[i], sum);
+    }
+    sum
+}
+
+/// The 4 × 8-lane FMA dot product of ggml's AVX2 vec_dot and its `GGML_F32x8_REDUCE`; the part
+/// past the last full step of 32 is added in f64 (ggml_vec_dot_f16's tail).
+#[inline(always)]
+fn lanes_dot(n: usize, x: impl Fn(usize) -> f32, y: impl Fn(usize) -> f32) -> f32 {
+    let np = n & !31;
+    let mut acc = [[0.0f32; 8]; 4];
+    for i in (0..np).step_by(32) {
+        for (j, a) in acc.iter_mut().enumerate() {
+            for (l, lane) in a.iter_mut().enumerate() {
+                let e = i + 8 * j + l;
+                *lane = x(e).mul_add(y(e), *lane);
+            }
+        }
+    }
+    // x0 += x2, x1 += x3, x0 += x1; then (lo + hi), hadd, hadd
+    let r: [f32; 8] = std::array::from_fn(|l| (acc[0][l] + acc[2][l]) + (acc[1][l] + acc[3][l]));
+    let t: [f32; 4] = std::array::from_fn(|l| r[l] + r[l + 4]);
+    let mut sum = ((t[0] + t[1]) + (t[2] + t[3])) as f64;
+    for i in np..n {
+        sum += (x(i) * y(i)) as f64;
+    }
+    sum as f32
+}
+
+/// `ggml_vec_mad_f16`: y = f16(fma(x, v, y)) per element.
+fn mad_f16(y: &mut [u16], x: &[u16], v: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: the features were detected.
+        return unsafe { x86::mad_f16(y, x, v) };
+    }
+    mad_f16_portable(y, x, v)
+}
+
+fn mad_f16_portable(y: &mut [u16], x: &[u16], v: f32) {
+    for (yi, &xi) in y.iter_mut().zip(x) {
+        *yi = f32_to_f16(f16_to_f32(xi).mul_add(v, f16_to_f32(*yi)));
+    }
+}
+
+/// `ggml_vec_scale_f16`: y = f16(y · v) per element.
+fn scale_f16(y: &mut [u16], v: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: the features were detected.
+        return unsafe { x86::scale_f16(y, v) };
+    }
+    for yi in y.iter_mut() {
+        *yi = f32_to_f16(f16_to_f32(*yi) * v);
+    }
+}
+
+/// The tiled path's two products with hardware FMA: scores of `valid` cells as FMA chains over
+/// the head dim (`kt` is the tile's K transposed, [dk][64]), then V accumulated over the cells.
+fn tile_scores(q: &[f32], kt: &[f32], kq: &mut [f32; TILE_KV]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: the features were detected.
+        return unsafe { x86::tile_scores(q, kt, kq) };
+    }
+    tile_scores_body(q, kt, kq)
+}
+
+#[inline(always)]
+fn tile_scores_body(q: &[f32], kt: &[f32], kq: &mut [f32; TILE_KV]) {
+    kq.fill(0.0);
+    for (dk, &qd) in q.iter().enumerate() {
+        let row = &kt[dk * TILE_KV..][..TILE_KV];
+        for (a, &k) in kq.iter_mut().zip(row) {
+            *a = k.mul_add(qd, *a);
+        }
+    }
+}
+
+fn tile_values(w: &[f32], vt: &[f32], vkq: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if simd() {
+        // SAFETY: the features were detected.
+        return unsafe { x86::tile_values(w, vt, vkq) };
+    }
+    tile_values_body(w, vt, vkq)
+}
+
+/// vkq[d] = fma(v[tk][d], w[tk], vkq[d]) over the tile's cells in order (`vt` is [tk][hd]).
+#[inline(always)]
+fn tile_values_body(w: &[f32], vt: &[f32], vkq: &mut [f32]) {
+    let hd = vkq.len();
+    for (tk, &wt) in w.iter().enumerate() {
+        let row = &vt[tk * hd..][..hd];
+        for (a, &x) in vkq.iter_mut().zip(row) {
+            *a = x.mul_add(wt, *a);
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::*;
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// AVX2, FMA and F16C available; equal lengths.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn dot_f16(x: &[u16], y: &[u16]) -> f32 {
+        let n = x.len();
+        let np = n & !31;
+        let mut acc = [_mm256_setzero_ps(); 4];
+        let (px, py) = (x.as_ptr(), y.as_ptr());
+        let mut i = 0;
+        while i < np {
+            for (j, a) in acc.iter_mut().enumerate() {
+                let ax = _mm256_cvtph_ps(_mm_loadu_si128(px.add(i + 8 * j) as *const __m128i));
+                let ay = _mm256_cvtph_ps(_mm_loadu_si128(py.add(i + 8 * j) as *const __m128i));
+                *a = _mm256_fmadd_ps(ax, ay, *a);
+            }
+            i += 32;
+        }
+        let r = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+        let t0 = _mm_add_ps(_mm256_castps256_ps128(r), _mm256_extractf128_ps(r, 1));
+        let t1 = _mm_hadd_ps(t0, t0);
+        let mut sum = _mm_cvtss_f32(_mm_hadd_ps(t1, t1)) as f64;
+        for k in np..n {
+            sum += (f16_to_f32(x[k]) * f16_to_f32(y[k])) as f64;
+        }
+        sum as f32
+    }
+
+    /// # Safety
+    /// AVX2, FMA and F16C available.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn mad_f16(y: &mut [u16], x: &[u16], v: f32) {
+        let n = y.len().min(x.len());
+        let n8 = n & !7;
+        let vv = _mm256_set1_ps(v);
+        let (py, px) = (y.as_mut_ptr(), x.as_ptr());
+        let mut i = 0;
+        while i < n8 {
+            let ax = _mm256_cvtph_ps(_mm_loadu_si128(px.add(i) as *const __m128i));
+            let ay = _mm256_cvtph_ps(_mm_loadu_si128(py.add(i) as *const __m128i));
+            let r = _mm256_fmadd_ps(ax, vv, ay);
+            _mm_storeu_si128(py.add(i) as *mut __m128i, _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(r));
+            i += 8;
+        }
+        mad_f16_portable(&mut y[n8..n], &x[n8..n], v);
+    }
+
+    /// # Safety
+    /// AVX2 and F16C available.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn scale_f16(y: &mut [u16], v: f32) {
+        let n = y.len();
+        let n8 = n & !7;
+        let vv = _mm256_set1_ps(v);
+        let py = y.as_mut_ptr();
+        let mut i = 0;
+        while i < n8 {
+            let ay = _mm256_cvtph_ps(_mm_loadu_si128(py.add(i) as *const __m128i));
+            _mm_storeu_si128(py.add(i) as *mut __m128i, _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_mul_ps(ay, vv)));
+            i += 8;
+        }
+        for yi in &mut y[n8..] {
+            *yi = f32_to_f16(f16_to_f32(*yi) * v);
+        }
+    }
+
+    /// # Safety
+    /// AVX2 and FMA available.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn tile_scores(q: &[f32], kt: &[f32], kq: &mut [f32; TILE_KV]) {
+        tile_scores_body(q, kt, kq)
+    }
+
+    /// # Safety
+    /// AVX2 and FMA available.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn tile_values(w: &[f32], vt: &[f32], vkq: &mut [f32]) {
+        tile_values_body(w, vt, vkq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_follow_ggml() {
+        assert_eq!(path(1, 256, true, 2), Path::OneChunk);
+        assert_eq!(path(1, 512, true, 2), Path::Split { threads: 2 });
+        assert_eq!(path(1, 512, false, 2), Path::OneChunk);
+        assert_eq!(path(63, 4096, true, 2), Path::OneChunk);
+        assert_eq!(path(64, 256, true, 2), Path::Tiled);
+        assert_eq!(n_kv(1, 32768), 256);
+        assert_eq!(n_kv(257, 32768), 512);
+        assert_eq!(n_kv(257, 300), 512);
+        assert_eq!(n_kv(600, 300), 512);
+    }
+
+    /// Every path computes softmax(q·k·scale)·v; against an f64 reference on an f32 cache.
+    #[test]
+    fn every_path_is_attention() {
+        let (hd, n) = (64, 700);
+        let r = |i: usize| ((i as f32 * 0.618_034).fract() - 0.5) * 2.0;
+        let q: Vec<f32> = (0..hd).map(|i| r(i + 7)).collect();
+        let k: Vec<f32> = (0..hd * n).map(|i| r(i * 3 + 1)).collect();
+        let v: Vec<f32> = (0..hd * n).map(|i| r(i * 5 + 2)).collect();
+        let scale = 1.0 / (hd as f32).sqrt();
+        for visible in [1, 63, 64, 65, 300, 700] {
+            let sc: Vec<f64> = (0..visible).map(|p| (0..hd).map(|d| q[d] as f64 * k[p * hd + d] as f64).sum::<f64>() * scale as f64).collect();
+            let mx = sc.iter().cloned().fold(f64::MIN, f64::max);
+            let w: Vec<f64> = sc.iter().map(|s| (s - mx).exp()).collect();
+            let tot: f64 = w.iter().sum();
+            let want: Vec<f64> = (0..hd).map(|d| (0..visible).map(|p| w[p] * v[p * hd + d] as f64).sum::<f64>() / tot).collect();
+            let nkv = n_kv(visible, 4096);
+            for p in [Path::OneChunk, Path::Tiled, Path::Split { threads: 3 }] {
+                for half in [false, true] {
+                    let (k16, v16): (Vec<u16>, Vec<u16>) = (k.iter().map(|&x| f32_to_f16(x)).collect(), v.iter().map(|&x| f32_to_f16(x)).collect());
+                    let (kr, vr) = if half { (KvRows::F16(&k16), KvRows::F16(&v16)) } else { (KvRows::F32(&k), KvRows::F32(&v)) };
+                    let mut out = vec![0.0f32; hd];
+                    attend(&q, kr, vr, hd, 0, visible, nkv.max(visible), scale, p, &mut out);
+                    let tol = if half { 3e-3 } else { 1e-5 };
+                    for d in 0..hd {
+                        assert!((out[d] as f64 - want[d]).abs() < tol, "{p:?} half {half} visible {visible} d {d}: {} vs {}", out[d], want[d]);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Parity at llama.cpp's default settings: an f16 KV cache and flash attention on (the CPU's
+//! `-fa auto`). The references in tests/fixtures/parity/fa/ are llama.cpp b11434's (AVX2 build,
+//! 2 threads; tools/oracle/fa_refs.sh on the device machine): all-position logits of each
+//! prompt from one decode of the whole prompt, and 32 greedy tokens decoded one at a time.
+//! Held bit for bit — the prompts cover flash attention's one-chunk path (short prompts),
+//! its tiled path (70 and 300 rows) and, decoding past 256 cells, its split-KV path.
+
+use std::path::{Path, PathBuf};
+use xwen_engine::{EngineConfig, LogitsMode, Model};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity")
+}
+
+/// (shape, data) of a little-endian f32 .npy.
+fn read_npy(path: &Path) -> (Vec<usize>, Vec<f32>) {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(&b[..6], b"\x93NUMPY", "{}", path.display());
+    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+    let header = std::str::from_utf8(&b[10..10 + hlen]).unwrap();
+    assert!(header.contains("'<f4'"), "{header}");
+    let shape: Vec<usize> = header.split('(').nth(1).unwrap().split(')').next().unwrap().split(',').filter_map(|x| x.trim().parse().ok()).collect();
+    let data = b[10 + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    (shape, data)
+}
+
+/// Prompts of a fixture's cases.txt (`prompt <i> <name> ids...`) or of a plain file (one prompt
+/// of ids per line).
+fn prompts(path: &Path) -> Vec<Vec<u32>> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w.first() {
+                Some(&"prompt") => Some(w[3..].iter().map(|x| x.parse().unwrap()).collect()),
+                Some(x) if x.parse::<u32>().is_ok() => Some(w.iter().map(|x| x.parse().unwrap()).collect()),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// llama_logits' greedy lines: prompt index → ids.
+fn greedy(path: &Path) -> Vec<Vec<u32>> {
+    let mut out = Vec::new();
+    for l in std::fs::read_to_string(path).unwrap().lines() {
+        if let Some((k, ids)) = l.split_once(" greedy: ") {
+            let i: usize = k.trim_start_matches('p').parse().unwrap();
+            out.resize(out.len().max(i + 1), Vec::new());
+            out[i] = ids.split_whitespace().map(|x| x.parse().unwrap()).collect();
+        }
+    }
+    out
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Checks one model against its records; returns the failures.
+fn check(name: &str, model: &Path, prompts_file: &Path) -> Vec<String> {
+    let fa = root().join("fa");
+    // llama_logits' context is the prompt + 32 + 16, padded to 256: 512 covers every prompt here
+    let mut cfg = EngineConfig { threads: 2, max_ctx: 512, ..EngineConfig::default() };
+    if xwen_kernels::dispatch::detected() == xwen_kernels::dispatch::Isa::Avx512 {
+        cfg.max_isa = Some(xwen_kernels::dispatch::Isa::Avx2);
+    }
+    let m = Model::load(model, &cfg).unwrap();
+    let want_greedy = greedy(&fa.join(format!("{name}.txt")));
+    let mut fails = Vec::new();
+    for (i, p) in prompts(prompts_file).iter().enumerate() {
+        let (shape, want) = read_npy(&fa.join(format!("{name}.p{i}.npy")));
+        assert_eq!(shape, [p.len(), m.n_vocab()], "{name} p{i}");
+        let mut st = m.new_state();
+        let got = m.forward(&mut st, p, LogitsMode::All).unwrap();
+        if let Some(j) = got.iter().zip(&want).position(|(a, b)| a.to_bits() != b.to_bits()) {
+            fails.push(format!("{name} p{i}: logits differ from position {} ({} vs {})", j / m.n_vocab(), got[j], want[j]));
+            continue;
+        }
+        let n = m.n_vocab();
+        let mut tok = argmax(&got[(p.len() - 1) * n..]);
+        let mut ids = vec![tok];
+        while ids.len() < want_greedy[i].len() {
+            tok = argmax(&m.forward(&mut st, &[tok], LogitsMode::Last).unwrap());
+            ids.push(tok);
+        }
+        if ids != want_greedy[i] {
+            let at = ids.iter().zip(&want_greedy[i]).position(|(a, b)| a != b).unwrap_or(0);
+            fails.push(format!("{name} p{i}: greedy differs at step {at}: {ids:?} vs {:?}", want_greedy[i]));
+        }
+    }
+    fails
+}
+
+#[test]
+fn bit_identical_to_llama_cpp_at_its_defaults() {
+    let r = root();
+    let fa = r.join("fa");
+    let mut fails = Vec::new();
+    let mut checked = 0;
+    for (set, arch, tier) in [
+        ("cond", "qwen3_5", "f32"),
+        ("cond", "qwen3_5", "q8_0"),
+        ("cond", "qwen3_5", "q4_k_m"),
+        ("cond", "qwen3_5_moe", "q8_0"),
+        ("cond", "qwen3_5_moe", "q4_k_m"),
+        ("rand", "qwen3_5", "q8_0"),
+    ] {
+        let dir = r.join(set).join(arch);
+        fails.extend(check(&format!("{set}-{arch}-model-{tier}"), &dir.join(format!("model-{tier}.gguf")), &dir.join("cases.txt")));
+        checked += 1;
+    }
+    let long = fa.join("long-prompts.txt");
+    fails.extend(check("long-cond-qwen3_5-f32", &r.join("cond/qwen3_5/model-f32.gguf"), &long));
+    fails.extend(check("long-cond-qwen3_5_moe-q8_0", &r.join("cond/qwen3_5_moe/model-q8_0.gguf"), &long));
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/demo/tiny-qwen35-q4_k_m.gguf");
+    fails.extend(check("demo", &demo, &fa.join("demo-prompt.txt")));
+    checked += 3;
+    assert!(fails.is_empty(), "{} of {checked} models differ from llama.cpp's f16 + flash-attention records:\n{}", fails.len(), fails.join("\n"));
+}
