@@ -204,6 +204,14 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
             // decode order runs as the one-row ubatch it stands for
             let n_kv = flash_attn::n_kv(s.pos0 + s.len, ctx.attn.n_ctx);
             let same = kv.k.ty() == kv.v.ty();
+            if !s.decode_order && flash_attn::path(s.len, n_kv, same, ctx.attn.threads) == flash_attn::Path::Tiled {
+                // all the span's rows of this head at once: each KV tile is widened once
+                let qs: Vec<&[f32]> = (0..s.len).map(|i| &q[(s.start + i) * hq + h * hd..][..hd]).collect();
+                // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
+                let mut outs: Vec<&mut [f32]> = (0..s.len).map(|i| unsafe { out_p.slice((s.start + i) * hq + h * hd, hd) }).collect();
+                flash_attn::tiled_rows(&qs, kv.k.rows(), kv.v.rows(), kvw, kvh * hd, s.pos0 + 1, n_kv, scale, &mut outs);
+                return;
+            }
             for i in 0..s.len {
                 let t = s.start + i;
                 let (rows_n, kv_n) = if s.decode_order { (1, flash_attn::n_kv(s.pos0 + i + 1, ctx.attn.n_ctx)) } else { (s.len, n_kv) };

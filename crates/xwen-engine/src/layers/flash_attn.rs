@@ -165,9 +165,21 @@ fn one_chunk(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, range: s
 /// ggml's `flash_attn_ext_tiled` for one row: positions `0..visible` in tiles of 64.
 #[allow(clippy::too_many_arguments)]
 fn tiled(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, visible: usize, n_kv: usize, scale: f32, out: &mut [f32]) {
-    let hd = q.len();
-    let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
-    let mut vkq = vec![0.0f32; hd];
+    let mut one = [out];
+    tiled_rows(&[q], k, v, width, off, visible, n_kv, scale, &mut one);
+}
+
+/// The tiled path for consecutive query rows of one head: row i sees positions
+/// `0..visible0 + i`. Each KV tile is widened (and K transposed) once for all rows, as ggml
+/// does per query tile; every row keeps its own online-softmax state, so a row's bits do not
+/// depend on the rows beside it.
+#[allow(clippy::too_many_arguments)]
+pub fn tiled_rows(qs: &[&[f32]], k: KvRows, v: KvRows, width: usize, off: usize, visible0: usize, n_kv: usize, scale: f32, outs: &mut [&mut [f32]]) {
+    let Some(hd) = qs.first().map(|q| q.len()) else { return };
+    let n = qs.len();
+    let mut m = vec![f32::NEG_INFINITY; n];
+    let mut s = vec![0.0f32; n];
+    let mut vkq = vec![0.0f32; n * hd];
     let mut kq = [0.0f32; TILE_KV];
     // the tile's K transposed ([dk][64], zero past the valid cells) and V ([tk][hd]), in f32
     let mut kt = vec![0.0f32; hd * TILE_KV];
@@ -175,18 +187,19 @@ fn tiled(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, visible: usi
     let widen = |rows: KvRows, at: usize, dst: &mut [f32]| match rows {
         KvRows::F32(r) => dst.copy_from_slice(&r[at..at + dst.len()]),
         KvRows::F16(r) => {
-            let n = dst.len();
-            for (d, &h) in dst.iter_mut().zip(&r[at..at + n]) {
+            let len = dst.len();
+            for (d, &h) in dst.iter_mut().zip(&r[at..at + len]) {
                 *d = f16_to_f32(h);
             }
         }
     };
     let mut krow = vec![0.0f32; hd];
+    let last_visible = visible0 + n - 1;
     let mut c = 0;
-    while c < n_kv.min(visible) {
-        let valid = (visible - c).min(TILE_KV);
+    while c < n_kv.min(last_visible) {
+        let tile_valid = (last_visible - c).min(TILE_KV);
         for tk in 0..TILE_KV {
-            if tk < valid {
+            if tk < tile_valid {
                 widen(k, (c + tk) * width + off, &mut krow);
                 for (dk, &x) in krow.iter().enumerate() {
                     kt[dk * TILE_KV + tk] = x;
@@ -198,28 +211,38 @@ fn tiled(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, visible: usi
                 }
             }
         }
-        tile_scores(q, &kt, &mut kq);
-        for (tk, x) in kq.iter_mut().enumerate() {
-            // scale, then the mask: 0 for the row's cells, −inf past them
-            *x = if tk < valid { *x * scale + 0.0 } else { f32::NEG_INFINITY };
+        for (i, q) in qs.iter().enumerate() {
+            let visible = visible0 + i;
+            if c >= visible {
+                continue; // every cell of the tile is masked for this row: no change
+            }
+            let valid = (visible - c).min(TILE_KV);
+            tile_scores(q, &kt, &mut kq);
+            for (tk, x) in kq.iter_mut().enumerate() {
+                // scale, then the mask: 0 for the row's cells, −inf past them
+                *x = if tk < valid { *x * scale + 0.0 } else { f32::NEG_INFINITY };
+            }
+            let tile_max = kq.iter().fold(f32::NEG_INFINITY, |a, &b| if a > b { a } else { b });
+            let m_new = m[i].max(tile_max);
+            let acc = &mut vkq[i * hd..(i + 1) * hd];
+            if m_new > m[i] {
+                let ms = (m[i] - m_new).exp();
+                acc.iter_mut().for_each(|x| *x *= ms);
+                s[i] *= ms;
+            }
+            m[i] = m_new;
+            let sum = xwen_kernels::f32ops::soft_max_sum(&mut kq[..valid], m_new, TILE_KV);
+            s[i] = (s[i] as f64 + sum) as f32;
+            // the masked cells weigh exp(−inf) = 0: fma(v, 0, a) = a, so they are left out
+            tile_values(&kq[..valid], &vt[..valid * hd], acc);
         }
-        let tile_max = kq.iter().fold(f32::NEG_INFINITY, |a, &b| if a > b { a } else { b });
-        let m_new = m.max(tile_max);
-        if m_new > m {
-            let ms = (m - m_new).exp();
-            vkq.iter_mut().for_each(|x| *x *= ms);
-            s *= ms;
-        }
-        m = m_new;
-        let sum = xwen_kernels::f32ops::soft_max_sum(&mut kq[..valid], m_new, TILE_KV);
-        s = (s as f64 + sum) as f32;
-        // the masked cells weigh exp(−inf) = 0: fma(v, 0, a) = a, so they are left out
-        tile_values(&kq[..valid], &vt[..valid * hd], &mut vkq);
         c += TILE_KV;
     }
-    let inv = if s == 0.0 { 0.0 } else { 1.0 / s };
-    for (o, &x) in out.iter_mut().zip(&vkq) {
-        *o = x * inv;
+    for (i, out) in outs.iter_mut().enumerate() {
+        let inv = if s[i] == 0.0 { 0.0 } else { 1.0 / s[i] };
+        for (o, &x) in out.iter_mut().zip(&vkq[i * hd..(i + 1) * hd]) {
+            *o = x * inv;
+        }
     }
 }
 
