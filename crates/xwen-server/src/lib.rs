@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod openai;
 pub mod params;
 pub mod reply;
+pub mod responses;
 pub mod routes;
 pub mod structured;
 pub mod tool_parse;

@@ -4,7 +4,7 @@
 use crate::error::{ApiError, ApiResult, Dialect, Kind};
 use crate::params::{parse_object, Body};
 use crate::common::{body, AppState};
-use crate::{anthropic, openai, App};
+use crate::{anthropic, openai, responses, App};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, Request, State};
@@ -25,6 +25,8 @@ pub fn router(app: Arc<App>, max_body: usize) -> Router {
         .route("/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
         .route("/completions", post(openai::completions))
+        .route("/v1/responses", post(responses::responses))
+        .route("/responses", post(responses::responses))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/v1/models", get(models))
