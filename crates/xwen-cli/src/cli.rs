@@ -23,6 +23,7 @@ pub const LLAMA_SHORTS: &[(&str, &str)] = &[
     ("-ctk", "--cache-type-k"),
     ("-ctv", "--cache-type-v"),
     ("-fa", "--flash-attn"),
+    ("-md", "--model-draft"),
 ];
 
 /// Rewrites llama.cpp's multi-letter short flags (`-np 4`, `-np=4`) to their long names. Only
@@ -108,7 +109,9 @@ Examples:
   xwen run -m model.gguf -p 'def quicksort(xs):' -n 128 --temp 0
   xwen run -m model.gguf -f prompt.txt -n -1      # until end of text or the context is full
   xwen run -m model.gguf --ids 1,2,3 --print-ids
-  xwen run -m model.gguf -p 'Hello' --json        # text, ids, timings and stop reason as JSON")]
+  xwen run -m model.gguf -p 'Hello' --json        # text, ids, timings and stop reason as JSON
+  xwen run -m model.gguf -f edit.txt --temp 0 --draft ngram     # prompt-lookup drafting
+  xwen run -m big.gguf -md small.gguf -p 'def f(' --temp 0      # a draft model")]
 pub struct RunArgs {
     /// GGUF path, a directory holding one GGUF, a checkpoint name (Qwen3.6-35B-A3B) or owner/repo[:QUANT]; none: the embedded demo model
     #[arg(short = 'm', long = "model", value_name = "MODEL")]
@@ -141,9 +144,29 @@ pub struct RunArgs {
     #[arg(long = "no-think")]
     pub no_think: bool,
     #[command(flatten)]
+    pub draft: DraftOpts,
+    #[command(flatten)]
     pub sampling: SamplingOpts,
     #[command(flatten)]
     pub engine: EngineOpts,
+}
+
+/// Speculative decoding (greedy output is identical to plain decoding).
+#[derive(clap::Args, Debug, Clone, Default)]
+#[command(next_help_heading = "Speculative decoding")]
+pub struct DraftOpts {
+    /// Drafter: none, ngram (prompt lookup), model (needs -md); output stays plain greedy's
+    #[arg(long = "draft", value_name = "KIND", value_parser = ["none", "ngram", "model"])]
+    pub draft: Option<String>,
+    /// Draft model: a GGUF with the target's vocabulary (also -md; implies --draft model)
+    #[arg(long = "model-draft", value_name = "FILE")]
+    pub model_draft: Option<String>,
+    /// Most tokens drafted per step
+    #[arg(long = "draft-max", value_name = "N", default_value_t = 8, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub draft_max: u32,
+    /// A draft model stops drafting below this top probability (llama.cpp's --draft-p-min)
+    #[arg(long = "draft-p-min", value_name = "P", default_value_t = 0.75, allow_negative_numbers = true, value_parser = opts::unit_interval)]
+    pub draft_p_min: f32,
 }
 
 // ---- chat --------------------------------------------------------------------------------

@@ -213,7 +213,7 @@ fn temperature(s: &str) -> Result<f32, String> {
     Ok(v)
 }
 
-fn unit_interval(s: &str) -> Result<f32, String> {
+pub fn unit_interval(s: &str) -> Result<f32, String> {
     let v = float(s)?;
     if !(0.0..=1.0).contains(&v) {
         return Err(format!("{v} is outside the allowed range 0..=1"));

@@ -2,9 +2,11 @@
 //! - `session`: one conversation's sequence with prefix reuse (longest common prefix, then a
 //!   checkpoint restore — recurrent state cannot be rewound);
 //! - `scheduler`: many sequences stepped together through the batched forward;
-//! - `generate`: the one-sequence generate loop; `sampler`: token choice.
+//! - `generate`: the one-sequence generate loop; `sampler`: token choice;
+//! - `speculative`: drafters and the verify loop (greedy output identical to `generate`).
 
 pub mod generate;
 pub mod sampler;
 pub mod scheduler;
 pub mod session;
+pub mod speculative;

@@ -1,0 +1,59 @@
+//! `xwen run --draft ngram` and `-md FILE`: the same greedy ids as plain decoding, the drafter's
+//! figures in the closing line and in --json, and a draft model of another vocabulary refused.
+
+use std::process::Command;
+
+fn demo() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/demo/tiny-qwen35-q4_k_m.gguf").to_string()
+}
+
+fn run(args: &[&str]) -> (String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_xwen")).args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{args:?}: {err}");
+    (String::from_utf8_lossy(&out.stdout).to_string(), err)
+}
+
+#[test]
+fn drafted_runs_print_plain_greedy_ids() {
+    let d = demo();
+    let base = ["run", "-m", &d, "-p", "def fibonacci(n):\n", "-n", "96", "--temp", "0", "--print-ids", "-t", "2"];
+    let (plain, _) = run(&base);
+    let (ngram, err) = run(&[&base[..], &["--draft", "ngram", "--draft-max", "6"]].concat());
+    assert_eq!(ngram, plain);
+    assert!(err.contains("draft ngram:") && err.contains("tokens per step"), "{err}");
+    // the demo model drafting for itself: every draft accepted
+    let (own, err) = run(&[&base[..], &["-md", &d, "--draft-p-min", "0"]].concat());
+    assert_eq!(own, plain);
+    assert!(err.contains("(100%)"), "{err}");
+    let (json, _) = run(&["run", "-m", &d, "-p", "def f(", "-n", "24", "--temp", "0", "--json", "-q", "--draft", "ngram"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["draft"]["kind"], "ngram");
+    assert!(v["draft"]["steps"].as_u64().unwrap() > 0);
+}
+
+/// The trained MoE with the trained dense model as its draft (same tokenizer), from ../shared.
+#[test]
+fn a_trained_draft_model_keeps_the_moe_output() {
+    let shared = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/models/gguf");
+    let (moe, dense) = (format!("{shared}/tiny-qwen35moe-q4_k_m.gguf"), format!("{shared}/tiny-qwen35-q4_k_m.gguf"));
+    if !std::path::Path::new(&moe).exists() {
+        eprintln!("SKIP: ../shared/models/gguf is not beside this checkout");
+        return;
+    }
+    let base = ["run", "-m", &moe, "-p", "import os\n", "-n", "64", "--temp", "0", "--print-ids", "-t", "2"];
+    let (plain, _) = run(&base);
+    let (drafted, err) = run(&[&base[..], &["-md", &dense]].concat());
+    assert_eq!(drafted, plain, "{err}");
+    assert!(err.contains("draft model:"), "{err}");
+}
+
+#[test]
+fn a_draft_model_of_another_vocabulary_is_refused() {
+    let fx = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/parity/cond/qwen3_5/model-q8_0.gguf");
+    let out = Command::new(env!("CARGO_BIN_EXE_xwen")).args(["run", "-m", &demo(), "-p", "x", "-n", "4", "--temp", "0", "-md", fx]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("same vocabulary"), "{err}");
+    let out = Command::new(env!("CARGO_BIN_EXE_xwen")).args(["run", "-m", &demo(), "-p", "x", "--draft", "model"]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("-md FILE"));
+}

@@ -1,0 +1,313 @@
+//! Speculative decoding: a drafter proposes the next few tokens, the target model verifies them
+//! all in one forward step, the longest prefix greedy decoding agrees with is kept.
+//!
+//! The verify runs its rows in the one-token (decode) order (`SeqStep::decode_order`), so each
+//! row's logits are the bits plain one-token decode gives at that position; the sampler then
+//! picks tokens in the same order with the same history. Drafted output is therefore plain
+//! greedy output by construction. Rejected rows are rolled back with `SeqState::rollback` (KV
+//! truncated, the recurrent layers' kept states restored): nothing runs twice.
+//!
+//! Drafters behind one seam (`Drafter`): `NgramDrafter` (prompt lookup: the continuation of the
+//! latest earlier occurrence of the context's last n tokens — the win on code edits and
+//! retrieval) and `ModelDrafter` (a smaller model with the same vocabulary, greedy). Sampling
+//! with temperature > 0 is not drafted here (`generate_speculative` falls back to plain
+//! decoding and says so in `SpecStats::active`).
+
+use crate::error::{EngineError, Result};
+use crate::model::{LogitsMode, Model, SeqStep};
+use crate::runtime::generate::{GenStats, GenerateRequest, StopReason};
+use crate::runtime::sampler::Sampler;
+use crate::state::SeqState;
+use std::time::Instant;
+
+/// Proposes up to `max` tokens that continue `context` (prompt and generated tokens, the last of
+/// which the target has not fed yet).
+pub trait Drafter: Send {
+    fn name(&self) -> &'static str;
+    fn propose(&mut self, context: &[u32], max: usize) -> Result<Vec<u32>>;
+}
+
+/// Counters of one speculative generation.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpecStats {
+    /// Whether drafting ran (false: sampling, so plain decoding was used).
+    pub active: bool,
+    /// Verify steps (target forward passes after the prefill).
+    pub steps: usize,
+    pub drafted: usize,
+    pub accepted: usize,
+}
+
+impl SpecStats {
+    pub fn acceptance(&self) -> f64 {
+        if self.drafted == 0 {
+            0.0
+        } else {
+            self.accepted as f64 / self.drafted as f64
+        }
+    }
+}
+
+/// Prompt lookup: the tokens that followed the latest earlier occurrence of the context's last
+/// n tokens, for n from `max_n` down to `min_n`.
+#[derive(Clone, Debug)]
+pub struct NgramDrafter {
+    pub min_n: usize,
+    pub max_n: usize,
+}
+
+impl Default for NgramDrafter {
+    fn default() -> Self {
+        NgramDrafter { min_n: 2, max_n: 4 }
+    }
+}
+
+impl Drafter for NgramDrafter {
+    fn name(&self) -> &'static str {
+        "ngram"
+    }
+
+    fn propose(&mut self, ctx: &[u32], max: usize) -> Result<Vec<u32>> {
+        let len = ctx.len();
+        for n in (self.min_n.max(1)..=self.max_n).rev() {
+            if len <= n {
+                continue;
+            }
+            let key = &ctx[len - n..];
+            // latest start j < len - n with ctx[j..j+n] == key and something after it
+            if let Some(j) = (0..len - n).rev().find(|&j| &ctx[j..j + n] == key) {
+                let from = j + n;
+                let end = (from + max).min(len);
+                if from < end {
+                    return Ok(ctx[from..end].to_vec());
+                }
+            }
+        }
+        Ok(Vec::new())
+    }
+}
+
+/// A smaller model with the target's vocabulary drafting greedily from its own state, which
+/// follows the accepted context (rolled back over rejected drafts, re-fed where it departs).
+pub struct ModelDrafter {
+    model: Model,
+    state: SeqState,
+    /// The tokens `state` holds.
+    fed: Vec<u32>,
+    /// Stop drafting when the draft's top probability falls below this (llama.cpp's p_min).
+    pub p_min: f32,
+    kept: usize,
+}
+
+impl ModelDrafter {
+    pub fn new(model: Model, max_draft: usize) -> Self {
+        let mut state = model.new_state();
+        state.keep_history(max_draft + 1);
+        ModelDrafter { model, state, fed: Vec::new(), p_min: 0.75, kept: max_draft + 1 }
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// Brings the state to hold `ctx` minus its last token, reusing what it can.
+    fn sync(&mut self, ctx: &[u32]) -> Result<()> {
+        let head = &ctx[..ctx.len() - 1];
+        let common = self.fed.iter().zip(head).take_while(|(a, b)| a == b).count();
+        if common < self.fed.len() && self.state.rollback(common).is_err() {
+            // departed further back than the kept states reach: start over
+            self.state = self.model.new_state();
+            self.state.keep_history(self.kept);
+            self.fed.clear();
+        }
+        self.fed.truncate(self.state.pos);
+        let start = self.fed.len();
+        if start < head.len() {
+            self.model.forward(&mut self.state, &head[start..], LogitsMode::None)?;
+            self.fed.extend_from_slice(&head[start..]);
+        }
+        Ok(())
+    }
+}
+
+/// The largest probability of a softmax over `logits`, and its index (first on ties).
+fn top(logits: &[f32]) -> (u32, f32) {
+    let mut best = 0;
+    for (i, &x) in logits.iter().enumerate() {
+        if x > logits[best] {
+            best = i;
+        }
+    }
+    let m = logits[best];
+    let sum: f64 = logits.iter().map(|&x| ((x - m) as f64).exp()).sum();
+    (best as u32, (1.0 / sum) as f32)
+}
+
+impl Drafter for ModelDrafter {
+    fn name(&self) -> &'static str {
+        "model"
+    }
+
+    fn propose(&mut self, ctx: &[u32], max: usize) -> Result<Vec<u32>> {
+        if ctx.is_empty() || max == 0 {
+            return Ok(Vec::new());
+        }
+        // room in the draft's own context
+        let room = self.model.max_context().saturating_sub(ctx.len());
+        let max = max.min(room);
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        self.sync(ctx)?;
+        let mut out = Vec::with_capacity(max);
+        let mut last = ctx[ctx.len() - 1];
+        while out.len() < max {
+            let logits = self.model.forward(&mut self.state, &[last], LogitsMode::Last)?;
+            self.fed.push(last);
+            let (t, p) = top(&logits);
+            if p < self.p_min && !out.is_empty() {
+                break;
+            }
+            out.push(t);
+            last = t;
+        }
+        Ok(out)
+    }
+}
+
+/// `generate` with a drafter: greedy output identical to plain decoding, fewer target steps
+/// when drafts are accepted. `max_draft` bounds the tokens verified per step. With a sampler
+/// that is not greedy, plain decoding runs (`SpecStats::active` false).
+#[allow(clippy::too_many_arguments)]
+pub fn generate_speculative(
+    model: &Model,
+    state: &mut SeqState,
+    req: &GenerateRequest,
+    drafter: &mut dyn Drafter,
+    max_draft: usize,
+    sampler: &mut Sampler,
+    on_prefill: &mut dyn FnMut(usize, usize) -> bool,
+    on_token: &mut dyn FnMut(u32) -> bool,
+) -> Result<(GenStats, SpecStats)> {
+    if sampler.params().temperature > 0.0 || max_draft == 0 {
+        let st = crate::runtime::generate::generate_observed(model, state, req, sampler, on_prefill, on_token)?;
+        return Ok((st, SpecStats::default()));
+    }
+    let mut spec = SpecStats { active: true, ..Default::default() };
+    let mut stats = GenStats { prompt_tokens: req.prompt.len(), ..Default::default() };
+    for &t in req.prompt {
+        sampler.accept(t);
+    }
+    let limit = req.max_tokens.unwrap_or(usize::MAX);
+    let n = req.prompt.len();
+    if n == 0 {
+        return Err(EngineError::EmptyInput);
+    }
+    let t0 = Instant::now();
+    let chunk = if req.prefill_chunk == 0 { n } else { req.prefill_chunk };
+    let mut logits = Vec::new();
+    let mut at = 0;
+    while at < n {
+        let end = (at + chunk).min(n);
+        let mode = if end == n && limit > 0 { LogitsMode::Last } else { LogitsMode::None };
+        logits = model.forward(state, &req.prompt[at..end], mode)?;
+        at = end;
+        if !on_prefill(at, n) && at < n {
+            stats.prefill_secs = t0.elapsed().as_secs_f64();
+            stats.stop = StopReason::Caller;
+            return Ok((stats, spec));
+        }
+    }
+    stats.prefill_secs = t0.elapsed().as_secs_f64();
+    if limit == 0 {
+        return Ok((stats, spec));
+    }
+    let t1 = Instant::now();
+    // rollback reaches back over a whole verify
+    state.keep_history(max_draft + 1);
+    let mut context: Vec<u32> = req.prompt.to_vec();
+    // `emit` a sampled token: Some(stop reason) when generation ends with it
+    let emit = |tok: u32, stats: &mut GenStats, on_token: &mut dyn FnMut(u32) -> bool| -> Option<StopReason> {
+        stats.generated += 1;
+        let go_on = on_token(tok);
+        if req.stop_ids.contains(&tok) {
+            Some(StopReason::StopToken)
+        } else if !go_on {
+            Some(StopReason::Caller)
+        } else if stats.generated >= limit {
+            Some(StopReason::Length)
+        } else {
+            None
+        }
+    };
+    let mut tok = sampler.sample(&mut logits);
+    sampler.accept(tok);
+    if let Some(r) = emit(tok, &mut stats, on_token) {
+        stats.stop = r;
+        stats.decode_secs = t1.elapsed().as_secs_f64();
+        return Ok((stats, spec));
+    }
+    let n_vocab = model.n_vocab();
+    'outer: loop {
+        let pos = state.pos;
+        if pos + 1 > model.max_context() {
+            stats.stop = StopReason::ContextFull;
+            break;
+        }
+        context.push(tok);
+        // drafts fit in the context and in what is left to generate
+        let room = model.max_context() - pos - 1;
+        let left = limit - stats.generated;
+        let k = max_draft.min(room).min(left.saturating_sub(1));
+        let drafts = if k > 0 { drafter.propose(&context, k)? } else { Vec::new() };
+        let drafts = &drafts[..drafts.len().min(k)];
+        let mut span = Vec::with_capacity(1 + drafts.len());
+        span.push(tok);
+        span.extend_from_slice(drafts);
+        let rows = {
+            let mut step = [SeqStep { state: &mut *state, tokens: &span, logits: LogitsMode::All, decode_order: true }];
+            model.forward_batch(&mut step)?.pop().unwrap_or_default()
+        };
+        spec.steps += 1;
+        spec.drafted += drafts.len();
+        for i in 0..span.len() {
+            let mut row = rows[i * n_vocab..(i + 1) * n_vocab].to_vec();
+            let y = sampler.sample(&mut row);
+            sampler.accept(y);
+            let stop = emit(y, &mut stats, on_token);
+            let agrees = i < drafts.len() && y == drafts[i];
+            if stop.is_some() || !agrees {
+                // the state keeps span[..=i]: the tokens whose logits were used
+                state.rollback(pos + i + 1)?;
+                if let Some(r) = stop {
+                    stats.stop = r;
+                    break 'outer;
+                }
+                tok = y;
+                continue 'outer;
+            }
+            spec.accepted += 1;
+            context.push(y);
+        }
+        // not reached: the last row never matches a draft, so it takes the branch above
+    }
+    stats.decode_secs = t1.elapsed().as_secs_f64();
+    state.keep_history(0);
+    Ok((stats, spec))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ngram_proposes_the_latest_continuation() {
+        let mut d = NgramDrafter { min_n: 2, max_n: 3 };
+        // ... 1 2 3 [4 5] ... 1 2 3 [7 8] ... 2 3 → the latest: 7 8
+        let ctx = [1, 2, 3, 4, 5, 9, 1, 2, 3, 7, 8, 6, 2, 3];
+        assert_eq!(d.propose(&ctx, 2).unwrap(), vec![7, 8]);
+        assert_eq!(d.propose(&ctx, 10).unwrap(), vec![7, 8, 6, 2, 3]);
+        assert_eq!(d.propose(&[1, 2, 3], 4).unwrap(), Vec::<u32>::new());
+        assert_eq!(d.propose(&[5, 5, 5, 5], 2).unwrap(), vec![5]);
+    }
+}

@@ -1,0 +1,121 @@
+//! Speculative decoding's gate: greedy output with a drafter is token for token plain greedy
+//! output — n-gram and a draft model, dense and MoE, mapped and with experts streamed — and
+//! drafts are accepted where they should be (a repetitive prompt for n-gram, the target itself
+//! as its own draft model).
+
+use std::path::{Path, PathBuf};
+use xwen_engine::{generate, generate_speculative, Drafter, EngineConfig, GenerateRequest, Model, ModelDrafter, NgramDrafter, Sampler, SamplerConfig};
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity").join(rel)
+}
+
+fn cfg(budget: Option<u64>) -> EngineConfig {
+    EngineConfig { threads: 2, max_ctx: 512, ram_budget: budget, ..Default::default() }
+}
+
+fn greedy() -> Sampler {
+    Sampler::new(SamplerConfig::greedy().resolve(false))
+}
+
+fn plain(m: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
+    let mut out = Vec::new();
+    let req = GenerateRequest { prompt, max_tokens: Some(n), stop_ids: &[], prefill_chunk: 0 };
+    generate(m, &mut m.new_state(), &req, &mut greedy(), &mut |t| {
+        out.push(t);
+        true
+    })
+    .unwrap();
+    out
+}
+
+fn drafted(m: &Model, prompt: &[u32], n: usize, d: &mut dyn Drafter, k: usize, stop: &[u32]) -> (Vec<u32>, xwen_engine::SpecStats) {
+    let mut out = Vec::new();
+    let req = GenerateRequest { prompt, max_tokens: Some(n), stop_ids: stop, prefill_chunk: 0 };
+    let (_, s) = generate_speculative(m, &mut m.new_state(), &req, d, k, &mut greedy(), &mut |_, _| true, &mut |t| {
+        out.push(t);
+        true
+    })
+    .unwrap();
+    (out, s)
+}
+
+/// A prompt that repeats itself, so prompt lookup has something to find.
+fn repetitive(v: u32) -> Vec<u32> {
+    let motif: Vec<u32> = (0..9).map(|i| (i * 37 + 5) % v).collect();
+    motif.iter().chain(&motif).chain(&motif[..5]).copied().collect()
+}
+
+fn check(m: &Model, what: &str) {
+    let v = m.n_vocab() as u32;
+    for prompt in [repetitive(v), (0..14).map(|i| (i * 7919 + 11) % v).collect::<Vec<_>>()] {
+        let want = plain(m, &prompt, 40);
+        for k in [1, 3, 8] {
+            let (got, s) = drafted(m, &prompt, 40, &mut NgramDrafter::default(), k, &[]);
+            assert_eq!(got, want, "{what}: ngram k={k} differs from plain greedy");
+            assert!(s.active && s.steps > 0 && s.accepted <= s.drafted, "{what}: {s:?}");
+        }
+        // a stop id inside an accepted run ends there, as plain decoding does
+        let stop = [want[17]];
+        let (got, _) = drafted(m, &prompt, 40, &mut NgramDrafter::default(), 4, &stop);
+        let cut = want.iter().position(|t| *t == want[17]).unwrap() + 1;
+        assert_eq!(got, want[..cut], "{what}: stop id");
+    }
+}
+
+#[test]
+fn ngram_drafts_give_plain_greedy_output() {
+    check(&Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap(), "dense q8_0");
+    check(&Model::load(&fixture("cond/qwen3_5/model-q4_k_m.gguf"), &cfg(None)).unwrap(), "dense q4_k_m");
+    let moe = fixture("cond/qwen3_5_moe/model-q8_0.gguf");
+    check(&Model::load(&moe, &cfg(None)).unwrap(), "moe q8_0");
+    let plan = Model::load(&moe, &cfg(Some(1 << 50))).unwrap().memory_plan().unwrap().clone();
+    check(&Model::load(&moe, &cfg(Some(plan.floor() + plan.record_bytes))).unwrap(), "moe q8_0 streamed");
+}
+
+#[test]
+fn a_draft_model_gives_plain_greedy_output() {
+    let target = Model::load(&fixture("cond/qwen3_5_moe/model-q8_0.gguf"), &cfg(None)).unwrap();
+    let v = target.n_vocab() as u32;
+    let prompt: Vec<u32> = (0..11).map(|i| (i * 131 + 3) % v).collect();
+    let want = plain(&target, &prompt, 48);
+    // the dense fixture (same tokenizer) drafting for the MoE one
+    let draft = Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap();
+    let mut d = ModelDrafter::new(draft, 4);
+    let (got, s) = drafted(&target, &prompt, 48, &mut d, 4, &[]);
+    assert_eq!(got, want, "dense drafting for MoE differs from plain greedy ({s:?})");
+    // the target as its own draft: every draft it is confident of is accepted
+    let mut own = ModelDrafter::new(Model::load(&fixture("cond/qwen3_5_moe/model-q8_0.gguf"), &cfg(None)).unwrap(), 4);
+    own.p_min = 0.0;
+    let (got, s) = drafted(&target, &prompt, 48, &mut own, 4, &[]);
+    assert_eq!(got, want);
+    assert_eq!(s.accepted, s.drafted, "a model drafting for itself is always right: {s:?}");
+    assert!(s.steps < 48 / 2, "{s:?}");
+}
+
+#[test]
+fn sampling_falls_back_to_plain_decoding() {
+    let m = Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap();
+    let prompt = repetitive(m.n_vocab() as u32);
+    let sampled = |spec: bool| {
+        let mut s = Sampler::new(SamplerConfig { temperature: Some(1.0), seed: Some(5), ..Default::default() }.resolve(false));
+        let mut out = Vec::new();
+        let req = GenerateRequest { prompt: &prompt, max_tokens: Some(20), stop_ids: &[], prefill_chunk: 0 };
+        if spec {
+            let (_, st) = generate_speculative(&m, &mut m.new_state(), &req, &mut NgramDrafter::default(), 4, &mut s, &mut |_, _| true, &mut |t| {
+                out.push(t);
+                true
+            })
+            .unwrap();
+            assert!(!st.active);
+        } else {
+            generate(&m, &mut m.new_state(), &req, &mut s, &mut |t| {
+                out.push(t);
+                true
+            })
+            .unwrap();
+        }
+        out
+    };
+    assert_eq!(sampled(true), sampled(false));
+}
