@@ -325,6 +325,7 @@ Examples:
   xwen bench -m model.gguf                        # pp512 and tg128, 5 repetitions
   xwen bench -m model.gguf -p 512,2048 -n 0 --json
   xwen bench -m model.gguf --parallel 1,2,4,8 -p 128 -n 128
+  xwen bench -m model.gguf --verify 1,2,4,8 -p 512   # speculative verify cost per depth
   xwen bench --membw")]
 pub struct BenchArgs {
     /// GGUF path, a directory holding one GGUF, a checkpoint name or owner/repo[:QUANT]
@@ -342,6 +343,9 @@ pub struct BenchArgs {
     /// llama-batched-bench's test: numbers of sequences decoded together (also -npl)
     #[arg(long = "parallel", value_name = "N,..", allow_negative_numbers = true, value_parser = opts::parallel_list)]
     pub parallel: Option<opts::List>,
+    /// The cost of a speculative verify of k tokens relative to one decode, for each k (k = 1 first)
+    #[arg(long = "verify", value_name = "K,..", value_parser = opts::parallel_list, conflicts_with = "parallel")]
+    pub verify: Option<opts::List>,
     /// Skip the warm-up run before each test
     #[arg(long = "no-warmup")]
     pub no_warmup: bool,

@@ -78,6 +78,14 @@ pub fn run(a: BenchArgs) -> Result<()> {
         t0.elapsed().as_secs_f64(),
         model.threads()
     );
+    if let Some(mut depths) = a.verify.clone().map(|l| l.0) {
+        if depths.first() != Some(&1) {
+            depths.insert(0, 1);
+        }
+        crate::bench_verify::run(model, &depths, prompts[0], reps, output == Output::Json)?;
+        model_arg::print_expert_cache(model);
+        return Ok(());
+    }
     if let Some(parallel) = a.parallel.clone().map(|l| l.0) {
         let c = crate::bench_parallel::Config {
             prompts: prompts.clone(),

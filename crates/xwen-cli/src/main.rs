@@ -2,6 +2,7 @@
 //! argument parsing (cli.rs, clap) and printing live here, logic does not.
 
 mod bench_parallel;
+mod bench_verify;
 mod cli;
 #[cfg(test)]
 mod cli_doc;
