@@ -35,7 +35,8 @@ record() { # model prompts name [settings]
   local model=$1 prompts=$2 name=$3 settings=${4:-"f16-on f32-on f16-off"}
   mkdir -p "$OUT/$name"
   for setting in $settings; do
-    setting=${setting/-/ }
+    setting=${setting/-on/ on}
+    setting=${setting/-off/ off}
     set -- $setting
     "$bin/llama_logits" "$model" "$prompts" "$OUT/$name/llama-$1-fa$2" --threads 2 --kv "$1" --fa "$2" \
       >"$OUT/$name/llama-$1-fa$2.txt" 2>"$OUT/$name/llama-$1-fa$2.err" || echo "FAILED $name $setting" >&2
@@ -48,15 +49,15 @@ for d in "$repo"/tests/fixtures/parity/cond/* "$repo"/tests/fixtures/parity/rand
   for m in "$d"/model-*.gguf; do
     [ -f "$m" ] || continue
     tier=$(basename "$m" .gguf)
-    record "$m" "$prompts" "$(basename "$(dirname "$d")")-$(basename "$d")-$tier" "f16-on f16-off"
+    record "$m" "$prompts" "$(basename "$(dirname "$d")")-$(basename "$d")-$tier" "${SETTINGS:-f16-on f16-off}"
   done
 done
 # long prompts (the tiled path from 64 rows, the split-KV decode past 256 cells) on two models
 if [ -n "${LONG512:-}" ]; then
-  record "$repo/tests/fixtures/parity/cond/qwen3_5/model-f32.gguf" "$LONG512" long-cond-qwen3_5-f32 "f16-on f32-on"
-  record "$repo/tests/fixtures/parity/cond/qwen3_5_moe/model-q8_0.gguf" "$LONG512" long-cond-qwen3_5_moe-q8_0 "f16-on"
+  record "$repo/tests/fixtures/parity/cond/qwen3_5/model-f32.gguf" "$LONG512" long-cond-qwen3_5-f32 "${LONG_SETTINGS:-f16-on f32-on}"
+  record "$repo/tests/fixtures/parity/cond/qwen3_5_moe/model-q8_0.gguf" "$LONG512" long-cond-qwen3_5_moe-q8_0 "${LONG_SETTINGS:-f16-on}"
 fi
 demo="$repo/models/demo/tiny-qwen35-q4_k_m.gguf"
-[ -n "${DEMO_PROMPT:-}" ] && record "$demo" "$DEMO_PROMPT" demo "f16-on f16-off f32-off"
+[ -n "${DEMO_PROMPT:-}" ] && record "$demo" "$DEMO_PROMPT" demo "${DEMO_SETTINGS:-f16-on f16-off f32-off}"
 [ -n "${LONG4096:-}" ] && record "$demo" "$LONG4096" demo-long "f16-on"
 echo done

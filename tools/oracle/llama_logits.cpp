@@ -10,7 +10,7 @@
 // default for the same reason (ggml's CPU FA path converts Q to the K type's vec-dot type).
 //
 // usage: llama_logits MODEL.gguf PROMPTS.txt OUT_PREFIX [--n-gen N] [--threads N]
-//                     [--kv f32|f16] [--fa on|off] [--repack on|off] [--ubatch N]
+//                     [--kv f32|f16|q8_0] [--fa on|off] [--repack on|off] [--ubatch N]
 // writes OUT_PREFIX.p<i>.npy for prompt i and prints "p<i> greedy: id id ..." and
 // "p<i> gap: g g ..." (top-1 minus top-2 logit at each greedy step) on stdout.
 
@@ -67,7 +67,7 @@ static int argmax(const float * v, int n, float * gap) {
 
 int main(int argc, char ** argv) {
     if (argc < 4) {
-        fprintf(stderr, "usage: %s MODEL.gguf PROMPTS.txt OUT_PREFIX [--n-gen N] [--threads N] [--kv f32|f16] [--fa on|off] [--repack on|off] [--ubatch N]\n", argv[0]);
+        fprintf(stderr, "usage: %s MODEL.gguf PROMPTS.txt OUT_PREFIX [--n-gen N] [--threads N] [--kv f32|f16|q8_0] [--fa on|off] [--repack on|off] [--ubatch N]\n", argv[0]);
         return 2;
     }
     const char * model_path = argv[1];
@@ -85,7 +85,7 @@ int main(int argc, char ** argv) {
         std::string v = argv[++i];
         if (a == "--n-gen") n_gen = atoi(v.c_str());
         else if (a == "--threads") n_threads = atoi(v.c_str());
-        else if (a == "--kv") kv_type = (v == "f16") ? GGML_TYPE_F16 : GGML_TYPE_F32;
+        else if (a == "--kv") kv_type = (v == "f16") ? GGML_TYPE_F16 : (v == "q8_0") ? GGML_TYPE_Q8_0 : GGML_TYPE_F32;
         else if (a == "--fa") fa = (v == "on");
         else if (a == "--repack") repack = (v == "on");
         else if (a == "--ubatch") ubatch = atoi(v.c_str());

@@ -8,19 +8,24 @@ pub enum KvType {
     /// llama.cpp's default: K and V rounded to f16 (nearest even) as they are written.
     #[default]
     F16,
+    /// Blocks of 32: an f16 scale and 32 int8 (ggml's Q8_0), quantized as they are written.
+    Q8_0,
 }
 
 impl KvType {
-    pub fn bytes(self) -> usize {
+    /// Bytes of `n` elements (`n` a multiple of 32 for Q8_0).
+    pub fn row_bytes(self, n: usize) -> usize {
         match self {
-            KvType::F32 => 4,
-            KvType::F16 => 2,
+            KvType::F32 => 4 * n,
+            KvType::F16 => 2 * n,
+            KvType::Q8_0 => n / 32 * 34,
         }
     }
     pub fn name(self) -> &'static str {
         match self {
             KvType::F32 => "f32",
             KvType::F16 => "f16",
+            KvType::Q8_0 => "q8_0",
         }
     }
 }
@@ -31,7 +36,8 @@ impl std::str::FromStr for KvType {
         match s.to_ascii_lowercase().as_str() {
             "f32" => Ok(KvType::F32),
             "f16" => Ok(KvType::F16),
-            other => Err(format!("`{other}` is not a KV cache type xwen has (f32, f16)")),
+            "q8_0" => Ok(KvType::Q8_0),
+            other => Err(format!("`{other}` is not a KV cache type xwen has (f32, f16, q8_0)")),
         }
     }
 }
@@ -101,10 +107,11 @@ impl Default for EngineConfig {
 impl EngineConfig {
     /// The KV types the cache holds: with flash attention llama.cpp casts an f32 K or V to f16
     /// before the op (llama-graph.cpp `build_attn_mha`), so an f32 cache computes exactly as an
-    /// f16 one — xwen stores it as f16 then, which also halves its memory.
+    /// f16 one — xwen stores it as f16 then, which also halves its memory. f16 and q8_0 stay.
     pub fn effective_kv_types(&self) -> (KvType, KvType) {
+        let cast = |t: KvType| if t == KvType::F32 { KvType::F16 } else { t };
         if self.flash_attn.enabled() {
-            (KvType::F16, KvType::F16)
+            (cast(self.kv_types.0), cast(self.kv_types.1))
         } else {
             self.kv_types
         }

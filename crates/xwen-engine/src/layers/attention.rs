@@ -60,6 +60,9 @@ pub enum KvBuf {
     F32(Vec<f32>),
     /// f16 bit patterns, rounded to nearest even on write (as ggml's f32 → f16 copy).
     F16(Vec<u16>),
+    /// Q8_0 blocks (34 bytes per 32 elements), quantized on write as ggml's set_rows does
+    /// (the CPU's `quantize_row_q8_0`).
+    Q8_0(Vec<u8>),
 }
 
 impl Default for KvBuf {
@@ -73,12 +76,14 @@ impl KvBuf {
         match ty {
             KvType::F32 => KvBuf::F32(Vec::new()),
             KvType::F16 => KvBuf::F16(Vec::new()),
+            KvType::Q8_0 => KvBuf::Q8_0(Vec::new()),
         }
     }
     pub fn ty(&self) -> KvType {
         match self {
             KvBuf::F32(_) => KvType::F32,
             KvBuf::F16(_) => KvType::F16,
+            KvBuf::Q8_0(_) => KvType::Q8_0,
         }
     }
     /// Elements held.
@@ -86,18 +91,21 @@ impl KvBuf {
         match self {
             KvBuf::F32(v) => v.len(),
             KvBuf::F16(v) => v.len(),
+            KvBuf::Q8_0(v) => v.len() / 34 * 32,
         }
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
     pub fn bytes(&self) -> usize {
-        self.len() * self.ty().bytes()
+        self.ty().row_bytes(self.len())
     }
+    /// Keeps the first `n` elements (for Q8_0 a multiple of 32: whole rows).
     pub fn truncate(&mut self, n: usize) {
         match self {
             KvBuf::F32(v) => v.truncate(n),
             KvBuf::F16(v) => v.truncate(n),
+            KvBuf::Q8_0(v) => v.truncate(n / 32 * 34),
         }
     }
     /// Appends f32 values in the cache's type.
@@ -105,12 +113,18 @@ impl KvBuf {
         match self {
             KvBuf::F32(v) => v.extend_from_slice(x),
             KvBuf::F16(v) => v.extend(x.iter().map(|&f| f32_to_f16(f))),
+            KvBuf::Q8_0(v) => {
+                let mut q = Vec::new();
+                xwen_kernels::quantize_activations(xwen_kernels::GgmlType::Q8_0, x, &mut q);
+                v.extend_from_slice(&q);
+            }
         }
     }
     pub fn rows(&self) -> KvRows<'_> {
         match self {
             KvBuf::F32(v) => KvRows::F32(v),
             KvBuf::F16(v) => KvRows::F16(v),
+            KvBuf::Q8_0(v) => KvRows::Q8_0(v),
         }
     }
 }
@@ -203,7 +217,8 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
             // llama.cpp's KV view after this ubatch, and the path its rows take; a row in
             // decode order runs as the one-row ubatch it stands for
             let n_kv = flash_attn::n_kv(s.pos0 + s.len, ctx.attn.n_ctx);
-            let same = kv.k.ty() == kv.v.ty();
+            // ggml's tiled and split-KV paths take an f32 or f16 cache of one type
+            let same = kv.k.ty() == kv.v.ty() && kv.k.ty() != KvType::Q8_0;
             if !s.decode_order && flash_attn::path(s.len, n_kv, same, ctx.attn.threads) == flash_attn::Path::Tiled {
                 // all the span's rows of this head at once: each KV tile is widened once
                 let qs: Vec<&[f32]> = (0..s.len).map(|i| &q[(s.start + i) * hq + h * hd..][..hd]).collect();

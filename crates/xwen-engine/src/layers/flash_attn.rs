@@ -28,6 +28,13 @@ use xwen_kernels::half::{f16_to_f32, f32_to_f16};
 pub enum KvRows<'a> {
     F32(&'a [f32]),
     F16(&'a [u16]),
+    /// Q8_0 blocks; a head's offset and the row width are multiples of 32.
+    Q8_0(&'a [u8]),
+}
+
+/// The Q8_0 bytes of elements `at..at + n` (both multiples of 32).
+fn q8_slice(r: &[u8], at: usize, n: usize) -> &[u8] {
+    &r[at / 32 * 34..(at + n) / 32 * 34]
 }
 
 /// ggml's tile sizes (ggml-cpu/common.h GGML_FA_TILE_Q / _KV).
@@ -119,8 +126,13 @@ fn one_chunk(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, range: s
     // Q in the K type's dot type
     let q16: Vec<u16> = match k {
         KvRows::F16(_) => q.iter().map(|&x| f32_to_f16(x)).collect(),
-        KvRows::F32(_) => Vec::new(),
+        _ => Vec::new(),
     };
+    let mut q8 = Vec::new();
+    if let KvRows::Q8_0(_) = k {
+        xwen_kernels::quantize_activations(xwen_kernels::GgmlType::Q8_0, q, &mut q8);
+    }
+    let mut v32 = vec![0.0f32; hd];
     let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
     let mut vkq32 = vec![0.0f32; hd];
     let mut vkq16 = vec![0u16; hd];
@@ -129,6 +141,7 @@ fn one_chunk(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, range: s
         let mut sc = match k {
             KvRows::F16(kk) => dot_f16(&kk[at..at + hd], &q16),
             KvRows::F32(kk) => dot_f32(&kk[at..at + hd], q),
+            KvRows::Q8_0(kk) => xwen_kernels::vec_dot(xwen_kernels::GgmlType::Q8_0, hd, q8_slice(kk, at, hd), &q8),
         };
         sc *= scale;
         sc += 0.0; // the mask's 0
@@ -139,7 +152,7 @@ fn one_chunk(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, range: s
             ms = (m_old - m).exp();
             match v {
                 KvRows::F16(_) => scale_f16(&mut vkq16, ms),
-                KvRows::F32(_) => vkq32.iter_mut().for_each(|x| *x *= ms),
+                _ => vkq32.iter_mut().for_each(|x| *x *= ms),
             }
         } else {
             vs = (sc - m).exp();
@@ -148,6 +161,13 @@ fn one_chunk(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, range: s
             KvRows::F16(vv) => mad_f16(&mut vkq16, &vv[at..at + hd], vs),
             KvRows::F32(vv) => {
                 for (y, &x) in vkq32.iter_mut().zip(&vv[at..at + hd]) {
+                    *y = x.mul_add(vs, *y);
+                }
+            }
+            KvRows::Q8_0(vv) => {
+                // ggml: dequantize the row (to_float), then ggml_vec_mad_f32
+                dequant_q8_0(q8_slice(vv, at, hd), &mut v32);
+                for (y, &x) in vkq32.iter_mut().zip(&v32) {
                     *y = x.mul_add(vs, *y);
                 }
             }
@@ -160,6 +180,16 @@ fn one_chunk(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, range: s
         }
     }
     Partial { m, s, vkq: vkq32 }
+}
+
+/// ggml's `dequantize_row_q8_0`: x = d · q.
+fn dequant_q8_0(blocks: &[u8], out: &mut [f32]) {
+    for (b, o) in blocks.chunks_exact(34).zip(out.chunks_exact_mut(32)) {
+        let d = f16_to_f32(u16::from_le_bytes([b[0], b[1]]));
+        for (x, &q) in o.iter_mut().zip(&b[2..34]) {
+            *x = q as i8 as f32 * d;
+        }
+    }
 }
 
 /// ggml's `flash_attn_ext_tiled` for one row: positions `0..visible` in tiles of 64.
@@ -192,6 +222,8 @@ pub fn tiled_rows(qs: &[&[f32]], k: KvRows, v: KvRows, width: usize, off: usize,
                 *d = f16_to_f32(h);
             }
         }
+        // not a path ggml takes for Q8_0 (`path`); widened for completeness
+        KvRows::Q8_0(r) => dequant_q8_0(q8_slice(r, at, dst.len()), dst),
     };
     let mut krow = vec![0.0f32; hd];
     let last_visible = visible0 + n - 1;

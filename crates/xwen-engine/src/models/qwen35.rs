@@ -338,7 +338,8 @@ impl Network for Qwen35 {
 pub fn state_bytes(cfg: &Config, max_ctx: usize, kv_types: (crate::KvType, crate::KvType)) -> u64 {
     let n_attn = cfg.recurrent.iter().filter(|&&r| !r).count() as u64;
     let n_delta = cfg.recurrent.len() as u64 - n_attn;
-    let per_pos = cfg.attn.kv_width() as u64 * (kv_types.0.bytes() + kv_types.1.bytes()) as u64;
+    let w = cfg.attn.kv_width();
+    let per_pos = (kv_types.0.row_bytes(w) + kv_types.1.row_bytes(w)) as u64;
     // saturating: an absurd max_ctx gives a figure no budget holds, never a wrapped small one
     let kv = (n_attn * per_pos).saturating_mul(max_ctx as u64);
     let d = DeltaState::new(&cfg.delta);
