@@ -111,7 +111,7 @@ impl Model {
             xwen_kernels::dispatch::set_max_isa(cfg.max_isa);
         }
         let head_dim = file.architecture().and_then(|a| file.get_u64(&format!("{a}.attention.key_length"))).unwrap_or(0);
-        if [cfg.kv_types.0, cfg.kv_types.1].contains(&crate::KvType::Q8_0) && head_dim % 32 != 0 {
+        if [cfg.kv_types.0, cfg.kv_types.1].contains(&crate::KvType::Q8_0) && !head_dim.is_multiple_of(32) {
             return Err(EngineError::Config(format!("a q8_0 KV cache needs a head size that is a multiple of 32, not {head_dim}")));
         }
         if !cfg.flash_attn.enabled() && cfg.kv_types != (crate::KvType::F32, crate::KvType::F32) {
