@@ -83,6 +83,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             depths.insert(0, 1);
         }
         crate::bench_verify::run(model, &depths, prompts[0], reps, output == Output::Json)?;
+        model_arg::print_profile(model);
         model_arg::print_expert_cache(model);
         return Ok(());
     }
