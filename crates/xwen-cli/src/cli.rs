@@ -198,6 +198,8 @@ pub struct ChatArgs {
     #[arg(long = "multiline-input", hide = true)]
     pub multiline_input: bool,
     #[command(flatten)]
+    pub draft: DraftOpts,
+    #[command(flatten)]
     pub sampling: SamplingOpts,
     #[command(flatten)]
     pub engine: EngineOpts,

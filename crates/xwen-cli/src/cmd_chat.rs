@@ -26,6 +26,7 @@ a line ending in \\ continues on the next";
 
 pub fn run(a: ChatArgs) -> Result<()> {
     let cfg = a.engine.engine_config()?;
+    let draft_cfg = cfg.clone();
     if a.model.is_none() {
         eprintln!("{}", model_arg::DEMO_NOTE);
     }
@@ -42,7 +43,12 @@ pub fn run(a: ChatArgs) -> Result<()> {
     if params.temperature > 0.0 && !a.engine.quiet {
         eprintln!("xwen: seed {} (--seed {} repeats this chat)", params.seed, params.seed);
     }
+    let greedy = params.temperature <= 0.0;
     let mut sampler = Sampler::new(params);
+    let mut drafter = crate::draft_arg::drafter(&a.draft, &loaded.model, &draft_cfg)?;
+    if drafter.is_some() && !greedy && !a.engine.quiet {
+        eprintln!("xwen: drafting is for greedy decoding (--temp 0); sampling runs plain");
+    }
     let stop = tok.eos_ids();
     // the state, exactly the tokens it holds, and checkpoints: prefix reuse lives in the library
     let mut session = Session::new(&loaded.model);
@@ -124,26 +130,29 @@ pub fn run(a: ChatArgs) -> Result<()> {
         let mut dec = StreamDecoder::new();
         let progress = std::cell::RefCell::new(PrefillProgress::new(a.engine.quiet));
         interrupt::begin_reply();
-        let result = session.generate_observed(
-            &loaded.model,
-            &ids,
-            limit,
-            &stop,
-            &mut sampler,
-            &mut |done, total| {
-                progress.borrow_mut().update(done, total);
-                !interrupt::stop_requested()
-            },
-            &mut |t| {
-                progress.borrow_mut().finish();
-                reply_ids.push(t);
-                if !stop.contains(&t) {
-                    print!("{}", dec.push(tok, t));
-                    let _ = std::io::stdout().flush();
-                }
-                !interrupt::stop_requested()
-            },
-        );
+        let mut on_prefill = |done, total| {
+            progress.borrow_mut().update(done, total);
+            !interrupt::stop_requested()
+        };
+        let mut on_token = |t| {
+            progress.borrow_mut().finish();
+            reply_ids.push(t);
+            if !stop.contains(&t) {
+                print!("{}", dec.push(tok, t));
+                let _ = std::io::stdout().flush();
+            }
+            !interrupt::stop_requested()
+        };
+        let mut spec = None;
+        let result = match drafter.as_deref_mut() {
+            Some(d) => session
+                .generate_drafted(&loaded.model, &ids, limit, &stop, &mut sampler, d, a.draft.draft_max as usize, &mut on_prefill, &mut on_token)
+                .map(|(g, r, s)| {
+                    spec = Some(s);
+                    (g, r)
+                }),
+            None => session.generate_observed(&loaded.model, &ids, limit, &stop, &mut sampler, &mut on_prefill, &mut on_token),
+        };
         progress.borrow_mut().finish();
         let interrupted = interrupt::end_reply();
         let (stats, reuse) = match result {
@@ -179,7 +188,9 @@ pub fn run(a: ChatArgs) -> Result<()> {
             );
         }
         if !a.engine.quiet {
-            eprintln!("[{} tok, {:.1} tok/s]", stats.generated, stats.decode_tps());
+            let name = drafter.as_ref().map_or("none", |d| d.name());
+            let draft = spec.map(|s| crate::draft_arg::draft_line(name, &s, stats.generated)).unwrap_or_default();
+            eprintln!("[{} tok, {:.1} tok/s{draft}]", stats.generated, stats.decode_tps());
         }
     }
 }

@@ -9,31 +9,8 @@ use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::io::Write;
 use xwen_chat::{StopFilter, StreamDecoder};
-use xwen_engine::{generate_speculative, Drafter, GenerateRequest, ModelDrafter, NgramDrafter, Sampler, SpecStats, StopReason};
-
-/// The drafter `--draft` / `-md` ask for (None: plain decoding).
-fn drafter(a: &RunArgs, target: &xwen_engine::Model, cfg: &xwen_engine::EngineConfig) -> Result<Option<Box<dyn Drafter>>> {
-    let kind = match (a.draft.draft.as_deref(), &a.draft.model_draft) {
-        (Some("none"), _) => return Ok(None),
-        (Some("model") | None, Some(_)) => "model",
-        (Some("model"), None) => bail!("--draft model needs a draft model: -md FILE"),
-        (Some(k), _) => if k == "ngram" { "ngram" } else { return Ok(None) },
-        (None, None) => return Ok(None),
-    };
-    if kind == "ngram" {
-        return Ok(Some(Box::new(NgramDrafter::default())));
-    }
-    let path = a.draft.model_draft.as_deref().unwrap_or_default();
-    let resolved = crate::hub::resolve(path)?;
-    let dm = xwen_engine::Model::load(&resolved, &xwen_engine::EngineConfig { ram_budget: None, n_seq: 1, ..cfg.clone() })
-        .with_context(|| format!("-md {path}"))?;
-    if dm.n_vocab() != target.n_vocab() {
-        bail!("-md {path}: its vocabulary has {} tokens, the model's {}: a draft model needs the same vocabulary", dm.n_vocab(), target.n_vocab());
-    }
-    let mut d = ModelDrafter::new(dm, a.draft.draft_max as usize);
-    d.p_min = a.draft.draft_p_min;
-    Ok(Some(Box::new(d)))
-}
+use crate::draft_arg::{draft_line, drafter};
+use xwen_engine::{generate_speculative, Drafter, GenerateRequest, NgramDrafter, Sampler, StopReason};
 
 /// UTF-8 decoding as llama.cpp's `unicode_cpts_from_utf8` does it: a byte that does not start
 /// a well-formed character becomes one U+FFFD and decoding resumes at the next byte.
@@ -133,7 +110,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         stop_ids: &stop_ids,
         prefill_chunk: a.engine.prefill_chunk(),
     };
-    let mut drafter = drafter(&a, &loaded.model, &draft_cfg)?;
+    let mut drafter = drafter(&a.draft, &loaded.model, &draft_cfg)?;
     let draft_name: &'static str = drafter.as_ref().map_or("none", |d| d.name());
     if drafter.is_some() && params_temperature(&sampler) > 0.0 && !quiet {
         eprintln!("xwen: drafting is for greedy decoding (--temp 0); sampling runs plain");
@@ -248,20 +225,6 @@ pub fn run(a: RunArgs) -> Result<()> {
 
 fn params_temperature(s: &Sampler) -> f32 {
     s.params().temperature
-}
-
-/// The drafter's figures for the closing line.
-fn draft_line(name: &str, s: &SpecStats, generated: usize) -> String {
-    if !s.active {
-        return String::new();
-    }
-    format!(
-        "; draft {name}: {} drafted, {} accepted ({:.0}%), {:.2} tokens per step",
-        s.drafted,
-        s.accepted,
-        100.0 * s.acceptance(),
-        generated.saturating_sub(1) as f64 / s.steps.max(1) as f64
-    )
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ mod cmd_serve;
 mod cmd_synth;
 mod cmd_tokenize;
 mod download;
+mod draft_arg;
 mod hub;
 mod interrupt;
 mod lcg;

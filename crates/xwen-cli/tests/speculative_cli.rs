@@ -57,3 +57,37 @@ fn a_draft_model_of_another_vocabulary_is_refused() {
     let out = Command::new(env!("CARGO_BIN_EXE_xwen")).args(["run", "-m", &demo(), "-p", "x", "--draft", "model"]).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("-md FILE"));
 }
+
+/// `xwen chat --draft ngram`: every reply is the plain chat's, turn after turn (the drafted
+/// turns leave the state holding exactly what the plain ones do).
+#[test]
+fn a_drafted_chat_gives_the_plain_replies() {
+    use std::io::Write;
+    let dir = std::env::temp_dir().join(format!("xwen-spec-chat-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let d = demo();
+    let mut replies = Vec::new();
+    for (i, draft) in [&[][..], &["--draft", "ngram"][..], &["-md", &d][..]].iter().enumerate() {
+        let saved = dir.join(format!("c{i}.json"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_xwen"))
+            .args(["chat", "-m", &d, "--temp", "0", "-t", "1", "-n", "48"])
+            .args(*draft)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let input = format!("def add(a, b):\nimport sys\nclass Stack:\n/save {}\n", saved.display());
+        child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        if !draft.is_empty() {
+            assert!(err.contains("tokens per step"), "{err}");
+        }
+        replies.push(std::fs::read_to_string(&saved).unwrap());
+    }
+    assert_eq!(replies[1], replies[0], "ngram-drafted chat differs from the plain one");
+    assert_eq!(replies[2], replies[0], "model-drafted chat differs from the plain one");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

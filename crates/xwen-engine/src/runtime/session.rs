@@ -198,6 +198,53 @@ impl Session {
         self.generate_observed(model, prompt, max_tokens, stop_ids, sampler, &mut |_, _| true, on_token)
     }
 
+    /// `generate_observed` with a drafter (`runtime::speculative`): the prompt is brought in as
+    /// `prefill` does (prefix reuse, a checkpoint before its last token), then drafted tokens
+    /// are verified in decode-order spans — the greedy reply is the one `generate` gives. The
+    /// state then holds the prompt and every reply token but the last, as after `generate`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn generate_drafted(
+        &mut self,
+        model: &Model,
+        prompt: &[u32],
+        max_tokens: usize,
+        stop_ids: &[u32],
+        sampler: &mut Sampler,
+        drafter: &mut dyn crate::runtime::speculative::Drafter,
+        max_draft: usize,
+        on_prefill: &mut dyn FnMut(usize, usize) -> bool,
+        on_token: &mut dyn FnMut(u32) -> bool,
+    ) -> Result<(GenStats, Reuse, crate::runtime::speculative::SpecStats)> {
+        let Some((&last, head)) = prompt.split_last() else { return Err(EngineError::EmptyInput) };
+        for &t in head {
+            sampler.accept(t);
+        }
+        let t0 = Instant::now();
+        let (reuse, complete) = self.advance_observed(model, head, 1, on_prefill)?;
+        if !complete {
+            let stats = GenStats { prompt_tokens: prompt.len(), prefill_secs: t0.elapsed().as_secs_f64(), stop: StopReason::Caller, ..Default::default() };
+            return Ok((stats, reuse, Default::default()));
+        }
+        self.checkpoint();
+        let head_secs = t0.elapsed().as_secs_f64();
+        let req = crate::runtime::generate::GenerateRequest { prompt: &[last], max_tokens: Some(max_tokens), stop_ids, prefill_chunk: 0 };
+        let mut generated = Vec::new();
+        let history = self.tokens.clone();
+        let (mut stats, spec) = crate::runtime::speculative::speculate(model, &mut self.state, &history, &req, drafter, max_draft, sampler, &mut |_, _| true, &mut |t| {
+            generated.push(t);
+            on_token(t)
+        })?;
+        // the state holds the last prompt token and every reply token but the last sampled one
+        self.tokens.push(last);
+        let fed = generated.len().saturating_sub(1);
+        self.tokens.extend_from_slice(&generated[..fed]);
+        debug_assert_eq!(self.tokens.len(), self.state.pos);
+        self.tokens.truncate(self.state.pos);
+        stats.prompt_tokens = prompt.len();
+        stats.prefill_secs += head_secs;
+        Ok((stats, Reuse { computed: reuse.computed + 1, ..reuse }, spec))
+    }
+
     /// `generate`, with `on_prefill(done, total)` after each prefill step (false stops before
     /// any token: stop reason `Caller`, the state holding what was fed). A reply that reaches
     /// the context's end stops with `ContextFull`.

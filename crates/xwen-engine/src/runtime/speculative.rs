@@ -189,6 +189,24 @@ pub fn generate_speculative(
     on_prefill: &mut dyn FnMut(usize, usize) -> bool,
     on_token: &mut dyn FnMut(u32) -> bool,
 ) -> Result<(GenStats, SpecStats)> {
+    speculate(model, state, &[], req, drafter, max_draft, sampler, on_prefill, on_token)
+}
+
+/// `generate_speculative` on a state that already holds `history` (a conversation's earlier
+/// tokens): the drafter sees `history` + the prompt + what is generated. The sampler is
+/// expected to have seen `history` already.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn speculate(
+    model: &Model,
+    state: &mut SeqState,
+    history: &[u32],
+    req: &GenerateRequest,
+    drafter: &mut dyn Drafter,
+    max_draft: usize,
+    sampler: &mut Sampler,
+    on_prefill: &mut dyn FnMut(usize, usize) -> bool,
+    on_token: &mut dyn FnMut(u32) -> bool,
+) -> Result<(GenStats, SpecStats)> {
     if sampler.params().temperature > 0.0 || max_draft == 0 {
         let st = crate::runtime::generate::generate_observed(model, state, req, sampler, on_prefill, on_token)?;
         return Ok((st, SpecStats::default()));
@@ -225,7 +243,7 @@ pub fn generate_speculative(
     let t1 = Instant::now();
     // rollback reaches back over a whole verify
     state.keep_history(max_draft + 1);
-    let mut context: Vec<u32> = req.prompt.to_vec();
+    let mut context: Vec<u32> = history.iter().chain(req.prompt).copied().collect();
     // `emit` a sampled token: Some(stop reason) when generation ends with it
     let emit = |tok: u32, stats: &mut GenStats, on_token: &mut dyn FnMut(u32) -> bool| -> Option<StopReason> {
         stats.generated += 1;

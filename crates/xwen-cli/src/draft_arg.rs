@@ -1,0 +1,45 @@
+//! `--draft` / `-md`: the drafter a run or chat asks for (`xwen_engine::runtime::speculative`),
+//! and its figures for the closing line.
+
+use crate::cli::DraftOpts;
+use anyhow::{bail, Context, Result};
+use xwen_engine::{Drafter, ModelDrafter, NgramDrafter, SpecStats};
+
+/// The drafter `--draft` / `-md` ask for (None: plain decoding).
+pub fn drafter(a: &DraftOpts, target: &xwen_engine::Model, cfg: &xwen_engine::EngineConfig) -> Result<Option<Box<dyn Drafter>>> {
+    let kind = match (a.draft.as_deref(), &a.model_draft) {
+        (Some("none"), _) => return Ok(None),
+        (Some("model") | None, Some(_)) => "model",
+        (Some("model"), None) => bail!("--draft model needs a draft model: -md FILE"),
+        (Some(k), _) => if k == "ngram" { "ngram" } else { return Ok(None) },
+        (None, None) => return Ok(None),
+    };
+    if kind == "ngram" {
+        return Ok(Some(Box::new(NgramDrafter::default())));
+    }
+    let path = a.model_draft.as_deref().unwrap_or_default();
+    let resolved = crate::hub::resolve(path)?;
+    let dm = xwen_engine::Model::load(&resolved, &xwen_engine::EngineConfig { ram_budget: None, n_seq: 1, ..cfg.clone() })
+        .with_context(|| format!("-md {path}"))?;
+    if dm.n_vocab() != target.n_vocab() {
+        bail!("-md {path}: its vocabulary has {} tokens, the model's {}: a draft model needs the same vocabulary", dm.n_vocab(), target.n_vocab());
+    }
+    let mut d = ModelDrafter::new(dm, a.draft_max as usize);
+    d.p_min = a.draft_p_min;
+    Ok(Some(Box::new(d)))
+}
+
+/// The drafter's figures for the closing line.
+pub fn draft_line(name: &str, s: &SpecStats, generated: usize) -> String {
+    if !s.active {
+        return String::new();
+    }
+    format!(
+        "; draft {name}: {} drafted, {} accepted ({:.0}%), {:.2} tokens per step",
+        s.drafted,
+        s.accepted,
+        100.0 * s.acceptance(),
+        generated.saturating_sub(1) as f64 / s.steps.max(1) as f64
+    )
+}
+
