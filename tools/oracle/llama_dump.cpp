@@ -6,8 +6,9 @@
 // i.e. the last token's.
 //
 //   llama_dump MODEL PROMPT.txt OUTDIR [--filter l_out-,attn_output-,...] [--ubatch 1]
-//              [--threads 2]
-// PROMPT.txt: token ids, space-separated. KV cache F32, flash attention off, as llama_logits.
+//              [--threads 2] [--kv f32|f16|q8_0] [--fa on|off]
+// PROMPT.txt: token ids, space-separated. KV cache F32, flash attention off by default, as
+// llama_logits.
 // Build: TOOL=llama_dump tools/oracle/build_llama_logits.sh
 #include "ggml-backend.h"
 #include "ggml.h"
@@ -55,6 +56,8 @@ int main(int argc, char ** argv) {
     }
     g_out = argv[3];
     int ubatch = 0, threads = 2;
+    ggml_type kv = GGML_TYPE_F32;
+    bool fa = false;
     for (int i = 4; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--filter")) {
             std::stringstream ss(argv[i + 1]);
@@ -64,6 +67,10 @@ int main(int argc, char ** argv) {
             ubatch = atoi(argv[i + 1]);
         } else if (!strcmp(argv[i], "--threads")) {
             threads = atoi(argv[i + 1]);
+        } else if (!strcmp(argv[i], "--kv")) {
+            kv = !strcmp(argv[i + 1], "f16") ? GGML_TYPE_F16 : !strcmp(argv[i + 1], "q8_0") ? GGML_TYPE_Q8_0 : GGML_TYPE_F32;
+        } else if (!strcmp(argv[i], "--fa")) {
+            fa = !strcmp(argv[i + 1], "on");
         } else {
             fprintf(stderr, "unknown option %s\n", argv[i]);
             return 1;
@@ -86,8 +93,8 @@ int main(int argc, char ** argv) {
     cp.n_ctx = n < 256 ? 256 : n;
     cp.n_batch = cp.n_ubatch = ubatch > 0 ? ubatch : n;
     cp.n_threads = cp.n_threads_batch = threads;
-    cp.type_k = cp.type_v = GGML_TYPE_F32;
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.type_k = cp.type_v = kv;
+    cp.flash_attn_type = fa ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.cb_eval = cb;
     llama_context * c = llama_init_from_model(m, cp);
     const int step = ubatch > 0 ? ubatch : n;
