@@ -151,11 +151,11 @@ pub struct RunArgs {
     pub engine: EngineOpts,
 }
 
-/// Speculative decoding (greedy output is identical to plain decoding).
+/// Speculative decoding (greedy output identical to plain decoding; sampling by rejection keeps the distribution).
 #[derive(clap::Args, Debug, Clone, Default)]
 #[command(next_help_heading = "Speculative decoding")]
 pub struct DraftOpts {
-    /// Drafter: none, ngram (prompt lookup), model (needs -md); output stays plain greedy's
+    /// Drafter: none, ngram (prompt lookup), model (needs -md); greedy output stays plain greedy's, sampled output keeps its distribution
     #[arg(long = "draft", value_name = "KIND", value_parser = ["none", "ngram", "model"])]
     pub draft: Option<String>,
     /// Draft model: a GGUF with the target's vocabulary (also -md; implies --draft model)

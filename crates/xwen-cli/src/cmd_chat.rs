@@ -43,12 +43,9 @@ pub fn run(a: ChatArgs) -> Result<()> {
     if params.temperature > 0.0 && !a.engine.quiet {
         eprintln!("xwen: seed {} (--seed {} repeats this chat)", params.seed, params.seed);
     }
-    let greedy = params.temperature <= 0.0;
     let mut sampler = Sampler::new(params);
     let mut drafter = crate::draft_arg::drafter(&a.draft, &loaded.model, &draft_cfg)?;
-    if drafter.is_some() && !greedy && !a.engine.quiet {
-        eprintln!("xwen: drafting is for greedy decoding (--temp 0); sampling runs plain");
-    }
+
     let stop = tok.eos_ids();
     // the state, exactly the tokens it holds, and checkpoints: prefix reuse lives in the library
     let mut session = Session::new(&loaded.model);

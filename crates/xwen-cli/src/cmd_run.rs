@@ -112,9 +112,6 @@ pub fn run(a: RunArgs) -> Result<()> {
     };
     let mut drafter = drafter(&a.draft, &loaded.model, &draft_cfg)?;
     let draft_name: &'static str = drafter.as_ref().map_or("none", |d| d.name());
-    if drafter.is_some() && params_temperature(&sampler) > 0.0 && !quiet {
-        eprintln!("xwen: drafting is for greedy decoding (--temp 0); sampling runs plain");
-    }
     let mut progress = PrefillProgress::new(quiet);
     let mut write_err = None;
     let mut emit = |s: &str, text: &mut String, out: &mut std::io::StdoutLock| {
@@ -221,10 +218,6 @@ pub fn run(a: RunArgs) -> Result<()> {
         model_arg::print_expert_cache(&loaded.model);
     }
     Ok(())
-}
-
-fn params_temperature(s: &Sampler) -> f32 {
-    s.params().temperature
 }
 
 #[cfg(test)]

@@ -93,29 +93,42 @@ fn a_draft_model_gives_plain_greedy_output() {
     assert!(s.steps < 48 / 2, "{s:?}");
 }
 
+/// With temperature > 0 drafts are kept by rejection sampling (the distribution test is the
+/// sampler's unit test): drafting runs, accepts some drafts, a seed repeats, and the first token
+/// (drawn from the prefill, before any draft) is plain sampling's.
 #[test]
-fn sampling_falls_back_to_plain_decoding() {
+fn sampling_drafts_by_rejection() {
     let m = Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap();
     let prompt = repetitive(m.n_vocab() as u32);
     let sampled = |spec: bool| {
-        let mut s = Sampler::new(SamplerConfig { temperature: Some(1.0), seed: Some(5), ..Default::default() }.resolve(false));
+        let mut s = Sampler::new(SamplerConfig { temperature: Some(0.8), seed: Some(5), ..Default::default() }.resolve(false));
         let mut out = Vec::new();
-        let req = GenerateRequest { prompt: &prompt, max_tokens: Some(20), stop_ids: &[], prefill_chunk: 0 };
-        if spec {
-            let (_, st) = generate_speculative(&m, &mut m.new_state(), &req, &mut NgramDrafter::default(), 4, &mut s, &mut |_, _| true, &mut |t| {
+        let req = GenerateRequest { prompt: &prompt, max_tokens: Some(40), stop_ids: &[], prefill_chunk: 0 };
+        let mut own = ModelDrafter::new(Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap(), 4);
+        own.p_min = 0.0;
+        let st = if spec {
+            let (_, st) = generate_speculative(&m, &mut m.new_state(), &req, &mut own, 4, &mut s, &mut |_, _| true, &mut |t| {
                 out.push(t);
                 true
             })
             .unwrap();
-            assert!(!st.active);
+            Some(st)
         } else {
             generate(&m, &mut m.new_state(), &req, &mut s, &mut |t| {
                 out.push(t);
                 true
             })
             .unwrap();
-        }
-        out
+            None
+        };
+        (out, st)
     };
-    assert_eq!(sampled(true), sampled(false));
+    let (plain, _) = sampled(false);
+    let (a, st) = sampled(true);
+    let (b, _) = sampled(true);
+    let st = st.unwrap();
+    assert_eq!(a, b, "a seed repeats a drafted sampled run");
+    assert_eq!(a.len(), 40);
+    assert_eq!(a[0], plain[0]);
+    assert!(st.active && st.accepted > 0 && st.accepted <= st.drafted, "{st:?}");
 }

@@ -83,6 +83,38 @@ impl Sampler {
 
     /// Pick the next token from `logits` (modified in place).
     pub fn sample(&mut self, logits: &mut [f32]) -> u32 {
+        match self.distribution(logits) {
+            None => argmax(logits),
+            Some(dist) => self.draw(&dist),
+        }
+    }
+
+    /// For a speculative verify: the next token given that a drafter proposed `draft` (a point
+    /// mass). Greedy: the argmax, accepted when it is the draft. Sampling: the draft is kept
+    /// with its probability p(draft), else a token is drawn from p with the draft left out and
+    /// renormalized — so the token's distribution is exactly p (rejection sampling). Returns
+    /// the token and whether it is the draft.
+    pub fn sample_against(&mut self, logits: &mut [f32], draft: u32) -> (u32, bool) {
+        let Some(dist) = self.distribution(logits) else {
+            let t = argmax(logits);
+            return (t, t == draft);
+        };
+        let p_draft = dist.iter().find(|c| c.0 == draft).map_or(0.0, |c| c.1);
+        if p_draft > 0.0 && (self.rng.next_f64() as f32) < p_draft {
+            return (draft, true);
+        }
+        let rest: Vec<(u32, f32)> = dist.iter().copied().filter(|c| c.0 != draft).collect();
+        if rest.is_empty() {
+            return (draft, true);
+        }
+        let total: f32 = rest.iter().map(|c| c.1).sum();
+        let rest: Vec<(u32, f32)> = rest.into_iter().map(|(t, p)| (t, p / total)).collect();
+        (self.draw(&rest), false)
+    }
+
+    /// The distribution the next token is drawn from, after bias, penalties, top-k, top-p,
+    /// min-p and temperature: candidates with their probabilities. None when greedy.
+    pub fn distribution(&mut self, logits: &mut [f32]) -> Option<Vec<(u32, f32)>> {
         for &(id, b) in &self.p.logit_bias {
             if let Some(l) = logits.get_mut(id as usize) {
                 *l += b;
@@ -90,7 +122,7 @@ impl Sampler {
         }
         self.apply_penalties(logits);
         if self.p.temperature <= 0.0 {
-            return argmax(logits);
+            return None;
         }
         // Candidates sorted by logit, descending, truncated by top-k.
         let mut cand: Vec<(u32, f32)> = logits.iter().enumerate().map(|(i, &l)| (i as u32, l)).collect();
@@ -119,15 +151,20 @@ impl Sampler {
         }
         cand.truncate(keep.max(1));
         let probs = softmax(&cand, self.p.temperature);
+        Some(cand.iter().zip(probs).map(|(c, p)| (c.0, p)).collect())
+    }
+
+    /// One draw from `dist` (probabilities summing to 1, in order).
+    fn draw(&mut self, dist: &[(u32, f32)]) -> u32 {
         let r = self.rng.next_f64() as f32;
         let mut cum = 0.0;
-        for (i, &p) in probs.iter().enumerate() {
+        for &(t, p) in dist {
             cum += p;
             if r < cum {
-                return cand[i].0;
+                return t;
             }
         }
-        cand[cand.len() - 1].0
+        dist[dist.len() - 1].0
     }
 
     fn apply_penalties(&self, logits: &mut [f32]) {
@@ -210,6 +247,34 @@ mod tests {
         assert_eq!((p.temperature, p.top_p, p.top_k), (0.7, 0.8, 20));
         let p = SamplerConfig { temperature: Some(0.3), ..Default::default() }.resolve(true);
         assert_eq!((p.temperature, p.top_p), (0.3, 0.95));
+    }
+
+    /// Rejection sampling against a point-mass draft keeps the target distribution: over many
+    /// seeds the tokens' frequencies match `distribution` (every token within 4 standard errors).
+    #[test]
+    fn sampling_against_a_draft_keeps_the_distribution() {
+        let logits: Vec<f32> = (0..12).map(|i| ((i * 7 % 5) as f32) * 0.6 - (i as f32) * 0.1).collect();
+        let cfg = SamplerConfig { temperature: Some(0.9), top_k: Some(0), top_p: Some(0.97), ..Default::default() };
+        let want = Sampler::new(cfg.resolve(false)).distribution(&mut logits.clone()).unwrap();
+        let n = 60_000;
+        for draft in [want[0].0, want[3].0, 11] {
+            let mut counts = std::collections::HashMap::new();
+            let mut s = Sampler::new(SamplerConfig { seed: Some(99), ..cfg.clone() }.resolve(false));
+            let mut accepted = 0;
+            for _ in 0..n {
+                let (t, acc) = s.sample_against(&mut logits.clone(), draft);
+                *counts.entry(t).or_insert(0usize) += 1;
+                accepted += acc as usize;
+            }
+            let p_draft = want.iter().find(|c| c.0 == draft).map_or(0.0, |c| c.1) as f64;
+            assert!((accepted as f64 / n as f64 - p_draft).abs() < 0.01, "acceptance is p(draft)");
+            for &(t, p) in &want {
+                let f = *counts.get(&t).unwrap_or(&0) as f64 / n as f64;
+                let se = (p as f64 * (1.0 - p as f64) / n as f64).sqrt().max(1e-4);
+                assert!((f - p as f64).abs() < 4.0 * se, "token {t}: {f} vs {p} (draft {draft})");
+            }
+            assert!(counts.keys().all(|t| want.iter().any(|c| c.0 == *t)), "only candidates are drawn");
+        }
     }
 
     #[test]

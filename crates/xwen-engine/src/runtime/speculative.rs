@@ -9,9 +9,10 @@
 //!
 //! Drafters behind one seam (`Drafter`): `NgramDrafter` (prompt lookup: the continuation of the
 //! latest earlier occurrence of the context's last n tokens — the win on code edits and
-//! retrieval) and `ModelDrafter` (a smaller model with the same vocabulary, greedy). Sampling
-//! with temperature > 0 is not drafted here (`generate_speculative` falls back to plain
-//! decoding and says so in `SpecStats::active`).
+//! retrieval) and `ModelDrafter` (a smaller model with the same vocabulary, greedy). With
+//! temperature > 0 each drafted row keeps its draft with the target's probability of it and
+//! otherwise draws from the rest (`Sampler::sample_against`): the output follows the target's
+//! distribution exactly (the random draws differ from plain sampling's, so a seed's text does).
 
 use crate::error::{EngineError, Result};
 use crate::model::{LogitsMode, Model, SeqStep};
@@ -30,7 +31,7 @@ pub trait Drafter: Send {
 /// Counters of one speculative generation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SpecStats {
-    /// Whether drafting ran (false: sampling, so plain decoding was used).
+    /// Whether drafting ran (false: `max_draft` 0, plain decoding).
     pub active: bool,
     /// Verify steps (target forward passes after the prefill).
     pub steps: usize,
@@ -175,9 +176,9 @@ impl Drafter for ModelDrafter {
     }
 }
 
-/// `generate` with a drafter: greedy output identical to plain decoding, fewer target steps
-/// when drafts are accepted. `max_draft` bounds the tokens verified per step. With a sampler
-/// that is not greedy, plain decoding runs (`SpecStats::active` false).
+/// `generate` with a drafter: greedy output identical to plain decoding, sampled output with
+/// the target's distribution; fewer target steps when drafts are accepted. `max_draft` bounds
+/// the tokens verified per step (0: plain decoding, `SpecStats::active` false).
 #[allow(clippy::too_many_arguments)]
 pub fn generate_speculative(
     model: &Model,
@@ -207,7 +208,7 @@ pub(crate) fn speculate(
     on_prefill: &mut dyn FnMut(usize, usize) -> bool,
     on_token: &mut dyn FnMut(u32) -> bool,
 ) -> Result<(GenStats, SpecStats)> {
-    if sampler.params().temperature > 0.0 || max_draft == 0 {
+    if max_draft == 0 {
         let st = crate::runtime::generate::generate_observed(model, state, req, sampler, on_prefill, on_token)?;
         return Ok((st, SpecStats::default()));
     }
@@ -290,10 +291,13 @@ pub(crate) fn speculate(
         spec.drafted += drafts.len();
         for i in 0..span.len() {
             let mut row = rows[i * n_vocab..(i + 1) * n_vocab].to_vec();
-            let y = sampler.sample(&mut row);
+            // a drafted row: keep the draft with its probability (greedy: when it is the argmax)
+            let (y, agrees) = match drafts.get(i) {
+                Some(&d) => sampler.sample_against(&mut row, d),
+                None => (sampler.sample(&mut row), false),
+            };
             sampler.accept(y);
             let stop = emit(y, &mut stats, on_token);
-            let agrees = i < drafts.len() && y == drafts[i];
             if stop.is_some() || !agrees {
                 // the state keeps span[..=i]: the tokens whose logits were used
                 state.rollback(pos + i + 1)?;
