@@ -132,3 +132,31 @@ fn sampling_drafts_by_rejection() {
     assert_eq!(a[0], plain[0]);
     assert!(st.active && st.accepted > 0 && st.accepted <= st.drafted, "{st:?}");
 }
+
+/// A drafter that is always wrong.
+struct Contrary;
+
+impl Drafter for Contrary {
+    fn name(&self) -> &'static str {
+        "contrary"
+    }
+    fn propose(&mut self, ctx: &[u32], max: usize) -> xwen_engine::Result<Vec<u32>> {
+        // tokens the greedy continuation of these fixtures does not take: the last token's
+        // neighbours, changing each step
+        Ok((0..max).map(|i| (ctx[ctx.len() - 1] + 1 + i as u32) % 7 + 500).collect())
+    }
+}
+
+/// A drafter that never agrees still gives plain output, and the controller pauses it: most
+/// steps run without drafts, so it costs next to nothing over plain decoding.
+#[test]
+fn a_drafter_that_never_agrees_is_paused() {
+    let m = Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap();
+    let prompt: Vec<u32> = (0..14).map(|i| (i * 7919 + 11) % m.n_vocab() as u32).collect();
+    let want = plain(&m, &prompt, 120);
+    let (got, s) = drafted(&m, &prompt, 120, &mut Contrary, 8, &[]);
+    assert_eq!(got, want);
+    let drafted_steps_at_most = s.drafted; // each drafted step drafts ≥ 1
+    assert!(s.accepted * 10 <= s.drafted.max(1), "{s:?}");
+    assert!(drafted_steps_at_most < 40, "the controller did not pause a drafter that never agrees: {s:?}");
+}

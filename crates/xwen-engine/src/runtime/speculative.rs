@@ -176,6 +176,52 @@ impl Drafter for ModelDrafter {
     }
 }
 
+/// How deep to draft: the depth follows what the last verify accepted (all accepted: one
+/// deeper; else one past what was), and while the recent acceptance stays below
+/// `PAUSE_BELOW` drafting pauses for `PAUSE_STEPS` steps — a drafter that never agrees then
+/// costs almost nothing over plain decoding. Output never depends on it.
+struct Controller {
+    max: usize,
+    depth: usize,
+    /// Exponential average of the accepted share of drafted tokens.
+    rate: f64,
+    drafted_steps: usize,
+    pause: usize,
+}
+
+const PAUSE_BELOW: f64 = 0.25;
+const PAUSE_STEPS: usize = 24;
+
+impl Controller {
+    fn new(max: usize) -> Self {
+        Controller { max, depth: max, rate: 0.5, drafted_steps: 0, pause: 0 }
+    }
+
+    /// The depth for this step (0 while paused).
+    fn depth(&mut self) -> usize {
+        if self.pause > 0 {
+            self.pause -= 1;
+            return 0;
+        }
+        self.depth
+    }
+
+    fn observe(&mut self, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        self.drafted_steps += 1;
+        self.rate = 0.7 * self.rate + 0.3 * (accepted as f64 / drafted as f64);
+        self.depth = if accepted == drafted { (self.depth + 1).min(self.max) } else { (accepted + 1).min(self.max) };
+        if self.drafted_steps >= 4 && self.rate < PAUSE_BELOW {
+            self.pause = PAUSE_STEPS;
+            // on probation after the pause
+            self.rate = 0.5;
+            self.depth = 1;
+        }
+    }
+}
+
 /// `generate` with a drafter: greedy output identical to plain decoding, sampled output with
 /// the target's distribution; fewer target steps when drafts are accepted. `max_draft` bounds
 /// the tokens verified per step (0: plain decoding, `SpecStats::active` false).
@@ -267,6 +313,7 @@ pub(crate) fn speculate(
         return Ok((stats, spec));
     }
     let n_vocab = model.n_vocab();
+    let mut ctl = Controller::new(max_draft);
     'outer: loop {
         let pos = state.pos;
         if pos + 1 > model.max_context() {
@@ -277,8 +324,9 @@ pub(crate) fn speculate(
         // drafts fit in the context and in what is left to generate
         let room = model.max_context() - pos - 1;
         let left = limit - stats.generated;
-        let k = max_draft.min(room).min(left.saturating_sub(1));
+        let k = ctl.depth().min(room).min(left.saturating_sub(1));
         let drafts = if k > 0 { drafter.propose(&context, k)? } else { Vec::new() };
+        let accepted_before = spec.accepted;
         let drafts = &drafts[..drafts.len().min(k)];
         let mut span = Vec::with_capacity(1 + drafts.len());
         span.push(tok);
@@ -299,6 +347,7 @@ pub(crate) fn speculate(
             sampler.accept(y);
             let stop = emit(y, &mut stats, on_token);
             if stop.is_some() || !agrees {
+                ctl.observe(drafts.len(), spec.accepted - accepted_before);
                 // the state keeps span[..=i]: the tokens whose logits were used
                 state.rollback(pos + i + 1)?;
                 if let Some(r) = stop {
