@@ -243,6 +243,8 @@ pub struct ServeArgs {
     #[arg(long = "max-body", value_name = "SIZE", default_value = "8M", allow_hyphen_values = true, value_parser = opts::nonzero_size)]
     pub max_body: u64,
     #[command(flatten)]
+    pub draft: DraftOpts,
+    #[command(flatten)]
     pub engine: EngineOpts,
 }
 

@@ -160,3 +160,63 @@ fn a_drafter_that_never_agrees_is_paused() {
     assert!(s.accepted * 10 <= s.drafted.max(1), "{s:?}");
     assert!(drafted_steps_at_most < 40, "the controller did not pause a drafter that never agrees: {s:?}");
 }
+
+/// The scheduler with drafting sequences (a server's slots): each sequence's tokens are the ones
+/// it gets without drafts, whatever else shares the steps — drafted and plain sequences mixed,
+/// joining at different steps, greedy and sampled.
+#[test]
+fn scheduled_drafting_gives_the_undrafted_tokens() {
+    use xwen_engine::{Event, Request, Scheduler};
+    let m = Model::load(&fixture("cond/qwen3_5_moe/model-q8_0.gguf"), &cfg(None)).unwrap();
+    let v = m.n_vocab() as u32;
+    let prompts: Vec<Vec<u32>> = vec![repetitive(v), (0..14).map(|i| (i * 7919 + 11) % v).collect(), repetitive(v)[3..].to_vec(), vec![5, 6, 7]];
+    let sampler = |i: usize| {
+        let t = if i == 3 { Some(0.8) } else { Some(0.0) };
+        Sampler::new(SamplerConfig { temperature: t, seed: Some(11), ..Default::default() }.resolve(false))
+    };
+    let run = |drafted: &[bool]| {
+        let mut sch = Scheduler::new(8);
+        let mut ids = vec![0u64; prompts.len()];
+        let mut out = vec![Vec::new(); prompts.len()];
+        let mut step = 0;
+        let mut most_per_step = 0;
+        loop {
+            for (i, p) in prompts.iter().enumerate() {
+                if i == step {
+                    let mut r = Request::new(p.clone(), 30, vec![], sampler(i));
+                    if drafted[i] {
+                        r.draft = Some((Box::new(NgramDrafter::default()) as Box<dyn Drafter>, 4));
+                    }
+                    ids[i] = sch.add(&m, r).unwrap();
+                }
+            }
+            if sch.is_empty() && step >= prompts.len() {
+                return (out, most_per_step);
+            }
+            let mut per = vec![0usize; prompts.len()];
+            for e in sch.step(&m).unwrap() {
+                if let Event::Token { id, token, .. } = e {
+                    let i = ids.iter().position(|&x| x == id).unwrap();
+                    out[i].push(token);
+                    per[i] += 1;
+                }
+            }
+            most_per_step = most_per_step.max(per.into_iter().max().unwrap_or(0));
+            step += 1;
+            assert!(step < 1000);
+        }
+    };
+    let (plain_out, plain_most) = run(&[false; 4]);
+    let (mixed, _) = run(&[true, false, true, false]);
+    let (all, all_most) = run(&[true; 4]);
+    assert_eq!(plain_most, 1);
+    assert!(all_most > 1, "no step accepted a draft");
+    // greedy sequences: identical; the sampled one only where it is not drafted
+    for i in 0..3 {
+        assert_eq!(mixed[i], plain_out[i], "sequence {i} mixed");
+        assert_eq!(all[i], plain_out[i], "sequence {i} all drafted");
+    }
+    assert_eq!(mixed[3], plain_out[3]);
+    assert_eq!(all[3].len(), 30);
+    assert_eq!(plain_out.iter().map(Vec::len).collect::<Vec<_>>(), vec![30; 4]);
+}

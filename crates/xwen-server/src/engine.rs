@@ -120,14 +120,14 @@ struct Running {
 }
 
 /// Starts the engine thread with `parallel` slots; returns its handle and the thread.
-pub fn start(model: Model, parallel: usize, queue_limit: usize, metrics: Arc<Metrics>) -> (EngineHandle, std::thread::JoinHandle<()>) {
+pub fn start(model: Model, parallel: usize, queue_limit: usize, draft_max: usize, metrics: Arc<Metrics>) -> (EngineHandle, std::thread::JoinHandle<()>) {
     let (tx, rx) = mpsc::channel();
     let counts = Arc::new(Counts::default());
     let parallel = parallel.max(1).min(model.max_sequences().max(1));
     let handle = EngineHandle { tx, counts: counts.clone(), queue_limit, parallel, closed: Arc::new(AtomicBool::new(false)) };
     let thread = std::thread::Builder::new()
         .name("xwen-engine".into())
-        .spawn(move || EngineLoop::new(model, parallel, counts, metrics).run(rx))
+        .spawn(move || EngineLoop::new(model, parallel, draft_max, counts, metrics).run(rx))
         .expect("spawning the engine thread");
     (handle, thread)
 }
@@ -144,11 +144,14 @@ struct EngineLoop {
     sessions: usize,
     clock: u64,
     metrics: Arc<Metrics>,
+    /// Prompt-lookup drafting depth (0: off).
+    draft_max: usize,
 }
 
 impl EngineLoop {
-    fn new(model: Model, parallel: usize, counts: Arc<Counts>, metrics: Arc<Metrics>) -> Self {
+    fn new(model: Model, parallel: usize, draft_max: usize, counts: Arc<Counts>, metrics: Arc<Metrics>) -> Self {
         EngineLoop {
+            draft_max,
             sched: Scheduler::new(parallel),
             model,
             parallel,
@@ -290,11 +293,15 @@ impl EngineLoop {
             let Some(job) = self.queue.pop_front() else { break };
             let job = *job;
             let session = self.pick_session(&job.prompt);
+            // drafting where nothing watches each token's logits (a grammar, logprobs)
+            let draft = (self.draft_max > 0 && job.processor.is_none() && job.logprobs.is_none())
+                .then(|| (Box::new(xwen_engine::NgramDrafter::default()) as Box<dyn xwen_engine::Drafter>, self.draft_max));
             let req = Request {
                 session: Some(session),
                 logprobs: job.logprobs,
                 processor: job.processor,
                 checkpoint_at: job.checkpoints,
+                draft,
                 ..Request::new(job.prompt, job.max_tokens, job.stop_ids, Sampler::new(job.sampling))
             };
             match self.sched.add(&self.model, req) {

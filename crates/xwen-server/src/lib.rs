@@ -45,11 +45,14 @@ pub struct ServerConfig {
     pub api_key: Option<String>,
     /// Largest request body, bytes (413 above).
     pub max_body: usize,
+    /// Prompt-lookup drafting of up to this many tokens per step for requests without a
+    /// grammar or logprobs (0: off); output is what it is without drafting.
+    pub draft_max: usize,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig { host: "127.0.0.1".into(), port: 8080, parallel: 4, queue_limit: 64, api_key: None, max_body: 8 << 20 }
+        ServerConfig { host: "127.0.0.1".into(), port: 8080, parallel: 4, queue_limit: 64, api_key: None, max_body: 8 << 20, draft_max: 0 }
     }
 }
 
@@ -157,7 +160,7 @@ pub fn serve(m: ServedModel, cfg: ServerConfig, on_ready: impl FnOnce(SocketAddr
         let max_ctx = m.model.max_context();
         let architecture = m.model.architecture().to_string();
         let eog = m.tokenizer.eos_ids();
-        let (engine, engine_thread) = engine::start(m.model, cfg.parallel, cfg.queue_limit, metrics.clone());
+        let (engine, engine_thread) = engine::start(m.model, cfg.parallel, cfg.queue_limit, cfg.draft_max, metrics.clone());
         let parallel = engine.parallel();
         let tok = Arc::new(m.tokenizer);
         let grammars = structured::Grammars::new(tok.clone()).map_err(|e| eprintln!("xwen: structured output is off: {e}")).ok();

@@ -11,6 +11,7 @@ use crate::model::{LogitsMode, Model, SeqStep};
 use crate::runtime::generate::StopReason;
 use crate::runtime::sampler::Sampler;
 use crate::runtime::session::Session;
+use crate::runtime::speculative::{Controller, Drafter};
 use std::collections::HashMap;
 
 /// Prompt tokens one sequence feeds per step (llama.cpp's micro-batch).
@@ -41,12 +42,16 @@ pub struct Request {
     /// message boundaries where a later turn's rendering stops agreeing with this one (a
     /// template that renders the reply differently from its generation prompt departs there).
     pub checkpoint_at: Vec<usize>,
+    /// Speculative decoding for this sequence: a drafter and the most tokens it drafts per
+    /// step. Its decode steps then verify drafts in decode-order spans (the output is what it
+    /// would be without: `runtime::speculative`). Ignored with a processor or logprobs.
+    pub draft: Option<(Box<dyn Drafter>, usize)>,
 }
 
 impl Request {
-    /// A fresh sequence (no session), no logprobs, no processor.
+    /// A fresh sequence (no session), no logprobs, no processor, no drafter.
     pub fn new(prompt: Vec<u32>, max_tokens: usize, stop_ids: Vec<u32>, sampler: Sampler) -> Request {
-        Request { prompt, max_tokens, stop_ids, sampler, session: None, logprobs: None, processor: None, checkpoint_at: Vec::new() }
+        Request { prompt, max_tokens, stop_ids, sampler, session: None, logprobs: None, processor: None, checkpoint_at: Vec::new(), draft: None }
     }
 }
 
@@ -111,6 +116,9 @@ struct Running {
     processor: Option<Box<dyn LogitsProcessor>>,
     /// Prompt tokens the session already held at admission (not computed again).
     cached: usize,
+    draft: Option<(Box<dyn Drafter>, Controller)>,
+    /// This step's drafts (verified with the pending token).
+    drafts: Vec<u32>,
 }
 
 pub struct Scheduler {
@@ -167,6 +175,14 @@ impl Scheduler {
         };
         let id = self.next_id;
         self.next_id += 1;
+        let draft = match req.draft.take() {
+            Some((d, k)) if k > 0 && req.processor.is_none() && req.logprobs.is_none() => Some((d, Controller::new(k))),
+            _ => None,
+        };
+        let mut session = session;
+        if let Some((_, c)) = &draft {
+            session.state_mut().keep_history(c.max + 1);
+        }
         self.running.push(Running {
             id,
             session,
@@ -181,6 +197,8 @@ impl Scheduler {
             logprobs: req.logprobs,
             processor: req.processor,
             cached,
+            draft,
+            drafts: Vec::new(),
         });
         Ok(id)
     }
@@ -209,10 +227,56 @@ impl Scheduler {
     }
 
     fn end(&mut self, i: usize) {
-        let r = self.running.remove(i);
+        let mut r = self.running.remove(i);
+        if r.draft.is_some() {
+            // kept states cost a copy per token: not for the slot's next, maybe undrafted, request
+            r.session.state_mut().keep_history(0);
+        }
         if r.keep_session {
             self.ended.insert(r.id, r.session);
         }
+    }
+
+    /// A drafting sequence's verify: `rows` holds the logits of its `n` fed tokens (the pending
+    /// token and the drafts). Tokens are sampled row by row against the drafts; the state is
+    /// rolled back to the tokens whose logits were used. Returns the stop reason if it ended.
+    fn verify(r: &mut Running, n: usize, rows: &mut [f32], n_vocab: usize, events: &mut Vec<Event>) -> Result<Option<StopReason>> {
+        let pos0 = r.session.state().pos - n;
+        let drafts = std::mem::take(&mut r.drafts);
+        let span: Vec<u32> = r.pending.drain(..n).collect();
+        // row i is reached only when drafts 0..i were all accepted
+        for i in 0..n {
+            let row = &mut rows[i * n_vocab..(i + 1) * n_vocab];
+            let (tok, agrees) = match drafts.get(i) {
+                Some(&d) => r.sampler.sample_against(row, d),
+                None => (r.sampler.sample(row), false),
+            };
+            r.sampler.accept(tok);
+            r.generated += 1;
+            events.push(Event::Token { id: r.id, token: tok, logprobs: None });
+            let stop = if r.stop_ids.contains(&tok) {
+                Some(StopReason::StopToken)
+            } else if r.generated >= r.max_tokens {
+                Some(StopReason::Length)
+            } else {
+                None
+            };
+            if stop.is_some() || !agrees {
+                if let Some((_, ctl)) = r.draft.as_mut() {
+                    ctl.observe(drafts.len(), i);
+                }
+                // keep span[..=i]: the tokens whose logits were used
+                r.session.state_mut().rollback(pos0 + i + 1)?;
+                r.session.record_fed(&span[..=i]);
+                if stop.is_none() {
+                    r.pending.push(tok);
+                }
+                return Ok(stop);
+            }
+        }
+        // not reached (the last row has no draft to match); keep the state consistent anyway
+        r.session.record_fed(&span);
+        Ok(None)
     }
 
     /// Prompt tokens sequence `r` feeds next: a whole chunk, cut at the checkpoint position.
@@ -252,7 +316,26 @@ impl Scheduler {
         // decode rows first (one row each), then whole prefill chunks while rows remain: a
         // chunk never shrinks to fit, so a sequence's spans do not depend on the others
         let budget = model.max_batch_rows().min(MAX_STEP_ROWS);
-        let mut rows = self.running.iter().filter(|r| !r.prompt_left).count();
+        // drafting sequences propose this step's drafts (within the context and the token limit)
+        for r in self.running.iter_mut() {
+            r.drafts.clear();
+            if r.prompt_left {
+                continue;
+            }
+            if let Some((d, ctl)) = r.draft.as_mut() {
+                let pos = r.session.state().pos;
+                let room = max_ctx.saturating_sub(pos + 1);
+                let left = r.max_tokens.saturating_sub(r.generated);
+                let k = ctl.depth().min(room).min(left.saturating_sub(1));
+                if k > 0 {
+                    let mut ctx: Vec<u32> = r.session.tokens().to_vec();
+                    ctx.extend_from_slice(&r.pending);
+                    r.drafts = d.propose(&ctx, k)?;
+                    r.drafts.truncate(k);
+                }
+            }
+        }
+        let mut rows = self.running.iter().filter(|r| !r.prompt_left).map(|r| 1 + r.drafts.len()).sum::<usize>();
         let mut take: Vec<usize> = self.running.iter().map(|r| usize::from(!r.prompt_left)).collect();
         for (t, r) in take.iter_mut().zip(&self.running) {
             if r.prompt_left {
@@ -265,8 +348,22 @@ impl Scheduler {
         }
         let mut idx = Vec::new();
         let mut steps = Vec::new();
+        for r in self.running.iter_mut() {
+            if !r.prompt_left && !r.drafts.is_empty() {
+                // the verify span: the pending token, then the drafts
+                let d = std::mem::take(&mut r.drafts);
+                r.pending.extend_from_slice(&d);
+                r.drafts = d;
+            }
+        }
         for (k, (r, &n)) in self.running.iter_mut().zip(&take).enumerate() {
             if n == 0 {
+                continue;
+            }
+            if !r.prompt_left && !r.drafts.is_empty() {
+                let n = r.pending.len();
+                idx.push((k, n));
+                steps.push(SeqStep { state: r.session.state_mut(), tokens: &r.pending[..n], logits: LogitsMode::All, decode_order: true });
                 continue;
             }
             let last_chunk = !r.prompt_left || n == r.pending.len();
@@ -278,8 +375,16 @@ impl Scheduler {
         }
         let mut logits = model.forward_batch(&mut steps)?;
         let mut finished = Vec::new();
+        let n_vocab = model.n_vocab();
         for ((k, n), lg) in idx.into_iter().zip(logits.iter_mut()) {
             let r = &mut self.running[k];
+            if !r.drafts.is_empty() {
+                if let Some(stop) = Self::verify(r, n, lg, n_vocab, &mut events)? {
+                    events.push(Event::Done { id: r.id, stop, generated: r.generated });
+                    finished.push(r.id);
+                }
+                continue;
+            }
             r.session.record_fed(&r.pending[..n]);
             r.pending.drain(..n);
             if r.checkpoint_at.first() == Some(&r.session.state().pos) {

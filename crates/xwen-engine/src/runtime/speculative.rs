@@ -180,8 +180,8 @@ impl Drafter for ModelDrafter {
 /// deeper; else one past what was), and while the recent acceptance stays below
 /// `PAUSE_BELOW` drafting pauses for `PAUSE_STEPS` steps — a drafter that never agrees then
 /// costs almost nothing over plain decoding. Output never depends on it.
-struct Controller {
-    max: usize,
+pub(crate) struct Controller {
+    pub(crate) max: usize,
     depth: usize,
     /// Exponential average of the accepted share of drafted tokens.
     rate: f64,
@@ -193,12 +193,12 @@ const PAUSE_BELOW: f64 = 0.25;
 const PAUSE_STEPS: usize = 24;
 
 impl Controller {
-    fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         Controller { max, depth: max, rate: 0.5, drafted_steps: 0, pause: 0 }
     }
 
     /// The depth for this step (0 while paused).
-    fn depth(&mut self) -> usize {
+    pub(crate) fn depth(&mut self) -> usize {
         if self.pause > 0 {
             self.pause -= 1;
             return 0;
@@ -206,7 +206,7 @@ impl Controller {
         self.depth
     }
 
-    fn observe(&mut self, drafted: usize, accepted: usize) {
+    pub(crate) fn observe(&mut self, drafted: usize, accepted: usize) {
         if drafted == 0 {
             return;
         }
