@@ -40,3 +40,17 @@ def test_drafted_replies_at_once(server, drafted):
     with concurrent.futures.ThreadPoolExecutor(4) as ex:
         got = list(ex.map(lambda p: reply(drafted.url, p), PROMPTS * 2))
     assert got == want * 2
+
+
+def test_metrics_count_drafts(drafted):
+    import httpx
+
+    reply(drafted.url, "import os\nimport sys\nimport os\nimport sys\n")
+    text = httpx.get(drafted.url + "/metrics").text
+    vals = {}
+    for line in text.splitlines():
+        if line.startswith("draft_tokens"):
+            name, v = line.split()
+            vals[name] = float(v)
+    assert vals.get("draft_tokens_total", 0) > 0, text
+    assert 0 <= vals.get("draft_tokens_accepted_total", 0) <= vals["draft_tokens_total"]

@@ -324,8 +324,12 @@ impl EngineLoop {
     fn step(&mut self) {
         let t0 = Instant::now();
         let decoding = self.running.len();
+        let drafts_before = self.sched.draft_counts();
         match self.sched.step(&self.model) {
             Ok(events) => {
+                let (d, a) = self.sched.draft_counts();
+                self.metrics.draft_tokens.inc_by(d - drafts_before.0);
+                self.metrics.draft_accepted.inc_by(a - drafts_before.1);
                 let mut tokens = 0u64;
                 for e in events {
                     match e {

@@ -19,6 +19,9 @@ pub struct Metrics {
     pub cached_tokens: Counter,
     pub generated_tokens: Counter,
     pub cancelled: Counter,
+    /// Prompt-lookup draft tokens verified / accepted (`serve --draft ngram`).
+    pub draft_tokens: Counter,
+    pub draft_accepted: Counter,
     queue_depth: Gauge,
     running: Gauge,
     batch_size: Gauge,
@@ -73,6 +76,8 @@ impl Metrics {
         r.register("prompt_tokens_cached", "Prompt tokens served from the prefix cache (not computed)", self.cached_tokens.clone());
         r.register("generated_tokens", "Tokens sampled", self.generated_tokens.clone());
         r.register("requests_cancelled", "Sequences stopped early (client gone or stop string)", self.cancelled.clone());
+        r.register("draft_tokens", "Draft tokens verified (serve --draft)", self.draft_tokens.clone());
+        r.register("draft_tokens_accepted", "Draft tokens accepted (serve --draft)", self.draft_accepted.clone());
         r.register("queue_depth", "Requests waiting for a slot", self.queue_depth.clone());
         r.register("running_sequences", "Sequences in the running batch", self.running.clone());
         r.register("batch_size", "Sequences in the last engine step", self.batch_size.clone());

@@ -127,12 +127,15 @@ pub struct Scheduler {
     next_id: SeqId,
     /// Sessions of ended sequences, for `take_session`.
     ended: HashMap<SeqId, Session>,
+    /// Draft tokens verified and accepted since the start (`draft_counts`).
+    drafted: u64,
+    accepted: u64,
 }
 
 impl Scheduler {
     /// A scheduler of at most `max_seqs` sequences at once.
     pub fn new(max_seqs: usize) -> Scheduler {
-        Scheduler { running: Vec::new(), max_seqs: max_seqs.max(1), next_id: 1, ended: HashMap::new() }
+        Scheduler { running: Vec::new(), max_seqs: max_seqs.max(1), next_id: 1, ended: HashMap::new(), drafted: 0, accepted: 0 }
     }
 
     pub fn len(&self) -> usize {
@@ -203,6 +206,11 @@ impl Scheduler {
         Ok(id)
     }
 
+    /// Draft tokens verified and accepted so far, over every drafting sequence.
+    pub fn draft_counts(&self) -> (u64, u64) {
+        (self.drafted, self.accepted)
+    }
+
     /// How many of a running sequence's prompt tokens its session already held when it was
     /// admitted (the prefix reused, not computed again).
     pub fn cached_tokens(&self, id: SeqId) -> Option<usize> {
@@ -240,7 +248,8 @@ impl Scheduler {
     /// A drafting sequence's verify: `rows` holds the logits of its `n` fed tokens (the pending
     /// token and the drafts). Tokens are sampled row by row against the drafts; the state is
     /// rolled back to the tokens whose logits were used. Returns the stop reason if it ended.
-    fn verify(r: &mut Running, n: usize, rows: &mut [f32], n_vocab: usize, events: &mut Vec<Event>) -> Result<Option<StopReason>> {
+    /// Also returns the drafts verified and accepted.
+    fn verify(r: &mut Running, n: usize, rows: &mut [f32], n_vocab: usize, events: &mut Vec<Event>) -> Result<(Option<StopReason>, usize, usize)> {
         let pos0 = r.session.state().pos - n;
         let drafts = std::mem::take(&mut r.drafts);
         let span: Vec<u32> = r.pending.drain(..n).collect();
@@ -271,12 +280,12 @@ impl Scheduler {
                 if stop.is_none() {
                     r.pending.push(tok);
                 }
-                return Ok(stop);
+                return Ok((stop, drafts.len(), i));
             }
         }
         // not reached (the last row has no draft to match); keep the state consistent anyway
         r.session.record_fed(&span);
-        Ok(None)
+        Ok((None, drafts.len(), drafts.len()))
     }
 
     /// Prompt tokens sequence `r` feeds next: a whole chunk, cut at the checkpoint position.
@@ -379,7 +388,10 @@ impl Scheduler {
         for ((k, n), lg) in idx.into_iter().zip(logits.iter_mut()) {
             let r = &mut self.running[k];
             if !r.drafts.is_empty() {
-                if let Some(stop) = Self::verify(r, n, lg, n_vocab, &mut events)? {
+                let (stop, drafted, accepted) = Self::verify(r, n, lg, n_vocab, &mut events)?;
+                self.drafted += drafted as u64;
+                self.accepted += accepted as u64;
+                if let Some(stop) = stop {
                     events.push(Event::Done { id: r.id, stop, generated: r.generated });
                     finished.push(r.id);
                 }
