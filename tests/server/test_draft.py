@@ -49,8 +49,8 @@ def test_metrics_count_drafts(drafted):
     text = httpx.get(drafted.url + "/metrics").text
     vals = {}
     for line in text.splitlines():
-        if line.startswith("draft_tokens"):
+        if line.startswith("xwen_draft_tokens"):
             name, v = line.split()
             vals[name] = float(v)
-    assert vals.get("draft_tokens_total", 0) > 0, text
-    assert 0 <= vals.get("draft_tokens_accepted_total", 0) <= vals["draft_tokens_total"]
+    assert vals.get("xwen_draft_tokens_total", 0) > 0, text
+    assert 0 <= vals.get("xwen_draft_tokens_accepted_total", 0) <= vals["xwen_draft_tokens_total"]
