@@ -130,29 +130,6 @@ fn display(p: &Path) -> String {
     p.display().to_string()
 }
 
-/// A byte count: `auto` or 0 (the engine picks), a number with an optional binary unit
-/// (K, M, G, T; `GiB` and `GB` read the same), e.g. `12G`, `1.5G`, `800M`, `4096`.
-pub fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    if t.eq_ignore_ascii_case("auto") {
-        return Ok(0);
-    }
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let shift = match unit.trim().to_ascii_uppercase().trim_end_matches('B').trim_end_matches('I') {
-        "" => 0,
-        "K" => 10,
-        "M" => 20,
-        "G" => 30,
-        "T" => 40,
-        u => anyhow::bail!("unknown unit `{u}`"),
-    };
-    let v: f64 = num.parse().map_err(|_| anyhow::anyhow!("`{num}` is not a number"))?;
-    let bytes = v * (1u64 << shift) as f64;
-    anyhow::ensure!(bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64, "out of range");
-    Ok(bytes as u64)
-}
-
 /// The expert cache's counters after a run that streamed experts (stderr), else nothing.
 pub fn print_expert_cache(model: &xwen_engine::Model) {
     if let Some(s) = model.expert_cache_stats() {
@@ -187,26 +164,5 @@ pub fn print_profile(model: &xwen_engine::Model) {
     eprintln!("{:<34} {:>9} {:>6} {:>8}", "op", "ms", "%", "calls");
     for (name, secs, calls) in rep {
         eprintln!("{:<34} {:>9.1} {:>5.1}% {:>8}", name, secs * 1e3, 100.0 * secs / total, calls);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes_parse_with_binary_units() {
-        assert_eq!(parse_size("auto").unwrap(), 0);
-        assert_eq!(parse_size("0").unwrap(), 0);
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert_eq!(parse_size("800M").unwrap(), 800 << 20);
-        assert_eq!(parse_size("12G").unwrap(), 12 << 30);
-        assert_eq!(parse_size("12GiB").unwrap(), 12 << 30);
-        assert_eq!(parse_size("12 gb").unwrap(), 12 << 30);
-        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
-        assert_eq!(parse_size("2T").unwrap(), 2 << 40);
-        for bad in ["", "G", "12X", "-1G", "1.2.3M", "lots"] {
-            assert!(parse_size(bad).is_err(), "{bad}");
-        }
     }
 }

@@ -198,6 +198,29 @@ pub fn random_seed() -> u64 {
     (x ^ (x >> 31)) & 0xffff_ffff
 }
 
+/// A byte count: `auto` or 0 (the engine picks), a number with an optional binary unit
+/// (K, M, G, T; `GiB` and `GB` read the same), e.g. `12G`, `1.5G`, `800M`, `4096`.
+pub fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim();
+    if t.eq_ignore_ascii_case("auto") {
+        return Ok(0);
+    }
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let shift = match unit.trim().to_ascii_uppercase().trim_end_matches('B').trim_end_matches('I') {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        u => anyhow::bail!("unknown unit `{u}`"),
+    };
+    let v: f64 = num.parse().map_err(|_| anyhow::anyhow!("`{num}` is not a number"))?;
+    let bytes = v * (1u64 << shift) as f64;
+    anyhow::ensure!(bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64, "out of range");
+    Ok(bytes as u64)
+}
+
 // ---- value parsers (each error names the allowed range; clap adds the flag) ---------------
 
 fn float(s: &str) -> Result<f32, String> {
@@ -284,7 +307,7 @@ fn batch(s: &str) -> Result<usize, String> {
 }
 
 fn size(s: &str) -> Result<u64, String> {
-    crate::model_arg::parse_size(s).map_err(|e| format!("`{s}` is not a size (e.g. 12G, 800M, auto): {e}"))
+    parse_size(s).map_err(|e| format!("`{s}` is not a size (e.g. 12G, 800M, auto): {e}"))
 }
 
 pub fn nonzero_size(s: &str) -> Result<u64, String> {
@@ -340,6 +363,22 @@ mod tests {
         assert!(parallel_list("0").is_err() && parallel_list("1,x").is_err());
         assert_eq!(token_limit(-1), None);
         assert_eq!(token_limit(5), Some(5));
+    }
+
+    #[test]
+    fn sizes_parse_with_binary_units() {
+        assert_eq!(parse_size("auto").unwrap(), 0);
+        assert_eq!(parse_size("0").unwrap(), 0);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("800M").unwrap(), 800 << 20);
+        assert_eq!(parse_size("12G").unwrap(), 12 << 30);
+        assert_eq!(parse_size("12GiB").unwrap(), 12 << 30);
+        assert_eq!(parse_size("12 gb").unwrap(), 12 << 30);
+        assert_eq!(parse_size("1.5G").unwrap(), 3 << 29);
+        assert_eq!(parse_size("2T").unwrap(), 2 << 40);
+        for bad in ["", "G", "12X", "-1G", "1.2.3M", "lots"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -18,7 +18,17 @@ pub struct Ctx<'a> {
     /// Where MoE layers record their routing decisions (`EngineConfig::record_routes`).
     pub routes: Option<&'a std::sync::Mutex<Vec<RouteRecord>>>,
     /// Flash attention or the plain path (`EngineConfig::flash_attn`).
-    pub attn: crate::layers::attention::AttnMode,
+    pub attn: AttnMode,
+}
+
+/// How attention runs: llama.cpp's flash-attention path or its plain one, and the cache types.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnMode {
+    pub flash: bool,
+    /// Threads llama.cpp would split a decode row's KV over (the split-KV path).
+    pub threads: usize,
+    /// The context size, which caps llama.cpp's KV view (`flash_attn::n_kv`).
+    pub n_ctx: usize,
 }
 
 /// One MoE routing decision: `row` of the forward's batch at `layer`.

@@ -332,7 +332,7 @@ impl Model {
             prof: &self.prof,
             chunked_scan: self.cfg.chunked_prefill,
             routes: self.cfg.record_routes.then_some(&sink),
-            attn: crate::layers::attention::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.pool.n_threads(), n_ctx: self.cfg.max_ctx },
+            attn: crate::compute::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.pool.n_threads(), n_ctx: self.cfg.max_ctx },
         };
         // each sequence's first batch row, row count and position before the step, to place
         // the recorded rows (only when recording)

@@ -149,15 +149,6 @@ impl KvCache {
     }
 }
 
-/// How attention runs: llama.cpp's flash-attention path or its plain one, and the cache types.
-#[derive(Clone, Copy, Debug)]
-pub struct AttnMode {
-    pub flash: bool,
-    /// Threads llama.cpp would split a decode row's KV over (the split-KV path).
-    pub threads: usize,
-    /// The context size, which caps llama.cpp's KV view (`flash_attn::n_kv`).
-    pub n_ctx: usize,
-}
 
 /// Mixer output for the batch `rows` of normalized input x (rows.n × hidden); `kvs[i]` is the
 /// KV cache of span i's sequence, which the span's keys and values are appended to.
