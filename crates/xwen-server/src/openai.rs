@@ -110,6 +110,55 @@ fn parse_message(i: usize, m: &Value) -> ApiResult<ChatMessage> {
     Ok(msg)
 }
 
+/// The constraint of a structured-output format (`type` text, json_object or json_schema with
+/// its `schema`, found at `schema_path`): None for text. Shared by chat's `response_format`
+/// and the Responses API's `text.format`.
+pub fn format_processor(
+    app: &App,
+    b: &Body,
+    field: &str,
+    ty: Option<&str>,
+    schema: Option<&Value>,
+    // where the request spells the type and the schema, for the error messages
+    paths: (&str, &str),
+) -> ApiResult<Option<Box<dyn xwen_engine::LogitsProcessor>>> {
+    let (type_path, schema_path) = paths;
+    let grammar = match ty {
+        Some("text") => return Ok(None),
+        Some("json_object") => crate::structured::json_grammar(json!({"type": "object"})),
+        Some("json_schema") => {
+            let schema = schema.filter(|s| s.is_object() || s.is_boolean());
+            let schema = schema.ok_or_else(|| b.err(field, format!("`{schema_path}` (a JSON schema) is required")))?;
+            crate::structured::json_grammar(schema.clone())
+        }
+        _ => return Err(b.err(field, format!("`{type_path}` must be text, json_object or json_schema"))),
+    };
+    app.constraint(b.d, field, grammar).map(Some)
+}
+
+/// A tool choice that forces a call (required, or one named function) becomes the call
+/// grammar; it cannot stand beside a format constraint (`format_field` names that one).
+pub fn forced_tools_processor(
+    app: &App,
+    b: &Body,
+    choice: &ToolChoice,
+    tools: &Option<Vec<Value>>,
+    processor: Option<Box<dyn xwen_engine::LogitsProcessor>>,
+    format_field: &str,
+) -> ApiResult<Option<Box<dyn xwen_engine::LogitsProcessor>>> {
+    let forced: Option<Vec<Value>> = match choice {
+        ToolChoice::Required => tools.clone(),
+        ToolChoice::Named(n) => Some(tools_named(tools, n)),
+        _ => None,
+    };
+    let Some(f) = forced else { return Ok(processor) };
+    if processor.is_some() {
+        return Err(b.err("tool_choice", format!("`tool_choice` required or named cannot be combined with a `{format_field}` schema")));
+    }
+    let g = crate::structured::tool_call_grammar(&f).ok_or_else(|| b.err("tools", "the tools cannot be turned into a call grammar"))?;
+    app.constraint(b.d, "tools", g).map(Some)
+}
+
 /// `max_completion_tokens` (or the older `max_tokens`): None is until the context is full.
 fn max_tokens(b: &Body) -> ApiResult<Option<usize>> {
     let a = b.int_in("max_completion_tokens", 0, i64::MAX)?;
@@ -156,32 +205,10 @@ fn parse_chat(app: &App, o: &Map<String, Value>) -> ApiResult<ChatReq> {
     // a constraint covers the whole reply, so a constrained request does not think first
     let mut processor = None;
     if let Some(rf) = b.object("response_format")? {
-        let grammar = match rf.get("type").and_then(Value::as_str) {
-            Some("text") => None,
-            Some("json_object") => Some(crate::structured::json_grammar(json!({"type": "object"}))),
-            Some("json_schema") => {
-                let schema = rf.get("json_schema").and_then(|j| j.get("schema")).filter(|s| s.is_object() || s.is_boolean());
-                let schema = schema.ok_or_else(|| b.err("response_format", "`response_format.json_schema.schema` (a JSON schema) is required"))?;
-                Some(crate::structured::json_grammar(schema.clone()))
-            }
-            _ => return Err(b.err("response_format", "`response_format.type` must be text, json_object or json_schema")),
-        };
-        if let Some(g) = grammar {
-            processor = Some(app.constraint(D, "response_format", g)?);
-        }
+        let schema = rf.get("json_schema").and_then(|j| j.get("schema"));
+        processor = format_processor(app, &b, "response_format", rf.get("type").and_then(Value::as_str), schema, ("response_format.type", "response_format.json_schema.schema"))?;
     }
-    let forced: Option<Vec<Value>> = match &choice {
-        ToolChoice::Required => tools.clone(),
-        ToolChoice::Named(n) => Some(tools_named(&tools, n)),
-        _ => None,
-    };
-    if let Some(f) = forced {
-        if processor.is_some() {
-            return Err(b.err("tool_choice", "`tool_choice` required or named cannot be combined with a `response_format` schema"));
-        }
-        let g = crate::structured::tool_call_grammar(&f).ok_or_else(|| b.err("tools", "the tools cannot be turned into a call grammar"))?;
-        processor = Some(app.constraint(D, "tools", g)?);
-    }
+    processor = forced_tools_processor(app, &b, &choice, &tools, processor, "response_format")?;
     if processor.is_some() {
         thinking = false;
     }

@@ -12,7 +12,7 @@
 use crate::common::{body, counted, new_id, sse, AppState};
 use crate::error::{ApiError, ApiResult, Dialect, Kind};
 use crate::generation::{Finish, Gen, Prepared};
-use crate::openai::{parse_tools, ToolChoice};
+use crate::openai::{forced_tools_processor, format_processor, parse_tools, ToolChoice};
 use crate::params::{content_text, parse_object, thinking_options, Body};
 use crate::reply::Piece;
 use crate::tool_parse::{tools_named, ParsedCall, ToolSchemas};
@@ -204,35 +204,10 @@ fn parse(app: &App, o: &Map<String, Value>) -> ApiResult<ResponsesReq> {
         }
     }
     let mut processor = None;
-    if let Some(t) = b.object("text")? {
-        if let Some(f) = t.get("format").filter(|v| !v.is_null()) {
-            let grammar = match f.get("type").and_then(Value::as_str) {
-                Some("text") => None,
-                Some("json_object") => Some(crate::structured::json_grammar(json!({"type": "object"}))),
-                Some("json_schema") => {
-                    let schema = f.get("schema").filter(|s| s.is_object() || s.is_boolean());
-                    let schema = schema.ok_or_else(|| b.err("text", "`text.format.schema` (a JSON schema) is required"))?;
-                    Some(crate::structured::json_grammar(schema.clone()))
-                }
-                _ => return Err(b.err("text", "`text.format.type` must be text, json_object or json_schema")),
-            };
-            if let Some(g) = grammar {
-                processor = Some(app.constraint(D, "text", g)?);
-            }
-        }
+    if let Some(f) = b.object("text")?.and_then(|t| t.get("format")).filter(|v| !v.is_null()) {
+        processor = format_processor(app, &b, "text", f.get("type").and_then(Value::as_str), f.get("schema"), ("text.format.type", "text.format.schema"))?;
     }
-    let forced: Option<Vec<Value>> = match &choice {
-        ToolChoice::Required => tools.clone(),
-        ToolChoice::Named(n) => Some(tools_named(&tools, n)),
-        _ => None,
-    };
-    if let Some(f) = forced {
-        if processor.is_some() {
-            return Err(b.err("tool_choice", "`tool_choice` required or named cannot be combined with a `text.format` schema"));
-        }
-        let g = crate::structured::tool_call_grammar(&f).ok_or_else(|| b.err("tools", "the tools cannot be turned into a call grammar"))?;
-        processor = Some(app.constraint(D, "tools", g)?);
-    }
+    processor = forced_tools_processor(app, &b, &choice, &tools, processor, "text.format")?;
     if processor.is_some() {
         thinking = false;
     }
