@@ -70,6 +70,41 @@ pub fn generate(
     generate_observed(model, state, req, sampler, &mut |_, _| true, on_token)
 }
 
+/// The prompt in forward steps of `req.prefill_chunk`, timed into `stats.prefill_secs`: the
+/// last step's logits, or None when generation ends here — nothing to generate
+/// (`max_tokens` 0) or `on_prefill` said stop (`StopReason::Caller`).
+pub(crate) fn prefill(
+    model: &Model,
+    state: &mut SeqState,
+    req: &GenerateRequest,
+    stats: &mut GenStats,
+    on_prefill: &mut dyn FnMut(usize, usize) -> bool,
+) -> Result<Option<Vec<f32>>> {
+    let limit = req.max_tokens.unwrap_or(usize::MAX);
+    let n = req.prompt.len();
+    if n == 0 {
+        // nothing to feed: fine when nothing is to be generated either
+        return if limit == 0 { Ok(None) } else { Err(crate::error::EngineError::EmptyInput) };
+    }
+    let t0 = Instant::now();
+    let chunk = if req.prefill_chunk == 0 { n } else { req.prefill_chunk };
+    let mut logits = Vec::new();
+    let mut at = 0;
+    while at < n {
+        let end = (at + chunk).min(n);
+        let mode = if end == n && limit > 0 { LogitsMode::Last } else { LogitsMode::None };
+        logits = model.forward(state, &req.prompt[at..end], mode)?;
+        at = end;
+        if !on_prefill(at, n) && at < n {
+            stats.prefill_secs = t0.elapsed().as_secs_f64();
+            stats.stop = StopReason::Caller;
+            return Ok(None);
+        }
+    }
+    stats.prefill_secs = t0.elapsed().as_secs_f64();
+    Ok((limit > 0).then_some(logits))
+}
+
 /// `generate`, with `on_prefill(done, total)` called after each prefill step (return false to
 /// stop before sampling: the state then holds the prompt tokens fed so far, and the stop
 /// reason is `Caller`). A sequence that reaches the context's end stops with `ContextFull`.
@@ -86,29 +121,9 @@ pub fn generate_observed(
         sampler.accept(t);
     }
     let limit = req.max_tokens.unwrap_or(usize::MAX);
-    let t0 = Instant::now();
-    let n = req.prompt.len();
-    let chunk = if req.prefill_chunk == 0 { n.max(1) } else { req.prefill_chunk };
-    let mut logits = Vec::new();
-    let mut at = 0;
-    while at < n {
-        let end = (at + chunk).min(n);
-        let mode = if end == n && limit > 0 { LogitsMode::Last } else { LogitsMode::None };
-        logits = model.forward(state, &req.prompt[at..end], mode)?;
-        at = end;
-        if !on_prefill(at, n) && at < n {
-            stats.prefill_secs = t0.elapsed().as_secs_f64();
-            stats.stop = StopReason::Caller;
-            return Ok(stats);
-        }
-    }
-    stats.prefill_secs = t0.elapsed().as_secs_f64();
-    if limit == 0 {
+    let Some(mut logits) = prefill(model, state, req, &mut stats, on_prefill)? else {
         return Ok(stats);
-    }
-    if logits.is_empty() {
-        return Err(crate::error::EngineError::EmptyInput);
-    }
+    };
     let t1 = Instant::now();
     loop {
         let tok = sampler.sample(&mut logits);

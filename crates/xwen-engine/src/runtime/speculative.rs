@@ -14,7 +14,7 @@
 //! otherwise draws from the rest (`Sampler::sample_against`): the output follows the target's
 //! distribution exactly (the random draws differ from plain sampling's, so a seed's text does).
 
-use crate::error::{EngineError, Result};
+use crate::error::Result;
 use crate::model::{LogitsMode, Model, SeqStep};
 use crate::runtime::generate::{GenStats, GenerateRequest, StopReason};
 use crate::runtime::sampler::Sampler;
@@ -264,29 +264,9 @@ pub(crate) fn speculate(
         sampler.accept(t);
     }
     let limit = req.max_tokens.unwrap_or(usize::MAX);
-    let n = req.prompt.len();
-    if n == 0 {
-        return Err(EngineError::EmptyInput);
-    }
-    let t0 = Instant::now();
-    let chunk = if req.prefill_chunk == 0 { n } else { req.prefill_chunk };
-    let mut logits = Vec::new();
-    let mut at = 0;
-    while at < n {
-        let end = (at + chunk).min(n);
-        let mode = if end == n && limit > 0 { LogitsMode::Last } else { LogitsMode::None };
-        logits = model.forward(state, &req.prompt[at..end], mode)?;
-        at = end;
-        if !on_prefill(at, n) && at < n {
-            stats.prefill_secs = t0.elapsed().as_secs_f64();
-            stats.stop = StopReason::Caller;
-            return Ok((stats, spec));
-        }
-    }
-    stats.prefill_secs = t0.elapsed().as_secs_f64();
-    if limit == 0 {
+    let Some(mut logits) = crate::runtime::generate::prefill(model, state, req, &mut stats, on_prefill)? else {
         return Ok((stats, spec));
-    }
+    };
     let t1 = Instant::now();
     // rollback reaches back over a whole verify
     state.keep_history(max_draft + 1);
