@@ -119,17 +119,17 @@ struct Running {
     cancel: Arc<AtomicBool>,
 }
 
-/// Starts the engine thread with `parallel` slots; returns its handle and the thread.
-pub fn start(model: Model, parallel: usize, queue_limit: usize, draft_max: usize, metrics: Arc<Metrics>) -> (EngineHandle, std::thread::JoinHandle<()>) {
+/// Starts the engine thread with `parallel` slots; returns its handle and the thread (an error
+/// if the system refuses the thread).
+pub fn start(model: Model, parallel: usize, queue_limit: usize, draft_max: usize, metrics: Arc<Metrics>) -> std::io::Result<(EngineHandle, std::thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::channel();
     let counts = Arc::new(Counts::default());
     let parallel = parallel.max(1).min(model.max_sequences().max(1));
     let handle = EngineHandle { tx, counts: counts.clone(), queue_limit, parallel, closed: Arc::new(AtomicBool::new(false)) };
     let thread = std::thread::Builder::new()
         .name("xwen-engine".into())
-        .spawn(move || EngineLoop::new(model, parallel, draft_max, counts, metrics).run(rx))
-        .expect("spawning the engine thread");
-    (handle, thread)
+        .spawn(move || EngineLoop::new(model, parallel, draft_max, counts, metrics).run(rx))?;
+    Ok((handle, thread))
 }
 
 struct EngineLoop {

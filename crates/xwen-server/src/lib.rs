@@ -160,7 +160,7 @@ pub fn serve(m: ServedModel, cfg: ServerConfig, on_ready: impl FnOnce(SocketAddr
         let max_ctx = m.model.max_context();
         let architecture = m.model.architecture().to_string();
         let eog = m.tokenizer.eos_ids();
-        let (engine, engine_thread) = engine::start(m.model, cfg.parallel, cfg.queue_limit, cfg.draft_max, metrics.clone());
+        let (engine, engine_thread) = engine::start(m.model, cfg.parallel, cfg.queue_limit, cfg.draft_max, metrics.clone()).context("starting the engine thread")?;
         let parallel = engine.parallel();
         let tok = Arc::new(m.tokenizer);
         let grammars = structured::Grammars::new(tok.clone()).map_err(|e| eprintln!("xwen: structured output is off: {e}")).ok();
