@@ -11,7 +11,7 @@ use crate::model::{LogitsMode, Model, SeqStep};
 use crate::runtime::generate::StopReason;
 use crate::runtime::sampler::Sampler;
 use crate::runtime::session::Session;
-use crate::runtime::speculative::{Controller, Drafter};
+use crate::runtime::speculative::{sample_verify_rows, Controller, Drafter};
 use std::collections::HashMap;
 
 /// Prompt tokens one sequence feeds per step (llama.cpp's micro-batch).
@@ -253,39 +253,29 @@ impl Scheduler {
         let pos0 = r.session.state().pos - n;
         let drafts = std::mem::take(&mut r.drafts);
         let span: Vec<u32> = r.pending.drain(..n).collect();
-        // row i is reached only when drafts 0..i were all accepted
-        for i in 0..n {
-            let row = &mut rows[i * n_vocab..(i + 1) * n_vocab];
-            let (tok, agrees) = match drafts.get(i) {
-                Some(&d) => r.sampler.sample_against(row, d),
-                None => (r.sampler.sample(row), false),
-            };
-            r.sampler.accept(tok);
-            r.generated += 1;
-            events.push(Event::Token { id: r.id, token: tok, logprobs: None });
-            let stop = if r.stop_ids.contains(&tok) {
+        let (id, stop_ids, max_tokens) = (r.id, &r.stop_ids, r.max_tokens);
+        let generated = &mut r.generated;
+        let (i, tok, stop) = sample_verify_rows(rows, n_vocab, &drafts, &mut r.sampler, &mut |tok| {
+            *generated += 1;
+            events.push(Event::Token { id, token: tok, logprobs: None });
+            if stop_ids.contains(&tok) {
                 Some(StopReason::StopToken)
-            } else if r.generated >= r.max_tokens {
+            } else if *generated >= max_tokens {
                 Some(StopReason::Length)
             } else {
                 None
-            };
-            if stop.is_some() || !agrees {
-                if let Some((_, ctl)) = r.draft.as_mut() {
-                    ctl.observe(drafts.len(), i);
-                }
-                // keep span[..=i]: the tokens whose logits were used
-                r.session.state_mut().rollback(pos0 + i + 1)?;
-                r.session.record_fed(&span[..=i]);
-                if stop.is_none() {
-                    r.pending.push(tok);
-                }
-                return Ok((stop, drafts.len(), i));
             }
+        });
+        if let Some((_, ctl)) = r.draft.as_mut() {
+            ctl.observe(drafts.len(), i);
         }
-        // not reached (the last row has no draft to match); keep the state consistent anyway
-        r.session.record_fed(&span);
-        Ok((None, drafts.len(), drafts.len()))
+        // keep span[..=i]: the tokens whose logits were used
+        r.session.state_mut().rollback(pos0 + i + 1)?;
+        r.session.record_fed(&span[..=i]);
+        if stop.is_none() {
+            r.pending.push(tok);
+        }
+        Ok((stop, drafts.len(), i))
     }
 
     /// Prompt tokens sequence `r` feeds next: a whole chunk, cut at the checkpoint position.

@@ -222,6 +222,34 @@ impl Controller {
     }
 }
 
+/// Samples a verify's rows (`rows`: n_vocab logits each, the pending token's row first) in
+/// order against `drafts`: a drafted row keeps its draft with its probability (greedy: when it
+/// is the argmax). `emit` sees each sampled token and says whether generation ends with it.
+/// Stops at the first row whose token is not its draft (the last row has none) or that ends
+/// generation; returns that row's index i — drafts[..i] were accepted — its token and the stop.
+pub(crate) fn sample_verify_rows(
+    rows: &mut [f32],
+    n_vocab: usize,
+    drafts: &[u32],
+    sampler: &mut Sampler,
+    emit: &mut dyn FnMut(u32) -> Option<StopReason>,
+) -> (usize, u32, Option<StopReason>) {
+    let n = rows.len() / n_vocab;
+    for i in 0..n {
+        let row = &mut rows[i * n_vocab..(i + 1) * n_vocab];
+        let (y, agrees) = match drafts.get(i) {
+            Some(&d) => sampler.sample_against(row, d),
+            None => (sampler.sample(row), false),
+        };
+        sampler.accept(y);
+        let stop = emit(y);
+        if stop.is_some() || !agrees || i + 1 == n {
+            return (i, y, stop);
+        }
+    }
+    unreachable!("a verify has at least one row")
+}
+
 /// `generate` with a drafter: greedy output identical to plain decoding, sampled output with
 /// the target's distribution; fewer target steps when drafts are accepted. `max_draft` bounds
 /// the tokens verified per step (0: plain decoding, `SpecStats::active` false).
@@ -294,7 +322,7 @@ pub(crate) fn speculate(
     }
     let n_vocab = model.n_vocab();
     let mut ctl = Controller::new(max_draft);
-    'outer: loop {
+    loop {
         let pos = state.pos;
         if pos + 1 > model.max_context() {
             stats.stop = StopReason::ContextFull;
@@ -306,41 +334,27 @@ pub(crate) fn speculate(
         let left = limit - stats.generated;
         let k = ctl.depth().min(room).min(left.saturating_sub(1));
         let drafts = if k > 0 { drafter.propose(&context, k)? } else { Vec::new() };
-        let accepted_before = spec.accepted;
         let drafts = &drafts[..drafts.len().min(k)];
         let mut span = Vec::with_capacity(1 + drafts.len());
         span.push(tok);
         span.extend_from_slice(drafts);
-        let rows = {
+        let mut rows = {
             let mut step = [SeqStep { state: &mut *state, tokens: &span, logits: LogitsMode::All, decode_order: true }];
             model.forward_batch(&mut step)?.pop().unwrap_or_default()
         };
         spec.steps += 1;
         spec.drafted += drafts.len();
-        for i in 0..span.len() {
-            let mut row = rows[i * n_vocab..(i + 1) * n_vocab].to_vec();
-            // a drafted row: keep the draft with its probability (greedy: when it is the argmax)
-            let (y, agrees) = match drafts.get(i) {
-                Some(&d) => sampler.sample_against(&mut row, d),
-                None => (sampler.sample(&mut row), false),
-            };
-            sampler.accept(y);
-            let stop = emit(y, &mut stats, on_token);
-            if stop.is_some() || !agrees {
-                ctl.observe(drafts.len(), spec.accepted - accepted_before);
-                // the state keeps span[..=i]: the tokens whose logits were used
-                state.rollback(pos + i + 1)?;
-                if let Some(r) = stop {
-                    stats.stop = r;
-                    break 'outer;
-                }
-                tok = y;
-                continue 'outer;
-            }
-            spec.accepted += 1;
-            context.push(y);
+        let (i, y, stop) = sample_verify_rows(&mut rows, n_vocab, drafts, sampler, &mut |y| emit(y, &mut stats, on_token));
+        spec.accepted += i;
+        context.extend_from_slice(&drafts[..i]);
+        ctl.observe(drafts.len(), i);
+        // the state keeps span[..=i]: the tokens whose logits were used
+        state.rollback(pos + i + 1)?;
+        if let Some(r) = stop {
+            stats.stop = r;
+            break;
         }
-        // not reached: the last row never matches a draft, so it takes the branch above
+        tok = y;
     }
     stats.decode_secs = t1.elapsed().as_secs_f64();
     state.keep_history(0);
