@@ -110,7 +110,7 @@ fn tiny_presets_write_loadable_files_with_realistic_values() {
         assert_eq!(f.get_array("tokenizer.ggml.token_type").unwrap().len(), g.n_vocab);
         let rec = f.get_array(&f.arch_key("attention.recurrent_layers")).unwrap();
         assert_eq!(rec.iter().map(|v| v.as_bool().unwrap()).collect::<Vec<_>>(), [true, true, true, false]);
-        let cfg = xwen_engine::models::qwen35::Config::from_gguf(&f).unwrap();
+        let cfg = xwen_engine::models::qwen35::config(&f).unwrap();
         assert_eq!((cfg.n_layer, cfg.hidden, cfg.n_vocab), (g.n_layer, g.n_embd, g.n_vocab));
         std::fs::remove_file(&path).unwrap();
     }

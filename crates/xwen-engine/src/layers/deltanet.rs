@@ -2,7 +2,8 @@
 //! Ground truth: llama.cpp `src/models/qwen35.cpp::build_layer_attn_linear`,
 //! `delta-net-base.cpp` and ggml-cpu's fused `gated_delta_net` op.
 //!
-//! Per token, per V-head h (K-head h mod H_k: the GGUF's V order is tiled):
+//! Per token, per V-head h (K-head h mod H_k where the GGUF's V order is tiled — qwen35 — and
+//! h / (H_v/H_k) where it is grouped — qwen3next, `HeadPairing`):
 //!   S ← S·exp(g);  d = (v − S k)·β;  S ← S + d kᵀ;  o = (S q)/√S_k
 //! with S stored [S_v rows][S_k cols] (row j is "column j of S" in ggml's comment), fp32.
 //! Decode runs that recurrence; prefill runs the equivalent chunked (WY) form over chunks of 64,
@@ -23,6 +24,28 @@ pub struct DeltaDims {
     pub head_dim: usize,
     pub conv_kernel: usize,
     pub eps: f32,
+    pub pairing: HeadPairing,
+}
+
+/// Which K-head (query and key) a V-head pairs with when H_v > H_k.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadPairing {
+    /// V-head h reads K-head h mod H_k: qwen35, whose converter reorders the V heads into
+    /// ggml's broadcast (tiled) order.
+    Tiled,
+    /// V-head h reads K-head h / (H_v / H_k): qwen3next, which keeps the checkpoint's grouped
+    /// order and repeat-interleaves q and k (`ggml_repeat_4d` over a new axis in qwen3next.cpp).
+    Grouped,
+}
+
+impl HeadPairing {
+    #[inline]
+    pub fn k_head(self, v_head: usize, n_k: usize, n_v: usize) -> usize {
+        match self {
+            HeadPairing::Tiled => v_head % n_k,
+            HeadPairing::Grouped => v_head / (n_v / n_k),
+        }
+    }
 }
 
 impl DeltaDims {
@@ -44,11 +67,23 @@ impl DeltaDims {
     }
 }
 
+/// The input projections, as each architecture's converter lays them out. Whatever the layout,
+/// `project` hands the layer the same streams: q|k|v [conv_dim], z [value_dim], β and α [H_v],
+/// V heads in the file's order (`HeadPairing`).
+pub enum DeltaProj {
+    /// qwen35: `attn_qkv` [conv_dim × hidden], `attn_gate` (z) [value_dim × hidden],
+    /// `ssm_beta` and `ssm_alpha` [H_v × hidden].
+    Split { qkv: Mat, gate: Mat, beta: Mat, alpha: Mat },
+    /// qwen3next: `attn_qkv`, `attn_gate`, and `ssm_ba` [2·H_v × hidden] = per K-head
+    /// [β of its r V-heads | α of its r V-heads] (r = H_v / H_k).
+    FusedBa { qkv: Mat, gate: Mat, ba: Mat },
+    /// qwen3next as first converted: `ssm_in` [(2·key_dim + 2·value_dim) × hidden] = per K-head
+    /// [q | k | v of its r V-heads | z of its r V-heads], and `ssm_ba`.
+    Legacy { qkvz: Mat, ba: Mat },
+}
+
 pub struct DeltaNetWeights {
-    pub qkv: Mat,        // [conv_dim × hidden]
-    pub gate: Mat,       // z: [value_dim × hidden]
-    pub beta: Mat,       // [H_v × hidden]
-    pub alpha: Mat,      // [H_v × hidden]
+    pub proj: DeltaProj,
     /// The convolution kernel tap-major, [kernel][conv_dim] (the file stores [conv_dim][kernel]):
     /// transposed once here so each tap is a contiguous row `conv_silu` vectorizes over.
     pub conv: Vec<f32>,
@@ -59,13 +94,39 @@ pub struct DeltaNetWeights {
 }
 
 impl DeltaNetWeights {
-    pub fn load(ld: &Loader, il: usize, hidden: usize, d: &DeltaDims) -> Result<Self> {
+    /// qwen35's layout (`DeltaProj::Split`).
+    pub fn load_split(ld: &Loader, il: usize, hidden: usize, d: &DeltaDims) -> Result<Self> {
         let p = |s: &str| format!("blk.{il}.{s}");
-        Ok(DeltaNetWeights {
+        let proj = DeltaProj::Split {
             qkv: ld.mat(&p("attn_qkv.weight"), d.conv_dim(), hidden)?,
             gate: ld.mat(&p("attn_gate.weight"), d.value_dim(), hidden)?,
             beta: ld.mat(&p("ssm_beta.weight"), d.n_v_heads, hidden)?,
             alpha: ld.mat(&p("ssm_alpha.weight"), d.n_v_heads, hidden)?,
+        };
+        Self::load_with(ld, il, hidden, d, proj)
+    }
+
+    /// qwen3next's layouts: `attn_qkv` + `attn_gate` where the file has them (today's
+    /// converter), else the legacy fused `ssm_in`; `ssm_ba` in both.
+    pub fn load_fused(ld: &Loader, il: usize, hidden: usize, d: &DeltaDims) -> Result<Self> {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        let ba = ld.mat(&p("ssm_ba.weight"), 2 * d.n_v_heads, hidden)?;
+        let proj = if ld.has(&p("attn_qkv.weight")) {
+            DeltaProj::FusedBa {
+                qkv: ld.mat(&p("attn_qkv.weight"), d.conv_dim(), hidden)?,
+                gate: ld.mat(&p("attn_gate.weight"), d.value_dim(), hidden)?,
+                ba,
+            }
+        } else {
+            DeltaProj::Legacy { qkvz: ld.mat(&p("ssm_in.weight"), 2 * d.key_dim() + 2 * d.value_dim(), hidden)?, ba }
+        };
+        Self::load_with(ld, il, hidden, d, proj)
+    }
+
+    fn load_with(ld: &Loader, il: usize, hidden: usize, d: &DeltaDims, proj: DeltaProj) -> Result<Self> {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        Ok(DeltaNetWeights {
+            proj,
             conv: tap_major(&ld.f32_tensor(&p("ssm_conv1d.weight"), &[d.conv_kernel as u64, d.conv_dim() as u64])?, d.conv_kernel),
             dt_bias: ld.vec(&p("ssm_dt.bias"), d.n_v_heads)?,
             a: ld.vec(&p("ssm_a"), d.n_v_heads)?,
@@ -145,8 +206,7 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
 
     let sp = ctx.span(Op::DeltaProj);
     // qkv [n × conv_dim], z [n × value_dim], β and α [n × H_v]
-    let mut p = ctx.mm_rows(&[&w.qkv, &w.gate, &w.beta, &w.alpha], x, rows).into_iter();
-    let (qkv, z, beta_in, alpha_in) = (p.next().unwrap(), p.next().unwrap(), p.next().unwrap(), p.next().unwrap());
+    let Projected { qkv, z, beta: beta_in, alpha: alpha_in } = project(ctx, &w.proj, d, x, rows);
 
     drop(sp);
     let sp = ctx.span(Op::DeltaConv);
@@ -233,6 +293,7 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
                 hk,
                 hv,
                 sd,
+                pairing: d.pairing,
             };
             let keep = Keep { from: kept[si], into: &snap_ptrs[si] };
             if ctx.chunked_scan && span.len >= CHUNKED_MIN_TOKENS && !span.decode_order && keep.from == span.len {
@@ -278,6 +339,68 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
         });
     }
     ctx.mm_rows1(&w.out, &o, rows)
+}
+
+/// The input projections of a batch in the layer's canonical streams.
+struct Projected {
+    qkv: Vec<f32>,
+    z: Vec<f32>,
+    beta: Vec<f32>,
+    alpha: Vec<f32>,
+}
+
+/// Runs the layout's matrices in one `mm_rows` (one weight pass for all of them, each output
+/// element the dot product it is in llama.cpp's graph: a fused matrix's rows are the split
+/// matrices' rows) and unpacks the fused ones.
+fn project(ctx: &Ctx, proj: &DeltaProj, d: &DeltaDims, x: &[f32], rows: &Rows) -> Projected {
+    let n = rows.n;
+    let (hk, hv, sd) = (d.n_k_heads, d.n_v_heads, d.head_dim);
+    let r = hv / hk;
+    // β and α of V-head kh·r + i sit at kh·2r + i and kh·2r + r + i of a token's ssm_ba row
+    let split_ba = |ba: &[f32]| {
+        let (mut beta, mut alpha) = (vec![0.0f32; n * hv], vec![0.0f32; n * hv]);
+        for t in 0..n {
+            for kh in 0..hk {
+                let row = &ba[t * 2 * hv + kh * 2 * r..][..2 * r];
+                beta[t * hv + kh * r..][..r].copy_from_slice(&row[..r]);
+                alpha[t * hv + kh * r..][..r].copy_from_slice(&row[r..]);
+            }
+        }
+        (beta, alpha)
+    };
+    match proj {
+        DeltaProj::Split { qkv, gate, beta, alpha } => {
+            let mut p = ctx.mm_rows(&[qkv, gate, beta, alpha], x, rows).into_iter();
+            let mut next = || p.next().expect("one product per matrix");
+            Projected { qkv: next(), z: next(), beta: next(), alpha: next() }
+        }
+        DeltaProj::FusedBa { qkv, gate, ba } => {
+            let mut p = ctx.mm_rows(&[qkv, gate, ba], x, rows).into_iter();
+            let mut next = || p.next().expect("one product per matrix");
+            let (qkv, z, ba) = (next(), next(), next());
+            let (beta, alpha) = split_ba(&ba);
+            Projected { qkv, z, beta, alpha }
+        }
+        DeltaProj::Legacy { qkvz, ba } => {
+            let mut p = ctx.mm_rows(&[qkvz, ba], x, rows).into_iter();
+            let mut next = || p.next().expect("one product per matrix");
+            let (mixed, ba) = (next(), next());
+            let (cd, vd, kd) = (d.conv_dim(), d.value_dim(), d.key_dim());
+            let group = 2 * sd + 2 * r * sd;
+            let (mut qkv, mut z) = (vec![0.0f32; n * cd], vec![0.0f32; n * vd]);
+            for t in 0..n {
+                let (src, dst, zt) = (&mixed[t * hk * group..][..hk * group], &mut qkv[t * cd..][..cd], &mut z[t * vd..][..vd]);
+                for (kh, g) in src.chunks_exact(group).enumerate() {
+                    dst[kh * sd..][..sd].copy_from_slice(&g[..sd]);
+                    dst[kd + kh * sd..][..sd].copy_from_slice(&g[sd..2 * sd]);
+                    dst[2 * kd + kh * r * sd..][..r * sd].copy_from_slice(&g[2 * sd..2 * sd + r * sd]);
+                    zt[kh * r * sd..][..r * sd].copy_from_slice(&g[2 * sd + r * sd..]);
+                }
+            }
+            let (beta, alpha) = split_ba(&ba);
+            Projected { qkv, z, beta, alpha }
+        }
+    }
 }
 
 /// f(t0, t1) over chunks of the n tokens on the pool: the per-token elementwise steps around the
@@ -338,15 +461,16 @@ struct HeadIo<'a> {
     hk: usize,
     hv: usize,
     sd: usize,
+    pairing: HeadPairing,
 }
 
 impl HeadIo<'_> {
     fn q(&self, t: usize) -> &[f32] {
-        let kh = self.h % self.hk;
+        let kh = self.pairing.k_head(self.h, self.hk, self.hv);
         &self.q[(t * self.hk + kh) * self.sd..][..self.sd]
     }
     fn k(&self, t: usize) -> &[f32] {
-        let kh = self.h % self.hk;
+        let kh = self.pairing.k_head(self.h, self.hk, self.hv);
         &self.k[(t * self.hk + kh) * self.sd..][..self.sd]
     }
     fn v(&self, t: usize) -> &[f32] {
@@ -505,9 +629,15 @@ mod tests {
     }
 
     /// The chunked form equals the recurrence (up to float reassociation) across chunk borders,
-    /// with a non-zero incoming state and tiled K-head pairing.
+    /// with a non-zero incoming state, for both K-head pairings.
     #[test]
     fn chunked_equals_recurrent() {
+        for pairing in [HeadPairing::Tiled, HeadPairing::Grouped] {
+            chunked_equals_recurrent_with(pairing);
+        }
+    }
+
+    fn chunked_equals_recurrent_with(pairing: HeadPairing) {
         let (hk, hv, sd, n) = (2, 4, 16, 150);
         let mut seed = 0x1234_5678_9abc_def0u64;
         let gen = |len: usize, s: &mut u64| (0..len).map(|_| rng(s)).collect::<Vec<f32>>();
@@ -521,7 +651,7 @@ mod tests {
         let beta: Vec<f32> = gen(n * hv, &mut seed).iter().map(|x| ops::sigmoid(2.0 * x)).collect();
         let s0 = gen(hv * sd * sd, &mut seed);
         for h in 0..hv {
-            let io = HeadIo { q: &q, k: &k, v: &v, g: &g, beta: &beta, h, hk, hv, sd };
+            let io = HeadIo { q: &q, k: &k, v: &v, g: &g, beta: &beta, h, hk, hv, sd, pairing };
             let mut o1 = vec![0.0f32; n * hv * sd];
             let mut o2 = vec![0.0f32; n * hv * sd];
             let mut s1 = s0[h * sd * sd..(h + 1) * sd * sd].to_vec();

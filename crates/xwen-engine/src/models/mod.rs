@@ -5,7 +5,9 @@
 //! kimi-linear is one model file plus one `REGISTRY` line, its shared blocks (attention, the
 //! delta rule, MoE) reused.
 
+pub mod hybrid;
 pub mod qwen35;
+pub mod qwen3next;
 
 use crate::batch::Rows;
 use crate::compute::Ctx;
@@ -49,10 +51,11 @@ pub struct Architecture {
 pub const REGISTRY: &[Architecture] = &[
     Architecture { name: "qwen35", load: qwen35::load },
     Architecture { name: "qwen35moe", load: qwen35::load },
+    Architecture { name: "qwen3next", load: qwen3next::load },
 ];
 
 /// Architectures xwen recognizes but does not run yet (a clear error, not "unknown").
-pub const KNOWN_UNIMPLEMENTED: &[&str] = &["qwen3next", "kimi-linear"];
+pub const KNOWN_UNIMPLEMENTED: &[&str] = &["kimi-linear", "kimi-k3"];
 
 /// The registry entry for `arch`.
 pub fn find(arch: &str) -> Option<&'static Architecture> {

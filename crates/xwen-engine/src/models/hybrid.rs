@@ -1,0 +1,413 @@
+//! The hybrid trunk of Qwen3.5 / 3.6 / 3.8 (`qwen35`, `qwen35moe`) and Qwen3-Next
+//! (`qwen3next`): Gated DeltaNet layers with a gated full-attention layer every few, each followed
+//! by a SwiGLU or an MoE with a gated shared expert. llama.cpp builds the two from one base
+//! (`src/models/delta-net-base.cpp`); here the architectures differ only in what `TrunkSpec`
+//! says — which FFN, how the DeltaNet projections are laid out, how V-heads pair with K-heads —
+//! and their model files (qwen35.rs, qwen3next.rs) are that spec and a loader.
+//! References: llama.cpp b11434 `src/models/qwen35.cpp`, `qwen35moe.cpp`, `qwen3next.cpp`;
+//! HF transformers `models/qwen3_5`, `qwen3_5_moe`, `qwen3_next` (intent only: the GGUF has
+//! conversion-baked deltas — norms multiply-ready, ssm_a = −exp(A_log), qwen35's tiled V order).
+//!
+//! Layer skeleton (post_attention_norm is the pre-FFN norm; there is no ffn_norm):
+//!   h = x + mixer(rms_norm(x)·attn_norm)          mixer = GatedDeltaNet | gated attention
+//!   x = h + ffn(rms_norm(h)·post_attention_norm)  ffn   = SwiGLU | MoE + shared expert
+
+use crate::layers::attention::{self, AttnDims, AttnWeights, KvCache};
+use super::{Loaded, Network, PlanFigures, SpanIn};
+use crate::experts::plan::{PREFILL_BATCH, SCRATCH_SLACK};
+use crate::compute::Ctx;
+use crate::layers::deltanet::{self, DeltaDims, DeltaNetWeights, DeltaState, HeadPairing};
+use crate::error::{EngineError, Result};
+use crate::experts::store::ExpertStore;
+use crate::layers::ffn::{self, FfnWeights};
+use crate::layers::moe::{self, MoeDims, MoeWeights};
+use crate::ops;
+use crate::profile::Op;
+use crate::state::{LayerState, SeqState};
+use crate::weights::{Loader, Mat};
+use xwen_gguf::GgufFile;
+
+/// What one architecture of the hybrid family is, beyond the keys they share.
+pub struct TrunkSpec {
+    /// Every layer's FFN is an MoE (qwen35moe, qwen3next) rather than a SwiGLU (qwen35).
+    pub moe: bool,
+    /// The shared expert's width where the file has no `expert_shared_feed_forward_length`:
+    /// qwen3next takes `feed_forward_length` (llama.cpp's `n_ff(il)`); qwen35moe has no shared
+    /// expert then.
+    pub shared_ff_from_ff: bool,
+    pub pairing: HeadPairing,
+    /// Loads a DeltaNet layer's weights in this architecture's projection layout.
+    pub load_delta: fn(&Loader, usize, usize, &DeltaDims) -> Result<DeltaNetWeights>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub arch: String,
+    pub n_layer: usize,
+    pub hidden: usize,
+    pub n_vocab: usize,
+    pub eps: f32,
+    /// true = Gated DeltaNet layer, false = full attention.
+    pub recurrent: Vec<bool>,
+    pub attn: AttnDims,
+    pub delta: DeltaDims,
+    /// Dense FFN width (qwen35); 0 for MoE models.
+    pub ff: usize,
+    pub moe: Option<MoeDims>,
+}
+
+fn req_u(f: &GgufFile, key: &str) -> Result<usize> {
+    f.get_u64(key).map(|v| v as usize).ok_or_else(|| EngineError::MissingKey(key.to_string()))
+}
+
+/// A scalar key, or the first non-zero entry of a per-layer array.
+fn req_u_or_arr(f: &GgufFile, key: &str) -> Result<usize> {
+    if let Some(v) = f.get_u64(key) {
+        return Ok(v as usize);
+    }
+    f.get_array(key)
+        .and_then(|a| a.iter().filter_map(|v| v.as_u64()).find(|&v| v > 0))
+        .map(|v| v as usize)
+        .ok_or_else(|| EngineError::MissingKey(key.to_string()))
+}
+
+impl Config {
+    pub fn from_gguf(f: &GgufFile, spec: &TrunkSpec) -> Result<Config> {
+        let arch = f.architecture().ok_or_else(|| EngineError::MissingKey("general.architecture".into()))?.to_string();
+        let k = |s: &str| format!("{arch}.{s}");
+        let n_layer_all = req_u(f, &k("block_count"))?;
+        let n_nextn = f.get_u64(&k("nextn_predict_layers")).unwrap_or(0) as usize;
+        let n_layer = n_layer_all.checked_sub(n_nextn).filter(|&n| n > 0).ok_or_else(|| {
+            EngineError::BadHparams(format!("block_count {n_layer_all} with {n_nextn} MTP layers"))
+        })?;
+        let hidden = req_u(f, &k("embedding_length"))?;
+        let eps = f
+            .get_f32(&k("attention.layer_norm_rms_epsilon"))
+            .ok_or_else(|| EngineError::MissingKey(k("attention.layer_norm_rms_epsilon")))?;
+        let recurrent: Vec<bool> = match f.get_array(&k("attention.recurrent_layers")) {
+            Some(arr) => {
+                let v: Vec<bool> = arr.iter().map(|x| x.as_bool().or_else(|| x.as_u64().map(|u| u != 0)).unwrap_or(false)).collect();
+                if v.len() < n_layer {
+                    return Err(EngineError::BadHparams(format!("recurrent_layers has {} entries for {n_layer} layers", v.len())));
+                }
+                v[..n_layer].to_vec()
+            }
+            None => {
+                let interval = f.get_u64(&k("full_attention_interval")).unwrap_or(4).max(1) as usize;
+                (0..n_layer).map(|i| (i + 1) % interval != 0).collect()
+            }
+        };
+        let head_dim = req_u(f, &k("attention.key_length"))?;
+        if f.get_u64(&k("attention.value_length")).map(|v| v as usize).unwrap_or(head_dim) != head_dim {
+            return Err(EngineError::BadHparams("attention key_length != value_length".into()));
+        }
+        let attn = AttnDims {
+            n_head: req_u_or_arr(f, &k("attention.head_count"))?,
+            n_head_kv: req_u_or_arr(f, &k("attention.head_count_kv"))?,
+            head_dim,
+            n_rot: f.get_u64(&k("rope.dimension_count")).map(|v| v as usize).unwrap_or(head_dim),
+            rope_base: f.get_f32(&k("rope.freq_base")).unwrap_or(10000.0),
+            eps,
+        };
+        if attn.n_head == 0 || attn.n_head_kv == 0 || !attn.n_head.is_multiple_of(attn.n_head_kv) {
+            return Err(EngineError::BadHparams(format!("{} heads / {} kv heads", attn.n_head, attn.n_head_kv)));
+        }
+        if attn.n_rot == 0 || attn.n_rot > head_dim || !attn.n_rot.is_multiple_of(2) {
+            return Err(EngineError::BadHparams(format!("rope dims {} for head dim {head_dim}", attn.n_rot)));
+        }
+        let n_k_heads = req_u(f, &k("ssm.group_count"))?;
+        let n_v_heads = req_u(f, &k("ssm.time_step_rank"))?;
+        let state = req_u(f, &k("ssm.state_size"))?;
+        let inner = req_u(f, &k("ssm.inner_size"))?;
+        let delta = DeltaDims { n_k_heads, n_v_heads, head_dim: state, conv_kernel: req_u(f, &k("ssm.conv_kernel"))?, eps, pairing: spec.pairing };
+        if n_k_heads == 0 || n_v_heads % n_k_heads != 0 || inner != n_v_heads * state || delta.conv_kernel < 1 {
+            return Err(EngineError::BadHparams(format!(
+                "DeltaNet geometry: {n_k_heads} K-heads, {n_v_heads} V-heads, state {state}, inner {inner}"
+            )));
+        }
+        let emb = f.tensor("token_embd.weight").ok_or_else(|| EngineError::MissingTensor("token_embd.weight".into()))?;
+        let n_vocab = *emb.dims.get(1).ok_or_else(|| EngineError::BadHparams("token_embd is 1-D".into()))? as usize;
+        let moe = if spec.moe {
+            let shared_ff = match f.get_u64(&k("expert_shared_feed_forward_length")) {
+                Some(v) => v as usize,
+                None if spec.shared_ff_from_ff => req_u_or_arr(f, &k("feed_forward_length"))?,
+                None => 0,
+            };
+            Some(MoeDims {
+                n_expert: req_u(f, &k("expert_count"))?,
+                n_used: req_u(f, &k("expert_used_count"))?,
+                expert_ff: req_u(f, &k("expert_feed_forward_length"))?,
+                shared_ff,
+            })
+        } else {
+            None
+        };
+        if let Some(m) = &moe {
+            if m.n_used == 0 || m.n_used > m.n_expert {
+                return Err(EngineError::BadHparams(format!("{} of {} experts used", m.n_used, m.n_expert)));
+            }
+        }
+        let ff = if moe.is_some() { 0 } else { req_u_or_arr(f, &k("feed_forward_length"))? };
+        Ok(Config { arch, n_layer, hidden, n_vocab, eps, recurrent, attn, delta, ff, moe })
+    }
+}
+
+pub enum Mixer {
+    Attn(AttnWeights),
+    Delta(DeltaNetWeights),
+}
+
+pub enum Ffn {
+    Dense(FfnWeights),
+    Moe(MoeWeights),
+}
+
+pub struct Layer {
+    pub attn_norm: Vec<f32>,
+    pub post_attn_norm: Vec<f32>,
+    pub mixer: Mixer,
+    pub ffn: Ffn,
+}
+
+/// A loaded hybrid network.
+pub struct Hybrid {
+    pub cfg: Config,
+    pub tok_embd: Mat,
+    pub layers: Vec<Layer>,
+    pub output_norm: Vec<f32>,
+    pub output: Mat,
+}
+
+impl Hybrid {
+    /// Loads the trunk; routed-expert stacks are returned separately for the expert store.
+    pub fn load(f: &GgufFile, spec: &TrunkSpec) -> Result<(Hybrid, Vec<Option<[Mat; 3]>>)> {
+        let cfg = Config::from_gguf(f, spec)?;
+        let ld = Loader::new(f);
+        let h = cfg.hidden;
+        let tok_embd = ld.mat("token_embd.weight", cfg.n_vocab, h)?;
+        let output = if ld.has("output.weight") { ld.mat("output.weight", cfg.n_vocab, h)? } else { tok_embd.clone() };
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        let mut experts = Vec::with_capacity(cfg.n_layer);
+        for il in 0..cfg.n_layer {
+            let mixer = if cfg.recurrent[il] {
+                Mixer::Delta((spec.load_delta)(&ld, il, h, &cfg.delta)?)
+            } else {
+                Mixer::Attn(AttnWeights::load(&ld, il, h, &cfg.attn)?)
+            };
+            let ffn = match &cfg.moe {
+                Some(md) => {
+                    let (w, ex) = MoeWeights::load(&ld, il, h, md)?;
+                    experts.push(Some(ex));
+                    Ffn::Moe(w)
+                }
+                None => {
+                    experts.push(None);
+                    Ffn::Dense(FfnWeights::load(&ld, il, h, cfg.ff, "")?)
+                }
+            };
+            layers.push(Layer {
+                attn_norm: ld.vec(&format!("blk.{il}.attn_norm.weight"), h)?,
+                post_attn_norm: ld.vec(&format!("blk.{il}.post_attention_norm.weight"), h)?,
+                mixer,
+                ffn,
+            });
+        }
+        let output_norm = ld.vec("output_norm.weight", h)?;
+        Ok((Hybrid { cfg, tok_embd, layers, output_norm, output }, experts))
+    }
+
+    pub fn new_state_of_layers(&self) -> SeqState {
+        let layers = self
+            .layers
+            .iter()
+            .map(|l| match l.mixer {
+                Mixer::Attn(_) => LayerState::Attn(KvCache::default()),
+                Mixer::Delta(_) => LayerState::Delta(DeltaState::new(&self.cfg.delta)),
+            })
+            .collect();
+        SeqState::new(layers)
+    }
+
+    /// Runs a batch through the trunk: sequence i's `tokens[i]` at its own position in
+    /// `states[i]`. Returns per sequence the logits of its rows `out_rows[i]` (row-major,
+    /// rows × n_vocab). Batch-invariant (see `crate::batch`): each sequence's logits are the
+    /// bits it would get alone.
+    pub fn forward_batch(&self, ctx: &Ctx, store: &dyn ExpertStore, states: &mut [&mut SeqState], spans: &[SpanIn]) -> Result<Vec<Vec<f32>>> {
+        assert_eq!(states.len(), spans.len(), "one state per span");
+        let h = self.cfg.hidden;
+        let rows = super::batch_rows(states, spans);
+        let n = rows.n;
+        for (i, st) in states.iter().enumerate() {
+            if st.layers.len() != self.layers.len() {
+                return Err(EngineError::State(format!("sequence {i}: a state of {} layers for a model of {}", st.layers.len(), self.layers.len())));
+            }
+        }
+
+        // Embedding rows dequantized from token_embd: x [n × hidden]
+        let sp = ctx.span(Op::Embed);
+        let mut x = vec![0.0f32; n * h];
+        let emb = self.tok_embd.q(ctx.file);
+        let rb = self.tok_embd.row_bytes();
+        for (t, &id) in spans.iter().flat_map(|sp| sp.tokens.iter()).enumerate() {
+            let id = id as usize;
+            if id >= self.cfg.n_vocab {
+                return Err(EngineError::TokenOutOfRange { id: id as u32, n_vocab: self.cfg.n_vocab });
+            }
+            xwen_kernels::dequantize(emb.ty, &emb.data[id * rb..(id + 1) * rb], &mut x[t * h..(t + 1) * h])
+                .map_err(|e| EngineError::State(format!("embedding: {e}")))?;
+        }
+
+        drop(sp);
+        let mut xn = vec![0.0f32; n * h];
+        for (il, layer) in self.layers.iter().enumerate() {
+            // h = x + mixer(rms_norm(x)·attn_norm)
+            let sp = ctx.span(Op::Norms);
+            rms_norm_rows(&x, &layer.attn_norm, self.cfg.eps, h, &mut xn);
+            drop(sp);
+            let mix = match &layer.mixer {
+                Mixer::Attn(w) => {
+                    let mut kvs = layer_states(states, il, |l| match l {
+                        LayerState::Attn(kv) => Some(kv),
+                        _ => None,
+                    })?;
+                    attention::forward(ctx, w, &self.cfg.attn, &xn, &rows, &mut kvs)
+                }
+                Mixer::Delta(w) => {
+                    let mut ds = layer_states(states, il, |l| match l {
+                        LayerState::Delta(d) => Some(d),
+                        _ => None,
+                    })?;
+                    deltanet::forward(ctx, w, &self.cfg.delta, &xn, &rows, &mut ds)
+                }
+            };
+            add_inplace(&mut x, &mix);
+            // x = h + ffn(rms_norm(h)·post_attention_norm)
+            let sp = ctx.span(Op::Norms);
+            rms_norm_rows(&x, &layer.post_attn_norm, self.cfg.eps, h, &mut xn);
+            drop(sp);
+            let f = match &layer.ffn {
+                Ffn::Dense(w) => {
+                    let _sp = ctx.span(Op::FfnDense);
+                    ffn::forward(ctx, w, &xn, &rows)
+                }
+                Ffn::Moe(w) => moe::forward_rows(ctx, w, self.cfg.moe.as_ref().expect("moe dims"), store, il, &xn, &rows, h)?,
+            };
+            add_inplace(&mut x, &f);
+        }
+        for (st, sp) in states.iter_mut().zip(spans) {
+            st.pos += sp.tokens.len();
+        }
+
+        // logits of the rows asked for: each sequence's rows one span of the head's batch
+        let _sp = ctx.span(Op::LmHead);
+        let wanted: Vec<usize> = rows
+            .spans
+            .iter()
+            .zip(spans)
+            .flat_map(|(s, sp)| sp.logits.clone().map(move |i| s.start + i))
+            .collect();
+        if wanted.is_empty() {
+            return Ok(vec![Vec::new(); states.len()]);
+        }
+        let mut hn = vec![0.0f32; wanted.len() * h];
+        for (i, &t) in wanted.iter().enumerate() {
+            ops::rms_norm(&x[t * h..(t + 1) * h], &self.output_norm, self.cfg.eps, &mut hn[i * h..(i + 1) * h]);
+        }
+        let logits = ctx.mm_rows1(&self.output, &hn, &super::head_rows(spans));
+        let v = self.cfg.n_vocab;
+        let mut at = 0;
+        Ok(spans
+            .iter()
+            .map(|sp| {
+                let n = sp.logits.len();
+                let part = logits[at * v..(at + n) * v].to_vec();
+                at += n;
+                part
+            })
+            .collect())
+    }
+}
+
+/// Loads a hybrid network of `spec` for the registry.
+pub fn load(f: &GgufFile, spec: &TrunkSpec) -> Result<Loaded> {
+    let (net, experts) = Hybrid::load(f, spec)?;
+    Ok(Loaded { net: Box::new(net), experts })
+}
+
+impl Network for Hybrid {
+    fn arch(&self) -> &str {
+        &self.cfg.arch
+    }
+
+    fn n_vocab(&self) -> usize {
+        self.cfg.n_vocab
+    }
+
+    fn new_state(&self) -> SeqState {
+        self.new_state_of_layers()
+    }
+
+    fn forward(&self, ctx: &Ctx, store: &dyn ExpertStore, states: &mut [&mut SeqState], spans: &[SpanIn]) -> Result<Vec<Vec<f32>>> {
+        self.forward_batch(ctx, store, states, spans)
+    }
+
+    fn plan_figures(&self, max_ctx: usize, kv_types: (crate::KvType, crate::KvType)) -> PlanFigures {
+        let (n_expert, n_used) = self.cfg.moe.as_ref().map_or((0, 0), |m| (m.n_expert, m.n_used));
+        PlanFigures { state_bytes: state_bytes(&self.cfg, max_ctx, kv_types), scratch_bytes: scratch_bytes(&self.cfg), n_expert, n_used }
+    }
+}
+
+/// One sequence's state at `max_ctx` positions: K and V of their types per attention layer,
+/// conv and delta state (f32) per DeltaNet layer.
+pub fn state_bytes(cfg: &Config, max_ctx: usize, kv_types: (crate::KvType, crate::KvType)) -> u64 {
+    let n_attn = cfg.recurrent.iter().filter(|&&r| !r).count() as u64;
+    let n_delta = cfg.recurrent.len() as u64 - n_attn;
+    let w = cfg.attn.kv_width();
+    let per_pos = (kv_types.0.row_bytes(w) + kv_types.1.row_bytes(w)) as u64;
+    // saturating: an absurd max_ctx gives a figure no budget holds, never a wrapped small one
+    let kv = (n_attn * per_pos).saturating_mul(max_ctx as u64);
+    let d = DeltaState::new(&cfg.delta);
+    kv.saturating_add(n_delta * (d.conv.len() + d.s.len()) as u64 * 4)
+}
+
+/// Scratch of a `PREFILL_BATCH`-token forward pass: the residual stream and its normed copy, the
+/// widest mixer projections, the FFN's gate/up/activation (for MoE the routed slots of every
+/// token), the quantized activations, and last-position logits, plus `SCRATCH_SLACK`.
+pub fn scratch_bytes(cfg: &Config) -> u64 {
+    let h = cfg.hidden as u64;
+    let d = &cfg.delta;
+    let mixer = ((d.conv_dim() + d.value_dim()) as u64 * 2).max((4 * cfg.attn.n_head + 2 * cfg.attn.n_head_kv) as u64 * cfg.attn.head_dim as u64);
+    let ffn = match &cfg.moe {
+        Some(m) => (m.n_used * m.expert_ff).max(m.shared_ff) as u64,
+        None => cfg.ff as u64,
+    };
+    let per_token = 6 * h + mixer + 3 * ffn;
+    PREFILL_BATCH as u64 * per_token * 4 + 2 * cfg.n_vocab as u64 * 4 + SCRATCH_SLACK
+}
+
+/// Layer `il`'s state of every sequence, as the kind `pick` takes (None = a state that does
+/// not match the model's layer).
+fn layer_states<'s, T>(
+    states: &'s mut [&mut SeqState],
+    il: usize,
+    pick: impl Fn(&'s mut LayerState) -> Option<&'s mut T>,
+) -> Result<Vec<&'s mut T>> {
+    states
+        .iter_mut()
+        .enumerate()
+        .map(|(i, st)| pick(&mut st.layers[il]).ok_or_else(|| EngineError::State(format!("sequence {i}, layer {il}: state kind does not match the model"))))
+        .collect()
+}
+
+/// rms_norm of every row of x (rows of `width`) into y.
+fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, width: usize, y: &mut [f32]) {
+    for (xr, yr) in x.chunks_exact(width).zip(y.chunks_exact_mut(width)) {
+        ops::rms_norm(xr, w, eps, yr);
+    }
+}
+
+fn add_inplace(x: &mut [f32], y: &[f32]) {
+    for (a, &b) in x.iter_mut().zip(y) {
+        *a += b;
+    }
+}

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The Qwen3-Next parity fixtures from nothing, on any x86 host with enough cores (the device
+# machine: docs/parity.md): builds llama.cpp b11434 as an AVX2 machine's build (libllama and
+# llama-quantize), runs tools/oracle/make_fixtures.py for qwen3_next (transformers + llama.cpp,
+# f32 KV cache and flash attention off), then records
+#   - llama.cpp at its defaults (f16 KV, flash attention on) for the committed tiers, into
+#     tests/fixtures/parity/fa/<set>-qwen3_next-model-<tier>.* (crates/xwen-engine/tests/parity_fa.rs)
+#   - the legacy `ssm_in` layout (tools/oracle/legacy_qwen3next.py) against the current one:
+#     llama.cpp's two build_qkvz paths must agree bit for bit for xwen's legacy test to stand
+#       SDIST  a .tar.gz of the sdist's llama.cpp/ folder (CMakeLists.txt, cmake, src, ggml,
+#              include, vendor, common, tools, licenses, convert_hf_to_gguf.py, conversion, gguf-py)
+#       OUT    where the logs and a tarball of the new fixture files go
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+: "${SDIST:?set SDIST}"
+: "${OUT:?set OUT}"
+work="${WORK:-$repo/target/qwen3next-refs}"
+mkdir -p "$work/src" "$OUT"
+[ -d "$work/src/llama.cpp" ] || tar xzf "$SDIST" -C "$work/src"
+src="$work/src/llama.cpp"
+build="$work/build"
+cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=OFF \
+  -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DGGML_AVX512=OFF \
+  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF >"$OUT/cmake.log" 2>&1
+cmake --build "$build" -j "$(nproc)" --target llama llama-quantize >"$OUT/build.log" 2>&1
+export LLAMA_CPP_DIR="$src" LLAMA_CPP_BIN="$build/bin" XWEN_CACHE="$work/cache" PYTHONUNBUFFERED=1
+python3 "$here/make_fixtures.py" --sets cond,rand --archs qwen3_next --trained no 2>&1 | tee "$OUT/fixtures.log"
+L="$work/cache/bin/llama_logits"
+Q="$build/bin/llama-quantize"
+fx="$repo/tests/fixtures/parity"
+
+# llama.cpp at its defaults on the committed tiers, and on the long prompts (tiled and split-KV paths)
+for m in "$fx"/cond/qwen3_next/model-*.gguf; do
+  tier=$(basename "$m" .gguf)
+  p="$work/cache/oracle/cond/qwen3_next/llama-f32.prompts.txt"
+  "$L" "$m" "$p" "$fx/fa/cond-qwen3_next-$tier" --threads 2 --kv f16 --fa on >"$fx/fa/cond-qwen3_next-$tier.txt" 2>"$OUT/fa-$tier.err"
+done
+"$L" "$fx/cond/qwen3_next/model-q8_0.gguf" "$fx/fa/long-prompts.txt" "$fx/fa/long-cond-qwen3_next-q8_0" --threads 2 --kv f16 --fa on \
+  >"$fx/fa/long-cond-qwen3_next-q8_0.txt" 2>"$OUT/fa-long.err"
+
+# the legacy layout: llama.cpp on both layouts, f32 and Q8_0
+for s in cond rand; do
+  wd="$work/cache/oracle/$s/qwen3_next"
+  python3 "$here/legacy_qwen3next.py" "$wd/model-f32.gguf" "$wd/legacy-f32.gguf"
+  "$Q" "$wd/legacy-f32.gguf" "$wd/legacy-q8_0.gguf" Q8_0 2 >/dev/null 2>&1
+  for t in f32 q8_0; do
+    for kind in model legacy; do
+      "$L" "$wd/$kind-$t.gguf" "$wd/llama-f32.prompts.txt" "$wd/layout-$kind-$t" --n-gen 32 --threads 2 >"$wd/layout-$kind-$t.txt" 2>/dev/null
+    done
+    python3 - "$wd" "$t" <<'EOF' | tee -a "$OUT/legacy.log"
+import sys, numpy as np
+wd, t = sys.argv[1], sys.argv[2]
+worst = max(float(np.abs(np.load(f"{wd}/layout-legacy-{t}.p{i}.npy") - np.load(f"{wd}/layout-model-{t}.p{i}.npy")).max()) for i in range(3))
+g = lambda k: [l.split(":", 1)[1] for l in open(f"{wd}/layout-{k}-{t}.txt") if " greedy:" in l]
+print(f"{wd.split('/')[-2]} {t}: legacy vs current layout max |diff| {worst:g}, greedy same: {g('legacy') == g('model')}")
+EOF
+  done
+done
+cd "$repo"
+tar czf "$OUT/qwen3next-fixtures.tgz" tests/fixtures/parity/cond/qwen3_next tests/fixtures/parity/fa/*qwen3_next* \
+  tests/fixtures/parity/summary.json tests/fixtures/parity/manifest.json
+ls -la "$fx"/cond/qwen3_next "$work/cache/oracle"/*/qwen3_next >"$OUT/files.txt"
+echo done
