@@ -47,16 +47,23 @@ pub enum Preset {
     Qwen35MoeSmall,
     /// A few MB, for smoke tests: the dense graph at toy size.
     Qwen35Tiny,
+    /// Qwen3-Next-80B-A3B: 48 layers, 512 experts top-10, about 45 GB.
+    Qwen3Next80bA3b,
+    /// A few MB, for smoke tests: qwen3next's graph (fused DeltaNet projections, grouped V
+    /// heads) at toy size.
+    Qwen3NextTiny,
 }
 
 impl Preset {
-    pub const ALL: [Preset; 6] = [
+    pub const ALL: [Preset; 8] = [
         Preset::Qwen35Moe35bA3b,
         Preset::Qwen35_27b,
         Preset::Qwen35_4b,
         Preset::Qwen35MoeTiny,
         Preset::Qwen35MoeSmall,
         Preset::Qwen35Tiny,
+        Preset::Qwen3Next80bA3b,
+        Preset::Qwen3NextTiny,
     ];
 
     pub fn name(self) -> &'static str {
@@ -67,12 +74,14 @@ impl Preset {
             Preset::Qwen35MoeTiny => "qwen35moe-tiny",
             Preset::Qwen35MoeSmall => "qwen35moe-small",
             Preset::Qwen35Tiny => "qwen35-tiny",
+            Preset::Qwen3Next80bA3b => "qwen3next-80b-a3b",
+            Preset::Qwen3NextTiny => "qwen3next-tiny",
         }
     }
 
     /// Toy presets use a small synthetic vocabulary: a real one would outweigh the model.
     pub fn is_tiny(self) -> bool {
-        matches!(self, Preset::Qwen35MoeTiny | Preset::Qwen35MoeSmall | Preset::Qwen35Tiny)
+        matches!(self, Preset::Qwen35MoeTiny | Preset::Qwen35MoeSmall | Preset::Qwen35Tiny | Preset::Qwen3NextTiny)
     }
 
     pub fn geometry(self) -> Geometry {
@@ -177,6 +186,34 @@ impl Preset {
                 ..tiny
             },
             Preset::Qwen35Tiny => Geometry { n_ff: 768, ..tiny },
+            // Qwen3-Next-80B-A3B's config.json: hidden 2048, 48 layers, 16 heads / 2 KV of 256
+            // (rope over 64), DeltaNet 16 K-heads / 32 V-heads of 128, 512 experts of width 512
+            // top-10, a shared expert of 512, intermediate_size 5120, Qwen3's 151,936 tokens.
+            Preset::Qwen3Next80bA3b => Geometry {
+                arch: "qwen3next",
+                size_label: "80B-A3B",
+                n_layer: 48,
+                n_embd: 2048,
+                n_head: 16,
+                n_head_kv: 2,
+                n_ff: 5120,
+                n_expert: 512,
+                n_expert_used: 10,
+                n_ff_exp: 512,
+                n_ff_shexp: 512,
+                ssm_dt_rank: 32,
+                n_vocab: 151_936,
+                ..base
+            },
+            Preset::Qwen3NextTiny => Geometry {
+                arch: "qwen3next",
+                n_ff: 768,
+                n_expert: 8,
+                n_expert_used: 2,
+                n_ff_exp: 256,
+                n_ff_shexp: 256,
+                ..tiny
+            },
         }
     }
 }
@@ -200,7 +237,7 @@ impl std::str::FromStr for Preset {
 /// Hyperparameters of a preset, in llama.cpp's terms.
 #[derive(Clone, Debug)]
 pub struct Geometry {
-    /// `general.architecture`: "qwen35" (dense) or "qwen35moe".
+    /// `general.architecture`: "qwen35" (dense), "qwen35moe" or "qwen3next" (MoE).
     pub arch: &'static str,
     pub size_label: &'static str,
     pub n_layer: usize,
@@ -216,7 +253,8 @@ pub struct Geometry {
     pub ctx_train: u32,
     /// Every this-many-th layer is full attention, the rest Gated DeltaNet.
     pub full_attn_interval: usize,
-    /// Dense SwiGLU width; 0 for MoE.
+    /// Dense SwiGLU width; 0 for qwen35moe; for qwen3next the config's intermediate_size
+    /// (`feed_forward_length`, the shared expert's width where none is given).
     pub n_ff: usize,
     pub n_expert: usize,
     pub n_expert_used: usize,
@@ -244,6 +282,11 @@ impl Geometry {
 
     pub fn ssm_inner(&self) -> usize {
         self.ssm_state * self.ssm_dt_rank
+    }
+
+    /// qwen3next's layout: β and α fused in `ssm_ba`, no rope sections (plain NeoX rope).
+    pub fn is_qwen3next(&self) -> bool {
+        self.arch == "qwen3next"
     }
 }
 
@@ -316,8 +359,12 @@ pub fn tensor_plan(g: &Geometry) -> Vec<TensorPlan> {
             add("ssm_conv1d.weight", F32, &[g.ssm_conv, conv_dim], Fill::Normal(0.2));
             add("ssm_dt.bias", F32, &[g.ssm_dt_rank], Fill::Uniform);
             add("ssm_a", F32, &[g.ssm_dt_rank], Fill::SsmA);
-            add("ssm_beta.weight", Q8_0, &[e, g.ssm_dt_rank], Fill::Matrix);
-            add("ssm_alpha.weight", Q8_0, &[e, g.ssm_dt_rank], Fill::Matrix);
+            if g.is_qwen3next() {
+                add("ssm_ba.weight", Q8_0, &[e, 2 * g.ssm_dt_rank], Fill::Matrix);
+            } else {
+                add("ssm_beta.weight", Q8_0, &[e, g.ssm_dt_rank], Fill::Matrix);
+                add("ssm_alpha.weight", Q8_0, &[e, g.ssm_dt_rank], Fill::Matrix);
+            }
             add("ssm_norm.weight", F32, &[g.ssm_state], Fill::Norm);
             add("ssm_out.weight", Q8_0, &[value_dim, e], Fill::Matrix);
         } else {
@@ -363,13 +410,17 @@ fn arch_metadata(g: &Geometry, preset: Preset) -> Vec<(String, Value)> {
         (format!("{a}.context_length"), Value::U32(g.ctx_train)),
         (format!("{a}.embedding_length"), u(g.n_embd)),
     ];
-    if !g.is_moe() {
+    if g.n_ff > 0 {
         kv.push((format!("{a}.feed_forward_length"), u(g.n_ff)));
     }
     kv.extend([
         (format!("{a}.attention.head_count"), u(g.n_head)),
         (format!("{a}.attention.head_count_kv"), u(g.n_head_kv)),
-        (format!("{a}.rope.dimension_sections"), Value::Array(g.rope_sections.iter().map(|&s| Value::I32(s)).collect())),
+    ]);
+    if !g.is_qwen3next() {
+        kv.push((format!("{a}.rope.dimension_sections"), Value::Array(g.rope_sections.iter().map(|&s| Value::I32(s)).collect())));
+    }
+    kv.extend([
         (format!("{a}.rope.freq_base"), Value::F32(g.rope_freq_base)),
         (format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(g.rms_eps)),
     ]);

@@ -82,7 +82,7 @@ fn mean_std(x: &[f32]) -> (f64, f64) {
 
 #[test]
 fn tiny_presets_write_loadable_files_with_realistic_values() {
-    for p in [Preset::Qwen35Tiny, Preset::Qwen35MoeTiny] {
+    for p in [Preset::Qwen35Tiny, Preset::Qwen35MoeTiny, Preset::Qwen3NextTiny] {
         let path = temp_path(&format!("{p}.gguf"));
         let rep = write_synthetic(p, &path, None, 7).unwrap();
         let f = GgufFile::open(&path).unwrap();
@@ -110,7 +110,7 @@ fn tiny_presets_write_loadable_files_with_realistic_values() {
         assert_eq!(f.get_array("tokenizer.ggml.token_type").unwrap().len(), g.n_vocab);
         let rec = f.get_array(&f.arch_key("attention.recurrent_layers")).unwrap();
         assert_eq!(rec.iter().map(|v| v.as_bool().unwrap()).collect::<Vec<_>>(), [true, true, true, false]);
-        let cfg = xwen_engine::models::qwen35::config(&f).unwrap();
+        let cfg = if g.arch == "qwen3next" { xwen_engine::models::qwen3next::config(&f) } else { xwen_engine::models::qwen35::config(&f) }.unwrap();
         assert_eq!((cfg.n_layer, cfg.hidden, cfg.n_vocab), (g.n_layer, g.n_embd, g.n_vocab));
         std::fs::remove_file(&path).unwrap();
     }
