@@ -124,7 +124,11 @@ fn dense_sequences_batched_equal_each_alone() {
 
 #[test]
 fn moe_sequences_batched_equal_each_alone_mapped_and_streamed() {
-    let mut files = vec![fixture("cond/qwen3_5_moe/model-q4_k_m.gguf"), fixture("cond/qwen3_5_moe/model-q8_0.gguf")];
+    let mut files = vec![
+        fixture("cond/qwen3_5_moe/model-q4_k_m.gguf"),
+        fixture("cond/qwen3_5_moe/model-q8_0.gguf"),
+        fixture("cond/qwen3_next/model-q8_0.gguf"),
+    ];
     files.extend(trained("tiny-qwen35moe-q4_k_m.gguf"));
     for p in files {
         let mapped = Model::load(&p, &cfg(None)).unwrap();
