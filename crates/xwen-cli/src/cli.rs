@@ -255,11 +255,15 @@ pub struct ServeArgs {
 Examples:
   xwen inspect model.gguf
   xwen inspect model.gguf --tensors
+  xwen inspect -m model.gguf
   xwen inspect model.gguf --json | jq .special_tokens")]
 pub struct InspectArgs {
     /// The GGUF file
-    #[arg(value_name = "FILE")]
-    pub file: std::path::PathBuf,
+    #[arg(value_name = "FILE", required_unless_present = "model")]
+    pub file: Option<std::path::PathBuf>,
+    /// The GGUF file, as the other commands take it (llama.cpp's `-m`)
+    #[arg(short = 'm', long = "model", value_name = "FILE", conflicts_with = "file")]
+    pub model: Option<std::path::PathBuf>,
     /// One JSON object instead of text
     #[arg(long = "json")]
     pub json: bool,

@@ -25,11 +25,12 @@ const TEXT_STR_MAX: usize = 72;
 const ESTIMATE_CTX: u64 = 4096;
 
 pub fn run(a: InspectArgs) -> Result<()> {
-    let path = a.file.display().to_string();
-    if a.file.is_dir() {
+    let file = a.file.clone().or_else(|| a.model.clone()).ok_or_else(|| anyhow!("no model file given (xwen inspect FILE, or -m FILE)"))?;
+    let path = file.display().to_string();
+    if file.is_dir() {
         anyhow::bail!("{path} is a directory, not a GGUF file");
     }
-    let f = GgufFile::open(&a.file).map_err(|e| match e {
+    let f = GgufFile::open(&file).map_err(|e| match e {
         GgufError::Open { .. } => anyhow!("{e}"),
         _ => anyhow!("{path}: {e}"),
     })?;

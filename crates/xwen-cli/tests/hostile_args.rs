@@ -107,6 +107,8 @@ fn every_subcommand_refuses_bad_values_in_one_line() {
     // inspect
     one_line(&["inspect"], "<FILE>");
     one_line(&["inspect", "/no/such/model.gguf"], "model.gguf");
+    one_line(&["inspect", "-m", "/no/such/model.gguf"], "model.gguf");
+    one_line(&["inspect", "a.gguf", "-m", "b.gguf"], "cannot be used with");
     one_line(&["inspect", &not_gguf], "not a GGUF file");
     one_line(&["inspect", &empty_dir], "xwen: ");
     one_line(&["inspect", &d, "--bogus"], "--bogus");
