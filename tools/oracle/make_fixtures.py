@@ -51,7 +51,7 @@ SEEDS = {("cond", "qwen3_5"): 1101, ("cond", "qwen3_5_moe"): 1102,
 QUANTS = ["q8_0", "q4_k_m"]
 # What goes into the repo (budget ~30 MB). The f32 GGUFs are the bulk; the MoE's is 21 MB, so
 # only the dense one is committed; `rand` contributes its MTP-bearing dense Q8_0 file. Every
-# figure of the rest (other GGUFs, kimi_linear) is in summary.json / docs/parity.md.
+# figure of the rest (other GGUFs, the rand MoE sets) is in summary.json / docs/parity.md.
 COMMIT = {
     ("cond", "qwen3_5"): ["f32", "q8_0", "q4_k_m"],
     ("cond", "qwen3_5_moe"): ["q8_0", "q4_k_m"],
@@ -59,6 +59,7 @@ COMMIT = {
     # Qwen3-Next: the MoE tiers as qwen3_5_moe's (its f32 file is 21 MB); the MTP-bearing rand
     # file's figures are in summary.json
     ("cond", "qwen3_next"): ["q8_0", "q4_k_m"],
+    ("cond", "kimi_linear"): ["q8_0", "q4_k_m"],
 }
 AMP_EPS = [1e-4, 1e-3]
 

@@ -2,7 +2,7 @@
 //! every head) and `attn_gate` (z); the first conversions wrote one fused `ssm_in` per layer in the
 //! checkpoint's own order, per K-head [q | k | v·r | z·r]. llama.cpp b11434 loads both
 //! (qwen3next.cpp `build_qkvz`) and, on the oracle's fixtures, gives the same logits bit for bit
-//! from both (tools/oracle/qwen3next_refs.sh checks it). This test builds the legacy file from the
+//! from both (tools/oracle/arch_refs.sh checks it). This test builds the legacy file from the
 //! committed Q8_0 fixture — its matrices' rows permuted as bytes, which a row-wise quantization
 //! allows exactly — and holds xwen's logits on it to the current layout's, bit for bit.
 

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# The Qwen3-Next parity fixtures from nothing, on any x86 host with enough cores (the device
-# machine: docs/parity.md): builds llama.cpp b11434 as an AVX2 machine's build (libllama and
-# llama-quantize), runs tools/oracle/make_fixtures.py for qwen3_next (transformers + llama.cpp,
-# f32 KV cache and flash attention off), then records
+# One architecture's parity fixtures from nothing, on any x86 host with enough cores (the
+# device machine: docs/parity.md): builds llama.cpp b11434 as an AVX2 machine's build (libllama
+# and llama-quantize), runs tools/oracle/make_fixtures.py for $ARCH (qwen3_next, kimi_linear, ...;
+# transformers + llama.cpp, f32 KV cache and flash attention off), then records
 #   - llama.cpp at its defaults (f16 KV, flash attention on) for the committed tiers, into
-#     tests/fixtures/parity/fa/<set>-qwen3_next-model-<tier>.* (crates/xwen-engine/tests/parity_fa.rs)
-#   - the legacy `ssm_in` layout (tools/oracle/legacy_qwen3next.py) against the current one:
-#     llama.cpp's two build_qkvz paths must agree bit for bit for xwen's legacy test to stand
+#     tests/fixtures/parity/fa/cond-$ARCH-model-<tier>.* (crates/xwen-engine/tests/parity_fa.rs)
+#   - for qwen3_next, the legacy `ssm_in` layout (tools/oracle/legacy_qwen3next.py) against the
+#     current one: llama.cpp's two build_qkvz paths must agree bit for bit for xwen's legacy
+#     test to stand
 #       SDIST  a .tar.gz of the sdist's llama.cpp/ folder (CMakeLists.txt, cmake, src, ggml,
 #              include, vendor, common, tools, licenses, convert_hf_to_gguf.py, conversion, gguf-py)
 #       OUT    where the logs and a tarball of the new fixture files go
+#       ARCH   the oracle's architecture name (default qwen3_next)
 set -euo pipefail
+arch="${ARCH:-qwen3_next}"
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
 : "${SDIST:?set SDIST}"
@@ -26,22 +29,23 @@ cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -
   -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF >"$OUT/cmake.log" 2>&1
 cmake --build "$build" -j "$(nproc)" --target llama llama-quantize >"$OUT/build.log" 2>&1
 export LLAMA_CPP_DIR="$src" LLAMA_CPP_BIN="$build/bin" XWEN_CACHE="$work/cache" PYTHONUNBUFFERED=1
-python3 "$here/make_fixtures.py" --sets cond,rand --archs qwen3_next --trained no 2>&1 | tee "$OUT/fixtures.log"
+python3 "$here/make_fixtures.py" --sets cond,rand --archs "$arch" --trained no 2>&1 | tee "$OUT/fixtures.log"
 L="$work/cache/bin/llama_logits"
 Q="$build/bin/llama-quantize"
 fx="$repo/tests/fixtures/parity"
 
 # llama.cpp at its defaults on the committed tiers, and on the long prompts (tiled and split-KV paths)
-for m in "$fx"/cond/qwen3_next/model-*.gguf; do
+for m in "$fx"/cond/"$arch"/model-*.gguf; do
   tier=$(basename "$m" .gguf)
-  p="$work/cache/oracle/cond/qwen3_next/llama-f32.prompts.txt"
-  "$L" "$m" "$p" "$fx/fa/cond-qwen3_next-$tier" --threads 2 --kv f16 --fa on >"$fx/fa/cond-qwen3_next-$tier.txt" 2>"$OUT/fa-$tier.err"
+  p="$work/cache/oracle/cond/$arch/llama-f32.prompts.txt"
+  "$L" "$m" "$p" "$fx/fa/cond-$arch-$tier" --threads 2 --kv f16 --fa on >"$fx/fa/cond-$arch-$tier.txt" 2>"$OUT/fa-$tier.err"
 done
-"$L" "$fx/cond/qwen3_next/model-q8_0.gguf" "$fx/fa/long-prompts.txt" "$fx/fa/long-cond-qwen3_next-q8_0" --threads 2 --kv f16 --fa on \
-  >"$fx/fa/long-cond-qwen3_next-q8_0.txt" 2>"$OUT/fa-long.err"
+"$L" "$fx/cond/$arch/model-q8_0.gguf" "$fx/fa/long-prompts.txt" "$fx/fa/long-cond-$arch-q8_0" --threads 2 --kv f16 --fa on \
+  >"$fx/fa/long-cond-$arch-q8_0.txt" 2>"$OUT/fa-long.err"
 
 # the legacy layout: llama.cpp on both layouts, f32 and Q8_0
 for s in cond rand; do
+  [ "$arch" = qwen3_next ] || break
   wd="$work/cache/oracle/$s/qwen3_next"
   python3 "$here/legacy_qwen3next.py" "$wd/model-f32.gguf" "$wd/legacy-f32.gguf"
   "$Q" "$wd/legacy-f32.gguf" "$wd/legacy-q8_0.gguf" Q8_0 2 >/dev/null 2>&1
@@ -59,7 +63,7 @@ EOF
   done
 done
 cd "$repo"
-tar czf "$OUT/qwen3next-fixtures.tgz" tests/fixtures/parity/cond/qwen3_next tests/fixtures/parity/fa/*qwen3_next* \
+tar czf "$OUT/$arch-fixtures.tgz" tests/fixtures/parity/cond/"$arch" tests/fixtures/parity/fa/*"$arch"* \
   tests/fixtures/parity/summary.json tests/fixtures/parity/manifest.json
-ls -la "$fx"/cond/qwen3_next "$work/cache/oracle"/*/qwen3_next >"$OUT/files.txt"
+ls -la "$fx"/cond/"$arch" "$work/cache/oracle"/*/"$arch" >"$OUT/files.txt"
 echo done
