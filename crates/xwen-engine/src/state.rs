@@ -201,9 +201,11 @@ impl SeqState {
     fn cut_kv(&mut self, pos: usize) {
         for l in &mut self.layers {
             if let LayerState::Attn(kv) = l {
-                let w = kv.k.len() / self.pos.max(1);
-                kv.k.truncate(pos * w);
-                kv.v.truncate(pos * w);
+                // K and V rows may differ in width (MLA keeps kv_lora_rank + rope of K, the
+                // rank of V)
+                let (wk, wv) = (kv.k.len() / self.pos.max(1), kv.v.len() / self.pos.max(1));
+                kv.k.truncate(pos * wk);
+                kv.v.truncate(pos * wv);
             }
         }
         if pos < self.pos {

@@ -128,6 +128,23 @@ pub fn delta_rule_step(s: &mut [f32], k: &[f32], q: &[f32], v: &[f32], decay: f3
     }
 }
 
+/// KDA's step (Kimi Delta Attention: a per-key-channel decay), in ggml's
+/// `gated_delta_net` order with `g` of S_k values: row_j ·= decay (element-wise, ggml_vec_mul);
+/// δ_j = (v_j − row_j·k)·β; row_j += δ_j·k; out_j = (row_j·q)·scale. Element-wise products
+/// round the same in any order, so each row is finished in one visit as in `delta_rule_step`.
+#[allow(clippy::too_many_arguments)] // the recurrence's inputs, all per step
+pub fn delta_rule_step_channels(s: &mut [f32], k: &[f32], q: &[f32], v: &[f32], decay: &[f32], beta: f32, scale: f32, out: &mut [f32]) {
+    let sd = k.len();
+    assert!(q.len() == sd && decay.len() == sd && s.len() == v.len() * sd && out.len() == v.len());
+    for (j, row) in s.chunks_exact_mut(sd).enumerate() {
+        for (x, &d) in row.iter_mut().zip(decay) {
+            *x *= d;
+        }
+        let delta = (v[j] - dot(row, k)) * beta;
+        out[j] = axpy_dot(delta, k, row, q) * scale;
+    }
+}
+
 /// y[i] += a·x[i], then return Σ y[i]·q[i] (DeltaNet's rank-1 update followed by S·q).
 #[inline]
 pub fn axpy_dot(a: f32, x: &[f32], y: &mut [f32], q: &[f32]) -> f32 {

@@ -215,7 +215,7 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
                 let qs: Vec<&[f32]> = (0..s.len).map(|i| &q[(s.start + i) * hq + h * hd..][..hd]).collect();
                 // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
                 let mut outs: Vec<&mut [f32]> = (0..s.len).map(|i| unsafe { out_p.slice((s.start + i) * hq + h * hd, hd) }).collect();
-                flash_attn::tiled_rows(&qs, kv.k.rows(), kv.v.rows(), kvw, kvh * hd, s.pos0 + 1, n_kv, scale, &mut outs);
+                flash_attn::tiled_rows(&qs, kv.k.rows(), kv.v.rows(), flash_attn::HeadAt::same(kvw, kvh * hd), s.pos0 + 1, n_kv, scale, &mut outs);
                 return;
             }
             for i in 0..s.len {
@@ -225,7 +225,7 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
                 let qh = &q[t * hq + h * hd..][..hd];
                 // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
                 let oh = unsafe { out_p.slice(t * hq + h * hd, hd) };
-                flash_attn::attend(qh, kv.k.rows(), kv.v.rows(), kvw, kvh * hd, s.pos0 + i + 1, kv_n, scale, path, oh);
+                flash_attn::attend(qh, kv.k.rows(), kv.v.rows(), flash_attn::HeadAt::same(kvw, kvh * hd), s.pos0 + i + 1, kv_n, scale, path, oh);
             }
         });
     } else {
@@ -281,7 +281,7 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
 ///
 /// Positions past `a.len()` are masked to 0 there and add nothing. `lanes` is scratch of
 /// 32 × out.len(). Each lane is an FMA chain vectorized across the head dimension.
-fn weighted_v_sum<'a>(a: &[f32], v: impl Fn(usize) -> &'a [f32], single: bool, lanes: &mut [f32], out: &mut [f32]) {
+pub(crate) fn weighted_v_sum<'a>(a: &[f32], v: impl Fn(usize) -> &'a [f32], single: bool, lanes: &mut [f32], out: &mut [f32]) {
     let hd = out.len();
     let n_lanes = if single { 32 } else { 8 };
     let lanes = &mut lanes[..n_lanes * hd];

@@ -1,6 +1,10 @@
-//! Gated DeltaNet (linear attention) — the recurrent mixer of Qwen3.5/3.6 and Qwen3-Next.
-//! Ground truth: llama.cpp `src/models/qwen35.cpp::build_layer_attn_linear`,
-//! `delta-net-base.cpp` and ggml-cpu's fused `gated_delta_net` op.
+//! The delta rule (linear attention): Gated DeltaNet — the recurrent mixer of Qwen3.5/3.6 and
+//! Qwen3-Next, one decay per head — and KDA — Kimi-Linear's, one decay per key channel
+//! (`DeltaVariant`). One module as llama.cpp's `delta-net-base.cpp` serves both: the same
+//! convolution, L2 norms, recurrence and gated output norm; only the projections, the gate's
+//! shape and the output gate's function differ.
+//! Ground truth: llama.cpp `src/models/qwen35.cpp::build_layer_attn_linear`, `kimi-linear.cpp`,
+//! `delta-net-base.cpp` and ggml-cpu's fused `gated_delta_net` op (its `kda` branch).
 //!
 //! Per token, per V-head h (K-head h mod H_k where the GGUF's V order is tiled — qwen35 — and
 //! h / (H_v/H_k) where it is grouped — qwen3next, `HeadPairing`):
@@ -25,6 +29,18 @@ pub struct DeltaDims {
     pub conv_kernel: usize,
     pub eps: f32,
     pub pairing: HeadPairing,
+    pub variant: DeltaVariant,
+}
+
+/// Which delta rule a layer runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeltaVariant {
+    /// Gated DeltaNet: g = a_h·softplus(α_h + dt_h), one decay per V-head; output gate silu(z).
+    Gdn,
+    /// Kimi Delta Attention: g = a_h·softplus(f_b(f_a x) + dt), one decay per key channel of
+    /// each head (H_k = H_v); q, k and v convolved (and SiLU'd) as three streams; output gate
+    /// sigmoid(g_b(g_a x)).
+    Kda,
 }
 
 /// Which K-head (query and key) a V-head pairs with when H_v > H_k.
@@ -65,6 +81,22 @@ impl DeltaDims {
     pub fn conv_state_len(&self) -> usize {
         (self.conv_kernel - 1) * self.conv_dim()
     }
+    /// Gate values per (token, V-head): 1 (GDN) or S_k (KDA).
+    pub fn gate_width(&self) -> usize {
+        match self.variant {
+            DeltaVariant::Gdn => 1,
+            DeltaVariant::Kda => self.head_dim,
+        }
+    }
+    /// The row length ggml's SiLU runs over after the convolution: GDN convolves q|k|v as one
+    /// tensor, KDA each stream alone (ggml's vector expf covers whole 8/16-lane chunks of a row,
+    /// so the row length is part of the arithmetic).
+    pub fn conv_silu_row(&self) -> usize {
+        match self.variant {
+            DeltaVariant::Gdn => self.conv_dim(),
+            DeltaVariant::Kda => self.value_dim(),
+        }
+    }
 }
 
 /// The input projections, as each architecture's converter lays them out. Whatever the layout,
@@ -80,6 +112,10 @@ pub enum DeltaProj {
     /// qwen3next as first converted: `ssm_in` [(2·key_dim + 2·value_dim) × hidden] = per K-head
     /// [q | k | v of its r V-heads | z of its r V-heads], and `ssm_ba`.
     Legacy { qkvz: Mat, ba: Mat },
+    /// kimi-linear (KDA): `attn_q`, `attn_k`, `attn_v` [d_inner × hidden]; the forget gate's
+    /// low-rank pair `ssm_f_a` [head_dim × hidden], `ssm_f_b` [d_inner × head_dim]; `ssm_beta`
+    /// [H × hidden]; the output gate's pair `ssm_g_a`, `ssm_g_b` (shaped as f_a, f_b).
+    Kda { q: Mat, k: Mat, v: Mat, f_a: Mat, f_b: Mat, beta: Mat, g_a: Mat, g_b: Mat },
 }
 
 pub struct DeltaNetWeights {
@@ -87,7 +123,7 @@ pub struct DeltaNetWeights {
     /// The convolution kernel tap-major, [kernel][conv_dim] (the file stores [conv_dim][kernel]):
     /// transposed once here so each tap is a contiguous row `conv_silu` vectorizes over.
     pub conv: Vec<f32>,
-    pub dt_bias: Vec<f32>, // [H_v]
+    pub dt_bias: Vec<f32>, // [H_v] (GDN) or [H·S_k] (KDA)
     pub a: Vec<f32>,     // [H_v], −exp(A_log) baked in by the converter
     pub norm: Vec<f32>,  // [head_dim]
     pub out: Mat,        // [hidden × value_dim]
@@ -121,6 +157,37 @@ impl DeltaNetWeights {
             DeltaProj::Legacy { qkvz: ld.mat(&p("ssm_in.weight"), 2 * d.key_dim() + 2 * d.value_dim(), hidden)?, ba }
         };
         Self::load_with(ld, il, hidden, d, proj)
+    }
+
+    /// kimi-linear's KDA layer (`DeltaProj::Kda`): three convolutions (`ssm_conv1d_q/_k/_v`,
+    /// [kernel, 1, d_inner], concatenated into one q|k|v stream), a per-channel dt bias, the
+    /// output norm `ssm_norm` and projection `attn_output`.
+    pub fn load_kda(ld: &Loader, il: usize, hidden: usize, d: &DeltaDims) -> Result<Self> {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        let (h, sd) = (d.n_v_heads, d.head_dim);
+        let inner = h * sd;
+        let proj = DeltaProj::Kda {
+            q: ld.mat(&p("attn_q.weight"), inner, hidden)?,
+            k: ld.mat(&p("attn_k.weight"), inner, hidden)?,
+            v: ld.mat(&p("attn_v.weight"), inner, hidden)?,
+            f_a: ld.mat(&p("ssm_f_a.weight"), sd, hidden)?,
+            f_b: ld.mat(&p("ssm_f_b.weight"), inner, sd)?,
+            beta: ld.mat(&p("ssm_beta.weight"), h, hidden)?,
+            g_a: ld.mat(&p("ssm_g_a.weight"), sd, hidden)?,
+            g_b: ld.mat(&p("ssm_g_b.weight"), inner, sd)?,
+        };
+        let mut kernel = Vec::with_capacity(3 * inner * d.conv_kernel);
+        for part in ["q", "k", "v"] {
+            kernel.extend(ld.f32_tensor(&p(&format!("ssm_conv1d_{part}.weight")), &[d.conv_kernel as u64, 1, inner as u64])?);
+        }
+        Ok(DeltaNetWeights {
+            proj,
+            conv: tap_major(&kernel, d.conv_kernel),
+            dt_bias: ld.vec(&p("ssm_dt.bias"), inner)?,
+            a: ld.f32_tensor(&p("ssm_a"), &[1, h as u64])?,
+            norm: ld.vec(&p("ssm_norm.weight"), sd)?,
+            out: ld.mat(&p("attn_output.weight"), hidden, inner)?,
+        })
     }
 
     fn load_with(ld: &Loader, il: usize, hidden: usize, d: &DeltaDims, proj: DeltaProj) -> Result<Self> {
@@ -249,11 +316,16 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
     for b in beta.iter_mut() {
         *b = ops::sigmoid(*b);
     }
+    // GDN: one g per (token, V-head); KDA: one per (token, head, key channel), the dt bias per
+    // channel and a per head (ggml_add, softplus, then ggml_mul broadcasting a over channels)
     let mut g = alpha_in;
+    let gw = d.gate_width();
     for t in 0..n {
         for h in 0..hv {
-            let i = t * hv + h;
-            g[i] = ops::softplus(g[i] + w.dt_bias[h]) * w.a[h];
+            for c in 0..gw {
+                let i = (t * hv + h) * gw + c;
+                g[i] = ops::softplus(g[i] + w.dt_bias[h * gw + c]) * w.a[h];
+            }
         }
     }
 
@@ -287,16 +359,19 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
                 q: &q[a * hk * sd..b * hk * sd],
                 k: &k[a * hk * sd..b * hk * sd],
                 v: &v[a * hv * sd..b * hv * sd],
-                g: &g[a * hv..b * hv],
+                g: &g[a * hv * gw..b * hv * gw],
                 beta: &beta[a * hv..b * hv],
                 h,
                 hk,
                 hv,
                 sd,
                 pairing: d.pairing,
+                channels: d.variant == DeltaVariant::Kda,
             };
             let keep = Keep { from: kept[si], into: &snap_ptrs[si] };
-            if ctx.chunked_scan && span.len >= CHUNKED_MIN_TOKENS && !span.decode_order && keep.from == span.len {
+            // the chunked form is GDN's (a scalar decay per head); KDA always runs the recurrence,
+            // which is also what llama.cpp's CPU build runs (the fused op)
+            if ctx.chunked_scan && !io.channels && span.len >= CHUNKED_MIN_TOKENS && !span.decode_order && keep.from == span.len {
                 head_chunked(&io, span.len, s, o_span);
             } else {
                 head_recurrent(&io, span.len, s, o_span, &keep);
@@ -329,7 +404,10 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
                 // SAFETY: token t's rows of z and o belong to this task alone.
                 let (zt, ot) = unsafe { (zo.slice(t * hv * sd, hv * sd), oo.slice(t * hv * sd, hv * sd)) };
                 for (zh, oh) in zt.chunks_exact_mut(sd).zip(ot.chunks_exact_mut(sd)) {
-                    ops::silu_row_inplace(zh);
+                    match d.variant {
+                        DeltaVariant::Gdn => ops::silu_row_inplace(zh),
+                        DeltaVariant::Kda => zh.iter_mut().for_each(|v| *v = ops::sigmoid(*v)),
+                    }
                     ops::rms_norm_inplace(oh, &w.norm, d.eps);
                     for (ov, &sz) in oh.iter_mut().zip(zh.iter()) {
                         *ov *= sz;
@@ -400,6 +478,23 @@ fn project(ctx: &Ctx, proj: &DeltaProj, d: &DeltaDims, x: &[f32], rows: &Rows) -
             let (beta, alpha) = split_ba(&ba);
             Projected { qkv, z, beta, alpha }
         }
+        DeltaProj::Kda { q, k, v, f_a, f_b, beta, g_a, g_b } => {
+            // the low-rank gates' first halves with q, k, v and β (one weight pass), then
+            // their second halves on those outputs
+            let mut p = ctx.mm_rows(&[q, k, v, f_a, beta, g_a], x, rows).into_iter();
+            let mut next = || p.next().expect("one product per matrix");
+            let (q, k, v, fa, beta, ga) = (next(), next(), next(), next(), next(), next());
+            let mut p = ctx.mm_rows(&[f_b], &fa, rows).into_iter().chain(ctx.mm_rows(&[g_b], &ga, rows));
+            let (alpha, z) = (p.next().expect("f_b"), p.next().expect("g_b"));
+            let inner = d.value_dim();
+            let mut qkv = vec![0.0f32; n * 3 * inner];
+            for (t, row) in qkv.chunks_exact_mut(3 * inner).enumerate() {
+                row[..inner].copy_from_slice(&q[t * inner..(t + 1) * inner]);
+                row[inner..2 * inner].copy_from_slice(&k[t * inner..(t + 1) * inner]);
+                row[2 * inner..].copy_from_slice(&v[t * inner..(t + 1) * inner]);
+            }
+            Projected { qkv, z, beta, alpha }
+        }
     }
 }
 
@@ -443,7 +538,9 @@ fn conv_silu(ctx: &Ctx, taps: &[f32], d: &DeltaDims, qkv: &[f32], n: usize, stat
                         *o += x * k;
                     }
                 }
-                ops::silu_row_inplace(o);
+                for part in o.chunks_exact_mut(d.conv_silu_row()) {
+                    ops::silu_row_inplace(part);
+                }
             }
         });
     }
@@ -462,6 +559,8 @@ struct HeadIo<'a> {
     hv: usize,
     sd: usize,
     pairing: HeadPairing,
+    /// g holds S_k values per (token, head) (KDA), not one.
+    channels: bool,
 }
 
 impl HeadIo<'_> {
@@ -478,6 +577,10 @@ impl HeadIo<'_> {
     }
     fn g(&self, t: usize) -> f32 {
         self.g[t * self.hv + self.h]
+    }
+    /// KDA: this head's per-channel gates of token t.
+    fn g_channels(&self, t: usize) -> &[f32] {
+        &self.g[(t * self.hv + self.h) * self.sd..][..self.sd]
     }
     fn beta(&self, t: usize) -> f32 {
         self.beta[t * self.hv + self.h]
@@ -510,7 +613,13 @@ fn head_recurrent(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>, keep:
         let (q, k, v) = (io.q(t), io.k(t), io.v(t));
         // SAFETY: this head's output slot for token t.
         let out = unsafe { o.slice(io.out_offset(t), sd) };
-        xwen_kernels::f32ops::delta_rule_step(s, k, q, v, io.g(t).exp(), io.beta(t), scale, out);
+        if io.channels {
+            // ggml's kda branch: expf of each channel's gate, then the row-wise product
+            let decay: Vec<f32> = io.g_channels(t).iter().map(|g| g.exp()).collect();
+            xwen_kernels::f32ops::delta_rule_step_channels(s, k, q, v, &decay, io.beta(t), scale, out);
+        } else {
+            xwen_kernels::f32ops::delta_rule_step(s, k, q, v, io.g(t).exp(), io.beta(t), scale, out);
+        }
     }
 }
 
@@ -651,7 +760,7 @@ mod tests {
         let beta: Vec<f32> = gen(n * hv, &mut seed).iter().map(|x| ops::sigmoid(2.0 * x)).collect();
         let s0 = gen(hv * sd * sd, &mut seed);
         for h in 0..hv {
-            let io = HeadIo { q: &q, k: &k, v: &v, g: &g, beta: &beta, h, hk, hv, sd, pairing };
+            let io = HeadIo { q: &q, k: &k, v: &v, g: &g, beta: &beta, h, hk, hv, sd, pairing, channels: false };
             let mut o1 = vec![0.0f32; n * hv * sd];
             let mut o2 = vec![0.0f32; n * hv * sd];
             let mut s1 = s0[h * sd * sd..(h + 1) * sd * sd].to_vec();

@@ -69,15 +69,33 @@ pub fn n_kv(used: usize, n_ctx: usize) -> usize {
     used.next_multiple_of(256).max(256).min(cells)
 }
 
-/// One query head's attention: `q` (head_dim), keys and values of positions `0..visible` at
-/// `k`/`v` (row stride `width`, this head's offset `off`); writes `out` (head_dim).
+/// Where one head's keys and values sit in the cache rows: K row stride and this head's offset,
+/// V's the same (they differ for MLA, whose V is the first `kv_lora_rank` of a longer K row).
+/// The key length is the query's; the value length is the output's.
+#[derive(Clone, Copy, Debug)]
+pub struct HeadAt {
+    pub k_width: usize,
+    pub k_off: usize,
+    pub v_width: usize,
+    pub v_off: usize,
+}
+
+impl HeadAt {
+    /// K and V of one shape: row stride `width`, head offset `off`.
+    pub fn same(width: usize, off: usize) -> Self {
+        HeadAt { k_width: width, k_off: off, v_width: width, v_off: off }
+    }
+}
+
+/// One query head's attention: `q` (key length), keys and values of positions `0..visible` at
+/// `k`/`v` (laid out as `at` says); writes `out` (value length).
 #[allow(clippy::too_many_arguments)]
-pub fn attend(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, visible: usize, n_kv: usize, scale: f32, path: Path, out: &mut [f32]) {
-    let hd = q.len();
+pub fn attend(q: &[f32], k: KvRows, v: KvRows, at: HeadAt, visible: usize, n_kv: usize, scale: f32, path: Path, out: &mut [f32]) {
+    let hd = out.len();
     match path {
-        Path::Tiled => tiled(q, k, v, width, off, visible, n_kv, scale, out),
+        Path::Tiled => tiled(q, k, v, at, visible, n_kv, scale, out),
         Path::OneChunk => {
-            let p = one_chunk(q, k, v, width, off, 0..visible.min(n_kv), scale);
+            let p = one_chunk(q, k, v, at, hd, 0..visible.min(n_kv), scale);
             let inv = if p.s == 0.0 { 0.0 } else { 1.0 / p.s };
             for (o, &x) in out.iter_mut().zip(&p.vkq) {
                 *o = x * inv;
@@ -93,7 +111,7 @@ pub fn attend(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, visible
                     continue;
                 }
                 let end = (start + chunk).min(n_kv);
-                let p = one_chunk(q, k, v, width, off, start.min(visible)..end.min(visible), scale);
+                let p = one_chunk(q, k, v, at, hd, start.min(visible)..end.min(visible), scale);
                 if p.s == 0.0 {
                     continue;
                 }
@@ -120,9 +138,10 @@ struct Partial {
     vkq: Vec<f32>,
 }
 
-/// ggml's `flash_attn_ext_f16_one_chunk` for one row over `range` (all unmasked).
-fn one_chunk(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, range: std::ops::Range<usize>, scale: f32) -> Partial {
-    let hd = q.len();
+/// ggml's `flash_attn_ext_f16_one_chunk` for one row over `range` (all unmasked); `dv` is the
+/// value length.
+fn one_chunk(q: &[f32], k: KvRows, v: KvRows, at: HeadAt, dv: usize, range: std::ops::Range<usize>, scale: f32) -> Partial {
+    let dk = q.len();
     // Q in the K type's dot type
     let q16: Vec<u16> = match k {
         KvRows::F16(_) => q.iter().map(|&x| f32_to_f16(x)).collect(),
@@ -132,16 +151,16 @@ fn one_chunk(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, range: s
     if let KvRows::Q8_0(_) = k {
         xwen_kernels::quantize_activations(xwen_kernels::GgmlType::Q8_0, q, &mut q8);
     }
-    let mut v32 = vec![0.0f32; hd];
+    let mut v32 = vec![0.0f32; dv];
     let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
-    let mut vkq32 = vec![0.0f32; hd];
-    let mut vkq16 = vec![0u16; hd];
+    let mut vkq32 = vec![0.0f32; dv];
+    let mut vkq16 = vec![0u16; dv];
     for p in range {
-        let at = p * width + off;
+        let (ka, va) = (p * at.k_width + at.k_off, p * at.v_width + at.v_off);
         let mut sc = match k {
-            KvRows::F16(kk) => dot_f16(&kk[at..at + hd], &q16),
-            KvRows::F32(kk) => dot_f32(&kk[at..at + hd], q),
-            KvRows::Q8_0(kk) => xwen_kernels::vec_dot(xwen_kernels::GgmlType::Q8_0, hd, q8_slice(kk, at, hd), &q8),
+            KvRows::F16(kk) => dot_f16(&kk[ka..ka + dk], &q16),
+            KvRows::F32(kk) => dot_f32(&kk[ka..ka + dk], q),
+            KvRows::Q8_0(kk) => xwen_kernels::vec_dot(xwen_kernels::GgmlType::Q8_0, dk, q8_slice(kk, ka, dk), &q8),
         };
         sc *= scale;
         sc += 0.0; // the mask's 0
@@ -158,15 +177,15 @@ fn one_chunk(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, range: s
             vs = (sc - m).exp();
         }
         match v {
-            KvRows::F16(vv) => mad_f16(&mut vkq16, &vv[at..at + hd], vs),
+            KvRows::F16(vv) => mad_f16(&mut vkq16, &vv[va..va + dv], vs),
             KvRows::F32(vv) => {
-                for (y, &x) in vkq32.iter_mut().zip(&vv[at..at + hd]) {
+                for (y, &x) in vkq32.iter_mut().zip(&vv[va..va + dv]) {
                     *y = x.mul_add(vs, *y);
                 }
             }
             KvRows::Q8_0(vv) => {
                 // ggml: dequantize the row (to_float), then ggml_vec_mad_f32
-                dequant_q8_0(q8_slice(vv, at, hd), &mut v32);
+                dequant_q8_0(q8_slice(vv, va, dv), &mut v32);
                 for (y, &x) in vkq32.iter_mut().zip(&v32) {
                     *y = x.mul_add(vs, *y);
                 }
@@ -194,9 +213,9 @@ fn dequant_q8_0(blocks: &[u8], out: &mut [f32]) {
 
 /// ggml's `flash_attn_ext_tiled` for one row: positions `0..visible` in tiles of 64.
 #[allow(clippy::too_many_arguments)]
-fn tiled(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, visible: usize, n_kv: usize, scale: f32, out: &mut [f32]) {
+fn tiled(q: &[f32], k: KvRows, v: KvRows, at: HeadAt, visible: usize, n_kv: usize, scale: f32, out: &mut [f32]) {
     let mut one = [out];
-    tiled_rows(&[q], k, v, width, off, visible, n_kv, scale, &mut one);
+    tiled_rows(&[q], k, v, at, visible, n_kv, scale, &mut one);
 }
 
 /// The tiled path for consecutive query rows of one head: row i sees positions
@@ -204,15 +223,16 @@ fn tiled(q: &[f32], k: KvRows, v: KvRows, width: usize, off: usize, visible: usi
 /// does per query tile; every row keeps its own online-softmax state, so a row's bits do not
 /// depend on the rows beside it.
 #[allow(clippy::too_many_arguments)]
-pub fn tiled_rows(qs: &[&[f32]], k: KvRows, v: KvRows, width: usize, off: usize, visible0: usize, n_kv: usize, scale: f32, outs: &mut [&mut [f32]]) {
-    let Some(hd) = qs.first().map(|q| q.len()) else { return };
+pub fn tiled_rows(qs: &[&[f32]], k: KvRows, v: KvRows, at: HeadAt, visible0: usize, n_kv: usize, scale: f32, outs: &mut [&mut [f32]]) {
+    let Some(dk) = qs.first().map(|q| q.len()) else { return };
+    let hd = outs.first().map_or(dk, |o| o.len());
     let n = qs.len();
     let mut m = vec![f32::NEG_INFINITY; n];
     let mut s = vec![0.0f32; n];
     let mut vkq = vec![0.0f32; n * hd];
     let mut kq = [0.0f32; TILE_KV];
-    // the tile's K transposed ([dk][64], zero past the valid cells) and V ([tk][hd]), in f32
-    let mut kt = vec![0.0f32; hd * TILE_KV];
+    // the tile's K transposed ([dk][64], zero past the valid cells) and V ([tk][dv]), in f32
+    let mut kt = vec![0.0f32; dk * TILE_KV];
     let mut vt = vec![0.0f32; TILE_KV * hd];
     let widen = |rows: KvRows, at: usize, dst: &mut [f32]| match rows {
         KvRows::F32(r) => dst.copy_from_slice(&r[at..at + dst.len()]),
@@ -225,21 +245,21 @@ pub fn tiled_rows(qs: &[&[f32]], k: KvRows, v: KvRows, width: usize, off: usize,
         // not a path ggml takes for Q8_0 (`path`); widened for completeness
         KvRows::Q8_0(r) => dequant_q8_0(q8_slice(r, at, dst.len()), dst),
     };
-    let mut krow = vec![0.0f32; hd];
+    let mut krow = vec![0.0f32; dk];
     let last_visible = visible0 + n - 1;
     let mut c = 0;
     while c < n_kv.min(last_visible) {
         let tile_valid = (last_visible - c).min(TILE_KV);
         for tk in 0..TILE_KV {
             if tk < tile_valid {
-                widen(k, (c + tk) * width + off, &mut krow);
-                for (dk, &x) in krow.iter().enumerate() {
-                    kt[dk * TILE_KV + tk] = x;
+                widen(k, (c + tk) * at.k_width + at.k_off, &mut krow);
+                for (d, &x) in krow.iter().enumerate() {
+                    kt[d * TILE_KV + tk] = x;
                 }
-                widen(v, (c + tk) * width + off, &mut vt[tk * hd..(tk + 1) * hd]);
+                widen(v, (c + tk) * at.v_width + at.v_off, &mut vt[tk * hd..(tk + 1) * hd]);
             } else {
-                for dk in 0..hd {
-                    kt[dk * TILE_KV + tk] = 0.0;
+                for d in 0..dk {
+                    kt[d * TILE_KV + tk] = 0.0;
                 }
             }
         }
@@ -535,7 +555,7 @@ mod tests {
                     let (k16, v16): (Vec<u16>, Vec<u16>) = (k.iter().map(|&x| f32_to_f16(x)).collect(), v.iter().map(|&x| f32_to_f16(x)).collect());
                     let (kr, vr) = if half { (KvRows::F16(&k16), KvRows::F16(&v16)) } else { (KvRows::F32(&k), KvRows::F32(&v)) };
                     let mut out = vec![0.0f32; hd];
-                    attend(&q, kr, vr, hd, 0, visible, nkv.max(visible), scale, p, &mut out);
+                    attend(&q, kr, vr, HeadAt::same(hd, 0), visible, nkv.max(visible), scale, p, &mut out);
                     let tol = if half { 3e-3 } else { 1e-5 };
                     for d in 0..hd {
                         assert!((out[d] as f64 - want[d]).abs() < tol, "{p:?} half {half} visible {visible} d {d}: {} vs {}", out[d], want[d]);

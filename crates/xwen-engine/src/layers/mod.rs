@@ -6,4 +6,5 @@ pub mod attention;
 pub mod deltanet;
 pub mod flash_attn;
 pub mod ffn;
+pub mod mla;
 pub mod moe;

@@ -1,7 +1,8 @@
-//! Sparse MoE feed-forward of qwen35moe (llama.cpp `build_moe_ffn` with softmax gating):
-//! probs = softmax(router · x) over all experts → top-k → renormalize (sum clamped at
-//! 6.103515625e-5) → Σ_e p_e · expert_e(x), plus the shared expert scaled by
-//! sigmoid(gate_inp_shexp · x).
+//! Sparse MoE feed-forward (llama.cpp `build_moe_ffn`): probs = softmax or sigmoid of
+//! router · x over all experts → top-k of probs (+ the selection bias `exp_probs_b` where the
+//! model has one: DeepSeek-V3 / Kimi) → renormalize the chosen probs (sum clamped at
+//! 6.103515625e-5) → times the routed scale → Σ_e p_e · expert_e(x), plus the shared expert,
+//! scaled by sigmoid(gate_inp_shexp · x) where it has a gate (Qwen) or added as is (Kimi).
 
 use crate::batch::{self, Rows};
 use crate::compute::{quantize_rows, Ctx, MvJob, RouteRecord};
@@ -21,12 +22,35 @@ pub struct MoeDims {
     pub n_used: usize,
     pub expert_ff: usize,
     pub shared_ff: usize,
+    pub gating: Gating,
+    /// Multiplies the renormalized weights (`expert_weights_scale`; 1 = none).
+    pub w_scale: f32,
+}
+
+/// How router logits become expert probabilities (llama.cpp's `expert_gating_func`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gating {
+    Softmax,
+    Sigmoid,
+}
+
+impl Gating {
+    /// From `expert_gating_func` (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid).
+    pub fn from_gguf(v: u64) -> Option<Gating> {
+        match v {
+            1 => Some(Gating::Softmax),
+            2 => Some(Gating::Sigmoid),
+            _ => None,
+        }
+    }
 }
 
 pub struct MoeWeights {
     pub router: Mat,              // [n_expert × hidden], F32
     pub shared: Option<FfnWeights>,
     pub shared_gate: Option<Vec<f32>>, // [hidden]
+    /// The selection bias added to the probabilities before top-k (`exp_probs_b`), [n_expert].
+    pub probs_bias: Option<Vec<f32>>,
 }
 
 impl MoeWeights {
@@ -48,7 +72,8 @@ impl MoeWeights {
             ld.mats(&p("ffn_up_exps.weight"), d.n_expert, d.expert_ff, hidden)?,
             ld.mats(&p("ffn_down_exps.weight"), d.n_expert, hidden, d.expert_ff)?,
         ];
-        Ok((MoeWeights { router, shared, shared_gate }, experts))
+        let probs_bias = if ld.has(&p("exp_probs_b.bias")) { Some(ld.vec(&p("exp_probs_b.bias"), d.n_expert)?) } else { None };
+        Ok((MoeWeights { router, shared, shared_gate, probs_bias }, experts))
     }
 }
 
@@ -62,14 +87,28 @@ pub struct Route {
     pub margin: f32,
 }
 
+/// The softmax router's decision (qwen35moe, qwen3next): `route_with` without a bias or scale.
 pub fn route(logits: &[f32], n_used: usize) -> Route {
+    route_with(logits, n_used, Gating::Softmax, None, 1.0)
+}
+
+/// One token's routing decision, in build_moe_ffn's order: probabilities, selection on
+/// probs + bias, the chosen *unbiased* probs renormalized, then scaled.
+pub fn route_with(logits: &[f32], n_used: usize, gating: Gating, bias: Option<&[f32]>, w_scale: f32) -> Route {
     let mut probs = logits.to_vec();
-    ops::softmax_inplace(&mut probs);
-    let mut idx: Vec<usize> = (0..probs.len()).collect();
+    match gating {
+        Gating::Softmax => ops::softmax_inplace(&mut probs),
+        Gating::Sigmoid => probs.iter_mut().for_each(|p| *p = ops::sigmoid(*p)),
+    }
+    let sel: Vec<f32> = match bias {
+        Some(b) => probs.iter().zip(b).map(|(p, b)| p + b).collect(),
+        None => probs.clone(),
+    };
+    let mut idx: Vec<usize> = (0..sel.len()).collect();
     // Stable sort, descending: ties keep the lower id first.
-    idx.sort_by(|&a, &b| probs[b].partial_cmp(&probs[a]).unwrap_or(std::cmp::Ordering::Equal));
+    idx.sort_by(|&a, &b| sel[b].partial_cmp(&sel[a]).unwrap_or(std::cmp::Ordering::Equal));
     let margin = match (idx.get(n_used.wrapping_sub(1)), idx.get(n_used)) {
-        (Some(&last), Some(&next)) => probs[last] - probs[next],
+        (Some(&last), Some(&next)) => sel[last] - sel[next],
         _ => f32::INFINITY,
     };
     idx.truncate(n_used);
@@ -79,7 +118,16 @@ pub fn route(logits: &[f32], n_used: usize) -> Route {
     for x in w.iter_mut() {
         *x /= sum;
     }
+    if w_scale != 0.0 && w_scale != 1.0 {
+        for x in w.iter_mut() {
+            *x *= w_scale;
+        }
+    }
     Route { experts: idx, weights: w, margin }
+}
+
+fn route_of(w: &MoeWeights, d: &MoeDims, logits: &[f32]) -> Route {
+    route_with(logits, d.n_used, d.gating, w.probs_bias.as_deref(), d.w_scale)
 }
 
 /// MoE output for the batch `rows` of normalized input x (rows.n × hidden). Batch-invariant:
@@ -133,7 +181,7 @@ pub fn forward(
     }
     let sp = ctx.span(Op::MoeRouter);
     let logits = ctx.mm(&w.router, x, n); // [n × n_expert]
-    let routes: Vec<Route> = (0..n).map(|t| route(&logits[t * d.n_expert..(t + 1) * d.n_expert], d.n_used)).collect();
+    let routes: Vec<Route> = (0..n).map(|t| route_of(w, d, &logits[t * d.n_expert..(t + 1) * d.n_expert])).collect();
     record(ctx, layer, rows_at, &routes);
 
     drop(sp);
@@ -325,7 +373,7 @@ fn forward_decode_rows(
         }
         ctx.mv_batch(&mut jobs);
     }
-    let routes: Vec<Route> = logits.chunks_exact(d.n_expert).map(|l| route(l, d.n_used)).collect();
+    let routes: Vec<Route> = logits.chunks_exact(d.n_expert).map(|l| route_of(w, d, l)).collect();
     record(ctx, layer, rows_at, &routes);
     drop(sp);
 

@@ -20,6 +20,7 @@ use crate::layers::deltanet::{self, DeltaDims, DeltaNetWeights, DeltaState, Head
 use crate::error::{EngineError, Result};
 use crate::experts::store::ExpertStore;
 use crate::layers::ffn::{self, FfnWeights};
+use crate::layers::mla::{self, MlaDims, MlaWeights};
 use crate::layers::moe::{self, MoeDims, MoeWeights};
 use crate::ops;
 use crate::profile::Op;
@@ -51,9 +52,11 @@ pub struct Config {
     pub recurrent: Vec<bool>,
     pub attn: AttnDims,
     pub delta: DeltaDims,
-    /// Dense FFN width (qwen35); 0 for MoE models.
+    /// Dense FFN width (qwen35, and kimi-linear's leading dense layers); 0 where none.
     pub ff: usize,
     pub moe: Option<MoeDims>,
+    /// The full-attention layers' MLA geometry where they are MLA (kimi-linear), else None.
+    pub mla: Option<MlaDims>,
 }
 
 fn req_u(f: &GgufFile, key: &str) -> Result<usize> {
@@ -119,7 +122,7 @@ impl Config {
         let n_v_heads = req_u(f, &k("ssm.time_step_rank"))?;
         let state = req_u(f, &k("ssm.state_size"))?;
         let inner = req_u(f, &k("ssm.inner_size"))?;
-        let delta = DeltaDims { n_k_heads, n_v_heads, head_dim: state, conv_kernel: req_u(f, &k("ssm.conv_kernel"))?, eps, pairing: spec.pairing };
+        let delta = DeltaDims { n_k_heads, n_v_heads, head_dim: state, conv_kernel: req_u(f, &k("ssm.conv_kernel"))?, eps, pairing: spec.pairing, variant: deltanet::DeltaVariant::Gdn };
         if n_k_heads == 0 || n_v_heads % n_k_heads != 0 || inner != n_v_heads * state || delta.conv_kernel < 1 {
             return Err(EngineError::BadHparams(format!(
                 "DeltaNet geometry: {n_k_heads} K-heads, {n_v_heads} V-heads, state {state}, inner {inner}"
@@ -138,6 +141,8 @@ impl Config {
                 n_used: req_u(f, &k("expert_used_count"))?,
                 expert_ff: req_u(f, &k("expert_feed_forward_length"))?,
                 shared_ff,
+                gating: moe::Gating::Softmax,
+                w_scale: 1.0,
             })
         } else {
             None
@@ -148,13 +153,14 @@ impl Config {
             }
         }
         let ff = if moe.is_some() { 0 } else { req_u_or_arr(f, &k("feed_forward_length"))? };
-        Ok(Config { arch, n_layer, hidden, n_vocab, eps, recurrent, attn, delta, ff, moe })
+        Ok(Config { arch, n_layer, hidden, n_vocab, eps, recurrent, attn, delta, ff, moe, mla: None })
     }
 }
 
 pub enum Mixer {
     Attn(AttnWeights),
     Delta(DeltaNetWeights),
+    Mla(MlaWeights),
 }
 
 pub enum Ffn {
@@ -221,7 +227,7 @@ impl Hybrid {
             .layers
             .iter()
             .map(|l| match l.mixer {
-                Mixer::Attn(_) => LayerState::Attn(KvCache::default()),
+                Mixer::Attn(_) | Mixer::Mla(_) => LayerState::Attn(KvCache::default()),
                 Mixer::Delta(_) => LayerState::Delta(DeltaState::new(&self.cfg.delta)),
             })
             .collect();
@@ -278,6 +284,14 @@ impl Hybrid {
                         _ => None,
                     })?;
                     deltanet::forward(ctx, w, &self.cfg.delta, &xn, &rows, &mut ds)
+                }
+                Mixer::Mla(w) => {
+                    let mut kvs = layer_states(states, il, |l| match l {
+                        LayerState::Attn(kv) => Some(kv),
+                        _ => None,
+                    })?;
+                    let d = self.cfg.mla.as_ref().ok_or_else(|| EngineError::State("an MLA layer without MLA dims".into()))?;
+                    mla::forward(ctx, w, d, &xn, &rows, &mut kvs)
                 }
             };
             add_inplace(&mut x, &mix);
@@ -362,8 +376,12 @@ impl Network for Hybrid {
 pub fn state_bytes(cfg: &Config, max_ctx: usize, kv_types: (crate::KvType, crate::KvType)) -> u64 {
     let n_attn = cfg.recurrent.iter().filter(|&&r| !r).count() as u64;
     let n_delta = cfg.recurrent.len() as u64 - n_attn;
-    let w = cfg.attn.kv_width();
-    let per_pos = (kv_types.0.row_bytes(w) + kv_types.1.row_bytes(w)) as u64;
+    // K and V widths per position: the heads' (gated attention) or MLA's latent K and V
+    let (wk, wv) = match &cfg.mla {
+        Some(m) => (m.k_width(), m.kv_lora),
+        None => (cfg.attn.kv_width(), cfg.attn.kv_width()),
+    };
+    let per_pos = (kv_types.0.row_bytes(wk) + kv_types.1.row_bytes(wv)) as u64;
     // saturating: an absurd max_ctx gives a figure no budget holds, never a wrapped small one
     let kv = (n_attn * per_pos).saturating_mul(max_ctx as u64);
     let d = DeltaState::new(&cfg.delta);
@@ -376,7 +394,11 @@ pub fn state_bytes(cfg: &Config, max_ctx: usize, kv_types: (crate::KvType, crate
 pub fn scratch_bytes(cfg: &Config) -> u64 {
     let h = cfg.hidden as u64;
     let d = &cfg.delta;
-    let mixer = ((d.conv_dim() + d.value_dim()) as u64 * 2).max((4 * cfg.attn.n_head + 2 * cfg.attn.n_head_kv) as u64 * cfg.attn.head_dim as u64);
+    let mut mixer = ((d.conv_dim() + d.value_dim()) as u64 * 2).max((4 * cfg.attn.n_head + 2 * cfg.attn.n_head_kv) as u64 * cfg.attn.head_dim as u64);
+    if let Some(m) = &cfg.mla {
+        // q, the latent K row, the absorbed queries and the per-head attention outputs
+        mixer = mixer.max((m.n_head * (m.q_head() + 2 * m.k_width() + m.v_head) + m.k_width()) as u64);
+    }
     let ffn = match &cfg.moe {
         Some(m) => (m.n_used * m.expert_ff).max(m.shared_ff) as u64,
         None => cfg.ff as u64,

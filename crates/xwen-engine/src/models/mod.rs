@@ -6,6 +6,7 @@
 //! delta rule, MoE) reused.
 
 pub mod hybrid;
+pub mod kimi_linear;
 pub mod qwen35;
 pub mod qwen3next;
 
@@ -52,10 +53,11 @@ pub const REGISTRY: &[Architecture] = &[
     Architecture { name: "qwen35", load: qwen35::load },
     Architecture { name: "qwen35moe", load: qwen35::load },
     Architecture { name: "qwen3next", load: qwen3next::load },
+    Architecture { name: "kimi-linear", load: kimi_linear::load },
 ];
 
 /// Architectures xwen recognizes but does not run yet (a clear error, not "unknown").
-pub const KNOWN_UNIMPLEMENTED: &[&str] = &["kimi-linear", "kimi-k3"];
+pub const KNOWN_UNIMPLEMENTED: &[&str] = &["kimi-k3"];
 
 /// The registry entry for `arch`.
 pub fn find(arch: &str) -> Option<&'static Architecture> {
