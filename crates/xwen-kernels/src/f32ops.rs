@@ -140,7 +140,8 @@ pub fn delta_rule_step_channels(s: &mut [f32], k: &[f32], q: &[f32], v: &[f32], 
         for (x, &d) in row.iter_mut().zip(decay) {
             *x *= d;
         }
-        let delta = (v[j] - dot(row, k)) * beta;
+        // S·k in `delta_rule_step`'s reduction order at every kernel level (scaling by 1 is exact)
+        let delta = (v[j] - scale_dot(1.0, row, k)) * beta;
         out[j] = axpy_dot(delta, k, row, q) * scale;
     }
 }
@@ -494,6 +495,21 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// KDA's step with every channel's decay the same is Gated DeltaNet's step, bit for bit.
+    #[test]
+    fn channel_decays_of_one_value_are_the_scalar_step() {
+        let sd = 32;
+        let gen = |n: usize, s: f32| (0..n).map(|i| (i as f32 * 0.37 + s).sin()).collect::<Vec<f32>>();
+        let (k, q, v) = (gen(sd, 0.1), gen(sd, 0.2), gen(sd, 0.3));
+        let mut s1 = gen(sd * sd, 0.4);
+        let mut s2 = s1.clone();
+        let (mut o1, mut o2) = (vec![0.0f32; sd], vec![0.0f32; sd]);
+        delta_rule_step(&mut s1, &k, &q, &v, 0.9, 0.6, 0.25, &mut o1);
+        delta_rule_step_channels(&mut s2, &k, &q, &v, &vec![0.9; sd], 0.6, 0.25, &mut o2);
+        assert_eq!(o1.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), o2.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        assert_eq!(s1.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), s2.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+    }
 
     fn vecs(n: usize, seed: u32) -> (Vec<f32>, Vec<f32>) {
         let mut s = seed;

@@ -102,6 +102,7 @@ impl DeltaDims {
 /// The input projections, as each architecture's converter lays them out. Whatever the layout,
 /// `project` hands the layer the same streams: q|k|v [conv_dim], z [value_dim], β and α [H_v],
 /// V heads in the file's order (`HeadPairing`).
+#[allow(clippy::large_enum_variant)] // one per layer, loaded once: boxing buys nothing
 pub enum DeltaProj {
     /// qwen35: `attn_qkv` [conv_dim × hidden], `attn_gate` (z) [value_dim × hidden],
     /// `ssm_beta` and `ssm_alpha` [H_v × hidden].

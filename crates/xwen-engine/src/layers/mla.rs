@@ -73,16 +73,43 @@ pub fn cache_len(kv: &KvCache, d: &MlaDims) -> usize {
 /// Head `h`'s matrix of a per-head stack applied to each span's rows of `x` (rows × cols) as
 /// llama.cpp's batched mul_mat does it per head: a span's rows as one product of its row count,
 /// a decode-order span's rows one at a time (the one-token kernels).
+///
+/// llama.cpp repacks a Q4_K matrix (row count a multiple of 8) only when it is 2-D
+/// (ggml-cpu repack.cpp `supports_op`); these stacks are 3-D, so their products take the plain
+/// Q4_K kernels. xwen's dispatch decides repacking by row count, so the head's matrix is run in
+/// pieces of 7 rows, which it never repacks — every output element is one row's dot product,
+/// the same bits whatever the pieces.
 fn per_head_mm(ctx: &Ctx, w: &Mat, h: usize, x: &[f32], rows: &Rows, y: &mut [f32]) {
+    const PLAIN_PIECE: usize = 7;
     let q = w.q_sub(ctx.file, h);
+    let pieces: Vec<(usize, usize)> = if q.ty == xwen_gguf::GgmlType::Q4_K && q.rows.is_multiple_of(8) {
+        (0..q.rows).step_by(PLAIN_PIECE).map(|r0| (r0, (r0 + PLAIN_PIECE).min(q.rows))).collect()
+    } else {
+        vec![(0, q.rows)]
+    };
+    let rb = q.row_bytes();
+    let mut run = |t0: usize, n: usize| {
+        let xs = &x[t0 * w.cols..(t0 + n) * w.cols];
+        if pieces.len() == 1 {
+            ctx.mm_into(q, xs, n, &mut y[t0 * w.rows..(t0 + n) * w.rows]);
+            return;
+        }
+        for &(r0, r1) in &pieces {
+            let piece = xwen_kernels::QMatrix { ty: q.ty, rows: r1 - r0, cols: q.cols, data: &q.data[r0 * rb..r1 * rb] };
+            let mut yp = vec![0.0f32; n * (r1 - r0)];
+            ctx.mm_into(piece, xs, n, &mut yp);
+            for t in 0..n {
+                y[(t0 + t) * w.rows + r0..(t0 + t) * w.rows + r1].copy_from_slice(&yp[t * (r1 - r0)..(t + 1) * (r1 - r0)]);
+            }
+        }
+    };
     for s in &rows.spans {
         if s.decode_order {
             for t in s.rows() {
-                ctx.mm_into(q, &x[t * w.cols..(t + 1) * w.cols], 1, &mut y[t * w.rows..(t + 1) * w.rows]);
+                run(t, 1);
             }
         } else {
-            let r = s.rows();
-            ctx.mm_into(q, &x[r.start * w.cols..r.end * w.cols], s.len, &mut y[r.start * w.rows..r.end * w.rows]);
+            run(s.start, s.len);
         }
     }
 }

@@ -466,6 +466,22 @@ fn forward_decode_rows(
 mod tests {
     use super::*;
 
+    /// Kimi's router: selection on sigmoid + bias, weights the unbiased sigmoids renormalized
+    /// and scaled.
+    #[test]
+    fn sigmoid_routes_select_on_the_biased_probs_and_weigh_the_unbiased() {
+        let logits = [0.0f32, 1.0, 2.0, -1.0];
+        let bias = [0.0f32, 0.0, -1.0, 2.0];
+        let r = route_with(&logits, 2, Gating::Sigmoid, Some(&bias), 2.0);
+        // sigmoid: 0.5, 0.73, 0.88, 0.27; + bias: 0.5, 0.73, -0.12, 2.27 -> experts 3, 1
+        assert_eq!(r.experts, vec![3, 1]);
+        let (p3, p1) = (ops::sigmoid(-1.0), ops::sigmoid(1.0));
+        let sum = p3 + p1;
+        assert!((r.weights[0] - 2.0 * p3 / sum).abs() < 1e-6 && (r.weights[1] - 2.0 * p1 / sum).abs() < 1e-6);
+        // no bias, no scale: the softmax router's renormalized top-k
+        assert_eq!(route_with(&logits, 2, Gating::Softmax, None, 1.0), route(&logits, 2));
+    }
+
     #[test]
     fn route_picks_top_k_and_renormalizes() {
         let r = route(&[0.1, 3.0, -1.0, 2.0, 2.5], 2);

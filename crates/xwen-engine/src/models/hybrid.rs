@@ -157,6 +157,7 @@ impl Config {
     }
 }
 
+#[allow(clippy::large_enum_variant)] // one per layer, loaded once: boxing buys nothing
 pub enum Mixer {
     Attn(AttnWeights),
     Delta(DeltaNetWeights),

@@ -11,6 +11,7 @@
 //!   MoE with a sigmoid router, the score-correction bias `exp_probs_b` for selection, the chosen
 //!   weights renormalized and scaled by `expert_weights_scale`, and an ungated shared expert of
 //!   `expert_shared_count` × the expert width.
+//!
 //! Norm weights are plain multipliers (no +1 baked in, unlike Qwen's).
 
 use super::hybrid::{Config, Ffn, Hybrid, Layer, Mixer};
