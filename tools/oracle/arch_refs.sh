@@ -12,6 +12,9 @@
 #              include, vendor, common, tools, licenses, convert_hf_to_gguf.py, conversion, gguf-py)
 #       OUT    where the logs and a tarball of the new fixture files go
 #       ARCH   the oracle's architecture name (default qwen3_next)
+# The device machine takes at most 64 MiB of working tree and the repository's tracked files are
+# larger: untrack the big fixture folders for the call (`git rm -r --cached DIR` plus a
+# .git/info/exclude line each; `git reset` after) — this script rebuilds what it needs there.
 set -euo pipefail
 arch="${ARCH:-qwen3_next}"
 here="$(cd "$(dirname "$0")" && pwd)"

@@ -55,7 +55,13 @@ impl Tokenizer {
             .ok_or_else(|| ChatError::UnsupportedTokenizer(format!("tokenizer.ggml.pre = {:?}", pre.unwrap_or(""))))?;
         let vocab = Vocab::from_gguf(f)?;
         let pre = PreTokenizer::new(choice.pre)?;
-        let bpe = Bpe::new(&vocab.token_to_id, crate::vocab::merges(f)?.into_iter(), choice.ignore_merges);
+        let merges = match crate::vocab::merges(f) {
+            // llama.cpp loads a kimi-k2 vocabulary without `tokenizer.ggml.merges` (it then
+            // merges nothing); every other pre-tokenizer needs them.
+            Err(ChatError::MissingKey(_)) if choice.pre == Pre::KimiK2 => Vec::new(),
+            merges => merges?,
+        };
+        let bpe = Bpe::new(&vocab.token_to_id, merges.into_iter(), choice.ignore_merges);
         let (mut pieces, mut piece_at) = (Vec::new(), Vec::with_capacity(vocab.text.len() + 1));
         for id in 0..vocab.text.len() {
             piece_at.push(pieces.len());

@@ -99,6 +99,24 @@ pub(crate) fn flags(c: char) -> Flags {
     Flags(range_flags(cpt) | ws)
 }
 
+/// llama.cpp's `unicode_cpt_is_han`: the CJK ideograph blocks, by fixed code point ranges.
+/// Kimi K2's pre-tokenizer keeps Han runs apart from other letters. This is llama.cpp's
+/// block list, not Unicode's Han script: U+3005 (々) and U+3007 (〇) are Han in Unicode but
+/// not here, and matching llama.cpp's list is what keeps the splits identical to its own.
+pub(crate) fn is_han(c: char) -> bool {
+    matches!(c as u32,
+        0x4E00..=0x9FFF         // CJK Unified Ideographs
+        | 0x3400..=0x4DBF       // Extension A
+        | 0x20000..=0x2A6DF     // Extension B
+        | 0x2A700..=0x2B73F     // Extension C
+        | 0x2B740..=0x2B81F     // Extension D
+        | 0x2B820..=0x2CEAF     // Extension E
+        | 0x2CEB0..=0x2EBEF     // Extension F
+        | 0xF900..=0xFAFF       // CJK Compatibility Ideographs
+        | 0x2F800..=0x2FA1F     // CJK Compatibility Ideographs Supplement
+    )
+}
+
 const fn printable(b: u32) -> bool {
     (0x21 <= b && b <= 0x7E) || (0xA1 <= b && b <= 0xAC) || (0xAE <= b && b <= 0xFF)
 }
@@ -177,5 +195,16 @@ mod tests {
         assert_eq!(flags('€').collapsed(), '\u{D5}');
         assert_eq!(flags('\u{2003}').collapsed(), '\u{0B}');
         assert!(flags('x').any() && !Flags::NONE.any());
+    }
+
+    #[test]
+    fn han_uses_llama_cpp_blocks() {
+        for c in ['中', '\u{4E00}', '\u{9FFF}', '\u{3400}', '\u{20000}', '\u{2EBEF}', '\u{F900}', '\u{2FA1F}'] {
+            assert!(is_han(c), "{c:?}");
+        }
+        // Kana, Hangul, CJK punctuation, and the Han-script marks outside llama.cpp's blocks.
+        for c in ['の', 'テ', '한', '，', '。', '\u{3005}', '\u{3007}', '\u{2EBF0}', 'a'] {
+            assert!(!is_han(c), "{c:?}");
+        }
     }
 }

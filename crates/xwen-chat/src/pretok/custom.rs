@@ -1,11 +1,11 @@
 //! llama.cpp's hand-written equivalents of the most common split regexes (src/unicode.cpp
 //! `unicode_regex_split_custom_*`), ported branch for branch. They are what llama.cpp actually
-//! runs for GPT-2, Llama-3, Qwen2 and Qwen3.5 vocabularies, so matching them (rather than the
+//! runs for GPT-2, Llama-3, Qwen2, Qwen3.5 and Kimi K2 vocabularies, so matching them (rather than the
 //! regex they stand for) is what keeps our ids identical to llama.cpp's on odd input.
 //!
 //! Every function maps piece lengths (in code points) to finer piece lengths.
 
-use crate::unicode::Flags;
+use crate::unicode::{is_han, Flags};
 
 /// One piece of the input being split: llama.cpp's `_get_cpt` / `_get_flags` / `_add_token`
 /// lambdas. Positions outside the piece read as "no code point" and `Flags::NONE`.
@@ -31,6 +31,13 @@ impl Piece<'_> {
     }
     fn is_cr_or_lf(&self, pos: usize) -> bool {
         matches!(self.cpt(pos), Some('\r' | '\n'))
+    }
+    fn is_han(&self, pos: usize) -> bool {
+        self.cpt(pos).is_some_and(is_han)
+    }
+    /// Kimi K2's word letters: `[\p{L}&&[^\p{Han}]]`, by llama.cpp's letter class.
+    fn is_non_han_letter(&self, pos: usize) -> bool {
+        self.fl(pos).is_letter() && !self.is_han(pos)
     }
     /// Emits the piece from the previous cut to `end`; returns its length.
     fn add(&mut self, end: usize) -> usize {
@@ -61,6 +68,21 @@ impl Piece<'_> {
             }
         }
         0
+    }
+
+    /// `\p{N}{1,3}` repeated over the digit run at `pos`: cuts after every third digit and at
+    /// the run's end. Returns the position after the run.
+    fn digits_by_three(&mut self, mut pos: usize) -> usize {
+        let mut ini = pos;
+        while self.fl(pos).is_number() {
+            pos += 1;
+            if pos - ini >= 3 {
+                self.add(pos);
+                ini = pos;
+            }
+        }
+        self.add(pos);
+        pos
     }
 
     /// Counts the whitespace run at `pos`; also returns the end of its last CR/LF, if any.
@@ -174,15 +196,7 @@ pub(crate) fn llama3_like(family: Family, cpts: &[char], flags: &[Flags], offset
 
             if fl.is_number() {
                 if family == Family::Llama3 {
-                    let mut ini = pos;
-                    while p.fl(pos).is_number() {
-                        pos += 1;
-                        if pos - ini >= 3 {
-                            p.add(pos);
-                            ini = pos;
-                        }
-                    }
-                    p.add(pos);
+                    pos = p.digits_by_three(pos);
                 } else {
                     pos += 1;
                     p.add(pos);
@@ -218,6 +232,90 @@ pub(crate) fn llama3_like(family: Family, cpts: &[char], flags: &[Flags], offset
             pos = p.trailing_whitespace(pos, n);
         }
     })
+}
+
+/// Kimi K2's pattern (tokenization_kimi.py), which llama.cpp selects by the trigger regex
+/// `\p{Han}+` and runs as `unicode_regex_split_custom_kimi_k2`:
+/// `[\p{Han}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+///
+/// Where llama.cpp's code departs from that regex we follow the code, since its ids are the
+/// reference: the two word branches become one (no upper/lower case split, and `\p{M}` marks
+/// are not word characters but punctuation-like), and "Han" is llama.cpp's block list.
+pub(crate) fn kimi_k2(cpts: &[char], flags: &[Flags], offsets: &[usize]) -> Vec<usize> {
+    for_each_piece(cpts, flags, offsets, |p| {
+        let mut pos = p.ini;
+        while pos < p.end {
+            let cpt = p.cpt(pos);
+            let fl = p.fl(pos);
+
+            // [\p{Han}]+ comes first, so Han never joins a word (Han code points are letters).
+            if p.is_han(pos) {
+                while p.is_han(pos) {
+                    pos += 1;
+                }
+                p.add(pos);
+                continue;
+            }
+
+            if let Some(end) = kimi_word_end(p, pos) {
+                pos = end;
+                p.add(pos);
+                continue;
+            }
+
+            if fl.is_number() {
+                pos = p.digits_by_three(pos);
+                continue;
+            }
+
+            // <space>?[^\s\p{L}\p{N}]+[\r\n]*  (unlike the Llama-3 port, llama.cpp tests "is a
+            // code point at all" on the code point after the space here).
+            let space = cpt == Some(' ');
+            let other = |f: Flags| !(f.is_whitespace() || f.is_letter() || f.is_number()) && f.any();
+            if other(if space { p.fl(pos + 1) } else { fl }) {
+                pos += space as usize;
+                while other(p.fl(pos)) {
+                    pos += 1;
+                }
+                while p.is_cr_or_lf(pos) {
+                    pos += 1;
+                }
+                p.add(pos);
+                continue;
+            }
+
+            let (n, last_cr_lf) = p.whitespace_run(pos);
+            // \s*[\r\n]+
+            if let Some(end) = last_cr_lf {
+                pos = end;
+                p.add(pos);
+                continue;
+            }
+            pos = p.trailing_whitespace(pos, n);
+        }
+    })
+}
+
+/// K2's word, as llama.cpp matches it: `[^\r\n\p{L}\p{N}]?`, non-Han letters, then an optional
+/// case-insensitive contraction. `None` when no word starts at `pos`.
+///
+/// llama.cpp only enters its word branch when a non-Han letter is at `pos` or right after the
+/// leading code point, so its "leading code point but no letters: backtrack" branch can never
+/// run and has no counterpart here.
+fn kimi_word_end(p: &Piece, pos: usize) -> Option<usize> {
+    let fl = p.fl(pos);
+    let can_lead = !(p.is_cr_or_lf(pos) || fl.is_letter() || fl.is_number());
+    let mut end = if p.is_non_han_letter(pos) {
+        pos
+    } else if can_lead && p.is_non_han_letter(pos + 1) {
+        pos + 1
+    } else {
+        return None;
+    };
+    while p.is_non_han_letter(end) {
+        end += 1;
+    }
+    Some(end + p.contraction(end, true))
 }
 
 /// `[^\n]+|[\n]+`: runs of newlines and runs of everything else.

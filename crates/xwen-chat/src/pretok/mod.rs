@@ -19,11 +19,15 @@ const LLAMA3_B: &str = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]
 const QWEN2: &str = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const QWEN35: &str = "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const NEWLINES: &str = "[^\\n]+|[\\n]+";
+/// Not a regex llama.cpp ever runs for Kimi K2: only the trigger for its hand-written splitter
+/// of the whole K2 pattern.
+const KIMI_K2: &str = "\\p{Han}+";
 
 enum Step {
     Gpt2,
     Llama3(Family),
     Newlines,
+    KimiK2,
     Regex(RegexStep),
 }
 
@@ -42,6 +46,7 @@ impl PreTokenizer {
                     QWEN2 => Step::Llama3(Family::Qwen2),
                     QWEN35 => Step::Llama3(Family::Qwen35),
                     NEWLINES => Step::Newlines,
+                    KIMI_K2 => Step::KimiK2,
                     _ => Step::Regex(RegexStep::new(p)?),
                 })
             })
@@ -60,6 +65,7 @@ impl PreTokenizer {
                 Step::Gpt2 => custom::gpt2(&cpts, &fl, &offsets),
                 Step::Llama3(family) => custom::llama3_like(*family, &cpts, &fl, &offsets),
                 Step::Newlines => custom::newlines(&cpts, &offsets),
+                Step::KimiK2 => custom::kimi_k2(&cpts, &fl, &offsets),
                 Step::Regex(re) if re.collapsed => {
                     re.split(collapsed.get_or_insert_with(|| regex_split::collapse_text(&cpts, &fl)), &offsets)
                 }
@@ -101,6 +107,84 @@ mod tests {
     #[test]
     fn llama3_groups_digits_by_three() {
         assert_eq!(words("llama-bpe", "1234567"), ["123", "456", "7"]);
+    }
+
+    fn kimi(text: &str) -> Vec<String> {
+        words("kimi-k2", text)
+    }
+
+    #[test]
+    fn kimi_k2_keeps_han_runs_apart() {
+        assert_eq!(kimi("你好世界abc"), ["你好世界", "abc"]);
+        assert_eq!(kimi("abc你好"), ["abc", "你好"]);
+        // A space cannot lead a Han run: the Han branch has no optional leading code point.
+        assert_eq!(kimi(" 你好"), [" ", "你好"]);
+        assert_eq!(kimi("你好，世界。"), ["你好", "，", "世界", "。"]);
+        // Extension B and compatibility ideographs are in llama.cpp's blocks; 々 (U+3005) is
+        // not, so it is an ordinary letter.
+        assert_eq!(kimi("\u{20000}\u{F900}x"), ["\u{20000}\u{F900}", "x"]);
+        assert_eq!(kimi("時々"), ["時", "々"]);
+    }
+
+    #[test]
+    fn kimi_k2_words_take_one_leading_code_point() {
+        assert_eq!(kimi("Hello, world!"), ["Hello", ",", " world", "!"]);
+        // Only one: after a space, punctuation goes with the space and the word stands alone.
+        assert_eq!(kimi(".hello $foo (bar"), [".hello", " $", "foo", " (", "bar"]);
+        assert_eq!(kimi("..hello"), ["..", "hello"]);
+        assert_eq!(kimi("\tfoo"), ["\tfoo"]);
+        // CR and LF never lead a word.
+        assert_eq!(kimi("\nfoo"), ["\n", "foo"]);
+        // Case does not split a word (both K2 word branches collapse into one in llama.cpp).
+        assert_eq!(kimi("HelloWORLD camelCase"), ["HelloWORLD", " camelCase"]);
+    }
+
+    #[test]
+    fn kimi_k2_contractions_stay_on_their_word() {
+        assert_eq!(kimi("I'm"), ["I'm"]);
+        assert_eq!(kimi("THEY'LL don't we'RE"), ["THEY'LL", " don't", " we'RE"]);
+        assert_eq!(kimi("I'x"), ["I", "'x"]);
+        // A contraction cut short by the end of the text is not one.
+        assert_eq!(kimi("THEY'L"), ["THEY", "'L"]);
+        assert_eq!(kimi("I'"), ["I", "'"]);
+    }
+
+    #[test]
+    fn kimi_k2_groups_digits_by_three() {
+        assert_eq!(kimi("12345"), ["123", "45"]);
+        assert_eq!(kimi("1234567"), ["123", "456", "7"]);
+        assert_eq!(kimi("abc123 456"), ["abc", "123", " ", "456"]);
+        assert_eq!(kimi("\u{661}\u{662}\u{663}\u{664}"), ["\u{661}\u{662}\u{663}", "\u{664}"]);
+    }
+
+    #[test]
+    fn kimi_k2_punctuation_takes_a_space_and_trailing_newlines() {
+        assert_eq!(kimi("!!!\n\nx"), ["!!!\n\n", "x"]);
+        assert_eq!(kimi("a ...\r\nfoo"), ["a", " ...\r\n", "foo"]);
+        assert_eq!(kimi("😁😁 ok"), ["😁😁", " ok"]);
+        // A combining mark is not a word character in llama.cpp's K2 code (the regex says
+        // \p{M} is): it ends the word, then leads the next one or joins a punctuation run.
+        assert_eq!(kimi("e\u{301}x"), ["e", "\u{301}x"]);
+        assert_eq!(kimi("e\u{301}\u{301}!"), ["e", "\u{301}\u{301}!"]);
+    }
+
+    #[test]
+    fn kimi_k2_whitespace() {
+        // \s*[\r\n]+ takes the spaces before the newlines, \s+(?!\S) leaves the last space to
+        // lead the next word.
+        assert_eq!(kimi("a  \n\n  b"), ["a", "  \n\n", " ", " b"]);
+        assert_eq!(kimi("hi   there"), ["hi", "  ", " there"]);
+        // At the end of the text all of the trailing whitespace is one piece.
+        assert_eq!(kimi("a   "), ["a", "   "]);
+        assert_eq!(kimi("x \t\n"), ["x", " \t\n"]);
+    }
+
+    #[test]
+    fn kimi_k2_mixed_scripts() {
+        assert_eq!(kimi("日本語のテキスト"), ["日本語", "のテキスト"]);
+        assert_eq!(kimi("Привет мир"), ["Привет", " мир"]);
+        assert_eq!(kimi("한국어123中文"), ["한국어", "123", "中文"]);
+        assert_eq!(kimi("我想在apple工作1314151天～"), ["我想在", "apple", "工作", "131", "415", "1", "天", "～"]);
     }
 
     #[test]

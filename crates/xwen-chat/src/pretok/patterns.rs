@@ -1,17 +1,18 @@
 //! Which regexes each `tokenizer.ggml.pre` value runs, ported verbatim from llama.cpp b11434
 //! src/llama-vocab.cpp (`llm_tokenizer_bpe` constructor and the `tokenizer_pre` name table in
 //! `llama_vocab::impl::load`). The regex text must stay byte-identical to llama.cpp's: the
-//! splitter recognizes its hand-written fast paths by exact string comparison.
+//! splitter recognizes its hand-written fast paths by exact string comparison. kimi-k2's only
+//! regex, `\p{Han}+`, is such a trigger: the split itself is `custom::kimi_k2`.
 //!
 //! Not ported (an error at load): pre-tokenizers that need custom code beyond a regex list
-//! (kimi-k2, afmoe, tiny_aya/cohere2moe, superbpe) and the SPM-style BPE variants that skip the
+//! (afmoe, tiny_aya/cohere2moe, superbpe) and the SPM-style BPE variants that skip the
 //! GPT-2 byte encoding (gemma4, mmbert, sarvam-moe, whitespace).
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Pre {
     Bailingmoe, Bloom, Chameleon, Chatglm4, Codeshell, CommandR, Dbrx, Deepseek3Llm, DeepseekCoder,
     DeepseekLlm, Default, Exaone, ExaoneMoe, Falcon, Gpt2, Gpt3Finnish, Gpt4o, GraniteDocling,
-    GraniteEmbMulti, Grok2, Hunyuan, HunyuanDense, HyV4, Jais, Jais2, JoyaiLlm, Laguna, Llama3,
+    GraniteEmbMulti, Grok2, Hunyuan, HunyuanDense, HyV4, Jais, Jais2, JoyaiLlm, KimiK2, Laguna, Llama3,
     Mellum2, Minerva, Minicpm5, MinimaxM2, Mpt, Olmo, Poro, Qwen2, Qwen35, Refact, SeedCoder,
     Smaug, Smollm, SolarOpen, Spark25, Stablelm2, Starcoder, Tekken, Trillion, Ufakzeka, Viking,
     Youtu,
@@ -23,7 +24,7 @@ pub(crate) const ALL: &[Pre] = {
     &[
         Bailingmoe, Bloom, Chameleon, Chatglm4, Codeshell, CommandR, Dbrx, Deepseek3Llm, DeepseekCoder,
         DeepseekLlm, Default, Exaone, ExaoneMoe, Falcon, Gpt2, Gpt3Finnish, Gpt4o, GraniteDocling,
-        GraniteEmbMulti, Grok2, Hunyuan, HunyuanDense, HyV4, Jais, Jais2, JoyaiLlm, Laguna, Llama3,
+        GraniteEmbMulti, Grok2, Hunyuan, HunyuanDense, HyV4, Jais, Jais2, JoyaiLlm, KimiK2, Laguna, Llama3,
         Mellum2, Minerva, Minicpm5, MinimaxM2, Mpt, Olmo, Poro, Qwen2, Qwen35, Refact, SeedCoder,
         Smaug, Smollm, SolarOpen, Spark25, Stablelm2, Starcoder, Tekken, Trillion, Ufakzeka, Viking,
         Youtu,
@@ -91,6 +92,7 @@ pub(crate) fn choose(name: Option<&str>) -> Option<PreChoice> {
         "hunyuan-dense" => (HunyuanDense, false),
         "hy_v4" => (HyV4, false),
         "joyai-llm" => (JoyaiLlm, false),
+        "kimi-k2" => (KimiK2, false),
         "ufakzeka" => (Ufakzeka, false),
         "grok-2" => (Grok2, false),
         "laguna" => (Laguna, false),
@@ -195,6 +197,10 @@ pub(crate) fn regexes(pre: Pre) -> &'static [&'static str] {
         ],
         Pre::SeedCoder => &[
             "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}| ?[^\\s\\p{L}\\p{N}\\r\\n]+|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+        ],
+        // Only a trigger: llama.cpp runs its hand-written splitter of the whole K2 pattern for it.
+        Pre::KimiK2 => &[
+            "\\p{Han}+",
         ],
         Pre::Ufakzeka => &[
             "[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
