@@ -168,7 +168,32 @@ struct MemoryEstimate {
 }
 
 impl MemoryEstimate {
+    /// For an architecture xwen runs, the registry's own figures (its state shapes: MLA's latent
+    /// K/V, KDA's per-channel state, ...); for any other GGUF, a reading of the common keys.
     fn of(f: &GgufFile) -> MemoryEstimate {
+        Self::from_registry(f).unwrap_or_else(|| Self::from_keys(f))
+    }
+
+    fn from_registry(f: &GgufFile) -> Option<MemoryEstimate> {
+        use xwen_engine::state::LayerState;
+        let loaded = xwen_engine::models::load(f).ok()?;
+        let n_ctx = f.get_u64(&f.arch_key("context_length")).unwrap_or(ESTIMATE_CTX).min(ESTIMATE_CTX);
+        let f16 = (xwen_engine::KvType::F16, xwen_engine::KvType::F16);
+        let at = |ctx: u64| loaded.net.plan_figures(ctx as usize, f16).state_bytes;
+        let (none, full) = (at(0), at(n_ctx));
+        let layers = loaded.net.new_state().layers;
+        let attn_layers = layers.iter().filter(|l| matches!(l, LayerState::Attn(_))).count() as u64;
+        Some(MemoryEstimate {
+            n_ctx,
+            attn_layers,
+            recurrent_layers: layers.len() as u64 - attn_layers,
+            kv_bytes_per_token: full.saturating_sub(none) / n_ctx.max(1),
+            recurrent_bytes: none,
+            tensor_bytes: f.tensor_bytes(),
+        })
+    }
+
+    fn from_keys(f: &GgufFile) -> MemoryEstimate {
         let hp = |s: &str| f.get_u64(&f.arch_key(s));
         let n_layer = hp("block_count").unwrap_or(0);
         // Hybrid models list which layers are recurrent; otherwise a full-attention interval, or

@@ -214,3 +214,20 @@ fn a_moe_model_reports_its_ram_budget_floor() {
     let j: serde_json::Value = serde_json::from_str(&run(&dense, true)).unwrap();
     assert!(j["ram_budget_floor_bytes"].is_null());
 }
+
+/// For an architecture xwen runs, the estimate is the engine's own state shapes: kimi-linear's
+/// MLA keeps a latent K (kv_lora_rank + rope) and V (kv_lora_rank) per position in one head,
+/// and its KDA layers a per-channel recurrent state with three convolution windows.
+#[test]
+fn the_estimate_of_a_registered_architecture_is_the_engines() {
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity/cond/kimi_linear/model-q8_0.gguf");
+    let o = xwen(&["inspect", model.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let m = &j["memory_estimate"];
+    assert_eq!((m["attention_layers"].as_u64(), m["recurrent_layers"].as_u64()), (Some(1), Some(3)), "{m}");
+    // (256 + 32) K + 256 V, f16
+    assert_eq!(m["kv_bytes_per_token"].as_u64(), Some((288 + 256) * 2), "{m}");
+    // 3 KDA layers: conv windows 3 × (3 × 256) f32 + 4 heads × 64 × 64 f32 state
+    assert_eq!(m["recurrent_state_bytes"].as_u64(), Some(3 * (3 * 3 * 256 + 4 * 64 * 64) * 4), "{m}");
+}
