@@ -175,3 +175,22 @@ fn matches_llama_tokenize_on_random_text() {
     }
     std::fs::remove_file(&tmp).ok();
 }
+
+/// The kimi-k2 pre-tokenizer (Kimi-Linear, Kimi K2/K3) against llama.cpp's ids for the same
+/// inputs. No Kimi vocabulary is committed, so the reference (tools/oracle/vocab_refs.sh) runs
+/// the kimi-k2 split over Qwen3.5's BPE: the vocabulary below is that file with only
+/// `tokenizer.ggml.pre` changed, exactly as the oracle made it.
+#[test]
+fn kimi_k2_split_matches_llama_cpp() {
+    let qwen = vocab("qwen35");
+    let mut w = xwen_gguf::GgufWriter::new();
+    for (k, v) in qwen.metadata() {
+        let v = if k == "tokenizer.ggml.pre" { xwen_gguf::Value::Str("kimi-k2".into()) } else { v.clone() };
+        w.add_kv(k, v);
+    }
+    assert!(qwen.tensors().is_empty(), "a vocab-only file");
+    let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
+    let tok = Tokenizer::from_gguf(&f).unwrap();
+    let n = check(&tok, "kimi-k2", &fixtures().join("kimi-k2.inp"), &fixtures().join("kimi-k2.out"));
+    assert!(n > 60, "only {n} vectors");
+}
