@@ -381,9 +381,12 @@ pub struct BenchArgs {
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
 Presets: qwen35moe-35b-a3b (~20.4 GB), qwen35-27b (~19.1 GB), qwen35-4b (~3.5 GB),
-qwen3next-80b-a3b (~45 GB), qwen35moe-small (~230 MB, nearly all routed experts: for
---ram-budget runs), qwen35moe-tiny, qwen35-tiny, qwen3next-tiny (a few MB); the last four with
-a synthetic byte-level vocabulary.
+qwen3next-80b-a3b (~45 GB), kimi-linear-48b-a3b (~28 GB), qwen35moe-small and
+qwen3next-small, kimi-linear-small (~230-300 MB, nearly all routed experts: for --ram-budget
+runs),
+qwen35moe-tiny, qwen35-tiny, qwen3next-tiny, kimi-linear-tiny (a few MB); the small and tiny
+ones, and any whose vocabulary is smaller than Qwen3.5's, with a synthetic byte-level
+vocabulary.
 
 Examples:
   xwen synth --preset qwen35-4b --out qwen35-4b.gguf

@@ -14,9 +14,17 @@ const DEFAULT_VOCAB: &str = "tests/fixtures/vocab/ggml-vocab-qwen35.gguf";
 
 pub fn run(a: SynthArgs) -> Result<()> {
     let (preset, out, vocab_arg, seed) = (a.preset, a.out, a.vocab, a.seed);
+    // The Qwen3.5 vocabulary serves a preset whose embedding has room for it (not qwen3next's
+    // 151,936 or kimi-linear's 163,840 rows: those take the synthetic one unless --vocab says)
+    let default_fits = || {
+        GgufFile::open(Path::new(DEFAULT_VOCAB))
+            .ok()
+            .and_then(|f| f.get_array("tokenizer.ggml.tokens").map(|t| t.len()))
+            .is_some_and(|n| n <= preset.geometry().n_vocab)
+    };
     let vocab_path = match vocab_arg {
         Some(v) => Some(v),
-        None if !preset.is_tiny() && Path::new(DEFAULT_VOCAB).is_file() => Some(PathBuf::from(DEFAULT_VOCAB)),
+        None if !preset.is_tiny() && Path::new(DEFAULT_VOCAB).is_file() && default_fits() => Some(PathBuf::from(DEFAULT_VOCAB)),
         None => None,
     };
     let vocab = match &vocab_path {

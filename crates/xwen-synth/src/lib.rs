@@ -52,10 +52,18 @@ pub enum Preset {
     /// A few MB, for smoke tests: qwen3next's graph (fused DeltaNet projections, grouped V
     /// heads) at toy size.
     Qwen3NextTiny,
+    /// ~300 MB, nearly all routed experts: qwen3next's graph at qwen35moe-small's size.
+    Qwen3NextSmall,
+    /// Kimi-Linear-48B-A3B: 27 layers (KDA with MLA every 4th and last), 256 experts top-8.
+    KimiLinear48bA3b,
+    /// A few MB: kimi-linear's graph (KDA, MLA, a dense first layer, sigmoid router) at toy size.
+    KimiLinearTiny,
+    /// ~250 MB, nearly all routed experts: kimi-linear's graph at qwen35moe-small's size.
+    KimiLinearSmall,
 }
 
 impl Preset {
-    pub const ALL: [Preset; 8] = [
+    pub const ALL: [Preset; 12] = [
         Preset::Qwen35Moe35bA3b,
         Preset::Qwen35_27b,
         Preset::Qwen35_4b,
@@ -64,6 +72,10 @@ impl Preset {
         Preset::Qwen35Tiny,
         Preset::Qwen3Next80bA3b,
         Preset::Qwen3NextTiny,
+        Preset::Qwen3NextSmall,
+        Preset::KimiLinear48bA3b,
+        Preset::KimiLinearTiny,
+        Preset::KimiLinearSmall,
     ];
 
     pub fn name(self) -> &'static str {
@@ -76,12 +88,25 @@ impl Preset {
             Preset::Qwen35Tiny => "qwen35-tiny",
             Preset::Qwen3Next80bA3b => "qwen3next-80b-a3b",
             Preset::Qwen3NextTiny => "qwen3next-tiny",
+            Preset::Qwen3NextSmall => "qwen3next-small",
+            Preset::KimiLinear48bA3b => "kimi-linear-48b-a3b",
+            Preset::KimiLinearTiny => "kimi-linear-tiny",
+            Preset::KimiLinearSmall => "kimi-linear-small",
         }
     }
 
     /// Toy presets use a small synthetic vocabulary: a real one would outweigh the model.
     pub fn is_tiny(self) -> bool {
-        matches!(self, Preset::Qwen35MoeTiny | Preset::Qwen35MoeSmall | Preset::Qwen35Tiny | Preset::Qwen3NextTiny)
+        matches!(
+            self,
+            Preset::Qwen35MoeTiny
+                | Preset::Qwen35MoeSmall
+                | Preset::Qwen35Tiny
+                | Preset::Qwen3NextTiny
+                | Preset::Qwen3NextSmall
+                | Preset::KimiLinearTiny
+                | Preset::KimiLinearSmall
+        )
     }
 
     pub fn geometry(self) -> Geometry {
@@ -110,6 +135,7 @@ impl Preset {
             ssm_groups: 16,
             ssm_dt_rank: 0,
             n_vocab: FULL_VOCAB,
+            kimi: None,
         };
         // Toy geometry of the trained tiny models (head dims 64, rope over 16 dims), but with a
         // 4-layer stack: three DeltaNet layers and one attention layer cover both mixers.
@@ -214,6 +240,84 @@ impl Preset {
                 n_ff_shexp: 256,
                 ..tiny
             },
+            Preset::Qwen3NextSmall => Geometry {
+                arch: "qwen3next",
+                size_label: "small",
+                n_embd: 1024,
+                n_head: 8,
+                n_ff: 512,
+                n_expert: 64,
+                n_expert_used: 8,
+                n_ff_exp: 512,
+                n_ff_shexp: 512,
+                ..tiny
+            },
+            // Kimi-Linear-48B-A3B's config.json as llama.cpp's kimi-linear.cpp reads it: hidden
+            // 2304, 27 layers, 32 heads; KDA heads of 128 with kernel-4 convolutions; MLA with
+            // kv_lora_rank 512, qk_nope 128, qk_rope 64, v_head 128, at layers 4, 8, …, 24 and 27
+            // (1-based); a dense first layer of 9216; 256 experts of 1024, top-8, one shared,
+            // routed scale 2.446; 163,840 tokens; rms eps 1e-5.
+            Preset::KimiLinear48bA3b => Geometry {
+                arch: "kimi-linear",
+                size_label: "48B-A3B",
+                n_layer: 27,
+                n_embd: 2304,
+                n_head: 32,
+                n_head_kv: 1,
+                head_dim: 576,
+                rope_dims: 64,
+                rms_eps: 1e-5,
+                ctx_train: 1_048_576,
+                n_ff: 9216,
+                n_expert: 256,
+                n_expert_used: 8,
+                n_ff_exp: 1024,
+                n_ff_shexp: 1024,
+                ssm_state: 128,
+                ssm_groups: 32,
+                ssm_dt_rank: 32,
+                n_vocab: 163_840,
+                kimi: Some(Kimi { kv_lora: 512, qk_nope: 128, v_head: 128, n_dense_lead: 1, w_scale: 2.446, mla_last: true }),
+                ..base
+            },
+            Preset::KimiLinearTiny => Geometry {
+                arch: "kimi-linear",
+                n_head: 4,
+                n_head_kv: 1,
+                head_dim: 288,
+                rope_dims: 32,
+                rms_eps: 1e-5,
+                n_ff: 256,
+                n_expert: 4,
+                n_expert_used: 2,
+                n_ff_exp: 256,
+                n_ff_shexp: 256,
+                ssm_state: 64,
+                ssm_groups: 4,
+                ssm_dt_rank: 4,
+                kimi: Some(Kimi { kv_lora: 256, qk_nope: 64, v_head: 64, n_dense_lead: 1, w_scale: 2.446, mla_last: false }),
+                ..tiny
+            },
+            Preset::KimiLinearSmall => Geometry {
+                arch: "kimi-linear",
+                size_label: "small",
+                n_embd: 1024,
+                n_head: 8,
+                n_head_kv: 1,
+                head_dim: 288,
+                rope_dims: 32,
+                rms_eps: 1e-5,
+                n_ff: 2048,
+                n_expert: 64,
+                n_expert_used: 8,
+                n_ff_exp: 512,
+                n_ff_shexp: 512,
+                ssm_state: 128,
+                ssm_groups: 8,
+                ssm_dt_rank: 8,
+                kimi: Some(Kimi { kv_lora: 256, qk_nope: 64, v_head: 64, n_dense_lead: 1, w_scale: 2.446, mla_last: false }),
+                ..tiny
+            },
         }
     }
 }
@@ -268,6 +372,23 @@ pub struct Geometry {
     /// DeltaNet V heads (`ssm.time_step_rank`).
     pub ssm_dt_rank: usize,
     pub n_vocab: usize,
+    /// kimi-linear's MLA and router (None for the Qwen families). Its KDA layers use ssm_state
+    /// as the head width, ssm_groups = ssm_dt_rank = n_head heads, ssm_conv the kernel; n_ff is
+    /// the leading dense layers' width; head_dim is MLA's K row (kv_lora + rope).
+    pub kimi: Option<Kimi>,
+}
+
+/// kimi-linear's extra hyperparameters.
+#[derive(Clone, Copy, Debug)]
+pub struct Kimi {
+    pub kv_lora: usize,
+    pub qk_nope: usize,
+    pub v_head: usize,
+    /// Layers before the first MoE layer (dense SwiGLU).
+    pub n_dense_lead: usize,
+    pub w_scale: f32,
+    /// The last layer is MLA too (Kimi-Linear-48B's 27th).
+    pub mla_last: bool,
 }
 
 impl Geometry {
@@ -277,7 +398,8 @@ impl Geometry {
 
     /// llama.cpp's default when `recurrent_layers` is absent; we also write the array.
     pub fn is_recurrent(&self, il: usize) -> bool {
-        !(il + 1).is_multiple_of(self.full_attn_interval)
+        let last_mla = self.kimi.is_some_and(|k| k.mla_last) && il + 1 == self.n_layer;
+        !(il + 1).is_multiple_of(self.full_attn_interval) && !last_mla
     }
 
     pub fn ssm_inner(&self) -> usize {
@@ -330,6 +452,9 @@ impl TensorPlan {
 /// DeltaNet and shared-expert matrices Q8_0; routed experts, dense FFN and token_embd Q4_K;
 /// output Q6_K; norms, routers, conv1d, ssm_a and ssm_dt F32.
 pub fn tensor_plan(g: &Geometry) -> Vec<TensorPlan> {
+    if let Some(k) = g.kimi {
+        return kimi_tensor_plan(g, &k);
+    }
     use GgmlType::{F32, Q4_K, Q6_K, Q8_0};
     let t = |name: String, ty, dims: &[usize], fill| TensorPlan {
         name,
@@ -397,8 +522,110 @@ pub fn tensor_plan(g: &Geometry) -> Vec<TensorPlan> {
     out
 }
 
+/// kimi-linear's tensors (llama.cpp `kimi-linear.cpp` `load_arch_tensors`), in the same mix:
+/// mixer and shared-expert matrices Q8_0, routed experts, the dense FFN and token_embd Q4_K,
+/// output Q6_K, the rest F32.
+fn kimi_tensor_plan(g: &Geometry, k: &Kimi) -> Vec<TensorPlan> {
+    use GgmlType::{F32, Q4_K, Q6_K, Q8_0};
+    let t = |name: String, ty, dims: &[usize], fill| TensorPlan { name, ty, dims: dims.iter().map(|&d| d as u64).collect(), fill };
+    let (e, v, h) = (g.n_embd, g.n_vocab, g.n_head);
+    let (hd, inner) = (g.ssm_state, g.ssm_state * g.n_head);
+    let mut out = vec![
+        t("output.weight".into(), Q6_K, &[e, v], Fill::Matrix),
+        t("output_norm.weight".into(), F32, &[e], Fill::Norm),
+        t("token_embd.weight".into(), Q4_K, &[e, v], Fill::Matrix),
+    ];
+    for il in 0..g.n_layer {
+        let mut layer = Vec::new();
+        let mut add = |suffix: &str, ty, dims: &[usize], fill| layer.push(t(format!("blk.{il}.{suffix}"), ty, dims, fill));
+        add("attn_norm.weight", F32, &[e], Fill::Norm);
+        add("ffn_norm.weight", F32, &[e], Fill::Norm);
+        if g.is_recurrent(il) {
+            for x in ["q", "k", "v"] {
+                add(&format!("attn_{x}.weight"), Q8_0, &[e, inner], Fill::Matrix);
+                add(&format!("ssm_conv1d_{x}.weight"), F32, &[g.ssm_conv, 1, inner], Fill::Normal(0.2));
+            }
+            add("ssm_f_a.weight", Q8_0, &[e, hd], Fill::Matrix);
+            add("ssm_f_b.weight", Q8_0, &[hd, inner], Fill::Matrix);
+            add("ssm_g_a.weight", Q8_0, &[e, hd], Fill::Matrix);
+            add("ssm_g_b.weight", Q8_0, &[hd, inner], Fill::Matrix);
+            add("ssm_beta.weight", Q8_0, &[e, h], Fill::Matrix);
+            add("ssm_a", F32, &[1, h], Fill::SsmA);
+            add("ssm_dt.bias", F32, &[inner], Fill::Uniform);
+            add("ssm_norm.weight", F32, &[hd], Fill::Norm);
+            add("attn_output.weight", Q8_0, &[inner, e], Fill::Matrix);
+        } else {
+            add("attn_q.weight", Q8_0, &[e, h * (k.qk_nope + g.rope_dims)], Fill::Matrix);
+            add("attn_kv_a_mqa.weight", Q8_0, &[e, k.kv_lora + g.rope_dims], Fill::Matrix);
+            add("attn_kv_a_norm.weight", F32, &[k.kv_lora], Fill::Norm);
+            add("attn_k_b.weight", Q8_0, &[k.qk_nope, k.kv_lora, h], Fill::Matrix);
+            add("attn_v_b.weight", Q8_0, &[k.kv_lora, k.v_head, h], Fill::Matrix);
+            add("attn_output.weight", Q8_0, &[h * k.v_head, e], Fill::Matrix);
+        }
+        if il < k.n_dense_lead {
+            add("ffn_gate.weight", Q4_K, &[e, g.n_ff], Fill::Matrix);
+            add("ffn_up.weight", Q4_K, &[e, g.n_ff], Fill::Matrix);
+            add("ffn_down.weight", Q4_K, &[g.n_ff, e], Fill::Matrix);
+        } else {
+            let (n, f, sf) = (g.n_expert, g.n_ff_exp, g.n_ff_shexp);
+            add("ffn_gate_inp.weight", F32, &[e, n], Fill::Normal(0.02));
+            add("exp_probs_b.bias", F32, &[n], Fill::Normal(0.02));
+            add("ffn_gate_exps.weight", Q4_K, &[e, f, n], Fill::Matrix);
+            add("ffn_up_exps.weight", Q4_K, &[e, f, n], Fill::Matrix);
+            add("ffn_down_exps.weight", Q4_K, &[f, e, n], Fill::Matrix);
+            add("ffn_gate_shexp.weight", Q8_0, &[e, sf], Fill::Matrix);
+            add("ffn_up_shexp.weight", Q8_0, &[e, sf], Fill::Matrix);
+            add("ffn_down_shexp.weight", Q8_0, &[sf, e], Fill::Matrix);
+        }
+        layer.sort_by(|a, b| a.name.cmp(&b.name));
+        out.extend(layer);
+    }
+    out
+}
+
+/// kimi-linear's metadata keys (conversion/kimi_linear.py's set_gguf_parameters).
+fn kimi_metadata(g: &Geometry, k: &Kimi, preset: Preset) -> Vec<(String, Value)> {
+    let a = g.arch;
+    let u = |x: usize| Value::U32(x as u32);
+    vec![
+        ("general.architecture".into(), a.into()),
+        ("general.type".into(), "model".into()),
+        ("general.name".into(), format!("synthetic {}", preset.name()).into()),
+        ("general.size_label".into(), g.size_label.into()),
+        (format!("{a}.block_count"), u(g.n_layer)),
+        (format!("{a}.context_length"), Value::U32(g.ctx_train)),
+        (format!("{a}.embedding_length"), u(g.n_embd)),
+        (format!("{a}.feed_forward_length"), u(g.n_ff)),
+        (format!("{a}.attention.head_count"), u(g.n_head)),
+        (
+            format!("{a}.attention.head_count_kv"),
+            Value::Array((0..g.n_layer).map(|il| Value::U32(if g.is_recurrent(il) { 0 } else { 1 })).collect()),
+        ),
+        (format!("{a}.attention.layer_norm_rms_epsilon"), Value::F32(g.rms_eps)),
+        (format!("{a}.expert_count"), u(g.n_expert)),
+        (format!("{a}.expert_used_count"), u(g.n_expert_used)),
+        (format!("{a}.expert_gating_func"), Value::U32(2)),
+        (format!("{a}.attention.key_length"), u(k.kv_lora + g.rope_dims)),
+        (format!("{a}.attention.value_length"), u(k.kv_lora)),
+        (format!("{a}.vocab_size"), u(g.n_vocab)),
+        (format!("{a}.ssm.conv_kernel"), u(g.ssm_conv)),
+        (format!("{a}.kda.head_dim"), u(g.ssm_state)),
+        (format!("{a}.attention.kv_lora_rank"), u(k.kv_lora)),
+        (format!("{a}.rope.dimension_count"), u(g.rope_dims)),
+        (format!("{a}.attention.key_length_mla"), u(k.qk_nope + g.rope_dims)),
+        (format!("{a}.attention.value_length_mla"), u(k.v_head)),
+        (format!("{a}.expert_feed_forward_length"), u(g.n_ff_exp)),
+        (format!("{a}.expert_shared_count"), u(g.n_ff_shexp / g.n_ff_exp.max(1))),
+        (format!("{a}.leading_dense_block_count"), u(k.n_dense_lead)),
+        (format!("{a}.expert_weights_scale"), Value::F32(k.w_scale)),
+    ]
+}
+
 /// Metadata keys of the architecture (no tokenizer), as convert_hf_to_gguf writes them.
 fn arch_metadata(g: &Geometry, preset: Preset) -> Vec<(String, Value)> {
+    if let Some(k) = g.kimi {
+        return kimi_metadata(g, &k, preset);
+    }
     let a = g.arch;
     let u = |x: usize| Value::U32(x as u32);
     let mut kv: Vec<(String, Value)> = vec![

@@ -82,7 +82,7 @@ fn mean_std(x: &[f32]) -> (f64, f64) {
 
 #[test]
 fn tiny_presets_write_loadable_files_with_realistic_values() {
-    for p in [Preset::Qwen35Tiny, Preset::Qwen35MoeTiny, Preset::Qwen3NextTiny] {
+    for p in [Preset::Qwen35Tiny, Preset::Qwen35MoeTiny, Preset::Qwen3NextTiny, Preset::KimiLinearTiny] {
         let path = temp_path(&format!("{p}.gguf"));
         let rep = write_synthetic(p, &path, None, 7).unwrap();
         let f = GgufFile::open(&path).unwrap();
@@ -108,10 +108,27 @@ fn tiny_presets_write_loadable_files_with_realistic_values() {
         assert_eq!(f.get_str("general.name"), Some(format!("synthetic {p}").as_str()));
         assert_eq!(f.get_array("tokenizer.ggml.tokens").unwrap().len(), g.n_vocab);
         assert_eq!(f.get_array("tokenizer.ggml.token_type").unwrap().len(), g.n_vocab);
-        let rec = f.get_array(&f.arch_key("attention.recurrent_layers")).unwrap();
-        assert_eq!(rec.iter().map(|v| v.as_bool().unwrap()).collect::<Vec<_>>(), [true, true, true, false]);
-        let cfg = if g.arch == "qwen3next" { xwen_engine::models::qwen3next::config(&f) } else { xwen_engine::models::qwen35::config(&f) }.unwrap();
+        if g.kimi.is_some() {
+            // kimi-linear marks its KDA layers by zero KV heads
+            let kv = f.get_array(&f.arch_key("attention.head_count_kv")).unwrap();
+            assert_eq!(kv.iter().map(|v| v.as_u64().unwrap()).collect::<Vec<_>>(), [0, 0, 0, 1]);
+        } else {
+            let rec = f.get_array(&f.arch_key("attention.recurrent_layers")).unwrap();
+            assert_eq!(rec.iter().map(|v| v.as_bool().unwrap()).collect::<Vec<_>>(), [true, true, true, false]);
+        }
+        let cfg = match g.arch {
+            "qwen3next" => xwen_engine::models::qwen3next::config(&f),
+            "kimi-linear" => xwen_engine::models::kimi_linear::config(&f),
+            _ => xwen_engine::models::qwen35::config(&f),
+        }
+        .unwrap();
         assert_eq!((cfg.n_layer, cfg.hidden, cfg.n_vocab), (g.n_layer, g.n_embd, g.n_vocab));
+        // the engine runs it: finite logits after a short prompt and a decode step
+        let m = xwen_engine::Model::load(&path, &xwen_engine::EngineConfig { threads: 2, max_ctx: 64, ..Default::default() }).unwrap();
+        let mut st = m.new_state();
+        let logits = m.forward(&mut st, &[1, 2, 3, 4, 5], xwen_engine::LogitsMode::Last).unwrap();
+        let next = m.forward(&mut st, &[6], xwen_engine::LogitsMode::Last).unwrap();
+        assert!(logits.iter().chain(&next).all(|v| v.is_finite()), "{p}: non-finite logits");
         std::fs::remove_file(&path).unwrap();
     }
 }
