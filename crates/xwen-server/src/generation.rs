@@ -5,7 +5,7 @@
 
 use crate::engine::{Job, Out, SubmitError};
 use crate::error::{ApiError, ApiResult, Dialect, Kind};
-use crate::reply::{Piece, ReplyParser};
+use crate::reply::{CallSyntax, Piece, ReplyParser, KIMI_CALL_OPEN};
 use xwen_chat::StopFilter;
 use crate::tool_parse::ToolSchemas;
 use crate::App;
@@ -138,7 +138,8 @@ impl App {
             eog: self.eog.clone(),
             dec: StreamDecoder::new(),
             stop: StopFilter::new(p.stops),
-            parser: ReplyParser::new(p.in_reasoning, p.reasoning, p.tools),
+            // Kimi vocabularies call tools with their own marker tokens
+            parser: ReplyParser::with_syntax(p.in_reasoning, p.reasoning, p.tools, CallSyntax::with_kimi(self.tok.token_id(KIMI_CALL_OPEN).is_some())),
             prompt_tokens: n,
             cached: 0,
             completion_tokens: 0,

@@ -1,9 +1,13 @@
 //! The reply's text, as it streams: stop strings cut it (`xwen_chat::StopFilter`), then
-//! `ReplyParser` splits it into reasoning (`<think>` … `</think>`), content and tool calls (`<tool_call>` …
-//! `</tool_call>`). Both hold back only the tail that could still become a stop string or a tag,
-//! so streamed deltas never show text that the final reply does not contain.
+//! `ReplyParser` splits it into reasoning (`<think>` … `</think>`), content and tool calls: Qwen's
+//! `<tool_call>` … `</tool_call>` always, and where the vocabulary has Kimi's markers
+//! (`CallSyntax::with_kimi`), Kimi's `<|tool_call_begin|>functions.NAME:i<|tool_call_argument_begin|>
+//! {json}<|tool_call_end|>` inside `<|tool_calls_section_begin|>` … `<|tool_calls_section_end|>`
+//! (llama.cpp's models/templates/Kimi-K2-*.jinja). Both hold back only the tail that could still
+//! become a stop string or a tag, so streamed deltas never show text that the final reply does
+//! not contain.
 
-use crate::tool_parse::{parse_call, ParsedCall, ToolSchemas};
+use crate::tool_parse::{parse_call, parse_kimi_call, ParsedCall, ToolSchemas};
 use xwen_chat::partial_suffix;
 
 /// One part of the reply.
@@ -25,9 +29,47 @@ const THINK_OPEN: &str = "<think>";
 const THINK_CLOSE: &str = "</think>";
 const CALL_OPEN: &str = "<tool_call>";
 const CALL_CLOSE: &str = "</tool_call>";
+pub const KIMI_CALL_OPEN: &str = "<|tool_call_begin|>";
+const KIMI_CALL_CLOSE: &str = "<|tool_call_end|>";
+/// Kimi's section markers around its calls: neither content nor part of a call.
+const KIMI_SECTION: [&str; 2] = ["<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"];
+
+/// Which tool-call markups a reply may hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CallSyntax {
+    /// Kimi's token-delimited calls (a vocabulary that has `<|tool_call_begin|>`).
+    pub kimi: bool,
+}
+
+impl CallSyntax {
+    pub fn with_kimi(kimi: bool) -> Self {
+        CallSyntax { kimi }
+    }
+
+    /// (open, close) of each call markup.
+    fn pairs(&self) -> Vec<(&'static str, &'static str)> {
+        let mut v = vec![(CALL_OPEN, CALL_CLOSE)];
+        if self.kimi {
+            v.push((KIMI_CALL_OPEN, KIMI_CALL_CLOSE));
+        }
+        v
+    }
+
+    /// Markers that are dropped wherever they stand outside a call.
+    fn dropped(&self) -> &'static [&'static str] {
+        if self.kimi {
+            &KIMI_SECTION
+        } else {
+            &[]
+        }
+    }
+}
 
 pub struct ReplyParser {
     mode: Mode,
+    syntax: CallSyntax,
+    /// The close tag of the call being read (Mode::Call).
+    call_close: &'static str,
     buf: String,
     reasoning: bool,
     tools: Option<ToolSchemas>,
@@ -44,8 +86,15 @@ impl ReplyParser {
     /// `in_reasoning`: the prompt ended inside `<think>` (the template opened it);
     /// `reasoning`: split `<think>` blocks out at all; `tools`: parse tool calls.
     pub fn new(in_reasoning: bool, reasoning: bool, tools: Option<ToolSchemas>) -> Self {
+        Self::with_syntax(in_reasoning, reasoning, tools, CallSyntax::default())
+    }
+
+    /// `new` for a model whose calls may also take `syntax`'s markups.
+    pub fn with_syntax(in_reasoning: bool, reasoning: bool, tools: Option<ToolSchemas>, syntax: CallSyntax) -> Self {
         ReplyParser {
             mode: if in_reasoning && reasoning { Mode::Reasoning } else { Mode::Content },
+            syntax,
+            call_close: CALL_CLOSE,
             buf: String::new(),
             reasoning,
             tools,
@@ -85,6 +134,36 @@ impl ReplyParser {
         }
     }
 
+    /// The earliest call open tag in the buffer: (position, its close tag).
+    fn find_call(&self) -> Option<(usize, &'static str)> {
+        self.tools.as_ref()?;
+        self.syntax.pairs().into_iter().filter_map(|(o, c)| self.buf.find(o).map(|i| (i, c))).min_by_key(|x| x.0)
+    }
+
+    /// How much of the buffer's tail could still become a call open tag.
+    fn call_prefix_len(&self) -> usize {
+        if self.tools.is_none() {
+            return 0;
+        }
+        self.syntax.pairs().into_iter().map(|(o, _)| partial_suffix(&self.buf, o)).max().unwrap_or(0)
+    }
+
+    /// Removes the markers that are neither content nor calls (Kimi's section tags); returns how
+    /// much of the tail could still become one.
+    fn drop_markers(&mut self) -> usize {
+        if self.tools.is_none() {
+            return 0;
+        }
+        let mut keep = 0;
+        for m in self.syntax.dropped() {
+            while let Some(i) = self.buf.find(m) {
+                self.buf.replace_range(i..i + m.len(), "");
+            }
+            keep = keep.max(partial_suffix(&self.buf, m));
+        }
+        keep
+    }
+
     /// Adds text; returns the pieces now complete.
     pub fn push(&mut self, text: &str) -> Vec<Piece> {
         self.buf.push_str(text);
@@ -100,20 +179,19 @@ impl ReplyParser {
                         }
                         self.reasoning_started = true;
                     }
-                    let close = self.buf.find(THINK_CLOSE).map(|i| (i, THINK_CLOSE.len(), Mode::Content));
-                    let call = self.tools.as_ref().and(self.buf.find(CALL_OPEN)).map(|i| (i, 0, Mode::Call));
+                    let dropped_keep = self.drop_markers();
+                    let close = self.buf.find(THINK_CLOSE).map(|i| (i, THINK_CLOSE.len(), Mode::Content, CALL_CLOSE));
+                    let call = self.find_call().map(|(i, c)| (i, 0, Mode::Call, c));
                     match [close, call].into_iter().flatten().min_by_key(|x| x.0) {
-                        Some((i, skip, next)) => {
+                        Some((i, skip, next, call_close)) => {
                             let r = self.buf[..i].to_string();
                             Self::reasoning_text(&mut out, r.trim_end_matches('\n'));
                             self.buf.drain(..i + skip);
                             self.mode = next;
+                            self.call_close = call_close;
                         }
                         None => {
-                            let mut keep = partial_suffix(&self.buf, THINK_CLOSE);
-                            if self.tools.is_some() {
-                                keep = keep.max(partial_suffix(&self.buf, CALL_OPEN));
-                            }
+                            let keep = partial_suffix(&self.buf, THINK_CLOSE).max(self.call_prefix_len()).max(dropped_keep);
                             // a trailing newline may be the one before `</think>`
                             let cut = self.buf.len() - keep;
                             let body = &self.buf[..cut];
@@ -126,10 +204,12 @@ impl ReplyParser {
                     }
                 }
                 Mode::Content => {
-                    let call = self.tools.as_ref().and(self.buf.find(CALL_OPEN)).map(|i| (i, Mode::Call));
-                    let think = self.reasoning.then(|| self.buf.find(THINK_OPEN)).flatten().map(|i| (i, Mode::Reasoning));
+                    let dropped_keep = self.drop_markers();
+                    let call = self.find_call().map(|(i, c)| (i, Mode::Call, c));
+                    let think = self.reasoning.then(|| self.buf.find(THINK_OPEN)).flatten().map(|i| (i, Mode::Reasoning, CALL_CLOSE));
                     match [call, think].into_iter().flatten().min_by_key(|x| x.0) {
-                        Some((i, next)) => {
+                        Some((i, next, call_close)) => {
+                            self.call_close = call_close;
                             let c = self.buf[..i].to_string();
                             self.content(&mut out, &c);
                             let skip = if next == Mode::Reasoning { THINK_OPEN.len() } else { 0 };
@@ -140,10 +220,7 @@ impl ReplyParser {
                             self.mode = next;
                         }
                         None => {
-                            let mut keep = 0;
-                            if self.tools.is_some() {
-                                keep = partial_suffix(&self.buf, CALL_OPEN);
-                            }
+                            let mut keep = self.call_prefix_len().max(dropped_keep);
                             if self.reasoning {
                                 keep = keep.max(partial_suffix(&self.buf, THINK_OPEN));
                             }
@@ -155,10 +232,11 @@ impl ReplyParser {
                         }
                     }
                 }
-                Mode::Call => match self.buf.find(CALL_CLOSE) {
+                Mode::Call => match self.buf.find(self.call_close) {
                     Some(i) => {
-                        let body = self.buf[..i + CALL_CLOSE.len()].to_string();
-                        self.buf.drain(..i + CALL_CLOSE.len());
+                        let n = self.call_close.len();
+                        let body = self.buf[..i + n].to_string();
+                        self.buf.drain(..i + n);
                         self.finish_call(&mut out, &body);
                         self.mode = Mode::Content;
                     }
@@ -170,7 +248,8 @@ impl ReplyParser {
 
     fn finish_call(&mut self, out: &mut Vec<Piece>, body: &str) {
         let schemas = self.tools.clone().unwrap_or_default();
-        match parse_call(body, &schemas) {
+        let parsed = if body.trim_start().starts_with(KIMI_CALL_OPEN) { parse_kimi_call(body) } else { parse_call(body, &schemas) };
+        match parsed {
             Some(call) => {
                 self.calls += 1;
                 // whitespace between calls is not content
@@ -271,5 +350,40 @@ mod tests {
         assert_eq!(run("<tool_call>\n<function=f>\n<parameter=n>\n7", false, true), vec![want]);
         // without tools the tags are text
         assert_eq!(run("<tool_call>x</tool_call>", false, false), vec![c("<tool_call>x</tool_call>")]);
+    }
+
+    /// Feeds `text` whole and one char at a time to a parser that knows Kimi's markups.
+    fn run_kimi(text: &str, tools: bool) -> Vec<Piece> {
+        let schemas = || tools.then(|| ToolSchemas::from_openai(&[json!({"function": {"name": "get_weather", "parameters": {}}})]));
+        let mut whole = ReplyParser::with_syntax(false, true, schemas(), CallSyntax::with_kimi(true));
+        let mut a = whole.push(text);
+        a.extend(whole.finish());
+        let mut p = ReplyParser::with_syntax(false, true, schemas(), CallSyntax::with_kimi(true));
+        let mut b = Vec::new();
+        for ch in text.chars() {
+            b.extend(p.push(&ch.to_string()));
+        }
+        b.extend(p.finish());
+        assert_eq!(merge_all(a.clone()), merge_all(b), "split by char differs for {text:?}");
+        merge_all(a)
+    }
+
+    #[test]
+    fn kimi_calls_in_their_section() {
+        let call = |i: usize, city: &str| {
+            format!("<|tool_call_begin|>functions.get_weather:{i}<|tool_call_argument_begin|>{{\"city\": \"{city}\"}}<|tool_call_end|>")
+        };
+        let want = |city: &str| Piece::ToolCall(ParsedCall { name: "get_weather".into(), arguments: json!({"city": city}).as_object().unwrap().clone() });
+        let text = format!("Checking.<|tool_calls_section_begin|>{}{}<|tool_calls_section_end|>", call(0, "Paris"), call(1, "Oslo"));
+        assert_eq!(run_kimi(&text, true), vec![c("Checking."), want("Paris"), want("Oslo")]);
+        // reasoning first, then the section
+        let text = format!("<think>need weather</think><|tool_calls_section_begin|>{}<|tool_calls_section_end|>", call(0, "Rome"));
+        assert_eq!(run_kimi(&text, true), vec![r("need weather"), want("Rome")]);
+        // a call cut short at the end still parses as far as its JSON goes, and Qwen's markup
+        // still works beside Kimi's
+        assert_eq!(run_kimi("<tool_call>\n<function=get_weather>\n</function>\n</tool_call>", true).len(), 1);
+        // without tools the markers are text
+        let plain = run_kimi("<|tool_calls_section_begin|>x", false);
+        assert_eq!(plain, vec![c("<|tool_calls_section_begin|>x")]);
     }
 }

@@ -159,6 +159,33 @@ pub fn parse_call(body: &str, schemas: &ToolSchemas) -> Option<ParsedCall> {
     Some(ParsedCall { name, arguments })
 }
 
+/// One of Kimi's calls: `<|tool_call_begin|>functions.NAME:INDEX<|tool_call_argument_begin|>
+/// {json}<|tool_call_end|>` (either end tag may be missing). The name is the id's part between
+/// `functions.` and the index; None when there is no name or no argument marker.
+pub fn parse_kimi_call(body: &str) -> Option<ParsedCall> {
+    let body = body.trim_start();
+    let body = body.strip_prefix("<|tool_call_begin|>").unwrap_or(body);
+    let body = match body.find("<|tool_call_end|>") {
+        Some(i) => &body[..i],
+        None => body,
+    };
+    let (id, args) = body.split_once("<|tool_call_argument_begin|>")?;
+    let id = id.trim();
+    let id = id.strip_prefix("functions.").unwrap_or(id);
+    let name = match id.rsplit_once(':') {
+        Some((n, i)) if i.chars().all(|c| c.is_ascii_digit()) => n,
+        _ => id,
+    };
+    if name.is_empty() {
+        return None;
+    }
+    let arguments = match serde_json::from_str::<Value>(args.trim()) {
+        Ok(Value::Object(o)) => o,
+        _ => Map::new(),
+    };
+    Some(ParsedCall { name: name.to_string(), arguments })
+}
+
 fn parse_json_call(t: &str) -> Option<ParsedCall> {
     let v: Value = serde_json::from_str(t).ok()?;
     let name = v.get("name")?.as_str()?.to_string();
