@@ -70,46 +70,73 @@ pub fn cache_len(kv: &KvCache, d: &MlaDims) -> usize {
     kv.k.len() / d.k_width()
 }
 
-/// Head `h`'s matrix of a per-head stack applied to each span's rows of `x` (rows × cols) as
-/// llama.cpp's batched mul_mat does it per head: a span's rows as one product of its row count,
-/// a decode-order span's rows one at a time (the one-token kernels).
+/// Each head's matrix of a per-head stack (`w`: H matrices rows × cols) applied to that head's
+/// rows: `xs` is n × H × cols (token-major, heads within), `ys` n × H × rows. As llama.cpp's
+/// batched mul_mat does it per head: a span's rows as one product of its row count; a decode
+/// row (or a decode-order span's rows) one at a time in the one-token kernels — all heads' and
+/// all decode rows' products in one parallel job (`Ctx::mv_batch`), not one dispatch each.
 ///
 /// llama.cpp repacks a Q4_K matrix (row count a multiple of 8) only when it is 2-D
 /// (ggml-cpu repack.cpp `supports_op`); these stacks are 3-D, so their products take the plain
-/// Q4_K kernels. xwen's dispatch decides repacking by row count, so the head's matrix is run in
+/// Q4_K kernels. xwen's dispatch decides repacking by row count, so a head's matrix is run in
 /// pieces of 7 rows, which it never repacks — every output element is one row's dot product,
 /// the same bits whatever the pieces.
-fn per_head_mm(ctx: &Ctx, w: &Mat, h: usize, x: &[f32], rows: &Rows, y: &mut [f32]) {
+fn heads_mm(ctx: &Ctx, w: &Mat, xs: &[f32], rows: &Rows, ys: &mut [f32]) {
     const PLAIN_PIECE: usize = 7;
-    let q = w.q_sub(ctx.file, h);
-    let pieces: Vec<(usize, usize)> = if q.ty == xwen_gguf::GgmlType::Q4_K && q.rows.is_multiple_of(8) {
-        (0..q.rows).step_by(PLAIN_PIECE).map(|r0| (r0, (r0 + PLAIN_PIECE).min(q.rows))).collect()
+    let nh = w.n_mats;
+    let (wr, wc) = (w.rows, w.cols);
+    let q0 = w.q_sub(ctx.file, 0);
+    let rb = q0.row_bytes();
+    let pieces: Vec<(usize, usize)> = if q0.ty == xwen_gguf::GgmlType::Q4_K && wr.is_multiple_of(8) {
+        (0..wr).step_by(PLAIN_PIECE).map(|r0| (r0, (r0 + PLAIN_PIECE).min(wr))).collect()
     } else {
-        vec![(0, q.rows)]
+        vec![(0, wr)]
     };
-    let rb = q.row_bytes();
-    let mut run = |t0: usize, n: usize| {
-        let xs = &x[t0 * w.cols..(t0 + n) * w.cols];
-        if pieces.len() == 1 {
-            ctx.mm_into(q, xs, n, &mut y[t0 * w.rows..(t0 + n) * w.rows]);
-            return;
+    let piece = |h: usize, (r0, r1): (usize, usize)| {
+        let q = w.q_sub(ctx.file, h);
+        xwen_kernels::QMatrix { ty: q.ty, rows: r1 - r0, cols: q.cols, data: &q.data[r0 * rb..r1 * rb] }
+    };
+    // decode rows: one job of every (row, head, piece) product
+    let single: Vec<bool> = {
+        let mut v = vec![false; rows.n];
+        for s in rows.spans.iter().filter(|s| s.decode_order || s.len == 1) {
+            v[s.rows()].iter_mut().for_each(|x| *x = true);
         }
-        for &(r0, r1) in &pieces {
-            let piece = xwen_kernels::QMatrix { ty: q.ty, rows: r1 - r0, cols: q.cols, data: &q.data[r0 * rb..r1 * rb] };
-            let mut yp = vec![0.0f32; n * (r1 - r0)];
-            ctx.mm_into(piece, xs, n, &mut yp);
-            for t in 0..n {
-                y[(t0 + t) * w.rows + r0..(t0 + t) * w.rows + r1].copy_from_slice(&yp[t * (r1 - r0)..(t + 1) * (r1 - r0)]);
+        v
+    };
+    {
+        let mut jobs = Vec::new();
+        for (t, y_t) in ys.chunks_exact_mut(nh * wr).enumerate() {
+            if !single[t] {
+                continue;
+            }
+            for (h, mut y_h) in y_t.chunks_exact_mut(wr).enumerate() {
+                let x = &xs[(t * nh + h) * wc..][..wc];
+                for &(r0, r1) in &pieces {
+                    let (y_p, rest) = y_h.split_at_mut(r1 - r0);
+                    y_h = rest;
+                    jobs.push(crate::compute::MvJob { w: piece(h, (r0, r1)), x, y: y_p });
+                }
             }
         }
-    };
-    for s in &rows.spans {
-        if s.decode_order {
-            for t in s.rows() {
-                run(t, 1);
+        if !jobs.is_empty() {
+            ctx.mv_batch(&mut jobs);
+        }
+    }
+    // prefill spans: per head, the span's rows as one product
+    for s in rows.spans.iter().filter(|s| !(s.decode_order || s.len == 1)) {
+        let mut x_h = vec![0.0f32; s.len * wc];
+        for h in 0..nh {
+            for (i, t) in s.rows().enumerate() {
+                x_h[i * wc..(i + 1) * wc].copy_from_slice(&xs[(t * nh + h) * wc..][..wc]);
             }
-        } else {
-            run(s.start, s.len);
+            for &(r0, r1) in &pieces {
+                let mut y_p = vec![0.0f32; s.len * (r1 - r0)];
+                ctx.mm_into(piece(h, (r0, r1)), &x_h, s.len, &mut y_p);
+                for (i, t) in s.rows().enumerate() {
+                    ys[(t * nh + h) * wr + r0..(t * nh + h) * wr + r1].copy_from_slice(&y_p[i * (r1 - r0)..(i + 1) * (r1 - r0)]);
+                }
+            }
         }
     }
 }
@@ -131,18 +158,15 @@ pub fn forward(ctx: &Ctx, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: &Rows, k
     // the absorbed queries: Q_h = [W_k_b,h q_nope_h | q_pe_h], [n × H × (r + e)]
     let mut qa = vec![0.0f32; n * nh * kw];
     {
-        let mut nope_h = vec![0.0f32; n * nope];
-        let mut abs_h = vec![0.0f32; n * r];
-        for h in 0..nh {
-            for t in 0..n {
-                nope_h[t * nope..(t + 1) * nope].copy_from_slice(&q[(t * nh + h) * qh..][..nope]);
-            }
-            per_head_mm(ctx, &w.k_b, h, &nope_h, rows, &mut abs_h);
-            for t in 0..n {
-                let dst = &mut qa[(t * nh + h) * kw..][..kw];
-                dst[..r].copy_from_slice(&abs_h[t * r..(t + 1) * r]);
-                dst[r..].copy_from_slice(&q[(t * nh + h) * qh + nope..][..e]);
-            }
+        let mut nope_all = vec![0.0f32; n * nh * nope];
+        for (i, dst) in nope_all.chunks_exact_mut(nope).enumerate() {
+            dst.copy_from_slice(&q[i * qh..][..nope]);
+        }
+        let mut abs = vec![0.0f32; n * nh * r];
+        heads_mm(ctx, &w.k_b, &nope_all, rows, &mut abs);
+        for (i, dst) in qa.chunks_exact_mut(kw).enumerate() {
+            dst[..r].copy_from_slice(&abs[i * r..(i + 1) * r]);
+            dst[r..].copy_from_slice(&q[i * qh + nope..][..e]);
         }
     }
     drop(sp);
@@ -218,18 +242,6 @@ pub fn forward(ctx: &Ctx, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: &Rows, k
     let _sp = ctx.span(Op::AttnProj);
     // decompress each head: o_h = W_v_b,h · att_h, then W_o
     let mut o = vec![0.0f32; n * nh * dv];
-    {
-        let mut att_h = vec![0.0f32; n * r];
-        let mut o_h = vec![0.0f32; n * dv];
-        for h in 0..nh {
-            for t in 0..n {
-                att_h[t * r..(t + 1) * r].copy_from_slice(&att[(t * nh + h) * r..][..r]);
-            }
-            per_head_mm(ctx, &w.v_b, h, &att_h, rows, &mut o_h);
-            for t in 0..n {
-                o[(t * nh + h) * dv..][..dv].copy_from_slice(&o_h[t * dv..(t + 1) * dv]);
-            }
-        }
-    }
+    heads_mm(ctx, &w.v_b, &att, rows, &mut o);
     ctx.mm_rows1(&w.o, &o, rows)
 }
