@@ -94,6 +94,12 @@ pub enum Command {
     Bench(BenchArgs),
     /// Write a synthetic full-size GGUF with random weights, for benchmarks
     Synth(SynthArgs),
+    /// RAM plan of a model: floor, trunk, state, scratch, expert cache (and its hit rate from a trace)
+    Plan(PlanArgs),
+    /// Record a greedy run's MoE routing decisions, for `xwen replay` and `xwen plan --trace`
+    Trace(TraceArgs),
+    /// Hit rates of LRU, the shipped expert-cache policy and Belady's optimum on a routing trace
+    Replay(ReplayArgs),
     /// Download a model into the Hugging Face cache (cache first) and print its path
     Pull(PullArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
@@ -293,6 +299,73 @@ pub struct TokenizeArgs {
     /// Parse special-token text such as <|im_start|> as the special token
     #[arg(long = "markup")]
     pub markup: bool,
+}
+
+// ---- plan / trace / replay ----------------------------------------------------------------
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  xwen plan -m moe.gguf                          # the floor and what an expert cache holds
+  xwen plan -m moe.gguf --ram-budget 8G -c 8192 -np 4
+  xwen plan -m moe.gguf --ram-budget auto --trace routes.jsonl")]
+pub struct PlanArgs {
+    /// GGUF path, a directory holding one GGUF, a checkpoint name or owner/repo[:QUANT]; none: the embedded demo model
+    #[arg(short = 'm', long = "model", value_name = "MODEL")]
+    pub model: Option<String>,
+    /// Sequences the plan holds state for (a server's -np)
+    #[arg(long = "parallel", value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub parallel: u32,
+    /// A routing trace (`xwen trace`): the hit rate expected at the plan's cache size
+    #[arg(long = "trace", value_name = "TRACE.jsonl")]
+    pub trace: Option<std::path::PathBuf>,
+    /// One JSON object instead of text
+    #[arg(long = "json")]
+    pub json: bool,
+    #[command(flatten)]
+    pub engine: EngineOpts,
+}
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  xwen trace -m moe.gguf -p 'def quicksort(xs):' -n 256 -o routes.jsonl
+  xwen trace -m moe.gguf -f prompt.txt -n 0 -o prefill-routes.jsonl")]
+pub struct TraceArgs {
+    /// GGUF path, a directory holding one GGUF, a checkpoint name or owner/repo[:QUANT]; none: the embedded demo model
+    #[arg(short = 'm', long = "model", value_name = "MODEL")]
+    pub model: Option<String>,
+    /// The prompt text
+    #[arg(short = 'p', long = "prompt", value_name = "TEXT", conflicts_with = "file")]
+    pub prompt: Option<String>,
+    /// Read the prompt from a file
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    pub file: Option<std::path::PathBuf>,
+    /// Tokens to generate greedily after the prompt
+    #[arg(short = 'n', long = "n-predict", value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
+    pub n_predict: u32,
+    /// Where the trace goes (JSON lines)
+    #[arg(short = 'o', long = "out", value_name = "TRACE.jsonl")]
+    pub out: std::path::PathBuf,
+    #[command(flatten)]
+    pub engine: EngineOpts,
+}
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+Examples:
+  xwen replay routes.jsonl
+  xwen replay routes.jsonl --cache 10,25,50,75,90 --json")]
+pub struct ReplayArgs {
+    /// A routing trace written by `xwen trace`
+    #[arg(value_name = "TRACE.jsonl")]
+    pub trace: std::path::PathBuf,
+    /// Shares of the model's experts cached, in percent
+    #[arg(long = "cache", value_name = "PCT,..", default_value = "25,50,75", value_parser = opts::percent_list)]
+    pub cache: opts::List,
+    /// One JSON object instead of a table
+    #[arg(long = "json")]
+    pub json: bool,
 }
 
 // ---- logits ------------------------------------------------------------------------------

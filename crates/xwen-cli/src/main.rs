@@ -10,11 +10,14 @@ mod cmd_bench;
 mod cmd_chat;
 mod cmd_inspect;
 mod cmd_logits;
+mod cmd_plan;
 mod cmd_pull;
+mod cmd_replay;
 mod cmd_run;
 mod cmd_serve;
 mod cmd_synth;
 mod cmd_tokenize;
+mod cmd_trace;
 mod download;
 mod draft_arg;
 mod hub;
@@ -87,6 +90,9 @@ fn main() -> ExitCode {
         Command::Logits(a) => cmd_logits::run(a),
         Command::Bench(a) => cmd_bench::run(a),
         Command::Synth(a) => cmd_synth::run(a),
+        Command::Plan(a) => cmd_plan::run(a),
+        Command::Trace(a) => cmd_trace::run(a),
+        Command::Replay(a) => cmd_replay::run(a),
         Command::Pull(a) => cmd_pull::run(a),
         Command::Completions(a) => {
             clap_complete::generate(a.shell, &mut command(), "xwen", &mut std::io::stdout());

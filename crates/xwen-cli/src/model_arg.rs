@@ -10,7 +10,7 @@ use crate::opts::EngineOpts;
 use xwen_gguf::GgufFile;
 
 /// tiny-qwen35 (6 M parameters, trained on CPython's standard library), Q4_K_M.
-static DEMO_GGUF: &[u8] = include_bytes!("../../../models/demo/tiny-qwen35-q4_k_m.gguf");
+pub static DEMO_GGUF: &[u8] = include_bytes!("../../../models/demo/tiny-qwen35-q4_k_m.gguf");
 
 pub const DEMO_NOTE: &str = "xwen: no -m given: running the embedded demo model tiny-qwen35 (6M params, \
 writes Python). For a real checkpoint: xwen run -m path/to/model.gguf (e.g. Qwen3.6-35B-A3B Q4_K_M)";

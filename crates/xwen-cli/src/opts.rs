@@ -25,7 +25,7 @@ pub struct EngineOpts {
     /// Physical batch: prompt tokens per forward step (also -ub; llama.cpp's n_ubatch, default 512)
     #[arg(long = "ubatch-size", value_name = "N", allow_negative_numbers = true, value_parser = batch)]
     pub ubatch_size: Option<usize>,
-    /// Hard RAM ceiling; MoE experts stream from disk into a bounded cache (e.g. 12G, 800M, auto = 3/4 of RAM)
+    /// Hard RAM ceiling; MoE experts stream from disk into a bounded cache (e.g. 12G, 800M, auto = 3/4 of what this process may use: the cgroup limit, else MemAvailable)
     #[arg(long = "ram-budget", value_name = "SIZE", allow_hyphen_values = true, value_parser = size)]
     pub ram_budget: Option<u64>,
     /// KV cache type of K (also -ctk; llama.cpp's default f16; q8_0 is not yet bit-identical to llama.cpp)
@@ -327,6 +327,17 @@ pub fn count_list(s: &str) -> Result<List, String> {
         .map(|x| match x.trim().parse::<u64>() {
             Ok(n) if n <= MAX_CTX as u64 => Ok(n as usize),
             _ => Err(format!("`{x}` is outside the allowed range 0..={MAX_CTX}")),
+        })
+        .collect::<Result<_, _>>()
+        .map(List)
+}
+
+/// A comma-separated list of percentages, each 0..=100.
+pub fn percent_list(s: &str) -> Result<List, String> {
+    s.split(',')
+        .map(|x| match x.trim().parse::<u64>() {
+            Ok(n) if n <= 100 => Ok(n as usize),
+            _ => Err(format!("`{x}` is outside the allowed range 0..=100 (percent)")),
         })
         .collect::<Result<_, _>>()
         .map(List)

@@ -126,7 +126,7 @@ impl Model {
         let figures = net.plan_figures(cfg.max_ctx, cfg.effective_kv_types());
         let plan = match cfg.ram_budget {
             None => None,
-            Some(b) => Some(MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, cfg.n_seq, b, crate::experts::plan::machine_ram())?),
+            Some(b) => Some(MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, cfg.n_seq, b, crate::experts::plan::ram_limit())?),
         };
         let has_experts = experts.iter().any(|e| e.is_some());
         let store: Box<dyn ExpertStore> = match (&plan, has_experts) {
@@ -212,6 +212,13 @@ impl Model {
 
     pub fn gguf(&self) -> &GgufFile {
         &self.file
+    }
+
+    /// (experts per MoE layer, experts each token uses, MoE layers); None for a dense model.
+    pub fn moe_geometry(&self) -> Option<(usize, usize, usize)> {
+        let f = self.net.plan_figures(1, (crate::KvType::F16, crate::KvType::F16));
+        let layers = self.file.tensors().iter().filter(|t| t.name.ends_with(".ffn_gate_exps.weight")).count();
+        (f.n_expert > 0 && layers > 0).then_some((f.n_expert, f.n_used, layers))
     }
 
     pub fn threads(&self) -> usize {

@@ -29,11 +29,19 @@ pub const AGING_TOKENS: u64 = 16;
 pub struct Cached {
     pub buf: Arc<AlignedBuf>,
     pub places: [Range<usize>; 3],
+}
+
+/// One cached entry: what it holds, the bytes it counts, when it was last used.
+struct Slot<P> {
+    payload: P,
+    size: u64,
     last_use: u64,
 }
 
-pub struct ExpertCache {
-    map: HashMap<ExpertKey, Cached>,
+/// The policy over any payload: the streamed store keeps `Cached` buffers in it, the replay
+/// tool (`experts::replay`) nothing at all — the same decisions either way.
+pub struct ExpertCache<P = Cached> {
+    map: HashMap<ExpertKey, Slot<P>>,
     bytes: u64,
     capacity: u64,
     /// lookups in one token's pass over the layers (n_used × MoE layers)
@@ -46,8 +54,17 @@ pub struct ExpertCache {
     evictions: u64,
 }
 
-impl ExpertCache {
-    pub fn new(capacity: u64, window: u64) -> ExpertCache {
+impl ExpertCache<Cached> {
+    /// Offers a freshly read expert (its buffer's whole allocation counts); returns whether the
+    /// cache kept it.
+    pub fn insert(&mut self, key: ExpertKey, buf: Arc<AlignedBuf>, places: [Range<usize>; 3]) -> bool {
+        let size = buf.allocated() as u64;
+        self.insert_sized(key, size, Cached { buf, places })
+    }
+}
+
+impl<P> ExpertCache<P> {
+    pub fn new(capacity: u64, window: u64) -> ExpertCache<P> {
         ExpertCache {
             map: HashMap::new(),
             bytes: 0,
@@ -63,7 +80,7 @@ impl ExpertCache {
     }
 
     /// Counts a use of `key` and returns its cached copy, if any.
-    pub fn lookup(&mut self, key: ExpertKey) -> Option<&Cached> {
+    pub fn lookup(&mut self, key: ExpertKey) -> Option<&P> {
         self.clock += 1;
         let period = self.window * AGING_TOKENS;
         if self.clock / period != self.aged {
@@ -80,7 +97,7 @@ impl ExpertCache {
             Some(c) => {
                 self.hits += 1;
                 c.last_use = now;
-                Some(&*c)
+                Some(&c.payload)
             }
             None => {
                 self.misses += 1;
@@ -89,10 +106,9 @@ impl ExpertCache {
         }
     }
 
-    /// Offers a freshly read expert (its buffer's whole allocation counts); returns whether the
-    /// cache kept it. Evicts until it fits, unless the newcomer is used less than the victim.
-    pub fn insert(&mut self, key: ExpertKey, buf: Arc<AlignedBuf>, places: [Range<usize>; 3]) -> bool {
-        let size = buf.allocated() as u64;
+    /// Offers an entry of `size` bytes; returns whether the cache kept it. Evicts until it
+    /// fits, unless the newcomer is used less than the victim.
+    pub fn insert_sized(&mut self, key: ExpertKey, size: u64, payload: P) -> bool {
         if self.map.contains_key(&key) {
             // another thread read it too and got it in first: keep that copy
             return true;
@@ -107,12 +123,12 @@ impl ExpertCache {
                 return false;
             }
             if let Some(c) = self.map.remove(&victim) {
-                self.bytes -= c.buf.allocated() as u64;
+                self.bytes -= c.size;
                 self.evictions += 1;
             }
         }
         self.bytes += size;
-        self.map.insert(key, Cached { buf, places, last_use: self.clock });
+        self.map.insert(key, Slot { payload, size, last_use: self.clock });
         true
     }
 
@@ -120,7 +136,7 @@ impl ExpertCache {
     /// ties to the least recently used.
     fn victim(&self) -> Option<ExpertKey> {
         let recent = self.clock.saturating_sub(self.window);
-        let order = |(k, c): (&ExpertKey, &Cached)| (self.uses(k), c.last_use);
+        let order = |(k, c): (&ExpertKey, &Slot<P>)| (self.uses(k), c.last_use);
         let stale = self.map.iter().filter(|(_, c)| c.last_use < recent).min_by_key(|&e| order(e));
         stale.or_else(|| self.map.iter().min_by_key(|&e| order(e))).map(|(k, _)| *k)
     }
@@ -152,6 +168,8 @@ mod tests {
     use super::*;
 
     const REC: usize = 4096; // AlignedBuf::new(REC) allocates REC + one block
+
+    type ExpertCache = super::ExpertCache<Cached>;
 
     fn rec() -> (Arc<AlignedBuf>, [Range<usize>; 3]) {
         (Arc::new(AlignedBuf::new(REC)), [0..1, 1..2, 2..3])

@@ -1,9 +1,11 @@
 //! Where routed experts come from and what RAM they may take: the `ExpertStore` seam (`store`),
 //! experts mapped from the file or streamed from disk with direct I/O (`streamed`,
-//! `direct_read`) into a bounded cache (`cache`), under the RAM plan (`plan`).
+//! `direct_read`) into a bounded cache (`cache`), under the RAM plan (`plan`); the cache policy
+//! judged against LRU and Belady's optimum on routing traces (`replay`).
 
 pub mod cache;
 pub mod direct_read;
 pub mod plan;
+pub mod replay;
 pub mod store;
 pub mod streamed;

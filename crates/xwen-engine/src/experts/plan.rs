@@ -32,8 +32,10 @@ pub struct MemoryPlan {
     pub budget: u64,
     /// Whether `budget` was chosen by the engine (a share of the machine's RAM).
     pub auto: bool,
-    /// For an automatic budget, the machine's RAM it was taken from (0 otherwise).
+    /// For an automatic budget, the RAM this process may use that it was taken from (0
+    /// otherwise), and where that figure came from (`ram_limit`).
     pub machine_ram: u64,
+    pub ram_source: &'static str,
     /// Resident weights: every tensor except the routed experts.
     pub trunk_bytes: u64,
     /// `n_seq` sequences' KV caches at `max_ctx` positions plus their recurrent states.
@@ -84,7 +86,7 @@ impl MemoryPlan {
         max_ctx: usize,
         n_seq: usize,
         budget: u64,
-        machine_ram: Option<u64>,
+        machine_ram: Option<(u64, &'static str)>,
     ) -> Result<MemoryPlan> {
         let n_seq = n_seq.max(1);
         let expert_tensor_bytes: u64 = experts.iter().flatten().flat_map(|m| m.iter()).map(|m| m.info.n_bytes).sum();
@@ -106,6 +108,7 @@ impl MemoryPlan {
             budget,
             auto: budget == 0,
             machine_ram: 0,
+            ram_source: "",
             trunk_bytes,
             state_bytes,
             max_ctx,
@@ -119,10 +122,11 @@ impl MemoryPlan {
             token_set_bytes,
         };
         if plan.auto {
-            let ram = machine_ram.ok_or_else(|| {
+            let (ram, source) = machine_ram.ok_or_else(|| {
                 EngineError::RamBudget("an automatic budget needs the machine's RAM, which this system does not report; give the budget in bytes".into())
             })?;
             plan.machine_ram = ram;
+            plan.ram_source = source;
             plan.budget = ram / AUTO_SHARE.1 * AUTO_SHARE.0;
             // no more than the model can use
             plan.budget = plan.budget.min(plan.fixed_bytes().saturating_add(plan.usable_cache_bytes()));
@@ -138,7 +142,7 @@ impl MemoryPlan {
                 human_bytes(plan.scratch_bytes),
                 human_bytes(plan.in_flight_bytes),
                 human_bytes(plan.min_cache_bytes),
-                if plan.auto { " (the automatic budget is 3/4 of this machine's RAM)" } else { "" }
+                if plan.auto { format!(" (the automatic budget is 3/4 of {}, {})", human_bytes(plan.machine_ram), plan.ram_source) } else { String::new() }
             )));
         }
         plan.cache_bytes = (plan.budget - plan.fixed_bytes()).min(plan.usable_cache_bytes());
@@ -153,9 +157,9 @@ impl MemoryPlan {
         }
         let share = self.machine_ram / AUTO_SHARE.1 * AUTO_SHARE.0;
         if self.budget < share {
-            format!(" (automatic: all this model can use, under the cap of 3/4 of this machine's {} RAM)", human_bytes(self.machine_ram))
+            format!(" (automatic: all this model can use, under the cap of 3/4 of {} — {})", human_bytes(self.machine_ram), self.ram_source)
         } else {
-            format!(" (automatic: the cap of 3/4 of this machine's {} RAM)", human_bytes(self.machine_ram))
+            format!(" (automatic: the cap of 3/4 of {} — {})", human_bytes(self.machine_ram), self.ram_source)
         }
     }
 
@@ -208,10 +212,46 @@ fn sequences(n: usize) -> String {
 
 /// Total RAM of this machine (Linux `MemTotal`); None where not known.
 pub fn machine_ram() -> Option<u64> {
+    meminfo("MemTotal:")
+}
+
+fn meminfo(key: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = s.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let line = s.lines().find(|l| l.starts_with(key))?;
     let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb * 1024)
+}
+
+/// What this process may use, and where that figure comes from: the memory cgroup's limit
+/// (v2 `memory.max`, v1 `memory.limit_in_bytes`) where one is set, else the RAM available now
+/// (`MemAvailable`), else the machine's RAM. An automatic budget is a share of it.
+pub fn ram_limit() -> Option<(u64, &'static str)> {
+    ram_limit_from(|p| std::fs::read_to_string(p).ok(), meminfo("MemAvailable:"), machine_ram())
+}
+
+/// `ram_limit` over a file reader (tests give it a fake /sys).
+fn ram_limit_from(read: impl Fn(&str) -> Option<String>, available: Option<u64>, total: Option<u64>) -> Option<(u64, &'static str)> {
+    // v2: the process's own cgroup (unified hierarchy: /proc/self/cgroup's "0::/path")
+    let v2_path = read("/proc/self/cgroup")
+        .and_then(|c| c.lines().find_map(|l| l.strip_prefix("0::").map(|p| p.trim().to_string())))
+        .map(|p| format!("/sys/fs/cgroup{}/memory.max", if p == "/" { String::new() } else { p }));
+    let parse = |t: Option<String>| t.and_then(|t| t.trim().parse::<u64>().ok());
+    // a v1 "no limit" is a page-rounded i64::MAX; anything beyond the machine is no limit
+    let real = |v: u64| v > 0 && total.is_none_or(|t| v < t);
+    if let Some(v) = parse(v2_path.as_deref().and_then(&read)).filter(|&v| real(v)) {
+        return Some((v, "the cgroup's memory.max"));
+    }
+    if let Some(v) = parse(read("/sys/fs/cgroup/memory.max")).filter(|&v| real(v)) {
+        return Some((v, "the cgroup's memory.max"));
+    }
+    if let Some(v) = parse(read("/sys/fs/cgroup/memory/memory.limit_in_bytes")).filter(|&v| real(v)) {
+        return Some((v, "the cgroup's memory.limit_in_bytes"));
+    }
+    match (available, total) {
+        (Some(a), _) => Some((a, "MemAvailable")),
+        (None, Some(t)) => Some((t, "MemTotal")),
+        (None, None) => None,
+    }
 }
 
 /// Bytes in binary units with two decimals (`13.90 MiB`, `2.13 GiB`), for messages; also
@@ -228,5 +268,30 @@ pub fn human_bytes(n: u64) -> String {
         format!("{n} B")
     } else {
         format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake(files: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |p| files.iter().find(|(k, _)| *k == p).map(|(_, v)| v.to_string())
+    }
+
+    #[test]
+    fn the_automatic_budget_follows_the_cgroup_limit() {
+        let gib = 1u64 << 30;
+        // v2, the process's own cgroup
+        let v2 = fake(&[("/proc/self/cgroup", "0::/user.slice/x\n"), ("/sys/fs/cgroup/user.slice/x/memory.max", "8589934592\n")]);
+        assert_eq!(ram_limit_from(v2, Some(20 * gib), Some(24 * gib)), Some((8 * gib, "the cgroup's memory.max")));
+        // v2 without a limit ("max"), then v1 with one
+        let v1 = fake(&[("/proc/self/cgroup", "0::/\n"), ("/sys/fs/cgroup/memory.max", "max\n"), ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "4294967296\n")]);
+        assert_eq!(ram_limit_from(v1, Some(20 * gib), Some(24 * gib)), Some((4 * gib, "the cgroup's memory.limit_in_bytes")));
+        // v1's "no limit" (i64::MAX rounded to a page) is not a limit
+        let none = fake(&[("/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n")]);
+        assert_eq!(ram_limit_from(none, Some(20 * gib), Some(24 * gib)), Some((20 * gib, "MemAvailable")));
+        assert_eq!(ram_limit_from(fake(&[]), None, Some(24 * gib)), Some((24 * gib, "MemTotal")));
+        assert_eq!(ram_limit_from(fake(&[]), None, None), None);
     }
 }

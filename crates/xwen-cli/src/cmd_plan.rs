@@ -1,0 +1,120 @@
+//! `xwen plan -m MODEL [--ram-budget X] [-c N] [--parallel N] [--trace T]`: the RAM plan the
+//! engine would run under — floor, trunk, state, scratch, experts in flight, the expert cache
+//! (bytes, records, per layer) — and, given a routing trace, the hit rate to expect from it.
+//! Nothing is computed: the file is read, not run.
+
+use crate::cli::PlanArgs;
+use anyhow::{anyhow, Context, Result};
+use xwen_engine::experts::plan::{human_bytes, ram_limit};
+use xwen_engine::experts::replay::Policy;
+use xwen_engine::MemoryPlan;
+use xwen_gguf::GgufFile;
+
+pub fn run(a: PlanArgs) -> Result<()> {
+    let cfg = a.engine.engine_config()?;
+    let file = match a.model.as_deref() {
+        None => GgufFile::from_bytes(crate::model_arg::DEMO_GGUF.to_vec()).context("embedded demo model")?,
+        Some(m) => {
+            let path = crate::hub::resolve(m)?;
+            GgufFile::open(&path).map_err(|e| anyhow!("{}: {e}", path.display()))?
+        }
+    };
+    let loaded = xwen_engine::models::load(&file)?;
+    let kv = cfg.effective_kv_types();
+    let n_seq = a.parallel as usize;
+    let figures = loaded.net.plan_figures(cfg.max_ctx, kv);
+    // without a budget: the plan under no ceiling, which states the floor and the sizes
+    let budget = cfg.ram_budget.unwrap_or(u64::MAX);
+    let plan = MemoryPlan::new(&file, &figures, &loaded.experts, cfg.max_ctx, n_seq, budget, ram_limit())?;
+    let moe_layers = loaded.experts.iter().filter(|e| e.is_some()).count();
+    let all_records = (figures.n_expert * moe_layers) as u64;
+    // records differ in size between layers (Q4_K_M's Q6_K down stacks): the share of the
+    // experts' bytes the cache holds, as records
+    let share = if plan.all_experts_bytes > 0 { (plan.cache_bytes as f64 / plan.all_experts_bytes as f64).min(1.0) } else { 0.0 };
+    let records = (share * all_records as f64).floor() as u64;
+    let trace = a.trace.as_deref().map(crate::cmd_trace::read).transpose()?;
+    if let Some(t) = &trace {
+        if (t.n_expert, t.moe_layers) != (figures.n_expert, moe_layers) {
+            anyhow::bail!(
+                "the trace is of a model with {} MoE layers × {} experts, this one has {} × {}",
+                t.moe_layers,
+                t.n_expert,
+                moe_layers,
+                figures.n_expert
+            );
+        }
+    }
+    let rates: Option<Vec<(Policy, f64)>> = trace.as_ref().map(|t| Policy::ALL.iter().map(|&p| (p, t.hit_rate(p, share))).collect());
+    let given = cfg.ram_budget.is_some();
+    if a.json {
+        let mut j = serde_json::json!({
+            "architecture": loaded.net.arch(),
+            "max_ctx": cfg.max_ctx,
+            "sequences": n_seq,
+            "kv_types": [kv.0.name(), kv.1.name()],
+            "floor_bytes": plan.floor(),
+            "trunk_bytes": plan.trunk_bytes,
+            "state_bytes": plan.state_bytes,
+            "scratch_bytes": plan.scratch_bytes,
+            "in_flight_bytes": plan.in_flight_bytes,
+            "budget_bytes": given.then_some(plan.budget),
+            "budget_auto": plan.auto,
+            "expert_cache_bytes": plan.cache_bytes,
+            "expert_record_bytes": plan.record_bytes,
+            "all_experts_bytes": plan.all_experts_bytes,
+            "cache_records": records,
+            "cache_records_per_layer": if moe_layers > 0 { records as f64 / moe_layers as f64 } else { 0.0 },
+            "cached_share": share,
+            "token_set_bytes": plan.token_set_bytes,
+        });
+        if let Some(r) = &rates {
+            j["trace_hit_rates"] = r.iter().map(|(p, v)| (p.name().to_lowercase(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>().into();
+        }
+        println!("{}", serde_json::to_string_pretty(&j)?);
+        return Ok(());
+    }
+    println!(
+        "{} at {} positions (-c), {} sequence(s), KV {}/{}",
+        loaded.net.arch(),
+        cfg.max_ctx,
+        n_seq,
+        kv.0.name(),
+        kv.1.name()
+    );
+    println!("  trunk            {}", human_bytes(plan.trunk_bytes));
+    println!("  state            {}", human_bytes(plan.state_bytes));
+    println!("  scratch          {}", human_bytes(plan.scratch_bytes));
+    if plan.record_bytes == 0 {
+        println!("  a dense model: everything is resident; a --ram-budget streams nothing (its floor: {})", human_bytes(plan.floor()));
+        return Ok(());
+    }
+    println!("  experts in flight {}", human_bytes(plan.in_flight_bytes));
+    println!("  floor            {} (the smallest --ram-budget: all of the above + one token's experts of one layer)", human_bytes(plan.floor()));
+    println!(
+        "  routed experts   {} in {} records of {} ({} MoE layers × {} experts, {} used per token); one token's set {}",
+        human_bytes(plan.all_experts_bytes),
+        all_records,
+        human_bytes(plan.record_bytes),
+        moe_layers,
+        figures.n_expert,
+        figures.n_used,
+        human_bytes(plan.token_set_bytes)
+    );
+    if given {
+        println!("  {}", plan.summary());
+        println!(
+            "  expert cache     {} = {} records, {:.1} per layer ({:.0}% of the experts)",
+            human_bytes(plan.cache_bytes),
+            records,
+            records as f64 / moe_layers.max(1) as f64,
+            100.0 * share
+        );
+    } else {
+        println!("  no --ram-budget: the experts stay mapped (the page cache decides); with one, the cache gets the budget less the fixed parts above");
+    }
+    if let Some(r) = rates {
+        let parts: Vec<String> = r.iter().map(|(p, v)| format!("{} {:.1}%", p.name(), 100.0 * v)).collect();
+        println!("  expected hit rate at {:.0}% cached, from the trace: {}", 100.0 * share, parts.join(", "));
+    }
+    Ok(())
+}

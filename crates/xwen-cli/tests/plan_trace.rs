@@ -1,0 +1,75 @@
+//! `xwen trace`, `xwen replay` and `xwen plan` on a committed MoE fixture: a trace is written
+//! with its header, the replay's Belady bounds LRU and the shipped policy, the plan states its
+//! floor and refuses a budget under it in one line.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn xwen(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xwen")).args(args).output().unwrap()
+}
+
+fn moe() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity/cond/qwen3_5_moe/model-q8_0.gguf").display().to_string()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("xwen-plan-trace-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn trace_replay_and_plan() {
+    let d = scratch("all");
+    let trace = d.join("t.jsonl");
+    let o = xwen(&["trace", "-m", &moe(), "-p", "def f(x): return x", "-n", "24", "-o", trace.to_str().unwrap(), "-t", "2"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let head: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!((head["xwen_trace"].as_u64(), head["n_expert"].as_u64(), head["moe_layers"].as_u64()), (Some(1), Some(4), Some(4)));
+    assert!(text.lines().count() > 4 * 24, "one line per position and MoE layer");
+
+    let o = xwen(&["replay", trace.to_str().unwrap(), "--cache", "25,50,75", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rates = j["rates"].as_array().unwrap();
+    assert_eq!(rates.len(), 3);
+    for r in rates {
+        let (lru, shipped, opt) = (r["lru"].as_f64().unwrap(), r["shipped"].as_f64().unwrap(), r["belady"].as_f64().unwrap());
+        assert!(opt + 1e-12 >= lru && opt + 1e-12 >= shipped && (0.0..=1.0).contains(&opt), "{r}");
+    }
+
+    let o = xwen(&["plan", "-m", &moe(), "-c", "512"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("floor") && out.contains("routed experts"), "{out}");
+    let o = xwen(&["plan", "-m", &moe(), "-c", "512", "--ram-budget", "200M", "--parallel", "2", "--trace", trace.to_str().unwrap(), "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(j["sequences"].as_u64(), Some(2));
+    assert!(j["trace_hit_rates"]["shipped"].as_f64().is_some(), "{j}");
+    // under the floor: one line naming it, exit 1
+    let o = xwen(&["plan", "-m", &moe(), "--ram-budget", "1M"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(err.contains("floor") && err.trim().lines().count() == 1, "{err}");
+    std::fs::remove_dir_all(d).unwrap();
+}
+
+#[test]
+fn a_bad_trace_is_one_line_of_error() {
+    let d = scratch("bad");
+    for (name, body) in [("empty.jsonl", ""), ("garbage.jsonl", "not json\n"), ("foreign.jsonl", "{\"a\": 1}\n"), ("beyond.jsonl", "{\"xwen_trace\":1,\"n_expert\":4,\"n_used\":2,\"moe_layers\":1}\n{\"pos\":0,\"layer\":0,\"experts\":[9]}\n")] {
+        let p = d.join(name);
+        std::fs::write(&p, body).unwrap();
+        let o = xwen(&["replay", p.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.trim().lines().count() == 1 && !err.contains("panicked"), "{name}: {err}");
+    }
+    // a dense model has nothing to trace
+    let dense = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity/cond/qwen3_5/model-q8_0.gguf");
+    let o = xwen(&["trace", "-m", dense.to_str().unwrap(), "-p", "x", "-o", d.join("t").to_str().unwrap()]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no routed experts"));
+    std::fs::remove_dir_all(d).unwrap();
+}
