@@ -32,10 +32,26 @@ cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF -
   -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF >"$OUT/cmake.log" 2>&1
 cmake --build "$build" -j "$(nproc)" --target llama llama-quantize >"$OUT/build.log" 2>&1
 export LLAMA_CPP_DIR="$src" LLAMA_CPP_BIN="$build/bin" XWEN_CACHE="$work/cache" PYTHONUNBUFFERED=1
-python3 "$here/make_fixtures.py" --sets cond,rand --archs "$arch" --trained no 2>&1 | tee "$OUT/fixtures.log"
 L="$work/cache/bin/llama_logits"
-Q="$build/bin/llama-quantize"
 fx="$repo/tests/fixtures/parity"
+if [ -n "${GEOMS:-}" ]; then
+  # GEOMS=all or names of tools/oracle/models.py GEOMETRIES: fixtures in tests/fixtures/parity/geom/
+  python3 "$here/make_fixtures.py" --sets "" --archs "" --geometries "$GEOMS" --trained no 2>&1 | tee "$OUT/fixtures.log"
+  for d in "$fx"/geom/*/; do
+    name=$(basename "$d")
+    for m in "$d"model-*.gguf; do
+      tier=$(basename "$m" .gguf)
+      "$L" "$m" "$work/cache/oracle/geom/$name/llama-f32.prompts.txt" "$fx/fa/geom-$name-$tier" --threads 2 --kv f16 --fa on \
+        >"$fx/fa/geom-$name-$tier.txt" 2>>"$OUT/fa.err"
+    done
+  done
+  cd "$repo"
+  tar czf "$OUT/geom-fixtures.tgz" tests/fixtures/parity/geom tests/fixtures/parity/fa/geom-* tests/fixtures/parity/summary.json
+  echo done
+  exit 0
+fi
+python3 "$here/make_fixtures.py" --sets cond,rand --archs "$arch" --trained no 2>&1 | tee "$OUT/fixtures.log"
+Q="$build/bin/llama-quantize"
 
 # llama.cpp at its defaults on the committed tiers, and on the long prompts (tiled and split-KV paths)
 for m in "$fx"/cond/"$arch"/model-*.gguf; do

@@ -210,15 +210,23 @@ def save_hf(model, arch: str, cfg: dict, set_name: str, g, hf_dir: Path) -> None
 
 
 def one_model(root, binp, set_name, arch, prompts, out_root: Path, work: Path, amp: bool,
-              quants: list[str]) -> dict:
+              quants: list[str], geometry: str | None = None) -> dict:
+    """One fixture; with `geometry` (models.GEOMETRIES) a `cond`-set model of that shape,
+    written to <out>/geom/<geometry>."""
     import torch
 
     torch.set_num_threads(2)
-    seed = SEEDS[(set_name, arch)]
+    overrides = None
+    if geometry is not None:
+        arch, overrides = models.GEOMETRIES[geometry]
+        seed = 3000 + int(hashlib.sha256(geometry.encode()).hexdigest()[:6], 16) % 1000
+    else:
+        seed = SEEDS[(set_name, arch)]
+    dir_set, dir_name = ("geom", geometry) if geometry else (set_name, arch)
     eos = tok.special_id(VOCAB, "<|endoftext|>")
-    log(f"== {set_name}/{arch} seed {seed}")
-    model, cfg, g = models.build(arch, set_name, seed, VOCAB, eos)
-    wdir = work / set_name / arch
+    log(f"== {dir_set}/{dir_name} ({arch}) seed {seed}")
+    model, cfg, g = models.build(arch, set_name, seed, VOCAB, eos, overrides)
+    wdir = work / dir_set / dir_name
     wdir.mkdir(parents=True, exist_ok=True)
     hf_dir = wdir / "hf"
     save_hf(model, arch, cfg, set_name, g, hf_dir)
@@ -234,7 +242,7 @@ def one_model(root, binp, set_name, arch, prompts, out_root: Path, work: Path, a
     hf_greedy = [hf_run.greedy(model, p, N_GEN) for p in ids]
     margins = [hf_run.router_margins(model, p + gen) for p, gen in zip(ids, hf_greedy)]
 
-    res = {"seed": seed, "config": cfg, "set": set_name, "arch": arch,
+    res = {"seed": seed, "config": cfg, "set": dir_set, "arch": arch, "geometry": geometry,
            "n_params_hf": sum(p.numel() for p in model.parameters()),
            "gguf_bytes": {k: v.stat().st_size for k, v in ggufs.items()},
            "greedy": {"hf": hf_greedy}, "gap": {}, "vs_hf": {}, "greedy_prefix_vs_hf": {}}
@@ -260,10 +268,11 @@ def one_model(root, binp, set_name, arch, prompts, out_root: Path, work: Path, a
         log(f"   bug sensitivity {res['bug_sensitivity']}")
 
     # the committed part (a model with nothing committed has figures in summary.json only)
-    odir = out_root / set_name / arch
+    odir = out_root / dir_set / dir_name
     if odir.exists():
         shutil.rmtree(odir)
-    keep = [k for k in COMMIT.get((set_name, arch), []) if k in ggufs]
+    # geometry fixtures commit their quantized tiers (the f32 ones are the bulk)
+    keep = [k for k in (["q8_0", "q4_k_m"] if geometry else COMMIT.get((set_name, arch), [])) if k in ggufs]
     if not keep:
         return res
     odir.mkdir(parents=True)
@@ -290,6 +299,7 @@ def main() -> None:
     ap.add_argument("--no-amp", action="store_true", help="skip the amplification measurement")
     ap.add_argument("--quants", default=",".join(QUANTS), help="llama-quantize types to make")
     ap.add_argument("--out", default=str(REPO / "tests" / "fixtures" / "parity"))
+    ap.add_argument("--geometries", default="", help="models.GEOMETRIES names to make (cond set), or 'all'")
     args = ap.parse_args()
 
     quants = [q for q in args.quants.split(",") if q]
@@ -309,6 +319,11 @@ def main() -> None:
             summary["models"][f"{s}/{a}"] = one_model(root, binp, s, a, prompts, out_root, work,
                                                       not args.no_amp, quants)
             summary_path.write_text(json.dumps(summary, indent=1) + "\n")
+    geoms = list(models.GEOMETRIES) if args.geometries == "all" else [x for x in args.geometries.split(",") if x]
+    for name in geoms:
+        summary["models"][f"geom/{name}"] = one_model(root, binp, "cond", None, prompts, out_root, work,
+                                                     not args.no_amp, quants, geometry=name)
+        summary_path.write_text(json.dumps(summary, indent=1) + "\n")
     if args.trained == "yes":
         import trained
 

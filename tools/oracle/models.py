@@ -215,10 +215,40 @@ def init_tensor(name: str, t: torch.Tensor, params: dict, g: torch.Generator) ->
     raise ValueError(f"no init rule for {name} {shape}")
 
 
-def build(arch: str, set_name: str, seed: int, vocab: int, eos: int):
+# Geometries beyond the default one (make_fixtures.py --geometries; fixtures in
+# tests/fixtures/parity/geom/<name>/): the real checkpoints' shapes the default tiny models do
+# not have — DeltaNet head dims 128 and 32, K:V head ratios 3, attention head dim 256 with rope
+# over 64, tied embeddings (quantized token_embd), FFN and expert widths that are not multiples
+# of 256 (k-quant fallbacks), rms eps 1e-5, more layers than one attention period.
+def _layers(pattern: str) -> list[str]:
+    return ["full_attention" if c == "A" else "linear_attention" for c in pattern]
+
+
+GEOMETRIES = {
+    "dense-hd128-kv3-tied": ("qwen3_5", {
+        "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+        "linear_num_key_heads": 1, "linear_num_value_heads": 3,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 256,
+        "rope_parameters": {**ROPE, "mrope_section": [11, 11, 10]},
+        "tie_word_embeddings": True, "rms_norm_eps": 1e-5, "intermediate_size": 384,
+        "num_hidden_layers": 8, "layer_types": _layers("DDDADDDA"), "mtp_num_hidden_layers": 0,
+    }),
+    "moe-hd32-kv3-e192": ("qwen3_5_moe", {
+        "linear_key_head_dim": 32, "linear_value_head_dim": 32,
+        "linear_num_key_heads": 2, "linear_num_value_heads": 6,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,
+        "moe_intermediate_size": 192, "shared_expert_intermediate_size": 128,
+        "num_experts": 8, "num_experts_per_tok": 3,
+        "num_hidden_layers": 5, "layer_types": _layers("DDDAD"), "mtp_num_hidden_layers": 0,
+    }),
+}
+
+
+def build(arch: str, set_name: str, seed: int, vocab: int, eos: int, overrides: dict | None = None):
     """Returns (hf_model in float32 eval mode, config dict, the generator for later draws)."""
     cfg_cls, model_cls = hf_classes(arch)
     cfg_dict = arch_config(arch, vocab, eos, SETS[set_name]["mtp"])
+    cfg_dict.update(overrides or {})
     config = cfg_cls(**{k: v for k, v in cfg_dict.items() if k not in ("architectures", "model_type")})
     config.architectures = cfg_dict["architectures"]
     torch.manual_seed(seed)
