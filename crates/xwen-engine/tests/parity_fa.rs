@@ -153,3 +153,31 @@ fn a_q8_0_cache_stays_within_its_rounding() {
     assert!(worst > 0.0 && worst < 0.2, "q8_0 vs f16: max difference {worst}");
     assert!(b8 < b16, "the q8_0 state ({b8} B) is smaller than the f16 one ({b16} B)");
 }
+
+/// Fixtures of other geometries (tools/oracle/models.py GEOMETRIES, `tests/fixtures/parity/
+/// geom/<name>/`, made by `GEOMS=all tools/oracle/arch_refs.sh`) at llama.cpp's defaults, where
+/// their records are present: each model-<tier>.gguf against fa/geom-<name>-model-<tier>.*.
+/// (They are too large to commit; the oracle run checks them where it makes them.)
+#[test]
+fn geometry_fixtures_at_defaults() {
+    let r = root();
+    let Ok(dirs) = std::fs::read_dir(r.join("geom")) else {
+        eprintln!("SKIP geometry fixtures: tests/fixtures/parity/geom/ not present (GEOMS=all tools/oracle/arch_refs.sh makes it)");
+        return;
+    };
+    let mut fails = Vec::new();
+    let mut checked = 0;
+    for d in dirs.flatten().map(|e| e.path()).filter(|p| p.join("cases.txt").exists()) {
+        let name = d.file_name().unwrap().to_string_lossy().to_string();
+        for tier in ["q8_0", "q4_k_m", "f32"] {
+            let model = d.join(format!("model-{tier}.gguf"));
+            let rec = format!("geom-{name}-model-{tier}");
+            if model.exists() && r.join("fa").join(format!("{rec}.txt")).exists() {
+                fails.extend(check(&rec, &model, &d.join("cases.txt")));
+                checked += 1;
+            }
+        }
+    }
+    eprintln!("geometry fixtures at llama.cpp's defaults: {checked} models checked");
+    assert!(fails.is_empty(), "{} differ from llama.cpp's f16 + flash-attention records:\n{}", fails.len(), fails.join("\n"));
+}
