@@ -26,6 +26,56 @@ fn read_at(f: &File, buf: &mut [u8], off: u64) -> io::Result<usize> {
 /// The alignment of every direct read (offset, length, buffer address).
 pub const BLOCK: u64 = 4096;
 
+/// Injected read faults, for tests of the failure paths (an EIO, a short read): the faults a
+/// real disk gives, on demand. Process-wide; off (one relaxed atomic load per read) unless a
+/// test arms it.
+pub mod faults {
+    use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+    /// What an armed read returns.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Fault {
+        /// The disk reports an I/O error (EIO).
+        Eio,
+        /// The read returns fewer bytes than asked, then end of file.
+        ShortRead,
+    }
+
+    static KIND: AtomicU8 = AtomicU8::new(0);
+    /// Reads still to pass before the faults begin, and faults still to give.
+    static SKIP: AtomicU64 = AtomicU64::new(0);
+    static LEFT: AtomicU64 = AtomicU64::new(0);
+
+    /// The next `count` expert reads after `skip` successful ones fail with `fault`.
+    pub fn inject(fault: Fault, skip: u64, count: u64) {
+        SKIP.store(skip, Ordering::SeqCst);
+        LEFT.store(count, Ordering::SeqCst);
+        KIND.store(if fault == Fault::Eio { 1 } else { 2 }, Ordering::SeqCst);
+    }
+
+    /// No more faults.
+    pub fn clear() {
+        KIND.store(0, Ordering::SeqCst);
+        LEFT.store(0, Ordering::SeqCst);
+    }
+
+    /// The fault this read takes, if one is armed and due.
+    pub(super) fn take() -> Option<Fault> {
+        if KIND.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        if SKIP.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |s| s.checked_sub(1)).is_ok() {
+            return None;
+        }
+        LEFT.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |l| l.checked_sub(1)).ok()?;
+        match KIND.load(Ordering::SeqCst) {
+            1 => Some(Fault::Eio),
+            2 => Some(Fault::ShortRead),
+            _ => None,
+        }
+    }
+}
+
 pub struct DirectFile {
     file: File,
     direct: bool,
@@ -69,6 +119,13 @@ impl DirectFile {
     /// each range inside it. A range past the end of the file (a file truncated since it was
     /// opened) is an error, never a short buffer.
     pub fn read_ranges(&self, ranges: &[Range<u64>]) -> io::Result<(AlignedBuf, Vec<Range<usize>>)> {
+        match faults::take() {
+            Some(faults::Fault::Eio) => return Err(io::Error::from_raw_os_error(libc::EIO)),
+            Some(faults::Fault::ShortRead) => {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "a short read: the file returned fewer bytes than asked"))
+            }
+            None => {}
+        }
         // each range widened to whole blocks, laid out one after the other
         let spans: Vec<Range<u64>> =
             ranges.iter().map(|r| r.start / BLOCK * BLOCK..r.end.div_ceil(BLOCK) * BLOCK).collect();
