@@ -96,6 +96,8 @@ pub enum Command {
     Synth(SynthArgs),
     /// RAM plan of a model: floor, trunk, state, scratch, expert cache (and its hit rate from a trace)
     Plan(PlanArgs),
+    /// Write (or --verify) the expert-packed sidecar that makes a streamed expert one read
+    Pack(PackArgs),
     /// Record a greedy run's MoE routing decisions, for `xwen replay` and `xwen plan --trace`
     Trace(TraceArgs),
     /// Hit rates of LRU, the shipped expert-cache policy and Belady's optimum on a routing trace
@@ -299,6 +301,30 @@ pub struct TokenizeArgs {
     /// Parse special-token text such as <|im_start|> as the special token
     #[arg(long = "markup")]
     pub markup: bool,
+}
+
+// ---- pack --------------------------------------------------------------------------------
+
+#[derive(clap::Args, Debug)]
+#[command(after_help = "\
+The sidecar sits beside the GGUF as MODEL.gguf.xwenpack, where `--ram-budget` runs find it and
+use it when it matches the GGUF (its expert tensor table and a sample of their bytes): each
+expert's gate, up and down then come in one read instead of three. Every record header is
+checked on the read path; --verify also checks every record's crc32.
+
+Examples:
+  xwen pack moe.gguf
+  xwen pack moe.gguf --verify")]
+pub struct PackArgs {
+    /// The MoE GGUF
+    #[arg(value_name = "MODEL.gguf")]
+    pub model: std::path::PathBuf,
+    /// Where the sidecar goes (default: beside the GGUF, MODEL.gguf.xwenpack)
+    #[arg(short = 'o', long = "out", value_name = "FILE")]
+    pub out: Option<std::path::PathBuf>,
+    /// Check an existing sidecar (every header and crc32) instead of writing one
+    #[arg(long = "verify")]
+    pub verify: bool,
 }
 
 // ---- plan / trace / replay ----------------------------------------------------------------

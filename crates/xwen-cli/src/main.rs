@@ -10,6 +10,7 @@ mod cmd_bench;
 mod cmd_chat;
 mod cmd_inspect;
 mod cmd_logits;
+mod cmd_pack;
 mod cmd_plan;
 mod cmd_pull;
 mod cmd_replay;
@@ -91,6 +92,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => cmd_bench::run(a),
         Command::Synth(a) => cmd_synth::run(a),
         Command::Plan(a) => cmd_plan::run(a),
+        Command::Pack(a) => cmd_pack::run(a),
         Command::Trace(a) => cmd_trace::run(a),
         Command::Replay(a) => cmd_replay::run(a),
         Command::Pull(a) => cmd_pull::run(a),

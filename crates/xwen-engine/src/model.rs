@@ -136,7 +136,7 @@ impl Model {
                         "streaming experts needs the model file's path (this model was opened from memory)".into(),
                     )
                 })?;
-                Box::new(StreamedExperts::open(path, file.data_offset(), experts, figures.n_used.max(1), p.cache_bytes)?)
+                Box::new(StreamedExperts::open(path, &file, experts, figures.n_used.max(1), p.cache_bytes)?)
             }
             _ => Box::new(ResidentExperts::new(file.clone(), experts)),
         };
@@ -161,6 +161,12 @@ impl Model {
     /// Hit/miss counters of the expert cache (None unless experts stream).
     pub fn expert_cache_stats(&self) -> Option<ExpertCacheStats> {
         self.store.cache_stats()
+    }
+
+    /// The expert-packed sidecar the streamed store reads (`experts::pack`), and why one
+    /// beside the model is not used.
+    pub fn expert_pack_status(&self) -> (Option<std::path::PathBuf>, Option<String>) {
+        self.store.pack_status()
     }
 
     pub fn reset_expert_cache_stats(&self) {

@@ -115,6 +115,15 @@ impl DirectFile {
         self.direct
     }
 
+    /// The file's length when it was opened.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Reads the byte ranges `ranges` of the file into one buffer; returns it with the place of
     /// each range inside it. A range past the end of the file (a file truncated since it was
     /// opened) is an error, never a short buffer.

@@ -5,6 +5,7 @@
 
 pub mod cache;
 pub mod direct_read;
+pub mod pack;
 pub mod plan;
 pub mod replay;
 pub mod store;

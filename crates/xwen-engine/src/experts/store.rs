@@ -115,6 +115,10 @@ pub trait ExpertStore: Send + Sync {
     fn cache_stats(&self) -> Option<ExpertCacheStats> {
         None
     }
+    /// The expert-packed sidecar read from, if any, and why one beside the model is not.
+    fn pack_status(&self) -> (Option<std::path::PathBuf>, Option<String>) {
+        (None, None)
+    }
     fn reset_cache_stats(&self) {}
 }
 

@@ -21,6 +21,10 @@ use std::sync::{Arc, Mutex};
 
 pub struct StreamedExperts {
     file: DirectFile,
+    /// The expert-packed sidecar beside the GGUF, where one matches it: one read per miss.
+    pack: Option<crate::experts::pack::Pack>,
+    /// Why a sidecar beside the GGUF is not used (it does not match), for the caller to say.
+    pack_note: Option<String>,
     data_offset: u64,
     /// Per layer: (gate, up, down) stacks; None for layers without experts.
     layers: Vec<Option<[Mat; 3]>>,
@@ -32,13 +36,26 @@ pub struct StreamedExperts {
 impl StreamedExperts {
     /// Experts of `layers` read from the GGUF at `path` (whose tensor data starts at
     /// `data_offset`), cached up to `capacity` bytes.
-    pub fn open(path: &Path, data_offset: u64, layers: Vec<Option<[Mat; 3]>>, n_used: usize, capacity: u64) -> Result<Self> {
+    /// A sidecar pack beside `path` that matches `gguf` (`experts::pack`) is read instead.
+    pub fn open(path: &Path, gguf: &xwen_gguf::GgufFile, layers: Vec<Option<[Mat; 3]>>, n_used: usize, capacity: u64) -> Result<Self> {
+        let data_offset = gguf.data_offset();
         let file = DirectFile::open(path)
             .map_err(|e| EngineError::ExpertStore(format!("cannot open {} to stream experts: {e}", path.display())))?;
         // lookups in one token's pass over the layers
         let window = layers.iter().flatten().count() as u64 * n_used as u64;
+        let sidecar = crate::experts::pack::sidecar_path(path);
+        let (pack, pack_note) = if sidecar.exists() {
+            match crate::experts::pack::Pack::open(&sidecar, gguf, &layers) {
+                Ok(p) => (Some(p), None),
+                Err(e) => (None, Some(format!("{e}; reading the experts from the GGUF"))),
+            }
+        } else {
+            (None, None)
+        };
         Ok(StreamedExperts {
             file,
+            pack,
+            pack_note,
             data_offset,
             layers,
             capacity,
@@ -51,6 +68,11 @@ impl StreamedExperts {
     pub fn record_bytes(mats: &[Mat; 3]) -> u64 {
         let b = crate::experts::direct_read::BLOCK;
         mats.iter().map(|m| (m.mat_bytes() as u64).div_ceil(b) * b + b).sum::<u64>() + b
+    }
+
+    /// The sidecar in use, if any, and why one beside the GGUF was not (None: none there).
+    pub fn pack_status(&self) -> (Option<&Path>, Option<&str>) {
+        (self.pack.as_ref().map(|p| p.path()), self.pack_note.as_deref())
     }
 
     pub fn stats(&self) -> ExpertCacheStats {
@@ -89,6 +111,13 @@ impl StreamedExperts {
     /// Reads a missed expert from the file and offers it to the cache (without holding the lock
     /// while reading: two threads missing the same expert both read it, the second insert wins).
     fn fetch(&self, layer: usize, expert: usize, mats: &[Mat; 3]) -> Result<ExpertHandle<'static>> {
+        if let Some(pack) = &self.pack {
+            let (buf, places) = pack.read(layer, expert)?;
+            self.bytes_read.fetch_add(buf.len() as u64, Ordering::Relaxed);
+            let buf = Arc::new(buf);
+            self.cache.lock().unwrap_or_else(|p| p.into_inner()).insert((layer, expert), buf.clone(), places.clone());
+            return Ok(Self::handle(mats, buf, places));
+        }
         let ranges: Vec<Range<u64>> = mats
             .iter()
             .map(|m| {
@@ -148,6 +177,10 @@ impl ExpertStore for StreamedExperts {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).bytes()
     }
 
+    fn pack_status(&self) -> (Option<std::path::PathBuf>, Option<String>) {
+        let (p, note) = StreamedExperts::pack_status(self);
+        (p.map(Path::to_path_buf), note.map(str::to_string))
+    }
     fn cache_stats(&self) -> Option<ExpertCacheStats> {
         Some(self.stats())
     }
