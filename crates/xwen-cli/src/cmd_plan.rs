@@ -100,6 +100,17 @@ pub fn run(a: PlanArgs) -> Result<()> {
         figures.n_used,
         human_bytes(plan.token_set_bytes)
     );
+    if let Some(m) = a.model.as_deref() {
+        let side = xwen_engine::experts::pack::sidecar_path(&crate::hub::resolve(m)?);
+        if side.exists() {
+            match xwen_engine::experts::pack::Pack::open(&side, &file, &loaded.experts) {
+                Ok(_) => println!("  pack             {} matches: a streamed expert is one read", side.display()),
+                Err(e) => println!("  pack             not used: {e}"),
+            }
+        } else {
+            println!("  pack             none (`xwen pack` makes one: one read per streamed expert instead of three)");
+        }
+    }
     if given {
         println!("  {}", plan.summary());
         println!(

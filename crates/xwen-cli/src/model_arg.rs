@@ -63,6 +63,13 @@ pub fn load(model: Option<&str>, mut cfg: EngineConfig, opts: &EngineOpts) -> Re
     if let (Some(plan), false) = (model.memory_plan(), quiet) {
         eprintln!("xwen: {}", plan.summary());
         if model.streams_experts() {
+            match model.expert_pack_status() {
+                (Some(p), _) => eprintln!("xwen: experts read from the pack {} (one read per expert)", p.display()),
+                (None, Some(why)) => eprintln!("xwen: note: {why}"),
+                (None, None) => {}
+            }
+        }
+        if model.streams_experts() {
             let direct = model.expert_cache_stats().is_some_and(|s| s.direct_io);
             eprintln!(
                 "xwen: routed experts stream from disk into the cache{}",
