@@ -53,10 +53,18 @@ pub fn supported_archs() -> Vec<&'static str> {
     models::supported().collect()
 }
 
+impl Drop for Model {
+    fn drop(&mut self) {
+        self.read_in_stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 pub struct Model {
     file: Arc<GgufFile>,
     net: Box<dyn Network>,
-    store: Box<dyn ExpertStore>,
+    store: Arc<dyn ExpertStore>,
+    /// Stops the background read-in of a cache that holds every expert (set on drop).
+    read_in_stop: Arc<std::sync::atomic::AtomicBool>,
     pool: Pool,
     /// The pool runs one parallel job at a time; concurrent forwards take turns.
     pool_lock: Mutex<()>,
@@ -129,23 +137,36 @@ impl Model {
             Some(b) => Some(MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, cfg.n_seq, b, crate::experts::plan::ram_limit())?),
         };
         let has_experts = experts.iter().any(|e| e.is_some());
-        let store: Box<dyn ExpertStore> = match (&plan, has_experts) {
+        let store: Arc<dyn ExpertStore> = match (&plan, has_experts) {
             (Some(p), true) => {
                 let path = path.ok_or_else(|| {
                     EngineError::RamBudget(
                         "streaming experts needs the model file's path (this model was opened from memory)".into(),
                     )
                 })?;
-                Box::new(StreamedExperts::open(path, &file, experts, figures.n_used.max(1), p.cache_bytes)?)
+                Arc::new(StreamedExperts::open(path, &file, experts, figures.n_used.max(1), p.cache_bytes)?)
             }
-            _ => Box::new(ResidentExperts::new(file.clone(), experts)),
+            _ => Arc::new(ResidentExperts::new(file.clone(), experts)),
         };
+        // a cache that holds every expert: read them all in once, in the background, so decode
+        // stops going to the disk after its first pass instead of after every expert's first use
+        let read_in_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        if let Some(p) = &plan {
+            if store.streams() && p.cache_bytes >= p.all_experts_bytes && p.all_experts_bytes > 0 {
+                let (s, stop) = (Arc::clone(&store), Arc::clone(&read_in_stop));
+                let _ = std::thread::Builder::new().name("xwen-expert-read-in".into()).spawn(move || {
+                    // a failed read here is not an error of any request: the expert is read
+                    // again, on demand, when a forward pass needs it
+                    let _ = s.read_in_all(&|| stop.load(std::sync::atomic::Ordering::Relaxed));
+                });
+            }
+        }
         if threads > MAX_THREADS {
             return Err(EngineError::Threads(format!("{threads} threads asked for; at most {MAX_THREADS}")));
         }
         let pool = Pool::try_new(threads).map_err(|e| EngineError::Threads(format!("the system refused to start {threads} threads: {e}")))?;
         let prof = Profiler::new(cfg.profile);
-        Ok(Model { file, net, store, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan, routes: Mutex::new(Vec::new()) })
+        Ok(Model { file, net, store, read_in_stop, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan, routes: Mutex::new(Vec::new()) })
     }
 
     /// The RAM plan in force, if a budget was given.

@@ -207,3 +207,37 @@ fn experts_missing_from_the_file_fail_the_forward_pass_cleanly() {
     }
     std::fs::remove_file(&short).unwrap();
 }
+
+/// A budget whose cache holds every expert reads them all in once, in the background: soon
+/// after load the cache holds them all, and decoding then reads nothing more from the disk —
+/// with the resident run's logits.
+#[test]
+fn a_cache_that_holds_every_expert_is_read_in_in_the_background() {
+    let path = &moe_files()[1];
+    let resident = Model::load(path, &cfg(None)).unwrap();
+    let p = prompt(16, resident.n_vocab());
+    let want = run(&resident, &p, 4);
+    let plan = Model::load(path, &cfg(Some(1 << 50))).unwrap().memory_plan().unwrap().clone();
+    let m = Model::load(path, &cfg(Some(plan.floor() - plan.min_cache_bytes + plan.all_experts_bytes))).unwrap();
+    assert!(m.streams_experts() && m.memory_plan().unwrap().cache_bytes >= plan.all_experts_bytes);
+    // the read-in is done when the cache stops growing (a poll 50 ms after another)
+    let t0 = std::time::Instant::now();
+    let mut last = 0;
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let now = m.expert_cache_stats().unwrap().cached_bytes;
+        if now > 0 && now == last {
+            break;
+        }
+        last = now;
+        assert!(t0.elapsed().as_secs() < 30, "the background read-in did not settle: {:?}", m.expert_cache_stats());
+    }
+    let before = m.expert_cache_stats().unwrap();
+    let got = run(&m, &p, 4);
+    let after = m.expert_cache_stats().unwrap();
+    assert_eq!(after.bytes_read, before.bytes_read, "decode read experts a full cache holds");
+    assert_eq!(after.misses, before.misses);
+    for (a, b) in got.iter().zip(&want) {
+        assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()), "logits differ from the resident run");
+    }
+}

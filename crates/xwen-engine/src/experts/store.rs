@@ -119,6 +119,12 @@ pub trait ExpertStore: Send + Sync {
     fn pack_status(&self) -> (Option<std::path::PathBuf>, Option<String>) {
         (None, None)
     }
+    /// Reads every expert the store does not hold yet into its cache, one at a time, until
+    /// `stop` says so (a streamed store whose cache holds them all runs this in the
+    /// background); returns the experts read.
+    fn read_in_all(&self, _stop: &dyn Fn() -> bool) -> Result<usize> {
+        Ok(0)
+    }
     fn reset_cache_stats(&self) {}
 }
 

@@ -177,6 +177,23 @@ impl ExpertStore for StreamedExperts {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).bytes()
     }
 
+    fn read_in_all(&self, stop: &dyn Fn() -> bool) -> Result<usize> {
+        let mut n = 0;
+        for (il, l) in self.layers.iter().enumerate() {
+            let Some(mats) = l else { continue };
+            for e in 0..mats[0].n_mats {
+                if stop() {
+                    return Ok(n);
+                }
+                if self.cache.lock().unwrap_or_else(|p| p.into_inner()).contains(&(il, e)) {
+                    continue;
+                }
+                self.fetch(il, e, mats)?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
     fn pack_status(&self) -> (Option<std::path::PathBuf>, Option<String>) {
         let (p, note) = StreamedExperts::pack_status(self);
         (p.map(Path::to_path_buf), note.map(str::to_string))
