@@ -143,3 +143,17 @@ def test_shutdown_ends_streams_with_a_final_event():
     final = json.loads([l for l in lines if l.startswith("data: {")][-1][6:])
     assert final["choices"][0]["finish_reason"] == "stop"
     assert s.proc.wait(timeout=30) == 0
+
+
+def test_many_disconnects_leave_the_server_up(server):
+    # each client hangs up mid-stream while the server is still writing to it: a write to the
+    # closed socket must be an error of that connection (EPIPE), never a signal that ends the
+    # process (a CLI that restores SIGPIPE's default for `| head` must not do so for serve)
+    body = {"messages": MSG, "max_tokens": 400, "ignore_eos": True, "stream": True, "chat_template_kwargs": {"enable_thinking": False}}
+    for i in range(12):
+        with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=60) as r:
+            for n, line in enumerate(r.iter_lines()):
+                if n >= 1 + i % 3:
+                    break
+    time.sleep(0.5)
+    assert httpx.get(server.url + "/health", timeout=10).status_code == 200

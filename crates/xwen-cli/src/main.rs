@@ -82,6 +82,15 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => return usage_error(e, &argv),
     };
+    // The server writes to sockets its clients may close at any moment: there a closed pipe is
+    // an error of one connection (EPIPE), never a signal that ends the process.
+    #[cfg(unix)]
+    if matches!(cli.command, Command::Serve(_)) {
+        // SAFETY: still before any thread starts.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        }
+    }
     let result = match cli.command {
         Command::Run(a) => cmd_run::run(a),
         Command::Chat(a) => cmd_chat::run(a),
