@@ -98,6 +98,17 @@ impl Piece<'_> {
     }
 
     /// `\s+(?!\S)|\s+` at `pos` (shared tail of every pattern). Returns the new position.
+    /// The splitters' last patterns, in order: `\s*[\r\n]+`, then `\s+(?!\S)` and `\s+`
+    /// (`trailing_whitespace`), from `pos`; returns where the next piece starts.
+    fn whitespace_tail(&mut self, pos: usize) -> usize {
+        let (n, last_cr_lf) = self.whitespace_run(pos);
+        if let Some(end) = last_cr_lf {
+            self.add(end);
+            return end;
+        }
+        self.trailing_whitespace(pos, n)
+    }
+
     fn trailing_whitespace(&mut self, pos: usize, n: usize) -> usize {
         if n > 1 && self.cpt(pos + n).is_some() {
             self.add(pos + n - 1);
@@ -222,14 +233,7 @@ pub(crate) fn llama3_like(family: Family, cpts: &[char], flags: &[Flags], offset
                 continue;
             }
 
-            let (n, last_cr_lf) = p.whitespace_run(pos);
-            // \s*[\r\n]+
-            if let Some(end) = last_cr_lf {
-                pos = end;
-                p.add(pos);
-                continue;
-            }
-            pos = p.trailing_whitespace(pos, n);
+            pos = p.whitespace_tail(pos);
         }
     })
 }
@@ -284,14 +288,7 @@ pub(crate) fn kimi_k2(cpts: &[char], flags: &[Flags], offsets: &[usize]) -> Vec<
                 continue;
             }
 
-            let (n, last_cr_lf) = p.whitespace_run(pos);
-            // \s*[\r\n]+
-            if let Some(end) = last_cr_lf {
-                pos = end;
-                p.add(pos);
-                continue;
-            }
-            pos = p.trailing_whitespace(pos, n);
+            pos = p.whitespace_tail(pos);
         }
     })
 }
