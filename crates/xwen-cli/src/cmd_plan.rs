@@ -12,12 +12,10 @@ use xwen_gguf::GgufFile;
 
 pub fn run(a: PlanArgs) -> Result<()> {
     let cfg = a.engine.engine_config()?;
-    let file = match a.model.as_deref() {
+    let path = a.model.as_deref().map(crate::hub::resolve).transpose()?;
+    let file = match &path {
         None => GgufFile::from_bytes(crate::model_arg::DEMO_GGUF.to_vec()).context("embedded demo model")?,
-        Some(m) => {
-            let path = crate::hub::resolve(m)?;
-            GgufFile::open(&path).map_err(|e| anyhow!("{}: {e}", path.display()))?
-        }
+        Some(p) => GgufFile::open(p).map_err(|e| anyhow!("{}: {e}", p.display()))?,
     };
     let loaded = xwen_engine::models::load(&file)?;
     let kv = cfg.effective_kv_types();
@@ -100,8 +98,8 @@ pub fn run(a: PlanArgs) -> Result<()> {
         figures.n_used,
         human_bytes(plan.token_set_bytes)
     );
-    if let Some(m) = a.model.as_deref() {
-        let side = xwen_engine::experts::pack::sidecar_path(&crate::hub::resolve(m)?);
+    if let Some(p) = &path {
+        let side = xwen_engine::experts::pack::sidecar_path(p);
         if side.exists() {
             match xwen_engine::experts::pack::Pack::open(&side, &file, &loaded.experts) {
                 Ok(_) => println!("  pack             {} matches: a streamed expert is one read", side.display()),

@@ -31,7 +31,7 @@ pub fn run(a: TraceArgs) -> Result<()> {
         if st.pos >= model.max_context() {
             break;
         }
-        let next = argmax(&logits);
+        let next = xwen_engine::sampler::argmax(&logits);
         ids.push(next);
         logits = model.forward(&mut st, &[next], LogitsMode::Last)?;
     }
@@ -53,16 +53,6 @@ pub fn run(a: TraceArgs) -> Result<()> {
     std::fs::write(&a.out, out).with_context(|| format!("writing {}", a.out.display()))?;
     eprintln!("xwen trace: {} positions, {} routing decisions -> {}", st.pos, routes.len(), a.out.display());
     Ok(())
-}
-
-fn argmax(v: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u32
 }
 
 /// Reads a trace file written by `run`.

@@ -111,27 +111,26 @@ impl StreamedExperts {
     /// Reads a missed expert from the file and offers it to the cache (without holding the lock
     /// while reading: two threads missing the same expert both read it, the second insert wins).
     fn fetch(&self, layer: usize, expert: usize, mats: &[Mat; 3]) -> Result<ExpertHandle<'static>> {
-        if let Some(pack) = &self.pack {
-            let (buf, places) = pack.read(layer, expert)?;
-            self.bytes_read.fetch_add(buf.len() as u64, Ordering::Relaxed);
-            let buf = Arc::new(buf);
-            self.cache.lock().unwrap_or_else(|p| p.into_inner()).insert((layer, expert), buf.clone(), places.clone());
-            return Ok(Self::handle(mats, buf, places));
-        }
-        let ranges: Vec<Range<u64>> = mats
-            .iter()
-            .map(|m| {
-                let b = m.mat_bytes() as u64;
-                let start = self.data_offset + m.info.offset + expert as u64 * b;
-                start..start + b
-            })
-            .collect();
-        let (buf, places) = self.file.read_ranges(&ranges).map_err(|e| {
-            EngineError::ExpertStore(format!("reading expert {expert} of layer {layer} from the model file: {e}"))
-        })?;
+        // one read of the packed record, or the three ranges of the GGUF
+        let (buf, places) = match &self.pack {
+            Some(pack) => pack.read(layer, expert)?,
+            None => {
+                let ranges: Vec<Range<u64>> = mats
+                    .iter()
+                    .map(|m| {
+                        let b = m.mat_bytes() as u64;
+                        let start = self.data_offset + m.info.offset + expert as u64 * b;
+                        start..start + b
+                    })
+                    .collect();
+                let (buf, places) = self.file.read_ranges(&ranges).map_err(|e| {
+                    EngineError::ExpertStore(format!("reading expert {expert} of layer {layer} from the model file: {e}"))
+                })?;
+                (buf, places.try_into().expect("three ranges read"))
+            }
+        };
         self.bytes_read.fetch_add(buf.len() as u64, Ordering::Relaxed);
         let buf = Arc::new(buf);
-        let places: [Range<usize>; 3] = places.try_into().expect("three ranges read");
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).insert((layer, expert), buf.clone(), places.clone());
         Ok(Self::handle(mats, buf, places))
     }

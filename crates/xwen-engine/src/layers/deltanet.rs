@@ -606,6 +606,8 @@ struct Keep<'a> {
 fn head_recurrent(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>, keep: &Keep) {
     let sd = io.sd;
     let scale = 1.0 / (sd as f32).sqrt();
+    // KDA's per-channel decays of the current token (one buffer for the span)
+    let mut decay = vec![0.0f32; if io.channels { sd } else { 0 }];
     for t in 0..n {
         if t >= keep.from {
             // SAFETY: head h's slice of the buffer of token t belongs to this task alone.
@@ -616,7 +618,9 @@ fn head_recurrent(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>, keep:
         let out = unsafe { o.slice(io.out_offset(t), sd) };
         if io.channels {
             // ggml's kda branch: expf of each channel's gate, then the row-wise product
-            let decay: Vec<f32> = io.g_channels(t).iter().map(|g| g.exp()).collect();
+            for (d, g) in decay.iter_mut().zip(io.g_channels(t)) {
+                *d = g.exp();
+            }
             xwen_kernels::f32ops::delta_rule_step_channels(s, k, q, v, &decay, io.beta(t), scale, out);
         } else {
             xwen_kernels::f32ops::delta_rule_step(s, k, q, v, io.g(t).exp(), io.beta(t), scale, out);

@@ -59,7 +59,7 @@ pub struct Config {
     pub mla: Option<MlaDims>,
 }
 
-fn req_u(f: &GgufFile, key: &str) -> Result<usize> {
+pub(super) fn req_u(f: &GgufFile, key: &str) -> Result<usize> {
     f.get_u64(key).map(|v| v as usize).ok_or_else(|| EngineError::MissingKey(key.to_string()))
 }
 

@@ -14,7 +14,7 @@
 //!
 //! Norm weights are plain multipliers (no +1 baked in, unlike Qwen's).
 
-use super::hybrid::{Config, Ffn, Hybrid, Layer, Mixer};
+use super::hybrid::{req_u, Config, Ffn, Hybrid, Layer, Mixer};
 use super::Loaded;
 use crate::error::{EngineError, Result};
 use crate::layers::attention::AttnDims;
@@ -24,10 +24,6 @@ use crate::layers::mla::{MlaDims, MlaWeights};
 use crate::layers::moe::{Gating, MoeDims, MoeWeights};
 use crate::weights::Loader;
 use xwen_gguf::GgufFile;
-
-fn req_u(f: &GgufFile, key: &str) -> Result<usize> {
-    f.get_u64(key).map(|v| v as usize).ok_or_else(|| EngineError::MissingKey(key.to_string()))
-}
 
 /// The geometry of a kimi-linear file.
 pub fn config(f: &GgufFile) -> Result<Config> {
