@@ -9,9 +9,10 @@
 #     current one: llama.cpp's two build_qkvz paths must agree bit for bit for xwen's legacy
 #     test to stand
 #       SDIST  a .tar.gz of the sdist's llama.cpp/ folder (CMakeLists.txt, cmake, src, ggml,
-#              include, vendor, common, tools, licenses, convert_hf_to_gguf.py, conversion, gguf-py)
+#              include, vendor, common, tools, licenses, convert_hf_to_gguf.py, conversion, gguf-py,
+#              models/templates — Kimi K3's converter embeds Kimi-K3.jinja from there)
 #       OUT    where the logs and a tarball of the new fixture files go
-#       ARCH   the oracle's architecture name (default qwen3_next)
+#       ARCH   the oracle's architecture name (default qwen3_next; kimi_k3 runs tools/oracle/kimi_k3.py)
 # The device machine takes at most 64 MiB of working tree and the repository's tracked files are
 # larger: untrack the big fixture folders for the call (`git rm -r --cached DIR` plus a
 # .git/info/exclude line each; `git reset` after) — this script rebuilds what it needs there.
@@ -50,7 +51,12 @@ if [ -n "${GEOMS:-}" ]; then
   echo done
   exit 0
 fi
-python3 "$here/make_fixtures.py" --sets cond,rand --archs "$arch" --trained no 2>&1 | tee "$OUT/fixtures.log"
+if [ "$arch" = kimi_k3 ]; then
+  # no transformers class: the checkpoint is written by name, llama.cpp is the one oracle
+  python3 "$here/kimi_k3.py" 2>&1 | tee "$OUT/fixtures.log"
+else
+  python3 "$here/make_fixtures.py" --sets cond,rand --archs "$arch" --trained no 2>&1 | tee "$OUT/fixtures.log"
+fi
 Q="$build/bin/llama-quantize"
 
 # llama.cpp at its defaults on the committed tiers, and on the long prompts (tiled and split-KV paths)
@@ -61,6 +67,17 @@ for m in "$fx"/cond/"$arch"/model-*.gguf; do
 done
 "$L" "$fx/cond/$arch/model-q8_0.gguf" "$fx/fa/long-prompts.txt" "$fx/fa/long-cond-$arch-q8_0" --threads 2 --kv f16 --fa on \
   >"$fx/fa/long-cond-$arch-q8_0.txt" 2>"$OUT/fa-long.err"
+
+# Kimi K3 has no transformers reference: bring back the f32 file, its llama.cpp logits and every
+# intermediate tensor of the Q8_0 file on prompt 0 (tools/oracle/llama_dump.cpp), for bisecting
+if [ "$arch" = kimi_k3 ]; then
+  D="$work/cache/bin/llama_dump"
+  LLAMA_CPP_DIR="$src" LLAMA_CPP_BUILD="$build" TOOL=llama_dump OUT="$D" bash "$here/build_llama_logits.sh" >"$OUT/dump-build.log" 2>&1
+  wd="$work/cache/oracle/cond/kimi_k3"
+  head -1 "$wd/llama-f32.prompts.txt" >"$wd/p0.txt"
+  "$D" "$fx/cond/kimi_k3/model-q8_0.gguf" "$wd/p0.txt" "$wd/dump-q8_0" --threads 2 >"$OUT/dump.log" 2>&1 || true
+  tar czf "$OUT/kimi_k3-extra.tgz" -C "$wd" model-f32.gguf llama-f32.p0.npy llama-f32.p1.npy llama-f32.p2.npy dump-q8_0
+fi
 
 # the legacy layout: llama.cpp on both layouts, f32 and Q8_0
 for s in cond rand; do
