@@ -75,6 +75,7 @@ if [ "$arch" = kimi_k3 ]; then
   LLAMA_CPP_DIR="$src" LLAMA_CPP_BUILD="$build" TOOL=llama_dump OUT="$D" bash "$here/build_llama_logits.sh" >"$OUT/dump-build.log" 2>&1
   wd="$work/cache/oracle/cond/kimi_k3"
   head -1 "$wd/llama-f32.prompts.txt" >"$wd/p0.txt"
+  mkdir -p "$wd/dump-q8_0"  # llama_dump writes into an existing folder
   "$D" "$fx/cond/kimi_k3/model-q8_0.gguf" "$wd/p0.txt" "$wd/dump-q8_0" --threads 2 >"$OUT/dump.log" 2>&1 || true
   tar czf "$OUT/kimi_k3-extra.tgz" -C "$wd" model-f32.gguf llama-f32.p0.npy llama-f32.p1.npy llama-f32.p2.npy dump-q8_0
 fi
