@@ -68,7 +68,7 @@ done
 "$L" "$fx/cond/$arch/model-q8_0.gguf" "$fx/fa/long-prompts.txt" "$fx/fa/long-cond-$arch-q8_0" --threads 2 --kv f16 --fa on \
   >"$fx/fa/long-cond-$arch-q8_0.txt" 2>"$OUT/fa-long.err"
 
-# Kimi K3 has no transformers reference: bring back the f32 file, its llama.cpp logits and every
+# Kimi K3 has no transformers reference: bring back the f32 file's llama.cpp logits and every
 # intermediate tensor of the Q8_0 file on prompt 0 (tools/oracle/llama_dump.cpp), for bisecting
 if [ "$arch" = kimi_k3 ]; then
   D="$work/cache/bin/llama_dump"
@@ -77,7 +77,7 @@ if [ "$arch" = kimi_k3 ]; then
   head -1 "$wd/llama-f32.prompts.txt" >"$wd/p0.txt"
   mkdir -p "$wd/dump-q8_0"  # llama_dump writes into an existing folder
   "$D" "$fx/cond/kimi_k3/model-q8_0.gguf" "$wd/p0.txt" "$wd/dump-q8_0" --threads 2 >"$OUT/dump.log" 2>&1 || true
-  tar czf "$OUT/kimi_k3-extra.tgz" -C "$wd" model-f32.gguf llama-f32.p0.npy llama-f32.p1.npy llama-f32.p2.npy dump-q8_0
+  tar czf "$OUT/kimi_k3-extra.tgz" -C "$wd" llama-f32.p0.npy llama-f32.p1.npy llama-f32.p2.npy dump-q8_0
 fi
 
 # the legacy layout: llama.cpp on both layouts, f32 and Q8_0
