@@ -56,6 +56,11 @@ impl<'a> Loader<'a> {
         self.file.tensor(name).is_some()
     }
 
+    /// A tensor's GGUF dims, where the file has it.
+    pub fn dims(&self, name: &str) -> Option<&'a [u64]> {
+        self.file.tensor(name).map(|t| &t.dims[..])
+    }
+
     fn check_shape(&self, t: &TensorInfo, want: &[u64]) -> Result<()> {
         // ggml drops trailing 1-dims inconsistently; compare with them trimmed.
         let trim = |d: &[u64]| {

@@ -129,6 +129,7 @@ fn moe_sequences_batched_equal_each_alone_mapped_and_streamed() {
         fixture("cond/qwen3_5_moe/model-q8_0.gguf"),
         fixture("cond/qwen3_next/model-q8_0.gguf"),
         fixture("cond/kimi_linear/model-q4_k_m.gguf"),
+        fixture("cond/kimi_k3/model-q4_k_m.gguf"),
     ];
     files.extend(trained("tiny-qwen35moe-q4_k_m.gguf"));
     for p in files {

@@ -19,6 +19,7 @@ fn moe_files() -> Vec<PathBuf> {
         repo_root().join("tests/fixtures/parity/cond/qwen3_5_moe/model-q8_0.gguf"),
         repo_root().join("tests/fixtures/parity/cond/qwen3_next/model-q4_k_m.gguf"),
         repo_root().join("tests/fixtures/parity/cond/kimi_linear/model-q8_0.gguf"),
+        repo_root().join("tests/fixtures/parity/cond/kimi_k3/model-q8_0.gguf"),
     ];
     let trained = repo_root().join("../shared/models/gguf/tiny-qwen35moe-q4_k_m.gguf");
     if trained.exists() {
@@ -26,7 +27,7 @@ fn moe_files() -> Vec<PathBuf> {
     } else {
         eprintln!("SKIP trained tiny-qwen35moe: ../shared/models/gguf not present");
     }
-    for f in &v[..4] {
+    for f in &v[..5] {
         assert!(f.exists(), "committed fixture {} is missing", f.display());
     }
     v

@@ -523,6 +523,7 @@ fn report_uncommitted_models(dirs: &[PathBuf]) {
             "qwen3_5_moe" => "qwen35moe",
             "qwen3_next" => "qwen3next",
             "kimi_linear" => "kimi-linear",
+            "kimi_k3" => "kimi-k3",
             other => other,
         };
         let engine = if xwen_engine::supported_archs().contains(&gguf_arch) {

@@ -116,6 +116,8 @@ fn bit_identical_to_llama_cpp_at_its_defaults() {
         ("cond", "qwen3_next", "q4_k_m"),
         ("cond", "kimi_linear", "q8_0"),
         ("cond", "kimi_linear", "q4_k_m"),
+        ("cond", "kimi_k3", "q8_0"),
+        ("cond", "kimi_k3", "q4_k_m"),
     ] {
         let dir = r.join(set).join(arch);
         fails.extend(check(&format!("{set}-{arch}-model-{tier}"), &dir.join(format!("model-{tier}.gguf")), &dir.join("cases.txt")));
@@ -126,9 +128,10 @@ fn bit_identical_to_llama_cpp_at_its_defaults() {
     fails.extend(check("long-cond-qwen3_5_moe-q8_0", &r.join("cond/qwen3_5_moe/model-q8_0.gguf"), &long));
     fails.extend(check("long-cond-qwen3_next-q8_0", &r.join("cond/qwen3_next/model-q8_0.gguf"), &long));
     fails.extend(check("long-cond-kimi_linear-q8_0", &r.join("cond/kimi_linear/model-q8_0.gguf"), &long));
+    fails.extend(check("long-cond-kimi_k3-q8_0", &r.join("cond/kimi_k3/model-q8_0.gguf"), &long));
     let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/demo/tiny-qwen35-q4_k_m.gguf");
     fails.extend(check("demo", &demo, &fa.join("demo-prompt.txt")));
-    checked += 5;
+    checked += 6;
     assert!(fails.is_empty(), "{} of {checked} models differ from llama.cpp's f16 + flash-attention records:\n{}", fails.len(), fails.join("\n"));
 }
 

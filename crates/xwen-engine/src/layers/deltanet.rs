@@ -30,6 +30,10 @@ pub struct DeltaDims {
     pub eps: f32,
     pub pairing: HeadPairing,
     pub variant: DeltaVariant,
+    /// KDA's forget gate with a lower bound (Kimi K3, `kda.gate_lower_bound`): not a clamp but
+    /// another activation, g = lb·sigmoid(−a·(f_b(f_a x) + dt)) with a = −exp(A_log), in place of
+    /// a·softplus(…). None = softplus (Kimi-Linear).
+    pub gate_lower_bound: Option<f32>,
 }
 
 /// Which delta rule a layer runs.
@@ -115,8 +119,16 @@ pub enum DeltaProj {
     Legacy { qkvz: Mat, ba: Mat },
     /// kimi-linear (KDA): `attn_q`, `attn_k`, `attn_v` [d_inner × hidden]; the forget gate's
     /// low-rank pair `ssm_f_a` [head_dim × hidden], `ssm_f_b` [d_inner × head_dim]; `ssm_beta`
-    /// [H × hidden]; the output gate's pair `ssm_g_a`, `ssm_g_b` (shaped as f_a, f_b).
-    Kda { q: Mat, k: Mat, v: Mat, f_a: Mat, f_b: Mat, beta: Mat, g_a: Mat, g_b: Mat },
+    /// [H × hidden]; the output gate (`KdaGate`).
+    Kda { q: Mat, k: Mat, v: Mat, f_a: Mat, f_b: Mat, beta: Mat, gate: KdaGate },
+}
+
+/// KDA's output gate projection, whose sigmoid multiplies the normed output.
+pub enum KdaGate {
+    /// Kimi-Linear: `ssm_g_a` [head_dim × hidden] then `ssm_g_b` [d_inner × head_dim].
+    LowRank { a: Mat, b: Mat },
+    /// Kimi K3: one full-rank `ssm_g` [d_inner × hidden].
+    Full(Mat),
 }
 
 pub struct DeltaNetWeights {
@@ -160,9 +172,11 @@ impl DeltaNetWeights {
         Self::load_with(ld, il, hidden, d, proj)
     }
 
-    /// kimi-linear's KDA layer (`DeltaProj::Kda`): three convolutions (`ssm_conv1d_q/_k/_v`,
-    /// [kernel, 1, d_inner], concatenated into one q|k|v stream), a per-channel dt bias, the
-    /// output norm `ssm_norm` and projection `attn_output`.
+    /// A KDA layer (`DeltaProj::Kda`, kimi-linear and kimi-k3): three convolutions
+    /// (`ssm_conv1d_q/_k/_v`, [kernel, 1, d_inner], concatenated into one q|k|v stream), a
+    /// per-channel dt bias, the output gate (low-rank pair or K3's full-rank `ssm_g`, whichever
+    /// the file has), the output norm `ssm_norm` and projection `attn_output`. `ssm_a` is [1, H]
+    /// (kimi-linear's padded shape) or [H] (K3).
     pub fn load_kda(ld: &Loader, il: usize, hidden: usize, d: &DeltaDims) -> Result<Self> {
         let p = |s: &str| format!("blk.{il}.{s}");
         let (h, sd) = (d.n_v_heads, d.head_dim);
@@ -174,9 +188,13 @@ impl DeltaNetWeights {
             f_a: ld.mat(&p("ssm_f_a.weight"), sd, hidden)?,
             f_b: ld.mat(&p("ssm_f_b.weight"), inner, sd)?,
             beta: ld.mat(&p("ssm_beta.weight"), h, hidden)?,
-            g_a: ld.mat(&p("ssm_g_a.weight"), sd, hidden)?,
-            g_b: ld.mat(&p("ssm_g_b.weight"), inner, sd)?,
+            gate: if ld.has(&p("ssm_g.weight")) {
+                KdaGate::Full(ld.mat(&p("ssm_g.weight"), inner, hidden)?)
+            } else {
+                KdaGate::LowRank { a: ld.mat(&p("ssm_g_a.weight"), sd, hidden)?, b: ld.mat(&p("ssm_g_b.weight"), inner, sd)? }
+            },
         };
+        let a_shape: &[u64] = if ld.dims(&p("ssm_a")).is_some_and(|d| d.len() == 1) { &[h as u64] } else { &[1, h as u64] };
         let mut kernel = Vec::with_capacity(3 * inner * d.conv_kernel);
         for part in ["q", "k", "v"] {
             kernel.extend(ld.f32_tensor(&p(&format!("ssm_conv1d_{part}.weight")), &[d.conv_kernel as u64, 1, inner as u64])?);
@@ -185,7 +203,7 @@ impl DeltaNetWeights {
             proj,
             conv: tap_major(&kernel, d.conv_kernel),
             dt_bias: ld.vec(&p("ssm_dt.bias"), inner)?,
-            a: ld.f32_tensor(&p("ssm_a"), &[1, h as u64])?,
+            a: ld.f32_tensor(&p("ssm_a"), a_shape)?,
             norm: ld.vec(&p("ssm_norm.weight"), sd)?,
             out: ld.mat(&p("attn_output.weight"), hidden, inner)?,
         })
@@ -319,13 +337,18 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
     }
     // GDN: one g per (token, V-head); KDA: one per (token, head, key channel), the dt bias per
     // channel and a per head (ggml_add, softplus, then ggml_mul broadcasting a over channels)
+    // (K3's lower-bound gate: ggml_add, ggml_mul by a, scale −1, sigmoid, scale lb)
     let mut g = alpha_in;
     let gw = d.gate_width();
     for t in 0..n {
         for h in 0..hv {
             for c in 0..gw {
                 let i = (t * hv + h) * gw + c;
-                g[i] = ops::softplus(g[i] + w.dt_bias[h * gw + c]) * w.a[h];
+                let x = g[i] + w.dt_bias[h * gw + c];
+                g[i] = match d.gate_lower_bound {
+                    None => ops::softplus(x) * w.a[h],
+                    Some(lb) => ops::sigmoid(-(x * w.a[h])) * lb,
+                };
             }
         }
     }
@@ -479,14 +502,21 @@ fn project(ctx: &Ctx, proj: &DeltaProj, d: &DeltaDims, x: &[f32], rows: &Rows) -
             let (beta, alpha) = split_ba(&ba);
             Projected { qkv, z, beta, alpha }
         }
-        DeltaProj::Kda { q, k, v, f_a, f_b, beta, g_a, g_b } => {
-            // the low-rank gates' first halves with q, k, v and β (one weight pass), then
-            // their second halves on those outputs
-            let mut p = ctx.mm_rows(&[q, k, v, f_a, beta, g_a], x, rows).into_iter();
+        DeltaProj::Kda { q, k, v, f_a, f_b, beta, gate } => {
+            // the low-rank gates' first halves (or K3's full-rank gate) with q, k, v and β (one
+            // weight pass), then their second halves on those outputs
+            let first = match gate {
+                KdaGate::LowRank { a, .. } => a,
+                KdaGate::Full(g) => g,
+            };
+            let mut p = ctx.mm_rows(&[q, k, v, f_a, beta, first], x, rows).into_iter();
             let mut next = || p.next().expect("one product per matrix");
-            let (q, k, v, fa, beta, ga) = (next(), next(), next(), next(), next(), next());
-            let mut p = ctx.mm_rows(&[f_b], &fa, rows).into_iter().chain(ctx.mm_rows(&[g_b], &ga, rows));
-            let (alpha, z) = (p.next().expect("f_b"), p.next().expect("g_b"));
+            let (q, k, v, fa, beta, g1) = (next(), next(), next(), next(), next(), next());
+            let alpha = ctx.mm_rows1(f_b, &fa, rows);
+            let z = match gate {
+                KdaGate::LowRank { b, .. } => ctx.mm_rows1(b, &g1, rows),
+                KdaGate::Full(_) => g1,
+            };
             let inner = d.value_dim();
             let mut qkv = vec![0.0f32; n * 3 * inner];
             for (t, row) in qkv.chunks_exact_mut(3 * inner).enumerate() {

@@ -1,15 +1,27 @@
-//! Dense SwiGLU feed-forward: down(silu(gate·x) ⊙ up·x). Used by qwen35 layers and, with its
-//! own tensors, as the MoE shared expert.
+//! Dense gated feed-forward: down(act(gate·x, up·x)). Used by the dense layers and, with its own
+//! tensors, as the MoE shared expert. The activation is SwiGLU (Qwen, Kimi-Linear) or Kimi K3's
+//! situ (`Act`).
 
 use crate::batch::Rows;
 use crate::compute::Ctx;
 use crate::error::Result;
 use crate::weights::{Loader, Mat};
 
+/// The gated activation of an FFN or expert: act(g, u) elementwise over a row.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Act {
+    /// silu(g)·u (`ggml_swiglu_split`).
+    SwiGlu,
+    /// Kimi K3's situ (llama.cpp `kimi_k3_situ`, `LLM_FFN_SITU`):
+    /// β·tanh(g/β)·sigmoid(g) · λ·tanh(u/λ), the up branch left as is when λ ≤ 0.
+    Situ { beta: f32, linear_beta: f32 },
+}
+
 pub struct FfnWeights {
     pub gate: Mat, // [ff × hidden]
     pub up: Mat,   // [ff × hidden]
     pub down: Mat, // [hidden × ff]
+    pub act: Act,
 }
 
 impl FfnWeights {
@@ -20,15 +32,52 @@ impl FfnWeights {
             gate: ld.mat(&p("gate"), ff, hidden)?,
             up: ld.mat(&p("up"), ff, hidden)?,
             down: ld.mat(&p("down"), hidden, ff)?,
+            act: Act::SwiGlu,
         })
+    }
+
+    pub fn with_act(self, act: Act) -> Self {
+        FfnWeights { act, ..self }
     }
 }
 
 /// The FFN of the batch `rows` of normalized input x (rows.n × hidden).
 pub fn forward(ctx: &Ctx, w: &FfnWeights, x: &[f32], rows: &Rows) -> Vec<f32> {
     let mut p = ctx.mm_rows(&[&w.gate, &w.up], x, rows).into_iter();
-    let h = swiglu_rows(&p.next().unwrap(), &p.next().unwrap(), w.gate.rows);
+    let h = act_rows(w.act, &p.next().unwrap(), &p.next().unwrap(), w.gate.rows);
     ctx.mm_rows1(&w.down, &h, rows)
+}
+
+/// `act` over consecutive rows of `row` elements (one per token).
+pub fn act_rows(act: Act, g: &[f32], u: &[f32], row: usize) -> Vec<f32> {
+    match act {
+        Act::SwiGlu => swiglu_rows(g, u, row),
+        Act::Situ { beta, linear_beta } => situ(g, u, beta, linear_beta),
+    }
+}
+
+/// `act` over ONE row (see [`swiglu`] for why the row matters to SwiGLU).
+pub fn act_row(act: Act, g: &[f32], u: &[f32]) -> Vec<f32> {
+    act_rows(act, g, u, g.len().max(1))
+}
+
+/// situ elementwise, in the order of llama.cpp's ggml ops, each rounded to f32:
+/// a = tanh(g·(1/β))·β; a = a·sigmoid(g); u' = tanh(u·(1/λ))·λ (λ > 0); y = a·u'. ggml's tanh
+/// and sigmoid are libm's tanhf and 1/(1+expf(−x)) per element (unary-ops.cpp), no vector path,
+/// so the row length does not enter.
+pub fn situ(g: &[f32], u: &[f32], beta: f32, linear_beta: f32) -> Vec<f32> {
+    assert_eq!(g.len(), u.len());
+    let inv_beta = 1.0f32 / beta;
+    let inv_lb = 1.0f32 / linear_beta;
+    g.iter()
+        .zip(u)
+        .map(|(&g, &u)| {
+            let a = (g * inv_beta).tanh() * beta;
+            let a = a * crate::ops::sigmoid(g);
+            let up = if linear_beta > 0.0 { (u * inv_lb).tanh() * linear_beta } else { u };
+            a * up
+        })
+        .collect()
 }
 
 /// silu(g)·u over ONE row, as llama.cpp's `ggml_swiglu_split(gate, up)` (ggml's vector expf on

@@ -1,13 +1,14 @@
-//! Multi-head latent attention in its absorbed form, as Kimi-Linear has it: no rope anywhere,
-//! no q compression, one shared latent KV head (llama.cpp `kimi-linear.cpp`, "MLA KV cache
-//! enabled"; the converter splits kv_b into per-head `attn_k_b` and `attn_v_b`).
+//! Multi-head latent attention in its absorbed form, as Kimi-Linear and Kimi K3 have it: no rope
+//! anywhere, one shared latent KV head (llama.cpp `kimi-linear.cpp`, `kimi-k3.cpp`, "MLA KV
+//! cache enabled"; the converter splits kv_b into per-head `attn_k_b` and `attn_v_b`).
 //!
 //! Per token (r = kv_lora_rank, e = qk_rope_head_dim, n = qk_nope_head_dim, dv = v_head_dim):
 //!   q_h = (W_q x)_h = [q_nope_h (n) | q_pe_h (e)]          per head h
+//!         (compressed q: W_q x = W_q_b · (rms_norm(W_q_a x)·q_a_norm))
 //!   [c | k_pe] = W_kv_a x;  c ← rms_norm(c)·kv_a_norm          c: r, k_pe: e
 //!   Q_h = [W_k_b,h q_nope_h (r) | q_pe_h]    K = [c | k_pe]    V = c   (one KV head, r + e / r)
 //!   o_h = W_v_b,h · softmax(Q_h Kᵀ / √(n + e)) V              (dv)
-//!   out = W_o [o_1 … o_H]
+//!   out = W_o [o_1 … o_H]                        (K3: W_o ([o_1 … o_H] ⊙ sigmoid(W_g x)))
 //! The cache holds K (r + e per position) and V (r, the same values as K's first r: llama.cpp's
 //! V is a view of its K cache, so an f16 cache rounds them alike).
 
@@ -29,6 +30,8 @@ pub struct MlaDims {
     pub rope: usize,
     pub v_head: usize,
     pub eps: f32,
+    /// The compressed q's rank (`q_lora_rank`), 0 = an uncompressed W_q.
+    pub q_lora: usize,
 }
 
 impl MlaDims {
@@ -42,25 +45,46 @@ impl MlaDims {
     }
 }
 
+/// How the queries are projected.
+pub enum MlaQ {
+    /// `attn_q` [H·(n + e) × hidden].
+    Full(Mat),
+    /// `attn_q_a` [q_lora × hidden], `attn_q_a_norm`, `attn_q_b` [H·(n + e) × q_lora].
+    Lora { a: Mat, norm: Vec<f32>, b: Mat },
+}
+
 pub struct MlaWeights {
-    pub q: Mat,         // [H·(n + e) × hidden]
+    pub q: MlaQ,
     pub kv_a: Mat,      // [(r + e) × hidden]
     pub kv_a_norm: Vec<f32>,
     pub k_b: Mat,       // H × [r × n]
     pub v_b: Mat,       // H × [dv × r]
     pub o: Mat,         // [hidden × H·dv]
+    /// K3's output gate `attn_gate` [H·dv × hidden] on the normed layer input.
+    pub gate: Option<Mat>,
 }
 
 impl MlaWeights {
     pub fn load(ld: &Loader, il: usize, hidden: usize, d: &MlaDims) -> Result<Self> {
         let p = |s: &str| format!("blk.{il}.{s}");
+        let q = if d.q_lora > 0 {
+            MlaQ::Lora {
+                a: ld.mat(&p("attn_q_a.weight"), d.q_lora, hidden)?,
+                norm: ld.vec(&p("attn_q_a_norm.weight"), d.q_lora)?,
+                b: ld.mat(&p("attn_q_b.weight"), d.n_head * d.q_head(), d.q_lora)?,
+            }
+        } else {
+            MlaQ::Full(ld.mat(&p("attn_q.weight"), d.n_head * d.q_head(), hidden)?)
+        };
+        let gate = if ld.has(&p("attn_gate.weight")) { Some(ld.mat(&p("attn_gate.weight"), d.n_head * d.v_head, hidden)?) } else { None };
         Ok(MlaWeights {
-            q: ld.mat(&p("attn_q.weight"), d.n_head * d.q_head(), hidden)?,
+            q,
             kv_a: ld.mat(&p("attn_kv_a_mqa.weight"), d.k_width(), hidden)?,
             kv_a_norm: ld.vec(&p("attn_kv_a_norm.weight"), d.kv_lora)?,
             k_b: ld.mats(&p("attn_k_b.weight"), d.n_head, d.kv_lora, d.nope)?,
             v_b: ld.mats(&p("attn_v_b.weight"), d.n_head, d.v_head, d.kv_lora)?,
             o: ld.mat(&p("attn_output.weight"), hidden, d.n_head * d.v_head)?,
+            gate,
         })
     }
 }
@@ -149,8 +173,25 @@ pub fn forward(ctx: &Ctx, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: &Rows, k
     let (nh, r, e, nope, dv) = (d.n_head, d.kv_lora, d.rope, d.nope, d.v_head);
     let (qh, kw) = (d.q_head(), d.k_width());
     let sp = ctx.span(Op::AttnProj);
-    let mut p = ctx.mm_rows(&[&w.q, &w.kv_a], x, rows).into_iter();
-    let (q, mut kv) = (p.next().expect("q"), p.next().expect("kv_a"));
+    // the products of x in one weight pass: q (or its compression), the latent KV, K3's gate
+    let first = match &w.q {
+        MlaQ::Full(q) => q,
+        MlaQ::Lora { a, .. } => a,
+    };
+    let mut ws = vec![first, &w.kv_a];
+    ws.extend(w.gate.as_ref());
+    let mut p = ctx.mm_rows(&ws, x, rows).into_iter();
+    let (q1, mut kv, gate) = (p.next().expect("q"), p.next().expect("kv_a"), p.next());
+    let q = match &w.q {
+        MlaQ::Full(_) => q1,
+        MlaQ::Lora { norm, b, .. } => {
+            let mut qc = q1;
+            for row in qc.chunks_exact_mut(d.q_lora) {
+                ops::rms_norm_inplace(row, norm, d.eps);
+            }
+            ctx.mm_rows1(b, &qc, rows)
+        }
+    };
     // c ← rms_norm(c)·kv_a_norm, per token
     for row in kv.chunks_exact_mut(kw) {
         ops::rms_norm_inplace(&mut row[..r], &w.kv_a_norm, d.eps);
@@ -243,5 +284,11 @@ pub fn forward(ctx: &Ctx, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: &Rows, k
     // decompress each head: o_h = W_v_b,h · att_h, then W_o
     let mut o = vec![0.0f32; n * nh * dv];
     heads_mm(ctx, &w.v_b, &att, rows, &mut o);
+    if let Some(g) = gate {
+        // K3: o ⊙ sigmoid(W_g x) (ggml_sigmoid, then ggml_mul)
+        for (ov, gv) in o.iter_mut().zip(g) {
+            *ov *= ops::sigmoid(gv);
+        }
+    }
     ctx.mm_rows1(&w.o, &o, rows)
 }

@@ -3,6 +3,7 @@
 //! and the states of its sequences; none knows which architecture calls it.
 
 pub mod attention;
+pub mod attn_res;
 pub mod deltanet;
 pub mod flash_attn;
 pub mod ffn;

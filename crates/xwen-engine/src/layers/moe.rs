@@ -1,8 +1,13 @@
 //! Sparse MoE feed-forward (llama.cpp `build_moe_ffn`): probs = softmax or sigmoid of
 //! router · x over all experts → top-k of probs (+ the selection bias `exp_probs_b` where the
 //! model has one: DeepSeek-V3 / Kimi) → renormalize the chosen probs (sum clamped at
-//! 6.103515625e-5) → times the routed scale → Σ_e p_e · expert_e(x), plus the shared expert,
-//! scaled by sigmoid(gate_inp_shexp · x) where it has a gate (Qwen) or added as is (Kimi).
+//! 6.103515625e-5; Kimi K3 may skip this) → times the routed scale → Σ_e p_e · expert_e(x),
+//! plus the shared expert, scaled by sigmoid(gate_inp_shexp · x) where it has a gate (Qwen) or
+//! added as is (Kimi).
+//!
+//! A latent MoE (Kimi K3, `ffn_routed_down/_up/_norm`): the router and the shared expert read x,
+//! the routed experts read x_l = W_down · x at the latent width, and their weighted sum comes
+//! back as W_up · (rms_norm(Σ)·norm) before the shared expert is added.
 
 use crate::batch::{self, Rows};
 use crate::compute::{quantize_rows, Ctx, MvJob, RouteRecord};
@@ -11,7 +16,7 @@ use xwen_kernels::{Pool, QMatrix};
 use crate::error::Result;
 use crate::experts::store::{ExpertHandle, ExpertStore};
 use crate::experts::plan::PREFILL_READ_AHEAD;
-use crate::layers::ffn::{self, FfnWeights};
+use crate::layers::ffn::{self, Act, FfnWeights};
 use crate::ops;
 use crate::profile::Op;
 use crate::weights::{Loader, Mat};
@@ -25,6 +30,32 @@ pub struct MoeDims {
     pub gating: Gating,
     /// Multiplies the renormalized weights (`expert_weights_scale`; 1 = none).
     pub w_scale: f32,
+    /// Whether the chosen weights are renormalized to sum 1 (`expert_weights_norm`).
+    pub norm_w: bool,
+    /// The experts' (and the shared expert's) gated activation.
+    pub act: Act,
+    /// The routed experts' input width where it is a latent space (`expert_latent_length`), else 0.
+    pub latent: usize,
+    /// The latent output norm's epsilon (the model's rms eps).
+    pub eps: f32,
+}
+
+impl MoeDims {
+    /// The width the routed experts read and write.
+    pub fn expert_width(&self, hidden: usize) -> usize {
+        if self.latent > 0 {
+            self.latent
+        } else {
+            hidden
+        }
+    }
+}
+
+/// A latent MoE's projections around the routed experts.
+pub struct LatentProj {
+    pub down: Mat,               // [latent × hidden]
+    pub up: Mat,                 // [hidden × latent]
+    pub norm: Option<Vec<f32>>,  // [latent]
 }
 
 /// How router logits become expert probabilities (llama.cpp's `expert_gating_func`).
@@ -51,6 +82,7 @@ pub struct MoeWeights {
     pub shared_gate: Option<Vec<f32>>, // [hidden]
     /// The selection bias added to the probabilities before top-k (`exp_probs_b`), [n_expert].
     pub probs_bias: Option<Vec<f32>>,
+    pub latent: Option<LatentProj>,
 }
 
 impl MoeWeights {
@@ -58,7 +90,7 @@ impl MoeWeights {
         let p = |s: &str| format!("blk.{il}.{s}");
         let router = ld.mat(&p("ffn_gate_inp.weight"), d.n_expert, hidden)?;
         let shared = if d.shared_ff > 0 && ld.has(&p("ffn_gate_shexp.weight")) {
-            Some(FfnWeights::load(ld, il, hidden, d.shared_ff, "_shexp")?)
+            Some(FfnWeights::load(ld, il, hidden, d.shared_ff, "_shexp")?.with_act(d.act))
         } else {
             None
         };
@@ -67,13 +99,23 @@ impl MoeWeights {
         } else {
             None
         };
+        let ew = d.expert_width(hidden);
         let experts = [
-            ld.mats(&p("ffn_gate_exps.weight"), d.n_expert, d.expert_ff, hidden)?,
-            ld.mats(&p("ffn_up_exps.weight"), d.n_expert, d.expert_ff, hidden)?,
-            ld.mats(&p("ffn_down_exps.weight"), d.n_expert, hidden, d.expert_ff)?,
+            ld.mats(&p("ffn_gate_exps.weight"), d.n_expert, d.expert_ff, ew)?,
+            ld.mats(&p("ffn_up_exps.weight"), d.n_expert, d.expert_ff, ew)?,
+            ld.mats(&p("ffn_down_exps.weight"), d.n_expert, ew, d.expert_ff)?,
         ];
         let probs_bias = if ld.has(&p("exp_probs_b.bias")) { Some(ld.vec(&p("exp_probs_b.bias"), d.n_expert)?) } else { None };
-        Ok((MoeWeights { router, shared, shared_gate, probs_bias }, experts))
+        let latent = if d.latent > 0 {
+            Some(LatentProj {
+                down: ld.mat(&p("ffn_routed_down.weight"), d.latent, hidden)?,
+                up: ld.mat(&p("ffn_routed_up.weight"), hidden, d.latent)?,
+                norm: if ld.has(&p("ffn_routed_norm.weight")) { Some(ld.vec(&p("ffn_routed_norm.weight"), d.latent)?) } else { None },
+            })
+        } else {
+            None
+        };
+        Ok((MoeWeights { router, shared, shared_gate, probs_bias, latent }, experts))
     }
 }
 
@@ -89,12 +131,12 @@ pub struct Route {
 
 /// The softmax router's decision (qwen35moe, qwen3next): `route_with` without a bias or scale.
 pub fn route(logits: &[f32], n_used: usize) -> Route {
-    route_with(logits, n_used, Gating::Softmax, None, 1.0)
+    route_with(logits, n_used, Gating::Softmax, None, 1.0, true)
 }
 
 /// One token's routing decision, in build_moe_ffn's order: probabilities, selection on
-/// probs + bias, the chosen *unbiased* probs renormalized, then scaled.
-pub fn route_with(logits: &[f32], n_used: usize, gating: Gating, bias: Option<&[f32]>, w_scale: f32) -> Route {
+/// probs + bias, the chosen *unbiased* probs renormalized (where `norm_w`), then scaled.
+pub fn route_with(logits: &[f32], n_used: usize, gating: Gating, bias: Option<&[f32]>, w_scale: f32, norm_w: bool) -> Route {
     let mut probs = logits.to_vec();
     match gating {
         Gating::Softmax => ops::softmax_inplace(&mut probs),
@@ -113,10 +155,12 @@ pub fn route_with(logits: &[f32], n_used: usize, gating: Gating, bias: Option<&[
     };
     idx.truncate(n_used);
     let mut w: Vec<f32> = idx.iter().map(|&i| probs[i]).collect();
-    // ggml_sum_rows accumulates in f64 and rounds once; then clamp and divide in f32.
-    let sum = (w.iter().map(|&x| x as f64).sum::<f64>() as f32).max(6.103_515_6e-5);
-    for x in w.iter_mut() {
-        *x /= sum;
+    if norm_w {
+        // ggml_sum_rows accumulates in f64 and rounds once; then clamp and divide in f32.
+        let sum = (w.iter().map(|&x| x as f64).sum::<f64>() as f32).max(6.103_515_6e-5);
+        for x in w.iter_mut() {
+            *x /= sum;
+        }
     }
     if w_scale != 0.0 && w_scale != 1.0 {
         for x in w.iter_mut() {
@@ -127,7 +171,7 @@ pub fn route_with(logits: &[f32], n_used: usize, gating: Gating, bias: Option<&[
 }
 
 fn route_of(w: &MoeWeights, d: &MoeDims, logits: &[f32]) -> Route {
-    route_with(logits, d.n_used, d.gating, w.probs_bias.as_deref(), d.w_scale)
+    route_with(logits, d.n_used, d.gating, w.probs_bias.as_deref(), d.w_scale, d.norm_w)
 }
 
 /// MoE output for the batch `rows` of normalized input x (rows.n × hidden). Batch-invariant:
@@ -183,10 +227,16 @@ pub fn forward(
     let logits = ctx.mm(&w.router, x, n); // [n × n_expert]
     let routes: Vec<Route> = (0..n).map(|t| route_of(w, d, &logits[t * d.n_expert..(t + 1) * d.n_expert])).collect();
     record(ctx, layer, rows_at, &routes);
+    // the experts' input: x, or x_l = W_down · x [n × latent]
+    let x_latent = w.latent.as_ref().map(|l| ctx.mm(&l.down, x, n));
+    let (xe, ew) = match &x_latent {
+        Some(xl) => (&xl[..], d.latent),
+        None => (x, hidden),
+    };
 
     drop(sp);
     let sp = ctx.span(Op::MoeExperts);
-    let mut out = vec![0.0f32; n * hidden];
+    let mut out = vec![0.0f32; n * ew];
     // Group tokens by expert so each expert's weights are read once per forward; remember each
     // token's selection slot so the weighted outputs are summed in llama.cpp's order (slot 0,
     // then 1, …), not in expert-id order.
@@ -219,15 +269,15 @@ pub fn forward(
             let mut xq = Vec::new();
             if m > 1 && gw.ty == uw.ty && gw.rows == uw.rows {
                 // gate and up take the same rows: quantized and laid out once for both
-                quantize_rows(gw.ty, toks.iter().map(|&(t, _, _)| &x[t * hidden..(t + 1) * hidden]), &mut xq);
+                quantize_rows(gw.ty, toks.iter().map(|&(t, _, _)| &xe[t * ew..(t + 1) * ew]), &mut xq);
                 solo.matmul_q_id_shared(&[gw, uw], &xq, m, &mut [&mut g, &mut u]);
             } else {
-                let xe: Vec<f32> = toks.iter().flat_map(|&(t, _, _)| &x[t * hidden..(t + 1) * hidden]).copied().collect();
-                expert_mm(solo, gw, &xe, m, &mut g, &mut xq);
-                expert_mm(solo, uw, &xe, m, &mut u, &mut xq);
+                let xt: Vec<f32> = toks.iter().flat_map(|&(t, _, _)| &xe[t * ew..(t + 1) * ew]).copied().collect();
+                expert_mm(solo, gw, &xt, m, &mut g, &mut xq);
+                expert_mm(solo, uw, &xt, m, &mut u, &mut xq);
             }
-            let act = ffn::swiglu_rows(&g, &u, d.expert_ff);
-            let mut y = vec![0.0f32; m * hidden];
+            let act = ffn::act_rows(d.act, &g, &u, d.expert_ff);
+            let mut y = vec![0.0f32; m * ew];
             expert_mm(solo, h.down(), &act, m, &mut y, &mut xq);
             // SAFETY: slot i of `ys` is written by this task alone; `ys` outlives the job.
             unsafe { ys_out.slice(i, 1)[0] = y };
@@ -280,13 +330,21 @@ pub fn forward(
         }
     }
     for t in 0..n {
-        let o = &mut out[t * hidden..(t + 1) * hidden];
+        let o = &mut out[t * ew..(t + 1) * ew];
         for &(i, row, p) in &by_slot[t * k..(t + 1) * k] {
-            for (a, &v) in o.iter_mut().zip(&ys[i][row * hidden..(row + 1) * hidden]) {
+            for (a, &v) in o.iter_mut().zip(&ys[i][row * ew..(row + 1) * ew]) {
                 *a += v * p;
             }
         }
     }
+    // a latent sum back to the model's width: W_up · (rms_norm(Σ)·norm)
+    let mut out = match &w.latent {
+        Some(l) => {
+            latent_norm(l, d, &mut out);
+            ctx.mm(&l.up, &out, n)
+        }
+        None => out,
+    };
 
     drop(sp);
     let _sp = ctx.span(Op::MoeShared);
@@ -295,6 +353,15 @@ pub fn forward(
         add_gated_shared(w, x, &y, hidden, &mut out);
     }
     Ok(out)
+}
+
+/// A latent MoE's weighted sum, each row rms-normed by the latent norm (where the model has one).
+fn latent_norm(l: &LatentProj, d: &MoeDims, sum: &mut [f32]) {
+    if let Some(nw) = &l.norm {
+        for row in sum.chunks_exact_mut(d.latent) {
+            ops::rms_norm_inplace(row, nw, d.eps);
+        }
+    }
 }
 
 /// out += sigmoid(gate_inp_shexp · x) · y per row: the shared expert's output `y` (rows ×
@@ -365,14 +432,21 @@ fn forward_decode_rows(
     let mut logits = vec![0.0f32; m * d.n_expert];
     let sff = w.shared.as_ref().map_or(0, |s| s.gate.rows);
     let (mut sg, mut su) = (vec![0.0f32; m * sff], vec![0.0f32; m * sff]);
+    let ew = d.expert_width(hidden);
+    let mut x_latent = vec![0.0f32; if w.latent.is_some() { m * ew } else { 0 }];
     {
         let mut jobs = vec![MvJob { w: w.router.q(ctx.file), x, y: &mut logits }];
         if let Some(sh) = &w.shared {
             jobs.push(MvJob { w: sh.gate.q(ctx.file), x, y: &mut sg });
             jobs.push(MvJob { w: sh.up.q(ctx.file), x, y: &mut su });
         }
+        if let Some(l) = &w.latent {
+            jobs.push(MvJob { w: l.down.q(ctx.file), x, y: &mut x_latent });
+        }
         ctx.mv_batch(&mut jobs);
     }
+    // the experts' input rows: x, or the latent x_l [m × latent]
+    let xe: &[f32] = if w.latent.is_some() { &x_latent } else { x };
     let routes: Vec<Route> = logits.chunks_exact(d.n_expert).map(|l| route_of(w, d, l)).collect();
     record(ctx, layer, rows_at, &routes);
     drop(sp);
@@ -397,37 +471,37 @@ fn forward_decode_rows(
     let ff = d.expert_ff;
     let k = d.n_used;
     // ys[row * k + slot]: that row's unweighted output of its slot's expert
-    let mut ys = vec![0.0f32; m * k * hidden];
+    let mut ys = vec![0.0f32; m * k * ew];
     let group = if store.streams() { d.n_used.max(2 * PREFILL_READ_AHEAD) } else { union.len().max(1) };
     for (ids, who) in union.chunks(group).zip(users.chunks(group)) {
         let handles = store.experts(layer, ids)?;
         // an expert of one row multiplies that row in place (one quantization of it serves
         // all its experts, as `mv_batch` shares activations by address); several rows gathered
         let gathered: Vec<Option<Vec<f32>>> =
-            who.iter().map(|u| (u.len() > 1).then(|| batch::gather(x, hidden, &u.iter().map(|&(r, _)| r).collect::<Vec<_>>()))).collect();
-        let xe: Vec<&[f32]> = who
+            who.iter().map(|u| (u.len() > 1).then(|| batch::gather(xe, ew, &u.iter().map(|&(r, _)| r).collect::<Vec<_>>()))).collect();
+        let xin: Vec<&[f32]> = who
             .iter()
             .zip(&gathered)
             .map(|(u, g)| match g {
                 Some(g) => &g[..],
-                None => &x[u[0].0 * hidden..(u[0].0 + 1) * hidden],
+                None => &xe[u[0].0 * ew..(u[0].0 + 1) * ew],
             })
             .collect();
         let mut gu: Vec<(Vec<f32>, Vec<f32>)> = who.iter().map(|u| (vec![0.0f32; u.len() * ff], vec![0.0f32; u.len() * ff])).collect();
         {
             let mut jobs = Vec::with_capacity(2 * handles.len());
-            for ((h, &xr), (g, u)) in handles.iter().zip(&xe).zip(gu.iter_mut()) {
+            for ((h, &xr), (g, u)) in handles.iter().zip(&xin).zip(gu.iter_mut()) {
                 jobs.push(MvJob { w: h.gate(), x: xr, y: g });
                 jobs.push(MvJob { w: h.up(), x: xr, y: u });
             }
             ctx.mv_batch(&mut jobs);
         }
-        // SwiGLU per row, each row alone (as forward_one's single-row swiglu)
+        // the activation per row, each row alone (as the one-token path's single row)
         let act: Vec<Vec<f32>> = gu
             .iter()
-            .map(|(g, u)| g.chunks_exact(ff).zip(u.chunks_exact(ff)).flat_map(|(gr, ur)| ffn::swiglu(gr, ur)).collect())
+            .map(|(g, u)| g.chunks_exact(ff).zip(u.chunks_exact(ff)).flat_map(|(gr, ur)| ffn::act_row(d.act, gr, ur)).collect())
             .collect();
-        let mut down: Vec<Vec<f32>> = who.iter().map(|u| vec![0.0f32; u.len() * hidden]).collect();
+        let mut down: Vec<Vec<f32>> = who.iter().map(|u| vec![0.0f32; u.len() * ew]).collect();
         {
             let mut jobs: Vec<MvJob> =
                 handles.iter().zip(&act).zip(down.iter_mut()).map(|((h, a), y)| MvJob { w: h.down(), x: a, y }).collect();
@@ -435,23 +509,42 @@ fn forward_decode_rows(
         }
         for (u, y) in who.iter().zip(&down) {
             for (j, &(row, slot)) in u.iter().enumerate() {
-                ys[(row * k + slot) * hidden..][..hidden].copy_from_slice(&y[j * hidden..(j + 1) * hidden]);
+                ys[(row * k + slot) * ew..][..ew].copy_from_slice(&y[j * ew..(j + 1) * ew]);
             }
         }
     }
     let mut ysh = vec![0.0f32; m * hidden];
-    if let Some(sh) = &w.shared {
-        let act: Vec<f32> = sg.chunks_exact(sff).zip(su.chunks_exact(sff)).flat_map(|(g, u)| ffn::swiglu(g, u)).collect();
-        let mut jobs = vec![MvJob { w: sh.down.q(ctx.file), x: &act, y: &mut ysh }];
-        ctx.mv_batch(&mut jobs);
-    }
-    let mut out = vec![0.0f32; m * hidden];
+    let mut out = vec![0.0f32; m * ew];
     for (row, r) in routes.iter().enumerate() {
-        let o = &mut out[row * hidden..(row + 1) * hidden];
+        let o = &mut out[row * ew..(row + 1) * ew];
         for (slot, &p) in r.weights.iter().enumerate() {
-            for (a, &v) in o.iter_mut().zip(&ys[(row * k + slot) * hidden..][..hidden]) {
+            for (a, &v) in o.iter_mut().zip(&ys[(row * k + slot) * ew..][..ew]) {
                 *a += v * p;
             }
+        }
+    }
+    // the shared expert's down with the latent sum's way back (W_up), one job
+    let latent_sum = match &w.latent {
+        Some(l) => {
+            latent_norm(l, d, &mut out);
+            Some(std::mem::replace(&mut out, vec![0.0f32; m * hidden]))
+        }
+        None => None,
+    };
+    {
+        let act: Vec<f32> = match &w.shared {
+            Some(sh) => sg.chunks_exact(sff).zip(su.chunks_exact(sff)).flat_map(|(g, u)| ffn::act_row(sh.act, g, u)).collect(),
+            None => Vec::new(),
+        };
+        let mut jobs = Vec::new();
+        if let Some(sh) = &w.shared {
+            jobs.push(MvJob { w: sh.down.q(ctx.file), x: &act, y: &mut ysh });
+        }
+        if let (Some(l), Some(sum)) = (&w.latent, &latent_sum) {
+            jobs.push(MvJob { w: l.up.q(ctx.file), x: sum, y: &mut out });
+        }
+        if !jobs.is_empty() {
+            ctx.mv_batch(&mut jobs);
         }
     }
     drop(sp);
@@ -472,14 +565,18 @@ mod tests {
     fn sigmoid_routes_select_on_the_biased_probs_and_weigh_the_unbiased() {
         let logits = [0.0f32, 1.0, 2.0, -1.0];
         let bias = [0.0f32, 0.0, -1.0, 2.0];
-        let r = route_with(&logits, 2, Gating::Sigmoid, Some(&bias), 2.0);
+        let r = route_with(&logits, 2, Gating::Sigmoid, Some(&bias), 2.0, true);
         // sigmoid: 0.5, 0.73, 0.88, 0.27; + bias: 0.5, 0.73, -0.12, 2.27 -> experts 3, 1
         assert_eq!(r.experts, vec![3, 1]);
         let (p3, p1) = (ops::sigmoid(-1.0), ops::sigmoid(1.0));
         let sum = p3 + p1;
         assert!((r.weights[0] - 2.0 * p3 / sum).abs() < 1e-6 && (r.weights[1] - 2.0 * p1 / sum).abs() < 1e-6);
         // no bias, no scale: the softmax router's renormalized top-k
-        assert_eq!(route_with(&logits, 2, Gating::Softmax, None, 1.0), route(&logits, 2));
+        assert_eq!(route_with(&logits, 2, Gating::Softmax, None, 1.0, true), route(&logits, 2));
+        // without renormalization the weights are the scaled sigmoids themselves
+        let raw = route_with(&logits, 2, Gating::Sigmoid, Some(&bias), 2.0, false);
+        assert_eq!(raw.experts, vec![3, 1]);
+        assert_eq!(raw.weights, vec![p3 * 2.0, p1 * 2.0]);
     }
 
     #[test]

@@ -11,8 +11,14 @@
 //! Layer skeleton (post_attention_norm is the pre-FFN norm; there is no ffn_norm):
 //!   h = x + mixer(rms_norm(x)·attn_norm)          mixer = GatedDeltaNet | gated attention
 //!   x = h + ffn(rms_norm(h)·post_attention_norm)  ffn   = SwiGLU | MoE + shared expert
+//! Kimi-Linear and Kimi K3 put KDA and MLA in the mixer slot; K3 also mixes the stream with the
+//! banked checkpoints of its cross-layer residual attention (`layers/attn_res.rs`) before each
+//! norm, and restarts it from the mixer's output on the layers that bank:
+//!   h = (banks ? 0 : x) + mixer(rms_norm(mix_attn(x))·attn_norm)
+//!   x = h + ffn(rms_norm(mix_ffn(h))·ffn_norm)
 
 use crate::layers::attention::{self, AttnDims, AttnWeights, KvCache};
+use crate::layers::attn_res::{AttnRes, Bank, LayerRes};
 use super::{Loaded, Network, PlanFigures, SpanIn};
 use crate::experts::plan::{PREFILL_BATCH, SCRATCH_SLACK};
 use crate::compute::Ctx;
@@ -64,7 +70,7 @@ pub(super) fn req_u(f: &GgufFile, key: &str) -> Result<usize> {
 }
 
 /// A scalar key, or the first non-zero entry of a per-layer array.
-fn req_u_or_arr(f: &GgufFile, key: &str) -> Result<usize> {
+pub(super) fn req_u_or_arr(f: &GgufFile, key: &str) -> Result<usize> {
     if let Some(v) = f.get_u64(key) {
         return Ok(v as usize);
     }
@@ -122,7 +128,7 @@ impl Config {
         let n_v_heads = req_u(f, &k("ssm.time_step_rank"))?;
         let state = req_u(f, &k("ssm.state_size"))?;
         let inner = req_u(f, &k("ssm.inner_size"))?;
-        let delta = DeltaDims { n_k_heads, n_v_heads, head_dim: state, conv_kernel: req_u(f, &k("ssm.conv_kernel"))?, eps, pairing: spec.pairing, variant: deltanet::DeltaVariant::Gdn };
+        let delta = DeltaDims { n_k_heads, n_v_heads, head_dim: state, conv_kernel: req_u(f, &k("ssm.conv_kernel"))?, eps, pairing: spec.pairing, variant: deltanet::DeltaVariant::Gdn, gate_lower_bound: None };
         if n_k_heads == 0 || n_v_heads % n_k_heads != 0 || inner != n_v_heads * state || delta.conv_kernel < 1 {
             return Err(EngineError::BadHparams(format!(
                 "DeltaNet geometry: {n_k_heads} K-heads, {n_v_heads} V-heads, state {state}, inner {inner}"
@@ -143,6 +149,10 @@ impl Config {
                 shared_ff,
                 gating: moe::Gating::Softmax,
                 w_scale: 1.0,
+                norm_w: true,
+                act: ffn::Act::SwiGlu,
+                latent: 0,
+                eps,
             })
         } else {
             None
@@ -164,6 +174,7 @@ pub enum Mixer {
     Mla(MlaWeights),
 }
 
+#[allow(clippy::large_enum_variant)] // one per layer, loaded once: boxing buys nothing
 pub enum Ffn {
     Dense(FfnWeights),
     Moe(MoeWeights),
@@ -174,6 +185,8 @@ pub struct Layer {
     pub post_attn_norm: Vec<f32>,
     pub mixer: Mixer,
     pub ffn: Ffn,
+    /// The layer's cross-layer residual scores (Kimi K3), where the model has them.
+    pub res: Option<LayerRes>,
 }
 
 /// A loaded hybrid network.
@@ -183,6 +196,8 @@ pub struct Hybrid {
     pub layers: Vec<Layer>,
     pub output_norm: Vec<f32>,
     pub output: Mat,
+    /// Cross-layer residual attention (Kimi K3), else None.
+    pub res: Option<AttnRes>,
 }
 
 impl Hybrid {
@@ -217,10 +232,11 @@ impl Hybrid {
                 post_attn_norm: ld.vec(&format!("blk.{il}.post_attention_norm.weight"), h)?,
                 mixer,
                 ffn,
+                res: None,
             });
         }
         let output_norm = ld.vec("output_norm.weight", h)?;
-        Ok((Hybrid { cfg, tok_embd, layers, output_norm, output }, experts))
+        Ok((Hybrid { cfg, tok_embd, layers, output_norm, output, res: None }, experts))
     }
 
     pub fn new_state_of_layers(&self) -> SeqState {
@@ -266,10 +282,20 @@ impl Hybrid {
 
         drop(sp);
         let mut xn = vec![0.0f32; n * h];
+        let eps = self.cfg.eps;
+        // K3's checkpoints of this pass (cross-layer residual attention); empty otherwise
+        let mut bank = Bank::default();
         for (il, layer) in self.layers.iter().enumerate() {
-            // h = x + mixer(rms_norm(x)·attn_norm)
+            // h = x + mixer(rms_norm(x)·attn_norm); K3: x mixed with the bank, and a banking
+            // layer keeps its raw input in the bank and restarts the stream from the mixer
             let sp = ctx.span(Op::Norms);
-            rms_norm_rows(&x, &layer.attn_norm, self.cfg.eps, h, &mut xn);
+            let res = self.res.as_ref().zip(layer.res.as_ref());
+            let mixed = res.map(|(_, lr)| bank.mix(&x, &lr.attn, eps, h));
+            let banks = res.is_some_and(|(r, _)| il % r.block == 0);
+            if banks {
+                bank.push(&x);
+            }
+            rms_norm_rows(mixed.as_deref().unwrap_or(&x), &layer.attn_norm, eps, h, &mut xn);
             drop(sp);
             let mix = match &layer.mixer {
                 Mixer::Attn(w) => {
@@ -295,10 +321,15 @@ impl Hybrid {
                     mla::forward(ctx, w, d, &xn, &rows, &mut kvs)
                 }
             };
-            add_inplace(&mut x, &mix);
+            if banks {
+                x = mix;
+            } else {
+                add_inplace(&mut x, &mix);
+            }
             // x = h + ffn(rms_norm(h)·post_attention_norm)
             let sp = ctx.span(Op::Norms);
-            rms_norm_rows(&x, &layer.post_attn_norm, self.cfg.eps, h, &mut xn);
+            let mixed = res.map(|(_, lr)| bank.mix(&x, &lr.ffn, eps, h));
+            rms_norm_rows(mixed.as_deref().unwrap_or(&x), &layer.post_attn_norm, eps, h, &mut xn);
             drop(sp);
             let f = match &layer.ffn {
                 Ffn::Dense(w) => {
@@ -308,6 +339,9 @@ impl Hybrid {
                 Ffn::Moe(w) => moe::forward_rows(ctx, w, self.cfg.moe.as_ref().expect("moe dims"), store, il, &xn, &rows, h)?,
             };
             add_inplace(&mut x, &f);
+        }
+        if let Some(r) = &self.res {
+            x = bank.mix(&x, &r.output, eps, h);
         }
         for (st, sp) in states.iter_mut().zip(spans) {
             st.pos += sp.tokens.len();

@@ -13,13 +13,17 @@
 //!   `expert_shared_count` × the expert width.
 //!
 //! Norm weights are plain multipliers (no +1 baked in, unlike Qwen's).
+//!
+//! Kimi K3 (`kimi_k3.rs`) is this trunk with its own activation, gates, latent MoE and
+//! cross-layer residual attention: `config` and `build` serve both.
 
-use super::hybrid::{req_u, Config, Ffn, Hybrid, Layer, Mixer};
+use super::hybrid::{req_u, req_u_or_arr, Config, Ffn, Hybrid, Layer, Mixer};
 use super::Loaded;
 use crate::error::{EngineError, Result};
 use crate::layers::attention::AttnDims;
 use crate::layers::deltanet::{DeltaDims, DeltaNetWeights, DeltaVariant, HeadPairing};
-use crate::layers::ffn::FfnWeights;
+use crate::layers::attn_res::{AttnRes, LayerRes};
+use crate::layers::ffn::{Act, FfnWeights};
 use crate::layers::mla::{MlaDims, MlaWeights};
 use crate::layers::moe::{Gating, MoeDims, MoeWeights};
 use crate::weights::Loader;
@@ -52,16 +56,15 @@ pub fn config(f: &GgufFile) -> Result<Config> {
         eps,
         pairing: HeadPairing::Tiled,
         variant: DeltaVariant::Kda,
+        gate_lower_bound: None,
     };
     let kv_lora = req_u(f, &k("attention.kv_lora_rank"))?;
     let rope = req_u(f, &k("rope.dimension_count"))?;
     let k_mla = req_u(f, &k("attention.key_length_mla"))?;
     let v_mla = req_u(f, &k("attention.value_length_mla"))?;
-    if f.get_u64(&k("attention.q_lora_rank")).is_some_and(|r| r > 0) {
-        return Err(EngineError::BadHparams("kimi-linear with a compressed q (q_lora_rank) is not supported".into()));
-    }
+    let q_lora = f.get_u64(&k("attention.q_lora_rank")).unwrap_or(0) as usize;
     let nope = k_mla.checked_sub(rope).ok_or_else(|| EngineError::BadHparams(format!("key_length_mla {k_mla} < rope dims {rope}")))?;
-    let mla = MlaDims { n_head, kv_lora, nope, rope, v_head: v_mla, eps };
+    let mla = MlaDims { n_head, kv_lora, nope, rope, v_head: v_mla, eps, q_lora };
     if n_head == 0 || kda_head == 0 || conv_kernel < 1 || kv_lora == 0 || v_mla == 0 {
         return Err(EngineError::BadHparams(format!("kimi-linear geometry: {n_head} heads, KDA head {kda_head}, kernel {conv_kernel}, kv rank {kv_lora}")));
     }
@@ -69,7 +72,7 @@ pub fn config(f: &GgufFile) -> Result<Config> {
     let n_vocab = *emb.dims.get(1).ok_or_else(|| EngineError::BadHparams("token_embd is 1-D".into()))? as usize;
     let n_expert = req_u(f, &k("expert_count"))?;
     let n_used = req_u(f, &k("expert_used_count"))?;
-    let expert_ff = req_u(f, &k("expert_feed_forward_length"))?;
+    let expert_ff = req_u_or_arr(f, &k("expert_feed_forward_length"))?;
     if n_used == 0 || n_used > n_expert {
         return Err(EngineError::BadHparams(format!("{n_used} of {n_expert} experts used")));
     }
@@ -84,6 +87,11 @@ pub fn config(f: &GgufFile) -> Result<Config> {
         shared_ff: expert_ff * n_shared.max(1),
         gating,
         w_scale: f.get_f32(&k("expert_weights_scale")).unwrap_or(0.0),
+        // kimi-linear.cpp passes norm_w = true; K3 reads expert_weights_norm (kimi_k3.rs)
+        norm_w: true,
+        act: Act::SwiGlu,
+        latent: 0,
+        eps,
     };
     let attn = AttnDims { n_head, n_head_kv: 1, head_dim: k_mla, n_rot: rope, rope_base: 0.0, eps };
     let ff = f.get_u64(&k("feed_forward_length")).unwrap_or(0) as usize;
@@ -104,7 +112,13 @@ pub fn config(f: &GgufFile) -> Result<Config> {
 
 /// The registry's loader for `kimi-linear`.
 pub fn load(f: &GgufFile) -> Result<Loaded> {
-    let cfg = config(f)?;
+    build(f, config(f)?, Act::SwiGlu, None)
+}
+
+/// The Kimi trunk's weights for `cfg`: `dense_act` is the leading dense layers' activation (the
+/// MoE's is in `cfg.moe`), `res_block` K3's cross-layer residual bank interval (its score
+/// vectors `blk.N.attn_res_score`, `blk.N.ffn_res_score`, `output_res_score`).
+pub(super) fn build(f: &GgufFile, cfg: Config, dense_act: Act, res_block: Option<usize>) -> Result<Loaded> {
     let ld = Loader::new(f);
     let h = cfg.hidden;
     let n_dense = f.get_u64(&format!("{}.leading_dense_block_count", cfg.arch)).unwrap_or(0) as usize;
@@ -122,7 +136,7 @@ pub fn load(f: &GgufFile) -> Result<Loaded> {
         };
         let ffn = if il < n_dense {
             experts.push(None);
-            Ffn::Dense(FfnWeights::load(&ld, il, h, cfg.ff, "")?)
+            Ffn::Dense(FfnWeights::load(&ld, il, h, cfg.ff, "")?.with_act(dense_act))
         } else {
             let (w, ex) = MoeWeights::load(&ld, il, h, &moe)?;
             experts.push(Some(ex));
@@ -133,8 +147,19 @@ pub fn load(f: &GgufFile) -> Result<Loaded> {
             post_attn_norm: ld.vec(&format!("blk.{il}.ffn_norm.weight"), h)?,
             mixer,
             ffn,
+            res: match res_block {
+                Some(_) => Some(LayerRes {
+                    attn: ld.vec(&format!("blk.{il}.attn_res_score.weight"), h)?,
+                    ffn: ld.vec(&format!("blk.{il}.ffn_res_score.weight"), h)?,
+                }),
+                None => None,
+            },
         });
     }
     let output_norm = ld.vec("output_norm.weight", h)?;
-    Ok(Loaded { net: Box::new(Hybrid { cfg, tok_embd, layers, output_norm, output }), experts })
+    let res = match res_block {
+        Some(block) => Some(AttnRes { block, output: ld.vec("output_res_score.weight", h)? }),
+        None => None,
+    };
+    Ok(Loaded { net: Box::new(Hybrid { cfg, tok_embd, layers, output_norm, output, res }), experts })
 }

@@ -6,6 +6,7 @@
 //! delta rule, MoE) reused.
 
 pub mod hybrid;
+pub mod kimi_k3;
 pub mod kimi_linear;
 pub mod qwen35;
 pub mod qwen3next;
@@ -54,10 +55,11 @@ pub const REGISTRY: &[Architecture] = &[
     Architecture { name: "qwen35moe", load: qwen35::load },
     Architecture { name: "qwen3next", load: qwen3next::load },
     Architecture { name: "kimi-linear", load: kimi_linear::load },
+    Architecture { name: "kimi-k3", load: kimi_k3::load },
 ];
 
 /// Architectures xwen recognizes but does not run yet (a clear error, not "unknown").
-pub const KNOWN_UNIMPLEMENTED: &[&str] = &["kimi-k3"];
+pub const KNOWN_UNIMPLEMENTED: &[&str] = &[];
 
 /// The registry entry for `arch`.
 pub fn find(arch: &str) -> Option<&'static Architecture> {

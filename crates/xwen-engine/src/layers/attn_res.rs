@@ -1,0 +1,105 @@
+//! Cross-layer residual attention (Kimi K3's `attn_res`, llama.cpp `kimi-k3.cpp` `res_push` /
+//! `res_mix`): every `block`-th layer banks its raw input as a checkpoint and restarts the
+//! residual stream from its mixer's output; before each mixer, each FFN and the output norm the
+//! stream is replaced by a softmax-weighted mix of the banked checkpoints and itself.
+//!
+//! Per token, with checkpoints c_1..c_k and the current stream x (all of the model's width) and
+//! a score vector w (the converter's fused `*_res_norm · *_res_proj`):
+//!   s_i = Σ_j (rms_norm(c_i)·w)_j,  s_x = Σ_j (rms_norm(x)·w)_j     (f64 sums, as ggml_sum_rows)
+//!   p   = softmax(s_1 … s_k, s_x)
+//!   mix = Σ_i p_i·c_i  +  x·p_x
+//! The scores read the normed values, the sum the raw ones. Σ_i p_i·c_i is ggml's
+//! `dsv4_hc_pre` (one f32 accumulator per element over the checkpoints in bank order,
+//! `sum += xv * wv` rounded twice: the AVX2 build does not contract it into an FMA — with one,
+//! the Q4_K_M fixture's logits move by 1.4e-7); x·p_x is a separate ggml_mul and the two a
+//! ggml_add.
+
+use crate::ops;
+
+/// A model's cross-layer residual attention: the bank interval and the score vector of the
+/// final mix (`output_res_score`, before the output norm).
+pub struct AttnRes {
+    pub block: usize,
+    pub output: Vec<f32>,
+}
+
+/// A layer's two score vectors.
+pub struct LayerRes {
+    pub attn: Vec<f32>, // [hidden], before the mixer
+    pub ffn: Vec<f32>,  // [hidden], before the FFN
+}
+
+/// The checkpoints banked so far in one forward pass: each n × hidden, in bank order.
+#[derive(Default)]
+pub struct Bank {
+    ckpts: Vec<Vec<f32>>,
+}
+
+impl Bank {
+    /// Banks the residual stream `x` (n × hidden) as it is.
+    pub fn push(&mut self, x: &[f32]) {
+        self.ckpts.push(x.to_vec());
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ckpts.is_empty()
+    }
+
+    /// The mix of the bank and `x` (n rows of `hidden`) under `score`; `x` itself while the bank
+    /// is empty (layer 0's mixer).
+    pub fn mix(&self, x: &[f32], score: &[f32], eps: f32, hidden: usize) -> Vec<f32> {
+        if self.ckpts.is_empty() {
+            return x.to_vec();
+        }
+        let k = self.ckpts.len();
+        let mut out = vec![0.0f32; x.len()];
+        let mut normed = vec![0.0f32; hidden];
+        let mut p = vec![0.0f32; k + 1];
+        let score_of = |row: &[f32], normed: &mut [f32]| -> f32 {
+            ops::rms_norm(row, score, eps, normed);
+            normed.iter().map(|&v| v as f64).sum::<f64>() as f32
+        };
+        for (t, (xr, or)) in x.chunks_exact(hidden).zip(out.chunks_exact_mut(hidden)).enumerate() {
+            for (i, c) in self.ckpts.iter().enumerate() {
+                p[i] = score_of(&c[t * hidden..(t + 1) * hidden], &mut normed);
+            }
+            p[k] = score_of(xr, &mut normed);
+            ops::softmax_inplace(&mut p);
+            for (j, o) in or.iter_mut().enumerate() {
+                let mut sum = 0.0f32;
+                for (i, c) in self.ckpts.iter().enumerate() {
+                    sum += c[t * hidden + j] * p[i];
+                }
+                *o = sum + xr[j] * p[k];
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_bank_passes_the_stream_through() {
+        let b = Bank::default();
+        let x = [1.0f32, -2.0, 3.0, 0.5];
+        assert_eq!(b.mix(&x, &[1.0; 2], 1e-5, 2), x.to_vec());
+    }
+
+    /// Equal scores (a zero score vector) weigh the checkpoints and the stream alike; a score
+    /// vector that favours one direction moves the mix toward the rows that point along it.
+    #[test]
+    fn the_mix_is_the_softmax_weighted_sum() {
+        let mut b = Bank::default();
+        b.push(&[2.0, 0.0]);
+        b.push(&[0.0, 4.0]);
+        let x = [1.0f32, 1.0];
+        let m = b.mix(&x, &[0.0, 0.0], 1e-6, 2);
+        let third = 1.0f32 / 3.0;
+        assert!((m[0] - (2.0 + 1.0) * third).abs() < 1e-6 && (m[1] - (4.0 + 1.0) * third).abs() < 1e-6, "{m:?}");
+        let m = b.mix(&x, &[10.0, 0.0], 1e-6, 2);
+        assert!(m[0] > 1.9 && m[1] < 0.1, "{m:?}");
+    }
+}
