@@ -5,7 +5,7 @@
 
 use crate::engine::{Job, Out, SubmitError};
 use crate::error::{ApiError, ApiResult, Dialect, Kind};
-use crate::reply::{CallSyntax, Piece, ReplyParser, KIMI_CALL_OPEN};
+use crate::reply::{Piece, ReplyParser};
 use xwen_chat::StopFilter;
 use crate::tool_parse::ToolSchemas;
 use crate::App;
@@ -138,8 +138,7 @@ impl App {
             eog: self.eog.clone(),
             dec: StreamDecoder::new(),
             stop: StopFilter::new(p.stops),
-            // Kimi vocabularies call tools with their own marker tokens
-            parser: ReplyParser::with_syntax(p.in_reasoning, p.reasoning, p.tools, CallSyntax::with_kimi(self.tok.token_id(KIMI_CALL_OPEN).is_some())),
+            parser: ReplyParser::with_syntax(p.in_reasoning, p.reasoning, p.tools, self.syntax),
             prompt_tokens: n,
             cached: 0,
             completion_tokens: 0,

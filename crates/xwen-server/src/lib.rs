@@ -92,6 +92,8 @@ pub struct App {
     pub architecture: String,
     /// The constrained-decoding compiler (None if the vocabulary could not be read into it).
     pub grammars: Option<structured::Grammars>,
+    /// The markups of this model's replies (reasoning and tool calls).
+    pub syntax: reply::CallSyntax,
 }
 
 impl App {
@@ -127,9 +129,20 @@ impl App {
         let Some(t) = &self.template else {
             return Err(ApiError::bad(d, "this model has no chat template (start the server with --chat-template-file); use /v1/completions"));
         };
+        // Kimi K3's template reads its switch as `thinking` (Kimi-K3.jinja), not
+        // `enable_thinking`: pass the request's choice on unless the client set it
+        let k3_opts;
+        let opts = if self.syntax.xtml && !opts.extra.contains_key("thinking") {
+            let mut o = opts.clone();
+            o.extra.insert("thinking".into(), serde_json::Value::Bool(opts.enable_thinking));
+            k3_opts = o;
+            &k3_opts
+        } else {
+            opts
+        };
         let segs = t.render(messages, opts).map_err(|e| ApiError::bad(d, format!("the chat template could not render this conversation: {e}")))?;
         let text = segments_text(&segs);
-        let in_reasoning = text.trim_end().ends_with("<think>");
+        let in_reasoning = text.trim_end().ends_with(self.syntax.think_open());
         let ids = encode_segments(&self.tok, &segs);
         // Where the next turn's rendering departs from this prompt: the conversation with a
         // reply and a next user message renders the reply's turn differently from the
@@ -164,6 +177,9 @@ pub fn serve(m: ServedModel, cfg: ServerConfig, on_ready: impl FnOnce(SocketAddr
         let parallel = engine.parallel();
         let tok = Arc::new(m.tokenizer);
         let grammars = structured::Grammars::new(tok.clone()).map_err(|e| eprintln!("xwen: structured output is off: {e}")).ok();
+        // Kimi vocabularies call tools with their own marker tokens; Kimi K3's template frames
+        // replies in XTML elements
+        let syntax = reply::CallSyntax::detect(m.template.as_ref(), tok.token_id(reply::KIMI_CALL_OPEN).is_some());
         let app = Arc::new(App {
             engine: engine.clone(),
             grammars,
@@ -178,6 +194,7 @@ pub fn serve(m: ServedModel, cfg: ServerConfig, on_ready: impl FnOnce(SocketAddr
             queue_limit: cfg.queue_limit,
             created: generation::now_secs(),
             architecture,
+            syntax,
         });
         let router = routes::router(app, cfg.max_body);
         let addr = format!("{}:{}", cfg.host, cfg.port);

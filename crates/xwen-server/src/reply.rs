@@ -3,11 +3,14 @@
 //! `<tool_call>` … `</tool_call>` always, and where the vocabulary has Kimi's markers
 //! (`CallSyntax::with_kimi`), Kimi's `<|tool_call_begin|>functions.NAME:i<|tool_call_argument_begin|>
 //! {json}<|tool_call_end|>` inside `<|tool_calls_section_begin|>` … `<|tool_calls_section_end|>`
-//! (llama.cpp's models/templates/Kimi-K2-*.jinja). Both hold back only the tail that could still
-//! become a stop string or a tag, so streamed deltas never show text that the final reply does
-//! not contain.
+//! (llama.cpp's models/templates/Kimi-K2-*.jinja). Kimi K3's chat format (Kimi-K3.jinja, "XTML")
+//! frames everything in `<|open|>TAG attrs<|sep|>` … `<|close|>TAG<|sep|>`: its reasoning is a
+//! `think` element, its content a `response`, its calls `call` elements with `argument`s inside
+//! a `tools` element (`CallSyntax::xtml`). Every parser holds back only the tail that could
+//! still become a stop string or a tag, so streamed deltas never show text that the final reply
+//! does not contain.
 
-use crate::tool_parse::{parse_call, parse_kimi_call, ParsedCall, ToolSchemas};
+use crate::tool_parse::{parse_call, parse_kimi_call, parse_xtml_call, ParsedCall, ToolSchemas};
 use xwen_chat::partial_suffix;
 
 /// One part of the reply.
@@ -33,17 +36,56 @@ pub const KIMI_CALL_OPEN: &str = "<|tool_call_begin|>";
 const KIMI_CALL_CLOSE: &str = "<|tool_call_end|>";
 /// Kimi's section markers around its calls: neither content nor part of a call.
 const KIMI_SECTION: [&str; 2] = ["<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"];
+/// Kimi K3's reasoning element, and its call element (`<|open|>call tool="NAME" index="1"<|sep|>`).
+pub const XTML_THINK_OPEN: &str = "<|open|>think<|sep|>";
+const XTML_THINK_CLOSE: &str = "<|close|>think<|sep|>";
+const XTML_CALL_OPEN: &str = "<|open|>call";
+const XTML_CALL_CLOSE: &str = "<|close|>call<|sep|>";
+/// K3's frame around the content and the calls: dropped wherever it stands.
+const XTML_FRAME: [&str; 5] =
+    ["<|open|>response<|sep|>", "<|close|>response<|sep|>", "<|open|>tools<|sep|>", "<|close|>tools<|sep|>", "<|close|>message<|sep|>"];
 
-/// Which tool-call markups a reply may hold.
+/// Which reasoning and tool-call markups a reply may hold.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CallSyntax {
     /// Kimi's token-delimited calls (a vocabulary that has `<|tool_call_begin|>`).
     pub kimi: bool,
+    /// Kimi K3's XTML elements (a chat template that writes `<|open|>` … `<|sep|>`): reasoning,
+    /// content and calls all take its tags, Qwen's `<think>` is text.
+    pub xtml: bool,
 }
 
 impl CallSyntax {
     pub fn with_kimi(kimi: bool) -> Self {
-        CallSyntax { kimi }
+        CallSyntax { kimi, xtml: false }
+    }
+
+    /// The syntax of replies to prompts `template` renders, for a vocabulary that `has_kimi_calls`
+    /// (Kimi's `<|tool_call_begin|>` token): XTML when the template's generation prompt opens
+    /// an `<|open|>message` element.
+    pub fn detect(template: Option<&xwen_chat::ChatTemplate>, has_kimi_calls: bool) -> Self {
+        let xtml = template.is_some_and(|t| {
+            t.render_text(&[xwen_chat::ChatMessage::new("user", "hi")], &xwen_chat::RenderOptions::default())
+                .is_ok_and(|s| s.contains("<|open|>message") && s.contains("<|sep|>"))
+        });
+        CallSyntax { kimi: has_kimi_calls, xtml }
+    }
+
+    /// The reasoning block's open tag.
+    pub fn think_open(&self) -> &'static str {
+        if self.xtml {
+            XTML_THINK_OPEN
+        } else {
+            THINK_OPEN
+        }
+    }
+
+    fn think_close(&self) -> &'static str {
+        if self.xtml {
+            XTML_THINK_CLOSE
+        } else {
+            THINK_CLOSE
+        }
     }
 
     /// (open, close) of each call markup.
@@ -52,13 +94,25 @@ impl CallSyntax {
         if self.kimi {
             v.push((KIMI_CALL_OPEN, KIMI_CALL_CLOSE));
         }
+        if self.xtml {
+            v.push((XTML_CALL_OPEN, XTML_CALL_CLOSE));
+        }
         v
     }
 
-    /// Markers that are dropped wherever they stand outside a call.
+    /// Markers that are dropped wherever they stand outside a call when the request has tools.
     fn dropped(&self) -> &'static [&'static str] {
         if self.kimi {
             &KIMI_SECTION
+        } else {
+            &[]
+        }
+    }
+
+    /// Markers that are dropped wherever they stand outside a call, tools or not.
+    fn frame(&self) -> &'static [&'static str] {
+        if self.xtml {
+            &XTML_FRAME
         } else {
             &[]
         }
@@ -83,7 +137,7 @@ pub struct ReplyParser {
 }
 
 impl ReplyParser {
-    /// `in_reasoning`: the prompt ended inside `<think>` (the template opened it);
+    /// `in_reasoning`: the prompt ended inside a reasoning block (the template opened it);
     /// `reasoning`: split `<think>` blocks out at all; `tools`: parse tool calls.
     pub fn new(in_reasoning: bool, reasoning: bool, tools: Option<ToolSchemas>) -> Self {
         Self::with_syntax(in_reasoning, reasoning, tools, CallSyntax::default())
@@ -148,14 +202,12 @@ impl ReplyParser {
         self.syntax.pairs().into_iter().map(|(o, _)| partial_suffix(&self.buf, o)).max().unwrap_or(0)
     }
 
-    /// Removes the markers that are neither content nor calls (Kimi's section tags); returns how
-    /// much of the tail could still become one.
+    /// Removes the markers that are neither content nor calls (Kimi's section tags, K3's frame);
+    /// returns how much of the tail could still become one.
     fn drop_markers(&mut self) -> usize {
-        if self.tools.is_none() {
-            return 0;
-        }
+        let tool_markers = if self.tools.is_some() { self.syntax.dropped() } else { &[] };
         let mut keep = 0;
-        for m in self.syntax.dropped() {
+        for m in tool_markers.iter().chain(self.syntax.frame()) {
             while let Some(i) = self.buf.find(m) {
                 self.buf.replace_range(i..i + m.len(), "");
             }
@@ -180,7 +232,8 @@ impl ReplyParser {
                         self.reasoning_started = true;
                     }
                     let dropped_keep = self.drop_markers();
-                    let close = self.buf.find(THINK_CLOSE).map(|i| (i, THINK_CLOSE.len(), Mode::Content, CALL_CLOSE));
+                    let think_close = self.syntax.think_close();
+                    let close = self.buf.find(think_close).map(|i| (i, think_close.len(), Mode::Content, CALL_CLOSE));
                     let call = self.find_call().map(|(i, c)| (i, 0, Mode::Call, c));
                     match [close, call].into_iter().flatten().min_by_key(|x| x.0) {
                         Some((i, skip, next, call_close)) => {
@@ -191,7 +244,7 @@ impl ReplyParser {
                             self.call_close = call_close;
                         }
                         None => {
-                            let keep = partial_suffix(&self.buf, THINK_CLOSE).max(self.call_prefix_len()).max(dropped_keep);
+                            let keep = partial_suffix(&self.buf, think_close).max(self.call_prefix_len()).max(dropped_keep);
                             // a trailing newline may be the one before `</think>`
                             let cut = self.buf.len() - keep;
                             let body = &self.buf[..cut];
@@ -206,13 +259,14 @@ impl ReplyParser {
                 Mode::Content => {
                     let dropped_keep = self.drop_markers();
                     let call = self.find_call().map(|(i, c)| (i, Mode::Call, c));
-                    let think = self.reasoning.then(|| self.buf.find(THINK_OPEN)).flatten().map(|i| (i, Mode::Reasoning, CALL_CLOSE));
+                    let think_open = self.syntax.think_open();
+                    let think = self.reasoning.then(|| self.buf.find(think_open)).flatten().map(|i| (i, Mode::Reasoning, CALL_CLOSE));
                     match [call, think].into_iter().flatten().min_by_key(|x| x.0) {
                         Some((i, next, call_close)) => {
                             self.call_close = call_close;
                             let c = self.buf[..i].to_string();
                             self.content(&mut out, &c);
-                            let skip = if next == Mode::Reasoning { THINK_OPEN.len() } else { 0 };
+                            let skip = if next == Mode::Reasoning { think_open.len() } else { 0 };
                             self.buf.drain(..i + skip);
                             if next == Mode::Reasoning {
                                 self.reasoning_started = false;
@@ -222,7 +276,7 @@ impl ReplyParser {
                         None => {
                             let mut keep = self.call_prefix_len().max(dropped_keep);
                             if self.reasoning {
-                                keep = keep.max(partial_suffix(&self.buf, THINK_OPEN));
+                                keep = keep.max(partial_suffix(&self.buf, think_open));
                             }
                             let cut = self.buf.len() - keep;
                             let c = self.buf[..cut].to_string();
@@ -248,7 +302,14 @@ impl ReplyParser {
 
     fn finish_call(&mut self, out: &mut Vec<Piece>, body: &str) {
         let schemas = self.tools.clone().unwrap_or_default();
-        let parsed = if body.trim_start().starts_with(KIMI_CALL_OPEN) { parse_kimi_call(body) } else { parse_call(body, &schemas) };
+        let head = body.trim_start();
+        let parsed = if head.starts_with(KIMI_CALL_OPEN) {
+            parse_kimi_call(body)
+        } else if head.starts_with(XTML_CALL_OPEN) {
+            parse_xtml_call(body)
+        } else {
+            parse_call(body, &schemas)
+        };
         match parsed {
             Some(call) => {
                 self.calls += 1;
@@ -385,5 +446,42 @@ mod tests {
         // without tools the markers are text
         let plain = run_kimi("<|tool_calls_section_begin|>x", false);
         assert_eq!(plain, vec![c("<|tool_calls_section_begin|>x")]);
+    }
+
+    /// Feeds `text` whole and one char at a time to a parser of Kimi K3's XTML replies.
+    fn run_xtml(text: &str, in_reasoning: bool, tools: bool) -> Vec<Piece> {
+        let syntax = CallSyntax { kimi: false, xtml: true };
+        let schemas = || tools.then(|| ToolSchemas::from_openai(&[json!({"function": {"name": "get_weather", "parameters": {}}})]));
+        let mut whole = ReplyParser::with_syntax(in_reasoning, true, schemas(), syntax);
+        let mut a = whole.push(text);
+        a.extend(whole.finish());
+        let mut p = ReplyParser::with_syntax(in_reasoning, true, schemas(), syntax);
+        let mut b = Vec::new();
+        for ch in text.chars() {
+            b.extend(p.push(&ch.to_string()));
+        }
+        b.extend(p.finish());
+        assert_eq!(merge_all(a.clone()), merge_all(b), "split by char differs for {text:?}");
+        merge_all(a)
+    }
+
+    /// K3's reply as Kimi-K3.jinja renders an assistant turn: think, response, tools, message end.
+    #[test]
+    fn kimi_k3_reasoning_content_and_calls() {
+        let text = "need the weather<|close|>think<|sep|><|open|>response<|sep|>Checking.<|close|>response<|sep|>\
+                    <|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"1\"<|sep|>\
+                    <|open|>argument key=\"city\" type=\"string\"<|sep|>Paris<|close|>argument<|sep|>\
+                    <|open|>argument key=\"days\" type=\"number\"<|sep|>3<|close|>argument<|sep|><|close|>call<|sep|>\
+                    <|open|>call tool=\"get_weather\" index=\"2\"<|sep|><|open|>json type=\"object\"<|sep|>{\"city\": \"Oslo\"}<|close|>json<|sep|><|close|>call<|sep|>\
+                    <|close|>tools<|sep|><|close|>message<|sep|>";
+        let call = |v: serde_json::Value| Piece::ToolCall(ParsedCall { name: "get_weather".into(), arguments: v.as_object().unwrap().clone() });
+        assert_eq!(
+            run_xtml(text, true, true),
+            vec![r("need the weather"), c("Checking."), call(json!({"city": "Paris", "days": 3})), call(json!({"city": "Oslo"}))]
+        );
+        // thinking off: the prompt opened the response element; the frame is never content,
+        // and Qwen's <think> is text to K3
+        let text = "Hello <think>x</think><|close|>response<|sep|><|close|>message<|sep|>";
+        assert_eq!(run_xtml(text, false, false), vec![c("Hello <think>x</think>")]);
     }
 }

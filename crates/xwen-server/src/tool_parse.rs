@@ -186,6 +186,67 @@ pub fn parse_kimi_call(body: &str) -> Option<ParsedCall> {
     Some(ParsedCall { name: name.to_string(), arguments })
 }
 
+/// One of Kimi K3's calls (Kimi-K3.jinja): `<|open|>call tool="NAME" index="I"<|sep|>` then
+/// `<|open|>argument key="K" type="T"<|sep|>VALUE<|close|>argument<|sep|>` per argument (T says
+/// how to read VALUE: `string` as is, the JSON types as JSON), or one
+/// `<|open|>json type="object"<|sep|>{…}<|close|>json<|sep|>`; `<|close|>call<|sep|>` (an end
+/// tag may be missing where the reply ran out). Attribute values are `&amp;`/`&quot;`-escaped.
+pub fn parse_xtml_call(body: &str) -> Option<ParsedCall> {
+    let body = body.trim_start().strip_prefix("<|open|>call")?;
+    let (attrs, mut rest) = body.split_once("<|sep|>").unwrap_or((body, ""));
+    let name = xtml_attr(attrs, "tool")?;
+    if name.is_empty() {
+        return None;
+    }
+    if let Some(i) = rest.find("<|close|>call<|sep|>") {
+        rest = &rest[..i];
+    }
+    let mut arguments = Map::new();
+    while let Some(i) = rest.find("<|open|>") {
+        let el = &rest[i + "<|open|>".len()..];
+        let (head, after) = el.split_once("<|sep|>").unwrap_or((el, ""));
+        let tag = head.split_whitespace().next().unwrap_or("");
+        let close = format!("<|close|>{tag}<|sep|>");
+        let (value, next) = match after.find(&close) {
+            Some(j) => (&after[..j], &after[j + close.len()..]),
+            None => (after, ""),
+        };
+        match tag {
+            "argument" => {
+                if let Some(key) = xtml_attr(head, "key") {
+                    let ty = xtml_attr(head, "type").unwrap_or_default();
+                    let v = if ty == "string" { Value::String(value.to_string()) } else { serde_json::from_str(value.trim()).unwrap_or_else(|_| Value::String(value.to_string())) };
+                    arguments.insert(key, v);
+                }
+            }
+            "json" => {
+                if let Ok(Value::Object(o)) = serde_json::from_str::<Value>(value.trim()) {
+                    arguments.extend(o);
+                }
+            }
+            _ => {}
+        }
+        rest = next;
+    }
+    Some(ParsedCall { name, arguments })
+}
+
+/// The value of `key="…"` in an XTML open tag's attributes, unescaped.
+fn xtml_attr(attrs: &str, key: &str) -> Option<String> {
+    let pat = format!("{key}=\"");
+    let mut at = 0;
+    // the key must start the attribute (not end another's name)
+    let start = loop {
+        let i = attrs[at..].find(&pat)? + at;
+        if i == 0 || attrs[..i].ends_with(char::is_whitespace) {
+            break i + pat.len();
+        }
+        at = i + pat.len();
+    };
+    let end = attrs[start..].find('"')? + start;
+    Some(attrs[start..end].replace("&quot;", "\"").replace("&amp;", "&"))
+}
+
 fn parse_json_call(t: &str) -> Option<ParsedCall> {
     let v: Value = serde_json::from_str(t).ok()?;
     let name = v.get("name")?.as_str()?.to_string();
@@ -239,6 +300,19 @@ mod tests {
         let body = "<function=get_weather>\n<parameter=days>\nthree\n</parameter>\n<parameter=metric>\nFalse\n</parameter>\n</function>";
         let c = parse_call(body, &schemas()).unwrap();
         assert_eq!(Value::Object(c.arguments), json!({"days": "three", "metric": false}));
+    }
+
+    #[test]
+    fn kimi_k3_calls() {
+        let c = parse_xtml_call("<|open|>call tool=\"get_weather\" index=\"1\"<|sep|><|open|>argument key=\"city\" type=\"string\"<|sep|>\"Q&A\" 7<|close|>argument<|sep|><|open|>argument key=\"tags\" type=\"array\"<|sep|>[1, \"a\"]<|close|>argument<|sep|><|open|>argument key=\"ok\" type=\"boolean\"<|sep|>true<|close|>argument<|sep|><|close|>call<|sep|>").unwrap();
+        assert_eq!((c.name.as_str(), Value::Object(c.arguments)), ("get_weather", json!({"city": "\"Q&A\" 7", "tags": [1, "a"], "ok": true})));
+        // escaped attribute values, a JSON block, and a call cut short
+        let c = parse_xtml_call("<|open|>call index=\"2\" tool=\"a&amp;b\"<|sep|><|open|>json type=\"object\"<|sep|>{\"x\": {\"y\": 1}}<|close|>json<|sep|>").unwrap();
+        assert_eq!((c.name.as_str(), Value::Object(c.arguments)), ("a&b", json!({"x": {"y": 1}})));
+        let c = parse_xtml_call("<|open|>call tool=\"f\"<|sep|><|open|>argument key=\"n\" type=\"number\"<|sep|>4").unwrap();
+        assert_eq!(Value::Object(c.arguments), json!({"n": 4}));
+        assert!(parse_xtml_call("<|open|>call index=\"1\"<|sep|>").is_none());
+        assert!(parse_xtml_call("<|open|>call mytool=\"x\"<|sep|>").is_none());
     }
 
     #[test]
