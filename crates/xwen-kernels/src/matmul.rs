@@ -433,7 +433,16 @@ impl Pool {
     /// matmul_q for llama.cpp's MUL_MAT_ID (expert) semantics: every token is its own
     /// single-token product, its activations quantized by `quantize_activations`, except that
     /// an expert with 8 or more tokens takes the tiled order where `crate::tiled` applies.
+    ///
+    /// F32 and BF16 experts are the exception to "the tiled or tinyBLAS order for 2+ tokens":
+    /// ggml-cpu's MUL_MAT_ID never calls llamafile's sgemm, it takes `vec_dot` one token column
+    /// at a time (ggml-cpu.c `ggml_compute_forward_mul_mat_id_one_chunk`), so every token keeps
+    /// ggml_vec_dot_f32's / _bf16's one-token order however many share the expert.
     pub fn matmul_q_id(&self, w: QMatrix, xq: &[u8], n_tok: usize, y: &mut [f32]) {
+        if matches!(w.ty, GgmlType::F32 | GgmlType::BF16) {
+            self.matvec_tokens_q(w, xq, n_tok, y);
+            return;
+        }
         self.matmul_q_grouped(w, xq, n_tok, 0, y);
     }
 

@@ -105,7 +105,13 @@ pub fn cache_len(kv: &KvCache, d: &MlaDims) -> usize {
 /// Q4_K kernels. xwen's dispatch decides repacking by row count, so a head's matrix is run in
 /// pieces of 7 rows, which it never repacks — every output element is one row's dot product,
 /// the same bits whatever the pieces.
-fn heads_mm(ctx: &Ctx, w: &Mat, xs: &[f32], rows: &Rows, ys: &mut [f32]) {
+///
+/// `src_contiguous`: whether llama.cpp's activations for this product are a contiguous tensor.
+/// They are not for W_k_b (a permuted view of q) nor for W_v_b after flash attention, and an F32
+/// matrix against a non-contiguous F32 input skips llamafile's sgemm (ggml-cpu's mul_mat tries
+/// it only on contiguous input or after converting to another vec_dot type): every product is
+/// then `ggml_vec_dot_f32`, the one-token order, whatever the row count.
+fn heads_mm(ctx: &Ctx, w: &Mat, xs: &[f32], rows: &Rows, ys: &mut [f32], src_contiguous: bool) {
     const PLAIN_PIECE: usize = 7;
     let nh = w.n_mats;
     let (wr, wc) = (w.rows, w.cols);
@@ -121,8 +127,9 @@ fn heads_mm(ctx: &Ctx, w: &Mat, xs: &[f32], rows: &Rows, ys: &mut [f32]) {
         xwen_kernels::QMatrix { ty: q.ty, rows: r1 - r0, cols: q.cols, data: &q.data[r0 * rb..r1 * rb] }
     };
     // decode rows: one job of every (row, head, piece) product
+    let one_token_order = q0.ty == xwen_gguf::GgmlType::F32 && !src_contiguous;
     let single: Vec<bool> = {
-        let mut v = vec![false; rows.n];
+        let mut v = vec![one_token_order; rows.n];
         for s in rows.spans.iter().filter(|s| s.decode_order || s.len == 1) {
             v[s.rows()].iter_mut().for_each(|x| *x = true);
         }
@@ -148,7 +155,7 @@ fn heads_mm(ctx: &Ctx, w: &Mat, xs: &[f32], rows: &Rows, ys: &mut [f32]) {
         }
     }
     // prefill spans: per head, the span's rows as one product
-    for s in rows.spans.iter().filter(|s| !(s.decode_order || s.len == 1)) {
+    for s in rows.spans.iter().filter(|s| !(s.decode_order || s.len == 1 || one_token_order)) {
         let mut x_h = vec![0.0f32; s.len * wc];
         for h in 0..nh {
             for (i, t) in s.rows().enumerate() {
@@ -204,7 +211,7 @@ pub fn forward(ctx: &Ctx, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: &Rows, k
             dst.copy_from_slice(&q[i * qh..][..nope]);
         }
         let mut abs = vec![0.0f32; n * nh * r];
-        heads_mm(ctx, &w.k_b, &nope_all, rows, &mut abs);
+        heads_mm(ctx, &w.k_b, &nope_all, rows, &mut abs, false);
         for (i, dst) in qa.chunks_exact_mut(kw).enumerate() {
             dst[..r].copy_from_slice(&abs[i * r..(i + 1) * r]);
             dst[r..].copy_from_slice(&q[i * qh + nope..][..e]);
@@ -283,7 +290,8 @@ pub fn forward(ctx: &Ctx, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: &Rows, k
     let _sp = ctx.span(Op::AttnProj);
     // decompress each head: o_h = W_v_b,h · att_h, then W_o
     let mut o = vec![0.0f32; n * nh * dv];
-    heads_mm(ctx, &w.v_b, &att, rows, &mut o);
+    // without flash attention the attention output is a product's (contiguous) result
+    heads_mm(ctx, &w.v_b, &att, rows, &mut o, !ctx.attn.flash);
     if let Some(g) = gate {
         // K3: o ⊙ sigmoid(W_g x) (ggml_sigmoid, then ggml_mul)
         for (ov, gv) in o.iter_mut().zip(g) {
