@@ -1,17 +1,20 @@
-//! The eviction policy of the streamed expert cache: frequency first, recency second, with
-//! admission (an LFRU in the TinyLFU manner).
+//! The eviction policy of the streamed expert cache: evict the expert expected to be needed
+//! furthest ahead, and serve a newcomer uncached when every cached expert is expected sooner
+//! (Belady's rule with estimated instead of known futures, and TinyLFU-style admission).
 //!
 //! Decode visits the MoE layers in the same order every token, so an LRU cache smaller than one
 //! token's working set (n_used experts × layers) evicts every expert before its next use and
-//! serves no hits at all; bigger ones still let one-off experts push out the popular ones. Here
-//! every lookup counts toward its expert's frequency — cached or not, so an expert that was
-//! evicted is known as popular when it comes back — and the counts halve every
-//! `AGING_TOKENS` tokens so the cache follows a shift of topic. A victim is the least used
-//! expert among those not used during the last token's pass (`window` lookups), else the least
-//! used of all, ties to the least recent; a newcomer used less than that victim is served
-//! uncached instead of displacing it. Measured on the trained tiny-qwen35moe (docs/bench.md
-//! "Session 9"): 21% of the experts cached, 0% hits under LRU against 43–47% here; 46% cached,
-//! 64–68% against 74–78%.
+//! serves no hits at all. Here every lookup counts toward its expert's frequency — cached or
+//! not — and the counts halve every `AGING_TOKENS` tokens so the cache follows a shift of topic.
+//! An expert's expected next use, in layer steps, is the steps until the pass reaches its layer
+//! again plus a token's pass for every further token, a token choosing it with probability p =
+//! its share of its layer's uses × the experts a layer uses per token: phase + layers·(1/p − 1).
+//! That is the expected reuse distance when routing is independent from token to token, as the
+//! trained tiny MoE's is (docs/bench.md, session 14), and it ranks two experts of equal
+//! popularity by how soon the pass comes back to their layers.
+//! Measured on the trained tiny-qwen35moe (`xwen replay`, docs/bench.md "Session 14"): 54–63%
+//! hits at 25% cached against 53–62% for the frequency-then-recency order it replaced, 31–37%
+//! for LRU, and 58–64% for the static top-k that knows the run's counts in advance.
 
 use crate::experts::direct_read::AlignedBuf;
 use std::collections::HashMap;
@@ -49,6 +52,12 @@ pub struct ExpertCache<P = Cached> {
     clock: u64,
     aged: u64,
     freq: HashMap<ExpertKey, u32>,
+    /// Σ over a layer's experts of their use counts (aged with them)
+    layer_uses: HashMap<usize, u64>,
+    /// the MoE layers seen so far, in pass order
+    layers: Vec<usize>,
+    /// the layer of the latest lookup
+    at_layer: usize,
     hits: u64,
     misses: u64,
     evictions: u64,
@@ -73,6 +82,9 @@ impl<P> ExpertCache<P> {
             clock: 0,
             aged: 0,
             freq: HashMap::new(),
+            layer_uses: HashMap::new(),
+            layers: Vec::new(),
+            at_layer: 0,
             hits: 0,
             misses: 0,
             evictions: 0,
@@ -89,9 +101,18 @@ impl<P> ExpertCache<P> {
                 *f /= 2;
                 *f > 0
             });
+            self.layer_uses.clear();
+            for (&(l, _), &f) in &self.freq {
+                *self.layer_uses.entry(l).or_insert(0) += f as u64;
+            }
         }
         let f = self.freq.entry(key).or_insert(0);
         *f = f.saturating_add(1);
+        *self.layer_uses.entry(key.0).or_insert(0) += 1;
+        if let Err(i) = self.layers.binary_search(&key.0) {
+            self.layers.insert(i, key.0);
+        }
+        self.at_layer = key.0;
         let now = self.clock;
         match self.map.get_mut(&key) {
             Some(c) => {
@@ -107,7 +128,7 @@ impl<P> ExpertCache<P> {
     }
 
     /// Offers an entry of `size` bytes; returns whether the cache kept it. Evicts until it
-    /// fits, unless the newcomer is used less than the victim.
+    /// fits, unless the victim is expected to be needed before the newcomer.
     pub fn insert_sized(&mut self, key: ExpertKey, size: u64, payload: P) -> bool {
         if self.map.contains_key(&key) {
             // another thread read it too and got it in first: keep that copy
@@ -116,10 +137,10 @@ impl<P> ExpertCache<P> {
         if size > self.capacity {
             return false;
         }
-        let mine = self.uses(&key);
+        let mine = self.next_use(&key);
         while self.bytes + size > self.capacity {
             let Some(victim) = self.victim() else { break };
-            if self.uses(&victim) > mine {
+            if self.next_use(&victim) < mine {
                 return false;
             }
             if let Some(c) = self.map.remove(&victim) {
@@ -132,13 +153,26 @@ impl<P> ExpertCache<P> {
         true
     }
 
-    /// The least used expert not used during the last token's pass, else the least used of all;
-    /// ties to the least recently used.
+    /// The cached expert expected to be needed furthest ahead; ties to the least recently used.
     fn victim(&self) -> Option<ExpertKey> {
-        let recent = self.clock.saturating_sub(self.window);
-        let order = |(k, c): (&ExpertKey, &Slot<P>)| (self.uses(k), c.last_use);
-        let stale = self.map.iter().filter(|(_, c)| c.last_use < recent).min_by_key(|&e| order(e));
-        stale.or_else(|| self.map.iter().min_by_key(|&e| order(e))).map(|(k, _)| *k)
+        self.map
+            .iter()
+            .max_by(|(ka, a), (kb, b)| self.next_use(ka).total_cmp(&self.next_use(kb)).then(b.last_use.cmp(&a.last_use)))
+            .map(|(k, _)| *k)
+    }
+
+    /// How many layer steps ahead `key` is expected to be needed next: the steps until the pass
+    /// reaches its layer again, then a token's pass per further token, a token using it with
+    /// probability p = its share of its layer's uses × the experts a layer uses per token.
+    fn next_use(&self, key: &ExpertKey) -> f64 {
+        let nl = self.layers.len().max(1);
+        let pos = |l: usize| self.layers.binary_search(&l).unwrap_or(0);
+        let (at, mine) = (pos(self.at_layer), pos(key.0));
+        let phase = if mine > at { mine - at } else { nl - at + mine } as f64;
+        let per_token = self.window as f64 / nl as f64;
+        let total = self.layer_uses.get(&key.0).copied().unwrap_or(0) as f64;
+        let p = if total > 0.0 { (per_token * self.uses(key) as f64 / total).clamp(1e-3, 1.0) } else { 1e-3 };
+        phase + nl as f64 * (1.0 / p - 1.0)
     }
 
     fn uses(&self, key: &ExpertKey) -> u32 {
@@ -248,6 +282,24 @@ mod tests {
             step(2);
         }
         assert!(c.contains(&(0, 2)), "the new topic's expert never got in");
+    }
+
+    /// Two experts equally popular: the one whose layer the pass reaches sooner is kept.
+    #[test]
+    fn of_equally_popular_experts_the_one_needed_sooner_stays() {
+        // 3 layers, one lookup each per token; room for 2 records
+        let mut c = ExpertCache::new(2 * rec_bytes(), 3);
+        for _ in 0..4 {
+            for l in 0..3 {
+                if c.lookup((l, 0)).is_none() {
+                    let (b, p) = rec();
+                    c.insert((l, 0), b, p);
+                }
+            }
+        }
+        // the pass is at layer 2: layer 0's expert is needed next, layer 1's after it
+        assert!(c.contains(&(0, 0)), "the expert needed next was evicted");
+        assert_eq!(c.next_use(&(0, 0)) < c.next_use(&(1, 0)), true);
     }
 
     #[test]
