@@ -13,6 +13,11 @@ pub enum KvType {
 }
 
 impl KvType {
+    /// A block-quantized type (ggml_is_quantized): q8_0.
+    pub fn is_quantized(self) -> bool {
+        matches!(self, KvType::Q8_0)
+    }
+
     /// Bytes of `n` elements (`n` a multiple of 32 for Q8_0).
     pub fn row_bytes(self, n: usize) -> usize {
         match self {

@@ -66,9 +66,14 @@ fn argmax(v: &[f32]) -> u32 {
 
 /// Checks one model against its records; returns the failures.
 fn check(name: &str, model: &Path, prompts_file: &Path) -> Vec<String> {
+    check_with(name, model, prompts_file, EngineConfig::default().kv_types)
+}
+
+/// `check` with a cache of `kv_types` (records `fa/<name>.*` made with the same types).
+fn check_with(name: &str, model: &Path, prompts_file: &Path, kv_types: (xwen_engine::KvType, xwen_engine::KvType)) -> Vec<String> {
     let fa = root().join("fa");
     // llama_logits' context is the prompt + 32 + 16, padded to 256: 512 covers every prompt here
-    let mut cfg = EngineConfig { threads: 2, max_ctx: 512, ..EngineConfig::default() };
+    let mut cfg = EngineConfig { threads: 2, max_ctx: 512, kv_types, ..EngineConfig::default() };
     if xwen_kernels::dispatch::detected() == xwen_kernels::dispatch::Isa::Avx512 {
         cfg.max_isa = Some(xwen_kernels::dispatch::Isa::Avx2);
     }
@@ -135,9 +140,29 @@ fn bit_identical_to_llama_cpp_at_its_defaults() {
     assert!(fails.is_empty(), "{} of {checked} models differ from llama.cpp's f16 + flash-attention records:\n{}", fails.len(), fails.join("\n"));
 }
 
-/// A q8_0 cache (K and V quantized on write, Q8_0 dot products, V dequantized per row) runs the
-/// one-chunk path; not yet bit-identical to llama.cpp (docs/parity.md), it must stay within
-/// q8_0 rounding of the f16 cache, and the state holds 34 bytes per 32 elements.
+/// A q8_0 cache (`-ctk q8_0 -ctv q8_0`): q and k rotated by a Hadamard transform and v too, the
+/// output rotated back (llama.cpp's attention rotation for quantized caches), K and V quantized
+/// on write, Q8_0 dot products, V dequantized per row on ggml's one-chunk path — bit-identical
+/// to llama.cpp b11434 with the same cache (records `fa/q8_0-*`, `tools/oracle/fa_refs.sh`
+/// with SETTINGS=q8_0-on), prefill and 32 greedy decode steps, incl. the 70/300-token prompts.
+#[test]
+fn a_q8_0_cache_is_bit_identical_to_llama_cpp() {
+    let r = root();
+    let q8 = (xwen_engine::KvType::Q8_0, xwen_engine::KvType::Q8_0);
+    let mut fails = Vec::new();
+    let mut checked = 0;
+    for (set, arch, tier) in [("cond", "qwen3_5", "f32"), ("cond", "qwen3_5", "q4_k_m"), ("cond", "qwen3_5_moe", "q8_0"), ("cond", "qwen3_next", "q4_k_m"), ("cond", "kimi_linear", "q8_0")] {
+        let dir = r.join(set).join(arch);
+        fails.extend(check_with(&format!("q8_0-{set}-{arch}-model-{tier}"), &dir.join(format!("model-{tier}.gguf")), &dir.join("cases.txt"), q8));
+        checked += 1;
+    }
+    fails.extend(check_with("long-q8_0-cond-qwen3_5-model-f32", &r.join("cond/qwen3_5/model-f32.gguf"), &r.join("fa/long-prompts.txt"), q8));
+    checked += 1;
+    assert!(fails.is_empty(), "{} of {checked} models differ from llama.cpp's q8_0-cache records:\n{}", fails.len(), fails.join("\n"));
+}
+
+/// The rotation is a pure function of the cache types: f16 and f32 caches take none, and a
+/// q8_0 cache's q8_0 state holds 34 bytes per 32 elements, smaller than f16's.
 #[test]
 fn a_q8_0_cache_stays_within_its_rounding() {
     let r = root();

@@ -299,7 +299,7 @@ mod tests {
         }
         // the pass is at layer 2: layer 0's expert is needed next, layer 1's after it
         assert!(c.contains(&(0, 0)), "the expert needed next was evicted");
-        assert_eq!(c.next_use(&(0, 0)) < c.next_use(&(1, 0)), true);
+        assert!(c.next_use(&(0, 0)) < c.next_use(&(1, 0)));
     }
 
     #[test]

@@ -187,8 +187,22 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
             }
         }
     }
+    // A quantized cache is written and read in a rotated basis (llama.cpp's attention
+    // rotation): q and k rotated alike keep their dot products, v's rotation is undone on the
+    // output. Every sequence of a batch shares the model's cache types.
+    let (k_ty, v_ty) = kvs.first().map_or((KvType::F32, KvType::F32), |kv| (kv.k.ty(), kv.v.ty()));
+    let (rot_k, rot_v) = (rotation_k(k_ty, hd), rotation_v(v_ty, hd));
+    let mut v = v;
+    if let Some(r) = rot_k {
+        hadamard_rows(&mut q, r);
+        hadamard_rows(&mut k, r);
+    }
+    if let Some(r) = rot_v {
+        hadamard_rows(&mut v, r);
+    }
     for (s, kv) in rows.spans.iter().zip(kvs.iter_mut()) {
         debug_assert_eq!(kv.len(d), s.pos0, "a sequence's KV holds its positions");
+        debug_assert_eq!((kv.k.ty(), kv.v.ty()), (k_ty, v_ty), "the batch's caches share their types");
         kv.k.extend(&k[s.start * kvw..(s.start + s.len) * kvw]);
         kv.v.extend(&v[s.start * kvw..(s.start + s.len) * kvw]);
     }
@@ -262,6 +276,9 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
             }
         });
     }
+    if let Some(r) = rot_v {
+        hadamard_rows(&mut out, r);
+    }
     for (o, &g) in out.iter_mut().zip(&gate) {
         *o *= ops::sigmoid(g);
     }
@@ -270,6 +287,56 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
     ctx.mm_rows1(&w.o, &out, rows)
 }
 
+
+/// The size of the Hadamard rotation llama.cpp applies to q and k for a K cache of `ty`
+/// (llama-kv-cache.cpp, "attn_rot_k"): quantized caches of heads a multiple of 64 wide rotate
+/// in blocks of 64, doubled while the head width allows; None for f32 / f16, or where the
+/// environment sets llama.cpp's `LLAMA_ATTN_ROT_DISABLE`.
+pub fn rotation_k(ty: KvType, head_dim: usize) -> Option<usize> {
+    if !ty.is_quantized() || !head_dim.is_multiple_of(64) || rotation_disabled() {
+        return None;
+    }
+    let mut n = 64;
+    while head_dim.is_multiple_of(2 * n) {
+        n *= 2;
+    }
+    Some(n)
+}
+
+/// The rotation of v (and of the attention output) for a V cache of `ty`: blocks of 64
+/// ("using smaller rotation matrices for V seems beneficial", llama.cpp PR 21038).
+pub fn rotation_v(ty: KvType, head_dim: usize) -> Option<usize> {
+    (ty.is_quantized() && head_dim.is_multiple_of(64) && !rotation_disabled()).then_some(64)
+}
+
+/// llama.cpp reads `LLAMA_ATTN_ROT_DISABLE` once per cache; read here once per process.
+fn rotation_disabled() -> bool {
+    static DISABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DISABLED.get_or_init(|| std::env::var("LLAMA_ATTN_ROT_DISABLE").ok().and_then(|v| v.trim().parse::<i64>().ok()).is_some_and(|v| v != 0))
+}
+
+/// x ← H x / √n on every block of `n` (a power of two) elements: ggml-cpu's fast Walsh–Hadamard
+/// transform (ops.cpp `ggml_compute_forward_fwht`, what a mul_mat hinted
+/// GGML_HINT_SRC0_IS_HADAMARD runs): scale first, then the butterflies u + v, u − v for
+/// len = 1, 2, … n/2, each rounded to f32 (the SIMD passes' fma(v, −1, u) is u − v exactly).
+pub fn hadamard_rows(x: &mut [f32], n: usize) {
+    debug_assert!(n.is_power_of_two() && x.len().is_multiple_of(n));
+    let scale = 1.0f32 / (n as f32).sqrt();
+    for row in x.chunks_exact_mut(n) {
+        row.iter_mut().for_each(|v| *v *= scale);
+        let mut len = 1;
+        while len < n {
+            for i in (0..n).step_by(2 * len) {
+                for j in i..i + len {
+                    let (u, v) = (row[j], row[j + len]);
+                    row[j] = u + v;
+                    row[j + len] = u - v;
+                }
+            }
+            len <<= 1;
+        }
+    }
+}
 
 /// out = Σ_p a[p] · v(p), in the rounding of llama.cpp's CPU kqv = mul_mat(vᵀ, kq), whose
 /// reduction runs over the KV positions separately for every output element:
@@ -306,5 +373,43 @@ pub(crate) fn weighted_v_sum<'a>(a: &[f32], v: impl Fn(usize) -> &'a [f32], sing
             // movehl then movehdup: (h0 + h2) + (h1 + h3)
             (h[0] + h[2]) + (h[1] + h[3])
         };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The transform is H/√n with Sylvester's H (row i, column j: (−1)^popcount(i & j)), and
+    /// applying it twice gives the input back (H·H = n·I), up to rounding.
+    #[test]
+    fn hadamard_rows_is_the_normalized_sylvester_transform() {
+        let n = 64;
+        let x: Vec<f32> = (0..2 * n).map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.25).collect();
+        let mut y = x.clone();
+        hadamard_rows(&mut y, n);
+        for (b, (xb, yb)) in x.chunks(n).zip(y.chunks(n)).enumerate() {
+            for (i, &yi) in yb.iter().enumerate() {
+                let want: f64 = xb.iter().enumerate().map(|(j, &v)| if (i & j).count_ones() % 2 == 0 { v as f64 } else { -(v as f64) }).sum::<f64>() / (n as f64).sqrt();
+                assert!((yi as f64 - want).abs() < 1e-5, "block {b} row {i}: {yi} vs {want}");
+            }
+        }
+        hadamard_rows(&mut y, n);
+        assert!(x.iter().zip(&y).all(|(a, b)| (a - b).abs() < 1e-5));
+    }
+
+    /// llama.cpp's rule: quantized caches only, heads a multiple of 64, K blocks as wide as the
+    /// head allows (powers of two), V blocks of 64.
+    #[test]
+    fn the_rotation_follows_the_cache_type_and_head_width() {
+        assert_eq!(rotation_k(KvType::F16, 128), None);
+        assert_eq!(rotation_k(KvType::F32, 256), None);
+        assert_eq!(rotation_k(KvType::Q8_0, 64), Some(64));
+        assert_eq!(rotation_k(KvType::Q8_0, 128), Some(128));
+        assert_eq!(rotation_k(KvType::Q8_0, 256), Some(256));
+        assert_eq!(rotation_k(KvType::Q8_0, 192), Some(64));
+        assert_eq!(rotation_k(KvType::Q8_0, 96), None);
+        assert_eq!(rotation_v(KvType::Q8_0, 256), Some(64));
+        assert_eq!(rotation_v(KvType::F16, 256), None);
     }
 }

@@ -10,9 +10,10 @@
 //!   mix = Σ_i p_i·c_i  +  x·p_x
 //! The scores read the normed values, the sum the raw ones. Σ_i p_i·c_i is ggml's
 //! `dsv4_hc_pre` (one f32 accumulator per element over the checkpoints in bank order,
-//! `sum += xv * wv` rounded twice: the AVX2 build does not contract it into an FMA — with one,
-//! the Q4_K_M fixture's logits move by 1.4e-7); x·p_x is a separate ggml_mul and the two a
-//! ggml_add.
+//! `sum += xv * wv` rounded twice, as GCC 13.3 compiles it for the AVX2 build the fixtures come
+//! from; GCC 12.2 contracts it into an FMA, so llama.cpp's own builds differ there by an ulp of
+//! the mix — measured with both builds, docs/parity.md); x·p_x is a separate ggml_mul and the
+//! two a ggml_add.
 
 use crate::ops;
 
