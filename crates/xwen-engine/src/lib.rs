@@ -17,6 +17,7 @@ pub mod ops;
 pub mod profile;
 pub mod runtime;
 pub mod state;
+pub mod state_codec;
 pub mod weights;
 
 pub use config::{EngineConfig, FlashAttn, KvType};
@@ -26,6 +27,7 @@ pub use experts::store::{ExpertCacheStats, ExpertStore, ResidentExperts};
 pub use experts::streamed::StreamedExperts;
 pub use model::{supported_archs, LogitsMode, Model, Route, SeqStep, KNOWN_UNIMPLEMENTED_ARCHS};
 pub use state::{SeqCheckpoint, SeqState, Snapshot};
+pub use runtime::prefix_cache::{Hit as PrefixHit, PrefixCache};
 pub use runtime::generate::{self, generate, generate_observed, GenStats, GenerateRequest, StopReason};
 pub use runtime::sampler;
 pub use runtime::scheduler::{Event, LogitsProcessor, Request, Scheduler, SeqId, TokenLogprobs};

@@ -256,6 +256,34 @@ impl Model {
         true
     }
 
+    /// Identifies what a saved sequence state belongs to: the GGUF's tensor table (names, types,
+    /// shapes, offsets) and a sample of its bytes, and the cache types in force — a state saved
+    /// under any other is refused (`state_codec`, `PrefixCache`).
+    pub fn state_fingerprint(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |b: &[u8]| {
+            for &x in b {
+                h = (h ^ u64::from(x)).wrapping_mul(0x100_0000_01b3);
+            }
+        };
+        eat(self.net.arch().as_bytes());
+        for t in self.file.tensors() {
+            eat(t.name.as_bytes());
+            eat(&(t.ty as u32).to_le_bytes());
+            for d in &t.dims {
+                eat(&d.to_le_bytes());
+            }
+            eat(&t.offset.to_le_bytes());
+        }
+        for t in self.file.tensors().iter().take(4) {
+            let data = self.file.tensor_data(t);
+            eat(&data[..data.len().min(256)]);
+        }
+        let (k, v) = self.cfg.effective_kv_types();
+        eat(&[k as u8, v as u8]);
+        h
+    }
+
     /// An empty sequence state, its KV caches of the configured types (`EngineConfig::kv_types`).
     pub fn new_state(&self) -> SeqState {
         let mut st = self.net.new_state();

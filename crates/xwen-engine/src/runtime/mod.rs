@@ -6,6 +6,7 @@
 //! - `speculative`: drafters and the verify loop (greedy output identical to `generate`).
 
 pub mod generate;
+pub mod prefix_cache;
 pub mod sampler;
 pub mod scheduler;
 pub mod session;

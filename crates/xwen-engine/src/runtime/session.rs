@@ -43,6 +43,24 @@ impl Session {
         Session { state: model.new_state(), tokens: Vec::new(), checkpoints: Vec::new(), prefill_chunk: 0 }
     }
 
+    /// A session resuming `state`, which holds exactly `tokens` (a prefix cache's entry).
+    pub fn resume(tokens: Vec<u32>, state: SeqState) -> Result<Session> {
+        if state.pos != tokens.len() {
+            return Err(EngineError::State(format!("a state at position {} for {} tokens", state.pos, tokens.len())));
+        }
+        Ok(Session { state, tokens, checkpoints: Vec::new(), prefill_chunk: 0 })
+    }
+
+    /// A copy of the state as it was at `pos`, from a checkpoint taken there: KV rows past it
+    /// dropped, the recurrent states of the checkpoint (what a prefix cache keeps of a message
+    /// boundary). None where the session has no checkpoint at `pos` any more.
+    pub fn state_at(&self, pos: usize) -> Option<(Vec<u32>, SeqState)> {
+        let ck = self.checkpoints.iter().find(|c| c.pos() == pos)?;
+        let mut st = self.state.clone();
+        st.restore_checkpoint(ck).ok()?;
+        Some((self.tokens.get(..pos)?.to_vec(), st))
+    }
+
     /// Run prompts in forward steps of at most `n` tokens (llama.cpp's n_ubatch), which bounds
     /// the scratch a long prompt takes and lets `generate_observed` report progress; 0 (the
     /// default) runs a prompt in one step.
