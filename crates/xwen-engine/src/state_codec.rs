@@ -159,7 +159,7 @@ pub fn decode(bytes: &[u8], fingerprint: u64, fresh: SeqState) -> Result<SeqStat
             (0, LayerState::Attn(kv)) => {
                 let (kt, vt) = (kv.k.ty(), kv.v.ty());
                 let (k, v) = (r.kv(kt)?, r.kv(vt)?);
-                if k.len() % pos.max(1) != 0 || (pos == 0 && k.len() != 0) {
+                if k.len() % pos.max(1) != 0 || (pos == 0 && !k.is_empty()) {
                     return Err(bad(format!("layer {i}: {} K elements for {pos} positions", k.len())));
                 }
                 *kv = KvCache { k, v };
