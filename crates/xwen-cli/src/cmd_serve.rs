@@ -11,6 +11,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let mut scfg = ServerConfig { host: a.host.clone(), port: a.port, parallel: a.parallel as usize, queue_limit: a.queue as usize, ..ServerConfig::default() };
     scfg.max_body = usize::try_from(a.max_body).unwrap_or(usize::MAX);
     scfg.api_key = a.api_key.clone().filter(|k| !k.is_empty());
+    scfg.cache_ram = a.cache_ram.saturating_mul(1 << 20);
+    scfg.cache_dir = a.cache_dir.clone();
     scfg.draft_max = match (a.draft.draft.as_deref(), &a.draft.model_draft) {
         (_, Some(_)) | (Some("model"), _) => bail!("serve drafts by prompt lookup only (--draft ngram): a draft model per slot is not supported yet"),
         (Some("ngram"), None) => a.draft.draft_max as usize,

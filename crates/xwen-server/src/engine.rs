@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
-use xwen_engine::{Event, LogitsProcessor, Model, Request, Sampler, SamplingParams, Scheduler, SeqId, Session, StopReason, TokenLogprobs};
+use xwen_engine::{Event, LogitsProcessor, Model, PrefixCache, Request, Sampler, SamplingParams, Scheduler, SeqId, Session, StopReason, TokenLogprobs};
 
 /// One generation request as the engine sees it: token ids in, token ids out.
 pub struct Job {
@@ -117,18 +117,28 @@ struct Running {
     id: SeqId,
     out: UnboundedSender<Out>,
     cancel: Arc<AtomicBool>,
+    /// The prompt's message boundary (its last checkpoint position), where the prefix cache
+    /// keeps the state when the request ends.
+    boundary: Option<usize>,
 }
 
 /// Starts the engine thread with `parallel` slots; returns its handle and the thread (an error
 /// if the system refuses the thread).
-pub fn start(model: Model, parallel: usize, queue_limit: usize, draft_max: usize, metrics: Arc<Metrics>) -> std::io::Result<(EngineHandle, std::thread::JoinHandle<()>)> {
+pub fn start(
+    model: Model,
+    parallel: usize,
+    queue_limit: usize,
+    draft_max: usize,
+    prefix: Option<PrefixCache>,
+    metrics: Arc<Metrics>,
+) -> std::io::Result<(EngineHandle, std::thread::JoinHandle<()>)> {
     let (tx, rx) = mpsc::channel();
     let counts = Arc::new(Counts::default());
     let parallel = parallel.max(1).min(model.max_sequences().max(1));
     let handle = EngineHandle { tx, counts: counts.clone(), queue_limit, parallel, closed: Arc::new(AtomicBool::new(false)) };
     let thread = std::thread::Builder::new()
         .name("xwen-engine".into())
-        .spawn(move || EngineLoop::new(model, parallel, draft_max, counts, metrics).run(rx))?;
+        .spawn(move || EngineLoop::new(model, parallel, draft_max, prefix, counts, metrics).run(rx))?;
     Ok((handle, thread))
 }
 
@@ -146,12 +156,15 @@ struct EngineLoop {
     metrics: Arc<Metrics>,
     /// Prompt-lookup drafting depth (0: off).
     draft_max: usize,
+    /// States at message boundaries, beyond the slots' own (RAM, and disk across restarts).
+    prefix: Option<PrefixCache>,
 }
 
 impl EngineLoop {
-    fn new(model: Model, parallel: usize, draft_max: usize, counts: Arc<Counts>, metrics: Arc<Metrics>) -> Self {
+    fn new(model: Model, parallel: usize, draft_max: usize, prefix: Option<PrefixCache>, counts: Arc<Counts>, metrics: Arc<Metrics>) -> Self {
         EngineLoop {
             draft_max,
+            prefix,
             sched: Scheduler::new(parallel),
             model,
             parallel,
@@ -227,6 +240,10 @@ impl EngineLoop {
             self.job_ended();
         }
         self.publish();
+        // the states written so far reach the disk before the process ends
+        if let Some(p) = &self.prefix {
+            p.flush();
+        }
     }
 
     fn drop_cancelled(&mut self) {
@@ -236,7 +253,7 @@ impl EngineLoop {
             if r.cancel.load(Ordering::Acquire) || r.out.is_closed() {
                 let r = self.running.remove(i);
                 self.sched.cancel(r.id);
-                self.release(r.id);
+                self.release(r.id, None);
                 let _ = r.out.send(Out::Done { stop: StopReason::Caller });
                 self.metrics.cancelled.inc();
                 self.job_ended();
@@ -251,10 +268,16 @@ impl EngineLoop {
         }
     }
 
-    /// The session of an ended sequence goes back to the idle slots.
-    fn release(&mut self, id: SeqId) {
+    /// The session of an ended sequence goes back to the idle slots; its state at the prompt's
+    /// message `boundary` goes to the prefix cache.
+    fn release(&mut self, id: SeqId, boundary: Option<usize>) {
         match self.sched.take_session(id) {
             Some(session) => {
+                if let (Some(cache), Some(b)) = (self.prefix.as_mut(), boundary) {
+                    if let Some((tokens, state)) = session.state_at(b) {
+                        cache.insert(&tokens, state);
+                    }
+                }
                 self.clock += 1;
                 self.idle.push(Slot { session, last_used: self.clock });
             }
@@ -262,14 +285,31 @@ impl EngineLoop {
         }
     }
 
-    /// The idle session sharing the longest prefix with `prompt`; on a tie (or none shared),
-    /// the least recently used, so a long conversation's slot survives short one-off requests.
+    /// The idle session sharing the longest prefix with `prompt`, or the prefix cache's state
+    /// where that holds more of it; on a tie (or none shared), the least recently used, so a long
+    /// conversation's slot survives short one-off requests.
     fn pick_session(&mut self, prompt: &[u32]) -> Session {
+        let common = |s: &Session| s.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        let best_idle = self.idle.iter().map(|s| common(&s.session)).max().unwrap_or(0);
+        if let Some(hit) = self.prefix.as_mut().and_then(|c| c.lookup(&self.model, prompt, best_idle)) {
+            if let Ok(session) = Session::resume(prompt[..hit.len].to_vec(), hit.state) {
+                self.metrics.prefix_hits.inc();
+                if hit.from_disk {
+                    self.metrics.prefix_disk_hits.inc();
+                }
+                // the resumed state takes a fresh slot, or the least recently used idle one
+                if self.sessions < self.parallel {
+                    self.sessions += 1;
+                } else if let Some(lru) = self.idle.iter().enumerate().min_by_key(|(_, s)| s.last_used).map(|(i, _)| i) {
+                    self.idle.swap_remove(lru);
+                }
+                return session;
+            }
+        }
         if self.idle.is_empty() {
             self.sessions += 1;
             return Session::new(&self.model);
         }
-        let common = |s: &Session| s.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count();
         let mut best = 0;
         let mut key = (0, u64::MAX);
         for (i, slot) in self.idle.iter().enumerate() {
@@ -293,6 +333,10 @@ impl EngineLoop {
             let Some(job) = self.queue.pop_front() else { break };
             let job = *job;
             let session = self.pick_session(&job.prompt);
+            // the scheduler checkpoints the boundaries before the prompt's last token, and that
+            // last position itself (a boundary at the prompt's end is taken there)
+            let last = job.prompt.len().saturating_sub(1);
+            let boundary = job.checkpoints.iter().map(|&b| b.min(last)).filter(|&b| b > 0).max();
             // drafting where nothing watches each token's logits (a grammar, logprobs)
             let draft = (self.draft_max > 0 && job.processor.is_none() && job.logprobs.is_none())
                 .then(|| (Box::new(xwen_engine::NgramDrafter::default()) as Box<dyn xwen_engine::Drafter>, self.draft_max));
@@ -309,7 +353,7 @@ impl EngineLoop {
                     let cached = self.sched.cached_tokens(id).unwrap_or(0);
                     self.metrics.cached_tokens.inc_by(cached as u64);
                     let _ = job.out.send(Out::Started { cached });
-                    self.running.push(Running { id, out: job.out, cancel: job.cancel });
+                    self.running.push(Running { id, out: job.out, cancel: job.cancel, boundary });
                 }
                 Err(e) => {
                     // the session went with the request; a fresh one is made when needed
@@ -340,12 +384,14 @@ impl EngineLoop {
                             }
                         }
                         Event::Done { id, stop, .. } => {
+                            let mut boundary = None;
                             if let Some(i) = self.running.iter().position(|r| r.id == id) {
                                 let r = self.running.remove(i);
+                                boundary = r.boundary;
                                 let _ = r.out.send(Out::Done { stop });
                                 self.job_ended();
                             }
-                            self.release(id);
+                            self.release(id, boundary);
                         }
                     }
                 }

@@ -48,11 +48,15 @@ pub struct ServerConfig {
     /// Prompt-lookup drafting of up to this many tokens per step for requests without a
     /// grammar or logprobs (0: off); output is what it is without drafting.
     pub draft_max: usize,
+    /// Bytes of conversation states the prefix cache keeps in RAM (0: none).
+    pub cache_ram: u64,
+    /// Where the prefix cache also keeps its states, across restarts.
+    pub cache_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig { host: "127.0.0.1".into(), port: 8080, parallel: 4, queue_limit: 64, api_key: None, max_body: 8 << 20, draft_max: 0 }
+        ServerConfig { host: "127.0.0.1".into(), port: 8080, parallel: 4, queue_limit: 64, api_key: None, max_body: 8 << 20, draft_max: 0, cache_ram: 0, cache_dir: None }
     }
 }
 
@@ -173,7 +177,16 @@ pub fn serve(m: ServedModel, cfg: ServerConfig, on_ready: impl FnOnce(SocketAddr
         let max_ctx = m.model.max_context();
         let architecture = m.model.architecture().to_string();
         let eog = m.tokenizer.eos_ids();
-        let (engine, engine_thread) = engine::start(m.model, cfg.parallel, cfg.queue_limit, cfg.draft_max, metrics.clone()).context("starting the engine thread")?;
+        let prefix = if cfg.cache_ram > 0 || cfg.cache_dir.is_some() {
+            let c = xwen_engine::PrefixCache::new(&m.model, cfg.cache_ram, cfg.cache_dir.as_deref()).context("the prefix cache")?;
+            if let Some(d) = &cfg.cache_dir {
+                eprintln!("xwen: prefix cache: {} MiB in RAM, {} states of this model in {}", cfg.cache_ram >> 20, c.len(), d.display());
+            }
+            Some(c)
+        } else {
+            None
+        };
+        let (engine, engine_thread) = engine::start(m.model, cfg.parallel, cfg.queue_limit, cfg.draft_max, prefix, metrics.clone()).context("starting the engine thread")?;
         let parallel = engine.parallel();
         let tok = Arc::new(m.tokenizer);
         let grammars = structured::Grammars::new(tok.clone()).map_err(|e| eprintln!("xwen: structured output is off: {e}")).ok();

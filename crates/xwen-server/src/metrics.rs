@@ -22,6 +22,10 @@ pub struct Metrics {
     /// Prompt-lookup draft tokens verified / accepted (`serve --draft ngram`).
     pub draft_tokens: Counter,
     pub draft_accepted: Counter,
+    /// Prompts that resumed a prefix-cache state read from disk (`serve --cache-dir`).
+    pub prefix_disk_hits: Counter,
+    /// Prompts that resumed any prefix-cache state (RAM or disk).
+    pub prefix_hits: Counter,
     queue_depth: Gauge,
     running: Gauge,
     batch_size: Gauge,
@@ -84,6 +88,8 @@ impl Metrics {
         r.register("engine_steps", "Batched forward steps run", self.steps.clone());
         r.register("engine_step_seconds", "Time spent in batched forward steps", self.step_seconds.clone());
         r.register("tokens_per_second", "Tokens sampled per second in the last step", self.tokens_per_second.clone());
+        r.register("prefix_cache_restores", "Prompts resumed from a prefix-cache state (not a slot's own)", self.prefix_hits.clone());
+        r.register("prefix_cache_disk_restores", "Prompts resumed from a prefix-cache state read from disk", self.prefix_disk_hits.clone());
         r.register("prefix_cache_hit_rate", "Share of prompt tokens served from the prefix cache", self.prefix_hit_rate.clone());
         r.register("expert_cache_hits", "Routed-expert cache hits (streamed experts)", self.expert_hits.clone());
         r.register("expert_cache_misses", "Routed-expert cache misses (streamed experts)", self.expert_misses.clone());
