@@ -12,7 +12,8 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 : "${SDIST:?set SDIST}" "${XWEN:?set XWEN}" "${OUT:?set OUT}"
-work="${WORK:-/tmp/float-moe}"
+repo="$(cd "$here/../.." && pwd)"
+work="${WORK:-$repo/target/float-moe}"
 mkdir -p "$work/src" "$OUT"
 [ -d "$work/src/llama.cpp" ] || tar xzf "$SDIST" -C "$work/src"
 src="$work/src/llama.cpp"
