@@ -413,13 +413,14 @@ mod tests {
         assert_eq!(run("<tool_call>x</tool_call>", false, false), vec![c("<tool_call>x</tool_call>")]);
     }
 
-    /// Feeds `text` whole and one char at a time to a parser that knows Kimi's markups.
-    fn run_kimi(text: &str, tools: bool) -> Vec<Piece> {
+    /// Feeds `text` whole and one char at a time to a parser of `syntax` (tools: one
+    /// `get_weather` function), checks the two agree, and returns the pieces.
+    fn run_with(text: &str, in_reasoning: bool, tools: bool, syntax: CallSyntax) -> Vec<Piece> {
         let schemas = || tools.then(|| ToolSchemas::from_openai(&[json!({"function": {"name": "get_weather", "parameters": {}}})]));
-        let mut whole = ReplyParser::with_syntax(false, true, schemas(), CallSyntax::with_kimi(true));
+        let mut whole = ReplyParser::with_syntax(in_reasoning, true, schemas(), syntax);
         let mut a = whole.push(text);
         a.extend(whole.finish());
-        let mut p = ReplyParser::with_syntax(false, true, schemas(), CallSyntax::with_kimi(true));
+        let mut p = ReplyParser::with_syntax(in_reasoning, true, schemas(), syntax);
         let mut b = Vec::new();
         for ch in text.chars() {
             b.extend(p.push(&ch.to_string()));
@@ -427,6 +428,11 @@ mod tests {
         b.extend(p.finish());
         assert_eq!(merge_all(a.clone()), merge_all(b), "split by char differs for {text:?}");
         merge_all(a)
+    }
+
+    /// A parser that knows Kimi's markups.
+    fn run_kimi(text: &str, tools: bool) -> Vec<Piece> {
+        run_with(text, false, tools, CallSyntax::with_kimi(true))
     }
 
     #[test]
@@ -448,21 +454,9 @@ mod tests {
         assert_eq!(plain, vec![c("<|tool_calls_section_begin|>x")]);
     }
 
-    /// Feeds `text` whole and one char at a time to a parser of Kimi K3's XTML replies.
+    /// A parser of Kimi K3's XTML replies.
     fn run_xtml(text: &str, in_reasoning: bool, tools: bool) -> Vec<Piece> {
-        let syntax = CallSyntax { kimi: false, xtml: true };
-        let schemas = || tools.then(|| ToolSchemas::from_openai(&[json!({"function": {"name": "get_weather", "parameters": {}}})]));
-        let mut whole = ReplyParser::with_syntax(in_reasoning, true, schemas(), syntax);
-        let mut a = whole.push(text);
-        a.extend(whole.finish());
-        let mut p = ReplyParser::with_syntax(in_reasoning, true, schemas(), syntax);
-        let mut b = Vec::new();
-        for ch in text.chars() {
-            b.extend(p.push(&ch.to_string()));
-        }
-        b.extend(p.finish());
-        assert_eq!(merge_all(a.clone()), merge_all(b), "split by char differs for {text:?}");
-        merge_all(a)
+        run_with(text, in_reasoning, tools, CallSyntax { kimi: false, xtml: true })
     }
 
     /// K3's reply as Kimi-K3.jinja renders an assistant turn: think, response, tools, message end.
