@@ -30,7 +30,6 @@ struct Entry {
     /// In RAM (None: on disk only, at `path`).
     state: Option<Arc<SeqState>>,
     path: Option<PathBuf>,
-    bytes: u64,
     last_used: u64,
 }
 
@@ -147,8 +146,7 @@ impl PrefixCache {
                     continue;
                 }
                 if let Some(tokens) = read_header(&p, fingerprint) {
-                    let bytes = e.metadata().map(|m| m.len()).unwrap_or(0);
-                    c.entries.push(Entry { tokens, state: None, path: Some(p), bytes, last_used: 0 });
+                    c.entries.push(Entry { tokens, state: None, path: Some(p), last_used: 0 });
                 }
             }
             let (tx, rx) = mpsc::channel::<WriterMsg>();
@@ -249,7 +247,7 @@ impl PrefixCache {
                 i
             }
             None => {
-                self.entries.push(Entry { tokens: tokens.to_vec(), state: None, path: None, bytes, last_used: 0 });
+                self.entries.push(Entry { tokens: tokens.to_vec(), state: None, path: None, last_used: 0 });
                 self.entries.len() - 1
             }
         };
@@ -280,7 +278,6 @@ impl PrefixCache {
                 return self.keep_in_ram(if i == self.entries.len() { j } else { i }, state, bytes);
             }
         }
-        self.entries[i].bytes = bytes;
         self.entries[i].state = Some(state);
         self.ram_bytes += bytes;
     }
