@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds tools/oracle/llama_logits (or $TOOL: llama_dump) against a static CPU build of
+# Builds tools/oracle/llama_logits (or $TOOL: llama_dump, llama_mtp) against a static CPU build of
 # llama.cpp b11434.
 #   LLAMA_CPP_DIR  the llama.cpp source tree (the sdist's llama.cpp/ folder)
 #   LLAMA_CPP_BUILD  its cmake build folder (default: $LLAMA_CPP_DIR/build), configured with
@@ -23,7 +23,7 @@ if grep -q '^GGML_OPENMP_ENABLED:INTERNAL=ON' "$build/CMakeCache.txt" 2>/dev/nul
 
 mkdir -p "$(dirname "$out")"
 ${CXX:-g++} -O2 -std=c++17 "${omp[@]}" \
-  -I"$LLAMA_CPP_DIR/include" -I"$LLAMA_CPP_DIR/ggml/include" \
+  -I"$LLAMA_CPP_DIR/include" -I"$LLAMA_CPP_DIR/ggml/include" -I"$LLAMA_CPP_DIR/src" \
   "$here/$tool.cpp" -o "$out" \
   -Wl,--start-group "${libs[@]}" -Wl,--end-group "${omp[@]}" -lpthread -ldl -lm
 echo "$out"

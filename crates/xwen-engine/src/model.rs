@@ -37,12 +37,15 @@ pub struct SeqStep<'a> {
     /// Compute every row in the one-token (decode) order, as if the tokens were decoded one by
     /// one: a speculative verify's rows then carry exactly plain decode's logits.
     pub decode_order: bool,
+    /// Also return every row's final hidden (after output_norm: what an MTP head reads;
+    /// `forward_batch_out`).
+    pub hidden: bool,
 }
 
 impl<'a> SeqStep<'a> {
     /// A step in the span's own order (a prefill chunk, or one decode token).
     pub fn new(state: &'a mut SeqState, tokens: &'a [u32], logits: LogitsMode) -> SeqStep<'a> {
-        SeqStep { state, tokens, logits, decode_order: false }
+        SeqStep { state, tokens, logits, decode_order: false, hidden: false }
     }
 }
 
@@ -74,6 +77,8 @@ pub struct Model {
     plan: Option<MemoryPlan>,
     /// Routing decisions recorded since the last `take_routes` (`EngineConfig::record_routes`).
     routes: Mutex<Vec<Route>>,
+    /// An MTP head from a sidecar GGUF (`attach_mtp`), which replaces the file's own.
+    mtp_sidecar: Option<(Arc<GgufFile>, models::mtp::MtpHead)>,
 }
 
 /// A MoE routing decision of a forward pass: sequence `seq` of its batch at position `pos`.
@@ -166,7 +171,7 @@ impl Model {
         }
         let pool = Pool::try_new(threads).map_err(|e| EngineError::Threads(format!("the system refused to start {threads} threads: {e}")))?;
         let prof = Profiler::new(cfg.profile);
-        Ok(Model { file, net, store, read_in_stop, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan, routes: Mutex::new(Vec::new()) })
+        Ok(Model { file, net, store, read_in_stop, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan, routes: Mutex::new(Vec::new()), mtp_sidecar: None })
     }
 
     /// The RAM plan in force, if a budget was given.
@@ -346,6 +351,12 @@ impl Model {
     /// Batch invariance: a sequence's logits are the bits it gets when run alone with the same
     /// span sizes (`forward` with these tokens), whatever else shares the batch.
     pub fn forward_batch(&self, steps: &mut [SeqStep]) -> Result<Vec<Vec<f32>>> {
+        Ok(self.forward_batch_out(steps)?.into_iter().map(|o| o.logits).collect())
+    }
+
+    /// `forward_batch` returning each step's logits and, for steps that ask (`SeqStep::hidden`),
+    /// every row's final hidden.
+    pub fn forward_batch_out(&self, steps: &mut [SeqStep]) -> Result<Vec<models::SpanOut>> {
         if steps.is_empty() {
             return Ok(Vec::new());
         }
@@ -382,7 +393,7 @@ impl Model {
                     LogitsMode::Last => n - 1..n,
                     LogitsMode::None => n..n,
                 };
-                models::SpanIn { tokens: s.tokens, logits, decode_order: s.decode_order }
+                models::SpanIn { tokens: s.tokens, logits, decode_order: s.decode_order, hidden: s.hidden }
             })
             .collect();
         let mut states: Vec<&mut SeqState> = steps.iter_mut().map(|s| &mut *s.state).collect();
@@ -424,6 +435,70 @@ impl Model {
             }
         }
         out
+    }
+
+    /// Loads the MTP draft head of an MTP-only sidecar GGUF (`convert_hf_to_gguf.py --mtp`) or
+    /// of another "-MTP" file of this model; it replaces the model file's own head.
+    pub fn attach_mtp(&mut self, path: &Path) -> Result<()> {
+        let f = Arc::new(GgufFile::open(path)?);
+        let arch = f.architecture().unwrap_or("");
+        if !matches!(arch, "qwen35" | "qwen35moe") {
+            return Err(EngineError::Config(format!("{}: an MTP head of architecture '{arch}' (xwen reads qwen35 / qwen35moe heads)", path.display())));
+        }
+        let cfg = crate::models::qwen35::config(&f)?;
+        let head = models::mtp::MtpHead::load(&f, &cfg)?
+            .ok_or_else(|| EngineError::Config(format!("{}: no MTP (nextn) block in this file", path.display())))?;
+        let (h, v) = (self.hidden_width(), self.n_vocab());
+        if !head.fits(h, v) {
+            return Err(EngineError::Config(format!(
+                "{}: an MTP head of width {} and vocabulary {} for a model of {h} and {v}",
+                path.display(),
+                head.hidden(),
+                head.n_vocab()
+            )));
+        }
+        self.mtp_sidecar = Some((f, head));
+        Ok(())
+    }
+
+    fn mtp_head(&self) -> Option<(&Arc<GgufFile>, &models::mtp::MtpHead)> {
+        match &self.mtp_sidecar {
+            Some((f, h)) => Some((f, h)),
+            None => self.net.mtp().map(|h| (&self.file, h)),
+        }
+    }
+
+    /// Whether an MTP draft head is loaded (the file's own nextn block or `attach_mtp`'s).
+    pub fn has_mtp(&self) -> bool {
+        self.mtp_head().is_some()
+    }
+
+    /// The width of the final hidden (`SeqStep::hidden` rows).
+    pub fn hidden_width(&self) -> usize {
+        self.net.hidden()
+    }
+
+    /// A fresh state of the MTP head (its KV cache of the configured types).
+    pub fn new_mtp_state(&self) -> Result<SeqState> {
+        let (_, head) = self.mtp_head().ok_or_else(|| EngineError::Config("this model has no MTP head".into()))?;
+        Ok(head.new_state(self.cfg.effective_kv_types()))
+    }
+
+    /// One step of the MTP head (`models::mtp`): `tokens` at `state.pos`.., token k paired
+    /// with hidden row k of `h_in`; the logits of rows `logits` and every row's own hidden.
+    pub fn mtp_forward(&self, state: &mut SeqState, tokens: &[u32], h_in: &[f32], logits: std::ops::Range<usize>) -> Result<models::SpanOut> {
+        let (file, head) = self.mtp_head().ok_or_else(|| EngineError::Config("this model has no MTP head".into()))?;
+        self.check_context(state, tokens.len())?;
+        let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let ctx = Ctx {
+            pool: &self.pool,
+            file,
+            prof: &self.prof,
+            chunked_scan: self.cfg.chunked_prefill,
+            routes: None,
+            attn: crate::compute::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.pool.n_threads(), n_ctx: self.cfg.max_ctx },
+        };
+        head.forward(&ctx, file, state, tokens, h_in, logits)
     }
 
     fn check_context(&self, state: &SeqState, n: usize) -> Result<()> {

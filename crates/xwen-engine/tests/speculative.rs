@@ -4,7 +4,7 @@
 //! as its own draft model).
 
 use std::path::{Path, PathBuf};
-use xwen_engine::{generate, generate_speculative, Drafter, EngineConfig, GenerateRequest, Model, ModelDrafter, NgramDrafter, Sampler, SamplerConfig};
+use xwen_engine::{generate, generate_speculative, Drafter, EngineConfig, GenerateRequest, Model, ModelDrafter, MtpDrafter, NgramDrafter, Sampler, SamplerConfig};
 
 fn fixture(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity").join(rel)
@@ -74,6 +74,37 @@ fn ngram_drafts_give_plain_greedy_output() {
     check(&Model::load(&fixture("cond/qwen3_next/model-q4_k_m.gguf"), &cfg(None)).unwrap(), "qwen3next q4_k_m");
     check(&Model::load(&fixture("cond/kimi_linear/model-q8_0.gguf"), &cfg(None)).unwrap(), "kimi-linear q8_0");
     check(&Model::load(&fixture("cond/kimi_k3/model-q4_k_m.gguf"), &cfg(None)).unwrap(), "kimi-k3 q4_k_m");
+}
+
+#[test]
+fn mtp_drafts_give_plain_greedy_output() {
+    // the random qwen35 fixture carries a nextn block (its head is random: few drafts agree)
+    let m = Model::load(&fixture("rand/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap();
+    assert!(m.has_mtp());
+    let v = m.n_vocab() as u32;
+    for prompt in [repetitive(v), (0..14).map(|i| (i * 7919 + 11) % v).collect::<Vec<_>>()] {
+        let want = plain(&m, &prompt, 40);
+        for k in [1, 3, 8] {
+            let (got, s) = drafted(&m, &prompt, 40, &mut MtpDrafter::new(), k, &[]);
+            assert_eq!(got, want, "mtp k={k} differs from plain greedy");
+            assert!(s.active && s.drafted > 0 && s.accepted <= s.drafted, "mtp k={k}: {s:?}");
+        }
+        // chunked prefill: the head sees every chunk's rows
+        let mut out = Vec::new();
+        let req = GenerateRequest { prompt: &prompt, max_tokens: Some(40), stop_ids: &[], prefill_chunk: 5 };
+        generate_speculative(&m, &mut m.new_state(), &req, &mut MtpDrafter::new(), 3, &mut greedy(), &mut |_, _| true, &mut |t| {
+            out.push(t);
+            true
+        })
+        .unwrap();
+        assert_eq!(out, want, "mtp after a chunked prefill");
+    }
+    // a model without a head: drafting with it is refused, not silently plain
+    let dense = Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap();
+    assert!(!dense.has_mtp());
+    let req = GenerateRequest { prompt: &[1, 2, 3], max_tokens: Some(4), stop_ids: &[], prefill_chunk: 0 };
+    let r = generate_speculative(&dense, &mut dense.new_state(), &req, &mut MtpDrafter::new(), 3, &mut greedy(), &mut |_, _| true, &mut |_| true);
+    assert!(r.is_err(), "MTP drafting on a model without a head must be an error");
 }
 
 #[test]

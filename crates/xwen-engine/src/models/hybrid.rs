@@ -19,7 +19,7 @@
 
 use crate::layers::attention::{self, AttnDims, AttnWeights, KvCache};
 use crate::layers::attn_res::{AttnRes, Bank, LayerRes};
-use super::{Loaded, Network, PlanFigures, SpanIn};
+use super::{Loaded, Network, PlanFigures, SpanIn, SpanOut};
 use crate::experts::plan::{PREFILL_BATCH, SCRATCH_SLACK};
 use crate::compute::Ctx;
 use crate::layers::deltanet::{self, DeltaDims, DeltaNetWeights, DeltaState, HeadPairing};
@@ -198,6 +198,8 @@ pub struct Hybrid {
     pub output: Mat,
     /// Cross-layer residual attention (Kimi K3), else None.
     pub res: Option<AttnRes>,
+    /// The file's MTP draft head (a "-MTP" GGUF's nextn block), else None.
+    pub mtp: Option<super::mtp::MtpHead>,
 }
 
 impl Hybrid {
@@ -236,7 +238,8 @@ impl Hybrid {
             });
         }
         let output_norm = ld.vec("output_norm.weight", h)?;
-        Ok((Hybrid { cfg, tok_embd, layers, output_norm, output, res: None }, experts))
+        let mtp = super::mtp::MtpHead::load(f, &cfg)?;
+        Ok((Hybrid { cfg, tok_embd, layers, output_norm, output, res: None, mtp }, experts))
     }
 
     pub fn new_state_of_layers(&self) -> SeqState {
@@ -255,7 +258,7 @@ impl Hybrid {
     /// `states[i]`. Returns per sequence the logits of its rows `out_rows[i]` (row-major,
     /// rows × n_vocab). Batch-invariant (see `crate::batch`): each sequence's logits are the
     /// bits it would get alone.
-    pub fn forward_batch(&self, ctx: &Ctx, store: &dyn ExpertStore, states: &mut [&mut SeqState], spans: &[SpanIn]) -> Result<Vec<Vec<f32>>> {
+    pub fn forward_batch(&self, ctx: &Ctx, store: &dyn ExpertStore, states: &mut [&mut SeqState], spans: &[SpanIn]) -> Result<Vec<SpanOut>> {
         assert_eq!(states.len(), spans.len(), "one state per span");
         let h = self.cfg.hidden;
         let rows = super::batch_rows(states, spans);
@@ -286,59 +289,7 @@ impl Hybrid {
         // K3's checkpoints of this pass (cross-layer residual attention); empty otherwise
         let mut bank = Bank::default();
         for (il, layer) in self.layers.iter().enumerate() {
-            // h = x + mixer(rms_norm(x)·attn_norm); K3: x mixed with the bank, and a banking
-            // layer keeps its raw input in the bank and restarts the stream from the mixer
-            let sp = ctx.span(Op::Norms);
-            let res = self.res.as_ref().zip(layer.res.as_ref());
-            let mixed = res.map(|(_, lr)| bank.mix(&x, &lr.attn, eps, h));
-            let banks = res.is_some_and(|(r, _)| il % r.block == 0);
-            if banks {
-                bank.push(&x);
-            }
-            rms_norm_rows(mixed.as_deref().unwrap_or(&x), &layer.attn_norm, eps, h, &mut xn);
-            drop(sp);
-            let mix = match &layer.mixer {
-                Mixer::Attn(w) => {
-                    let mut kvs = layer_states(states, il, |l| match l {
-                        LayerState::Attn(kv) => Some(kv),
-                        _ => None,
-                    })?;
-                    attention::forward(ctx, w, &self.cfg.attn, &xn, &rows, &mut kvs)
-                }
-                Mixer::Delta(w) => {
-                    let mut ds = layer_states(states, il, |l| match l {
-                        LayerState::Delta(d) => Some(d),
-                        _ => None,
-                    })?;
-                    deltanet::forward(ctx, w, &self.cfg.delta, &xn, &rows, &mut ds)
-                }
-                Mixer::Mla(w) => {
-                    let mut kvs = layer_states(states, il, |l| match l {
-                        LayerState::Attn(kv) => Some(kv),
-                        _ => None,
-                    })?;
-                    let d = self.cfg.mla.as_ref().ok_or_else(|| EngineError::State("an MLA layer without MLA dims".into()))?;
-                    mla::forward(ctx, w, d, &xn, &rows, &mut kvs)
-                }
-            };
-            if banks {
-                x = mix;
-            } else {
-                add_inplace(&mut x, &mix);
-            }
-            // x = h + ffn(rms_norm(h)·post_attention_norm)
-            let sp = ctx.span(Op::Norms);
-            let mixed = res.map(|(_, lr)| bank.mix(&x, &lr.ffn, eps, h));
-            rms_norm_rows(mixed.as_deref().unwrap_or(&x), &layer.post_attn_norm, eps, h, &mut xn);
-            drop(sp);
-            let f = match &layer.ffn {
-                Ffn::Dense(w) => {
-                    let _sp = ctx.span(Op::FfnDense);
-                    ffn::forward(ctx, w, &xn, &rows)
-                }
-                Ffn::Moe(w) => moe::forward_rows(ctx, w, self.cfg.moe.as_ref().expect("moe dims"), store, il, &xn, &rows, h)?,
-            };
-            add_inplace(&mut x, &f);
+            layer_forward(ctx, &self.cfg, self.res.as_ref(), store, Placed { store_layer: il, state_layer: il }, layer, &mut x, &mut xn, states, &rows, &mut bank)?;
         }
         if let Some(r) = &self.res {
             x = bank.mix(&x, &r.output, eps, h);
@@ -347,34 +298,52 @@ impl Hybrid {
             st.pos += sp.tokens.len();
         }
 
-        // logits of the rows asked for: each sequence's rows one span of the head's batch
-        let _sp = ctx.span(Op::LmHead);
-        let wanted: Vec<usize> = rows
-            .spans
-            .iter()
-            .zip(spans)
-            .flat_map(|(s, sp)| sp.logits.clone().map(move |i| s.start + i))
-            .collect();
-        if wanted.is_empty() {
-            return Ok(vec![Vec::new(); states.len()]);
-        }
+        Ok(head(ctx, &x, &rows, spans, &self.output_norm, &self.output, &self.cfg))
+    }
+}
+
+/// The lm head over the final residual stream x: per span the logits of the rows it asks for
+/// and, where it asks (`SpanIn::hidden`), every row's rms_norm(x)·output_norm — llama.cpp's
+/// `h_nextn`, what an MTP head reads.
+pub(super) fn head(ctx: &Ctx, x: &[f32], rows: &crate::batch::Rows, spans: &[SpanIn], norm: &[f32], output: &Mat, cfg: &Config) -> Vec<SpanOut> {
+    let h = cfg.hidden;
+    let _sp = ctx.span(Op::LmHead);
+    let hidden: Vec<Vec<f32>> = rows
+        .spans
+        .iter()
+        .zip(spans)
+        .map(|(s, sp)| {
+            if !sp.hidden {
+                return Vec::new();
+            }
+            let mut out = vec![0.0f32; sp.tokens.len() * h];
+            rms_norm_rows(&x[s.start * h..(s.start + sp.tokens.len()) * h], norm, cfg.eps, h, &mut out);
+            out
+        })
+        .collect();
+    // logits of the rows asked for: each sequence's rows one span of the head's batch
+    let wanted: Vec<usize> = rows.spans.iter().zip(spans).flat_map(|(s, sp)| sp.logits.clone().map(move |i| s.start + i)).collect();
+    let logits = if wanted.is_empty() {
+        Vec::new()
+    } else {
         let mut hn = vec![0.0f32; wanted.len() * h];
         for (i, &t) in wanted.iter().enumerate() {
-            ops::rms_norm(&x[t * h..(t + 1) * h], &self.output_norm, self.cfg.eps, &mut hn[i * h..(i + 1) * h]);
+            ops::rms_norm(&x[t * h..(t + 1) * h], norm, cfg.eps, &mut hn[i * h..(i + 1) * h]);
         }
-        let logits = ctx.mm_rows1(&self.output, &hn, &super::head_rows(spans));
-        let v = self.cfg.n_vocab;
-        let mut at = 0;
-        Ok(spans
-            .iter()
-            .map(|sp| {
-                let n = sp.logits.len();
-                let part = logits[at * v..(at + n) * v].to_vec();
-                at += n;
-                part
-            })
-            .collect())
-    }
+        ctx.mm_rows1(output, &hn, &super::head_rows(spans))
+    };
+    let v = cfg.n_vocab;
+    let mut at = 0;
+    spans
+        .iter()
+        .zip(hidden)
+        .map(|(sp, hidden)| {
+            let n = sp.logits.len();
+            let part = logits.get(at * v..(at + n) * v).map(<[f32]>::to_vec).unwrap_or_default();
+            at += n;
+            SpanOut { logits: part, hidden }
+        })
+        .collect()
 }
 
 /// Loads a hybrid network of `spec` for the registry.
@@ -392,12 +361,20 @@ impl Network for Hybrid {
         self.cfg.n_vocab
     }
 
+    fn hidden(&self) -> usize {
+        self.cfg.hidden
+    }
+
     fn new_state(&self) -> SeqState {
         self.new_state_of_layers()
     }
 
-    fn forward(&self, ctx: &Ctx, store: &dyn ExpertStore, states: &mut [&mut SeqState], spans: &[SpanIn]) -> Result<Vec<Vec<f32>>> {
+    fn forward(&self, ctx: &Ctx, store: &dyn ExpertStore, states: &mut [&mut SeqState], spans: &[SpanIn]) -> Result<Vec<SpanOut>> {
         self.forward_batch(ctx, store, states, spans)
+    }
+
+    fn mtp(&self) -> Option<&super::mtp::MtpHead> {
+        self.mtp.as_ref()
     }
 
     fn plan_figures(&self, max_ctx: usize, kv_types: (crate::KvType, crate::KvType)) -> PlanFigures {
@@ -442,6 +419,91 @@ pub fn scratch_bytes(cfg: &Config) -> u64 {
     PREFILL_BATCH as u64 * per_token * 4 + 2 * cfg.n_vocab as u64 * 4 + SCRATCH_SLACK
 }
 
+/// Where a layer sits: its index in the expert store (MoE layers) and in the sequence state.
+/// The trunk's layers are both `il`; the MTP head's one layer is the store's `n_layer` and its
+/// own state's 0.
+#[derive(Clone, Copy, Debug)]
+pub struct Placed {
+    pub store_layer: usize,
+    pub state_layer: usize,
+}
+
+/// One decoder layer over the batch `rows` of the residual stream x (rows.n × hidden):
+///   h = x + mixer(rms_norm(x)·attn_norm);  x = h + ffn(rms_norm(h)·post_attention_norm)
+/// (K3: mixed with the bank of its cross-layer residual attention). `xn` is scratch.
+#[allow(clippy::too_many_arguments)]
+pub fn layer_forward(
+    ctx: &Ctx,
+    cfg: &Config,
+    attn_res: Option<&AttnRes>,
+    store: &dyn ExpertStore,
+    at: Placed,
+    layer: &Layer,
+    x: &mut Vec<f32>,
+    xn: &mut [f32],
+    states: &mut [&mut SeqState],
+    rows: &crate::batch::Rows,
+    bank: &mut Bank,
+) -> Result<()> {
+    let h = cfg.hidden;
+    let eps = cfg.eps;
+    let il = at.state_layer;
+    // h = x + mixer(rms_norm(x)·attn_norm); K3: x mixed with the bank, and a banking
+    // layer keeps its raw input in the bank and restarts the stream from the mixer
+    let sp = ctx.span(Op::Norms);
+    let res = attn_res.zip(layer.res.as_ref());
+    let mixed = res.map(|(_, lr)| bank.mix(x, &lr.attn, eps, h));
+    let banks = res.is_some_and(|(r, _)| at.store_layer % r.block == 0);
+    if banks {
+        bank.push(x);
+    }
+    rms_norm_rows(mixed.as_deref().unwrap_or(x), &layer.attn_norm, eps, h, xn);
+    drop(sp);
+    let mix = match &layer.mixer {
+        Mixer::Attn(w) => {
+            let mut kvs = layer_states(states, il, |l| match l {
+                LayerState::Attn(kv) => Some(kv),
+                _ => None,
+            })?;
+            attention::forward(ctx, w, &cfg.attn, xn, rows, &mut kvs)
+        }
+        Mixer::Delta(w) => {
+            let mut ds = layer_states(states, il, |l| match l {
+                LayerState::Delta(d) => Some(d),
+                _ => None,
+            })?;
+            deltanet::forward(ctx, w, &cfg.delta, xn, rows, &mut ds)
+        }
+        Mixer::Mla(w) => {
+            let mut kvs = layer_states(states, il, |l| match l {
+                LayerState::Attn(kv) => Some(kv),
+                _ => None,
+            })?;
+            let d = cfg.mla.as_ref().ok_or_else(|| EngineError::State("an MLA layer without MLA dims".into()))?;
+            mla::forward(ctx, w, d, xn, rows, &mut kvs)
+        }
+    };
+    if banks {
+        *x = mix;
+    } else {
+        add_inplace(x, &mix);
+    }
+    // x = h + ffn(rms_norm(h)·post_attention_norm)
+    let sp = ctx.span(Op::Norms);
+    let mixed = res.map(|(_, lr)| bank.mix(x, &lr.ffn, eps, h));
+    rms_norm_rows(mixed.as_deref().unwrap_or(x), &layer.post_attn_norm, eps, h, xn);
+    drop(sp);
+    let f = match &layer.ffn {
+        Ffn::Dense(w) => {
+            let _sp = ctx.span(Op::FfnDense);
+            ffn::forward(ctx, w, xn, rows)
+        }
+        Ffn::Moe(w) => moe::forward_rows(ctx, w, cfg.moe.as_ref().expect("moe dims"), store, at.store_layer, xn, rows, h)?,
+    };
+    add_inplace(x, &f);
+    Ok(())
+}
+
 /// Layer `il`'s state of every sequence, as the kind `pick` takes (None = a state that does
 /// not match the model's layer).
 fn layer_states<'s, T>(
@@ -457,7 +519,7 @@ fn layer_states<'s, T>(
 }
 
 /// rms_norm of every row of x (rows of `width`) into y.
-fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, width: usize, y: &mut [f32]) {
+pub(super) fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, width: usize, y: &mut [f32]) {
     for (xr, yr) in x.chunks_exact(width).zip(y.chunks_exact_mut(width)) {
         ops::rms_norm(xr, w, eps, yr);
     }

@@ -8,6 +8,7 @@
 pub mod hybrid;
 pub mod kimi_k3;
 pub mod kimi_linear;
+pub mod mtp;
 pub mod qwen35;
 pub mod qwen3next;
 
@@ -26,12 +27,18 @@ pub trait Network: Send + Sync {
     /// llama.cpp's architecture name, as `general.architecture` says it.
     fn arch(&self) -> &str;
     fn n_vocab(&self) -> usize;
+    /// The width of the final hidden (the rows `SpanIn::hidden` returns).
+    fn hidden(&self) -> usize;
     /// A fresh sequence state (position 0) of this network's layers.
     fn new_state(&self) -> SeqState;
     /// One batched step: sequence i's `spans[i].tokens` at its own position in `states[i]`;
     /// returns per sequence the logits of its rows `spans[i].logits`. Batch-invariant
     /// (`crate::batch`).
-    fn forward(&self, ctx: &Ctx, store: &dyn ExpertStore, states: &mut [&mut SeqState], spans: &[SpanIn]) -> Result<Vec<Vec<f32>>>;
+    fn forward(&self, ctx: &Ctx, store: &dyn ExpertStore, states: &mut [&mut SeqState], spans: &[SpanIn]) -> Result<Vec<SpanOut>>;
+    /// The file's MTP (NextN) draft head, where it has one (`mtp.rs`).
+    fn mtp(&self) -> Option<&mtp::MtpHead> {
+        None
+    }
     /// Memory-plan figures at `max_ctx` positions per sequence, KV caches of `kv_types`.
     fn plan_figures(&self, max_ctx: usize, kv_types: (crate::KvType, crate::KvType)) -> PlanFigures;
 }
@@ -88,6 +95,17 @@ pub struct SpanIn<'a> {
     pub logits: Range<usize>,
     /// Every row in the one-token (decode) order (`batch::Span::decode_order`).
     pub decode_order: bool,
+    /// Return every row's final hidden (after output_norm), as an MTP head reads it.
+    pub hidden: bool,
+}
+
+/// One sequence's output of a batched step.
+#[derive(Clone, Debug, Default)]
+pub struct SpanOut {
+    /// The logits of the rows `SpanIn::logits` (rows × n_vocab).
+    pub logits: Vec<f32>,
+    /// Every row's final hidden (rows × hidden) where `SpanIn::hidden`, else empty.
+    pub hidden: Vec<f32>,
 }
 
 /// `Rows` of a batch at the states' positions (what every architecture's forward starts from).

@@ -80,6 +80,21 @@ pub(crate) fn prefill(
     stats: &mut GenStats,
     on_prefill: &mut dyn FnMut(usize, usize) -> bool,
 ) -> Result<Option<Vec<f32>>> {
+    prefill_observed(model, state, req, stats, on_prefill, None)
+}
+
+/// Where a prefill's final hidden rows go: (position of the chunk, its tokens, its rows).
+pub(crate) type HiddenSink<'a> = &'a mut dyn FnMut(usize, &[u32], &[f32]) -> Result<()>;
+
+/// `prefill`, each step's final hidden rows handed to `hidden` (an MTP drafter's `observe`).
+pub(crate) fn prefill_observed(
+    model: &Model,
+    state: &mut SeqState,
+    req: &GenerateRequest,
+    stats: &mut GenStats,
+    on_prefill: &mut dyn FnMut(usize, usize) -> bool,
+    mut hidden: Option<HiddenSink>,
+) -> Result<Option<Vec<f32>>> {
     let limit = req.max_tokens.unwrap_or(usize::MAX);
     let n = req.prompt.len();
     if n == 0 {
@@ -87,13 +102,27 @@ pub(crate) fn prefill(
         return if limit == 0 { Ok(None) } else { Err(crate::error::EngineError::EmptyInput) };
     }
     let t0 = Instant::now();
-    let chunk = if req.prefill_chunk == 0 { n } else { req.prefill_chunk };
+    let mut chunk = if req.prefill_chunk == 0 { n } else { req.prefill_chunk };
+    if hidden.is_some() {
+        // one forward_batch per chunk: within what a budgeted model's scratch holds
+        chunk = chunk.min(model.max_batch_rows());
+    }
     let mut logits = Vec::new();
     let mut at = 0;
     while at < n {
         let end = (at + chunk).min(n);
         let mode = if end == n && limit > 0 { LogitsMode::Last } else { LogitsMode::None };
-        logits = model.forward(state, &req.prompt[at..end], mode)?;
+        match hidden.as_mut() {
+            None => logits = model.forward(state, &req.prompt[at..end], mode)?,
+            Some(sink) => {
+                let pos = state.pos;
+                let toks = &req.prompt[at..end];
+                let mut step = [crate::model::SeqStep { state: &mut *state, tokens: toks, logits: mode, decode_order: false, hidden: true }];
+                let out = model.forward_batch_out(&mut step)?.pop().unwrap_or_default();
+                sink(pos, toks, &out.hidden)?;
+                logits = out.logits;
+            }
+        }
         at = end;
         if !on_prefill(at, n) && at < n {
             stats.prefill_secs = t0.elapsed().as_secs_f64();

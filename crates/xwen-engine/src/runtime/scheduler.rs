@@ -362,7 +362,7 @@ impl Scheduler {
             if !r.prompt_left && !r.drafts.is_empty() {
                 let n = r.pending.len();
                 idx.push((k, n));
-                steps.push(SeqStep { state: r.session.state_mut(), tokens: &r.pending[..n], logits: LogitsMode::All, decode_order: true });
+                steps.push(SeqStep { state: r.session.state_mut(), tokens: &r.pending[..n], logits: LogitsMode::All, decode_order: true, hidden: false });
                 continue;
             }
             let last_chunk = !r.prompt_left || n == r.pending.len();

@@ -26,6 +26,19 @@ use std::time::Instant;
 pub trait Drafter: Send {
     fn name(&self) -> &'static str;
     fn propose(&mut self, context: &[u32], max: usize) -> Result<Vec<u32>>;
+    /// `propose` for a drafter that runs on the target model itself (an MTP head).
+    fn propose_with(&mut self, _target: &Model, context: &[u32], max: usize) -> Result<Vec<u32>> {
+        self.propose(context, max)
+    }
+    /// Whether the target's steps should return their final hidden rows for `observe`.
+    fn wants_hidden(&self) -> bool {
+        false
+    }
+    /// The target kept `tokens` at positions `pos..` (a prompt chunk, or a verify's accepted
+    /// rows) and these are their final hidden rows (tokens × hidden).
+    fn observe(&mut self, _target: &Model, _pos: usize, _tokens: &[u32], _hidden: &[f32]) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// Counters of one speculative generation.
@@ -176,6 +189,111 @@ impl Drafter for ModelDrafter {
     }
 }
 
+/// The target's own MTP (NextN) head (`models::mtp`; the file's nextn block or a sidecar
+/// attached with `Model::attach_mtp`), driven as llama.cpp's draft-mtp drives it
+/// (`common/speculative.cpp`): the head's KV row at position p holds token p with the target's
+/// hidden p−1 — `observe` feeds every kept row so, one sync point owning the shift — and a draft
+/// chains from the pending token with the hidden of the last kept row, each next step fed the
+/// head's own hidden. Where the head missed positions (a state restored from a prefix cache),
+/// they are filled with zero hiddens: drafts there are poorer, output is unchanged.
+pub struct MtpDrafter {
+    state: Option<SeqState>,
+    /// The target's hidden at position `h_pos` (pairs with the token at `h_pos + 1`).
+    last_h: Vec<f32>,
+    h_pos: Option<usize>,
+    /// Stop drafting when the head's top probability falls below this (llama.cpp's p_min).
+    pub p_min: f32,
+}
+
+impl Default for MtpDrafter {
+    fn default() -> Self {
+        MtpDrafter { state: None, last_h: Vec::new(), h_pos: None, p_min: 0.0 }
+    }
+}
+
+impl MtpDrafter {
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Drafter for MtpDrafter {
+    fn name(&self) -> &'static str {
+        "mtp"
+    }
+
+    fn propose(&mut self, _context: &[u32], _max: usize) -> Result<Vec<u32>> {
+        // the head runs on the target model: see propose_with
+        Ok(Vec::new())
+    }
+
+    fn wants_hidden(&self) -> bool {
+        true
+    }
+
+    fn observe(&mut self, target: &Model, pos: usize, tokens: &[u32], hidden: &[f32]) -> Result<()> {
+        let h = target.hidden_width();
+        let m = tokens.len();
+        if m == 0 || hidden.len() != m * h {
+            return Ok(());
+        }
+        if self.state.is_none() {
+            self.state = Some(target.new_mtp_state()?);
+        }
+        let st = self.state.as_mut().expect("set above");
+        if st.pos > pos {
+            st.truncate(pos)?;
+        }
+        if st.pos < pos {
+            // positions the head never saw (restored from a cache): zero hiddens, token 0
+            let gap = pos - st.pos;
+            target.mtp_forward(st, &vec![0; gap], &vec![0.0; gap * h], 0..0)?;
+            self.h_pos = None;
+        }
+        let mut h_in = Vec::with_capacity(m * h);
+        match self.h_pos {
+            Some(p) if p + 1 == pos && self.last_h.len() == h => h_in.extend_from_slice(&self.last_h),
+            _ => h_in.resize(h, 0.0),
+        }
+        h_in.extend_from_slice(&hidden[..(m - 1) * h]);
+        target.mtp_forward(st, tokens, &h_in, 0..0)?;
+        self.last_h = hidden[(m - 1) * h..].to_vec();
+        self.h_pos = Some(pos + m - 1);
+        Ok(())
+    }
+
+    fn propose_with(&mut self, target: &Model, ctx: &[u32], max: usize) -> Result<Vec<u32>> {
+        let (Some(st), Some(hp)) = (self.state.as_mut(), self.h_pos) else {
+            return Ok(Vec::new());
+        };
+        let Some(&pending) = ctx.last() else {
+            return Ok(Vec::new());
+        };
+        // the pending token sits at h_pos + 1; the head's rows past that are last step's drafts
+        let pos0 = hp + 1;
+        if st.pos > pos0 {
+            st.truncate(pos0)?;
+        }
+        if st.pos != pos0 {
+            return Ok(Vec::new());
+        }
+        let max = max.min(target.max_context().saturating_sub(pos0 + 1));
+        let mut out = Vec::with_capacity(max);
+        let (mut tok, mut h) = (pending, self.last_h.clone());
+        while out.len() < max {
+            let o = target.mtp_forward(st, &[tok], &h, 0..1)?;
+            let (t, p) = top(&o.logits);
+            if p < self.p_min {
+                break;
+            }
+            out.push(t);
+            tok = t;
+            h = o.hidden;
+        }
+        Ok(out)
+    }
+}
+
 /// How deep to draft: the depth follows what the last verify accepted (all accepted: one
 /// deeper; else one past what was), and while the recent acceptance stays below
 /// `PAUSE_BELOW` drafting pauses for `PAUSE_STEPS` steps — a drafter that never agrees then
@@ -292,7 +410,14 @@ pub(crate) fn speculate(
         sampler.accept(t);
     }
     let limit = req.max_tokens.unwrap_or(usize::MAX);
-    let Some(mut logits) = crate::runtime::generate::prefill(model, state, req, &mut stats, on_prefill)? else {
+    let wants_hidden = drafter.wants_hidden();
+    let prefilled = if wants_hidden {
+        let mut sink = |pos: usize, toks: &[u32], h: &[f32]| drafter.observe(model, pos, toks, h);
+        crate::runtime::generate::prefill_observed(model, state, req, &mut stats, on_prefill, Some(&mut sink))?
+    } else {
+        crate::runtime::generate::prefill(model, state, req, &mut stats, on_prefill)?
+    };
+    let Some(mut logits) = prefilled else {
         return Ok((stats, spec));
     };
     let t1 = Instant::now();
@@ -333,15 +458,16 @@ pub(crate) fn speculate(
         let room = model.max_context() - pos - 1;
         let left = limit - stats.generated;
         let k = ctl.depth().min(room).min(left.saturating_sub(1));
-        let drafts = if k > 0 { drafter.propose(&context, k)? } else { Vec::new() };
+        let drafts = if k > 0 { drafter.propose_with(model, &context, k)? } else { Vec::new() };
         let drafts = &drafts[..drafts.len().min(k)];
         let mut span = Vec::with_capacity(1 + drafts.len());
         span.push(tok);
         span.extend_from_slice(drafts);
-        let mut rows = {
-            let mut step = [SeqStep { state: &mut *state, tokens: &span, logits: LogitsMode::All, decode_order: true }];
-            model.forward_batch(&mut step)?.pop().unwrap_or_default()
+        let out = {
+            let mut step = [SeqStep { state: &mut *state, tokens: &span, logits: LogitsMode::All, decode_order: true, hidden: wants_hidden }];
+            model.forward_batch_out(&mut step)?.pop().unwrap_or_default()
         };
+        let (mut rows, hidden) = (out.logits, out.hidden);
         spec.steps += 1;
         spec.drafted += drafts.len();
         let (i, y, stop) = sample_verify_rows(&mut rows, n_vocab, drafts, sampler, &mut |y| emit(y, &mut stats, on_token));
@@ -350,6 +476,10 @@ pub(crate) fn speculate(
         ctl.observe(drafts.len(), i);
         // the state keeps span[..=i]: the tokens whose logits were used
         state.rollback(pos + i + 1)?;
+        if wants_hidden {
+            let h = model.hidden_width();
+            drafter.observe(model, pos, &span[..=i], &hidden[..(i + 1) * h])?;
+        }
         if let Some(r) = stop {
             stats.stop = r;
             break;

@@ -1,0 +1,178 @@
+//! The MTP (NextN) draft head of Qwen3.5 / 3.6 (`qwen35`, `qwen35moe`): the "-MTP" GGUFs carry
+//! one extra block after the trunk (`nextn_predict_layers` 1, `blk.{n_layer}.*`), or a sidecar
+//! GGUF carries it alone (`convert_hf_to_gguf.py --mtp`).
+//! Reference: llama.cpp b11434 `src/models/qwen35.cpp` / `qwen35moe.cpp` `graph_mtp`; the
+//! drafting semantics (which hidden pairs with which token) are `common/speculative.cpp`'s
+//! `common_speculative_impl_draft_mtp`, which `runtime::speculative::MtpDrafter` follows.
+//!
+//! For a token x_p at position p and the trunk's final hidden h_{p-1} (after output_norm):
+//!   e   = embed(x_p)                                     [hidden]  nextn.embed_tokens or token_embd
+//!   c   = eh_proj · [rms_norm(e)·enorm | rms_norm(h)·hnorm]   [2·hidden → hidden]  embedding first
+//!   c   = decoder layer (gated full attention over the head's own KV cache, then the FFN or MoE),
+//!         both residuals anchored on eh_proj's output
+//!   h'  = rms_norm(c)·(nextn.shared_head_norm or output_norm)  the head's own h_nextn (chains)
+//!   logits = (nextn.shared_head_head or output) · h'       predicts x_{p+1}
+
+use super::hybrid::{self, Config, Ffn, Layer, Mixer, Placed};
+use super::{SpanIn, SpanOut};
+use crate::batch::Rows;
+use crate::compute::Ctx;
+use crate::error::{EngineError, Result};
+use crate::experts::store::ResidentExperts;
+use crate::layers::attention::{AttnWeights, KvCache};
+use crate::layers::attn_res::Bank;
+use crate::layers::ffn::FfnWeights;
+use crate::layers::moe::MoeWeights;
+use crate::ops;
+use crate::profile::Op;
+use crate::state::{LayerState, SeqState};
+use crate::weights::{Loader, Mat};
+use std::ops::Range;
+use std::sync::Arc;
+use xwen_gguf::GgufFile;
+
+pub struct MtpHead {
+    /// The trunk's geometry (the head's attention and FFN have the trunk's dims).
+    cfg: Config,
+    /// `n_layer`: the block index its tensors (and routed experts) carry.
+    il: usize,
+    eh_proj: Mat,
+    enorm: Vec<f32>,
+    hnorm: Vec<f32>,
+    layer: Layer,
+    /// Routed experts of an MoE head, served from the mapping.
+    experts: Option<[Mat; 3]>,
+    embed: Mat,
+    head_norm: Vec<f32>,
+    head: Mat,
+}
+
+impl MtpHead {
+    /// The head of `f` (a full "-MTP" GGUF or an MTP-only sidecar) for the trunk geometry `cfg`
+    /// of `f`'s own metadata; None when `f` has no nextn block.
+    pub fn load(f: &GgufFile, cfg: &Config) -> Result<Option<MtpHead>> {
+        let il = cfg.n_layer;
+        let p = |s: &str| format!("blk.{il}.{s}");
+        let ld = Loader::new(f);
+        if !ld.has(&p("nextn.eh_proj.weight")) {
+            return Ok(None);
+        }
+        let h = cfg.hidden;
+        let (ffn, experts) = match &cfg.moe {
+            Some(md) => {
+                let (w, ex) = MoeWeights::load(&ld, il, h, md)?;
+                (Ffn::Moe(w), Some(ex))
+            }
+            None => (Ffn::Dense(FfnWeights::load(&ld, il, h, cfg.ff, "")?), None),
+        };
+        let layer = Layer {
+            attn_norm: ld.vec(&p("attn_norm.weight"), h)?,
+            post_attn_norm: ld.vec(&p("post_attention_norm.weight"), h)?,
+            mixer: Mixer::Attn(AttnWeights::load(&ld, il, h, &cfg.attn)?),
+            ffn,
+            res: None,
+        };
+        let embed = if ld.has(&p("nextn.embed_tokens.weight")) {
+            ld.mat(&p("nextn.embed_tokens.weight"), cfg.n_vocab, h)?
+        } else {
+            ld.mat("token_embd.weight", cfg.n_vocab, h)?
+        };
+        let head_norm =
+            if ld.has(&p("nextn.shared_head_norm.weight")) { ld.vec(&p("nextn.shared_head_norm.weight"), h)? } else { ld.vec("output_norm.weight", h)? };
+        let head = if ld.has(&p("nextn.shared_head_head.weight")) {
+            ld.mat(&p("nextn.shared_head_head.weight"), cfg.n_vocab, h)?
+        } else if ld.has("output.weight") {
+            ld.mat("output.weight", cfg.n_vocab, h)?
+        } else {
+            ld.mat("token_embd.weight", cfg.n_vocab, h)?
+        };
+        Ok(Some(MtpHead {
+            cfg: cfg.clone(),
+            il,
+            eh_proj: ld.mat(&p("nextn.eh_proj.weight"), h, 2 * h)?,
+            enorm: ld.vec(&p("nextn.enorm.weight"), h)?,
+            hnorm: ld.vec(&p("nextn.hnorm.weight"), h)?,
+            layer,
+            experts,
+            embed,
+            head_norm,
+            head,
+        }))
+    }
+
+    pub fn hidden(&self) -> usize {
+        self.cfg.hidden
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.cfg.n_vocab
+    }
+
+    /// Whether a trunk of geometry `trunk` can take this head's drafts: the same width and
+    /// vocabulary.
+    pub fn fits(&self, trunk_hidden: usize, trunk_vocab: usize) -> bool {
+        self.cfg.hidden == trunk_hidden && self.cfg.n_vocab == trunk_vocab
+    }
+
+    /// A fresh head state (its one KV cache), position 0.
+    pub fn new_state(&self, kv_types: (crate::KvType, crate::KvType)) -> SeqState {
+        SeqState::new(vec![LayerState::Attn(KvCache::new(kv_types))])
+    }
+
+    /// Runs `tokens` at `state.pos`.., token k paired with the hidden row k of `h_in`
+    /// (tokens × hidden: the trunk's hidden of the position before each token, or the head's
+    /// own for a chained draft). Returns the logits of rows `logits` and every row's h'.
+    /// `ctx.file` and `file` are the file the head's weights live in.
+    pub fn forward(&self, ctx: &Ctx, file: &Arc<GgufFile>, state: &mut SeqState, tokens: &[u32], h_in: &[f32], logits: Range<usize>) -> Result<SpanOut> {
+        let h = self.cfg.hidden;
+        let n = tokens.len();
+        if n == 0 || h_in.len() != n * h {
+            return Err(EngineError::State(format!("MTP head: {n} tokens with {} hidden values (width {h})", h_in.len())));
+        }
+        if !matches!(state.layers.as_slice(), [LayerState::Attn(_)]) {
+            return Err(EngineError::State("MTP head: not a state of this head".into()));
+        }
+        let eps = self.cfg.eps;
+        let sp = ctx.span(Op::Embed);
+        // [rms_norm(e)·enorm | rms_norm(h)·hnorm] per row: the embedding first (eh_proj's order)
+        let emb = self.embed.q(ctx.file);
+        let rb = self.embed.row_bytes();
+        let mut cat = vec![0.0f32; n * 2 * h];
+        let mut e = vec![0.0f32; h];
+        for (k, &id) in tokens.iter().enumerate() {
+            let id = id as usize;
+            if id >= self.cfg.n_vocab {
+                return Err(EngineError::TokenOutOfRange { id: id as u32, n_vocab: self.cfg.n_vocab });
+            }
+            xwen_kernels::dequantize(emb.ty, &emb.data[id * rb..(id + 1) * rb], &mut e).map_err(|err| EngineError::State(format!("MTP embedding: {err}")))?;
+            let row = &mut cat[k * 2 * h..(k + 1) * 2 * h];
+            ops::rms_norm(&e, &self.enorm, eps, &mut row[..h]);
+            ops::rms_norm(&h_in[k * h..(k + 1) * h], &self.hnorm, eps, &mut row[h..]);
+        }
+        drop(sp);
+        let rows = Rows::from_spans([(n, state.pos, false)]);
+        // c = eh_proj · concat   [n × hidden]
+        let mut x = ctx.mm_rows1(&self.eh_proj, &cat, &rows);
+        let mut xn = vec![0.0f32; n * h];
+        let mut stacks: Vec<Option<[Mat; 3]>> = vec![None; self.il + 1];
+        stacks[self.il] = self.experts.clone();
+        let store = ResidentExperts::new(Arc::clone(file), stacks);
+        hybrid::layer_forward(
+            ctx,
+            &self.cfg,
+            None,
+            &store,
+            Placed { store_layer: self.il, state_layer: 0 },
+            &self.layer,
+            &mut x,
+            &mut xn,
+            &mut [&mut *state],
+            &rows,
+            &mut Bank::default(),
+        )?;
+        state.pos += n;
+        let span = SpanIn { tokens, logits, decode_order: false, hidden: true };
+        let out = hybrid::head(ctx, &x, &rows, std::slice::from_ref(&span), &self.head_norm, &self.head, &self.cfg);
+        Ok(out.into_iter().next().unwrap_or_default())
+    }
+}

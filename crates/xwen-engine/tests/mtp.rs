@@ -1,0 +1,100 @@
+//! The MTP draft head against llama.cpp (tools/oracle/llama_mtp.cpp on the random qwen35
+//! fixture, whose GGUF carries a nextn block): the trunk's hidden rows after output_norm, the
+//! head's logits over a prompt in the drafting pairing (token k with the trunk's hidden k−1,
+//! zeros for the first), and a 4-step greedy draft chain (each step fed the head's own hidden)
+//! — all bit for bit, with the fixtures' settings (f32 KV cache, flash attention off).
+
+use std::path::{Path, PathBuf};
+use xwen_engine::{EngineConfig, LogitsMode, Model, SeqStep};
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures").join(rel)
+}
+
+/// A float32 .npy as llama_mtp writes it (v1 header, C order): (rows, cols, data).
+fn npy(path: &Path) -> (usize, usize, Vec<f32>) {
+    let b = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert_eq!(&b[..6], b"\x93NUMPY", "{}", path.display());
+    let hlen = u16::from_le_bytes([b[8], b[9]]) as usize;
+    let header = std::str::from_utf8(&b[10..10 + hlen]).unwrap();
+    assert!(header.contains("'<f4'"), "{header}");
+    let s = header.find("'shape': (").unwrap() + 10;
+    let e = s + header[s..].find(')').unwrap();
+    let dims: Vec<usize> = header[s..e].split(',').map(str::trim).filter(|t| !t.is_empty()).map(|t| t.parse().unwrap()).collect();
+    let data: Vec<f32> = b[10 + hlen..].chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+    assert_eq!(data.len(), dims[0] * dims[1]);
+    (dims[0], dims[1], data)
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn first_diff(a: &[f32], b: &[f32]) -> Option<(usize, f32, f32)> {
+    assert_eq!(a.len(), b.len(), "xwen gave {} values, llama.cpp {}", a.len(), b.len());
+    assert!(!a.is_empty());
+    a.iter().zip(b).enumerate().find(|(_, (x, y))| x.to_bits() != y.to_bits()).map(|(i, (x, y))| (i, *x, *y))
+}
+
+/// The committed references come from an AVX2 llama.cpp build: on an AVX-512 CPU xwen runs
+/// that build's float orders (as the parity suite does).
+fn reproduce_the_fixtures_build() {
+    use xwen_kernels::dispatch::{self, Isa};
+    if dispatch::detected() == Isa::Avx512 {
+        dispatch::set_max_isa(Some(Isa::Avx2));
+    }
+}
+
+#[test]
+fn mtp_head_is_bit_identical_to_llama_cpp() {
+    reproduce_the_fixtures_build();
+    let dir = repo("mtp/rand-qwen35");
+    let cfg = EngineConfig { threads: 2, max_ctx: 256, ..EngineConfig::default().with_f32_cache_no_flash() };
+    let model = Model::load(&repo("parity/rand/qwen3_5/model-q8_0.gguf"), &cfg).unwrap();
+    assert!(model.has_mtp(), "the fixture's nextn block was not loaded");
+    let h = model.hidden_width();
+    let prompts = std::fs::read_to_string(dir.join("prompts.txt")).unwrap();
+    let drafts_ref = std::fs::read_to_string(dir.join("drafts.txt")).unwrap();
+    for (p, line) in prompts.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+        let ids: Vec<u32> = line.split_whitespace().map(|t| t.parse().unwrap()).collect();
+        let n = ids.len();
+        // the trunk's hidden rows, every row, and its last logits
+        let mut st = model.new_state();
+        let out = {
+            let mut step = [SeqStep { state: &mut st, tokens: &ids, logits: LogitsMode::Last, decode_order: false, hidden: true }];
+            model.forward_batch_out(&mut step).unwrap().pop().unwrap()
+        };
+        let (rows, cols, href) = npy(&dir.join(format!("p{p}.h.npy")));
+        assert_eq!((rows, cols), (n, h));
+        assert_eq!(first_diff(&out.hidden, &href), None, "p{p}: trunk hidden (index, xwen, llama.cpp)");
+
+        // the head over the prompt: token k with hidden k-1, zeros first
+        let mut h_in = vec![0.0f32; h];
+        h_in.extend_from_slice(&out.hidden[..(n - 1) * h]);
+        let mut ms = model.new_mtp_state().unwrap();
+        let m = model.mtp_forward(&mut ms, &ids, &h_in, 0..n).unwrap();
+        let (_, _, mref) = npy(&dir.join(format!("p{p}.mtp.npy")));
+        assert_eq!(first_diff(&m.logits, &mref), None, "p{p}: MTP logits over the prompt");
+
+        // the draft chain from the prompt's end
+        let (d, v, dref) = npy(&dir.join(format!("p{p}.draft.npy")));
+        let mut tok = argmax(&out.logits);
+        let mut hp = out.hidden[(n - 1) * h..].to_vec();
+        let mut drafts = Vec::new();
+        for s in 0..d {
+            let o = model.mtp_forward(&mut ms, &[tok], &hp, 0..1).unwrap();
+            assert_eq!(first_diff(&o.logits, &dref[s * v..(s + 1) * v]), None, "p{p}: draft step {s}");
+            tok = argmax(&o.logits);
+            drafts.push(tok.to_string());
+            hp = o.hidden;
+        }
+        let want = drafts_ref.lines().find_map(|l| l.strip_prefix(&format!("p{p} drafts: "))).unwrap();
+        assert_eq!(drafts.join(" "), want, "p{p}: drafted tokens");
+    }
+}
