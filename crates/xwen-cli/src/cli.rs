@@ -163,16 +163,16 @@ pub struct RunArgs {
 #[derive(clap::Args, Debug, Clone, Default)]
 #[command(next_help_heading = "Speculative decoding")]
 pub struct DraftOpts {
-    /// Drafter: none, ngram (prompt lookup), model (needs -md); greedy output stays plain greedy's, sampled output keeps its distribution
-    #[arg(long = "draft", value_name = "KIND", value_parser = ["none", "ngram", "model"])]
+    /// Drafter: none, ngram (prompt lookup), model (needs -md), mtp (the model's own MTP head, or -md's MTP sidecar); greedy output stays plain greedy's, sampled output keeps its distribution
+    #[arg(long = "draft", value_name = "KIND", value_parser = ["none", "ngram", "model", "mtp"])]
     pub draft: Option<String>,
-    /// Draft model: a GGUF with the target's vocabulary (also -md; implies --draft model)
+    /// Draft model: a GGUF with the target's vocabulary (also -md; implies --draft model), or with --draft mtp an MTP-only sidecar GGUF
     #[arg(long = "model-draft", value_name = "FILE")]
     pub model_draft: Option<String>,
     /// Most tokens drafted per step
     #[arg(long = "draft-max", value_name = "N", default_value_t = 8, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub draft_max: u32,
-    /// A draft model stops drafting below this top probability (llama.cpp's --draft-p-min)
+    /// A draft model or MTP head stops drafting below this top probability (llama.cpp's --draft-p-min)
     #[arg(long = "draft-p-min", value_name = "P", default_value_t = 0.75, allow_negative_numbers = true, value_parser = opts::unit_interval)]
     pub draft_p_min: f32,
 }

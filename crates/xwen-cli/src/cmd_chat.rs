@@ -30,7 +30,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
     if a.model.is_none() {
         eprintln!("{}", model_arg::DEMO_NOTE);
     }
-    let loaded = model_arg::load(a.model.as_deref(), cfg, &a.engine)?;
+    let mut loaded = model_arg::load(a.model.as_deref(), cfg, &a.engine)?;
     let tok = &loaded.tokenizer;
     let template = ChatTemplate::from_gguf(loaded.model.gguf())
         .context("chat template")?
@@ -44,7 +44,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         eprintln!("xwen: seed {} (--seed {} repeats this chat)", params.seed, params.seed);
     }
     let mut sampler = Sampler::new(params);
-    let mut drafter = crate::draft_arg::drafter(&a.draft, &loaded.model, &draft_cfg)?;
+    let mut drafter = crate::draft_arg::drafter(&a.draft, &mut loaded.model, &draft_cfg)?;
 
     let stop = tok.eos_ids();
     // the state, exactly the tokens it holds, and checkpoints: prefix reuse lives in the library

@@ -48,7 +48,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     if a.model.is_none() && !quiet {
         eprintln!("{}", model_arg::DEMO_NOTE);
     }
-    let loaded = model_arg::load(a.model.as_deref(), cfg, &a.engine)?;
+    let mut loaded = model_arg::load(a.model.as_deref(), cfg, &a.engine)?;
     if !quiet {
         eprintln!(
             "xwen: loaded {} ({}) in {:.2}s: {:.1} MiB of weights ({}), {} threads",
@@ -94,6 +94,9 @@ pub fn run(a: RunArgs) -> Result<()> {
     let mut state = loaded.model.new_state();
     let stop_ids = if a.ignore_eos { Vec::new() } else { tok.eos_ids() };
     let eos = tok.eos_ids();
+    // the drafter first: a refused --draft says so before any text is written
+    let mut drafter = drafter(&a.draft, &mut loaded.model, &draft_cfg)?;
+    let draft_name: &'static str = drafter.as_ref().map_or("none", |d| d.name());
     let mut out = std::io::stdout().lock();
     let stream_text = !a.print_ids && !a.json;
     if let (true, Some(p)) = (stream_text, &prompt) {
@@ -110,8 +113,6 @@ pub fn run(a: RunArgs) -> Result<()> {
         stop_ids: &stop_ids,
         prefill_chunk: a.engine.prefill_chunk(),
     };
-    let mut drafter = drafter(&a.draft, &loaded.model, &draft_cfg)?;
-    let draft_name: &'static str = drafter.as_ref().map_or("none", |d| d.name());
     let mut progress = PrefillProgress::new(quiet);
     let mut write_err = None;
     let mut emit = |s: &str, text: &mut String, out: &mut std::io::StdoutLock| {

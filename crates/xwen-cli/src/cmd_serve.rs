@@ -14,7 +14,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
     scfg.cache_ram = a.cache_ram.saturating_mul(1 << 20);
     scfg.cache_dir = a.cache_dir.clone();
     scfg.draft_max = match (a.draft.draft.as_deref(), &a.draft.model_draft) {
-        (_, Some(_)) | (Some("model"), _) => bail!("serve drafts by prompt lookup only (--draft ngram): a draft model per slot is not supported yet"),
+        (Some("mtp"), _) => {
+            scfg.draft_mtp = true;
+            a.draft.draft_max as usize
+        }
+        (_, Some(_)) | (Some("model"), _) => bail!("serve drafts by prompt lookup (--draft ngram) or the model's MTP head (--draft mtp): a draft model per slot is not supported yet"),
         (Some("ngram"), None) => a.draft.draft_max as usize,
         _ => 0,
     };
@@ -26,7 +30,16 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if model.is_none() {
         eprintln!("{}", model_arg::DEMO_NOTE);
     }
-    let loaded = model_arg::load(model.as_deref(), cfg, &a.engine)?;
+    let mut loaded = model_arg::load(model.as_deref(), cfg, &a.engine)?;
+    if scfg.draft_mtp {
+        if let Some(path) = &a.draft.model_draft {
+            let resolved = crate::hub::resolve(path)?;
+            loaded.model.attach_mtp(&resolved).with_context(|| format!("-md {path}"))?;
+        }
+        if !loaded.model.has_mtp() {
+            bail!("--draft mtp: this model file has no MTP head (nextn block); use its \"-MTP\" GGUF, or give the head's sidecar GGUF with -md FILE");
+        }
+    }
     let template = match &template_file {
         Some(f) => {
             let src = std::fs::read(f).with_context(|| format!("--chat-template-file {f}"))?;

@@ -3,12 +3,25 @@
 
 use crate::cli::DraftOpts;
 use anyhow::{bail, Context, Result};
-use xwen_engine::{Drafter, ModelDrafter, NgramDrafter, SpecStats};
+use xwen_engine::{Drafter, ModelDrafter, MtpDrafter, NgramDrafter, SpecStats};
 
 /// The drafter `--draft` / `-md` ask for (None: plain decoding).
-pub fn drafter(a: &DraftOpts, target: &xwen_engine::Model, cfg: &xwen_engine::EngineConfig) -> Result<Option<Box<dyn Drafter>>> {
+/// `--draft mtp` attaches `-md`'s MTP sidecar to the target, hence `&mut`.
+pub fn drafter(a: &DraftOpts, target: &mut xwen_engine::Model, cfg: &xwen_engine::EngineConfig) -> Result<Option<Box<dyn Drafter>>> {
     let kind = match (a.draft.as_deref(), &a.model_draft) {
         (Some("none"), _) => return Ok(None),
+        (Some("mtp"), md) => {
+            if let Some(path) = md {
+                let resolved = crate::hub::resolve(path)?;
+                target.attach_mtp(&resolved).with_context(|| format!("-md {path}"))?;
+            }
+            if !target.has_mtp() {
+                bail!("--draft mtp: this model file has no MTP head (nextn block); use its \"-MTP\" GGUF, or give the head's sidecar GGUF with -md FILE");
+            }
+            let mut d = MtpDrafter::new();
+            d.p_min = a.draft_p_min;
+            return Ok(Some(Box::new(d)));
+        }
         (Some("model") | None, Some(_)) => "model",
         (Some("model"), None) => bail!("--draft model needs a draft model: -md FILE"),
         (Some(k), _) => if k == "ngram" { "ngram" } else { return Ok(None) },

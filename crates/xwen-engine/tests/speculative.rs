@@ -198,51 +198,55 @@ fn a_drafter_that_never_agrees_is_paused() {
 /// The scheduler with drafting sequences (a server's slots): each sequence's tokens are the ones
 /// it gets without drafts, whatever else shares the steps — drafted and plain sequences mixed,
 /// joining at different steps, greedy and sampled.
-#[test]
-fn scheduled_drafting_gives_the_undrafted_tokens() {
+/// Runs `prompts` through one scheduler, each joining a step after the one before; those
+/// `drafted` draft with `make()`. Returns each one's tokens and the most one took in a step.
+fn scheduled(m: &Model, prompts: &[Vec<u32>], drafted: &[bool], make: &dyn Fn() -> Box<dyn Drafter>) -> (Vec<Vec<u32>>, usize) {
     use xwen_engine::{Event, Request, Scheduler};
-    let m = Model::load(&fixture("cond/qwen3_5_moe/model-q8_0.gguf"), &cfg(None)).unwrap();
-    let v = m.n_vocab() as u32;
-    let prompts: Vec<Vec<u32>> = vec![repetitive(v), (0..14).map(|i| (i * 7919 + 11) % v).collect(), repetitive(v)[3..].to_vec(), vec![5, 6, 7]];
     let sampler = |i: usize| {
         let t = if i == 3 { Some(0.8) } else { Some(0.0) };
         Sampler::new(SamplerConfig { temperature: t, seed: Some(11), ..Default::default() }.resolve(false))
     };
-    let run = |drafted: &[bool]| {
-        let mut sch = Scheduler::new(8);
-        let mut ids = vec![0u64; prompts.len()];
-        let mut out = vec![Vec::new(); prompts.len()];
-        let mut step = 0;
-        let mut most_per_step = 0;
-        loop {
-            for (i, p) in prompts.iter().enumerate() {
-                if i == step {
-                    let mut r = Request::new(p.clone(), 30, vec![], sampler(i));
-                    if drafted[i] {
-                        r.draft = Some((Box::new(NgramDrafter::default()) as Box<dyn Drafter>, 4));
-                    }
-                    ids[i] = sch.add(&m, r).unwrap();
+    let mut sch = Scheduler::new(8);
+    let mut ids = vec![0u64; prompts.len()];
+    let mut out = vec![Vec::new(); prompts.len()];
+    let mut step = 0;
+    let mut most_per_step = 0;
+    loop {
+        for (i, p) in prompts.iter().enumerate() {
+            if i == step {
+                let mut r = Request::new(p.clone(), 30, vec![], sampler(i));
+                if drafted[i] {
+                    r.draft = Some((make(), 4));
                 }
+                ids[i] = sch.add(m, r).unwrap();
             }
-            if sch.is_empty() && step >= prompts.len() {
-                return (out, most_per_step);
-            }
-            let mut per = vec![0usize; prompts.len()];
-            for e in sch.step(&m).unwrap() {
-                if let Event::Token { id, token, .. } = e {
-                    let i = ids.iter().position(|&x| x == id).unwrap();
-                    out[i].push(token);
-                    per[i] += 1;
-                }
-            }
-            most_per_step = most_per_step.max(per.into_iter().max().unwrap_or(0));
-            step += 1;
-            assert!(step < 1000);
         }
-    };
-    let (plain_out, plain_most) = run(&[false; 4]);
-    let (mixed, _) = run(&[true, false, true, false]);
-    let (all, all_most) = run(&[true; 4]);
+        if sch.is_empty() && step >= prompts.len() {
+            return (out, most_per_step);
+        }
+        let mut per = vec![0usize; prompts.len()];
+        for e in sch.step(m).unwrap() {
+            if let Event::Token { id, token, .. } = e {
+                let i = ids.iter().position(|&x| x == id).unwrap();
+                out[i].push(token);
+                per[i] += 1;
+            }
+        }
+        most_per_step = most_per_step.max(per.into_iter().max().unwrap_or(0));
+        step += 1;
+        assert!(step < 1000);
+    }
+}
+
+#[test]
+fn scheduled_drafting_gives_the_undrafted_tokens() {
+    let m = Model::load(&fixture("cond/qwen3_5_moe/model-q8_0.gguf"), &cfg(None)).unwrap();
+    let v = m.n_vocab() as u32;
+    let prompts: Vec<Vec<u32>> = vec![repetitive(v), (0..14).map(|i| (i * 7919 + 11) % v).collect(), repetitive(v)[3..].to_vec(), vec![5, 6, 7]];
+    let ngram = || Box::new(NgramDrafter::default()) as Box<dyn Drafter>;
+    let (plain_out, plain_most) = scheduled(&m, &prompts, &[false; 4], &ngram);
+    let (mixed, _) = scheduled(&m, &prompts, &[true, false, true, false], &ngram);
+    let (all, all_most) = scheduled(&m, &prompts, &[true; 4], &ngram);
     assert_eq!(plain_most, 1);
     assert!(all_most > 1, "no step accepted a draft");
     // greedy sequences: identical; the sampled one only where it is not drafted
@@ -253,4 +257,22 @@ fn scheduled_drafting_gives_the_undrafted_tokens() {
     assert_eq!(mixed[3], plain_out[3]);
     assert_eq!(all[3].len(), 30);
     assert_eq!(plain_out.iter().map(Vec::len).collect::<Vec<_>>(), vec![30; 4]);
+}
+
+#[test]
+fn scheduled_mtp_drafting_gives_the_undrafted_tokens() {
+    // the MTP head reads the hidden rows of every prefill chunk and kept verify row of its own
+    // sequence, whatever shares the step
+    let m = Model::load(&fixture("rand/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap();
+    let v = m.n_vocab() as u32;
+    let prompts: Vec<Vec<u32>> = vec![repetitive(v), (0..14).map(|i| (i * 7919 + 11) % v).collect(), (0..300).map(|i| (i * 31 + 7) % v).collect(), vec![5, 6, 7]];
+    let mtp = || Box::new(MtpDrafter::new()) as Box<dyn Drafter>;
+    let (plain_out, _) = scheduled(&m, &prompts, &[false; 4], &mtp);
+    let (mixed, _) = scheduled(&m, &prompts, &[true, false, true, false], &mtp);
+    let (all, _) = scheduled(&m, &prompts, &[true; 4], &mtp);
+    for i in 0..3 {
+        assert_eq!(mixed[i], plain_out[i], "sequence {i} mixed");
+        assert_eq!(all[i], plain_out[i], "sequence {i} all drafted");
+    }
+    assert_eq!(all[3].len(), 30);
 }

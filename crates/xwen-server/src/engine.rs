@@ -128,7 +128,7 @@ pub fn start(
     model: Model,
     parallel: usize,
     queue_limit: usize,
-    draft_max: usize,
+    draft: (usize, bool),
     prefix: Option<PrefixCache>,
     metrics: Arc<Metrics>,
 ) -> std::io::Result<(EngineHandle, std::thread::JoinHandle<()>)> {
@@ -138,7 +138,7 @@ pub fn start(
     let handle = EngineHandle { tx, counts: counts.clone(), queue_limit, parallel, closed: Arc::new(AtomicBool::new(false)) };
     let thread = std::thread::Builder::new()
         .name("xwen-engine".into())
-        .spawn(move || EngineLoop::new(model, parallel, draft_max, prefix, counts, metrics).run(rx))?;
+        .spawn(move || EngineLoop::new(model, parallel, draft, prefix, counts, metrics).run(rx))?;
     Ok((handle, thread))
 }
 
@@ -154,16 +154,19 @@ struct EngineLoop {
     sessions: usize,
     clock: u64,
     metrics: Arc<Metrics>,
-    /// Prompt-lookup drafting depth (0: off).
+    /// Drafting depth (0: off).
     draft_max: usize,
+    /// Draft with the model's MTP head (else prompt lookup).
+    draft_mtp: bool,
     /// States at message boundaries, beyond the slots' own (RAM, and disk across restarts).
     prefix: Option<PrefixCache>,
 }
 
 impl EngineLoop {
-    fn new(model: Model, parallel: usize, draft_max: usize, prefix: Option<PrefixCache>, counts: Arc<Counts>, metrics: Arc<Metrics>) -> Self {
+    fn new(model: Model, parallel: usize, (draft_max, draft_mtp): (usize, bool), prefix: Option<PrefixCache>, counts: Arc<Counts>, metrics: Arc<Metrics>) -> Self {
         EngineLoop {
             draft_max,
+            draft_mtp,
             prefix,
             sched: Scheduler::new(parallel),
             model,
@@ -339,7 +342,11 @@ impl EngineLoop {
             let boundary = job.checkpoints.iter().map(|&b| b.min(last)).filter(|&b| b > 0).max();
             // drafting where nothing watches each token's logits (a grammar, logprobs)
             let draft = (self.draft_max > 0 && job.processor.is_none() && job.logprobs.is_none())
-                .then(|| (Box::new(xwen_engine::NgramDrafter::default()) as Box<dyn xwen_engine::Drafter>, self.draft_max));
+                .then(|| {
+                    let d: Box<dyn xwen_engine::Drafter> =
+                        if self.draft_mtp { Box::new(xwen_engine::MtpDrafter::new()) } else { Box::new(xwen_engine::NgramDrafter::default()) };
+                    (d, self.draft_max)
+                });
             let req = Request {
                 session: Some(session),
                 logprobs: job.logprobs,

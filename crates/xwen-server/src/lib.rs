@@ -48,6 +48,8 @@ pub struct ServerConfig {
     /// Prompt-lookup drafting of up to this many tokens per step for requests without a
     /// grammar or logprobs (0: off); output is what it is without drafting.
     pub draft_max: usize,
+    /// Draft with the model's MTP head instead of prompt lookup.
+    pub draft_mtp: bool,
     /// Bytes of conversation states the prefix cache keeps in RAM (0: none).
     pub cache_ram: u64,
     /// Where the prefix cache also keeps its states, across restarts.
@@ -56,7 +58,7 @@ pub struct ServerConfig {
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig { host: "127.0.0.1".into(), port: 8080, parallel: 4, queue_limit: 64, api_key: None, max_body: 8 << 20, draft_max: 0, cache_ram: 0, cache_dir: None }
+        ServerConfig { host: "127.0.0.1".into(), port: 8080, parallel: 4, queue_limit: 64, api_key: None, max_body: 8 << 20, draft_max: 0, draft_mtp: false, cache_ram: 0, cache_dir: None }
     }
 }
 
@@ -186,7 +188,7 @@ pub fn serve(m: ServedModel, cfg: ServerConfig, on_ready: impl FnOnce(SocketAddr
         } else {
             None
         };
-        let (engine, engine_thread) = engine::start(m.model, cfg.parallel, cfg.queue_limit, cfg.draft_max, prefix, metrics.clone()).context("starting the engine thread")?;
+        let (engine, engine_thread) = engine::start(m.model, cfg.parallel, cfg.queue_limit, (cfg.draft_max, cfg.draft_mtp), prefix, metrics.clone()).context("starting the engine thread")?;
         let parallel = engine.parallel();
         let tok = Arc::new(m.tokenizer);
         let grammars = structured::Grammars::new(tok.clone()).map_err(|e| eprintln!("xwen: structured output is off: {e}")).ok();

@@ -249,7 +249,8 @@ impl Scheduler {
     /// token and the drafts). Tokens are sampled row by row against the drafts; the state is
     /// rolled back to the tokens whose logits were used. Returns the stop reason if it ended.
     /// Also returns the drafts verified and accepted.
-    fn verify(r: &mut Running, n: usize, rows: &mut [f32], n_vocab: usize, events: &mut Vec<Event>) -> Result<(Option<StopReason>, usize, usize)> {
+    fn verify(model: &Model, r: &mut Running, n: usize, rows: &mut [f32], hidden: &[f32], events: &mut Vec<Event>) -> Result<(Option<StopReason>, usize, usize)> {
+        let n_vocab = model.n_vocab();
         let pos0 = r.session.state().pos - n;
         let drafts = std::mem::take(&mut r.drafts);
         let span: Vec<u32> = r.pending.drain(..n).collect();
@@ -266,11 +267,15 @@ impl Scheduler {
                 None
             }
         });
-        if let Some((_, ctl)) = r.draft.as_mut() {
-            ctl.observe(drafts.len(), i);
-        }
         // keep span[..=i]: the tokens whose logits were used
         r.session.state_mut().rollback(pos0 + i + 1)?;
+        if let Some((d, ctl)) = r.draft.as_mut() {
+            ctl.observe(drafts.len(), i);
+            if d.wants_hidden() {
+                let h = model.hidden_width();
+                d.observe(model, pos0, &span[..=i], &hidden[..(i + 1) * h])?;
+            }
+        }
         r.session.record_fed(&span[..=i]);
         if stop.is_none() {
             r.pending.push(tok);
@@ -329,7 +334,7 @@ impl Scheduler {
                 if k > 0 {
                     let mut ctx: Vec<u32> = r.session.tokens().to_vec();
                     ctx.extend_from_slice(&r.pending);
-                    r.drafts = d.propose(&ctx, k)?;
+                    r.drafts = d.propose_with(model, &ctx, k)?;
                     r.drafts.truncate(k);
                 }
             }
@@ -359,26 +364,32 @@ impl Scheduler {
             if n == 0 {
                 continue;
             }
+            // an MTP drafter reads the final hidden of every row its sequence keeps
+            let hidden = r.draft.as_ref().is_some_and(|(d, _)| d.wants_hidden());
             if !r.prompt_left && !r.drafts.is_empty() {
                 let n = r.pending.len();
                 idx.push((k, n));
-                steps.push(SeqStep { state: r.session.state_mut(), tokens: &r.pending[..n], logits: LogitsMode::All, decode_order: true, hidden: false });
+                steps.push(SeqStep { state: r.session.state_mut(), tokens: &r.pending[..n], logits: LogitsMode::All, decode_order: true, hidden });
                 continue;
             }
             let last_chunk = !r.prompt_left || n == r.pending.len();
             idx.push((k, n));
-            steps.push(SeqStep::new(r.session.state_mut(), &r.pending[..n], if last_chunk { LogitsMode::Last } else { LogitsMode::None }));
+            let mut step = SeqStep::new(r.session.state_mut(), &r.pending[..n], if last_chunk { LogitsMode::Last } else { LogitsMode::None });
+            step.hidden = hidden;
+            steps.push(step);
         }
         if steps.is_empty() {
             return Ok(events);
         }
-        let mut logits = model.forward_batch(&mut steps)?;
+        let positions: Vec<usize> = steps.iter().map(|s| s.state.pos).collect();
+        let mut outs = model.forward_batch_out(&mut steps)?;
+        drop(steps);
         let mut finished = Vec::new();
-        let n_vocab = model.n_vocab();
-        for ((k, n), lg) in idx.into_iter().zip(logits.iter_mut()) {
+        for (((k, n), out), pos) in idx.into_iter().zip(outs.iter_mut()).zip(positions) {
             let r = &mut self.running[k];
+            let lg = &mut out.logits;
             if !r.drafts.is_empty() {
-                let (stop, drafted, accepted) = Self::verify(r, n, lg, n_vocab, &mut events)?;
+                let (stop, drafted, accepted) = Self::verify(model, r, n, lg, &out.hidden, &mut events)?;
                 self.drafted += drafted as u64;
                 self.accepted += accepted as u64;
                 if let Some(stop) = stop {
@@ -386,6 +397,9 @@ impl Scheduler {
                     finished.push(r.id);
                 }
                 continue;
+            }
+            if let Some((d, _)) = r.draft.as_mut().filter(|(d, _)| d.wants_hidden()) {
+                d.observe(model, pos, &r.pending[..n], &out.hidden)?;
             }
             r.session.record_fed(&r.pending[..n]);
             r.pending.drain(..n);
