@@ -54,9 +54,45 @@ fn reproduce_the_fixtures_build() {
 #[test]
 fn mtp_head_is_bit_identical_to_llama_cpp() {
     reproduce_the_fixtures_build();
-    let dir = repo("mtp/rand-qwen35");
-    let cfg = EngineConfig { threads: 2, max_ctx: 256, ..EngineConfig::default().with_f32_cache_no_flash() };
-    let model = Model::load(&repo("parity/rand/qwen3_5/model-q8_0.gguf"), &cfg).unwrap();
+    // dense: the file's own nextn block
+    check("mtp/rand-qwen35", "parity/rand/qwen3_5/model-q8_0.gguf", None, None);
+    // MoE (routed experts, gated shared expert): a sidecar with only the head
+    // (tools/oracle/add_nextn.py --sidecar), mapped and with the trunk's experts streamed
+    let moe = "parity/cond/qwen3_5_moe/model-q8_0.gguf";
+    check("mtp/cond-qwen35moe", moe, Some("mtp/cond-qwen35moe/mtp-q8_0.gguf"), None);
+    check("mtp/cond-qwen35moe", moe, Some("mtp/cond-qwen35moe/mtp-q8_0.gguf"), Some(200 << 20));
+}
+
+#[test]
+fn bad_sidecars_are_refused_and_leave_the_model_as_it_was() {
+    let cfg = EngineConfig { threads: 1, max_ctx: 64, ..Default::default() };
+    let mut dense = Model::load(&repo("parity/cond/qwen3_5/model-q8_0.gguf"), &cfg).unwrap();
+    assert!(!dense.has_mtp());
+    // a file without a nextn block
+    let e = dense.attach_mtp(&repo("parity/cond/qwen3_5/model-q8_0.gguf")).unwrap_err().to_string();
+    assert!(e.contains("no MTP"), "{e}");
+    // not a GGUF at all
+    let e = dense.attach_mtp(&repo("mtp/rand-qwen35/prompts.txt")).unwrap_err().to_string();
+    assert!(!e.is_empty());
+    assert!(!dense.has_mtp(), "a refused sidecar leaves the model as it was");
+    // a head of another vocabulary: the demo model (4096 tokens) and the random fixture's (512)
+    let mut demo = Model::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/demo/tiny-qwen35-q4_k_m.gguf"), &cfg).unwrap();
+    let e = demo.attach_mtp(&repo("parity/rand/qwen3_5/model-q8_0.gguf")).unwrap_err().to_string();
+    assert!(e.contains("vocabulary"), "{e}");
+    assert!(!demo.has_mtp());
+    // the MoE head attaches to a model of its geometry (width and vocabulary match here too)
+    dense.attach_mtp(&repo("mtp/cond-qwen35moe/mtp-q8_0.gguf")).unwrap();
+    assert!(dense.has_mtp());
+}
+
+fn check(dir: &str, model: &str, sidecar: Option<&str>, budget: Option<u64>) {
+    let dir = repo(dir);
+    let cfg = EngineConfig { threads: 2, max_ctx: 256, ram_budget: budget, ..EngineConfig::default().with_f32_cache_no_flash() };
+    let mut model = Model::load(&repo(model), &cfg).unwrap();
+    if let Some(s) = sidecar {
+        model.attach_mtp(&repo(s)).unwrap();
+    }
+    assert_eq!(model.streams_experts(), budget.is_some());
     assert!(model.has_mtp(), "the fixture's nextn block was not loaded");
     let h = model.hidden_width();
     let prompts = std::fs::read_to_string(dir.join("prompts.txt")).unwrap();

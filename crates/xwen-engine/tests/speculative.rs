@@ -99,6 +99,18 @@ fn mtp_drafts_give_plain_greedy_output() {
         .unwrap();
         assert_eq!(out, want, "mtp after a chunked prefill");
     }
+    // the MoE head of a sidecar, over mapped and streamed trunk experts
+    let moe = fixture("cond/qwen3_5_moe/model-q8_0.gguf");
+    let sidecar = fixture("../mtp/cond-qwen35moe/mtp-q8_0.gguf");
+    for budget in [None, Some(200 << 20)] {
+        let mut m = Model::load(&moe, &cfg(budget)).unwrap();
+        m.attach_mtp(&sidecar).unwrap();
+        let prompt: Vec<u32> = (0..12).map(|i| (i * 131 + 3) % m.n_vocab() as u32).collect();
+        let want = plain(&m, &prompt, 32);
+        let (got, s) = drafted(&m, &prompt, 32, &mut MtpDrafter::new(), 4, &[]);
+        assert_eq!(got, want, "moe mtp (budget {budget:?}) differs from plain greedy");
+        assert!(s.drafted > 0, "{s:?}");
+    }
     // a model without a head: drafting with it is refused, not silently plain
     let dense = Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap();
     assert!(!dense.has_mtp());
