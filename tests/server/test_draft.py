@@ -54,3 +54,53 @@ def test_metrics_count_drafts(drafted):
             vals[name] = float(v)
     assert vals.get("xwen_draft_tokens_total", 0) > 0, text
     assert 0 <= vals.get("xwen_draft_tokens_accepted_total", 0) <= vals["xwen_draft_tokens_total"]
+
+
+FIXTURES = __import__("pathlib").Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def complete(url, prompt, stream=False):
+    import httpx
+
+    body = {"prompt": prompt, "max_tokens": 48, "temperature": 0}
+    if not stream:
+        return httpx.post(url + "/v1/completions", json=body, timeout=60).json()["choices"][0]["text"]
+    text = ""
+    with httpx.stream("POST", url + "/v1/completions", json={**body, "stream": True}, timeout=60) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                ch = __import__("json").loads(line[6:])["choices"]
+                text += ch[0]["text"] if ch else ""
+    return text
+
+
+def test_mtp_drafted_replies_equal_plain_ones():
+    """`--draft mtp -md SIDECAR`: an MoE model's MTP head from a sidecar GGUF drafts in the slots;
+    every greedy reply is the undrafted server's, one at a time and several at once."""
+    moe = str(FIXTURES / "parity/cond/qwen3_5_moe/model-q8_0.gguf")
+    side = str(FIXTURES / "mtp/cond-qwen35moe/mtp-q8_0.gguf")
+    plain = Server("-m", moe, "-np", "2", "-c", "1024")
+    mtp = Server("-m", moe, "-md", side, "--draft", "mtp", "--draft-max", "4", "-np", "2", "-c", "1024")
+    try:
+        want = [complete(plain.url, p) for p in PROMPTS]
+        assert [complete(mtp.url, p) for p in PROMPTS] == want
+        assert [complete(mtp.url, p, stream=True) for p in PROMPTS] == want
+        with concurrent.futures.ThreadPoolExecutor(4) as ex:
+            assert list(ex.map(lambda p: complete(mtp.url, p), PROMPTS * 2)) == want * 2
+        import httpx
+
+        drafted = [l for l in httpx.get(mtp.url + "/metrics").text.splitlines() if l.startswith("xwen_draft_tokens_total")]
+        assert drafted and float(drafted[0].split()[1]) > 0, drafted
+    finally:
+        assert plain.stop() == 0
+        assert mtp.stop() == 0
+
+
+def test_mtp_without_a_head_is_refused():
+    import subprocess
+
+    from conftest import binary
+
+    r = subprocess.run([binary(), "serve", "--port", "0", "--draft", "mtp"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "no MTP head" in r.stderr, r.stderr
