@@ -31,6 +31,12 @@ pub fn run(a: ServeArgs) -> Result<()> {
         eprintln!("{}", model_arg::DEMO_NOTE);
     }
     let mut loaded = model_arg::load(model.as_deref(), cfg, &a.engine)?;
+    // a file that carries an MTP head drafts with it unless told otherwise (seed 000)
+    if a.draft.draft.is_none() && a.draft.model_draft.is_none() && loaded.model.has_mtp() {
+        scfg.draft_mtp = true;
+        scfg.draft_max = a.draft.draft_max as usize;
+        eprintln!("xwen: drafting with the model's MTP head (--draft none turns it off)");
+    }
     if scfg.draft_mtp {
         if let Some(path) = &a.draft.model_draft {
             let resolved = crate::hub::resolve(path)?;

@@ -25,6 +25,12 @@ pub fn drafter(a: &DraftOpts, target: &mut xwen_engine::Model, cfg: &xwen_engine
         (Some("model") | None, Some(_)) => "model",
         (Some("model"), None) => bail!("--draft model needs a draft model: -md FILE"),
         (Some(k), _) => if k == "ngram" { "ngram" } else { return Ok(None) },
+        // a file that carries an MTP head drafts with it unless told otherwise (seed 000)
+        (None, None) if target.has_mtp() => {
+            let mut d = MtpDrafter::new();
+            d.p_min = a.draft_p_min;
+            return Ok(Some(Box::new(d)));
+        }
         (None, None) => return Ok(None),
     };
     if kind == "ngram" {

@@ -336,6 +336,9 @@ impl Scheduler {
                     ctx.extend_from_slice(&r.pending);
                     r.drafts = d.propose_with(model, &ctx, k)?;
                     r.drafts.truncate(k);
+                    if r.drafts.is_empty() && !d.proposes_cheaply() {
+                        ctl.observe_empty();
+                    }
                 }
             }
         }

@@ -34,6 +34,11 @@ pub trait Drafter: Send {
     fn wants_hidden(&self) -> bool {
         false
     }
+    /// Whether a proposal costs next to nothing (a lookup) rather than forward passes: a
+    /// costly drafter that keeps proposing nothing is paused like one that is never right.
+    fn proposes_cheaply(&self) -> bool {
+        true
+    }
     /// The target kept `tokens` at positions `pos..` (a prompt chunk, or a verify's accepted
     /// rows) and these are their final hidden rows (tokens × hidden).
     fn observe(&mut self, _target: &Model, _pos: usize, _tokens: &[u32], _hidden: &[f32]) -> Result<()> {
@@ -162,6 +167,10 @@ impl Drafter for ModelDrafter {
         "model"
     }
 
+    fn proposes_cheaply(&self) -> bool {
+        false
+    }
+
     fn propose(&mut self, ctx: &[u32], max: usize) -> Result<Vec<u32>> {
         if ctx.is_empty() || max == 0 {
             return Ok(Vec::new());
@@ -229,6 +238,10 @@ impl Drafter for MtpDrafter {
 
     fn wants_hidden(&self) -> bool {
         true
+    }
+
+    fn proposes_cheaply(&self) -> bool {
+        false
     }
 
     fn observe(&mut self, target: &Model, pos: usize, tokens: &[u32], hidden: &[f32]) -> Result<()> {
@@ -303,16 +316,20 @@ pub(crate) struct Controller {
     depth: usize,
     /// Exponential average of the accepted share of drafted tokens.
     rate: f64,
+    /// Costly proposals in a row that came back empty (`observe_empty`).
+    empty: usize,
     drafted_steps: usize,
     pause: usize,
 }
 
 const PAUSE_BELOW: f64 = 0.25;
 const PAUSE_STEPS: usize = 24;
+/// Empty costly proposals in a row before a pause.
+const EMPTY_RUN: usize = 4;
 
 impl Controller {
     pub(crate) fn new(max: usize) -> Self {
-        Controller { max, depth: max, rate: 0.5, drafted_steps: 0, pause: 0 }
+        Controller { max, depth: max, rate: 0.5, empty: 0, drafted_steps: 0, pause: 0 }
     }
 
     /// The depth for this step (0 while paused).
@@ -324,10 +341,21 @@ impl Controller {
         self.depth
     }
 
+    /// A costly drafter proposed nothing (below p_min from its first token): it paid a
+    /// forward for it, so a run of these pauses drafting as low acceptance does.
+    pub(crate) fn observe_empty(&mut self) {
+        self.empty += 1;
+        if self.empty >= EMPTY_RUN {
+            self.empty = 0;
+            self.pause = PAUSE_STEPS;
+        }
+    }
+
     pub(crate) fn observe(&mut self, drafted: usize, accepted: usize) {
         if drafted == 0 {
             return;
         }
+        self.empty = 0;
         self.drafted_steps += 1;
         self.rate = 0.7 * self.rate + 0.3 * (accepted as f64 / drafted as f64);
         self.depth = if accepted == drafted { (self.depth + 1).min(self.max) } else { (accepted + 1).min(self.max) };
@@ -459,6 +487,9 @@ pub(crate) fn speculate(
         let left = limit - stats.generated;
         let k = ctl.depth().min(room).min(left.saturating_sub(1));
         let drafts = if k > 0 { drafter.propose_with(model, &context, k)? } else { Vec::new() };
+        if k > 0 && drafts.is_empty() && !drafter.proposes_cheaply() {
+            ctl.observe_empty();
+        }
         let drafts = &drafts[..drafts.len().min(k)];
         let mut span = Vec::with_capacity(1 + drafts.len());
         span.push(tok);
@@ -494,6 +525,26 @@ pub(crate) fn speculate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_costly_drafter_that_proposes_nothing_is_paused() {
+        let mut c = Controller::new(4);
+        for _ in 0..EMPTY_RUN - 1 {
+            assert_eq!(c.depth(), 4);
+            c.observe_empty();
+        }
+        assert_eq!(c.depth(), 4, "not paused before the run is long enough");
+        c.observe_empty();
+        assert!((0..PAUSE_STEPS).all(|_| c.depth() == 0), "paused for PAUSE_STEPS steps");
+        assert_eq!(c.depth(), 4);
+        // a draft in between resets the run
+        c.observe_empty();
+        c.observe(2, 1);
+        for _ in 0..EMPTY_RUN - 1 {
+            c.observe_empty();
+        }
+        assert!(c.depth() > 0);
+    }
 
     #[test]
     fn ngram_proposes_the_latest_continuation() {
