@@ -207,6 +207,11 @@ impl Drafter for ModelDrafter {
 /// they are filled with zero hiddens: drafts there are poorer, output is unchanged.
 pub struct MtpDrafter {
     state: Option<SeqState>,
+    /// Kept rows the head has not run yet (position of the first, tokens, hidden rows): fed in
+    /// one batched head pass when a draft is next asked for, so a paused drafter costs nothing.
+    buf_pos: usize,
+    buf_tokens: Vec<u32>,
+    buf_hidden: Vec<f32>,
     /// The target's hidden at position `h_pos` (pairs with the token at `h_pos + 1`).
     last_h: Vec<f32>,
     h_pos: Option<usize>,
@@ -216,13 +221,54 @@ pub struct MtpDrafter {
 
 impl Default for MtpDrafter {
     fn default() -> Self {
-        MtpDrafter { state: None, last_h: Vec::new(), h_pos: None, p_min: 0.0 }
+        MtpDrafter { state: None, buf_pos: 0, buf_tokens: Vec::new(), buf_hidden: Vec::new(), last_h: Vec::new(), h_pos: None, p_min: 0.0 }
     }
 }
 
 impl MtpDrafter {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Runs the buffered rows through the head: token q with the hidden of q−1 (the row before
+    /// it in the buffer, or the last hidden before the buffer), in batches the model takes.
+    fn flush(&mut self, target: &Model) -> Result<()> {
+        if self.buf_tokens.is_empty() {
+            return Ok(());
+        }
+        let h = target.hidden_width();
+        if self.state.is_none() {
+            self.state = Some(target.new_mtp_state()?);
+        }
+        let st = self.state.as_mut().expect("set above");
+        let pos = self.buf_pos;
+        if st.pos > pos {
+            st.truncate(pos)?;
+        }
+        if st.pos < pos {
+            // positions the head never saw (restored from a cache): zero hiddens, token 0
+            let gap = pos - st.pos;
+            target.mtp_forward(st, &vec![0; gap], &vec![0.0; gap * h], 0..0)?;
+        }
+        let m = self.buf_tokens.len();
+        let mut h_in = Vec::with_capacity(m * h);
+        match self.h_pos {
+            Some(p) if p + 1 == pos && self.last_h.len() == h => h_in.extend_from_slice(&self.last_h),
+            _ => h_in.resize(h, 0.0),
+        }
+        h_in.extend_from_slice(&self.buf_hidden[..(m - 1) * h]);
+        let batch = target.max_batch_rows().max(1);
+        let mut at = 0;
+        while at < m {
+            let end = (at + batch).min(m);
+            target.mtp_forward(st, &self.buf_tokens[at..end], &h_in[at * h..end * h], 0..0)?;
+            at = end;
+        }
+        self.last_h = self.buf_hidden[(m - 1) * h..].to_vec();
+        self.h_pos = Some(pos + m - 1);
+        self.buf_tokens.clear();
+        self.buf_hidden.clear();
+        Ok(())
     }
 }
 
@@ -250,32 +296,27 @@ impl Drafter for MtpDrafter {
         if m == 0 || hidden.len() != m * h {
             return Ok(());
         }
-        if self.state.is_none() {
-            self.state = Some(target.new_mtp_state()?);
+        let end = self.buf_pos + self.buf_tokens.len();
+        if self.buf_tokens.is_empty() || pos < self.buf_pos || pos > end {
+            // not a continuation of the buffer: run what it holds, start a new one
+            self.flush(target)?;
+            self.buf_pos = pos;
+        } else {
+            // rows from `pos` on were cut (a rejected tail): drop them
+            self.buf_tokens.truncate(pos - self.buf_pos);
+            self.buf_hidden.truncate((pos - self.buf_pos) * h);
         }
-        let st = self.state.as_mut().expect("set above");
-        if st.pos > pos {
-            st.truncate(pos)?;
+        self.buf_tokens.extend_from_slice(tokens);
+        self.buf_hidden.extend_from_slice(hidden);
+        // a long pause or prompt: run it in batches rather than keep it all
+        if self.buf_tokens.len() >= 4096 {
+            self.flush(target)?;
         }
-        if st.pos < pos {
-            // positions the head never saw (restored from a cache): zero hiddens, token 0
-            let gap = pos - st.pos;
-            target.mtp_forward(st, &vec![0; gap], &vec![0.0; gap * h], 0..0)?;
-            self.h_pos = None;
-        }
-        let mut h_in = Vec::with_capacity(m * h);
-        match self.h_pos {
-            Some(p) if p + 1 == pos && self.last_h.len() == h => h_in.extend_from_slice(&self.last_h),
-            _ => h_in.resize(h, 0.0),
-        }
-        h_in.extend_from_slice(&hidden[..(m - 1) * h]);
-        target.mtp_forward(st, tokens, &h_in, 0..0)?;
-        self.last_h = hidden[(m - 1) * h..].to_vec();
-        self.h_pos = Some(pos + m - 1);
         Ok(())
     }
 
     fn propose_with(&mut self, target: &Model, ctx: &[u32], max: usize) -> Result<Vec<u32>> {
+        self.flush(target)?;
         let (Some(st), Some(hp)) = (self.state.as_mut(), self.h_pos) else {
             return Ok(Vec::new());
         };
@@ -318,6 +359,8 @@ pub(crate) struct Controller {
     rate: f64,
     /// Costly proposals in a row that came back empty (`observe_empty`).
     empty: usize,
+    /// The next pause's length: doubled by each pause that ends without an accepted draft.
+    pause_len: usize,
     drafted_steps: usize,
     pause: usize,
 }
@@ -329,7 +372,7 @@ const EMPTY_RUN: usize = 4;
 
 impl Controller {
     pub(crate) fn new(max: usize) -> Self {
-        Controller { max, depth: max, rate: 0.5, empty: 0, drafted_steps: 0, pause: 0 }
+        Controller { max, depth: max, rate: 0.5, empty: 0, pause_len: PAUSE_STEPS, drafted_steps: 0, pause: 0 }
     }
 
     /// The depth for this step (0 while paused).
@@ -347,8 +390,15 @@ impl Controller {
         self.empty += 1;
         if self.empty >= EMPTY_RUN {
             self.empty = 0;
-            self.pause = PAUSE_STEPS;
+            self.start_pause();
         }
+    }
+
+    /// Pauses drafting; pauses in a row without an accepted draft grow (24, 48, … 768 steps),
+    /// so a drafter that is never right costs ever less.
+    fn start_pause(&mut self) {
+        self.pause = self.pause_len;
+        self.pause_len = (self.pause_len * 2).min(PAUSE_STEPS << 5);
     }
 
     pub(crate) fn observe(&mut self, drafted: usize, accepted: usize) {
@@ -357,10 +407,13 @@ impl Controller {
         }
         self.empty = 0;
         self.drafted_steps += 1;
+        if accepted > 0 {
+            self.pause_len = PAUSE_STEPS;
+        }
         self.rate = 0.7 * self.rate + 0.3 * (accepted as f64 / drafted as f64);
         self.depth = if accepted == drafted { (self.depth + 1).min(self.max) } else { (accepted + 1).min(self.max) };
         if self.drafted_steps >= 4 && self.rate < PAUSE_BELOW {
-            self.pause = PAUSE_STEPS;
+            self.start_pause();
             // on probation after the pause
             self.rate = 0.5;
             self.depth = 1;
