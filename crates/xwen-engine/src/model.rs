@@ -77,8 +77,9 @@ pub struct Model {
     plan: Option<MemoryPlan>,
     /// Routing decisions recorded since the last `take_routes` (`EngineConfig::record_routes`).
     routes: Mutex<Vec<Route>>,
-    /// An MTP head from a sidecar GGUF (`attach_mtp`), which replaces the file's own.
-    mtp_sidecar: Option<(Arc<GgufFile>, models::mtp::MtpHead)>,
+    /// The MTP draft head and the file it lives in: the model file's own nextn block, or a
+    /// sidecar GGUF's (`attach_mtp`), which replaces it.
+    mtp: Option<(Arc<GgufFile>, models::mtp::MtpHead)>,
 }
 
 /// A MoE routing decision of a forward pass: sequence `seq` of its batch at position `pos`.
@@ -171,7 +172,11 @@ impl Model {
         }
         let pool = Pool::try_new(threads).map_err(|e| EngineError::Threads(format!("the system refused to start {threads} threads: {e}")))?;
         let prof = Profiler::new(cfg.profile);
-        Ok(Model { file, net, store, read_in_stop, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan, routes: Mutex::new(Vec::new()), mtp_sidecar: None })
+        let mtp = match file.architecture() {
+            Some("qwen35" | "qwen35moe") => models::mtp::MtpHead::load(&file, &models::qwen35::config(&file)?)?.map(|h| (Arc::clone(&file), h)),
+            _ => None,
+        };
+        Ok(Model { file, net, store, read_in_stop, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan, routes: Mutex::new(Vec::new()), mtp })
     }
 
     /// The RAM plan in force, if a budget was given.
@@ -457,15 +462,12 @@ impl Model {
                 head.n_vocab()
             )));
         }
-        self.mtp_sidecar = Some((f, head));
+        self.mtp = Some((f, head));
         Ok(())
     }
 
     fn mtp_head(&self) -> Option<(&Arc<GgufFile>, &models::mtp::MtpHead)> {
-        match &self.mtp_sidecar {
-            Some((f, h)) => Some((f, h)),
-            None => self.net.mtp().map(|h| (&self.file, h)),
-        }
+        self.mtp.as_ref().map(|(f, h)| (f, h))
     }
 
     /// Whether an MTP draft head is loaded (the file's own nextn block or `attach_mtp`'s).

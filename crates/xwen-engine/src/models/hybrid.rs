@@ -198,8 +198,6 @@ pub struct Hybrid {
     pub output: Mat,
     /// Cross-layer residual attention (Kimi K3), else None.
     pub res: Option<AttnRes>,
-    /// The file's MTP draft head (a "-MTP" GGUF's nextn block), else None.
-    pub mtp: Option<super::mtp::MtpHead>,
 }
 
 impl Hybrid {
@@ -238,8 +236,7 @@ impl Hybrid {
             });
         }
         let output_norm = ld.vec("output_norm.weight", h)?;
-        let mtp = super::mtp::MtpHead::load(f, &cfg)?;
-        Ok((Hybrid { cfg, tok_embd, layers, output_norm, output, res: None, mtp }, experts))
+        Ok((Hybrid { cfg, tok_embd, layers, output_norm, output, res: None }, experts))
     }
 
     pub fn new_state_of_layers(&self) -> SeqState {
@@ -371,10 +368,6 @@ impl Network for Hybrid {
 
     fn forward(&self, ctx: &Ctx, store: &dyn ExpertStore, states: &mut [&mut SeqState], spans: &[SpanIn]) -> Result<Vec<SpanOut>> {
         self.forward_batch(ctx, store, states, spans)
-    }
-
-    fn mtp(&self) -> Option<&super::mtp::MtpHead> {
-        self.mtp.as_ref()
     }
 
     fn plan_figures(&self, max_ctx: usize, kv_types: (crate::KvType, crate::KvType)) -> PlanFigures {

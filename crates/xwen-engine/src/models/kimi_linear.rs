@@ -161,5 +161,5 @@ pub(super) fn build(f: &GgufFile, cfg: Config, dense_act: Act, res_block: Option
         Some(block) => Some(AttnRes { block, output: ld.vec("output_res_score.weight", h)? }),
         None => None,
     };
-    Ok(Loaded { net: Box::new(Hybrid { cfg, tok_embd, layers, output_norm, output, res, mtp: None }), experts })
+    Ok(Loaded { net: Box::new(Hybrid { cfg, tok_embd, layers, output_norm, output, res }), experts })
 }

@@ -35,10 +35,6 @@ pub trait Network: Send + Sync {
     /// returns per sequence the logits of its rows `spans[i].logits`. Batch-invariant
     /// (`crate::batch`).
     fn forward(&self, ctx: &Ctx, store: &dyn ExpertStore, states: &mut [&mut SeqState], spans: &[SpanIn]) -> Result<Vec<SpanOut>>;
-    /// The file's MTP (NextN) draft head, where it has one (`mtp.rs`).
-    fn mtp(&self) -> Option<&mtp::MtpHead> {
-        None
-    }
     /// Memory-plan figures at `max_ctx` positions per sequence, KV caches of `kv_types`.
     fn plan_figures(&self, max_ctx: usize, kv_types: (crate::KvType, crate::KvType)) -> PlanFigures;
 }
