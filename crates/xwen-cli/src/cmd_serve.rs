@@ -38,13 +38,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         eprintln!("xwen: drafting with the model's MTP head (--draft none turns it off)");
     }
     if scfg.draft_mtp {
-        if let Some(path) = &a.draft.model_draft {
-            let resolved = crate::hub::resolve(path)?;
-            loaded.model.attach_mtp(&resolved).with_context(|| format!("-md {path}"))?;
-        }
-        if !loaded.model.has_mtp() {
-            bail!("--draft mtp: this model file has no MTP head (nextn block); use its \"-MTP\" GGUF, or give the head's sidecar GGUF with -md FILE");
-        }
+        crate::draft_arg::mtp_head(&a.draft, &mut loaded.model)?;
     }
     let template = match &template_file {
         Some(f) => {

@@ -10,27 +10,15 @@ use xwen_engine::{Drafter, ModelDrafter, MtpDrafter, NgramDrafter, SpecStats};
 pub fn drafter(a: &DraftOpts, target: &mut xwen_engine::Model, cfg: &xwen_engine::EngineConfig) -> Result<Option<Box<dyn Drafter>>> {
     let kind = match (a.draft.as_deref(), &a.model_draft) {
         (Some("none"), _) => return Ok(None),
-        (Some("mtp"), md) => {
-            if let Some(path) = md {
-                let resolved = crate::hub::resolve(path)?;
-                target.attach_mtp(&resolved).with_context(|| format!("-md {path}"))?;
-            }
-            if !target.has_mtp() {
-                bail!("--draft mtp: this model file has no MTP head (nextn block); use its \"-MTP\" GGUF, or give the head's sidecar GGUF with -md FILE");
-            }
-            let mut d = MtpDrafter::new();
-            d.p_min = a.draft_p_min;
-            return Ok(Some(Box::new(d)));
+        (Some("mtp"), _) => {
+            mtp_head(a, target)?;
+            return Ok(Some(mtp_drafter(a)));
         }
         (Some("model") | None, Some(_)) => "model",
         (Some("model"), None) => bail!("--draft model needs a draft model: -md FILE"),
         (Some(k), _) => if k == "ngram" { "ngram" } else { return Ok(None) },
         // a file that carries an MTP head drafts with it unless told otherwise (seed 000)
-        (None, None) if target.has_mtp() => {
-            let mut d = MtpDrafter::new();
-            d.p_min = a.draft_p_min;
-            return Ok(Some(Box::new(d)));
-        }
+        (None, None) if target.has_mtp() => return Ok(Some(mtp_drafter(a))),
         (None, None) => return Ok(None),
     };
     if kind == "ngram" {
@@ -46,6 +34,25 @@ pub fn drafter(a: &DraftOpts, target: &mut xwen_engine::Model, cfg: &xwen_engine
     let mut d = ModelDrafter::new(dm, a.draft_max as usize);
     d.p_min = a.draft_p_min;
     Ok(Some(Box::new(d)))
+}
+
+/// `--draft mtp`'s head: `-md`'s sidecar attached where given, else the model file's own; an
+/// error when there is none.
+pub fn mtp_head(a: &DraftOpts, target: &mut xwen_engine::Model) -> Result<()> {
+    if let Some(path) = &a.model_draft {
+        let resolved = crate::hub::resolve(path)?;
+        target.attach_mtp(&resolved).with_context(|| format!("-md {path}"))?;
+    }
+    if !target.has_mtp() {
+        bail!("--draft mtp: this model file has no MTP head (nextn block); use its \"-MTP\" GGUF, or give the head's sidecar GGUF with -md FILE");
+    }
+    Ok(())
+}
+
+fn mtp_drafter(a: &DraftOpts) -> Box<dyn Drafter> {
+    let mut d = MtpDrafter::new();
+    d.p_min = a.draft_p_min;
+    Box::new(d)
 }
 
 /// The drafter's figures for the closing line.

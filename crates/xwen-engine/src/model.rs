@@ -77,9 +77,9 @@ pub struct Model {
     plan: Option<MemoryPlan>,
     /// Routing decisions recorded since the last `take_routes` (`EngineConfig::record_routes`).
     routes: Mutex<Vec<Route>>,
-    /// The MTP draft head and the file it lives in: the model file's own nextn block, or a
-    /// sidecar GGUF's (`attach_mtp`), which replaces it.
-    mtp: Option<(Arc<GgufFile>, models::mtp::MtpHead)>,
+    /// The MTP draft head: the model file's own nextn block, or a sidecar GGUF's
+    /// (`attach_mtp`), which replaces it.
+    mtp: Option<models::mtp::MtpHead>,
 }
 
 /// A MoE routing decision of a forward pass: sequence `seq` of its batch at position `pos`.
@@ -173,7 +173,7 @@ impl Model {
         let pool = Pool::try_new(threads).map_err(|e| EngineError::Threads(format!("the system refused to start {threads} threads: {e}")))?;
         let prof = Profiler::new(cfg.profile);
         let mtp = match file.architecture() {
-            Some("qwen35" | "qwen35moe") => models::mtp::MtpHead::load(&file, &models::qwen35::config(&file)?)?.map(|h| (Arc::clone(&file), h)),
+            Some("qwen35" | "qwen35moe") => models::mtp::MtpHead::load(&file, &models::qwen35::config(&file)?)?,
             _ => None,
         };
         Ok(Model { file, net, store, read_in_stop, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan, routes: Mutex::new(Vec::new()), mtp })
@@ -462,12 +462,12 @@ impl Model {
                 head.n_vocab()
             )));
         }
-        self.mtp = Some((f, head));
+        self.mtp = Some(head);
         Ok(())
     }
 
-    fn mtp_head(&self) -> Option<(&Arc<GgufFile>, &models::mtp::MtpHead)> {
-        self.mtp.as_ref().map(|(f, h)| (f, h))
+    fn mtp_head(&self) -> Option<&models::mtp::MtpHead> {
+        self.mtp.as_ref()
     }
 
     /// Whether an MTP draft head is loaded (the file's own nextn block or `attach_mtp`'s).
@@ -482,25 +482,25 @@ impl Model {
 
     /// A fresh state of the MTP head (its KV cache of the configured types).
     pub fn new_mtp_state(&self) -> Result<SeqState> {
-        let (_, head) = self.mtp_head().ok_or_else(|| EngineError::Config("this model has no MTP head".into()))?;
+        let head = self.mtp_head().ok_or_else(|| EngineError::Config("this model has no MTP head".into()))?;
         Ok(head.new_state(self.cfg.effective_kv_types()))
     }
 
     /// One step of the MTP head (`models::mtp`): `tokens` at `state.pos`.., token k paired
     /// with hidden row k of `h_in`; the logits of rows `logits` and every row's own hidden.
     pub fn mtp_forward(&self, state: &mut SeqState, tokens: &[u32], h_in: &[f32], logits: std::ops::Range<usize>) -> Result<models::SpanOut> {
-        let (file, head) = self.mtp_head().ok_or_else(|| EngineError::Config("this model has no MTP head".into()))?;
+        let head = self.mtp_head().ok_or_else(|| EngineError::Config("this model has no MTP head".into()))?;
         self.check_context(state, tokens.len())?;
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
         let ctx = Ctx {
             pool: &self.pool,
-            file,
+            file: head.file(),
             prof: &self.prof,
             chunked_scan: self.cfg.chunked_prefill,
             routes: None,
             attn: crate::compute::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.pool.n_threads(), n_ctx: self.cfg.max_ctx },
         };
-        head.forward(&ctx, file, state, tokens, h_in, logits)
+        head.forward(&ctx, state, tokens, h_in, logits)
     }
 
     fn check_context(&self, state: &SeqState, n: usize) -> Result<()> {

@@ -446,7 +446,7 @@ pub fn layer_forward(
     let sp = ctx.span(Op::Norms);
     let res = attn_res.zip(layer.res.as_ref());
     let mixed = res.map(|(_, lr)| bank.mix(x, &lr.attn, eps, h));
-    let banks = res.is_some_and(|(r, _)| at.store_layer % r.block == 0);
+    let banks = res.is_some_and(|(r, _)| at.store_layer.is_multiple_of(r.block));
     if banks {
         bank.push(x);
     }

@@ -40,8 +40,10 @@ pub struct MtpHead {
     enorm: Vec<f32>,
     hnorm: Vec<f32>,
     layer: Layer,
-    /// Routed experts of an MoE head, served from the mapping.
-    experts: Option<[Mat; 3]>,
+    /// Routed experts of an MoE head (at block `il`), served from the mapping.
+    store: ResidentExperts,
+    /// The file the head's weights live in (the model's own, or a sidecar).
+    file: Arc<GgufFile>,
     embed: Mat,
     head_norm: Vec<f32>,
     head: Mat,
@@ -50,7 +52,7 @@ pub struct MtpHead {
 impl MtpHead {
     /// The head of `f` (a full "-MTP" GGUF or an MTP-only sidecar) for the trunk geometry `cfg`
     /// of `f`'s own metadata; None when `f` has no nextn block.
-    pub fn load(f: &GgufFile, cfg: &Config) -> Result<Option<MtpHead>> {
+    pub fn load(f: &Arc<GgufFile>, cfg: &Config) -> Result<Option<MtpHead>> {
         let il = cfg.n_layer;
         let p = |s: &str| format!("blk.{il}.{s}");
         let ld = Loader::new(f);
@@ -86,18 +88,26 @@ impl MtpHead {
         } else {
             ld.mat("token_embd.weight", cfg.n_vocab, h)?
         };
+        let mut stacks: Vec<Option<[Mat; 3]>> = vec![None; il + 1];
+        stacks[il] = experts;
         Ok(Some(MtpHead {
             cfg: cfg.clone(),
             il,
+            store: ResidentExperts::new(Arc::clone(f), stacks),
+            file: Arc::clone(f),
             eh_proj: ld.mat(&p("nextn.eh_proj.weight"), h, 2 * h)?,
             enorm: ld.vec(&p("nextn.enorm.weight"), h)?,
             hnorm: ld.vec(&p("nextn.hnorm.weight"), h)?,
             layer,
-            experts,
             embed,
             head_norm,
             head,
         }))
+    }
+
+    /// The file the head's weights live in.
+    pub fn file(&self) -> &GgufFile {
+        &self.file
     }
 
     pub fn hidden(&self) -> usize {
@@ -122,8 +132,8 @@ impl MtpHead {
     /// Runs `tokens` at `state.pos`.., token k paired with the hidden row k of `h_in`
     /// (tokens × hidden: the trunk's hidden of the position before each token, or the head's
     /// own for a chained draft). Returns the logits of rows `logits` and every row's h'.
-    /// `ctx.file` and `file` are the file the head's weights live in.
-    pub fn forward(&self, ctx: &Ctx, file: &Arc<GgufFile>, state: &mut SeqState, tokens: &[u32], h_in: &[f32], logits: Range<usize>) -> Result<SpanOut> {
+    /// `ctx.file` must be `self.file()`.
+    pub fn forward(&self, ctx: &Ctx, state: &mut SeqState, tokens: &[u32], h_in: &[f32], logits: Range<usize>) -> Result<SpanOut> {
         let h = self.cfg.hidden;
         let n = tokens.len();
         if n == 0 || h_in.len() != n * h {
@@ -154,14 +164,11 @@ impl MtpHead {
         // c = eh_proj · concat   [n × hidden]
         let mut x = ctx.mm_rows1(&self.eh_proj, &cat, &rows);
         let mut xn = vec![0.0f32; n * h];
-        let mut stacks: Vec<Option<[Mat; 3]>> = vec![None; self.il + 1];
-        stacks[self.il] = self.experts.clone();
-        let store = ResidentExperts::new(Arc::clone(file), stacks);
         hybrid::layer_forward(
             ctx,
             &self.cfg,
             None,
-            &store,
+            &self.store,
             Placed { store_layer: self.il, state_layer: 0 },
             &self.layer,
             &mut x,
