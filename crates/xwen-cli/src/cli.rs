@@ -493,13 +493,32 @@ qwen35moe-tiny, qwen35-tiny, qwen3next-tiny, kimi-linear-tiny (a few MB); the sm
 ones, and any whose vocabulary is smaller than Qwen3.5's, with a synthetic byte-level
 vocabulary.
 
+--random SEED draws a tiny geometry of --family instead (widths, heads, ratios, layer pattern,
+rope, experts, tied embeddings, eps: the parity sweep of tools/oracle/random_geometry.sh) and
+prints it; --mix sets the matrices' types (q4_k_m, random: a type per matrix, or one type:
+f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs),
+falling back as llama-quantize does where a row does not fit the type's blocks.
+
 Examples:
   xwen synth --preset qwen35-4b --out qwen35-4b.gguf
-  xwen synth --preset qwen35moe-small --out small.gguf --seed 7")]
+  xwen synth --preset qwen35moe-small --out small.gguf --seed 7
+  xwen synth --random 3 --family qwen35moe --mix random --out g.gguf")]
 pub struct SynthArgs {
     /// Which checkpoint's geometry
-    #[arg(long = "preset", value_name = "NAME")]
-    pub preset: xwen_synth::Preset,
+    #[arg(long = "preset", value_name = "NAME", required_unless_present = "random", conflicts_with = "random")]
+    pub preset: Option<xwen_synth::Preset>,
+    /// Draw a random tiny geometry from this seed instead of a preset
+    #[arg(long = "random", value_name = "SEED")]
+    pub random: Option<u64>,
+    /// The family of a --random geometry: qwen35, qwen35moe, qwen3next, kimi-linear
+    #[arg(long = "family", value_name = "ARCH", default_value = "qwen35", requires = "random")]
+    pub family: xwen_synth::Family,
+    /// Override a field of the geometry (n_embd=256, tied=false, rope_sections=11,11,10,0 ...; repeatable)
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// The matrices' types: q4_k_m (the official files' mix), random, or one type name
+    #[arg(long = "mix", value_name = "MIX", default_value = "q4_k_m")]
+    pub mix: String,
     /// The GGUF to write
     #[arg(short = 'o', long = "out", value_name = "FILE")]
     pub out: std::path::PathBuf,

@@ -13,18 +13,36 @@ use xwen_gguf::GgufFile;
 const DEFAULT_VOCAB: &str = "tests/fixtures/vocab/ggml-vocab-qwen35.gguf";
 
 pub fn run(a: SynthArgs) -> Result<()> {
-    let (preset, out, vocab_arg, seed) = (a.preset, a.out, a.vocab, a.seed);
+    let (out, vocab_arg, seed) = (a.out, a.vocab, a.seed);
+    let mix = synth::Mix::parse(&a.mix, seed)?;
+    // a preset's geometry, or one drawn at random (tiny: its synthetic vocabulary)
+    let (g, name, tiny) = match (a.preset, a.random) {
+        (Some(p), _) => (p.geometry(), p.name().to_string(), p.is_tiny()),
+        (None, Some(r)) => {
+            let g = synth::random_geometry(a.family, r);
+            eprintln!("xwen synth: random {} geometry {r}: {}", a.family, synth::describe(&g));
+            (g, format!("random-{}-{r}", a.family), true)
+        }
+        (None, None) => anyhow::bail!("give --preset NAME or --random SEED"),
+    };
+    let mut g = g;
+    for kv in &a.set {
+        synth::set_field(&mut g, kv).map_err(anyhow::Error::msg)?;
+    }
+    if !a.set.is_empty() {
+        eprintln!("xwen synth: with {}: {}", a.set.join(" "), synth::describe(&g));
+    }
     // The Qwen3.5 vocabulary serves a preset whose embedding has room for it (not qwen3next's
     // 151,936 or kimi-linear's 163,840 rows: those take the synthetic one unless --vocab says)
     let default_fits = || {
         GgufFile::open(Path::new(DEFAULT_VOCAB))
             .ok()
             .and_then(|f| f.get_array("tokenizer.ggml.tokens").map(|t| t.len()))
-            .is_some_and(|n| n <= preset.geometry().n_vocab)
+            .is_some_and(|n| n <= g.n_vocab)
     };
     let vocab_path = match vocab_arg {
         Some(v) => Some(v),
-        None if !preset.is_tiny() && Path::new(DEFAULT_VOCAB).is_file() && default_fits() => Some(PathBuf::from(DEFAULT_VOCAB)),
+        None if !tiny && Path::new(DEFAULT_VOCAB).is_file() && default_fits() => Some(PathBuf::from(DEFAULT_VOCAB)),
         None => None,
     };
     let vocab = match &vocab_path {
@@ -33,16 +51,15 @@ pub fn run(a: SynthArgs) -> Result<()> {
     };
     match &vocab_path {
         Some(p) => eprintln!("xwen synth: tokenizer from {}", p.display()),
-        None if preset.is_tiny() => eprintln!("xwen synth: synthetic byte-level vocabulary"),
+        None if tiny => eprintln!("xwen synth: synthetic byte-level vocabulary"),
         None => eprintln!(
             "xwen synth: no {DEFAULT_VOCAB} here and no --vocab: using a synthetic byte-level vocabulary \
              (llama.cpp's models/ggml-vocab-qwen35.gguf is the real one)"
         ),
     }
 
-    let g = preset.geometry();
     eprintln!(
-        "xwen synth: {preset}: {} {} layers, hidden {}, vocab {} -> {}",
+        "xwen synth: {name}: {} {} layers, hidden {}, vocab {} -> {}",
         g.arch,
         g.n_layer,
         g.n_embd,
@@ -74,7 +91,7 @@ pub fn run(a: SynthArgs) -> Result<()> {
             }
         }
     };
-    let rep = synth::write_synthetic_with_progress(preset, &out, vocab.as_ref(), seed, &mut report)
+    let rep = synth::write_geometry(&g, &name, mix, &out, vocab.as_ref(), seed, &mut report)
         .with_context(|| format!("writing {}", out.display()))?;
     if live {
         eprintln!();

@@ -93,6 +93,33 @@ pub fn rope_cache(pos: usize, n_rot: usize, freq_base: f32, cos: &mut [f32], sin
     }
 }
 
+/// The rotary pairs that interleaved M-RoPE leaves unrotated for a text token (ggml-cpu
+/// `ggml_mrope_cache_init` with is_imrope): pair i's sector is i mod Σsections; sectors
+/// s ≡ 0, 1, 2 (mod 3) below 3 × sections[0, 1, 2] turn by the t, h, w positions (all p for text),
+/// every other one by the 4th, which llama.cpp sets to 0 for text — angle 0. Checkpoints'
+/// sections ([11, 11, 10] over 32 pairs) claim every pair; other shapes need not.
+pub fn imrope_text_still(sections: [u32; 4], n_rot: usize) -> Vec<bool> {
+    let sect_dims = sections.iter().sum::<u32>() as usize;
+    (0..n_rot / 2)
+        .map(|i| {
+            if sect_dims == 0 {
+                return false;
+            }
+            let s = i % sect_dims;
+            let claimed = |k: usize| s % 3 == k && s < 3 * sections[k] as usize;
+            !(claimed(0) || claimed(1) || claimed(2))
+        })
+        .collect()
+}
+
+/// cos 1, sin 0 (ggml's rope_yarn of angle 0) for the pairs marked still.
+pub fn hold_pairs(still: &[bool], cos: &mut [f32], sin: &mut [f32]) {
+    for (i, _) in still.iter().enumerate().filter(|(_, &s)| s) {
+        cos[i] = 1.0;
+        sin[i] = 0.0;
+    }
+}
+
 /// Rotate one head in place: pairs (i, i + n_rot/2), dims ≥ n_rot untouched.
 ///
 /// In the rounding of llama.cpp's CPU build (GCC, -march=native, so FMA): ggml's rotate_pairs

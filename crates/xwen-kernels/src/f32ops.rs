@@ -66,6 +66,22 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     dot_portable(a, b)
 }
 
+/// Σ a[i]·b[i] in tinyBLAS's order (llamafile sgemm, one 8-lane FMA chain over the length, then
+/// a horizontal sum) where the active kernels have it and the length is a multiple of 8 — what
+/// llama.cpp computes when it hands a contiguous f32 batch to tinyBLAS; else `dot`.
+pub fn dot_tinyblas(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let n = a.len();
+    if n.is_multiple_of(8) {
+        if let Some(f) = crate::dispatch::dot_fn(crate::GgmlType::F32) {
+            // SAFETY: f32 slices viewed as their 4n bytes
+            let bytes = |x: &[f32]| unsafe { std::slice::from_raw_parts(x.as_ptr() as *const u8, 4 * n) };
+            return f(n, bytes(a), bytes(b));
+        }
+    }
+    dot(a, b)
+}
+
 /// y[i] += a·x[i].
 #[inline]
 pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
@@ -182,7 +198,7 @@ pub fn dot_portable(a: &[f32], b: &[f32]) -> f32 {
 pub(crate) use x86::dot256_raw_streaming;
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
     #[target_feature(enable = "avx512f")]
@@ -337,7 +353,7 @@ mod x86 {
     /// tail added in scalar. ggml's DeltaNet recurrence and f32 matrix × vector use it, so the
     /// same order keeps our results bit-identical to llama.cpp on AVX2 machines.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn ggml_reduce(acc: [__m256; 4]) -> f32 {
+    pub(crate) unsafe fn ggml_reduce(acc: [__m256; 4]) -> f32 {
         let a0 = _mm256_add_ps(acc[0], acc[2]);
         let a1 = _mm256_add_ps(acc[1], acc[3]);
         let a = _mm256_add_ps(a0, a1);
@@ -380,13 +396,15 @@ mod x86 {
             }
             i += 32;
         }
-        // ggml_vec_dot_f32 accumulates in ggml_float (double) after the vector reduce
-        let mut s = ggml_reduce(acc) as f64;
+        // ggml_vec_dot_f32 (b11434, GGML_SIMD) adds the leftovers to the reduced *float* sum,
+        // `sumf += x[i]*y[i]`, product rounded first (measured: no FMA contraction there; a
+        // double accumulator, as the scalar build has, is 1 ulp off for n % 32 != 0)
+        let mut s = ggml_reduce(acc);
         while i < n {
-            s += (pa.add(i).read_unaligned() * pb.add(i).read_unaligned()) as f64;
+            s += pa.add(i).read_unaligned() * pb.add(i).read_unaligned();
             i += 1;
         }
-        s as f32
+        s
     }
 
     #[target_feature(enable = "avx2,fma")]

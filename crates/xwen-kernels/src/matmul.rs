@@ -434,12 +434,12 @@ impl Pool {
     /// single-token product, its activations quantized by `quantize_activations`, except that
     /// an expert with 8 or more tokens takes the tiled order where `crate::tiled` applies.
     ///
-    /// F32 and BF16 experts are the exception to "the tiled or tinyBLAS order for 2+ tokens":
-    /// ggml-cpu's MUL_MAT_ID never calls llamafile's sgemm, it takes `vec_dot` one token column
-    /// at a time (ggml-cpu.c `ggml_compute_forward_mul_mat_id_one_chunk`), so every token keeps
-    /// ggml_vec_dot_f32's / _bf16's one-token order however many share the expert.
+    /// F32, F16 and BF16 experts are the exception to "the tiled or tinyBLAS order for 2+
+    /// tokens": ggml-cpu's MUL_MAT_ID never calls llamafile's sgemm, it takes `vec_dot` one token
+    /// column at a time (ggml-cpu.c `ggml_compute_forward_mul_mat_id_one_chunk`), so every token
+    /// keeps ggml_vec_dot_f32's / _f16's / _bf16's one-token order however many share the expert.
     pub fn matmul_q_id(&self, w: QMatrix, xq: &[u8], n_tok: usize, y: &mut [f32]) {
-        if matches!(w.ty, GgmlType::F32 | GgmlType::BF16) {
+        if matches!(w.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
             self.matvec_tokens_q(w, xq, n_tok, y);
             return;
         }
@@ -636,7 +636,8 @@ impl Pool {
     #[cfg(target_arch = "x86_64")]
     fn matmul_f32_blocked(&self, w: QMatrix, xq: &[u8], n_tok: usize, y: &mut [f32]) -> bool {
         use crate::simd::avx2::{f32_block, F32_BLOCK_ROWS as R, F32_BLOCK_TOKENS as T};
-        if w.ty != GgmlType::F32 || n_tok < 2 || !w.cols.is_multiple_of(8) || dispatch::active() != dispatch::Isa::Avx2 {
+        // tinyBLAS's order, which it uses only for a row count that is a multiple of 4
+        if w.ty != GgmlType::F32 || n_tok < 2 || !w.cols.is_multiple_of(8) || !w.rows.is_multiple_of(4) || dispatch::active() != dispatch::Isa::Avx2 {
             return false;
         }
         w.validate();

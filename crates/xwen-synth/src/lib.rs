@@ -12,7 +12,12 @@
 //! activations stay finite through 64 layers) while writing at disk speed, and memory stays at
 //! a few MB whatever the file size (20 GB presets are streamed).
 
+mod mix;
+mod random;
 mod vocab;
+
+pub use mix::Mix;
+pub use random::{describe, random_geometry, set_field, Family};
 
 /// What can go wrong writing a synthetic model.
 #[derive(Debug, thiserror::Error)]
@@ -136,6 +141,7 @@ impl Preset {
             ssm_dt_rank: 0,
             n_vocab: FULL_VOCAB,
             kimi: None,
+            tied: false,
         };
         // Toy geometry of the trained tiny models (head dims 64, rope over 16 dims), but with a
         // 4-layer stack: three DeltaNet layers and one attention layer cover both mixers.
@@ -376,6 +382,8 @@ pub struct Geometry {
     /// as the head width, ssm_groups = ssm_dt_rank = n_head heads, ssm_conv the kernel; n_ff is
     /// the leading dense layers' width; head_dim is MLA's K row (kv_lora + rope).
     pub kimi: Option<Kimi>,
+    /// Tied embeddings: no `output.weight`, llama.cpp and xwen use `token_embd` as the lm head.
+    pub tied: bool,
 }
 
 /// kimi-linear's extra hyperparameters.
@@ -455,19 +463,15 @@ pub fn tensor_plan(g: &Geometry) -> Vec<TensorPlan> {
     if let Some(k) = g.kimi {
         return kimi_tensor_plan(g, &k);
     }
-    use GgmlType::{F32, Q4_K, Q6_K, Q8_0};
+    use GgmlType::{F32, Q4_K, Q8_0};
     let t = |name: String, ty, dims: &[usize], fill| TensorPlan {
         name,
         ty,
         dims: dims.iter().map(|&d| d as u64).collect(),
         fill,
     };
-    let (e, v) = (g.n_embd, g.n_vocab);
-    let mut out = vec![
-        t("output.weight".into(), Q6_K, &[e, v], Fill::Matrix),
-        t("output_norm.weight".into(), F32, &[e], Fill::Norm),
-        t("token_embd.weight".into(), Q4_K, &[e, v], Fill::Matrix),
-    ];
+    let e = g.n_embd;
+    let mut out = head_tensors(g);
     let key_dim = g.ssm_state * g.ssm_groups;
     let value_dim = g.ssm_inner();
     let conv_dim = 2 * key_dim + value_dim;
@@ -522,19 +526,29 @@ pub fn tensor_plan(g: &Geometry) -> Vec<TensorPlan> {
     out
 }
 
+/// output (unless tied), output_norm and token_embd: llama-quantize's first three.
+fn head_tensors(g: &Geometry) -> Vec<TensorPlan> {
+    let t = |name: &str, ty, dims: Vec<u64>, fill| TensorPlan { name: name.into(), ty, dims, fill };
+    let (e, v) = (g.n_embd as u64, g.n_vocab as u64);
+    let mut out = Vec::new();
+    if !g.tied {
+        out.push(t("output.weight", GgmlType::Q6_K, vec![e, v], Fill::Matrix));
+    }
+    out.push(t("output_norm.weight", GgmlType::F32, vec![e], Fill::Norm));
+    // a tied token_embd is the lm head too: llama-quantize gives it the output's type
+    out.push(t("token_embd.weight", if g.tied { GgmlType::Q6_K } else { GgmlType::Q4_K }, vec![e, v], Fill::Matrix));
+    out
+}
+
 /// kimi-linear's tensors (llama.cpp `kimi-linear.cpp` `load_arch_tensors`), in the same mix:
 /// mixer and shared-expert matrices Q8_0, routed experts, the dense FFN and token_embd Q4_K,
 /// output Q6_K, the rest F32.
 fn kimi_tensor_plan(g: &Geometry, k: &Kimi) -> Vec<TensorPlan> {
-    use GgmlType::{F32, Q4_K, Q6_K, Q8_0};
+    use GgmlType::{F32, Q4_K, Q8_0};
     let t = |name: String, ty, dims: &[usize], fill| TensorPlan { name, ty, dims: dims.iter().map(|&d| d as u64).collect(), fill };
-    let (e, v, h) = (g.n_embd, g.n_vocab, g.n_head);
+    let (e, h) = (g.n_embd, g.n_head);
     let (hd, inner) = (g.ssm_state, g.ssm_state * g.n_head);
-    let mut out = vec![
-        t("output.weight".into(), Q6_K, &[e, v], Fill::Matrix),
-        t("output_norm.weight".into(), F32, &[e], Fill::Norm),
-        t("token_embd.weight".into(), Q4_K, &[e, v], Fill::Matrix),
-    ];
+    let mut out = head_tensors(g);
     for il in 0..g.n_layer {
         let mut layer = Vec::new();
         let mut add = |suffix: &str, ty, dims: &[usize], fill| layer.push(t(format!("blk.{il}.{suffix}"), ty, dims, fill));
@@ -584,13 +598,13 @@ fn kimi_tensor_plan(g: &Geometry, k: &Kimi) -> Vec<TensorPlan> {
 }
 
 /// kimi-linear's metadata keys (conversion/kimi_linear.py's set_gguf_parameters).
-fn kimi_metadata(g: &Geometry, k: &Kimi, preset: Preset) -> Vec<(String, Value)> {
+fn kimi_metadata(g: &Geometry, k: &Kimi, name: &str) -> Vec<(String, Value)> {
     let a = g.arch;
     let u = |x: usize| Value::U32(x as u32);
     vec![
         ("general.architecture".into(), a.into()),
         ("general.type".into(), "model".into()),
-        ("general.name".into(), format!("synthetic {}", preset.name()).into()),
+        ("general.name".into(), format!("synthetic {name}").into()),
         ("general.size_label".into(), g.size_label.into()),
         (format!("{a}.block_count"), u(g.n_layer)),
         (format!("{a}.context_length"), Value::U32(g.ctx_train)),
@@ -622,16 +636,16 @@ fn kimi_metadata(g: &Geometry, k: &Kimi, preset: Preset) -> Vec<(String, Value)>
 }
 
 /// Metadata keys of the architecture (no tokenizer), as convert_hf_to_gguf writes them.
-fn arch_metadata(g: &Geometry, preset: Preset) -> Vec<(String, Value)> {
+fn arch_metadata(g: &Geometry, name: &str) -> Vec<(String, Value)> {
     if let Some(k) = g.kimi {
-        return kimi_metadata(g, &k, preset);
+        return kimi_metadata(g, &k, name);
     }
     let a = g.arch;
     let u = |x: usize| Value::U32(x as u32);
     let mut kv: Vec<(String, Value)> = vec![
         ("general.architecture".into(), a.into()),
         ("general.type".into(), "model".into()),
-        ("general.name".into(), format!("synthetic {}", preset.name()).into()),
+        ("general.name".into(), format!("synthetic {name}").into()),
         ("general.size_label".into(), g.size_label.into()),
         (format!("{a}.block_count"), u(g.n_layer)),
         (format!("{a}.context_length"), Value::U32(g.ctx_train)),
@@ -718,10 +732,25 @@ pub fn write_synthetic_with_progress(
     seed: u64,
     progress: &mut dyn FnMut(&SynthProgress<'_>),
 ) -> Result<SynthReport> {
-    let g = preset.geometry();
-    let plan = tensor_plan(&g);
+    write_geometry(&preset.geometry(), preset.name(), Mix::Q4KM, path, vocab, seed, progress)
+}
+
+/// Writes any geometry (a preset's or `random_geometry`'s) with the tensor types of `mix`,
+/// named `synthetic {name}`. Matrix types a pool holds (Q8_0, Q4_K, Q6_K) are drawn from it;
+/// any other type is quantized from fresh N(0, 0.02²) values with the reference quantizer.
+pub fn write_geometry(
+    g: &Geometry,
+    name: &str,
+    mix: Mix,
+    path: &Path,
+    vocab: Option<&GgufFile>,
+    seed: u64,
+    progress: &mut dyn FnMut(&SynthProgress<'_>),
+) -> Result<SynthReport> {
+    let mut plan = tensor_plan(g);
+    mix.apply(&mut plan);
     let mut w = GgufWriter::new();
-    for (k, v) in arch_metadata(&g, preset) {
+    for (k, v) in arch_metadata(g, name) {
         w.add_kv(&k, v);
     }
     let tok = match vocab {
@@ -732,7 +761,7 @@ pub fn write_synthetic_with_progress(
         w.add_kv(&k, v);
     }
     w.add_kv("general.quantization_version", Value::U32(2));
-    w.add_kv("general.file_type", Value::U32(15)); // LLAMA_FTYPE_MOSTLY_Q4_K_M
+    w.add_kv("general.file_type", Value::U32(mix.file_type()));
     for t in &plan {
         w.add_tensor_info(&t.name, t.ty, &t.dims)?;
     }
@@ -774,8 +803,11 @@ fn stream_tensors(
         // Seeded per tensor name so a tensor's bytes do not depend on the ones before it.
         let mut rng = Rng::new(seed ^ fnv1a(t.name.as_bytes()));
         let n = t.n_bytes();
-        if t.fill == Fill::Matrix {
-            let pool = pools.get(t.ty)?;
+        if t.fill == Fill::Matrix && pools.get(t.ty).is_none() {
+            let x: Vec<f32> = (0..t.n_elements()).map(|_| WEIGHT_STD * rng.normal()).collect();
+            let q = xwen_kernels::quantize(t.ty, &x).map_err(|e| SynthError::Invalid(format!("{} as {}: {e}", t.name, t.ty)))?;
+            stream.write_data(&q)?;
+        } else if let (Fill::Matrix, Some(pool)) = (t.fill, pools.get(t.ty)) {
             let bs = t.ty.type_size();
             let pool_blocks = pool.len() / bs;
             let mut left = n as usize / bs;
@@ -835,12 +867,13 @@ impl Pools {
         Ok(Pools { q8_0: q(GgmlType::Q8_0)?, q4_k: q(GgmlType::Q4_K)?, q6_k: q(GgmlType::Q6_K)? })
     }
 
-    fn get(&self, ty: GgmlType) -> Result<&[u8]> {
+    /// The pool of `ty`'s blocks, if it has one.
+    fn get(&self, ty: GgmlType) -> Option<&[u8]> {
         match ty {
-            GgmlType::Q8_0 => Ok(&self.q8_0),
-            GgmlType::Q4_K => Ok(&self.q4_k),
-            GgmlType::Q6_K => Ok(&self.q6_k),
-            other => Err(SynthError::Invalid(format!("no synthetic pool for {other}"))),
+            GgmlType::Q8_0 => Some(&self.q8_0),
+            GgmlType::Q4_K => Some(&self.q4_k),
+            GgmlType::Q6_K => Some(&self.q6_k),
+            _ => None,
         }
     }
 }

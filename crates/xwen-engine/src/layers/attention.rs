@@ -1,6 +1,6 @@
 //! Gated full attention of Qwen3.5/3.6 (llama.cpp `qwen35.cpp::build_layer_attn`):
 //! attn_q is double width, per head [q_h | gate_h]; RMSNorm on q and k heads; partial NeoX rope
-//! over n_rot dims (the GGUF's IMROPE sections are identical to NeoX for text); softmax(q·kᵀ/√d)
+//! over n_rot dims (IMROPE for text: NeoX but for the pairs no section claims); softmax(q·kᵀ/√d)
 //! with causal mask and grouped KV heads; the output is multiplied by sigmoid(gate) before
 //! attn_output.
 
@@ -21,6 +21,10 @@ pub struct AttnDims {
     pub head_dim: usize,
     pub n_rot: usize,
     pub rope_base: f32,
+    /// Interleaved M-RoPE sections (t, h, w, e) where the architecture's rope is IMROPE; text
+    /// positions are [p, p, p, 0], so only pairs whose sector no t/h/w section claims differ
+    /// from NeoX (`ops::imrope_text_still`).
+    pub rope_sections: Option<[u32; 4]>,
     pub eps: f32,
 }
 
@@ -169,9 +173,13 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
     let mut q = vec![0.0f32; n * hq];
     let mut gate = vec![0.0f32; n * hq];
     let (mut cos, mut sin) = (vec![0.0f32; d.n_rot / 2], vec![0.0f32; d.n_rot / 2]);
+    let still = d.rope_sections.map(|s| ops::imrope_text_still(s, d.n_rot));
     for s in &rows.spans {
         for t in s.rows() {
             ops::rope_cache(s.pos0 + (t - s.start), d.n_rot, d.rope_base, &mut cos, &mut sin);
+            if let Some(still) = &still {
+                ops::hold_pairs(still, &mut cos, &mut sin);
+            }
             for h in 0..d.n_head {
                 let src = &qg[t * 2 * hq + h * 2 * hd..][..2 * hd];
                 let qh = &mut q[t * hq + h * hd..][..hd];
@@ -259,20 +267,25 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
             let kvh = h / group;
             let mut scores = vec![0.0f32; n_ctx];
             let mut lanes = vec![0.0f32; 32 * hd];
+            // kq = k·q: with one query head the permuted q of 2+ rows is contiguous, so ggml
+            // hands it to tinyBLAS (n_kv, padded to 256, always fits its row rule); with more
+            // heads q is a strided view and every score is a vec_dot
+            let one_row = s.len == 1 || s.decode_order;
+            let kq_dot = if d.n_head == 1 && !one_row { xwen_kernels::f32ops::dot_tinyblas } else { ops::dot };
             for i in 0..s.len {
                 let t = s.start + i;
                 let visible = s.pos0 + i + 1;
                 let qh = &q[t * hq + h * hd..][..hd];
                 for (p, sc) in scores[..visible].iter_mut().enumerate() {
                     let kh = &kc[p * kvw + kvh * hd..][..hd];
-                    *sc = ops::dot(qh, kh) * scale;
+                    *sc = kq_dot(qh, kh) * scale;
                 }
                 // llama.cpp's kq row is n_kv long, the KV size padded to 256, masked past `visible`.
                 ops::softmax_masked_inplace(&mut scores[..visible], visible.next_multiple_of(256));
                 // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
                 let oh = unsafe { out_p.slice(t * hq + h * hd, hd) };
                 let v_at = |p: usize| &vc[p * kvw + kvh * hd..][..hd];
-                weighted_v_sum(&scores[..visible], v_at, s.len == 1 || s.decode_order, &mut lanes, oh);
+                weighted_v_sum(&scores[..visible], v_at, one_row, &mut lanes, oh);
             }
         });
     }

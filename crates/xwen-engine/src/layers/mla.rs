@@ -271,18 +271,22 @@ pub fn forward(ctx: &Ctx, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: &Rows, k
             let n_ctx = kc.len() / kw;
             let mut scores = vec![0.0f32; n_ctx];
             let mut lanes = vec![0.0f32; 32 * r];
+            // one head: the permuted q of 2+ rows is contiguous and ggml's kq is tinyBLAS's
+            // (`attention`'s plain path says why)
+            let one_row = s.len == 1 || s.decode_order;
+            let kq_dot = if nh == 1 && !one_row { xwen_kernels::f32ops::dot_tinyblas } else { ops::dot };
             for i in 0..s.len {
                 let t = s.start + i;
                 let visible = s.pos0 + i + 1;
                 let qt = &qa[(t * nh + h) * kw..][..kw];
                 for (p, sc) in scores[..visible].iter_mut().enumerate() {
-                    *sc = ops::dot(qt, &kc[p * kw..(p + 1) * kw]) * scale;
+                    *sc = kq_dot(qt, &kc[p * kw..(p + 1) * kw]) * scale;
                 }
                 ops::softmax_masked_inplace(&mut scores[..visible], visible.next_multiple_of(256));
                 // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
                 let oh = unsafe { att_p.slice((t * nh + h) * r, r) };
                 let v_at = |p: usize| &vc[p * r..(p + 1) * r];
-                crate::layers::attention::weighted_v_sum(&scores[..visible], v_at, s.len == 1 || s.decode_order, &mut lanes, oh);
+                crate::layers::attention::weighted_v_sum(&scores[..visible], v_at, one_row, &mut lanes, oh);
             }
         });
     }
@@ -290,8 +294,9 @@ pub fn forward(ctx: &Ctx, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: &Rows, k
     let _sp = ctx.span(Op::AttnProj);
     // decompress each head: o_h = W_v_b,h · att_h, then W_o
     let mut o = vec![0.0f32; n * nh * dv];
-    // without flash attention the attention output is a product's (contiguous) result
-    heads_mm(ctx, &w.v_b, &att, rows, &mut o, !ctx.attn.flash);
+    // without flash attention the attention output is a product's (contiguous) result; flash
+    // attention's [r, H, n] output permuted to [r, n, H] is contiguous only for one head
+    heads_mm(ctx, &w.v_b, &att, rows, &mut o, !ctx.attn.flash || nh == 1);
     if let Some(g) = gate {
         // K3: o ⊙ sigmoid(W_g x) (ggml_sigmoid, then ggml_mul)
         for (ov, gv) in o.iter_mut().zip(g) {

@@ -34,6 +34,17 @@ use crate::state::{LayerState, SeqState};
 use crate::weights::{Loader, Mat};
 use xwen_gguf::GgufFile;
 
+/// `rope.dimension_sections` (four counts; absent: every pair turns, as NeoX), checked against
+/// what ggml asserts (their sum at most the rope dims).
+fn rope_sections(f: &GgufFile, key: &str) -> Result<Option<[u32; 4]>> {
+    let Some(arr) = f.get_array(key) else { return Ok(None) };
+    let mut s = [0u32; 4];
+    for (i, v) in arr.iter().take(4).enumerate() {
+        s[i] = v.as_u64().and_then(|x| u32::try_from(x).ok()).ok_or_else(|| EngineError::BadHparams(format!("{key}: {v:?} is not a section size")))?;
+    }
+    Ok(Some(s))
+}
+
 /// What one architecture of the hybrid family is, beyond the keys they share.
 pub struct TrunkSpec {
     /// Every layer's FFN is an MoE (qwen35moe, qwen3next) rather than a SwiGLU (qwen35).
@@ -43,6 +54,9 @@ pub struct TrunkSpec {
     /// expert then.
     pub shared_ff_from_ff: bool,
     pub pairing: HeadPairing,
+    /// Rope is llama.cpp's interleaved M-RoPE (LLAMA_ROPE_TYPE_IMROPE: qwen35, qwen35moe) over
+    /// `rope.dimension_sections`, rather than plain NeoX (qwen3next).
+    pub imrope: bool,
     /// Loads a DeltaNet layer's weights in this architecture's projection layout.
     pub load_delta: fn(&Loader, usize, usize, &DeltaDims) -> Result<DeltaNetWeights>,
 }
@@ -116,6 +130,7 @@ impl Config {
             head_dim,
             n_rot: f.get_u64(&k("rope.dimension_count")).map(|v| v as usize).unwrap_or(head_dim),
             rope_base: f.get_f32(&k("rope.freq_base")).unwrap_or(10000.0),
+            rope_sections: if spec.imrope { rope_sections(f, &k("rope.dimension_sections"))? } else { None },
             eps,
         };
         if attn.n_head == 0 || attn.n_head_kv == 0 || !attn.n_head.is_multiple_of(attn.n_head_kv) {

@@ -93,7 +93,7 @@ pub fn config(f: &GgufFile) -> Result<Config> {
         latent: 0,
         eps,
     };
-    let attn = AttnDims { n_head, n_head_kv: 1, head_dim: k_mla, n_rot: rope, rope_base: 0.0, eps };
+    let attn = AttnDims { n_head, n_head_kv: 1, head_dim: k_mla, n_rot: rope, rope_base: 0.0, rope_sections: None, eps };
     let ff = f.get_u64(&k("feed_forward_length")).unwrap_or(0) as usize;
     Ok(Config {
         arch,

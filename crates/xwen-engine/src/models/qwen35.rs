@@ -14,7 +14,7 @@ use crate::layers::deltanet::{DeltaNetWeights, HeadPairing};
 use xwen_gguf::GgufFile;
 
 pub const DENSE: TrunkSpec =
-    TrunkSpec { moe: false, shared_ff_from_ff: false, pairing: HeadPairing::Tiled, load_delta: DeltaNetWeights::load_split };
+    TrunkSpec { moe: false, shared_ff_from_ff: false, pairing: HeadPairing::Tiled, imrope: true, load_delta: DeltaNetWeights::load_split };
 
 pub const MOE: TrunkSpec = TrunkSpec { moe: true, ..DENSE };
 

@@ -19,7 +19,7 @@ use crate::layers::deltanet::{DeltaNetWeights, HeadPairing};
 use xwen_gguf::GgufFile;
 
 pub const SPEC: TrunkSpec =
-    TrunkSpec { moe: true, shared_ff_from_ff: true, pairing: HeadPairing::Grouped, load_delta: DeltaNetWeights::load_fused };
+    TrunkSpec { moe: true, shared_ff_from_ff: true, pairing: HeadPairing::Grouped, imrope: false, load_delta: DeltaNetWeights::load_fused };
 
 /// The geometry of a qwen3next file.
 pub fn config(f: &GgufFile) -> Result<Config> {

@@ -744,8 +744,34 @@ unsafe fn dot_f32_ggml(n: usize, w: &[u8], a: &[u8]) -> f32 {
     crate::f32ops::dot256_raw_streaming(w.as_ptr() as *const f32, a.as_ptr() as *const f32, n)
 }
 
+/// F16 weights against 2+ tokens go through llamafile's tinyBLAS in llama.cpp on AVX2 (sgemm.cpp
+/// tinyBLAS<8, __m256, __m256, ggml_fp16_t, ...>, the activations converted to F16 first): one
+/// 8-lane FMA chain over k, then hsum. Where tinyBLAS refuses (k % 8 != 0) ggml runs the
+/// one-token vec_dot. One token takes `dot_f16_vec_dot` (`dispatch::row_dot_fn`).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    if !n.is_multiple_of(8) {
+        return dot_f16_ggml(n, w, a);
+    }
+    let mut acc = _mm256_setzero_ps();
+    for i in (0..n).step_by(8) {
+        acc = _mm256_fmadd_ps(_mm256_cvtph_ps(load128(w, 2 * i)), _mm256_cvtph_ps(load128(a, 2 * i)), acc);
+    }
+    hsum_ps(acc)
+}
+
+/// ggml_vec_dot_f16 (AVX2 + F16C): 4 × 8-lane FMA accumulators over steps of 32, reduced as
+/// GGML_F32x8_REDUCE (acc0+acc2, acc1+acc3, then the halves and two hadds) into a double, the
+/// tail's float products added in double. What llama.cpp computes for an F16 weight against one
+/// token.
+pub fn dot_f16_vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    // SAFETY: handed out by dispatch only after detecting AVX2/FMA/F16C; callers checked the
+    // slice lengths (n f16 each).
+    unsafe { dot_f16_ggml(n, w, a) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_ggml(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = [_mm256_setzero_ps(); 4];
     let n32 = n / 32 * 32;
     for i in (0..n32).step_by(32) {
@@ -755,16 +781,13 @@ unsafe fn dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
             *ac = _mm256_fmadd_ps(x, y, *ac);
         }
     }
-    let mut s = hsum_ps(_mm256_add_ps(
-        _mm256_add_ps(acc[0], acc[1]),
-        _mm256_add_ps(acc[2], acc[3]),
-    ));
+    let mut s = crate::f32ops::x86::ggml_reduce(acc) as f64;
     for i in n32..n {
         let x = f16_to_f32(u16::from_le_bytes([w[2 * i], w[2 * i + 1]]));
         let y = f16_to_f32(u16::from_le_bytes([a[2 * i], a[2 * i + 1]]));
-        s += x * y;
+        s += (x * y) as f64;
     }
-    s
+    s as f32
 }
 
 #[inline]

@@ -1,0 +1,116 @@
+//! Random geometries held against llama.cpp in CI (issue 17 item 3; docs/parity.md "Random
+//! geometries"). `tools/oracle/random_geometry.py --record` drew each case's geometry from its
+//! seed (`xwen synth --random`), ran llama.cpp b11434 over three prompts under each setting and
+//! kept, per position, an FNV-1a of its logits' bytes and the greedy ids. Here every case's file
+//! is synthesized again from the same seed (its FNV-1a must match the one recorded: the records
+//! belong to that exact file), and xwen must give the same bytes at every position and the same
+//! greedy tokens — bit for bit, without llama.cpp or the files in the repository.
+
+use std::path::PathBuf;
+use xwen_engine::{EngineConfig, FlashAttn, KvType, LogitsMode, Model};
+use xwen_synth::{random_geometry, write_geometry, Family, Mix};
+
+fn manifest() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity/random/manifest.json")
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
+
+fn row_hash(row: &[f32]) -> String {
+    let bytes: Vec<u8> = row.iter().flat_map(|v| v.to_le_bytes()).collect();
+    format!("{:016x}", fnv1a(&bytes))
+}
+
+fn argmax(v: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in v.iter().enumerate() {
+        if x > v[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array().expect("an id array").iter().map(|x| x.as_u64().expect("an id") as u32).collect()
+}
+
+/// Checks one recorded case; returns its failures.
+fn check(case: &serde_json::Value, dir: &std::path::Path) -> Vec<String> {
+    let family: Family = case["family"].as_str().unwrap().parse().unwrap();
+    let seed = case["seed"].as_u64().unwrap();
+    let mix_name = case["mix"].as_str().unwrap();
+    let name = format!("{family}-{seed}-{mix_name}");
+    let path = dir.join(format!("{name}.gguf"));
+    let g = random_geometry(family, seed);
+    // the tool's `xwen synth --random SEED --seed SEED+1 --mix MIX`
+    let mix = Mix::parse(mix_name, seed + 1).unwrap();
+    write_geometry(&g, &format!("random-{family}-{seed}"), mix, &path, None, seed + 1, &mut |_| {}).unwrap();
+    let file_hash = format!("{:016x}", fnv1a(&std::fs::read(&path).unwrap()));
+    assert_eq!(
+        file_hash,
+        case["file_fnv1a"].as_str().unwrap(),
+        "{name}: `xwen synth --random` no longer writes the file these records were made on \
+         ({}): rerecord with tools/oracle/random_geometry.py --record",
+        xwen_synth::describe(&g)
+    );
+    let prompts: Vec<Vec<u32>> = case["prompts"].as_array().unwrap().iter().map(ids).collect();
+    let mut fails = Vec::new();
+    for (setting, recs) in case["settings"].as_object().unwrap() {
+        let (kv, fa) = setting.split_once('-').unwrap();
+        let kv: KvType = kv.parse().unwrap();
+        let mut cfg = EngineConfig {
+            threads: 2,
+            max_ctx: 512,
+            kv_types: (kv, kv),
+            flash_attn: if fa == "on" { FlashAttn::On } else { FlashAttn::Off },
+            ..EngineConfig::default()
+        };
+        // the records come from llama.cpp's AVX2 build
+        if xwen_kernels::dispatch::detected() == xwen_kernels::dispatch::Isa::Avx512 {
+            cfg.max_isa = Some(xwen_kernels::dispatch::Isa::Avx2);
+        }
+        let m = Model::load(&path, &cfg).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let n = m.n_vocab();
+        for (i, (p, rec)) in prompts.iter().zip(recs.as_array().unwrap()).enumerate() {
+            let want: Vec<&str> = rec["logits_fnv1a"].as_array().unwrap().iter().map(|h| h.as_str().unwrap()).collect();
+            let mut st = m.new_state();
+            let got = m.forward(&mut st, p, LogitsMode::All).unwrap();
+            assert_eq!(got.len(), p.len() * n, "{name} {setting} p{i}");
+            if let Some(pos) = (0..p.len()).find(|&t| row_hash(&got[t * n..(t + 1) * n]) != want[t]) {
+                fails.push(format!("{name} {setting} p{i}: logits differ from position {pos} ({})", xwen_synth::describe(&g)));
+                continue;
+            }
+            let want_greedy = ids(&rec["greedy"]);
+            let mut tok = argmax(&got[(p.len() - 1) * n..]);
+            let mut out = vec![tok];
+            while out.len() < want_greedy.len() {
+                tok = argmax(&m.forward(&mut st, &[tok], LogitsMode::Last).unwrap());
+                out.push(tok);
+            }
+            if out != want_greedy {
+                fails.push(format!("{name} {setting} p{i}: greedy {out:?} vs llama.cpp's {want_greedy:?}"));
+            }
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+    fails
+}
+
+#[test]
+fn random_geometries_are_bit_identical_to_llama_cpp() {
+    let cases: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(manifest()).unwrap()).unwrap();
+    assert!(cases.len() >= 8, "the manifest holds {} cases", cases.len());
+    let dir = std::env::temp_dir().join(format!("xwen-random-geometries-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut fails = Vec::new();
+    for case in &cases {
+        fails.extend(check(case, &dir));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let families: std::collections::BTreeSet<&str> = cases.iter().map(|c| c["family"].as_str().unwrap()).collect();
+    assert_eq!(families.len(), Family::ALL.len(), "every family is recorded: {families:?}");
+    assert!(fails.is_empty(), "{} of {} cases differ from llama.cpp:\n{}", fails.len(), cases.len(), fails.join("\n"));
+}

@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Random geometries against llama.cpp (issue 17 item 3; docs/parity.md "Random geometries").
+
+usage: random_geometry.py --xwen BIN --llama-logits BIN [--families F,..] [--seeds A-B|A,B,..]
+                          [--mixes M,..] [--settings KV-FA,..] [--n-gen N] [--record MANIFEST]
+                          [--keep DIR]
+
+For every family × seed × mix: `xwen synth --random SEED --family F --mix M` writes a tiny model
+of a freshly drawn geometry (docs/cli.md `xwen synth`), three prompts of random token ids are
+drawn from the seed, llama.cpp (tools/oracle/llama_logits, 2 threads) records all-position
+logits and N greedy tokens under each setting (KV type and flash attention: f32-off is the
+oracle's plain path, f16-on llama.cpp's defaults, q8_0-on its rotated quantized cache), and xwen
+is run with the same settings, the AVX2 kernels and 2 threads. Prints one line per case: logits
+bit-identical or the first differing position and the largest difference, greedy same or not.
+Exit status 1 if anything differs.
+
+--record appends each case that agreed to MANIFEST (JSON; default tests/fixtures/parity/random/
+manifest.json): family, seed, mix, the file's FNV-1a, the prompts, and per setting each
+position's FNV-1a of its logits' bytes with the greedy ids — what
+crates/xwen-synth/tests/random_geometries.rs checks in CI without llama.cpp (it re-synthesizes
+the same file from the seed). No numpy needed.
+"""
+import argparse
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+DEFAULT_MANIFEST = os.path.join(REPO, "tests", "fixtures", "parity", "random", "manifest.json")
+FAMILIES = ["qwen35", "qwen35moe", "qwen3next", "kimi-linear"]
+
+
+def fnv1a(data: bytes) -> str:
+    h = 0xCBF29CE484222325
+    for b in data:
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{h:016x}"
+
+
+def read_npy(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    assert data[:6] == b"\x93NUMPY", path
+    hlen = struct.unpack("<H", data[8:10])[0]
+    header = data[10:10 + hlen].decode()
+    shape = tuple(int(x) for x in header.split("(")[1].split(")")[0].split(",") if x.strip())
+    return shape, data[10 + hlen:]
+
+
+def seeds_of(spec: str):
+    out = []
+    for part in spec.split(","):
+        if "-" in part:
+            a, b = part.split("-")
+            out.extend(range(int(a), int(b) + 1))
+        elif part:
+            out.append(int(part))
+    return out
+
+
+def prompts_for(family: str, seed: int, n_vocab: int):
+    """Three prompts of random ids: one token, a short one, one past a few chunks of 16."""
+    r = random.Random(f"{family}/{seed}")
+    return [[r.randrange(n_vocab) for _ in range(n)] for n in (1, r.randint(5, 12), r.randint(30, 48))]
+
+
+def n_vocab_of(synth_log: str) -> int:
+    for line in synth_log.splitlines():
+        if " vocab" in line and "layers, hidden" in line:
+            return int(line.split(" vocab ")[1].split()[0])
+    raise SystemExit(f"cannot read the vocabulary size from xwen synth's log:\n{synth_log}")
+
+
+def per_position_hashes(body: bytes, n_vocab: int):
+    row = 4 * n_vocab
+    return [fnv1a(body[i:i + row]) for i in range(0, len(body), row)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--xwen", required=True)
+    ap.add_argument("--llama-logits", required=True)
+    ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--seeds", default="0-3")
+    ap.add_argument("--mixes", default="q4_k_m")
+    ap.add_argument("--settings", default="f32-off,f16-on")
+    ap.add_argument("--n-gen", type=int, default=16)
+    ap.add_argument("--record", nargs="?", const=DEFAULT_MANIFEST)
+    ap.add_argument("--keep", help="keep the synthesized files and records here")
+    args = ap.parse_args()
+
+    manifest = []
+    if args.record and os.path.exists(args.record):
+        manifest = json.load(open(args.record))
+    bad = 0
+    work = args.keep or tempfile.mkdtemp(prefix="xwen-random-")
+    os.makedirs(work, exist_ok=True)
+    for family in args.families.split(","):
+        for seed in seeds_of(args.seeds):
+            for mix in args.mixes.split(","):
+                name = f"{family}-{seed}-{mix}"
+                gguf = os.path.join(work, name + ".gguf")
+                syn = subprocess.run([args.xwen, "synth", "--random", str(seed), "--family", family, "--mix", mix,
+                                      "--seed", str(seed + 1), "--out", gguf], capture_output=True, text=True)
+                if syn.returncode != 0:
+                    print(f"{name}: xwen synth failed:\n{syn.stderr}")
+                    bad += 1
+                    continue
+                geometry = next((l.split(": ", 2)[2] for l in syn.stderr.splitlines() if "random" in l and "geometry" in l), "")
+                n_vocab = n_vocab_of(syn.stderr)
+                prompts = prompts_for(family, seed, n_vocab)
+                pfile = os.path.join(work, name + ".prompts.txt")
+                with open(pfile, "w") as f:
+                    f.write("".join(" ".join(map(str, p)) + "\n" for p in prompts))
+                case = {"family": family, "seed": seed, "mix": mix, "geometry": geometry,
+                        "file_fnv1a": fnv1a(open(gguf, "rb").read()), "prompts": prompts, "settings": {}}
+                ok_case = True
+                for setting in args.settings.split(","):
+                    kv, fa = setting.split("-")
+                    prefix = os.path.join(work, f"{name}.{setting}")
+                    ref = subprocess.run([args.llama_logits, gguf, pfile, prefix, "--threads", "2", "--kv", kv, "--fa", fa,
+                                          "--n-gen", str(args.n_gen)], capture_output=True, text=True)
+                    if ref.returncode != 0:
+                        print(f"{name} {setting}: llama.cpp failed ({ref.returncode}): {ref.stderr.strip()[-400:]}")
+                        bad += 1
+                        ok_case = False
+                        continue
+                    greedy = {}
+                    for line in ref.stdout.splitlines():
+                        if " greedy:" in line:
+                            k, ids = line.split(" greedy:")
+                            greedy[int(k[1:])] = [int(x) for x in ids.split()]
+                    flags = ["-ctk", kv, "-ctv", kv, "-fa", fa, "--isa", "avx2", "-t", "2"]
+                    recs = []
+                    for i, ids in enumerate(prompts):
+                        ids_arg = ",".join(map(str, ids))
+                        out = prefix + f".xwen.p{i}.npy"
+                        lx = subprocess.run([args.xwen, "logits", "-m", gguf, "--ids", ids_arg, "--out", out] + flags,
+                                            capture_output=True, text=True)
+                        if lx.returncode != 0:
+                            print(f"{name} {setting} p{i}: xwen logits failed: {lx.stderr.strip()[-400:]}")
+                            bad += 1
+                            ok_case = False
+                            continue
+                        (shape, mine), (shape2, theirs) = read_npy(out), read_npy(f"{prefix}.p{i}.npy")
+                        first, worst = None, 0.0
+                        if shape != shape2:
+                            first = f"shape {shape} vs {shape2}"
+                        elif mine != theirs:
+                            a = struct.unpack(f"<{len(mine) // 4}f", mine)
+                            b = struct.unpack(f"<{len(theirs) // 4}f", theirs)
+                            for j, (x, y) in enumerate(zip(a, b)):
+                                if x != y and not (x != x and y != y):
+                                    first = j // n_vocab if first is None else first
+                                    worst = max(worst, abs(x - y))
+                        run = subprocess.run([args.xwen, "run", "-m", gguf, "--ids", ids_arg, "-n", str(args.n_gen), "--temp", "0",
+                                              "--print-ids", "--ignore-eos", "-q"] + flags, capture_output=True, text=True)
+                        got = [int(x) for x in run.stdout.split()] if run.returncode == 0 else None
+                        same = got == greedy.get(i)
+                        ok = first is None and same
+                        ok_case &= ok
+                        bad += not ok
+                        logits = "logits identical" if first is None else f"logits differ from position {first} (max {worst:.3g})"
+                        print(f"{name} {setting} p{i} ({len(ids)} tokens): {logits}, greedy {'same' if same else 'DIFFERS'}", flush=True)
+                        recs.append({"logits_fnv1a": per_position_hashes(theirs, n_vocab), "greedy": greedy.get(i, [])})
+                    case["settings"][setting] = recs
+                print(f"  {name}: {geometry}", flush=True)
+                if args.record and ok_case:
+                    manifest = [c for c in manifest if (c["family"], c["seed"], c["mix"]) != (family, seed, mix)]
+                    manifest.append(case)
+                if not args.keep:
+                    for fn in os.listdir(work):
+                        if fn.startswith(name + "."):
+                            os.remove(os.path.join(work, fn))
+    if args.record:
+        os.makedirs(os.path.dirname(args.record), exist_ok=True)
+        with open(args.record, "w") as f:
+            # one case per line: diffs stay readable, the file small
+            f.write("[\n" + ",\n".join(json.dumps(c, separators=(",", ":")) for c in manifest) + "\n]\n")
+        print(f"recorded {len(manifest)} cases in {os.path.relpath(args.record, REPO)}")
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
