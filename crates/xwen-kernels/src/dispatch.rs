@@ -87,10 +87,15 @@ pub fn matrix_kernels(
         };
         return Some((d, None));
     }
+    #[cfg(target_arch = "x86_64")]
+    if crate::q4k_repack::repacked_q8_0(weight, rows) && matches!(active(), Isa::Avx2 | Isa::Avx512) {
+        let d: DotFn = if weight == GgmlType::Q4_0 { crate::simd::avx2::dot_q4_0_repacked } else { crate::simd::avx2::dot_iq4_nl_repacked };
+        return Some((d, None));
+    }
     // llamafile's tinyBLAS takes float weights only when the row count is a multiple of 4
     // (sgemm.cpp tinyBLAS::matmul); any other matrix goes through ggml's generic path, which
     // runs the one-token vec_dot for every output
-    if !rows.is_multiple_of(4) {
+    if matches!(weight, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) && !rows.is_multiple_of(4) {
         if let Some(d) = vec_dot_twin(weight) {
             return Some((d, None));
         }
@@ -98,14 +103,16 @@ pub fn matrix_kernels(
     Some((dot_fn(weight)?, multi_dot_fn(weight)))
 }
 
-/// ggml_vec_dot_f32 / _bf16's kernels where they differ from tinyBLAS's order (AVX2).
-fn vec_dot_twin(weight: GgmlType) -> Option<DotFn> {
+/// The one-token vec_dot kernels (ggml_vec_dot_f32 / _f16 / _bf16 / _iq4_nl_q8_0) where they
+/// differ from tinyBLAS's order for the same type (AVX2).
+pub(crate) fn vec_dot_twin(weight: GgmlType) -> Option<DotFn> {
     #[cfg(target_arch = "x86_64")]
     if active() == Isa::Avx2 {
         match weight {
             GgmlType::F32 => return Some(crate::simd::avx2::dot_f32_vec_dot),
             GgmlType::BF16 => return Some(crate::simd::avx2::dot_bf16_vec_dot),
             GgmlType::F16 => return Some(crate::simd::avx2::dot_f16_vec_dot),
+            GgmlType::IQ4_NL => return Some(crate::simd::avx2::dot_iq4_nl_vec_dot),
             _ => {}
         }
     }
@@ -117,6 +124,9 @@ fn vec_dot_twin(weight: GgmlType) -> Option<DotFn> {
 /// Differs from `matrix_kernels`'s single-token kernel only for F32 and BF16 weights, which
 /// llama.cpp multiplies with tinyBLAS for 2+ tokens but with ggml_vec_dot_f32/_bf16 for one.
 pub fn row_dot_fn(weight: GgmlType, rows: usize) -> Option<DotFn> {
+    if crate::q4k_repack::repacked_q8_0(weight, rows) {
+        return matrix_kernels(weight, rows, false).map(|k| k.0);
+    }
     if let Some(d) = vec_dot_twin(weight) {
         return Some(d);
     }
@@ -160,7 +170,7 @@ pub fn row_kernel(weight: GgmlType, rows: usize) -> Option<RowKernel> {
     // `matrix_kernels`' multi-token twin returns its single-token kernel's bits; that kernel is
     // `row_dot_fn`'s (and, for Q8_0, `q8_0_stream`'s: the same bits) except for F32 and BF16
     // on AVX2, whose vec_dot twins have no multi-token form.
-    let vec_dot_twin = active() == Isa::Avx2 && matches!(weight, GgmlType::F32 | GgmlType::BF16 | GgmlType::F16);
+    let vec_dot_twin = active() == Isa::Avx2 && matches!(weight, GgmlType::F32 | GgmlType::BF16 | GgmlType::F16 | GgmlType::IQ4_NL);
     let multi = if vec_dot_twin { None } else { matrix_kernels(weight, rows, false).and_then(|k| k.1) };
     Some(RowKernel { dot, prefetches, multi })
 }

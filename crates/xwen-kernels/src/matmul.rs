@@ -438,8 +438,10 @@ impl Pool {
     /// tokens": ggml-cpu's MUL_MAT_ID never calls llamafile's sgemm, it takes `vec_dot` one token
     /// column at a time (ggml-cpu.c `ggml_compute_forward_mul_mat_id_one_chunk`), so every token
     /// keeps ggml_vec_dot_f32's / _f16's / _bf16's one-token order however many share the expert.
+    /// So are IQ4_NL experts llama.cpp did not repack (tinyBLAS's order is not vec_dot's there).
     pub fn matmul_q_id(&self, w: QMatrix, xq: &[u8], n_tok: usize, y: &mut [f32]) {
-        if matches!(w.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+        let iq4_nl_vec_dot = w.ty == GgmlType::IQ4_NL && !crate::q4k_repack::repacked_q8_0(w.ty, w.rows);
+        if matches!(w.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) || iq4_nl_vec_dot {
             self.matvec_tokens_q(w, xq, n_tok, y);
             return;
         }

@@ -105,6 +105,22 @@ pub fn dot_gemm_ref(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// Q4_K with AVX2, Q2_K with AVX-512, rows % 8 == 0). Its Q4_0/IQ4_NL repack uses a Q8_0
 /// quantizer with the same values. A property of the reference on this CPU, not of the active
 /// kernel set; `tiled::applies` is its complement among the plain K-quants.
+/// Whether llama.cpp on this machine holds a `ty` matrix of `rows` rows in its AVX2 repacked
+/// 8×8 layout with Q8_0 activations (repack.cpp ggml_repack_get_optimal_repack_type: Q4_0 and
+/// IQ4_NL with AVX2, rows % 8 == 0), whose gemv and gemm both run one float chain per output
+/// (`simd::avx2::dot_q4_0_repacked`).
+pub(crate) fn repacked_q8_0(ty: GgmlType, rows: usize) -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        matches!(ty, GgmlType::Q4_0 | GgmlType::IQ4_NL) && is_x86_feature_detected!("avx2") && rows.is_multiple_of(8)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (ty, rows);
+        false
+    }
+}
+
 pub(crate) fn repacked_q8k(ty: GgmlType, rows: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {

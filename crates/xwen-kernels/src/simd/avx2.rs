@@ -290,6 +290,8 @@ unsafe fn iq4_lookup(q: __m256i) -> __m256i {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_iq4_nl(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    // llamafile's tinyBLAS_Q0_AVX (2+ tokens, a matrix not repacked): one 8-lane accumulator
+    // over the blocks, then hsum
     let mut acc = _mm256_setzero_ps();
     for i in 0..n / 32 {
         let (bw, ba) = (i * 18, i * 34);
@@ -298,6 +300,71 @@ unsafe fn dot_iq4_nl(n: usize, w: &[u8], a: &[u8]) -> f32 {
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(mul_sum_i8(q, load(a, ba + 2))), acc);
     }
     hsum_ps(acc)
+}
+
+/// ggml_vec_dot_iq4_nl_q8_0 (AVX2): what llama.cpp computes for one token (and for every token
+/// of a MUL_MAT_ID) with an IQ4_NL matrix it did not repack.
+pub fn dot_iq4_nl_vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    // SAFETY: handed out by dispatch only after detecting AVX2/FMA/F16C; callers checked the
+    // slice lengths (n / 32 blocks each).
+    unsafe { dot_iq4_nl_ggml(n, w, a) }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_iq4_nl_ggml(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    // ggml_vec_dot_iq4_nl_q8_0 (AVX2): blocks in pairs, even ones into accum1, odd ones into
+    // accum2, hsum of their sum; an odd last block in scalar, `sumf += d * sumi`, which GCC
+    // contracts to one fused multiply-add (measured)
+    let nb = n / 32;
+    let mut acc = [_mm256_setzero_ps(); 2];
+    let block = |i: usize| {
+        let (bw, ba) = (i * 18, i * 34);
+        let d = h2f(w, bw) * h2f(a, ba);
+        (d, mul_sum_i8(iq4_lookup(nibbles32(w, bw + 2)), load(a, ba + 2)))
+    };
+    let mut i = 0;
+    while i + 1 < nb {
+        for (k, ac) in acc.iter_mut().enumerate() {
+            let (d, p) = block(i + k);
+            *ac = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), *ac);
+        }
+        i += 2;
+    }
+    let mut s = hsum_ps(_mm256_add_ps(acc[0], acc[1]));
+    if i < nb {
+        let (d, p) = block(i);
+        s = d.mul_add(hsum_i32(p) as f32, s);
+    }
+    s
+}
+
+/// Q4_0 / IQ4_NL in llama.cpp's AVX2 repacked layout (block_q4_0x8, ggml_gemv / gemm
+/// `_q4_0_8x8_q8_0`, `_iq4_nl_8x8_q8_0`): each block's integer dot is exact and every output
+/// is one float chain over the blocks, acc = fma(f32(Σ), d_w·d_a, acc), with no lanes — for the
+/// one-token gemv and the 4-token gemm alike.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_b32_repacked<const IQ4: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = 0.0f32;
+    for i in 0..n / 32 {
+        let (bw, ba) = (i * 18, i * 34);
+        let q = if IQ4 { iq4_lookup(nibbles32(w, bw + 2)) } else { _mm256_sub_epi8(nibbles32(w, bw + 2), _mm256_set1_epi8(8)) };
+        let s = hsum_i32(mul_sum_i8(q, load(a, ba + 2)));
+        acc = (s as f32).mul_add(h2f(w, bw) * h2f(a, ba), acc);
+    }
+    acc
+}
+
+/// `dot_b32_repacked` for Q4_0.
+pub fn dot_q4_0_repacked(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    // SAFETY: handed out by dispatch only after detecting AVX2/FMA/F16C; callers checked the
+    // slice lengths (n / 32 blocks each).
+    unsafe { dot_b32_repacked::<false>(n, w, a) }
+}
+
+/// `dot_b32_repacked` for IQ4_NL.
+pub fn dot_iq4_nl_repacked(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    // SAFETY: as `dot_q4_0_repacked`.
+    unsafe { dot_b32_repacked::<true>(n, w, a) }
 }
 
 /// Q8_K block field offsets.
@@ -540,19 +607,18 @@ pub(super) unsafe fn q6_offset(w: &[u8], bw: usize, a: &[u8], ba: usize) -> __m2
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q2_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    // ggml_vec_dot_q2_K_q8_K (AVX2, b11434): per block, the mins' products with the bsums
+    // (8 i32 lanes of pairs) join the lanes' accumulator with −d_y·dmin first, then the
+    // scaled codes with d_y·d; one hsum at the end
     let m3 = _mm256_set1_epi8(3);
     let mut acc = _mm256_setzero_ps();
-    let mut summ = 0.0f32;
     for i in 0..n / QK {
         let (bw, ba) = (i * 84, i * Q8K);
         let dy = f32at(a, ba);
-        let (d, dmin) = (dy * h2f(w, bw + 80), dy * h2f(w, bw + 82));
-        let bs = crate::formats::q8::q8k_parts(&a[ba..ba + Q8K]).2;
-        let mut m = 0i32;
-        for j in 0..16 {
-            m += bs[j] as i32 * (w[bw + j] >> 4) as i32;
-        }
-        summ += dmin * m as f32;
+        let (d, dmin) = (dy * h2f(w, bw + 80), -dy * h2f(w, bw + 82));
+        let mins = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16(load128(w, bw), 4), _mm_set1_epi8(0x0f)));
+        let prod = _mm256_madd_epi16(mins, load(a, ba + 4 + QK));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dmin), _mm256_cvtepi32_ps(prod), acc);
         let mut sumi = _mm256_setzero_si256();
         for h in 0..2 {
             let qb = load(w, bw + 16 + 32 * h);
@@ -569,7 +635,7 @@ unsafe fn dot_q2_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    hsum_ps(acc) - summ
+    hsum_ps(acc)
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
