@@ -6,8 +6,8 @@ usage: random_geometry.py --xwen BIN --llama-logits BIN [--families F,..] [--see
                           [--keep DIR]
 
 For every family × seed × mix: `xwen synth --random SEED --family F --mix M` writes a tiny model
-of a freshly drawn geometry (docs/cli.md `xwen synth`), three prompts of random token ids are
-drawn from the seed, llama.cpp (tools/oracle/llama_logits, 2 threads) records all-position
+of a freshly drawn geometry (docs/cli.md `xwen synth`), four prompts of random token ids (1,
+5-12, 30-48 and 70-140 tokens; `--short` drops the last) are drawn from the seed, llama.cpp (tools/oracle/llama_logits, 2 threads) records all-position
 logits and N greedy tokens under each setting (KV type and flash attention: f32-off is the
 oracle's plain path, f16-on llama.cpp's defaults, q8_0-on its rotated quantized cache), and xwen
 is run with the same settings, the AVX2 kernels and 2 threads. Prints one line per case: logits
@@ -63,10 +63,12 @@ def seeds_of(spec: str):
     return out
 
 
-def prompts_for(family: str, seed: int, n_vocab: int):
-    """Three prompts of random ids: one token, a short one, one past a few chunks of 16."""
+def prompts_for(family: str, seed: int, n_vocab: int, long: bool):
+    """Random ids: one token, a short prompt, one past a few chunks of 16, and with `long` one of
+    70-140 tokens (flash attention's tiled path from 64 rows, DeltaNet's chunked form)."""
     r = random.Random(f"{family}/{seed}")
-    return [[r.randrange(n_vocab) for _ in range(n)] for n in (1, r.randint(5, 12), r.randint(30, 48))]
+    sizes = [1, r.randint(5, 12), r.randint(30, 48)] + ([r.randint(70, 140)] if long else [])
+    return [[r.randrange(n_vocab) for _ in range(n)] for n in sizes]
 
 
 def n_vocab_of(synth_log: str) -> int:
@@ -92,6 +94,7 @@ def main():
     ap.add_argument("--n-gen", type=int, default=16)
     ap.add_argument("--record", nargs="?", const=DEFAULT_MANIFEST)
     ap.add_argument("--keep", help="keep the synthesized files and records here")
+    ap.add_argument("--short", action="store_true", help="three prompts only (no 70-140-token one)")
     args = ap.parse_args()
 
     manifest = []
@@ -113,7 +116,7 @@ def main():
                     continue
                 geometry = next((l.split(": ", 2)[2] for l in syn.stderr.splitlines() if "random" in l and "geometry" in l), "")
                 n_vocab = n_vocab_of(syn.stderr)
-                prompts = prompts_for(family, seed, n_vocab)
+                prompts = prompts_for(family, seed, n_vocab, not args.short)
                 pfile = os.path.join(work, name + ".prompts.txt")
                 with open(pfile, "w") as f:
                     f.write("".join(" ".join(map(str, p)) + "\n" for p in prompts))

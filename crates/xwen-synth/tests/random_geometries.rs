@@ -4,10 +4,11 @@
 //! kept, per position, an FNV-1a of its logits' bytes and the greedy ids. Here every case's file
 //! is synthesized again from the same seed (its FNV-1a must match the one recorded: the records
 //! belong to that exact file), and xwen must give the same bytes at every position and the same
-//! greedy tokens — bit for bit, without llama.cpp or the files in the repository.
+//! greedy tokens — bit for bit, without llama.cpp or the files in the repository; and again with
+//! every prompt in one batch, decoded together, an MoE's experts streamed (`check_batched`).
 
 use std::path::PathBuf;
-use xwen_engine::{EngineConfig, FlashAttn, KvType, LogitsMode, Model};
+use xwen_engine::{EngineConfig, FlashAttn, KvType, LogitsMode, Model, SeqStep};
 use xwen_synth::{random_geometry, write_geometry, Family, Mix};
 
 fn manifest() -> PathBuf {
@@ -95,7 +96,71 @@ fn check(case: &serde_json::Value, dir: &std::path::Path) -> Vec<String> {
             }
         }
     }
+    fails.extend(check_batched(case, &name, &path, &prompts));
     let _ = std::fs::remove_file(&path);
+    fails
+}
+
+/// The first setting's records again, with every prompt in one batched forward and every
+/// greedy step one batched decode of all sequences (batch invariance: a sequence's logits
+/// depend only on its own tokens and spans), and for an MoE its routed experts streamed through
+/// a cache smaller than the model's experts.
+fn check_batched(case: &serde_json::Value, name: &str, path: &std::path::Path, prompts: &[Vec<u32>]) -> Vec<String> {
+    let (setting, recs) = case["settings"].as_object().unwrap().iter().next().unwrap();
+    let (kv, fa) = setting.split_once('-').unwrap();
+    let kv: KvType = kv.parse().unwrap();
+    let mut cfg = EngineConfig {
+        threads: 2,
+        max_ctx: 512,
+        kv_types: (kv, kv),
+        flash_attn: if fa == "on" { FlashAttn::On } else { FlashAttn::Off },
+        ..EngineConfig::default()
+    };
+    if xwen_kernels::dispatch::detected() == xwen_kernels::dispatch::Isa::Avx512 {
+        cfg.max_isa = Some(xwen_kernels::dispatch::Isa::Avx2);
+    }
+    if case["family"].as_str() != Some("qwen35") {
+        // the floor plus a few experts: most routed experts are read from the file; the plan
+        // holds every prompt's state at once
+        cfg.n_seq = prompts.len();
+        let probe = Model::load(path, &EngineConfig { ram_budget: Some(1 << 50), ..cfg.clone() }).unwrap();
+        let plan = probe.memory_plan().expect("a budget gives a plan");
+        cfg.ram_budget = Some(plan.floor() + 4 * plan.record_bytes);
+    }
+    let m = Model::load(path, &cfg).unwrap_or_else(|e| panic!("{name} batched: {e}"));
+    let n = m.n_vocab();
+    let recs = recs.as_array().unwrap();
+    let mut states: Vec<_> = prompts.iter().map(|_| m.new_state()).collect();
+    let mut fails = Vec::new();
+    let outs = {
+        let mut steps: Vec<SeqStep> = states.iter_mut().zip(prompts).map(|(st, p)| SeqStep::new(st, p, LogitsMode::All)).collect();
+        m.forward_batch(&mut steps).unwrap()
+    };
+    let mut last: Vec<u32> = Vec::new();
+    for (i, (got, p)) in outs.iter().zip(prompts).enumerate() {
+        let want: Vec<&str> = recs[i]["logits_fnv1a"].as_array().unwrap().iter().map(|h| h.as_str().unwrap()).collect();
+        if let Some(pos) = (0..p.len()).find(|&t| row_hash(&got[t * n..(t + 1) * n]) != want[t]) {
+            fails.push(format!("{name} {setting} p{i} batched{}: logits differ from position {pos}", if m.streams_experts() { ", streamed" } else { "" }));
+        }
+        last.push(argmax(&got[(p.len() - 1) * n..]));
+    }
+    let want: Vec<Vec<u32>> = recs.iter().map(|r| ids(&r["greedy"])).collect();
+    let mut got: Vec<Vec<u32>> = last.iter().map(|&t| vec![t]).collect();
+    for _ in 1..want.iter().map(Vec::len).max().unwrap_or(0) {
+        let toks: Vec<[u32; 1]> = got.iter().map(|g| [*g.last().unwrap()]).collect();
+        let outs = {
+            let mut steps: Vec<SeqStep> = states.iter_mut().zip(&toks).map(|(st, t)| SeqStep::new(st, t, LogitsMode::Last)).collect();
+            m.forward_batch(&mut steps).unwrap()
+        };
+        for (g, o) in got.iter_mut().zip(&outs) {
+            g.push(argmax(o));
+        }
+    }
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        if g != w {
+            fails.push(format!("{name} {setting} p{i} batched decode: greedy {g:?} vs llama.cpp's {w:?}"));
+        }
+    }
     fails
 }
 
