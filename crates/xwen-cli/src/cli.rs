@@ -406,7 +406,14 @@ pub struct ReplayArgs {
 #[command(after_help = "\
 Examples:
   xwen logits -m model.gguf --ids 1,2,3 --out logits.npy
-  xwen logits -m moe.gguf --ids 1,2,3 --out logits.npy --dump-routes routes.jsonl")]
+  xwen logits -m moe.gguf --ids 1,2,3 --out logits.npy --dump-routes routes.jsonl
+  xwen logits -m model.gguf --ids 1,2,3 --out logits.npy --dump-tensors xwen-dump
+
+--dump-tensors writes each layer's named intermediates in llama.cpp's names (attn_norm-N, the
+mixer's attn_output-N / linear_attn_out-N / kda_out-N / mla_out-N, attn_residual-N,
+attn_post_norm-N, ffn_out-N, l_out-N, result_norm) as raw float32 DIR/NAME.bin with
+DIR/index.txt (`NAME ne0 ne1 1 1`), the layout of tools/oracle/llama_dump.cpp's dumps;
+tools/oracle/compare_dumps.py names the first one that differs.")]
 pub struct LogitsArgs {
     /// GGUF path, a directory holding one GGUF, a checkpoint name or owner/repo[:QUANT]; none: the embedded demo model
     #[arg(short = 'm', long = "model", value_name = "MODEL")]
@@ -420,6 +427,12 @@ pub struct LogitsArgs {
     /// Also write every MoE routing decision, one JSON line per position and layer
     #[arg(long = "dump-routes", value_name = "FILE.jsonl")]
     pub dump_routes: Option<std::path::PathBuf>,
+    /// Also write the named intermediate tensors of the forward into this directory
+    #[arg(long = "dump-tensors", value_name = "DIR")]
+    pub dump_tensors: Option<std::path::PathBuf>,
+    /// Only the tensors whose name contains one of these (comma-separated; default: all)
+    #[arg(long = "dump-filter", value_name = "NAMES", requires = "dump_tensors")]
+    pub dump_filter: Option<String>,
     #[command(flatten)]
     pub engine: EngineOpts,
 }

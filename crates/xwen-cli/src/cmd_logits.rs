@@ -11,6 +11,7 @@ use xwen_engine::LogitsMode;
 pub fn run(a: LogitsArgs) -> Result<()> {
     let mut cfg = a.engine.engine_config()?;
     cfg.record_routes = a.dump_routes.is_some();
+    cfg.record_taps = a.dump_tensors.is_some();
     let (model, ids, out, routes_out) = (a.model.clone(), a.ids.clone(), a.out.clone(), a.dump_routes.clone());
     let ids = model_arg::parse_ids(&ids)?;
     if ids.is_empty() {
@@ -29,5 +30,26 @@ pub fn run(a: LogitsArgs) -> Result<()> {
         }
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     }
+    if let Some(dir) = &a.dump_tensors {
+        let filters: Vec<&str> = a.dump_filter.as_deref().map(|f| f.split(',').filter(|s| !s.is_empty()).collect()).unwrap_or_default();
+        write_taps(dir, &loaded.model.take_taps(), &filters).with_context(|| format!("writing {}", dir.display()))?;
+    }
+    Ok(())
+}
+
+/// DIR/NAME.bin (raw little-endian float32) per tap and DIR/index.txt in computation order, as
+/// tools/oracle/llama_dump.cpp writes llama.cpp's; a name recorded twice keeps its last value.
+fn write_taps(dir: &std::path::Path, taps: &[xwen_engine::compute::Tap], filters: &[&str]) -> Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let mut index = String::new();
+    let mut seen = std::collections::HashSet::new();
+    for t in taps.iter().filter(|t| filters.is_empty() || filters.iter().any(|f| t.name.contains(f))) {
+        let bytes: Vec<u8> = t.data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        std::fs::write(dir.join(format!("{}.bin", t.name)), bytes)?;
+        if seen.insert(t.name.clone()) {
+            index += &format!("{} {} {} 1 1\n", t.name, t.width, t.data.len() / t.width.max(1));
+        }
+    }
+    std::fs::write(dir.join("index.txt"), index)?;
     Ok(())
 }

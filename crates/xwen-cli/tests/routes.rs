@@ -45,3 +45,51 @@ fn route_dumps_and_route_diff() {
     assert!(out.contains("pos 3, layer 1") && out.contains("margins"), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `xwen logits --dump-tensors` writes every layer's taps in llama.cpp's names and layout (the
+/// index in computation order, each file rows × width float32), the last layer's output is the
+/// final norm's input, and compare_dumps.py finds two dumps equal and names the first tensor a
+/// changed one differs in.
+#[test]
+fn tensor_dumps_and_compare_dumps() {
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/parity/cond/qwen3_5/model-q8_0.gguf");
+    let dir = std::env::temp_dir().join(format!("xwen-dumps-{}", std::process::id()));
+    let (a, b, npy) = (dir.join("a"), dir.join("b"), dir.join("l.npy"));
+    std::fs::create_dir_all(&dir).unwrap();
+    for out in [&a, &b] {
+        let st = Command::new(env!("CARGO_BIN_EXE_xwen"))
+            .args(["logits", "-m", model, "--ids", "1,2,3,4,5", "-t", "1", "--out"])
+            .arg(&npy)
+            .arg("--dump-tensors")
+            .arg(out)
+            .output()
+            .unwrap();
+        assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    }
+    let index = std::fs::read_to_string(a.join("index.txt")).unwrap();
+    let names: Vec<&str> = index.lines().map(|l| l.split(' ').next().unwrap()).collect();
+    let hidden: usize = index.lines().next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    assert_eq!(&names[..3], ["attn_norm-0", "linear_attn_out-0", "attn_residual-0"], "{index}");
+    assert!(names.contains(&"attn_output-3") && names.contains(&"l_out-3") && names.last() == Some(&"result_norm"), "{index}");
+    for line in index.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let (ne0, ne1): (usize, usize) = (f[1].parse().unwrap(), f[2].parse().unwrap());
+        assert_eq!(std::fs::metadata(a.join(format!("{}.bin", f[0]))).unwrap().len() as usize, 4 * ne0 * ne1, "{line}");
+        assert_eq!((ne0, ne1), (hidden, 5), "{line}");
+    }
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tools/oracle/compare_dumps.py");
+    let same = Command::new("python3").arg(script).arg(&a).arg(&b).output().unwrap();
+    let out = String::from_utf8_lossy(&same.stdout);
+    assert_eq!(same.status.code(), Some(0), "{out}");
+    assert!(out.contains(&format!("{} tensors compared, all identical", names.len())), "{out}");
+    // flip one value of layer 2's FFN output: the first tensor named is that one
+    let f = b.join("ffn_out-2.bin");
+    let mut bytes = std::fs::read(&f).unwrap();
+    bytes[4 * (hidden + 7)] ^= 1;
+    std::fs::write(&f, bytes).unwrap();
+    let diff = Command::new("python3").arg(script).arg(&a).arg(&b).output().unwrap();
+    let out = String::from_utf8_lossy(&diff.stdout);
+    assert_eq!(diff.status.code(), Some(1), "{out}");
+    assert!(out.trim_end().lines().last().unwrap().starts_with("ffn_out-2: DIFFERS from row 1"), "{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

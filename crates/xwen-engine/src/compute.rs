@@ -19,6 +19,18 @@ pub struct Ctx<'a> {
     pub routes: Option<&'a std::sync::Mutex<Vec<RouteRecord>>>,
     /// Flash attention or the plain path (`EngineConfig::flash_attn`).
     pub attn: AttnMode,
+    /// Where the layers record named intermediate tensors (`EngineConfig::record_taps`).
+    pub taps: Option<&'a std::sync::Mutex<Vec<Tap>>>,
+}
+
+/// One named intermediate tensor of a forward, in llama.cpp's `cb(cur, name, il)` names
+/// (`attn_norm-3`, `l_out-3`, `result_norm`): `rows` × `width`, row-major — ggml's ne0 = width,
+/// ne1 = rows — to compare with `tools/oracle/llama_dump.cpp`'s dumps.
+#[derive(Clone, Debug)]
+pub struct Tap {
+    pub name: String,
+    pub width: usize,
+    pub data: Vec<f32>,
 }
 
 /// How attention runs: llama.cpp's flash-attention path or its plain one, and the cache types.
@@ -63,6 +75,18 @@ impl<'a> Ctx<'a> {
     /// Whether MoE layers record their routing decisions in this forward.
     pub fn records_routes(&self) -> bool {
         self.routes.is_some()
+    }
+
+    /// Records `data` (rows of `width`) as `name` (with `-{il}` when a layer is given) when the
+    /// forward records taps; nothing otherwise (no copy).
+    pub fn tap(&self, name: &str, il: Option<usize>, data: &[f32], width: usize) {
+        if let Some(sink) = self.taps {
+            let name = match il {
+                Some(il) => format!("{name}-{il}"),
+                None => name.to_string(),
+            };
+            sink.lock().unwrap_or_else(|p| p.into_inner()).push(Tap { name, width, data: data.to_vec() });
+        }
     }
 
     /// Appends routing decisions to the forward's record (nothing when it records none).

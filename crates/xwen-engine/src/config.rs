@@ -92,6 +92,9 @@ pub struct EngineConfig {
     pub n_seq: usize,
     /// Record every MoE routing decision (`Model::take_routes`), to compare two runs' routes.
     pub record_routes: bool,
+    /// Record named intermediate tensors (`Model::take_taps`, `xwen logits --dump-tensors`), in
+    /// llama.cpp's names, to bisect a difference against tools/oracle/llama_dump.cpp.
+    pub record_taps: bool,
     /// Cap the kernel set (`xwen_kernels::dispatch::set_max_isa`): `Some(Avx2)` on an AVX-512
     /// CPU reproduces an AVX2 llama.cpp build's float orders. Process-wide, like the
     /// reference-kernel switch.
@@ -105,7 +108,7 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false, ram_budget: None, n_seq: 1, record_routes: false, max_isa: None, kv_types: (KvType::F16, KvType::F16), flash_attn: FlashAttn::Auto }
+        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false, ram_budget: None, n_seq: 1, record_routes: false, record_taps: false, max_isa: None, kv_types: (KvType::F16, KvType::F16), flash_attn: FlashAttn::Auto }
     }
 }
 

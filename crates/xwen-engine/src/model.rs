@@ -77,6 +77,8 @@ pub struct Model {
     plan: Option<MemoryPlan>,
     /// Routing decisions recorded since the last `take_routes` (`EngineConfig::record_routes`).
     routes: Mutex<Vec<Route>>,
+    /// Named intermediate tensors recorded since the last `take_taps` (`EngineConfig::record_taps`).
+    taps: Mutex<Vec<crate::compute::Tap>>,
     /// The MTP draft head: the model file's own nextn block, or a sidecar GGUF's
     /// (`attach_mtp`), which replaces it.
     mtp: Option<models::mtp::MtpHead>,
@@ -176,7 +178,7 @@ impl Model {
             Some("qwen35" | "qwen35moe") => models::mtp::MtpHead::load(&file, &models::qwen35::config(&file)?)?,
             _ => None,
         };
-        Ok(Model { file, net, store, read_in_stop, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan, routes: Mutex::new(Vec::new()), mtp })
+        Ok(Model { file, net, store, read_in_stop, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan, routes: Mutex::new(Vec::new()), taps: Mutex::new(Vec::new()), mtp })
     }
 
     /// The RAM plan in force, if a budget was given.
@@ -411,6 +413,7 @@ impl Model {
             chunked_scan: self.cfg.chunked_prefill,
             routes: self.cfg.record_routes.then_some(&sink),
             attn: crate::compute::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.pool.n_threads(), n_ctx: self.cfg.max_ctx },
+            taps: self.cfg.record_taps.then_some(&self.taps),
         };
         // each sequence's first batch row, row count and position before the step, to place
         // the recorded rows (only when recording)
@@ -499,6 +502,7 @@ impl Model {
             chunked_scan: self.cfg.chunked_prefill,
             routes: None,
             attn: crate::compute::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.pool.n_threads(), n_ctx: self.cfg.max_ctx },
+            taps: None,
         };
         head.forward(&ctx, state, tokens, h_in, logits)
     }
@@ -509,6 +513,12 @@ impl Model {
             return Err(EngineError::ContextFull { need, max: self.cfg.max_ctx });
         }
         Ok(())
+    }
+
+    /// The named intermediate tensors recorded since the last call (`EngineConfig::record_taps`),
+    /// in the order the forward computed them.
+    pub fn take_taps(&self) -> Vec<crate::compute::Tap> {
+        std::mem::take(&mut *self.taps.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// The routing decisions recorded since the last call (`EngineConfig::record_routes`), in

@@ -100,9 +100,9 @@ pub fn cache_len(kv: &KvCache, d: &MlaDims) -> usize {
 /// row (or a decode-order span's rows) one at a time in the one-token kernels — all heads' and
 /// all decode rows' products in one parallel job (`Ctx::mv_batch`), not one dispatch each.
 ///
-/// llama.cpp repacks a Q4_K matrix (row count a multiple of 8) only when it is 2-D
-/// (ggml-cpu repack.cpp `supports_op`); these stacks are 3-D, so their products take the plain
-/// Q4_K kernels. xwen's dispatch decides repacking by row count, so a head's matrix is run in
+/// llama.cpp repacks a Q4_K, Q4_0 or IQ4_NL matrix (row count a multiple of 8) only when it
+/// is 2-D (ggml-cpu repack.cpp `supports_op`); these stacks are 3-D, so their products take the
+/// plain kernels (found with `xwen logits --dump-tensors` against llama_dump: Qcur of Q4_0). xwen's dispatch decides repacking by row count, so a head's matrix is run in
 /// pieces of 7 rows, which it never repacks — every output element is one row's dot product,
 /// the same bits whatever the pieces.
 ///
@@ -117,7 +117,10 @@ fn heads_mm(ctx: &Ctx, w: &Mat, xs: &[f32], rows: &Rows, ys: &mut [f32], src_con
     let (wr, wc) = (w.rows, w.cols);
     let q0 = w.q_sub(ctx.file, 0);
     let rb = q0.row_bytes();
-    let pieces: Vec<(usize, usize)> = if q0.ty == xwen_gguf::GgmlType::Q4_K && wr.is_multiple_of(8) {
+    // ggml-cpu repacks only 2-D matrices (repack.cpp supports_op), so these 3-D ones keep the
+    // plain kernels of every type xwen would otherwise repack by row count
+    let repackable = matches!(q0.ty, xwen_gguf::GgmlType::Q4_K | xwen_gguf::GgmlType::Q4_0 | xwen_gguf::GgmlType::IQ4_NL);
+    let pieces: Vec<(usize, usize)> = if repackable && wr.is_multiple_of(8) {
         (0..wr).step_by(PLAIN_PIECE).map(|r0| (r0, (r0 + PLAIN_PIECE).min(wr))).collect()
     } else {
         vec![(0, wr)]
@@ -174,7 +177,7 @@ fn heads_mm(ctx: &Ctx, w: &Mat, xs: &[f32], rows: &Rows, ys: &mut [f32], src_con
 
 /// Mixer output for the batch `rows` of normalized input x (rows.n × hidden); `kvs[i]` is span
 /// i's sequence's cache, which its K and V rows are appended to.
-pub fn forward(ctx: &Ctx, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: &Rows, kvs: &mut [&mut KvCache]) -> Vec<f32> {
+pub fn forward(ctx: &Ctx, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: &Rows, kvs: &mut [&mut KvCache], il: usize) -> Vec<f32> {
     assert_eq!(kvs.len(), rows.spans.len(), "one KV cache per span");
     let n = rows.n;
     let (nh, r, e, nope, dv) = (d.n_head, d.kv_lora, d.rope, d.nope, d.v_head);
@@ -218,6 +221,9 @@ pub fn forward(ctx: &Ctx, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: &Rows, k
         }
     }
     drop(sp);
+    // llama.cpp's names (kimi-linear.cpp): the absorbed queries and the latent keys
+    ctx.tap("Qcur", Some(il), &qa, kw);
+    ctx.tap("Kcur", Some(il), &kv, kw);
     let sp = ctx.span(Op::AttnCore);
     for (s, cache) in rows.spans.iter().zip(kvs.iter_mut()) {
         debug_assert_eq!(cache_len(cache, d), s.pos0, "a sequence's KV holds its positions");
@@ -297,6 +303,7 @@ pub fn forward(ctx: &Ctx, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: &Rows, k
     // without flash attention the attention output is a product's (contiguous) result; flash
     // attention's [r, H, n] output permuted to [r, n, H] is contiguous only for one head
     heads_mm(ctx, &w.v_b, &att, rows, &mut o, !ctx.attn.flash || nh == 1);
+    ctx.tap("kqv_out", Some(il), &o, nh * dv);
     if let Some(g) = gate {
         // K3: o ⊙ sigmoid(W_g x) (ggml_sigmoid, then ggml_mul)
         for (ov, gv) in o.iter_mut().zip(g) {

@@ -342,6 +342,7 @@ pub(super) fn head(ctx: &Ctx, x: &[f32], rows: &crate::batch::Rows, spans: &[Spa
         for (i, &t) in wanted.iter().enumerate() {
             ops::rms_norm(&x[t * h..(t + 1) * h], norm, cfg.eps, &mut hn[i * h..(i + 1) * h]);
         }
+        ctx.tap("result_norm", None, &hn, h);
         ctx.mm_rows1(output, &hn, &super::head_rows(spans))
     };
     let v = cfg.n_vocab;
@@ -467,6 +468,7 @@ pub fn layer_forward(
     }
     rms_norm_rows(mixed.as_deref().unwrap_or(x), &layer.attn_norm, eps, h, xn);
     drop(sp);
+    ctx.tap("attn_norm", Some(il), xn, h);
     let mix = match &layer.mixer {
         Mixer::Attn(w) => {
             let mut kvs = layer_states(states, il, |l| match l {
@@ -488,19 +490,30 @@ pub fn layer_forward(
                 _ => None,
             })?;
             let d = cfg.mla.as_ref().ok_or_else(|| EngineError::State("an MLA layer without MLA dims".into()))?;
-            mla::forward(ctx, w, d, xn, rows, &mut kvs)
+            mla::forward(ctx, w, d, xn, rows, &mut kvs, il)
         }
     };
+    // llama.cpp's names for the mixer's output: qwen35's attention / linear attention,
+    // kimi-linear's KDA / MLA
+    let mix_name = match (&layer.mixer, cfg.delta.variant) {
+        (Mixer::Attn(_), _) => "attn_output",
+        (Mixer::Delta(_), deltanet::DeltaVariant::Gdn) => "linear_attn_out",
+        (Mixer::Delta(_), deltanet::DeltaVariant::Kda) => "kda_out",
+        (Mixer::Mla(_), _) => "mla_out",
+    };
+    ctx.tap(mix_name, Some(il), &mix, h);
     if banks {
         *x = mix;
     } else {
         add_inplace(x, &mix);
     }
+    ctx.tap("attn_residual", Some(il), x, h);
     // x = h + ffn(rms_norm(h)·post_attention_norm)
     let sp = ctx.span(Op::Norms);
     let mixed = res.map(|(_, lr)| bank.mix(x, &lr.ffn, eps, h));
     rms_norm_rows(mixed.as_deref().unwrap_or(x), &layer.post_attn_norm, eps, h, xn);
     drop(sp);
+    ctx.tap("attn_post_norm", Some(il), xn, h);
     let f = match &layer.ffn {
         Ffn::Dense(w) => {
             let _sp = ctx.span(Op::FfnDense);
@@ -508,7 +521,9 @@ pub fn layer_forward(
         }
         Ffn::Moe(w) => moe::forward_rows(ctx, w, cfg.moe.as_ref().expect("moe dims"), store, at.store_layer, xn, rows, h)?,
     };
+    ctx.tap("ffn_out", Some(il), &f, h);
     add_inplace(x, &f);
+    ctx.tap("l_out", Some(il), x, h);
     Ok(())
 }
 
