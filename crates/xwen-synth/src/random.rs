@@ -98,8 +98,11 @@ pub fn random_geometry(family: Family, seed: u64) -> Geometry {
         ..base
     };
     if family == Family::KimiLinear {
-        // KDA: n_head heads of ssm_state; MLA: absorbed, one latent KV head, rope on its own part
-        let n_head = d.range(1, 4);
+        // KDA: n_head heads of ssm_state; MLA: absorbed, one latent KV head, rope on its own part.
+        // At least two heads: with one, W_k_b is 2-D to ggml, gets repacked, and the repack's
+        // 4-row activation quantizer reads the strided q_nope rows as if contiguous (llama.cpp
+        // b11434 repack.cpp forward_mul_mat) — a reference bug no checkpoint reaches (Kimi has 32)
+        let n_head = d.range(2, 4);
         let rope = d.pick(&[16, 32, 64]);
         let kv_lora = d.pick(&[64, 128, 256]);
         let n_ff_exp = d.width(32, 256, 0.0);

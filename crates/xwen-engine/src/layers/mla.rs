@@ -117,9 +117,10 @@ fn heads_mm(ctx: &Ctx, w: &Mat, xs: &[f32], rows: &Rows, ys: &mut [f32], src_con
     let (wr, wc) = (w.rows, w.cols);
     let q0 = w.q_sub(ctx.file, 0);
     let rb = q0.row_bytes();
-    // ggml-cpu repacks only 2-D matrices (repack.cpp supports_op), so these 3-D ones keep the
-    // plain kernels of every type xwen would otherwise repack by row count
-    let repackable = matches!(q0.ty, xwen_gguf::GgmlType::Q4_K | xwen_gguf::GgmlType::Q4_0 | xwen_gguf::GgmlType::IQ4_NL);
+    // ggml-cpu repacks only 2-D matrices (repack.cpp supports_op: ggml_n_dims, which does not
+    // count a trailing 1), so these 3-D ones keep the plain kernels of every type xwen would
+    // otherwise repack by row count — unless there is one head
+    let repackable = nh > 1 && matches!(q0.ty, xwen_gguf::GgmlType::Q4_K | xwen_gguf::GgmlType::Q4_0 | xwen_gguf::GgmlType::IQ4_NL);
     let pieces: Vec<(usize, usize)> = if repackable && wr.is_multiple_of(8) {
         (0..wr).step_by(PLAIN_PIECE).map(|r0| (r0, (r0 + PLAIN_PIECE).min(wr))).collect()
     } else {

@@ -313,8 +313,10 @@ pub fn dot_iq4_nl_vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_iq4_nl_ggml(n: usize, w: &[u8], a: &[u8]) -> f32 {
     // ggml_vec_dot_iq4_nl_q8_0 (AVX2): blocks in pairs, even ones into accum1, odd ones into
-    // accum2, hsum of their sum; an odd last block in scalar, `sumf += d * sumi`, which GCC
-    // contracts to one fused multiply-add (measured)
+    // accum2, hsum of their sum; an odd last block in scalar, `sumf += d * sumi`, product
+    // rounded first: GCC 13 (the device machine's build, which made the committed fixtures and
+    // the random-geometry records) keeps it apart; GCC 12 contracts it into one FMA, so two
+    // builds of one llama.cpp source differ here by an ulp (docs/parity.md)
     let nb = n / 32;
     let mut acc = [_mm256_setzero_ps(); 2];
     let block = |i: usize| {
@@ -333,7 +335,7 @@ unsafe fn dot_iq4_nl_ggml(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut s = hsum_ps(_mm256_add_ps(acc[0], acc[1]));
     if i < nb {
         let (d, p) = block(i);
-        s = d.mul_add(hsum_i32(p) as f32, s);
+        s += d * hsum_i32(p) as f32;
     }
     s
 }
