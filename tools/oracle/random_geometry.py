@@ -29,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 
+from compare_refs import read_npy  # noqa: E402  (tools/oracle/, beside this script)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_MANIFEST = os.path.join(REPO, "tests", "fixtures", "parity", "random", "manifest.json")
@@ -40,16 +42,6 @@ def fnv1a(data: bytes) -> str:
     for b in data:
         h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return f"{h:016x}"
-
-
-def read_npy(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    assert data[:6] == b"\x93NUMPY", path
-    hlen = struct.unpack("<H", data[8:10])[0]
-    header = data[10:10 + hlen].decode()
-    shape = tuple(int(x) for x in header.split("(")[1].split(")")[0].split(",") if x.strip())
-    return shape, data[10 + hlen:]
 
 
 def seeds_of(spec: str):

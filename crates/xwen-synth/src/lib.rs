@@ -878,7 +878,9 @@ impl Pools {
     }
 }
 
-fn fnv1a(bytes: &[u8]) -> u64 {
+/// 64-bit FNV-1a: seeds each tensor's draws by name, and hashes files and logits rows in the
+/// random-geometry records (tools/oracle/random_geometry.py computes the same).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
 }
 

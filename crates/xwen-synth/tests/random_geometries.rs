@@ -9,14 +9,10 @@
 
 use std::path::PathBuf;
 use xwen_engine::{EngineConfig, FlashAttn, KvType, LogitsMode, Model, SeqStep};
-use xwen_synth::{random_geometry, write_geometry, Family, Mix};
+use xwen_synth::{fnv1a, random_geometry, write_geometry, Family, Mix};
 
 fn manifest() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity/random/manifest.json")
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
 }
 
 fn row_hash(row: &[f32]) -> String {
