@@ -10,7 +10,7 @@ of a freshly drawn geometry (docs/cli.md `xwen synth`), four prompts of random t
 5-12, 30-48 and 70-140 tokens; `--short` drops the last) are drawn from the seed, llama.cpp (tools/oracle/llama_logits, 2 threads) records all-position
 logits and N greedy tokens under each setting (KV type and flash attention: f32-off is the
 oracle's plain path, f16-on llama.cpp's defaults, q8_0-on its rotated quantized cache), and xwen
-is run with the same settings, the AVX2 kernels and 2 threads. Prints one line per case: logits
+is run with the same settings, the AVX2 kernels (`--isa native`: uncapped) and 2 threads. Prints one line per case: logits
 bit-identical or the first differing position and the largest difference, greedy same or not.
 Exit status 1 if anything differs.
 
@@ -87,6 +87,8 @@ def main():
     ap.add_argument("--record", nargs="?", const=DEFAULT_MANIFEST)
     ap.add_argument("--keep", help="keep the synthesized files and records here")
     ap.add_argument("--short", action="store_true", help="three prompts only (no 70-140-token one)")
+    ap.add_argument("--isa", default="avx2", help="xwen's --isa (avx2: reproduce an AVX2 llama.cpp build, as "
+                    "the records; native: no cap, against a llama.cpp built for this CPU)")
     args = ap.parse_args()
 
     manifest = []
@@ -120,7 +122,7 @@ def main():
                     prefix = os.path.join(work, f"{name}.{setting}")
                     ref = subprocess.run([args.llama_logits, gguf, pfile, prefix, "--threads", "2", "--kv", kv, "--fa", fa,
                                           "--n-gen", str(args.n_gen)], capture_output=True, text=True)
-                    flags = ["-ctk", kv, "-ctv", kv, "-fa", fa, "--isa", "avx2", "-t", "2"]
+                    flags = ["-ctk", kv, "-ctv", kv, "-fa", fa, "-t", "2"] + ([] if args.isa == "native" else ["--isa", args.isa])
                     if ref.returncode != 0:
                         # a setting llama.cpp refuses (a q8_0 cache on heads not a multiple of
                         # 32) must be refused by xwen too, with an error, not computed
