@@ -71,13 +71,10 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// llama.cpp computes when it hands a contiguous f32 batch to tinyBLAS; else `dot`.
 pub fn dot_tinyblas(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
-    let n = a.len();
-    if n.is_multiple_of(8) {
-        if let Some(f) = crate::dispatch::dot_fn(crate::GgmlType::F32) {
-            // SAFETY: f32 slices viewed as their 4n bytes
-            let bytes = |x: &[f32]| unsafe { std::slice::from_raw_parts(x.as_ptr() as *const u8, 4 * n) };
-            return f(n, bytes(a), bytes(b));
-        }
+    #[cfg(target_arch = "x86_64")]
+    if a.len().is_multiple_of(8) && matches!(level(), AVX2 | AVX512) {
+        // SAFETY: AVX2/FMA were detected at run time (AVX512 implies them here).
+        return unsafe { x86::dot256_tinyblas(a, b) };
     }
     dot(a, b)
 }
@@ -360,6 +357,20 @@ pub(crate) mod x86 {
         let t0 = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
         let t1 = _mm_hadd_ps(t0, t0);
         _mm_cvtss_f32(_mm_hadd_ps(t1, t1))
+    }
+
+    /// tinyBLAS<8>'s per-output order: one 8-lane FMA chain, then its hsum (the 128-bit halves,
+    /// then movehl and movehdup). The same bits as `simd::avx2`'s F32 matrix kernel.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot256_tinyblas(a: &[f32], b: &[f32]) -> f32 {
+        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let mut acc = _mm256_setzero_ps();
+        for i in (0..a.len()).step_by(8) {
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc);
+        }
+        let r = _mm_add_ps(_mm256_extractf128_ps(acc, 1), _mm256_castps256_ps128(acc));
+        let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+        _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
     }
 
     #[target_feature(enable = "avx2,fma")]

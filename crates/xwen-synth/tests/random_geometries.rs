@@ -34,6 +34,24 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
     v.as_array().expect("an id array").iter().map(|x| x.as_u64().expect("an id") as u32).collect()
 }
 
+/// The engine settings of a record's setting (`f16-on`: KV type, flash attention), with the
+/// kernels capped to AVX2 on an AVX-512 machine: the records come from llama.cpp's AVX2 build.
+fn config(setting: &str) -> EngineConfig {
+    let (kv, fa) = setting.split_once('-').expect("KV-FA");
+    let kv: KvType = kv.parse().unwrap();
+    let mut cfg = EngineConfig {
+        threads: 2,
+        max_ctx: 512,
+        kv_types: (kv, kv),
+        flash_attn: if fa == "on" { FlashAttn::On } else { FlashAttn::Off },
+        ..EngineConfig::default()
+    };
+    if xwen_kernels::dispatch::detected() == xwen_kernels::dispatch::Isa::Avx512 {
+        cfg.max_isa = Some(xwen_kernels::dispatch::Isa::Avx2);
+    }
+    cfg
+}
+
 /// Checks one recorded case; returns its failures.
 fn check(case: &serde_json::Value, dir: &std::path::Path) -> Vec<String> {
     let family: Family = case["family"].as_str().unwrap().parse().unwrap();
@@ -56,20 +74,7 @@ fn check(case: &serde_json::Value, dir: &std::path::Path) -> Vec<String> {
     let prompts: Vec<Vec<u32>> = case["prompts"].as_array().unwrap().iter().map(ids).collect();
     let mut fails = Vec::new();
     for (setting, recs) in case["settings"].as_object().unwrap() {
-        let (kv, fa) = setting.split_once('-').unwrap();
-        let kv: KvType = kv.parse().unwrap();
-        let mut cfg = EngineConfig {
-            threads: 2,
-            max_ctx: 512,
-            kv_types: (kv, kv),
-            flash_attn: if fa == "on" { FlashAttn::On } else { FlashAttn::Off },
-            ..EngineConfig::default()
-        };
-        // the records come from llama.cpp's AVX2 build
-        if xwen_kernels::dispatch::detected() == xwen_kernels::dispatch::Isa::Avx512 {
-            cfg.max_isa = Some(xwen_kernels::dispatch::Isa::Avx2);
-        }
-        let m = Model::load(&path, &cfg).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let m = Model::load(&path, &config(setting)).unwrap_or_else(|e| panic!("{name}: {e}"));
         let n = m.n_vocab();
         for (i, (p, rec)) in prompts.iter().zip(recs.as_array().unwrap()).enumerate() {
             let want: Vec<&str> = rec["logits_fnv1a"].as_array().unwrap().iter().map(|h| h.as_str().unwrap()).collect();
@@ -103,18 +108,7 @@ fn check(case: &serde_json::Value, dir: &std::path::Path) -> Vec<String> {
 /// a cache smaller than the model's experts.
 fn check_batched(case: &serde_json::Value, name: &str, path: &std::path::Path, prompts: &[Vec<u32>]) -> Vec<String> {
     let (setting, recs) = case["settings"].as_object().unwrap().iter().next().unwrap();
-    let (kv, fa) = setting.split_once('-').unwrap();
-    let kv: KvType = kv.parse().unwrap();
-    let mut cfg = EngineConfig {
-        threads: 2,
-        max_ctx: 512,
-        kv_types: (kv, kv),
-        flash_attn: if fa == "on" { FlashAttn::On } else { FlashAttn::Off },
-        ..EngineConfig::default()
-    };
-    if xwen_kernels::dispatch::detected() == xwen_kernels::dispatch::Isa::Avx512 {
-        cfg.max_isa = Some(xwen_kernels::dispatch::Isa::Avx2);
-    }
+    let mut cfg = config(setting);
     if case["family"].as_str() != Some("qwen35") {
         // the floor plus a few experts: most routed experts are read from the file; the plan
         // holds every prompt's state at once
