@@ -284,7 +284,7 @@ pub const CHUNKED_MIN_TOKENS: usize = 8;
 
 /// Mixer output for the batch `rows` of normalized input `x` (rows.n × hidden) → rows.n ×
 /// hidden; `states[i]` is span i's sequence's state, advanced over the span.
-pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &Rows, states: &mut [&mut DeltaState]) -> Vec<f32> {
+pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &Rows, states: &mut [&mut DeltaState], il: usize) -> Vec<f32> {
     assert_eq!(states.len(), rows.spans.len(), "one recurrent state per span");
     let n = rows.n;
     let cd = d.conv_dim();
@@ -293,6 +293,8 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
     let sp = ctx.span(Op::DeltaProj);
     // qkv [n × conv_dim], z [n × value_dim], β and α [n × H_v]
     let Projected { qkv, z, beta: beta_in, alpha: alpha_in } = project(ctx, &w.proj, d, x, rows);
+    // llama.cpp's names (qwen35.cpp build_layer_attn_linear)
+    ctx.tap("linear_attn_qkv_mixed", Some(il), &qkv, cd);
 
     drop(sp);
     let sp = ctx.span(Op::DeltaConv);
@@ -309,6 +311,7 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
         all
     };
 
+    ctx.tap("conv_output_silu", Some(il), &conv_out, cd);
     // Split into per-head q, k (L2-normalized) and v; β = sigmoid, g = a·softplus(α + dt).
     let mut q = vec![0.0f32; n * hk * sd];
     let mut k = vec![0.0f32; n * hk * sd];
@@ -353,6 +356,8 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
         }
     }
 
+    ctx.tap("gate", Some(il), &g, hv * gw);
+    ctx.tap("beta_sigmoid", Some(il), &beta, hv);
     drop(sp);
     let sp = ctx.span(Op::DeltaScan);
     // The delta rule, one task per (sequence, V-head).
@@ -416,6 +421,7 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
         }
     }
 
+    ctx.tap("attn_output", Some(il), &o, sd);
     drop(sp);
     let _sp = ctx.span(Op::DeltaOut);
     // Gated RMSNorm per head: norm(o)·w · silu(z), then the output projection. llama.cpp's
@@ -440,6 +446,7 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
             }
         });
     }
+    ctx.tap("final_output", Some(il), &o, hv * sd);
     ctx.mm_rows1(&w.out, &o, rows)
 }
 

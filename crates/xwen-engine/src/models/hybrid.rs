@@ -482,7 +482,7 @@ pub fn layer_forward(
                 LayerState::Delta(d) => Some(d),
                 _ => None,
             })?;
-            deltanet::forward(ctx, w, &cfg.delta, xn, rows, &mut ds)
+            deltanet::forward(ctx, w, &cfg.delta, xn, rows, &mut ds, il)
         }
         Mixer::Mla(w) => {
             let mut kvs = layer_states(states, il, |l| match l {

@@ -85,9 +85,10 @@ unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
             );
         }
     }
+    // GGML_F32x16_REDUCE: (acc0 + acc2) + (acc1 + acc3), then the 16 lanes
     let mut s = _mm512_reduce_add_ps(_mm512_add_ps(
-        _mm512_add_ps(acc[0], acc[1]),
-        _mm512_add_ps(acc[2], acc[3]),
+        _mm512_add_ps(acc[0], acc[2]),
+        _mm512_add_ps(acc[1], acc[3]),
     ));
     for i in n64..n {
         s += read_f32(&w[4 * i..]) * read_f32(&a[4 * i..]);
