@@ -244,105 +244,80 @@ pub(crate) mod x86 {
         }
     }
 
+    /// x ·= a (ggml_vec_scale_f32, element-wise), then ggml_vec_dot_f32(x, b) (`ggml_dot512`).
     #[target_feature(enable = "avx512f")]
     pub unsafe fn scale_dot512(a: f32, x: &mut [f32], b: &[f32]) -> f32 {
         let n = x.len();
-        let (px, pb) = (x.as_mut_ptr(), b.as_ptr());
+        let px = x.as_mut_ptr();
         let va = _mm512_set1_ps(a);
-        let mut s0 = _mm512_setzero_ps();
         let mut i = 0;
         while i + 16 <= n {
-            let v = _mm512_mul_ps(_mm512_loadu_ps(px.add(i)), va);
-            _mm512_storeu_ps(px.add(i), v);
-            s0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(pb.add(i)), s0);
+            _mm512_storeu_ps(px.add(i), _mm512_mul_ps(_mm512_loadu_ps(px.add(i)), va));
             i += 16;
         }
-        let mut s = _mm512_reduce_add_ps(s0);
         while i < n {
             *px.add(i) *= a;
-            s += *px.add(i) * *pb.add(i);
             i += 1;
         }
-        s
+        ggml_dot512(px, b.as_ptr(), n)
     }
 
+    /// y += a·x as ggml_vec_mad_f32 (fused in whole steps of 64, the tail multiplied then
+    /// added), then ggml_vec_dot_f32(y, q) (`ggml_dot512`).
     #[target_feature(enable = "avx512f")]
     pub unsafe fn axpy_dot512(a: f32, x: &[f32], y: &mut [f32], q: &[f32]) -> f32 {
         let n = x.len();
-        let (px, py, pq) = (x.as_ptr(), y.as_mut_ptr(), q.as_ptr());
-        let va = _mm512_set1_ps(a);
-        let mut s0 = _mm512_setzero_ps();
+        let (px, py) = (x.as_ptr(), y.as_mut_ptr());
+        let (va, np) = (_mm512_set1_ps(a), n & !63);
         let mut i = 0;
-        while i + 16 <= n {
-            let v = _mm512_fmadd_ps(va, _mm512_loadu_ps(px.add(i)), _mm512_loadu_ps(py.add(i)));
-            _mm512_storeu_ps(py.add(i), v);
-            s0 = _mm512_fmadd_ps(v, _mm512_loadu_ps(pq.add(i)), s0);
+        while i < np {
+            _mm512_storeu_ps(py.add(i), _mm512_fmadd_ps(_mm512_loadu_ps(px.add(i)), va, _mm512_loadu_ps(py.add(i))));
             i += 16;
         }
-        let mut s = _mm512_reduce_add_ps(s0);
         while i < n {
-            *py.add(i) += a * *px.add(i);
-            s += *py.add(i) * *pq.add(i);
+            *py.add(i) += *px.add(i) * a;
             i += 1;
         }
-        s
+        ggml_dot512(py, q.as_ptr(), n)
     }
 
-    /// `delta_rule_step` at the AVX-512 level for k.len() % 16 == 0: two rows at a time, each
-    /// in scale_dot512 / axpy_dot512's exact order (one 16-lane accumulator, the same reduce),
-    /// each row finished in one visit instead of the two sweeps those make (the 35B's decode
-    /// spent 13 ms a token in them on a Zen 4, against ~5 ms of state traffic).
+    /// `delta_rule_step` at the AVX-512 level, in the order of llama.cpp's AVX-512 build
+    /// (ggml-cpu ops.cpp gated_delta_net): per row kv = ggml_vec_dot_f32(row·decay, k),
+    /// δ = (v − kv)·β, then ggml_vec_mad_f32(row, k, δ) and out = ggml_vec_dot_f32(row, q)·scale
+    /// — `scale_dot512` then `axpy_dot512`, each row finished before the next (the decay is
+    /// element-wise, so scaling the whole state first, as ggml does, gives the same values).
+    /// Found with the DeltaNet taps against a native AVX-512 llama.cpp build (docs/parity.md
+    /// "Random geometries").
     #[target_feature(enable = "avx512f")]
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn delta_rule_step512(s: &mut [f32], k: &[f32], q: &[f32], v: &[f32], decay: f32, beta: f32, scale: f32, out: &mut [f32]) {
         let sd = k.len();
-        let rows = v.len();
-        let p = s.as_mut_ptr();
-        let mut j = 0;
-        while j + 2 <= rows {
-            delta_rows512::<2>(p.add(j * sd), sd, k, q, &v[j..j + 2], decay, beta, scale, &mut out[j..j + 2]);
-            j += 2;
-        }
-        if j < rows {
-            delta_rows512::<1>(p.add(j * sd), sd, k, q, &v[j..j + 1], decay, beta, scale, &mut out[j..j + 1]);
+        for ((row, &vj), oj) in s.chunks_exact_mut(sd).zip(v).zip(out.iter_mut()) {
+            let delta = (vj - scale_dot512(decay, row, k)) * beta;
+            *oj = axpy_dot512(delta, k, row, q) * scale;
         }
     }
 
-    #[inline(always)]
-    #[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // R rows' chains side by side
-    unsafe fn delta_rows512<const R: usize>(r: *mut f32, sd: usize, k: &[f32], q: &[f32], v: &[f32], decay: f32, beta: f32, scale: f32, out: &mut [f32]) {
-        let (pk, pq) = (k.as_ptr(), q.as_ptr());
-        let vdecay = _mm512_set1_ps(decay);
-        // row ·= decay, kv = row · k (scale_dot512's order)
-        let mut acc = [_mm512_setzero_ps(); R];
+    /// ggml_vec_dot_f32 in llama.cpp's AVX-512 build (GGML_F32_STEP 64: four 16-lane FMA
+    /// accumulators, GGML_F32x16_REDUCE: acc0+acc2, acc1+acc3, their sum, the 16 lanes as GCC's
+    /// _mm512_reduce_add_ps), the tail added to the float sum.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn ggml_dot512(a: *const f32, b: *const f32, n: usize) -> f32 {
+        let mut acc = [_mm512_setzero_ps(); 4];
+        let np = n & !63;
         let mut i = 0;
-        while i < sd {
-            let kk = _mm512_loadu_ps(pk.add(i));
-            for n in 0..R {
-                let at = r.add(n * sd + i);
-                let x = _mm512_mul_ps(_mm512_loadu_ps(at), vdecay);
-                _mm512_storeu_ps(at, x);
-                acc[n] = _mm512_fmadd_ps(x, kk, acc[n]);
+        while i < np {
+            for (j, ac) in acc.iter_mut().enumerate() {
+                *ac = _mm512_fmadd_ps(_mm512_loadu_ps(a.add(i + 16 * j)), _mm512_loadu_ps(b.add(i + 16 * j)), *ac);
             }
-            i += 16;
+            i += 64;
         }
-        let vdelta: [__m512; R] = std::array::from_fn(|n| _mm512_set1_ps((v[n] - _mm512_reduce_add_ps(acc[n])) * beta));
-        // row += δ·k, out = row · q (axpy_dot512's order)
-        let mut acc = [_mm512_setzero_ps(); R];
-        let mut i = 0;
-        while i < sd {
-            let (kk, qq) = (_mm512_loadu_ps(pk.add(i)), _mm512_loadu_ps(pq.add(i)));
-            for n in 0..R {
-                let at = r.add(n * sd + i);
-                let y = _mm512_fmadd_ps(vdelta[n], kk, _mm512_loadu_ps(at));
-                _mm512_storeu_ps(at, y);
-                acc[n] = _mm512_fmadd_ps(y, qq, acc[n]);
-            }
-            i += 16;
+        let mut s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3])));
+        while i < n {
+            s += *a.add(i) * *b.add(i);
+            i += 1;
         }
-        for n in 0..R {
-            out[n] = _mm512_reduce_add_ps(acc[n]) * scale;
-        }
+        s
     }
 
     /// ggml_vec_dot_f32's AVX2 order (GGML_F32_STEP 32: four 8-lane FMA accumulators, then
