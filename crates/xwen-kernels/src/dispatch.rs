@@ -120,17 +120,20 @@ pub(crate) fn vec_dot_twin(weight: GgmlType) -> Option<DotFn> {
     None
 }
 
-/// The kernel for a product with one token (matvec rows, decode batches, a 1-token matmul).
-/// Differs from `matrix_kernels`'s single-token kernel only for F32 and BF16 weights, which
-/// llama.cpp multiplies with tinyBLAS for 2+ tokens but with ggml_vec_dot_f32/_bf16 for one.
-pub fn row_dot_fn(weight: GgmlType, rows: usize) -> Option<DotFn> {
+/// The one-token kernel of a `weight` matrix of `rows` rows where it is not
+/// `matrix_kernels`'s: the vec_dot twins of the types llama.cpp multiplies with tinyBLAS for 2+
+/// tokens (F32, F16, BF16, an IQ4_NL matrix it did not repack).
+fn one_token_twin(weight: GgmlType, rows: usize) -> Option<DotFn> {
     if crate::q4k_repack::repacked_q8_0(weight, rows) {
-        return matrix_kernels(weight, rows, false).map(|k| k.0);
+        return None;
     }
-    if let Some(d) = vec_dot_twin(weight) {
-        return Some(d);
-    }
-    matrix_kernels(weight, rows, false).map(|k| k.0)
+    vec_dot_twin(weight)
+}
+
+/// The kernel for a product with one token (matvec rows, decode batches, a 1-token matmul):
+/// `matrix_kernels`'s single-token kernel, or its vec_dot twin (`one_token_twin`).
+pub fn row_dot_fn(weight: GgmlType, rows: usize) -> Option<DotFn> {
+    one_token_twin(weight, rows).or_else(|| matrix_kernels(weight, rows, false).map(|k| k.0))
 }
 
 /// The kernel of a product with one token, per row, and whether it prefetches for itself.
@@ -168,10 +171,9 @@ pub fn row_kernel(weight: GgmlType, rows: usize) -> Option<RowKernel> {
             _ => false,
         };
     // `matrix_kernels`' multi-token twin returns its single-token kernel's bits; that kernel is
-    // `row_dot_fn`'s (and, for Q8_0, `q8_0_stream`'s: the same bits) except for F32 and BF16
-    // on AVX2, whose vec_dot twins have no multi-token form.
-    let vec_dot_twin = active() == Isa::Avx2 && matches!(weight, GgmlType::F32 | GgmlType::BF16 | GgmlType::F16 | GgmlType::IQ4_NL);
-    let multi = if vec_dot_twin { None } else { matrix_kernels(weight, rows, false).and_then(|k| k.1) };
+    // `row_dot_fn`'s (and, for Q8_0, `q8_0_stream`'s: the same bits) except where that is a
+    // vec_dot twin, which has no multi-token form.
+    let multi = if one_token_twin(weight, rows).is_some() { None } else { matrix_kernels(weight, rows, false).and_then(|k| k.1) };
     Some(RowKernel { dot, prefetches, multi })
 }
 
