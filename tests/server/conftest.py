@@ -19,8 +19,10 @@ def binary():
 
 
 class Server:
-    def __init__(self, *args):
-        cmd = [binary(), "serve", "--port", "0", "--chat-template-file", TEMPLATE, "-t", "1", *args]
+    def __init__(self, *args, template=TEMPLATE):
+        """`template` None: the model's own chat template (the GGUF's)."""
+        tpl = ["--chat-template-file", template] if template else []
+        cmd = [binary(), "serve", "--port", "0", *tpl, "-t", "1", *args]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         self.log = []
         deadline = time.time() + 60

@@ -179,13 +179,16 @@ fn parse(app: &App, o: &Map<String, Value>, for_count: bool) -> ApiResult<Messag
             _ => return Err(b.err("thinking", "`thinking.type` must be enabled, adaptive or disabled")),
         }
     }
-    let (mut thinking, extra) = thinking_options(&b, thinking)?;
+    let (mut thinking, mut extra) = thinking_options(&b, thinking)?;
+    // the choice as chat templates read it (Kimi-K3.jinja)
+    if forced.is_some() || choice_none {
+        extra.insert("tool_choice".into(), Value::String(if choice_none { "none" } else { "required" }.into()));
+    }
     let processor = match forced {
         Some(f) if !for_count => {
-            let g = crate::structured::tool_call_grammar(&f).ok_or_else(|| b.err("tools", "the tools cannot be turned into a call grammar"))?;
             // the grammar covers the whole reply: no thinking first
             thinking = false;
-            Some(app.constraint(D, "tools", g)?)
+            Some(app.call_constraint(D, &f)?)
         }
         _ => None,
     };

@@ -129,6 +129,15 @@ impl App {
         }
     }
 
+    /// The grammar of one forced call to one of `tools`, in this model's call markup (its
+    /// marker tokens where the vocabulary has them), as a processor; a 400 naming `tools`.
+    pub fn call_constraint(&self, d: Dialect, tools: &[serde_json::Value]) -> ApiResult<Box<dyn xwen_engine::LogitsProcessor>> {
+        let format = structured::CallFormat::of(self.syntax);
+        let g = structured::tool_call_grammar(tools, format, &|m| self.tok.token_id(m))
+            .ok_or_else(|| ApiError::param(d, "tools", "the tools cannot be turned into a call grammar"))?;
+        self.constraint(d, "tools", g)
+    }
+
     /// Renders a conversation with the chat template (client text as content, never control
     /// tokens).
     pub fn render(&self, d: Dialect, messages: &[ChatMessage], opts: &RenderOptions) -> ApiResult<Rendered> {
@@ -136,11 +145,15 @@ impl App {
             return Err(ApiError::bad(d, "this model has no chat template (start the server with --chat-template-file); use /v1/completions"));
         };
         // Kimi K3's template reads its switch as `thinking` (Kimi-K3.jinja), not
-        // `enable_thinking`: pass the request's choice on unless the client set it
+        // `enable_thinking`, and its effort as `thinking_effort` (low, high or max), not
+        // `reasoning_effort`: pass the request's choices on unless the client set them
         let k3_opts;
-        let opts = if self.syntax.xtml && !opts.extra.contains_key("thinking") {
+        let opts = if self.syntax.xtml {
             let mut o = opts.clone();
-            o.extra.insert("thinking".into(), serde_json::Value::Bool(opts.enable_thinking));
+            o.extra.entry("thinking").or_insert(serde_json::Value::Bool(opts.enable_thinking));
+            if let Some(e) = opts.extra.get("reasoning_effort").and_then(|v| v.as_str()).and_then(k3_thinking_effort) {
+                o.extra.entry("thinking_effort").or_insert(serde_json::Value::String(e.into()));
+            }
             k3_opts = o;
             &k3_opts
         } else {
@@ -164,6 +177,17 @@ impl App {
             .map(|n| n.iter().zip(&ids).take_while(|(a, b)| a == b).count())
             .ok();
         Ok(Rendered { ids, in_reasoning, boundary, text })
+    }
+}
+
+/// Kimi K3's `thinking_effort` (Kimi-K3.jinja accepts low, high and max) for an OpenAI
+/// `reasoning_effort`: each level to the nearest one at or above it.
+pub fn k3_thinking_effort(reasoning_effort: &str) -> Option<&'static str> {
+    match reasoning_effort {
+        "minimal" | "low" => Some("low"),
+        "medium" | "high" => Some("high"),
+        "xhigh" => Some("max"),
+        _ => None,
     }
 }
 

@@ -31,6 +31,18 @@ pub enum ToolChoice {
     Named(String),
 }
 
+impl ToolChoice {
+    /// The choice as chat templates read it (`tool_choice`: Kimi-K3.jinja tells the model
+    /// "You MUST call tools" / "MUST NOT"): None for auto.
+    pub fn template_value(&self) -> Option<Value> {
+        match self {
+            ToolChoice::Auto => None,
+            ToolChoice::None => Some(Value::String("none".into())),
+            ToolChoice::Required | ToolChoice::Named(_) => Some(Value::String("required".into())),
+        }
+    }
+}
+
 /// Validates an OpenAI `tools` array; returns it (chat-completions shape).
 pub fn parse_tools(d: Dialect, v: Option<&Vec<Value>>) -> ApiResult<Option<Vec<Value>>> {
     let Some(tools) = v else { return Ok(None) };
@@ -155,8 +167,7 @@ pub fn forced_tools_processor(
     if processor.is_some() {
         return Err(b.err("tool_choice", format!("`tool_choice` required or named cannot be combined with a `{format_field}` schema")));
     }
-    let g = crate::structured::tool_call_grammar(&f).ok_or_else(|| b.err("tools", "the tools cannot be turned into a call grammar"))?;
-    app.constraint(b.d, "tools", g).map(Some)
+    app.call_constraint(b.d, &f).map(Some)
 }
 
 /// `max_completion_tokens` (or the older `max_tokens`): None is until the context is full.
@@ -201,10 +212,15 @@ fn parse_chat(app: &App, o: &Map<String, Value>) -> ApiResult<ChatReq> {
     let messages = msgs.iter().enumerate().map(|(i, m)| parse_message(i, m)).collect::<ApiResult<Vec<_>>>()?;
     let tools = parse_tools(D, b.array("tools")?)?;
     let choice = parse_tool_choice(&b, &tools)?;
-    let (mut thinking, extra) = thinking_options(&b, true)?;
+    let (mut thinking, mut extra) = thinking_options(&b, true)?;
+    if let Some(tc) = choice.template_value() {
+        extra.insert("tool_choice".into(), tc);
+    }
     // a constraint covers the whole reply, so a constrained request does not think first
     let mut processor = None;
     if let Some(rf) = b.object("response_format")? {
+        // templates that describe the format to the model read it (Kimi-K3.jinja)
+        extra.insert("response_format".into(), Value::Object(rf.clone()));
         let schema = rf.get("json_schema").and_then(|j| j.get("schema"));
         processor = format_processor(app, &b, "response_format", rf.get("type").and_then(Value::as_str), schema, ("response_format.type", "response_format.json_schema.schema"))?;
     }

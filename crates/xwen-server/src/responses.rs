@@ -189,6 +189,9 @@ fn parse(app: &App, o: &Map<String, Value>) -> ApiResult<ResponsesReq> {
     let tools = convert_tools(&b)?;
     let choice = parse_tool_choice(&b, &tools)?;
     let (mut thinking, mut extra) = thinking_options(&b, true)?;
+    if let Some(tc) = choice.template_value() {
+        extra.insert("tool_choice".into(), tc);
+    }
     if let Some(r) = b.object("reasoning")? {
         match r.get("effort") {
             None | Some(Value::Null) => {}
