@@ -17,10 +17,13 @@ use std::sync::Arc;
 use xwen_chat::Tokenizer;
 use xwen_engine::LogitsProcessor;
 
+/// Plain text to token ids, never control tokens.
+pub type TextEncoder = Box<dyn Fn(&str) -> Vec<TokenId> + Send + Sync>;
+
 struct Env {
     trie: TokTrie,
     /// Plain text to token ids, never control tokens (the engine's own tokenizer).
-    encode: Box<dyn Fn(&str) -> Vec<TokenId> + Send + Sync>,
+    encode: TextEncoder,
 }
 
 impl TokenizerEnv for Env {
@@ -52,7 +55,7 @@ impl Grammars {
 
     /// From each token's (bytes, special), the end-of-generation ids (the first ends a
     /// grammar's reply) and the plain-text encoder.
-    pub fn from_words(words: &[(Vec<u8>, bool)], eog: &[TokenId], encode: Box<dyn Fn(&str) -> Vec<TokenId> + Send + Sync>) -> Result<Grammars> {
+    pub fn from_words(words: &[(Vec<u8>, bool)], eog: &[TokenId], encode: TextEncoder) -> Result<Grammars> {
         let marked: Vec<Vec<u8>> = words
             .iter()
             .map(|(b, special)| {
