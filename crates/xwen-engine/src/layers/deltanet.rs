@@ -398,9 +398,9 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
                 channels: d.variant == DeltaVariant::Kda,
             };
             let keep = Keep { from: kept[si], into: &snap_ptrs[si] };
-            // the chunked form is GDN's (a scalar decay per head); KDA always runs the recurrence,
-            // which is also what llama.cpp's CPU build runs (the fused op)
-            if ctx.chunked_scan && !io.channels && span.len >= CHUNKED_MIN_TOKENS && !span.decode_order && keep.from == span.len {
+            // the chunked form only where asked (`--scan chunked`): the recurrence is what
+            // llama.cpp's CPU build runs (the fused op), bit for bit
+            if ctx.chunked_scan && span.len >= CHUNKED_MIN_TOKENS && !span.decode_order && keep.from == span.len {
                 head_chunked(&io, span.len, s, o_span);
             } else {
                 head_recurrent(&io, span.len, s, o_span, &keep);
@@ -665,40 +665,60 @@ fn head_recurrent(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>, keep:
     }
 }
 
-/// The chunked (WY) form. Within a chunk of C tokens with cumulative log-decay γ_t:
+/// The chunked (WY) form. Within a chunk of C tokens with cumulative log-decay γ_t (one per
+/// head for Gated DeltaNet; one per key channel for KDA, where every Γ below is taken channel
+/// by channel inside the key products):
 ///   A = strict_lower(diag(β) K Kᵀ ⊙ Γ),  Γ_ts = exp(γ_t − γ_s)
 ///   T = (I + A)⁻¹                                   (forward substitution)
-///   U = T (diag(β) V),  W = T (diag(β e^γ) K)       (the "WY" pseudo-values and keys)
+///   U = T (diag(β) V),  W = T (diag(β) K ⊙ e^γ)     (the "WY" pseudo-values and keys)
 ///   V' = U − W S₀ᵀ                                   (values corrected by the incoming state)
-///   O  = (Q e^γ) S₀ᵀ + (lower(Q Kᵀ ⊙ Γ)) V'
-///   S  = e^{γ_C} S₀ + V'ᵀ (K ⊙ e^{γ_C − γ})
-/// which is the recurrence unrolled over the chunk (delta-net-base.cpp builds the same graph).
+///   O  = (Q ⊙ e^γ) S₀ᵀ + (lower(Q Kᵀ ⊙ Γ)) V'
+///   S  = S₀ ⊙ e^{γ_C} + V'ᵀ (K ⊙ e^{γ_C − γ})
+/// which is the recurrence unrolled over the chunk (delta-net-base.cpp builds the same graph
+/// for both; a per-channel Γ is exp(γ_t − γ_s) per channel, never e^γ_t · e^−γ_s, which would
+/// overflow where the decay is strong).
 fn head_chunked(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>) {
     let sd = io.sd;
     let scale = 1.0 / (sd as f32).sqrt();
-    let mut gam = vec![0.0f32; CHUNK];
+    // decay lanes per token: one (GDN) or one per key channel (KDA)
+    let gw = if io.channels { sd } else { 1 };
+    let mut gam = vec![0.0f32; CHUNK * gw];
     let mut a = vec![0.0f32; CHUNK * CHUNK];
     let mut u = vec![0.0f32; CHUNK * sd];
     let mut wk = vec![0.0f32; CHUNK * sd];
     let mut vp = vec![0.0f32; CHUNK * sd];
     let mut qk = vec![0.0f32; CHUNK * CHUNK];
+    let mut kw = vec![0.0f32; sd];
+    // Σ_x a_x b_x exp(γ_ix − γ_jx) for KDA, (a·b) exp(γ_i − γ_j) for GDN
+    let gdot = |x: &[f32], y: &[f32], gi: &[f32], gj: &[f32], kw: &mut [f32]| -> f32 {
+        if gw == 1 {
+            ops::dot(x, y) * (gi[0] - gj[0]).exp()
+        } else {
+            for ((w, (&b, &c)), &yv) in kw.iter_mut().zip(gi.iter().zip(gj)).zip(y) {
+                *w = yv * (b - c).exp();
+            }
+            ops::dot(x, kw)
+        }
+    };
     let mut t0 = 0;
     while t0 < n {
         let c = CHUNK.min(n - t0);
         // Cumulative log decay within the chunk.
-        let mut acc = 0.0f32;
-        for (i, g) in gam[..c].iter_mut().enumerate() {
-            acc += io.g(t0 + i);
-            *g = acc;
+        for i in 0..c {
+            for l in 0..gw {
+                let g = if io.channels { io.g_channels(t0 + i)[l] } else { io.g(t0 + i) };
+                gam[i * gw + l] = if i == 0 { g } else { gam[(i - 1) * gw + l] + g };
+            }
         }
+        let gm = |i: usize| &gam[i * gw..(i + 1) * gw];
         // A (strictly lower) and the masked Q·Kᵀ (lower incl. diagonal).
         for i in 0..c {
             let (ki, qi, bi) = (io.k(t0 + i), io.q(t0 + i), io.beta(t0 + i));
             for j in 0..c {
                 if j < i {
-                    let gmask = (gam[i] - gam[j]).exp();
-                    a[i * CHUNK + j] = bi * ops::dot(ki, io.k(t0 + j)) * gmask;
-                    qk[i * CHUNK + j] = ops::dot(qi, io.k(t0 + j)) * gmask * scale;
+                    let kj = io.k(t0 + j);
+                    a[i * CHUNK + j] = bi * gdot(ki, kj, gm(i), gm(j), &mut kw);
+                    qk[i * CHUNK + j] = gdot(qi, kj, gm(i), gm(j), &mut kw) * scale;
                 } else if j == i {
                     a[i * CHUNK + j] = 0.0;
                     qk[i * CHUNK + j] = ops::dot(qi, ki) * scale;
@@ -708,13 +728,13 @@ fn head_chunked(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>) {
                 }
             }
         }
-        // U = T·(βV) and W = T·(β e^γ K) by forward substitution: row i = rhs_i − Σ_{j<i} A_ij row_j.
+        // U = T·(βV) and W = T·(β K ⊙ e^γ) by forward substitution: row i = rhs_i − Σ_{j<i} A_ij row_j.
         for i in 0..c {
-            let (bi, eg) = (io.beta(t0 + i), gam[i].exp());
+            let bi = io.beta(t0 + i);
             let (vi, ki) = (io.v(t0 + i), io.k(t0 + i));
             for x in 0..sd {
                 u[i * sd + x] = bi * vi[x];
-                wk[i * sd + x] = bi * eg * ki[x];
+                wk[i * sd + x] = bi * gm(i)[x % gw].exp() * ki[x];
             }
             for j in 0..i {
                 let aij = a[i * CHUNK + j];
@@ -734,14 +754,16 @@ fn head_chunked(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>) {
                 vp[i * sd + j] = u[i * sd + j] - ops::dot(&s[j * sd..(j + 1) * sd], wi);
             }
         }
-        // O = (Q e^γ)·S₀ᵀ·scale + QK·V'
+        // O = (Q ⊙ e^γ)·S₀ᵀ·scale + QK·V'
         for i in 0..c {
             let qi = io.q(t0 + i);
-            let eg = gam[i].exp();
+            for (x, w) in kw.iter_mut().enumerate() {
+                *w = qi[x] * gm(i)[x % gw].exp() * scale;
+            }
             // SAFETY: this head's output slot for token t0+i.
             let out = unsafe { o.slice(io.out_offset(t0 + i), sd) };
             for j in 0..sd {
-                out[j] = ops::dot(&s[j * sd..(j + 1) * sd], qi) * eg * scale;
+                out[j] = ops::dot(&s[j * sd..(j + 1) * sd], &kw);
             }
             for jt in 0..=i {
                 let w = qk[i * CHUNK + jt];
@@ -750,18 +772,22 @@ fn head_chunked(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>) {
                 }
             }
         }
-        // S = e^{γ_C} S₀ + V'ᵀ (K ⊙ e^{γ_C − γ})
-        let glast = gam[c - 1];
-        let dl = glast.exp();
-        for x in s.iter_mut() {
-            *x *= dl;
+        // S = S₀ ⊙ e^{γ_C} + V'ᵀ (K ⊙ e^{γ_C − γ})   (the decay scales key columns)
+        let glast = gm(c - 1).to_vec();
+        let dl: Vec<f32> = glast.iter().map(|g| g.exp()).collect();
+        for row in s.chunks_exact_mut(sd) {
+            for (x, v) in row.iter_mut().enumerate() {
+                *v *= dl[x % gw];
+            }
         }
         for i in 0..c {
-            let f = (glast - gam[i]).exp();
             let ki = io.k(t0 + i);
+            for (x, w) in kw.iter_mut().enumerate() {
+                *w = ki[x] * (glast[x % gw] - gm(i)[x % gw]).exp();
+            }
             let vr = &vp[i * sd..(i + 1) * sd];
             for (j, row) in s.chunks_exact_mut(sd).enumerate() {
-                ops::axpy(vr[j] * f, ki, row);
+                ops::axpy(vr[j], &kw, row);
             }
         }
         t0 += c;
@@ -784,11 +810,15 @@ mod tests {
     #[test]
     fn chunked_equals_recurrent() {
         for pairing in [HeadPairing::Tiled, HeadPairing::Grouped] {
-            chunked_equals_recurrent_with(pairing);
+            for channels in [false, true] {
+                chunked_equals_recurrent_with(pairing, channels);
+            }
         }
     }
 
-    fn chunked_equals_recurrent_with(pairing: HeadPairing) {
+    /// `channels`: KDA's per-key-channel decay (g holds S_k gates per token and head), with
+    /// strong and weak channels side by side.
+    fn chunked_equals_recurrent_with(pairing: HeadPairing, channels: bool) {
         let (hk, hv, sd, n) = (2, 4, 16, 150);
         let mut seed = 0x1234_5678_9abc_def0u64;
         let gen = |len: usize, s: &mut u64| (0..len).map(|_| rng(s)).collect::<Vec<f32>>();
@@ -798,11 +828,20 @@ mod tests {
             ops::gdn_l2_norm_inplace(h, 1e-6);
         }
         let v = gen(n * hv * sd, &mut seed);
-        let g: Vec<f32> = gen(n * hv, &mut seed).iter().map(|x| -0.5 * (x + 1.0) - 0.01).collect();
+        let gates = if channels { n * hv * sd } else { n * hv };
+        let g: Vec<f32> = gen(gates, &mut seed)
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                // KDA: every 5th channel decays hard (its e^γ over a chunk underflows f32)
+                let strong = channels && i % 5 == 0;
+                if strong { -4.0 * (x + 1.0) - 1.0 } else { -0.5 * (x + 1.0) - 0.01 }
+            })
+            .collect();
         let beta: Vec<f32> = gen(n * hv, &mut seed).iter().map(|x| ops::sigmoid(2.0 * x)).collect();
         let s0 = gen(hv * sd * sd, &mut seed);
         for h in 0..hv {
-            let io = HeadIo { q: &q, k: &k, v: &v, g: &g, beta: &beta, h, hk, hv, sd, pairing, channels: false };
+            let io = HeadIo { q: &q, k: &k, v: &v, g: &g, beta: &beta, h, hk, hv, sd, pairing, channels };
             let mut o1 = vec![0.0f32; n * hv * sd];
             let mut o2 = vec![0.0f32; n * hv * sd];
             let mut s1 = s0[h * sd * sd..(h + 1) * sd * sd].to_vec();
@@ -814,8 +853,9 @@ mod tests {
                 let den: f32 = a.iter().map(|x| x * x).sum();
                 (num / den).sqrt()
             };
-            assert!(err(&o1, &o2) < 1e-5, "head {h}: output rel err {}", err(&o1, &o2));
-            assert!(err(&s1, &s2) < 1e-5, "head {h}: state rel err {}", err(&s1, &s2));
+            assert!(err(&o1, &o2) < 1e-5, "head {h} (channels {channels}): output rel err {}", err(&o1, &o2));
+            assert!(err(&s1, &s2) < 1e-5, "head {h} (channels {channels}): state rel err {}", err(&s1, &s2));
+            assert!(o2.iter().chain(&s2).all(|x| x.is_finite()));
         }
     }
 }
