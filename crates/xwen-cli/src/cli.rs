@@ -348,6 +348,10 @@ pub struct PlanArgs {
     /// Sequences the plan holds state for (a server's -np)
     #[arg(long = "parallel", value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=256))]
     pub parallel: u32,
+    /// RAM a server keeps inside the budget for its prefix cache, in MiB (`xwen serve
+    /// --cache-ram`; counted only under --ram-budget)
+    #[arg(long = "cache-ram", value_name = "MIB", default_value_t = 0)]
+    pub cache_ram: u64,
     /// A routing trace (`xwen trace`): the hit rate expected at the plan's cache size
     #[arg(long = "trace", value_name = "TRACE.jsonl")]
     pub trace: Option<std::path::PathBuf>,

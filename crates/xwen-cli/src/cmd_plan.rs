@@ -11,7 +11,8 @@ use xwen_engine::MemoryPlan;
 use xwen_gguf::GgufFile;
 
 pub fn run(a: PlanArgs) -> Result<()> {
-    let cfg = a.engine.engine_config()?;
+    let mut cfg = a.engine.engine_config()?;
+    cfg.reserved_ram = a.cache_ram.saturating_mul(1 << 20);
     let path = a.model.as_deref().map(crate::hub::resolve).transpose()?;
     let file = match &path {
         None => GgufFile::from_bytes(crate::model_arg::DEMO_GGUF.to_vec()).context("embedded demo model")?,
@@ -23,7 +24,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
     let figures = loaded.net.plan_figures(cfg.max_ctx, kv);
     // without a budget: the plan under no ceiling, which states the floor and the sizes
     let budget = cfg.ram_budget.unwrap_or(u64::MAX);
-    let plan = MemoryPlan::new(&file, &figures, &loaded.experts, cfg.max_ctx, n_seq, budget, ram_limit())?;
+    let plan = MemoryPlan::new(&file, &figures, &loaded.experts, cfg.max_ctx, n_seq, budget, cfg.reserved_ram, ram_limit())?;
     let moe_layers = loaded.experts.iter().filter(|e| e.is_some()).count();
     let all_records = (figures.n_expert * moe_layers) as u64;
     // records differ in size between layers (Q4_K_M's Q6_K down stacks): the share of the
@@ -55,6 +56,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
             "state_bytes": plan.state_bytes,
             "scratch_bytes": plan.scratch_bytes,
             "in_flight_bytes": plan.in_flight_bytes,
+            "reserved_bytes": plan.reserved_bytes,
             "budget_bytes": given.then_some(plan.budget),
             "budget_auto": plan.auto,
             "expert_cache_bytes": plan.cache_bytes,
@@ -82,6 +84,9 @@ pub fn run(a: PlanArgs) -> Result<()> {
     println!("  trunk            {}", human_bytes(plan.trunk_bytes));
     println!("  state            {}", human_bytes(plan.state_bytes));
     println!("  scratch          {}", human_bytes(plan.scratch_bytes));
+    if plan.reserved_bytes > 0 {
+        println!("  prefix cache     {} (--cache-ram, inside the budget)", human_bytes(plan.reserved_bytes));
+    }
     if plan.record_bytes == 0 {
         println!("  a dense model: everything is resident; a --ram-budget streams nothing (its floor: {})", human_bytes(plan.floor()));
         return Ok(());

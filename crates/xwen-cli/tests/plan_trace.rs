@@ -73,3 +73,32 @@ fn a_bad_trace_is_one_line_of_error() {
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no routed experts"));
     std::fs::remove_dir_all(d).unwrap();
 }
+
+/// A server's prefix cache is part of its RAM budget: `--cache-ram` raises the floor by its
+/// size and takes it from the expert cache; `xwen serve` refuses a budget that cannot hold it,
+/// naming the flag, before it binds anything.
+#[test]
+fn the_prefix_cache_counts_inside_the_budget() {
+    let m = moe();
+    let plan = |extra: &[&str]| {
+        let mut args = vec!["plan", "-m", m.as_str(), "-c", "512", "--parallel", "2", "--json"];
+        args.extend_from_slice(extra);
+        let o = xwen(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let (a, b) = (plan(&[]), plan(&["--cache-ram", "64"]));
+    let floor = |j: &serde_json::Value| j["floor_bytes"].as_u64().unwrap();
+    assert_eq!(b["reserved_bytes"].as_u64(), Some(64 << 20));
+    assert_eq!(floor(&b), floor(&a) + (64 << 20));
+    // under a budget the expert cache gets what the prefix cache leaves
+    let budget = (floor(&b) + (8 << 20)).to_string();
+    let (a, b) = (plan(&["--ram-budget", &budget]), plan(&["--ram-budget", &budget, "--cache-ram", "64"]));
+    let cache = |j: &serde_json::Value| j["expert_cache_bytes"].as_u64().unwrap();
+    assert!(cache(&a) >= cache(&b) + (64 << 20) || cache(&a) == a["all_experts_bytes"].as_u64().unwrap(), "{a} {b}");
+    // serve: the same budget with a bigger prefix cache is refused in one line
+    let o = xwen(&["serve", "-m", &moe(), "-c", "512", "-np", "2", "--port", "0", "--ram-budget", &budget, "--cache-ram", "128"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("floor") && err.contains("--cache-ram"), "{err}");
+}

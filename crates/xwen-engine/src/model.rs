@@ -142,7 +142,7 @@ impl Model {
         let figures = net.plan_figures(cfg.max_ctx, cfg.effective_kv_types());
         let plan = match cfg.ram_budget {
             None => None,
-            Some(b) => Some(MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, cfg.n_seq, b, crate::experts::plan::ram_limit())?),
+            Some(b) => Some(MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, cfg.n_seq, b, cfg.reserved_ram, crate::experts::plan::ram_limit())?),
         };
         let has_experts = experts.iter().any(|e| e.is_some());
         let store: Arc<dyn ExpertStore> = match (&plan, has_experts) {

@@ -45,6 +45,9 @@ pub struct MemoryPlan {
     pub n_seq: usize,
     /// Activations and work buffers of a `PREFILL_BATCH`-token forward pass (an estimate).
     pub scratch_bytes: u64,
+    /// RAM the caller keeps inside the budget for itself (`EngineConfig::reserved_ram`: a
+    /// server's prefix cache of conversation states).
+    pub reserved_bytes: u64,
     /// RAM one cached expert takes (gate + up + down; the largest over layers), 0 for a dense
     /// model.
     pub record_bytes: u64,
@@ -69,7 +72,11 @@ impl MemoryPlan {
     }
 
     fn fixed_bytes(&self) -> u64 {
-        self.trunk_bytes.saturating_add(self.state_bytes).saturating_add(self.scratch_bytes).saturating_add(self.in_flight_bytes)
+        self.trunk_bytes
+            .saturating_add(self.state_bytes)
+            .saturating_add(self.scratch_bytes)
+            .saturating_add(self.in_flight_bytes)
+            .saturating_add(self.reserved_bytes)
     }
 
     /// The most cache the model can use: every expert (at least the smallest cache).
@@ -78,7 +85,9 @@ impl MemoryPlan {
     }
 
     /// Plans `cfg` under `budget` bytes (0 = automatic: a share of `machine_ram`, which must
-    /// then be known) for sequences up to `max_ctx` positions.
+    /// then be known) for `n_seq` sequences up to `max_ctx` positions, `reserved` bytes of it
+    /// kept for the caller.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         file: &GgufFile,
         figures: &PlanFigures,
@@ -86,6 +95,7 @@ impl MemoryPlan {
         max_ctx: usize,
         n_seq: usize,
         budget: u64,
+        reserved: u64,
         machine_ram: Option<(u64, &'static str)>,
     ) -> Result<MemoryPlan> {
         let n_seq = n_seq.max(1);
@@ -114,6 +124,7 @@ impl MemoryPlan {
             max_ctx,
             n_seq,
             scratch_bytes,
+            reserved_bytes: reserved,
             record_bytes,
             in_flight_bytes,
             min_cache_bytes,
@@ -133,7 +144,7 @@ impl MemoryPlan {
         }
         if plan.budget < plan.floor() {
             return Err(EngineError::RamBudget(format!(
-                "{} is under this model's floor of {}: trunk {} + state of {} at {max_ctx} positions (-c) {} + scratch {} + experts in flight {} + smallest expert cache {}{}",
+                "{} is under this model's floor of {}: trunk {} + state of {} at {max_ctx} positions (-c) {} + scratch {} + experts in flight {}{} + smallest expert cache {}{}",
                 human_bytes(plan.budget),
                 human_bytes(plan.floor()),
                 human_bytes(plan.trunk_bytes),
@@ -141,12 +152,22 @@ impl MemoryPlan {
                 human_bytes(plan.state_bytes),
                 human_bytes(plan.scratch_bytes),
                 human_bytes(plan.in_flight_bytes),
+                plan.reserved_text(),
                 human_bytes(plan.min_cache_bytes),
                 if plan.auto { format!(" (the automatic budget is 3/4 of {}, {})", human_bytes(plan.machine_ram), plan.ram_source) } else { String::new() }
             )));
         }
         plan.cache_bytes = (plan.budget - plan.fixed_bytes()).min(plan.usable_cache_bytes());
         Ok(plan)
+    }
+
+    /// " + prefix cache X" where the caller keeps RAM inside the budget; empty otherwise.
+    fn reserved_text(&self) -> String {
+        if self.reserved_bytes == 0 {
+            String::new()
+        } else {
+            format!(" + prefix cache {} (--cache-ram)", human_bytes(self.reserved_bytes))
+        }
     }
 
     /// One line for a log: the budget and where it goes.
@@ -175,6 +196,7 @@ impl MemoryPlan {
             human_bytes(self.scratch_bytes),
             human_bytes(self.in_flight_bytes)
         );
+        s += &self.reserved_text();
         if self.record_bytes > 0 {
             s += &format!(
                 "; expert cache {} of {} of experts ({:.0}%)",
