@@ -157,3 +157,39 @@ def test_many_disconnects_leave_the_server_up(server):
                     break
     time.sleep(0.5)
     assert httpx.get(server.url + "/health", timeout=10).status_code == 200
+
+
+def test_a_queued_request_whose_client_left_loses_its_place():
+    """One slot, busy with a long stream; a request queued behind it (streamed or not) whose
+    client hangs up leaves the queue at once, before it costs any work."""
+    s = Server("-np", "1", "-c", "8192")
+    try:
+        def metric(name):
+            m = httpx.get(s.url + "/metrics").text
+            return float([l for l in m.splitlines() if l.startswith(name + " ")][0].split()[1])
+
+        def wait_for(name, value, timeout=10):
+            deadline = time.time() + timeout
+            while metric(name) != value and time.time() < deadline:
+                time.sleep(0.05)
+            return metric(name)
+
+        long = {"messages": MSG, "max_tokens": 7000, "ignore_eos": True, "chat_template_kwargs": {"enable_thinking": False}}
+        t = threading.Thread(target=lambda: httpx.post(s.url + "/v1/chat/completions", json=long, timeout=120))
+        t.start()
+        assert wait_for("xwen_running_sequences", 1.0) == 1.0
+        host, port = s.url.split("//")[1].split(":")
+        for stream in (False, True):
+            before = metric("xwen_requests_cancelled_total")
+            c = socket.create_connection((host, int(port)))
+            b = json.dumps({"messages": MSG, "max_tokens": 8, "stream": stream}).encode()
+            c.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(b) + b)
+            assert wait_for("xwen_queue_depth", 1.0) == 1.0
+            c.close()
+            assert wait_for("xwen_queue_depth", 0.0) == 0.0, f"stream={stream}: the queued request kept its place"
+            assert metric("xwen_requests_cancelled_total") == before + 1
+            # the long request is still the one running
+            assert metric("xwen_running_sequences") == 1.0
+        t.join()
+    finally:
+        s.stop()

@@ -250,7 +250,7 @@ pub struct ServeArgs {
     /// Largest request body (e.g. 8M)
     #[arg(long = "max-body", value_name = "SIZE", default_value = "8M", allow_hyphen_values = true, value_parser = opts::nonzero_size)]
     pub max_body: u64,
-    /// RAM for the prefix cache of conversation states, in MiB (llama-server's --cache-ram; 0: none in RAM)
+    /// RAM for the prefix cache of conversation states, in MiB (llama-server's --cache-ram; 0: none in RAM; part of --ram-budget when one is given)
     #[arg(long = "cache-ram", value_name = "MIB", default_value_t = 1024, allow_negative_numbers = true, value_parser = clap::value_parser!(u64).range(0..=1 << 24))]
     pub cache_ram: u64,
     /// Also keep the prefix cache in this directory, so it survives a restart

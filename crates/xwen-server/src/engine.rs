@@ -264,9 +264,11 @@ impl EngineLoop {
                 i += 1;
             }
         }
+        // a queued job whose client went away loses its place before it costs any work
         let before = self.queue.len();
         self.queue.retain(|j| !(j.cancel.load(Ordering::Acquire) || j.out.is_closed()));
         for _ in self.queue.len()..before {
+            self.metrics.cancelled.inc();
             self.job_ended();
         }
     }

@@ -79,7 +79,7 @@ impl Metrics {
         r.register("prompt_tokens", "Prompt tokens of admitted requests", self.prompt_tokens.clone());
         r.register("prompt_tokens_cached", "Prompt tokens served from the prefix cache (not computed)", self.cached_tokens.clone());
         r.register("generated_tokens", "Tokens sampled", self.generated_tokens.clone());
-        r.register("requests_cancelled", "Sequences stopped early (client gone or stop string)", self.cancelled.clone());
+        r.register("requests_cancelled", "Requests stopped early: running or queued, their client gone, or a stop string matched", self.cancelled.clone());
         r.register("draft_tokens", "Draft tokens verified (serve --draft)", self.draft_tokens.clone());
         r.register("draft_tokens_accepted", "Draft tokens accepted (serve --draft)", self.draft_accepted.clone());
         r.register("queue_depth", "Requests waiting for a slot", self.queue_depth.clone());
