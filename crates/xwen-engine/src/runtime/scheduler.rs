@@ -182,10 +182,6 @@ impl Scheduler {
             Some((d, k)) if k > 0 && req.processor.is_none() && req.logprobs.is_none() => Some((d, Controller::new(k))),
             _ => None,
         };
-        let mut session = session;
-        if let Some((_, c)) = &draft {
-            session.state_mut().keep_history(c.max + 1);
-        }
         self.running.push(Running {
             id,
             session,
@@ -366,6 +362,12 @@ impl Scheduler {
         for (k, (r, &n)) in self.running.iter_mut().zip(&take).enumerate() {
             if n == 0 {
                 continue;
+            }
+            if r.draft.is_some() {
+                // a verify rolls back within its span only, to the state before a draft: keep
+                // those, none for a prefill chunk or an undrafted row (no copies while paused)
+                let k = if r.prompt_left { 0 } else { r.drafts.len() };
+                r.session.state_mut().keep_history(k);
             }
             // an MTP drafter reads the final hidden of every row its sequence keeps
             let hidden = r.draft.as_ref().is_some_and(|(d, _)| d.wants_hidden());

@@ -388,7 +388,10 @@ impl Controller {
     /// forward for it, so a run of these pauses drafting as low acceptance does.
     pub(crate) fn observe_empty(&mut self) {
         self.empty += 1;
-        if self.empty >= EMPTY_RUN {
+        // a drafter that has already been paused without an accepted draft since is paused
+        // again by its first empty proposal (the pauses keep doubling), not after a new run
+        let run = if self.pause_len > PAUSE_STEPS { 1 } else { EMPTY_RUN };
+        if self.empty >= run {
             self.empty = 0;
             self.start_pause();
         }
@@ -502,8 +505,6 @@ pub(crate) fn speculate(
         return Ok((stats, spec));
     };
     let t1 = Instant::now();
-    // rollback reaches back over a whole verify
-    state.keep_history(max_draft + 1);
     let mut context: Vec<u32> = history.iter().chain(req.prompt).copied().collect();
     // `emit` a sampled token: Some(stop reason) when generation ends with it
     let emit = |tok: u32, stats: &mut GenStats, on_token: &mut dyn FnMut(u32) -> bool| -> Option<StopReason> {
@@ -544,6 +545,10 @@ pub(crate) fn speculate(
             ctl.observe_empty();
         }
         let drafts = &drafts[..drafts.len().min(k)];
+        // a rollback reaches back within this step's span only, to the state before a draft:
+        // keep those, and none on a step without drafts (a paused drafter then costs no state
+        // copies: 48 MB a token on a 4B)
+        state.keep_history(drafts.len());
         let mut span = Vec::with_capacity(1 + drafts.len());
         span.push(tok);
         span.extend_from_slice(drafts);
@@ -590,12 +595,18 @@ mod tests {
         c.observe_empty();
         assert!((0..PAUSE_STEPS).all(|_| c.depth() == 0), "paused for PAUSE_STEPS steps");
         assert_eq!(c.depth(), 4);
-        // a draft in between resets the run
+        // still never agreeing after the pause: its first empty pauses it again, twice as long
         c.observe_empty();
+        assert!((0..2 * PAUSE_STEPS).all(|_| c.depth() == 0), "paused again at once, for 2 × PAUSE_STEPS");
+        assert!(c.depth() > 0);
+        // an accepted draft restores the run rule: EMPTY_RUN − 1 empties leave it drafting
         c.observe(2, 1);
         for _ in 0..EMPTY_RUN - 1 {
             c.observe_empty();
         }
+        assert!(c.depth() > 0);
+        c.observe_empty();
+        assert!((0..PAUSE_STEPS).all(|_| c.depth() == 0), "the pause is back to PAUSE_STEPS");
         assert!(c.depth() > 0);
     }
 
