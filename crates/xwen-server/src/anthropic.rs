@@ -182,7 +182,7 @@ fn parse(app: &App, o: &Map<String, Value>, for_count: bool) -> ApiResult<Messag
     let (mut thinking, mut extra) = thinking_options(&b, thinking)?;
     // the choice as chat templates read it (Kimi-K3.jinja)
     if forced.is_some() || choice_none {
-        extra.insert("tool_choice".into(), Value::String(if choice_none { "none" } else { "required" }.into()));
+        extra.entry("tool_choice").or_insert_with(|| Value::String(if choice_none { "none" } else { "required" }.into()));
     }
     let processor = match forced {
         Some(f) if !for_count => {

@@ -214,13 +214,13 @@ fn parse_chat(app: &App, o: &Map<String, Value>) -> ApiResult<ChatReq> {
     let choice = parse_tool_choice(&b, &tools)?;
     let (mut thinking, mut extra) = thinking_options(&b, true)?;
     if let Some(tc) = choice.template_value() {
-        extra.insert("tool_choice".into(), tc);
+        extra.entry("tool_choice").or_insert(tc);
     }
     // a constraint covers the whole reply, so a constrained request does not think first
     let mut processor = None;
     if let Some(rf) = b.object("response_format")? {
         // templates that describe the format to the model read it (Kimi-K3.jinja)
-        extra.insert("response_format".into(), Value::Object(rf.clone()));
+        extra.entry("response_format").or_insert_with(|| Value::Object(rf.clone()));
         let schema = rf.get("json_schema").and_then(|j| j.get("schema"));
         processor = format_processor(app, &b, "response_format", rf.get("type").and_then(Value::as_str), schema, ("response_format.type", "response_format.json_schema.schema"))?;
     }

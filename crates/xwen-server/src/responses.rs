@@ -190,7 +190,7 @@ fn parse(app: &App, o: &Map<String, Value>) -> ApiResult<ResponsesReq> {
     let choice = parse_tool_choice(&b, &tools)?;
     let (mut thinking, mut extra) = thinking_options(&b, true)?;
     if let Some(tc) = choice.template_value() {
-        extra.insert("tool_choice".into(), tc);
+        extra.entry("tool_choice").or_insert(tc);
     }
     if let Some(r) = b.object("reasoning")? {
         match r.get("effort") {
