@@ -147,6 +147,9 @@ pub struct RowKernel {
     /// bits: several sequences' decode rows share one read of the weight row (`dot_rows_tokens`)
     /// without leaving the single-token order. None = loop `dot` over the tokens.
     pub multi: Option<MultiDotFn>,
+    /// The most activation rows `multi` takes at once (4; Q6_K's 8: its unpacking of a block
+    /// costs more than the per-row products, so 8 decode rows share one).
+    pub multi_rows: usize,
 }
 
 /// `row_dot_fn`, except that Q8_0 takes its streaming twin (the same bits, with prefetch; see
@@ -174,7 +177,8 @@ pub fn row_kernel(weight: GgmlType, rows: usize) -> Option<RowKernel> {
     // `row_dot_fn`'s (and, for Q8_0, `q8_0_stream`'s: the same bits) except where that is a
     // vec_dot twin, which has no multi-token form.
     let multi = if one_token_twin(weight, rows).is_some() { None } else { matrix_kernels(weight, rows, false).and_then(|k| k.1) };
-    Some(RowKernel { dot, prefetches, multi })
+    let multi_rows = if simd && weight == GgmlType::Q6_K { crate::simd::MULTI_Q6_K_ROWS } else { 4 };
+    Some(RowKernel { dot, prefetches, multi, multi_rows })
 }
 
 /// Kernels for a `ty` product in llama.cpp's tiled order (`crate::tiled`): a single-token dot

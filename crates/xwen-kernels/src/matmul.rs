@@ -256,8 +256,9 @@ pub fn dot_rows_tokens(w: &QMatrix, k: RowKernel, xq: &[u8], n_tok: usize, r0: u
         let y = &mut out[i * n_tok..(i + 1) * n_tok];
         match k.multi {
             Some(multi) => {
-                for (g, yg) in y.chunks_mut(4).enumerate() {
-                    multi(w.cols, row, &xq[g * 4 * arb..], arb, yg);
+                let m = k.multi_rows;
+                for (g, yg) in y.chunks_mut(m).enumerate() {
+                    multi(w.cols, row, &xq[g * m * arb..], arb, yg);
                 }
             }
             None => {

@@ -28,7 +28,25 @@ macro_rules! multi_wrapper {
 
 multi_wrapper!(q8_0, multi_q8_0);
 multi_wrapper!(q4_k, multi_q4_k);
-multi_wrapper!(q6_k, multi_q6_k);
+/// Q6_K takes up to 8 rows at once (`MULTI_Q6_K_ROWS`): decoding its blocks (4-bit halves,
+/// 2-bit highs, scales) costs more than a row's product, so 8 decode rows share it; each row's
+/// arithmetic stays the single-token kernel's.
+fn q6_k(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
+    // SAFETY: as multi_wrapper's.
+    unsafe {
+        match out.len() {
+            1 => multi_q6_k::<1>(n, w, a, stride, out),
+            2 => multi_q6_k::<2>(n, w, a, stride, out),
+            3 => multi_q6_k::<3>(n, w, a, stride, out),
+            4 => multi_q6_k::<4>(n, w, a, stride, out),
+            5 => multi_q6_k::<5>(n, w, a, stride, out),
+            6 => multi_q6_k::<6>(n, w, a, stride, out),
+            7 => multi_q6_k::<7>(n, w, a, stride, out),
+            8 => multi_q6_k::<8>(n, w, a, stride, out),
+            k => panic!("multi_q6_k takes 1..=8 rows, got {k}"),
+        }
+    }
+}
 
 pub fn multi_dot_fn(weight: GgmlType) -> Option<MultiDotFn> {
     Some(match weight {
