@@ -177,7 +177,11 @@ pub fn row_kernel(weight: GgmlType, rows: usize) -> Option<RowKernel> {
     // `row_dot_fn`'s (and, for Q8_0, `q8_0_stream`'s: the same bits) except where that is a
     // vec_dot twin, which has no multi-token form.
     let multi = if one_token_twin(weight, rows).is_some() { None } else { matrix_kernels(weight, rows, false).and_then(|k| k.1) };
-    let multi_rows = if simd && weight == GgmlType::Q6_K { crate::simd::MULTI_Q6_K_ROWS } else { 4 };
+    #[cfg(target_arch = "x86_64")]
+    let q6_k_rows = crate::simd::avx2_multi::MULTI_Q6_K_ROWS;
+    #[cfg(not(target_arch = "x86_64"))]
+    let q6_k_rows = 4;
+    let multi_rows = if simd && weight == GgmlType::Q6_K { q6_k_rows } else { 4 };
     Some(RowKernel { dot, prefetches, multi, multi_rows })
 }
 

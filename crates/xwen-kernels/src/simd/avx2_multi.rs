@@ -28,9 +28,11 @@ macro_rules! multi_wrapper {
 
 multi_wrapper!(q8_0, multi_q8_0);
 multi_wrapper!(q4_k, multi_q4_k);
-/// Q6_K takes up to 8 rows at once (`MULTI_Q6_K_ROWS`): decoding its blocks (4-bit halves,
-/// 2-bit highs, scales) costs more than a row's product, so 8 decode rows share it; each row's
-/// arithmetic stays the single-token kernel's.
+/// The most activation rows the Q6_K multi-token kernel takes at once: decoding its blocks
+/// (4-bit halves, 2-bit highs, scales) costs more than a row's product, so 8 decode rows share
+/// it; each row's arithmetic stays the single-token kernel's. The other types take 4.
+pub const MULTI_Q6_K_ROWS: usize = 8;
+
 fn q6_k(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
     // SAFETY: as multi_wrapper's.
     unsafe {
@@ -43,7 +45,7 @@ fn q6_k(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
             6 => multi_q6_k::<6>(n, w, a, stride, out),
             7 => multi_q6_k::<7>(n, w, a, stride, out),
             8 => multi_q6_k::<8>(n, w, a, stride, out),
-            k => panic!("multi_q6_k takes 1..=8 rows, got {k}"),
+            k => panic!("multi_q6_k takes 1..={MULTI_Q6_K_ROWS} rows, got {k}"),
         }
     }
 }

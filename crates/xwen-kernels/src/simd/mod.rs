@@ -18,9 +18,6 @@ macro_rules! count_1_to_4 {
     };
 }
 
-/// The most activation rows the Q6_K multi-token kernel takes at once (avx2_multi).
-pub const MULTI_Q6_K_ROWS: usize = 8;
-
 #[cfg(target_arch = "x86_64")]
 pub mod avx2;
 #[cfg(target_arch = "x86_64")]
