@@ -43,7 +43,10 @@ pub fn run(a: PlanArgs) -> Result<()> {
             );
         }
     }
-    let rates: Option<Vec<(Policy, f64)>> = trace.as_ref().map(|t| Policy::ALL.iter().map(|&p| (p, t.hit_rate(p, share))).collect());
+    // the prefetching decode's figure only where the trace holds the guesses it reads ahead
+    let rates: Option<Vec<(Policy, f64)>> = trace.as_ref().map(|t| {
+        Policy::ALL.iter().filter(|&&p| p != Policy::ShippedPrefetch || t.has_guesses()).map(|&p| (p, t.hit_rate(p, share))).collect()
+    });
     let given = cfg.ram_budget.is_some();
     if a.json {
         let mut j = serde_json::json!({
@@ -68,7 +71,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
             "token_set_bytes": plan.token_set_bytes,
         });
         if let Some(r) = &rates {
-            j["trace_hit_rates"] = r.iter().map(|(p, v)| (p.name().to_lowercase(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>().into();
+            j["trace_hit_rates"] = r.iter().map(|(p, v)| (p.key().to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>().into();
         }
         println!("{}", serde_json::to_string_pretty(&j)?);
         return Ok(());

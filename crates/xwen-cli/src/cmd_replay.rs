@@ -13,13 +13,37 @@ pub fn run(a: ReplayArgs) -> Result<()> {
         bail!("{}: the trace holds no routing decisions", a.trace.display());
     }
     let shares: Vec<f64> = a.cache.0.iter().map(|&p| p as f64 / 100.0).collect();
+    // Policy::ALL's order: LRU, shipped, static top-k, Belady, shipped + prefetch
     let rows: Vec<(usize, Vec<f64>)> = a.cache.0.iter().zip(&shares).map(|(&pct, &s)| (pct, Policy::ALL.iter().map(|&p| trace.hit_rate(p, s)).collect())).collect();
+    let guesses = trace.has_guesses();
+    // per share: (records read per lookup, prefetched records never asked for per lookup)
+    let reads: Vec<(f64, f64)> = shares
+        .iter()
+        .map(|&s| {
+            let r = trace.prefetch_replay((s * trace.all_records() as f64).round() as usize);
+            let n = trace.lookups.len() as f64;
+            (r.reads as f64 / n, r.wasted as f64 / n)
+        })
+        .collect();
     if a.json {
         let v: Vec<serde_json::Value> = rows
             .iter()
-            .map(|(pct, r)| serde_json::json!({"cached_percent": pct, "lru": r[0], "shipped": r[1], "static_top_k": r[2], "belady": r[3]}))
+            .zip(&reads)
+            .map(|((pct, r), &(reads, wasted))| {
+                let mut j = serde_json::json!({"cached_percent": pct});
+                for (p, v) in Policy::ALL.iter().zip(r) {
+                    if *p != Policy::ShippedPrefetch || guesses {
+                        j[p.key()] = serde_json::json!(v);
+                    }
+                }
+                if guesses {
+                    j["prefetch_reads_per_lookup"] = serde_json::json!(reads);
+                    j["prefetch_wasted_per_lookup"] = serde_json::json!(wasted);
+                }
+                j
+            })
             .collect();
-        println!("{}", serde_json::json!({"lookups": trace.lookups.len(), "records": trace.all_records(), "rates": v}));
+        println!("{}", serde_json::json!({"lookups": trace.lookups.len(), "records": trace.all_records(), "guesses": guesses, "rates": v}));
         return Ok(());
     }
     println!(
@@ -29,18 +53,40 @@ pub fn run(a: ReplayArgs) -> Result<()> {
         trace.n_expert,
         trace.n_used
     );
-    println!("| cached | LRU | shipped | static top-k | Belady | shipped − static | shipped − Belady |");
-    println!("|---:|---:|---:|---:|---:|---:|---:|");
-    for (pct, r) in rows {
-        println!(
-            "| {pct}% | {:.1}% | {:.1}% | {:.1}% | {:.1}% | {:+.1} points | {:+.1} points |",
-            100.0 * r[0],
-            100.0 * r[1],
-            100.0 * r[2],
-            100.0 * r[3],
-            100.0 * (r[1] - r[2]),
-            100.0 * (r[1] - r[3])
-        );
+    if guesses {
+        println!("| cached | LRU | shipped | static top-k | Belady | shipped − Belady | shipped + prefetch (in RAM when asked) | − Belady | reads per lookup | wasted |");
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    } else {
+        println!("| cached | LRU | shipped | static top-k | Belady | shipped − static | shipped − Belady |");
+        println!("|---:|---:|---:|---:|---:|---:|---:|");
+    }
+    for ((pct, r), (reads, wasted)) in rows.into_iter().zip(reads) {
+        let pt = |v: f64| format!("{:.1}%", 100.0 * v);
+        if guesses {
+            println!(
+                "| {pct}% | {} | {} | {} | {} | {:+.1} points | {} | {:+.1} points | {reads:.3} | {wasted:.3} |",
+                pt(r[0]),
+                pt(r[1]),
+                pt(r[2]),
+                pt(r[3]),
+                100.0 * (r[1] - r[3]),
+                pt(r[4]),
+                100.0 * (r[4] - r[3])
+            );
+        } else {
+            println!(
+                "| {pct}% | {} | {} | {} | {} | {:+.1} points | {:+.1} points |",
+                pt(r[0]),
+                pt(r[1]),
+                pt(r[2]),
+                pt(r[3]),
+                100.0 * (r[1] - r[2]),
+                100.0 * (r[1] - r[3])
+            );
+        }
+    }
+    if !guesses {
+        println!("(this trace holds no next-layer guesses: write it again with this xwen's `xwen trace` for the prefetching decode's figures)");
     }
     Ok(())
 }

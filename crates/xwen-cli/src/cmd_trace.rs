@@ -47,7 +47,12 @@ pub fn run(a: TraceArgs) -> Result<()> {
     .to_string();
     out.push('\n');
     for r in &routes {
-        out += &serde_json::json!({"pos": r.pos, "layer": r.layer, "experts": r.experts}).to_string();
+        let mut line = serde_json::json!({"pos": r.pos, "layer": r.layer, "experts": r.experts});
+        if let Some((nl, g)) = &r.next_guess {
+            // what a streamed decode prefetches for the next MoE layer from this one's input
+            line["guess"] = serde_json::json!({"layer": nl, "experts": g});
+        }
+        out += &line.to_string();
         out.push('\n');
     }
     std::fs::write(&a.out, out).with_context(|| format!("writing {}", a.out.display()))?;
@@ -76,7 +81,20 @@ pub fn read(path: &std::path::Path) -> Result<xwen_engine::experts::replay::Trac
         if experts.iter().any(|&e| e >= n_expert) {
             bail!("{}: line {} names an expert beyond the header's {n_expert}", path.display(), i + 2);
         }
-        routes.push(xwen_engine::Route { seq: 0, pos, layer, experts, weights: Vec::new(), margin: 0.0 });
+        let next_guess = match v.get("guess") {
+            None => None,
+            Some(g) => {
+                let (Some(gl), Some(ge)) = (g.get("layer").and_then(|x| x.as_u64()), g.get("experts").and_then(|e| e.as_array())) else {
+                    bail!("{}: line {}'s guess lacks layer or experts", path.display(), i + 2);
+                };
+                let ge: Vec<usize> = ge.iter().filter_map(|e| e.as_u64()).map(|e| e as usize).collect();
+                if ge.iter().any(|&e| e >= n_expert) {
+                    bail!("{}: line {}'s guess names an expert beyond the header's {n_expert}", path.display(), i + 2);
+                }
+                Some((gl as usize, ge))
+            }
+        };
+        routes.push(xwen_engine::Route { seq: 0, pos, layer, experts, weights: Vec::new(), margin: 0.0, next_guess });
     }
     Ok(xwen_engine::experts::replay::Trace::from_routes(&routes, n_expert, n_used, moe_layers))
 }

@@ -28,6 +28,10 @@ pub struct EngineOpts {
     /// Hard RAM ceiling; MoE experts stream from disk into a bounded cache (e.g. 12G, 800M, auto = 3/4 of what this process may use: the cgroup limit, else MemAvailable)
     #[arg(long = "ram-budget", value_name = "SIZE", allow_hyphen_values = true, value_parser = size)]
     pub ram_budget: Option<u64>,
+    /// With --ram-budget: do not read the next layer's likely experts ahead while a layer
+    /// computes (on by default)
+    #[arg(long = "no-prefetch")]
+    pub no_prefetch: bool,
     /// KV cache type of K (also -ctk; llama.cpp's default f16; q8_0 is not yet bit-identical to llama.cpp)
     #[arg(long = "cache-type-k", value_name = "TYPE", default_value = "f16", value_parser = ["f32", "f16", "q8_0"])]
     pub cache_type_k: String,
@@ -94,6 +98,7 @@ impl EngineOpts {
         }
         cfg.reread_huge_pages = self.reread_huge_pages;
         cfg.ram_budget = self.ram_budget;
+        cfg.expert_prefetch = !self.no_prefetch;
         if let Some(isa) = &self.isa {
             use xwen_kernels::dispatch::Isa;
             cfg.max_isa = match isa.as_str() {

@@ -51,6 +51,9 @@ pub struct RouteRecord {
     pub experts: Vec<usize>,
     pub weights: Vec<f32>,
     pub margin: f32,
+    /// The next MoE layer and the experts this row's input guessed for it (decode rows of a
+    /// model with a next MoE layer; `moe::Lookahead`).
+    pub next_guess: Option<(usize, Vec<usize>)>,
 }
 
 /// One matrix × vector product of a batch: y = W·x, for one token or several single-token

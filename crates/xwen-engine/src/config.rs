@@ -87,6 +87,9 @@ pub struct EngineConfig {
     /// a budget, a MoE model's routed experts stream from disk into a cache of what the trunk,
     /// state and scratch leave (`memory_plan`), and a budget under the floor is refused.
     pub ram_budget: Option<u64>,
+    /// With streamed experts, read the next MoE layer's likely experts (its router on this
+    /// layer's input) while a decode step's layer computes (`ExpertStore::prefetch`).
+    pub expert_prefetch: bool,
     /// Bytes of the budget the caller keeps for itself (a server's prefix cache of conversation
     /// states, `xwen serve --cache-ram`): the plan counts them before it sizes the expert cache,
     /// and a budget that cannot hold them too is refused. Ignored without a budget.
@@ -112,7 +115,7 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false, ram_budget: None, reserved_ram: 0, n_seq: 1, record_routes: false, record_taps: false, max_isa: None, kv_types: (KvType::F16, KvType::F16), flash_attn: FlashAttn::Auto }
+        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false, ram_budget: None, expert_prefetch: true, reserved_ram: 0, n_seq: 1, record_routes: false, record_taps: false, max_isa: None, kv_types: (KvType::F16, KvType::F16), flash_attn: FlashAttn::Auto }
     }
 }
 

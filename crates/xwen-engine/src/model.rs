@@ -95,6 +95,9 @@ pub struct Route {
     pub weights: Vec<f32>,
     /// The last chosen expert's probability less the best unchosen one's.
     pub margin: f32,
+    /// The next MoE layer and the experts guessed for it from this layer's input (what a
+    /// streamed decode prefetches); None where no guess was made (prefill, the last layer).
+    pub next_guess: Option<(usize, Vec<usize>)>,
 }
 
 impl Model {
@@ -152,7 +155,7 @@ impl Model {
                         "streaming experts needs the model file's path (this model was opened from memory)".into(),
                     )
                 })?;
-                Arc::new(StreamedExperts::open(path, &file, experts, figures.n_used.max(1), p.cache_bytes)?)
+                Arc::new(StreamedExperts::open(path, &file, experts, figures.n_used.max(1), p.cache_bytes, cfg.expert_prefetch)?)
             }
             _ => Arc::new(ResidentExperts::new(file.clone(), experts)),
         };
@@ -439,7 +442,15 @@ impl Model {
             for r in recs {
                 let seq = starts.iter().position(|&(s, n, _)| r.row >= s && r.row < s + n).expect("a row of the batch");
                 let (s0, _, p0) = starts[seq];
-                all.push(Route { seq, pos: p0 + r.row - s0, layer: r.layer, experts: r.experts, weights: r.weights, margin: r.margin });
+                all.push(Route {
+                    seq,
+                    pos: p0 + r.row - s0,
+                    layer: r.layer,
+                    experts: r.experts,
+                    weights: r.weights,
+                    margin: r.margin,
+                    next_guess: r.next_guess,
+                });
             }
         }
         out

@@ -108,6 +108,39 @@ fn streamed_experts_give_the_resident_logits_bit_for_bit() {
     }
 }
 
+/// A streamed decode reads the next layer's guessed experts ahead (`ExpertStore::prefetch`):
+/// reads do happen, the budget holds, and the logits are the resident run's and the run's
+/// without read-ahead, bit for bit — on the trained tiny MoE, whose router guesses are good.
+#[test]
+fn reading_ahead_changes_which_reads_happen_and_no_bit_of_the_output() {
+    let path = repo_root().join("../shared/models/gguf/tiny-qwen35moe-q4_k_m.gguf");
+    if !path.exists() {
+        eprintln!("SKIP: {} is not here", path.display());
+        return;
+    }
+    let resident = Model::load(&path, &cfg(None)).unwrap();
+    let p = prompt(12, resident.n_vocab());
+    let want = run(&resident, &p, 24);
+    let (floor, record) = floor_and_record(&path);
+    // about a quarter of the 96 experts cached
+    let budget = floor + 20 * record;
+    let mut runs = Vec::new();
+    for prefetch in [true, false] {
+        let m = Model::load(&path, &EngineConfig { expert_prefetch: prefetch, ..cfg(Some(budget)) }).unwrap();
+        let got = run(&m, &p, 24);
+        for (i, (w, g)) in want.iter().zip(&got).enumerate() {
+            assert!(w.iter().zip(g).all(|(a, b)| a.to_bits() == b.to_bits()), "prefetch {prefetch}: step {i} differs from the resident run");
+        }
+        let s = m.expert_cache_stats().unwrap();
+        assert!(s.cached_bytes <= s.capacity_bytes, "{s:?}");
+        runs.push(s);
+    }
+    let (on, off) = (runs[0], runs[1]);
+    assert!(on.prefetch_reads > 0 && on.prefetch_used > 0, "nothing was read ahead: {on:?}");
+    assert!(on.prefetch_used <= on.prefetch_reads && on.prefetch_waited <= on.prefetch_used, "{on:?}");
+    assert_eq!((off.prefetch_reads, off.prefetch_used), (0, 0), "{off:?}");
+}
+
 #[test]
 fn prompts_longer_than_a_batch_run_in_batches_under_a_budget() {
     let path = &moe_files()[0];

@@ -24,8 +24,15 @@ use std::sync::Arc;
 /// (layer, expert)
 pub type ExpertKey = (usize, usize);
 
-/// Tokens between halvings of the use counts.
-pub const AGING_TOKENS: u64 = 16;
+/// Tokens between halvings of the use counts. 32 against 16 before: on the trained tiny MoE's
+/// traces the shorter memory made experts of similar popularity trade places on noise
+/// (docs/bench.md, session 18).
+pub const AGING_TOKENS: u64 = 32;
+
+/// A newcomer displaces a cached expert only if that one is expected at least this much later:
+/// estimates from aged counts are noisy, and swapping two experts of nearly equal expected use
+/// costs a read for nothing (+1 to +9 points on the tiny MoE's traces, session 18).
+pub const ADMIT_MARGIN: f64 = 1.3;
 
 /// A cached expert: its buffer (shared with the handles given out) and the place of its gate, up
 /// and down inside it.
@@ -34,11 +41,13 @@ pub struct Cached {
     pub places: [Range<usize>; 3],
 }
 
-/// One cached entry: what it holds, the bytes it counts, when it was last used.
+/// One cached entry: what it holds, the bytes it counts, when it was last used, and whether it
+/// was read ahead (`insert_needed`) and not asked for yet.
 struct Slot<P> {
     payload: P,
     size: u64,
     last_use: u64,
+    prefetched: bool,
 }
 
 /// The policy over any payload: the streamed store keeps `Cached` buffers in it, the replay
@@ -61,6 +70,9 @@ pub struct ExpertCache<P = Cached> {
     hits: u64,
     misses: u64,
     evictions: u64,
+    /// Prefetched entries asked for, and evicted without being asked for.
+    prefetch_used: u64,
+    prefetch_wasted: u64,
 }
 
 impl ExpertCache<Cached> {
@@ -88,6 +100,8 @@ impl<P> ExpertCache<P> {
             hits: 0,
             misses: 0,
             evictions: 0,
+            prefetch_used: 0,
+            prefetch_wasted: 0,
         }
     }
 
@@ -118,6 +132,9 @@ impl<P> ExpertCache<P> {
             Some(c) => {
                 self.hits += 1;
                 c.last_use = now;
+                if std::mem::take(&mut c.prefetched) {
+                    self.prefetch_used += 1;
+                }
                 Some(&c.payload)
             }
             None => {
@@ -140,24 +157,74 @@ impl<P> ExpertCache<P> {
         let mine = self.next_use(&key);
         while self.bytes + size > self.capacity {
             let Some(victim) = self.victim() else { break };
-            if self.next_use(&victim) < mine {
+            if self.next_use(&victim) < mine * ADMIT_MARGIN {
                 return false;
             }
-            if let Some(c) = self.map.remove(&victim) {
-                self.bytes -= c.size;
-                self.evictions += 1;
-            }
+            self.evict(&victim);
         }
         self.bytes += size;
-        self.map.insert(key, Slot { payload, size, last_use: self.clock });
+        self.map.insert(key, Slot { payload, size, last_use: self.clock, prefetched: false });
+        true
+    }
+
+    fn evict(&mut self, key: &ExpertKey) {
+        if let Some(c) = self.map.remove(key) {
+            self.bytes -= c.size;
+            self.evictions += 1;
+            self.prefetch_wasted += c.prefetched as u64;
+        }
+    }
+
+    /// The cached copy of `key` without counting a use: for a lookup that missed while a
+    /// prefetch of it was in flight and waited for it. A prefetched entry counts as used.
+    pub fn get_waited(&mut self, key: &ExpertKey) -> Option<&P> {
+        let c = self.map.get_mut(key)?;
+        if std::mem::take(&mut c.prefetched) {
+            self.prefetch_used += 1;
+        }
+        Some(&c.payload)
+    }
+
+    /// Prefetched entries asked for and evicted unasked, since creation or the last reset.
+    pub fn prefetch_counters(&self) -> (u64, u64) {
+        (self.prefetch_used, self.prefetch_wasted)
+    }
+
+    /// Inserts an entry read ahead for the next layer (a guess of a rank that has earned it,
+    /// `experts::prefetch`): it is expected within a layer step, sooner than anything cached,
+    /// so the furthest-expected experts make room whatever their estimates. Returns whether it
+    /// is cached (false only when it is larger than the cache).
+    pub fn insert_needed(&mut self, key: ExpertKey, size: u64, payload: P) -> bool {
+        if self.map.contains_key(&key) {
+            return true;
+        }
+        if size > self.capacity {
+            return false;
+        }
+        while self.bytes + size > self.capacity {
+            let Some(victim) = self.victim() else { break };
+            self.evict(&victim);
+        }
+        self.bytes += size;
+        self.map.insert(key, Slot { payload, size, last_use: self.clock, prefetched: true });
         true
     }
 
     /// The cached expert expected to be needed furthest ahead; ties to the least recently used.
+    /// An expert read ahead for the next layer step, not asked for yet, goes last while that
+    /// step can still come (two layer steps of lookups); a wrong guess is then an expert like
+    /// any other.
     fn victim(&self) -> Option<ExpertKey> {
+        let step = self.window / self.layers.len().max(1) as u64;
+        let awaited = |s: &Slot<P>| s.prefetched && self.clock - s.last_use <= 2 * step;
         self.map
             .iter()
-            .max_by(|(ka, a), (kb, b)| self.next_use(ka).total_cmp(&self.next_use(kb)).then(b.last_use.cmp(&a.last_use)))
+            .max_by(|(ka, a), (kb, b)| {
+                awaited(b)
+                    .cmp(&awaited(a))
+                    .then(self.next_use(ka).total_cmp(&self.next_use(kb)))
+                    .then(b.last_use.cmp(&a.last_use))
+            })
             .map(|(k, _)| *k)
     }
 
@@ -190,6 +257,7 @@ impl<P> ExpertCache<P> {
 
     pub fn reset_counters(&mut self) {
         (self.hits, self.misses, self.evictions) = (0, 0, 0);
+        (self.prefetch_used, self.prefetch_wasted) = (0, 0);
     }
 
     pub fn contains(&self, key: &ExpertKey) -> bool {

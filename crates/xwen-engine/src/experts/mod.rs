@@ -1,12 +1,14 @@
 //! Where routed experts come from and what RAM they may take: the `ExpertStore` seam (`store`),
 //! experts mapped from the file or streamed from disk with direct I/O (`streamed`,
-//! `direct_read`) into a bounded cache (`cache`), under the RAM plan (`plan`); the cache policy
+//! `direct_read`) into a bounded cache (`cache`), under the RAM plan (`plan`), the next layer's
+//! likely experts read ahead as far as the guesses have earned (`prefetch`); the cache policy
 //! judged against LRU and Belady's optimum on routing traces (`replay`).
 
 pub mod cache;
 pub mod direct_read;
 pub mod pack;
 pub mod plan;
+pub mod prefetch;
 pub mod replay;
 pub mod store;
 pub mod streamed;

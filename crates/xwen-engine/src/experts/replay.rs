@@ -15,6 +15,7 @@
 //! Belady's lead over it is knowledge of the future, which only prediction can buy.
 
 use crate::experts::cache::{ExpertCache, ExpertKey};
+use crate::experts::prefetch::GuessScore;
 use std::collections::{BTreeSet, HashMap};
 
 /// The lookups of one run and the geometry they come from.
@@ -22,6 +23,11 @@ use std::collections::{BTreeSet, HashMap};
 pub struct Trace {
     /// (layer, expert) in the order a decode asks for them.
     pub lookups: Vec<ExpertKey>,
+    /// What a streamed decode prefetches, per layer step of a decode: (at, len, guess) —
+    /// `lookups[at..at + len]` is the step, `guess` the experts the layer before guessed for
+    /// it (`moe::Lookahead`), most likely first. Empty for a trace without guesses
+    /// (prefill-only, or written before they were recorded).
+    pub prefetch: Vec<(usize, usize, Vec<usize>)>,
     pub n_expert: usize,
     pub n_used: usize,
     /// MoE layers in the model.
@@ -38,15 +44,32 @@ pub enum Policy {
     StaticTopK,
     /// Belady's optimum with bypass: evict (or decline) the expert needed furthest ahead.
     Belady,
+    /// What a streamed decode does: the shipped cache, with the layer before's guesses read
+    /// into it ahead of their layer as deep as they have earned (`experts::prefetch`); a hit
+    /// is an expert in RAM when its layer asks. Not a demand-paging policy (it reads what no
+    /// lookup has asked for yet), so Belady's optimum does not bound it.
+    ShippedPrefetch,
 }
 
 impl Policy {
-    pub const ALL: [Policy; 4] = [Policy::Lru, Policy::Shipped, Policy::StaticTopK, Policy::Belady];
+    /// The policy's name as a JSON key.
+    pub fn key(self) -> &'static str {
+        match self {
+            Policy::Lru => "lru",
+            Policy::Shipped => "shipped",
+            Policy::StaticTopK => "static_top_k",
+            Policy::Belady => "belady",
+            Policy::ShippedPrefetch => "shipped_prefetch",
+        }
+    }
+
+    pub const ALL: [Policy; 5] = [Policy::Lru, Policy::Shipped, Policy::StaticTopK, Policy::Belady, Policy::ShippedPrefetch];
 
     pub fn name(self) -> &'static str {
         match self {
             Policy::Lru => "LRU",
             Policy::Shipped => "shipped",
+            Policy::ShippedPrefetch => "shipped + prefetch",
             Policy::StaticTopK => "static top-k",
             Policy::Belady => "Belady",
         }
@@ -59,8 +82,25 @@ impl Trace {
     pub fn from_routes(routes: &[crate::Route], n_expert: usize, n_used: usize, moe_layers: usize) -> Trace {
         let mut r: Vec<&crate::Route> = routes.iter().collect();
         r.sort_by_key(|x| (x.seq, x.pos, x.layer));
-        let lookups = r.iter().flat_map(|x| x.experts.iter().map(move |&e| (x.layer, e))).collect();
-        Trace { lookups, n_expert, n_used, moe_layers }
+        let mut lookups = Vec::new();
+        let mut prefetch = Vec::new();
+        // guesses by the (sequence, position, layer) they are for
+        let mut pending: HashMap<(usize, usize, usize), Vec<usize>> = HashMap::new();
+        for x in r {
+            if let Some(g) = pending.remove(&(x.seq, x.pos, x.layer)) {
+                prefetch.push((lookups.len(), x.experts.len(), g));
+            }
+            if let Some((nl, g)) = &x.next_guess {
+                pending.insert((x.seq, x.pos, *nl), g.clone());
+            }
+            lookups.extend(x.experts.iter().map(|&e| (x.layer, e)));
+        }
+        Trace { lookups, prefetch, n_expert, n_used, moe_layers }
+    }
+
+    /// Whether the trace holds the guesses a prefetching decode reads ahead.
+    pub fn has_guesses(&self) -> bool {
+        !self.prefetch.is_empty()
     }
 
     /// All (layer, expert) records of the model.
@@ -75,7 +115,47 @@ impl Trace {
             Policy::Shipped => shipped_hits(&self.lookups, slots, (self.n_used * self.moe_layers) as u64),
             Policy::StaticTopK => static_top_k_hits(&self.lookups, slots),
             Policy::Belady => belady_hits(&self.lookups, slots),
+            Policy::ShippedPrefetch => self.prefetch_replay(slots).hits,
         }
+    }
+
+    /// The shipped cache with the decode's prefetch (`Policy::ShippedPrefetch`) in room for
+    /// `slots` records: before each decode layer step its guesses are read into the cache as
+    /// deep as the streamed store reads them (`experts::prefetch::GuessScore`), then the step's
+    /// lookups run. The same cache and score code the store runs; reads land at once here.
+    pub fn prefetch_replay(&self, slots: usize) -> PrefetchReplay {
+        let mut c: ExpertCache<()> = ExpertCache::new(slots as u64, (self.n_used * self.moe_layers) as u64);
+        let mut score = GuessScore::default();
+        let mut out = PrefetchReplay::default();
+        let mut next = self.prefetch.iter().peekable();
+        // the layer step whose guess waits to be judged: (layer, its lookups)
+        let mut judge: Option<(usize, std::ops::Range<usize>)> = None;
+        for (i, &k) in self.lookups.iter().enumerate() {
+            if let Some((layer, r)) = judge.clone().filter(|(_, r)| i == r.end) {
+                let chosen: Vec<usize> = self.lookups[r].iter().map(|&(_, e)| e).collect();
+                score.routed(layer, &chosen);
+                judge = None;
+            }
+            while let Some((at, len, guess)) = next.next_if(|(at, _, _)| *at <= i) {
+                let layer = k.0;
+                score.guessed(layer, guess);
+                for &e in &guess[..score.depth(guess.len())] {
+                    if !c.contains(&(layer, e)) {
+                        out.reads += 1;
+                        c.insert_needed((layer, e), 1, ());
+                    }
+                }
+                judge = Some((layer, *at..at + len));
+            }
+            if c.lookup(k).is_some() {
+                out.hits += 1;
+            } else {
+                out.reads += 1;
+                c.insert_sized(k, 1, ());
+            }
+        }
+        (out.prefetched_hits, out.wasted) = c.prefetch_counters();
+        out
     }
 
     /// Hit rate (0..1) of `policy` with `share` (0..1) of all records cached.
@@ -83,6 +163,18 @@ impl Trace {
         let slots = (share * self.all_records() as f64).round() as usize;
         self.hits(policy, slots) as f64 / self.lookups.len().max(1) as f64
     }
+}
+
+/// What `Trace::prefetch_replay` counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PrefetchReplay {
+    /// Lookups the cache held (prefetched ones among them).
+    pub hits: u64,
+    /// Hits on experts a prefetch had read.
+    pub prefetched_hits: u64,
+    /// Records read (misses and prefetches), and prefetched ones evicted unasked.
+    pub reads: u64,
+    pub wasted: u64,
 }
 
 fn lru_hits(lookups: &[ExpertKey], slots: usize) -> u64 {
@@ -167,7 +259,36 @@ mod tests {
     use super::*;
 
     fn trace(lookups: Vec<ExpertKey>) -> Trace {
-        Trace { lookups, n_expert: 8, n_used: 2, moe_layers: 2 }
+        Trace { lookups, prefetch: Vec::new(), n_expert: 8, n_used: 2, moe_layers: 2 }
+    }
+
+    #[test]
+    fn perfect_guesses_make_every_miss_ready_and_wrong_ones_cost_reads() {
+        // 2 layers × one expert per token, a new expert every token: no cache can hit
+        let n_tok = 50;
+        let mut tr = Trace { n_expert: 64, n_used: 1, moe_layers: 2, ..Default::default() };
+        for t in 0..n_tok {
+            for l in 0..2 {
+                tr.lookups.push((l, t));
+            }
+        }
+        let slots = 4;
+        assert_eq!(tr.hits(Policy::Shipped, slots), 0);
+        // guessed right one layer early (layer 1 from layer 0 of the same token)
+        let mut right = tr.clone();
+        right.prefetch = (0..n_tok).map(|t| (2 * t + 1, 1, vec![t])).collect();
+        let r = right.prefetch_replay(slots);
+        assert_eq!((r.hits, r.prefetched_hits, r.wasted), (n_tok as u64, n_tok as u64, 0));
+        assert_eq!(r.reads, 2 * n_tok as u64, "each record read once, half of them ahead");
+        assert!(right.has_guesses() && !tr.has_guesses());
+        // guessed wrong: every guess read for nothing
+        let mut wrong = tr.clone();
+        wrong.prefetch = (0..n_tok).map(|t| (2 * t + 1, 1, vec![100 + t])).collect();
+        let w = wrong.prefetch_replay(slots);
+        // the first wrong guess is read; judged wrong, the rank is not read ahead again (the
+        // wrong record stays cached until a miss needs its room: evicted, or still there)
+        assert_eq!((w.hits, w.prefetched_hits, w.reads), (0, 0, 2 * n_tok as u64 + 1));
+        assert!(w.wasted <= 1);
     }
 
     #[test]

@@ -50,6 +50,14 @@ pub struct ExpertCacheStats {
     pub hits: u64,
     pub misses: u64,
     pub evictions: u64,
+    /// Experts read ahead (`ExpertStore::prefetch`) that their layer then asked for — among
+    /// the hits, or misses that waited for the read ahead still in flight (`prefetch_waited`)
+    /// — and read ahead but evicted unasked (a wrong guess: a read for nothing).
+    pub prefetch_used: u64,
+    pub prefetch_waited: u64,
+    /// Experts the prefetch readers read.
+    pub prefetch_reads: u64,
+    pub prefetch_wasted: u64,
     /// Bytes read from the file (whole 4 KiB blocks around each expert's ranges).
     pub bytes_read: u64,
     /// Bytes the cache holds now, and its capacity.
@@ -107,6 +115,13 @@ pub trait ExpertStore: Send + Sync {
     fn streams(&self) -> bool {
         false
     }
+    /// A decode step's layer `layer` chose `chosen` (the union of its rows' experts); `next`
+    /// is the next MoE layer and its likely experts, most likely first (`moe::Lookahead`). A
+    /// streamed store judges its last guess against `chosen` and starts reading the guesses
+    /// it trusts (`experts::prefetch`) in the background, so the next layer's lookups find
+    /// them read; a store that does not stream ignores it. Never fails: a failed read is the
+    /// lookup's error.
+    fn prefetch(&self, _layer: usize, _chosen: &[usize], _next: Option<(usize, &[usize])>) {}
     /// Bytes resident in RAM that this store owns (the mapped file is not counted).
     fn resident_bytes(&self) -> u64 {
         0

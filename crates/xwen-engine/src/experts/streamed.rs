@@ -9,7 +9,7 @@
 //! one layer holds at once, which the memory plan counts (`memory_plan`).
 
 use crate::experts::direct_read::{AlignedBuf, DirectFile};
-use crate::experts::cache::ExpertCache;
+use crate::experts::cache::{Cached, ExpertCache};
 use crate::error::{EngineError, Result};
 pub use crate::experts::store::ExpertCacheStats;
 use crate::experts::store::{expert_stacks, ExpertBytes, ExpertHandle, ExpertStore, MatShape};
@@ -17,9 +17,32 @@ use crate::weights::Mat;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use crate::experts::cache::ExpertKey;
+use crate::experts::prefetch::GuessScore;
+use std::collections::HashMap;
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 
 pub struct StreamedExperts {
+    src: Arc<Source>,
+    capacity: u64,
+    cache: Arc<Mutex<ExpertCache>>,
+    bytes_read: Arc<AtomicU64>,
+    /// Experts being read ahead of their layer (`ExpertStore::prefetch`); each goes into the
+    /// cache when its read lands.
+    in_flight: Arc<InFlight>,
+    /// Misses that waited for a read ahead in flight, and experts read ahead.
+    waited: AtomicU64,
+    read_ahead: Arc<AtomicU64>,
+    /// How right the guesses of each rank have been: how deep to read ahead.
+    score: Mutex<GuessScore>,
+    /// Where prefetch requests go; the reader threads end when it is dropped.
+    prefetch_tx: Mutex<Option<mpsc::Sender<ExpertKey>>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+}
+
+/// Where the experts' bytes are: the GGUF (three ranges per expert) or its packed sidecar (one
+/// record). Shared with the prefetch threads.
+struct Source {
     file: DirectFile,
     /// The expert-packed sidecar beside the GGUF, where one matches it: one read per miss.
     pack: Option<crate::experts::pack::Pack>,
@@ -28,16 +51,55 @@ pub struct StreamedExperts {
     data_offset: u64,
     /// Per layer: (gate, up, down) stacks; None for layers without experts.
     layers: Vec<Option<[Mat; 3]>>,
-    capacity: u64,
-    cache: Mutex<ExpertCache>,
-    bytes_read: AtomicU64,
 }
+
+impl Source {
+    /// One expert's gate, up and down, read into one buffer, and their places in it.
+    fn read(&self, layer: usize, expert: usize) -> Result<(AlignedBuf, [Range<usize>; 3])> {
+        let mats = expert_stacks(&self.layers, layer, expert)?;
+        match &self.pack {
+            Some(pack) => pack.read(layer, expert),
+            None => {
+                let ranges: Vec<Range<u64>> = mats
+                    .iter()
+                    .map(|m| {
+                        let b = m.mat_bytes() as u64;
+                        let start = self.data_offset + m.info.offset + expert as u64 * b;
+                        start..start + b
+                    })
+                    .collect();
+                let (buf, places) = self.file.read_ranges(&ranges).map_err(|e| {
+                    EngineError::ExpertStore(format!("reading expert {expert} of layer {layer} from the model file: {e}"))
+                })?;
+                Ok((buf, places.try_into().expect("three ranges read")))
+            }
+        }
+    }
+}
+
+/// The experts a prefetch asked for: queued (no reader has taken them yet) or being read. A
+/// lookup that misses a queued one takes it over and reads it itself — a queue of guesses must
+/// not stand between a layer and its own expert — and waits for one being read.
+#[derive(Default)]
+struct InFlight {
+    keys: Mutex<HashMap<ExpertKey, bool>>, // true: a reader has started it
+    landed: Condvar,
+}
+
+impl InFlight {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ExpertKey, bool>> {
+        self.keys.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+use crate::experts::plan::PREFETCH_READERS;
 
 impl StreamedExperts {
     /// Experts of `layers` read from the GGUF at `path` (whose tensor data starts at
     /// `data_offset`), cached up to `capacity` bytes.
     /// A sidecar pack beside `path` that matches `gguf` (`experts::pack`) is read instead.
-    pub fn open(path: &Path, gguf: &xwen_gguf::GgufFile, layers: Vec<Option<[Mat; 3]>>, n_used: usize, capacity: u64) -> Result<Self> {
+    /// With `prefetch`, reader threads serve `ExpertStore::prefetch`; without, it does nothing.
+    pub fn open(path: &Path, gguf: &xwen_gguf::GgufFile, layers: Vec<Option<[Mat; 3]>>, n_used: usize, capacity: u64, prefetch: bool) -> Result<Self> {
         let data_offset = gguf.data_offset();
         let file = DirectFile::open(path)
             .map_err(|e| EngineError::ExpertStore(format!("cannot open {} to stream experts: {e}", path.display())))?;
@@ -52,15 +114,34 @@ impl StreamedExperts {
         } else {
             (None, None)
         };
+        let src = Arc::new(Source { file, pack, pack_note, data_offset, layers });
+        let bytes_read = Arc::new(AtomicU64::new(0));
+        let cache = Arc::new(Mutex::new(ExpertCache::new(capacity, window)));
+        let in_flight = Arc::new(InFlight::default());
+        let read_ahead = Arc::new(AtomicU64::new(0));
+        let (tx, rx) = mpsc::channel::<ExpertKey>();
+        let rx = Arc::new(Mutex::new(rx));
+        let readers = (0..if prefetch { PREFETCH_READERS } else { 0 })
+            .map(|i| {
+                let (src, cache, in_flight, rx) = (src.clone(), cache.clone(), in_flight.clone(), rx.clone());
+                let counts = [bytes_read.clone(), read_ahead.clone()];
+                std::thread::Builder::new()
+                    .name(format!("xwen-prefetch-{i}"))
+                    .spawn(move || prefetch_reader(&src, &cache, &in_flight, &counts, &rx))
+                    .map_err(|e| EngineError::ExpertStore(format!("cannot start an expert reader thread: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(StreamedExperts {
-            file,
-            pack,
-            pack_note,
-            data_offset,
-            layers,
+            src,
             capacity,
-            cache: Mutex::new(ExpertCache::new(capacity, window)),
-            bytes_read: AtomicU64::new(0),
+            cache,
+            bytes_read,
+            in_flight,
+            waited: AtomicU64::new(0),
+            read_ahead,
+            score: Mutex::new(GuessScore::default()),
+            prefetch_tx: Mutex::new(prefetch.then_some(tx)),
+            readers,
         })
     }
 
@@ -72,30 +153,37 @@ impl StreamedExperts {
 
     /// The sidecar in use, if any, and why one beside the GGUF was not (None: none there).
     pub fn pack_status(&self) -> (Option<&Path>, Option<&str>) {
-        (self.pack.as_ref().map(|p| p.path()), self.pack_note.as_deref())
+        (self.src.pack.as_ref().map(|p| p.path()), self.src.pack_note.as_deref())
     }
 
     pub fn stats(&self) -> ExpertCacheStats {
         let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         let (hits, misses, evictions) = cache.counters();
+        let (used, wasted) = cache.prefetch_counters();
         ExpertCacheStats {
             hits,
             misses,
             evictions,
+            prefetch_used: used,
+            prefetch_waited: self.waited.load(Ordering::Relaxed),
+            prefetch_reads: self.read_ahead.load(Ordering::Relaxed),
+            prefetch_wasted: wasted,
             bytes_read: self.bytes_read.load(Ordering::Relaxed),
             cached_bytes: cache.bytes(),
             capacity_bytes: self.capacity,
-            direct_io: self.file.is_direct(),
+            direct_io: self.src.file.is_direct(),
         }
     }
 
     pub fn reset_stats(&self) {
         self.bytes_read.store(0, Ordering::Relaxed);
+        self.waited.store(0, Ordering::Relaxed);
+        self.read_ahead.store(0, Ordering::Relaxed);
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).reset_counters();
     }
 
     fn mats(&self, layer: usize, expert: usize) -> Result<&[Mat; 3]> {
-        expert_stacks(&self.layers, layer, expert)
+        expert_stacks(&self.src.layers, layer, expert)
     }
 
     fn handle(mats: &[Mat; 3], buf: Arc<AlignedBuf>, places: [Range<usize>; 3]) -> ExpertHandle<'static> {
@@ -110,29 +198,65 @@ impl StreamedExperts {
 
     /// Reads a missed expert from the file and offers it to the cache (without holding the lock
     /// while reading: two threads missing the same expert both read it, the second insert wins).
+    /// One a prefetch is reading is waited for instead; if that read failed, the lookup reads
+    /// it itself (and meets the fault itself if it persists).
     fn fetch(&self, layer: usize, expert: usize, mats: &[Mat; 3]) -> Result<ExpertHandle<'static>> {
-        // one read of the packed record, or the three ranges of the GGUF
-        let (buf, places) = match &self.pack {
-            Some(pack) => pack.read(layer, expert)?,
-            None => {
-                let ranges: Vec<Range<u64>> = mats
-                    .iter()
-                    .map(|m| {
-                        let b = m.mat_bytes() as u64;
-                        let start = self.data_offset + m.info.offset + expert as u64 * b;
-                        start..start + b
-                    })
-                    .collect();
-                let (buf, places) = self.file.read_ranges(&ranges).map_err(|e| {
-                    EngineError::ExpertStore(format!("reading expert {expert} of layer {layer} from the model file: {e}"))
-                })?;
-                (buf, places.try_into().expect("three ranges read"))
+        let key = (layer, expert);
+        {
+            let mut reading = self.in_flight.lock();
+            if reading.get(&key) == Some(&false) {
+                // queued, not started: this lookup reads it (the reader will skip it)
+                reading.remove(&key);
+            } else if reading.contains_key(&key) {
+                while reading.contains_key(&key) {
+                    reading = self.in_flight.landed.wait(reading).unwrap_or_else(|p| p.into_inner());
+                }
+                drop(reading);
+                // the reader put it in the cache before it left the in-flight set
+                if let Some(c) = self.cache.lock().unwrap_or_else(|p| p.into_inner()).get_waited(&key) {
+                    self.waited.fetch_add(1, Ordering::Relaxed);
+                    return Ok(Self::handle(mats, c.buf.clone(), c.places.clone()));
+                }
             }
-        };
+        }
+        // one read of the packed record, or the three ranges of the GGUF
+        let (buf, places) = self.src.read(layer, expert)?;
         self.bytes_read.fetch_add(buf.len() as u64, Ordering::Relaxed);
         let buf = Arc::new(buf);
-        self.cache.lock().unwrap_or_else(|p| p.into_inner()).insert((layer, expert), buf.clone(), places.clone());
+        self.cache.lock().unwrap_or_else(|p| p.into_inner()).insert(key, buf.clone(), places.clone());
         Ok(Self::handle(mats, buf, places))
+    }
+}
+
+/// A prefetch reader thread: reads the experts asked for into the cache until the store is
+/// dropped. A failed read leaves nothing behind: the layer's lookup reads the expert itself.
+/// `counts`: the store's bytes read and experts read ahead.
+fn prefetch_reader(src: &Source, cache: &Mutex<ExpertCache>, in_flight: &InFlight, counts: &[Arc<AtomicU64>; 2], rx: &Mutex<mpsc::Receiver<ExpertKey>>) {
+    loop {
+        let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+        let Ok(key) = next else { return };
+        match in_flight.lock().get_mut(&key) {
+            Some(started) => *started = true,
+            None => continue, // its layer came first and read it
+        }
+        if let Ok((buf, places)) = src.read(key.0, key.1) {
+            counts[0].fetch_add(buf.len() as u64, Ordering::Relaxed);
+            counts[1].fetch_add(1, Ordering::Relaxed);
+            let size = buf.allocated() as u64;
+            cache.lock().unwrap_or_else(|p| p.into_inner()).insert_needed(key, size, Cached { buf: Arc::new(buf), places });
+        }
+        in_flight.lock().remove(&key);
+        in_flight.landed.notify_all();
+    }
+}
+
+impl Drop for StreamedExperts {
+    fn drop(&mut self) {
+        // closing the channel ends the readers once their current read is done
+        self.prefetch_tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
     }
 }
 
@@ -172,13 +296,37 @@ impl ExpertStore for StreamedExperts {
         true
     }
 
+    fn prefetch(&self, layer: usize, chosen: &[usize], next: Option<(usize, &[usize])>) {
+        let Some(tx) = self.prefetch_tx.lock().unwrap_or_else(|p| p.into_inner()).clone() else { return };
+        let (layer, ids) = {
+            let mut score = self.score.lock().unwrap_or_else(|p| p.into_inner());
+            score.routed(layer, chosen);
+            let Some((nl, guess)) = next else { return };
+            score.guessed(nl, guess);
+            (nl, &guess[..score.depth(guess.len())])
+        };
+        for &e in ids {
+            let key = (layer, e);
+            if self.mats(layer, e).is_err() || self.cache.lock().unwrap_or_else(|p| p.into_inner()).contains(&key) {
+                continue;
+            }
+            if self.in_flight.lock().insert(key, false).is_some() {
+                continue;
+            }
+            if tx.send(key).is_err() {
+                self.in_flight.lock().remove(&key);
+                return;
+            }
+        }
+    }
+
     fn resident_bytes(&self) -> u64 {
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).bytes()
     }
 
     fn read_in_all(&self, stop: &dyn Fn() -> bool) -> Result<usize> {
         let mut n = 0;
-        for (il, l) in self.layers.iter().enumerate() {
+        for (il, l) in self.src.layers.iter().enumerate() {
             let Some(mats) = l else { continue };
             for e in 0..mats[0].n_mats {
                 if stop() {

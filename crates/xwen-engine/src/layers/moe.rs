@@ -174,6 +174,37 @@ fn route_of(w: &MoeWeights, d: &MoeDims, logits: &[f32]) -> Route {
     route_with(logits, d.n_used, d.gating, w.probs_bias.as_deref(), d.w_scale, d.norm_w)
 }
 
+/// The next MoE layer, whose experts a decode step guesses a layer early: its router applied
+/// to this layer's input names ~72% of its top-4 on the trained tiny MoE (docs/bench.md), so a
+/// streamed store can read them while this layer and the next one's mixer compute.
+#[derive(Clone, Copy)]
+pub struct Lookahead<'a> {
+    /// The next MoE layer's index in the expert store.
+    pub layer: usize,
+    pub weights: &'a MoeWeights,
+}
+
+/// Per row, the experts `next`'s router picks on this layer's input x (m × hidden).
+fn guess_next(ctx: &Ctx, next: Lookahead, d: &MoeDims, x: &[f32], m: usize) -> Vec<Vec<usize>> {
+    let mut logits = vec![0.0f32; m * d.n_expert];
+    ctx.mv_batch(&mut [MvJob { w: next.weights.router.q(ctx.file), x, y: &mut logits }]);
+    logits.chunks_exact(d.n_expert).map(|l| route_of(next.weights, d, l).experts).collect()
+}
+
+/// The rows' guesses as one list, most voted first (ties: the earlier row's, the higher-ranked
+/// slot's first).
+fn ranked_union(guesses: &[Vec<usize>]) -> Vec<usize> {
+    let mut votes: Vec<(usize, usize, usize)> = Vec::new(); // (expert, votes, first seen)
+    for (i, e) in guesses.iter().flat_map(|g| g.iter().copied()).enumerate() {
+        match votes.iter_mut().find(|v| v.0 == e) {
+            Some(v) => v.1 += 1,
+            None => votes.push((e, 1, i)),
+        }
+    }
+    votes.sort_by_key(|&(_, n, first)| (std::cmp::Reverse(n), first));
+    votes.into_iter().map(|(e, _, _)| e).collect()
+}
+
 /// MoE output for the batch `rows` of normalized input x (rows.n × hidden). Batch-invariant:
 /// the decode rows of all sequences run together in the one-token order (`forward_decode_rows`),
 /// sharing each expert's read among the rows that chose it; each longer span runs alone.
@@ -187,15 +218,19 @@ pub fn forward_rows(
     x: &[f32],
     rows: &Rows,
     hidden: usize,
+    next: Option<Lookahead>,
 ) -> Result<Vec<f32>> {
     if rows.is_single() {
+        if rows.n == 1 {
+            return forward_decode_rows(ctx, w, d, store, layer, x, 1, hidden, &[0], next);
+        }
         return forward(ctx, w, d, store, layer, x, rows.n, hidden, &(0..rows.n).collect::<Vec<_>>());
     }
     let mut out = vec![0.0f32; rows.n * hidden];
     let dec = rows.decode_rows();
     if !dec.is_empty() {
         let xd = batch::gather(x, hidden, &dec);
-        let yd = forward_decode_rows(ctx, w, d, store, layer, &xd, dec.len(), hidden, &dec)?;
+        let yd = forward_decode_rows(ctx, w, d, store, layer, &xd, dec.len(), hidden, &dec, next)?;
         batch::scatter(&yd, hidden, &dec, &mut out);
     }
     for s in rows.multi_row_spans() {
@@ -221,12 +256,12 @@ pub fn forward(
     rows_at: &[usize],
 ) -> Result<Vec<f32>> {
     if n == 1 {
-        return forward_decode_rows(ctx, w, d, store, layer, x, 1, hidden, rows_at);
+        return forward_decode_rows(ctx, w, d, store, layer, x, 1, hidden, rows_at, None);
     }
     let sp = ctx.span(Op::MoeRouter);
     let logits = ctx.mm(&w.router, x, n); // [n × n_expert]
     let routes: Vec<Route> = (0..n).map(|t| route_of(w, d, &logits[t * d.n_expert..(t + 1) * d.n_expert])).collect();
-    record(ctx, layer, rows_at, &routes);
+    record(ctx, layer, rows_at, &routes, None);
     // the experts' input: x, or x_l = W_down · x [n × latent]
     let x_latent = w.latent.as_ref().map(|l| ctx.mm(&l.down, x, n));
     let (xe, ew) = match &x_latent {
@@ -378,14 +413,23 @@ fn add_gated_shared(w: &MoeWeights, x: &[f32], y: &[f32], hidden: usize, out: &m
     }
 }
 
-/// Records `routes` of batch rows `rows_at` at `layer` when the forward records routes.
-fn record(ctx: &Ctx, layer: usize, rows_at: &[usize], routes: &[Route]) {
+/// Records `routes` of batch rows `rows_at` at `layer` when the forward records routes, with
+/// each row's guess at the next MoE layer's experts where one was made.
+fn record(ctx: &Ctx, layer: usize, rows_at: &[usize], routes: &[Route], guesses: Option<&(usize, Vec<Vec<usize>>)>) {
     if ctx.records_routes() {
         ctx.push_routes(
             rows_at
                 .iter()
                 .zip(routes)
-                .map(|(&row, r)| RouteRecord { row, layer, experts: r.experts.clone(), weights: r.weights.clone(), margin: r.margin })
+                .enumerate()
+                .map(|(i, (&row, r))| RouteRecord {
+                    row,
+                    layer,
+                    experts: r.experts.clone(),
+                    weights: r.weights.clone(),
+                    margin: r.margin,
+                    next_guess: guesses.map(|(l, g)| (*l, g[i].clone())),
+                })
                 .collect(),
         );
     }
@@ -415,7 +459,9 @@ fn expert_mm(pool: &Pool, w: QMatrix, x: &[f32], m: usize, y: &mut [f32], xq: &m
 /// several rows is read once for all of them. Three parallel jobs per group of experts —
 /// router with the shared expert's gate/up, the routed gate/up, the downs — instead of one
 /// per matrix. The union of the rows' experts is fetched in groups no larger than the memory
-/// plan's experts in flight, so a streamed store stays inside its budget.
+/// plan's experts in flight, so a streamed store stays inside its budget. With `next`, a
+/// streamed store is asked to read the next MoE layer's likely experts once this layer's own
+/// are in: they land while this layer computes.
 #[allow(clippy::too_many_arguments)] // the layer's weights, geometry, store and rows
 fn forward_decode_rows(
     ctx: &Ctx,
@@ -427,6 +473,7 @@ fn forward_decode_rows(
     m: usize,
     hidden: usize,
     rows_at: &[usize],
+    next: Option<Lookahead>,
 ) -> Result<Vec<f32>> {
     let sp = ctx.span(Op::MoeRouter);
     let mut logits = vec![0.0f32; m * d.n_expert];
@@ -448,7 +495,13 @@ fn forward_decode_rows(
     // the experts' input rows: x, or the latent x_l [m × latent]
     let xe: &[f32] = if w.latent.is_some() { &x_latent } else { x };
     let routes: Vec<Route> = logits.chunks_exact(d.n_expert).map(|l| route_of(w, d, l)).collect();
-    record(ctx, layer, rows_at, &routes);
+    // the next layer's guessed experts, to prefetch (and to record beside the routes)
+    let guesses = match next {
+        Some(nx) if store.streams() || ctx.records_routes() => Some((nx.layer, guess_next(ctx, nx, d, x, m))),
+        _ => None,
+    };
+    record(ctx, layer, rows_at, &routes, guesses.as_ref());
+    let mut prefetch = store.streams().then(|| guesses.map(|(l, g)| (l, ranked_union(&g))));
     drop(sp);
 
     let sp = ctx.span(Op::MoeExperts);
@@ -475,6 +528,9 @@ fn forward_decode_rows(
     let group = if store.streams() { d.n_used.max(2 * PREFILL_READ_AHEAD) } else { union.len().max(1) };
     for (ids, who) in union.chunks(group).zip(users.chunks(group)) {
         let handles = store.experts(layer, ids)?;
+        if let Some(next) = prefetch.take() {
+            store.prefetch(layer, &union, next.as_ref().map(|(l, g)| (*l, &g[..])));
+        }
         // an expert of one row multiplies that row in place (one quantization of it serves
         // all its experts, as `mv_batch` shares activations by address); several rows gathered
         let gathered: Vec<Option<Vec<f32>>> =

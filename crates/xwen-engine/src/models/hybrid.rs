@@ -266,6 +266,14 @@ impl Hybrid {
         SeqState::new(layers)
     }
 
+    /// The first MoE layer after layer `il`, whose experts layer `il`'s decode guesses.
+    fn next_moe(&self, il: usize) -> Option<moe::Lookahead<'_>> {
+        self.layers.iter().enumerate().skip(il + 1).find_map(|(j, l)| match &l.ffn {
+            Ffn::Moe(w) => Some(moe::Lookahead { layer: j, weights: w }),
+            Ffn::Dense(_) => None,
+        })
+    }
+
     /// Runs a batch through the trunk: sequence i's `tokens[i]` at its own position in
     /// `states[i]`. Returns per sequence the logits of its rows `out_rows[i]` (row-major,
     /// rows × n_vocab). Batch-invariant (see `crate::batch`): each sequence's logits are the
@@ -301,7 +309,8 @@ impl Hybrid {
         // K3's checkpoints of this pass (cross-layer residual attention); empty otherwise
         let mut bank = Bank::default();
         for (il, layer) in self.layers.iter().enumerate() {
-            layer_forward(ctx, &self.cfg, self.res.as_ref(), store, Placed { store_layer: il, state_layer: il }, layer, &mut x, &mut xn, states, &rows, &mut bank)?;
+            let at = Placed { store_layer: il, state_layer: il };
+            layer_forward(ctx, &self.cfg, self.res.as_ref(), store, at, layer, self.next_moe(il), &mut x, &mut xn, states, &rows, &mut bank)?;
         }
         if let Some(r) = &self.res {
             x = bank.mix(&x, &r.output, eps, h);
@@ -448,6 +457,7 @@ pub fn layer_forward(
     store: &dyn ExpertStore,
     at: Placed,
     layer: &Layer,
+    next_moe: Option<moe::Lookahead>,
     x: &mut Vec<f32>,
     xn: &mut [f32],
     states: &mut [&mut SeqState],
@@ -519,7 +529,7 @@ pub fn layer_forward(
             let _sp = ctx.span(Op::FfnDense);
             ffn::forward(ctx, w, xn, rows)
         }
-        Ffn::Moe(w) => moe::forward_rows(ctx, w, cfg.moe.as_ref().expect("moe dims"), store, at.store_layer, xn, rows, h)?,
+        Ffn::Moe(w) => moe::forward_rows(ctx, w, cfg.moe.as_ref().expect("moe dims"), store, at.store_layer, xn, rows, h, next_moe)?,
     };
     ctx.tap("ffn_out", Some(il), &f, h);
     add_inplace(x, &f);

@@ -171,6 +171,7 @@ impl MtpHead {
             &self.store,
             Placed { store_layer: self.il, state_layer: 0 },
             &self.layer,
+            None,
             &mut x,
             &mut xn,
             &mut [&mut *state],
