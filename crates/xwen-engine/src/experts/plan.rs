@@ -20,11 +20,6 @@ pub const PREFILL_BATCH: usize = 512;
 /// them is read while the previous batch computes, so two batches are in flight.
 pub const PREFILL_READ_AHEAD: usize = 8;
 
-/// Threads that read a streamed decode's guesses at the next MoE layer ahead of it
-/// (`ExpertStore::prefetch`): the disk serves several reads at once faster than one (one
-/// direct 1.7 MB read at a time 0.58 GB/s, four 0.90 GB/s here). Each holds one expert outside
-/// the cache while its read is in flight; it goes into the cache when it lands.
-pub const PREFETCH_READERS: usize = 4;
 
 /// Allocator slack, thread stacks and small buffers the per-op estimate does not name.
 pub const SCRATCH_SLACK: u64 = 64 << 20;
@@ -117,7 +112,7 @@ impl MemoryPlan {
         let (n_expert, n_used) = (figures.n_expert as u64, figures.n_used as u64);
         // decode holds its selection, a streamed prefill two read-ahead batches; and the
         // prefetch readers one expert each while its read is in flight
-        let prefetched = PREFETCH_READERS as u64;
+        let prefetched = crate::experts::prefetch::PREFETCH_READERS as u64;
         let in_flight_bytes = record_bytes * (n_used.max(2 * PREFILL_READ_AHEAD as u64).min(n_expert) + prefetched);
         let min_cache_bytes = record_bytes * n_used;
         let all_experts_bytes = per_layer_sum * n_expert;

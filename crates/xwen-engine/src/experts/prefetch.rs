@@ -10,6 +10,12 @@
 //! the trained tiny MoE's ranks are right 92 / 83 / 64 / 48% of the time (top-4 of 16), the
 //! synthetic 35B-A3B's 96 / 92 / 88 / 83 / 73 / 65 / 56 / 45% (top-8 of 256).
 
+/// Threads that read a streamed decode's guesses at the next MoE layer ahead of it
+/// (`ExpertStore::prefetch`): the disk serves several reads at once faster than one (one
+/// direct 1.7 MB read at a time 0.58 GB/s, four 0.90 GB/s here). Each holds one expert outside
+/// the cache while its read is in flight; it goes into the cache when it lands.
+pub const PREFETCH_READERS: usize = 4;
+
 /// The share of right guesses a rank needs to be read ahead. 0.7 against 0.8 and 0.9 on the
 /// tiny MoE's four traces (docs/bench.md, session 18): deeper reads pay because a wrong guess
 /// costs its read but not its room (it is evicted like any other expert once its step passed).

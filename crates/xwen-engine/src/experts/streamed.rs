@@ -18,7 +18,7 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use crate::experts::cache::ExpertKey;
-use crate::experts::prefetch::GuessScore;
+use crate::experts::prefetch::{GuessScore, PREFETCH_READERS};
 use std::collections::HashMap;
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 
@@ -92,7 +92,6 @@ impl InFlight {
     }
 }
 
-use crate::experts::plan::PREFETCH_READERS;
 
 impl StreamedExperts {
     /// Experts of `layers` read from the GGUF at `path` (whose tensor data starts at
