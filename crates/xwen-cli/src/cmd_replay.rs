@@ -62,28 +62,14 @@ pub fn run(a: ReplayArgs) -> Result<()> {
     }
     for ((pct, r), (reads, wasted)) in rows.into_iter().zip(reads) {
         let pt = |v: f64| format!("{:.1}%", 100.0 * v);
+        let gap = |v: f64| format!("{:+.1} points", 100.0 * v);
+        let mut cells = vec![format!("{pct}%"), pt(r[0]), pt(r[1]), pt(r[2]), pt(r[3])];
         if guesses {
-            println!(
-                "| {pct}% | {} | {} | {} | {} | {:+.1} points | {} | {:+.1} points | {reads:.3} | {wasted:.3} |",
-                pt(r[0]),
-                pt(r[1]),
-                pt(r[2]),
-                pt(r[3]),
-                100.0 * (r[1] - r[3]),
-                pt(r[4]),
-                100.0 * (r[4] - r[3])
-            );
+            cells.extend([gap(r[1] - r[3]), pt(r[4]), gap(r[4] - r[3]), format!("{reads:.3}"), format!("{wasted:.3}")]);
         } else {
-            println!(
-                "| {pct}% | {} | {} | {} | {} | {:+.1} points | {:+.1} points |",
-                pt(r[0]),
-                pt(r[1]),
-                pt(r[2]),
-                pt(r[3]),
-                100.0 * (r[1] - r[2]),
-                100.0 * (r[1] - r[3])
-            );
+            cells.extend([gap(r[1] - r[2]), gap(r[1] - r[3])]);
         }
+        println!("| {} |", cells.join(" | "));
     }
     if !guesses {
         println!("(this trace holds no next-layer guesses: write it again with this xwen's `xwen trace` for the prefetching decode's figures)");

@@ -132,9 +132,7 @@ impl<P> ExpertCache<P> {
             Some(c) => {
                 self.hits += 1;
                 c.last_use = now;
-                if std::mem::take(&mut c.prefetched) {
-                    self.prefetch_used += 1;
-                }
+                self.prefetch_used += std::mem::take(&mut c.prefetched) as u64;
                 Some(&c.payload)
             }
             None => {
@@ -147,8 +145,15 @@ impl<P> ExpertCache<P> {
     /// Offers an entry of `size` bytes; returns whether the cache kept it. Evicts until it
     /// fits, unless the victim is expected to be needed before the newcomer.
     pub fn insert_sized(&mut self, key: ExpertKey, size: u64, payload: P) -> bool {
+        self.place(key, size, payload, false)
+    }
+
+    /// Inserts `key` when it fits, evicting victims in order: for a newcomer (`prefetched`
+    /// false) only while each victim is expected at least `ADMIT_MARGIN` × later than it; for
+    /// an expert read ahead, whatever their estimates. A key already cached keeps its copy
+    /// (another thread read it too and got it in first).
+    fn place(&mut self, key: ExpertKey, size: u64, payload: P, prefetched: bool) -> bool {
         if self.map.contains_key(&key) {
-            // another thread read it too and got it in first: keep that copy
             return true;
         }
         if size > self.capacity {
@@ -157,13 +162,13 @@ impl<P> ExpertCache<P> {
         let mine = self.next_use(&key);
         while self.bytes + size > self.capacity {
             let Some(victim) = self.victim() else { break };
-            if self.next_use(&victim) < mine * ADMIT_MARGIN {
+            if !prefetched && self.next_use(&victim) < mine * ADMIT_MARGIN {
                 return false;
             }
             self.evict(&victim);
         }
         self.bytes += size;
-        self.map.insert(key, Slot { payload, size, last_use: self.clock, prefetched: false });
+        self.map.insert(key, Slot { payload, size, last_use: self.clock, prefetched });
         true
     }
 
@@ -179,9 +184,7 @@ impl<P> ExpertCache<P> {
     /// prefetch of it was in flight and waited for it. A prefetched entry counts as used.
     pub fn get_waited(&mut self, key: &ExpertKey) -> Option<&P> {
         let c = self.map.get_mut(key)?;
-        if std::mem::take(&mut c.prefetched) {
-            self.prefetch_used += 1;
-        }
+        self.prefetch_used += std::mem::take(&mut c.prefetched) as u64;
         Some(&c.payload)
     }
 
@@ -195,19 +198,7 @@ impl<P> ExpertCache<P> {
     /// so the furthest-expected experts make room whatever their estimates. Returns whether it
     /// is cached (false only when it is larger than the cache).
     pub fn insert_needed(&mut self, key: ExpertKey, size: u64, payload: P) -> bool {
-        if self.map.contains_key(&key) {
-            return true;
-        }
-        if size > self.capacity {
-            return false;
-        }
-        while self.bytes + size > self.capacity {
-            let Some(victim) = self.victim() else { break };
-            self.evict(&victim);
-        }
-        self.bytes += size;
-        self.map.insert(key, Slot { payload, size, last_use: self.clock, prefetched: true });
-        true
+        self.place(key, size, payload, true)
     }
 
     /// The cached expert expected to be needed furthest ahead; ties to the least recently used.

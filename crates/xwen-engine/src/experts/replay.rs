@@ -131,10 +131,9 @@ impl Trace {
         // the layer step whose guess waits to be judged: (layer, its lookups)
         let mut judge: Option<(usize, std::ops::Range<usize>)> = None;
         for (i, &k) in self.lookups.iter().enumerate() {
-            if let Some((layer, r)) = judge.clone().filter(|(_, r)| i == r.end) {
+            if let Some((layer, r)) = judge.take_if(|(_, r)| i == r.end) {
                 let chosen: Vec<usize> = self.lookups[r].iter().map(|&(_, e)| e).collect();
                 score.routed(layer, &chosen);
-                judge = None;
             }
             while let Some((at, len, guess)) = next.next_if(|(at, _, _)| *at <= i) {
                 let layer = k.0;

@@ -92,7 +92,6 @@ impl InFlight {
     }
 }
 
-
 impl StreamedExperts {
     /// Experts of `layers` read from the GGUF at `path` (whose tensor data starts at
     /// `data_offset`), cached up to `capacity` bytes.
@@ -123,10 +122,10 @@ impl StreamedExperts {
         let readers = (0..if prefetch { PREFETCH_READERS } else { 0 })
             .map(|i| {
                 let (src, cache, in_flight, rx) = (src.clone(), cache.clone(), in_flight.clone(), rx.clone());
-                let counts = [bytes_read.clone(), read_ahead.clone()];
+                let (bytes_read, read_ahead) = (bytes_read.clone(), read_ahead.clone());
                 std::thread::Builder::new()
                     .name(format!("xwen-prefetch-{i}"))
-                    .spawn(move || prefetch_reader(&src, &cache, &in_flight, &counts, &rx))
+                    .spawn(move || prefetch_reader(&src, &cache, &in_flight, [&bytes_read, &read_ahead], &rx))
                     .map_err(|e| EngineError::ExpertStore(format!("cannot start an expert reader thread: {e}")))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -229,8 +228,8 @@ impl StreamedExperts {
 
 /// A prefetch reader thread: reads the experts asked for into the cache until the store is
 /// dropped. A failed read leaves nothing behind: the layer's lookup reads the expert itself.
-/// `counts`: the store's bytes read and experts read ahead.
-fn prefetch_reader(src: &Source, cache: &Mutex<ExpertCache>, in_flight: &InFlight, counts: &[Arc<AtomicU64>; 2], rx: &Mutex<mpsc::Receiver<ExpertKey>>) {
+/// It adds to the store's counts of bytes read and of experts read ahead.
+fn prefetch_reader(src: &Source, cache: &Mutex<ExpertCache>, in_flight: &InFlight, [bytes_read, read_ahead]: [&AtomicU64; 2], rx: &Mutex<mpsc::Receiver<ExpertKey>>) {
     loop {
         let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
         let Ok(key) = next else { return };
@@ -239,8 +238,8 @@ fn prefetch_reader(src: &Source, cache: &Mutex<ExpertCache>, in_flight: &InFligh
             None => continue, // its layer came first and read it
         }
         if let Ok((buf, places)) = src.read(key.0, key.1) {
-            counts[0].fetch_add(buf.len() as u64, Ordering::Relaxed);
-            counts[1].fetch_add(1, Ordering::Relaxed);
+            bytes_read.fetch_add(buf.len() as u64, Ordering::Relaxed);
+            read_ahead.fetch_add(1, Ordering::Relaxed);
             let size = buf.allocated() as u64;
             cache.lock().unwrap_or_else(|p| p.into_inner()).insert_needed(key, size, Cached { buf: Arc::new(buf), places });
         }

@@ -221,10 +221,7 @@ pub fn forward_rows(
     next: Option<Lookahead>,
 ) -> Result<Vec<f32>> {
     if rows.is_single() {
-        if rows.n == 1 {
-            return forward_decode_rows(ctx, w, d, store, layer, x, 1, hidden, &[0], next);
-        }
-        return forward(ctx, w, d, store, layer, x, rows.n, hidden, &(0..rows.n).collect::<Vec<_>>());
+        return forward(ctx, w, d, store, layer, x, rows.n, hidden, &(0..rows.n).collect::<Vec<_>>(), next);
     }
     let mut out = vec![0.0f32; rows.n * hidden];
     let dec = rows.decode_rows();
@@ -235,14 +232,14 @@ pub fn forward_rows(
     }
     for s in rows.multi_row_spans() {
         let r = s.rows();
-        let y = forward(ctx, w, d, store, layer, &x[r.start * hidden..r.end * hidden], s.len, hidden, &r.clone().collect::<Vec<_>>())?;
+        let y = forward(ctx, w, d, store, layer, &x[r.start * hidden..r.end * hidden], s.len, hidden, &r.clone().collect::<Vec<_>>(), None)?;
         out[r.start * hidden..r.end * hidden].copy_from_slice(&y);
     }
     Ok(out)
 }
 
 /// MoE output for n tokens of normalized input x (n × hidden) of one sequence; `rows_at[t]`
-/// is row t's row in the batch (for the route record).
+/// is row t's row in the batch (for the route record). `next` is used by a decode row only.
 #[allow(clippy::too_many_arguments)] // the layer's weights, geometry, store and position
 pub fn forward(
     ctx: &Ctx,
@@ -254,9 +251,10 @@ pub fn forward(
     n: usize,
     hidden: usize,
     rows_at: &[usize],
+    next: Option<Lookahead>,
 ) -> Result<Vec<f32>> {
     if n == 1 {
-        return forward_decode_rows(ctx, w, d, store, layer, x, 1, hidden, rows_at, None);
+        return forward_decode_rows(ctx, w, d, store, layer, x, 1, hidden, rows_at, next);
     }
     let sp = ctx.span(Op::MoeRouter);
     let logits = ctx.mm(&w.router, x, n); // [n × n_expert]
