@@ -104,3 +104,68 @@ def test_mtp_without_a_head_is_refused():
     r = subprocess.run([binary(), "serve", "--port", "0", "--draft", "mtp"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert "no MTP head" in r.stderr, r.stderr
+
+
+def metric_values(url, name):
+    """`name`'s samples on /metrics: {labels or "": value}."""
+    import httpx
+
+    out = {}
+    for line in httpx.get(url + "/metrics").text.splitlines():
+        if line.startswith(name + " ") or line.startswith(name + "{"):
+            key, v = line.rsplit(" ", 1)
+            out[key[len(name):]] = float(v)
+    return out
+
+
+def test_a_draft_model_in_the_slots_leaves_replies_as_they_are():
+    """`--draft model:FILE`: the dense fixture (same tokenizer) drafts for the MoE one in every
+    slot; greedy replies are the undrafted server's, one at a time, streamed, several at once,
+    and a slot's next request (its drafter kept with its session) too. /metrics counts drafts per
+    position as llama-server's spec_decode_num_accepted_tokens_per_pos_total."""
+    moe = str(FIXTURES / "parity/cond/qwen3_5_moe/model-q8_0.gguf")
+    dense = str(FIXTURES / "parity/cond/qwen3_5/model-q8_0.gguf")
+    plain = Server("-m", moe, "-np", "2", "-c", "1024")
+    drafted = Server("-m", moe, "--draft", "model:" + dense, "--draft-max", "4", "--draft-p-min", "0", "-np", "2", "-c", "1024")
+    try:
+        want = [complete(plain.url, p) for p in PROMPTS]
+        assert [complete(drafted.url, p) for p in PROMPTS] == want
+        assert [complete(drafted.url, p, stream=True) for p in PROMPTS] == want
+        with concurrent.futures.ThreadPoolExecutor(4) as ex:
+            assert list(ex.map(lambda p: complete(drafted.url, p), PROMPTS * 2)) == want * 2
+        # a continuation of an earlier prompt lands on that slot, drafter and all
+        longer = PROMPTS[0] + want[0]
+        assert complete(drafted.url, longer) == complete(plain.url, longer)
+
+        total = metric_values(drafted.url, "xwen_draft_tokens_total")[""]
+        accepted = metric_values(drafted.url, "xwen_draft_tokens_accepted_total")[""]
+        steps = metric_values(drafted.url, "xwen_spec_decode_verify_steps_total")[""]
+        by_pos = metric_values(drafted.url, "xwen_spec_decode_num_accepted_tokens_per_pos_total")
+        drafted_at = metric_values(drafted.url, "xwen_spec_decode_num_drafted_tokens_per_pos_total")
+        assert total > 0 and steps > 0 and 0 <= accepted <= total
+        assert drafted_at['{position="0"}'] == steps, drafted_at
+        assert sum(drafted_at.values()) == total and sum(by_pos.values()) == accepted
+        acc = [by_pos.get('{position="%d"}' % i, 0) for i in range(len(drafted_at))]
+        assert acc == sorted(acc, reverse=True), acc
+        assert all(by_pos[k] <= drafted_at[k] for k in by_pos)
+    finally:
+        assert plain.stop() == 0
+        assert drafted.stop() == 0
+
+
+def test_bad_draft_specs_are_refused():
+    import subprocess
+
+    from conftest import binary
+
+    for args, says in [
+        (["--draft", "model"], "needs a draft model"),
+        (["--draft", "model:"], "give the file"),
+        (["--draft", "ngram:x"], "takes no file"),
+        (["--draft", "dflash"], "unknown drafter"),
+        (["--draft", "model:a.gguf", "-md", "b.gguf"], "two files"),
+        (["--draft", "model:no-such-file.gguf"], "no-such-file.gguf"),
+    ]:
+        r = subprocess.run([binary(), "serve", "--port", "0", *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0, args
+        assert says in r.stderr, (args, r.stderr)

@@ -5,7 +5,7 @@ use crate::cli::ServeArgs;
 use crate::model_arg;
 use anyhow::{bail, Context, Result};
 use xwen_chat::ChatTemplate;
-use xwen_server::{ServedModel, ServerConfig};
+use xwen_server::{DraftConfig, DraftSource, ServedModel, ServerConfig};
 
 pub fn run(a: ServeArgs) -> Result<()> {
     let mut scfg = ServerConfig { host: a.host.clone(), port: a.port, parallel: a.parallel as usize, queue_limit: a.queue as usize, ..ServerConfig::default() };
@@ -13,15 +13,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     scfg.api_key = a.api_key.clone().filter(|k| !k.is_empty());
     scfg.cache_ram = a.cache_ram.saturating_mul(1 << 20);
     scfg.cache_dir = a.cache_dir.clone();
-    scfg.draft_max = match (a.draft.draft.as_deref(), &a.draft.model_draft) {
-        (Some("mtp"), _) => {
-            scfg.draft_mtp = true;
-            a.draft.draft_max as usize
-        }
-        (_, Some(_)) | (Some("model"), _) => bail!("serve drafts by prompt lookup (--draft ngram) or the model's MTP head (--draft mtp): a draft model per slot is not supported yet"),
-        (Some("ngram"), None) => a.draft.draft_max as usize,
-        _ => 0,
-    };
+    let draft = crate::draft_arg::spec(&a.draft)?;
     let alias = a.alias.clone();
     let template_file = a.chat_template_file.clone();
     let model = a.model.clone();
@@ -32,16 +24,31 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if model.is_none() {
         eprintln!("{}", model_arg::DEMO_NOTE);
     }
+    let draft_cfg = cfg.clone();
     let mut loaded = model_arg::load(model.as_deref(), cfg, &a.engine)?;
-    // a file that carries an MTP head drafts with it unless told otherwise (seed 000)
-    if a.draft.draft.is_none() && a.draft.model_draft.is_none() && loaded.model.has_mtp() {
-        scfg.draft_mtp = true;
-        scfg.draft_max = a.draft.draft_max as usize;
-        eprintln!("xwen: drafting with the model's MTP head (--draft none turns it off)");
-    }
-    if scfg.draft_mtp {
-        crate::draft_arg::mtp_head(&a.draft, &mut loaded.model)?;
-    }
+    let kind = match (draft.draft.as_deref(), &draft.model_draft) {
+        (Some("none"), _) => None,
+        (Some("mtp"), _) => Some("mtp"),
+        (Some("model") | None, Some(_)) => Some("model"),
+        (Some("model"), None) => bail!("--draft model needs a draft model: --draft model:FILE or -md FILE"),
+        (Some("ngram"), _) => Some("ngram"),
+        // a file that carries an MTP head drafts with it unless told otherwise (seed 000)
+        (None, None) if loaded.model.has_mtp() => {
+            eprintln!("xwen: drafting with the model's MTP head (--draft none turns it off)");
+            Some("mtp")
+        }
+        _ => None,
+    };
+    let source = match kind {
+        Some("mtp") => {
+            crate::draft_arg::mtp_head(&draft, &mut loaded.model)?;
+            Some(DraftSource::Mtp)
+        }
+        Some("model") => Some(DraftSource::Model(std::sync::Arc::new(crate::draft_arg::draft_model(&draft, &loaded.model, &draft_cfg)?))),
+        Some(_) => Some(DraftSource::Ngram),
+        None => None,
+    };
+    scfg.draft = source.map(|source| DraftConfig { source, max: draft.draft_max as usize, p_min: draft.draft_p_min });
     let template = match &template_file {
         Some(f) => {
             let src = std::fs::read(f).with_context(|| format!("--chat-template-file {f}"))?;

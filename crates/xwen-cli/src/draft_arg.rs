@@ -5,9 +5,36 @@ use crate::cli::DraftOpts;
 use anyhow::{bail, Context, Result};
 use xwen_engine::{Drafter, ModelDrafter, MtpDrafter, NgramDrafter, SpecStats};
 
+/// `--draft KIND[:FILE]` and `-md FILE` as one: the kind (None: not given) and the file, which
+/// may come from either spelling but not from both with different files.
+pub fn spec(a: &DraftOpts) -> Result<DraftOpts> {
+    let mut out = a.clone();
+    if let Some((kind, file)) = a.draft.as_deref().and_then(|d| d.split_once(':')) {
+        if let Some(md) = a.model_draft.as_deref().filter(|md| *md != file) {
+            bail!("--draft {kind}:{file} and -md {md} name two files: give one");
+        }
+        out.draft = Some(kind.to_string());
+        out.model_draft = Some(file.to_string());
+    }
+    Ok(out)
+}
+
+/// The draft model `-md` / `--draft model:FILE` names, checked against the target's vocabulary.
+pub fn draft_model(a: &DraftOpts, target: &xwen_engine::Model, cfg: &xwen_engine::EngineConfig) -> Result<xwen_engine::Model> {
+    let path = a.model_draft.as_deref().unwrap_or_default();
+    let resolved = crate::hub::resolve(path)?;
+    let dm = xwen_engine::Model::load(&resolved, &xwen_engine::EngineConfig { ram_budget: None, n_seq: 1, ..cfg.clone() })
+        .with_context(|| format!("-md {path}"))?;
+    if dm.n_vocab() != target.n_vocab() {
+        bail!("-md {path}: its vocabulary has {} tokens, the model's {}: a draft model needs the same vocabulary", dm.n_vocab(), target.n_vocab());
+    }
+    Ok(dm)
+}
+
 /// The drafter `--draft` / `-md` ask for (None: plain decoding).
 /// `--draft mtp` attaches `-md`'s MTP sidecar to the target, hence `&mut`.
 pub fn drafter(a: &DraftOpts, target: &mut xwen_engine::Model, cfg: &xwen_engine::EngineConfig) -> Result<Option<Box<dyn Drafter>>> {
+    let a = &spec(a)?;
     let kind = match (a.draft.as_deref(), &a.model_draft) {
         (Some("none"), _) => return Ok(None),
         (Some("mtp"), _) => {
@@ -24,13 +51,7 @@ pub fn drafter(a: &DraftOpts, target: &mut xwen_engine::Model, cfg: &xwen_engine
     if kind == "ngram" {
         return Ok(Some(Box::new(NgramDrafter::default())));
     }
-    let path = a.model_draft.as_deref().unwrap_or_default();
-    let resolved = crate::hub::resolve(path)?;
-    let dm = xwen_engine::Model::load(&resolved, &xwen_engine::EngineConfig { ram_budget: None, n_seq: 1, ..cfg.clone() })
-        .with_context(|| format!("-md {path}"))?;
-    if dm.n_vocab() != target.n_vocab() {
-        bail!("-md {path}: its vocabulary has {} tokens, the model's {}: a draft model needs the same vocabulary", dm.n_vocab(), target.n_vocab());
-    }
+    let dm = draft_model(a, target, cfg)?;
     let mut d = ModelDrafter::new(dm, a.draft_max as usize);
     d.p_min = a.draft_p_min;
     Ok(Some(Box::new(d)))

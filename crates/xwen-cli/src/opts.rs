@@ -244,6 +244,21 @@ fn temperature(s: &str) -> Result<f32, String> {
     Ok(v)
 }
 
+/// `--draft`: none, ngram, model, mtp, or model:FILE / mtp:FILE (the file as `-md` takes it).
+pub fn draft_kind(s: &str) -> Result<String, String> {
+    let (kind, file) = match s.split_once(':') {
+        Some((k, f)) => (k, Some(f)),
+        None => (s, None),
+    };
+    match (kind, file) {
+        ("none" | "ngram", None) | ("model" | "mtp", None) => Ok(s.to_string()),
+        ("model" | "mtp", Some(f)) if !f.is_empty() => Ok(s.to_string()),
+        ("model" | "mtp", Some(_)) => Err(format!("`{s}`: give the file after the colon ({kind}:FILE)")),
+        ("none" | "ngram", Some(_)) => Err(format!("`{s}`: {kind} takes no file")),
+        _ => Err(format!("unknown drafter `{s}` (none, ngram, model:FILE, mtp, mtp:FILE)")),
+    }
+}
+
 pub fn unit_interval(s: &str) -> Result<f32, String> {
     let v = float(s)?;
     if !(0.0..=1.0).contains(&v) {

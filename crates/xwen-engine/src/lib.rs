@@ -30,7 +30,7 @@ pub use state::{SeqCheckpoint, SeqState, Snapshot};
 pub use runtime::prefix_cache::{Hit as PrefixHit, PrefixCache};
 pub use runtime::generate::{self, generate, generate_observed, GenStats, GenerateRequest, StopReason};
 pub use runtime::sampler;
-pub use runtime::scheduler::{Event, LogitsProcessor, Request, Scheduler, SeqId, TokenLogprobs};
+pub use runtime::scheduler::{DraftTally, Event, LogitsProcessor, Request, Scheduler, SeqId, TokenLogprobs};
 pub use runtime::session::{Reuse, Session};
 pub use runtime::speculative::{generate_speculative, Drafter, ModelDrafter, MtpDrafter, NgramDrafter, SpecStats};
 pub use runtime::sampler::{Sampler, SamplerConfig, SamplingParams};

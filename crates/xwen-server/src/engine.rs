@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
+use crate::{DraftConfig, DraftSource};
+use xwen_engine::{Drafter, ModelDrafter, MtpDrafter, NgramDrafter};
 use xwen_engine::{Event, LogitsProcessor, Model, PrefixCache, Request, Sampler, SamplingParams, Scheduler, SeqId, Session, StopReason, TokenLogprobs};
 
 /// One generation request as the engine sees it: token ids in, token ids out.
@@ -110,6 +112,8 @@ impl EngineHandle {
 
 struct Slot {
     session: Session,
+    /// The drafter of the slot's last request, which followed its session.
+    drafter: Option<Box<dyn Drafter>>,
     last_used: u64,
 }
 
@@ -128,7 +132,7 @@ pub fn start(
     model: Model,
     parallel: usize,
     queue_limit: usize,
-    draft: (usize, bool),
+    draft: Option<DraftConfig>,
     prefix: Option<PrefixCache>,
     metrics: Arc<Metrics>,
 ) -> std::io::Result<(EngineHandle, std::thread::JoinHandle<()>)> {
@@ -154,19 +158,16 @@ struct EngineLoop {
     sessions: usize,
     clock: u64,
     metrics: Arc<Metrics>,
-    /// Drafting depth (0: off).
-    draft_max: usize,
-    /// Draft with the model's MTP head (else prompt lookup).
-    draft_mtp: bool,
+    /// How the slots draft (None: they do not).
+    draft: Option<DraftConfig>,
     /// States at message boundaries, beyond the slots' own (RAM, and disk across restarts).
     prefix: Option<PrefixCache>,
 }
 
 impl EngineLoop {
-    fn new(model: Model, parallel: usize, (draft_max, draft_mtp): (usize, bool), prefix: Option<PrefixCache>, counts: Arc<Counts>, metrics: Arc<Metrics>) -> Self {
+    fn new(model: Model, parallel: usize, draft: Option<DraftConfig>, prefix: Option<PrefixCache>, counts: Arc<Counts>, metrics: Arc<Metrics>) -> Self {
         EngineLoop {
-            draft_max,
-            draft_mtp,
+            draft: draft.filter(|d| d.max > 0),
             prefix,
             sched: Scheduler::new(parallel),
             model,
@@ -276,15 +277,15 @@ impl EngineLoop {
     /// The session of an ended sequence goes back to the idle slots; its state at the prompt's
     /// message `boundary` goes to the prefix cache.
     fn release(&mut self, id: SeqId, boundary: Option<usize>) {
-        match self.sched.take_session(id) {
-            Some(session) => {
+        match self.sched.take_ended(id) {
+            Some((session, drafter)) => {
                 if let (Some(cache), Some(b)) = (self.prefix.as_mut(), boundary) {
                     if let Some((tokens, state)) = session.state_at(b) {
                         cache.insert(&tokens, state);
                     }
                 }
                 self.clock += 1;
-                self.idle.push(Slot { session, last_used: self.clock });
+                self.idle.push(Slot { session, drafter, last_used: self.clock });
             }
             None => self.sessions -= 1,
         }
@@ -292,8 +293,9 @@ impl EngineLoop {
 
     /// The idle session sharing the longest prefix with `prompt`, or the prefix cache's state
     /// where that holds more of it; on a tie (or none shared), the least recently used, so a long
-    /// conversation's slot survives short one-off requests.
-    fn pick_session(&mut self, prompt: &[u32]) -> Session {
+    /// conversation's slot survives short one-off requests. An idle slot comes with the drafter
+    /// that followed its session.
+    fn pick_session(&mut self, prompt: &[u32]) -> (Session, Option<Box<dyn Drafter>>) {
         let common = |s: &Session| s.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count();
         let best_idle = self.idle.iter().map(|s| common(&s.session)).max().unwrap_or(0);
         if let Some(hit) = self.prefix.as_mut().and_then(|c| c.lookup(&self.model, prompt, best_idle)) {
@@ -308,12 +310,12 @@ impl EngineLoop {
                 } else if let Some(lru) = self.idle.iter().enumerate().min_by_key(|(_, s)| s.last_used).map(|(i, _)| i) {
                     self.idle.swap_remove(lru);
                 }
-                return session;
+                return (session, None);
             }
         }
         if self.idle.is_empty() {
             self.sessions += 1;
-            return Session::new(&self.model);
+            return (Session::new(&self.model), None);
         }
         let mut best = 0;
         let mut key = (0, u64::MAX);
@@ -328,27 +330,43 @@ impl EngineLoop {
         // nothing shared: a fresh session if one more fits, so cached conversations stay
         if key.0 == 0 && self.sessions < self.parallel {
             self.sessions += 1;
-            return Session::new(&self.model);
+            return (Session::new(&self.model), None);
         }
-        self.idle.swap_remove(best).session
+        let slot = self.idle.swap_remove(best);
+        (slot.session, slot.drafter)
+    }
+
+    /// A drafter for a new request: the slot's own where it has one of this kind, else a new one.
+    fn drafter(&self, kept: Option<Box<dyn Drafter>>) -> Option<(Box<dyn Drafter>, usize)> {
+        let cfg = self.draft.as_ref()?;
+        let d: Box<dyn Drafter> = match (&cfg.source, kept) {
+            (_, Some(d)) => d,
+            (DraftSource::Ngram, None) => Box::new(NgramDrafter::default()),
+            (DraftSource::Mtp, None) => {
+                let mut d = MtpDrafter::new();
+                d.p_min = cfg.p_min;
+                Box::new(d)
+            }
+            (DraftSource::Model(m), None) => {
+                let mut d = ModelDrafter::new(m.clone(), cfg.max);
+                d.p_min = cfg.p_min;
+                Box::new(d)
+            }
+        };
+        Some((d, cfg.max))
     }
 
     fn admit(&mut self) {
         while self.running.len() < self.parallel {
             let Some(job) = self.queue.pop_front() else { break };
             let job = *job;
-            let session = self.pick_session(&job.prompt);
+            let (session, kept_drafter) = self.pick_session(&job.prompt);
             // the scheduler checkpoints the boundaries before the prompt's last token, and that
             // last position itself (a boundary at the prompt's end is taken there)
             let last = job.prompt.len().saturating_sub(1);
             let boundary = job.checkpoints.iter().map(|&b| b.min(last)).filter(|&b| b > 0).max();
             // drafting where nothing watches each token's logits (a grammar, logprobs)
-            let draft = (self.draft_max > 0 && job.processor.is_none() && job.logprobs.is_none())
-                .then(|| {
-                    let d: Box<dyn xwen_engine::Drafter> =
-                        if self.draft_mtp { Box::new(xwen_engine::MtpDrafter::new()) } else { Box::new(xwen_engine::NgramDrafter::default()) };
-                    (d, self.draft_max)
-                });
+            let draft = if job.processor.is_none() && job.logprobs.is_none() { self.drafter(kept_drafter) } else { None };
             let req = Request {
                 session: Some(session),
                 logprobs: job.logprobs,
@@ -377,12 +395,11 @@ impl EngineLoop {
     fn step(&mut self) {
         let t0 = Instant::now();
         let decoding = self.running.len();
-        let drafts_before = self.sched.draft_counts();
         match self.sched.step(&self.model) {
             Ok(events) => {
-                let (d, a) = self.sched.draft_counts();
-                self.metrics.draft_tokens.inc_by(d - drafts_before.0);
-                self.metrics.draft_accepted.inc_by(a - drafts_before.1);
+                if self.draft.is_some() {
+                    self.metrics.set_drafts(self.sched.draft_tally());
+                }
                 let mut tokens = 0u64;
                 for e in events {
                     match e {

@@ -45,11 +45,9 @@ pub struct ServerConfig {
     pub api_key: Option<String>,
     /// Largest request body, bytes (413 above).
     pub max_body: usize,
-    /// Prompt-lookup drafting of up to this many tokens per step for requests without a
-    /// grammar or logprobs (0: off); output is what it is without drafting.
-    pub draft_max: usize,
-    /// Draft with the model's MTP head instead of prompt lookup.
-    pub draft_mtp: bool,
+    /// Speculative decoding in the slots, for requests without a grammar or logprobs (None:
+    /// off); output is what it is without drafting.
+    pub draft: Option<DraftConfig>,
     /// Bytes of conversation states the prefix cache keeps in RAM (0: none).
     pub cache_ram: u64,
     /// Where the prefix cache also keeps its states, across restarts.
@@ -58,7 +56,38 @@ pub struct ServerConfig {
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig { host: "127.0.0.1".into(), port: 8080, parallel: 4, queue_limit: 64, api_key: None, max_body: 8 << 20, draft_max: 0, draft_mtp: false, cache_ram: 0, cache_dir: None }
+        ServerConfig { host: "127.0.0.1".into(), port: 8080, parallel: 4, queue_limit: 64, api_key: None, max_body: 8 << 20, draft: None, cache_ram: 0, cache_dir: None }
+    }
+}
+
+/// How the slots draft: with what, at most how many tokens a step, and below which top
+/// probability a model drafter (a draft model, the MTP head) stops (llama.cpp's p_min).
+#[derive(Clone, Debug)]
+pub struct DraftConfig {
+    pub source: DraftSource,
+    pub max: usize,
+    pub p_min: f32,
+}
+
+/// Where drafts come from.
+#[derive(Clone)]
+pub enum DraftSource {
+    /// Prompt lookup (n-gram): no model.
+    Ngram,
+    /// The served model's own MTP head (its nextn block, or a sidecar attached to it).
+    Mtp,
+    /// A smaller model with the served model's vocabulary, shared by every slot; each slot's
+    /// drafter keeps its own state of it.
+    Model(Arc<Model>),
+}
+
+impl std::fmt::Debug for DraftSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DraftSource::Ngram => f.write_str("Ngram"),
+            DraftSource::Mtp => f.write_str("Mtp"),
+            DraftSource::Model(m) => write!(f, "Model({})", m.name().unwrap_or(m.architecture())),
+        }
     }
 }
 
@@ -212,7 +241,7 @@ pub fn serve(m: ServedModel, cfg: ServerConfig, on_ready: impl FnOnce(SocketAddr
         } else {
             None
         };
-        let (engine, engine_thread) = engine::start(m.model, cfg.parallel, cfg.queue_limit, (cfg.draft_max, cfg.draft_mtp), prefix, metrics.clone()).context("starting the engine thread")?;
+        let (engine, engine_thread) = engine::start(m.model, cfg.parallel, cfg.queue_limit, cfg.draft.clone(), prefix, metrics.clone()).context("starting the engine thread")?;
         let parallel = engine.parallel();
         let tok = Arc::new(m.tokenizer);
         let grammars = structured::Grammars::new(tok.clone()).map_err(|e| eprintln!("xwen: structured output is off: {e}")).ok();

@@ -6,7 +6,10 @@ use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use prometheus_client::metrics::family::Family;
 use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+use xwen_engine::DraftTally;
 
 type FGauge = Gauge<f64, AtomicU64>;
 type FCounter = Counter<f64, AtomicU64>;
@@ -19,9 +22,8 @@ pub struct Metrics {
     pub cached_tokens: Counter,
     pub generated_tokens: Counter,
     pub cancelled: Counter,
-    /// Prompt-lookup draft tokens verified / accepted (`serve --draft ngram`).
-    pub draft_tokens: Counter,
-    pub draft_accepted: Counter,
+    /// What the slots' drafting did (`serve --draft`): the scheduler's running tally.
+    drafts: Mutex<DraftTally>,
     /// Prompts that resumed a prefix-cache state read from disk (`serve --cache-dir`).
     pub prefix_disk_hits: Counter,
     /// Prompts that resumed any prefix-cache state (RAM or disk).
@@ -59,6 +61,11 @@ impl Metrics {
         }
     }
 
+    /// The drafting tally so far (`Scheduler::draft_tally`).
+    pub fn set_drafts(&self, tally: &DraftTally) {
+        self.drafts.lock().unwrap_or_else(|p| p.into_inner()).clone_from(tally);
+    }
+
     pub fn set_expert_cache(&self, hits: u64, misses: u64) {
         self.expert_hits.set(hits as i64);
         self.expert_misses.set(misses as i64);
@@ -80,8 +87,26 @@ impl Metrics {
         r.register("prompt_tokens_cached", "Prompt tokens served from the prefix cache (not computed)", self.cached_tokens.clone());
         r.register("generated_tokens", "Tokens sampled", self.generated_tokens.clone());
         r.register("requests_cancelled", "Requests stopped early: running or queued, their client gone, or a stop string matched", self.cancelled.clone());
-        r.register("draft_tokens", "Draft tokens verified (serve --draft)", self.draft_tokens.clone());
-        r.register("draft_tokens_accepted", "Draft tokens accepted (serve --draft)", self.draft_accepted.clone());
+        let drafts = self.drafts.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let counter = |v: u64| {
+            let c: Counter = Counter::default();
+            c.inc_by(v);
+            c
+        };
+        r.register("draft_tokens", "Draft tokens verified (serve --draft)", counter(drafts.drafted()));
+        r.register("draft_tokens_accepted", "Draft tokens accepted (serve --draft)", counter(drafts.accepted()));
+        r.register("spec_decode_verify_steps", "Verify steps that checked drafted tokens (serve --draft)", counter(drafts.verify_steps));
+        // one series per draft position, as llama-server's
+        // llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="i"}
+        let per_pos = |counts: &[u64]| {
+            let f: Family<Vec<(String, String)>, Counter> = Family::default();
+            for (i, &v) in counts.iter().enumerate() {
+                f.get_or_create(&vec![("position".to_string(), i.to_string())]).inc_by(v);
+            }
+            f
+        };
+        r.register("spec_decode_num_drafted_tokens_per_pos", "Drafted tokens verified per draft position (0: a step's first)", per_pos(&drafts.drafted_at));
+        r.register("spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position (0: a step's first)", per_pos(&drafts.accepted_at));
         r.register("queue_depth", "Requests waiting for a slot", self.queue_depth.clone());
         r.register("running_sequences", "Sequences in the running batch", self.running.clone());
         r.register("batch_size", "Sequences in the last engine step", self.batch_size.clone());

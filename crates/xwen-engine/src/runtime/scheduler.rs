@@ -121,21 +121,64 @@ struct Running {
     drafts: Vec<u32>,
 }
 
+/// What drafting did over every drafting sequence since the scheduler started: verify steps,
+/// and per draft position (0: the first drafted token of a step) the tokens drafted and
+/// accepted there — llama-server's `spec_decode_num_accepted_tokens_per_pos_total`. A draft at
+/// position i is only accepted if those before it were, so `accepted_at` never grows with i.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DraftTally {
+    pub verify_steps: u64,
+    pub drafted_at: Vec<u64>,
+    pub accepted_at: Vec<u64>,
+}
+
+impl DraftTally {
+    pub fn drafted(&self) -> u64 {
+        self.drafted_at.iter().sum()
+    }
+
+    pub fn accepted(&self) -> u64 {
+        self.accepted_at.iter().sum()
+    }
+
+    /// One verify of `drafted` tokens of which the first `accepted` were kept.
+    fn record(&mut self, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        self.verify_steps += 1;
+        if self.drafted_at.len() < drafted {
+            self.drafted_at.resize(drafted, 0);
+            self.accepted_at.resize(drafted, 0);
+        }
+        for c in &mut self.drafted_at[..drafted] {
+            *c += 1;
+        }
+        for c in &mut self.accepted_at[..accepted.min(drafted)] {
+            *c += 1;
+        }
+    }
+}
+
+/// What an ended sequence leaves for `take_session` / `take_drafter`.
+struct Ended {
+    session: Session,
+    drafter: Option<Box<dyn Drafter>>,
+}
+
 pub struct Scheduler {
     running: Vec<Running>,
     max_seqs: usize,
     next_id: SeqId,
-    /// Sessions of ended sequences, for `take_session`.
-    ended: HashMap<SeqId, Session>,
-    /// Draft tokens verified and accepted since the start (`draft_counts`).
-    drafted: u64,
-    accepted: u64,
+    /// Sessions (and their drafters) of ended sequences that came with a session.
+    ended: HashMap<SeqId, Ended>,
+    tally: DraftTally,
 }
 
 impl Scheduler {
     /// A scheduler of at most `max_seqs` sequences at once.
     pub fn new(max_seqs: usize) -> Scheduler {
-        Scheduler { running: Vec::new(), max_seqs: max_seqs.max(1), next_id: 1, ended: HashMap::new(), drafted: 0, accepted: 0 }
+        Scheduler { running: Vec::new(), max_seqs: max_seqs.max(1), next_id: 1, ended: HashMap::new(), tally: DraftTally::default() }
     }
 
     pub fn len(&self) -> usize {
@@ -204,7 +247,12 @@ impl Scheduler {
 
     /// Draft tokens verified and accepted so far, over every drafting sequence.
     pub fn draft_counts(&self) -> (u64, u64) {
-        (self.drafted, self.accepted)
+        (self.tally.drafted(), self.tally.accepted())
+    }
+
+    /// Verify steps and the drafted / accepted tokens per draft position so far.
+    pub fn draft_tally(&self) -> &DraftTally {
+        &self.tally
     }
 
     /// How many of a running sequence's prompt tokens its session already held when it was
@@ -227,7 +275,14 @@ impl Scheduler {
 
     /// The session of an ended sequence that came with one (`Request::session`).
     pub fn take_session(&mut self, id: SeqId) -> Option<Session> {
-        self.ended.remove(&id)
+        self.take_ended(id).map(|(s, _)| s)
+    }
+
+    /// `take_session` with the sequence's drafter, if it drafted: the drafter follows its
+    /// session (a draft model's state holds the conversation so far), so the next request on
+    /// that session drafts without feeding the draft model the whole conversation again.
+    pub fn take_ended(&mut self, id: SeqId) -> Option<(Session, Option<Box<dyn Drafter>>)> {
+        self.ended.remove(&id).map(|e| (e.session, e.drafter))
     }
 
     fn end(&mut self, i: usize) {
@@ -237,7 +292,7 @@ impl Scheduler {
             r.session.state_mut().keep_history(0);
         }
         if r.keep_session {
-            self.ended.insert(r.id, r.session);
+            self.ended.insert(r.id, Ended { session: r.session, drafter: r.draft.map(|(d, _)| d) });
         }
     }
 
@@ -395,8 +450,7 @@ impl Scheduler {
             let lg = &mut out.logits;
             if !r.drafts.is_empty() {
                 let (stop, drafted, accepted) = Self::verify(model, r, n, lg, &out.hidden, &mut events)?;
-                self.drafted += drafted as u64;
-                self.accepted += accepted as u64;
+                self.tally.record(drafted, accepted);
                 if let Some(stop) = stop {
                     events.push(Event::Done { id: r.id, stop, generated: r.generated });
                     finished.push(r.id);
@@ -449,5 +503,23 @@ impl Scheduler {
             }
         }
         Ok(events)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DraftTally;
+
+    #[test]
+    fn the_tally_counts_each_draft_position() {
+        let mut t = DraftTally::default();
+        t.record(3, 1);
+        t.record(1, 1);
+        t.record(0, 0);
+        t.record(4, 4);
+        assert_eq!(t.verify_steps, 3, "a step with no drafts is not a verify");
+        assert_eq!(t.drafted_at, vec![3, 2, 2, 1]);
+        assert_eq!(t.accepted_at, vec![3, 1, 1, 1]);
+        assert_eq!((t.drafted(), t.accepted()), (8, 6));
     }
 }

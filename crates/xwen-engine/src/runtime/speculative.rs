@@ -19,6 +19,7 @@ use crate::model::{LogitsMode, Model, SeqStep};
 use crate::runtime::generate::{GenStats, GenerateRequest, StopReason};
 use crate::runtime::sampler::Sampler;
 use crate::state::SeqState;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Proposes up to `max` tokens that continue `context` (prompt and generated tokens, the last of
@@ -108,8 +109,10 @@ impl Drafter for NgramDrafter {
 
 /// A smaller model with the target's vocabulary drafting greedily from its own state, which
 /// follows the accepted context (rolled back over rejected drafts, re-fed where it departs).
+/// The model is shared: a server's slots each hold a drafter (its own state) over one draft
+/// model.
 pub struct ModelDrafter {
-    model: Model,
+    model: Arc<Model>,
     state: SeqState,
     /// The tokens `state` holds.
     fed: Vec<u32>,
@@ -119,7 +122,8 @@ pub struct ModelDrafter {
 }
 
 impl ModelDrafter {
-    pub fn new(model: Model, max_draft: usize) -> Self {
+    pub fn new(model: impl Into<Arc<Model>>, max_draft: usize) -> Self {
+        let model = model.into();
         let mut state = model.new_state();
         state.keep_history(max_draft + 1);
         ModelDrafter { model, state, fed: Vec::new(), p_min: 0.75, kept: max_draft + 1 }
