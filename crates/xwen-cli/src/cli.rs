@@ -358,6 +358,9 @@ pub struct PlanArgs {
     /// One JSON object instead of text
     #[arg(long = "json")]
     pub json: bool,
+    /// The drafter the plan makes room for (a draft model, an MTP head's KV or sidecar)
+    #[command(flatten)]
+    pub draft: DraftOpts,
     #[command(flatten)]
     pub engine: EngineOpts,
 }
@@ -545,6 +548,9 @@ pub struct SynthArgs {
     /// Seed of the random weights
     #[arg(long = "seed", value_name = "N", default_value_t = 1)]
     pub seed: u64,
+    /// Add an MTP (NextN) block after the trunk, as the official "-MTP" GGUFs carry (qwen35, qwen35moe; random weights: drafts it proposes are rarely accepted)
+    #[arg(long = "mtp")]
+    pub mtp: bool,
 }
 
 // ---- pull --------------------------------------------------------------------------------

@@ -25,12 +25,12 @@ system prompt; empty removes it), /save FILE and /load FILE (the conversation as
 a line ending in \\ continues on the next";
 
 pub fn run(a: ChatArgs) -> Result<()> {
-    let cfg = a.engine.engine_config()?;
-    let draft_cfg = cfg.clone();
+    let mut cfg = a.engine.engine_config()?;
+    let draft = crate::draft_arg::prepare(&a.draft, &mut cfg, 1)?;
     if a.model.is_none() {
         eprintln!("{}", model_arg::DEMO_NOTE);
     }
-    let mut loaded = model_arg::load(a.model.as_deref(), cfg, &a.engine)?;
+    let loaded = model_arg::load(a.model.as_deref(), cfg, &a.engine)?;
     let tok = &loaded.tokenizer;
     let template = ChatTemplate::from_gguf(loaded.model.gguf())
         .context("chat template")?
@@ -44,7 +44,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         eprintln!("xwen: seed {} (--seed {} repeats this chat)", params.seed, params.seed);
     }
     let mut sampler = Sampler::new(params);
-    let mut drafter = crate::draft_arg::drafter(&a.draft, &mut loaded.model, &draft_cfg)?;
+    let mut drafter = draft.drafter(&loaded.model)?;
 
     let stop = tok.eos_ids();
     // the state, exactly the tokens it holds, and checkpoints: prefix reuse lives in the library

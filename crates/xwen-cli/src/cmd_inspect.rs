@@ -400,7 +400,7 @@ fn to_text(path: &str, f: &GgufFile) -> String {
 fn streaming_plan(f: &GgufFile, n_ctx: u64) -> Option<xwen_engine::MemoryPlan> {
     let xwen_engine::models::Loaded { net, experts } = xwen_engine::models::load(f).ok()?;
     experts.iter().any(|e| e.is_some()).then_some(())?;
-    xwen_engine::MemoryPlan::new(f, &net.plan_figures(n_ctx as usize, (xwen_engine::KvType::F16, xwen_engine::KvType::F16)), &experts, n_ctx as usize, 1, u64::MAX, 0, None).ok()
+    xwen_engine::MemoryPlan::new(f, &net.plan_figures(n_ctx as usize, (xwen_engine::KvType::F16, xwen_engine::KvType::F16)), &experts, n_ctx as usize, 1, u64::MAX, xwen_engine::Reserved::default(), None).ok()
 }
 
 // ---- json -------------------------------------------------------------------------------

@@ -21,10 +21,16 @@ pub fn run(a: PlanArgs) -> Result<()> {
     let loaded = xwen_engine::models::load(&file)?;
     let kv = cfg.effective_kv_types();
     let n_seq = a.parallel as usize;
+    // the drafter's share, as a run or a server with these flags would count it
+    cfg.n_seq = n_seq;
+    let prepared = crate::draft_arg::prepare(&a.draft, &mut cfg, n_seq)?;
+    let file = std::sync::Arc::new(file);
+    let head_bytes = xwen_engine::mtp_plan_bytes(&file, &cfg)?;
+    drop(prepared);
     let figures = loaded.net.plan_figures(cfg.max_ctx, kv);
     // without a budget: the plan under no ceiling, which states the floor and the sizes
     let budget = cfg.ram_budget.unwrap_or(u64::MAX);
-    let plan = MemoryPlan::new(&file, &figures, &loaded.experts, cfg.max_ctx, n_seq, budget, cfg.reserved_ram, ram_limit())?;
+    let plan = MemoryPlan::new(&file, &figures, &loaded.experts, cfg.max_ctx, n_seq, budget, xwen_engine::Reserved { prefix_cache: cfg.reserved_ram, draft: cfg.draft_ram.saturating_add(head_bytes) }, ram_limit())?;
     let moe_layers = loaded.experts.iter().filter(|e| e.is_some()).count();
     let all_records = (figures.n_expert * moe_layers) as u64;
     // records differ in size between layers (Q4_K_M's Q6_K down stacks): the share of the
@@ -60,6 +66,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
             "scratch_bytes": plan.scratch_bytes,
             "in_flight_bytes": plan.in_flight_bytes,
             "reserved_bytes": plan.reserved_bytes,
+            "draft_bytes": plan.draft_bytes,
             "budget_bytes": given.then_some(plan.budget),
             "budget_auto": plan.auto,
             "expert_cache_bytes": plan.cache_bytes,
@@ -89,6 +96,9 @@ pub fn run(a: PlanArgs) -> Result<()> {
     println!("  scratch          {}", human_bytes(plan.scratch_bytes));
     if plan.reserved_bytes > 0 {
         println!("  prefix cache     {} (--cache-ram, inside the budget)", human_bytes(plan.reserved_bytes));
+    }
+    if plan.draft_bytes > 0 {
+        println!("  draft            {} (the drafter: a draft model mapped with its states, or an MTP head's KV and sidecar)", human_bytes(plan.draft_bytes));
     }
     if plan.record_bytes == 0 {
         println!("  a dense model: everything is resident; a --ram-budget streams nothing (its floor: {})", human_bytes(plan.floor()));

@@ -9,7 +9,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::io::Write;
 use xwen_chat::{StopFilter, StreamDecoder};
-use crate::draft_arg::{draft_line, drafter};
+use crate::draft_arg::draft_line;
 use xwen_engine::{generate_speculative, Drafter, GenerateRequest, NgramDrafter, Sampler, StopReason};
 
 /// UTF-8 decoding as llama.cpp's `unicode_cpts_from_utf8` does it: a byte that does not start
@@ -36,8 +36,8 @@ pub fn llama_lossy_utf8(bytes: &[u8]) -> String {
 
 pub fn run(a: RunArgs) -> Result<()> {
     let quiet = a.engine.quiet;
-    let cfg = a.engine.engine_config()?;
-    let draft_cfg = cfg.clone();
+    let mut cfg = a.engine.engine_config()?;
+    let draft = crate::draft_arg::prepare(&a.draft, &mut cfg, 1)?;
     let prompt_file = match &a.file {
         Some(f) => Some(llama_lossy_utf8(&std::fs::read(f).with_context(|| format!("-f {f}"))?)),
         None => None,
@@ -48,7 +48,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     if a.model.is_none() && !quiet {
         eprintln!("{}", model_arg::DEMO_NOTE);
     }
-    let mut loaded = model_arg::load(a.model.as_deref(), cfg, &a.engine)?;
+    let loaded = model_arg::load(a.model.as_deref(), cfg, &a.engine)?;
     if !quiet {
         eprintln!(
             "xwen: loaded {} ({}) in {:.2}s: {:.1} MiB of weights ({}), {} threads",
@@ -95,7 +95,7 @@ pub fn run(a: RunArgs) -> Result<()> {
     let stop_ids = if a.ignore_eos { Vec::new() } else { tok.eos_ids() };
     let eos = tok.eos_ids();
     // the drafter first: a refused --draft says so before any text is written
-    let mut drafter = drafter(&a.draft, &mut loaded.model, &draft_cfg)?;
+    let mut drafter = draft.drafter(&loaded.model)?;
     let draft_name: &'static str = drafter.as_ref().map_or("none", |d| d.name());
     let mut out = std::io::stdout().lock();
     let stream_text = !a.print_ids && !a.json;

@@ -2,8 +2,9 @@
 //! over the model. Flags keep llama-server's names where they mean the same.
 
 use crate::cli::ServeArgs;
+use crate::draft_arg::Kind;
 use crate::model_arg;
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use xwen_chat::ChatTemplate;
 use xwen_server::{DraftConfig, DraftSource, ServedModel, ServerConfig};
 
@@ -13,7 +14,6 @@ pub fn run(a: ServeArgs) -> Result<()> {
     scfg.api_key = a.api_key.clone().filter(|k| !k.is_empty());
     scfg.cache_ram = a.cache_ram.saturating_mul(1 << 20);
     scfg.cache_dir = a.cache_dir.clone();
-    let draft = crate::draft_arg::spec(&a.draft)?;
     let alias = a.alias.clone();
     let template_file = a.chat_template_file.clone();
     let model = a.model.clone();
@@ -24,31 +24,20 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if model.is_none() {
         eprintln!("{}", model_arg::DEMO_NOTE);
     }
-    let draft_cfg = cfg.clone();
-    let mut loaded = model_arg::load(model.as_deref(), cfg, &a.engine)?;
-    let kind = match (draft.draft.as_deref(), &draft.model_draft) {
-        (Some("none"), _) => None,
-        (Some("mtp"), _) => Some("mtp"),
-        (Some("model") | None, Some(_)) => Some("model"),
-        (Some("model"), None) => bail!("--draft model needs a draft model: --draft model:FILE or -md FILE"),
-        (Some("ngram"), _) => Some("ngram"),
-        // a file that carries an MTP head drafts with it unless told otherwise (seed 000)
-        (None, None) if loaded.model.has_mtp() => {
-            eprintln!("xwen: drafting with the model's MTP head (--draft none turns it off)");
-            Some("mtp")
-        }
-        _ => None,
-    };
-    let source = match kind {
-        Some("mtp") => {
-            crate::draft_arg::mtp_head(&draft, &mut loaded.model)?;
+    let mut draft = crate::draft_arg::prepare(&a.draft, &mut cfg, scfg.parallel)?;
+    let loaded = model_arg::load(model.as_deref(), cfg, &a.engine)?;
+    let source = match draft.kind(&loaded.model)? {
+        Kind::Off | Kind::Auto => None,
+        Kind::Ngram => Some(DraftSource::Ngram),
+        Kind::Mtp => {
+            if a.draft.draft.is_none() && a.draft.model_draft.is_none() {
+                eprintln!("xwen: drafting with the model's MTP head (--draft none turns it off)");
+            }
             Some(DraftSource::Mtp)
         }
-        Some("model") => Some(DraftSource::Model(std::sync::Arc::new(crate::draft_arg::draft_model(&draft, &loaded.model, &draft_cfg)?))),
-        Some(_) => Some(DraftSource::Ngram),
-        None => None,
+        Kind::Model => Some(DraftSource::Model(std::sync::Arc::new(draft.take_model().expect("a draft model was loaded")))),
     };
-    scfg.draft = source.map(|source| DraftConfig { source, max: draft.draft_max as usize, p_min: draft.draft_p_min });
+    scfg.draft = source.map(|source| DraftConfig { source, max: draft.max(), p_min: draft.p_min() });
     let template = match &template_file {
         Some(f) => {
             let src = std::fs::read(f).with_context(|| format!("--chat-template-file {f}"))?;

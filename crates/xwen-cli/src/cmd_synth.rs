@@ -26,6 +26,7 @@ pub fn run(a: SynthArgs) -> Result<()> {
         (None, None) => anyhow::bail!("give --preset NAME or --random SEED"),
     };
     let mut g = g;
+    g.nextn |= a.mtp;
     for kv in &a.set {
         synth::set_field(&mut g, kv).map_err(anyhow::Error::msg)?;
     }

@@ -7,7 +7,7 @@ use xwen_engine::{Drafter, ModelDrafter, MtpDrafter, NgramDrafter, SpecStats};
 
 /// `--draft KIND[:FILE]` and `-md FILE` as one: the kind (None: not given) and the file, which
 /// may come from either spelling but not from both with different files.
-pub fn spec(a: &DraftOpts) -> Result<DraftOpts> {
+fn spec(a: &DraftOpts) -> Result<DraftOpts> {
     let mut out = a.clone();
     if let Some((kind, file)) = a.draft.as_deref().and_then(|d| d.split_once(':')) {
         if let Some(md) = a.model_draft.as_deref().filter(|md| *md != file) {
@@ -19,61 +19,112 @@ pub fn spec(a: &DraftOpts) -> Result<DraftOpts> {
     Ok(out)
 }
 
-/// The draft model `-md` / `--draft model:FILE` names, checked against the target's vocabulary.
-pub fn draft_model(a: &DraftOpts, target: &xwen_engine::Model, cfg: &xwen_engine::EngineConfig) -> Result<xwen_engine::Model> {
-    let path = a.model_draft.as_deref().unwrap_or_default();
-    let resolved = crate::hub::resolve(path)?;
-    let dm = xwen_engine::Model::load(&resolved, &xwen_engine::EngineConfig { ram_budget: None, n_seq: 1, ..cfg.clone() })
-        .with_context(|| format!("-md {path}"))?;
-    if dm.n_vocab() != target.n_vocab() {
-        bail!("-md {path}: its vocabulary has {} tokens, the model's {}: a draft model needs the same vocabulary", dm.n_vocab(), target.n_vocab());
-    }
-    Ok(dm)
+/// What `--draft` asks for, settled before the target loads: a draft model is loaded first
+/// and an MTP sidecar named in the engine config, so that under `--ram-budget` the target's plan
+/// counts them (`EngineConfig::draft_ram`, `EngineConfig::mtp_sidecar`).
+pub struct Prepared {
+    kind: Kind,
+    opts: DraftOpts,
+    draft_model: Option<xwen_engine::Model>,
 }
 
-/// The drafter `--draft` / `-md` ask for (None: plain decoding).
-/// `--draft mtp` attaches `-md`'s MTP sidecar to the target, hence `&mut`.
-pub fn drafter(a: &DraftOpts, target: &mut xwen_engine::Model, cfg: &xwen_engine::EngineConfig) -> Result<Option<Box<dyn Drafter>>> {
-    let a = &spec(a)?;
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    /// `--draft none`, or nothing asked and (maybe) a file without a head
+    Off,
+    /// Not asked: the target's own MTP head where its file has one (seed 000)
+    Auto,
+    Ngram,
+    Mtp,
+    Model,
+}
+
+/// Reads `--draft` / `-md` and prepares what the target's load needs to know; `n_seq`
+/// sequences will draft at once (a server's slots).
+pub fn prepare(a: &DraftOpts, cfg: &mut xwen_engine::EngineConfig, n_seq: usize) -> Result<Prepared> {
+    let a = spec(a)?;
     let kind = match (a.draft.as_deref(), &a.model_draft) {
-        (Some("none"), _) => return Ok(None),
-        (Some("mtp"), _) => {
-            mtp_head(a, target)?;
-            return Ok(Some(mtp_drafter(a)));
-        }
-        (Some("model") | None, Some(_)) => "model",
-        (Some("model"), None) => bail!("--draft model needs a draft model: -md FILE"),
-        (Some(k), _) => if k == "ngram" { "ngram" } else { return Ok(None) },
-        // a file that carries an MTP head drafts with it unless told otherwise (seed 000)
-        (None, None) if target.has_mtp() => return Ok(Some(mtp_drafter(a))),
-        (None, None) => return Ok(None),
+        (Some("none"), _) => Kind::Off,
+        (Some("mtp"), _) => Kind::Mtp,
+        (Some("model") | None, Some(_)) => Kind::Model,
+        (Some("model"), None) => bail!("--draft model needs a draft model: --draft model:FILE or -md FILE"),
+        (Some("ngram"), _) => Kind::Ngram,
+        _ => Kind::Auto,
     };
-    if kind == "ngram" {
-        return Ok(Some(Box::new(NgramDrafter::default())));
+    let mut draft_model = None;
+    // the file's own head only where it will draft: otherwise a budget would pay for its KV
+    cfg.load_mtp = matches!(kind, Kind::Mtp | Kind::Auto);
+    match kind {
+        Kind::Mtp => {
+            if let Some(path) = &a.model_draft {
+                cfg.mtp_sidecar = Some(crate::hub::resolve(path)?);
+            }
+        }
+        Kind::Model => {
+            let path = a.model_draft.as_deref().unwrap_or_default();
+            let resolved = crate::hub::resolve(path)?;
+            let dm = xwen_engine::Model::load(&resolved, &xwen_engine::EngineConfig { ram_budget: None, n_seq, draft_ram: 0, mtp_sidecar: None, ..cfg.clone() })
+                .with_context(|| format!("-md {path}"))?;
+            // counted by a budgeted target's plan (the engine ignores it without a budget)
+            cfg.draft_ram = dm.ram_needed(n_seq);
+            draft_model = Some(dm);
+        }
+        _ => {}
     }
-    let dm = draft_model(a, target, cfg)?;
-    let mut d = ModelDrafter::new(dm, a.draft_max as usize);
-    d.p_min = a.draft_p_min;
-    Ok(Some(Box::new(d)))
+    Ok(Prepared { kind, opts: a, draft_model })
 }
 
-/// `--draft mtp`'s head: `-md`'s sidecar attached where given, else the model file's own; an
-/// error when there is none.
-pub fn mtp_head(a: &DraftOpts, target: &mut xwen_engine::Model) -> Result<()> {
-    if let Some(path) = &a.model_draft {
-        let resolved = crate::hub::resolve(path)?;
-        target.attach_mtp(&resolved).with_context(|| format!("-md {path}"))?;
+impl Prepared {
+    /// What drafts, now that `target` is loaded: Mtp needs its head (the sidecar was attached
+    /// at load), Auto becomes Mtp where the file has one, a draft model needs the same
+    /// vocabulary.
+    pub fn kind(&self, target: &xwen_engine::Model) -> Result<Kind> {
+        match self.kind {
+            Kind::Mtp if !target.has_mtp() => bail!("--draft mtp: this model file has no MTP head (nextn block); use its \"-MTP\" GGUF, or give the head's sidecar GGUF with -md FILE"),
+            Kind::Auto if target.has_mtp() => Ok(Kind::Mtp),
+            Kind::Auto => Ok(Kind::Off),
+            Kind::Model => {
+                let dm = self.draft_model.as_ref().expect("loaded by prepare");
+                if dm.n_vocab() != target.n_vocab() {
+                    let path = self.opts.model_draft.as_deref().unwrap_or_default();
+                    bail!("-md {path}: its vocabulary has {} tokens, the model's {}: a draft model needs the same vocabulary", dm.n_vocab(), target.n_vocab());
+                }
+                Ok(Kind::Model)
+            }
+            k => Ok(k),
+        }
     }
-    if !target.has_mtp() {
-        bail!("--draft mtp: this model file has no MTP head (nextn block); use its \"-MTP\" GGUF, or give the head's sidecar GGUF with -md FILE");
-    }
-    Ok(())
-}
 
-fn mtp_drafter(a: &DraftOpts) -> Box<dyn Drafter> {
-    let mut d = MtpDrafter::new();
-    d.p_min = a.draft_p_min;
-    Box::new(d)
+    /// The draft model (`--draft model`), for a server's slots to share.
+    pub fn take_model(&mut self) -> Option<xwen_engine::Model> {
+        self.draft_model.take()
+    }
+
+    pub fn max(&self) -> usize {
+        self.opts.draft_max as usize
+    }
+
+    pub fn p_min(&self) -> f32 {
+        self.opts.draft_p_min
+    }
+
+    /// The drafter of a run or a chat (None: plain decoding).
+    pub fn drafter(mut self, target: &xwen_engine::Model) -> Result<Option<Box<dyn Drafter>>> {
+        Ok(match self.kind(target)? {
+            Kind::Off | Kind::Auto => None,
+            Kind::Ngram => Some(Box::new(NgramDrafter::default())),
+            Kind::Mtp => {
+                let mut d = MtpDrafter::new();
+                d.p_min = self.p_min();
+                Some(Box::new(d))
+            }
+            Kind::Model => {
+                let mut d = ModelDrafter::new(self.take_model().expect("loaded by prepare"), self.max());
+                d.p_min = self.p_min();
+                Some(Box::new(d))
+            }
+        })
+    }
 }
 
 /// The drafter's figures for the closing line.

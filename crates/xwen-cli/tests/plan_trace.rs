@@ -102,3 +102,42 @@ fn the_prefix_cache_counts_inside_the_budget() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("floor") && err.contains("--cache-ram"), "{err}");
 }
+
+/// The drafter's RAM is inside the budget: a draft model (mapped, with a state per slot), an
+/// MTP sidecar's weights and every MTP head's KV — `xwen plan` and the engine count the same.
+#[test]
+fn the_drafter_counts_inside_the_budget() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let (m, dense) = (moe(), fixtures.join("parity/cond/qwen3_5/model-q8_0.gguf").display().to_string());
+    let sidecar = fixtures.join("mtp/cond-qwen35moe/mtp-q8_0.gguf").display().to_string();
+    let plan = |extra: &[&str]| {
+        let mut args = vec!["plan", "-m", m.as_str(), "-c", "512", "--parallel", "2", "--json"];
+        args.extend_from_slice(extra);
+        let o = xwen(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+    };
+    let draft = |j: &serde_json::Value| j["draft_bytes"].as_u64().unwrap();
+    let floor = |j: &serde_json::Value| j["floor_bytes"].as_u64().unwrap();
+    let none = plan(&[]);
+    assert_eq!(draft(&none), 0, "no head, no drafter: nothing to count");
+    let md = format!("model:{dense}");
+    let with_model = plan(&["--draft", &md]);
+    let dense_bytes = std::fs::metadata(&dense).unwrap().len();
+    assert!(draft(&with_model) > dense_bytes / 2, "the draft model's weights and states: {with_model}");
+    assert_eq!(floor(&with_model), floor(&none) + draft(&with_model));
+    let mtp = format!("mtp:{sidecar}");
+    let with_head = plan(&["--draft", &mtp]);
+    assert!(draft(&with_head) > std::fs::metadata(&sidecar).unwrap().len() / 2, "{with_head}");
+    // a budget that holds the model but not its drafter is refused at load, naming the draft
+    let budget = (floor(&none) + (1 << 20)).to_string();
+    let o = xwen(&["run", "-m", &m, "-c", "512", "--ram-budget", &budget, "--draft", &md, "-p", "x", "-n", "2"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("draft"), "{err}");
+    // and one that holds both runs, drafting
+    let budget = (floor(&with_model) + (8 << 20)).to_string();
+    let o = xwen(&["run", "-m", &m, "-c", "512", "--ram-budget", &budget, "--draft", &md, "--draft-p-min", "0", "-p", "x", "-n", "8", "--temp", "0", "-t", "2"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("draft model:"), "{}", String::from_utf8_lossy(&o.stderr));
+}

@@ -94,6 +94,16 @@ pub struct EngineConfig {
     /// states, `xwen serve --cache-ram`): the plan counts them before it sizes the expert cache,
     /// and a budget that cannot hold them too is refused. Ignored without a budget.
     pub reserved_ram: u64,
+    /// Bytes of the budget a drafter beside the model takes — a draft model run mapped with
+    /// its states (`Model::ram_needed`) — counted like `reserved_ram`. Ignored without a budget.
+    pub draft_ram: u64,
+    /// An MTP-only sidecar GGUF (`convert_hf_to_gguf.py --mtp`) or another "-MTP" file of this
+    /// model whose draft head replaces the file's own (`Model::attach_mtp`); under a budget its
+    /// weights count in the plan.
+    pub mtp_sidecar: Option<std::path::PathBuf>,
+    /// Load the file's own MTP head where it has one (llama.cpp's `load_mtp`); off when
+    /// nothing will draft with it, so a budget does not pay for its KV.
+    pub load_mtp: bool,
     /// Sequences held at once (batched decode, a server's slots): a RAM plan reserves the state
     /// of this many at `max_ctx` positions, and under a budget `Model::max_sequences` says so.
     pub n_seq: usize,
@@ -115,7 +125,7 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false, ram_budget: None, expert_prefetch: true, reserved_ram: 0, n_seq: 1, record_routes: false, record_taps: false, max_isa: None, kv_types: (KvType::F16, KvType::F16), flash_attn: FlashAttn::Auto }
+        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false, ram_budget: None, expert_prefetch: true, reserved_ram: 0, draft_ram: 0, mtp_sidecar: None, load_mtp: true, n_seq: 1, record_routes: false, record_taps: false, max_isa: None, kv_types: (KvType::F16, KvType::F16), flash_attn: FlashAttn::Auto }
     }
 }
 

@@ -22,10 +22,10 @@ pub mod weights;
 
 pub use config::{EngineConfig, FlashAttn, KvType};
 pub use error::{EngineError, Result};
-pub use experts::plan::MemoryPlan;
+pub use experts::plan::{MemoryPlan, Reserved};
 pub use experts::store::{ExpertCacheStats, ExpertStore, ResidentExperts};
 pub use experts::streamed::StreamedExperts;
-pub use model::{supported_archs, LogitsMode, Model, Route, SeqStep, KNOWN_UNIMPLEMENTED_ARCHS};
+pub use model::{mtp_plan_bytes, supported_archs, LogitsMode, Model, Route, SeqStep, KNOWN_UNIMPLEMENTED_ARCHS};
 pub use state::{SeqCheckpoint, SeqState, Snapshot};
 pub use runtime::prefix_cache::{Hit as PrefixHit, PrefixCache};
 pub use runtime::generate::{self, generate, generate_observed, GenStats, GenerateRequest, StopReason};

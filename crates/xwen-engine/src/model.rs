@@ -62,6 +62,54 @@ impl Drop for Model {
     }
 }
 
+/// The MTP head a model of `file` drafts with under `cfg`: the sidecar's where one is given,
+/// else the file's own nextn block (unless `cfg.load_mtp` is off).
+fn load_mtp(file: &Arc<GgufFile>, net: &dyn models::Network, cfg: &EngineConfig) -> Result<Option<models::mtp::MtpHead>> {
+    if let Some(p) = &cfg.mtp_sidecar {
+        return Ok(Some(load_mtp_sidecar(p, net.hidden(), net.n_vocab())?));
+    }
+    Ok(match file.architecture() {
+        Some("qwen35" | "qwen35moe") if cfg.load_mtp => models::mtp::MtpHead::load(file, &models::qwen35::config(file)?)?,
+        _ => None,
+    })
+}
+
+/// What a RAM plan counts for the MTP head: its KV for every sequence at `max_ctx`, and a
+/// sidecar's weights (the file's own head is in the trunk already) — mapped, all of it touched.
+fn mtp_reserve(head: Option<&models::mtp::MtpHead>, cfg: &EngineConfig) -> u64 {
+    head.map_or(0, |h| {
+        let weights = if cfg.mtp_sidecar.is_some() { h.file().tensor_bytes() } else { 0 };
+        weights.saturating_add(h.state_bytes(cfg.max_ctx, cfg.effective_kv_types()).saturating_mul(cfg.n_seq.max(1) as u64))
+    })
+}
+
+/// The bytes a RAM plan for `file` under `cfg` counts for its MTP head (`xwen plan`, which
+/// plans without loading the model): what `Model::load` would count.
+pub fn mtp_plan_bytes(file: &Arc<GgufFile>, cfg: &EngineConfig) -> Result<u64> {
+    let net = models::load(file)?.net;
+    Ok(mtp_reserve(load_mtp(file, &*net, cfg)?.as_ref(), cfg))
+}
+
+/// The MTP head of the GGUF at `path` for a trunk of width `hidden` and vocabulary `n_vocab`.
+fn load_mtp_sidecar(path: &Path, hidden: usize, n_vocab: usize) -> Result<models::mtp::MtpHead> {
+    let f = Arc::new(GgufFile::open(path)?);
+    let arch = f.architecture().unwrap_or("");
+    if !matches!(arch, "qwen35" | "qwen35moe") {
+        return Err(EngineError::Config(format!("{}: an MTP head of architecture '{arch}' (xwen reads qwen35 / qwen35moe heads)", path.display())));
+    }
+    let cfg = crate::models::qwen35::config(&f)?;
+    let head = models::mtp::MtpHead::load(&f, &cfg)?.ok_or_else(|| EngineError::Config(format!("{}: no MTP (nextn) block in this file", path.display())))?;
+    if !head.fits(hidden, n_vocab) {
+        return Err(EngineError::Config(format!(
+            "{}: an MTP head of width {} and vocabulary {} for a model of {hidden} and {n_vocab}",
+            path.display(),
+            head.hidden(),
+            head.n_vocab()
+        )));
+    }
+    Ok(head)
+}
+
 pub struct Model {
     file: Arc<GgufFile>,
     net: Box<dyn Network>,
@@ -143,9 +191,13 @@ impl Model {
         let models::Loaded { net, experts } = models::load(&file)?;
         let threads = cfg.resolved_threads();
         let figures = net.plan_figures(cfg.max_ctx, cfg.effective_kv_types());
+        let mtp = load_mtp(&file, &*net, cfg)?;
         let plan = match cfg.ram_budget {
             None => None,
-            Some(b) => Some(MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, cfg.n_seq, b, cfg.reserved_ram, crate::experts::plan::ram_limit())?),
+            Some(b) => {
+                let reserved = crate::Reserved { prefix_cache: cfg.reserved_ram, draft: cfg.draft_ram.saturating_add(mtp_reserve(mtp.as_ref(), cfg)) };
+                Some(MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, cfg.n_seq, b, reserved, crate::experts::plan::ram_limit())?)
+            }
         };
         let has_experts = experts.iter().any(|e| e.is_some());
         let store: Arc<dyn ExpertStore> = match (&plan, has_experts) {
@@ -177,10 +229,6 @@ impl Model {
         }
         let pool = Pool::try_new(threads).map_err(|e| EngineError::Threads(format!("the system refused to start {threads} threads: {e}")))?;
         let prof = Profiler::new(cfg.profile);
-        let mtp = match file.architecture() {
-            Some("qwen35" | "qwen35moe") => models::mtp::MtpHead::load(&file, &models::qwen35::config(&file)?)?,
-            _ => None,
-        };
         Ok(Model { file, net, store, read_in_stop, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan, routes: Mutex::new(Vec::new()), taps: Mutex::new(Vec::new()), mtp })
     }
 
@@ -458,25 +506,16 @@ impl Model {
 
     /// Loads the MTP draft head of an MTP-only sidecar GGUF (`convert_hf_to_gguf.py --mtp`) or
     /// of another "-MTP" file of this model; it replaces the model file's own head.
+    /// Under a RAM budget the plan was made without it: give the sidecar in
+    /// `EngineConfig::mtp_sidecar` instead, so its weights are counted (an error here).
     pub fn attach_mtp(&mut self, path: &Path) -> Result<()> {
-        let f = Arc::new(GgufFile::open(path)?);
-        let arch = f.architecture().unwrap_or("");
-        if !matches!(arch, "qwen35" | "qwen35moe") {
-            return Err(EngineError::Config(format!("{}: an MTP head of architecture '{arch}' (xwen reads qwen35 / qwen35moe heads)", path.display())));
-        }
-        let cfg = crate::models::qwen35::config(&f)?;
-        let head = models::mtp::MtpHead::load(&f, &cfg)?
-            .ok_or_else(|| EngineError::Config(format!("{}: no MTP (nextn) block in this file", path.display())))?;
-        let (h, v) = (self.hidden_width(), self.n_vocab());
-        if !head.fits(h, v) {
-            return Err(EngineError::Config(format!(
-                "{}: an MTP head of width {} and vocabulary {} for a model of {h} and {v}",
-                path.display(),
-                head.hidden(),
-                head.n_vocab()
+        if self.plan.is_some() {
+            return Err(EngineError::RamBudget(format!(
+                "{}: under a RAM budget an MTP sidecar is given when the model loads (EngineConfig::mtp_sidecar), so the plan counts it",
+                path.display()
             )));
         }
-        self.mtp = Some(head);
+        self.mtp = Some(load_mtp_sidecar(path, self.hidden_width(), self.n_vocab())?);
         Ok(())
     }
 
@@ -487,6 +526,14 @@ impl Model {
     /// Whether an MTP draft head is loaded (the file's own nextn block or `attach_mtp`'s).
     pub fn has_mtp(&self) -> bool {
         self.mtp_head().is_some()
+    }
+
+    /// RAM this model takes run without a budget, every tensor mapped and touched, with `n_seq`
+    /// states at its context size and a batch's scratch: what a draft model beside a budgeted
+    /// target adds to that target's plan (`EngineConfig::draft_ram`).
+    pub fn ram_needed(&self, n_seq: usize) -> u64 {
+        let f = self.net.plan_figures(self.cfg.max_ctx, self.cfg.effective_kv_types());
+        self.file.tensor_bytes().saturating_add(f.state_bytes.saturating_mul(n_seq.max(1) as u64)).saturating_add(f.scratch_bytes)
     }
 
     /// The width of the final hidden (`SeqStep::hidden` rows).

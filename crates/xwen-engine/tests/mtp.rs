@@ -83,15 +83,20 @@ fn bad_sidecars_are_refused_and_leave_the_model_as_it_was() {
     // the MoE head attaches to a model of its geometry (width and vocabulary match here too)
     dense.attach_mtp(&repo("mtp/cond-qwen35moe/mtp-q8_0.gguf")).unwrap();
     assert!(dense.has_mtp());
+    // under a budget a sidecar comes with the load (the plan counts it), never after
+    let moe = repo("parity/cond/qwen3_5_moe/model-q8_0.gguf");
+    let mut budgeted = Model::load(&moe, &EngineConfig { ram_budget: Some(200 << 20), ..cfg.clone() }).unwrap();
+    let e = budgeted.attach_mtp(&repo("mtp/cond-qwen35moe/mtp-q8_0.gguf")).unwrap_err().to_string();
+    assert!(e.contains("RAM budget"), "{e}");
+    let bad = EngineConfig { ram_budget: Some(200 << 20), mtp_sidecar: Some(repo("parity/cond/qwen3_5/model-q8_0.gguf")), ..cfg };
+    let e = Model::load(&moe, &bad).err().expect("a sidecar without a head is refused at load").to_string();
+    assert!(e.contains("no MTP"), "{e}");
 }
 
 fn check(dir: &str, model: &str, sidecar: Option<&str>, budget: Option<u64>) {
     let dir = repo(dir);
     let cfg = EngineConfig { threads: 2, max_ctx: 256, ram_budget: budget, ..EngineConfig::default().with_f32_cache_no_flash() };
-    let mut model = Model::load(&repo(model), &cfg).unwrap();
-    if let Some(s) = sidecar {
-        model.attach_mtp(&repo(s)).unwrap();
-    }
+    let model = Model::load(&repo(model), &EngineConfig { mtp_sidecar: sidecar.map(repo), ..cfg }).unwrap();
     assert_eq!(model.streams_experts(), budget.is_some());
     assert!(model.has_mtp(), "the fixture's nextn block was not loaded");
     let h = model.hidden_width();

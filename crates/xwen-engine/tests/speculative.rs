@@ -103,8 +103,13 @@ fn mtp_drafts_give_plain_greedy_output() {
     let moe = fixture("cond/qwen3_5_moe/model-q8_0.gguf");
     let sidecar = fixture("../mtp/cond-qwen35moe/mtp-q8_0.gguf");
     for budget in [None, Some(200 << 20)] {
-        let mut m = Model::load(&moe, &cfg(budget)).unwrap();
-        m.attach_mtp(&sidecar).unwrap();
+        // under a budget the sidecar comes with the load, so the plan counts it
+        let m = Model::load(&moe, &EngineConfig { mtp_sidecar: Some(sidecar.clone()), ..cfg(budget) }).unwrap();
+        if budget.is_some() {
+            let p = m.memory_plan().unwrap();
+            let side = xwen_gguf::GgufFile::open(&sidecar).unwrap().tensor_bytes();
+            assert!(p.draft_bytes > side, "the plan counts the sidecar's weights and the head's KV: {p:?}");
+        }
         let prompt: Vec<u32> = (0..12).map(|i| (i * 131 + 3) % m.n_vocab() as u32).collect();
         let want = plain(&m, &prompt, 32);
         let (got, s) = drafted(&m, &prompt, 32, &mut MtpDrafter::new(), 4, &[]);

@@ -142,6 +142,7 @@ impl Preset {
             n_vocab: FULL_VOCAB,
             kimi: None,
             tied: false,
+            nextn: false,
         };
         // Toy geometry of the trained tiny models (head dims 64, rope over 16 dims), but with a
         // 4-layer stack: three DeltaNet layers and one attention layer cover both mixers.
@@ -384,6 +385,11 @@ pub struct Geometry {
     pub kimi: Option<Kimi>,
     /// Tied embeddings: no `output.weight`, llama.cpp and xwen use `token_embd` as the lm head.
     pub tied: bool,
+    /// An MTP (NextN) block after the trunk, as the official "-MTP" GGUFs carry (qwen35 and
+    /// qwen35moe): `blk.{n_layer}` is a full-attention block with the trunk's FFN plus
+    /// `nextn.eh_proj`, `nextn.enorm`, `nextn.hnorm`, `nextn.shared_head_norm`; block_count
+    /// counts it, `nextn_predict_layers` is 1. `n_layer` stays the trunk's depth.
+    pub nextn: bool,
 }
 
 /// kimi-linear's extra hyperparameters.
@@ -404,10 +410,19 @@ impl Geometry {
         self.n_expert > 0
     }
 
-    /// llama.cpp's default when `recurrent_layers` is absent; we also write the array.
+    /// llama.cpp's default when `recurrent_layers` is absent; we also write the array. The
+    /// NextN block (il = n_layer) is full attention.
     pub fn is_recurrent(&self, il: usize) -> bool {
+        if il >= self.n_layer {
+            return false;
+        }
         let last_mla = self.kimi.is_some_and(|k| k.mla_last) && il + 1 == self.n_layer;
         !(il + 1).is_multiple_of(self.full_attn_interval) && !last_mla
+    }
+
+    /// Blocks in the file: the trunk and the NextN block where there is one.
+    pub fn n_blocks(&self) -> usize {
+        self.n_layer + usize::from(self.nextn)
     }
 
     pub fn ssm_inner(&self) -> usize {
@@ -477,9 +492,16 @@ pub fn tensor_plan(g: &Geometry) -> Vec<TensorPlan> {
     let conv_dim = 2 * key_dim + value_dim;
     let q_dim = g.head_dim * g.n_head;
     let kv_dim = g.head_dim * g.n_head_kv;
-    for il in 0..g.n_layer {
+    for il in 0..g.n_blocks() {
         let mut layer = Vec::new();
         let mut add = |suffix: &str, ty, dims: &[usize], fill| layer.push(t(format!("blk.{il}.{suffix}"), ty, dims, fill));
+        if il == g.n_layer {
+            // the NextN block's own tensors (the official converter's, quantized as attention)
+            add("nextn.eh_proj.weight", Q8_0, &[2 * e, e], Fill::Matrix);
+            add("nextn.enorm.weight", F32, &[e], Fill::Norm);
+            add("nextn.hnorm.weight", F32, &[e], Fill::Norm);
+            add("nextn.shared_head_norm.weight", F32, &[e], Fill::Norm);
+        }
         add("attn_norm.weight", F32, &[e], Fill::Norm);
         add("post_attention_norm.weight", F32, &[e], Fill::Norm);
         if g.is_recurrent(il) {
@@ -647,7 +669,7 @@ fn arch_metadata(g: &Geometry, name: &str) -> Vec<(String, Value)> {
         ("general.type".into(), "model".into()),
         ("general.name".into(), format!("synthetic {name}").into()),
         ("general.size_label".into(), g.size_label.into()),
-        (format!("{a}.block_count"), u(g.n_layer)),
+        (format!("{a}.block_count"), u(g.n_blocks())),
         (format!("{a}.context_length"), Value::U32(g.ctx_train)),
         (format!("{a}.embedding_length"), u(g.n_embd)),
     ];
@@ -689,11 +711,14 @@ fn arch_metadata(g: &Geometry, name: &str) -> Vec<(String, Value)> {
         (format!("{a}.ssm.inner_size"), u(g.ssm_inner())),
         (
             format!("{a}.attention.recurrent_layers"),
-            Value::Array((0..g.n_layer).map(|il| Value::Bool(g.is_recurrent(il))).collect()),
+            Value::Array((0..g.n_blocks()).map(|il| Value::Bool(g.is_recurrent(il))).collect()),
         ),
         (format!("{a}.full_attention_interval"), u(g.full_attn_interval)),
         (format!("{a}.rope.dimension_count"), u(g.rope_dims)),
     ]);
+    if g.nextn {
+        kv.push((format!("{a}.nextn_predict_layers"), u(1)));
+    }
     kv
 }
 
@@ -747,6 +772,9 @@ pub fn write_geometry(
     seed: u64,
     progress: &mut dyn FnMut(&SynthProgress<'_>),
 ) -> Result<SynthReport> {
+    if g.nextn && (g.kimi.is_some() || g.is_qwen3next()) {
+        return Err(SynthError::Invalid(format!("{}: an MTP (nextn) block is written for qwen35 and qwen35moe only", g.arch)));
+    }
     let mut plan = tensor_plan(g);
     mix.apply(&mut plan);
     let mut w = GgufWriter::new();

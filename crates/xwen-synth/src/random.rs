@@ -192,6 +192,7 @@ pub fn set_field(g: &mut Geometry, assignment: &str) -> Result<(), String> {
         "ssm_dt_rank" => g.ssm_dt_rank = num()?,
         "n_vocab" => g.n_vocab = num()?,
         "tied" => g.tied = value.parse().map_err(|e| format!("{key}: {e}"))?,
+        "nextn" => g.nextn = value.parse().map_err(|e| format!("{key}: {e}"))?,
         _ => return Err(format!("unknown geometry field `{key}`")),
     }
     Ok(())
@@ -230,6 +231,9 @@ pub fn describe(g: &Geometry) -> String {
             k.w_scale,
             if k.mla_last { " mla-last" } else { "" }
         );
+    }
+    if g.nextn {
+        s += " +mtp";
     }
     s
 }

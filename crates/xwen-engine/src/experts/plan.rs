@@ -49,6 +49,9 @@ pub struct MemoryPlan {
     /// RAM the caller keeps inside the budget for itself (`EngineConfig::reserved_ram`: a
     /// server's prefix cache of conversation states).
     pub reserved_bytes: u64,
+    /// RAM a drafter beside the model takes: a draft model run mapped with its states, an MTP
+    /// sidecar's weights, an MTP head's KV (`EngineConfig::draft_ram`, the head's own figure).
+    pub draft_bytes: u64,
     /// RAM one cached expert takes (gate + up + down; the largest over layers), 0 for a dense
     /// model.
     pub record_bytes: u64,
@@ -78,6 +81,7 @@ impl MemoryPlan {
             .saturating_add(self.scratch_bytes)
             .saturating_add(self.in_flight_bytes)
             .saturating_add(self.reserved_bytes)
+            .saturating_add(self.draft_bytes)
     }
 
     /// The most cache the model can use: every expert (at least the smallest cache).
@@ -96,7 +100,7 @@ impl MemoryPlan {
         max_ctx: usize,
         n_seq: usize,
         budget: u64,
-        reserved: u64,
+        reserved: Reserved,
         machine_ram: Option<(u64, &'static str)>,
     ) -> Result<MemoryPlan> {
         let n_seq = n_seq.max(1);
@@ -127,7 +131,8 @@ impl MemoryPlan {
             max_ctx,
             n_seq,
             scratch_bytes,
-            reserved_bytes: reserved,
+            reserved_bytes: reserved.prefix_cache,
+            draft_bytes: reserved.draft,
             record_bytes,
             in_flight_bytes,
             min_cache_bytes,
@@ -164,13 +169,16 @@ impl MemoryPlan {
         Ok(plan)
     }
 
-    /// " + prefix cache X" where the caller keeps RAM inside the budget; empty otherwise.
+    /// " + prefix cache X" and " + draft Y" where the budget holds them; empty otherwise.
     fn reserved_text(&self) -> String {
-        if self.reserved_bytes == 0 {
-            String::new()
-        } else {
-            format!(" + prefix cache {} (--cache-ram)", human_bytes(self.reserved_bytes))
+        let mut s = String::new();
+        if self.reserved_bytes > 0 {
+            s += &format!(" + prefix cache {} (--cache-ram)", human_bytes(self.reserved_bytes));
         }
+        if self.draft_bytes > 0 {
+            s += &format!(" + draft {}", human_bytes(self.draft_bytes));
+        }
+        s
     }
 
     /// One line for a log: the budget and where it goes.
@@ -213,6 +221,15 @@ impl MemoryPlan {
         }
         s
     }
+}
+
+/// RAM inside the budget that is neither the model's weights, states nor scratch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Reserved {
+    /// What the caller keeps for itself (`EngineConfig::reserved_ram`: a prefix cache).
+    pub prefix_cache: u64,
+    /// The drafter's (`MemoryPlan::draft_bytes`).
+    pub draft: u64,
 }
 
 /// What the memory plan needs of an architecture (`MemoryPlan::new`), from `models::Network::plan_figures`.
