@@ -1,6 +1,6 @@
 //! xwen-engine: `models/` (the architecture registry, one file per architecture), `layers/`
 //! (attention, delta rule, FFN, MoE), the batched forward (`batch`, `compute`), sequence state and
-//! checkpoints (`state`), `experts/` (store, streaming, cache, RAM plan) and `runtime/` (scheduler,
+//! checkpoints (`state/`: KV caches, recurrent states, their byte codec), `experts/` (store, streaming, cache, RAM plan) and `runtime/` (scheduler,
 //! session, generate, sampler). The library never prints, exits or reads environment variables; errors are returned.
 
 pub mod batch;
@@ -17,7 +17,6 @@ pub mod ops;
 pub mod profile;
 pub mod runtime;
 pub mod state;
-pub mod state_codec;
 pub mod weights;
 
 pub use config::{EngineConfig, FlashAttn, KvType};

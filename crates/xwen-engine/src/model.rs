@@ -321,7 +321,7 @@ impl Model {
 
     /// Identifies what a saved sequence state belongs to: the GGUF's tensor table (names, types,
     /// shapes, offsets) and a sample of its bytes, and the cache types in force — a state saved
-    /// under any other is refused (`state_codec`, `PrefixCache`).
+    /// under any other is refused (`state::codec`, `PrefixCache`).
     pub fn state_fingerprint(&self) -> u64 {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         let mut eat = |b: &[u8]| {

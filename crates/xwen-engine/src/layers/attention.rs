@@ -11,8 +11,8 @@ use crate::ops::{self, SharedMut};
 use crate::profile::Op;
 use crate::weights::{Loader, Mat};
 use crate::config::KvType;
-use crate::layers::flash_attn::{self, KvRows};
-use xwen_kernels::half::f32_to_f16;
+use crate::state::kv::{KvBuf, KvCache};
+use crate::layers::flash_attn;
 
 #[derive(Clone, Copy, Debug)]
 pub struct AttnDims {
@@ -57,102 +57,6 @@ impl AttnWeights {
         })
     }
 }
-
-/// One of a KV cache's two tensors, [pos][n_head_kv·head_dim], in the cache's element type.
-#[derive(Clone, Debug)]
-pub enum KvBuf {
-    F32(Vec<f32>),
-    /// f16 bit patterns, rounded to nearest even on write (as ggml's f32 → f16 copy).
-    F16(Vec<u16>),
-    /// Q8_0 blocks (34 bytes per 32 elements), quantized on write as ggml's set_rows does
-    /// (the CPU's `quantize_row_q8_0`).
-    Q8_0(Vec<u8>),
-}
-
-impl Default for KvBuf {
-    fn default() -> Self {
-        KvBuf::F32(Vec::new())
-    }
-}
-
-impl KvBuf {
-    pub fn empty(ty: KvType) -> Self {
-        match ty {
-            KvType::F32 => KvBuf::F32(Vec::new()),
-            KvType::F16 => KvBuf::F16(Vec::new()),
-            KvType::Q8_0 => KvBuf::Q8_0(Vec::new()),
-        }
-    }
-    pub fn ty(&self) -> KvType {
-        match self {
-            KvBuf::F32(_) => KvType::F32,
-            KvBuf::F16(_) => KvType::F16,
-            KvBuf::Q8_0(_) => KvType::Q8_0,
-        }
-    }
-    /// Elements held.
-    pub fn len(&self) -> usize {
-        match self {
-            KvBuf::F32(v) => v.len(),
-            KvBuf::F16(v) => v.len(),
-            KvBuf::Q8_0(v) => v.len() / 34 * 32,
-        }
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-    pub fn bytes(&self) -> usize {
-        self.ty().row_bytes(self.len())
-    }
-    /// Keeps the first `n` elements (for Q8_0 a multiple of 32: whole rows).
-    pub fn truncate(&mut self, n: usize) {
-        match self {
-            KvBuf::F32(v) => v.truncate(n),
-            KvBuf::F16(v) => v.truncate(n),
-            KvBuf::Q8_0(v) => v.truncate(n / 32 * 34),
-        }
-    }
-    /// Appends f32 values in the cache's type.
-    pub fn extend(&mut self, x: &[f32]) {
-        match self {
-            KvBuf::F32(v) => v.extend_from_slice(x),
-            KvBuf::F16(v) => v.extend(x.iter().map(|&f| f32_to_f16(f))),
-            KvBuf::Q8_0(v) => {
-                let mut q = Vec::new();
-                xwen_kernels::quantize_activations(xwen_kernels::GgmlType::Q8_0, x, &mut q);
-                v.extend_from_slice(&q);
-            }
-        }
-    }
-    pub fn rows(&self) -> KvRows<'_> {
-        match self {
-            KvBuf::F32(v) => KvRows::F32(v),
-            KvBuf::F16(v) => KvRows::F16(v),
-            KvBuf::Q8_0(v) => KvRows::Q8_0(v),
-        }
-    }
-}
-
-/// KV cache of one attention layer for one sequence.
-#[derive(Clone, Debug, Default)]
-pub struct KvCache {
-    pub k: KvBuf,
-    pub v: KvBuf,
-}
-
-impl KvCache {
-    pub fn new(types: (KvType, KvType)) -> Self {
-        KvCache { k: KvBuf::empty(types.0), v: KvBuf::empty(types.1) }
-    }
-    pub fn len(&self, d: &AttnDims) -> usize {
-        self.k.len() / d.kv_width()
-    }
-    pub fn truncate(&mut self, pos: usize, d: &AttnDims) {
-        self.k.truncate(pos * d.kv_width());
-        self.v.truncate(pos * d.kv_width());
-    }
-}
-
 
 /// Mixer output for the batch `rows` of normalized input x (rows.n × hidden); `kvs[i]` is the
 /// KV cache of span i's sequence, which the span's keys and values are appended to.
@@ -209,7 +113,7 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
         hadamard_rows(&mut v, r);
     }
     for (s, kv) in rows.spans.iter().zip(kvs.iter_mut()) {
-        debug_assert_eq!(kv.len(d), s.pos0, "a sequence's KV holds its positions");
+        debug_assert_eq!(kv.len(kvw), s.pos0, "a sequence's KV holds its positions");
         debug_assert_eq!((kv.k.ty(), kv.v.ty()), (k_ty, v_ty), "the batch's caches share their types");
         kv.k.extend(&k[s.start * kvw..(s.start + s.len) * kvw]);
         kv.v.extend(&v[s.start * kvw..(s.start + s.len) * kvw]);
@@ -257,7 +161,7 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
         let caches: Vec<(&[f32], &[f32], usize)> = kvs
             .iter()
             .map(|kv| match (&kv.k, &kv.v) {
-                (KvBuf::F32(k), KvBuf::F32(v)) => (&k[..], &v[..], kv.len(d)),
+                (KvBuf::F32(k), KvBuf::F32(v)) => (&k[..], &v[..], kv.len(kvw)),
                 _ => (&[][..], &[][..], 0),
             })
             .collect();

@@ -19,6 +19,7 @@ use crate::ops::{self, SharedMut};
 use crate::profile::Op;
 use crate::weights::{Loader, Mat};
 use crate::error::Result;
+use crate::state::recurrent::{DeltaState, PastState};
 
 #[derive(Clone, Copy, Debug)]
 pub struct DeltaDims {
@@ -69,6 +70,12 @@ impl HeadPairing {
 }
 
 impl DeltaDims {
+    /// A zero state of these dims (`DeltaState::zeroed`).
+    pub fn zero_state(&self) -> DeltaState {
+        DeltaState::zeroed(self.conv_state_len(), self.state_len())
+    }
+
+
     pub fn key_dim(&self) -> usize {
         self.n_k_heads * self.head_dim
     }
@@ -232,48 +239,6 @@ fn tap_major(kernel: &[f32], taps: usize) -> Vec<f32> {
         }
     }
     t
-}
-
-/// Recurrent state of one DeltaNet layer for one sequence.
-#[derive(Clone, Debug)]
-pub struct DeltaState {
-    /// The last (kernel − 1) inputs of the convolution, oldest first: [(K−1)][conv_dim].
-    pub conv: Vec<f32>,
-    /// [H_v][S_v][S_k] fp32.
-    pub s: Vec<f32>,
-    /// How many earlier positions' states to keep (`SeqState::keep_history`): a speculative
-    /// verify rolls back to any of them without running anything again.
-    pub keep: usize,
-    /// The states before each of the last `keep` tokens fed, oldest first.
-    pub past: std::collections::VecDeque<PastState>,
-}
-
-/// A DeltaNet layer's state at an earlier position (before the token at `pos`).
-#[derive(Clone, Debug)]
-pub struct PastState {
-    pub pos: usize,
-    pub conv: Vec<f32>,
-    pub s: Vec<f32>,
-}
-
-impl DeltaState {
-    /// A zero state, its pages written now: a zeroed allocation maps its pages lazily, so a new
-    /// sequence's first decode steps would fault in its whole recurrent state (66 MB on the
-    /// 35B-A3B) inside the step (llama.cpp allocates its recurrent cells with the context).
-    pub fn new(d: &DeltaDims) -> Self {
-        DeltaState { conv: touched_zeros(d.conv_state_len()), s: touched_zeros(d.state_len()), keep: 0, past: Default::default() }
-    }
-}
-
-fn touched_zeros(n: usize) -> Vec<f32> {
-    let mut v = Vec::with_capacity(n);
-    v.resize(n, 0.0f32);
-    // the resize of a fresh allocation may compile to a calloc that maps nothing: store into
-    // each 4 KiB page through a black box, which the optimizer keeps
-    for i in (0..n).step_by(1024) {
-        v[i] = std::hint::black_box(0.0);
-    }
-    v
 }
 
 /// Chunk length of the chunked prefill form (llama.cpp uses 64 for GDN).

@@ -23,14 +23,7 @@
 
 use xwen_kernels::half::{f16_to_f32, f32_to_f16};
 
-/// KV rows of one attention layer, one sequence: `width` elements per position.
-#[derive(Clone, Copy)]
-pub enum KvRows<'a> {
-    F32(&'a [f32]),
-    F16(&'a [u16]),
-    /// Q8_0 blocks; a head's offset and the row width are multiples of 32.
-    Q8_0(&'a [u8]),
-}
+pub use crate::state::kv::KvRows;
 
 /// The Q8_0 bytes of elements `at..at + n` (both multiples of 32).
 fn q8_slice(r: &[u8], at: usize, n: usize) -> &[u8] {

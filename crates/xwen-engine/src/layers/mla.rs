@@ -15,7 +15,7 @@
 use crate::batch::Rows;
 use crate::compute::Ctx;
 use crate::config::KvType;
-use crate::layers::attention::{KvBuf, KvCache};
+use crate::state::{KvBuf, KvCache};
 use crate::layers::flash_attn::{self, HeadAt};
 use crate::ops::{self, SharedMut};
 use crate::profile::Op;

@@ -17,12 +17,13 @@
 //!   h = (banks ? 0 : x) + mixer(rms_norm(mix_attn(x))·attn_norm)
 //!   x = h + ffn(rms_norm(mix_ffn(h))·ffn_norm)
 
-use crate::layers::attention::{self, AttnDims, AttnWeights, KvCache};
+use crate::layers::attention::{self, AttnDims, AttnWeights};
+use crate::state::KvCache;
 use crate::layers::attn_res::{AttnRes, Bank, LayerRes};
 use super::{Loaded, Network, PlanFigures, SpanIn, SpanOut};
 use crate::experts::plan::{PREFILL_BATCH, SCRATCH_SLACK};
 use crate::compute::Ctx;
-use crate::layers::deltanet::{self, DeltaDims, DeltaNetWeights, DeltaState, HeadPairing};
+use crate::layers::deltanet::{self, DeltaDims, DeltaNetWeights, HeadPairing};
 use crate::error::{EngineError, Result};
 use crate::experts::store::ExpertStore;
 use crate::layers::ffn::{self, FfnWeights};
@@ -260,7 +261,7 @@ impl Hybrid {
             .iter()
             .map(|l| match l.mixer {
                 Mixer::Attn(_) | Mixer::Mla(_) => LayerState::Attn(KvCache::default()),
-                Mixer::Delta(_) => LayerState::Delta(DeltaState::new(&self.cfg.delta)),
+                Mixer::Delta(_) => LayerState::Delta(self.cfg.delta.zero_state()),
             })
             .collect();
         SeqState::new(layers)
@@ -414,7 +415,7 @@ pub fn state_bytes(cfg: &Config, max_ctx: usize, kv_types: (crate::KvType, crate
     let per_pos = (kv_types.0.row_bytes(wk) + kv_types.1.row_bytes(wv)) as u64;
     // saturating: an absurd max_ctx gives a figure no budget holds, never a wrapped small one
     let kv = (n_attn * per_pos).saturating_mul(max_ctx as u64);
-    let d = DeltaState::new(&cfg.delta);
+    let d = cfg.delta.zero_state();
     kv.saturating_add(n_delta * (d.conv.len() + d.s.len()) as u64 * 4)
 }
 

@@ -8,14 +8,14 @@
 //! An entry is a whole `SeqState` at the boundary (KV rows up to it and the recurrent states
 //! there). A lookup returns the longest entry whose tokens begin the prompt and leave at least
 //! one token to feed. Files are `<model>-<hash>-<len>.xwenprefix`: a header (magic, version, the
-//! model fingerprint, the tokens), the state (`state_codec`), then a crc32 of everything before
+//! model fingerprint, the tokens), the state (`state::codec`), then a crc32 of everything before
 //! it; a file that does not check out is skipped with a note, never loaded. Disk writes run on a
 //! thread of their own, so a step of the other sequences never waits for one.
 
 use crate::error::{EngineError, Result};
 use crate::model::Model;
 use crate::state::SeqState;
-use crate::state_codec;
+use crate::state::codec as state_codec;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;

@@ -6,8 +6,7 @@
 
 use crate::config::KvType;
 use crate::error::{EngineError, Result};
-use crate::layers::attention::{KvBuf, KvCache};
-use crate::state::{LayerState, SeqState};
+use crate::state::{KvBuf, KvCache, LayerState, SeqState};
 
 const MAGIC: &[u8; 8] = b"XWENSEQ\0";
 const VERSION: u32 = 1;

@@ -5,8 +5,12 @@
 //! to the checkpoint's length, since the rows below it are still the ones it was taken over
 //! (the state's cut history proves it; a checkpoint the state has been cut below is refused).
 
-use crate::layers::attention::KvCache;
-use crate::layers::deltanet::DeltaState;
+pub mod codec;
+pub mod kv;
+pub mod recurrent;
+
+pub use kv::{KvBuf, KvCache};
+pub use recurrent::{DeltaState, PastState};
 use crate::error::{EngineError, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 

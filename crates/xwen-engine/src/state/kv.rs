@@ -1,0 +1,107 @@
+//! A KV cache of one attention layer for one sequence, in the cache's element type (llama.cpp's
+//! `-ctk` / `-ctv`): rows appended as a forward writes them (rounded or quantized on write as
+//! ggml's copy into the cache does), truncated — never copied — when a sequence rolls back.
+
+use crate::config::KvType;
+use xwen_kernels::half::f32_to_f16;
+
+/// One of a KV cache's two tensors, [pos][n_head_kv·head_dim], in the cache's element type.
+#[derive(Clone, Debug)]
+pub enum KvBuf {
+    F32(Vec<f32>),
+    /// f16 bit patterns, rounded to nearest even on write (as ggml's f32 → f16 copy).
+    F16(Vec<u16>),
+    /// Q8_0 blocks (34 bytes per 32 elements), quantized on write as ggml's set_rows does
+    /// (the CPU's `quantize_row_q8_0`).
+    Q8_0(Vec<u8>),
+}
+
+impl Default for KvBuf {
+    fn default() -> Self {
+        KvBuf::F32(Vec::new())
+    }
+}
+
+impl KvBuf {
+    pub fn empty(ty: KvType) -> Self {
+        match ty {
+            KvType::F32 => KvBuf::F32(Vec::new()),
+            KvType::F16 => KvBuf::F16(Vec::new()),
+            KvType::Q8_0 => KvBuf::Q8_0(Vec::new()),
+        }
+    }
+    pub fn ty(&self) -> KvType {
+        match self {
+            KvBuf::F32(_) => KvType::F32,
+            KvBuf::F16(_) => KvType::F16,
+            KvBuf::Q8_0(_) => KvType::Q8_0,
+        }
+    }
+    /// Elements held.
+    pub fn len(&self) -> usize {
+        match self {
+            KvBuf::F32(v) => v.len(),
+            KvBuf::F16(v) => v.len(),
+            KvBuf::Q8_0(v) => v.len() / 34 * 32,
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    pub fn bytes(&self) -> usize {
+        self.ty().row_bytes(self.len())
+    }
+    /// Keeps the first `n` elements (for Q8_0 a multiple of 32: whole rows).
+    pub fn truncate(&mut self, n: usize) {
+        match self {
+            KvBuf::F32(v) => v.truncate(n),
+            KvBuf::F16(v) => v.truncate(n),
+            KvBuf::Q8_0(v) => v.truncate(n / 32 * 34),
+        }
+    }
+    /// Appends f32 values in the cache's type.
+    pub fn extend(&mut self, x: &[f32]) {
+        match self {
+            KvBuf::F32(v) => v.extend_from_slice(x),
+            KvBuf::F16(v) => v.extend(x.iter().map(|&f| f32_to_f16(f))),
+            KvBuf::Q8_0(v) => {
+                let mut q = Vec::new();
+                xwen_kernels::quantize_activations(xwen_kernels::GgmlType::Q8_0, x, &mut q);
+                v.extend_from_slice(&q);
+            }
+        }
+    }
+    pub fn rows(&self) -> KvRows<'_> {
+        match self {
+            KvBuf::F32(v) => KvRows::F32(v),
+            KvBuf::F16(v) => KvRows::F16(v),
+            KvBuf::Q8_0(v) => KvRows::Q8_0(v),
+        }
+    }
+}
+
+/// KV cache of one attention layer for one sequence.
+#[derive(Clone, Debug, Default)]
+pub struct KvCache {
+    pub k: KvBuf,
+    pub v: KvBuf,
+}
+
+impl KvCache {
+    pub fn new(types: (KvType, KvType)) -> Self {
+        KvCache { k: KvBuf::empty(types.0), v: KvBuf::empty(types.1) }
+    }
+    /// Positions held, for K rows `width` wide.
+    pub fn len(&self, width: usize) -> usize {
+        self.k.len() / width
+    }
+}
+
+/// KV rows of one attention layer, one sequence: `width` elements per position.
+#[derive(Clone, Copy)]
+pub enum KvRows<'a> {
+    F32(&'a [f32]),
+    F16(&'a [u16]),
+    /// Q8_0 blocks; a head's offset and the row width are multiples of 32.
+    Q8_0(&'a [u8]),
+}
