@@ -1,8 +1,9 @@
 //! xwen-engine: `models/` (the architecture registry, one file per architecture), `layers/`
-//! (attention, delta rule, FFN, MoE), the batched forward (`batch`, `compute`), sequence state and
+//! (attention, delta rule, FFN, MoE: the math), `backend/` (the ops they run on: `cpu`), the batched forward (`batch`, `compute`), sequence state and
 //! checkpoints (`state/`: KV caches, recurrent states, their byte codec), `experts/` (store, streaming, cache, RAM plan) and `runtime/` (scheduler,
 //! session, generate, sampler). The library never prints, exits or reads environment variables; errors are returned.
 
+pub mod backend;
 pub mod batch;
 pub mod checkpoint;
 pub mod compute;

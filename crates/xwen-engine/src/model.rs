@@ -12,6 +12,8 @@ use crate::state::SeqState;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use xwen_gguf::GgufFile;
+use crate::backend::cpu::Cpu;
+use crate::backend::Backend;
 use xwen_kernels::Pool;
 
 /// Which logits a forward pass returns.
@@ -116,8 +118,9 @@ pub struct Model {
     store: Arc<dyn ExpertStore>,
     /// Stops the background read-in of a cache that holds every expert (set on drop).
     read_in_stop: Arc<std::sync::atomic::AtomicBool>,
-    pool: Pool,
-    /// The pool runs one parallel job at a time; concurrent forwards take turns.
+    /// What the forward passes compute on (its worker pool runs one parallel job at a time).
+    backend: Cpu,
+    /// Concurrent forwards take turns on the backend.
     pool_lock: Mutex<()>,
     cfg: EngineConfig,
     prof: Profiler,
@@ -229,7 +232,7 @@ impl Model {
         }
         let pool = Pool::try_new(threads).map_err(|e| EngineError::Threads(format!("the system refused to start {threads} threads: {e}")))?;
         let prof = Profiler::new(cfg.profile);
-        Ok(Model { file, net, store, read_in_stop, pool, pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan, routes: Mutex::new(Vec::new()), taps: Mutex::new(Vec::new()), mtp })
+        Ok(Model { file, net, store, read_in_stop, backend: Cpu::new(pool), pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan, routes: Mutex::new(Vec::new()), taps: Mutex::new(Vec::new()), mtp })
     }
 
     /// The RAM plan in force, if a budget was given.
@@ -312,7 +315,7 @@ impl Model {
     }
 
     pub fn threads(&self) -> usize {
-        self.pool.n_threads()
+        self.backend.threads()
     }
 
     pub fn is_supported(&self) -> bool {
@@ -458,12 +461,12 @@ impl Model {
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
         let sink = std::sync::Mutex::new(Vec::new());
         let ctx = Ctx {
-            pool: &self.pool,
+            backend: &self.backend,
             file: &self.file,
             prof: &self.prof,
             chunked_scan: self.cfg.chunked_prefill,
             routes: self.cfg.record_routes.then_some(&sink),
-            attn: crate::compute::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.pool.n_threads(), n_ctx: self.cfg.max_ctx },
+            attn: crate::backend::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.backend.threads(), n_ctx: self.cfg.max_ctx },
             taps: self.cfg.record_taps.then_some(&self.taps),
         };
         // each sequence's first batch row, row count and position before the step, to place
@@ -554,12 +557,12 @@ impl Model {
         self.check_context(state, tokens.len())?;
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
         let ctx = Ctx {
-            pool: &self.pool,
+            backend: &self.backend,
             file: head.file(),
             prof: &self.prof,
             chunked_scan: self.cfg.chunked_prefill,
             routes: None,
-            attn: crate::compute::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.pool.n_threads(), n_ctx: self.cfg.max_ctx },
+            attn: crate::backend::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.backend.threads(), n_ctx: self.cfg.max_ctx },
             taps: None,
         };
         head.forward(&ctx, state, tokens, h_in, logits)

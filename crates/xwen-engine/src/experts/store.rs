@@ -115,6 +115,7 @@ pub trait ExpertStore: Send + Sync {
     fn streams(&self) -> bool {
         false
     }
+
     /// A decode step's layer `layer` chose `chosen` (the union of its rows' experts); `next`
     /// is the next MoE layer and its likely experts, most likely first (`moe::Lookahead`). A
     /// streamed store judges its last guess against `chosen` and starts reading the guesses
@@ -165,4 +166,23 @@ impl ExpertStore for ResidentExperts {
             shapes: MatShape::of_expert(mats),
         })
     }
+}
+
+/// `f` over experts `ids` of layer `layer` in batches of `batch` (their index range in `ids`
+/// and their handles), the next batch read while `f` runs on this one — a streamed prefill
+/// overlaps the disk and the cores. Stops at the first read that fails.
+pub fn read_in_batches(store: &dyn ExpertStore, layer: usize, ids: &[usize], batch: usize, f: &mut dyn FnMut(std::ops::Range<usize>, &[ExpertHandle<'_>])) -> Result<()> {
+    let batch = batch.max(1);
+    let batches: Vec<std::ops::Range<usize>> = (0..ids.len()).step_by(batch).map(|s| s..(s + batch).min(ids.len())).collect();
+    let read = |r: &std::ops::Range<usize>| store.experts(layer, &ids[r.clone()]);
+    std::thread::scope(|sc| {
+        let mut next = batches.first().map(|r| sc.spawn(move || read(r)));
+        for (b, r) in batches.iter().enumerate() {
+            let got = next.take().expect("a read per batch").join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            next = batches.get(b + 1).map(|r| sc.spawn(move || read(r)));
+            // a read still running after an error finishes inside the scope; its result is dropped
+            f(r.clone(), &got?);
+        }
+        Ok(())
+    })
 }

@@ -7,12 +7,12 @@
 use crate::batch::Rows;
 use crate::compute::Ctx;
 use crate::error::Result;
-use crate::ops::{self, SharedMut};
+use crate::ops;
 use crate::profile::Op;
 use crate::weights::{Loader, Mat};
 use crate::config::KvType;
-use crate::state::kv::{KvBuf, KvCache};
-use crate::layers::flash_attn;
+use crate::state::kv::KvCache;
+use crate::backend::AttnHeads;
 
 #[derive(Clone, Copy, Debug)]
 pub struct AttnDims {
@@ -119,80 +119,11 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
         kv.v.extend(&v[s.start * kvw..(s.start + s.len) * kvw]);
     }
 
-    // softmax(q kᵀ / √d) v per (token, head); one task per (sequence, head).
-    let scale = 1.0 / (hd as f32).sqrt();
-    let group = d.n_head / d.n_head_kv;
+    // softmax(q kᵀ / √d) v per (row, head), each span against its own cache
+    let heads = AttnHeads { n_head: d.n_head, n_head_kv: d.n_head_kv, k_dim: hd, v_dim: hd, k_row: kvw, v_row: kvw, scale: 1.0 / (hd as f32).sqrt() };
     let mut out = vec![0.0f32; n * hq];
-    if ctx.attn.flash {
-        let out_p = SharedMut::new(&mut out);
-        let q = &q;
-        let caches: Vec<&KvCache> = kvs.iter().map(|kv| &**kv).collect();
-        ctx.pool.run(rows.spans.len() * d.n_head, &|task| {
-            let (si, h) = (task / d.n_head, task % d.n_head);
-            let (s, kv) = (&rows.spans[si], caches[si]);
-            let kvh = h / group;
-            // llama.cpp's KV view after this ubatch, and the path its rows take; a row in
-            // decode order runs as the one-row ubatch it stands for
-            let n_kv = flash_attn::n_kv(s.pos0 + s.len, ctx.attn.n_ctx);
-            // ggml's tiled and split-KV paths take an f32 or f16 cache of one type
-            let same = kv.k.ty() == kv.v.ty() && kv.k.ty() != KvType::Q8_0;
-            if !s.decode_order && flash_attn::path(s.len, n_kv, same, ctx.attn.threads) == flash_attn::Path::Tiled {
-                // all the span's rows of this head at once: each KV tile is widened once
-                let qs: Vec<&[f32]> = (0..s.len).map(|i| &q[(s.start + i) * hq + h * hd..][..hd]).collect();
-                // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
-                let mut outs: Vec<&mut [f32]> = (0..s.len).map(|i| unsafe { out_p.slice((s.start + i) * hq + h * hd, hd) }).collect();
-                flash_attn::tiled_rows(&qs, kv.k.rows(), kv.v.rows(), flash_attn::HeadAt::same(kvw, kvh * hd), s.pos0 + 1, n_kv, scale, &mut outs);
-                return;
-            }
-            for i in 0..s.len {
-                let t = s.start + i;
-                let (rows_n, kv_n) = if s.decode_order { (1, flash_attn::n_kv(s.pos0 + i + 1, ctx.attn.n_ctx)) } else { (s.len, n_kv) };
-                let path = flash_attn::path(rows_n, kv_n, same, ctx.attn.threads);
-                let qh = &q[t * hq + h * hd..][..hd];
-                // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
-                let oh = unsafe { out_p.slice(t * hq + h * hd, hd) };
-                flash_attn::attend(qh, kv.k.rows(), kv.v.rows(), flash_attn::HeadAt::same(kvw, kvh * hd), s.pos0 + i + 1, kv_n, scale, path, oh);
-            }
-        });
-    } else {
-        // the plain path runs on an f32 cache (`Model` refuses another with flash attention off)
-        let out_p = SharedMut::new(&mut out);
-        let q = &q;
-        let caches: Vec<(&[f32], &[f32], usize)> = kvs
-            .iter()
-            .map(|kv| match (&kv.k, &kv.v) {
-                (KvBuf::F32(k), KvBuf::F32(v)) => (&k[..], &v[..], kv.len(kvw)),
-                _ => (&[][..], &[][..], 0),
-            })
-            .collect();
-        ctx.pool.run(rows.spans.len() * d.n_head, &|task| {
-            let (si, h) = (task / d.n_head, task % d.n_head);
-            let (s, (kc, vc, n_ctx)) = (&rows.spans[si], caches[si]);
-            let kvh = h / group;
-            let mut scores = vec![0.0f32; n_ctx];
-            let mut lanes = vec![0.0f32; 32 * hd];
-            // kq = k·q: with one query head the permuted q of 2+ rows is contiguous, so ggml
-            // hands it to tinyBLAS (n_kv, padded to 256, always fits its row rule); with more
-            // heads q is a strided view and every score is a vec_dot
-            let one_row = s.len == 1 || s.decode_order;
-            let kq_dot = if d.n_head == 1 && !one_row { xwen_kernels::f32ops::dot_tinyblas } else { ops::dot };
-            for i in 0..s.len {
-                let t = s.start + i;
-                let visible = s.pos0 + i + 1;
-                let qh = &q[t * hq + h * hd..][..hd];
-                for (p, sc) in scores[..visible].iter_mut().enumerate() {
-                    let kh = &kc[p * kvw + kvh * hd..][..hd];
-                    *sc = kq_dot(qh, kh) * scale;
-                }
-                // llama.cpp's kq row is n_kv long, the KV size padded to 256, masked past `visible`.
-                ops::softmax_masked_inplace(&mut scores[..visible], visible.next_multiple_of(256));
-                // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
-                let oh = unsafe { out_p.slice(t * hq + h * hd, hd) };
-                let v_at = |p: usize| &vc[p * kvw + kvh * hd..][..hd];
-                weighted_v_sum(&scores[..visible], v_at, one_row, &mut lanes, oh);
-            }
-        });
-    }
+    let caches: Vec<&KvCache> = kvs.iter().map(|kv| &**kv).collect();
+    ctx.backend.attend(&q, &caches, rows, &heads, &ctx.attn, &mut out);
     if let Some(r) = rot_v {
         hadamard_rows(&mut out, r);
     }
@@ -252,44 +183,6 @@ pub fn hadamard_rows(x: &mut [f32], n: usize) {
             }
             len <<= 1;
         }
-    }
-}
-
-/// out = Σ_p a[p] · v(p), in the rounding of llama.cpp's CPU kqv = mul_mat(vᵀ, kq), whose
-/// reduction runs over the KV positions separately for every output element:
-/// - batches of 2+ tokens go through llamafile's tinyBLAS (sgemm.cpp gemm_bloc, AVX2): 8 lane
-///   accumulators, position p into lane p % 8 by FMA, then its hsum ((l_i + l_{i+4}) pairs,
-///   then movehl, then movehdup);
-/// - a single token (tinyBLAS refuses n < 2) goes through ggml_vec_dot_f32: 4 × 8 lane
-///   accumulators over steps of 32 positions, then GGML_F32x8_REDUCE.
-///
-/// Positions past `a.len()` are masked to 0 there and add nothing. `lanes` is scratch of
-/// 32 × out.len(). Each lane is an FMA chain vectorized across the head dimension.
-pub(crate) fn weighted_v_sum<'a>(a: &[f32], v: impl Fn(usize) -> &'a [f32], single: bool, lanes: &mut [f32], out: &mut [f32]) {
-    let hd = out.len();
-    let n_lanes = if single { 32 } else { 8 };
-    let lanes = &mut lanes[..n_lanes * hd];
-    lanes.fill(0.0);
-    for (p, &w) in a.iter().enumerate() {
-        ops::axpy(w, v(p), &mut lanes[(p % n_lanes) * hd..][..hd]);
-    }
-    let l = |i: usize, d: usize| lanes[i * hd + d];
-    for (d, o) in out.iter_mut().enumerate() {
-        // one 8-wide register x: lane k of x is l(k, d) (tinyBLAS) or the reduced accumulator
-        let x: [f32; 8] = if single {
-            // x[j] (accumulator j holds positions 8j..8j+8 of every 32): x0+x2, x1+x3, then sum
-            std::array::from_fn(|k| (l(k, d) + l(16 + k, d)) + (l(8 + k, d) + l(24 + k, d)))
-        } else {
-            std::array::from_fn(|k| l(k, d))
-        };
-        let h: [f32; 4] = std::array::from_fn(|i| x[i] + x[i + 4]);
-        *o = if single {
-            // _mm_hadd_ps twice: (h0 + h1) + (h2 + h3)
-            (h[0] + h[1]) + (h[2] + h[3])
-        } else {
-            // movehl then movehdup: (h0 + h2) + (h1 + h3)
-            (h[0] + h[2]) + (h[1] + h[3])
-        };
     }
 }
 

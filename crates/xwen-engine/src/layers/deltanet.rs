@@ -13,6 +13,7 @@
 //! Decode runs that recurrence; prefill runs the equivalent chunked (WY) form over chunks of 64,
 //! which turns the per-token outer products into small matrix products.
 
+use crate::backend::{DeltaScan, ScanState};
 use crate::batch::Rows;
 use crate::compute::Ctx;
 use crate::ops::{self, SharedMut};
@@ -48,26 +49,7 @@ pub enum DeltaVariant {
     Kda,
 }
 
-/// Which K-head (query and key) a V-head pairs with when H_v > H_k.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HeadPairing {
-    /// V-head h reads K-head h mod H_k: qwen35, whose converter reorders the V heads into
-    /// ggml's broadcast (tiled) order.
-    Tiled,
-    /// V-head h reads K-head h / (H_v / H_k): qwen3next, which keeps the checkpoint's grouped
-    /// order and repeat-interleaves q and k (`ggml_repeat_4d` over a new axis in qwen3next.cpp).
-    Grouped,
-}
-
-impl HeadPairing {
-    #[inline]
-    pub fn k_head(self, v_head: usize, n_k: usize, n_v: usize) -> usize {
-        match self {
-            HeadPairing::Tiled => v_head % n_k,
-            HeadPairing::Grouped => v_head / (n_v / n_k),
-        }
-    }
-}
+pub use crate::backend::HeadPairing;
 
 impl DeltaDims {
     /// A zero state of these dims (`DeltaState::zeroed`).
@@ -241,12 +223,6 @@ fn tap_major(kernel: &[f32], taps: usize) -> Vec<f32> {
     t
 }
 
-/// Chunk length of the chunked prefill form (llama.cpp uses 64 for GDN).
-pub const CHUNK: usize = 64;
-
-/// Token count from which prefill switches from the recurrence to the chunked form.
-pub const CHUNKED_MIN_TOKENS: usize = 8;
-
 /// Mixer output for the batch `rows` of normalized input `x` (rows.n × hidden) → rows.n ×
 /// hidden; `states[i]` is span i's sequence's state, advanced over the span.
 pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &Rows, states: &mut [&mut DeltaState], il: usize) -> Vec<f32> {
@@ -284,7 +260,7 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
     {
         let (qo, ko, vo) = (SharedMut::new(&mut q), SharedMut::new(&mut k), SharedMut::new(&mut v));
         let conv_out = &conv_out;
-        for_token_chunks(ctx, n, &|t0, t1| {
+        ctx.backend.for_row_chunks(n, &|t0, t1| {
             for t in t0..t1 {
                 let row = &conv_out[t * cd..(t + 1) * cd];
                 // SAFETY: token t's rows of q, k and v belong to this task alone.
@@ -325,9 +301,9 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
     ctx.tap("beta_sigmoid", Some(il), &beta, hv);
     drop(sp);
     let sp = ctx.span(Op::DeltaScan);
-    // The delta rule, one task per (sequence, V-head).
+    // The delta rule over every span, keeping the state before each of a span's last `keep`
+    // tokens (a speculative verify rolls back to any of them).
     let mut o = vec![0.0f32; n * hv * sd];
-    // per span: its first kept token and one buffer per kept token for the state before it
     let kept: Vec<usize> = rows.spans.iter().zip(states.iter()).map(|(sp, st)| sp.len - st.keep.min(sp.len)).collect();
     let mut snaps: Vec<Vec<Vec<f32>>> = rows
         .spans
@@ -336,41 +312,27 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
         .map(|(sp, &j0)| (j0..sp.len).map(|_| vec![0.0f32; hv * sd * sd]).collect())
         .collect();
     {
-        let o_all = SharedMut::new(&mut o);
-        let snap_ptrs: Vec<Vec<SharedMut<f32>>> = snaps.iter_mut().map(|v| v.iter_mut().map(|b| SharedMut::new(b)).collect()).collect();
-        let s_ptrs: Vec<SharedMut<f32>> = states.iter_mut().map(|st| SharedMut::new(&mut st.s)).collect();
-        let (q, k, v, g, beta) = (&q, &k, &v, &g, &beta);
-        ctx.pool.run(rows.spans.len() * hv, &|task| {
-            let (si, h) = (task / hv, task % hv);
-            let span = &rows.spans[si];
-            let (a, b) = (span.start, span.start + span.len);
-            // SAFETY: task (si, h) touches only head h's state of sequence si and head h's
-            // output columns of that sequence's rows.
-            let s = unsafe { s_ptrs[si].slice(h * sd * sd, sd * sd) };
-            let base = o_all; // the whole Sync wrapper, not its raw field
-            let o_span = SharedMut(unsafe { base.0.add(a * hv * sd) });
-            let io = HeadIo {
-                q: &q[a * hk * sd..b * hk * sd],
-                k: &k[a * hk * sd..b * hk * sd],
-                v: &v[a * hv * sd..b * hv * sd],
-                g: &g[a * hv * gw..b * hv * gw],
-                beta: &beta[a * hv..b * hv],
-                h,
-                hk,
-                hv,
-                sd,
-                pairing: d.pairing,
-                channels: d.variant == DeltaVariant::Kda,
-            };
-            let keep = Keep { from: kept[si], into: &snap_ptrs[si] };
-            // the chunked form only where asked (`--scan chunked`): the recurrence is what
-            // llama.cpp's CPU build runs (the fused op), bit for bit
-            if ctx.chunked_scan && span.len >= CHUNKED_MIN_TOKENS && !span.decode_order && keep.from == span.len {
-                head_chunked(&io, span.len, s, o_span);
-            } else {
-                head_recurrent(&io, span.len, s, o_span, &keep);
-            }
-        });
+        let scan = DeltaScan {
+            q: &q,
+            k: &k,
+            v: &v,
+            g: &g,
+            beta: &beta,
+            hk,
+            hv,
+            sd,
+            pairing: d.pairing,
+            channels: d.variant == DeltaVariant::Kda,
+            rows,
+            chunked: ctx.chunked_scan,
+        };
+        let mut scan_states: Vec<ScanState> = states
+            .iter_mut()
+            .zip(&kept)
+            .zip(snaps.iter_mut())
+            .map(|((st, &keep_from), snap)| ScanState { s: &mut st.s, keep_from, kept: snap })
+            .collect();
+        ctx.backend.delta_scan(&scan, &mut scan_states, &mut o);
     }
     // the kept positions' states, oldest first, at most `keep` of them
     for (((sp, st), (j0, snap)), before) in rows.spans.iter().zip(states.iter_mut()).zip(kept.iter().zip(snaps)).zip(conv_before) {
@@ -394,7 +356,7 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
     let mut z = z;
     {
         let (zo, oo) = (SharedMut::new(&mut z), SharedMut::new(&mut o));
-        for_token_chunks(ctx, n, &|t0, t1| {
+        ctx.backend.for_row_chunks(n, &|t0, t1| {
             for t in t0..t1 {
                 // SAFETY: token t's rows of z and o belong to this task alone.
                 let (zt, ot) = unsafe { (zo.slice(t * hv * sd, hv * sd), oo.slice(t * hv * sd, hv * sd)) };
@@ -501,19 +463,6 @@ fn project(ctx: &Ctx, proj: &DeltaProj, d: &DeltaDims, x: &[f32], rows: &Rows) -
     }
 }
 
-/// f(t0, t1) over chunks of the n tokens on the pool: the per-token elementwise steps around the
-/// scan (convolution, norms, gates) are a few percent of a prefill each, serial otherwise.
-fn for_token_chunks(ctx: &Ctx, n: usize, f: &(dyn Fn(usize, usize) + Sync)) {
-    const TOKENS_PER_TASK: usize = 16;
-    if n <= TOKENS_PER_TASK {
-        f(0, n);
-        return;
-    }
-    ctx.pool.run(n.div_ceil(TOKENS_PER_TASK), &|i| {
-        f(i * TOKENS_PER_TASK, ((i + 1) * TOKENS_PER_TASK).min(n))
-    });
-}
-
 /// ggml_ssm_conv over [state ‖ new inputs] with the tap-major kernel `taps`, then SiLU; updates
 /// the conv state. The conv output is [conv_dim, n] in ggml, so ggml_silu's rows are one
 /// token's conv_dim values.
@@ -528,7 +477,7 @@ fn conv_silu(ctx: &Ctx, taps: &[f32], d: &DeltaDims, qkv: &[f32], n: usize, stat
     let mut out = vec![0.0f32; n * cd];
     {
         let (oo, window) = (SharedMut::new(&mut out), &window);
-        for_token_chunks(ctx, n, &|t0, t1| {
+        ctx.backend.for_row_chunks(n, &|t0, t1| {
             for t in t0..t1 {
                 // SAFETY: token t's output row belongs to this task alone (zeroed above).
                 let o = unsafe { oo.slice(t * cd, cd) };
@@ -551,276 +500,3 @@ fn conv_silu(ctx: &Ctx, taps: &[f32], d: &DeltaDims, qkv: &[f32], n: usize, stat
     out
 }
 
-struct HeadIo<'a> {
-    q: &'a [f32],
-    k: &'a [f32],
-    v: &'a [f32],
-    g: &'a [f32],
-    beta: &'a [f32],
-    h: usize,
-    hk: usize,
-    hv: usize,
-    sd: usize,
-    pairing: HeadPairing,
-    /// g holds S_k values per (token, head) (KDA), not one.
-    channels: bool,
-}
-
-impl HeadIo<'_> {
-    fn q(&self, t: usize) -> &[f32] {
-        let kh = self.pairing.k_head(self.h, self.hk, self.hv);
-        &self.q[(t * self.hk + kh) * self.sd..][..self.sd]
-    }
-    fn k(&self, t: usize) -> &[f32] {
-        let kh = self.pairing.k_head(self.h, self.hk, self.hv);
-        &self.k[(t * self.hk + kh) * self.sd..][..self.sd]
-    }
-    fn v(&self, t: usize) -> &[f32] {
-        &self.v[(t * self.hv + self.h) * self.sd..][..self.sd]
-    }
-    fn g(&self, t: usize) -> f32 {
-        self.g[t * self.hv + self.h]
-    }
-    /// KDA: this head's per-channel gates of token t.
-    fn g_channels(&self, t: usize) -> &[f32] {
-        &self.g[(t * self.hv + self.h) * self.sd..][..self.sd]
-    }
-    fn beta(&self, t: usize) -> f32 {
-        self.beta[t * self.hv + self.h]
-    }
-    fn out_offset(&self, t: usize) -> usize {
-        (t * self.hv + self.h) * self.sd
-    }
-}
-
-
-/// The token-by-token recurrence with ggml's element-wise arithmetic (scale the state, S·k,
-/// rank-1 update, S·q), each state row finished in one visit instead of ggml's four sweeps
-/// (`f32ops::delta_rule_step`): decode is memory-bound with a 2 MB state per layer on the 35B,
-/// and prefill keeps a head's 64 KB state in L2 across its tokens.
-/// Tokens `from..` of a span whose state before them is kept: `into[t - from]` receives head
-/// h's slice (h·S_v·S_k..) of the state before token t.
-struct Keep<'a> {
-    from: usize,
-    into: &'a [SharedMut<f32>],
-}
-
-fn head_recurrent(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>, keep: &Keep) {
-    let sd = io.sd;
-    let scale = 1.0 / (sd as f32).sqrt();
-    // KDA's per-channel decays of the current token (one buffer for the span)
-    let mut decay = vec![0.0f32; if io.channels { sd } else { 0 }];
-    for t in 0..n {
-        if t >= keep.from {
-            // SAFETY: head h's slice of the buffer of token t belongs to this task alone.
-            unsafe { keep.into[t - keep.from].slice(io.h * sd * sd, sd * sd) }.copy_from_slice(s);
-        }
-        let (q, k, v) = (io.q(t), io.k(t), io.v(t));
-        // SAFETY: this head's output slot for token t.
-        let out = unsafe { o.slice(io.out_offset(t), sd) };
-        if io.channels {
-            // ggml's kda branch: expf of each channel's gate, then the row-wise product
-            for (d, g) in decay.iter_mut().zip(io.g_channels(t)) {
-                *d = g.exp();
-            }
-            xwen_kernels::f32ops::delta_rule_step_channels(s, k, q, v, &decay, io.beta(t), scale, out);
-        } else {
-            xwen_kernels::f32ops::delta_rule_step(s, k, q, v, io.g(t).exp(), io.beta(t), scale, out);
-        }
-    }
-}
-
-/// The chunked (WY) form. Within a chunk of C tokens with cumulative log-decay γ_t (one per
-/// head for Gated DeltaNet; one per key channel for KDA, where every Γ below is taken channel
-/// by channel inside the key products):
-///   A = strict_lower(diag(β) K Kᵀ ⊙ Γ),  Γ_ts = exp(γ_t − γ_s)
-///   T = (I + A)⁻¹                                   (forward substitution)
-///   U = T (diag(β) V),  W = T (diag(β) K ⊙ e^γ)     (the "WY" pseudo-values and keys)
-///   V' = U − W S₀ᵀ                                   (values corrected by the incoming state)
-///   O  = (Q ⊙ e^γ) S₀ᵀ + (lower(Q Kᵀ ⊙ Γ)) V'
-///   S  = S₀ ⊙ e^{γ_C} + V'ᵀ (K ⊙ e^{γ_C − γ})
-/// which is the recurrence unrolled over the chunk (delta-net-base.cpp builds the same graph
-/// for both; a per-channel Γ is exp(γ_t − γ_s) per channel, never e^γ_t · e^−γ_s, which would
-/// overflow where the decay is strong).
-fn head_chunked(io: &HeadIo, n: usize, s: &mut [f32], o: SharedMut<f32>) {
-    let sd = io.sd;
-    let scale = 1.0 / (sd as f32).sqrt();
-    // decay lanes per token: one (GDN) or one per key channel (KDA)
-    let gw = if io.channels { sd } else { 1 };
-    let mut gam = vec![0.0f32; CHUNK * gw];
-    let mut a = vec![0.0f32; CHUNK * CHUNK];
-    let mut u = vec![0.0f32; CHUNK * sd];
-    let mut wk = vec![0.0f32; CHUNK * sd];
-    let mut vp = vec![0.0f32; CHUNK * sd];
-    let mut qk = vec![0.0f32; CHUNK * CHUNK];
-    let mut kw = vec![0.0f32; sd];
-    // Σ_x a_x b_x exp(γ_ix − γ_jx) for KDA, (a·b) exp(γ_i − γ_j) for GDN
-    let gdot = |x: &[f32], y: &[f32], gi: &[f32], gj: &[f32], kw: &mut [f32]| -> f32 {
-        if gw == 1 {
-            ops::dot(x, y) * (gi[0] - gj[0]).exp()
-        } else {
-            for ((w, (&b, &c)), &yv) in kw.iter_mut().zip(gi.iter().zip(gj)).zip(y) {
-                *w = yv * (b - c).exp();
-            }
-            ops::dot(x, kw)
-        }
-    };
-    let mut t0 = 0;
-    while t0 < n {
-        let c = CHUNK.min(n - t0);
-        // Cumulative log decay within the chunk.
-        for i in 0..c {
-            for l in 0..gw {
-                let g = if io.channels { io.g_channels(t0 + i)[l] } else { io.g(t0 + i) };
-                gam[i * gw + l] = if i == 0 { g } else { gam[(i - 1) * gw + l] + g };
-            }
-        }
-        let gm = |i: usize| &gam[i * gw..(i + 1) * gw];
-        // A (strictly lower) and the masked Q·Kᵀ (lower incl. diagonal).
-        for i in 0..c {
-            let (ki, qi, bi) = (io.k(t0 + i), io.q(t0 + i), io.beta(t0 + i));
-            for j in 0..c {
-                if j < i {
-                    let kj = io.k(t0 + j);
-                    a[i * CHUNK + j] = bi * gdot(ki, kj, gm(i), gm(j), &mut kw);
-                    qk[i * CHUNK + j] = gdot(qi, kj, gm(i), gm(j), &mut kw) * scale;
-                } else if j == i {
-                    a[i * CHUNK + j] = 0.0;
-                    qk[i * CHUNK + j] = ops::dot(qi, ki) * scale;
-                } else {
-                    a[i * CHUNK + j] = 0.0;
-                    qk[i * CHUNK + j] = 0.0;
-                }
-            }
-        }
-        // U = T·(βV) and W = T·(β K ⊙ e^γ) by forward substitution: row i = rhs_i − Σ_{j<i} A_ij row_j.
-        for i in 0..c {
-            let bi = io.beta(t0 + i);
-            let (vi, ki) = (io.v(t0 + i), io.k(t0 + i));
-            for x in 0..sd {
-                u[i * sd + x] = bi * vi[x];
-                wk[i * sd + x] = bi * gm(i)[x % gw].exp() * ki[x];
-            }
-            for j in 0..i {
-                let aij = a[i * CHUNK + j];
-                if aij != 0.0 {
-                    let (ur, wr) = (u.split_at_mut(i * sd), wk.split_at_mut(i * sd));
-                    let (uj, ui) = (&ur.0[j * sd..(j + 1) * sd], &mut ur.1[..sd]);
-                    let (wj, wi) = (&wr.0[j * sd..(j + 1) * sd], &mut wr.1[..sd]);
-                    ops::axpy(-aij, uj, ui);
-                    ops::axpy(-aij, wj, wi);
-                }
-            }
-        }
-        // V' = U − W·S₀ᵀ   (S rows are value index, columns key index: (W S₀ᵀ)_ij = Σ_x W_ix S_jx)
-        for i in 0..c {
-            let wi = &wk[i * sd..(i + 1) * sd];
-            for j in 0..sd {
-                vp[i * sd + j] = u[i * sd + j] - ops::dot(&s[j * sd..(j + 1) * sd], wi);
-            }
-        }
-        // O = (Q ⊙ e^γ)·S₀ᵀ·scale + QK·V'
-        for i in 0..c {
-            let qi = io.q(t0 + i);
-            for (x, w) in kw.iter_mut().enumerate() {
-                *w = qi[x] * gm(i)[x % gw].exp() * scale;
-            }
-            // SAFETY: this head's output slot for token t0+i.
-            let out = unsafe { o.slice(io.out_offset(t0 + i), sd) };
-            for j in 0..sd {
-                out[j] = ops::dot(&s[j * sd..(j + 1) * sd], &kw);
-            }
-            for jt in 0..=i {
-                let w = qk[i * CHUNK + jt];
-                if w != 0.0 {
-                    ops::axpy(w, &vp[jt * sd..(jt + 1) * sd], out);
-                }
-            }
-        }
-        // S = S₀ ⊙ e^{γ_C} + V'ᵀ (K ⊙ e^{γ_C − γ})   (the decay scales key columns)
-        let glast = gm(c - 1).to_vec();
-        let dl: Vec<f32> = glast.iter().map(|g| g.exp()).collect();
-        for row in s.chunks_exact_mut(sd) {
-            for (x, v) in row.iter_mut().enumerate() {
-                *v *= dl[x % gw];
-            }
-        }
-        for i in 0..c {
-            let ki = io.k(t0 + i);
-            for (x, w) in kw.iter_mut().enumerate() {
-                *w = ki[x] * (glast[x % gw] - gm(i)[x % gw]).exp();
-            }
-            let vr = &vp[i * sd..(i + 1) * sd];
-            for (j, row) in s.chunks_exact_mut(sd).enumerate() {
-                ops::axpy(vr[j], &kw, row);
-            }
-        }
-        t0 += c;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rng(seed: &mut u64) -> f32 {
-        *seed ^= *seed << 13;
-        *seed ^= *seed >> 7;
-        *seed ^= *seed << 17;
-        ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-
-    /// The chunked form equals the recurrence (up to float reassociation) across chunk borders,
-    /// with a non-zero incoming state, for both K-head pairings.
-    #[test]
-    fn chunked_equals_recurrent() {
-        for pairing in [HeadPairing::Tiled, HeadPairing::Grouped] {
-            for channels in [false, true] {
-                chunked_equals_recurrent_with(pairing, channels);
-            }
-        }
-    }
-
-    /// `channels`: KDA's per-key-channel decay (g holds S_k gates per token and head), with
-    /// strong and weak channels side by side.
-    fn chunked_equals_recurrent_with(pairing: HeadPairing, channels: bool) {
-        let (hk, hv, sd, n) = (2, 4, 16, 150);
-        let mut seed = 0x1234_5678_9abc_def0u64;
-        let gen = |len: usize, s: &mut u64| (0..len).map(|_| rng(s)).collect::<Vec<f32>>();
-        let mut q = gen(n * hk * sd, &mut seed);
-        let mut k = gen(n * hk * sd, &mut seed);
-        for h in q.chunks_exact_mut(sd).chain(k.chunks_exact_mut(sd)) {
-            ops::gdn_l2_norm_inplace(h, 1e-6);
-        }
-        let v = gen(n * hv * sd, &mut seed);
-        let gates = if channels { n * hv * sd } else { n * hv };
-        let g: Vec<f32> = gen(gates, &mut seed)
-            .iter()
-            .enumerate()
-            .map(|(i, x)| {
-                // KDA: every 5th channel decays hard (its e^γ over a chunk underflows f32)
-                let strong = channels && i % 5 == 0;
-                if strong { -4.0 * (x + 1.0) - 1.0 } else { -0.5 * (x + 1.0) - 0.01 }
-            })
-            .collect();
-        let beta: Vec<f32> = gen(n * hv, &mut seed).iter().map(|x| ops::sigmoid(2.0 * x)).collect();
-        let s0 = gen(hv * sd * sd, &mut seed);
-        for h in 0..hv {
-            let io = HeadIo { q: &q, k: &k, v: &v, g: &g, beta: &beta, h, hk, hv, sd, pairing, channels };
-            let mut o1 = vec![0.0f32; n * hv * sd];
-            let mut o2 = vec![0.0f32; n * hv * sd];
-            let mut s1 = s0[h * sd * sd..(h + 1) * sd * sd].to_vec();
-            let mut s2 = s1.clone();
-            head_recurrent(&io, n, &mut s1, SharedMut::new(&mut o1), &Keep { from: n, into: &[] });
-            head_chunked(&io, n, &mut s2, SharedMut::new(&mut o2));
-            let err = |a: &[f32], b: &[f32]| {
-                let num: f32 = a.iter().zip(b).map(|(x, y)| (x - y) * (x - y)).sum();
-                let den: f32 = a.iter().map(|x| x * x).sum();
-                (num / den).sqrt()
-            };
-            assert!(err(&o1, &o2) < 1e-5, "head {h} (channels {channels}): output rel err {}", err(&o1, &o2));
-            assert!(err(&s1, &s2) < 1e-5, "head {h} (channels {channels}): state rel err {}", err(&s1, &s2));
-            assert!(o2.iter().chain(&s2).all(|x| x.is_finite()));
-        }
-    }
-}

@@ -14,10 +14,9 @@
 
 use crate::batch::Rows;
 use crate::compute::Ctx;
-use crate::config::KvType;
-use crate::state::{KvBuf, KvCache};
-use crate::layers::flash_attn::{self, HeadAt};
-use crate::ops::{self, SharedMut};
+use crate::state::KvCache;
+use crate::backend::AttnHeads;
+use crate::ops;
 use crate::profile::Op;
 use crate::weights::{Loader, Mat};
 use crate::error::Result;
@@ -150,7 +149,7 @@ fn heads_mm(ctx: &Ctx, w: &Mat, xs: &[f32], rows: &Rows, ys: &mut [f32], src_con
                 for &(r0, r1) in &pieces {
                     let (y_p, rest) = y_h.split_at_mut(r1 - r0);
                     y_h = rest;
-                    jobs.push(crate::compute::MvJob { w: piece(h, (r0, r1)), x, y: y_p });
+                    jobs.push(crate::backend::MvJob { w: piece(h, (r0, r1)), x, y: y_p });
                 }
             }
         }
@@ -235,68 +234,11 @@ pub fn forward(ctx: &Ctx, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: &Rows, k
         }
     }
 
-    // softmax(Q_h Kᵀ · scale) V per (token, head), one task per (sequence, head)
-    let scale = 1.0 / (qh as f32).sqrt();
+    // softmax(Q_h Kᵀ · scale) V per (row, head): one latent KV head, V the first r of the K row
+    let heads = AttnHeads { n_head: nh, n_head_kv: 1, k_dim: kw, v_dim: r, k_row: kw, v_row: r, scale: 1.0 / (qh as f32).sqrt() };
     let mut att = vec![0.0f32; n * nh * r];
-    let att_p = SharedMut::new(&mut att);
-    let qa = &qa;
-    if ctx.attn.flash {
-        let caches: Vec<&KvCache> = kvs.iter().map(|c| &**c).collect();
-        ctx.pool.run(rows.spans.len() * nh, &|task| {
-            let (si, h) = (task / nh, task % nh);
-            let (s, c) = (&rows.spans[si], caches[si]);
-            let at = HeadAt { k_width: kw, k_off: 0, v_width: r, v_off: 0 };
-            let n_kv = flash_attn::n_kv(s.pos0 + s.len, ctx.attn.n_ctx);
-            let same = c.k.ty() == c.v.ty() && c.k.ty() != KvType::Q8_0;
-            if !s.decode_order && flash_attn::path(s.len, n_kv, same, ctx.attn.threads) == flash_attn::Path::Tiled {
-                let qs: Vec<&[f32]> = (0..s.len).map(|i| &qa[((s.start + i) * nh + h) * kw..][..kw]).collect();
-                // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
-                let mut outs: Vec<&mut [f32]> = (0..s.len).map(|i| unsafe { att_p.slice(((s.start + i) * nh + h) * r, r) }).collect();
-                flash_attn::tiled_rows(&qs, c.k.rows(), c.v.rows(), at, s.pos0 + 1, n_kv, scale, &mut outs);
-                return;
-            }
-            for i in 0..s.len {
-                let t = s.start + i;
-                let (rows_n, kv_n) = if s.decode_order { (1, flash_attn::n_kv(s.pos0 + i + 1, ctx.attn.n_ctx)) } else { (s.len, n_kv) };
-                let path = flash_attn::path(rows_n, kv_n, same, ctx.attn.threads);
-                // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
-                let oh = unsafe { att_p.slice((t * nh + h) * r, r) };
-                flash_attn::attend(&qa[(t * nh + h) * kw..][..kw], c.k.rows(), c.v.rows(), at, s.pos0 + i + 1, kv_n, scale, path, oh);
-            }
-        });
-    } else {
-        let caches: Vec<(&[f32], &[f32])> = kvs
-            .iter()
-            .map(|c| match (&c.k, &c.v) {
-                (KvBuf::F32(k), KvBuf::F32(v)) => (&k[..], &v[..]),
-                _ => (&[][..], &[][..]),
-            })
-            .collect();
-        ctx.pool.run(rows.spans.len() * nh, &|task| {
-            let (si, h) = (task / nh, task % nh);
-            let (s, (kc, vc)) = (&rows.spans[si], caches[si]);
-            let n_ctx = kc.len() / kw;
-            let mut scores = vec![0.0f32; n_ctx];
-            let mut lanes = vec![0.0f32; 32 * r];
-            // one head: the permuted q of 2+ rows is contiguous and ggml's kq is tinyBLAS's
-            // (`attention`'s plain path says why)
-            let one_row = s.len == 1 || s.decode_order;
-            let kq_dot = if nh == 1 && !one_row { xwen_kernels::f32ops::dot_tinyblas } else { ops::dot };
-            for i in 0..s.len {
-                let t = s.start + i;
-                let visible = s.pos0 + i + 1;
-                let qt = &qa[(t * nh + h) * kw..][..kw];
-                for (p, sc) in scores[..visible].iter_mut().enumerate() {
-                    *sc = kq_dot(qt, &kc[p * kw..(p + 1) * kw]) * scale;
-                }
-                ops::softmax_masked_inplace(&mut scores[..visible], visible.next_multiple_of(256));
-                // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
-                let oh = unsafe { att_p.slice((t * nh + h) * r, r) };
-                let v_at = |p: usize| &vc[p * r..(p + 1) * r];
-                crate::layers::attention::weighted_v_sum(&scores[..visible], v_at, one_row, &mut lanes, oh);
-            }
-        });
-    }
+    let caches: Vec<&KvCache> = kvs.iter().map(|c| &**c).collect();
+    ctx.backend.attend(&qa, &caches, rows, &heads, &ctx.attn, &mut att);
     drop(sp);
     let _sp = ctx.span(Op::AttnProj);
     // decompress each head: o_h = W_v_b,h · att_h, then W_o

@@ -5,7 +5,6 @@
 pub mod attention;
 pub mod attn_res;
 pub mod deltanet;
-pub mod flash_attn;
 pub mod ffn;
 pub mod mla;
 pub mod moe;

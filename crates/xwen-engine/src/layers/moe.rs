@@ -10,9 +10,8 @@
 //! back as W_up · (rms_norm(Σ)·norm) before the shared expert is added.
 
 use crate::batch::{self, Rows};
-use crate::compute::{quantize_rows, Ctx, MvJob, RouteRecord};
-use crate::ops::SharedMut;
-use xwen_kernels::{Pool, QMatrix};
+use crate::backend::{ExpertFfn, MvJob};
+use crate::compute::{Ctx, RouteRecord};
 use crate::error::Result;
 use crate::experts::store::{ExpertHandle, ExpertStore};
 use crate::experts::plan::PREFILL_READ_AHEAD;
@@ -283,76 +282,22 @@ pub fn forward(
     // Busiest experts first, so the threads' last tasks are the short ones.
     let mut active: Vec<usize> = (0..d.n_expert).filter(|&e| !per_expert[e].is_empty()).collect();
     active.sort_by_key(|&e| std::cmp::Reverse(per_expert[e].len()));
-    // Each expert's outputs (its tokens × hidden), unweighted; summed per token below.
+    // Each expert's outputs (its tokens × width), unweighted; summed per token below.
     let mut ys: Vec<Vec<f32>> = vec![Vec::new(); active.len()];
-    let ys_out = SharedMut::new(&mut ys);
-    // the first store error of the job (a streamed expert that could not be read)
-    let failed: std::sync::Mutex<Option<crate::EngineError>> = std::sync::Mutex::new(None);
-    let fail = |e: crate::EngineError| {
-        failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
-    };
-    // Expert `i` of `active`, whole: gate, up, SwiGLU, down into ys[i].
-    let compute = |i: usize, h: &ExpertHandle<'_>| {
-        let toks = &per_expert[active[i]];
-        SOLO.with(|solo| {
-            let m = toks.len();
-            let (gw, uw) = (h.gate(), h.up());
-            let mut g = vec![0.0f32; m * d.expert_ff];
-            let mut u = vec![0.0f32; m * d.expert_ff];
-            let mut xq = Vec::new();
-            if m > 1 && gw.ty == uw.ty && gw.rows == uw.rows {
-                // gate and up take the same rows: quantized and laid out once for both
-                quantize_rows(gw.ty, toks.iter().map(|&(t, _, _)| &xe[t * ew..(t + 1) * ew]), &mut xq);
-                solo.matmul_q_id_shared(&[gw, uw], &xq, m, &mut [&mut g, &mut u]);
-            } else {
-                let xt: Vec<f32> = toks.iter().flat_map(|&(t, _, _)| &xe[t * ew..(t + 1) * ew]).copied().collect();
-                expert_mm(solo, gw, &xt, m, &mut g, &mut xq);
-                expert_mm(solo, uw, &xt, m, &mut u, &mut xq);
-            }
-            let act = ffn::act_rows(d.act, &g, &u, d.expert_ff);
-            let mut y = vec![0.0f32; m * ew];
-            expert_mm(solo, h.down(), &act, m, &mut y, &mut xq);
-            // SAFETY: slot i of `ys` is written by this task alone; `ys` outlives the job.
-            unsafe { ys_out.slice(i, 1)[0] = y };
-        });
-    };
-    // One task per expert, each on one thread (gate, up, SwiGLU, down): an expert has ~16 tokens
-    // at pp512, too little work to split its products across threads — per-matrix parallel
-    // jobs left the second core spinning through every expert's serial quantize/interleave
-    // steps (docs/bench.md, session 3).
+    let tokens: Vec<Vec<usize>> = active.iter().map(|&e| per_expert[e].iter().map(|&(t, _, _)| t).collect()).collect();
+    let act = |g: &[f32], u: &[f32], ff: usize| ffn::act_rows(d.act, g, u, ff);
     if !store.streams() {
-        ctx.pool.run(active.len(), &|i| match store.expert(layer, active[i]) {
-            Ok(h) => compute(i, &h),
-            Err(e) => fail(e),
-        });
+        let handles = active.iter().map(|&e| store.expert(layer, e)).collect::<Result<Vec<_>>>()?;
+        let jobs: Vec<ExpertFfn> = handles.iter().enumerate().map(|(i, h)| expert_job(h, xe, ew, &tokens[i])).collect();
+        ctx.backend.expert_ffns(&jobs, &act, d.expert_ff, &mut ys);
     } else {
-        // From disk a batch touches nearly every expert: read the next PREFILL_READ_AHEAD
-        // experts (concurrently, `ExpertStore::experts`) while the pool computes the current
-        // ones, so the disk and the cores overlap. Same per-expert arithmetic.
-        let batches: Vec<std::ops::Range<usize>> = (0..active.len())
-            .step_by(PREFILL_READ_AHEAD)
-            .map(|s| s..(s + PREFILL_READ_AHEAD).min(active.len()))
-            .collect();
-        let read = |r: &std::ops::Range<usize>| store.experts(layer, &active[r.clone()]);
-        std::thread::scope(|sc| {
-            let mut next = batches.first().map(|r| sc.spawn(move || read(r)));
-            for (b, r) in batches.iter().enumerate() {
-                let got = next.take().expect("a read per batch").join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-                next = batches.get(b + 1).map(|r| sc.spawn(move || read(r)));
-                match got {
-                    Ok(handles) => ctx.pool.run(handles.len(), &|j| compute(r.start + j, &handles[j])),
-                    Err(e) => {
-                        fail(e);
-                        break;
-                    }
-                }
-            }
-            // a read still running after an error finishes inside the scope; its result is dropped
-            drop(next);
-        });
-    }
-    if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        return Err(e);
+        // From disk a batch touches nearly every expert: the store reads the next
+        // PREFILL_READ_AHEAD experts while the backend computes the current ones, so the disk
+        // and the cores overlap. Same per-expert arithmetic.
+        crate::experts::store::read_in_batches(store, layer, &active, PREFILL_READ_AHEAD, &mut |r, handles| {
+            let jobs: Vec<ExpertFfn> = handles.iter().zip(r.clone()).map(|(h, i)| expert_job(h, xe, ew, &tokens[i])).collect();
+            ctx.backend.expert_ffns(&jobs, &act, d.expert_ff, &mut ys[r]);
+        })?;
     }
     // Σ over a token's selection slots in llama.cpp's order (slot 0, then 1, …) of p · y, the
     // product rounded before the add as ggml_mul then ggml_add do.
@@ -386,6 +331,11 @@ pub fn forward(
         add_gated_shared(w, x, &y, hidden, &mut out);
     }
     Ok(out)
+}
+
+/// Expert `h`'s FFN over rows `tokens` of `x` (rows `width` wide).
+fn expert_job<'a>(h: &'a ExpertHandle<'_>, x: &'a [f32], width: usize, tokens: &'a [usize]) -> ExpertFfn<'a> {
+    ExpertFfn { gate: h.gate(), up: h.up(), down: h.down(), x, width, tokens }
 }
 
 /// A latent MoE's weighted sum, each row rms-normed by the latent norm (where the model has one).
@@ -431,24 +381,6 @@ fn record(ctx: &Ctx, layer: usize, rows_at: &[usize], routes: &[Route], guesses:
                 .collect(),
         );
     }
-}
-
-thread_local! {
-    /// A pool of one (no worker threads: it runs tasks on the calling thread) for products done
-    /// inside another pool's task.
-    static SOLO: Pool = Pool::new(1);
-}
-
-/// An expert's product over its m routed tokens. llama.cpp's MUL_MAT_ID quantizes every
-/// token with the row quantizer (no 4-row repack grouping), so do the same and hand the
-/// pre-quantized rows to the batched kernel.
-fn expert_mm(pool: &Pool, w: QMatrix, x: &[f32], m: usize, y: &mut [f32], xq: &mut Vec<u8>) {
-    if m == 1 {
-        pool.matvec(w, x, y);
-        return;
-    }
-    quantize_rows(w.ty, x.chunks_exact(w.cols), xq);
-    pool.matmul_q_id(w, xq, m, y);
 }
 
 /// Decode: `m` rows (one token each, of one or several sequences; x: m × hidden), every

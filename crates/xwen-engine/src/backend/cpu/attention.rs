@@ -1,0 +1,125 @@
+//! Attention over a batch's spans on the pool, one task per (sequence, query head): llama.cpp's
+//! CPU flash-attention path (`flash_attn`) or its plain kq / softmax / kqv path, whose float
+//! orders differ — the gated attention of Qwen and Kimi's MLA share both.
+
+use crate::backend::cpu::flash_attn::{self, HeadAt};
+use crate::backend::{AttnHeads, AttnMode};
+use crate::batch::Rows;
+use crate::config::KvType;
+use crate::ops::{self, SharedMut};
+use crate::state::{KvBuf, KvCache};
+use xwen_kernels::Pool;
+
+pub fn attend(pool: &Pool, q: &[f32], caches: &[&KvCache], rows: &Rows, a: &AttnHeads, mode: &AttnMode, out: &mut [f32]) {
+    debug_assert_eq!(caches.len(), rows.spans.len(), "one KV cache per span");
+    let (nh, kd, vd) = (a.n_head, a.k_dim, a.v_dim);
+    let group = nh / a.n_head_kv.max(1);
+    // where query head h's KV head sits in the cache rows
+    let at = |h: usize| {
+        let kvh = h / group;
+        HeadAt { k_width: a.k_row, k_off: kvh * kd, v_width: a.v_row, v_off: kvh * vd }
+    };
+    let q_of = |t: usize, h: usize| &q[(t * nh + h) * kd..][..kd];
+    let out_p = SharedMut::new(out);
+    if mode.flash {
+        pool.run(rows.spans.len() * nh, &|task| {
+            let (si, h) = (task / nh, task % nh);
+            let (s, kv) = (&rows.spans[si], caches[si]);
+            // llama.cpp's KV view after this ubatch, and the path its rows take; a row in
+            // decode order runs as the one-row ubatch it stands for
+            let n_kv = flash_attn::n_kv(s.pos0 + s.len, mode.n_ctx);
+            // ggml's tiled and split-KV paths take an f32 or f16 cache of one type
+            let same = kv.k.ty() == kv.v.ty() && kv.k.ty() != KvType::Q8_0;
+            if !s.decode_order && flash_attn::path(s.len, n_kv, same, mode.threads) == flash_attn::Path::Tiled {
+                // all the span's rows of this head at once: each KV tile is widened once
+                let qs: Vec<&[f32]> = (0..s.len).map(|i| q_of(s.start + i, h)).collect();
+                // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
+                let mut outs: Vec<&mut [f32]> = (0..s.len).map(|i| unsafe { out_p.slice(((s.start + i) * nh + h) * vd, vd) }).collect();
+                flash_attn::tiled_rows(&qs, kv.k.rows(), kv.v.rows(), at(h), s.pos0 + 1, n_kv, a.scale, &mut outs);
+                return;
+            }
+            for i in 0..s.len {
+                let t = s.start + i;
+                let (rows_n, kv_n) = if s.decode_order { (1, flash_attn::n_kv(s.pos0 + i + 1, mode.n_ctx)) } else { (s.len, n_kv) };
+                let path = flash_attn::path(rows_n, kv_n, same, mode.threads);
+                // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
+                let oh = unsafe { out_p.slice((t * nh + h) * vd, vd) };
+                flash_attn::attend(q_of(t, h), kv.k.rows(), kv.v.rows(), at(h), s.pos0 + i + 1, kv_n, a.scale, path, oh);
+            }
+        });
+        return;
+    }
+    // the plain path runs on an f32 cache (`Model` refuses another with flash attention off)
+    let f32_rows: Vec<(&[f32], &[f32])> = caches
+        .iter()
+        .map(|kv| match (&kv.k, &kv.v) {
+            (KvBuf::F32(k), KvBuf::F32(v)) => (&k[..], &v[..]),
+            _ => (&[][..], &[][..]),
+        })
+        .collect();
+    pool.run(rows.spans.len() * nh, &|task| {
+        let (si, h) = (task / nh, task % nh);
+        let (s, (kc, vc)) = (&rows.spans[si], f32_rows[si]);
+        let hat = at(h);
+        let n_ctx = kc.len() / a.k_row.max(1);
+        let mut scores = vec![0.0f32; n_ctx];
+        let mut lanes = vec![0.0f32; 32 * vd];
+        // kq = k·q: with one query head the permuted q of 2+ rows is contiguous, so ggml
+        // hands it to tinyBLAS (n_kv, padded to 256, always fits its row rule); with more
+        // heads q is a strided view and every score is a vec_dot
+        let one_row = s.len == 1 || s.decode_order;
+        let kq_dot = if nh == 1 && !one_row { xwen_kernels::f32ops::dot_tinyblas } else { ops::dot };
+        for i in 0..s.len {
+            let t = s.start + i;
+            let visible = s.pos0 + i + 1;
+            let qh = q_of(t, h);
+            for (p, sc) in scores[..visible].iter_mut().enumerate() {
+                *sc = kq_dot(qh, &kc[p * hat.k_width + hat.k_off..][..kd]) * a.scale;
+            }
+            // llama.cpp's kq row is n_kv long, the KV size padded to 256, masked past `visible`.
+            ops::softmax_masked_inplace(&mut scores[..visible], visible.next_multiple_of(256));
+            // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
+            let oh = unsafe { out_p.slice((t * nh + h) * vd, vd) };
+            let v_at = |p: usize| &vc[p * hat.v_width + hat.v_off..][..vd];
+            weighted_v_sum(&scores[..visible], v_at, one_row, &mut lanes, oh);
+        }
+    });
+}
+
+/// out = Σ_p a[p] · v(p), in the rounding of llama.cpp's CPU kqv = mul_mat(vᵀ, kq), whose
+/// reduction runs over the KV positions separately for every output element:
+/// - batches of 2+ tokens go through llamafile's tinyBLAS (sgemm.cpp gemm_bloc, AVX2): 8 lane
+///   accumulators, position p into lane p % 8 by FMA, then its hsum ((l_i + l_{i+4}) pairs,
+///   then movehl, then movehdup);
+/// - a single token (tinyBLAS refuses n < 2) goes through ggml_vec_dot_f32: 4 × 8 lane
+///   accumulators over steps of 32 positions, then GGML_F32x8_REDUCE.
+///
+/// Positions past `a.len()` are masked to 0 there and add nothing. `lanes` is scratch of
+/// 32 × out.len(). Each lane is an FMA chain vectorized across the head dimension.
+pub(crate) fn weighted_v_sum<'a>(a: &[f32], v: impl Fn(usize) -> &'a [f32], single: bool, lanes: &mut [f32], out: &mut [f32]) {
+    let hd = out.len();
+    let n_lanes = if single { 32 } else { 8 };
+    let lanes = &mut lanes[..n_lanes * hd];
+    lanes.fill(0.0);
+    for (p, &w) in a.iter().enumerate() {
+        ops::axpy(w, v(p), &mut lanes[(p % n_lanes) * hd..][..hd]);
+    }
+    let l = |i: usize, d: usize| lanes[i * hd + d];
+    for (d, o) in out.iter_mut().enumerate() {
+        // one 8-wide register x: lane k of x is l(k, d) (tinyBLAS) or the reduced accumulator
+        let x: [f32; 8] = if single {
+            // x[j] (accumulator j holds positions 8j..8j+8 of every 32): x0+x2, x1+x3, then sum
+            std::array::from_fn(|k| (l(k, d) + l(16 + k, d)) + (l(8 + k, d) + l(24 + k, d)))
+        } else {
+            std::array::from_fn(|k| l(k, d))
+        };
+        let h: [f32; 4] = std::array::from_fn(|i| x[i] + x[i + 4]);
+        *o = if single {
+            // _mm_hadd_ps twice: (h0 + h1) + (h2 + h3)
+            (h[0] + h[1]) + (h[2] + h[3])
+        } else {
+            // movehl then movehdup: (h0 + h2) + (h1 + h3)
+            (h[0] + h[2]) + (h[1] + h[3])
+        };
+    }
+}

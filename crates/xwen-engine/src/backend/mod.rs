@@ -1,0 +1,160 @@
+//! The op-level backend seam. The block files (`layers/`) state the math of a layer and hand
+//! its heavy ops to a [`Backend`]: the matrix products (dense and quantized, one row or many,
+//! several matrices over one input), attention over each sequence's span, the delta-rule scan
+//! (a scalar gate as in Gated DeltaNet, a per-channel gate as in KDA), a routed expert's whole
+//! FFN, and the per-token element-wise passes around them. How an op is split into tasks, on
+//! which threads, with which kernel, is the backend's business; no pool or thread appears in a
+//! layer or model file.
+//!
+//! [`cpu::Cpu`] holds the bodies the engine has always run, bit for bit (llama.cpp's CPU float
+//! orders). The ops still take host slices: the activations live in per-op vectors of the
+//! layer. A device backend (a later issue) implements this trait over device-resident weights
+//! and state — the next step there is a scratch arena per batch owned by the backend and tensor
+//! handles in place of the slices (docs/decisions.md "The backend seam").
+
+pub mod cpu;
+
+use crate::batch::Rows;
+use crate::state::KvCache;
+use xwen_kernels::QMatrix;
+
+/// One matrix × vector product of a batch: y = W·x, for one token or several single-token
+/// rows (x: n_tok × cols, y: n_tok × rows), each row in the one-token order.
+pub struct MvJob<'b> {
+    pub w: QMatrix<'b>,
+    pub x: &'b [f32],
+    pub y: &'b mut [f32],
+}
+
+impl MvJob<'_> {
+    pub fn n_tok(&self) -> usize {
+        self.x.len() / self.w.cols.max(1)
+    }
+}
+
+/// Attention of a batch: per span, every query head of every row against the span's own KV
+/// cache (causal: row i of a span at position pos0 + i sees positions 0..=pos0 + i).
+/// Query head h of row t is `q[(t·n_head + h)·k_dim..][..k_dim]`; its output goes to
+/// `out[(t·n_head + h)·v_dim..][..v_dim]`. Query head h reads KV head h / (n_head / n_head_kv),
+/// whose K sits at `kvh·k_dim` of a K row `k_row` wide and V at `kvh·v_dim` of a V row `v_row`
+/// wide (gated attention: rows of n_head_kv heads; MLA: one latent head, V the first v_dim of
+/// the K row's latent).
+#[derive(Clone, Copy, Debug)]
+pub struct AttnHeads {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub k_dim: usize,
+    pub v_dim: usize,
+    pub k_row: usize,
+    pub v_row: usize,
+    pub scale: f32,
+}
+
+/// How attention runs: llama.cpp's flash-attention path or its plain one, and the cache types.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnMode {
+    pub flash: bool,
+    /// Threads llama.cpp would split a decode row's KV over (the split-KV path).
+    pub threads: usize,
+    /// The context size, which caps llama.cpp's KV view (`flash_attn::n_kv`).
+    pub n_ctx: usize,
+}
+
+/// Which K-head (query and key) a V-head pairs with when H_v > H_k.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadPairing {
+    /// V-head h reads K-head h mod H_k: qwen35, whose converter reorders the V heads into
+    /// ggml's broadcast (tiled) order.
+    Tiled,
+    /// V-head h reads K-head h / (H_v / H_k): qwen3next, which keeps the checkpoint's grouped
+    /// order and repeat-interleaves q and k (`ggml_repeat_4d` over a new axis in qwen3next.cpp).
+    Grouped,
+}
+
+impl HeadPairing {
+    #[inline]
+    pub fn k_head(self, v_head: usize, n_k: usize, n_v: usize) -> usize {
+        match self {
+            HeadPairing::Tiled => v_head % n_k,
+            HeadPairing::Grouped => v_head / (n_v / n_k),
+        }
+    }
+}
+
+/// The delta rule over a batch: per span and V-head, S ← S·decay + β(v − S·k)kᵀ, o = S·q·scale
+/// token by token. Rows are laid out per token: q and k `hk` heads of `sd`, v and the output
+/// `hv` heads of `sd`, g one gate per (token, V-head) or, with `channels` (KDA), `sd` gates per
+/// (token, V-head), beta one per (token, V-head). Gates are log-decays (the step takes exp).
+pub struct DeltaScan<'a> {
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub g: &'a [f32],
+    pub beta: &'a [f32],
+    pub hk: usize,
+    pub hv: usize,
+    pub sd: usize,
+    pub pairing: HeadPairing,
+    pub channels: bool,
+    pub rows: &'a Rows,
+    /// Run spans of a prefill in the chunked (WY) form where allowed (`--prefill-scan chunked`);
+    /// the recurrence otherwise, which is llama.cpp's CPU op bit for bit.
+    pub chunked: bool,
+}
+
+/// What a delta scan advances and keeps, per span: its sequence's state matrices (hv × sd × sd),
+/// the first token whose incoming state is kept, and one buffer per kept token for the state
+/// before it (hv × sd × sd each).
+pub struct ScanState<'a> {
+    pub s: &'a mut [f32],
+    pub keep_from: usize,
+    pub kept: &'a mut [Vec<f32>],
+}
+
+/// One routed expert's FFN over the `tokens` rows of `x` (each `width` wide):
+/// down(act(gate·x, up·x)), every token with MUL_MAT_ID's row quantizer; the result is
+/// tokens × down.rows, token-major.
+pub struct ExpertFfn<'a> {
+    pub gate: QMatrix<'a>,
+    pub up: QMatrix<'a>,
+    pub down: QMatrix<'a>,
+    pub x: &'a [f32],
+    pub width: usize,
+    pub tokens: &'a [usize],
+}
+
+/// The activation between an FFN's gate/up and down products, over rows of `ff` (the layer's
+/// math: SwiGLU, Kimi K3's situ).
+pub type ActFn<'a> = &'a (dyn Fn(&[f32], &[f32], usize) -> Vec<f32> + Sync);
+
+/// The ops a forward pass runs on. Every op computes the bits its CPU body does (`cpu::Cpu`),
+/// whatever the backend: the parity and batch-invariance suites hold any implementation to it.
+pub trait Backend: Send + Sync {
+    /// Threads the backend computes with (llama.cpp's split-KV attention depends on it).
+    fn threads(&self) -> usize;
+
+    /// y = W·x for one row.
+    fn matvec(&self, w: QMatrix, x: &[f32], y: &mut [f32]);
+    /// y = x·Wᵀ for n rows, activations quantized once (llama.cpp's mul_mat of a ubatch).
+    fn matmul(&self, w: QMatrix, x: &[f32], n: usize, y: &mut [f32]);
+    /// Products of several matrices with the same input rows of a batch, batch-invariantly:
+    /// decode rows share one pass over each matrix, each row in the one-token order; a longer
+    /// span takes the product of its own row count, as if it ran alone.
+    fn mm_rows(&self, ws: &[QMatrix], x: &[f32], rows: &Rows) -> Vec<Vec<f32>>;
+    /// Several independent matrix × vector products (one-token order) in one job.
+    fn mv_batch(&self, jobs: &mut [MvJob]);
+
+    /// Attention of every span's rows against its KV cache (`caches[i]` holds span i's
+    /// positions, this span's included), into `out`.
+    fn attend(&self, q: &[f32], caches: &[&KvCache], rows: &Rows, heads: &AttnHeads, mode: &AttnMode, out: &mut [f32]);
+
+    /// The delta rule over every span (`states[i]` span i's), outputs into `o` (rows × hv × sd).
+    fn delta_scan(&self, scan: &DeltaScan, states: &mut [ScanState], o: &mut [f32]);
+
+    /// Routed experts' FFNs, each job's result into `ys[i]`; `act` is the gated activation.
+    fn expert_ffns(&self, jobs: &[ExpertFfn], act: ActFn, ff: usize, ys: &mut [Vec<f32>]);
+
+    /// `f(t0, t1)` over chunks of `n` rows: a per-row element-wise pass (convolution, norms,
+    /// gates) that reads and writes rows t0..t1 only.
+    fn for_row_chunks(&self, n: usize, f: &(dyn Fn(usize, usize) + Sync));
+}
