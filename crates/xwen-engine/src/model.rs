@@ -181,10 +181,10 @@ impl Model {
             xwen_kernels::dispatch::set_max_isa(cfg.max_isa);
         }
         let head_dim = file.architecture().and_then(|a| file.get_u64(&format!("{a}.attention.key_length"))).unwrap_or(0);
-        if [cfg.kv_types.0, cfg.kv_types.1].contains(&crate::KvType::Q8_0) && !head_dim.is_multiple_of(32) {
+        if [cfg.kv_types.0, cfg.kv_types.1].contains(&crate::config::KvType::Q8_0) && !head_dim.is_multiple_of(32) {
             return Err(EngineError::Config(format!("a q8_0 KV cache needs a head size that is a multiple of 32, not {head_dim}")));
         }
-        if !cfg.flash_attn.enabled() && cfg.kv_types != (crate::KvType::F32, crate::KvType::F32) {
+        if !cfg.flash_attn.enabled() && cfg.kv_types != (crate::config::KvType::F32, crate::config::KvType::F32) {
             return Err(EngineError::Config(format!(
                 "flash attention off needs an f32 KV cache (-ctk f32 -ctv f32), not {}/{}: xwen reproduces llama.cpp's plain attention path on an f32 cache only",
                 cfg.kv_types.0.name(),
@@ -198,7 +198,7 @@ impl Model {
         let plan = match cfg.ram_budget {
             None => None,
             Some(b) => {
-                let reserved = crate::Reserved { prefix_cache: cfg.reserved_ram, draft: cfg.draft_ram.saturating_add(mtp_reserve(mtp.as_ref(), cfg)) };
+                let reserved = crate::experts::plan::Reserved { prefix_cache: cfg.reserved_ram, draft: cfg.draft_ram.saturating_add(mtp_reserve(mtp.as_ref(), cfg)) };
                 Some(MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, cfg.n_seq, b, reserved, crate::experts::plan::ram_limit())?)
             }
         };
@@ -309,7 +309,7 @@ impl Model {
 
     /// (experts per MoE layer, experts each token uses, MoE layers); None for a dense model.
     pub fn moe_geometry(&self) -> Option<(usize, usize, usize)> {
-        let f = self.net.plan_figures(1, (crate::KvType::F16, crate::KvType::F16));
+        let f = self.net.plan_figures(1, (crate::config::KvType::F16, crate::config::KvType::F16));
         let layers = self.file.tensors().iter().filter(|t| t.name.ends_with(".ffn_gate_exps.weight")).count();
         (f.n_expert > 0 && layers > 0).then_some((f.n_expert, f.n_used, layers))
     }

@@ -396,7 +396,7 @@ impl Network for Hybrid {
         self.forward_batch(ctx, store, states, spans)
     }
 
-    fn plan_figures(&self, max_ctx: usize, kv_types: (crate::KvType, crate::KvType)) -> PlanFigures {
+    fn plan_figures(&self, max_ctx: usize, kv_types: (crate::config::KvType, crate::config::KvType)) -> PlanFigures {
         let (n_expert, n_used) = self.cfg.moe.as_ref().map_or((0, 0), |m| (m.n_expert, m.n_used));
         PlanFigures { state_bytes: state_bytes(&self.cfg, max_ctx, kv_types), scratch_bytes: scratch_bytes(&self.cfg), n_expert, n_used }
     }
@@ -404,7 +404,7 @@ impl Network for Hybrid {
 
 /// One sequence's state at `max_ctx` positions: K and V of their types per attention layer,
 /// conv and delta state (f32) per DeltaNet layer.
-pub fn state_bytes(cfg: &Config, max_ctx: usize, kv_types: (crate::KvType, crate::KvType)) -> u64 {
+pub fn state_bytes(cfg: &Config, max_ctx: usize, kv_types: (crate::config::KvType, crate::config::KvType)) -> u64 {
     let n_attn = cfg.recurrent.iter().filter(|&&r| !r).count() as u64;
     let n_delta = cfg.recurrent.len() as u64 - n_attn;
     // K and V widths per position: the heads' (gated attention) or MLA's latent K and V

@@ -36,7 +36,7 @@ pub trait Network: Send + Sync {
     /// (`crate::batch`).
     fn forward(&self, ctx: &Ctx, store: &dyn ExpertStore, states: &mut [&mut SeqState], spans: &[SpanIn]) -> Result<Vec<SpanOut>>;
     /// Memory-plan figures at `max_ctx` positions per sequence, KV caches of `kv_types`.
-    fn plan_figures(&self, max_ctx: usize, kv_types: (crate::KvType, crate::KvType)) -> PlanFigures;
+    fn plan_figures(&self, max_ctx: usize, kv_types: (crate::config::KvType, crate::config::KvType)) -> PlanFigures;
 }
 
 /// A network and its routed-expert stacks per layer (None for layers without), which the

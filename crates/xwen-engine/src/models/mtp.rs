@@ -126,13 +126,13 @@ impl MtpHead {
     }
 
     /// One sequence's head state at `max_ctx` positions: its one attention layer's K and V.
-    pub fn state_bytes(&self, max_ctx: usize, kv_types: (crate::KvType, crate::KvType)) -> u64 {
+    pub fn state_bytes(&self, max_ctx: usize, kv_types: (crate::config::KvType, crate::config::KvType)) -> u64 {
         let w = self.cfg.attn.kv_width();
         ((kv_types.0.row_bytes(w) + kv_types.1.row_bytes(w)) as u64).saturating_mul(max_ctx as u64)
     }
 
     /// A fresh head state (its one KV cache), position 0.
-    pub fn new_state(&self, kv_types: (crate::KvType, crate::KvType)) -> SeqState {
+    pub fn new_state(&self, kv_types: (crate::config::KvType, crate::config::KvType)) -> SeqState {
         SeqState::new(vec![LayerState::Attn(KvCache::new(kv_types))])
     }
 
