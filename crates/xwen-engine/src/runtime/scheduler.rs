@@ -442,11 +442,20 @@ impl Scheduler {
             return Ok(events);
         }
         let positions: Vec<usize> = steps.iter().map(|s| s.state.pos).collect();
+        let t_step = std::time::Instant::now();
         let mut outs = model.forward_batch_out(&mut steps)?;
+        let step_secs = t_step.elapsed().as_secs_f64();
         drop(steps);
+        // a step's time is one sequence's verify cost only when it ran alone
+        let alone = idx.len() == 1;
         let mut finished = Vec::new();
         for (((k, n), out), pos) in idx.into_iter().zip(outs.iter_mut()).zip(positions) {
             let r = &mut self.running[k];
+            if alone && !r.prompt_left {
+                if let Some((_, ctl)) = r.draft.as_mut() {
+                    ctl.observe_cost(n, step_secs);
+                }
+            }
             let lg = &mut out.logits;
             if !r.drafts.is_empty() {
                 let (stop, drafted, accepted) = Self::verify(model, r, n, lg, &out.hidden, &mut events)?;

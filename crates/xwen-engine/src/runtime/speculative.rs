@@ -355,9 +355,13 @@ impl Drafter for MtpDrafter {
 /// How deep to draft: the depth follows what the last verify accepted (all accepted: one
 /// deeper; else one past what was), and while the recent acceptance stays below
 /// `PAUSE_BELOW` drafting pauses for `PAUSE_STEPS` steps — a drafter that never agrees then
-/// costs almost nothing over plain decoding. Output never depends on it.
+/// costs almost nothing over plain decoding. Where steps are timed (`observe_cost`), the depth
+/// is also capped at the one that pays most: the expected tokens of a verify of k drafts over
+/// its measured cost relative to a plain step (`Costs`) — on a MoE model a verify's rows route
+/// to more experts, and under a RAM budget those are reads. Output never depends on it.
 pub(crate) struct Controller {
     pub(crate) max: usize,
+    costs: Costs,
     depth: usize,
     /// Exponential average of the accepted share of drafted tokens.
     rate: f64,
@@ -376,7 +380,7 @@ const EMPTY_RUN: usize = 4;
 
 impl Controller {
     pub(crate) fn new(max: usize) -> Self {
-        Controller { max, depth: max, rate: 0.5, empty: 0, pause_len: PAUSE_STEPS, drafted_steps: 0, pause: 0 }
+        Controller { max, costs: Costs::new(max), depth: max, rate: 0.5, empty: 0, pause_len: PAUSE_STEPS, drafted_steps: 0, pause: 0 }
     }
 
     /// The depth for this step (0 while paused).
@@ -385,7 +389,29 @@ impl Controller {
             self.pause -= 1;
             return 0;
         }
-        self.depth
+        match self.costs.best_depth(self.max) {
+            // no depth pays for its verify: pause as a drafter that is rarely right is
+            Some((0, _)) => {
+                self.start_pause();
+                self.rate = 0.5;
+                self.depth = 1;
+                0
+            }
+            Some((k, _)) => self.depth.min(k),
+            None => self.depth,
+        }
+    }
+
+    /// A step of `rows` rows (1 + its drafts) took `secs`.
+    pub(crate) fn observe_cost(&mut self, rows: usize, secs: f64) {
+        self.costs.observe_step(rows, secs);
+    }
+
+    /// The depth the cost model picks and its expected gain over plain decoding (None before
+    /// it has measured enough).
+    #[cfg(test)]
+    fn cost_choice(&self) -> Option<(usize, f64)> {
+        self.costs.best_depth(self.max)
     }
 
     /// A costly drafter proposed nothing (below p_min from its first token): it paid a
@@ -412,6 +438,7 @@ impl Controller {
         if drafted == 0 {
             return;
         }
+        self.costs.observe_accept(drafted, accepted);
         self.empty = 0;
         self.drafted_steps += 1;
         if accepted > 0 {
@@ -425,6 +452,99 @@ impl Controller {
             self.rate = 0.5;
             self.depth = 1;
         }
+    }
+}
+
+/// What verifies cost and how often each draft position is accepted, measured as drafting
+/// runs: a step's seconds by its row count (exponential averages), and per draft position the
+/// share of the steps that reached it (every earlier draft accepted) that accepted it too.
+/// From them, for k drafts: expected tokens E(k) = 1 + Σ_{i<k} Π_{j≤i} p_j against the cost
+/// c(k) = t(1 + k) / t(1), a row count not measured yet read off the line through the measured
+/// ones.
+struct Costs {
+    /// (average seconds, steps seen) by row count (index = rows).
+    secs: Vec<(f64, u32)>,
+    /// Per draft position: steps that reached it, and those that accepted it (decayed counts).
+    reached: Vec<f64>,
+    accepted: Vec<f64>,
+}
+
+/// Weight of a new step in a row count's average.
+const COST_EMA: f64 = 0.2;
+/// Decay of the acceptance counts per verify: recent behaviour counts more.
+const ACCEPT_DECAY: f64 = 0.97;
+/// Steps a row count needs before its average is believed; verifies before choosing by cost.
+const COST_MIN_SEEN: u32 = 2;
+const ACCEPT_MIN_STEPS: f64 = 4.0;
+
+impl Costs {
+    fn new(max: usize) -> Costs {
+        Costs { secs: vec![(0.0, 0); max + 2], reached: vec![0.0; max], accepted: vec![0.0; max] }
+    }
+
+    fn observe_step(&mut self, rows: usize, secs: f64) {
+        let Some(c) = self.secs.get_mut(rows) else { return };
+        c.0 = if c.1 == 0 { secs } else { (1.0 - COST_EMA) * c.0 + COST_EMA * secs };
+        c.1 = c.1.saturating_add(1);
+    }
+
+    fn observe_accept(&mut self, drafted: usize, accepted: usize) {
+        for (r, a) in self.reached.iter_mut().zip(self.accepted.iter_mut()) {
+            *r *= ACCEPT_DECAY;
+            *a *= ACCEPT_DECAY;
+        }
+        // positions 0..=accepted were reached (all before them accepted); 0..accepted accepted
+        for i in 0..=accepted.min(drafted.saturating_sub(1)) {
+            if let Some(r) = self.reached.get_mut(i) {
+                *r += 1.0;
+            }
+        }
+        for a in self.accepted.iter_mut().take(accepted) {
+            *a += 1.0;
+        }
+    }
+
+    /// The cost of a step of `rows` rows: its average where measured, else the least-squares
+    /// line through the measured row counts (None with fewer than two).
+    fn cost(&self, rows: usize) -> Option<f64> {
+        if let Some(&(t, n)) = self.secs.get(rows) {
+            if n >= COST_MIN_SEEN {
+                return Some(t);
+            }
+        }
+        let pts: Vec<(f64, f64)> = self.secs.iter().enumerate().filter(|(_, c)| c.1 >= COST_MIN_SEEN).map(|(r, c)| (r as f64, c.0)).collect();
+        if pts.len() < 2 {
+            return None;
+        }
+        let n = pts.len() as f64;
+        let (mx, my) = (pts.iter().map(|p| p.0).sum::<f64>() / n, pts.iter().map(|p| p.1).sum::<f64>() / n);
+        let sxx: f64 = pts.iter().map(|p| (p.0 - mx) * (p.0 - mx)).sum();
+        let slope = if sxx > 0.0 { pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>() / sxx } else { 0.0 };
+        Some((my + slope * (rows as f64 - mx)).max(f64::MIN_POSITIVE))
+    }
+
+    /// The depth k in 0..=max with the most expected tokens per unit of cost, and that gain
+    /// (E(k) / c(k); 1 for plain decoding); None until enough is measured.
+    fn best_depth(&self, max: usize) -> Option<(usize, f64)> {
+        if self.reached.first().copied().unwrap_or(0.0) < ACCEPT_MIN_STEPS {
+            return None;
+        }
+        let base = self.cost(1)?;
+        let mut best = (0, 1.0);
+        let (mut expected, mut chain, mut last_p) = (1.0f64, 1.0f64, 0.5f64);
+        for k in 1..=max.min(self.reached.len()) {
+            let i = k - 1;
+            // Laplace-smoothed; a position never reached takes the one before it, at most even
+            let p = if self.reached[i] >= 1.0 { (self.accepted[i] + 0.5) / (self.reached[i] + 1.0) } else { last_p.min(0.5) };
+            last_p = p;
+            chain *= p;
+            expected += chain;
+            let gain = expected / (self.cost(1 + k)? / base);
+            if gain > best.1 {
+                best = (k, gain);
+            }
+        }
+        Some(best)
     }
 }
 
@@ -556,10 +676,12 @@ pub(crate) fn speculate(
         let mut span = Vec::with_capacity(1 + drafts.len());
         span.push(tok);
         span.extend_from_slice(drafts);
+        let t_step = Instant::now();
         let out = {
             let mut step = [SeqStep { state: &mut *state, tokens: &span, logits: LogitsMode::All, decode_order: true, hidden: wants_hidden }];
             model.forward_batch_out(&mut step)?.pop().unwrap_or_default()
         };
+        ctl.observe_cost(span.len(), t_step.elapsed().as_secs_f64());
         let (mut rows, hidden) = (out.logits, out.hidden);
         spec.steps += 1;
         spec.drafted += drafts.len();
@@ -612,6 +734,41 @@ mod tests {
         c.observe_empty();
         assert!((0..PAUSE_STEPS).all(|_| c.depth() == 0), "the pause is back to PAUSE_STEPS");
         assert!(c.depth() > 0);
+    }
+
+    /// The depth that pays: deep where a verify's rows are cheap and drafts are right, shallow
+    /// where each row costs nearly a step, none where no depth pays for itself.
+    #[test]
+    fn the_cost_model_picks_the_depth_that_pays() {
+        // cost of a step of r rows: 1 + slope·(r − 1); each draft accepted with probability p
+        let run = |slope: f64, p: f64| {
+            let mut c = Controller::new(8);
+            // deterministic acceptance runs with the right frequencies
+            let mut acc = 0.0f64;
+            for step in 0..200 {
+                let k = (step % 8) + 1;
+                let mut a = 0;
+                while a < k {
+                    acc += p;
+                    if acc >= 1.0 {
+                        acc -= 1.0;
+                        a += 1;
+                    } else {
+                        break;
+                    }
+                }
+                c.costs.observe_accept(k, a);
+                c.costs.observe_step(1 + k, 1.0 + slope * k as f64);
+                c.costs.observe_step(1, 1.0);
+            }
+            c.cost_choice().expect("measured")
+        };
+        let (k, g) = run(0.05, 0.9);
+        assert!(k >= 6 && g > 3.0, "cheap rows, right drafts: deep ({k}, {g})");
+        let (k, g) = run(0.6, 0.7);
+        assert!((1..=3).contains(&k) && g > 1.0, "costly rows: shallow ({k}, {g})");
+        let (k, g) = run(1.0, 0.4);
+        assert_eq!((k, g), (0, 1.0), "a verify row costs a step and drafts are poor: none pays");
     }
 
     #[test]
