@@ -3,7 +3,7 @@
 
 use crate::cli::DraftOpts;
 use anyhow::{bail, Context, Result};
-use xwen_engine::{Drafter, ModelDrafter, MtpDrafter, NgramDrafter, SpecStats};
+use xwen_engine::{Drafter, ModelDrafter, MtpDrafter, NgramDrafter, ReplayDrafter, SpecStats};
 
 /// `--draft KIND[:FILE]` and `-md FILE` as one: the kind (None: not given) and the file, which
 /// may come from either spelling but not from both with different files.
@@ -37,6 +37,8 @@ pub enum Kind {
     Ngram,
     Mtp,
     Model,
+    /// A known continuation (`ReplayDrafter`): the verify machinery's upper bound
+    Replay,
 }
 
 /// Reads `--draft` / `-md` and prepares what the target's load needs to know; `n_seq`
@@ -49,6 +51,7 @@ pub fn prepare(a: &DraftOpts, cfg: &mut xwen_engine::EngineConfig, n_seq: usize)
         (Some("model") | None, Some(_)) => Kind::Model,
         (Some("model"), None) => bail!("--draft model needs a draft model: --draft model:FILE or -md FILE"),
         (Some("ngram"), _) => Kind::Ngram,
+        (Some("replay"), Some(_)) => Kind::Replay,
         _ => Kind::Auto,
     };
     let mut draft_model = None;
@@ -113,6 +116,15 @@ impl Prepared {
         Ok(match self.kind(target)? {
             Kind::Off | Kind::Auto => None,
             Kind::Ngram => Some(Box::new(NgramDrafter::default())),
+            Kind::Replay => {
+                let path = self.opts.model_draft.as_deref().unwrap_or_default();
+                let text = std::fs::read_to_string(path).with_context(|| format!("--draft replay:{path}"))?;
+                let ids = crate::model_arg::parse_ids(&text).with_context(|| format!("--draft replay:{path}"))?;
+                if let Some(&bad) = ids.iter().find(|&&t| t as usize >= target.n_vocab()) {
+                    bail!("--draft replay:{path}: token {bad} is outside the vocabulary (0..{})", target.n_vocab());
+                }
+                Some(Box::new(ReplayDrafter::new(ids)))
+            }
             Kind::Mtp => {
                 let mut d = MtpDrafter::new();
                 d.p_min = self.p_min();

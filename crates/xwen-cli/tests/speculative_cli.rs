@@ -91,3 +91,31 @@ fn a_drafted_chat_gives_the_plain_replies() {
     assert_eq!(replies[2], replies[0], "model-drafted chat differs from the plain one");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--draft replay:FILE` drafts a known continuation (`--print-ids`'s): every draft right, the
+/// output the plain one, and the steps as deep as the controller allows — the verify's upper
+/// bound. A file of ids outside the vocabulary or of no ids at all is refused or drafts nothing.
+#[test]
+fn a_replayed_continuation_is_every_draft_right() {
+    let d = demo();
+    let base = ["run", "-m", &d, "-p", "def fibonacci(n):\n", "-n", "80", "--temp", "0", "--print-ids", "-t", "2", "--ignore-eos"];
+    let (plain, _) = run(&base);
+    let dir = std::env::temp_dir().join(format!("xwen-replay-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ids = dir.join("ids.txt");
+    std::fs::write(&ids, &plain).unwrap();
+    let spec = format!("replay:{}", ids.display());
+    let (got, err) = run(&[&base[..], &["--draft", &spec, "--draft-max", "6"]].concat());
+    assert_eq!(got, plain);
+    assert!(err.contains("draft replay:") && err.contains("(100%)"), "{err}");
+    let per_step: f64 = err.split(" tokens per step").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(per_step > 4.0, "a perfect drafter at depth 6: {err}");
+    // a continuation of another text drafts, is rejected, and changes nothing
+    std::fs::write(&ids, "1 2 3 4 5 6 7 8").unwrap();
+    let (got, _) = run(&[&base[..], &["--draft", &spec]].concat());
+    assert_eq!(got, plain);
+    std::fs::write(&ids, "99999999").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_xwen")).args([&base[..], &["--draft", &spec]].concat()).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("outside the vocabulary"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -32,6 +32,6 @@ pub use runtime::generate::{self, generate, generate_observed, GenStats, Generat
 pub use runtime::sampler;
 pub use runtime::scheduler::{DraftTally, Event, LogitsProcessor, Request, Scheduler, SeqId, TokenLogprobs};
 pub use runtime::session::{Reuse, Session};
-pub use runtime::speculative::{generate_speculative, Drafter, ModelDrafter, MtpDrafter, NgramDrafter, SpecStats};
+pub use runtime::speculative::{generate_speculative, Drafter, ModelDrafter, MtpDrafter, NgramDrafter, ReplayDrafter, SpecStats};
 pub use runtime::sampler::{Sampler, SamplerConfig, SamplingParams};
 pub use checkpoint::{identify, Checkpoint};

@@ -107,6 +107,36 @@ impl Drafter for NgramDrafter {
     }
 }
 
+/// Proposes a known continuation (the target's own greedy output, from an earlier run): every
+/// draft is right, so a run with it measures the verify machinery's upper bound at each depth —
+/// what a perfect drafter could buy on this model, machine and budget. Stateless: the tokens
+/// generated so far are the longest prefix of the continuation the context ends with.
+pub struct ReplayDrafter {
+    continuation: Vec<u32>,
+}
+
+impl ReplayDrafter {
+    pub fn new(continuation: Vec<u32>) -> Self {
+        ReplayDrafter { continuation }
+    }
+}
+
+impl Drafter for ReplayDrafter {
+    fn name(&self) -> &'static str {
+        "replay"
+    }
+
+    fn propose(&mut self, ctx: &[u32], max: usize) -> Result<Vec<u32>> {
+        let c = &self.continuation;
+        // the longest g with ctx ending in c[..g] (g ≥ 1: the pending token is c[g − 1])
+        let g = (1..=c.len().min(ctx.len())).rev().find(|&g| ctx.ends_with(&c[..g]));
+        Ok(match g {
+            Some(g) => c[g..(g + max).min(c.len())].to_vec(),
+            None => Vec::new(),
+        })
+    }
+}
+
 /// A smaller model with the target's vocabulary drafting greedily from its own state, which
 /// follows the accepted context (rolled back over rejected drafts, re-fed where it departs).
 /// The model is shared: a server's slots each hold a drafter (its own state) over one draft
