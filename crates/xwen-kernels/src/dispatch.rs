@@ -104,7 +104,7 @@ pub fn matrix_kernels(
 }
 
 /// The one-token vec_dot kernels (ggml_vec_dot_f32 / _f16 / _bf16 / _iq4_nl_q8_0) where they
-/// differ from tinyBLAS's order for the same type (AVX2).
+/// differ from tinyBLAS's order for the same type (AVX2; AVX-512: F32, F16).
 pub(crate) fn vec_dot_twin(weight: GgmlType) -> Option<DotFn> {
     #[cfg(target_arch = "x86_64")]
     if active() == Isa::Avx2 {
@@ -113,6 +113,16 @@ pub(crate) fn vec_dot_twin(weight: GgmlType) -> Option<DotFn> {
             GgmlType::BF16 => return Some(crate::simd::avx2::dot_bf16_vec_dot),
             GgmlType::F16 => return Some(crate::simd::avx2::dot_f16_vec_dot),
             GgmlType::IQ4_NL => return Some(crate::simd::avx2::dot_iq4_nl_vec_dot),
+            _ => {}
+        }
+    }
+    // an AVX-512 build's ggml_vec_dot_f32 / _f16 run 16 lanes (BF16's takes vdpbf16ps where the
+    // CPU has AVX512-BF16: not reproduced)
+    #[cfg(target_arch = "x86_64")]
+    if active() == Isa::Avx512 {
+        match weight {
+            GgmlType::F32 => return Some(crate::simd::avx512::dot_f32_vec_dot),
+            GgmlType::F16 => return Some(crate::simd::avx512::dot_f16_vec_dot),
             _ => {}
         }
     }

@@ -198,31 +198,58 @@ pub(crate) use x86::dot256_raw_streaming;
 pub(crate) mod x86 {
     use std::arch::x86_64::*;
 
+    /// ggml_vec_dot_f32 of an AVX-512 build (b11434, GGML_SIMD with GGML_F32_STEP 64,
+    /// GGML_F32_EPR 16): four 16-lane FMA accumulators over steps of 64, reduced as
+    /// GGML_F32x16_REDUCE (`ggml_reduce512`), the n % 64 leftovers added to the float sum one
+    /// product at a time (rounded first, as the AVX2 form's measured tail).
     #[target_feature(enable = "avx512f")]
     pub unsafe fn dot512(a: &[f32], b: &[f32]) -> f32 {
-        let n = a.len();
-        let (pa, pb) = (a.as_ptr(), b.as_ptr());
-        let (mut s0, mut s1) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+        dot512_raw(a.as_ptr(), b.as_ptr(), a.len())
+    }
+
+    /// `dot512` over n floats at possibly unaligned addresses.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn dot512_raw(pa: *const f32, pb: *const f32, n: usize) -> f32 {
+        let mut acc = [_mm512_setzero_ps(); 4];
+        let np = n & !63;
         let mut i = 0;
-        while i + 32 <= n {
-            s0 = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i)), s0);
-            s1 = _mm512_fmadd_ps(
-                _mm512_loadu_ps(pa.add(i + 16)),
-                _mm512_loadu_ps(pb.add(i + 16)),
-                s1,
-            );
-            i += 32;
+        while i < np {
+            for (j, ac) in acc.iter_mut().enumerate() {
+                *ac = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i + 16 * j)), _mm512_loadu_ps(pb.add(i + 16 * j)), *ac);
+            }
+            i += 64;
         }
-        while i + 16 <= n {
-            s0 = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i)), s0);
-            i += 16;
-        }
-        let mut s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+        let mut s = ggml_reduce512(acc);
         while i < n {
-            s += *pa.add(i) * *pb.add(i);
+            s += pa.add(i).read_unaligned() * pb.add(i).read_unaligned();
             i += 1;
         }
         s
+    }
+
+    /// GGML_F32x16_REDUCE: (x0 + x2) + (x1 + x3) lane by lane, then GCC's
+    /// `_mm512_reduce_add_ps` — the 256-bit halves added, then the 128-bit halves, then lanes
+    /// 0 + 2 and 1 + 3, then those two. (Rust's intrinsic of that name does not promise an
+    /// order, so the tree is written out.)
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn ggml_reduce512(acc: [__m512; 4]) -> f32 {
+        reduce_add512(_mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3])))
+    }
+
+    /// GCC's `_mm512_reduce_add_ps` (avx512fintrin.h `__MM512_REDUCE_OP`): the 256-bit halves
+    /// added, then the 128-bit halves, then lanes 0 + 2 and 1 + 3, then those two — tinyBLAS's
+    /// hsum in an AVX-512 build.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    pub(crate) unsafe fn reduce_add512(a: __m512) -> f32 {
+        let lo = _mm512_castps512_ps256(a);
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(a)));
+        let t3 = _mm256_add_ps(hi, lo);
+        let t6 = _mm_add_ps(_mm256_extractf128_ps::<1>(t3), _mm256_castps256_ps128(t3));
+        let t8 = _mm_add_ps(t6, _mm_shuffle_ps::<0b01_00_11_10>(t6, t6));
+        let t10 = _mm_add_ps(t8, _mm_shuffle_ps::<0b00_01_00_01>(t8, t8));
+        _mm_cvtss_f32(t10)
     }
 
     #[target_feature(enable = "avx512f")]
@@ -259,7 +286,7 @@ pub(crate) mod x86 {
             *px.add(i) *= a;
             i += 1;
         }
-        ggml_dot512(px, b.as_ptr(), n)
+        dot512_raw(px, b.as_ptr(), n)
     }
 
     /// y += a·x as ggml_vec_mad_f32 (fused in whole steps of 64, the tail multiplied then
@@ -278,7 +305,7 @@ pub(crate) mod x86 {
             *py.add(i) += *px.add(i) * a;
             i += 1;
         }
-        ggml_dot512(py, q.as_ptr(), n)
+        dot512_raw(py, q.as_ptr(), n)
     }
 
     /// `delta_rule_step` at the AVX-512 level, in the order of llama.cpp's AVX-512 build
@@ -296,28 +323,6 @@ pub(crate) mod x86 {
             let delta = (vj - scale_dot512(decay, row, k)) * beta;
             *oj = axpy_dot512(delta, k, row, q) * scale;
         }
-    }
-
-    /// ggml_vec_dot_f32 in llama.cpp's AVX-512 build (GGML_F32_STEP 64: four 16-lane FMA
-    /// accumulators, GGML_F32x16_REDUCE: acc0+acc2, acc1+acc3, their sum, the 16 lanes as GCC's
-    /// _mm512_reduce_add_ps), the tail added to the float sum.
-    #[target_feature(enable = "avx512f")]
-    unsafe fn ggml_dot512(a: *const f32, b: *const f32, n: usize) -> f32 {
-        let mut acc = [_mm512_setzero_ps(); 4];
-        let np = n & !63;
-        let mut i = 0;
-        while i < np {
-            for (j, ac) in acc.iter_mut().enumerate() {
-                *ac = _mm512_fmadd_ps(_mm512_loadu_ps(a.add(i + 16 * j)), _mm512_loadu_ps(b.add(i + 16 * j)), *ac);
-            }
-            i += 64;
-        }
-        let mut s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(acc[0], acc[2]), _mm512_add_ps(acc[1], acc[3])));
-        while i < n {
-            s += *a.add(i) * *b.add(i);
-            i += 1;
-        }
-        s
     }
 
     /// ggml_vec_dot_f32's AVX2 order (GGML_F32_STEP 32: four 8-lane FMA accumulators, then

@@ -67,7 +67,8 @@ fn naive(w: &QMatrix, x: &[f32], n_tok: usize) -> Vec<f32> {
 /// Rows one by one, in llama.cpp's float order for a product of n_tok tokens: a Q4_K matrix it
 /// would repack takes its gemv (or, for a token of a 4-token group, gemm) order; a plain
 /// K-quant of 8+ tokens the tiled order; an F32 weight against one token ggml_vec_dot_f32's
-/// order (tinyBLAS for more) — as the scalar emulations compute them.
+/// order (tinyBLAS for more, where its rows are a multiple of 4) — as the scalar emulations
+/// compute them.
 fn row_loop(w: &QMatrix, xq: &[u8], grouped: bool, n_tok: usize) -> Vec<f32> {
     use xwen_kernels::{dispatch, q4k_repack, tiled};
     (0..w.rows)
@@ -82,6 +83,10 @@ fn row_loop(w: &QMatrix, xq: &[u8], grouped: bool, n_tok: usize) -> Vec<f32> {
                 } else {
                     q4k_repack::dot_gemv_ref(w.cols, w.row(r), xq)
                 }
+            } else if matches!(w.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) && !w.rows.is_multiple_of(4) {
+                // tinyBLAS refuses a float matrix whose rows are not a multiple of 4: ggml's
+                // one-token vec_dot runs for every token
+                dispatch::row_dot_fn(w.ty, w.rows).unwrap()(w.cols, w.row(r), xq)
             } else {
                 vec_dot(w.ty, w.cols, w.row(r), xq)
             }
@@ -132,7 +137,7 @@ fn check_matmul(pool: &Pool, w: &QMatrix, xs: &[f32], n_tok: usize, what: &str) 
     let mut ym = vec![f32::NAN; n_tok * rows];
     pool.matmul(*w, xs, n_tok, &mut ym);
     for t in 0..n_tok {
-        assert_eq!(&ym[t * rows..(t + 1) * rows], expected_token(w, xs, n_tok, t).as_slice(), "{what}: token {t} of {n_tok}");
+        assert_eq!(&ym[t * rows..(t + 1) * rows], expected_token(w, xs, n_tok, t).as_slice(), "{what}: token {t} of {n_tok} ({}x{})", w.rows, w.cols);
     }
 }
 

@@ -222,7 +222,11 @@ impl Scheduler {
         let id = self.next_id;
         self.next_id += 1;
         let draft = match req.draft.take() {
-            Some((d, k)) if k > 0 && req.processor.is_none() && req.logprobs.is_none() => Some((d, Controller::new(k))),
+            Some((d, k)) if k > 0 && req.processor.is_none() && req.logprobs.is_none() => {
+                let mut ctl = Controller::new(k);
+                ctl.set_timed(req.sampler.params().temperature <= 0.0);
+                Some((d, ctl))
+            }
             _ => None,
         };
         self.running.push(Running {

@@ -392,6 +392,8 @@ impl Drafter for MtpDrafter {
 pub(crate) struct Controller {
     pub(crate) max: usize,
     costs: Costs,
+    /// Plain steps asked for to time one (`depth`).
+    probes: u32,
     depth: usize,
     /// Exponential average of the accepted share of drafted tokens.
     rate: f64,
@@ -410,7 +412,7 @@ const EMPTY_RUN: usize = 4;
 
 impl Controller {
     pub(crate) fn new(max: usize) -> Self {
-        Controller { max, costs: Costs::new(max), depth: max, rate: 0.5, empty: 0, pause_len: PAUSE_STEPS, drafted_steps: 0, pause: 0 }
+        Controller { max, costs: Costs::new(max), probes: 0, depth: max, rate: 0.5, empty: 0, pause_len: PAUSE_STEPS, drafted_steps: 0, pause: 0 }
     }
 
     /// The depth for this step (0 while paused).
@@ -419,22 +421,34 @@ impl Controller {
             self.pause -= 1;
             return 0;
         }
+        if !self.costs.timed {
+            return self.depth;
+        }
+        // the plain step's cost is the yardstick: measure it directly, twice, once drafting has
+        // run a while (a greedy run's output does not depend on it)
+        // (at most twice: a step shared with other sequences is not timed)
+        if self.drafted_steps >= PROBE_AFTER && self.costs.plain_seen() < COST_MIN_SEEN && self.probes < COST_MIN_SEEN {
+            self.probes += 1;
+            return 0;
+        }
         match self.costs.best_depth(self.max) {
-            // no depth pays for its verify: pause as a drafter that is rarely right is
-            Some((0, _)) => {
-                self.start_pause();
-                self.rate = 0.5;
-                self.depth = 1;
-                0
-            }
-            Some((k, _)) => self.depth.min(k),
+            Some((k, _)) => self.depth.min(k.max(1)),
             None => self.depth,
         }
     }
 
+    /// Choose depths by measured cost (`observe_cost`): only where the output cannot depend on
+    /// the depth — greedy decoding. A sampled run draws its random numbers step by step, so a
+    /// depth chosen by wall time would make a seed's text vary between runs.
+    pub(crate) fn set_timed(&mut self, timed: bool) {
+        self.costs.timed = timed;
+    }
+
     /// A step of `rows` rows (1 + its drafts) took `secs`.
     pub(crate) fn observe_cost(&mut self, rows: usize, secs: f64) {
-        self.costs.observe_step(rows, secs);
+        if self.costs.timed {
+            self.costs.observe_step(rows, secs);
+        }
     }
 
     /// The depth the cost model picks and its expected gain over plain decoding (None before
@@ -492,6 +506,8 @@ impl Controller {
 /// c(k) = t(1 + k) / t(1), a row count not measured yet read off the line through the measured
 /// ones.
 struct Costs {
+    /// Whether depths are chosen by cost at all (`Controller::set_timed`).
+    timed: bool,
     /// (average seconds, steps seen) by row count (index = rows).
     secs: Vec<(f64, u32)>,
     /// Per draft position: steps that reached it, and those that accepted it (decayed counts).
@@ -506,10 +522,17 @@ const ACCEPT_DECAY: f64 = 0.97;
 /// Steps a row count needs before its average is believed; verifies before choosing by cost.
 const COST_MIN_SEEN: u32 = 2;
 const ACCEPT_MIN_STEPS: f64 = 4.0;
+/// Verifies after which a timed controller measures a plain step, if none has run.
+const PROBE_AFTER: usize = 8;
 
 impl Costs {
     fn new(max: usize) -> Costs {
-        Costs { secs: vec![(0.0, 0); max + 2], reached: vec![0.0; max], accepted: vec![0.0; max] }
+        Costs { timed: false, secs: vec![(0.0, 0); max + 2], reached: vec![0.0; max], accepted: vec![0.0; max] }
+    }
+
+    /// Plain (one-row) steps measured.
+    fn plain_seen(&self) -> u32 {
+        self.secs.get(1).map_or(0, |c| c.1)
     }
 
     fn observe_step(&mut self, rows: usize, secs: f64) {
@@ -535,8 +558,12 @@ impl Costs {
     }
 
     /// The cost of a step of `rows` rows: its average where measured, else the least-squares
-    /// line through the measured row counts (None with fewer than two).
+    /// line through the measured row counts (None with fewer than two). A plain step's is
+    /// always measured, never read off the line.
     fn cost(&self, rows: usize) -> Option<f64> {
+        if rows == 1 && self.plain_seen() < COST_MIN_SEEN {
+            return None;
+        }
         if let Some(&(t, n)) = self.secs.get(rows) {
             if n >= COST_MIN_SEEN {
                 return Some(t);
@@ -554,7 +581,8 @@ impl Costs {
     }
 
     /// The depth k in 0..=max with the most expected tokens per unit of cost, and that gain
-    /// (E(k) / c(k); 1 for plain decoding); None until enough is measured.
+    /// (E(k) / c(k); 1 for plain decoding); None until enough is measured. (The controller
+    /// drafts at least one token while drafting: pausing is the acceptance rule's call.)
     fn best_depth(&self, max: usize) -> Option<(usize, f64)> {
         if self.reached.first().copied().unwrap_or(0.0) < ACCEPT_MIN_STEPS {
             return None;
@@ -683,6 +711,7 @@ pub(crate) fn speculate(
     }
     let n_vocab = model.n_vocab();
     let mut ctl = Controller::new(max_draft);
+    ctl.set_timed(sampler.params().temperature <= 0.0);
     loop {
         let pos = state.pos;
         if pos + 1 > model.max_context() {
@@ -773,6 +802,7 @@ mod tests {
         // cost of a step of r rows: 1 + slope·(r − 1); each draft accepted with probability p
         let run = |slope: f64, p: f64| {
             let mut c = Controller::new(8);
+            c.set_timed(true);
             // deterministic acceptance runs with the right frequencies
             let mut acc = 0.0f64;
             for step in 0..200 {
@@ -799,6 +829,20 @@ mod tests {
         assert!((1..=3).contains(&k) && g > 1.0, "costly rows: shallow ({k}, {g})");
         let (k, g) = run(1.0, 0.4);
         assert_eq!((k, g), (0, 1.0), "a verify row costs a step and drafts are poor: none pays");
+        // the controller still drafts one (pausing is the acceptance rule's), and an untimed
+        // one (sampling) ignores costs altogether
+        let mut c = Controller::new(8);
+        c.set_timed(true);
+        for _ in 0..20 {
+            c.costs.observe_accept(4, 1);
+            c.costs.observe_step(5, 5.0);
+            c.costs.observe_step(1, 1.0);
+            c.costs.observe_step(2, 2.0);
+        }
+        c.depth = 4;
+        assert_eq!(c.depth(), 1);
+        c.set_timed(false);
+        assert_eq!(c.depth(), 4);
     }
 
     #[test]

@@ -12,7 +12,6 @@ use std::arch::x86_64::*;
 
 use super::avx2::h2f;
 use crate::formats::DotFn;
-use crate::half::read_f32;
 use crate::GgmlType;
 
 macro_rules! safe_wrapper {
@@ -29,6 +28,47 @@ safe_wrapper!(q8_0, dot_q8_0);
 safe_wrapper!(f32d, dot_f32);
 safe_wrapper!(f16d, dot_f16);
 safe_wrapper!(bf16d, dot_bf16);
+
+/// ggml_vec_dot_f32 of an AVX-512 build (`f32ops::x86::dot512`): what llama.cpp computes for an
+/// F32 weight against one token there.
+pub fn dot_f32_vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    assert!(w.len() >= 4 * n && a.len() >= 4 * n);
+    // SAFETY: handed out by dispatch only after detecting AVX-512 F; lengths checked above.
+    unsafe { crate::f32ops::x86::dot512_raw(w.as_ptr() as *const f32, a.as_ptr() as *const f32, n) }
+}
+
+/// ggml_vec_dot_f16 of an AVX-512 build without AVX512-FP16 (GGML_F16_STEP 64, EPR 16: F16
+/// widened with `vcvtph2ps`): four 16-lane FMA accumulators over steps of 64, reduced as
+/// GGML_F32x16_REDUCE into a double, the leftovers' float products added in double — what
+/// llama.cpp computes for an F16 weight against one token there.
+pub fn dot_f16_vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    assert!(w.len() >= 2 * n && a.len() >= 2 * n);
+    // SAFETY: handed out by dispatch only after detecting AVX-512 F; lengths checked above.
+    unsafe { dot_f16_ggml512(n, w, a) }
+}
+
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+unsafe fn dot_f16_ggml512(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let mut acc = [_mm512_setzero_ps(); 4];
+    let np = n & !63;
+    let mut i = 0;
+    while i < np {
+        for (k, ac) in acc.iter_mut().enumerate() {
+            let x = _mm512_cvtph_ps(load256(w, 2 * (i + 16 * k)));
+            let y = _mm512_cvtph_ps(load256(a, 2 * (i + 16 * k)));
+            *ac = _mm512_fmadd_ps(x, y, *ac);
+        }
+        i += 64;
+    }
+    let mut s = crate::f32ops::x86::ggml_reduce512(acc) as f64;
+    while i < n {
+        let x = crate::half::f16_to_f32(u16::from_le_bytes([w[2 * i], w[2 * i + 1]]));
+        let y = crate::half::f16_to_f32(u16::from_le_bytes([a[2 * i], a[2 * i + 1]]));
+        s += (x * y) as f64;
+        i += 1;
+    }
+    s as f32
+}
 
 pub fn dot_fn(weight: GgmlType) -> Option<DotFn> {
     use GgmlType as T;
@@ -73,45 +113,33 @@ unsafe fn dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    // F32 weights against 2+ tokens go through llamafile's tinyBLAS in an AVX-512 build of
+    // llama.cpp (sgemm.cpp tinyBLAS<16, __m512, ...>): one 16-lane FMA chain per output over k,
+    // then GCC's _mm512_reduce_add_ps. Where k % 16 != 0 ggml's one-token vec_dot runs (as the
+    // AVX2 build's k % 8 rule); single tokens take `dot_f32_vec_dot`.
+    if !n.is_multiple_of(16) {
+        return dot_f32_vec_dot(n, w, a);
+    }
     let (pw, pa) = (w.as_ptr() as *const f32, a.as_ptr() as *const f32);
-    let mut acc = [_mm512_setzero_ps(); 4];
-    let n64 = n / 64 * 64;
-    for i in (0..n64).step_by(64) {
-        for (k, ac) in acc.iter_mut().enumerate() {
-            *ac = _mm512_fmadd_ps(
-                _mm512_loadu_ps(pw.add(i + 16 * k)),
-                _mm512_loadu_ps(pa.add(i + 16 * k)),
-                *ac,
-            );
-        }
+    let mut acc = _mm512_setzero_ps();
+    for i in (0..n).step_by(16) {
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(pw.add(i)), _mm512_loadu_ps(pa.add(i)), acc);
     }
-    // GGML_F32x16_REDUCE: (acc0 + acc2) + (acc1 + acc3), then the 16 lanes
-    let mut s = _mm512_reduce_add_ps(_mm512_add_ps(
-        _mm512_add_ps(acc[0], acc[2]),
-        _mm512_add_ps(acc[1], acc[3]),
-    ));
-    for i in n64..n {
-        s += read_f32(&w[4 * i..]) * read_f32(&a[4 * i..]);
-    }
-    s
+    crate::f32ops::x86::reduce_add512(acc)
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let mut acc = [_mm512_setzero_ps(); 2];
-    let n32 = n / 32 * 32;
-    for i in (0..n32).step_by(32) {
-        for (k, ac) in acc.iter_mut().enumerate() {
-            let x = _mm512_cvtph_ps(load256(w, 2 * (i + 16 * k)));
-            let y = _mm512_cvtph_ps(load256(a, 2 * (i + 16 * k)));
-            *ac = _mm512_fmadd_ps(x, y, *ac);
-        }
+    // tinyBLAS<16> over F16 (the activations converted to F16 first): one 16-lane FMA chain of
+    // the widened values per output, then GCC's _mm512_reduce_add_ps; k % 16 != 0: vec_dot.
+    if !n.is_multiple_of(16) {
+        return dot_f16_ggml512(n, w, a);
     }
-    let mut s = _mm512_reduce_add_ps(_mm512_add_ps(acc[0], acc[1]));
-    for i in n32..n {
-        s += h2f(w, 2 * i) * h2f(a, 2 * i);
+    let mut acc = _mm512_setzero_ps();
+    for i in (0..n).step_by(16) {
+        acc = _mm512_fmadd_ps(_mm512_cvtph_ps(load256(w, 2 * i)), _mm512_cvtph_ps(load256(a, 2 * i)), acc);
     }
-    s
+    crate::f32ops::x86::reduce_add512(acc)
 }
 
 #[inline]

@@ -19,7 +19,8 @@
 //! (tiled). GCC contracts `S*ms + vs` and the partial merge's `a*b + c*d` to fused
 //! multiply-adds on the first product, which is reproduced here.
 //!
-//! AVX-512 builds of llama.cpp use 16-lane vectors in `ggml_vec_dot_f16`: not reproduced.
+//! AVX-512 builds of llama.cpp use 16-lane vectors in `ggml_vec_dot_f16`: reproduced where the
+//! AVX-512 kernels are active (`dispatch::active`; the parity suite caps them to AVX2).
 
 use xwen_kernels::half::{f16_to_f32, f32_to_f16};
 
@@ -305,10 +306,16 @@ fn simd() -> bool {
 }
 
 /// `ggml_vec_dot_f16` (AVX2 + F16C): 4 accumulators × 8 lanes over steps of 32, FMA, ggml's
-/// reduction, the tail summed in f64.
+/// reduction, the tail summed in f64; with the AVX-512 kernels active, an AVX-512 build's
+/// (4 × 16 lanes over steps of 64).
 fn dot_f16(x: &[u16], y: &[u16]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if simd() {
+        if xwen_kernels::dispatch::active() == xwen_kernels::dispatch::Isa::Avx512 {
+            // SAFETY: u16 slices read as their little-endian bytes (x86), same lengths.
+            let (xb, yb) = unsafe { (std::slice::from_raw_parts(x.as_ptr() as *const u8, 2 * x.len()), std::slice::from_raw_parts(y.as_ptr() as *const u8, 2 * y.len())) };
+            return xwen_kernels::simd::avx512::dot_f16_vec_dot(x.len(), xb, yb);
+        }
         // SAFETY: the features were detected; the slices are of equal length.
         return unsafe { x86::dot_f16(x, y) };
     }
