@@ -93,8 +93,7 @@ fn a_drafted_chat_gives_the_plain_replies() {
 }
 
 /// `--draft replay:FILE` drafts a known continuation (`--print-ids`'s): every draft right, the
-/// output the plain one, and the steps as deep as the controller allows — the verify's upper
-/// bound. A file of ids outside the vocabulary or of no ids at all is refused or drafts nothing.
+/// output the plain one, several tokens a step — the verify's upper bound. A file of ids outside the vocabulary or of no ids at all is refused or drafts nothing.
 #[test]
 fn a_replayed_continuation_is_every_draft_right() {
     let d = demo();
@@ -109,7 +108,9 @@ fn a_replayed_continuation_is_every_draft_right() {
     assert_eq!(got, plain);
     assert!(err.contains("draft replay:") && err.contains("(100%)"), "{err}");
     let per_step: f64 = err.split(" tokens per step").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap();
-    assert!(per_step > 4.0, "a perfect drafter at depth 6: {err}");
+    // (the controller may cap the depth where its measured verify cost says a shallower one pays
+    // more — on this small model it can; how deep depends on the machine's timing)
+    assert!(per_step > 2.0, "a perfect drafter at up to depth 6: {err}");
     // a continuation of another text drafts, is rejected, and changes nothing
     std::fs::write(&ids, "1 2 3 4 5 6 7 8").unwrap();
     let (got, _) = run(&[&base[..], &["--draft", &spec]].concat());

@@ -160,7 +160,9 @@ fn a_draft_model_gives_plain_greedy_output() {
     let (got, s) = drafted(&target, &prompt, 48, &mut own, 4, &[]);
     assert_eq!(got, want);
     assert_eq!(s.accepted, s.drafted, "a model drafting for itself is always right: {s:?}");
-    assert!(s.steps < 48 / 2, "{s:?}");
+    // every step accepts its drafts: at least two tokens a step but the cost model's two probe
+    // steps (it may cap the depth at 1 where a deeper verify costs more than it saves here)
+    assert!(s.steps <= 48 / 2 + 2, "{s:?}");
 }
 
 /// With temperature > 0 drafts are kept by rejection sampling (the distribution test is the
