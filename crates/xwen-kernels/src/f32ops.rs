@@ -95,6 +95,23 @@ pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
     }
 }
 
+/// y[i] = fma(x[i], k[i], y[i]) where the active kernel set is AVX-512 — an AVX-512 build of
+/// llama.cpp (GCC, -march=native) contracts ggml_ssm_conv's `sumf += s * c` — else
+/// y[i] += x[i]·k[i] rounded twice, as its AVX2 build does. Returns whether it fused.
+pub fn conv_tap_acc(y: &mut [f32], x: &[f32], k: &[f32]) -> bool {
+    assert!(x.len() == y.len() && k.len() == y.len());
+    #[cfg(target_arch = "x86_64")]
+    if level() == AVX512 {
+        // SAFETY: the features were detected at run time.
+        unsafe { x86::fma_acc512(y, x, k) };
+        return true;
+    }
+    for ((yi, &xi), &ki) in y.iter_mut().zip(x).zip(k) {
+        *yi += xi * ki;
+    }
+    false
+}
+
 /// x[i] *= a, then return Σ x[i]·b[i] (one sweep: DeltaNet's decay followed by S·k).
 #[inline]
 pub fn scale_dot(a: f32, x: &mut [f32], b: &[f32]) -> f32 {
@@ -250,6 +267,22 @@ pub(crate) mod x86 {
         let t8 = _mm_add_ps(t6, _mm_shuffle_ps::<0b01_00_11_10>(t6, t6));
         let t10 = _mm_add_ps(t8, _mm_shuffle_ps::<0b00_01_00_01>(t8, t8));
         _mm_cvtss_f32(t10)
+    }
+
+    /// y[i] = fma(x[i], k[i], y[i]).
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn fma_acc512(y: &mut [f32], x: &[f32], k: &[f32]) {
+        let n = y.len();
+        let (py, px, pk) = (y.as_mut_ptr(), x.as_ptr(), k.as_ptr());
+        let mut i = 0;
+        while i + 16 <= n {
+            _mm512_storeu_ps(py.add(i), _mm512_fmadd_ps(_mm512_loadu_ps(px.add(i)), _mm512_loadu_ps(pk.add(i)), _mm512_loadu_ps(py.add(i))));
+            i += 16;
+        }
+        while i < n {
+            *py.add(i) = (*px.add(i)).mul_add(*pk.add(i), *py.add(i));
+            i += 1;
+        }
     }
 
     #[target_feature(enable = "avx512f")]

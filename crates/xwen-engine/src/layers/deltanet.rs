@@ -486,9 +486,7 @@ fn conv_silu(ctx: &Ctx, taps: &[f32], d: &DeltaDims, qkv: &[f32], n: usize, stat
                 // scalar and strided: ~2% of a 4B prefill; docs/bench.md, session 7)
                 for j in 0..kk {
                     let (wr, tr) = (&window[(t + j) * cd..(t + j + 1) * cd], &taps[j * cd..(j + 1) * cd]);
-                    for ((o, &x), &k) in o.iter_mut().zip(wr).zip(tr) {
-                        *o += x * k;
-                    }
+                    xwen_kernels::f32ops::conv_tap_acc(o, wr, tr);
                 }
                 for part in o.chunks_exact_mut(d.conv_silu_row()) {
                     ops::silu_row_inplace(part);
