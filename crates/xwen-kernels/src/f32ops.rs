@@ -238,6 +238,7 @@ pub(crate) mod x86 {
         }
         let mut s = ggml_reduce512(acc);
         while i < n {
+            // the product rounded, then added (measured against that build)
             s += pa.add(i).read_unaligned() * pb.add(i).read_unaligned();
             i += 1;
         }
@@ -322,8 +323,8 @@ pub(crate) mod x86 {
         dot512_raw(px, b.as_ptr(), n)
     }
 
-    /// y += a·x as ggml_vec_mad_f32 (fused in whole steps of 64, the tail multiplied then
-    /// added), then ggml_vec_dot_f32(y, q) (`ggml_dot512`).
+    /// y += a·x as ggml_vec_mad_f32 of an AVX-512 build (fused, the scalar tail contracted too),
+    /// then ggml_vec_dot_f32(y, q) (`dot512_raw`).
     #[target_feature(enable = "avx512f")]
     pub unsafe fn axpy_dot512(a: f32, x: &[f32], y: &mut [f32], q: &[f32]) -> f32 {
         let n = x.len();
@@ -335,7 +336,8 @@ pub(crate) mod x86 {
             i += 16;
         }
         while i < n {
-            *py.add(i) += *px.add(i) * a;
+            // ggml_vec_mad_f32's leftovers `y[i] += x[i]*v`, contracted by the AVX-512 build
+            *py.add(i) = (*px.add(i)).mul_add(a, *py.add(i));
             i += 1;
         }
         dot512_raw(py, q.as_ptr(), n)

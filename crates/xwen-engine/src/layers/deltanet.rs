@@ -297,6 +297,9 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
         }
     }
 
+    // the delta op's inputs, as llama.cpp names them (q and k L2-normed)
+    ctx.tap("q_conv_predelta", Some(il), &q, sd);
+    ctx.tap("k_conv_predelta", Some(il), &k, sd);
     ctx.tap("gate", Some(il), &g, hv * gw);
     ctx.tap("beta_sigmoid", Some(il), &beta, hv);
     drop(sp);
