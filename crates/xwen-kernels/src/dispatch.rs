@@ -116,13 +116,14 @@ pub(crate) fn vec_dot_twin(weight: GgmlType) -> Option<DotFn> {
             _ => {}
         }
     }
-    // an AVX-512 build's ggml_vec_dot_f32 / _f16 run 16 lanes (BF16's takes vdpbf16ps where the
-    // CPU has AVX512-BF16: not reproduced)
+    // an AVX-512 build's ggml_vec_dot_f32 / _f16 run 16 lanes; its _bf16 takes vdpbf16ps where
+    // the CPU has AVX512-BF16 (without it: not reproduced)
     #[cfg(target_arch = "x86_64")]
     if active() == Isa::Avx512 {
         match weight {
             GgmlType::F32 => return Some(crate::simd::avx512::dot_f32_vec_dot),
             GgmlType::F16 => return Some(crate::simd::avx512::dot_f16_vec_dot),
+            GgmlType::BF16 if crate::simd::avx512::has_bf16_dot() => return Some(crate::simd::avx512::dot_bf16_vec_dot),
             _ => {}
         }
     }

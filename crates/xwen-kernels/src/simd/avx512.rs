@@ -70,6 +70,66 @@ unsafe fn dot_f16_ggml512(n: usize, w: &[u8], a: &[u8]) -> f32 {
     s as f32
 }
 
+/// Whether the CPU has AVX512-BF16 (`vdpbf16ps`), which a native llama.cpp build then uses
+/// for every BF16 product.
+pub fn has_bf16_dot() -> bool {
+    use std::sync::OnceLock;
+    static HAS: OnceLock<bool> = OnceLock::new();
+    *HAS.get_or_init(|| is_x86_feature_detected!("avx512bf16"))
+}
+
+/// ggml_vec_dot_bf16 of a build with AVX512-BF16: two `vdpbf16ps` accumulators over steps of 64
+/// (each lane takes a pair of products per instruction, as the hardware rounds them), each
+/// reduced by GCC's `_mm512_reduce_add_ps` and added to a double, the leftovers' float
+/// products added in double. The instruction itself, so the bits are the CPU's as llama.cpp's
+/// are. Only where `has_bf16_dot`.
+pub fn dot_bf16_vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    assert!(w.len() >= 2 * n && a.len() >= 2 * n && has_bf16_dot());
+    // SAFETY: AVX512-BF16 (and F) detected above; lengths checked.
+    unsafe { dot_bf16_dp_vec(n, w, a) }
+}
+
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn dot_bf16_dp_vec(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let ld = |p: &[u8], off: usize| -> __m512bh { std::mem::transmute(_mm512_loadu_si512(p.as_ptr().add(off) as *const _)) };
+    let (mut c1, mut c2) = (_mm512_setzero_ps(), _mm512_setzero_ps());
+    let mut i = 0;
+    while i + 64 <= n {
+        c1 = _mm512_dpbf16_ps(c1, ld(w, 2 * i), ld(a, 2 * i));
+        c2 = _mm512_dpbf16_ps(c2, ld(w, 2 * (i + 32)), ld(a, 2 * (i + 32)));
+        i += 64;
+    }
+    let mut s = crate::f32ops::x86::reduce_add512(c1) as f64;
+    s += crate::f32ops::x86::reduce_add512(c2) as f64;
+    while i < n {
+        let x = crate::half::bf16_to_f32(u16::from_le_bytes([w[2 * i], w[2 * i + 1]]));
+        let y = crate::half::bf16_to_f32(u16::from_le_bytes([a[2 * i], a[2 * i + 1]]));
+        s += (x * y) as f64;
+        i += 1;
+    }
+    s as f32
+}
+
+/// tinyBLAS<32, __m512, __m512bh> (sgemm.cpp with AVX512-BF16): one `vdpbf16ps` chain per
+/// output over k in steps of 32, the k % 32 tail as a zero-masked load, then GCC's
+/// `_mm512_reduce_add_ps`.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn dot_bf16_dp_tinyblas(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let ld = |p: &[u8], off: usize| -> __m512bh { std::mem::transmute(_mm512_loadu_si512(p.as_ptr().add(off) as *const _)) };
+    let mut c = _mm512_setzero_ps();
+    let n32 = n / 32 * 32;
+    for i in (0..n32).step_by(32) {
+        c = _mm512_dpbf16_ps(c, ld(w, 2 * i), ld(a, 2 * i));
+    }
+    if n32 < n {
+        let m: __mmask32 = (1u32 << (n - n32)) - 1;
+        let x: __m512bh = std::mem::transmute(_mm512_maskz_loadu_epi16(m, w.as_ptr().add(2 * n32) as *const i16));
+        let y: __m512bh = std::mem::transmute(_mm512_maskz_loadu_epi16(m, a.as_ptr().add(2 * n32) as *const i16));
+        c = _mm512_dpbf16_ps(c, x, y);
+    }
+    crate::f32ops::x86::reduce_add512(c)
+}
+
 pub fn dot_fn(weight: GgmlType) -> Option<DotFn> {
     use GgmlType as T;
     Some(match weight {
@@ -153,6 +213,10 @@ unsafe fn bf16x16(p: &[u8], off: usize) -> __m512 {
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn dot_bf16(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    // a CPU with AVX512-BF16: what an AVX512-BF16 build's tinyBLAS computes, on the instruction
+    if has_bf16_dot() {
+        return dot_bf16_dp_tinyblas(n, w, a);
+    }
     let mut acc = [_mm512_setzero_ps(); 2];
     let n32 = n / 32 * 32;
     for i in (0..n32).step_by(32) {
