@@ -19,6 +19,15 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
+/// `xwen plan -m MODEL -c 512 --parallel 2 --json EXTRA...`, parsed.
+fn plan_json(model: &str, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["plan", "-m", model, "-c", "512", "--parallel", "2", "--json"];
+    args.extend_from_slice(extra);
+    let o = xwen(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
+}
+
 #[test]
 fn trace_replay_and_plan() {
     let d = scratch("all");
@@ -80,13 +89,7 @@ fn a_bad_trace_is_one_line_of_error() {
 #[test]
 fn the_prefix_cache_counts_inside_the_budget() {
     let m = moe();
-    let plan = |extra: &[&str]| {
-        let mut args = vec!["plan", "-m", m.as_str(), "-c", "512", "--parallel", "2", "--json"];
-        args.extend_from_slice(extra);
-        let o = xwen(&args);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
-    };
+    let plan = |extra: &[&str]| plan_json(&m, extra);
     let (a, b) = (plan(&[]), plan(&["--cache-ram", "64"]));
     let floor = |j: &serde_json::Value| j["floor_bytes"].as_u64().unwrap();
     assert_eq!(b["reserved_bytes"].as_u64(), Some(64 << 20));
@@ -110,13 +113,7 @@ fn the_drafter_counts_inside_the_budget() {
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
     let (m, dense) = (moe(), fixtures.join("parity/cond/qwen3_5/model-q8_0.gguf").display().to_string());
     let sidecar = fixtures.join("mtp/cond-qwen35moe/mtp-q8_0.gguf").display().to_string();
-    let plan = |extra: &[&str]| {
-        let mut args = vec!["plan", "-m", m.as_str(), "-c", "512", "--parallel", "2", "--json"];
-        args.extend_from_slice(extra);
-        let o = xwen(&args);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()
-    };
+    let plan = |extra: &[&str]| plan_json(&m, extra);
     let draft = |j: &serde_json::Value| j["draft_bytes"].as_u64().unwrap();
     let floor = |j: &serde_json::Value| j["floor_bytes"].as_u64().unwrap();
     let none = plan(&[]);
