@@ -73,7 +73,7 @@ fn tensor_dumps_and_compare_dumps() {
     let layer0: Vec<&str> = names.iter().copied().take_while(|n| n.ends_with("-0")).collect();
     assert_eq!(
         layer0,
-        ["attn_norm-0", "linear_attn_qkv_mixed-0", "conv_output_silu-0", "gate-0", "beta_sigmoid-0", "attn_output-0", "final_output-0", "linear_attn_out-0", "attn_residual-0", "attn_post_norm-0", "ffn_out-0", "l_out-0"],
+        ["attn_norm-0", "linear_attn_qkv_mixed-0", "conv_output_silu-0", "q_conv_predelta-0", "k_conv_predelta-0", "gate-0", "beta_sigmoid-0", "attn_output-0", "final_output-0", "linear_attn_out-0", "attn_residual-0", "attn_post_norm-0", "ffn_out-0", "l_out-0"],
         "{index}"
     );
     assert!(names.contains(&"attn_output-3") && names.contains(&"l_out-3") && names.last() == Some(&"result_norm"), "{index}");
