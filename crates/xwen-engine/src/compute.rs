@@ -10,7 +10,7 @@ use crate::weights::Mat;
 use xwen_gguf::GgufFile;
 use xwen_kernels::QMatrix;
 
-pub use crate::backend::AttnMode;
+use crate::backend::AttnMode;
 
 pub struct Ctx<'a> {
     pub backend: &'a dyn Backend,
@@ -78,7 +78,8 @@ impl<'a> Ctx<'a> {
         }
     }
 
-    /// `w` resolved against this forward's file.
+    /// `w` resolved against this forward's file: the one place a block's weight becomes the
+    /// bytes a backend multiplies (a device backend would resolve it to its own copy).
     pub fn q(&self, w: &Mat) -> QMatrix<'a> {
         w.q(self.file)
     }
@@ -86,14 +87,14 @@ impl<'a> Ctx<'a> {
     /// y = x · Wᵀ for `n` rows of x (each `w.cols` long) of one sequence; returns n × w.rows.
     pub fn mm(&self, w: &Mat, x: &[f32], n: usize) -> Vec<f32> {
         let mut y = vec![0.0f32; n * w.rows];
-        self.mm_into(w.q(self.file), x, n, &mut y);
+        self.mm_into(self.q(w), x, n, &mut y);
         y
     }
 
     /// Products of several matrices with the same input rows of a batch (`Backend::mm_rows`):
     /// q/k/v, gate/up — batch-invariant, one weight pass for all decode rows.
     pub fn mm_rows(&self, ws: &[&Mat], x: &[f32], rows: &Rows) -> Vec<Vec<f32>> {
-        let qs: Vec<QMatrix> = ws.iter().map(|w| w.q(self.file)).collect();
+        let qs: Vec<QMatrix> = ws.iter().map(|w| self.q(w)).collect();
         self.backend.mm_rows(&qs, x, rows)
     }
 

@@ -186,7 +186,7 @@ pub struct Lookahead<'a> {
 /// Per row, the experts `next`'s router picks on this layer's input x (m × hidden).
 fn guess_next(ctx: &Ctx, next: Lookahead, d: &MoeDims, x: &[f32], m: usize) -> Vec<Vec<usize>> {
     let mut logits = vec![0.0f32; m * d.n_expert];
-    ctx.mv_batch(&mut [MvJob { w: next.weights.router.q(ctx.file), x, y: &mut logits }]);
+    ctx.mv_batch(&mut [MvJob { w: ctx.q(&next.weights.router), x, y: &mut logits }]);
     logits.chunks_exact(d.n_expert).map(|l| route_of(next.weights, d, l).experts).collect()
 }
 
@@ -412,13 +412,13 @@ fn forward_decode_rows(
     let ew = d.expert_width(hidden);
     let mut x_latent = vec![0.0f32; if w.latent.is_some() { m * ew } else { 0 }];
     {
-        let mut jobs = vec![MvJob { w: w.router.q(ctx.file), x, y: &mut logits }];
+        let mut jobs = vec![MvJob { w: ctx.q(&w.router), x, y: &mut logits }];
         if let Some(sh) = &w.shared {
-            jobs.push(MvJob { w: sh.gate.q(ctx.file), x, y: &mut sg });
-            jobs.push(MvJob { w: sh.up.q(ctx.file), x, y: &mut su });
+            jobs.push(MvJob { w: ctx.q(&sh.gate), x, y: &mut sg });
+            jobs.push(MvJob { w: ctx.q(&sh.up), x, y: &mut su });
         }
         if let Some(l) = &w.latent {
-            jobs.push(MvJob { w: l.down.q(ctx.file), x, y: &mut x_latent });
+            jobs.push(MvJob { w: ctx.q(&l.down), x, y: &mut x_latent });
         }
         ctx.mv_batch(&mut jobs);
     }
@@ -524,10 +524,10 @@ fn forward_decode_rows(
         };
         let mut jobs = Vec::new();
         if let Some(sh) = &w.shared {
-            jobs.push(MvJob { w: sh.down.q(ctx.file), x: &act, y: &mut ysh });
+            jobs.push(MvJob { w: ctx.q(&sh.down), x: &act, y: &mut ysh });
         }
         if let (Some(l), Some(sum)) = (&w.latent, &latent_sum) {
-            jobs.push(MvJob { w: l.up.q(ctx.file), x: sum, y: &mut out });
+            jobs.push(MvJob { w: ctx.q(&l.up), x: sum, y: &mut out });
         }
         if !jobs.is_empty() {
             ctx.mv_batch(&mut jobs);

@@ -293,7 +293,7 @@ impl Hybrid {
         // Embedding rows dequantized from token_embd: x [n × hidden]
         let sp = ctx.span(Op::Embed);
         let mut x = vec![0.0f32; n * h];
-        let emb = self.tok_embd.q(ctx.file);
+        let emb = ctx.q(&self.tok_embd);
         let rb = self.tok_embd.row_bytes();
         for (t, &id) in spans.iter().flat_map(|sp| sp.tokens.iter()).enumerate() {
             let id = id as usize;

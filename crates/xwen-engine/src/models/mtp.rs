@@ -152,7 +152,7 @@ impl MtpHead {
         let eps = self.cfg.eps;
         let sp = ctx.span(Op::Embed);
         // [rms_norm(e)·enorm | rms_norm(h)·hnorm] per row: the embedding first (eh_proj's order)
-        let emb = self.embed.q(ctx.file);
+        let emb = ctx.q(&self.embed);
         let rb = self.embed.row_bytes();
         let mut cat = vec![0.0f32; n * 2 * h];
         let mut e = vec![0.0f32; h];

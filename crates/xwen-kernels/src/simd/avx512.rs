@@ -60,14 +60,22 @@ unsafe fn dot_f16_ggml512(n: usize, w: &[u8], a: &[u8]) -> f32 {
         }
         i += 64;
     }
-    let mut s = crate::f32ops::x86::ggml_reduce512(acc) as f64;
-    while i < n {
-        let x = crate::half::f16_to_f32(u16::from_le_bytes([w[2 * i], w[2 * i + 1]]));
-        let y = crate::half::f16_to_f32(u16::from_le_bytes([a[2 * i], a[2 * i + 1]]));
-        s += (x * y) as f64;
-        i += 1;
-    }
-    s as f32
+    half_tail(crate::f32ops::x86::ggml_reduce512(acc) as f64, w, a, i, n, crate::half::f16_to_f32) as f32
+}
+
+/// `sum` plus the leftovers of a 16-bit float dot product past `from`, one at a time: each
+/// product in float, added in double (ggml_vec_dot_f16 / _bf16's tails), `to_f32` widening the
+/// format.
+fn half_tail(sum: f64, w: &[u8], a: &[u8], from: usize, n: usize, to_f32: fn(u16) -> f32) -> f64 {
+    let at = |p: &[u8], i: usize| to_f32(u16::from_le_bytes([p[2 * i], p[2 * i + 1]]));
+    (from..n).fold(sum, |s, i| s + (at(w, i) * at(a, i)) as f64)
+}
+
+/// 32 BF16 values at byte `off` of `p`, as `vdpbf16ps` takes them.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bf16")]
+unsafe fn bh32(p: &[u8], off: usize) -> __m512bh {
+    std::mem::transmute(_mm512_loadu_si512(p.as_ptr().add(off) as *const _))
 }
 
 /// Whether the CPU has AVX512-BF16 (`vdpbf16ps`), which a native llama.cpp build then uses
@@ -91,23 +99,16 @@ pub fn dot_bf16_vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
 
 #[target_feature(enable = "avx512f,avx512bf16")]
 unsafe fn dot_bf16_dp_vec(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let ld = |p: &[u8], off: usize| -> __m512bh { std::mem::transmute(_mm512_loadu_si512(p.as_ptr().add(off) as *const _)) };
     let (mut c1, mut c2) = (_mm512_setzero_ps(), _mm512_setzero_ps());
     let mut i = 0;
     while i + 64 <= n {
-        c1 = _mm512_dpbf16_ps(c1, ld(w, 2 * i), ld(a, 2 * i));
-        c2 = _mm512_dpbf16_ps(c2, ld(w, 2 * (i + 32)), ld(a, 2 * (i + 32)));
+        c1 = _mm512_dpbf16_ps(c1, bh32(w, 2 * i), bh32(a, 2 * i));
+        c2 = _mm512_dpbf16_ps(c2, bh32(w, 2 * (i + 32)), bh32(a, 2 * (i + 32)));
         i += 64;
     }
     let mut s = crate::f32ops::x86::reduce_add512(c1) as f64;
     s += crate::f32ops::x86::reduce_add512(c2) as f64;
-    while i < n {
-        let x = crate::half::bf16_to_f32(u16::from_le_bytes([w[2 * i], w[2 * i + 1]]));
-        let y = crate::half::bf16_to_f32(u16::from_le_bytes([a[2 * i], a[2 * i + 1]]));
-        s += (x * y) as f64;
-        i += 1;
-    }
-    s as f32
+    half_tail(s, w, a, i, n, crate::half::bf16_to_f32) as f32
 }
 
 /// tinyBLAS<32, __m512, __m512bh> (sgemm.cpp with AVX512-BF16): one `vdpbf16ps` chain per
@@ -115,11 +116,10 @@ unsafe fn dot_bf16_dp_vec(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// `_mm512_reduce_add_ps`.
 #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 unsafe fn dot_bf16_dp_tinyblas(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let ld = |p: &[u8], off: usize| -> __m512bh { std::mem::transmute(_mm512_loadu_si512(p.as_ptr().add(off) as *const _)) };
     let mut c = _mm512_setzero_ps();
     let n32 = n / 32 * 32;
     for i in (0..n32).step_by(32) {
-        c = _mm512_dpbf16_ps(c, ld(w, 2 * i), ld(a, 2 * i));
+        c = _mm512_dpbf16_ps(c, bh32(w, 2 * i), bh32(a, 2 * i));
     }
     if n32 < n {
         let m: __mmask32 = (1u32 << (n - n32)) - 1;
