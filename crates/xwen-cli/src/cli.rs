@@ -453,12 +453,17 @@ weights are paged in before the first test unless --no-prefault (llama.cpp popul
 --parallel (-npl) N,..: llama-batched-bench's test: N sequences each prefill -p tokens, then decode
 -n tokens together; prints PP TG B N_KV T_PP S_PP T_TG S_TG S_TG/seq T S, or with --json its jsonl
 fields (pl, pp, tg, speed_pp, speed_tg, speed, ...).
+--draft KIND: each repetition decodes -n tokens greedily after the prompt (--draft-file,
+--draft-prompt, else -p random tokens) plainly and then with the drafter; prints both rates, the
+speedup, acceptance, tokens per step and acceptance by draft position (--json: the counts), and
+fails if the drafted tokens ever differ from the plain ones. bench drafts only when asked.
 
 Examples:
   xwen bench -m model.gguf                        # pp512 and tg128, 5 repetitions
   xwen bench -m model.gguf -p 512,2048 -n 0 --json
   xwen bench -m model.gguf --parallel 1,2,4,8 -p 128 -n 128
   xwen bench -m model.gguf --verify 1,2,4,8 -p 512   # speculative verify cost per depth
+  xwen bench -m model.gguf --draft ngram --draft-file edit.txt -n 256 -r 3
   xwen bench --membw")]
 pub struct BenchArgs {
     /// GGUF path, a directory holding one GGUF, a checkpoint name or owner/repo[:QUANT]
@@ -491,12 +496,20 @@ pub struct BenchArgs {
     /// Output format (llama-bench's -o)
     #[arg(short = 'o', long = "output", value_name = "FORMAT", value_parser = ["md", "json"])]
     pub output: Option<String>,
+    /// With --draft: the prompt whose continuation is decoded, from a file (default: -p random tokens)
+    #[arg(long = "draft-file", value_name = "FILE", conflicts_with = "draft_prompt")]
+    pub draft_file: Option<String>,
+    /// With --draft: the prompt whose continuation is decoded, as text
+    #[arg(long = "draft-prompt", value_name = "TEXT")]
+    pub draft_prompt: Option<String>,
     /// Measure memory read bandwidth instead of a model (the bound of decode)
     #[arg(long = "membw", conflicts_with = "model")]
     pub membw: bool,
     /// Buffer size of --membw in MiB
     #[arg(long = "membw-mib", value_name = "MIB", default_value_t = 512, allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub membw_mib: u32,
+    #[command(flatten)]
+    pub draft: DraftOpts,
     #[command(flatten)]
     pub engine: EngineOpts,
 }

@@ -66,6 +66,16 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let model_arg = a.model.clone();
     let Some(model_path) = model_arg else { bail!("-m MODEL is required (or --membw); see `xwen bench --help`") };
 
+    // bench drafts only when asked (run and serve draft with the file's own head by default)
+    let asked = a.draft.draft.is_some() || a.draft.model_draft.is_some();
+    let mut draft_opts = a.draft.clone();
+    if !asked {
+        draft_opts.draft = Some("none".into());
+    }
+    if asked && (a.verify.is_some() || a.parallel.is_some()) {
+        bail!("--draft runs its own test: give it without --verify and --parallel");
+    }
+    let draft = crate::draft_arg::prepare(&draft_opts, &mut cfg, 1)?;
     let loaded = model_arg::load(Some(&model_path), cfg, &a.engine)?;
     let model = &loaded.model;
     let t0 = Instant::now();
@@ -83,6 +93,32 @@ pub fn run(a: BenchArgs) -> Result<()> {
             depths.insert(0, 1);
         }
         crate::bench_verify::run(model, &depths, prompts[0], reps, output == Output::Json)?;
+        model_arg::print_profile(model);
+        model_arg::print_expert_cache(model);
+        return Ok(());
+    }
+    if asked {
+        let max_draft = draft.max();
+        let Some(mut drafter) = draft.drafter(model)? else {
+            bail!("--draft none: nothing to compare; give a drafter (ngram, mtp, model:FILE, replay:FILE)");
+        };
+        let kind = drafter.name();
+        let (prompt, prompt_desc) =
+            crate::bench_draft::prompt(&loaded.tokenizer, a.draft_file.as_deref(), a.draft_prompt.as_deref(), prompts[0], model.n_vocab())?;
+        for &n_gen in gens.iter().filter(|&&n| n > 0) {
+            let c = crate::bench_draft::Config {
+                prompt: prompt.clone(),
+                prompt_desc: prompt_desc.clone(),
+                n_gen,
+                reps,
+                warmup: !no_warmup,
+                max_draft,
+                json: output == Output::Json,
+                prefill_chunk: a.engine.prefill_chunk(),
+                model_filename: model_path.clone(),
+            };
+            crate::bench_draft::run(model, drafter.as_mut(), kind, &c)?;
+        }
         model_arg::print_profile(model);
         model_arg::print_expert_cache(model);
         return Ok(());

@@ -180,7 +180,18 @@ pub fn run(a: RunArgs) -> Result<()> {
             "stop": stop,
             "stop_string": stops.hit(),
             "seed": seed,
-            "draft": spec.active.then(|| json!({"kind": draft_name, "steps": spec.steps, "drafted": spec.drafted, "accepted": spec.accepted, "acceptance": spec.acceptance()})),
+            "draft": spec.active.then(|| json!({
+                "kind": draft_name,
+                "steps": spec.steps,
+                "drafted": spec.drafted,
+                "accepted": spec.accepted,
+                "acceptance": spec.acceptance(),
+                "tokens_per_step": crate::draft_arg::tokens_per_step(&spec, stats.generated),
+                // per draft position (0: a step's first drafted token), as llama-server's
+                // spec_decode_num_{drafted,accepted}_tokens_per_pos_total
+                "drafted_per_pos": spec.tally.drafted_at,
+                "accepted_per_pos": spec.tally.accepted_at,
+            })),
             "timings": {
                 "load_s": loaded.load_secs,
                 "prefill_s": stats.prefill_secs,

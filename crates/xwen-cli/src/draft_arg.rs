@@ -149,7 +149,13 @@ pub fn draft_line(name: &str, s: &SpecStats, generated: usize) -> String {
         s.drafted,
         s.accepted,
         100.0 * s.acceptance(),
-        generated.saturating_sub(1) as f64 / s.steps.max(1) as f64
+        tokens_per_step(s, generated)
     )
+}
+
+/// Tokens each verify step produced: the first token comes from the prefill, every later one
+/// from a step (its accepted drafts and the token after them).
+pub fn tokens_per_step(s: &SpecStats, generated: usize) -> f64 {
+    generated.saturating_sub(1) as f64 / s.steps.max(1) as f64
 }
 

@@ -1,6 +1,7 @@
 //! `xwen` — the command line. Every subcommand is a thin client of the library crates:
 //! argument parsing (cli.rs, clap) and printing live here, logic does not.
 
+mod bench_draft;
 mod bench_parallel;
 mod bench_verify;
 mod cli;

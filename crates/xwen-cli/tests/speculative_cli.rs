@@ -30,6 +30,46 @@ fn drafted_runs_print_plain_greedy_ids() {
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["draft"]["kind"], "ngram");
     assert!(v["draft"]["steps"].as_u64().unwrap() > 0);
+    check_per_position(&v["draft"]);
+}
+
+/// A drafter's counts by draft position add up to its totals, and a draft is only accepted
+/// where every draft before it in the step was.
+fn check_per_position(d: &serde_json::Value) {
+    let at = |k: &str| -> Vec<u64> { d[k].as_array().unwrap_or_else(|| panic!("{k} in {d}")).iter().map(|x| x.as_u64().unwrap()).collect() };
+    let (drafted, accepted) = (at("drafted_per_pos"), at("accepted_per_pos"));
+    assert_eq!(drafted.iter().sum::<u64>(), d["drafted"].as_u64().unwrap(), "{d}");
+    assert_eq!(accepted.iter().sum::<u64>(), d["accepted"].as_u64().unwrap(), "{d}");
+    assert!(drafted.windows(2).all(|w| w[0] >= w[1]) && accepted.windows(2).all(|w| w[0] >= w[1]), "{d}");
+    assert!(drafted.iter().zip(&accepted).all(|(d, a)| a <= d), "{d}");
+}
+
+/// `xwen bench --draft`: plain and drafted decoding of the same prompt, both rates, and the
+/// drafter's counts; a drafted run that departed from plain greedy would fail the command.
+#[test]
+fn bench_compares_a_drafter_with_plain_decoding() {
+    let d = demo();
+    let (json, _) = run(&["bench", "-m", &d, "--draft", "ngram", "--draft-prompt", "def fibonacci(n):\n", "-n", "48", "-r", "2", "-t", "2", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    assert_eq!((v["draft"].as_str(), v["n_gen"].as_u64(), v["repetitions"].as_u64()), (Some("ngram"), Some(48), Some(2)), "{v}");
+    assert_eq!(v["identical"], true);
+    assert!(v["plain_median_ts"].as_f64().unwrap() > 0.0 && v["draft_median_ts"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["drafted"].as_u64().unwrap() > 0, "the demo's repetitive greedy text gives n-gram drafts: {v}");
+    check_per_position(&v);
+    // the table form names the drafter and the speedup
+    let (md, _) = run(&["bench", "-m", &d, "-md", &d, "--draft-p-min", "0", "-n", "16", "-r", "1", "-t", "2", "-p", "8"]);
+    assert!(md.contains("| model (max 8) | random 8 | tg16 |") && md.contains("×"), "{md}");
+    // what bench cannot do with a drafter is said
+    for (args, says) in [
+        (vec!["--draft", "none"], "nothing to compare"),
+        (vec!["--draft", "ngram", "--verify", "1,2"], "without --verify"),
+        (vec!["--draft", "ngram", "-n", "1"], "at least 2 tokens"),
+        (vec!["--draft", "ngram", "--draft-file", "/nonexistent/edit.txt"], "--draft-file"),
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_xwen")).args([&["bench", "-m", &d, "-r", "1"][..], &args[..]].concat()).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{args:?}: {err}");
+    }
 }
 
 /// The trained MoE with the trained dense model as its draft (same tokenizer), from ../shared.

@@ -556,7 +556,12 @@ impl Model {
         let head = self.mtp_head().ok_or_else(|| EngineError::Config("this model has no MTP head".into()))?;
         self.check_context(state, tokens.len())?;
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let ctx = Ctx {
+        head.forward(&self.mtp_ctx(head), state, tokens, h_in, logits)
+    }
+
+    /// The forward context of the MTP head (its weights may live in a sidecar file).
+    fn mtp_ctx<'a>(&'a self, head: &'a models::mtp::MtpHead) -> Ctx<'a> {
+        Ctx {
             backend: &self.backend,
             file: head.file(),
             prof: &self.prof,
@@ -564,8 +569,16 @@ impl Model {
             routes: None,
             attn: crate::backend::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.backend.threads(), n_ctx: self.cfg.max_ctx },
             taps: None,
-        };
-        head.forward(&ctx, state, tokens, h_in, logits)
+        }
+    }
+
+    /// Only the MTP head's KV rows for `tokens` (`MtpHead::write_kv`): the state a later
+    /// `mtp_forward` drafts from is the one a full pass over these rows would leave.
+    pub fn mtp_write_kv(&self, state: &mut SeqState, tokens: &[u32], h_in: &[f32]) -> Result<()> {
+        let head = self.mtp_head().ok_or_else(|| EngineError::Config("this model has no MTP head".into()))?;
+        self.check_context(state, tokens.len())?;
+        let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
+        head.write_kv(&self.mtp_ctx(head), state, tokens, h_in)
     }
 
     fn check_context(&self, state: &SeqState, n: usize) -> Result<()> {

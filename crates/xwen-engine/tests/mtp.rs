@@ -137,5 +137,20 @@ fn check(dir: &str, model: &str, sidecar: Option<&str>, budget: Option<u64>) {
         }
         let want = drafts_ref.lines().find_map(|l| l.strip_prefix(&format!("p{p} drafts: "))).unwrap();
         assert_eq!(drafts.join(" "), want, "p{p}: drafted tokens");
+
+        // the same chain from a head that wrote only the prompt's KV rows (a drafter catching
+        // up on kept rows skips their attention, FFN and logits): the same bits
+        let mut kv_only = model.new_mtp_state().unwrap();
+        model.mtp_write_kv(&mut kv_only, &ids[..n - 1], &h_in[..(n - 1) * h]).unwrap();
+        // the prompt's last row in full, as the chain's first step would follow it
+        let last = model.mtp_forward(&mut kv_only, &ids[n - 1..], &h_in[(n - 1) * h..], 0..1).unwrap();
+        assert_eq!(first_diff(&last.logits, &mref[(n - 1) * v..]), None, "p{p}: the last prompt row after a KV-only catch-up");
+        let (mut tok, mut hp) = (argmax(&out.logits), out.hidden[(n - 1) * h..].to_vec());
+        for s in 0..d {
+            let o = model.mtp_forward(&mut kv_only, &[tok], &hp, 0..1).unwrap();
+            assert_eq!(first_diff(&o.logits, &dref[s * v..(s + 1) * v]), None, "p{p}: draft step {s} after a KV-only catch-up");
+            tok = argmax(&o.logits);
+            hp = o.hidden;
+        }
     }
 }

@@ -65,61 +65,31 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
     let n = rows.n;
     let hd = d.head_dim;
     let hq = d.n_head * hd;
-    let kvw = d.kv_width();
     let sp = ctx.span(Op::AttnProj);
     // qg [n × 2hq] (per head [q | gate]), k and v [n × kvw]
     let mut p = ctx.mm_rows(&[&w.q, &w.k, &w.v], x, rows).into_iter();
-    let (qg, mut k, v) = (p.next().unwrap(), p.next().unwrap(), p.next().unwrap());
+    let (qg, mut k, mut v) = (p.next().unwrap(), p.next().unwrap(), p.next().unwrap());
     drop(sp);
     let sp = ctx.span(Op::AttnCore);
 
     // Split q and gate, normalize and rotate, each row at its own sequence's position.
     let mut q = vec![0.0f32; n * hq];
     let mut gate = vec![0.0f32; n * hq];
-    let (mut cos, mut sin) = (vec![0.0f32; d.n_rot / 2], vec![0.0f32; d.n_rot / 2]);
-    let still = d.rope_sections.map(|s| ops::imrope_text_still(s, d.n_rot));
-    for s in &rows.spans {
-        for t in s.rows() {
-            ops::rope_cache(s.pos0 + (t - s.start), d.n_rot, d.rope_base, &mut cos, &mut sin);
-            if let Some(still) = &still {
-                ops::hold_pairs(still, &mut cos, &mut sin);
-            }
-            for h in 0..d.n_head {
-                let src = &qg[t * 2 * hq + h * 2 * hd..][..2 * hd];
-                let qh = &mut q[t * hq + h * hd..][..hd];
-                qh.copy_from_slice(&src[..hd]);
-                gate[t * hq + h * hd..][..hd].copy_from_slice(&src[hd..]);
-                ops::rms_norm_inplace(qh, &w.q_norm, d.eps);
-                ops::rope_neox_inplace(qh, d.n_rot, &cos, &sin);
-            }
-            for h in 0..d.n_head_kv {
-                let kh = &mut k[t * kvw + h * hd..][..hd];
-                ops::rms_norm_inplace(kh, &w.k_norm, d.eps);
-                ops::rope_neox_inplace(kh, d.n_rot, &cos, &sin);
-            }
+    for_each_row_rope(d, rows, |t, cos, sin| {
+        for h in 0..d.n_head {
+            let src = &qg[t * 2 * hq + h * 2 * hd..][..2 * hd];
+            let qh = &mut q[t * hq + h * hd..][..hd];
+            qh.copy_from_slice(&src[..hd]);
+            gate[t * hq + h * hd..][..hd].copy_from_slice(&src[hd..]);
+            ops::rms_norm_inplace(qh, &w.q_norm, d.eps);
+            ops::rope_neox_inplace(qh, d.n_rot, cos, sin);
         }
-    }
-    // A quantized cache is written and read in a rotated basis (llama.cpp's attention
-    // rotation): q and k rotated alike keep their dot products, v's rotation is undone on the
-    // output. Every sequence of a batch shares the model's cache types.
-    let (k_ty, v_ty) = kvs.first().map_or((KvType::F32, KvType::F32), |kv| (kv.k.ty(), kv.v.ty()));
-    let (rot_k, rot_v) = (rotation_k(k_ty, hd), rotation_v(v_ty, hd));
-    let mut v = v;
-    if let Some(r) = rot_k {
-        hadamard_rows(&mut q, r);
-        hadamard_rows(&mut k, r);
-    }
-    if let Some(r) = rot_v {
-        hadamard_rows(&mut v, r);
-    }
-    for (s, kv) in rows.spans.iter().zip(kvs.iter_mut()) {
-        debug_assert_eq!(kv.len(kvw), s.pos0, "a sequence's KV holds its positions");
-        debug_assert_eq!((kv.k.ty(), kv.v.ty()), (k_ty, v_ty), "the batch's caches share their types");
-        kv.k.extend(&k[s.start * kvw..(s.start + s.len) * kvw]);
-        kv.v.extend(&v[s.start * kvw..(s.start + s.len) * kvw]);
-    }
+        norm_rope_k(w, d, &mut k[t * d.kv_width()..(t + 1) * d.kv_width()], cos, sin);
+    });
+    let rot_v = append_kv(d, rows, kvs, Some(&mut q), &mut k, &mut v);
 
     // softmax(q kᵀ / √d) v per (row, head), each span against its own cache
+    let kvw = d.kv_width();
     let heads = AttnHeads { n_head: d.n_head, n_head_kv: d.n_head_kv, k_dim: hd, v_dim: hd, k_row: kvw, v_row: kvw, scale: 1.0 / (hd as f32).sqrt() };
     let mut out = vec![0.0f32; n * hq];
     let caches: Vec<&KvCache> = kvs.iter().map(|kv| &**kv).collect();
@@ -135,6 +105,69 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
     ctx.mm_rows1(&w.o, &out, rows)
 }
 
+/// Only the keys and values of the batch `rows` (normalized input x), appended to `kvs` as
+/// `forward` appends them — the same bits — without the queries, the attention or the output
+/// projection: for rows whose output nobody reads (an MTP head catching up on kept rows).
+pub fn write_kv(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows, kvs: &mut [&mut KvCache]) {
+    assert_eq!(kvs.len(), rows.spans.len(), "one KV cache per span");
+    let sp = ctx.span(Op::AttnProj);
+    let mut p = ctx.mm_rows(&[&w.k, &w.v], x, rows).into_iter();
+    let (mut k, mut v) = (p.next().unwrap(), p.next().unwrap());
+    drop(sp);
+    let _sp = ctx.span(Op::AttnCore);
+    let kvw = d.kv_width();
+    for_each_row_rope(d, rows, |t, cos, sin| norm_rope_k(w, d, &mut k[t * kvw..(t + 1) * kvw], cos, sin));
+    append_kv(d, rows, kvs, None, &mut k, &mut v);
+}
+
+/// `f(row, cos, sin)` for every row of the batch with the rope tables of its own position.
+fn for_each_row_rope(d: &AttnDims, rows: &Rows, mut f: impl FnMut(usize, &[f32], &[f32])) {
+    let (mut cos, mut sin) = (vec![0.0f32; d.n_rot / 2], vec![0.0f32; d.n_rot / 2]);
+    let still = d.rope_sections.map(|s| ops::imrope_text_still(s, d.n_rot));
+    for s in &rows.spans {
+        for t in s.rows() {
+            ops::rope_cache(s.pos0 + (t - s.start), d.n_rot, d.rope_base, &mut cos, &mut sin);
+            if let Some(still) = &still {
+                ops::hold_pairs(still, &mut cos, &mut sin);
+            }
+            f(t, &cos, &sin);
+        }
+    }
+}
+
+/// One row's key heads normalized and rotated.
+fn norm_rope_k(w: &AttnWeights, d: &AttnDims, k: &mut [f32], cos: &[f32], sin: &[f32]) {
+    for kh in k.chunks_exact_mut(d.head_dim) {
+        ops::rms_norm_inplace(kh, &w.k_norm, d.eps);
+        ops::rope_neox_inplace(kh, d.n_rot, cos, sin);
+    }
+}
+
+/// Appends each span's keys and values to its sequence's cache. A quantized cache is written
+/// and read in a rotated basis (llama.cpp's attention rotation): q and k rotated alike keep
+/// their dot products, v's rotation is undone on the output — returned, for the caller to
+/// undo. Every sequence of a batch shares the model's cache types.
+fn append_kv(d: &AttnDims, rows: &Rows, kvs: &mut [&mut KvCache], q: Option<&mut [f32]>, k: &mut [f32], v: &mut [f32]) -> Option<usize> {
+    let (hd, kvw) = (d.head_dim, d.kv_width());
+    let (k_ty, v_ty) = kvs.first().map_or((KvType::F32, KvType::F32), |kv| (kv.k.ty(), kv.v.ty()));
+    let (rot_k, rot_v) = (rotation_k(k_ty, hd), rotation_v(v_ty, hd));
+    if let Some(r) = rot_k {
+        if let Some(q) = q {
+            hadamard_rows(q, r);
+        }
+        hadamard_rows(k, r);
+    }
+    if let Some(r) = rot_v {
+        hadamard_rows(v, r);
+    }
+    for (s, kv) in rows.spans.iter().zip(kvs.iter_mut()) {
+        debug_assert_eq!(kv.len(kvw), s.pos0, "a sequence's KV holds its positions");
+        debug_assert_eq!((kv.k.ty(), kv.v.ty()), (k_ty, v_ty), "the batch's caches share their types");
+        kv.k.extend(&k[s.start * kvw..(s.start + s.len) * kvw]);
+        kv.v.extend(&v[s.start * kvw..(s.start + s.len) * kvw]);
+    }
+    rot_v
+}
 
 /// The size of the Hadamard rotation llama.cpp applies to q and k for a K cache of `ty`
 /// (llama-kv-cache.cpp, "attn_rot_k"): quantized caches of heads a multiple of 64 wide rotate

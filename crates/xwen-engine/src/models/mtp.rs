@@ -143,30 +143,8 @@ impl MtpHead {
     pub fn forward(&self, ctx: &Ctx, state: &mut SeqState, tokens: &[u32], h_in: &[f32], logits: Range<usize>) -> Result<SpanOut> {
         let h = self.cfg.hidden;
         let n = tokens.len();
-        if n == 0 || h_in.len() != n * h {
-            return Err(EngineError::State(format!("MTP head: {n} tokens with {} hidden values (width {h})", h_in.len())));
-        }
-        if !matches!(state.layers.as_slice(), [LayerState::Attn(_)]) {
-            return Err(EngineError::State("MTP head: not a state of this head".into()));
-        }
-        let eps = self.cfg.eps;
-        let sp = ctx.span(Op::Embed);
-        // [rms_norm(e)·enorm | rms_norm(h)·hnorm] per row: the embedding first (eh_proj's order)
-        let emb = ctx.q(&self.embed);
-        let rb = self.embed.row_bytes();
-        let mut cat = vec![0.0f32; n * 2 * h];
-        let mut e = vec![0.0f32; h];
-        for (k, &id) in tokens.iter().enumerate() {
-            let id = id as usize;
-            if id >= self.cfg.n_vocab {
-                return Err(EngineError::TokenOutOfRange { id: id as u32, n_vocab: self.cfg.n_vocab });
-            }
-            xwen_kernels::dequantize(emb.ty, &emb.data[id * rb..(id + 1) * rb], &mut e).map_err(|err| EngineError::State(format!("MTP embedding: {err}")))?;
-            let row = &mut cat[k * 2 * h..(k + 1) * 2 * h];
-            ops::rms_norm(&e, &self.enorm, eps, &mut row[..h]);
-            ops::rms_norm(&h_in[k * h..(k + 1) * h], &self.hnorm, eps, &mut row[h..]);
-        }
-        drop(sp);
+        self.check(state, tokens, h_in)?;
+        let cat = self.eh_input(ctx, tokens, h_in)?;
         let rows = Rows::from_spans([(n, state.pos, false)]);
         // c = eh_proj · concat   [n × hidden]
         let mut x = ctx.mm_rows1(&self.eh_proj, &cat, &rows);
@@ -189,5 +167,57 @@ impl MtpHead {
         let span = SpanIn { tokens, logits, decode_order: false, hidden: true };
         let out = hybrid::head(ctx, &x, &rows, std::slice::from_ref(&span), &self.head_norm, &self.head, &self.cfg);
         Ok(out.into_iter().next().unwrap_or_default())
+    }
+
+    /// Only the head's KV rows for `tokens` at `state.pos`.. (as `forward` writes them: the
+    /// same bits), without the attention, the FFN or the logits — for kept rows whose output
+    /// nobody reads (a drafter catching up on the rows a verify accepted; only the last one
+    /// drafts). On an MoE head this also skips routing those rows to experts.
+    pub fn write_kv(&self, ctx: &Ctx, state: &mut SeqState, tokens: &[u32], h_in: &[f32]) -> Result<()> {
+        let (h, n) = (self.cfg.hidden, tokens.len());
+        self.check(state, tokens, h_in)?;
+        let cat = self.eh_input(ctx, tokens, h_in)?;
+        let rows = Rows::from_spans([(n, state.pos, false)]);
+        let x = ctx.mm_rows1(&self.eh_proj, &cat, &rows);
+        let mut xn = vec![0.0f32; n * h];
+        hybrid::rms_norm_rows(&x, &self.layer.attn_norm, self.cfg.eps, h, &mut xn);
+        let (Mixer::Attn(w), [LayerState::Attn(kv)]) = (&self.layer.mixer, state.layers.as_mut_slice()) else {
+            return Err(EngineError::State("MTP head: not a state of this head".into()));
+        };
+        crate::layers::attention::write_kv(ctx, w, &self.cfg.attn, &xn, &rows, &mut [kv]);
+        state.pos += n;
+        Ok(())
+    }
+
+    fn check(&self, state: &SeqState, tokens: &[u32], h_in: &[f32]) -> Result<()> {
+        let (h, n) = (self.cfg.hidden, tokens.len());
+        if n == 0 || h_in.len() != n * h {
+            return Err(EngineError::State(format!("MTP head: {n} tokens with {} hidden values (width {h})", h_in.len())));
+        }
+        if !matches!(state.layers.as_slice(), [LayerState::Attn(_)]) {
+            return Err(EngineError::State("MTP head: not a state of this head".into()));
+        }
+        Ok(())
+    }
+
+    /// eh_proj's input: [rms_norm(e)·enorm | rms_norm(h)·hnorm] per row, the embedding first.
+    fn eh_input(&self, ctx: &Ctx, tokens: &[u32], h_in: &[f32]) -> Result<Vec<f32>> {
+        let (h, eps) = (self.cfg.hidden, self.cfg.eps);
+        let _sp = ctx.span(Op::Embed);
+        let emb = ctx.q(&self.embed);
+        let rb = self.embed.row_bytes();
+        let mut cat = vec![0.0f32; tokens.len() * 2 * h];
+        let mut e = vec![0.0f32; h];
+        for (k, &id) in tokens.iter().enumerate() {
+            let id = id as usize;
+            if id >= self.cfg.n_vocab {
+                return Err(EngineError::TokenOutOfRange { id: id as u32, n_vocab: self.cfg.n_vocab });
+            }
+            xwen_kernels::dequantize(emb.ty, &emb.data[id * rb..(id + 1) * rb], &mut e).map_err(|err| EngineError::State(format!("MTP embedding: {err}")))?;
+            let row = &mut cat[k * 2 * h..(k + 1) * 2 * h];
+            ops::rms_norm(&e, &self.enorm, eps, &mut row[..h]);
+            ops::rms_norm(&h_in[k * h..(k + 1) * h], &self.hnorm, eps, &mut row[h..]);
+        }
+        Ok(cat)
     }
 }

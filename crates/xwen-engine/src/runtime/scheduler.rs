@@ -11,7 +11,7 @@ use crate::model::{LogitsMode, Model, SeqStep};
 use crate::runtime::generate::StopReason;
 use crate::runtime::sampler::Sampler;
 use crate::runtime::session::Session;
-use crate::runtime::speculative::{sample_verify_rows, Controller, Drafter};
+use crate::runtime::speculative::{sample_verify_rows, Controller, DraftTally, Drafter};
 use std::collections::HashMap;
 
 /// Prompt tokens one sequence feeds per step (llama.cpp's micro-batch).
@@ -119,45 +119,6 @@ struct Running {
     draft: Option<(Box<dyn Drafter>, Controller)>,
     /// This step's drafts (verified with the pending token).
     drafts: Vec<u32>,
-}
-
-/// What drafting did over every drafting sequence since the scheduler started: verify steps,
-/// and per draft position (0: the first drafted token of a step) the tokens drafted and
-/// accepted there — llama-server's `spec_decode_num_accepted_tokens_per_pos_total`. A draft at
-/// position i is only accepted if those before it were, so `accepted_at` never grows with i.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DraftTally {
-    pub verify_steps: u64,
-    pub drafted_at: Vec<u64>,
-    pub accepted_at: Vec<u64>,
-}
-
-impl DraftTally {
-    pub fn drafted(&self) -> u64 {
-        self.drafted_at.iter().sum()
-    }
-
-    pub fn accepted(&self) -> u64 {
-        self.accepted_at.iter().sum()
-    }
-
-    /// One verify of `drafted` tokens of which the first `accepted` were kept.
-    fn record(&mut self, drafted: usize, accepted: usize) {
-        if drafted == 0 {
-            return;
-        }
-        self.verify_steps += 1;
-        if self.drafted_at.len() < drafted {
-            self.drafted_at.resize(drafted, 0);
-            self.accepted_at.resize(drafted, 0);
-        }
-        for c in &mut self.drafted_at[..drafted] {
-            *c += 1;
-        }
-        for c in &mut self.accepted_at[..accepted.min(drafted)] {
-            *c += 1;
-        }
-    }
 }
 
 /// What an ended sequence leaves for `take_session` / `take_drafter`.

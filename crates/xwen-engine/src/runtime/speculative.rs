@@ -47,8 +47,47 @@ pub trait Drafter: Send {
     }
 }
 
+/// What drafting did over every drafting sequence since the scheduler started: verify steps,
+/// and per draft position (0: the first drafted token of a step) the tokens drafted and
+/// accepted there — llama-server's `spec_decode_num_accepted_tokens_per_pos_total`. A draft at
+/// position i is only accepted if those before it were, so `accepted_at` never grows with i.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DraftTally {
+    pub verify_steps: u64,
+    pub drafted_at: Vec<u64>,
+    pub accepted_at: Vec<u64>,
+}
+
+impl DraftTally {
+    pub fn drafted(&self) -> u64 {
+        self.drafted_at.iter().sum()
+    }
+
+    pub fn accepted(&self) -> u64 {
+        self.accepted_at.iter().sum()
+    }
+
+    /// One verify of `drafted` tokens of which the first `accepted` were kept.
+    pub(crate) fn record(&mut self, drafted: usize, accepted: usize) {
+        if drafted == 0 {
+            return;
+        }
+        self.verify_steps += 1;
+        if self.drafted_at.len() < drafted {
+            self.drafted_at.resize(drafted, 0);
+            self.accepted_at.resize(drafted, 0);
+        }
+        for c in &mut self.drafted_at[..drafted] {
+            *c += 1;
+        }
+        for c in &mut self.accepted_at[..accepted.min(drafted)] {
+            *c += 1;
+        }
+    }
+}
+
 /// Counters of one speculative generation.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SpecStats {
     /// Whether drafting ran (false: `max_draft` 0, plain decoding).
     pub active: bool,
@@ -56,6 +95,8 @@ pub struct SpecStats {
     pub steps: usize,
     pub drafted: usize,
     pub accepted: usize,
+    /// The same drafts per draft position (the steps with drafts only).
+    pub tally: DraftTally,
 }
 
 impl SpecStats {
@@ -265,7 +306,8 @@ impl MtpDrafter {
     }
 
     /// Runs the buffered rows through the head: token q with the hidden of q−1 (the row before
-    /// it in the buffer, or the last hidden before the buffer), in batches the model takes.
+    /// it in the buffer, or the last hidden before the buffer), in batches the model takes —
+    /// their KV rows only: no draft is asked of them (the chain starts from the pending token).
     fn flush(&mut self, target: &Model) -> Result<()> {
         if self.buf_tokens.is_empty() {
             return Ok(());
@@ -282,7 +324,7 @@ impl MtpDrafter {
         if st.pos < pos {
             // positions the head never saw (restored from a cache): zero hiddens, token 0
             let gap = pos - st.pos;
-            target.mtp_forward(st, &vec![0; gap], &vec![0.0; gap * h], 0..0)?;
+            target.mtp_write_kv(st, &vec![0; gap], &vec![0.0; gap * h])?;
         }
         let m = self.buf_tokens.len();
         let mut h_in = Vec::with_capacity(m * h);
@@ -295,7 +337,7 @@ impl MtpDrafter {
         let mut at = 0;
         while at < m {
             let end = (at + batch).min(m);
-            target.mtp_forward(st, &self.buf_tokens[at..end], &h_in[at * h..end * h], 0..0)?;
+            target.mtp_write_kv(st, &self.buf_tokens[at..end], &h_in[at * h..end * h])?;
             at = end;
         }
         self.last_h = self.buf_hidden[(m - 1) * h..].to_vec();
@@ -746,6 +788,7 @@ pub(crate) fn speculate(
         spec.drafted += drafts.len();
         let (i, y, stop) = sample_verify_rows(&mut rows, n_vocab, drafts, sampler, &mut |y| emit(y, &mut stats, on_token));
         spec.accepted += i;
+        spec.tally.record(drafts.len(), i);
         context.extend_from_slice(&drafts[..i]);
         ctl.observe(drafts.len(), i);
         // the state keeps span[..=i]: the tokens whose logits were used
