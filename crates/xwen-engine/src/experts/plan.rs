@@ -273,20 +273,38 @@ pub fn ram_limit() -> Option<(u64, &'static str)> {
 
 /// `ram_limit` over a file reader (tests give it a fake /sys).
 fn ram_limit_from(read: impl Fn(&str) -> Option<String>, available: Option<u64>, total: Option<u64>) -> Option<(u64, &'static str)> {
-    // v2: the process's own cgroup (unified hierarchy: /proc/self/cgroup's "0::/path")
-    let v2_path = read("/proc/self/cgroup")
-        .and_then(|c| c.lines().find_map(|l| l.strip_prefix("0::").map(|p| p.trim().to_string())))
-        .map(|p| format!("/sys/fs/cgroup{}/memory.max", if p == "/" { String::new() } else { p }));
     let parse = |t: Option<String>| t.and_then(|t| t.trim().parse::<u64>().ok());
     // a v1 "no limit" is a page-rounded i64::MAX; anything beyond the machine is no limit
     let real = |v: u64| v > 0 && total.is_none_or(|t| v < t);
-    if let Some(v) = parse(v2_path.as_deref().and_then(&read)).filter(|&v| real(v)) {
+    // the tightest limit on the process's own cgroup or any cgroup above it (a limit binds
+    // every cgroup below it), under the mount `root`; `/` alone where the path is unknown
+    let tightest = |root: &str, file: &str, path: Option<&str>| -> Option<u64> {
+        let mut at = path.unwrap_or("/").trim_end_matches('/').to_string();
+        let mut best: Option<u64> = None;
+        loop {
+            if let Some(v) = parse(read(&format!("{root}{at}/{file}"))).filter(|&v| real(v)) {
+                best = Some(best.map_or(v, |b| b.min(v)));
+            }
+            match at.rfind('/') {
+                Some(i) => at.truncate(i),
+                None => break,
+            }
+        }
+        best
+    };
+    let own = read("/proc/self/cgroup").unwrap_or_default();
+    // v2: the unified hierarchy's "0::/path"
+    let v2_path = own.lines().find_map(|l| l.strip_prefix("0::")).map(str::trim);
+    if let Some(v) = tightest("/sys/fs/cgroup", "memory.max", v2_path) {
         return Some((v, "the cgroup's memory.max"));
     }
-    if let Some(v) = parse(read("/sys/fs/cgroup/memory.max")).filter(|&v| real(v)) {
-        return Some((v, "the cgroup's memory.max"));
-    }
-    if let Some(v) = parse(read("/sys/fs/cgroup/memory/memory.limit_in_bytes")).filter(|&v| real(v)) {
+    // v1: the memory controller's "N:memory:/path" (controllers may share a line: "cpu,memory")
+    let v1_path = own.lines().find_map(|l| {
+        let mut f = l.splitn(3, ':');
+        let (_, ctl, path) = (f.next()?, f.next()?, f.next()?);
+        ctl.split(',').any(|c| c == "memory").then(|| path.trim())
+    });
+    if let Some(v) = tightest("/sys/fs/cgroup/memory", "memory.limit_in_bytes", v1_path) {
         return Some((v, "the cgroup's memory.limit_in_bytes"));
     }
     match (available, total) {
@@ -335,5 +353,25 @@ mod tests {
         assert_eq!(ram_limit_from(none, Some(20 * gib), Some(24 * gib)), Some((20 * gib, "MemAvailable")));
         assert_eq!(ram_limit_from(fake(&[]), None, Some(24 * gib)), Some((24 * gib, "MemTotal")));
         assert_eq!(ram_limit_from(fake(&[]), None, None), None);
+        // v1, the process's own memory cgroup (a bench or container puts it there), not the root
+        let own_v1 = fake(&[
+            ("/proc/self/cgroup", "5:devices:/\n4:memory:/process_api/run7\n0::/\n"),
+            ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n"),
+            ("/sys/fs/cgroup/memory/process_api/run7/memory.limit_in_bytes", "4294967296\n"),
+        ]);
+        assert_eq!(ram_limit_from(own_v1, Some(20 * gib), Some(24 * gib)), Some((4 * gib, "the cgroup's memory.limit_in_bytes")));
+        // a tighter limit above the process's cgroup binds it too; controllers sharing a line
+        let nested = fake(&[
+            ("/proc/self/cgroup", "3:cpu,memory:/a/b\n"),
+            ("/sys/fs/cgroup/memory/a/memory.limit_in_bytes", "2147483648\n"),
+            ("/sys/fs/cgroup/memory/a/b/memory.limit_in_bytes", "4294967296\n"),
+        ]);
+        assert_eq!(ram_limit_from(nested, Some(20 * gib), Some(24 * gib)), Some((2 * gib, "the cgroup's memory.limit_in_bytes")));
+        let nested_v2 = fake(&[
+            ("/proc/self/cgroup", "0::/x/y\n"),
+            ("/sys/fs/cgroup/x/memory.max", "3221225472\n"),
+            ("/sys/fs/cgroup/x/y/memory.max", "max\n"),
+        ]);
+        assert_eq!(ram_limit_from(nested_v2, Some(20 * gib), Some(24 * gib)), Some((3 * gib, "the cgroup's memory.max")));
     }
 }
