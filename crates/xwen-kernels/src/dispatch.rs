@@ -200,13 +200,12 @@ pub fn row_kernel(weight: GgmlType, rows: usize) -> Option<RowKernel> {
 /// and, where the active kernel set has one, a multi-token kernel returning the same bits per
 /// token.
 pub fn tiled_kernels(ty: GgmlType) -> Option<(DotFn, Option<MultiDotFn>)> {
-    let vnni = crate::tiled::vnni_epilogue();
     #[cfg(target_arch = "x86_64")]
     if matches!(active(), Isa::Avx2 | Isa::Avx512) {
-        if let Some(k) = crate::simd::avx2_tiled::kernels(ty, vnni) {
+        if let Some(k) = crate::simd::avx2_tiled::kernels(ty) {
             return Some(k);
         }
     }
-    crate::tiled::ref_fn(ty, vnni).map(|d| (d, None))
+    crate::tiled::ref_fn(ty).map(|d| (d, None))
 }
 

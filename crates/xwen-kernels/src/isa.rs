@@ -47,7 +47,7 @@ pub fn generation() -> u32 {
 /// Whether the llama.cpp build whose float orders xwen reproduces takes its AVX-512 paths: the
 /// CPU has them and no `set_max_isa` cap below AVX-512 is in force. A cap to AVX2 thus means
 /// "reproduce an AVX2 build" on any x86 machine — the build the committed parity fixtures come
-/// from — in the kernels and in the reference-side choices (`tiled::vnni_epilogue`, the
+/// from — in the kernels and in the reference-side choices (the
 /// Q2_K repack, the f32 primitives' width). The scalar switch keeps the native build's orders.
 pub fn reference_avx512() -> bool {
     let cap = MAX_ISA.load(Ordering::Relaxed);

@@ -14,8 +14,8 @@
 //! s1  = Σ_sub scale · Σ (code - bias) · q8        (exact i32)
 //! s2  = Σ_sub min · Σ q8 over the sub-block        (exact i32, formats with a min)
 //! res = d · f32(s1);  res = fma(-dmin, f32(s2), res)
-//! acc = fma(res, d8, acc)                          (AVX2 kernel, tiled-kernel.cpp:383-400)
-//! acc = acc + res · d8                             (AVX-512 VNNI kernel: mul, then add)
+//! acc = fma(res, d8, acc)                          (AVX2 kernel, tiled-kernel.cpp:383-400;
+//!                                                   the VNNI kernel's mul + add, as GCC fuses it)
 //! ```
 //!
 //! `dot_ref` is that arithmetic in scalar form; `simd::avx2_tiled` computes the same bits.
@@ -40,22 +40,6 @@ pub fn applies(ty: GgmlType, rows: usize) -> bool {
         GgmlType::Q6_K | GgmlType::Q5_K | GgmlType::Q4_K | GgmlType::Q3_K | GgmlType::Q2_K | GgmlType::IQ4_XS
     );
     x86_simd && plain_kquant && !crate::q4k_repack::repacked_q8k(ty, rows)
-}
-
-/// Whether the reference's tiled kernel here is the AVX-512 VNNI one (accumulates with a
-/// separate multiply and add) rather than the AVX2 one (one fused multiply-add).
-pub fn vnni_epilogue() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        is_x86_feature_detected!("avx512vnni")
-            && is_x86_feature_detected!("avx512vl")
-            && is_x86_feature_detected!("avx512dq")
-            && crate::isa::reference_avx512()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
 }
 
 /// One weight block widened the way the tiled kernels see it.
@@ -174,51 +158,44 @@ pub fn block_sums(u: &Unpacked, q8: &[u8], bsums: &[i16; 16]) -> (i32, i32) {
     (s1, s2)
 }
 
-/// One block's contribution folded into `acc`, as the reference's epilogue does.
+/// One block's contribution folded into `acc`, as the reference's epilogue does. The AVX2
+/// kernel writes one fused multiply-add; the AVX-512 VNNI kernel writes a multiply and an add
+/// (`_mm512_add_ps(p, _mm512_mul_ps(result, d1))`), which GCC — llama.cpp's build compiler on
+/// Linux, `-ffp-contract=fast` by default — fuses into the same `vfmadd213ps` (checked in the
+/// b11434 native build's object code), so both give these bits.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)] // the epilogue's operands, kept scalar to mirror the reference
-pub fn fold(acc: f32, d: f32, dmin: f32, has_min: bool, s1: i32, s2: i32, d8: f32, vnni: bool) -> f32 {
+pub fn fold(acc: f32, d: f32, dmin: f32, has_min: bool, s1: i32, s2: i32, d8: f32) -> f32 {
     let mut res = d * s1 as f32;
     if has_min {
         res = (-dmin).mul_add(s2 as f32, res);
     }
-    if vnni {
-        acc + res * d8
-    } else {
-        res.mul_add(d8, acc)
-    }
+    res.mul_add(d8, acc)
 }
 
 /// Scalar tiled-order product of one `ty` row with one Q8_K row of n elements.
-pub fn dot_ref(ty: GgmlType, n: usize, w: &[u8], a: &[u8], vnni: bool) -> f32 {
+pub fn dot_ref(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
     let bb = ty.type_size();
     let mut acc = 0.0f32;
     for i in 0..n / QK_K {
         let u = unpack(ty, &w[i * bb..(i + 1) * bb]);
         let (d8, q8, bsums) = q8k_parts(&a[i * Q8_K_BYTES..(i + 1) * Q8_K_BYTES]);
         let (s1, s2) = block_sums(&u, q8, &bsums);
-        acc = fold(acc, u.d, u.dmin, u.has_min, s1, s2, d8, vnni);
+        acc = fold(acc, u.d, u.dmin, u.has_min, s1, s2, d8);
     }
     acc
 }
 
 macro_rules! ref_fns {
-    ($($ty:ident => $fma:ident, $vnni:ident;)*) => {
+    ($($ty:ident => $f:ident;)*) => {
         $(
-            fn $fma(n: usize, w: &[u8], a: &[u8]) -> f32 {
-                dot_ref(GgmlType::$ty, n, w, a, false)
-            }
-            fn $vnni(n: usize, w: &[u8], a: &[u8]) -> f32 {
-                dot_ref(GgmlType::$ty, n, w, a, true)
+            fn $f(n: usize, w: &[u8], a: &[u8]) -> f32 {
+                dot_ref(GgmlType::$ty, n, w, a)
             }
         )*
-        /// The scalar tiled-order dot for `ty` (with the VNNI or the FMA epilogue).
-        pub(crate) fn ref_fn(ty: GgmlType, vnni: bool) -> Option<DotFn> {
-            Some(match (ty, vnni) {
-                $(
-                    (GgmlType::$ty, false) => $fma,
-                    (GgmlType::$ty, true) => $vnni,
-                )*
+        /// The scalar tiled-order dot for `ty`.
+        pub(crate) fn ref_fn(ty: GgmlType) -> Option<DotFn> {
+            Some(match ty {
+                $(GgmlType::$ty => $f,)*
                 _ => return None,
             })
         }
@@ -226,11 +203,10 @@ macro_rules! ref_fns {
 }
 
 ref_fns! {
-    Q6_K => ref_q6_k, ref_q6_k_vnni;
-    Q5_K => ref_q5_k, ref_q5_k_vnni;
-    Q4_K => ref_q4_k, ref_q4_k_vnni;
-    Q3_K => ref_q3_k, ref_q3_k_vnni;
-    Q2_K => ref_q2_k, ref_q2_k_vnni;
-    IQ4_XS => ref_iq4_xs, ref_iq4_xs_vnni;
+    Q6_K => ref_q6_k;
+    Q5_K => ref_q5_k;
+    Q4_K => ref_q4_k;
+    Q3_K => ref_q3_k;
+    Q2_K => ref_q2_k;
+    IQ4_XS => ref_iq4_xs;
 }
-

@@ -76,7 +76,7 @@ fn row_loop(w: &QMatrix, xq: &[u8], grouped: bool, n_tok: usize) -> Vec<f32> {
             if n_tok == 1 {
                 dispatch::row_dot_fn(w.ty, w.rows).unwrap()(w.cols, w.row(r), xq)
             } else if n_tok >= tiled::MIN_BATCH && tiled::applies(w.ty, w.rows) {
-                tiled::dot_ref(w.ty, w.cols, w.row(r), xq, tiled::vnni_epilogue())
+                tiled::dot_ref(w.ty, w.cols, w.row(r), xq)
             } else if w.ty == GgmlType::Q4_K && q4k_repack::repacked(w.rows) {
                 if grouped {
                     q4k_repack::dot_gemm_ref(w.cols, w.row(r), xq)

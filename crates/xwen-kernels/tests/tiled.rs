@@ -39,9 +39,9 @@ fn tiled_kernels_match_reference_bits_and_exact_product() {
                 act.extend_from_slice(&row);
             }
             let stride = n / QK_K * Q8_K_BYTES;
-            for vnni in [false, true] {
+            {
                 let refs: Vec<f32> = (0..4)
-                    .map(|t| tiled::dot_ref(ty, n, &w, &act[t * stride..(t + 1) * stride], vnni))
+                    .map(|t| tiled::dot_ref(ty, n, &w, &act[t * stride..(t + 1) * stride]))
                     .collect();
                 // the exact product of the dequantized weight and the dequantized activations
                 for t in 0..4 {
@@ -53,13 +53,13 @@ fn tiled_kernels_match_reference_bits_and_exact_product() {
                     assert!(err <= 1e-5 * mag + 1e-6, "{ty:?} round {round}: {} vs {exact}", refs[t]);
                 }
                 #[cfg(target_arch = "x86_64")]
-                if let Some((dot, multi)) = xwen_kernels::simd::avx2_tiled::kernels(ty, vnni) {
+                if let Some((dot, multi)) = xwen_kernels::simd::avx2_tiled::kernels(ty) {
                     if !xwen_kernels::dispatch::supported(xwen_kernels::dispatch::Isa::Avx2) {
                         continue;
                     }
                     for t in 0..4 {
                         let v = dot(n, &w, &act[t * stride..(t + 1) * stride]);
-                        assert_eq!(v.to_bits(), refs[t].to_bits(), "{ty:?} single t{t} vnni {vnni}");
+                        assert_eq!(v.to_bits(), refs[t].to_bits(), "{ty:?} single t{t}");
                     }
                     let multi = multi.expect("multi kernel");
                     for k in 1..=4 {
@@ -85,7 +85,7 @@ fn tiled_order_differs_from_vec_dot_order() {
         let w = quantize(GgmlType::Q6_K, &randn(&mut rng, n, 0.05)).unwrap();
         let mut a = Vec::new();
         quantize_activations(GgmlType::Q6_K, &randn(&mut rng, n, 1.0), &mut a);
-        let t = tiled::dot_ref(GgmlType::Q6_K, n, &w, &a, false);
+        let t = tiled::dot_ref(GgmlType::Q6_K, n, &w, &a);
         let v = xwen_kernels::vec_dot(GgmlType::Q6_K, n, &w, &a);
         if t.to_bits() != v.to_bits() {
             differ += 1;

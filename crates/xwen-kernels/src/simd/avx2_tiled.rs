@@ -31,60 +31,50 @@ fn ggml_type(f: u8) -> GgmlType {
 }
 
 macro_rules! kernel_set {
-    ($f:expr, $dot:ident, $dotv:ident, $multi:ident, $multiv:ident) => {
+    ($f:expr, $dot:ident, $multi:ident) => {
         fn $dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
             let mut o = [0f32];
             // SAFETY: handed out by `kernels` only when AVX2/FMA/F16C were detected; callers
             // checked the slice lengths (one row of n elements each).
-            unsafe { multi::<1, { $f }, false>(n, w, a, 0, &mut o) };
-            o[0]
-        }
-        fn $dotv(n: usize, w: &[u8], a: &[u8]) -> f32 {
-            let mut o = [0f32];
-            // SAFETY: as above.
-            unsafe { multi::<1, { $f }, true>(n, w, a, 0, &mut o) };
+            unsafe { multi::<1, { $f }>(n, w, a, 0, &mut o) };
             o[0]
         }
         fn $multi(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
             // SAFETY: as above; `a` holds out.len() rows of `stride` bytes.
-            unsafe { dispatch_t::<{ $f }, false>(n, w, a, stride, out) }
-        }
-        fn $multiv(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
-            // SAFETY: as above.
-            unsafe { dispatch_t::<{ $f }, true>(n, w, a, stride, out) }
+            unsafe { dispatch_t::<{ $f }>(n, w, a, stride, out) }
         }
     };
 }
 
-kernel_set!(Q6K, q6_k, q6_k_v, q6_k_m, q6_k_mv);
-kernel_set!(Q4K, q4_k, q4_k_v, q4_k_m, q4_k_mv);
-kernel_set!(Q5K, q5_k, q5_k_v, q5_k_m, q5_k_mv);
-kernel_set!(Q3K, q3_k, q3_k_v, q3_k_m, q3_k_mv);
-kernel_set!(Q2K, q2_k, q2_k_v, q2_k_m, q2_k_mv);
+kernel_set!(Q6K, q6_k, q6_k_m);
+kernel_set!(Q4K, q4_k, q4_k_m);
+kernel_set!(Q5K, q5_k, q5_k_m);
+kernel_set!(Q3K, q3_k, q3_k_m);
+kernel_set!(Q2K, q2_k, q2_k_m);
 
-/// (single-token, multi-token) tiled-order kernels for `ty`; `vnni` selects the AVX-512 VNNI
-/// reference's epilogue. IQ4_XS (codes up to 241 overflow an i16 maddubs pair) has none here.
-pub fn kernels(ty: GgmlType, vnni: bool) -> Option<(DotFn, Option<MultiDotFn>)> {
-    let (d, dv, m, mv): (DotFn, DotFn, MultiDotFn, MultiDotFn) = match ty {
-        GgmlType::Q6_K => (q6_k, q6_k_v, q6_k_m, q6_k_mv),
-        GgmlType::Q4_K => (q4_k, q4_k_v, q4_k_m, q4_k_mv),
-        GgmlType::Q5_K => (q5_k, q5_k_v, q5_k_m, q5_k_mv),
-        GgmlType::Q3_K => (q3_k, q3_k_v, q3_k_m, q3_k_mv),
-        GgmlType::Q2_K => (q2_k, q2_k_v, q2_k_m, q2_k_mv),
+/// (single-token, multi-token) tiled-order kernels for `ty`. IQ4_XS (codes up to 241 overflow
+/// an i16 maddubs pair) has none here.
+pub fn kernels(ty: GgmlType) -> Option<(DotFn, Option<MultiDotFn>)> {
+    let (d, m): (DotFn, MultiDotFn) = match ty {
+        GgmlType::Q6_K => (q6_k, q6_k_m),
+        GgmlType::Q4_K => (q4_k, q4_k_m),
+        GgmlType::Q5_K => (q5_k, q5_k_m),
+        GgmlType::Q3_K => (q3_k, q3_k_m),
+        GgmlType::Q2_K => (q2_k, q2_k_m),
         _ => return None,
     };
-    Some(if vnni { (dv, Some(mv)) } else { (d, Some(m)) })
+    Some((d, Some(m)))
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dispatch_t<const F: u8, const V: bool>(
+unsafe fn dispatch_t<const F: u8>(
     n: usize,
     w: &[u8],
     a: &[u8],
     stride: usize,
     out: &mut [f32],
 ) {
-    count_1_to_4!(out.len(), multi::<N, F, V>(n, w, a, stride, out))
+    count_1_to_4!(out.len(), multi::<N, F>(n, w, a, stride, out))
 }
 
 #[inline(always)]
@@ -206,7 +196,7 @@ unsafe fn widen<const F: u8>(b: &[u8]) -> Block {
 }
 
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn multi<const T: usize, const F: u8, const V: bool>(
+unsafe fn multi<const T: usize, const F: u8>(
     n: usize,
     w: &[u8],
     a: &[u8],
@@ -241,7 +231,7 @@ unsafe fn multi<const T: usize, const F: u8, const V: bool>(
                 0
             };
             let d8 = f32::from_le_bytes([a[base], a[base + 1], a[base + 2], a[base + 3]]);
-            acc[t] = fold(acc[t], blk.d, blk.dmin, has_min, s1, s2, d8, V);
+            acc[t] = fold(acc[t], blk.d, blk.dmin, has_min, s1, s2, d8);
         }
     }
     out[..T].copy_from_slice(&acc);
