@@ -87,6 +87,15 @@ pub fn matrix_kernels(
         };
         return Some((d, None));
     }
+    if weight == GgmlType::Q2_K && crate::q4k_repack::repacked_q8k(weight, rows) {
+        #[cfg(target_arch = "x86_64")]
+        if matches!(active(), Isa::Avx2 | Isa::Avx512) {
+            let d: DotFn = if grouped { crate::simd::avx2::dot_q2_k_gemm } else { crate::simd::avx2::dot_q2_k_gemv };
+            return Some((d, None));
+        }
+        let d: DotFn = if grouped { crate::q2k_repack::dot_gemm_ref } else { crate::q2k_repack::dot_gemv_ref };
+        return Some((d, None));
+    }
     #[cfg(target_arch = "x86_64")]
     if crate::q4k_repack::repacked_q8_0(weight, rows) && matches!(active(), Isa::Avx2 | Isa::Avx512) {
         let d: DotFn = if weight == GgmlType::Q4_0 { crate::simd::avx2::dot_q4_0_repacked } else { crate::simd::avx2::dot_iq4_nl_repacked };

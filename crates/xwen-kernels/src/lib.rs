@@ -15,6 +15,7 @@ pub mod isa;
 pub mod membw;
 mod matmul;
 mod pool;
+pub mod q2k_repack;
 pub mod q4k_repack;
 pub mod simd;
 pub mod tiled;

@@ -59,8 +59,9 @@ impl AttnWeights {
 }
 
 /// Mixer output for the batch `rows` of normalized input x (rows.n × hidden); `kvs[i]` is the
-/// KV cache of span i's sequence, which the span's keys and values are appended to.
-pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows, kvs: &mut [&mut KvCache]) -> Vec<f32> {
+/// KV cache of span i's sequence, which the span's keys and values are appended to. `il`
+/// names the layer's taps.
+pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows, kvs: &mut [&mut KvCache], il: usize) -> Vec<f32> {
     assert_eq!(kvs.len(), rows.spans.len(), "one KV cache per span");
     let n = rows.n;
     let hd = d.head_dim;
@@ -97,9 +98,12 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
     if let Some(r) = rot_v {
         hadamard_rows(&mut out, r);
     }
+    ctx.tap("attn_pregate", Some(il), &out, hq);
     for (o, &g) in out.iter_mut().zip(&gate) {
         *o *= ops::sigmoid(g);
     }
+    // llama.cpp's name for attn_output's input
+    ctx.tap("attn_gated", Some(il), &out, hq);
     drop(sp);
     let _sp = ctx.span(Op::AttnProj);
     ctx.mm_rows1(&w.o, &out, rows)

@@ -486,7 +486,7 @@ pub fn layer_forward(
                 LayerState::Attn(kv) => Some(kv),
                 _ => None,
             })?;
-            attention::forward(ctx, w, &cfg.attn, xn, rows, &mut kvs)
+            attention::forward(ctx, w, &cfg.attn, xn, rows, &mut kvs, il)
         }
         Mixer::Delta(w) => {
             let mut ds = layer_states(states, il, |l| match l {

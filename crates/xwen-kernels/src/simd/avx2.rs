@@ -640,6 +640,68 @@ unsafe fn dot_q2_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     hsum_ps(acc)
 }
 
+/// Q2_K in the repacked kernels' order (`crate::q2k_repack`): ggml_gemv_q2_K_8x8_q8_K.
+pub fn dot_q2_k_gemv(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    // SAFETY: handed out by dispatch only after detecting AVX2/FMA/F16C; lengths checked by
+    // the callers.
+    unsafe { dot_q2_k_repacked::<false>(n, w, a) }
+}
+
+/// Q2_K in ggml_gemm_q2_K_8x8_q8_K's order (a row of a 4-token group).
+pub fn dot_q2_k_gemm(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    // SAFETY: as in `dot_q2_k_gemv`.
+    unsafe { dot_q2_k_repacked::<true>(n, w, a) }
+}
+
+/// `dot_q2_k`'s integer work per 128-element half, reduced to exact scalars before the
+/// repacked kernels' scalar FMAs (one per block for the gemv, one per half for the gemm).
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q2_k_repacked<const GEMM: bool>(n: usize, w: &[u8], a: &[u8]) -> f32 {
+    let m3 = _mm256_set1_epi8(3);
+    let (mut acc, mut accm) = (0f32, 0f32);
+    for i in 0..n / QK {
+        let (bw, ba) = (i * 84, i * Q8K);
+        let dy = f32at(a, ba);
+        let (d, dmin) = (h2f(w, bw + 80) * dy, h2f(w, bw + 82) * dy);
+        let mins = _mm256_cvtepi8_epi16(_mm_and_si128(_mm_srli_epi16(load128(w, bw), 4), _mm_set1_epi8(0x0f)));
+        // lane l: sub-blocks 2l and 2l + 1, so lanes 0..4 are the first half's
+        let prod = _mm256_madd_epi16(mins, load(a, ba + 4 + QK));
+        let m = [hsum_i32x4(_mm256_castsi256_si128(prod)), hsum_i32x4(_mm256_extracti128_si256(prod, 1))];
+        let mut s = [0i32; 2];
+        for (h, sh) in s.iter_mut().enumerate() {
+            let qb = load(w, bw + 16 + 32 * h);
+            let mut sumi = _mm256_setzero_si256();
+            for k in 0..4 {
+                let q = _mm256_and_si256(_mm256_srl_epi16(qb, _mm_cvtsi32_si128(2 * k as i32)), m3);
+                let p = _mm256_maddubs_epi16(q, load(a, ba + 4 + 128 * h + 32 * k));
+                let g = 8 * h + 2 * k;
+                let sc = _mm256_setr_m128i(_mm_set1_epi16((w[bw + g] & 0xf) as i16), _mm_set1_epi16((w[bw + g + 1] & 0xf) as i16));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sc, p));
+            }
+            *sh = hsum_i32x4(_mm_add_epi32(_mm256_castsi256_si128(sumi), _mm256_extracti128_si256(sumi, 1)));
+        }
+        if GEMM {
+            for h in 0..2 {
+                acc = (s[h] as f32).mul_add(d, acc);
+                accm = (m[h] as f32).mul_add(dmin, accm);
+            }
+        } else {
+            acc = ((s[0] + s[1]) as f32).mul_add(d, acc);
+            accm = ((m[0] + m[1]) as f32).mul_add(dmin, accm);
+        }
+    }
+    acc - accm
+}
+
+/// The sum of four i32 lanes (exact).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn hsum_i32x4(v: __m128i) -> i32 {
+    let s = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    _mm_cvtsi128_si32(s)
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q3_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let m3 = _mm256_set1_epi8(3);
