@@ -15,7 +15,8 @@ bit-identical or the first differing position and the largest difference, greedy
 Exit status 1 if anything differs.
 
 --record appends each case that agreed to MANIFEST (JSON; default tests/fixtures/parity/random/
-manifest.json): family, seed, mix, the file's FNV-1a, the prompts, and per setting each
+manifest.json; with --isa native, tests/fixtures/parity/random/manifest-native.json is the file
+for a native build's records, each case listing the CPU flags its orders depend on): family, seed, mix, the file's FNV-1a, the prompts, and per setting each
 position's FNV-1a of its logits' bytes with the greedy ids — what
 crates/xwen-synth/tests/random_geometries.rs checks in CI without llama.cpp (it re-synthesizes
 the same file from the seed). No numpy needed.
@@ -42,6 +43,21 @@ def fnv1a(data: bytes) -> str:
     for b in data:
         h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
     return f"{h:016x}"
+
+
+# CPU flags that select a different float order in llama.cpp's -march=native build (or in
+# xwen's twin of it): AVX-512 widths, VNNI's tiled kernel and Q2_K repack, BF16's vdpbf16ps
+ORDER_FLAGS = ["avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni", "avx512_bf16"]
+
+
+def order_flags():
+    flags = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    return [fl for fl in ORDER_FLAGS if fl in flags]
 
 
 def seeds_of(spec: str):
@@ -174,6 +190,10 @@ def main():
                     case["settings"][setting] = recs
                 print(f"  {name}: {geometry}", flush=True)
                 if args.record and ok_case:
+                    if args.isa == "native":
+                        # what the reference's orders depend on: the test runs these records only
+                        # on a CPU that has every one of them
+                        case["cpu_flags"] = order_flags()
                     manifest = [c for c in manifest if (c["family"], c["seed"], c["mix"]) != (family, seed, mix)]
                     manifest.append(case)
                 if not args.keep:

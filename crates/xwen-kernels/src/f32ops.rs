@@ -66,17 +66,31 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     dot_portable(a, b)
 }
 
-/// Σ a[i]·b[i] in tinyBLAS's order (llamafile sgemm, one 8-lane FMA chain over the length, then
-/// a horizontal sum) where the active kernels have it and the length is a multiple of 8 — what
-/// llama.cpp computes when it hands a contiguous f32 batch to tinyBLAS; else `dot`.
+/// Σ a[i]·b[i] in tinyBLAS's order (llamafile sgemm gemm_bloc: one FMA chain of
+/// `tinyblas_lanes()` lanes over the length, the k % lanes tail as one more zero-padded step,
+/// then the build's horizontal sum) — what llama.cpp computes when it hands a contiguous f32
+/// batch to tinyBLAS; `dot` where no SIMD set is active.
 pub fn dot_tinyblas(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len());
     #[cfg(target_arch = "x86_64")]
-    if a.len().is_multiple_of(8) && matches!(level(), AVX2 | AVX512) {
-        // SAFETY: AVX2/FMA were detected at run time (AVX512 implies them here).
-        return unsafe { x86::dot256_tinyblas(a, b) };
+    match level() {
+        // SAFETY: the features were detected at run time (AVX512 implies AVX2/FMA here).
+        AVX512 => return unsafe { x86::dot512_tinyblas(a, b) },
+        AVX2 => return unsafe { x86::dot256_tinyblas(a, b) },
+        _ => {}
     }
     dot(a, b)
+}
+
+/// The lanes of tinyBLAS's f32 accumulators in the build xwen reproduces: 16 in an AVX-512
+/// build (tinyBLAS<16, __m512>), else 8 (tinyBLAS<8, __m256>). ggml_vec_dot_f32 keeps four
+/// accumulators of that many lanes.
+pub fn tinyblas_lanes() -> usize {
+    if crate::isa::reference_avx512() {
+        16
+    } else {
+        8
+    }
 }
 
 /// y[i] += a·x[i].
@@ -374,18 +388,45 @@ pub(crate) mod x86 {
         _mm_cvtss_f32(_mm_hadd_ps(t1, t1))
     }
 
-    /// tinyBLAS<8>'s per-output order: one 8-lane FMA chain, then its hsum (the 128-bit halves,
-    /// then movehl and movehdup). The same bits as `simd::avx2`'s F32 matrix kernel.
+    /// tinyBLAS<8>'s per-output order: one 8-lane FMA chain (the n % 8 tail as a zero-padded
+    /// step, `load_partial`), then its hsum (the 128-bit halves, then movehl and movehdup). The
+    /// same bits as `simd::avx2`'s F32 matrix kernel.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot256_tinyblas(a: &[f32], b: &[f32]) -> f32 {
-        let (pa, pb) = (a.as_ptr(), b.as_ptr());
+        let (pa, pb, n) = (a.as_ptr(), b.as_ptr(), a.len());
         let mut acc = _mm256_setzero_ps();
-        for i in (0..a.len()).step_by(8) {
+        let mut i = 0;
+        while i + 8 <= n {
             acc = _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc);
+            i += 8;
+        }
+        if i < n {
+            let (mut ta, mut tb) = ([0f32; 8], [0f32; 8]);
+            ta[..n - i].copy_from_slice(&a[i..]);
+            tb[..n - i].copy_from_slice(&b[i..]);
+            acc = _mm256_fmadd_ps(_mm256_loadu_ps(ta.as_ptr()), _mm256_loadu_ps(tb.as_ptr()), acc);
         }
         let r = _mm_add_ps(_mm256_extractf128_ps(acc, 1), _mm256_castps256_ps128(acc));
         let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
         _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)))
+    }
+
+    /// tinyBLAS<16>'s per-output order in an AVX-512 build: one 16-lane FMA chain (the n % 16
+    /// tail masked, as `load_partial`), then GCC's `_mm512_reduce_add_ps` (`reduce_add512`).
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn dot512_tinyblas(a: &[f32], b: &[f32]) -> f32 {
+        let (pa, pb, n) = (a.as_ptr(), b.as_ptr(), a.len());
+        let mut acc = _mm512_setzero_ps();
+        let mut i = 0;
+        while i + 16 <= n {
+            acc = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i)), acc);
+            i += 16;
+        }
+        if i < n {
+            let m: __mmask16 = (1u32 << (n - i)) as u16 - 1;
+            acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, pa.add(i)), _mm512_maskz_loadu_ps(m, pb.add(i)), acc);
+        }
+        reduce_add512(acc)
     }
 
     #[target_feature(enable = "avx2,fma")]

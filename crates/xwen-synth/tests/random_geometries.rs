@@ -11,8 +11,8 @@ use std::path::PathBuf;
 use xwen_engine::{EngineConfig, FlashAttn, KvType, LogitsMode, Model, SeqStep};
 use xwen_synth::{fnv1a, random_geometry, write_geometry, Family, Mix};
 
-fn manifest() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity/random/manifest.json")
+fn manifest(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity/random").join(name)
 }
 
 fn row_hash(row: &[f32]) -> String {
@@ -35,8 +35,9 @@ fn ids(v: &serde_json::Value) -> Vec<u32> {
 }
 
 /// The engine settings of a record's setting (`f16-on`: KV type, flash attention), with the
-/// kernels capped to AVX2 on an AVX-512 machine: the records come from llama.cpp's AVX2 build.
-fn config(setting: &str) -> EngineConfig {
+/// kernels capped to AVX2 on an AVX-512 machine unless the case is a native build's record
+/// (`cpu_flags`): manifest.json comes from llama.cpp's AVX2 build.
+fn config(setting: &str, native: bool) -> EngineConfig {
     let (kv, fa) = setting.split_once('-').expect("KV-FA");
     let kv: KvType = kv.parse().unwrap();
     let mut cfg = EngineConfig {
@@ -46,10 +47,38 @@ fn config(setting: &str) -> EngineConfig {
         flash_attn: if fa == "on" { FlashAttn::On } else { FlashAttn::Off },
         ..EngineConfig::default()
     };
-    if xwen_kernels::dispatch::detected() == xwen_kernels::dispatch::Isa::Avx512 {
-        cfg.max_isa = Some(xwen_kernels::dispatch::Isa::Avx2);
-    }
+    // the cap is process-wide: set it either way (the native records run after the capped ones)
+    let detected = xwen_kernels::dispatch::detected();
+    cfg.max_isa = Some(if !native && detected == xwen_kernels::dispatch::Isa::Avx512 { xwen_kernels::dispatch::Isa::Avx2 } else { detected });
     cfg
+}
+
+/// A native build's record (it lists the CPU flags its orders depend on).
+fn is_native(case: &serde_json::Value) -> bool {
+    case.get("cpu_flags").is_some()
+}
+
+/// The flags of a native record this CPU lacks (its orders are not this CPU's build's).
+#[cfg(target_arch = "x86_64")]
+fn missing_flags(case: &serde_json::Value) -> Vec<String> {
+    let has = |f: &str| match f {
+        "avx2" => is_x86_feature_detected!("avx2"),
+        "fma" => is_x86_feature_detected!("fma"),
+        "f16c" => is_x86_feature_detected!("f16c"),
+        "avx512f" => is_x86_feature_detected!("avx512f"),
+        "avx512bw" => is_x86_feature_detected!("avx512bw"),
+        "avx512vl" => is_x86_feature_detected!("avx512vl"),
+        "avx512dq" => is_x86_feature_detected!("avx512dq"),
+        "avx512_vnni" => is_x86_feature_detected!("avx512vnni"),
+        "avx512_bf16" => is_x86_feature_detected!("avx512bf16"),
+        _ => false,
+    };
+    case["cpu_flags"].as_array().map_or(Vec::new(), |fl| fl.iter().filter_map(|f| f.as_str()).filter(|f| !has(f)).map(String::from).collect())
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn missing_flags(case: &serde_json::Value) -> Vec<String> {
+    case["cpu_flags"].as_array().map_or(Vec::new(), |fl| fl.iter().filter_map(|f| f.as_str()).map(String::from).collect())
 }
 
 /// Checks one recorded case; returns its failures.
@@ -74,7 +103,7 @@ fn check(case: &serde_json::Value, dir: &std::path::Path) -> Vec<String> {
     let prompts: Vec<Vec<u32>> = case["prompts"].as_array().unwrap().iter().map(ids).collect();
     let mut fails = Vec::new();
     for (setting, recs) in case["settings"].as_object().unwrap() {
-        let m = Model::load(&path, &config(setting)).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let m = Model::load(&path, &config(setting, is_native(case))).unwrap_or_else(|e| panic!("{name}: {e}"));
         let n = m.n_vocab();
         for (i, (p, rec)) in prompts.iter().zip(recs.as_array().unwrap()).enumerate() {
             let want: Vec<&str> = rec["logits_fnv1a"].as_array().unwrap().iter().map(|h| h.as_str().unwrap()).collect();
@@ -108,7 +137,7 @@ fn check(case: &serde_json::Value, dir: &std::path::Path) -> Vec<String> {
 /// a cache smaller than the model's experts.
 fn check_batched(case: &serde_json::Value, name: &str, path: &std::path::Path, prompts: &[Vec<u32>]) -> Vec<String> {
     let (setting, recs) = case["settings"].as_object().unwrap().iter().next().unwrap();
-    let mut cfg = config(setting);
+    let mut cfg = config(setting, is_native(case));
     if case["family"].as_str() != Some("qwen35") {
         // the floor plus a few experts: most routed experts are read from the file; the plan
         // holds every prompt's state at once
@@ -154,18 +183,53 @@ fn check_batched(case: &serde_json::Value, name: &str, path: &std::path::Path, p
     fails
 }
 
-#[test]
-fn random_geometries_are_bit_identical_to_llama_cpp() {
-    let cases: Vec<serde_json::Value> = serde_json::from_str(&std::fs::read_to_string(manifest()).unwrap()).unwrap();
-    assert!(cases.len() >= 8, "the manifest holds {} cases", cases.len());
-    let dir = std::env::temp_dir().join(format!("xwen-random-geometries-{}", std::process::id()));
+/// Every case of a manifest checked (files synthesized under a directory of `tag`'s own: the
+/// tests run at once); returns the failures.
+fn check_manifest(cases: &[serde_json::Value], tag: &str) -> Vec<String> {
+    let dir = std::env::temp_dir().join(format!("xwen-random-geometries-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut fails = Vec::new();
-    for case in &cases {
+    for case in cases {
         fails.extend(check(case, &dir));
     }
     let _ = std::fs::remove_dir_all(&dir);
+    fails
+}
+
+fn load(name: &str) -> Vec<serde_json::Value> {
+    serde_json::from_str(&std::fs::read_to_string(manifest(name)).unwrap()).unwrap()
+}
+
+/// Both manifests in one test, one after the other: the kernel cap they need is process-wide.
+#[test]
+fn random_geometries_are_bit_identical_to_llama_cpp() {
+    avx2_build_records();
+    native_avx512_build_records();
+}
+
+fn avx2_build_records() {
+    let cases = load("manifest.json");
+    assert!(cases.len() >= 8, "the manifest holds {} cases", cases.len());
+    assert!(cases.iter().all(|c| !is_native(c)), "manifest.json holds the AVX2 build's records only");
+    let fails = check_manifest(&cases, "avx2");
     let families: std::collections::BTreeSet<&str> = cases.iter().map(|c| c["family"].as_str().unwrap()).collect();
     assert_eq!(families.len(), Family::ALL.len(), "every family is recorded: {families:?}");
     assert!(fails.is_empty(), "{} of {} cases differ from llama.cpp:\n{}", fails.len(), cases.len(), fails.join("\n"));
+}
+
+/// The records of llama.cpp b11434 built with `-march=native` (GCC) on an AVX-512 CPU
+/// (manifest-native.json: the AVX-512 widths, VNNI's tiled epilogue and Q2_K repack, BF16's
+/// vdpbf16ps), against xwen uncapped — run where this CPU has every flag the records list.
+fn native_avx512_build_records() {
+    let cases = load("manifest-native.json");
+    assert!(cases.len() >= 8 && cases.iter().all(is_native), "the native manifest holds {} cases, each with its cpu_flags", cases.len());
+    let missing = missing_flags(&cases[0]);
+    if !missing.is_empty() {
+        eprintln!("SKIP native records: they need CPU flags this machine lacks: {missing:?} (an AVX-512 CPU with VNNI and BF16)");
+        return;
+    }
+    let fails = check_manifest(&cases, "native");
+    let families: std::collections::BTreeSet<&str> = cases.iter().map(|c| c["family"].as_str().unwrap()).collect();
+    assert_eq!(families.len(), Family::ALL.len(), "every family is recorded: {families:?}");
+    assert!(fails.is_empty(), "{} of {} cases differ from llama.cpp's native build:\n{}", fails.len(), cases.len(), fails.join("\n"));
 }

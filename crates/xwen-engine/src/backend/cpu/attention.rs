@@ -63,7 +63,7 @@ pub fn attend(pool: &Pool, q: &[f32], caches: &[&KvCache], rows: &Rows, a: &Attn
         let hat = at(h);
         let n_ctx = kc.len() / a.k_row.max(1);
         let mut scores = vec![0.0f32; n_ctx];
-        let mut lanes = vec![0.0f32; 32 * vd];
+        let mut lanes = vec![0.0f32; 64 * vd];
         // kq = k·q: with one query head the permuted q of 2+ rows is contiguous, so ggml
         // hands it to tinyBLAS (n_kv, padded to 256, always fits its row rule); with more
         // heads q is a strided view and every score is a vec_dot
@@ -87,18 +87,21 @@ pub fn attend(pool: &Pool, q: &[f32], caches: &[&KvCache], rows: &Rows, a: &Attn
 }
 
 /// out = Σ_p a[p] · v(p), in the rounding of llama.cpp's CPU kqv = mul_mat(vᵀ, kq), whose
-/// reduction runs over the KV positions separately for every output element:
-/// - batches of 2+ tokens go through llamafile's tinyBLAS (sgemm.cpp gemm_bloc, AVX2): 8 lane
-///   accumulators, position p into lane p % 8 by FMA, then its hsum ((l_i + l_{i+4}) pairs,
-///   then movehl, then movehdup);
-/// - a single token (tinyBLAS refuses n < 2) goes through ggml_vec_dot_f32: 4 × 8 lane
-///   accumulators over steps of 32 positions, then GGML_F32x8_REDUCE.
+/// reduction runs over the KV positions separately for every output element, with the lane
+/// width L of the build reproduced (`f32ops::tinyblas_lanes`: 8 for AVX2, 16 for AVX-512):
+/// - batches of 2+ tokens go through llamafile's tinyBLAS (sgemm.cpp gemm_bloc): L lane
+///   accumulators, position p into lane p % L by FMA, then its hsum (AVX2: (l_i + l_{i+4})
+///   pairs, then movehl, then movehdup; AVX-512: GCC's `_mm512_reduce_add_ps` tree);
+/// - a single token (tinyBLAS refuses n < 2) goes through ggml_vec_dot_f32: 4 × L lane
+///   accumulators over steps of 4L positions, then GGML_F32x8_REDUCE / GGML_F32x16_REDUCE.
 ///
-/// Positions past `a.len()` are masked to 0 there and add nothing. `lanes` is scratch of
-/// 32 × out.len(). Each lane is an FMA chain vectorized across the head dimension.
+/// Positions past `a.len()` are masked to 0 there and add nothing (llama.cpp's kq row is padded
+/// to 256, a multiple of 4L). `lanes` is scratch of 64 × out.len(). Each lane is an FMA chain
+/// vectorized across the head dimension.
 pub(crate) fn weighted_v_sum<'a>(a: &[f32], v: impl Fn(usize) -> &'a [f32], single: bool, lanes: &mut [f32], out: &mut [f32]) {
     let hd = out.len();
-    let n_lanes = if single { 32 } else { 8 };
+    let width = xwen_kernels::f32ops::tinyblas_lanes();
+    let n_lanes = if single { 4 * width } else { width };
     let lanes = &mut lanes[..n_lanes * hd];
     lanes.fill(0.0);
     for (p, &w) in a.iter().enumerate() {
@@ -106,20 +109,34 @@ pub(crate) fn weighted_v_sum<'a>(a: &[f32], v: impl Fn(usize) -> &'a [f32], sing
     }
     let l = |i: usize, d: usize| lanes[i * hd + d];
     for (d, o) in out.iter_mut().enumerate() {
-        // one 8-wide register x: lane k of x is l(k, d) (tinyBLAS) or the reduced accumulator
-        let x: [f32; 8] = if single {
-            // x[j] (accumulator j holds positions 8j..8j+8 of every 32): x0+x2, x1+x3, then sum
-            std::array::from_fn(|k| (l(k, d) + l(16 + k, d)) + (l(8 + k, d) + l(24 + k, d)))
+        *o = if width == 16 {
+            // one 16-wide register x: the chain (tinyBLAS) or the reduced accumulators
+            // (acc_j holds positions 16j..16j+16 of every 64): (x0 + x2) + (x1 + x3)
+            let x: [f32; 16] = if single {
+                std::array::from_fn(|k| (l(k, d) + l(32 + k, d)) + (l(16 + k, d) + l(48 + k, d)))
+            } else {
+                std::array::from_fn(|k| l(k, d))
+            };
+            // GCC's _mm512_reduce_add_ps: 256-bit halves, 128-bit halves, then 0+2 / 1+3
+            let t3: [f32; 8] = std::array::from_fn(|i| x[i + 8] + x[i]);
+            let t6: [f32; 4] = std::array::from_fn(|i| t3[i + 4] + t3[i]);
+            (t6[0] + t6[2]) + (t6[1] + t6[3])
         } else {
-            std::array::from_fn(|k| l(k, d))
-        };
-        let h: [f32; 4] = std::array::from_fn(|i| x[i] + x[i + 4]);
-        *o = if single {
-            // _mm_hadd_ps twice: (h0 + h1) + (h2 + h3)
-            (h[0] + h[1]) + (h[2] + h[3])
-        } else {
-            // movehl then movehdup: (h0 + h2) + (h1 + h3)
-            (h[0] + h[2]) + (h[1] + h[3])
+            // one 8-wide register x: lane k of x is l(k, d) (tinyBLAS) or the reduced accumulator
+            let x: [f32; 8] = if single {
+                // x[j] (accumulator j holds positions 8j..8j+8 of every 32): x0+x2, x1+x3, then sum
+                std::array::from_fn(|k| (l(k, d) + l(16 + k, d)) + (l(8 + k, d) + l(24 + k, d)))
+            } else {
+                std::array::from_fn(|k| l(k, d))
+            };
+            let h: [f32; 4] = std::array::from_fn(|i| x[i] + x[i + 4]);
+            if single {
+                // _mm_hadd_ps twice: (h0 + h1) + (h2 + h3)
+                (h[0] + h[1]) + (h[2] + h[3])
+            } else {
+                // movehl then movehdup: (h0 + h2) + (h1 + h3)
+                (h[0] + h[2]) + (h[1] + h[3])
+            }
         };
     }
 }
