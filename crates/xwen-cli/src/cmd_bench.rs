@@ -216,12 +216,16 @@ fn bench_membw(threads: usize, mib: usize, passes: usize, output: Output) -> Res
 /// Reads one byte of every page of every tensor, so the timed runs do not include page faults
 /// that fetch weights from disk. llama.cpp maps with MAP_POPULATE (and copies repacked tensors to
 /// RAM) at load, outside llama-bench's timings; this is the same. Returns the bytes covered.
+/// Routed experts that stream under `--ram-budget` are left alone: they are read into the
+/// bounded cache, never through the mapping, and paging all of them in would fill the page
+/// cache (inside a memory cgroup, evicting the trunk's pages) with what the budget keeps out.
 fn prefault(model: &Model) -> u64 {
     const PAGE: usize = 4096;
     let f = model.gguf();
+    let streamed = model.streams_experts();
     let mut sum = 0u8;
     let mut bytes = 0u64;
-    for t in f.tensors() {
+    for t in f.tensors().iter().filter(|t| !(streamed && t.name.contains("_exps."))) {
         let d = f.tensor_data(t);
         bytes += d.len() as u64;
         for i in (0..d.len()).step_by(PAGE) {
