@@ -141,6 +141,13 @@ pub fn dot_fn(weight: GgmlType) -> Option<DotFn> {
     })
 }
 
+/// The lanes 0..r of a 16-lane vector (r < 16).
+#[inline]
+fn tail_mask(r: usize) -> __mmask16 {
+    debug_assert!(r < 16);
+    ((1u32 << r) - 1) as __mmask16
+}
+
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn load256(p: &[u8], off: usize) -> __m256i {
@@ -175,15 +182,17 @@ unsafe fn dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
 unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
     // F32 weights against 2+ tokens go through llamafile's tinyBLAS in an AVX-512 build of
     // llama.cpp (sgemm.cpp tinyBLAS<16, __m512, ...>): one 16-lane FMA chain per output over k,
-    // then GCC's _mm512_reduce_add_ps. Where k % 16 != 0 ggml's one-token vec_dot runs (as the
-    // AVX2 build's k % 8 rule); single tokens take `dot_f32_vec_dot`.
-    if !n.is_multiple_of(16) {
-        return dot_f32_vec_dot(n, w, a);
-    }
+    // the k % 16 tail one more step of masked (zero-filled) loads (gemm_bloc's load_partial),
+    // then GCC's _mm512_reduce_add_ps; single tokens take `dot_f32_vec_dot`.
     let (pw, pa) = (w.as_ptr() as *const f32, a.as_ptr() as *const f32);
+    let full = n / 16 * 16;
     let mut acc = _mm512_setzero_ps();
-    for i in (0..n).step_by(16) {
+    for i in (0..full).step_by(16) {
         acc = _mm512_fmadd_ps(_mm512_loadu_ps(pw.add(i)), _mm512_loadu_ps(pa.add(i)), acc);
+    }
+    if full < n {
+        let m = tail_mask(n - full);
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, pw.add(full)), _mm512_maskz_loadu_ps(m, pa.add(full)), acc);
     }
     crate::f32ops::x86::reduce_add512(acc)
 }
@@ -191,13 +200,17 @@ unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
     // tinyBLAS<16> over F16 (the activations converted to F16 first): one 16-lane FMA chain of
-    // the widened values per output, then GCC's _mm512_reduce_add_ps; k % 16 != 0: vec_dot.
-    if !n.is_multiple_of(16) {
-        return dot_f16_ggml512(n, w, a);
-    }
+    // the widened values per output, the k % 16 tail masked as `dot_f32`'s, then GCC's
+    // _mm512_reduce_add_ps.
+    let full = n / 16 * 16;
     let mut acc = _mm512_setzero_ps();
-    for i in (0..n).step_by(16) {
+    for i in (0..full).step_by(16) {
         acc = _mm512_fmadd_ps(_mm512_cvtph_ps(load256(w, 2 * i)), _mm512_cvtph_ps(load256(a, 2 * i)), acc);
+    }
+    if full < n {
+        let m = tail_mask(n - full);
+        let (pw, pa) = (w.as_ptr().add(2 * full) as *const i16, a.as_ptr().add(2 * full) as *const i16);
+        acc = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, pw)), _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, pa)), acc);
     }
     crate::f32ops::x86::reduce_add512(acc)
 }
