@@ -101,3 +101,47 @@ fn tensor_dumps_and_compare_dumps() {
     assert!(out.trim_end().lines().last().unwrap().starts_with("ffn_out-2: DIFFERS from row 1"), "{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Two-sided: the trained tiny MoE's routing against llama.cpp's own, recorded with
+/// `llama_dump --filter ffn_moe_probs,ffn_moe_weights_norm` (b11434, f16 KV, flash attention)
+/// and converted by tools/oracle/llama_routes.py (tests/fixtures/routes/): every position's
+/// chosen experts in llama.cpp's order, and their weights. The prompt's tightest decision has a
+/// margin of 2.2e-6 (Q4_K_M), and xwen's AVX2 orders (`--isa avx2`) route it the same.
+#[test]
+fn trained_moe_routes_equal_llama_cpps() {
+    let shared = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/models/gguf");
+    let fixtures = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/routes");
+    let ids: Vec<String> = std::fs::read_to_string(format!("{fixtures}/code.ids")).unwrap().split_whitespace().map(String::from).collect();
+    for quant in ["q8_0", "q4_k_m"] {
+        let model = format!("{shared}/tiny-qwen35moe-{quant}.gguf");
+        if !std::path::Path::new(&model).exists() {
+            eprintln!("SKIP {quant}: ../shared/models/gguf is not beside this checkout");
+            continue;
+        }
+        let dir = std::env::temp_dir().join(format!("xwen-routes-llama-{quant}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (routes, npy) = (dir.join("r.jsonl"), dir.join("l.npy"));
+        let st = Command::new(env!("CARGO_BIN_EXE_xwen"))
+            .args(["logits", "-m", &model, "--ids", &ids.join(","), "-t", "2", "--out"])
+            .arg(&npy)
+            .arg("--dump-routes")
+            .arg(&routes)
+            .output()
+            .unwrap();
+        assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+        let parse = |text: &str| -> Vec<serde_json::Value> { text.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect() };
+        let mine = parse(&std::fs::read_to_string(&routes).unwrap());
+        let theirs = parse(&std::fs::read_to_string(format!("{fixtures}/tiny-qwen35moe-{quant}.llama.jsonl")).unwrap());
+        assert_eq!(mine.len(), theirs.len(), "{quant}: decisions");
+        let key = |r: &serde_json::Value| (r["pos"].as_u64().unwrap(), r["layer"].as_u64().unwrap());
+        for (x, y) in mine.iter().zip(&theirs) {
+            assert_eq!(key(x), key(y), "{quant}: decisions in the same order");
+            assert_eq!(x["experts"], y["experts"], "{quant} at {:?}: chosen experts (llama.cpp's margin {})", key(x), y["margin"]);
+            let (wx, wy) = (x["weights"].as_array().unwrap(), y["weights"].as_array().unwrap());
+            for (a, b) in wx.iter().zip(wy) {
+                assert!((a.as_f64().unwrap() - b.as_f64().unwrap()).abs() < 1e-5, "{quant} at {:?}: weights {wx:?} vs {wy:?}", key(x));
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
