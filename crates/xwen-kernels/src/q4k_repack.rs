@@ -99,12 +99,6 @@ pub fn dot_gemm_ref(n: usize, w: &[u8], a: &[u8]) -> f32 {
     acc - accm
 }
 
-/// Whether llama.cpp's CPU backend on this machine would hold a `ty` matrix of `rows` rows in
-/// its repacked (CPU_REPACK) layout with K-quant activations, quantizing groups of 4 tokens with
-/// the interleaving Q8_K quantizer (ggml-cpu/repack.cpp:4925 ggml_repack_get_optimal_repack_type:
-/// Q4_K with AVX2, Q2_K with AVX-512, rows % 8 == 0). Its Q4_0/IQ4_NL repack uses a Q8_0
-/// quantizer with the same values. A property of the reference on this CPU, not of the active
-/// kernel set; `tiled::applies` is its complement among the plain K-quants.
 /// Whether llama.cpp on this machine holds a `ty` matrix of `rows` rows in its AVX2 repacked
 /// 8×8 layout with Q8_0 activations (repack.cpp ggml_repack_get_optimal_repack_type: Q4_0 and
 /// IQ4_NL with AVX2, rows % 8 == 0), whose gemv and gemm both run one float chain per output
@@ -121,6 +115,12 @@ pub(crate) fn repacked_q8_0(ty: GgmlType, rows: usize) -> bool {
     }
 }
 
+/// Whether llama.cpp's CPU backend on this machine would hold a `ty` matrix of `rows` rows in
+/// its repacked (CPU_REPACK) layout with K-quant activations, quantizing groups of 4 tokens with
+/// the interleaving Q8_K quantizer (ggml-cpu/repack.cpp:4925 ggml_repack_get_optimal_repack_type:
+/// Q4_K with AVX2, Q2_K with AVX-512, rows % 8 == 0). Its Q4_0/IQ4_NL repack uses a Q8_0
+/// quantizer with the same values. A property of the reference on this CPU, not of the active
+/// kernel set; `tiled::applies` is its complement among the plain K-quants.
 pub(crate) fn repacked_q8k(ty: GgmlType, rows: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
