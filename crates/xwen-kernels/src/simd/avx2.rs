@@ -767,15 +767,23 @@ unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
     // F32 weight matrices (MoE routers) go through llamafile's tinyBLAS in llama.cpp on AVX2
     // for batches of 2+ tokens (sgemm.cpp: one 8-lane FMA accumulator per output over k, then
     // hsum). Matching its order keeps router probabilities bit-identical, which keeps near-tie
-    // expert choices identical. Single tokens take `dot_f32_vec_dot` (tinyBLAS refuses n < 2).
-    if n.is_multiple_of(8) {
-        let mut acc = _mm256_setzero_ps();
-        for i in (0..n).step_by(8) {
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(pw.add(i)), _mm256_loadu_ps(pa.add(i)), acc);
-        }
-        return hsum_ps(acc);
+    // expert choices identical. x86 tinyBLAS takes any k: the k % 8 tail is one more step of
+    // zero-padded loads (gemm_bloc's load_partial). Single tokens take `dot_f32_vec_dot`
+    // (tinyBLAS refuses n < 2).
+    let n8 = n / 8 * 8;
+    let mut acc = _mm256_setzero_ps();
+    for i in (0..n8).step_by(8) {
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(pw.add(i)), _mm256_loadu_ps(pa.add(i)), acc);
     }
-    dot_f32_ggml(n, w, a)
+    if n8 < n {
+        let (mut x, mut y) = ([0f32; 8], [0f32; 8]);
+        for (j, (xj, yj)) in x.iter_mut().zip(y.iter_mut()).take(n - n8).enumerate() {
+            *xj = pw.add(n8 + j).read_unaligned();
+            *yj = pa.add(n8 + j).read_unaligned();
+        }
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(x.as_ptr()), _mm256_loadu_ps(y.as_ptr()), acc);
+    }
+    hsum_ps(acc)
 }
 
 /// dst[j·dst_stride + i] = src[i·src_stride + j] for an 8×8 block of floats (i rows of src,
@@ -876,16 +884,20 @@ unsafe fn dot_f32_ggml(n: usize, w: &[u8], a: &[u8]) -> f32 {
 
 /// F16 weights against 2+ tokens go through llamafile's tinyBLAS in llama.cpp on AVX2 (sgemm.cpp
 /// tinyBLAS<8, __m256, __m256, ggml_fp16_t, ...>, the activations converted to F16 first): one
-/// 8-lane FMA chain over k, then hsum. Where tinyBLAS refuses (k % 8 != 0) ggml runs the
-/// one-token vec_dot. One token takes `dot_f16_vec_dot` (`dispatch::row_dot_fn`).
+/// 8-lane FMA chain over k, the k % 8 tail as a zero-padded partial load, then hsum. One token
+/// takes `dot_f16_vec_dot` (`dispatch::row_dot_fn`).
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_f16(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    if !n.is_multiple_of(8) {
-        return dot_f16_ggml(n, w, a);
-    }
+    let n8 = n / 8 * 8;
     let mut acc = _mm256_setzero_ps();
-    for i in (0..n).step_by(8) {
+    for i in (0..n8).step_by(8) {
         acc = _mm256_fmadd_ps(_mm256_cvtph_ps(load128(w, 2 * i)), _mm256_cvtph_ps(load128(a, 2 * i)), acc);
+    }
+    if n8 < n {
+        let (mut x, mut y) = ([0u8; 16], [0u8; 16]);
+        x[..2 * (n - n8)].copy_from_slice(&w[2 * n8..2 * n]);
+        y[..2 * (n - n8)].copy_from_slice(&a[2 * n8..2 * n]);
+        acc = _mm256_fmadd_ps(_mm256_cvtph_ps(load128(&x, 0)), _mm256_cvtph_ps(load128(&y, 0)), acc);
     }
     hsum_ps(acc)
 }
