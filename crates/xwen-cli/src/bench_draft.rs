@@ -8,6 +8,7 @@
 //! One warm-up pair runs first unless --no-warmup; the drafter is kept across repetitions, as a
 //! server slot keeps its drafter across requests.
 
+use crate::cmd_bench::median;
 use crate::lcg::Lcg;
 use anyhow::{bail, Result};
 use serde_json::json;
@@ -40,16 +41,6 @@ fn decode(model: &Model, prompt: &[u32], chunk: usize, n_gen: usize, drafter: &m
     })
     .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok((out, stats.decode_secs, spec))
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    match s.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
 }
 
 pub fn run(model: &Model, drafter: &mut dyn Drafter, kind: &str, c: &Config) -> Result<()> {

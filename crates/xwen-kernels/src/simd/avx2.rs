@@ -696,7 +696,7 @@ unsafe fn dot_q2_k_repacked<const GEMM: bool>(n: usize, w: &[u8], a: &[u8]) -> f
 /// The sum of four i32 lanes (exact).
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum_i32x4(v: __m128i) -> i32 {
+pub(super) unsafe fn hsum_i32x4(v: __m128i) -> i32 {
     let s = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
     _mm_cvtsi128_si32(s)

@@ -7,7 +7,7 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{bcast_i16, bsums32, cvtph_ps_at, f32at, h2f, k4_scales_mins, load, prefetch_ahead, q4k_scaled_dots, Q8K, QK};
+use super::avx2::{bcast_i16, bsums32, cvtph_ps_at, f32at, h2f, hsum_i32x4, k4_scales_mins, load, prefetch_ahead, q4k_scaled_dots, Q8K, QK};
 use crate::formats::{DotFn, MultiDotFn};
 
 fn gemv(n: usize, w: &[u8], a: &[u8]) -> f32 {
@@ -54,14 +54,6 @@ unsafe fn hsum4_epi32(v: &[__m256i; 4]) -> __m128i {
     let t1 = _mm256_hadd_epi32(v[2], v[3]);
     let t = _mm256_hadd_epi32(t0, t1);
     _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1))
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn hsum_epi32(v: __m128i) -> i32 {
-    let s = _mm_add_epi32(v, _mm_unpackhi_epi64(v, v));
-    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
-    _mm_cvtsi128_si32(s)
 }
 
 /// A Q4_K block's scales and mins, unpacked in vector registers (ggml's kmask arithmetic on
@@ -194,8 +186,8 @@ unsafe fn rows<const T: usize, const GEMM: bool>(
                 let v =
                     _mm256_add_epi32(_mm256_add_epi32(p[0], p[1]), _mm256_add_epi32(p[2], p[3]));
                 let ps = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-                acc[t] = (hsum_epi32(ps) as f32).mul_add(d, acc[t]);
-                accm[t] = (hsum_epi32(pm) as f32).mul_add(dmin, accm[t]);
+                acc[t] = (hsum_i32x4(ps) as f32).mul_add(d, acc[t]);
+                accm[t] = (hsum_i32x4(pm) as f32).mul_add(dmin, accm[t]);
             }
         }
     }
