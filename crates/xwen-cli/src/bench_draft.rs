@@ -8,7 +8,7 @@
 //! One warm-up pair runs first unless --no-warmup; the drafter is kept across repetitions, as a
 //! server slot keeps its drafter across requests.
 
-use crate::cmd_bench::median;
+use crate::stats::median;
 use crate::lcg::Lcg;
 use anyhow::{bail, Result};
 use serde_json::json;

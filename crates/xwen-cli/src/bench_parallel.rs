@@ -8,6 +8,7 @@
 //! T_TG, S_TG, T, S) plus the decode rate per sequence; `--json` prints its jsonl fields.
 
 use crate::lcg::Lcg;
+use crate::stats::median;
 use anyhow::Result;
 use serde_json::json;
 use std::io::Write;
@@ -60,15 +61,6 @@ fn one_run(model: &Model, pp: usize, tg: usize, pl: usize, toks: &mut Lcg) -> Re
     Ok(Run { t_pp, t_tg: total - t_pp })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 pub fn run(model: &Model, c: &Config) -> Result<()> {
     let mut toks = Lcg(7);
     let max_ctx = model.max_context();
@@ -101,8 +93,8 @@ pub fn run(model: &Model, c: &Config) -> Result<()> {
                     anyhow::bail!("pp {pp} + tg {tg} exceeds the context of {max_ctx} positions per sequence (-c)");
                 }
                 let runs: Vec<Run> = (0..c.reps).map(|_| one_run(model, pp, tg, pl, &mut toks)).collect::<Result<_>>()?;
-                let t_pp = median(runs.iter().map(|r| r.t_pp).collect());
-                let t_tg = median(runs.iter().map(|r| r.t_tg).collect());
+                let t_pp = median(&runs.iter().map(|r| r.t_pp).collect::<Vec<_>>());
+                let t_tg = median(&runs.iter().map(|r| r.t_tg).collect::<Vec<_>>());
                 let t = t_pp + t_tg;
                 let n_kv = pl * (pp + tg);
                 let rate = |n: usize, t: f64| if t > 0.0 { n as f64 / t } else { 0.0 };

@@ -9,6 +9,7 @@
 use crate::lcg::Lcg;
 use crate::cli::BenchArgs;
 use crate::model_arg;
+use crate::stats::{mean, median, stddev};
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 use std::io::Write;
@@ -347,32 +348,6 @@ fn ftype_name(ft: u32) -> &'static str {
         30 => "IQ4_XS - 4.25 bpw",
         32 => "BF16",
         _ => "unknown, may not work",
-    }
-}
-
-fn mean(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.iter().sum::<f64>() / v.len() as f64
-}
-
-/// Sample standard deviation (n − 1), 0 for fewer than two samples, as llama-bench's stdev.
-fn stddev(v: &[f64]) -> f64 {
-    if v.len() < 2 {
-        return 0.0;
-    }
-    let m = mean(v);
-    (v.iter().map(|x| (x - m).powi(2)).sum::<f64>() / (v.len() - 1) as f64).sqrt()
-}
-
-pub(crate) fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    match s.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
     }
 }
 

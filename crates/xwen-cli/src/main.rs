@@ -29,6 +29,7 @@ mod model_arg;
 mod npy;
 mod opts;
 mod prefill_progress;
+mod stats;
 
 use clap::{CommandFactory, FromArgMatches};
 use std::process::ExitCode;
