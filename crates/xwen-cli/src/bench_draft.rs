@@ -69,17 +69,7 @@ pub fn run(model: &Model, drafter: &mut dyn Drafter, kind: &str, c: &Config) -> 
         draft_s.push(s1);
         generated += got.len();
         total.steps += spec.steps;
-        total.drafted += spec.drafted;
-        total.accepted += spec.accepted;
-        total.tally.verify_steps += spec.tally.verify_steps;
-        for (sum, v) in [(&mut total.tally.drafted_at, &spec.tally.drafted_at), (&mut total.tally.accepted_at, &spec.tally.accepted_at)] {
-            if sum.len() < v.len() {
-                sum.resize(v.len(), 0);
-            }
-            for (a, b) in sum.iter_mut().zip(v) {
-                *a += b;
-            }
-        }
+        total.tally.add(&spec.tally);
     }
     // decode rates exclude the first token (it comes from the prefill's logits)
     let rate = |s: &[f64]| (c.n_gen - 1) as f64 / median(s).max(1e-12);
@@ -104,8 +94,8 @@ pub fn run(model: &Model, drafter: &mut dyn Drafter, kind: &str, c: &Config) -> 
             "speedup": draft_ts / plain_ts,
             "identical": true,
             "steps": total.steps,
-            "drafted": total.drafted,
-            "accepted": total.accepted,
+            "drafted": total.drafted(),
+            "accepted": total.accepted(),
             "acceptance": total.acceptance(),
             "tokens_per_step": tokens_per_step,
             "drafted_per_pos": total.tally.drafted_at,
@@ -130,8 +120,8 @@ pub fn run(model: &Model, drafter: &mut dyn Drafter, kind: &str, c: &Config) -> 
                     c.prompt_desc,
                     c.n_gen,
                     draft_ts / plain_ts,
-                    total.accepted,
-                    total.drafted,
+                    total.accepted(),
+                    total.drafted(),
                     100.0 * total.acceptance(),
                     per_pos.join(" ")
                 )

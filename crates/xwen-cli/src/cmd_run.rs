@@ -183,8 +183,8 @@ pub fn run(a: RunArgs) -> Result<()> {
             "draft": spec.active.then(|| json!({
                 "kind": draft_name,
                 "steps": spec.steps,
-                "drafted": spec.drafted,
-                "accepted": spec.accepted,
+                "drafted": spec.drafted(),
+                "accepted": spec.accepted(),
                 "acceptance": spec.acceptance(),
                 "tokens_per_step": crate::draft_arg::tokens_per_step(&spec, stats.generated),
                 // per draft position (0: a step's first drafted token), as llama-server's

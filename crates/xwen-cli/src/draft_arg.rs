@@ -146,8 +146,8 @@ pub fn draft_line(name: &str, s: &SpecStats, generated: usize) -> String {
     }
     format!(
         "; draft {name}: {} drafted, {} accepted ({:.0}%), {:.2} tokens per step",
-        s.drafted,
-        s.accepted,
+        s.drafted(),
+        s.accepted(),
         100.0 * s.acceptance(),
         tokens_per_step(s, generated)
     )

@@ -53,7 +53,7 @@ fn check(m: &Model, what: &str) {
         for k in [1, 3, 8] {
             let (got, s) = drafted(m, &prompt, 40, &mut NgramDrafter::default(), k, &[]);
             assert_eq!(got, want, "{what}: ngram k={k} differs from plain greedy");
-            assert!(s.active && s.steps > 0 && s.accepted <= s.drafted, "{what}: {s:?}");
+            assert!(s.active && s.steps > 0 && s.accepted() <= s.drafted(), "{what}: {s:?}");
         }
         // a stop id inside an accepted run ends there, as plain decoding does
         let stop = [want[17]];
@@ -87,7 +87,7 @@ fn mtp_drafts_give_plain_greedy_output() {
         for k in [1, 3, 8] {
             let (got, s) = drafted(&m, &prompt, 40, &mut MtpDrafter::new(), k, &[]);
             assert_eq!(got, want, "mtp k={k} differs from plain greedy");
-            assert!(s.active && s.drafted > 0 && s.accepted <= s.drafted, "mtp k={k}: {s:?}");
+            assert!(s.active && s.drafted() > 0 && s.accepted() <= s.drafted(), "mtp k={k}: {s:?}");
         }
         // chunked prefill: the head sees every chunk's rows
         let mut out = Vec::new();
@@ -114,7 +114,7 @@ fn mtp_drafts_give_plain_greedy_output() {
         let want = plain(&m, &prompt, 32);
         let (got, s) = drafted(&m, &prompt, 32, &mut MtpDrafter::new(), 4, &[]);
         assert_eq!(got, want, "moe mtp (budget {budget:?}) differs from plain greedy");
-        assert!(s.drafted > 0, "{s:?}");
+        assert!(s.drafted() > 0, "{s:?}");
     }
     // the trained heads (tools/oracle/mtp_train.py, llama.cpp's converter) on the trained tiny
     // models of ../shared: plain greedy output, and most drafts accepted
@@ -159,7 +159,7 @@ fn a_draft_model_gives_plain_greedy_output() {
     own.p_min = 0.0;
     let (got, s) = drafted(&target, &prompt, 48, &mut own, 4, &[]);
     assert_eq!(got, want);
-    assert_eq!(s.accepted, s.drafted, "a model drafting for itself is always right: {s:?}");
+    assert_eq!(s.accepted(), s.drafted(), "a model drafting for itself is always right: {s:?}");
     // every step accepts its drafts: at least two tokens a step but the cost model's two probe
     // steps (it may cap the depth at 1 where a deeper verify costs more than it saves here)
     assert!(s.steps <= 48 / 2 + 2, "{s:?}");
@@ -202,7 +202,7 @@ fn sampling_drafts_by_rejection() {
     assert_eq!(a, b, "a seed repeats a drafted sampled run");
     assert_eq!(a.len(), 40);
     assert_eq!(a[0], plain[0]);
-    assert!(st.active && st.accepted > 0 && st.accepted <= st.drafted, "{st:?}");
+    assert!(st.active && st.accepted() > 0 && st.accepted() <= st.drafted(), "{st:?}");
 }
 
 /// A drafter that is always wrong.
@@ -228,8 +228,8 @@ fn a_drafter_that_never_agrees_is_paused() {
     let want = plain(&m, &prompt, 120);
     let (got, s) = drafted(&m, &prompt, 120, &mut Contrary, 8, &[]);
     assert_eq!(got, want);
-    let drafted_steps_at_most = s.drafted; // each drafted step drafts ≥ 1
-    assert!(s.accepted * 10 <= s.drafted.max(1), "{s:?}");
+    let drafted_steps_at_most = s.drafted(); // each drafted step drafts ≥ 1
+    assert!(s.accepted() * 10 <= s.drafted().max(1), "{s:?}");
     assert!(drafted_steps_at_most < 40, "the controller did not pause a drafter that never agrees: {s:?}");
 }
 

@@ -56,7 +56,7 @@ fn an_mtp_preset_carries_a_head_the_engine_drafts_with() {
         })
         .unwrap();
         assert_eq!(got, want, "{preset}: drafting with the synthetic head changes nothing");
-        assert!(s.drafted > 0, "{preset}: the head drafted ({s:?})");
+        assert!(s.drafted() > 0, "{preset}: the head drafted ({s:?})");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

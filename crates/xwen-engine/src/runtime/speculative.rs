@@ -47,9 +47,9 @@ pub trait Drafter: Send {
     }
 }
 
-/// What drafting did over every drafting sequence since the scheduler started: verify steps,
-/// and per draft position (0: the first drafted token of a step) the tokens drafted and
-/// accepted there — llama-server's `spec_decode_num_accepted_tokens_per_pos_total`. A draft at
+/// What drafting did — over one generation (`SpecStats::tally`) or every drafting sequence since
+/// a scheduler started: verify steps with drafts, and per draft position (0: the first drafted
+/// token of a step) the tokens drafted and accepted there — llama-server's `spec_decode_num_accepted_tokens_per_pos_total`. A draft at
 /// position i is only accepted if those before it were, so `accepted_at` never grows with i.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DraftTally {
@@ -65,6 +65,19 @@ impl DraftTally {
 
     pub fn accepted(&self) -> u64 {
         self.accepted_at.iter().sum()
+    }
+
+    /// `other`'s counts added to these (repetitions of a benchmark, say).
+    pub fn add(&mut self, other: &DraftTally) {
+        self.verify_steps += other.verify_steps;
+        for (sum, v) in [(&mut self.drafted_at, &other.drafted_at), (&mut self.accepted_at, &other.accepted_at)] {
+            if sum.len() < v.len() {
+                sum.resize(v.len(), 0);
+            }
+            for (a, b) in sum.iter_mut().zip(v) {
+                *a += b;
+            }
+        }
     }
 
     /// One verify of `drafted` tokens of which the first `accepted` were kept.
@@ -93,18 +106,25 @@ pub struct SpecStats {
     pub active: bool,
     /// Verify steps (target forward passes after the prefill).
     pub steps: usize,
-    pub drafted: usize,
-    pub accepted: usize,
-    /// The same drafts per draft position (the steps with drafts only).
+    /// The drafts per draft position (the steps with drafts only).
     pub tally: DraftTally,
 }
 
 impl SpecStats {
+    /// Tokens drafted (and verified).
+    pub fn drafted(&self) -> usize {
+        self.tally.drafted() as usize
+    }
+
+    /// Drafted tokens accepted.
+    pub fn accepted(&self) -> usize {
+        self.tally.accepted() as usize
+    }
+
     pub fn acceptance(&self) -> f64 {
-        if self.drafted == 0 {
-            0.0
-        } else {
-            self.accepted as f64 / self.drafted as f64
+        match self.drafted() {
+            0 => 0.0,
+            d => self.accepted() as f64 / d as f64,
         }
     }
 }
@@ -785,9 +805,7 @@ pub(crate) fn speculate(
         ctl.observe_cost(span.len(), t_step.elapsed().as_secs_f64());
         let (mut rows, hidden) = (out.logits, out.hidden);
         spec.steps += 1;
-        spec.drafted += drafts.len();
         let (i, y, stop) = sample_verify_rows(&mut rows, n_vocab, drafts, sampler, &mut |y| emit(y, &mut stats, on_token));
-        spec.accepted += i;
         spec.tally.record(drafts.len(), i);
         context.extend_from_slice(&drafts[..i]);
         ctl.observe(drafts.len(), i);
