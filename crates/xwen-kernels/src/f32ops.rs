@@ -389,11 +389,16 @@ pub(crate) mod x86 {
     }
 
     /// tinyBLAS<8>'s per-output order: one 8-lane FMA chain (the n % 8 tail as a zero-padded
-    /// step, `load_partial`), then its hsum (the 128-bit halves, then movehl and movehdup). The
-    /// same bits as `simd::avx2`'s F32 matrix kernel.
+    /// step, `load_partial`), then its hsum (the 128-bit halves, then movehl and movehdup) —
+    /// also `simd::avx2`'s F32 matrix kernel.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn dot256_tinyblas(a: &[f32], b: &[f32]) -> f32 {
-        let (pa, pb, n) = (a.as_ptr(), b.as_ptr(), a.len());
+        dot256_tinyblas_raw(a.as_ptr(), b.as_ptr(), a.len())
+    }
+
+    /// `dot256_tinyblas` over n floats at possibly unaligned addresses.
+    #[target_feature(enable = "avx2,fma")]
+    pub unsafe fn dot256_tinyblas_raw(pa: *const f32, pb: *const f32, n: usize) -> f32 {
         let mut acc = _mm256_setzero_ps();
         let mut i = 0;
         while i + 8 <= n {
@@ -402,8 +407,10 @@ pub(crate) mod x86 {
         }
         if i < n {
             let (mut ta, mut tb) = ([0f32; 8], [0f32; 8]);
-            ta[..n - i].copy_from_slice(&a[i..]);
-            tb[..n - i].copy_from_slice(&b[i..]);
+            for j in 0..n - i {
+                ta[j] = pa.add(i + j).read_unaligned();
+                tb[j] = pb.add(i + j).read_unaligned();
+            }
             acc = _mm256_fmadd_ps(_mm256_loadu_ps(ta.as_ptr()), _mm256_loadu_ps(tb.as_ptr()), acc);
         }
         let r = _mm_add_ps(_mm256_extractf128_ps(acc, 1), _mm256_castps256_ps128(acc));
@@ -412,10 +419,16 @@ pub(crate) mod x86 {
     }
 
     /// tinyBLAS<16>'s per-output order in an AVX-512 build: one 16-lane FMA chain (the n % 16
-    /// tail masked, as `load_partial`), then GCC's `_mm512_reduce_add_ps` (`reduce_add512`).
+    /// tail masked, as `load_partial`), then GCC's `_mm512_reduce_add_ps` (`reduce_add512`) —
+    /// also `simd::avx512`'s F32 matrix kernel.
     #[target_feature(enable = "avx512f")]
     pub unsafe fn dot512_tinyblas(a: &[f32], b: &[f32]) -> f32 {
-        let (pa, pb, n) = (a.as_ptr(), b.as_ptr(), a.len());
+        dot512_tinyblas_raw(a.as_ptr(), b.as_ptr(), a.len())
+    }
+
+    /// `dot512_tinyblas` over n floats at possibly unaligned addresses.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn dot512_tinyblas_raw(pa: *const f32, pb: *const f32, n: usize) -> f32 {
         let mut acc = _mm512_setzero_ps();
         let mut i = 0;
         while i + 16 <= n {

@@ -763,27 +763,13 @@ unsafe fn dot_iq4_xs(n: usize, w: &[u8], a: &[u8]) -> f32 {
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let (pw, pa) = (w.as_ptr() as *const f32, a.as_ptr() as *const f32);
     // F32 weight matrices (MoE routers) go through llamafile's tinyBLAS in llama.cpp on AVX2
-    // for batches of 2+ tokens (sgemm.cpp: one 8-lane FMA accumulator per output over k, then
-    // hsum). Matching its order keeps router probabilities bit-identical, which keeps near-tie
-    // expert choices identical. x86 tinyBLAS takes any k: the k % 8 tail is one more step of
-    // zero-padded loads (gemm_bloc's load_partial). Single tokens take `dot_f32_vec_dot`
-    // (tinyBLAS refuses n < 2).
-    let n8 = n / 8 * 8;
-    let mut acc = _mm256_setzero_ps();
-    for i in (0..n8).step_by(8) {
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(pw.add(i)), _mm256_loadu_ps(pa.add(i)), acc);
-    }
-    if n8 < n {
-        let (mut x, mut y) = ([0f32; 8], [0f32; 8]);
-        for (j, (xj, yj)) in x.iter_mut().zip(y.iter_mut()).take(n - n8).enumerate() {
-            *xj = pw.add(n8 + j).read_unaligned();
-            *yj = pa.add(n8 + j).read_unaligned();
-        }
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(x.as_ptr()), _mm256_loadu_ps(y.as_ptr()), acc);
-    }
-    hsum_ps(acc)
+    // for batches of 2+ tokens (sgemm.cpp: one 8-lane FMA accumulator per output over k, the
+    // k % 8 tail one more zero-padded step — x86 tinyBLAS takes any k — then hsum). Matching its
+    // order keeps router probabilities bit-identical, which keeps near-tie expert choices
+    // identical. Single tokens take `dot_f32_vec_dot` (tinyBLAS refuses n < 2).
+    debug_assert!(w.len() >= 4 * n && a.len() >= 4 * n);
+    crate::f32ops::x86::dot256_tinyblas_raw(w.as_ptr() as *const f32, a.as_ptr() as *const f32, n)
 }
 
 /// dst[j·dst_stride + i] = src[i·src_stride + j] for an 8×8 block of floats (i rows of src,

@@ -184,17 +184,8 @@ unsafe fn dot_f32(n: usize, w: &[u8], a: &[u8]) -> f32 {
     // llama.cpp (sgemm.cpp tinyBLAS<16, __m512, ...>): one 16-lane FMA chain per output over k,
     // the k % 16 tail one more step of masked (zero-filled) loads (gemm_bloc's load_partial),
     // then GCC's _mm512_reduce_add_ps; single tokens take `dot_f32_vec_dot`.
-    let (pw, pa) = (w.as_ptr() as *const f32, a.as_ptr() as *const f32);
-    let full = n / 16 * 16;
-    let mut acc = _mm512_setzero_ps();
-    for i in (0..full).step_by(16) {
-        acc = _mm512_fmadd_ps(_mm512_loadu_ps(pw.add(i)), _mm512_loadu_ps(pa.add(i)), acc);
-    }
-    if full < n {
-        let m = tail_mask(n - full);
-        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, pw.add(full)), _mm512_maskz_loadu_ps(m, pa.add(full)), acc);
-    }
-    crate::f32ops::x86::reduce_add512(acc)
+    debug_assert!(w.len() >= 4 * n && a.len() >= 4 * n);
+    crate::f32ops::x86::dot512_tinyblas_raw(w.as_ptr() as *const f32, a.as_ptr() as *const f32, n)
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
