@@ -113,7 +113,7 @@ pub fn matrix_kernels(
 }
 
 /// The one-token vec_dot kernels (ggml_vec_dot_f32 / _f16 / _bf16 / _iq4_nl_q8_0) where they
-/// differ from tinyBLAS's order for the same type (AVX2; AVX-512: F32, F16).
+/// differ from tinyBLAS's order for the same type (AVX2; AVX-512: F32, F16, BF16 with AVX512-BF16, IQ4_NL).
 pub(crate) fn vec_dot_twin(weight: GgmlType) -> Option<DotFn> {
     #[cfg(target_arch = "x86_64")]
     if active() == Isa::Avx2 {
@@ -126,13 +126,15 @@ pub(crate) fn vec_dot_twin(weight: GgmlType) -> Option<DotFn> {
         }
     }
     // an AVX-512 build's ggml_vec_dot_f32 / _f16 run 16 lanes; its _bf16 takes vdpbf16ps where
-    // the CPU has AVX512-BF16 (without it: not reproduced)
+    // the CPU has AVX512-BF16 (without it: not reproduced); its _iq4_nl_q8_0 has no AVX-512
+    // branch, so the AVX2 one runs there too
     #[cfg(target_arch = "x86_64")]
     if active() == Isa::Avx512 {
         match weight {
             GgmlType::F32 => return Some(crate::simd::avx512::dot_f32_vec_dot),
             GgmlType::F16 => return Some(crate::simd::avx512::dot_f16_vec_dot),
             GgmlType::BF16 if crate::simd::avx512::has_bf16_dot() => return Some(crate::simd::avx512::dot_bf16_vec_dot),
+            GgmlType::IQ4_NL => return Some(crate::simd::avx2::dot_iq4_nl_vec_dot),
             _ => {}
         }
     }
