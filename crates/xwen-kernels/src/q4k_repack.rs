@@ -99,6 +99,13 @@ pub fn dot_gemm_ref(n: usize, w: &[u8], a: &[u8]) -> f32 {
     acc - accm
 }
 
+/// Whether llama.cpp's CPU backend on this machine repacks a 2-D `ty` matrix of `rows` rows
+/// (CPU_REPACK, any layout: Q4_K, Q4_0 and IQ4_NL with AVX2, Q2_K with AVX-512). A caller with
+/// a matrix llama.cpp does not repack (a 3-D stack's head) must keep xwen from repacking it.
+pub fn repacked_by_reference(ty: GgmlType, rows: usize) -> bool {
+    repacked_q8k(ty, rows) || repacked_q8_0(ty, rows)
+}
+
 /// Whether llama.cpp on this machine holds a `ty` matrix of `rows` rows in its AVX2 repacked
 /// 8×8 layout with Q8_0 activations (repack.cpp ggml_repack_get_optimal_repack_type: Q4_0 and
 /// IQ4_NL with AVX2, rows % 8 == 0), whose gemv and gemm both run one float chain per output

@@ -99,9 +99,10 @@ pub fn cache_len(kv: &KvCache, d: &MlaDims) -> usize {
 /// row (or a decode-order span's rows) one at a time in the one-token kernels — all heads' and
 /// all decode rows' products in one parallel job (`Ctx::mv_batch`), not one dispatch each.
 ///
-/// llama.cpp repacks a Q4_K, Q4_0 or IQ4_NL matrix (row count a multiple of 8) only when it
-/// is 2-D (ggml-cpu repack.cpp `supports_op`); these stacks are 3-D, so their products take the
-/// plain kernels (found with `xwen logits --dump-tensors` against llama_dump: Qcur of Q4_0). xwen's dispatch decides repacking by row count, so a head's matrix is run in
+/// llama.cpp repacks a Q4_K, Q4_0 or IQ4_NL matrix (AVX-512: also Q2_K; row count a multiple
+/// of 8) only when it is 2-D (ggml-cpu repack.cpp `supports_op`); these stacks are 3-D, so
+/// their products take the plain kernels (found with `xwen logits --dump-tensors` against
+/// llama_dump: Qcur of Q4_0; kqv_out of Q2_K in an AVX-512 build). xwen's dispatch decides repacking by row count, so a head's matrix is run in
 /// pieces of 7 rows, which it never repacks — every output element is one row's dot product,
 /// the same bits whatever the pieces.
 ///
@@ -119,8 +120,8 @@ fn heads_mm(ctx: &Ctx, w: &Mat, xs: &[f32], rows: &Rows, ys: &mut [f32], src_con
     // ggml-cpu repacks only 2-D matrices (repack.cpp supports_op: ggml_n_dims, which does not
     // count a trailing 1), so these 3-D ones keep the plain kernels of every type xwen would
     // otherwise repack by row count — unless there is one head
-    let repackable = nh > 1 && matches!(q0.ty, xwen_gguf::GgmlType::Q4_K | xwen_gguf::GgmlType::Q4_0 | xwen_gguf::GgmlType::IQ4_NL);
-    let pieces: Vec<(usize, usize)> = if repackable && wr.is_multiple_of(8) {
+    let repackable = nh > 1 && xwen_kernels::q4k_repack::repacked_by_reference(q0.ty, wr);
+    let pieces: Vec<(usize, usize)> = if repackable {
         (0..wr).step_by(PLAIN_PIECE).map(|r0| (r0, (r0 + PLAIN_PIECE).min(wr))).collect()
     } else {
         vec![(0, wr)]
