@@ -314,3 +314,57 @@ fn scheduled_mtp_drafting_gives_the_undrafted_tokens() {
     }
     assert_eq!(all[3].len(), 30);
 }
+
+/// A server's slots draft together: `ModelDrafter::propose_many` batches their catch-up spans
+/// and draft steps, and every drafter proposes exactly what it proposes alone — contexts that
+/// grow, part (a rejected draft: rollback) and jump (a new conversation), mixed depths, a
+/// drafter with nothing to do — mapped and on a budgeted draft model whose RAM plan holds
+/// fewer sequences than the group (batched in parts).
+#[test]
+fn drafters_batched_across_sequences_propose_what_each_proposes_alone() {
+    let budgeted = |p: &str| {
+        let c = EngineConfig { n_seq: 2, ..cfg(Some(1 << 50)) };
+        Model::load(&fixture(p), &c).unwrap()
+    };
+    for (what, draft) in [
+        ("dense", Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap()),
+        ("moe, a plan of 2 sequences", budgeted("cond/qwen3_5_moe/model-q8_0.gguf")),
+    ] {
+        let draft = std::sync::Arc::new(draft);
+        let v = draft.n_vocab() as u32;
+        let n = 5;
+        let mk = || {
+            let mut d = ModelDrafter::new(draft.clone(), 4);
+            d.p_min = 0.0;
+            d
+        };
+        let mut together: Vec<ModelDrafter> = (0..n).map(|_| mk()).collect();
+        let mut alone: Vec<ModelDrafter> = (0..n).map(|_| mk()).collect();
+        let mut ctxs: Vec<Vec<u32>> = (0..n).map(|s| (0..3 + 4 * s as u32).map(|i| (i * 97 + 13 * s as u32 + 5) % v).collect()).collect();
+        for round in 0..7 {
+            let maxes: Vec<usize> = (0..n).map(|s| if s == 2 && round == 1 { 0 } else { 1 + (s + round) % 4 }).collect();
+            let jobs: Vec<(&[u32], usize)> = ctxs.iter().zip(&maxes).map(|(c, &m)| (&c[..], m)).collect();
+            let mut refs: Vec<&mut ModelDrafter> = together.iter_mut().collect();
+            let got = ModelDrafter::propose_many(&mut refs, &jobs).unwrap();
+            for s in 0..n {
+                let want = alone[s].propose(&ctxs[s], maxes[s]).unwrap();
+                assert_eq!(got[s], want, "{what}: round {round}, sequence {s}");
+                assert!(got[s].len() <= maxes[s]);
+            }
+            // next contexts: accept some drafts and a fresh token; one rejects everything and
+            // goes back two tokens; one starts a new conversation
+            for (s, c) in ctxs.iter_mut().enumerate() {
+                match (s + round) % 3 {
+                    0 => c.extend_from_slice(&got[s][..got[s].len() / 2]),
+                    1 => {
+                        let keep = c.len().saturating_sub(2).max(1);
+                        c.truncate(keep);
+                    }
+                    _ if s == 4 && round == 3 => *c = vec![(round as u32 * 31 + 7) % v, 11 % v],
+                    _ => c.extend_from_slice(&got[s]),
+                }
+                c.push((c.len() as u32 * 53 + s as u32) % v);
+            }
+        }
+    }
+}

@@ -11,7 +11,7 @@ use crate::model::{LogitsMode, Model, SeqStep};
 use crate::runtime::generate::StopReason;
 use crate::runtime::sampler::Sampler;
 use crate::runtime::session::Session;
-use crate::runtime::speculative::{sample_verify_rows, Controller, DraftTally, Drafter};
+use crate::runtime::speculative::{sample_verify_rows, Controller, DraftTally, Drafter, ModelDrafter};
 use std::collections::HashMap;
 
 /// Prompt tokens one sequence feeds per step (llama.cpp's micro-batch).
@@ -336,13 +336,15 @@ impl Scheduler {
         // decode rows first (one row each), then whole prefill chunks while rows remain: a
         // chunk never shrinks to fit, so a sequence's spans do not depend on the others
         let budget = model.max_batch_rows().min(MAX_STEP_ROWS);
-        // drafting sequences propose this step's drafts (within the context and the token limit)
-        for r in self.running.iter_mut() {
+        // drafting sequences propose this step's drafts (within the context and the token
+        // limit); draft models' drafters together, their forwards batched across sequences
+        let mut asks: Vec<(usize, Vec<u32>, usize)> = Vec::new(); // (running index, context, depth)
+        for (i, r) in self.running.iter_mut().enumerate() {
             r.drafts.clear();
             if r.prompt_left {
                 continue;
             }
-            if let Some((d, ctl)) = r.draft.as_mut() {
+            if let Some((_, ctl)) = r.draft.as_mut() {
                 let pos = r.session.state().pos;
                 let room = max_ctx.saturating_sub(pos + 1);
                 let left = r.max_tokens.saturating_sub(r.generated);
@@ -350,12 +352,41 @@ impl Scheduler {
                 if k > 0 {
                     let mut ctx: Vec<u32> = r.session.tokens().to_vec();
                     ctx.extend_from_slice(&r.pending);
-                    r.drafts = d.propose_with(model, &ctx, k)?;
-                    r.drafts.truncate(k);
-                    if r.drafts.is_empty() && !d.proposes_cheaply() {
-                        ctl.observe_empty();
-                    }
+                    asks.push((i, ctx, k));
                 }
+            }
+        }
+        let mut proposals: Vec<Option<Vec<u32>>> = vec![None; self.running.len()];
+        {
+            let mut batched: Vec<(usize, &mut ModelDrafter)> = Vec::new();
+            let mut asked = asks.iter().peekable();
+            for (i, r) in self.running.iter_mut().enumerate() {
+                let Some((_, ctx, k)) = asked.next_if(|a| a.0 == i) else { continue };
+                let (d, _) = r.draft.as_mut().expect("asked only of drafting sequences");
+                if d.as_model_drafter().is_some() {
+                    batched.push((i, d.as_model_drafter().expect("checked")));
+                } else {
+                    proposals[i] = Some(d.propose_with(model, ctx, *k)?);
+                }
+            }
+            if !batched.is_empty() {
+                let jobs: Vec<(&[u32], usize)> = batched
+                    .iter()
+                    .map(|(i, _)| asks.iter().find(|a| a.0 == *i).map(|a| (&a.1[..], a.2)).expect("asked"))
+                    .collect();
+                let (idx, mut ds): (Vec<usize>, Vec<&mut ModelDrafter>) = batched.into_iter().unzip();
+                for (i, p) in idx.into_iter().zip(ModelDrafter::propose_many(&mut ds, &jobs)?) {
+                    proposals[i] = Some(p);
+                }
+            }
+        }
+        for (i, _, k) in &asks {
+            let r = &mut self.running[*i];
+            let (d, ctl) = r.draft.as_mut().expect("asked only of drafting sequences");
+            r.drafts = proposals[*i].take().unwrap_or_default();
+            r.drafts.truncate(*k);
+            if r.drafts.is_empty() && !d.proposes_cheaply() {
+                ctl.observe_empty();
             }
         }
         let mut rows = self.running.iter().filter(|r| !r.prompt_left).map(|r| 1 + r.drafts.len()).sum::<usize>();

@@ -45,6 +45,11 @@ pub trait Drafter: Send {
     fn observe(&mut self, _target: &Model, _pos: usize, _tokens: &[u32], _hidden: &[f32]) -> Result<()> {
         Ok(())
     }
+    /// A draft model's drafter, whose proposals a scheduler batches across its sequences
+    /// (`ModelDrafter::propose_many`).
+    fn as_model_drafter(&mut self) -> Option<&mut ModelDrafter> {
+        None
+    }
 }
 
 /// What drafting did — over one generation (`SpecStats::tally`) or every drafting sequence since
@@ -226,6 +231,19 @@ impl ModelDrafter {
 
     /// Brings the state to hold `ctx` minus its last token, reusing what it can.
     fn sync(&mut self, ctx: &[u32]) -> Result<()> {
+        let start = self.rewind(ctx);
+        let head = &ctx[..ctx.len() - 1];
+        if start < head.len() {
+            self.model.forward(&mut self.state, &head[start..], LogitsMode::None)?;
+            self.fed.extend_from_slice(&head[start..]);
+        }
+        Ok(())
+    }
+
+    /// `sync`'s first half: rolls the state back to the longest prefix of `ctx` minus its last
+    /// token that it holds (or starts over), and returns how many of those tokens it holds —
+    /// the rest is what the state must be fed.
+    fn rewind(&mut self, ctx: &[u32]) -> usize {
         let head = &ctx[..ctx.len() - 1];
         let common = self.fed.iter().zip(head).take_while(|(a, b)| a == b).count();
         if common < self.fed.len() && self.state.rollback(common).is_err() {
@@ -235,12 +253,116 @@ impl ModelDrafter {
             self.fed.clear();
         }
         self.fed.truncate(self.state.pos);
-        let start = self.fed.len();
-        if start < head.len() {
-            self.model.forward(&mut self.state, &head[start..], LogitsMode::None)?;
-            self.fed.extend_from_slice(&head[start..]);
+        self.fed.len()
+    }
+
+    /// The most tokens a proposal of up to `max` for `ctx` may draft (the draft's own context).
+    fn room(&self, ctx: &[u32], max: usize) -> usize {
+        if ctx.is_empty() {
+            return 0;
         }
-        Ok(())
+        max.min(self.model.max_context().saturating_sub(ctx.len()))
+    }
+
+    /// Proposals of several drafters over one draft model (a server's slots), their forwards
+    /// batched: each catch-up span and each draft step of all of them in one `forward_batch`.
+    /// By the engine's batch invariance every drafter's logits — hence its proposal — are the
+    /// bits `propose` gives it alone (each span keeps its size: the catch-up, then one token a
+    /// step). `jobs[i]` is (context, max) for `drafters[i]`; drafters over another model, or
+    /// spans the model's RAM plan cannot batch, propose on their own.
+    pub fn propose_many(drafters: &mut [&mut ModelDrafter], jobs: &[(&[u32], usize)]) -> Result<Vec<Vec<u32>>> {
+        assert_eq!(drafters.len(), jobs.len(), "one job per drafter");
+        let mut out: Vec<Vec<u32>> = vec![Vec::new(); drafters.len()];
+        let Some(first) = drafters.first() else { return Ok(out) };
+        let model = first.model.clone();
+        // (drafter index, its max) of those that draft here together
+        let mut live: Vec<(usize, usize)> = Vec::new();
+        for (i, (d, &(ctx, max))) in drafters.iter_mut().zip(jobs).enumerate() {
+            let max = d.room(ctx, max);
+            if max == 0 {
+                continue;
+            }
+            if !Arc::ptr_eq(&d.model, &model) {
+                out[i] = d.propose(ctx, max)?;
+                continue;
+            }
+            live.push((i, max));
+        }
+        let group = model.max_sequences().max(1);
+        // catch-up: every drafter's missing context in one batch (as large as the plan allows)
+        let mut feeds: Vec<(usize, usize)> = Vec::new(); // (drafter, first token to feed)
+        for &(i, _) in &live {
+            let start = drafters[i].rewind(jobs[i].0);
+            if start + 1 < jobs[i].0.len() {
+                feeds.push((i, start));
+            }
+        }
+        let rows_cap = model.max_batch_rows();
+        let mut at = 0;
+        while at < feeds.len() {
+            let mut end = at;
+            let mut rows = 0usize;
+            while end < feeds.len() && end - at < group {
+                let (i, start) = feeds[end];
+                let n = jobs[i].0.len() - 1 - start;
+                if rows + n > rows_cap && end > at {
+                    break;
+                }
+                rows += n;
+                end += 1;
+            }
+            if end == at + 1 && rows > rows_cap {
+                // a catch-up longer than one batch: `forward` splits it as it would alone
+                let (i, _) = feeds[at];
+                drafters[i].sync(jobs[i].0)?;
+                at = end;
+                continue;
+            }
+            let mut picked: Vec<Option<&mut ModelDrafter>> = drafters.iter_mut().map(|d| Some(&mut **d)).collect();
+            let mut steps = Vec::with_capacity(end - at);
+            for &(i, start) in &feeds[at..end] {
+                let d = picked[i].take().expect("a drafter feeds once");
+                let head = &jobs[i].0[start..jobs[i].0.len() - 1];
+                d.fed.extend_from_slice(head);
+                steps.push(SeqStep::new(&mut d.state, head, LogitsMode::None));
+            }
+            model.forward_batch(&mut steps)?;
+            at = end;
+        }
+        // draft steps: one token per still-drafting drafter per batch
+        let mut last: Vec<u32> = live.iter().map(|&(i, _)| *jobs[i].0.last().expect("non-empty")).collect();
+        let mut going: Vec<bool> = vec![true; live.len()];
+        loop {
+            let active: Vec<usize> = (0..live.len()).filter(|&j| going[j]).collect();
+            if active.is_empty() {
+                break;
+            }
+            for part in active.chunks(group) {
+                let mut picked: Vec<Option<&mut ModelDrafter>> = drafters.iter_mut().map(|d| Some(&mut **d)).collect();
+                let mut steps = Vec::with_capacity(part.len());
+                for &j in part {
+                    let d = picked[live[j].0].take().expect("a drafter steps once");
+                    d.fed.push(last[j]);
+                    steps.push(SeqStep::new(&mut d.state, std::slice::from_ref(&last[j]), LogitsMode::Last));
+                }
+                let logits = model.forward_batch(&mut steps)?;
+                drop(steps);
+                for (&j, lg) in part.iter().zip(&logits) {
+                    let (i, max) = live[j];
+                    let (t, p) = top(lg);
+                    if p < drafters[i].p_min && !out[i].is_empty() {
+                        going[j] = false;
+                        continue;
+                    }
+                    out[i].push(t);
+                    last[j] = t;
+                    if out[i].len() >= max {
+                        going[j] = false;
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -262,17 +384,16 @@ impl Drafter for ModelDrafter {
         "model"
     }
 
+    fn as_model_drafter(&mut self) -> Option<&mut ModelDrafter> {
+        Some(self)
+    }
+
     fn proposes_cheaply(&self) -> bool {
         false
     }
 
     fn propose(&mut self, ctx: &[u32], max: usize) -> Result<Vec<u32>> {
-        if ctx.is_empty() || max == 0 {
-            return Ok(Vec::new());
-        }
-        // room in the draft's own context
-        let room = self.model.max_context().saturating_sub(ctx.len());
-        let max = max.min(room);
+        let max = self.room(ctx, max);
         if max == 0 {
             return Ok(Vec::new());
         }
