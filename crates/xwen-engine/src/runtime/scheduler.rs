@@ -357,6 +357,8 @@ impl Scheduler {
             }
         }
         let mut proposals: Vec<Option<Vec<u32>>> = vec![None; self.running.len()];
+        // a proposal's time is its sequence's drafting cost only when it ran alone
+        let t_draft = std::time::Instant::now();
         {
             let mut batched: Vec<(usize, &mut ModelDrafter)> = Vec::new();
             let mut asked = asks.iter().peekable();
@@ -380,11 +382,16 @@ impl Scheduler {
                 }
             }
         }
+        let draft_secs = t_draft.elapsed().as_secs_f64();
+        let lone = asks.len() == 1;
         for (i, _, k) in &asks {
             let r = &mut self.running[*i];
             let (d, ctl) = r.draft.as_mut().expect("asked only of drafting sequences");
             r.drafts = proposals[*i].take().unwrap_or_default();
             r.drafts.truncate(*k);
+            if lone {
+                ctl.observe_draft_cost(r.drafts.len(), draft_secs);
+            }
             if r.drafts.is_empty() && !d.proposes_cheaply() {
                 ctl.observe_empty();
             }

@@ -586,16 +586,36 @@ pub(crate) struct Controller {
     pause_len: usize,
     drafted_steps: usize,
     pause: usize,
+    /// The next pause for cost (no depth pays for its verify and its proposal): doubled by
+    /// each cost verdict in a row, back to `PAUSE_STEPS` when a depth pays again.
+    cost_pause_len: usize,
+    /// Verifies left after a cost pause in which the depth ignores the cost verdict, so the
+    /// acceptance counts see current drafts before the next one.
+    probation: usize,
 }
 
 const PAUSE_BELOW: f64 = 0.25;
+/// A cost verdict below this gain pauses drafting (plain decoding is 1).
+const PAYS_ABOVE: f64 = 0.98;
 const PAUSE_STEPS: usize = 24;
 /// Empty costly proposals in a row before a pause.
 const EMPTY_RUN: usize = 4;
 
 impl Controller {
     pub(crate) fn new(max: usize) -> Self {
-        Controller { max, costs: Costs::new(max), probes: 0, depth: max, rate: 0.5, empty: 0, pause_len: PAUSE_STEPS, drafted_steps: 0, pause: 0 }
+        Controller {
+            max,
+            costs: Costs::new(max),
+            probes: 0,
+            depth: max,
+            rate: 0.5,
+            empty: 0,
+            pause_len: PAUSE_STEPS,
+            drafted_steps: 0,
+            pause: 0,
+            cost_pause_len: PAUSE_STEPS,
+            probation: 0,
+        }
     }
 
     /// The depth for this step (0 while paused).
@@ -614,8 +634,23 @@ impl Controller {
             self.probes += 1;
             return 0;
         }
+        if self.probation > 0 {
+            return self.depth.max(1);
+        }
         match self.costs.best_depth(self.max) {
-            Some((k, _)) => self.depth.min(k.max(1)),
+            // no depth pays for its verify and its proposal: plain decoding for a while (pauses
+            // in a row double, so a drafter that never pays costs ever less), then drafts again
+            // on probation to see whether that still holds
+            Some((0, _)) if self.costs.best_drafting_gain(self.max) < PAYS_ABOVE => {
+                self.pause = self.cost_pause_len - 1;
+                self.cost_pause_len = (self.cost_pause_len * 2).min(PAUSE_STEPS << 5);
+                self.probation = EMPTY_RUN;
+                0
+            }
+            Some((k, _)) => {
+                self.cost_pause_len = PAUSE_STEPS;
+                self.depth.min(k.max(1))
+            }
             None => self.depth,
         }
     }
@@ -631,6 +666,14 @@ impl Controller {
     pub(crate) fn observe_cost(&mut self, rows: usize, secs: f64) {
         if self.costs.timed {
             self.costs.observe_step(rows, secs);
+        }
+    }
+
+    /// A proposal of `drafted` tokens (and what the drafter did for it since the last one)
+    /// took `secs`: the drafter's share of a drafted step's cost.
+    pub(crate) fn observe_draft_cost(&mut self, drafted: usize, secs: f64) {
+        if self.costs.timed {
+            self.costs.observe_draft(drafted, secs);
         }
     }
 
@@ -666,6 +709,7 @@ impl Controller {
             return;
         }
         self.costs.observe_accept(drafted, accepted);
+        self.probation = self.probation.saturating_sub(1);
         self.empty = 0;
         self.drafted_steps += 1;
         if accepted > 0 {
@@ -693,6 +737,8 @@ struct Costs {
     timed: bool,
     /// (average seconds, steps seen) by row count (index = rows).
     secs: Vec<(f64, u32)>,
+    /// (average seconds, proposals seen) of a proposal by its drafted tokens (index = tokens).
+    draft_secs: Vec<(f64, u32)>,
     /// Per draft position: steps that reached it, and those that accepted it (decayed counts).
     reached: Vec<f64>,
     accepted: Vec<f64>,
@@ -710,7 +756,7 @@ const PROBE_AFTER: usize = 8;
 
 impl Costs {
     fn new(max: usize) -> Costs {
-        Costs { timed: false, secs: vec![(0.0, 0); max + 2], reached: vec![0.0; max], accepted: vec![0.0; max] }
+        Costs { timed: false, secs: vec![(0.0, 0); max + 2], draft_secs: vec![(0.0, 0); max + 1], reached: vec![0.0; max], accepted: vec![0.0; max] }
     }
 
     /// Plain (one-row) steps measured.
@@ -719,9 +765,15 @@ impl Costs {
     }
 
     fn observe_step(&mut self, rows: usize, secs: f64) {
-        let Some(c) = self.secs.get_mut(rows) else { return };
-        c.0 = if c.1 == 0 { secs } else { (1.0 - COST_EMA) * c.0 + COST_EMA * secs };
-        c.1 = c.1.saturating_add(1);
+        if let Some(c) = self.secs.get_mut(rows) {
+            average_in(c, secs);
+        }
+    }
+
+    fn observe_draft(&mut self, drafted: usize, secs: f64) {
+        if let Some(c) = self.draft_secs.get_mut(drafted) {
+            average_in(c, secs);
+        }
     }
 
     fn observe_accept(&mut self, drafted: usize, accepted: usize) {
@@ -747,20 +799,34 @@ impl Costs {
         if rows == 1 && self.plain_seen() < COST_MIN_SEEN {
             return None;
         }
-        if let Some(&(t, n)) = self.secs.get(rows) {
-            if n >= COST_MIN_SEEN {
-                return Some(t);
-            }
+        read_cost(&self.secs, rows)
+    }
+
+    /// What proposing `k` tokens costs: its average, the line through the measured counts, the
+    /// one measured count's average — 0 where no proposal was timed (a lookup drafter's are
+    /// timed too, and next to nothing).
+    fn draft_cost(&self, k: usize) -> f64 {
+        read_cost(&self.draft_secs, k).or_else(|| self.draft_secs.iter().find(|c| c.1 >= COST_MIN_SEEN).map(|c| c.0)).unwrap_or(0.0)
+    }
+
+    /// The best gain over depths 1..=max (what drafting at its best depth would give).
+    fn best_drafting_gain(&self, max: usize) -> f64 {
+        (1..=max).filter_map(|k| self.gain(k)).fold(0.0, f64::max)
+    }
+
+    /// E(k) / c(k) for depth k: expected tokens per plain-step cost of verifying 1 + k rows and
+    /// proposing k (None until measured).
+    fn gain(&self, k: usize) -> Option<f64> {
+        let base = self.cost(1)?;
+        let (mut expected, mut chain, mut last_p) = (1.0f64, 1.0f64, 0.5f64);
+        for i in 0..k.min(self.reached.len()) {
+            // Laplace-smoothed; a position never reached takes the one before it, at most even
+            let p = if self.reached[i] >= 1.0 { (self.accepted[i] + 0.5) / (self.reached[i] + 1.0) } else { last_p.min(0.5) };
+            last_p = p;
+            chain *= p;
+            expected += chain;
         }
-        let pts: Vec<(f64, f64)> = self.secs.iter().enumerate().filter(|(_, c)| c.1 >= COST_MIN_SEEN).map(|(r, c)| (r as f64, c.0)).collect();
-        if pts.len() < 2 {
-            return None;
-        }
-        let n = pts.len() as f64;
-        let (mx, my) = (pts.iter().map(|p| p.0).sum::<f64>() / n, pts.iter().map(|p| p.1).sum::<f64>() / n);
-        let sxx: f64 = pts.iter().map(|p| (p.0 - mx) * (p.0 - mx)).sum();
-        let slope = if sxx > 0.0 { pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>() / sxx } else { 0.0 };
-        Some((my + slope * (rows as f64 - mx)).max(f64::MIN_POSITIVE))
+        Some(expected / ((self.cost(1 + k)? + self.draft_cost(k)) / base))
     }
 
     /// The depth k in 0..=max with the most expected tokens per unit of cost, and that gain
@@ -770,23 +836,41 @@ impl Costs {
         if self.reached.first().copied().unwrap_or(0.0) < ACCEPT_MIN_STEPS {
             return None;
         }
-        let base = self.cost(1)?;
+        self.cost(1)?;
         let mut best = (0, 1.0);
-        let (mut expected, mut chain, mut last_p) = (1.0f64, 1.0f64, 0.5f64);
         for k in 1..=max.min(self.reached.len()) {
-            let i = k - 1;
-            // Laplace-smoothed; a position never reached takes the one before it, at most even
-            let p = if self.reached[i] >= 1.0 { (self.accepted[i] + 0.5) / (self.reached[i] + 1.0) } else { last_p.min(0.5) };
-            last_p = p;
-            chain *= p;
-            expected += chain;
-            let gain = expected / (self.cost(1 + k)? / base);
+            let gain = self.gain(k)?;
             if gain > best.1 {
                 best = (k, gain);
             }
         }
         Some(best)
     }
+}
+
+/// `secs` into an (exponential average, count) cell.
+fn average_in(c: &mut (f64, u32), secs: f64) {
+    c.0 = if c.1 == 0 { secs } else { (1.0 - COST_EMA) * c.0 + COST_EMA * secs };
+    c.1 = c.1.saturating_add(1);
+}
+
+/// A cost table's figure for `at`: its average where measured often enough, else the
+/// least-squares line through the measured entries (None with fewer than two).
+fn read_cost(table: &[(f64, u32)], at: usize) -> Option<f64> {
+    if let Some(&(t, n)) = table.get(at) {
+        if n >= COST_MIN_SEEN {
+            return Some(t);
+        }
+    }
+    let pts: Vec<(f64, f64)> = table.iter().enumerate().filter(|(_, c)| c.1 >= COST_MIN_SEEN).map(|(r, c)| (r as f64, c.0)).collect();
+    if pts.len() < 2 {
+        return None;
+    }
+    let n = pts.len() as f64;
+    let (mx, my) = (pts.iter().map(|p| p.0).sum::<f64>() / n, pts.iter().map(|p| p.1).sum::<f64>() / n);
+    let sxx: f64 = pts.iter().map(|p| (p.0 - mx) * (p.0 - mx)).sum();
+    let slope = if sxx > 0.0 { pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>() / sxx } else { 0.0 };
+    Some((my + slope * (at as f64 - mx)).max(f64::MIN_POSITIVE))
 }
 
 /// Samples a verify's rows (`rows`: n_vocab logits each, the pending token's row first) in
@@ -895,6 +979,9 @@ pub(crate) fn speculate(
     let n_vocab = model.n_vocab();
     let mut ctl = Controller::new(max_draft);
     ctl.set_timed(sampler.params().temperature <= 0.0);
+    // what the drafter spent following the kept rows since its last proposal (an MTP head's
+    // KV rows): part of what drafting costs
+    let mut observe_secs = 0.0f64;
     loop {
         let pos = state.pos;
         if pos + 1 > model.max_context() {
@@ -906,7 +993,12 @@ pub(crate) fn speculate(
         let room = model.max_context() - pos - 1;
         let left = limit - stats.generated;
         let k = ctl.depth().min(room).min(left.saturating_sub(1));
+        let t_draft = Instant::now();
         let drafts = if k > 0 { drafter.propose_with(model, &context, k)? } else { Vec::new() };
+        if k > 0 {
+            ctl.observe_draft_cost(drafts.len().min(k), observe_secs + t_draft.elapsed().as_secs_f64());
+            observe_secs = 0.0;
+        }
         if k > 0 && drafts.is_empty() && !drafter.proposes_cheaply() {
             ctl.observe_empty();
         }
@@ -934,7 +1026,9 @@ pub(crate) fn speculate(
         state.rollback(pos + i + 1)?;
         if wants_hidden {
             let h = model.hidden_width();
+            let t_obs = Instant::now();
             drafter.observe(model, pos, &span[..=i], &hidden[..(i + 1) * h])?;
+            observe_secs += t_obs.elapsed().as_secs_f64();
         }
         if let Some(r) = stop {
             stats.stop = r;
@@ -1011,20 +1105,53 @@ mod tests {
         assert!((1..=3).contains(&k) && g > 1.0, "costly rows: shallow ({k}, {g})");
         let (k, g) = run(1.0, 0.4);
         assert_eq!((k, g), (0, 1.0), "a verify row costs a step and drafts are poor: none pays");
-        // the controller still drafts one (pausing is the acceptance rule's), and an untimed
-        // one (sampling) ignores costs altogether
+        // where no depth pays the controller pauses drafting — for PAUSE_STEPS, then drafts on
+        // probation (the cost verdict set aside for EMPTY_RUN verifies), then pauses twice as
+        // long; an untimed one (sampling) ignores costs altogether
         let mut c = Controller::new(8);
         c.set_timed(true);
         for _ in 0..20 {
             c.costs.observe_accept(4, 1);
             c.costs.observe_step(5, 5.0);
             c.costs.observe_step(1, 1.0);
-            c.costs.observe_step(2, 2.0);
+            c.costs.observe_step(2, 2.2);
         }
         c.depth = 4;
-        assert_eq!(c.depth(), 1);
+        assert!((0..PAUSE_STEPS).all(|_| c.depth() == 0), "no depth pays: paused");
+        for _ in 0..EMPTY_RUN {
+            assert!(c.depth() >= 1, "on probation after the pause");
+            c.observe(1, 1);
+            c.costs.observe_accept(4, 1);
+        }
+        assert!((0..2 * PAUSE_STEPS).all(|_| c.depth() == 0), "still not paying: paused twice as long");
         c.set_timed(false);
-        assert_eq!(c.depth(), 4);
+        c.pause = 0;
+        assert_eq!(c.depth(), c.depth, "untimed: no cost verdicts");
+    }
+
+    /// The drafter's own time counts: a draft model as costly as the target is paused even
+    /// when every draft is right and verify rows are cheap; the same acceptance with a free
+    /// proposal drafts deep.
+    #[test]
+    fn a_proposal_that_costs_more_than_it_saves_pauses_drafting() {
+        let run = |draft_secs_per_token: f64| {
+            let mut c = Controller::new(4);
+            c.set_timed(true);
+            for _ in 0..30 {
+                c.costs.observe_accept(4, 4);
+                for k in 0..=4 {
+                    c.costs.observe_step(1 + k, 1.0 + 0.1 * k as f64);
+                    c.costs.observe_draft(k, draft_secs_per_token * k as f64);
+                }
+            }
+            c.depth = 4;
+            c
+        };
+        let mut cheap = run(0.0);
+        assert_eq!(cheap.depth(), 4, "free proposals, every draft right: deep");
+        let mut costly = run(1.0);
+        assert_eq!(costly.depth(), 0, "each drafted token costs a whole step: paused");
+        assert!(costly.costs.best_drafting_gain(4) < 1.0);
     }
 
     #[test]
