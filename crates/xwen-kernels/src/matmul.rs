@@ -368,6 +368,10 @@ impl Q4kLanes {
     }
 }
 
+/// Q8_0 rows the VNNI token-lane kernel takes at once (each activation load serves them all).
+#[cfg(target_arch = "x86_64")]
+const Q8_VNNI_ROWS: usize = 4;
+
 /// Tokens per tile in `matmul`: one weight row is read from memory once per tile.
 const TOKEN_TILE: usize = 32;
 
@@ -724,12 +728,28 @@ impl Pool {
             let mut ax = vec![0u8; Q8_SUB_ROWS * nb * 32];
             let each_row = |tile: &mut OutTile, rs: usize, re: usize| {
                 if vnni {
-                    for r in rs..re {
-                        let wr = &w.data[r * rb..(r + 1) * rb];
+                    use crate::simd::avx512_tok8::{row_q8_0_vnni, rows_q8_0_vnni};
+                    const R: usize = Q8_VNNI_ROWS;
+                    let row = |r: usize| &w.data[r * rb..(r + 1) * rb];
+                    let mut r = rs;
+                    // R rows share each activation load; the rest one at a time
+                    while r + R <= re {
+                        let ws: [&[u8]; R] = std::array::from_fn(|j| row(r + j));
+                        let mut outs = [[0f32; TOK]; R];
                         for g in 0..groups {
-                            // SAFETY: AVX-512 VNNI is the active set; wr holds nb blocks, act
-                            // `groups` groups with the offset codes built.
-                            unsafe { crate::simd::avx512_tok8::row_q8_0_vnni(wr, act, g, &mut out) };
+                            // SAFETY: AVX-512 VNNI is the active set; each row holds nb blocks,
+                            // act `groups` groups with the offset codes built.
+                            unsafe { rows_q8_0_vnni::<R>(ws, act, g, &mut outs) };
+                            for (j, o) in outs.iter().enumerate() {
+                                tile.put(r + j, g * TOK, o);
+                            }
+                        }
+                        r += R;
+                    }
+                    for r in r..re {
+                        for g in 0..groups {
+                            // SAFETY: as above.
+                            unsafe { row_q8_0_vnni(row(r), act, g, &mut out) };
                             tile.put(r, g * TOK, &out);
                         }
                     }

@@ -55,6 +55,54 @@ pub unsafe fn row_q8_0_vnni(w: &[u8], act: &Act8Q8, g: usize, out: &mut [f32; TO
     _mm256_storeu_ps(out.as_mut_ptr(), _mm256_add_ps(_mm512_castps512_ps256(t), hi));
 }
 
+/// `row_q8_0_vnni` for R rows at once (`w[r]`, nb blocks each) against the same 8 tokens: each
+/// activation vector is loaded once for the R rows (the single-row kernel is bound by those
+/// loads on an AVX-512 Intel core), every row's operations are `row_q8_0_vnni`'s, so each
+/// row's results are its bits.
+///
+/// # Safety
+/// As `row_q8_0_vnni`, for every row of `w`.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn rows_q8_0_vnni<const R: usize>(w: [&[u8]; R], act: &Act8Q8, g: usize, out: &mut [[f32; TOK]; R]) {
+    let nb = act.nb;
+    debug_assert!(act.qs_u8.len() >= (g + 1) * nb * 32 * TOK);
+    let off = _mm512_set1_epi8(0x80u8 as i8);
+    let zero = _mm512_setzero_si512();
+    let idx: [__m512i; 4] = std::array::from_fn(|p| {
+        let (a, b) = (2 * p as i32, 2 * p as i32 + 1);
+        _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
+    });
+    let mut acc = [[_mm512_setzero_ps(); 4]; R];
+    for i in 0..nb {
+        let gi = g * nb + i;
+        let dy = _mm256_loadu_ps(act.dy.as_ptr().add(gi * TOK));
+        let qs = act.qs_u8.as_ptr().add(gi * 32 * TOK);
+        let mut d = [_mm512_setzero_ps(); R];
+        let mut codes = [zero; R];
+        for r in 0..R {
+            let d8 = _mm256_mul_ps(_mm256_set1_ps(h2f_wide(w[r], i * Q8_0)), dy);
+            d[r] = _mm512_shuffle_f32x4::<0x44>(_mm512_castps256_ps512(d8), _mm512_castps256_ps512(d8));
+            codes[r] = _mm512_castsi256_si512(_mm256_loadu_si256(w[r].as_ptr().add(i * Q8_0 + 2) as *const __m256i));
+        }
+        for p in 0..4 {
+            let y = _mm512_loadu_si512(qs.add(p * 64) as *const __m512i);
+            for r in 0..R {
+                let x = _mm512_permutexvar_epi32(idx[p], codes[r]);
+                let t = _mm512_dpbusd_epi32(zero, y, x);
+                let c = _mm512_dpbusd_epi32(zero, off, x);
+                acc[r][p] = _mm512_fmadd_ps(d[r], _mm512_cvtepi32_ps(_mm512_sub_epi32(t, c)), acc[r][p]);
+            }
+        }
+    }
+    for r in 0..R {
+        let h01 = _mm512_add_ps(acc[r][2], acc[r][0]);
+        let h23 = _mm512_add_ps(acc[r][3], acc[r][1]);
+        let t = _mm512_add_ps(h01, h23);
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(t)));
+        _mm256_storeu_ps(out[r].as_mut_ptr(), _mm256_add_ps(_mm512_castps512_ps256(t), hi));
+    }
+}
+
 /// `avx2_tok8::rows4` with AVX-512 VNNI, the same bits: a (sub-block 2k, 2k+1) chunk pair of
 /// 8 tokens is one 512-bit vector (lanes 0..8: sub-block 2k's chunk e, 8..16: 2k+1's), the
 /// weight codes of both — low and high nibbles of the same 4 bytes — one broadcast shifted per
