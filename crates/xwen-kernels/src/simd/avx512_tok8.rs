@@ -22,46 +22,20 @@ const Q8_0: usize = 34;
 /// built for g + 1 groups and `build_offset` ran.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub unsafe fn row_q8_0_vnni(w: &[u8], act: &Act8Q8, g: usize, out: &mut [f32; TOK]) {
-    let nb = act.nb;
-    debug_assert!(act.qs_u8.len() >= (g + 1) * nb * 32 * TOK);
-    let off = _mm512_set1_epi8(0x80u8 as i8);
-    let zero = _mm512_setzero_si512();
-    // pair p: dword 2p of the block's codes into lanes 0..8, dword 2p + 1 into lanes 8..16
-    let idx: [__m512i; 4] = std::array::from_fn(|p| {
-        let (a, b) = (2 * p as i32, 2 * p as i32 + 1);
-        _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
-    });
-    let mut acc = [_mm512_setzero_ps(); 4];
-    for i in 0..nb {
-        let gi = g * nb + i;
-        let d8 = _mm256_mul_ps(_mm256_set1_ps(h2f_wide(w, i * Q8_0)), _mm256_loadu_ps(act.dy.as_ptr().add(gi * TOK)));
-        let d = _mm512_shuffle_f32x4::<0x44>(_mm512_castps256_ps512(d8), _mm512_castps256_ps512(d8));
-        let codes = _mm512_castsi256_si512(_mm256_loadu_si256(w.as_ptr().add(i * Q8_0 + 2) as *const __m256i));
-        let qs = act.qs_u8.as_ptr().add(gi * 32 * TOK);
-        for (p, a) in acc.iter_mut().enumerate() {
-            let x = _mm512_permutexvar_epi32(idx[p], codes);
-            let y = _mm512_loadu_si512(qs.add(p * 64) as *const __m512i);
-            let t = _mm512_dpbusd_epi32(zero, y, x);
-            let c = _mm512_dpbusd_epi32(zero, off, x);
-            *a = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(t, c)), *a);
-        }
-    }
-    // row_q8_0's hsum: h_k = l_{k+4} + l_k, then (h0 + h2) + (h1 + h3); lane l sits in half
-    // l % 2 of acc[l / 2]
-    let h01 = _mm512_add_ps(acc[2], acc[0]);
-    let h23 = _mm512_add_ps(acc[3], acc[1]);
-    let t = _mm512_add_ps(h01, h23);
-    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(t)));
-    _mm256_storeu_ps(out.as_mut_ptr(), _mm256_add_ps(_mm512_castps512_ps256(t), hi));
+    let mut one = [[0f32; TOK]; 1];
+    rows_q8_0_vnni::<1>([w], act, g, &mut one);
+    *out = one[0];
 }
 
 /// `row_q8_0_vnni` for R rows at once (`w[r]`, nb blocks each) against the same 8 tokens: each
-/// activation vector is loaded once for the R rows (the single-row kernel is bound by those
-/// loads on an AVX-512 Intel core), every row's operations are `row_q8_0_vnni`'s, so each
-/// row's results are its bits.
+/// activation vector is loaded once for the R rows (one row at a time is bound by those loads
+/// on an AVX-512 Intel core); each row's operations are those of R = 1, so its bits too. Per
+/// block and pair p of chunks: dword 2p of the codes into lanes 0..8, 2p + 1 into 8..16, one
+/// `vpdpbusd` for (y + 128)·x and one for the 128·x compensation.
 ///
 /// # Safety
-/// As `row_q8_0_vnni`, for every row of `w`.
+/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available; every `w[r]` holds nb blocks;
+/// `act` was built for g + 1 groups and `build_offset` ran.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub unsafe fn rows_q8_0_vnni<const R: usize>(w: [&[u8]; R], act: &Act8Q8, g: usize, out: &mut [[f32; TOK]; R]) {
     let nb = act.nb;
