@@ -13,7 +13,7 @@ use std::sync::{mpsc, Arc};
 use std::time::Instant;
 use tokio::sync::mpsc::UnboundedSender;
 use crate::{DraftConfig, DraftSource};
-use xwen_engine::{Drafter, ModelDrafter, MtpDrafter, NgramDrafter};
+use xwen_engine::{DraftMemory, Drafter, Ended, ModelDrafter, MtpDrafter, NgramDrafter};
 use xwen_engine::{Event, LogitsProcessor, Model, PrefixCache, Request, Sampler, SamplingParams, Scheduler, SeqId, Session, StopReason, TokenLogprobs};
 
 /// One generation request as the engine sees it: token ids in, token ids out.
@@ -112,8 +112,9 @@ impl EngineHandle {
 
 struct Slot {
     session: Session,
-    /// The drafter of the slot's last request, which followed its session.
-    drafter: Option<Box<dyn Drafter>>,
+    /// The drafter of the slot's last request, which followed its session, with what its
+    /// controller learned.
+    drafter: Option<(Box<dyn Drafter>, Option<DraftMemory>)>,
     last_used: u64,
 }
 
@@ -278,7 +279,8 @@ impl EngineLoop {
     /// message `boundary` goes to the prefix cache.
     fn release(&mut self, id: SeqId, boundary: Option<usize>) {
         match self.sched.take_ended(id) {
-            Some((session, drafter)) => {
+            Some(Ended { session, drafter, draft_memory }) => {
+                let drafter = drafter.map(|d| (d, draft_memory));
                 if let (Some(cache), Some(b)) = (self.prefix.as_mut(), boundary) {
                     if let Some((tokens, state)) = session.state_at(b) {
                         cache.insert(&tokens, state);
@@ -295,7 +297,7 @@ impl EngineLoop {
     /// where that holds more of it; on a tie (or none shared), the least recently used, so a long
     /// conversation's slot survives short one-off requests. An idle slot comes with the drafter
     /// that followed its session.
-    fn pick_session(&mut self, prompt: &[u32]) -> (Session, Option<Box<dyn Drafter>>) {
+    fn pick_session(&mut self, prompt: &[u32]) -> (Session, Option<(Box<dyn Drafter>, Option<DraftMemory>)>) {
         let common = |s: &Session| s.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count();
         let best_idle = self.idle.iter().map(|s| common(&s.session)).max().unwrap_or(0);
         if let Some(hit) = self.prefix.as_mut().and_then(|c| c.lookup(&self.model, prompt, best_idle)) {
@@ -337,10 +339,10 @@ impl EngineLoop {
     }
 
     /// A drafter for a new request: the slot's own where it has one of this kind, else a new one.
-    fn drafter(&self, kept: Option<Box<dyn Drafter>>) -> Option<(Box<dyn Drafter>, usize)> {
+    fn drafter(&self, kept: Option<(Box<dyn Drafter>, Option<DraftMemory>)>) -> Option<((Box<dyn Drafter>, usize), Option<DraftMemory>)> {
         let cfg = self.draft.as_ref()?;
         let d: Box<dyn Drafter> = match (&cfg.source, kept) {
-            (_, Some(d)) => d,
+            (_, Some((d, memory))) => return Some(((d, cfg.max), memory)),
             (DraftSource::Ngram, None) => Box::new(NgramDrafter::default()),
             (DraftSource::Mtp, None) => {
                 let mut d = MtpDrafter::new();
@@ -353,7 +355,7 @@ impl EngineLoop {
                 Box::new(d)
             }
         };
-        Some((d, cfg.max))
+        Some(((d, cfg.max), None))
     }
 
     fn admit(&mut self) {
@@ -366,13 +368,17 @@ impl EngineLoop {
             let last = job.prompt.len().saturating_sub(1);
             let boundary = job.checkpoints.iter().map(|&b| b.min(last)).filter(|&b| b > 0).max();
             // drafting where nothing watches each token's logits (a grammar, logprobs)
-            let draft = if job.processor.is_none() && job.logprobs.is_none() { self.drafter(kept_drafter) } else { None };
+            let (draft, draft_memory) = match job.processor.is_none() && job.logprobs.is_none() {
+                true => self.drafter(kept_drafter).map_or((None, None), |(d, m)| (Some(d), m)),
+                false => (None, None),
+            };
             let req = Request {
                 session: Some(session),
                 logprobs: job.logprobs,
                 processor: job.processor,
                 checkpoint_at: job.checkpoints,
                 draft,
+                draft_memory,
                 ..Request::new(job.prompt, job.max_tokens, job.stop_ids, Sampler::new(job.sampling))
             };
             match self.sched.add(&self.model, req) {

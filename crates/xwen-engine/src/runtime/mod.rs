@@ -3,8 +3,11 @@
 //!   checkpoint restore — recurrent state cannot be rewound);
 //! - `scheduler`: many sequences stepped together through the batched forward;
 //! - `generate`: the one-sequence generate loop; `sampler`: token choice;
-//! - `speculative`: drafters and the verify loop (greedy output identical to `generate`).
+//! - `speculative`: drafters and the verify loop (greedy output identical to `generate`);
+//!   `cost_table`: the timings its controller weighs depths by, shared steps divided among
+//!   their sequences.
 
+pub(crate) mod cost_table;
 pub mod generate;
 pub mod prefix_cache;
 pub mod sampler;

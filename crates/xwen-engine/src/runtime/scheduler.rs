@@ -8,10 +8,11 @@
 use crate::error::{EngineError, Result};
 use crate::experts::plan::PREFILL_BATCH;
 use crate::model::{LogitsMode, Model, SeqStep};
+use crate::runtime::cost_table::{shares, StepCosts};
 use crate::runtime::generate::StopReason;
 use crate::runtime::sampler::Sampler;
 use crate::runtime::session::Session;
-use crate::runtime::speculative::{sample_verify_rows, Controller, DraftTally, Drafter, ModelDrafter};
+use crate::runtime::speculative::{sample_verify_rows, Controller, DraftMemory, DraftTally, Drafter, ModelDrafter};
 use std::collections::HashMap;
 
 /// Prompt tokens one sequence feeds per step (llama.cpp's micro-batch).
@@ -19,6 +20,8 @@ pub const PREFILL_CHUNK: usize = PREFILL_BATCH;
 
 /// Rows one step runs at most on a mapped model (llama.cpp's logical batch, -b 2048).
 pub const MAX_STEP_ROWS: usize = 2048;
+/// The largest step `StepCosts` learns a row's time from: decode rows and their drafts.
+const DECODE_STEP_ROWS: usize = 64;
 
 pub type SeqId = u64;
 
@@ -46,12 +49,15 @@ pub struct Request {
     /// step. Its decode steps then verify drafts in decode-order spans (the output is what it
     /// would be without: `runtime::speculative`). Ignored with a processor or logprobs.
     pub draft: Option<(Box<dyn Drafter>, usize)>,
+    /// What the drafter's controller learned on an earlier request (`Ended::draft_memory`);
+    /// used when it drafted to the same depth.
+    pub draft_memory: Option<DraftMemory>,
 }
 
 impl Request {
     /// A fresh sequence (no session), no logprobs, no processor, no drafter.
     pub fn new(prompt: Vec<u32>, max_tokens: usize, stop_ids: Vec<u32>, sampler: Sampler) -> Request {
-        Request { prompt, max_tokens, stop_ids, sampler, session: None, logprobs: None, processor: None, checkpoint_at: Vec::new(), draft: None }
+        Request { prompt, max_tokens, stop_ids, sampler, session: None, logprobs: None, processor: None, checkpoint_at: Vec::new(), draft: None, draft_memory: None }
     }
 }
 
@@ -121,10 +127,14 @@ struct Running {
     drafts: Vec<u32>,
 }
 
-/// What an ended sequence leaves for `take_session` / `take_drafter`.
-struct Ended {
-    session: Session,
-    drafter: Option<Box<dyn Drafter>>,
+/// What an ended sequence that came with a session leaves (`take_ended`).
+pub struct Ended {
+    pub session: Session,
+    /// Its drafter, if it drafted: it follows the session (a draft model's state holds the
+    /// conversation so far).
+    pub drafter: Option<Box<dyn Drafter>>,
+    /// What its drafting controller learned, for the drafter's next request.
+    pub draft_memory: Option<DraftMemory>,
 }
 
 pub struct Scheduler {
@@ -134,12 +144,15 @@ pub struct Scheduler {
     /// Sessions (and their drafters) of ended sequences that came with a session.
     ended: HashMap<SeqId, Ended>,
     tally: DraftTally,
+    /// Whole steps' times by row count (decode-sized steps only: a prefill chunk's rows cost
+    /// less each than a decode row's): how a shared step's time divides among its sequences.
+    step_costs: StepCosts,
 }
 
 impl Scheduler {
     /// A scheduler of at most `max_seqs` sequences at once.
     pub fn new(max_seqs: usize) -> Scheduler {
-        Scheduler { running: Vec::new(), max_seqs: max_seqs.max(1), next_id: 1, ended: HashMap::new(), tally: DraftTally::default() }
+        Scheduler { running: Vec::new(), max_seqs: max_seqs.max(1), next_id: 1, ended: HashMap::new(), tally: DraftTally::default(), step_costs: StepCosts::new(DECODE_STEP_ROWS) }
     }
 
     pub fn len(&self) -> usize {
@@ -184,7 +197,10 @@ impl Scheduler {
         self.next_id += 1;
         let draft = match req.draft.take() {
             Some((d, k)) if k > 0 && req.processor.is_none() && req.logprobs.is_none() => {
-                let mut ctl = Controller::new(k);
+                let mut ctl = match req.draft_memory.take() {
+                    Some(DraftMemory(c)) if c.max_depth() == k => c,
+                    _ => Controller::new(k),
+                };
                 ctl.set_timed(req.sampler.params().temperature <= 0.0);
                 Some((d, ctl))
             }
@@ -240,14 +256,15 @@ impl Scheduler {
 
     /// The session of an ended sequence that came with one (`Request::session`).
     pub fn take_session(&mut self, id: SeqId) -> Option<Session> {
-        self.take_ended(id).map(|(s, _)| s)
+        self.take_ended(id).map(|e| e.session)
     }
 
-    /// `take_session` with the sequence's drafter, if it drafted: the drafter follows its
-    /// session (a draft model's state holds the conversation so far), so the next request on
-    /// that session drafts without feeding the draft model the whole conversation again.
-    pub fn take_ended(&mut self, id: SeqId) -> Option<(Session, Option<Box<dyn Drafter>>)> {
-        self.ended.remove(&id).map(|e| (e.session, e.drafter))
+    /// `take_session` with the sequence's drafter and what its controller learned, if it
+    /// drafted: the drafter follows its session (a draft model's state holds the conversation
+    /// so far), so the next request on that session drafts without feeding the draft model the
+    /// whole conversation again, and without learning its costs again.
+    pub fn take_ended(&mut self, id: SeqId) -> Option<Ended> {
+        self.ended.remove(&id)
     }
 
     fn end(&mut self, i: usize) {
@@ -257,7 +274,11 @@ impl Scheduler {
             r.session.state_mut().keep_history(0);
         }
         if r.keep_session {
-            self.ended.insert(r.id, Ended { session: r.session, drafter: r.draft.map(|(d, _)| d) });
+            let (drafter, draft_memory) = match r.draft {
+                Some((d, c)) => (Some(d), Some(DraftMemory(c))),
+                None => (None, None),
+            };
+            self.ended.insert(r.id, Ended { session: r.session, drafter, draft_memory });
         }
     }
 
@@ -383,15 +404,25 @@ impl Scheduler {
             }
         }
         let draft_secs = t_draft.elapsed().as_secs_f64();
-        let lone = asks.len() == 1;
         for (i, _, k) in &asks {
             let r = &mut self.running[*i];
-            let (d, ctl) = r.draft.as_mut().expect("asked only of drafting sequences");
             r.drafts = proposals[*i].take().unwrap_or_default();
             r.drafts.truncate(*k);
-            if lone {
-                ctl.observe_draft_cost(r.drafts.len(), draft_secs);
-            }
+        }
+        // proposals made together share their time by drafted tokens (a sequence alone pays
+        // all of it)
+        let drafted_total: usize = asks.iter().map(|(i, _, _)| self.running[*i].drafts.len()).sum();
+        for (i, _, _) in &asks {
+            let r = &mut self.running[*i];
+            let (d, ctl) = r.draft.as_mut().expect("asked only of drafting sequences");
+            let share = if asks.len() == 1 {
+                draft_secs
+            } else if drafted_total > 0 {
+                draft_secs * r.drafts.len() as f64 / drafted_total as f64
+            } else {
+                draft_secs / asks.len() as f64
+            };
+            ctl.observe_draft_cost(r.drafts.len(), share);
             if r.drafts.is_empty() && !d.proposes_cheaply() {
                 ctl.observe_empty();
             }
@@ -449,16 +480,28 @@ impl Scheduler {
         let mut outs = model.forward_batch_out(&mut steps)?;
         let step_secs = t_step.elapsed().as_secs_f64();
         drop(steps);
-        // a step's time is one sequence's verify cost only when it ran alone
-        let alone = idx.len() == 1;
+        // what this step cost each decoding sequence: all of it when it ran alone, else its
+        // share (`cost_table::shares`) once a row's time is known from the steps so far
+        let total_rows: usize = idx.iter().map(|&(_, n)| n).sum();
+        self.step_costs.observe(total_rows, step_secs);
+        let decoding: Vec<(usize, usize)> = idx.iter().copied().filter(|&(k, _)| !self.running[k].prompt_left).collect();
+        let costs: Vec<(usize, usize, f64)> = if idx.len() == 1 {
+            decoding.iter().map(|&(k, n)| (k, n, step_secs)).collect()
+        } else if let Some(row_secs) = self.step_costs.row_secs() {
+            let extra: Vec<usize> = decoding.iter().map(|&(_, n)| n - 1).collect();
+            let other = total_rows - decoding.iter().map(|&(_, n)| n).sum::<usize>();
+            decoding.iter().zip(shares(step_secs, row_secs, &extra, other)).map(|(&(k, n), c)| (k, n, c)).collect()
+        } else {
+            Vec::new()
+        };
+        for (k, n, secs) in costs {
+            if let Some((_, ctl)) = self.running[k].draft.as_mut() {
+                ctl.observe_cost(n, secs);
+            }
+        }
         let mut finished = Vec::new();
         for (((k, n), out), pos) in idx.into_iter().zip(outs.iter_mut()).zip(positions) {
             let r = &mut self.running[k];
-            if alone && !r.prompt_left {
-                if let Some((_, ctl)) = r.draft.as_mut() {
-                    ctl.observe_cost(n, step_secs);
-                }
-            }
             let lg = &mut out.logits;
             if !r.drafts.is_empty() {
                 let (stop, drafted, accepted) = Self::verify(model, r, n, lg, &out.hidden, &mut events)?;

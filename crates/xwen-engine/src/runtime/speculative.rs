@@ -16,6 +16,7 @@
 
 use crate::error::Result;
 use crate::model::{LogitsMode, Model, SeqStep};
+use crate::runtime::cost_table::{average_in, read_cost, COST_MIN_SEEN};
 use crate::runtime::generate::{GenStats, GenerateRequest, StopReason};
 use crate::runtime::sampler::Sampler;
 use crate::state::SeqState;
@@ -565,6 +566,13 @@ impl Drafter for MtpDrafter {
     }
 }
 
+/// What a drafting sequence's controller learned — step and proposal costs, acceptance by
+/// position, pauses — handed back when the sequence ends (`Scheduler::take_ended`) so the next
+/// request drafting with the same drafter starts from it, as the drafter itself carries on
+/// (`Request::draft_memory`). A server request of a hundred tokens is over before a fresh
+/// controller has measured enough to pause a drafter that does not pay.
+pub struct DraftMemory(pub(crate) Controller);
+
 /// How deep to draft: the depth follows what the last verify accepted (all accepted: one
 /// deeper; else one past what was), and while the recent acceptance stays below
 /// `PAUSE_BELOW` drafting pauses for `PAUSE_STEPS` steps — a drafter that never agrees then
@@ -616,6 +624,11 @@ impl Controller {
             cost_pause_len: PAUSE_STEPS,
             probation: 0,
         }
+    }
+
+    /// The most tokens it drafts per step.
+    pub(crate) fn max_depth(&self) -> usize {
+        self.max
     }
 
     /// The depth for this step (0 while paused).
@@ -744,12 +757,9 @@ struct Costs {
     accepted: Vec<f64>,
 }
 
-/// Weight of a new step in a row count's average.
-const COST_EMA: f64 = 0.2;
 /// Decay of the acceptance counts per verify: recent behaviour counts more.
 const ACCEPT_DECAY: f64 = 0.97;
-/// Steps a row count needs before its average is believed; verifies before choosing by cost.
-const COST_MIN_SEEN: u32 = 2;
+/// Verifies before choosing by cost (a row count's average needs `COST_MIN_SEEN` steps).
 const ACCEPT_MIN_STEPS: f64 = 4.0;
 /// Verifies after which a timed controller measures a plain step, if none has run.
 const PROBE_AFTER: usize = 8;
@@ -846,31 +856,6 @@ impl Costs {
         }
         Some(best)
     }
-}
-
-/// `secs` into an (exponential average, count) cell.
-fn average_in(c: &mut (f64, u32), secs: f64) {
-    c.0 = if c.1 == 0 { secs } else { (1.0 - COST_EMA) * c.0 + COST_EMA * secs };
-    c.1 = c.1.saturating_add(1);
-}
-
-/// A cost table's figure for `at`: its average where measured often enough, else the
-/// least-squares line through the measured entries (None with fewer than two).
-fn read_cost(table: &[(f64, u32)], at: usize) -> Option<f64> {
-    if let Some(&(t, n)) = table.get(at) {
-        if n >= COST_MIN_SEEN {
-            return Some(t);
-        }
-    }
-    let pts: Vec<(f64, f64)> = table.iter().enumerate().filter(|(_, c)| c.1 >= COST_MIN_SEEN).map(|(r, c)| (r as f64, c.0)).collect();
-    if pts.len() < 2 {
-        return None;
-    }
-    let n = pts.len() as f64;
-    let (mx, my) = (pts.iter().map(|p| p.0).sum::<f64>() / n, pts.iter().map(|p| p.1).sum::<f64>() / n);
-    let sxx: f64 = pts.iter().map(|p| (p.0 - mx) * (p.0 - mx)).sum();
-    let slope = if sxx > 0.0 { pts.iter().map(|p| (p.0 - mx) * (p.1 - my)).sum::<f64>() / sxx } else { 0.0 };
-    Some((my + slope * (at as f64 - mx)).max(f64::MIN_POSITIVE))
 }
 
 /// Samples a verify's rows (`rows`: n_vocab logits each, the pending token's row first) in
