@@ -368,3 +368,66 @@ fn drafters_batched_across_sequences_propose_what_each_proposes_alone() {
         }
     }
 }
+
+/// `Contrary`, counting its proposals.
+struct CountingContrary(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drafter for CountingContrary {
+    fn name(&self) -> &'static str {
+        "counting-contrary"
+    }
+    fn propose(&mut self, ctx: &[u32], max: usize) -> xwen_engine::Result<Vec<u32>> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Contrary.propose(ctx, max)
+    }
+}
+
+/// What a slot's drafting controller learned follows its drafter to the slot's next request
+/// (`Ended::draft_memory` → `Request::draft_memory`): a drafter that never agreed on the first
+/// request stays paused on the second, where a fresh controller drafts again from the start.
+/// The tokens are plain greedy's either way.
+#[test]
+fn a_controller_follows_its_drafter_to_the_next_request() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use xwen_engine::{Event, Request, Scheduler, Session};
+    let m = Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap();
+    let v = m.n_vocab() as u32;
+    let first: Vec<u32> = (0..14).map(|i| (i * 7919 + 11) % v).collect();
+    let second: Vec<u32> = (0..9).map(|i| (i * 104729 + 3) % v).collect();
+    let run = |sch: &mut Scheduler, req: Request| -> (Vec<u32>, xwen_engine::Ended) {
+        let id = sch.add(&m, req).unwrap();
+        let mut out = Vec::new();
+        while !sch.is_empty() {
+            for e in sch.step(&m).unwrap() {
+                if let Event::Token { token, .. } = e {
+                    out.push(token);
+                }
+            }
+        }
+        (out, sch.take_ended(id).expect("a sequence with a session leaves it"))
+    };
+    let count = Arc::new(AtomicUsize::new(0));
+    let mut sch = Scheduler::new(2);
+    let mut r = Request { session: Some(Session::new(&m)), ..Request::new(first.clone(), 60, vec![], greedy()) };
+    r.draft = Some((Box::new(CountingContrary(count.clone())), 8));
+    let (out, ended) = run(&mut sch, r);
+    assert_eq!(out, plain(&m, &first, 60));
+    let (drafter, memory) = (ended.drafter.expect("the drafter comes back"), ended.draft_memory.expect("and its controller's memory"));
+    // the second request, with and without what the first one learned
+    let second_plain = plain(&m, &second, 20);
+    count.store(0, Ordering::Relaxed);
+    let mut r = Request::new(second.clone(), 20, vec![], greedy());
+    r.draft = Some((drafter, 8));
+    r.draft_memory = Some(memory);
+    let (out, _) = run(&mut sch, Request { session: Some(Session::new(&m)), ..r });
+    assert_eq!(out, second_plain);
+    let with_memory = count.load(Ordering::Relaxed);
+    count.store(0, Ordering::Relaxed);
+    let mut r = Request { session: Some(Session::new(&m)), ..Request::new(second.clone(), 20, vec![], greedy()) };
+    r.draft = Some((Box::new(CountingContrary(count.clone())), 8));
+    let (out, _) = run(&mut sch, r);
+    assert_eq!(out, second_plain);
+    let fresh = count.load(Ordering::Relaxed);
+    assert!(fresh >= 2 && with_memory < fresh, "proposals on the second request: {with_memory} with the first's memory, {fresh} fresh");
+}
