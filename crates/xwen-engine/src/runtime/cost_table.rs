@@ -7,10 +7,13 @@ pub(crate) const COST_EMA: f64 = 0.2;
 /// Observations a count needs before its average is believed.
 pub(crate) const COST_MIN_SEEN: u32 = 2;
 
-/// `secs` into an (exponential average, count) cell.
-pub(crate) fn average_in(c: &mut (f64, u32), secs: f64) {
-    c.0 = if c.1 == 0 { secs } else { (1.0 - COST_EMA) * c.0 + COST_EMA * secs };
-    c.1 = c.1.saturating_add(1);
+/// `secs` into the (exponential average, count) cell `at` of a table (counts past its end are
+/// not recorded).
+pub(crate) fn record(table: &mut [(f64, u32)], at: usize, secs: f64) {
+    if let Some(c) = table.get_mut(at) {
+        c.0 = if c.1 == 0 { secs } else { (1.0 - COST_EMA) * c.0 + COST_EMA * secs };
+        c.1 = c.1.saturating_add(1);
+    }
 }
 
 /// The measured entries (index, average) of a table.
@@ -57,9 +60,7 @@ impl StepCosts {
     }
 
     pub(crate) fn observe(&mut self, rows: usize, secs: f64) {
-        if let Some(c) = self.secs.get_mut(rows) {
-            average_in(c, secs);
-        }
+        record(&mut self.secs, rows, secs);
     }
 
     /// Seconds one more row adds to a step (None before two row counts are measured).
@@ -118,9 +119,10 @@ mod tests {
         let mut t = vec![(0.0, 0); 6];
         assert_eq!(read_cost(&t, 1), None);
         for _ in 0..2 {
-            average_in(&mut t[1], 1.0);
-            average_in(&mut t[3], 3.0);
+            record(&mut t, 1, 1.0);
+            record(&mut t, 3, 3.0);
         }
+        record(&mut t, 6, 9.0); // past the end: not recorded
         assert_eq!(read_cost(&t, 1), Some(1.0));
         assert!((read_cost(&t, 5).unwrap() - 5.0).abs() < 1e-9);
     }

@@ -378,7 +378,7 @@ impl Scheduler {
             }
         }
         let mut proposals: Vec<Option<Vec<u32>>> = vec![None; self.running.len()];
-        // a proposal's time is its sequence's drafting cost only when it ran alone
+        // every proposal of this step, timed together (shared out below)
         let t_draft = std::time::Instant::now();
         {
             let mut batched: Vec<(usize, &mut ModelDrafter)> = Vec::new();
@@ -415,9 +415,7 @@ impl Scheduler {
         for (i, _, _) in &asks {
             let r = &mut self.running[*i];
             let (d, ctl) = r.draft.as_mut().expect("asked only of drafting sequences");
-            let share = if asks.len() == 1 {
-                draft_secs
-            } else if drafted_total > 0 {
+            let share = if drafted_total > 0 {
                 draft_secs * r.drafts.len() as f64 / drafted_total as f64
             } else {
                 draft_secs / asks.len() as f64

@@ -16,7 +16,7 @@
 
 use crate::error::Result;
 use crate::model::{LogitsMode, Model, SeqStep};
-use crate::runtime::cost_table::{average_in, read_cost, COST_MIN_SEEN};
+use crate::runtime::cost_table::{read_cost, record, COST_MIN_SEEN};
 use crate::runtime::generate::{GenStats, GenerateRequest, StopReason};
 use crate::runtime::sampler::Sampler;
 use crate::state::SeqState;
@@ -775,15 +775,11 @@ impl Costs {
     }
 
     fn observe_step(&mut self, rows: usize, secs: f64) {
-        if let Some(c) = self.secs.get_mut(rows) {
-            average_in(c, secs);
-        }
+        record(&mut self.secs, rows, secs);
     }
 
     fn observe_draft(&mut self, drafted: usize, secs: f64) {
-        if let Some(c) = self.draft_secs.get_mut(drafted) {
-            average_in(c, secs);
-        }
+        record(&mut self.draft_secs, drafted, secs);
     }
 
     fn observe_accept(&mut self, drafted: usize, accepted: usize) {
