@@ -204,6 +204,11 @@ pub struct Pack {
 }
 
 impl Pack {
+    /// Its reads' buffers are kept for the next reads, up to `max` (`DirectFile::recycle`).
+    pub fn recycle(&mut self, max: usize) {
+        self.file.recycle(max);
+    }
+
     /// Opens `path` as the sidecar of `file`'s experts `layers`; an error says why it does not
     /// stand for them.
     pub fn open(path: &Path, file_of: &GgufFile, layers: &[Option<[Mat; 3]>]) -> Result<Pack> {

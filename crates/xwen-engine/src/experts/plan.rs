@@ -20,6 +20,14 @@ pub const PREFILL_BATCH: usize = 512;
 /// them is read while the previous batch computes, so two batches are in flight.
 pub const PREFILL_READ_AHEAD: usize = 8;
 
+/// Expert records a streamed store holds outside its cache at most: a decode step its
+/// selection (a streamed prefill two read-ahead batches) and the prefetch readers one expert
+/// each while its read is in flight. The memory plan counts them; the store keeps as many
+/// finished reads' buffers for reuse (`direct_read::Recycler`).
+pub fn in_flight_records(n_used: usize, n_expert: usize) -> usize {
+    n_used.max(2 * PREFILL_READ_AHEAD).min(n_expert) + crate::experts::prefetch::PREFETCH_READERS
+}
+
 
 /// Allocator slack, thread stacks and small buffers the per-op estimate does not name.
 pub const SCRATCH_SLACK: u64 = 64 << 20;
@@ -114,10 +122,7 @@ impl MemoryPlan {
         let record_bytes = records.iter().copied().max().unwrap_or(0);
         let per_layer_sum: u64 = records.iter().sum();
         let (n_expert, n_used) = (figures.n_expert as u64, figures.n_used as u64);
-        // decode holds its selection, a streamed prefill two read-ahead batches; and the
-        // prefetch readers one expert each while its read is in flight
-        let prefetched = crate::experts::prefetch::PREFETCH_READERS as u64;
-        let in_flight_bytes = record_bytes * (n_used.max(2 * PREFILL_READ_AHEAD as u64).min(n_expert) + prefetched);
+        let in_flight_bytes = record_bytes * in_flight_records(n_used as usize, n_expert as usize) as u64;
         let min_cache_bytes = record_bytes * n_used;
         let all_experts_bytes = per_layer_sum * n_expert;
         let token_set_bytes = per_layer_sum * n_used;

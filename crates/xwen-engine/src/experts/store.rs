@@ -111,6 +111,16 @@ pub trait ExpertStore: Send + Sync {
     fn experts(&self, layer: usize, ids: &[usize]) -> Result<Vec<ExpertHandle<'_>>> {
         ids.iter().map(|&e| self.expert(layer, e)).collect()
     }
+    /// Experts `ids` of layer `layer`, handed to `f` as they become available — their indices
+    /// in `ids` and their handles: those at hand first, then the missing ones as their reads
+    /// land (several together when several landed meanwhile), so a decode step computes the
+    /// cached experts while the missed ones are still being read. Every id is handed over
+    /// exactly once. Stops at the first read that fails (reads already running finish and
+    /// are dropped) or the first error of `f`.
+    fn experts_as_landed(&self, layer: usize, ids: &[usize], f: &mut dyn FnMut(&[usize], Vec<ExpertHandle<'_>>) -> Result<()>) -> Result<()> {
+        let all = self.experts(layer, ids)?;
+        f(&(0..ids.len()).collect::<Vec<_>>(), all)
+    }
     /// Whether experts come from disk (so reading them ahead of the compute pays).
     fn streams(&self) -> bool {
         false

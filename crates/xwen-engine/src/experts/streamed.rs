@@ -99,14 +99,20 @@ impl StreamedExperts {
     /// With `prefetch`, reader threads serve `ExpertStore::prefetch`; without, it does nothing.
     pub fn open(path: &Path, gguf: &xwen_gguf::GgufFile, layers: Vec<Option<[Mat; 3]>>, n_used: usize, capacity: u64, prefetch: bool) -> Result<Self> {
         let data_offset = gguf.data_offset();
-        let file = DirectFile::open(path)
+        let mut file = DirectFile::open(path)
             .map_err(|e| EngineError::ExpertStore(format!("cannot open {} to stream experts: {e}", path.display())))?;
+        let n_expert = layers.iter().flatten().map(|m| m[0].n_mats).max().unwrap_or(0);
+        let recycled = crate::experts::plan::in_flight_records(n_used, n_expert);
+        file.recycle(recycled);
         // lookups in one token's pass over the layers
         let window = layers.iter().flatten().count() as u64 * n_used as u64;
         let sidecar = crate::experts::pack::sidecar_path(path);
         let (pack, pack_note) = if sidecar.exists() {
             match crate::experts::pack::Pack::open(&sidecar, gguf, &layers) {
-                Ok(p) => (Some(p), None),
+                Ok(mut p) => {
+                    p.recycle(recycled);
+                    (Some(p), None)
+                }
                 Err(e) => (None, Some(format!("{e}; reading the experts from the GGUF"))),
             }
         } else {
@@ -288,6 +294,56 @@ impl ExpertStore for StreamedExperts {
             }
         }
         Ok(out.into_iter().map(|h| h.expect("every id looked up or read")).collect())
+    }
+
+    fn experts_as_landed(&self, layer: usize, ids: &[usize], f: &mut dyn FnMut(&[usize], Vec<ExpertHandle<'_>>) -> Result<()>) -> Result<()> {
+        let mats: Vec<&[Mat; 3]> = ids.iter().map(|&e| self.mats(layer, e)).collect::<Result<_>>()?;
+        let (mut at_hand, mut handles, mut missed) = (Vec::new(), Vec::new(), Vec::new());
+        for (i, (&e, m)) in ids.iter().zip(&mats).enumerate() {
+            match self.lookup(layer, e, m) {
+                Some(h) => {
+                    at_hand.push(i);
+                    handles.push(h);
+                }
+                None => missed.push(i),
+            }
+        }
+        if missed.is_empty() {
+            return f(&at_hand, handles);
+        }
+        if missed.len() == 1 && at_hand.is_empty() {
+            // nothing to compute meanwhile: read it on this thread
+            let h = self.fetch(layer, ids[missed[0]], mats[missed[0]])?;
+            return f(&missed, vec![h]);
+        }
+        // one reader thread per missed expert (the disk overlaps the requests), each result
+        // sent as it lands; the experts at hand are computed while they read
+        std::thread::scope(|sc| {
+            let (tx, rx) = mpsc::channel();
+            for &i in &missed {
+                let (tx, m) = (tx.clone(), mats[i]);
+                sc.spawn(move || {
+                    let _ = tx.send((i, self.fetch(layer, ids[i], m)));
+                });
+            }
+            drop(tx);
+            if !at_hand.is_empty() {
+                f(&at_hand, handles)?;
+            }
+            let mut left = missed.len();
+            while left > 0 {
+                let first = rx.recv().map_err(|_| EngineError::ExpertStore(format!("a read of layer {layer} ended without a result")))?;
+                let landed: Vec<(usize, Result<ExpertHandle<'static>>)> = std::iter::once(first).chain(rx.try_iter()).collect();
+                left -= landed.len();
+                let (mut at, mut hs) = (Vec::with_capacity(landed.len()), Vec::with_capacity(landed.len()));
+                for (i, h) in landed {
+                    at.push(i);
+                    hs.push(h?);
+                }
+                f(&at, hs)?;
+            }
+            Ok(())
+        })
     }
 
     fn streams(&self) -> bool {

@@ -456,11 +456,9 @@ fn forward_decode_rows(
     // ys[row * k + slot]: that row's unweighted output of its slot's expert
     let mut ys = vec![0.0f32; m * k * ew];
     let group = if store.streams() { d.n_used.max(2 * PREFILL_READ_AHEAD) } else { union.len().max(1) };
-    for (ids, who) in union.chunks(group).zip(users.chunks(group)) {
-        let handles = store.experts(layer, ids)?;
-        if let Some(next) = prefetch.take() {
-            store.prefetch(layer, &union, next.as_ref().map(|(l, g)| (*l, &g[..])));
-        }
+    // one group's experts `at` (indices into the group) with their handles: gate and up, the
+    // activation, down, each row's output into its slot of `ys`
+    let mut compute = |who: &[&Vec<(usize, usize)>], handles: &[ExpertHandle<'_>]| {
         // an expert of one row multiplies that row in place (one quantization of it serves
         // all its experts, as `mv_batch` shares activations by address); several rows gathered
         let gathered: Vec<Option<Vec<f32>>> =
@@ -498,6 +496,23 @@ fn forward_decode_rows(
                 ys[(row * k + slot) * ew..][..ew].copy_from_slice(&y[j * ew..(j + 1) * ew]);
             }
         }
+    };
+    for (ids, who) in union.chunks(group).zip(users.chunks(group)) {
+        // the cached experts compute while the missed ones are read, each missed one as it
+        // lands: every expert's rows are the same products whichever experts share a batch
+        let mut landed = 0;
+        store.experts_as_landed(layer, ids, &mut |at, handles| {
+            landed += at.len();
+            if landed == ids.len() {
+                // this layer's reads are all in: the next layer's guesses may use the disk now
+                if let Some(next) = prefetch.take() {
+                    store.prefetch(layer, &union, next.as_ref().map(|(l, g)| (*l, &g[..])));
+                }
+            }
+            let who: Vec<&Vec<(usize, usize)>> = at.iter().map(|&i| &who[i]).collect();
+            compute(&who, &handles);
+            Ok(())
+        })?;
     }
     let mut ysh = vec![0.0f32; m * hidden];
     let mut out = vec![0.0f32; m * ew];
