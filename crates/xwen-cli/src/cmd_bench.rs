@@ -395,6 +395,8 @@ fn json_test(d: &ModelDesc, threads: usize, r: &TestResult) -> Value {
                 "prefetch_wasted": c.prefetch_wasted,
                 "bytes_read": c.bytes_read,
                 "bytes_read_per_token": c.bytes_read / tokens,
+                "reads": c.reads,
+                "expert_bytes": c.expert_bytes,
                 "capacity_bytes": c.capacity_bytes,
                 "direct_io": c.direct_io,
             })

@@ -141,7 +141,7 @@ fn display(p: &Path) -> String {
 pub fn print_expert_cache(model: &xwen_engine::Model) {
     if let Some(s) = model.expert_cache_stats() {
         eprintln!(
-            "xwen: expert cache: {} hits, {} misses ({:.1}% hit rate), read ahead: {} experts, {} used ({} of them waited for), {} evicted unused; {} evictions, {:.1} MB read from disk, {:.0} of {:.0} MB held",
+            "xwen: expert cache: {} hits, {} misses ({:.1}% hit rate), read ahead: {} experts, {} used ({} of them waited for), {} evicted unused; {} evictions, {:.1} MB read from disk in {} reads, {:.0} of {:.0} MB held",
             s.hits,
             s.misses,
             100.0 * s.hit_rate(),
@@ -151,6 +151,7 @@ pub fn print_expert_cache(model: &xwen_engine::Model) {
             s.prefetch_wasted,
             s.evictions,
             s.bytes_read as f64 / 1e6,
+            s.reads,
             s.cached_bytes as f64 / 1e6,
             s.capacity_bytes as f64 / 1e6
         );

@@ -97,6 +97,11 @@ fn a_moe_model_larger_than_the_budget_runs_within_it() {
     for c in cache_of(&["--ram-budget", "160M"]) {
         assert!(c["misses"].as_u64().is_some_and(|m| m > 0) && c["bytes_read_per_token"].as_u64().is_some_and(|b| b > 0), "{c}");
         assert!(c["hit_rate"].as_f64().is_some_and(|h| (0.0..=1.0).contains(&h)), "{c}");
+        // one read per expert record, each no more than its bytes widened to whole 4 KiB
+        // blocks (three ranges from the GGUF: at most 4 blocks over the expert's bytes)
+        let (reads, eb, read) = (c["reads"].as_u64().unwrap(), c["expert_bytes"].as_u64().unwrap(), c["bytes_read"].as_u64().unwrap());
+        assert!(reads > 0 && eb > 0, "{c}");
+        assert!(read <= reads * (eb + 4 * 4096) && read >= reads * (eb / 2), "{read} bytes in {reads} reads of {eb}-byte experts: {c}");
     }
     assert!(cache_of(&[]).iter().all(|c| c.is_null()));
     std::fs::remove_file(&model).unwrap();

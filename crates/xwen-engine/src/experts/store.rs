@@ -60,6 +60,12 @@ pub struct ExpertCacheStats {
     pub prefetch_wasted: u64,
     /// Bytes read from the file (whole 4 KiB blocks around each expert's ranges).
     pub bytes_read: u64,
+    /// Expert records read, by the layers' lookups and the prefetch readers together (a
+    /// packed sidecar: one read each; the GGUF: three ranges each).
+    pub reads: u64,
+    /// The bytes of one expert's gate, up and down (the largest layer's): what a read needs,
+    /// so `bytes_read / (reads × expert_bytes)` is the reads' overhead (block alignment).
+    pub expert_bytes: u64,
     /// Bytes the cache holds now, and its capacity.
     pub cached_bytes: u64,
     pub capacity_bytes: u64,

@@ -32,6 +32,8 @@ pub struct StreamedExperts {
     in_flight: Arc<InFlight>,
     /// Misses that waited for a read ahead in flight, and experts read ahead.
     waited: AtomicU64,
+    /// Experts the layers' lookups read themselves.
+    demand_reads: AtomicU64,
     read_ahead: Arc<AtomicU64>,
     /// How right the guesses of each rank have been: how deep to read ahead.
     score: Mutex<GuessScore>,
@@ -142,6 +144,7 @@ impl StreamedExperts {
             bytes_read,
             in_flight,
             waited: AtomicU64::new(0),
+            demand_reads: AtomicU64::new(0),
             read_ahead,
             score: Mutex::new(GuessScore::default()),
             prefetch_tx: Mutex::new(prefetch.then_some(tx)),
@@ -173,6 +176,8 @@ impl StreamedExperts {
             prefetch_reads: self.read_ahead.load(Ordering::Relaxed),
             prefetch_wasted: wasted,
             bytes_read: self.bytes_read.load(Ordering::Relaxed),
+            reads: self.demand_reads.load(Ordering::Relaxed) + self.read_ahead.load(Ordering::Relaxed),
+            expert_bytes: self.src.layers.iter().flatten().map(|m| m.iter().map(|x| x.mat_bytes() as u64).sum::<u64>()).max().unwrap_or(0),
             cached_bytes: cache.bytes(),
             capacity_bytes: self.capacity,
             direct_io: self.src.file.is_direct(),
@@ -182,6 +187,7 @@ impl StreamedExperts {
     pub fn reset_stats(&self) {
         self.bytes_read.store(0, Ordering::Relaxed);
         self.waited.store(0, Ordering::Relaxed);
+        self.demand_reads.store(0, Ordering::Relaxed);
         self.read_ahead.store(0, Ordering::Relaxed);
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).reset_counters();
     }
@@ -226,6 +232,7 @@ impl StreamedExperts {
         // one read of the packed record, or the three ranges of the GGUF
         let (buf, places) = self.src.read(layer, expert)?;
         self.bytes_read.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.demand_reads.fetch_add(1, Ordering::Relaxed);
         let buf = Arc::new(buf);
         self.cache.lock().unwrap_or_else(|p| p.into_inner()).insert(key, buf.clone(), places.clone());
         Ok(Self::handle(mats, buf, places))
