@@ -369,6 +369,49 @@ fn drafters_batched_across_sequences_propose_what_each_proposes_alone() {
     }
 }
 
+/// A draft model that did not follow a long stretch of the context (its controller paused it)
+/// starts over on the last 64 tokens instead of being fed the stretch: it then proposes what a
+/// fresh drafter given only those tokens proposes, alone and batched. A prompt is fed whole.
+#[test]
+fn a_draft_model_resuming_after_a_long_gap_catches_up_on_the_last_tokens() {
+    let draft = std::sync::Arc::new(Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap());
+    let v = draft.n_vocab() as u32;
+    let mk = || {
+        let mut d = ModelDrafter::new(draft.clone(), 4);
+        d.p_min = 0.0;
+        d
+    };
+    let window = |c: &[u32]| mk().propose(&c[c.len() - 65..], 4).unwrap();
+    // a prompt of 100 tokens and 150 more the drafter did not follow, on which a drafter fed
+    // everything proposes otherwise than one fed the last 64 (random weights: find one)
+    let (prompt, mut ctx) = (0..40u32)
+        .map(|seed| {
+            let prompt: Vec<u32> = (0..100).map(|i| (i * 131 + 7 + seed * 977) % v).collect();
+            let mut ctx = prompt.clone();
+            ctx.extend((0..150).map(|i| (i * 211 + 3 + seed * 59) % v));
+            (prompt, ctx)
+        })
+        .find(|(_, ctx)| mk().propose(ctx, 4).unwrap() != window(ctx))
+        .expect("a context whose drafts depend on more than the last 64 tokens");
+    // the prompt is fed whole, then the stretch is skipped: it proposes what the window gives
+    let (mut resumed, mut batched) = (mk(), mk());
+    let first = resumed.propose(&prompt, 4).unwrap();
+    assert_eq!(ModelDrafter::propose_many(&mut [&mut batched], &[(&prompt, 4)]).unwrap()[0], first);
+    let got = resumed.propose(&ctx, 4).unwrap();
+    assert_eq!(got, window(&ctx));
+    assert_ne!(got, mk().propose(&ctx, 4).unwrap());
+    assert_eq!(ModelDrafter::propose_many(&mut [&mut batched], &[(&ctx, 4)]).unwrap()[0], got);
+    // and follows on from there: accept two drafts, a fresh token, propose again
+    ctx.extend_from_slice(&got[..2]);
+    ctx.push(17 % v);
+    let next = resumed.propose(&ctx, 4).unwrap();
+    assert_eq!(ModelDrafter::propose_many(&mut [&mut batched], &[(&ctx, 4)]).unwrap()[0], next);
+    let mut fresh_window = mk();
+    let base = ctx.len() - 4 - 64; // where the resumed drafter started over
+    fresh_window.propose(&ctx[base..ctx.len() - 3], 4).unwrap();
+    assert_eq!(fresh_window.propose(&ctx[base..], 4).unwrap(), next);
+}
+
 /// `Contrary`, counting its proposals.
 struct CountingContrary(std::sync::Arc<std::sync::atomic::AtomicUsize>);
 

@@ -204,6 +204,10 @@ impl Drafter for ReplayDrafter {
     }
 }
 
+/// Tokens a resuming draft model is fed at most to catch up with a context it did not follow
+/// (`ModelDrafter::rewind`).
+const CATCH_UP_WINDOW: usize = 64;
+
 /// A smaller model with the target's vocabulary drafting greedily from its own state, which
 /// follows the accepted context (rolled back over rejected drafts, re-fed where it departs).
 /// The model is shared: a server's slots each hold a drafter (its own state) over one draft
@@ -211,8 +215,10 @@ impl Drafter for ReplayDrafter {
 pub struct ModelDrafter {
     model: Arc<Model>,
     state: SeqState,
-    /// The tokens `state` holds.
+    /// The tokens `state` holds: the context's from index `base` on (0 unless a long stretch
+    /// the drafter did not follow made it start over near the end, `rewind`).
     fed: Vec<u32>,
+    base: usize,
     /// Stop drafting when the draft's top probability falls below this (llama.cpp's p_min).
     pub p_min: f32,
     kept: usize,
@@ -223,7 +229,7 @@ impl ModelDrafter {
         let model = model.into();
         let mut state = model.new_state();
         state.keep_history(max_draft + 1);
-        ModelDrafter { model, state, fed: Vec::new(), p_min: 0.75, kept: max_draft + 1 }
+        ModelDrafter { model, state, fed: Vec::new(), base: 0, p_min: 0.75, kept: max_draft + 1 }
     }
 
     pub fn model(&self) -> &Model {
@@ -242,19 +248,42 @@ impl ModelDrafter {
     }
 
     /// `sync`'s first half: rolls the state back to the longest prefix of `ctx` minus its last
-    /// token that it holds (or starts over), and returns how many of those tokens it holds —
-    /// the rest is what the state must be fed.
+    /// token that it holds (or starts over), and returns the index in `ctx` of the first token
+    /// it does not hold — the rest is what the state must be fed.
+    ///
+    /// A drafter the controller paused has not followed the tokens generated meanwhile, and
+    /// feeding it all of them when drafting resumes cost more than the pause saved (a 768-step
+    /// pause: a 768-token prefill of the draft model, ~20% of a tiny model's decode time). So
+    /// where more than `CATCH_UP_WINDOW` tokens are missing past what it already followed, it
+    /// starts over on the last `CATCH_UP_WINDOW` of them: its drafts see a shorter context, the
+    /// output cannot change (every draft is verified). A first sync (the prompt) feeds it all.
     fn rewind(&mut self, ctx: &[u32]) -> usize {
         let head = &ctx[..ctx.len() - 1];
-        let common = self.fed.iter().zip(head).take_while(|(a, b)| a == b).count();
-        if common < self.fed.len() && self.state.rollback(common).is_err() {
+        let common = match head.get(self.base..) {
+            Some(rest) => self.fed.iter().zip(rest).take_while(|(a, b)| a == b).count(),
+            None => 0,
+        };
+        if common < self.fed.len() && (common == 0 || self.state.rollback(common).is_err()) {
             // departed further back than the kept states reach: start over
-            self.state = self.model.new_state();
-            self.state.keep_history(self.kept);
-            self.fed.clear();
+            self.start_over(0);
         }
         self.fed.truncate(self.state.pos);
-        self.fed.len()
+        if self.fed.is_empty() {
+            self.base = 0;
+        }
+        let missing = head.len() - (self.base + self.fed.len());
+        if !self.fed.is_empty() && missing > CATCH_UP_WINDOW {
+            self.start_over(head.len() - CATCH_UP_WINDOW);
+        }
+        self.base + self.fed.len()
+    }
+
+    /// A fresh state that will hold the context from index `base` on.
+    fn start_over(&mut self, base: usize) {
+        self.state = self.model.new_state();
+        self.state.keep_history(self.kept);
+        self.fed.clear();
+        self.base = base;
     }
 
     /// The most tokens a proposal of up to `max` for `ctx` may draft (the draft's own context).
@@ -606,6 +635,8 @@ const PAUSE_BELOW: f64 = 0.25;
 /// A cost verdict below this gain pauses drafting (plain decoding is 1).
 const PAYS_ABOVE: f64 = 0.98;
 const PAUSE_STEPS: usize = 24;
+/// The longest pause (pauses in a row double up to it).
+const LONGEST_PAUSE: usize = PAUSE_STEPS << 5;
 /// Empty costly proposals in a row before a pause.
 const EMPTY_RUN: usize = 4;
 
@@ -655,8 +686,13 @@ impl Controller {
             // in a row double, so a drafter that never pays costs ever less), then drafts again
             // on probation to see whether that still holds
             Some((0, _)) if self.costs.best_drafting_gain(self.max) < PAYS_ABOVE => {
+                // a drafter that would not pay even if every draft were accepted cannot start
+                // paying with better drafts, only with cheaper steps: the longest pause at once
+                if self.costs.best_ceiling(self.max) < PAYS_ABOVE {
+                    self.cost_pause_len = LONGEST_PAUSE;
+                }
                 self.pause = self.cost_pause_len - 1;
-                self.cost_pause_len = (self.cost_pause_len * 2).min(PAUSE_STEPS << 5);
+                self.cost_pause_len = (self.cost_pause_len * 2).min(LONGEST_PAUSE);
                 self.probation = EMPTY_RUN;
                 0
             }
@@ -714,7 +750,7 @@ impl Controller {
     /// so a drafter that is never right costs ever less.
     fn start_pause(&mut self) {
         self.pause = self.pause_len;
-        self.pause_len = (self.pause_len * 2).min(PAUSE_STEPS << 5);
+        self.pause_len = (self.pause_len * 2).min(LONGEST_PAUSE);
     }
 
     pub(crate) fn observe(&mut self, drafted: usize, accepted: usize) {
@@ -818,6 +854,15 @@ impl Costs {
     /// The best gain over depths 1..=max (what drafting at its best depth would give).
     fn best_drafting_gain(&self, max: usize) -> f64 {
         (1..=max).filter_map(|k| self.gain(k)).fold(0.0, f64::max)
+    }
+
+    /// The best gain over depths 1..=max if every draft were accepted: an upper bound no
+    /// acceptance can beat (0 until measured).
+    fn best_ceiling(&self, max: usize) -> f64 {
+        let Some(base) = self.cost(1) else { return 0.0 };
+        (1..=max)
+            .filter_map(|k| Some((k + 1) as f64 / ((self.cost(1 + k)? + self.draft_cost(k)) / base)))
+            .fold(0.0, f64::max)
     }
 
     /// E(k) / c(k) for depth k: expected tokens per plain-step cost of verifying 1 + k rows and
@@ -1133,6 +1178,11 @@ mod tests {
         let mut costly = run(1.0);
         assert_eq!(costly.depth(), 0, "each drafted token costs a whole step: paused");
         assert!(costly.costs.best_drafting_gain(4) < 1.0);
+        // it would not pay with every draft accepted either: the longest pause at once, then
+        // probation
+        assert!(costly.costs.best_ceiling(4) < PAYS_ABOVE);
+        assert!((0..LONGEST_PAUSE - 1).all(|_| costly.depth() == 0), "the longest pause");
+        assert!(costly.depth() >= 1, "then drafts on probation");
     }
 
     #[test]
