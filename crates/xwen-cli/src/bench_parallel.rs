@@ -48,8 +48,12 @@ fn one_run(model: &Model, pp: usize, tg: usize, pl: usize, toks: &mut Lcg) -> Re
     let mut t_pp = None;
     while !sch.is_empty() {
         for e in sch.step(model)? {
-            if let Event::Token { id, .. } = e {
-                started.insert(id);
+            match e {
+                Event::Token { id, .. } => {
+                    started.insert(id);
+                }
+                Event::Failed { error, .. } => return Err(xwen_engine::EngineError::ExpertStore(error).into()),
+                Event::Done { .. } => {}
             }
         }
         if t_pp.is_none() && started.len() == pl {

@@ -24,6 +24,19 @@ pub struct Ctx<'a> {
     pub attn: AttnMode,
     /// Where the layers record named intermediate tensors (`EngineConfig::record_taps`).
     pub taps: Option<&'a std::sync::Mutex<Vec<Tap>>>,
+    /// Where a batched forward collects failed expert reads so only the sequences that needed
+    /// them fail (`Model::forward_batch_each`); None: a failed read fails the forward.
+    pub faults: Option<&'a std::sync::Mutex<Vec<ReadFault>>>,
+}
+
+/// An expert read that failed during a batched forward, and the batch rows that needed it.
+/// Those rows take zeros for that expert and their sequences fail when the forward ends; every
+/// other row is computed as if it never happened (a row's result depends on its own experts
+/// only: batch invariance).
+#[derive(Debug)]
+pub struct ReadFault {
+    pub rows: Vec<usize>,
+    pub error: crate::error::EngineError,
 }
 
 /// One named intermediate tensor of a forward, in llama.cpp's `cb(cur, name, il)` names
@@ -50,6 +63,18 @@ pub struct RouteRecord {
 }
 
 impl<'a> Ctx<'a> {
+    /// An expert read that batch rows `rows` needed failed: recorded where the forward isolates
+    /// failures (`faults`), else the forward's error.
+    pub fn expert_failed(&self, rows: Vec<usize>, error: crate::error::EngineError) -> crate::error::Result<()> {
+        match self.faults {
+            Some(f) => {
+                f.lock().unwrap_or_else(|p| p.into_inner()).push(ReadFault { rows, error });
+                Ok(())
+            }
+            None => Err(error),
+        }
+    }
+
     pub fn span(&self, op: Op) -> Span<'_> {
         self.prof.span(op)
     }

@@ -39,4 +39,16 @@ pub enum EngineError {
     Io(#[from] std::io::Error),
 }
 
+impl EngineError {
+    /// The same error for a second caller (a failed read several sequences needed): the same
+    /// message; an expert store's error keeps its variant.
+    pub fn duplicate(&self) -> EngineError {
+        match self {
+            EngineError::ExpertStore(s) => EngineError::ExpertStore(s.clone()),
+            EngineError::Io(e) => EngineError::Io(std::io::Error::new(e.kind(), e.to_string())),
+            other => EngineError::State(other.to_string()),
+        }
+    }
+}
+
 pub type Result<T> = std::result::Result<T, EngineError>;

@@ -418,6 +418,15 @@ impl Model {
     /// `forward_batch` returning each step's logits and, for steps that ask (`SeqStep::hidden`),
     /// every row's final hidden.
     pub fn forward_batch_out(&self, steps: &mut [SeqStep]) -> Result<Vec<models::SpanOut>> {
+        self.forward_batch_each(steps)?.into_iter().collect()
+    }
+
+    /// `forward_batch_out` that fails only the sequences an expert read failed for: each
+    /// step's output, or the read error its rows met (its state is then past repair — end
+    /// that sequence). The other steps' outputs are the bits they get without the fault. An
+    /// error of the batch as a whole (a bad token, a full context, too many rows) is the
+    /// outer error.
+    pub fn forward_batch_each(&self, steps: &mut [SeqStep]) -> Result<Vec<Result<models::SpanOut>>> {
         if steps.is_empty() {
             return Ok(Vec::new());
         }
@@ -460,6 +469,7 @@ impl Model {
         let mut states: Vec<&mut SeqState> = steps.iter_mut().map(|s| &mut *s.state).collect();
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
         let sink = std::sync::Mutex::new(Vec::new());
+        let faults = std::sync::Mutex::new(Vec::new());
         let ctx = Ctx {
             backend: &self.backend,
             file: &self.file,
@@ -468,6 +478,7 @@ impl Model {
             routes: self.cfg.record_routes.then_some(&sink),
             attn: crate::backend::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.backend.threads(), n_ctx: self.cfg.max_ctx },
             taps: self.cfg.record_taps.then_some(&self.taps),
+            faults: Some(&faults),
         };
         // each sequence's first batch row, row count and position before the step, to place
         // the recorded rows (only when recording)
@@ -504,7 +515,33 @@ impl Model {
                 });
             }
         }
-        out
+        let out = out?;
+        // each failed read fails the steps whose rows needed it; the first error a step met is
+        // its error
+        let mut failed: Vec<Option<EngineError>> = (0..spans.len()).map(|_| None).collect();
+        let ends: Vec<usize> = spans
+            .iter()
+            .scan(0, |row, sp| {
+                *row += sp.tokens.len();
+                Some(*row)
+            })
+            .collect();
+        for f in faults.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            let mut hit: Vec<usize> = f.rows.iter().map(|&r| ends.partition_point(|&e| e <= r)).collect();
+            hit.sort_unstable();
+            hit.dedup();
+            let mut error = Some(f.error);
+            for (n, &i) in hit.iter().enumerate() {
+                if failed[i].is_none() {
+                    let e = if n + 1 == hit.len() { error.take() } else { error.as_ref().map(EngineError::duplicate) };
+                    failed[i] = e;
+                }
+            }
+        }
+        Ok(out.into_iter().zip(failed).map(|(o, f)| match f {
+            Some(e) => Err(e),
+            None => Ok(o),
+        }).collect())
     }
 
     /// Loads the MTP draft head of an MTP-only sidecar GGUF (`convert_hf_to_gguf.py --mtp`) or
@@ -569,6 +606,7 @@ impl Model {
             routes: None,
             attn: crate::backend::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.backend.threads(), n_ctx: self.cfg.max_ctx },
             taps: None,
+            faults: None,
         }
     }
 

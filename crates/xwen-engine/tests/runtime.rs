@@ -46,13 +46,14 @@ fn drive(m: &Model, reqs: &[(Vec<u32>, usize, Vec<u32>)], joins: &[usize], cance
             return out;
         }
         for e in sch.step(m).unwrap() {
-            let s = ids.iter().position(|&i| i == match e { Event::Token { id, .. } | Event::Done { id, .. } => id }).unwrap();
+            let s = ids.iter().position(|&i| i == match e { Event::Token { id, .. } | Event::Done { id, .. } | Event::Failed { id, .. } => id }).unwrap();
             match e {
                 Event::Token { token, .. } => out[s].0.push(token),
                 Event::Done { stop, generated, .. } => {
                     assert_eq!(generated, out[s].0.len());
                     out[s].1 = Some(stop);
                 }
+                Event::Failed { error, .. } => panic!("sequence {s} failed: {error}"),
             }
         }
         step += 1;

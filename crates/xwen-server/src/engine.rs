@@ -425,6 +425,16 @@ impl EngineLoop {
                             }
                             self.release(id, boundary);
                         }
+                        Event::Failed { id, error } => {
+                            // an expert read this request needed failed: it fails alone, the
+                            // step's other requests went on (its slot is rebuilt)
+                            if let Some(i) = self.running.iter().position(|r| r.id == id) {
+                                let r = self.running.remove(i);
+                                let _ = r.out.send(Out::Failed(error));
+                                self.job_ended();
+                            }
+                            self.release(id, None);
+                        }
                     }
                 }
                 self.metrics.record_step(decoding, tokens, t0.elapsed().as_secs_f64());

@@ -54,10 +54,32 @@ pub mod faults {
         KIND.store(if fault == Fault::Eio { 1 } else { 2 }, Ordering::SeqCst);
     }
 
+    /// File bytes every read touching them fails on with EIO, until `clear` (a bad stretch of
+    /// the disk: one expert fails for good, the others read); `end` 0 is none.
+    static BAD_START: AtomicU64 = AtomicU64::new(0);
+    static BAD_END: AtomicU64 = AtomicU64::new(0);
+
+    /// Every read that touches file bytes `range` fails with EIO from now on.
+    pub fn fail_bytes(range: std::ops::Range<u64>) {
+        BAD_START.store(range.start, Ordering::SeqCst);
+        BAD_END.store(range.end, Ordering::SeqCst);
+    }
+
     /// No more faults.
     pub fn clear() {
         KIND.store(0, Ordering::SeqCst);
         LEFT.store(0, Ordering::SeqCst);
+        BAD_END.store(0, Ordering::SeqCst);
+    }
+
+    /// Whether a read of `ranges` touches the bad bytes (`fail_bytes`).
+    pub(super) fn touches_bad(ranges: &[std::ops::Range<u64>]) -> bool {
+        let end = BAD_END.load(Ordering::Relaxed);
+        if end == 0 {
+            return false;
+        }
+        let start = BAD_START.load(Ordering::SeqCst);
+        ranges.iter().any(|r| r.start < end && start < r.end)
     }
 
     /// The fault this read takes, if one is armed and due.
@@ -184,6 +206,9 @@ impl DirectFile {
                 return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "a short read: the file returned fewer bytes than asked"))
             }
             None => {}
+        }
+        if faults::touches_bad(ranges) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         // each range widened to whole blocks, laid out one after the other
         let spans: Vec<Range<u64>> =

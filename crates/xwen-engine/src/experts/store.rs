@@ -112,20 +112,25 @@ impl ExpertHandle<'_> {
 pub trait ExpertStore: Send + Sync {
     /// Expert `expert` of MoE layer `layer`.
     fn expert(&self, layer: usize, expert: usize) -> Result<ExpertHandle<'_>>;
-    /// Experts `ids` of MoE layer `layer`, in order (a decode step's selection). A streaming
-    /// store reads the missing ones concurrently: a disk serves parallel reads faster.
-    fn experts(&self, layer: usize, ids: &[usize]) -> Result<Vec<ExpertHandle<'_>>> {
+    /// Experts `ids` of MoE layer `layer`, in order (a decode step's selection): each one's
+    /// handle or the error its read met, so a batch can fail only the rows that needed a
+    /// failed expert. A streaming store reads the missing ones concurrently: a disk serves
+    /// parallel reads faster.
+    fn experts_each(&self, layer: usize, ids: &[usize]) -> Vec<Result<ExpertHandle<'_>>> {
         ids.iter().map(|&e| self.expert(layer, e)).collect()
     }
-    /// Experts `ids` of layer `layer`, handed to `f` as they become available — their indices
-    /// in `ids` and their handles: those at hand first, then the missing ones as their reads
-    /// land (several together when several landed meanwhile), so a decode step computes the
-    /// cached experts while the missed ones are still being read. Every id is handed over
-    /// exactly once. Stops at the first read that fails (reads already running finish and
-    /// are dropped) or the first error of `f`.
-    fn experts_as_landed(&self, layer: usize, ids: &[usize], f: &mut dyn FnMut(&[usize], Vec<ExpertHandle<'_>>) -> Result<()>) -> Result<()> {
-        let all = self.experts(layer, ids)?;
-        f(&(0..ids.len()).collect::<Vec<_>>(), all)
+    /// `experts_each`, failing at the first expert whose read failed.
+    fn experts(&self, layer: usize, ids: &[usize]) -> Result<Vec<ExpertHandle<'_>>> {
+        self.experts_each(layer, ids).into_iter().collect()
+    }
+    /// Experts `ids` of layer `layer`, handed to `f` as they become available — each one's
+    /// index in `ids` with its handle, or the error its read met: those at hand first, then the
+    /// missing ones as their reads land (several together when several landed meanwhile), so
+    /// a decode step computes the cached experts while the missed ones are still being read.
+    /// Every id is handed over exactly once; an error of `f` ends it (reads already running
+    /// finish and are dropped).
+    fn experts_as_landed<'s>(&'s self, layer: usize, ids: &[usize], f: &mut dyn FnMut(Vec<(usize, Result<ExpertHandle<'s>>)>) -> Result<()>) -> Result<()> {
+        f(self.experts_each(layer, ids).into_iter().enumerate().collect())
     }
     /// Whether experts come from disk (so reading them ahead of the compute pays).
     fn streams(&self) -> bool {
@@ -185,19 +190,19 @@ impl ExpertStore for ResidentExperts {
 }
 
 /// `f` over experts `ids` of layer `layer` in batches of `batch` (their index range in `ids`
-/// and their handles), the next batch read while `f` runs on this one — a streamed prefill
-/// overlaps the disk and the cores. Stops at the first read that fails.
-pub fn read_in_batches(store: &dyn ExpertStore, layer: usize, ids: &[usize], batch: usize, f: &mut dyn FnMut(std::ops::Range<usize>, &[ExpertHandle<'_>])) -> Result<()> {
+/// and each one's handle or read error), the next batch read while `f` runs on this one — a
+/// streamed prefill overlaps the disk and the cores. Stops at `f`'s first error.
+pub fn read_in_batches(store: &dyn ExpertStore, layer: usize, ids: &[usize], batch: usize, f: &mut dyn FnMut(std::ops::Range<usize>, Vec<Result<ExpertHandle<'_>>>) -> Result<()>) -> Result<()> {
     let batch = batch.max(1);
     let batches: Vec<std::ops::Range<usize>> = (0..ids.len()).step_by(batch).map(|s| s..(s + batch).min(ids.len())).collect();
-    let read = |r: &std::ops::Range<usize>| store.experts(layer, &ids[r.clone()]);
+    let read = |r: &std::ops::Range<usize>| store.experts_each(layer, &ids[r.clone()]);
     std::thread::scope(|sc| {
         let mut next = batches.first().map(|r| sc.spawn(move || read(r)));
         for (b, r) in batches.iter().enumerate() {
             let got = next.take().expect("a read per batch").join().unwrap_or_else(|p| std::panic::resume_unwind(p));
             next = batches.get(b + 1).map(|r| sc.spawn(move || read(r)));
             // a read still running after an error finishes inside the scope; its result is dropped
-            f(r.clone(), &got?);
+            f(r.clone(), got)?;
         }
         Ok(())
     })

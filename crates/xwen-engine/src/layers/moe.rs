@@ -295,8 +295,27 @@ pub fn forward(
         // PREFILL_READ_AHEAD experts while the backend computes the current ones, so the disk
         // and the cores overlap. Same per-expert arithmetic.
         crate::experts::store::read_in_batches(store, layer, &active, PREFILL_READ_AHEAD, &mut |r, handles| {
-            let jobs: Vec<ExpertFfn> = handles.iter().zip(r.clone()).map(|(h, i)| expert_job(h, xe, ew, &tokens[i])).collect();
-            ctx.backend.expert_ffns(&jobs, &act, d.expert_ff, &mut ys[r]);
+            let (mut ok, mut hs) = (Vec::with_capacity(handles.len()), Vec::with_capacity(handles.len()));
+            for (h, i) in handles.into_iter().zip(r.clone()) {
+                match h {
+                    Ok(h) => {
+                        ok.push(i);
+                        hs.push(h);
+                    }
+                    Err(e) => {
+                        // its tokens' sequences fail; the others never read this expert's zeros
+                        ys[i] = vec![0.0f32; tokens[i].len() * ew];
+                        ctx.expert_failed(tokens[i].clone(), e)?;
+                    }
+                }
+            }
+            let jobs: Vec<ExpertFfn> = hs.iter().zip(&ok).map(|(h, &i)| expert_job(h, xe, ew, &tokens[i])).collect();
+            let mut got: Vec<Vec<f32>> = vec![Vec::new(); ok.len()];
+            ctx.backend.expert_ffns(&jobs, &act, d.expert_ff, &mut got);
+            for (i, y) in ok.into_iter().zip(got) {
+                ys[i] = y;
+            }
+            Ok(())
         })?;
     }
     // Σ over a token's selection slots in llama.cpp's order (slot 0, then 1, …) of p · y, the
@@ -501,16 +520,28 @@ fn forward_decode_rows(
         // the cached experts compute while the missed ones are read, each missed one as it
         // lands: every expert's rows are the same products whichever experts share a batch
         let mut landed = 0;
-        store.experts_as_landed(layer, ids, &mut |at, handles| {
-            landed += at.len();
+        store.experts_as_landed(layer, ids, &mut |got| {
+            landed += got.len();
             if landed == ids.len() {
                 // this layer's reads are all in: the next layer's guesses may use the disk now
                 if let Some(next) = prefetch.take() {
                     store.prefetch(layer, &union, next.as_ref().map(|(l, g)| (*l, &g[..])));
                 }
             }
-            let who: Vec<&Vec<(usize, usize)>> = at.iter().map(|&i| &who[i]).collect();
-            compute(&who, &handles);
+            let (mut users, mut handles) = (Vec::with_capacity(got.len()), Vec::with_capacity(got.len()));
+            for (i, h) in got {
+                match h {
+                    Ok(h) => {
+                        users.push(&who[i]);
+                        handles.push(h);
+                    }
+                    // the rows that chose it fail (their slot stays zero); the others go on
+                    Err(e) => ctx.expert_failed(who[i].iter().map(|&(row, _)| row).collect(), e)?,
+                }
+            }
+            if !handles.is_empty() {
+                compute(&users, &handles);
+            }
             Ok(())
         })?;
     }

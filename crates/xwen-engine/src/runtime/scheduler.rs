@@ -102,6 +102,10 @@ pub enum Event {
     Token { id: SeqId, token: u32, logprobs: Option<Box<TokenLogprobs>> },
     /// The sequence ended and left the scheduler.
     Done { id: SeqId, stop: StopReason, generated: usize },
+    /// An expert read the sequence's rows needed failed (`Model::forward_batch_each`): it left
+    /// the scheduler without its session (the state is past repair), the step's other
+    /// sequences went on.
+    Failed { id: SeqId, error: String },
 }
 
 struct Running {
@@ -475,7 +479,7 @@ impl Scheduler {
         }
         let positions: Vec<usize> = steps.iter().map(|s| s.state.pos).collect();
         let t_step = std::time::Instant::now();
-        let mut outs = model.forward_batch_out(&mut steps)?;
+        let mut outs = model.forward_batch_each(&mut steps)?;
         let step_secs = t_step.elapsed().as_secs_f64();
         drop(steps);
         // what this step cost each decoding sequence: all of it when it ran alone, else its
@@ -498,8 +502,17 @@ impl Scheduler {
             }
         }
         let mut finished = Vec::new();
+        let mut failed = Vec::new();
         for (((k, n), out), pos) in idx.into_iter().zip(outs.iter_mut()).zip(positions) {
             let r = &mut self.running[k];
+            let out = match out {
+                Ok(out) => out,
+                Err(e) => {
+                    events.push(Event::Failed { id: r.id, error: e.to_string() });
+                    failed.push(r.id);
+                    continue;
+                }
+            };
             let lg = &mut out.logits;
             if !r.drafts.is_empty() {
                 let (stop, drafted, accepted) = Self::verify(model, r, n, lg, &out.hidden, &mut events)?;
@@ -554,6 +567,10 @@ impl Scheduler {
             if let Some(i) = self.running.iter().position(|r| r.id == id) {
                 self.end(i);
             }
+        }
+        for id in failed {
+            // its session's state holds part of a step: not for another request
+            self.running.retain(|r| r.id != id);
         }
         Ok(events)
     }
