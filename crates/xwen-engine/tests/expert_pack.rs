@@ -81,6 +81,14 @@ fn a_pack_serves_the_resident_logits_and_its_faults_are_named() {
         // the first record verify meets with a bad checksum is this one (records are in order,
         // and only this one changed)
         assert!(err.contains(&format!("expert {expert} of layer {layer}")) && err.contains("checksum"), "{tag}: {err}");
+        // and the read path checks a record's checksum the first time it reads it: the run
+        // fails naming it, never with a wrong token
+        let m = streamed(&gguf);
+        let msg = match m.forward(&mut m.new_state(), &p, LogitsMode::All) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{tag}: a record whose payload fails its checksum was served"),
+        };
+        assert!(msg.contains(&format!("expert {expert} of layer {layer}")) && msg.contains("checksum"), "{tag}: {msg}");
 
         // a truncated pack, and one made for another file, are not used (with the reason)
         std::fs::write(&side, &bytes[..bytes.len() / 2]).unwrap();
