@@ -210,7 +210,12 @@ impl Model {
                         "streaming experts needs the model file's path (this model was opened from memory)".into(),
                     )
                 })?;
-                Arc::new(StreamedExperts::open(path, &file, experts, figures.n_used.max(1), p.cache_bytes, cfg.expert_prefetch)?)
+                {
+                    // as many finished reads' buffers kept for reuse as the plan counts in flight
+                    let n_expert = experts.iter().flatten().map(|m| m[0].n_mats).max().unwrap_or(0);
+                    let recycled = crate::experts::plan::in_flight_records(figures.n_used.max(1), n_expert);
+                    Arc::new(StreamedExperts::open(path, &file, experts, figures.n_used.max(1), p.cache_bytes, cfg.expert_prefetch, recycled)?)
+                }
             }
             _ => Arc::new(ResidentExperts::new(file.clone(), experts)),
         };

@@ -99,12 +99,12 @@ impl StreamedExperts {
     /// `data_offset`), cached up to `capacity` bytes.
     /// A sidecar pack beside `path` that matches `gguf` (`experts::pack`) is read instead.
     /// With `prefetch`, reader threads serve `ExpertStore::prefetch`; without, it does nothing.
-    pub fn open(path: &Path, gguf: &xwen_gguf::GgufFile, layers: Vec<Option<[Mat; 3]>>, n_used: usize, capacity: u64, prefetch: bool) -> Result<Self> {
+    /// Up to `recycled` finished reads' buffers are kept for the next reads (`Recycler`).
+    #[allow(clippy::too_many_arguments)] // the file, its experts and the cache's three bounds
+    pub fn open(path: &Path, gguf: &xwen_gguf::GgufFile, layers: Vec<Option<[Mat; 3]>>, n_used: usize, capacity: u64, prefetch: bool, recycled: usize) -> Result<Self> {
         let data_offset = gguf.data_offset();
         let mut file = DirectFile::open(path)
             .map_err(|e| EngineError::ExpertStore(format!("cannot open {} to stream experts: {e}", path.display())))?;
-        let n_expert = layers.iter().flatten().map(|m| m[0].n_mats).max().unwrap_or(0);
-        let recycled = crate::experts::plan::in_flight_records(n_used, n_expert);
         file.recycle(recycled);
         // lookups in one token's pass over the layers
         let window = layers.iter().flatten().count() as u64 * n_used as u64;
