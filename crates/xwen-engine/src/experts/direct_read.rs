@@ -398,7 +398,7 @@ mod tests {
         }
         // a much smaller read does not take a large kept buffer
         drop(b);
-        let (c, pc) = f.read_ranges(&[0..10]).unwrap();
+        let (c, pc) = f.read_ranges(std::slice::from_ref(&(0..10))).unwrap();
         assert_ne!(c.as_ptr(), first);
         assert_eq!(&c[pc[0].clone()], &data[..10]);
         assert_eq!(c.allocated(), 2 * BLOCK as usize);

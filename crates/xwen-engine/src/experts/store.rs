@@ -189,10 +189,13 @@ impl ExpertStore for ResidentExperts {
     }
 }
 
+/// A batch of experts as read: each one's handle or its read's error.
+pub type ReadBatch<'a> = Vec<Result<ExpertHandle<'a>>>;
+
 /// `f` over experts `ids` of layer `layer` in batches of `batch` (their index range in `ids`
 /// and each one's handle or read error), the next batch read while `f` runs on this one — a
 /// streamed prefill overlaps the disk and the cores. Stops at `f`'s first error.
-pub fn read_in_batches(store: &dyn ExpertStore, layer: usize, ids: &[usize], batch: usize, f: &mut dyn FnMut(std::ops::Range<usize>, Vec<Result<ExpertHandle<'_>>>) -> Result<()>) -> Result<()> {
+pub fn read_in_batches(store: &dyn ExpertStore, layer: usize, ids: &[usize], batch: usize, f: &mut dyn FnMut(std::ops::Range<usize>, ReadBatch<'_>) -> Result<()>) -> Result<()> {
     let batch = batch.max(1);
     let batches: Vec<std::ops::Range<usize>> = (0..ids.len()).step_by(batch).map(|s| s..(s + batch).min(ids.len())).collect();
     let read = |r: &std::ops::Range<usize>| store.experts_each(layer, &ids[r.clone()]);

@@ -292,22 +292,25 @@ impl ExpertStore for StreamedExperts {
     }
 
     fn experts_as_landed<'s>(&'s self, layer: usize, ids: &[usize], f: &mut dyn FnMut(Vec<(usize, Result<ExpertHandle<'s>>)>) -> Result<()>) -> Result<()> {
-        let mats: Vec<Result<&[Mat; 3]>> = ids.iter().map(|&e| self.mats(layer, e)).collect();
+        let mut mats: Vec<Option<&[Mat; 3]>> = vec![None; ids.len()];
         let (mut at_hand, mut missed): (Vec<(usize, Result<ExpertHandle<'_>>)>, Vec<usize>) = (Vec::new(), Vec::new());
-        for (i, (&e, m)) in ids.iter().zip(&mats).enumerate() {
-            match m {
-                Ok(m) => match self.lookup(layer, e, m) {
-                    Some(h) => at_hand.push((i, Ok(h))),
-                    None => missed.push(i),
-                },
-                Err(_) => at_hand.push((i, Err(self.mats(layer, e).err().expect("failed above")))),
+        for (i, &e) in ids.iter().enumerate() {
+            match self.mats(layer, e) {
+                Ok(m) => {
+                    mats[i] = Some(m);
+                    match self.lookup(layer, e, m) {
+                        Some(h) => at_hand.push((i, Ok(h))),
+                        None => missed.push(i),
+                    }
+                }
+                Err(err) => at_hand.push((i, Err(err))),
             }
         }
         if missed.is_empty() {
             return f(at_hand);
         }
         let fetch = |i: usize| -> Result<ExpertHandle<'static>> {
-            let m = mats[i].as_ref().expect("a missed expert has its matrices");
+            let m = mats[i].expect("a missed expert has its matrices");
             self.fetch(layer, ids[i], m)
         };
         if missed.len() == 1 && at_hand.is_empty() {
