@@ -282,13 +282,17 @@ impl ExpertStore for StreamedExperts {
 
     fn experts_each(&self, layer: usize, ids: &[usize]) -> Vec<Result<ExpertHandle<'_>>> {
         let mut out: Vec<Option<Result<ExpertHandle<'_>>>> = (0..ids.len()).map(|_| None).collect();
-        let _ = self.experts_as_landed(layer, ids, &mut |landed| {
+        let done = self.experts_as_landed(layer, ids, &mut |landed| {
             for (i, h) in landed {
                 out[i] = Some(h);
             }
             Ok(())
         });
-        out.into_iter().map(|h| h.expect("every id handed over once")).collect()
+        // a read that ended without a result (its thread died) is that expert's error
+        let lost = |e: &EngineError| Err(e.duplicate());
+        out.into_iter()
+            .map(|h| h.unwrap_or_else(|| done.as_ref().err().map_or_else(|| Err(EngineError::ExpertStore(format!("a read of layer {layer} gave no result"))), lost)))
+            .collect()
     }
 
     fn experts_as_landed<'s>(&'s self, layer: usize, ids: &[usize], f: &mut dyn FnMut(Vec<(usize, Result<ExpertHandle<'s>>)>) -> Result<()>) -> Result<()> {
