@@ -86,3 +86,65 @@ fn verified_drafts_equal_plain_decode_and_rollback_needs_no_rerun() {
     let plan = Model::load(&moe, &cfg(Some(1 << 50))).unwrap().memory_plan().unwrap().clone();
     check(&Model::load(&moe, &cfg(Some(plan.floor() + plan.record_bytes))).unwrap(), "moe q4_k_m streamed");
 }
+
+/// Verify after verify, each rolled back to a different accepted length: every accepted row
+/// is plain decode's, and the states let go are reused for the next verify's kept states —
+/// what the sequence holds for rollbacks stays within twice the kept depth per layer, and
+/// nothing once nothing is kept.
+#[test]
+fn kept_states_are_reused_across_verifies_and_stay_bounded() {
+    let m = Model::load(&fixture("cond/qwen3_5/model-q4_k_m.gguf"), &cfg(None)).unwrap();
+    let v = m.n_vocab() as u32;
+    let prompt: Vec<u32> = (0..9).map(|i| (i * 104_729 + 5) % v).collect();
+    let mut a = m.new_state();
+    let mut logits = vec![m.forward(&mut a, &prompt, LogitsMode::Last).unwrap()];
+    let mut toks = Vec::new();
+    for _ in 0..40 {
+        let t = argmax(logits.last().unwrap());
+        toks.push(t);
+        logits.push(m.forward(&mut a, &[t], LogitsMode::Last).unwrap());
+    }
+    let depth = 4;
+    let mut b = m.new_state();
+    let one_state = b.layers.iter().map(|l| match l {
+        xwen_engine::state::LayerState::Delta(d) => (d.conv.len() + d.s.len()) * 4,
+        xwen_engine::state::LayerState::Attn(_) => 0,
+    });
+    let per_depth: usize = one_state.sum();
+    assert!(per_depth > 0, "the fixture has recurrent layers");
+    b.keep_history(depth + 1);
+    m.forward(&mut b, &prompt, LogitsMode::Last).unwrap();
+    let mut done = 0; // tokens of `toks` the state holds
+    let mut cycle = 0;
+    while done + depth + 1 <= toks.len() {
+        // drafts right up to `right`, then wrong
+        let right = cycle % (depth + 1);
+        let draft: Vec<u32> = (0..depth).map(|i| if i < right { toks[done + 1 + i] } else { (toks[done + 1 + i] + 1) % v }).collect();
+        let fed: Vec<u32> = std::iter::once(toks[done]).chain(draft.iter().copied()).take(depth).collect();
+        let rows = verify(&m, &mut b, &fed);
+        // row 0 follows toks[done], which is right; row i follows draft i − 1
+        for (i, r) in rows.iter().enumerate().take(right.min(depth - 1) + 1) {
+            assert_eq!(bits(r), bits(&logits[done + 1 + i]), "cycle {cycle}: row {i}");
+        }
+        let keep = 1 + right.min(depth - 1);
+        b.rollback(prompt.len() + done + keep).unwrap();
+        done += keep;
+        assert!(b.history_bytes() <= 2 * (depth + 1) * per_depth, "cycle {cycle}: {} bytes held for rollbacks", b.history_bytes());
+        cycle += 1;
+    }
+    assert!(cycle >= 8);
+    assert_eq!(bits(&m.forward(&mut b, &[toks[done]], LogitsMode::Last).unwrap()), bits(&logits[done + 1]));
+    // rollbacks left spare buffers; a snapshot (clone) starts without them
+    let spare: usize = b
+        .layers
+        .iter()
+        .map(|l| match l {
+            xwen_engine::state::LayerState::Delta(d) => d.spare_count() * d.s.len() * 4,
+            xwen_engine::state::LayerState::Attn(_) => 0,
+        })
+        .sum();
+    assert!(spare > 0, "the rolled-back states were kept for reuse");
+    assert_eq!(b.clone().history_bytes(), b.history_bytes() - spare);
+    b.keep_history(0);
+    assert_eq!(b.history_bytes(), 0, "nothing is held once nothing is kept");
+}

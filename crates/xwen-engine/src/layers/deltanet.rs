@@ -308,11 +308,14 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
     // tokens (a speculative verify rolls back to any of them).
     let mut o = vec![0.0f32; n * hv * sd];
     let kept: Vec<usize> = rows.spans.iter().zip(states.iter()).map(|(sp, st)| sp.len - st.keep.min(sp.len)).collect();
+    // buffers the sequence's earlier kept states let go where it has them (no zeroing: the
+    // scan writes all of each)
     let mut snaps: Vec<Vec<Vec<f32>>> = rows
         .spans
         .iter()
         .zip(&kept)
-        .map(|(sp, &j0)| (j0..sp.len).map(|_| vec![0.0f32; hv * sd * sd]).collect())
+        .zip(states.iter_mut())
+        .map(|((sp, &j0), st)| (j0..sp.len).map(|_| st.state_buffer()).collect())
         .collect();
     {
         let scan = DeltaScan {
@@ -342,12 +345,18 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
         let Some(before) = before else { continue };
         let hist = d.conv_kernel - 1;
         let window: Vec<f32> = before.iter().chain(&qkv[sp.start * cd..(sp.start + sp.len) * cd]).copied().collect();
-        st.past.retain(|p| p.pos < sp.pos0);
+        let (stale, kept_before): (Vec<PastState>, Vec<PastState>) = std::mem::take(&mut st.past).into_iter().partition(|p| p.pos >= sp.pos0);
+        st.past = kept_before.into();
+        for p in stale {
+            st.recycle(p.s);
+        }
         for (j, s_before) in (*j0..sp.len).zip(snap) {
             st.past.push_back(PastState { pos: sp.pos0 + j, conv: window[j * cd..(j + hist) * cd].to_vec(), s: s_before });
         }
         while st.past.len() > st.keep {
-            st.past.pop_front();
+            if let Some(p) = st.past.pop_front() {
+                st.recycle(p.s);
+            }
         }
     }
 

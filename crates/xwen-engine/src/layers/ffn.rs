@@ -56,11 +56,6 @@ pub fn act_rows(act: Act, g: &[f32], u: &[f32], row: usize) -> Vec<f32> {
     }
 }
 
-/// `act` over ONE row (see [`swiglu`] for why the row matters to SwiGLU).
-pub fn act_row(act: Act, g: &[f32], u: &[f32]) -> Vec<f32> {
-    act_rows(act, g, u, g.len().max(1))
-}
-
 /// situ elementwise, in the order of llama.cpp's ggml ops, each rounded to f32:
 /// a = tanh(g·(1/β))·β; a = a·sigmoid(g); u' = tanh(u·(1/λ))·λ (λ > 0); y = a·u'. ggml's tanh
 /// and sigmoid are libm's tanhf and 1/(1+expf(−x)) per element (unary-ops.cpp), no vector path,

@@ -502,7 +502,7 @@ fn forward_decode_rows(
         // the activation per row, each row alone (as the one-token path's single row)
         let act: Vec<Vec<f32>> = gu
             .iter()
-            .map(|(g, u)| g.chunks_exact(ff).zip(u.chunks_exact(ff)).flat_map(|(gr, ur)| ffn::act_row(d.act, gr, ur)).collect())
+            .map(|(g, u)| ffn::act_rows(d.act, g, u, ff))
             .collect();
         let mut down: Vec<Vec<f32>> = who.iter().map(|u| vec![0.0f32; u.len() * ew]).collect();
         {
@@ -565,7 +565,7 @@ fn forward_decode_rows(
     };
     {
         let act: Vec<f32> = match &w.shared {
-            Some(sh) => sg.chunks_exact(sff).zip(su.chunks_exact(sff)).flat_map(|(g, u)| ffn::act_row(sh.act, g, u)).collect(),
+            Some(sh) => ffn::act_rows(sh.act, &sg, &su, sff),
             None => Vec::new(),
         };
         let mut jobs = Vec::new();

@@ -134,8 +134,11 @@ impl SeqState {
             if let LayerState::Delta(d) = l {
                 d.keep = k;
                 while d.past.len() > k {
-                    d.past.pop_front();
+                    if let Some(p) = d.past.pop_front() {
+                        d.recycle(p.s);
+                    }
                 }
+                d.trim_spare();
             }
         }
     }
@@ -164,9 +167,12 @@ impl SeqState {
             if let LayerState::Delta(d) = l {
                 let i = d.past.iter().position(|p| p.pos == pos).expect("checked above");
                 let p = d.past.remove(i).expect("in range");
-                d.past.truncate(i);
+                for later in d.past.split_off(i) {
+                    d.recycle(later.s);
+                }
                 d.conv = p.conv;
-                d.s = p.s;
+                let now = std::mem::replace(&mut d.s, p.s);
+                d.recycle(now);
             }
         }
         self.cut_kv(pos);
@@ -216,6 +222,19 @@ impl SeqState {
             self.cuts.push(pos);
         }
         self.pos = pos;
+    }
+
+    /// Bytes held for rollbacks: the recurrent layers' kept states (`keep_history`) and the
+    /// spare state buffers the next verify's kept states reuse — at most twice `keep` states
+    /// per layer.
+    pub fn history_bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| match l {
+                LayerState::Delta(d) => d.past.iter().map(|p| (p.conv.len() + p.s.len()) * 4).sum::<usize>() + d.spare_count() * d.s.len() * 4,
+                LayerState::Attn(_) => 0,
+            })
+            .sum()
     }
 
     /// Bytes this state holds (KV grows with position; recurrent state is constant).

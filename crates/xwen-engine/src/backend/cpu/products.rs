@@ -46,24 +46,13 @@ pub fn mm_rows(pool: &Pool, ws: &[QMatrix], x: &[f32], rows: &Rows) -> Vec<Vec<f
     debug_assert!(ws.iter().all(|w| w.cols == cols));
     let mut ys: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0f32; rows.n * w.rows]).collect();
     let dec = rows.decode_rows();
-    if !dec.is_empty() {
+    if dec.len() == rows.n {
+        // every row is a decode row (ascending, so in place): no gather, no scatter
+        decode_products(pool, ws, x, cols, &mut ys);
+    } else if !dec.is_empty() {
         let xd = batch::gather(x, cols, &dec);
-        let nd = dec.len();
-        let mut yd: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0f32; nd * w.rows]).collect();
-        // matrices whose token-lane kernels keep the one-token order run on them (8 rows in
-        // the vector lanes); the rest share one job of per-row kernels
-        let lanes = |w: &QMatrix| xwen_kernels::tokens_on_lanes(w.ty, w.rows, nd);
-        let mut jobs = Vec::new();
-        for (w, y) in ws.iter().zip(yd.iter_mut()) {
-            if lanes(w) {
-                let mut xq = Vec::new();
-                quantize_rows(w.ty, xd.chunks_exact(cols), &mut xq);
-                pool.matvec_tokens_q(*w, &xq, nd, y);
-            } else {
-                jobs.push(MvJob { w: *w, x: &xd, y });
-            }
-        }
-        mv_batch(pool, &mut jobs);
+        let mut yd: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0f32; dec.len() * w.rows]).collect();
+        decode_products(pool, ws, &xd, cols, &mut yd);
         for ((w, y), src) in ws.iter().zip(ys.iter_mut()).zip(&yd) {
             batch::scatter(src, w.rows, &dec, y);
         }
@@ -75,6 +64,25 @@ pub fn mm_rows(pool: &Pool, ws: &[QMatrix], x: &[f32], rows: &Rows) -> Vec<Vec<f
         }
     }
     ys
+}
+
+/// The products of decode rows `xd` (each `cols` wide) with every matrix, each row in the
+/// one-token order: matrices whose token-lane kernels keep that order run on them (8 rows in
+/// the vector lanes); the rest share one job of per-row kernels.
+fn decode_products(pool: &Pool, ws: &[QMatrix], xd: &[f32], cols: usize, yd: &mut [Vec<f32>]) {
+    let nd = xd.len() / cols.max(1);
+    let lanes = |w: &QMatrix| xwen_kernels::tokens_on_lanes(w.ty, w.rows, nd);
+    let mut jobs = Vec::new();
+    for (w, y) in ws.iter().zip(yd.iter_mut()) {
+        if lanes(w) {
+            let mut xq = Vec::new();
+            quantize_rows(w.ty, xd.chunks_exact(cols), &mut xq);
+            pool.matvec_tokens_q(*w, &xq, nd, y);
+        } else {
+            jobs.push(MvJob { w: *w, x: xd, y });
+        }
+    }
+    mv_batch(pool, &mut jobs);
 }
 
 /// Several independent matrix × vector products in ONE parallel job. Decode issues a few
