@@ -17,6 +17,7 @@ mod matmul;
 mod pool;
 pub mod q2k_repack;
 pub mod q4k_repack;
+pub mod scratch;
 pub mod simd;
 pub mod tiled;
 

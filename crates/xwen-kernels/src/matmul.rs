@@ -151,7 +151,7 @@ impl OutTile {
     /// y (through `yp`) has `rows` columns and n_tok rows; rows r0..r1 belong to this task.
     unsafe fn for_rows(yp: SyncPtr, rows: usize, n_tok: usize, r0: usize, r1: usize, mut f: impl FnMut(&mut OutTile, usize, usize)) {
         let stride = n_tok + 16;
-        let mut tile = OutTile { vals: vec![0.0; OUT_TILE_ROWS * stride], r0, stride };
+        let mut tile = OutTile { vals: crate::scratch::take_f32(OUT_TILE_ROWS * stride), r0, stride };
         for rs in (r0..r1).step_by(OUT_TILE_ROWS) {
             let re = (rs + OUT_TILE_ROWS).min(r1);
             tile.r0 = rs;
@@ -174,6 +174,7 @@ impl OutTile {
                 }
             }
         }
+        crate::scratch::give_f32(tile.vals);
     }
 
     /// Row r's results for tokens t0..t0 + vals.len().
@@ -515,7 +516,7 @@ impl Pool {
             #[allow(clippy::redundant_locals)] // capture the Sync wrapper, not its raw field
             let yp = yp;
             let (r0, r1) = (t * chunk, ((t + 1) * chunk).min(rows));
-            let mut tile = vec![0.0f32; (r1 - r0) * n_tok];
+            let mut tile = crate::scratch::take_f32((r1 - r0) * n_tok);
             dot_rows_tokens(&w, kern, xq, n_tok, r0, &mut tile);
             for tok in 0..n_tok {
                 for (i, r) in (r0..r1).enumerate() {
@@ -523,6 +524,7 @@ impl Pool {
                     unsafe { *yp.0.add(tok * rows + r) = tile[i * n_tok + tok] };
                 }
             }
+            crate::scratch::give_f32(tile);
         });
     }
 

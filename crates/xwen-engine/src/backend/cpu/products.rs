@@ -144,7 +144,7 @@ pub fn mv_batch(pool: &Pool, jobs: &mut [MvJob]) {
         }
         // several decode rows: one read of each weight row for all of them, then each
         // token's results to its own row of y (token-major)
-        let mut tile = vec![0.0f32; (r1 - r0) * n_tok];
+        let mut tile = xwen_kernels::scratch::take_f32((r1 - r0) * n_tok);
         xwen_kernels::dot_rows_tokens(w, kernels[ji], act, n_tok, r0, &mut tile);
         for t in 0..n_tok {
             // SAFETY: rows r0..r1 of every token of job ji belong to this task alone.
@@ -153,6 +153,7 @@ pub fn mv_batch(pool: &Pool, jobs: &mut [MvJob]) {
                 *yi = tile[i * n_tok + t];
             }
         }
+        xwen_kernels::scratch::give_f32(tile);
     });
 }
 
