@@ -32,18 +32,23 @@ fn verify(m: &Model, st: &mut SeqState, draft: &[u32]) -> Vec<Vec<f32>> {
     all.chunks_exact(m.n_vocab()).map(<[f32]>::to_vec).collect()
 }
 
-fn check(m: &Model, what: &str) {
-    let v = m.n_vocab() as u32;
-    let prompt: Vec<u32> = (0..12).map(|i| (i * 7919 + 11) % v).collect();
-    // plain greedy decode: logits[i] follows toks[..i]
+/// Plain greedy decode of `n` tokens after `prompt`: the tokens, and logits[i] after toks[..i].
+fn plain_greedy(m: &Model, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<Vec<f32>>) {
     let mut a = m.new_state();
-    let mut logits = vec![m.forward(&mut a, &prompt, LogitsMode::Last).unwrap()];
+    let mut logits = vec![m.forward(&mut a, prompt, LogitsMode::Last).unwrap()];
     let mut toks = Vec::new();
-    for _ in 0..10 {
+    for _ in 0..n {
         let t = argmax(logits.last().unwrap());
         toks.push(t);
         logits.push(m.forward(&mut a, &[t], LogitsMode::Last).unwrap());
     }
+    (toks, logits)
+}
+
+fn check(m: &Model, what: &str) {
+    let v = m.n_vocab() as u32;
+    let prompt: Vec<u32> = (0..12).map(|i| (i * 7919 + 11) % v).collect();
+    let (toks, logits) = plain_greedy(m, &prompt, 10);
     let p0 = prompt.len();
     let mut b = m.new_state();
     b.keep_history(5);
@@ -96,14 +101,7 @@ fn kept_states_are_reused_across_verifies_and_stay_bounded() {
     let m = Model::load(&fixture("cond/qwen3_5/model-q4_k_m.gguf"), &cfg(None)).unwrap();
     let v = m.n_vocab() as u32;
     let prompt: Vec<u32> = (0..9).map(|i| (i * 104_729 + 5) % v).collect();
-    let mut a = m.new_state();
-    let mut logits = vec![m.forward(&mut a, &prompt, LogitsMode::Last).unwrap()];
-    let mut toks = Vec::new();
-    for _ in 0..40 {
-        let t = argmax(logits.last().unwrap());
-        toks.push(t);
-        logits.push(m.forward(&mut a, &[t], LogitsMode::Last).unwrap());
-    }
+    let (toks, logits) = plain_greedy(&m, &prompt, 40);
     let depth = 4;
     let mut b = m.new_state();
     let one_state = b.layers.iter().map(|l| match l {
