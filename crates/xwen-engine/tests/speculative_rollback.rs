@@ -114,7 +114,7 @@ fn kept_states_are_reused_across_verifies_and_stay_bounded() {
     m.forward(&mut b, &prompt, LogitsMode::Last).unwrap();
     let mut done = 0; // tokens of `toks` the state holds
     let mut cycle = 0;
-    while done + depth + 1 <= toks.len() {
+    while done + depth < toks.len() {
         // drafts right up to `right`, then wrong
         let right = cycle % (depth + 1);
         let draft: Vec<u32> = (0..depth).map(|i| if i < right { toks[done + 1 + i] } else { (toks[done + 1 + i] + 1) % v }).collect();

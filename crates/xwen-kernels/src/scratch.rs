@@ -48,6 +48,7 @@ mod tests {
         assert_ne!(c.as_ptr(), b.as_ptr(), "a nested take is another buffer");
         give_f32(c);
         give_f32(b);
-        assert_eq!(take_f32(100).as_ptr(), p, "the larger buffer is the one kept");
+        let d = take_f32(100);
+        assert_eq!(d.as_ptr(), p, "the larger buffer is the one kept");
     }
 }
