@@ -482,7 +482,7 @@ pub struct BenchArgs {
     #[arg(long = "parallel", value_name = "N,..", allow_negative_numbers = true, value_parser = opts::parallel_list)]
     pub parallel: Option<opts::List>,
     /// The cost of a speculative verify of k tokens relative to one decode, for each k (k = 1 first)
-    #[arg(long = "verify", value_name = "K,..", value_parser = opts::parallel_list, conflicts_with = "parallel")]
+    #[arg(long = "verify", value_name = "K,..", value_parser = opts::depth_list, conflicts_with = "parallel")]
     pub verify: Option<opts::List>,
     /// Skip the warm-up run before each test
     #[arg(long = "no-warmup")]

@@ -367,10 +367,19 @@ pub fn percent_list(s: &str) -> Result<List, String> {
 
 /// A comma-separated list of sequence counts, each 1..=256.
 pub fn parallel_list(s: &str) -> Result<List, String> {
+    bounded_count_list(s, "a count of sequences")
+}
+
+/// A comma-separated list of verify depths (tokens drafted), each 1..=256.
+pub fn depth_list(s: &str) -> Result<List, String> {
+    bounded_count_list(s, "a verify depth (tokens drafted)")
+}
+
+fn bounded_count_list(s: &str, what: &str) -> Result<List, String> {
     s.split(',')
         .map(|x| match x.trim().parse::<u64>() {
             Ok(n) if (1..=256).contains(&n) => Ok(n as usize),
-            _ => Err(format!("`{x}`: a count of sequences is at least 1 (allowed range 1..=256)")),
+            _ => Err(format!("`{x}` is not {what} in the allowed range 1..=256")),
         })
         .collect::<Result<_, _>>()
         .map(List)
@@ -394,6 +403,8 @@ mod tests {
         assert_eq!(seed("42"), Ok(42));
         assert_eq!(count_list("0,512"), Ok(List(vec![0, 512])));
         assert!(parallel_list("0").is_err() && parallel_list("1,x").is_err());
+        assert!(depth_list("257").unwrap_err().contains("verify depth"));
+        assert_eq!(depth_list("1, 8").unwrap().0, vec![1, 8]);
         assert_eq!(token_limit(-1), None);
         assert_eq!(token_limit(5), Some(5));
     }
