@@ -228,7 +228,7 @@ fn bench_parallel_prints_llama_batched_bench_jsonl() {
     assert!(md.contains("S_TG t/s") && md.contains("S_TG/seq"), "{md}");
     assert_eq!(md.lines().filter(|l| l.starts_with("|     4 |")).count(), 1, "{md}");
     let out = Command::new(env!("CARGO_BIN_EXE_xwen")).args(["bench", "-m", model_s, "--parallel", "0"]).output().unwrap();
-    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("at least 1"));
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("not a count of sequences in the allowed range 1..=256"));
 }
 
 /// scripts/bench-batched-vs-llamacpp with a stand-in llama-batched-bench (jsonl lines): the
