@@ -110,11 +110,18 @@ impl EngineHandle {
     }
 }
 
+/// A drafter that followed a slot's session, with what its controller learned there.
+type KeptDrafter = (Box<dyn Drafter>, Option<DraftMemory>);
+
+/// A request's drafter with its greatest depth, and what a controller learned before (None:
+/// a new drafter).
+type RequestDrafter = ((Box<dyn Drafter>, usize), Option<DraftMemory>);
+
 struct Slot {
     session: Session,
     /// The drafter of the slot's last request, which followed its session, with what its
     /// controller learned.
-    drafter: Option<(Box<dyn Drafter>, Option<DraftMemory>)>,
+    drafter: Option<KeptDrafter>,
     last_used: u64,
 }
 
@@ -297,7 +304,7 @@ impl EngineLoop {
     /// where that holds more of it; on a tie (or none shared), the least recently used, so a long
     /// conversation's slot survives short one-off requests. An idle slot comes with the drafter
     /// that followed its session.
-    fn pick_session(&mut self, prompt: &[u32]) -> (Session, Option<(Box<dyn Drafter>, Option<DraftMemory>)>) {
+    fn pick_session(&mut self, prompt: &[u32]) -> (Session, Option<KeptDrafter>) {
         let common = |s: &Session| s.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count();
         let best_idle = self.idle.iter().map(|s| common(&s.session)).max().unwrap_or(0);
         if let Some(hit) = self.prefix.as_mut().and_then(|c| c.lookup(&self.model, prompt, best_idle)) {
@@ -339,7 +346,7 @@ impl EngineLoop {
     }
 
     /// A drafter for a new request: the slot's own where it has one of this kind, else a new one.
-    fn drafter(&self, kept: Option<(Box<dyn Drafter>, Option<DraftMemory>)>) -> Option<((Box<dyn Drafter>, usize), Option<DraftMemory>)> {
+    fn drafter(&self, kept: Option<KeptDrafter>) -> Option<RequestDrafter> {
         let cfg = self.draft.as_ref()?;
         let d: Box<dyn Drafter> = match (&cfg.source, kept) {
             (_, Some((d, memory))) => return Some(((d, cfg.max), memory)),
