@@ -57,6 +57,8 @@ pub fn prepare(a: &DraftOpts, cfg: &mut xwen_engine::EngineConfig, n_seq: usize)
     let mut draft_model = None;
     // the file's own head only where it will draft: otherwise a budget would pay for its KV
     cfg.load_mtp = matches!(kind, Kind::Mtp | Kind::Auto);
+    // a budget counts the states the deepest verify keeps for its rollback
+    cfg.draft_depth = if kind == Kind::Off { 0 } else { a.draft_max as usize };
     match kind {
         Kind::Mtp => {
             if let Some(path) = &a.model_draft {

@@ -85,11 +85,27 @@ fn mtp_reserve(head: Option<&models::mtp::MtpHead>, cfg: &EngineConfig) -> u64 {
     })
 }
 
-/// The bytes a RAM plan for `file` under `cfg` counts for its MTP head (`xwen plan`, which
-/// plans without loading the model): what `Model::load` would count.
+/// The recurrent states verifies of up to `cfg.draft_depth` tokens keep for their rollbacks,
+/// every sequence: twice the depth at the peak (the kept states and the spare ones the next
+/// verify reuses, `DeltaState::recycle`) — 2 · 8 · 63 MiB a sequence on the 35B-A3B at the
+/// default depth. Counted only where a drafter will run: an external one (`load_mtp` off) or
+/// the file's MTP head (`has_head`).
+fn verify_history_reserve(net: &dyn Network, has_head: bool, cfg: &EngineConfig) -> u64 {
+    if cfg.draft_depth == 0 || (cfg.load_mtp && !has_head) {
+        return 0;
+    }
+    // one sequence's recurrent state: its state at no positions (KV empty)
+    let recurrent = net.plan_figures(0, cfg.effective_kv_types()).state_bytes;
+    recurrent.saturating_mul(2 * cfg.draft_depth as u64).saturating_mul(cfg.n_seq.max(1) as u64)
+}
+
+/// The bytes a RAM plan for `file` under `cfg` counts for drafting beside a draft model's own
+/// (`EngineConfig::draft_ram`): the MTP head and the verify's kept states (`xwen plan`, which
+/// plans without loading the model) — what `Model::load` would count.
 pub fn mtp_plan_bytes(file: &Arc<GgufFile>, cfg: &EngineConfig) -> Result<u64> {
     let net = models::load(file)?.net;
-    Ok(mtp_reserve(load_mtp(file, &*net, cfg)?.as_ref(), cfg))
+    let head = load_mtp(file, &*net, cfg)?;
+    Ok(mtp_reserve(head.as_ref(), cfg).saturating_add(verify_history_reserve(&*net, head.is_some(), cfg)))
 }
 
 /// The MTP head of the GGUF at `path` for a trunk of width `hidden` and vocabulary `n_vocab`.
@@ -198,7 +214,8 @@ impl Model {
         let plan = match cfg.ram_budget {
             None => None,
             Some(b) => {
-                let reserved = crate::experts::plan::Reserved { prefix_cache: cfg.reserved_ram, draft: cfg.draft_ram.saturating_add(mtp_reserve(mtp.as_ref(), cfg)) };
+                let draft = cfg.draft_ram.saturating_add(mtp_reserve(mtp.as_ref(), cfg)).saturating_add(verify_history_reserve(&*net, mtp.is_some(), cfg));
+                let reserved = crate::experts::plan::Reserved { prefix_cache: cfg.reserved_ram, draft };
                 Some(MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, cfg.n_seq, b, reserved, crate::experts::plan::ram_limit())?)
             }
         };

@@ -146,3 +146,21 @@ fn kept_states_are_reused_across_verifies_and_stay_bounded() {
     b.keep_history(0);
     assert_eq!(b.history_bytes(), 0, "nothing is held once nothing is kept");
 }
+
+/// Under a budget the plan counts what verifies of up to `draft_depth` tokens keep for their
+/// rollbacks — twice the depth in recurrent states, every sequence — where a drafter will run.
+#[test]
+fn a_budget_counts_the_states_a_verify_keeps() {
+    let moe = fixture("cond/qwen3_5_moe/model-q4_k_m.gguf");
+    let draft_bytes = |depth: usize, load_mtp: bool| {
+        let c = EngineConfig { draft_depth: depth, load_mtp, n_seq: 2, ..cfg(Some(1 << 50)) };
+        Model::load(&moe, &c).unwrap().memory_plan().unwrap().draft_bytes
+    };
+    // one sequence's recurrent state: a fresh state holds no KV rows
+    let recurrent = Model::load(&moe, &cfg(None)).unwrap().new_state().bytes() as u64;
+    assert!(recurrent > 0);
+    // an external drafter (the file's head not loaded): 2 × depth states × 2 sequences
+    assert_eq!(draft_bytes(5, false) - draft_bytes(0, false), 2 * 5 * recurrent * 2);
+    // the file's own head would draft, but this file has none: nothing is kept
+    assert_eq!(draft_bytes(5, true), draft_bytes(0, true));
+}
