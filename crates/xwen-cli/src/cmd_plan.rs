@@ -30,7 +30,10 @@ pub fn run(a: PlanArgs) -> Result<()> {
     let figures = loaded.net.plan_figures(cfg.max_ctx, kv);
     // without a budget: the plan under no ceiling, which states the floor and the sizes
     let budget = cfg.ram_budget.unwrap_or(u64::MAX);
-    let plan = MemoryPlan::new(&file, &figures, &loaded.experts, cfg.max_ctx, n_seq, budget, xwen_engine::Reserved { prefix_cache: cfg.reserved_ram, draft: cfg.draft_ram.saturating_add(head_bytes) }, ram_limit())?;
+    let mut plan = MemoryPlan::new(&file, &figures, &loaded.experts, cfg.max_ctx, n_seq, budget, xwen_engine::Reserved { prefix_cache: cfg.reserved_ram, draft: cfg.draft_ram.saturating_add(head_bytes) }, ram_limit())?;
+    if let Some(w) = cfg.prefill_wave {
+        plan.set_wave_batches(w)?;
+    }
     let moe_layers = loaded.experts.iter().filter(|e| e.is_some()).count();
     let all_records = (figures.n_expert * moe_layers) as u64;
     // records differ in size between layers (Q4_K_M's Q6_K down stacks): the share of the
@@ -65,6 +68,8 @@ pub fn run(a: PlanArgs) -> Result<()> {
             "state_bytes": plan.state_bytes,
             "scratch_bytes": plan.scratch_bytes,
             "in_flight_bytes": plan.in_flight_bytes,
+            "prefill_wave_tokens": plan.wave_rows,
+            "prefill_wave_bytes": plan.wave_bytes,
             "reserved_bytes": plan.reserved_bytes,
             "draft_bytes": plan.draft_bytes,
             "budget_bytes": given.then_some(plan.budget),
@@ -105,6 +110,9 @@ pub fn run(a: PlanArgs) -> Result<()> {
         return Ok(());
     }
     println!("  experts in flight {}", human_bytes(plan.in_flight_bytes));
+    if plan.wave_rows > xwen_engine::experts::plan::PREFILL_BATCH {
+        println!("  prefill wave     {} (a long prompt passes each layer {} tokens at a time: an expert read once for them all)", human_bytes(plan.wave_bytes), plan.wave_rows);
+    }
     println!("  floor            {} (the smallest --ram-budget: all of the above + one token's experts of one layer)", human_bytes(plan.floor()));
     println!(
         "  routed experts   {} in {} records of {} ({} MoE layers × {} experts, {} used per token); one token's set {}",

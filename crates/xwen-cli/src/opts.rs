@@ -32,6 +32,10 @@ pub struct EngineOpts {
     /// computes (on by default)
     #[arg(long = "no-prefetch")]
     pub no_prefetch: bool,
+    /// With --ram-budget: prompt batches (of 512 tokens) each layer takes at once, so a streamed
+    /// expert is read once for all of them (default: up to 4 where the plan affords it; 1 = batch by batch)
+    #[arg(long = "prefill-wave", value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub prefill_wave: Option<u16>,
     /// KV cache type of K (also -ctk; llama.cpp's default f16; q8_0 is not yet bit-identical to llama.cpp)
     #[arg(long = "cache-type-k", value_name = "TYPE", default_value = "f16", value_parser = ["f32", "f16", "q8_0"])]
     pub cache_type_k: String,
@@ -99,6 +103,7 @@ impl EngineOpts {
         cfg.reread_huge_pages = self.reread_huge_pages;
         cfg.ram_budget = self.ram_budget;
         cfg.expert_prefetch = !self.no_prefetch;
+        cfg.prefill_wave = self.prefill_wave.map(usize::from);
         if let Some(isa) = &self.isa {
             use xwen_kernels::dispatch::Isa;
             cfg.max_isa = match isa.as_str() {

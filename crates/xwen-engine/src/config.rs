@@ -97,6 +97,10 @@ pub struct EngineConfig {
     /// Bytes of the budget a drafter beside the model takes — a draft model run mapped with
     /// its states (`Model::ram_needed`) — counted like `reserved_ram`. Ignored without a budget.
     pub draft_ram: u64,
+    /// Batches of 512 tokens a streamed prefill wave holds under a budget (each layer passes
+    /// them together, reading an expert once for all of them): None = the plan's choice (up to
+    /// 4 where the cache gives up at most an eighth), Some(1) = batch by batch.
+    pub prefill_wave: Option<usize>,
     /// The deepest speculative verify the caller will run, in drafted tokens (0: no drafting).
     /// Under a budget the plan counts the recurrent states such a verify keeps for its rollback
     /// — twice the depth per sequence at the peak (`SeqState::history_bytes`) — where a drafter
@@ -130,7 +134,7 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false, ram_budget: None, expert_prefetch: true, reserved_ram: 0, draft_ram: 0, draft_depth: 0, mtp_sidecar: None, load_mtp: true, n_seq: 1, record_routes: false, record_taps: false, max_isa: None, kv_types: (KvType::F16, KvType::F16), flash_attn: FlashAttn::Auto }
+        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false, ram_budget: None, expert_prefetch: true, reserved_ram: 0, draft_ram: 0, draft_depth: 0, prefill_wave: None, mtp_sidecar: None, load_mtp: true, n_seq: 1, record_routes: false, record_taps: false, max_isa: None, kv_types: (KvType::F16, KvType::F16), flash_attn: FlashAttn::Auto }
     }
 }
 

@@ -216,7 +216,11 @@ impl Model {
             Some(b) => {
                 let draft = cfg.draft_ram.saturating_add(mtp_reserve(mtp.as_ref(), cfg)).saturating_add(verify_history_reserve(&*net, mtp.is_some(), cfg));
                 let reserved = crate::experts::plan::Reserved { prefix_cache: cfg.reserved_ram, draft };
-                Some(MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, cfg.n_seq, b, reserved, crate::experts::plan::ram_limit())?)
+                let mut plan = MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, cfg.n_seq, b, reserved, crate::experts::plan::ram_limit())?;
+                if let Some(w) = cfg.prefill_wave {
+                    plan.set_wave_batches(w)?;
+                }
+                Some(plan)
             }
         };
         let has_experts = experts.iter().any(|e| e.is_some());
@@ -386,10 +390,25 @@ impl Model {
         }
         let n = tokens.len();
         if self.plan.is_some() && n > PREFILL_BATCH {
-            // under a budget, prompts run in batches: the plan's scratch covers one batch
+            // under a budget, prompts run in batches: the plan's scratch covers one batch, or a
+            // wave of several where the experts stream (each read once for all its batches)
             self.check_context(state, n)?;
             let mut out = Vec::new();
             let mut at = 0;
+            let wave = self.wave_rows();
+            while wave > PREFILL_BATCH && at < n {
+                let end = (at + wave).min(n);
+                let part = match mode {
+                    LogitsMode::All => LogitsMode::All,
+                    LogitsMode::Last if end == n => LogitsMode::Last,
+                    _ => LogitsMode::None,
+                };
+                match self.forward_wave(state, &tokens[at..end], part)? {
+                    Some(l) => out.extend(l),
+                    None => break,
+                }
+                at = end;
+            }
             while at < n {
                 let end = (at + PREFILL_BATCH).min(n);
                 let part = match mode {
@@ -490,18 +509,9 @@ impl Model {
             .collect();
         let mut states: Vec<&mut SeqState> = steps.iter_mut().map(|s| &mut *s.state).collect();
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let sink = std::sync::Mutex::new(Vec::new());
-        let faults = std::sync::Mutex::new(Vec::new());
-        let ctx = Ctx {
-            backend: &self.backend,
-            file: &self.file,
-            prof: &self.prof,
-            chunked_scan: self.cfg.chunked_prefill,
-            routes: self.cfg.record_routes.then_some(&sink),
-            attn: crate::backend::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.backend.threads(), n_ctx: self.cfg.max_ctx },
-            taps: self.cfg.record_taps.then_some(&self.taps),
-            faults: Some(&faults),
-        };
+        let sink = Mutex::new(Vec::new());
+        let faults = Mutex::new(Vec::new());
+        let ctx = self.ctx(&sink, &faults);
         // each sequence's first batch row, row count and position before the step, to place
         // the recorded rows (only when recording)
         let starts: Vec<(usize, usize, usize)> = if self.cfg.record_routes {
@@ -519,24 +529,7 @@ impl Model {
             Vec::new()
         };
         let out = self.net.forward(&ctx, self.store.as_ref(), &mut states, &spans);
-        if self.cfg.record_routes {
-            let mut recs = sink.into_inner().unwrap_or_else(|p| p.into_inner());
-            recs.sort_by_key(|r| (r.row, r.layer));
-            let mut all = self.routes.lock().unwrap_or_else(|p| p.into_inner());
-            for r in recs {
-                let seq = starts.iter().position(|&(s, n, _)| r.row >= s && r.row < s + n).expect("a row of the batch");
-                let (s0, _, p0) = starts[seq];
-                all.push(Route {
-                    seq,
-                    pos: p0 + r.row - s0,
-                    layer: r.layer,
-                    experts: r.experts,
-                    weights: r.weights,
-                    margin: r.margin,
-                    next_guess: r.next_guess,
-                });
-            }
-        }
+        self.keep_routes(sink, &starts);
         let out = out?;
         // each failed read fails the steps whose rows needed it; the first error a step met is
         // its error
@@ -564,6 +557,89 @@ impl Model {
             Some(e) => Err(e),
             None => Ok(o),
         }).collect())
+    }
+
+    /// The context a forward runs in, recording its routes into `sink` (where the config asks)
+    /// and its failed expert reads into `faults`.
+    fn ctx<'s>(&'s self, sink: &'s Mutex<Vec<crate::compute::RouteRecord>>, faults: &'s Mutex<Vec<crate::compute::ReadFault>>) -> Ctx<'s> {
+        Ctx {
+            backend: &self.backend,
+            file: &self.file,
+            prof: &self.prof,
+            chunked_scan: self.cfg.chunked_prefill,
+            routes: self.cfg.record_routes.then_some(sink),
+            attn: crate::backend::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.backend.threads(), n_ctx: self.cfg.max_ctx },
+            taps: self.cfg.record_taps.then_some(&self.taps),
+            faults: Some(faults),
+        }
+    }
+
+    /// A forward's routing decisions into the model's record (where the config asks), each
+    /// batch row placed by `starts`: every sequence's (first row, rows, position before).
+    fn keep_routes(&self, sink: Mutex<Vec<crate::compute::RouteRecord>>, starts: &[(usize, usize, usize)]) {
+        if !self.cfg.record_routes {
+            return;
+        }
+        let mut recs = sink.into_inner().unwrap_or_else(|p| p.into_inner());
+        recs.sort_by_key(|r| (r.row, r.layer));
+        let mut all = self.routes.lock().unwrap_or_else(|p| p.into_inner());
+        for r in recs {
+            let seq = starts.iter().position(|&(s, n, _)| r.row >= s && r.row < s + n).expect("a row of the batch");
+            let (s0, _, p0) = starts[seq];
+            all.push(Route {
+                seq,
+                pos: p0 + r.row - s0,
+                layer: r.layer,
+                experts: r.experts,
+                weights: r.weights,
+                margin: r.margin,
+                next_guess: r.next_guess,
+            });
+        }
+    }
+
+    /// Rows a streamed prefill wave holds (`forward`): the plan's `wave_rows` where the
+    /// model streams its experts and records no taps (a wave passes the layers in another
+    /// order than the taps' chunk by chunk), else one batch.
+    fn wave_rows(&self) -> usize {
+        match &self.plan {
+            Some(p) if self.store.streams() && !self.cfg.record_taps => p.wave_rows.max(PREFILL_BATCH),
+            _ => PREFILL_BATCH,
+        }
+    }
+
+    /// One sequence's `tokens` (at most `wave_rows`) as a prefill wave of `PREFILL_BATCH`
+    /// chunks (`Network::forward_wave`): each chunk's logits the bits feeding the chunks one by
+    /// one gives, each expert read at most once per layer. None where the architecture has no
+    /// wave. The requested logits of every chunk, back to back.
+    fn forward_wave(&self, state: &mut SeqState, tokens: &[u32], mode: LogitsMode) -> Result<Option<Vec<f32>>> {
+        let n = tokens.len();
+        let chunks: Vec<models::SpanIn> = tokens
+            .chunks(PREFILL_BATCH)
+            .enumerate()
+            .map(|(i, c)| {
+                let last = (i + 1) * PREFILL_BATCH >= n;
+                let logits = match mode {
+                    LogitsMode::All => 0..c.len(),
+                    LogitsMode::Last if last => c.len() - 1..c.len(),
+                    _ => c.len()..c.len(),
+                };
+                models::SpanIn { tokens: c, logits, decode_order: false, hidden: false }
+            })
+            .collect();
+        let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let sink = Mutex::new(Vec::new());
+        let faults = Mutex::new(Vec::new());
+        let ctx = self.ctx(&sink, &faults);
+        let p0 = state.pos;
+        let out = self.net.forward_wave(&ctx, self.store.as_ref(), state, &chunks);
+        self.keep_routes(sink, &[(0, n, p0)]);
+        let Some(out) = out? else { return Ok(None) };
+        // a failed expert read fails the sequence (its state is past repair), as in forward_batch
+        if let Some(f) = faults.into_inner().unwrap_or_else(|p| p.into_inner()).into_iter().next() {
+            return Err(f.error);
+        }
+        Ok(Some(out.into_iter().flat_map(|o| o.logits).collect()))
     }
 
     /// Loads the MTP draft head of an MTP-only sidecar GGUF (`convert_hf_to_gguf.py --mtp`) or

@@ -275,3 +275,86 @@ fn a_cache_that_holds_every_expert_is_read_in_in_the_background() {
         assert!(a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits()), "logits differ from the resident run");
     }
 }
+
+/// Prompt logits fed in `PREFILL_BATCH` chunks one by one (every position).
+fn chunk_by_chunk(m: &Model, p: &[u32]) -> Vec<f32> {
+    chunk_by_chunk_into(m, &mut m.new_state(), p)
+}
+
+/// A prompt of several batches under a budget passes each layer as one wave: every chunk's
+/// logits are the bits feeding the chunks one by one gives (mapped or streamed), decode after
+/// it goes on the same, and a wave reads each expert at most once per layer — where the
+/// chunks fed one by one read an evicted expert again for each.
+#[test]
+fn a_long_prompt_passes_each_layer_as_one_wave_reading_each_expert_once() {
+    use xwen_engine::experts::plan::{PREFILL_BATCH, PREFILL_WAVE_BATCHES};
+    // K3's residual attention mixes whole passes: it has no wave (checked below)
+    for path in moe_files().iter().filter(|p| !p.to_string_lossy().contains("kimi_k3")) {
+        let resident = Model::load(path, &cfg(None)).unwrap();
+        let p = prompt(PREFILL_WAVE_BATCHES * PREFILL_BATCH + 3 * PREFILL_BATCH / 2 + 1, resident.n_vocab());
+        let want = chunk_by_chunk(&resident, &p);
+        // a budget whose cache holds about a third of the experts beside the widest wave,
+        // asked for (on these tiny geometries the wave outweighs every expert)
+        let ample = Model::load(path, &cfg(Some(1 << 50))).unwrap().memory_plan().unwrap().clone();
+        let budget = ample.floor() + ample.wave_bytes + ample.all_experts_bytes / 3;
+        let c = EngineConfig { prefill_wave: Some(PREFILL_WAVE_BATCHES), ..cfg(Some(budget)) };
+        let streamed = Model::load(path, &c).unwrap();
+        let plan = streamed.memory_plan().unwrap().clone();
+        assert_eq!(plan.wave_rows, PREFILL_WAVE_BATCHES * PREFILL_BATCH, "{}: {}", path.display(), plan.summary());
+        assert!(plan.cache_bytes < plan.all_experts_bytes && plan.summary().contains("prefill wave"), "{}", plan.summary());
+        let (n_expert, _, n_moe) = streamed.moe_geometry().unwrap();
+        streamed.reset_expert_cache_stats();
+        let mut st = streamed.new_state();
+        let got = streamed.forward(&mut st, &p, LogitsMode::All).unwrap();
+        let waved = streamed.expert_cache_stats().unwrap();
+        assert_eq!(st.pos, p.len());
+        assert!(got == want, "{}: a wave's logits differ from the chunks fed one by one", path.display());
+        // each expert at most once per layer and wave (prefetch is decode's only)
+        let waves = p.len().div_ceil(plan.wave_rows) as u64;
+        assert!(waved.reads <= waves * (n_moe * n_expert) as u64, "{}: {waved:?}", path.display());
+        // decode goes on from the wave's state with the chunked run's bits
+        let tok = [p[3]];
+        let mut st2 = resident.new_state();
+        chunk_by_chunk_into(&resident, &mut st2, &p);
+        assert!(streamed.forward(&mut st, &tok, LogitsMode::Last).unwrap() == resident.forward(&mut st2, &tok, LogitsMode::Last).unwrap());
+
+        // the same prompt chunk by chunk through the streamed model: more reads
+        streamed.reset_expert_cache_stats();
+        let chunked = chunk_by_chunk(&streamed, &p);
+        assert!(chunked == want);
+        let fed = streamed.expert_cache_stats().unwrap();
+        eprintln!("{}: wave reads {} vs chunk by chunk {} ({} experts a layer)", path.display(), waved.reads, fed.reads, n_expert);
+        assert!(waved.reads < fed.reads, "{}: {waved:?} vs {fed:?}", path.display());
+    }
+}
+
+/// `chunk_by_chunk` into a given state.
+fn chunk_by_chunk_into(m: &Model, st: &mut xwen_engine::SeqState, p: &[u32]) -> Vec<f32> {
+    let mut out = Vec::new();
+    for c in p.chunks(xwen_engine::experts::plan::PREFILL_BATCH) {
+        let mut step = [xwen_engine::SeqStep::new(st, c, LogitsMode::All)];
+        out.extend(m.forward_batch(&mut step).unwrap().pop().unwrap());
+    }
+    out
+}
+
+/// Several sequences' prompt chunks in one streamed step share their experts' reads (each
+/// expert at most once per layer) and each gets the logits it gets alone.
+#[test]
+fn prompt_chunks_of_several_sequences_in_one_step_read_each_expert_once() {
+    let path = &moe_files()[0];
+    let c = |b| EngineConfig { n_seq: 3, ..cfg(b) };
+    let floor = Model::load(path, &c(Some(1 << 50))).unwrap().memory_plan().unwrap().floor();
+    let (_, record) = floor_and_record(path);
+    let m = Model::load(path, &c(Some(floor + record))).unwrap();
+    let (n_expert, _, n_moe) = m.moe_geometry().unwrap();
+    let prompts: Vec<Vec<u32>> = (0..3).map(|i| prompt(40 + 9 * i, m.n_vocab()).into_iter().map(|t| (t + i as u32 * 31) % m.n_vocab() as u32).collect()).collect();
+    let alone: Vec<Vec<f32>> = prompts.iter().map(|p| m.forward(&mut m.new_state(), p, LogitsMode::All).unwrap()).collect();
+    let mut states: Vec<_> = prompts.iter().map(|_| m.new_state()).collect();
+    m.reset_expert_cache_stats();
+    let mut steps: Vec<_> = states.iter_mut().zip(&prompts).map(|(s, p)| xwen_engine::SeqStep::new(s, p, LogitsMode::All)).collect();
+    let together = m.forward_batch(&mut steps).unwrap();
+    let stats = m.expert_cache_stats().unwrap();
+    assert!(together == alone, "a sequence's logits depend on what shares its step");
+    assert!(stats.reads <= (n_moe * n_expert) as u64, "{stats:?}");
+}

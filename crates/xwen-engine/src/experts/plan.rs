@@ -16,6 +16,16 @@ use xwen_gguf::GgufFile;
 /// many (llama.cpp's default micro-batch too), which bounds the scratch the plan counts.
 pub const PREFILL_BATCH: usize = 512;
 
+/// Batches one streamed prefill wave holds at most: a long prompt passes each layer
+/// `PREFILL_WAVE_BATCHES` batches at a time, so an expert is read once for all of them
+/// instead of once per batch (llama.cpp's default logical batch, 2048 tokens, over its 512-token
+/// micro-batch).
+pub const PREFILL_WAVE_BATCHES: usize = 4;
+
+/// A wave's extra scratch may take at most this share of the expert cache the budget leaves
+/// (1 / n): decode's speed is the cache's, a long prompt's the wave's.
+const WAVE_CACHE_SHARE: u64 = 8;
+
 /// Experts a streamed prefill reads ahead of the ones it computes (`moe::forward`): a batch of
 /// them is read while the previous batch computes, so two batches are in flight.
 pub const PREFILL_READ_AHEAD: usize = 8;
@@ -54,6 +64,12 @@ pub struct MemoryPlan {
     pub n_seq: usize,
     /// Activations and work buffers of a `PREFILL_BATCH`-token forward pass (an estimate).
     pub scratch_bytes: u64,
+    /// Rows a streamed prefill wave holds (a multiple of `PREFILL_BATCH`; `PREFILL_BATCH`: no
+    /// wave) and what its rows beyond one batch take (`wave_bytes`, inside the budget).
+    pub wave_rows: usize,
+    pub wave_bytes: u64,
+    /// What each wave row beyond the first batch takes (`PlanFigures::wave_row_bytes`).
+    pub wave_row_bytes: u64,
     /// RAM the caller keeps inside the budget for itself (`EngineConfig::reserved_ram`: a
     /// server's prefix cache of conversation states).
     pub reserved_bytes: u64,
@@ -141,6 +157,9 @@ impl MemoryPlan {
             record_bytes,
             in_flight_bytes,
             min_cache_bytes,
+            wave_rows: PREFILL_BATCH,
+            wave_bytes: 0,
+            wave_row_bytes: figures.wave_row_bytes,
             cache_bytes: 0,
             all_experts_bytes,
             token_set_bytes,
@@ -171,7 +190,40 @@ impl MemoryPlan {
             )));
         }
         plan.cache_bytes = (plan.budget - plan.fixed_bytes()).min(plan.usable_cache_bytes());
+        // the widest wave whose extra rows cost the cache at most its share (nothing where the
+        // budget holds more than every expert)
+        if plan.record_bytes > 0 {
+            for batches in (2..=PREFILL_WAVE_BATCHES).rev() {
+                let before = plan.cache_bytes;
+                if plan.set_wave_batches(batches).is_ok() && (before - plan.cache_bytes).saturating_mul(WAVE_CACHE_SHARE) <= plan.cache_bytes {
+                    break;
+                }
+                plan.set_wave_batches(1).expect("no wave always fits");
+            }
+        }
         Ok(plan)
+    }
+
+    /// Sets a streamed prefill's wave to `batches` batches of `PREFILL_BATCH` (1: none), its
+    /// extra rows taken from the expert cache; refused where the cache would fall under its
+    /// smallest size.
+    pub fn set_wave_batches(&mut self, batches: usize) -> Result<()> {
+        let batches = batches.max(1);
+        let extra = self.wave_row_bytes.saturating_mul(((batches - 1) * PREFILL_BATCH) as u64);
+        let free = self.budget.saturating_sub(self.fixed_bytes());
+        if free < extra.saturating_add(self.min_cache_bytes) {
+            return Err(EngineError::RamBudget(format!(
+                "a prefill wave of {batches} batches needs {} beside the smallest expert cache ({}); {} is left of {}",
+                human_bytes(extra),
+                human_bytes(self.min_cache_bytes),
+                human_bytes(free),
+                human_bytes(self.budget)
+            )));
+        }
+        self.wave_rows = batches * PREFILL_BATCH;
+        self.wave_bytes = extra;
+        self.cache_bytes = (free - extra).min(self.usable_cache_bytes());
+        Ok(())
     }
 
     /// " + prefix cache X" and " + draft Y" where the budget holds them; empty otherwise.
@@ -212,6 +264,9 @@ impl MemoryPlan {
             human_bytes(self.scratch_bytes),
             human_bytes(self.in_flight_bytes)
         );
+        if self.wave_rows > PREFILL_BATCH {
+            s += &format!(" + prefill wave {} ({} tokens)", human_bytes(self.wave_bytes), self.wave_rows);
+        }
         s += &self.reserved_text();
         if self.record_bytes > 0 {
             s += &format!(
@@ -244,6 +299,9 @@ pub struct PlanFigures {
     pub state_bytes: u64,
     /// Scratch of one forward pass of `memory_plan::PREFILL_BATCH` rows.
     pub scratch_bytes: u64,
+    /// What each row of a prefill wave beyond its first batch adds (its residual stream and
+    /// the FFN's per-row buffers: the wave's rows pass the FFN together).
+    pub wave_row_bytes: u64,
     /// Routed experts per MoE layer and how many a token uses (0, 0 for a dense model).
     pub n_expert: usize,
     pub n_used: usize,

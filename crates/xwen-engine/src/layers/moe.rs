@@ -19,6 +19,7 @@ use crate::layers::ffn::{self, Act, FfnWeights};
 use crate::ops;
 use crate::profile::Op;
 use crate::weights::{Loader, Mat};
+use std::ops::Range;
 
 #[derive(Clone, Copy, Debug)]
 pub struct MoeDims {
@@ -206,7 +207,9 @@ fn ranked_union(guesses: &[Vec<usize>]) -> Vec<usize> {
 
 /// MoE output for the batch `rows` of normalized input x (rows.n × hidden). Batch-invariant:
 /// the decode rows of all sequences run together in the one-token order (`forward_decode_rows`),
-/// sharing each expert's read among the rows that chose it; each longer span runs alone.
+/// sharing each expert's read among the rows that chose it; each longer span is computed as if
+/// it ran alone, though an expert several spans chose is fetched once for all of them
+/// (`forward_spans`).
 #[allow(clippy::too_many_arguments)] // the layer's weights, geometry, store and batch
 pub fn forward_rows(
     ctx: &Ctx,
@@ -219,8 +222,8 @@ pub fn forward_rows(
     hidden: usize,
     next: Option<Lookahead>,
 ) -> Result<Vec<f32>> {
-    if rows.is_single() {
-        return forward(ctx, w, d, store, layer, x, rows.n, hidden, &(0..rows.n).collect::<Vec<_>>(), next);
+    if rows.is_single() && rows.n == 1 {
+        return forward_decode_rows(ctx, w, d, store, layer, x, 1, hidden, &[0], next);
     }
     let mut out = vec![0.0f32; rows.n * hidden];
     let dec = rows.decode_rows();
@@ -229,38 +232,58 @@ pub fn forward_rows(
         let yd = forward_decode_rows(ctx, w, d, store, layer, &xd, dec.len(), hidden, &dec, next)?;
         batch::scatter(&yd, hidden, &dec, &mut out);
     }
-    for s in rows.multi_row_spans() {
-        let r = s.rows();
-        let y = forward(ctx, w, d, store, layer, &x[r.start * hidden..r.end * hidden], s.len, hidden, &r.clone().collect::<Vec<_>>(), None)?;
-        out[r.start * hidden..r.end * hidden].copy_from_slice(&y);
+    let spans: Vec<Range<usize>> = rows.multi_row_spans().map(|s| s.rows()).collect();
+    if !spans.is_empty() {
+        forward_spans(ctx, w, d, store, layer, x, &spans, hidden, &mut out)?;
     }
     Ok(out)
 }
 
-/// MoE output for n tokens of normalized input x (n × hidden) of one sequence; `rows_at[t]`
-/// is row t's row in the batch (for the route record). `next` is used by a decode row only.
-#[allow(clippy::too_many_arguments)] // the layer's weights, geometry, store and position
-pub fn forward(
+/// One expert's product over one span's rows that chose it (batch rows, ascending).
+struct SpanJob {
+    /// Index into the active experts.
+    active: usize,
+    rows: Vec<usize>,
+}
+
+/// Prefill: the MoE output of `spans` — runs of two or more batch rows of x (batch rows ×
+/// hidden), each a prompt chunk of one sequence — into those rows of `out`. Every span is
+/// routed, its experts' products taken over its own rows and its rows' weighted sums formed
+/// exactly as if it ran alone, so its bits never depend on the other spans; but an expert
+/// several spans chose is fetched once for all of them. A streamed store so reads each expert
+/// at most once per batch: several sequences' prompt chunks in one step, or the chunks of one
+/// long prompt passing a layer together (a prefill wave, `hybrid::forward_wave`).
+#[allow(clippy::too_many_arguments)] // the layer's weights, geometry, store and batch
+fn forward_spans(
     ctx: &Ctx,
     w: &MoeWeights,
     d: &MoeDims,
     store: &dyn ExpertStore,
     layer: usize,
     x: &[f32],
-    n: usize,
+    spans: &[Range<usize>],
     hidden: usize,
-    rows_at: &[usize],
-    next: Option<Lookahead>,
-) -> Result<Vec<f32>> {
-    if n == 1 {
-        return forward_decode_rows(ctx, w, d, store, layer, x, 1, hidden, rows_at, next);
-    }
+    out: &mut [f32],
+) -> Result<()> {
+    let n_rows = x.len() / hidden;
+    let k = d.n_used;
     let sp = ctx.span(Op::MoeRouter);
-    let logits = ctx.mm(&w.router, x, n); // [n × n_expert]
-    let routes: Vec<Route> = (0..n).map(|t| route_of(w, d, &logits[t * d.n_expert..(t + 1) * d.n_expert])).collect();
-    record(ctx, layer, rows_at, &routes, None);
-    // the experts' input: x, or x_l = W_down · x [n × latent]
-    let x_latent = w.latent.as_ref().map(|l| ctx.mm(&l.down, x, n));
+    // per span: router · x over its rows alone [n × n_expert], each row's route
+    let mut routes: Vec<Option<Route>> = vec![None; n_rows];
+    // the experts' input by batch row: x, or x_l = W_down · x [n × latent]
+    let mut x_latent = w.latent.as_ref().map(|_| vec![0.0f32; n_rows * d.latent]);
+    for s in spans {
+        let (xs, n) = (&x[s.start * hidden..s.end * hidden], s.len());
+        let logits = ctx.mm(&w.router, xs, n);
+        let rs: Vec<Route> = (0..n).map(|t| route_of(w, d, &logits[t * d.n_expert..(t + 1) * d.n_expert])).collect();
+        record(ctx, layer, &s.clone().collect::<Vec<_>>(), &rs, None);
+        for (t, r) in s.clone().zip(rs) {
+            routes[t] = Some(r);
+        }
+        if let (Some(l), Some(xl)) = (&w.latent, x_latent.as_mut()) {
+            xl[s.start * d.latent..s.end * d.latent].copy_from_slice(&ctx.mm(&l.down, xs, n));
+        }
+    }
     let (xe, ew) = match &x_latent {
         Some(xl) => (&xl[..], d.latent),
         None => (x, hidden),
@@ -268,88 +291,117 @@ pub fn forward(
 
     drop(sp);
     let sp = ctx.span(Op::MoeExperts);
-    let mut out = vec![0.0f32; n * ew];
-    // Group tokens by expert so each expert's weights are read once per forward; remember each
-    // token's selection slot so the weighted outputs are summed in llama.cpp's order (slot 0,
-    // then 1, …), not in expert-id order.
-    let k = d.n_used;
-    let mut per_expert: Vec<Vec<(usize, usize, f32)>> = vec![Vec::new(); d.n_expert];
-    for (t, r) in routes.iter().enumerate() {
-        for (slot, (&e, &p)) in r.experts.iter().zip(&r.weights).enumerate() {
-            per_expert[e].push((t, slot, p));
+    // Per expert, per span, the rows that chose it: one job each, so a span's product with an
+    // expert has the rows (and bits) it has alone. Each (row, slot)'s job and place in it is
+    // kept so the weighted outputs are summed in llama.cpp's order (slot 0, then 1, …), not in
+    // expert-id order.
+    let mut picks: Vec<Vec<(usize, usize)>> = vec![Vec::new(); d.n_expert]; // (span, row)
+    for (si, s) in spans.iter().enumerate() {
+        for t in s.clone() {
+            for &e in &routes[t].as_ref().expect("routed above").experts {
+                picks[e].push((si, t));
+            }
         }
     }
     // Busiest experts first, so the threads' last tasks are the short ones.
-    let mut active: Vec<usize> = (0..d.n_expert).filter(|&e| !per_expert[e].is_empty()).collect();
-    active.sort_by_key(|&e| std::cmp::Reverse(per_expert[e].len()));
-    // Each expert's outputs (its tokens × width), unweighted; summed per token below.
-    let mut ys: Vec<Vec<f32>> = vec![Vec::new(); active.len()];
-    let tokens: Vec<Vec<usize>> = active.iter().map(|&e| per_expert[e].iter().map(|&(t, _, _)| t).collect()).collect();
+    let mut active: Vec<usize> = (0..d.n_expert).filter(|&e| !picks[e].is_empty()).collect();
+    active.sort_by_key(|&e| std::cmp::Reverse(picks[e].len()));
+    let mut jobs: Vec<SpanJob> = Vec::new();
+    // the jobs of active expert i: jobs_of[i]
+    let mut jobs_of: Vec<Range<usize>> = Vec::with_capacity(active.len());
+    for (i, &e) in active.iter().enumerate() {
+        let first = jobs.len();
+        for &(si, t) in &picks[e] {
+            let mine = jobs.len() > first;
+            match jobs.last_mut() {
+                Some(j) if mine && j.rows.last().is_some_and(|&r| spans[si].contains(&r)) => j.rows.push(t),
+                _ => jobs.push(SpanJob { active: i, rows: vec![t] }),
+            }
+        }
+        jobs_of.push(first..jobs.len());
+    }
+    // Each job's outputs (its rows × width), unweighted; summed per row below.
+    let mut ys: Vec<Vec<f32>> = vec![Vec::new(); jobs.len()];
     let act = |g: &[f32], u: &[f32], ff: usize| ffn::act_rows(d.act, g, u, ff);
     if !store.streams() {
         let handles = active.iter().map(|&e| store.expert(layer, e)).collect::<Result<Vec<_>>>()?;
-        let jobs: Vec<ExpertFfn> = handles.iter().enumerate().map(|(i, h)| expert_job(h, xe, ew, &tokens[i])).collect();
-        ctx.backend.expert_ffns(&jobs, &act, d.expert_ff, &mut ys);
+        let ffns: Vec<ExpertFfn> = jobs.iter().map(|j| expert_job(&handles[j.active], xe, ew, &j.rows)).collect();
+        ctx.backend.expert_ffns(&ffns, &act, d.expert_ff, &mut ys);
     } else {
         // From disk a batch touches nearly every expert: the store reads the next
         // PREFILL_READ_AHEAD experts while the backend computes the current ones, so the disk
         // and the cores overlap. Same per-expert arithmetic.
         crate::experts::store::read_in_batches(store, layer, &active, PREFILL_READ_AHEAD, &mut |r, handles| {
-            let (mut ok, mut hs) = (Vec::with_capacity(handles.len()), Vec::with_capacity(handles.len()));
+            let mut read = Vec::with_capacity(handles.len());
             for (h, i) in handles.into_iter().zip(r.clone()) {
                 match h {
-                    Ok(h) => {
-                        ok.push(i);
-                        hs.push(h);
-                    }
+                    Ok(h) => read.push((i, h)),
                     Err(e) => {
-                        // its tokens' sequences fail; the others never read this expert's zeros
-                        ys[i] = vec![0.0f32; tokens[i].len() * ew];
-                        ctx.expert_failed(tokens[i].clone(), e)?;
+                        // its rows' sequences fail; the others never read this expert's zeros
+                        let mut failed = Vec::new();
+                        for j in jobs_of[i].clone() {
+                            ys[j] = vec![0.0f32; jobs[j].rows.len() * ew];
+                            failed.extend_from_slice(&jobs[j].rows);
+                        }
+                        ctx.expert_failed(failed, e)?;
                     }
                 }
             }
-            let jobs: Vec<ExpertFfn> = hs.iter().zip(&ok).map(|(h, &i)| expert_job(h, xe, ew, &tokens[i])).collect();
-            let mut got: Vec<Vec<f32>> = vec![Vec::new(); ok.len()];
-            ctx.backend.expert_ffns(&jobs, &act, d.expert_ff, &mut got);
-            for (i, y) in ok.into_iter().zip(got) {
-                ys[i] = y;
+            let mine: Vec<usize> = read.iter().flat_map(|(i, _)| jobs_of[*i].clone()).collect();
+            let ffns: Vec<ExpertFfn> = read.iter().flat_map(|(i, h)| jobs_of[*i].clone().map(move |j| (j, h))).map(|(j, h)| expert_job(h, xe, ew, &jobs[j].rows)).collect();
+            let mut got: Vec<Vec<f32>> = vec![Vec::new(); ffns.len()];
+            ctx.backend.expert_ffns(&ffns, &act, d.expert_ff, &mut got);
+            for (j, y) in mine.into_iter().zip(got) {
+                ys[j] = y;
             }
             Ok(())
         })?;
     }
-    // Σ over a token's selection slots in llama.cpp's order (slot 0, then 1, …) of p · y, the
+    // Σ over a row's selection slots in llama.cpp's order (slot 0, then 1, …) of p · y, the
     // product rounded before the add as ggml_mul then ggml_add do.
-    let mut by_slot: Vec<(usize, usize, f32)> = vec![(0, 0, 0.0); n * k];
-    for (i, &e) in active.iter().enumerate() {
-        for (row, &(t, slot, p)) in per_expert[e].iter().enumerate() {
-            by_slot[t * k + slot] = (i, row, p);
+    let mut place: Vec<(usize, usize)> = vec![(0, 0); n_rows * k]; // (job, row in the job)
+    let mut seen: Vec<usize> = vec![0; n_rows]; // a row's slots placed so far
+    for (j, job) in jobs.iter().enumerate() {
+        let e = active[job.active];
+        for (i, &t) in job.rows.iter().enumerate() {
+            let slot = routes[t].as_ref().expect("routed").experts.iter().position(|&x| x == e).expect("a chosen expert");
+            place[t * k + slot] = (j, i);
+            seen[t] += 1;
         }
     }
-    for t in 0..n {
-        let o = &mut out[t * ew..(t + 1) * ew];
-        for &(i, row, p) in &by_slot[t * k..(t + 1) * k] {
-            for (a, &v) in o.iter_mut().zip(&ys[i][row * ew..(row + 1) * ew]) {
-                *a += v * p;
+    for s in spans {
+        let n = s.len();
+        let mut sum = vec![0.0f32; n * ew];
+        for (t, o) in s.clone().zip(sum.chunks_exact_mut(ew)) {
+            debug_assert_eq!(seen[t], k, "every slot of row {t} placed");
+            let r = routes[t].as_ref().expect("routed");
+            for (&(j, i), &p) in place[t * k..(t + 1) * k].iter().zip(&r.weights) {
+                for (a, &v) in o.iter_mut().zip(&ys[j][i * ew..(i + 1) * ew]) {
+                    *a += v * p;
+                }
             }
         }
+        // a latent sum back to the model's width: W_up · (rms_norm(Σ)·norm)
+        let y = match &w.latent {
+            Some(l) => {
+                latent_norm(l, d, &mut sum);
+                ctx.mm(&l.up, &sum, n)
+            }
+            None => sum,
+        };
+        out[s.start * hidden..s.end * hidden].copy_from_slice(&y);
     }
-    // a latent sum back to the model's width: W_up · (rms_norm(Σ)·norm)
-    let mut out = match &w.latent {
-        Some(l) => {
-            latent_norm(l, d, &mut out);
-            ctx.mm(&l.up, &out, n)
-        }
-        None => out,
-    };
 
     drop(sp);
     let _sp = ctx.span(Op::MoeShared);
     if let Some(sh) = &w.shared {
-        let y = ffn::forward(ctx, sh, x, &Rows::single(n, 0));
-        add_gated_shared(w, x, &y, hidden, &mut out);
+        for s in spans {
+            let (xs, n) = (&x[s.start * hidden..s.end * hidden], s.len());
+            let y = ffn::forward(ctx, sh, xs, &Rows::single(n, 0));
+            add_gated_shared(w, xs, &y, hidden, &mut out[s.start * hidden..s.end * hidden]);
+        }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Expert `h`'s FFN over rows `tokens` of `x` (rows `width` wide).

@@ -275,6 +275,67 @@ impl Hybrid {
         })
     }
 
+    /// Embedding rows dequantized from token_embd, every span's tokens back to back:
+    /// x [n × hidden].
+    fn embed(&self, ctx: &Ctx, spans: &[SpanIn]) -> Result<Vec<f32>> {
+        let h = self.cfg.hidden;
+        let _sp = ctx.span(Op::Embed);
+        let n: usize = spans.iter().map(|sp| sp.tokens.len()).sum();
+        let mut x = vec![0.0f32; n * h];
+        let emb = ctx.q(&self.tok_embd);
+        let rb = self.tok_embd.row_bytes();
+        for (t, &id) in spans.iter().flat_map(|sp| sp.tokens.iter()).enumerate() {
+            let id = id as usize;
+            if id >= self.cfg.n_vocab {
+                return Err(EngineError::TokenOutOfRange { id: id as u32, n_vocab: self.cfg.n_vocab });
+            }
+            xwen_kernels::dequantize(emb.ty, &emb.data[id * rb..(id + 1) * rb], &mut x[t * h..(t + 1) * h])
+                .map_err(|e| EngineError::State(format!("embedding: {e}")))?;
+        }
+        Ok(x)
+    }
+
+    /// One sequence's prompt `chunks` (consecutive runs of its tokens from `state.pos`), as a
+    /// prefill wave: every chunk passes a layer before any passes the next. The mixer runs
+    /// chunk after chunk (each in its own order, the state flowing from one to the next, as
+    /// when the chunks are fed one by one); the FFN takes the chunks' rows together as spans
+    /// of one batch, so an MoE layer fetches an expert at most once for the whole wave
+    /// (`moe::forward_spans`). Each chunk's logits are the bits feeding the chunks one by one
+    /// gives. None where the trunk mixes its layers across the stream (K3's residual
+    /// attention banks whole passes): feed the chunks one by one there.
+    pub fn forward_wave(&self, ctx: &Ctx, store: &dyn ExpertStore, state: &mut SeqState, chunks: &[SpanIn]) -> Result<Option<Vec<SpanOut>>> {
+        if self.res.is_some() {
+            return Ok(None);
+        }
+        if state.layers.len() != self.layers.len() {
+            return Err(EngineError::State(format!("a state of {} layers for a model of {}", state.layers.len(), self.layers.len())));
+        }
+        if chunks.iter().any(|c| c.decode_order || c.tokens.is_empty()) {
+            return Err(EngineError::State("a prefill wave takes non-empty chunks in their own order".into()));
+        }
+        let h = self.cfg.hidden;
+        // the chunks back to back, each at the position the one before leaves
+        let rows = crate::batch::Rows::from_lens(chunks.iter().scan(state.pos, |pos, c| {
+            let at = *pos;
+            *pos += c.tokens.len();
+            Some((c.tokens.len(), at))
+        }));
+        let mut x = self.embed(ctx, chunks)?;
+        let mut xn = vec![0.0f32; rows.n * h];
+        let mut bank = Bank::default();
+        for (il, layer) in self.layers.iter().enumerate() {
+            let at = Placed { store_layer: il, state_layer: il };
+            for s in &rows.spans {
+                let r = s.start * h..(s.start + s.len) * h;
+                let alone = crate::batch::Rows::single(s.len, s.pos0);
+                mixer_half(ctx, &self.cfg, None, at, layer, &mut x[r.clone()], &mut xn[r], &mut [&mut *state], &alone, &mut bank)?;
+            }
+            ffn_half(ctx, &self.cfg, None, store, at, layer, self.next_moe(il), &mut x, &mut xn, &rows, &mut bank)?;
+        }
+        state.pos += rows.n;
+        Ok(Some(head(ctx, &x, &rows, chunks, &self.output_norm, &self.output, &self.cfg)))
+    }
+
     /// Runs a batch through the trunk: sequence i's `tokens[i]` at its own position in
     /// `states[i]`. Returns per sequence the logits of its rows `out_rows[i]` (row-major,
     /// rows × n_vocab). Batch-invariant (see `crate::batch`): each sequence's logits are the
@@ -290,21 +351,7 @@ impl Hybrid {
             }
         }
 
-        // Embedding rows dequantized from token_embd: x [n × hidden]
-        let sp = ctx.span(Op::Embed);
-        let mut x = vec![0.0f32; n * h];
-        let emb = ctx.q(&self.tok_embd);
-        let rb = self.tok_embd.row_bytes();
-        for (t, &id) in spans.iter().flat_map(|sp| sp.tokens.iter()).enumerate() {
-            let id = id as usize;
-            if id >= self.cfg.n_vocab {
-                return Err(EngineError::TokenOutOfRange { id: id as u32, n_vocab: self.cfg.n_vocab });
-            }
-            xwen_kernels::dequantize(emb.ty, &emb.data[id * rb..(id + 1) * rb], &mut x[t * h..(t + 1) * h])
-                .map_err(|e| EngineError::State(format!("embedding: {e}")))?;
-        }
-
-        drop(sp);
+        let mut x = self.embed(ctx, spans)?;
         let mut xn = vec![0.0f32; n * h];
         let eps = self.cfg.eps;
         // K3's checkpoints of this pass (cross-layer residual attention); empty otherwise
@@ -396,9 +443,13 @@ impl Network for Hybrid {
         self.forward_batch(ctx, store, states, spans)
     }
 
+    fn forward_wave(&self, ctx: &Ctx, store: &dyn ExpertStore, state: &mut SeqState, chunks: &[SpanIn]) -> Result<Option<Vec<SpanOut>>> {
+        Hybrid::forward_wave(self, ctx, store, state, chunks)
+    }
+
     fn plan_figures(&self, max_ctx: usize, kv_types: (crate::config::KvType, crate::config::KvType)) -> PlanFigures {
         let (n_expert, n_used) = self.cfg.moe.as_ref().map_or((0, 0), |m| (m.n_expert, m.n_used));
-        PlanFigures { state_bytes: state_bytes(&self.cfg, max_ctx, kv_types), scratch_bytes: scratch_bytes(&self.cfg), n_expert, n_used }
+        PlanFigures { state_bytes: state_bytes(&self.cfg, max_ctx, kv_types), scratch_bytes: scratch_bytes(&self.cfg), wave_row_bytes: wave_row_bytes(&self.cfg), n_expert, n_used }
     }
 }
 
@@ -438,6 +489,23 @@ pub fn scratch_bytes(cfg: &Config) -> u64 {
     PREFILL_BATCH as u64 * per_token * 4 + 2 * cfg.n_vocab as u64 * 4 + SCRATCH_SLACK
 }
 
+/// What one row of a prefill wave beyond its first batch holds (`Hybrid::forward_wave`): the
+/// residual stream, its normed copy and the FFN's output; an MoE's experts' input (the latent
+/// one where it has one), every routed slot's output and their sum; a dense FFN's gate, up and
+/// activation.
+pub fn wave_row_bytes(cfg: &Config) -> u64 {
+    let h = cfg.hidden as u64;
+    let ffn = match &cfg.moe {
+        Some(m) => {
+            let ew = m.expert_width(cfg.hidden) as u64;
+            (m.n_used as u64 + 1) * ew + if ew == h { 0 } else { ew }
+        }
+        None => 0,
+    };
+    let dense = 3 * cfg.ff as u64;
+    (3 * h + ffn.max(dense)) * 4
+}
+
 /// Where a layer sits: its index in the expert store (MoE layers) and in the sequence state.
 /// The trunk's layers are both `il`; the MTP head's one layer is the store's `n_layer` and its
 /// own state's 0.
@@ -459,7 +527,26 @@ pub fn layer_forward(
     at: Placed,
     layer: &Layer,
     next_moe: Option<moe::Lookahead>,
-    x: &mut Vec<f32>,
+    x: &mut [f32],
+    xn: &mut [f32],
+    states: &mut [&mut SeqState],
+    rows: &crate::batch::Rows,
+    bank: &mut Bank,
+) -> Result<()> {
+    mixer_half(ctx, cfg, attn_res, at, layer, x, xn, states, rows, bank)?;
+    ffn_half(ctx, cfg, attn_res, store, at, layer, next_moe, x, xn, rows, bank)
+}
+
+/// The layer's first half, h = x + mixer(rms_norm(x)·attn_norm), in place in x: the part that
+/// reads and writes the sequences' states. `xn` is scratch.
+#[allow(clippy::too_many_arguments)]
+fn mixer_half(
+    ctx: &Ctx,
+    cfg: &Config,
+    attn_res: Option<&AttnRes>,
+    at: Placed,
+    layer: &Layer,
+    x: &mut [f32],
     xn: &mut [f32],
     states: &mut [&mut SeqState],
     rows: &crate::batch::Rows,
@@ -468,8 +555,8 @@ pub fn layer_forward(
     let h = cfg.hidden;
     let eps = cfg.eps;
     let il = at.state_layer;
-    // h = x + mixer(rms_norm(x)·attn_norm); K3: x mixed with the bank, and a banking
-    // layer keeps its raw input in the bank and restarts the stream from the mixer
+    // K3: x mixed with the bank, and a banking layer keeps its raw input in the bank and
+    // restarts the stream from the mixer
     let sp = ctx.span(Op::Norms);
     let res = attn_res.zip(layer.res.as_ref());
     let mixed = res.map(|(_, lr)| bank.mix(x, &lr.attn, eps, h));
@@ -514,13 +601,35 @@ pub fn layer_forward(
     };
     ctx.tap(mix_name, Some(il), &mix, h);
     if banks {
-        *x = mix;
+        x.copy_from_slice(&mix);
     } else {
         add_inplace(x, &mix);
     }
     ctx.tap("attn_residual", Some(il), x, h);
-    // x = h + ffn(rms_norm(h)·post_attention_norm)
+    Ok(())
+}
+
+/// The layer's second half, x = h + ffn(rms_norm(h)·post_attention_norm), in place in x: row
+/// by row, no state — so the rows of several spans pass it together. `xn` is scratch.
+#[allow(clippy::too_many_arguments)]
+fn ffn_half(
+    ctx: &Ctx,
+    cfg: &Config,
+    attn_res: Option<&AttnRes>,
+    store: &dyn ExpertStore,
+    at: Placed,
+    layer: &Layer,
+    next_moe: Option<moe::Lookahead>,
+    x: &mut [f32],
+    xn: &mut [f32],
+    rows: &crate::batch::Rows,
+    bank: &mut Bank,
+) -> Result<()> {
+    let h = cfg.hidden;
+    let eps = cfg.eps;
+    let il = at.state_layer;
     let sp = ctx.span(Op::Norms);
+    let res = attn_res.zip(layer.res.as_ref());
     let mixed = res.map(|(_, lr)| bank.mix(x, &lr.ffn, eps, h));
     rms_norm_rows(mixed.as_deref().unwrap_or(x), &layer.post_attn_norm, eps, h, xn);
     drop(sp);

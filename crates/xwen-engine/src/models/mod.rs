@@ -35,6 +35,11 @@ pub trait Network: Send + Sync {
     /// returns per sequence the logits of its rows `spans[i].logits`. Batch-invariant
     /// (`crate::batch`).
     fn forward(&self, ctx: &Ctx, store: &dyn ExpertStore, states: &mut [&mut SeqState], spans: &[SpanIn]) -> Result<Vec<SpanOut>>;
+    /// One sequence's prompt in `chunks` (consecutive runs of its tokens), every chunk through
+    /// a layer before any goes on to the next, so a streamed MoE layer reads each expert once
+    /// for all of them; each chunk's logits the bits feeding them one by one gives. None where
+    /// the architecture cannot (the caller feeds the chunks one by one).
+    fn forward_wave(&self, ctx: &Ctx, store: &dyn ExpertStore, state: &mut SeqState, chunks: &[SpanIn]) -> Result<Option<Vec<SpanOut>>>;
     /// Memory-plan figures at `max_ctx` positions per sequence, KV caches of `kv_types`.
     fn plan_figures(&self, max_ctx: usize, kv_types: (crate::config::KvType, crate::config::KvType)) -> PlanFigures;
 }
