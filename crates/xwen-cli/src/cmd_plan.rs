@@ -110,10 +110,10 @@ pub fn run(a: PlanArgs) -> Result<()> {
         return Ok(());
     }
     println!("  experts in flight {}", human_bytes(plan.in_flight_bytes));
+    println!("  floor            {} (the smallest --ram-budget: all of the above + one token's experts of one layer)", human_bytes(plan.floor()));
     if plan.wave_rows > xwen_engine::experts::plan::PREFILL_BATCH {
         println!("  prefill wave     {} (a long prompt passes each layer {} tokens at a time: an expert read once for them all)", human_bytes(plan.wave_bytes), plan.wave_rows);
     }
-    println!("  floor            {} (the smallest --ram-budget: all of the above + one token's experts of one layer)", human_bytes(plan.floor()));
     println!(
         "  routed experts   {} in {} records of {} ({} MoE layers × {} experts, {} used per token); one token's set {}",
         human_bytes(plan.all_experts_bytes),

@@ -388,41 +388,66 @@ impl Model {
         if tokens.is_empty() {
             return Err(EngineError::EmptyInput);
         }
-        let n = tokens.len();
-        if self.plan.is_some() && n > PREFILL_BATCH {
+        if self.plan.is_some() && tokens.len() > PREFILL_BATCH {
             // under a budget, prompts run in batches: the plan's scratch covers one batch, or a
             // wave of several where the experts stream (each read once for all its batches)
-            self.check_context(state, n)?;
-            let mut out = Vec::new();
-            let mut at = 0;
-            let wave = self.wave_rows();
-            while wave > PREFILL_BATCH && at < n {
-                let end = (at + wave).min(n);
-                let part = match mode {
-                    LogitsMode::All => LogitsMode::All,
-                    LogitsMode::Last if end == n => LogitsMode::Last,
-                    _ => LogitsMode::None,
-                };
-                match self.forward_wave(state, &tokens[at..end], part)? {
-                    Some(l) => out.extend(l),
-                    None => break,
-                }
-                at = end;
-            }
-            while at < n {
-                let end = (at + PREFILL_BATCH).min(n);
-                let part = match mode {
-                    LogitsMode::All => LogitsMode::All,
-                    LogitsMode::Last if end == n => LogitsMode::Last,
-                    _ => LogitsMode::None,
-                };
-                out.extend(self.forward(state, &tokens[at..end], part)?);
-                at = end;
-            }
-            return Ok(out);
+            return self.forward_chunks(state, tokens, PREFILL_BATCH, mode);
         }
         let mut step = [SeqStep::new(state, tokens, mode)];
         Ok(self.forward_batch(&mut step)?.pop().unwrap_or_default())
+    }
+
+    /// Advance `state` over `tokens` fed in chunks of `chunk` tokens (llama.cpp's micro-batch),
+    /// each chunk its own span: every chunk's logits are the bits feeding the chunks one by one
+    /// gives. Where the model streams its experts, up to `wave_tokens(chunk)` of them pass each
+    /// layer together as a prefill wave, so an expert is read once for the whole wave. Returns
+    /// the requested logits (`All`: every token's, back to back).
+    pub fn forward_chunks(&self, state: &mut SeqState, tokens: &[u32], chunk: usize, mode: LogitsMode) -> Result<Vec<f32>> {
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyInput);
+        }
+        let n = tokens.len();
+        self.check_context(state, n)?;
+        let chunk = chunk.clamp(1, self.max_batch_rows());
+        let per_wave = self.wave_tokens(chunk);
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < n {
+            let end = (at + per_wave).min(n);
+            let part = |end: usize| match mode {
+                LogitsMode::All => LogitsMode::All,
+                LogitsMode::Last if end == n => LogitsMode::Last,
+                _ => LogitsMode::None,
+            };
+            if end - at > chunk {
+                if let Some(l) = self.forward_wave(state, &tokens[at..end], chunk, part(end))? {
+                    out.extend(l);
+                    at = end;
+                    continue;
+                }
+            }
+            // chunk by chunk: no wave here, or one chunk
+            while at < end {
+                let stop = (at + chunk).min(end);
+                let mut step = [SeqStep::new(&mut *state, &tokens[at..stop], part(stop))];
+                out.extend(self.forward_batch(&mut step)?.pop().unwrap_or_default());
+                at = stop;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Prompt tokens one prefill wave of `chunk`-token chunks holds (`forward_chunks`): as many
+    /// whole chunks as the plan's wave rows take where the model streams its experts, else one
+    /// chunk. A caller feeding a prompt piece by piece hands over this many at a time.
+    pub fn wave_tokens(&self, chunk: usize) -> usize {
+        let chunk = chunk.clamp(1, self.max_batch_rows());
+        let rows = self.wave_rows();
+        if rows > PREFILL_BATCH {
+            chunk * (rows / chunk).max(1)
+        } else {
+            chunk
+        }
     }
 
     /// Positions one sequence may hold (`EngineConfig::max_ctx`, `-c`).
@@ -608,17 +633,17 @@ impl Model {
         }
     }
 
-    /// One sequence's `tokens` (at most `wave_rows`) as a prefill wave of `PREFILL_BATCH`
+    /// One sequence's `tokens` (at most `wave_rows`) as a prefill wave of `chunk`-token
     /// chunks (`Network::forward_wave`): each chunk's logits the bits feeding the chunks one by
     /// one gives, each expert read at most once per layer. None where the architecture has no
     /// wave. The requested logits of every chunk, back to back.
-    fn forward_wave(&self, state: &mut SeqState, tokens: &[u32], mode: LogitsMode) -> Result<Option<Vec<f32>>> {
+    fn forward_wave(&self, state: &mut SeqState, tokens: &[u32], chunk: usize, mode: LogitsMode) -> Result<Option<Vec<f32>>> {
         let n = tokens.len();
         let chunks: Vec<models::SpanIn> = tokens
-            .chunks(PREFILL_BATCH)
+            .chunks(chunk)
             .enumerate()
             .map(|(i, c)| {
-                let last = (i + 1) * PREFILL_BATCH >= n;
+                let last = (i + 1) * chunk >= n;
                 let logits = match mode {
                     LogitsMode::All => 0..c.len(),
                     LogitsMode::Last if last => c.len() - 1..c.len(),

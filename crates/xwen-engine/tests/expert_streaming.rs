@@ -358,3 +358,35 @@ fn prompt_chunks_of_several_sequences_in_one_step_read_each_expert_once() {
     assert!(together == alone, "a sequence's logits depend on what shares its step");
     assert!(stats.reads <= (n_moe * n_expert) as u64, "{stats:?}");
 }
+
+/// A micro-batch other than 512 (`forward_chunks`, llama.cpp's -ub): a wave of 200-token
+/// chunks gives each chunk the bits feeding them one by one gives.
+#[test]
+fn a_wave_of_smaller_chunks_keeps_each_chunks_bits() {
+    use xwen_engine::experts::plan::PREFILL_WAVE_BATCHES;
+    let path = &moe_files()[0];
+    let resident = Model::load(path, &cfg(None)).unwrap();
+    let p = prompt(1234, resident.n_vocab());
+    let mut st = resident.new_state();
+    let mut want = Vec::new();
+    for c in p.chunks(200) {
+        let mut step = [xwen_engine::SeqStep::new(&mut st, c, LogitsMode::All)];
+        want.extend(resident.forward_batch(&mut step).unwrap().pop().unwrap());
+    }
+    let ample = Model::load(path, &cfg(Some(1 << 50))).unwrap().memory_plan().unwrap().clone();
+    let budget = ample.floor() + ample.wave_bytes + ample.all_experts_bytes / 3;
+    let m = Model::load(path, &EngineConfig { prefill_wave: Some(PREFILL_WAVE_BATCHES), ..cfg(Some(budget)) }).unwrap();
+    assert_eq!(m.wave_tokens(200), 2000, "as many whole chunks as the wave's rows hold");
+    let mut st = m.new_state();
+    assert!(m.forward_chunks(&mut st, &p, 200, LogitsMode::All).unwrap() == want);
+    // Last: the final chunk's last row only (the lm head then takes one row: its own order)
+    let mut st = resident.new_state();
+    let mut want_last = Vec::new();
+    for (i, c) in p.chunks(200).enumerate() {
+        let mode = if (i + 1) * 200 >= p.len() { LogitsMode::Last } else { LogitsMode::None };
+        let mut step = [xwen_engine::SeqStep::new(&mut st, c, mode)];
+        want_last = resident.forward_batch(&mut step).unwrap().pop().unwrap();
+    }
+    let last = m.forward_chunks(&mut m.new_state(), &p, 200, LogitsMode::Last).unwrap();
+    assert!(last == want_last && last.len() == m.n_vocab());
+}

@@ -107,13 +107,16 @@ pub(crate) fn prefill_observed(
         // one forward_batch per chunk: within what a budgeted model's scratch holds
         chunk = chunk.min(model.max_batch_rows());
     }
+    // without a hidden sink a prompt goes to the model a wave at a time (its chunks pass each
+    // layer together where the experts stream); progress is told per wave
+    let per_call = if hidden.is_some() { chunk } else { model.wave_tokens(chunk) };
     let mut logits = Vec::new();
     let mut at = 0;
     while at < n {
-        let end = (at + chunk).min(n);
+        let end = (at + per_call).min(n);
         let mode = if end == n && limit > 0 { LogitsMode::Last } else { LogitsMode::None };
         match hidden.as_mut() {
-            None => logits = model.forward(state, &req.prompt[at..end], mode)?,
+            None => logits = model.forward_chunks(state, &req.prompt[at..end], chunk, mode)?,
             Some(sink) => {
                 let pos = state.pos;
                 let toks = &req.prompt[at..end];

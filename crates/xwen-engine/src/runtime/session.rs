@@ -135,10 +135,13 @@ impl Session {
         let reused = self.tokens.len();
         let total = ids.len() - reused + extra;
         let chunk = if self.prefill_chunk == 0 { ids.len().max(1) } else { self.prefill_chunk };
+        // a wave of chunks at a time (they pass each layer together where the experts stream)
+        let per_call = model.wave_tokens(chunk);
         let mut at = reused;
         while at < ids.len() {
-            let end = (at + chunk).min(ids.len());
-            self.feed(model, &ids[at..end], LogitsMode::None)?;
+            let end = (at + per_call).min(ids.len());
+            model.forward_chunks(&mut self.state, &ids[at..end], chunk, LogitsMode::None)?;
+            self.tokens.extend_from_slice(&ids[at..end]);
             at = end;
             if !progress(at - reused, total) {
                 let complete = at == ids.len();
