@@ -27,6 +27,27 @@ pub enum LogitsMode {
     None,
 }
 
+impl LogitsMode {
+    /// The rows of an `n`-row span whose logits this mode returns.
+    pub(crate) fn rows(self, n: usize) -> std::ops::Range<usize> {
+        match self {
+            LogitsMode::All => 0..n,
+            LogitsMode::Last => n.saturating_sub(1)..n,
+            LogitsMode::None => n..n,
+        }
+    }
+
+    /// This mode for one piece of an input fed in pieces: `All` for every piece, `Last` for the
+    /// piece that holds the last token (`last`), `None` for the rest.
+    fn for_piece(self, last: bool) -> LogitsMode {
+        match self {
+            LogitsMode::All => LogitsMode::All,
+            LogitsMode::Last if last => LogitsMode::Last,
+            _ => LogitsMode::None,
+        }
+    }
+}
+
 /// More worker threads than any machine xwen runs on has cores is a mistake, not a request.
 pub const MAX_THREADS: usize = 1024;
 
@@ -388,13 +409,9 @@ impl Model {
         if tokens.is_empty() {
             return Err(EngineError::EmptyInput);
         }
-        if self.plan.is_some() && tokens.len() > PREFILL_BATCH {
-            // under a budget, prompts run in batches: the plan's scratch covers one batch, or a
-            // wave of several where the experts stream (each read once for all its batches)
-            return self.forward_chunks(state, tokens, PREFILL_BATCH, mode);
-        }
-        let mut step = [SeqStep::new(state, tokens, mode)];
-        Ok(self.forward_batch(&mut step)?.pop().unwrap_or_default())
+        // one step; under a budget `forward_chunks` caps the chunk at the batch the plan's
+        // scratch covers, and streams a long prompt in waves of such batches
+        self.forward_chunks(state, tokens, tokens.len(), mode)
     }
 
     /// Advance `state` over `tokens` fed in chunks of `chunk` tokens (llama.cpp's micro-batch),
@@ -414,13 +431,8 @@ impl Model {
         let mut at = 0;
         while at < n {
             let end = (at + per_wave).min(n);
-            let part = |end: usize| match mode {
-                LogitsMode::All => LogitsMode::All,
-                LogitsMode::Last if end == n => LogitsMode::Last,
-                _ => LogitsMode::None,
-            };
             if end - at > chunk {
-                if let Some(l) = self.forward_wave(state, &tokens[at..end], chunk, part(end))? {
+                if let Some(l) = self.forward_wave(state, &tokens[at..end], chunk, mode.for_piece(end == n))? {
                     out.extend(l);
                     at = end;
                     continue;
@@ -429,7 +441,7 @@ impl Model {
             // chunk by chunk: no wave here, or one chunk
             while at < end {
                 let stop = (at + chunk).min(end);
-                let mut step = [SeqStep::new(&mut *state, &tokens[at..stop], part(stop))];
+                let mut step = [SeqStep::new(&mut *state, &tokens[at..stop], mode.for_piece(stop == n))];
                 out.extend(self.forward_batch(&mut step)?.pop().unwrap_or_default());
                 at = stop;
             }
@@ -522,15 +534,7 @@ impl Model {
         }
         let spans: Vec<models::SpanIn> = steps
             .iter()
-            .map(|s| {
-                let n = s.tokens.len();
-                let logits = match s.logits {
-                    LogitsMode::All => 0..n,
-                    LogitsMode::Last => n - 1..n,
-                    LogitsMode::None => n..n,
-                };
-                models::SpanIn { tokens: s.tokens, logits, decode_order: s.decode_order, hidden: s.hidden }
-            })
+            .map(|s| models::SpanIn { tokens: s.tokens, logits: s.logits.rows(s.tokens.len()), decode_order: s.decode_order, hidden: s.hidden })
             .collect();
         let mut states: Vec<&mut SeqState> = steps.iter_mut().map(|s| &mut *s.state).collect();
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -643,12 +647,7 @@ impl Model {
             .chunks(chunk)
             .enumerate()
             .map(|(i, c)| {
-                let last = (i + 1) * chunk >= n;
-                let logits = match mode {
-                    LogitsMode::All => 0..c.len(),
-                    LogitsMode::Last if last => c.len() - 1..c.len(),
-                    _ => c.len()..c.len(),
-                };
+                let logits = mode.for_piece((i + 1) * chunk >= n).rows(c.len());
                 models::SpanIn { tokens: c, logits, decode_order: false, hidden: false }
             })
             .collect();

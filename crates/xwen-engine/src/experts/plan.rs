@@ -189,16 +189,18 @@ impl MemoryPlan {
                 if plan.auto { format!(" (the automatic budget is 3/4 of {}, {})", human_bytes(plan.machine_ram), plan.ram_source) } else { String::new() }
             )));
         }
-        plan.cache_bytes = (plan.budget - plan.fixed_bytes()).min(plan.usable_cache_bytes());
-        // the widest wave whose extra rows cost the cache at most its share (nothing where the
-        // budget holds more than every expert)
+        // the cache without a wave (the floor leaves it at least its smallest size), then the
+        // widest wave whose extra rows cost it at most its share (nothing where the budget
+        // holds more than every expert)
+        plan.set_wave_batches(1)?;
+        let no_wave = plan.cache_bytes;
+        let affords = |batches: usize| {
+            let mut p = plan.clone();
+            p.set_wave_batches(batches).is_ok() && (no_wave - p.cache_bytes).saturating_mul(WAVE_CACHE_SHARE) <= p.cache_bytes
+        };
         if plan.record_bytes > 0 {
-            for batches in (2..=PREFILL_WAVE_BATCHES).rev() {
-                let before = plan.cache_bytes;
-                if plan.set_wave_batches(batches).is_ok() && (before - plan.cache_bytes).saturating_mul(WAVE_CACHE_SHARE) <= plan.cache_bytes {
-                    break;
-                }
-                plan.set_wave_batches(1).expect("no wave always fits");
+            if let Some(batches) = (2..=PREFILL_WAVE_BATCHES).rev().find(|&b| affords(b)) {
+                plan.set_wave_batches(batches)?;
             }
         }
         Ok(plan)

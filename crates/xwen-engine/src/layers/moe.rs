@@ -295,11 +295,11 @@ fn forward_spans(
     // expert has the rows (and bits) it has alone. Each (row, slot)'s job and place in it is
     // kept so the weighted outputs are summed in llama.cpp's order (slot 0, then 1, …), not in
     // expert-id order.
-    let mut picks: Vec<Vec<(usize, usize)>> = vec![Vec::new(); d.n_expert]; // (span, row)
+    let mut picks: Vec<Vec<(usize, usize, usize)>> = vec![Vec::new(); d.n_expert]; // (span, row, slot)
     for (si, s) in spans.iter().enumerate() {
         for t in s.clone() {
-            for &e in &routes[t].as_ref().expect("routed above").experts {
-                picks[e].push((si, t));
+            for (slot, &e) in routes[t].as_ref().expect("routed above").experts.iter().enumerate() {
+                picks[e].push((si, t, slot));
             }
         }
     }
@@ -309,14 +309,17 @@ fn forward_spans(
     let mut jobs: Vec<SpanJob> = Vec::new();
     // the jobs of active expert i: jobs_of[i]
     let mut jobs_of: Vec<Range<usize>> = Vec::with_capacity(active.len());
+    // each (row, slot)'s output: (job, row in the job)
+    let mut place: Vec<(usize, usize)> = vec![(0, 0); n_rows * k];
     for (i, &e) in active.iter().enumerate() {
         let first = jobs.len();
-        for &(si, t) in &picks[e] {
+        for &(si, t, slot) in &picks[e] {
             let mine = jobs.len() > first;
             match jobs.last_mut() {
                 Some(j) if mine && j.rows.last().is_some_and(|&r| spans[si].contains(&r)) => j.rows.push(t),
                 _ => jobs.push(SpanJob { active: i, rows: vec![t] }),
             }
+            place[t * k + slot] = (jobs.len() - 1, jobs[jobs.len() - 1].rows.len() - 1);
         }
         jobs_of.push(first..jobs.len());
     }
@@ -347,8 +350,9 @@ fn forward_spans(
                     }
                 }
             }
-            let mine: Vec<usize> = read.iter().flat_map(|(i, _)| jobs_of[*i].clone()).collect();
-            let ffns: Vec<ExpertFfn> = read.iter().flat_map(|(i, h)| jobs_of[*i].clone().map(move |j| (j, h))).map(|(j, h)| expert_job(h, xe, ew, &jobs[j].rows)).collect();
+            let jobs = &jobs;
+            let (mine, ffns): (Vec<usize>, Vec<ExpertFfn>) =
+                read.iter().flat_map(|(i, h)| jobs_of[*i].clone().map(move |j| (j, expert_job(h, xe, ew, &jobs[j].rows)))).unzip();
             let mut got: Vec<Vec<f32>> = vec![Vec::new(); ffns.len()];
             ctx.backend.expert_ffns(&ffns, &act, d.expert_ff, &mut got);
             for (j, y) in mine.into_iter().zip(got) {
@@ -359,21 +363,10 @@ fn forward_spans(
     }
     // Σ over a row's selection slots in llama.cpp's order (slot 0, then 1, …) of p · y, the
     // product rounded before the add as ggml_mul then ggml_add do.
-    let mut place: Vec<(usize, usize)> = vec![(0, 0); n_rows * k]; // (job, row in the job)
-    let mut seen: Vec<usize> = vec![0; n_rows]; // a row's slots placed so far
-    for (j, job) in jobs.iter().enumerate() {
-        let e = active[job.active];
-        for (i, &t) in job.rows.iter().enumerate() {
-            let slot = routes[t].as_ref().expect("routed").experts.iter().position(|&x| x == e).expect("a chosen expert");
-            place[t * k + slot] = (j, i);
-            seen[t] += 1;
-        }
-    }
     for s in spans {
         let n = s.len();
         let mut sum = vec![0.0f32; n * ew];
         for (t, o) in s.clone().zip(sum.chunks_exact_mut(ew)) {
-            debug_assert_eq!(seen[t], k, "every slot of row {t} placed");
             let r = routes[t].as_ref().expect("routed");
             for (&(j, i), &p) in place[t * k..(t + 1) * k].iter().zip(&r.weights) {
                 for (a, &v) in o.iter_mut().zip(&ys[j][i * ew..(i + 1) * ew]) {

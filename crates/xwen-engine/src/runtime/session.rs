@@ -140,8 +140,7 @@ impl Session {
         let mut at = reused;
         while at < ids.len() {
             let end = (at + per_call).min(ids.len());
-            model.forward_chunks(&mut self.state, &ids[at..end], chunk, LogitsMode::None)?;
-            self.tokens.extend_from_slice(&ids[at..end]);
+            self.feed_chunks(model, &ids[at..end], chunk, LogitsMode::None)?;
             at = end;
             if !progress(at - reused, total) {
                 let complete = at == ids.len();
@@ -188,7 +187,12 @@ impl Session {
 
     /// Advance over `ids`, recording them; returns the requested logits.
     pub fn feed(&mut self, model: &Model, ids: &[u32], mode: LogitsMode) -> Result<Vec<f32>> {
-        let logits = model.forward(&mut self.state, ids, mode)?;
+        self.feed_chunks(model, ids, ids.len(), mode)
+    }
+
+    /// `feed` in chunks of `chunk` tokens (`Model::forward_chunks`).
+    fn feed_chunks(&mut self, model: &Model, ids: &[u32], chunk: usize, mode: LogitsMode) -> Result<Vec<f32>> {
+        let logits = model.forward_chunks(&mut self.state, ids, chunk, mode)?;
         self.tokens.extend_from_slice(ids);
         Ok(logits)
     }
