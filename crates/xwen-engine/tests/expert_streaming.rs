@@ -390,3 +390,76 @@ fn a_wave_of_smaller_chunks_keeps_each_chunks_bits() {
     let last = m.forward_chunks(&mut m.new_state(), &p, 200, LogitsMode::Last).unwrap();
     assert!(last == want_last && last.len() == m.n_vocab());
 }
+
+/// The scheduler (what `xwen serve` steps) feeds a long prompt that has the step to itself as
+/// prefill waves: the tokens are those of the mapped model fed chunk by chunk, and the experts
+/// are read fewer times than with one chunk a step (`--prefill-wave 1`). Two long prompts
+/// queued together each get their waves in turn, and the same tokens as alone.
+#[test]
+fn the_scheduler_feeds_a_lone_long_prompt_as_prefill_waves() {
+    use xwen_engine::experts::plan::{PREFILL_BATCH, PREFILL_WAVE_BATCHES};
+    use xwen_engine::{Event, Request, Sampler, SamplerConfig, Scheduler};
+    let path = &moe_files()[0];
+    let resident = Model::load(path, &cfg(None)).unwrap();
+    let v = resident.n_vocab() as u32;
+    let prompts: Vec<Vec<u32>> = [PREFILL_WAVE_BATCHES * PREFILL_BATCH + 300, 3 * PREFILL_BATCH / 2 + 7]
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| prompt(n, v as usize).into_iter().map(|t| (t + 97 * i as u32) % v).collect())
+        .collect();
+    // every request's tokens and the step count, all added before the first step
+    let run = |m: &Model, ps: &[Vec<u32>]| -> (Vec<Vec<u32>>, usize) {
+        let mut sch = Scheduler::new(4);
+        let ids: Vec<u64> = ps
+            .iter()
+            .map(|p| sch.add(m, Request::new(p.clone(), 5, vec![], Sampler::new(SamplerConfig::greedy().resolve(false)))).unwrap())
+            .collect();
+        let mut out = vec![Vec::new(); ps.len()];
+        let mut steps = 0;
+        while !sch.is_empty() {
+            for e in sch.step(m).unwrap() {
+                match e {
+                    Event::Token { id, token, .. } => out[ids.iter().position(|&i| i == id).unwrap()].push(token),
+                    Event::Failed { error, .. } => panic!("{error}"),
+                    Event::Done { .. } => {}
+                }
+            }
+            steps += 1;
+        }
+        (out, steps)
+    };
+    let alone: Vec<Vec<u32>> = prompts.iter().map(|p| run(&resident, std::slice::from_ref(p)).0.remove(0)).collect();
+    let two = |b| EngineConfig { n_seq: 2, ..cfg(b) };
+    let ample = Model::load(path, &two(Some(1 << 50))).unwrap().memory_plan().unwrap().clone();
+    let budget = ample.floor() + ample.wave_bytes + ample.all_experts_bytes / 3;
+    let load = |w| Model::load(path, &EngineConfig { prefill_wave: Some(w), ..two(Some(budget)) }).unwrap();
+    let (waved, chunked) = (load(PREFILL_WAVE_BATCHES), load(1));
+    assert!(waved.wave_tokens(PREFILL_BATCH) == PREFILL_WAVE_BATCHES * PREFILL_BATCH && chunked.wave_tokens(PREFILL_BATCH) == PREFILL_BATCH);
+    for (m, waves) in [(&waved, true), (&chunked, false)] {
+        m.reset_expert_cache_stats();
+        let (got, steps) = run(m, &prompts[..1]);
+        assert_eq!(got[0], alone[0], "the long prompt's tokens differ (wave {waves})");
+        // 5 chunks: two steps as waves (4 chunks, then 1), five one by one; then 4 decodes
+        assert_eq!(steps, if waves { 2 } else { 5 } + 4, "wave {waves}");
+        let (got, _) = run(m, &prompts);
+        assert_eq!(got, alone, "two queued long prompts (wave {waves})");
+    }
+    // cold caches of the same size: the wave's rows come out of the budget, so the model fed
+    // one chunk a step gets that much less
+    let wave_bytes = waved.memory_plan().unwrap().wave_bytes;
+    drop((waved, chunked));
+    let waved = load(PREFILL_WAVE_BATCHES);
+    let chunked = Model::load(path, &EngineConfig { prefill_wave: Some(1), ..two(Some(budget - wave_bytes)) }).unwrap();
+    assert_eq!(waved.memory_plan().unwrap().cache_bytes, chunked.memory_plan().unwrap().cache_bytes);
+    let reads = |m: &Model| {
+        let mut sch = Scheduler::new(1);
+        sch.add(m, Request::new(prompts[0].clone(), 1, vec![], Sampler::new(SamplerConfig::greedy().resolve(false)))).unwrap();
+        while !sch.is_empty() {
+            sch.step(m).unwrap();
+        }
+        m.expert_cache_stats().unwrap().reads
+    };
+    let (w, c) = (reads(&waved), reads(&chunked));
+    eprintln!("scheduler prefill: {w} expert reads as waves, {c} one chunk a step");
+    assert!(w < c, "{w} reads as waves, {c} chunk by chunk");
+}

@@ -3,11 +3,14 @@
 //! their prompt, samples for those whose logits came back, and lets sequences join and leave
 //! between steps. A sequence's prompt is cut into chunks of `PREFILL_CHUNK` whatever else runs,
 //! and the forward is batch-invariant, so each sequence's tokens are those it would get alone
-//! (fed in the same chunks) — tested token for token.
+//! (fed in the same chunks) — tested token for token. Where the model streams its experts and
+//! one prompt is all there is to run, a step feeds it several chunks as a prefill wave (the
+//! same chunks, each expert read once for them all).
 
 use crate::error::{EngineError, Result};
 use crate::experts::plan::PREFILL_BATCH;
 use crate::model::{LogitsMode, Model, SeqStep};
+use crate::models::SpanOut;
 use crate::runtime::cost_table::{shares, StepCosts};
 use crate::runtime::generate::StopReason;
 use crate::runtime::sampler::Sampler;
@@ -334,6 +337,34 @@ impl Scheduler {
         n
     }
 
+    /// Where a streamed model (`Model::wave_tokens`) has one sequence's prompt and nothing
+    /// else to run this step: that sequence and the prompt tokens it feeds as one prefill
+    /// wave — whole chunks, each expert read once for all of them, stopping where a chunk
+    /// would (a checkpoint position, the context) so its chunks are the steps' one by one.
+    /// Only with nothing else to run: a wave takes several chunks' time, and a decoding
+    /// sequence would wait through it for one token. Not for a drafter that reads hidden rows.
+    fn lone_prompt_wave(&self, model: &Model, take: &[usize]) -> Option<(usize, usize)> {
+        let per_wave = model.wave_tokens(PREFILL_CHUNK);
+        if per_wave <= PREFILL_CHUNK {
+            return None;
+        }
+        let mut busy = take.iter().enumerate().filter(|&(_, &n)| n > 0);
+        let (k, _) = busy.next()?;
+        if busy.next().is_some() {
+            return None;
+        }
+        let r = &self.running[k];
+        if !r.prompt_left || r.draft.as_ref().is_some_and(|(d, _)| d.wants_hidden()) {
+            return None;
+        }
+        let pos = r.session.state().pos;
+        let mut n = r.pending.len().min(per_wave).min(model.max_context().saturating_sub(pos));
+        if let Some(&c) = r.checkpoint_at.iter().find(|&&c| c > pos) {
+            n = n.min(c - pos);
+        }
+        (n > Self::chunk(r)).then_some((k, n))
+    }
+
     /// One batched forward over the running sequences; returns what happened.
     pub fn step(&mut self, model: &Model) -> Result<Vec<Event>> {
         let mut events = Vec::new();
@@ -440,6 +471,10 @@ impl Scheduler {
                 }
             }
         }
+        let wave = self.lone_prompt_wave(model, &take);
+        if let Some((k, n)) = wave {
+            take[k] = n;
+        }
         let mut idx = Vec::new();
         let mut steps = Vec::new();
         for r in self.running.iter_mut() {
@@ -479,7 +514,15 @@ impl Scheduler {
         }
         let positions: Vec<usize> = steps.iter().map(|s| s.state.pos).collect();
         let t_step = std::time::Instant::now();
-        let mut outs = model.forward_batch_each(&mut steps)?;
+        let mut outs = match wave {
+            // the wave's chunks one after another through each layer (their bits are the
+            // steps' one by one); a failed read fails this sequence alone, as in a batch
+            Some(_) => {
+                let s = &mut steps[0];
+                vec![model.forward_chunks(&mut *s.state, s.tokens, PREFILL_CHUNK, s.logits).map(|logits| SpanOut { logits, hidden: Vec::new() })]
+            }
+            None => model.forward_batch_each(&mut steps)?,
+        };
         let step_secs = t_step.elapsed().as_secs_f64();
         drop(steps);
         // what this step cost each decoding sequence: all of it when it ran alone, else its
