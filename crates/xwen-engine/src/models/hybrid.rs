@@ -325,12 +325,13 @@ impl Hybrid {
         let mut bank = Bank::default();
         for (il, layer) in self.layers.iter().enumerate() {
             let at = Placed { store_layer: il, state_layer: il };
+            let pass = LayerPass { ctx, cfg: &self.cfg, attn_res: None, store, at, layer, next_moe: self.next_moe(il) };
             for s in &rows.spans {
                 let r = s.start * h..(s.start + s.len) * h;
                 let alone = crate::batch::Rows::single(s.len, s.pos0);
-                mixer_half(ctx, &self.cfg, None, at, layer, &mut x[r.clone()], &mut xn[r], &mut [&mut *state], &alone, &mut bank)?;
+                pass.mixer_half(&mut x[r.clone()], &mut xn[r], &mut [&mut *state], &alone, &mut bank)?;
             }
-            ffn_half(ctx, &self.cfg, None, store, at, layer, self.next_moe(il), &mut x, &mut xn, &rows, &mut bank)?;
+            pass.ffn_half(&mut x, &mut xn, &rows, &mut bank)?;
         }
         state.pos += rows.n;
         Ok(Some(head(ctx, &x, &rows, chunks, &self.output_norm, &self.output, &self.cfg)))
@@ -358,7 +359,8 @@ impl Hybrid {
         let mut bank = Bank::default();
         for (il, layer) in self.layers.iter().enumerate() {
             let at = Placed { store_layer: il, state_layer: il };
-            layer_forward(ctx, &self.cfg, self.res.as_ref(), store, at, layer, self.next_moe(il), &mut x, &mut xn, states, &rows, &mut bank)?;
+            let pass = LayerPass { ctx, cfg: &self.cfg, attn_res: self.res.as_ref(), store, at, layer, next_moe: self.next_moe(il) };
+            pass.forward(&mut x, &mut xn, states, &rows, &mut bank)?;
         }
         if let Some(r) = &self.res {
             x = bank.mix(&x, &r.output, eps, h);
@@ -515,136 +517,115 @@ pub struct Placed {
     pub state_layer: usize,
 }
 
-/// One decoder layer over the batch `rows` of the residual stream x (rows.n × hidden):
-///   h = x + mixer(rms_norm(x)·attn_norm);  x = h + ffn(rms_norm(h)·post_attention_norm)
-/// (K3: mixed with the bank of its cross-layer residual attention). `xn` is scratch.
-#[allow(clippy::too_many_arguments)]
-pub fn layer_forward(
-    ctx: &Ctx,
-    cfg: &Config,
-    attn_res: Option<&AttnRes>,
-    store: &dyn ExpertStore,
-    at: Placed,
-    layer: &Layer,
-    next_moe: Option<moe::Lookahead>,
-    x: &mut [f32],
-    xn: &mut [f32],
-    states: &mut [&mut SeqState],
-    rows: &crate::batch::Rows,
-    bank: &mut Bank,
-) -> Result<()> {
-    mixer_half(ctx, cfg, attn_res, at, layer, x, xn, states, rows, bank)?;
-    ffn_half(ctx, cfg, attn_res, store, at, layer, next_moe, x, xn, rows, bank)
+/// One layer as a pass runs it: the layer's weights, where it sits, and what its blocks call —
+/// what `forward`, `mixer_half` and `ffn_half` share.
+pub struct LayerPass<'a> {
+    pub ctx: &'a Ctx<'a>,
+    pub cfg: &'a Config,
+    /// K3's cross-layer residual attention (None elsewhere).
+    pub attn_res: Option<&'a AttnRes>,
+    pub store: &'a dyn ExpertStore,
+    pub at: Placed,
+    pub layer: &'a Layer,
+    /// The next MoE layer, whose experts a streamed decode reads ahead.
+    pub next_moe: Option<moe::Lookahead<'a>>,
 }
 
-/// The layer's first half, h = x + mixer(rms_norm(x)·attn_norm), in place in x: the part that
-/// reads and writes the sequences' states. `xn` is scratch.
-#[allow(clippy::too_many_arguments)]
-fn mixer_half(
-    ctx: &Ctx,
-    cfg: &Config,
-    attn_res: Option<&AttnRes>,
-    at: Placed,
-    layer: &Layer,
-    x: &mut [f32],
-    xn: &mut [f32],
-    states: &mut [&mut SeqState],
-    rows: &crate::batch::Rows,
-    bank: &mut Bank,
-) -> Result<()> {
-    let h = cfg.hidden;
-    let eps = cfg.eps;
-    let il = at.state_layer;
-    // K3: x mixed with the bank, and a banking layer keeps its raw input in the bank and
-    // restarts the stream from the mixer
-    let sp = ctx.span(Op::Norms);
-    let res = attn_res.zip(layer.res.as_ref());
-    let mixed = res.map(|(_, lr)| bank.mix(x, &lr.attn, eps, h));
-    let banks = res.is_some_and(|(r, _)| at.store_layer.is_multiple_of(r.block));
-    if banks {
-        bank.push(x);
+impl LayerPass<'_> {
+    /// One decoder layer over the batch `rows` of the residual stream x (rows.n × hidden):
+    ///   h = x + mixer(rms_norm(x)·attn_norm);  x = h + ffn(rms_norm(h)·post_attention_norm)
+    /// (K3: mixed with the bank of its cross-layer residual attention). `xn` is scratch.
+    pub fn forward(&self, x: &mut [f32], xn: &mut [f32], states: &mut [&mut SeqState], rows: &crate::batch::Rows, bank: &mut Bank) -> Result<()> {
+        self.mixer_half(x, xn, states, rows, bank)?;
+        self.ffn_half(x, xn, rows, bank)
     }
-    rms_norm_rows(mixed.as_deref().unwrap_or(x), &layer.attn_norm, eps, h, xn);
-    drop(sp);
-    ctx.tap("attn_norm", Some(il), xn, h);
-    let mix = match &layer.mixer {
-        Mixer::Attn(w) => {
-            let mut kvs = layer_states(states, il, |l| match l {
-                LayerState::Attn(kv) => Some(kv),
-                _ => None,
-            })?;
-            attention::forward(ctx, w, &cfg.attn, xn, rows, &mut kvs, il)
-        }
-        Mixer::Delta(w) => {
-            let mut ds = layer_states(states, il, |l| match l {
-                LayerState::Delta(d) => Some(d),
-                _ => None,
-            })?;
-            deltanet::forward(ctx, w, &cfg.delta, xn, rows, &mut ds, il)
-        }
-        Mixer::Mla(w) => {
-            let mut kvs = layer_states(states, il, |l| match l {
-                LayerState::Attn(kv) => Some(kv),
-                _ => None,
-            })?;
-            let d = cfg.mla.as_ref().ok_or_else(|| EngineError::State("an MLA layer without MLA dims".into()))?;
-            mla::forward(ctx, w, d, xn, rows, &mut kvs, il)
-        }
-    };
-    // llama.cpp's names for the mixer's output: qwen35's attention / linear attention,
-    // kimi-linear's KDA / MLA
-    let mix_name = match (&layer.mixer, cfg.delta.variant) {
-        (Mixer::Attn(_), _) => "attn_output",
-        (Mixer::Delta(_), deltanet::DeltaVariant::Gdn) => "linear_attn_out",
-        (Mixer::Delta(_), deltanet::DeltaVariant::Kda) => "kda_out",
-        (Mixer::Mla(_), _) => "mla_out",
-    };
-    ctx.tap(mix_name, Some(il), &mix, h);
-    if banks {
-        x.copy_from_slice(&mix);
-    } else {
-        add_inplace(x, &mix);
-    }
-    ctx.tap("attn_residual", Some(il), x, h);
-    Ok(())
-}
 
-/// The layer's second half, x = h + ffn(rms_norm(h)·post_attention_norm), in place in x: row
-/// by row, no state — so the rows of several spans pass it together. `xn` is scratch.
-#[allow(clippy::too_many_arguments)]
-fn ffn_half(
-    ctx: &Ctx,
-    cfg: &Config,
-    attn_res: Option<&AttnRes>,
-    store: &dyn ExpertStore,
-    at: Placed,
-    layer: &Layer,
-    next_moe: Option<moe::Lookahead>,
-    x: &mut [f32],
-    xn: &mut [f32],
-    rows: &crate::batch::Rows,
-    bank: &mut Bank,
-) -> Result<()> {
-    let h = cfg.hidden;
-    let eps = cfg.eps;
-    let il = at.state_layer;
-    let sp = ctx.span(Op::Norms);
-    let res = attn_res.zip(layer.res.as_ref());
-    let mixed = res.map(|(_, lr)| bank.mix(x, &lr.ffn, eps, h));
-    rms_norm_rows(mixed.as_deref().unwrap_or(x), &layer.post_attn_norm, eps, h, xn);
-    drop(sp);
-    ctx.tap("attn_post_norm", Some(il), xn, h);
-    let f = match &layer.ffn {
-        Ffn::Dense(w) => {
-            let _sp = ctx.span(Op::FfnDense);
-            ffn::forward(ctx, w, xn, rows)
+    /// The layer's first half, h = x + mixer(rms_norm(x)·attn_norm), in place in x: the part
+    /// that reads and writes the sequences' states. `xn` is scratch.
+    fn mixer_half(&self, x: &mut [f32], xn: &mut [f32], states: &mut [&mut SeqState], rows: &crate::batch::Rows, bank: &mut Bank) -> Result<()> {
+        let LayerPass { ctx, cfg, attn_res, at, layer, .. } = *self;
+        let h = cfg.hidden;
+        let eps = cfg.eps;
+        let il = at.state_layer;
+        // K3: x mixed with the bank, and a banking layer keeps its raw input in the bank and
+        // restarts the stream from the mixer
+        let sp = ctx.span(Op::Norms);
+        let res = attn_res.zip(layer.res.as_ref());
+        let mixed = res.map(|(_, lr)| bank.mix(x, &lr.attn, eps, h));
+        let banks = res.is_some_and(|(r, _)| at.store_layer.is_multiple_of(r.block));
+        if banks {
+            bank.push(x);
         }
-        Ffn::Moe(w) => moe::forward_rows(ctx, w, cfg.moe.as_ref().expect("moe dims"), store, at.store_layer, xn, rows, h, next_moe)?,
-    };
-    ctx.tap("ffn_out", Some(il), &f, h);
-    add_inplace(x, &f);
-    ctx.tap("l_out", Some(il), x, h);
-    Ok(())
+        rms_norm_rows(mixed.as_deref().unwrap_or(x), &layer.attn_norm, eps, h, xn);
+        drop(sp);
+        ctx.tap("attn_norm", Some(il), xn, h);
+        let mix = match &layer.mixer {
+            Mixer::Attn(w) => {
+                let mut kvs = layer_states(states, il, |l| match l {
+                    LayerState::Attn(kv) => Some(kv),
+                    _ => None,
+                })?;
+                attention::forward(ctx, w, &cfg.attn, xn, rows, &mut kvs, il)
+            }
+            Mixer::Delta(w) => {
+                let mut ds = layer_states(states, il, |l| match l {
+                    LayerState::Delta(d) => Some(d),
+                    _ => None,
+                })?;
+                deltanet::forward(ctx, w, &cfg.delta, xn, rows, &mut ds, il)
+            }
+            Mixer::Mla(w) => {
+                let mut kvs = layer_states(states, il, |l| match l {
+                    LayerState::Attn(kv) => Some(kv),
+                    _ => None,
+                })?;
+                let d = cfg.mla.as_ref().ok_or_else(|| EngineError::State("an MLA layer without MLA dims".into()))?;
+                mla::forward(ctx, w, d, xn, rows, &mut kvs, il)
+            }
+        };
+        // llama.cpp's names for the mixer's output: qwen35's attention / linear attention,
+        // kimi-linear's KDA / MLA
+        let mix_name = match (&layer.mixer, cfg.delta.variant) {
+            (Mixer::Attn(_), _) => "attn_output",
+            (Mixer::Delta(_), deltanet::DeltaVariant::Gdn) => "linear_attn_out",
+            (Mixer::Delta(_), deltanet::DeltaVariant::Kda) => "kda_out",
+            (Mixer::Mla(_), _) => "mla_out",
+        };
+        ctx.tap(mix_name, Some(il), &mix, h);
+        if banks {
+            x.copy_from_slice(&mix);
+        } else {
+            add_inplace(x, &mix);
+        }
+        ctx.tap("attn_residual", Some(il), x, h);
+        Ok(())
+    }
+
+    /// The layer's second half, x = h + ffn(rms_norm(h)·post_attention_norm), in place in x:
+    /// row by row, no state — so the rows of several spans pass it together. `xn` is scratch.
+    fn ffn_half(&self, x: &mut [f32], xn: &mut [f32], rows: &crate::batch::Rows, bank: &mut Bank) -> Result<()> {
+        let LayerPass { ctx, cfg, attn_res, store, at, layer, .. } = *self;
+        let h = cfg.hidden;
+        let eps = cfg.eps;
+        let il = at.state_layer;
+        let sp = ctx.span(Op::Norms);
+        let res = attn_res.zip(layer.res.as_ref());
+        let mixed = res.map(|(_, lr)| bank.mix(x, &lr.ffn, eps, h));
+        rms_norm_rows(mixed.as_deref().unwrap_or(x), &layer.post_attn_norm, eps, h, xn);
+        drop(sp);
+        ctx.tap("attn_post_norm", Some(il), xn, h);
+        let f = match &layer.ffn {
+            Ffn::Dense(w) => {
+                let _sp = ctx.span(Op::FfnDense);
+                ffn::forward(ctx, w, xn, rows)
+            }
+            Ffn::Moe(w) => moe::forward_rows(ctx, w, cfg.moe.as_ref().expect("moe dims"), store, at.store_layer, xn, rows, h, self.next_moe)?,
+        };
+        ctx.tap("ffn_out", Some(il), &f, h);
+        add_inplace(x, &f);
+        ctx.tap("l_out", Some(il), x, h);
+        Ok(())
+    }
 }
 
 /// Layer `il`'s state of every sequence, as the kind `pick` takes (None = a state that does

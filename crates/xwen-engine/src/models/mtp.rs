@@ -149,20 +149,16 @@ impl MtpHead {
         // c = eh_proj · concat   [n × hidden]
         let mut x = ctx.mm_rows1(&self.eh_proj, &cat, &rows);
         let mut xn = vec![0.0f32; n * h];
-        hybrid::layer_forward(
+        let pass = hybrid::LayerPass {
             ctx,
-            &self.cfg,
-            None,
-            &self.store,
-            Placed { store_layer: self.il, state_layer: 0 },
-            &self.layer,
-            None,
-            &mut x,
-            &mut xn,
-            &mut [&mut *state],
-            &rows,
-            &mut Bank::default(),
-        )?;
+            cfg: &self.cfg,
+            attn_res: None,
+            store: &self.store,
+            at: Placed { store_layer: self.il, state_layer: 0 },
+            layer: &self.layer,
+            next_moe: None,
+        };
+        pass.forward(&mut x, &mut xn, &mut [&mut *state], &rows, &mut Bank::default())?;
         state.pos += n;
         let span = SpanIn { tokens, logits, decode_order: false, hidden: true };
         let out = hybrid::head(ctx, &x, &rows, std::slice::from_ref(&span), &self.head_norm, &self.head, &self.cfg);
