@@ -172,10 +172,58 @@ unsafe fn dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
         );
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc);
     }
+    hsum256(acc)
+}
+
+/// The horizontal sum `dot_q8_0` ends with (the AVX2 kernel's order).
+#[target_feature(enable = "avx2,fma")]
+unsafe fn hsum256(acc: __m256) -> f32 {
     let r = _mm_add_ps(_mm256_extractf128_ps(acc, 1), _mm256_castps256_ps128(acc));
     let r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     let r = _mm_add_ss(r, _mm_movehdup_ps(r));
     _mm_cvtss_f32(r)
+}
+
+/// `dot_q8_0` for up to 4 activation rows (`stride` bytes apart) against one weight row: each
+/// weight block loaded and its magnitudes taken once for all rows, then per row exactly
+/// `dot_q8_0`'s operations in its order — each row's result is that kernel's bits. Against the
+/// AVX2 multi-row kernel a row's products cost one `vpdpbusd` instead of maddubs + madd, which
+/// is most of a decode row's work in a Q8_0 product (the mixers' projections of a Q4_K_M file).
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn multi_q8_0_rows<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
+    let mut acc = [_mm256_setzero_ps(); T];
+    for i in 0..n / 32 {
+        let b = 34 * i;
+        let dw = h2f(w, b);
+        let x = load256(w, b + 2);
+        let ax = _mm256_sign_epi8(x, x);
+        for (t, acc) in acc.iter_mut().enumerate() {
+            let ba = t * stride + b;
+            let d = _mm256_set1_ps(dw * h2f(a, ba));
+            let p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, _mm256_sign_epi8(load256(a, ba + 2), x));
+            *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), *acc);
+        }
+    }
+    for (o, acc) in out.iter_mut().zip(acc) {
+        *o = hsum256(acc);
+    }
+}
+
+fn multi_q8_0(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
+    debug_assert!(w.len() >= n / 32 * 34 && a.len() >= (out.len() - 1) * stride + n / 32 * 34);
+    // SAFETY: handed out by `multi_dot_fn` only where `Isa::Avx512` was detected (AVX-512
+    // F/BW/VL/VNNI with AVX2/FMA/F16C); callers checked that `a` holds out.len() rows of
+    // `stride` bytes.
+    unsafe { count_1_to_4!(out.len(), multi_q8_0_rows::<N>(n, w, a, stride, out)) }
+}
+
+/// The multi-row kernel of this set for `weight`, where it has its own (Q8_0); None: the AVX2
+/// multi-row kernels apply where this set uses their single-token twins (`dispatch`).
+pub fn multi_dot_fn(weight: GgmlType) -> Option<crate::formats::MultiDotFn> {
+    match weight {
+        GgmlType::Q8_0 => Some(multi_q8_0),
+        _ => None,
+    }
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
