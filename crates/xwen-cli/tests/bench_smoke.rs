@@ -185,27 +185,25 @@ fn ram_limited_script_runs_with_a_stand_in_llama_bench() {
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/bench-ram-limited");
-    let out = Command::new("bash")
-        .args([script, "-m", model_s, "-l", "400M", "-b", "200M", "-t", "1", "-n", "4", "--rounds", "2"])
-        .env("LLAMA_CPP_BIN", &dir)
-        .env("XWEN_BIN", env!("CARGO_BIN_EXE_xwen"))
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    // the script with `test` (its -n or -p) under a 400M limit and a 200M budget: (stdout, stderr)
+    let run = |test: [&str; 2], rounds: &str| {
+        let out = Command::new("bash")
+            .args([script, "-m", model_s, "-l", "400M", "-b", "200M", "-t", "1", test[0], test[1], "--rounds", rounds])
+            .env("LLAMA_CPP_BIN", &dir)
+            .env("XWEN_BIN", env!("CARGO_BIN_EXE_xwen"))
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned());
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        (stdout, stderr)
+    };
+    let (stdout, stderr) = run(["-n", "4"], "2");
     assert_eq!(stderr.matches("xwen (--ram-budget 200M) tg4:").count(), 2, "{stderr}");
     assert!(!stderr.contains("failed"), "{stderr}");
     assert!(stdout.contains("memory limit 400M, tg4: llama.cpp 0.500 t/s"), "{stdout}");
     assert!(stdout.contains("xwen / llama.cpp"), "{stdout}");
     // -p: a prompt instead of decode
-    let out = Command::new("bash")
-        .args([script, "-m", model_s, "-l", "400M", "-b", "200M", "-t", "1", "-p", "40", "--rounds", "1"])
-        .env("LLAMA_CPP_BIN", &dir)
-        .env("XWEN_BIN", env!("CARGO_BIN_EXE_xwen"))
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (stdout, stderr) = run(["-p", "40"], "1");
     assert!(stderr.contains("xwen (--ram-budget 200M) pp40:") && !stderr.contains("failed"), "{stderr}");
     assert!(stdout.contains("memory limit 400M, pp40: llama.cpp 0.500 t/s"), "{stdout}");
     std::fs::remove_dir_all(dir).unwrap();

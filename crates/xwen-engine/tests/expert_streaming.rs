@@ -407,12 +407,13 @@ fn the_scheduler_feeds_a_lone_long_prompt_as_prefill_waves() {
         .enumerate()
         .map(|(i, &n)| prompt(n, v as usize).into_iter().map(|t| (t + 97 * i as u32) % v).collect())
         .collect();
-    // every request's tokens and the step count, all added before the first step
-    let run = |m: &Model, ps: &[Vec<u32>]| -> (Vec<Vec<u32>>, usize) {
+    // every request's tokens (up to `max_tokens`) and the step count, all added before the
+    // first step
+    let run_for = |m: &Model, ps: &[Vec<u32>], max_tokens: usize| -> (Vec<Vec<u32>>, usize) {
         let mut sch = Scheduler::new(4);
         let ids: Vec<u64> = ps
             .iter()
-            .map(|p| sch.add(m, Request::new(p.clone(), 5, vec![], Sampler::new(SamplerConfig::greedy().resolve(false)))).unwrap())
+            .map(|p| sch.add(m, Request::new(p.clone(), max_tokens, vec![], Sampler::new(SamplerConfig::greedy().resolve(false)))).unwrap())
             .collect();
         let mut out = vec![Vec::new(); ps.len()];
         let mut steps = 0;
@@ -428,6 +429,7 @@ fn the_scheduler_feeds_a_lone_long_prompt_as_prefill_waves() {
         }
         (out, steps)
     };
+    let run = |m: &Model, ps: &[Vec<u32>]| run_for(m, ps, 5);
     let alone: Vec<Vec<u32>> = prompts.iter().map(|p| run(&resident, std::slice::from_ref(p)).0.remove(0)).collect();
     let two = |b| EngineConfig { n_seq: 2, ..cfg(b) };
     let ample = Model::load(path, &two(Some(1 << 50))).unwrap().memory_plan().unwrap().clone();
@@ -451,12 +453,9 @@ fn the_scheduler_feeds_a_lone_long_prompt_as_prefill_waves() {
     let waved = load(PREFILL_WAVE_BATCHES);
     let chunked = Model::load(path, &EngineConfig { prefill_wave: Some(1), ..two(Some(budget - wave_bytes)) }).unwrap();
     assert_eq!(waved.memory_plan().unwrap().cache_bytes, chunked.memory_plan().unwrap().cache_bytes);
+    // the prompt alone (one token sampled after it)
     let reads = |m: &Model| {
-        let mut sch = Scheduler::new(1);
-        sch.add(m, Request::new(prompts[0].clone(), 1, vec![], Sampler::new(SamplerConfig::greedy().resolve(false)))).unwrap();
-        while !sch.is_empty() {
-            sch.step(m).unwrap();
-        }
+        run_for(m, &prompts[..1], 1);
         m.expert_cache_stats().unwrap().reads
     };
     let (w, c) = (reads(&waved), reads(&chunked));

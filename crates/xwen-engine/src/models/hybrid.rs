@@ -31,7 +31,7 @@ use crate::layers::mla::{self, MlaDims, MlaWeights};
 use crate::layers::moe::{self, MoeDims, MoeWeights};
 use crate::ops;
 use crate::profile::Op;
-use crate::state::{LayerState, SeqState};
+use crate::state::{DeltaState, LayerState, SeqState};
 use crate::weights::{Loader, Mat};
 use xwen_gguf::GgufFile;
 
@@ -561,24 +561,15 @@ impl LayerPass<'_> {
         ctx.tap("attn_norm", Some(il), xn, h);
         let mix = match &layer.mixer {
             Mixer::Attn(w) => {
-                let mut kvs = layer_states(states, il, |l| match l {
-                    LayerState::Attn(kv) => Some(kv),
-                    _ => None,
-                })?;
+                let mut kvs = layer_states(states, il, kv_of)?;
                 attention::forward(ctx, w, &cfg.attn, xn, rows, &mut kvs, il)
             }
             Mixer::Delta(w) => {
-                let mut ds = layer_states(states, il, |l| match l {
-                    LayerState::Delta(d) => Some(d),
-                    _ => None,
-                })?;
+                let mut ds = layer_states(states, il, delta_of)?;
                 deltanet::forward(ctx, w, &cfg.delta, xn, rows, &mut ds, il)
             }
             Mixer::Mla(w) => {
-                let mut kvs = layer_states(states, il, |l| match l {
-                    LayerState::Attn(kv) => Some(kv),
-                    _ => None,
-                })?;
+                let mut kvs = layer_states(states, il, kv_of)?;
                 let d = cfg.mla.as_ref().ok_or_else(|| EngineError::State("an MLA layer without MLA dims".into()))?;
                 mla::forward(ctx, w, d, xn, rows, &mut kvs, il)
             }
@@ -640,6 +631,22 @@ fn layer_states<'s, T>(
         .enumerate()
         .map(|(i, st)| pick(&mut st.layers[il]).ok_or_else(|| EngineError::State(format!("sequence {i}, layer {il}: state kind does not match the model"))))
         .collect()
+}
+
+/// The KV cache of an attention or MLA layer's state (None for another kind).
+fn kv_of(l: &mut LayerState) -> Option<&mut KvCache> {
+    match l {
+        LayerState::Attn(kv) => Some(kv),
+        _ => None,
+    }
+}
+
+/// The recurrent state of a delta-rule layer's state (None for another kind).
+fn delta_of(l: &mut LayerState) -> Option<&mut DeltaState> {
+    match l {
+        LayerState::Delta(d) => Some(d),
+        _ => None,
+    }
 }
 
 /// rms_norm of every row of x (rows of `width`) into y.

@@ -329,7 +329,12 @@ impl Scheduler {
 
     /// Prompt tokens sequence `r` feeds next: a whole chunk, cut at the checkpoint position.
     fn chunk(r: &Running) -> usize {
-        let mut n = r.pending.len().min(PREFILL_CHUNK);
+        Self::prompt_piece(r, PREFILL_CHUNK)
+    }
+
+    /// Up to `most` of sequence `r`'s pending prompt tokens, cut at its next checkpoint position.
+    fn prompt_piece(r: &Running, most: usize) -> usize {
+        let mut n = r.pending.len().min(most);
         let pos = r.session.state().pos;
         if let Some(&c) = r.checkpoint_at.iter().find(|&&c| c > pos) {
             n = n.min(c - pos);
@@ -357,11 +362,8 @@ impl Scheduler {
         if !r.prompt_left || r.draft.as_ref().is_some_and(|(d, _)| d.wants_hidden()) {
             return None;
         }
-        let pos = r.session.state().pos;
-        let mut n = r.pending.len().min(per_wave).min(model.max_context().saturating_sub(pos));
-        if let Some(&c) = r.checkpoint_at.iter().find(|&&c| c > pos) {
-            n = n.min(c - pos);
-        }
+        let room = model.max_context().saturating_sub(r.session.state().pos);
+        let n = Self::prompt_piece(r, per_wave).min(room);
         (n > Self::chunk(r)).then_some((k, n))
     }
 
