@@ -30,6 +30,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
         Kind::Off | Kind::Auto => None,
         Kind::Ngram => Some(DraftSource::Ngram),
         Kind::Replay => anyhow::bail!("--draft replay is a benchmark of one known continuation: run and bench take it, serve does not"),
+        Kind::Contrary => anyhow::bail!("--draft contrary is a benchmark of a drafter that is never right: run and bench take it, serve does not"),
         Kind::Mtp => {
             if a.draft.draft.is_none() && a.draft.model_draft.is_none() {
                 eprintln!("xwen: drafting with the model's MTP head (--draft none turns it off)");

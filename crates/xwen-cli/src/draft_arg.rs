@@ -3,7 +3,7 @@
 
 use crate::cli::DraftOpts;
 use anyhow::{bail, Context, Result};
-use xwen_engine::{Drafter, ModelDrafter, MtpDrafter, NgramDrafter, ReplayDrafter, SpecStats};
+use xwen_engine::{ContraryDrafter, Drafter, ModelDrafter, MtpDrafter, NgramDrafter, ReplayDrafter, SpecStats};
 
 /// `--draft KIND[:FILE]` and `-md FILE` as one: the kind (None: not given) and the file, which
 /// may come from either spelling but not from both with different files.
@@ -39,6 +39,8 @@ pub enum Kind {
     Model,
     /// A known continuation (`ReplayDrafter`): the verify machinery's upper bound
     Replay,
+    /// Every draft wrong (`ContraryDrafter`): what drafting costs when it never pays
+    Contrary,
 }
 
 /// Reads `--draft` / `-md` and prepares what the target's load needs to know; `n_seq`
@@ -52,6 +54,7 @@ pub fn prepare(a: &DraftOpts, cfg: &mut xwen_engine::EngineConfig, n_seq: usize)
         (Some("model"), None) => bail!("--draft model needs a draft model: --draft model:FILE or -md FILE"),
         (Some("ngram"), _) => Kind::Ngram,
         (Some("replay"), Some(_)) => Kind::Replay,
+        (Some("contrary"), _) => Kind::Contrary,
         _ => Kind::Auto,
     };
     let mut draft_model = None;
@@ -118,6 +121,7 @@ impl Prepared {
         Ok(match self.kind(target)? {
             Kind::Off | Kind::Auto => None,
             Kind::Ngram => Some(Box::new(NgramDrafter::default())),
+            Kind::Contrary => Some(Box::new(ContraryDrafter::new(target.n_vocab()))),
             Kind::Replay => {
                 let path = self.opts.model_draft.as_deref().unwrap_or_default();
                 let text = std::fs::read_to_string(path).with_context(|| format!("--draft replay:{path}"))?;

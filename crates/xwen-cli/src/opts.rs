@@ -250,19 +250,19 @@ fn temperature(s: &str) -> Result<f32, String> {
 }
 
 /// `--draft`: none, ngram, model, mtp, model:FILE / mtp:FILE (the file as `-md` takes it), or
-/// replay:FILE (token ids of a known continuation).
+/// replay:FILE (token ids of a known continuation), or contrary (every draft wrong).
 pub fn draft_kind(s: &str) -> Result<String, String> {
     let (kind, file) = match s.split_once(':') {
         Some((k, f)) => (k, Some(f)),
         None => (s, None),
     };
     match (kind, file) {
-        ("none" | "ngram", None) | ("model" | "mtp", None) => Ok(s.to_string()),
+        ("none" | "ngram" | "contrary", None) | ("model" | "mtp", None) => Ok(s.to_string()),
         ("model" | "mtp" | "replay", Some(f)) if !f.is_empty() => Ok(s.to_string()),
         ("model" | "mtp" | "replay", Some(_)) => Err(format!("`{s}`: give the file after the colon ({kind}:FILE)")),
         ("replay", None) => Err("`replay` needs the continuation's token ids: replay:FILE (`xwen run --print-ids` writes them)".into()),
-        ("none" | "ngram", Some(_)) => Err(format!("`{s}`: {kind} takes no file")),
-        _ => Err(format!("unknown drafter `{s}` (none, ngram, model:FILE, mtp, mtp:FILE, replay:FILE)")),
+        ("none" | "ngram" | "contrary", Some(_)) => Err(format!("`{s}`: {kind} takes no file")),
+        _ => Err(format!("unknown drafter `{s}` (none, ngram, model:FILE, mtp, mtp:FILE, replay:FILE, contrary)")),
     }
 }
 

@@ -132,6 +132,25 @@ fn a_drafted_chat_gives_the_plain_replies() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `--draft contrary` drafts tokens the model does not take: the output is plain greedy's, no
+/// draft is accepted, and the controller pauses it (few tokens drafted over a long run); it
+/// takes no file and serve refuses it (a benchmark drafter).
+#[test]
+fn a_contrary_drafter_is_never_right_and_paused() {
+    let d = demo();
+    let base = ["run", "-m", &d, "-p", "def fibonacci(n):\n", "-n", "200", "--temp", "0", "--print-ids", "-t", "2", "--ignore-eos"];
+    let (plain, _) = run(&base);
+    let (got, err) = run(&[&base[..], &["--draft", "contrary"]].concat());
+    assert_eq!(got, plain);
+    let line = err.lines().find(|l| l.contains("draft contrary")).unwrap_or_else(|| panic!("no draft line: {err}"));
+    assert!(line.contains(" 0 accepted") || line.contains("0 / ") || line.contains("(0%)"), "{line}");
+    // depth 8, then 1 a step until the pause: far fewer than one draft a token
+    let drafted: usize = line.split(" drafted").next().unwrap().rsplit(' ').next().unwrap().parse().unwrap_or_else(|_| panic!("{line}"));
+    assert!(drafted > 0 && drafted < 40, "{line}");
+    let out = Command::new(env!("CARGO_BIN_EXE_xwen")).args(["run", "-m", &d, "-p", "x", "--draft", "contrary:f"]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("takes no file"));
+}
+
 /// `--draft replay:FILE` drafts a known continuation (`--print-ids`'s): every draft right, the
 /// output the plain one, several tokens a step — the verify's upper bound. A file of ids outside the vocabulary or of no ids at all is refused or drafts nothing.
 #[test]

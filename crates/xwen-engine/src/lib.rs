@@ -32,6 +32,6 @@ pub use runtime::generate::{self, generate, generate_observed, GenStats, Generat
 pub use runtime::sampler;
 pub use runtime::scheduler::{Ended, Event, LogitsProcessor, Request, Scheduler, SeqId, TokenLogprobs};
 pub use runtime::session::{Reuse, Session};
-pub use runtime::speculative::{generate_speculative, DraftMemory, DraftTally, Drafter, ModelDrafter, MtpDrafter, NgramDrafter, ReplayDrafter, SpecStats};
+pub use runtime::speculative::{generate_speculative, ContraryDrafter, DraftMemory, DraftTally, Drafter, ModelDrafter, MtpDrafter, NgramDrafter, ReplayDrafter, SpecStats};
 pub use runtime::sampler::{Sampler, SamplerConfig, SamplingParams};
 pub use checkpoint::{identify, Checkpoint};
