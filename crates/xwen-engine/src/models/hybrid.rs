@@ -301,12 +301,9 @@ impl Hybrid {
     /// when the chunks are fed one by one); the FFN takes the chunks' rows together as spans
     /// of one batch, so an MoE layer fetches an expert at most once for the whole wave
     /// (`moe::forward_spans`). Each chunk's logits are the bits feeding the chunks one by one
-    /// gives. None where the trunk mixes its layers across the stream (K3's residual
-    /// attention banks whole passes): feed the chunks one by one there.
+    /// gives. K3's residual attention mixes and banks each row on its own, so the wave mixes
+    /// and banks all its rows before the chunks' mixers run, as the FFN does after them.
     pub fn forward_wave(&self, ctx: &Ctx, store: &dyn ExpertStore, state: &mut SeqState, chunks: &[SpanIn]) -> Result<Option<Vec<SpanOut>>> {
-        if self.res.is_some() {
-            return Ok(None);
-        }
         if state.layers.len() != self.layers.len() {
             return Err(EngineError::State(format!("a state of {} layers for a model of {}", state.layers.len(), self.layers.len())));
         }
@@ -325,13 +322,17 @@ impl Hybrid {
         let mut bank = Bank::default();
         for (il, layer) in self.layers.iter().enumerate() {
             let at = Placed { store_layer: il, state_layer: il };
-            let pass = LayerPass { ctx, cfg: &self.cfg, attn_res: None, store, at, layer, next_moe: self.next_moe(il) };
+            let pass = LayerPass { ctx, cfg: &self.cfg, attn_res: self.res.as_ref(), store, at, layer, next_moe: self.next_moe(il) };
+            let (mixed, banks) = pass.mixer_input(&x, &mut bank);
             for s in &rows.spans {
                 let r = s.start * h..(s.start + s.len) * h;
                 let alone = crate::batch::Rows::single(s.len, s.pos0);
-                pass.mixer_half(&mut x[r.clone()], &mut xn[r], &mut [&mut *state], &alone, &mut bank)?;
+                pass.mixer_rows(&mut x[r.clone()], mixed.as_ref().map(|m| &m[r.clone()]), banks, &mut xn[r], &mut [&mut *state], &alone)?;
             }
             pass.ffn_half(&mut x, &mut xn, &rows, &mut bank)?;
+        }
+        if let Some(r) = &self.res {
+            x = bank.mix(&x, &r.output, self.cfg.eps, h);
         }
         state.pos += rows.n;
         Ok(Some(head(ctx, &x, &rows, chunks, &self.output_norm, &self.output, &self.cfg)))
@@ -543,20 +544,36 @@ impl LayerPass<'_> {
     /// The layer's first half, h = x + mixer(rms_norm(x)·attn_norm), in place in x: the part
     /// that reads and writes the sequences' states. `xn` is scratch.
     fn mixer_half(&self, x: &mut [f32], xn: &mut [f32], states: &mut [&mut SeqState], rows: &crate::batch::Rows, bank: &mut Bank) -> Result<()> {
+        let (mixed, banks) = self.mixer_input(x, bank);
+        self.mixer_rows(x, mixed.as_deref(), banks, xn, states, rows)
+    }
+
+    /// K3: the mixer's input, x mixed with the bank (None: x itself, no residual attention),
+    /// and whether this layer banks — then its raw input goes into the bank here and the
+    /// stream restarts from the mixer's output. Row by row, so a wave mixes all its rows at once.
+    fn mixer_input(&self, x: &[f32], bank: &mut Bank) -> (Option<Vec<f32>>, bool) {
         let LayerPass { ctx, cfg, attn_res, at, layer, .. } = *self;
-        let h = cfg.hidden;
-        let eps = cfg.eps;
-        let il = at.state_layer;
-        // K3: x mixed with the bank, and a banking layer keeps its raw input in the bank and
-        // restarts the stream from the mixer
-        let sp = ctx.span(Op::Norms);
+        let _sp = ctx.span(Op::Norms);
         let res = attn_res.zip(layer.res.as_ref());
-        let mixed = res.map(|(_, lr)| bank.mix(x, &lr.attn, eps, h));
+        let mixed = res.map(|(_, lr)| bank.mix(x, &lr.attn, cfg.eps, cfg.hidden));
         let banks = res.is_some_and(|(r, _)| at.store_layer.is_multiple_of(r.block));
         if banks {
             bank.push(x);
         }
-        rms_norm_rows(mixed.as_deref().unwrap_or(x), &layer.attn_norm, eps, h, xn);
+        (mixed, banks)
+    }
+
+    /// The mixer over `rows` and the residual, in place in x: `mixed` is its input where K3's
+    /// residual attention mixed one (`mixer_input`), and a banking layer restarts the stream
+    /// from the mixer's output.
+    #[allow(clippy::too_many_arguments)] // the rows, their mixed input and the states
+    fn mixer_rows(&self, x: &mut [f32], mixed: Option<&[f32]>, banks: bool, xn: &mut [f32], states: &mut [&mut SeqState], rows: &crate::batch::Rows) -> Result<()> {
+        let LayerPass { ctx, cfg, at, layer, .. } = *self;
+        let h = cfg.hidden;
+        let eps = cfg.eps;
+        let il = at.state_layer;
+        let sp = ctx.span(Op::Norms);
+        rms_norm_rows(mixed.unwrap_or(x), &layer.attn_norm, eps, h, xn);
         drop(sp);
         ctx.tap("attn_norm", Some(il), xn, h);
         let mix = match &layer.mixer {
