@@ -171,6 +171,10 @@ pub struct RowKernel {
     /// The most activation rows `multi` takes at once (4; Q6_K's 8: its unpacking of a block
     /// costs more than the per-row products, so 8 decode rows share one).
     pub multi_rows: usize,
+    /// Q8_0 on AVX-512: several activation rows are laid out once (`simd::avx512::Q8Prepared`)
+    /// and each weight row's products with them take `simd::avx512::q8_0_prepared` — `dot`'s
+    /// bits per row, about half `multi`'s instructions per row and block.
+    pub q8_prepared: bool,
 }
 
 /// `row_dot_fn`, except that Q8_0 takes its streaming twin (the same bits, with prefetch; see
@@ -203,7 +207,8 @@ pub fn row_kernel(weight: GgmlType, rows: usize) -> Option<RowKernel> {
     #[cfg(not(target_arch = "x86_64"))]
     let q6_k_rows = 4;
     let multi_rows = if simd && weight == GgmlType::Q6_K { q6_k_rows } else { 4 };
-    Some(RowKernel { dot, prefetches, multi, multi_rows })
+    let q8_prepared = simd && weight == GgmlType::Q8_0 && active() == Isa::Avx512;
+    Some(RowKernel { dot, prefetches, multi, multi_rows, q8_prepared })
 }
 
 /// Kernels for a `ty` product in llama.cpp's tiled order (`crate::tiled`): a single-token dot

@@ -250,6 +250,19 @@ pub fn dot_rows_tokens(w: &QMatrix, k: RowKernel, xq: &[u8], n_tok: usize, r0: u
     let n_rows = out.len() / n_tok;
     // the multi-token kernels do not prefetch inside their loop: request rows ahead here
     prefetch_row(w.data, r0 * rb, (PREFETCH_ROWS * rb).min(CHUNK_HEAD_BYTES));
+    #[cfg(target_arch = "x86_64")]
+    if k.q8_prepared {
+        // the activation rows laid out once for every weight row of this task
+        return Q8_PREPARED.with(|p| {
+            let mut acts = p.borrow_mut();
+            acts.fill(xq, n_tok, w.cols / 32);
+            for i in 0..n_rows {
+                let r = r0 + i;
+                prefetch_row(w.data, (r + PREFETCH_ROWS) * rb, rb);
+                crate::simd::avx512::q8_0_prepared(&w.data[r * rb..(r + 1) * rb], &acts, 0, &mut out[i * n_tok..(i + 1) * n_tok]);
+            }
+        });
+    }
     for i in 0..n_rows {
         let r = r0 + i;
         prefetch_row(w.data, (r + PREFETCH_ROWS) * rb, rb);
@@ -269,6 +282,13 @@ pub fn dot_rows_tokens(w: &QMatrix, k: RowKernel, xq: &[u8], n_tok: usize, r0: u
             }
         }
     }
+}
+
+#[cfg(target_arch = "x86_64")]
+thread_local! {
+    /// A thread's Q8_0 activation rows in `q8_0_prepared`'s layout (`dot_rows_tokens`), its
+    /// buffers kept from task to task.
+    static Q8_PREPARED: std::cell::RefCell<crate::simd::avx512::Q8Prepared> = Default::default();
 }
 
 /// Fewest Q8_0 tokens that `Pool::matvec_tokens_q` pads to a group of 8 lanes with AVX-512

@@ -217,6 +217,92 @@ fn multi_q8_0(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
     unsafe { count_1_to_4!(out.len(), multi_q8_0_rows::<N>(n, w, a, stride, out)) }
 }
 
+/// Q8_0 activation rows laid out once for `q8_0_prepared_rows`: per row and block the scale as
+/// f32 and the 32 codes offset to unsigned (x + 128), so that a weight row's product with each
+/// of them is one `vpdpbusd` per block — no per-row sign step, no per-row f16 conversion.
+#[derive(Default)]
+pub struct Q8Prepared {
+    nb: usize,
+    rows: usize,
+    scales: Vec<f32>,
+    codes: Vec<u8>,
+}
+
+impl Q8Prepared {
+    /// Lays out `rows` Q8_0 activation rows of `nb` blocks each (`xq`, back to back), reusing
+    /// this value's buffers.
+    pub fn fill(&mut self, xq: &[u8], rows: usize, nb: usize) {
+        assert!(xq.len() >= rows * nb * 34, "Q8Prepared::fill: activations too short");
+        self.nb = nb;
+        self.rows = rows;
+        self.scales.clear();
+        self.codes.clear();
+        for blk in xq[..rows * nb * 34].chunks_exact(34) {
+            self.scales.push(crate::half::f16_to_f32(u16::from_le_bytes([blk[0], blk[1]])));
+            self.codes.extend(blk[2..].iter().map(|&c| c ^ 0x80));
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+}
+
+/// One Q8_0 weight row (`nb` blocks) against activation rows `t0..t0 + out.len()` of `acts`
+/// (at most 8 at once): `dot_q8_0`'s bits per row. The i32 lane sums are the same integers —
+/// `vpdpbusd` of the unsigned codes (x + 128) with the weights, started from −128·Σw of the
+/// lane's four weights (one `vpdpbusd` per block, shared by the rows), is Σ x·w — and the
+/// float epilogue is the same: d = d_w·d_x rounded once, then one FMA per block.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q8_0_prepared_rows<const T: usize>(w: &[u8], acts: &Q8Prepared, t0: usize, out: &mut [f32]) {
+    let nb = acts.nb;
+    let off = _mm256_set1_epi8(0x80u8 as i8);
+    let zero = _mm256_setzero_si256();
+    let codes = acts.codes.as_ptr();
+    let scales = acts.scales.as_ptr();
+    let mut acc = [_mm256_setzero_ps(); T];
+    for i in 0..nb {
+        let b = 34 * i;
+        let dw = _mm256_set1_ps(h2f(w, b));
+        let x = load256(w, b + 2);
+        let neg_c = _mm256_sub_epi32(zero, _mm256_dpbusd_epi32(zero, off, x));
+        for (t, acc) in acc.iter_mut().enumerate() {
+            let at = (t0 + t) * nb + i;
+            let a = _mm256_loadu_si256(codes.add(at * 32) as *const __m256i);
+            let p = _mm256_dpbusd_epi32(neg_c, a, x);
+            let d = _mm256_mul_ps(dw, _mm256_set1_ps(*scales.add(at)));
+            *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), *acc);
+        }
+    }
+    for (o, acc) in out.iter_mut().zip(acc) {
+        *o = hsum256(acc);
+    }
+}
+
+/// `q8_0_prepared_rows` over any count of rows `t0..t0 + out.len()`, eight at a time. Requires
+/// `Isa::Avx512` (AVX-512 F/BW/VL/VNNI, AVX2, FMA, F16C): `dispatch::RowKernel::q8_prepared`
+/// is set only there.
+pub fn q8_0_prepared(w: &[u8], acts: &Q8Prepared, t0: usize, out: &mut [f32]) {
+    assert!(w.len() >= acts.nb * 34 && t0 + out.len() <= acts.rows, "q8_0_prepared: sizes");
+    for (g, o) in out.chunks_mut(8).enumerate() {
+        let t = t0 + 8 * g;
+        // SAFETY: only called where Isa::Avx512 was detected (see above); the weight row holds
+        // nb blocks and rows t..t + o.len() exist in `acts` (asserted).
+        unsafe {
+            match o.len() {
+                1 => q8_0_prepared_rows::<1>(w, acts, t, o),
+                2 => q8_0_prepared_rows::<2>(w, acts, t, o),
+                3 => q8_0_prepared_rows::<3>(w, acts, t, o),
+                4 => q8_0_prepared_rows::<4>(w, acts, t, o),
+                5 => q8_0_prepared_rows::<5>(w, acts, t, o),
+                6 => q8_0_prepared_rows::<6>(w, acts, t, o),
+                7 => q8_0_prepared_rows::<7>(w, acts, t, o),
+                _ => q8_0_prepared_rows::<8>(w, acts, t, o),
+            }
+        }
+    }
+}
+
 /// The multi-row kernel of this set for `weight`, where it has its own (Q8_0); None: the AVX2
 /// multi-row kernels apply where this set uses their single-token twins (`dispatch`).
 pub fn multi_dot_fn(weight: GgmlType) -> Option<crate::formats::MultiDotFn> {
