@@ -165,6 +165,7 @@ def test_bad_draft_specs_are_refused():
         (["--draft", "dflash"], "unknown drafter"),
         (["--draft", "model:a.gguf", "-md", "b.gguf"], "two files"),
         (["--draft", "model:no-such-file.gguf"], "no-such-file.gguf"),
+        (["--draft", "contrary"], "benchmark of a drafter that is never right"),
     ]:
         r = subprocess.run([binary(), "serve", "--port", "0", *args], capture_output=True, text=True, timeout=60)
         assert r.returncode != 0, args
