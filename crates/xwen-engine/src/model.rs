@@ -5,6 +5,7 @@ use crate::config::EngineConfig;
 use crate::error::{EngineError, Result};
 use crate::experts::store::{ExpertStore, ResidentExperts};
 use crate::experts::plan::{MemoryPlan, PREFILL_BATCH};
+use crate::experts::replay::Route;
 use crate::experts::streamed::{ExpertCacheStats, StreamedExperts};
 use crate::models::{self, Network};
 use crate::profile::Profiler;
@@ -170,22 +171,6 @@ pub struct Model {
     /// The MTP draft head: the model file's own nextn block, or a sidecar GGUF's
     /// (`attach_mtp`), which replaces it.
     mtp: Option<models::mtp::MtpHead>,
-}
-
-/// A MoE routing decision of a forward pass: sequence `seq` of its batch at position `pos`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Route {
-    pub seq: usize,
-    pub pos: usize,
-    pub layer: usize,
-    /// Chosen experts, most probable first, and their renormalized weights.
-    pub experts: Vec<usize>,
-    pub weights: Vec<f32>,
-    /// The last chosen expert's probability less the best unchosen one's.
-    pub margin: f32,
-    /// The next MoE layer and the experts guessed for it from this layer's input (what a
-    /// streamed decode prefetches); None where no guess was made (prefill, the last layer).
-    pub next_guess: Option<(usize, Vec<usize>)>,
 }
 
 impl Model {

@@ -18,6 +18,22 @@ use crate::experts::cache::{ExpertCache, ExpertKey};
 use crate::experts::prefetch::GuessScore;
 use std::collections::{BTreeSet, HashMap};
 
+/// A MoE routing decision of a forward pass: sequence `seq` of its batch at position `pos`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Route {
+    pub seq: usize,
+    pub pos: usize,
+    pub layer: usize,
+    /// Chosen experts, most probable first, and their renormalized weights.
+    pub experts: Vec<usize>,
+    pub weights: Vec<f32>,
+    /// The last chosen expert's probability less the best unchosen one's.
+    pub margin: f32,
+    /// The next MoE layer and the experts guessed for it from this layer's input (what a
+    /// streamed decode prefetches); None where no guess was made (prefill, the last layer).
+    pub next_guess: Option<(usize, Vec<usize>)>,
+}
+
 /// The lookups of one run and the geometry they come from.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Trace {
@@ -79,8 +95,8 @@ impl Policy {
 impl Trace {
     /// A trace from routing records (any order): sorted by (sequence, position, layer), each
     /// record's experts in its selection order.
-    pub fn from_routes(routes: &[crate::Route], n_expert: usize, n_used: usize, moe_layers: usize) -> Trace {
-        let mut r: Vec<&crate::Route> = routes.iter().collect();
+    pub fn from_routes(routes: &[Route], n_expert: usize, n_used: usize, moe_layers: usize) -> Trace {
+        let mut r: Vec<&Route> = routes.iter().collect();
         r.sort_by_key(|x| (x.seq, x.pos, x.layer));
         let mut lookups = Vec::new();
         let mut prefetch = Vec::new();
