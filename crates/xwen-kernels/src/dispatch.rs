@@ -48,15 +48,15 @@ pub fn dot_fn(weight: GgmlType) -> Option<DotFn> {
 
 /// A multi-token kernel for `weight` whose per-token results are bit-identical to
 /// `dot_fn(weight)`; None where the active set has none (callers then loop over `dot_fn`).
-/// On AVX-512 Q8_0 takes the set's own VNNI multi-row kernel (its single-token kernel's
-/// operations per row); the AVX2 multi-token kernels are valid where that set uses the AVX2
-/// single-token kernel.
+/// On AVX-512 Q8_0 and Q6_K take the set's own VNNI multi-row kernels (their single-token
+/// kernel's operations per row); the AVX2 multi-token kernels are valid where that set uses
+/// the AVX2 single-token kernel.
 pub fn multi_dot_fn(weight: GgmlType) -> Option<MultiDotFn> {
     match active() {
         #[cfg(target_arch = "x86_64")]
         Isa::Avx2 => crate::simd::avx2_multi::multi_dot_fn(weight),
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx512 if weight == GgmlType::Q8_0 => crate::simd::avx512::multi_dot_fn(weight),
+        Isa::Avx512 if crate::simd::avx512::multi_dot_fn(weight).is_some() => crate::simd::avx512::multi_dot_fn(weight),
         #[cfg(target_arch = "x86_64")]
         Isa::Avx512 if crate::simd::avx512::dot_fn(weight).is_none() => crate::simd::avx2_multi::multi_dot_fn(weight),
         _ => None,
