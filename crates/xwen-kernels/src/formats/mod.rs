@@ -2,6 +2,7 @@
 //! (ggml's *_ref, bit-identical), and a scalar dot product against the format's activation
 //! type. One file per format family; this module is the table that binds them to GgmlType.
 
+pub mod block;
 pub mod float;
 pub mod iq4;
 pub mod legacy;

@@ -6,6 +6,7 @@
 //! Value = d*sc*q - dmin*m. Quantizer: quantize_row_q4_K_ref (ggml-quants.c:1458).
 
 use super::q8::{nearest_int, q8k_parts, QK_K};
+use super::block::{blocks, BlockQ4K};
 use super::search::make_qkx2_quants;
 use crate::half::{f32_to_f16, read_f16};
 
@@ -154,11 +155,11 @@ pub fn quantize(x: &[f32], out: &mut [u8]) {
 }
 
 pub fn dequantize(src: &[u8], dst: &mut [f32]) {
-    for (b, y) in src.chunks_exact(BYTES).zip(dst.chunks_exact_mut(QK_K)) {
-        let (d, min) = (read_f16(b), read_f16(&b[2..]));
-        let (sc, m) = unpack_scales_k4(&b[4..16]);
+    for (b, y) in blocks::<BlockQ4K>(src).iter().zip(dst.chunks_exact_mut(QK_K)) {
+        let (d, min) = (b.d(), b.dmin());
+        let (sc, m) = unpack_scales_k4(&b.scales);
         for c in 0..4 {
-            let q = &b[16 + 32 * c..48 + 32 * c];
+            let q = &b.qs[32 * c..32 * c + 32];
             let (d1, m1) = (d * sc[2 * c] as f32, min * m[2 * c] as f32);
             let (d2, m2) = (d * sc[2 * c + 1] as f32, min * m[2 * c + 1] as f32);
             for l in 0..32 {
@@ -173,20 +174,20 @@ pub fn dequantize(src: &[u8], dst: &mut [f32]) {
 /// d*dy*sum(sc*isum) - dmin*dy*sum(m*bsum).
 pub fn dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sumf = 0.0f32;
-    for (b, ya) in w
-        .chunks_exact(BYTES)
+    for (b, ya) in blocks::<BlockQ4K>(w)
+        .iter()
         .zip(a.chunks_exact(super::q8::Q8_K_BYTES))
         .take(n / QK_K)
     {
         let (dy, q8, bsums) = q8k_parts(ya);
-        let (sc, m) = unpack_scales_k4(&b[4..16]);
+        let (sc, m) = unpack_scales_k4(&b.scales);
         let mut summ = 0i32;
         for j in 0..16 {
             summ += bsums[j] as i32 * m[j / 2] as i32;
         }
         let mut sumi = 0i32;
         for c in 0..4 {
-            let q = &b[16 + 32 * c..48 + 32 * c];
+            let q = &b.qs[32 * c..32 * c + 32];
             let (mut lo, mut hi) = (0i32, 0i32);
             for l in 0..32 {
                 lo += (q[l] & 0xf) as i32 * q8[64 * c + l] as i8 as i32;
@@ -194,7 +195,7 @@ pub fn dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
             }
             sumi += lo * sc[2 * c] as i32 + hi * sc[2 * c + 1] as i32;
         }
-        sumf += read_f16(b) * dy * sumi as f32 - read_f16(&b[2..]) * dy * summ as f32;
+        sumf += b.d() * dy * sumi as f32 - b.dmin() * dy * summ as f32;
     }
     sumf
 }

@@ -10,18 +10,25 @@
 //! Quantizer: quantize_row_q6_K_ref (ggml-quants.c:1870).
 
 use super::q8::{nearest_int, q8k_parts, Q8_K_BYTES, QK_K};
+use super::block::{blocks, BlockQ6K};
 use super::search::make_qx_quants;
 use crate::half::{f32_to_f16, read_f16};
 
 pub const BYTES: usize = 210;
 
-/// The 256 signed codes (-32..31) of a block, in element order.
+/// The 256 signed codes (-32..31) of a block (its 210 bytes), in element order.
 #[inline]
 pub fn codes(b: &[u8]) -> [i8; QK_K] {
+    block_codes(&blocks::<BlockQ6K>(&b[..BYTES])[0])
+}
+
+/// `codes` of a typed block.
+#[inline]
+fn block_codes(b: &BlockQ6K) -> [i8; QK_K] {
     let mut o = [0i8; QK_K];
     for h in 0..2 {
-        let ql = &b[64 * h..64 * h + 64];
-        let qh = &b[128 + 32 * h..128 + 32 * h + 32];
+        let ql = &b.ql[64 * h..64 * h + 64];
+        let qh = &b.qh[32 * h..32 * h + 32];
         for l in 0..32 {
             o[128 * h + l] = ((ql[l] & 0xf) | ((qh[l] & 3) << 4)) as i8 - 32;
             o[128 * h + 32 + l] = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
@@ -104,22 +111,22 @@ pub fn quantize(x: &[f32], out: &mut [u8]) {
 
 pub fn dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sumf = 0.0f32;
-    for (b, ya) in w
-        .chunks_exact(BYTES)
+    for (b, ya) in blocks::<BlockQ6K>(w)
+        .iter()
         .zip(a.chunks_exact(Q8_K_BYTES))
         .take(n / QK_K)
     {
         let (dy, q8, _) = q8k_parts(ya);
-        let q = codes(b);
+        let q = block_codes(b);
         let mut sumi = 0i32;
         for g in 0..16 {
             let mut t = 0i32;
             for l in 0..16 {
                 t += q[16 * g + l] as i32 * q8[16 * g + l] as i8 as i32;
             }
-            sumi += t * (b[192 + g] as i8) as i32;
+            sumi += t * b.scales[g] as i32;
         }
-        sumf += read_f16(&b[208..]) * dy * sumi as f32;
+        sumf += b.d() * dy * sumi as f32;
     }
     sumf
 }

@@ -19,6 +19,7 @@
 //! ggml_quantize_mat_q8_K_4x8): on a +a/-a tie for the largest magnitude it takes the positive
 //! one. See [`quantize_q8_k_prefer_positive`].
 
+use super::block::{blocks, BlockQ8_0};
 use crate::half::{f32_to_f16, read_f16, read_f32};
 
 pub const Q8_0_BYTES: usize = 34;
@@ -157,10 +158,10 @@ pub fn quantize_q8_k_prefer_positive(x: &[f32], out: &mut [u8]) {
 }
 
 pub fn dequantize_q8_0(src: &[u8], dst: &mut [f32]) {
-    for (b, y) in src.chunks_exact(Q8_0_BYTES).zip(dst.chunks_exact_mut(32)) {
-        let d = read_f16(b);
-        for (o, &q) in y.iter_mut().zip(&b[2..]) {
-            *o = (q as i8 as f32) * d;
+    for (b, y) in blocks::<BlockQ8_0>(src).iter().zip(dst.chunks_exact_mut(32)) {
+        let d = b.d();
+        for (o, &q) in y.iter_mut().zip(&b.qs) {
+            *o = q as f32 * d;
         }
     }
 }
@@ -195,17 +196,9 @@ pub fn isum32(a: &[i8; 32], b: &[u8]) -> i32 {
 /// ggml_vec_dot_q8_0_q8_0_generic order: per-block integer sum, then sumi * (dx * dy).
 pub fn dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut sumf = 0.0f32;
-    for (bw, ba) in w
-        .chunks_exact(Q8_0_BYTES)
-        .zip(a.chunks_exact(Q8_0_BYTES))
-        .take(n / 32)
-    {
-        let sumi: i32 = bw[2..]
-            .iter()
-            .zip(&ba[2..])
-            .map(|(&x, &y)| (x as i8 as i32) * (y as i8 as i32))
-            .sum();
-        sumf += sumi as f32 * (read_f16(bw) * read_f16(ba));
+    for (bw, ba) in blocks::<BlockQ8_0>(w).iter().zip(blocks::<BlockQ8_0>(a)).take(n / 32) {
+        let sumi: i32 = bw.qs.iter().zip(&ba.qs).map(|(&x, &y)| x as i32 * y as i32).sum();
+        sumf += sumi as f32 * (bw.d() * ba.d());
     }
     sumf
 }
