@@ -77,6 +77,8 @@ pub fn matrix_kernels(
         #[cfg(target_arch = "x86_64")]
         if matches!(active(), Isa::Avx2 | Isa::Avx512) {
             let (d, m) = crate::simd::avx2_q4k_repack::kernels(grouped);
+            // decode rows in the gemv order: AVX-512's VNNI twin of the multi-row kernel
+            let m = if active() == Isa::Avx512 && !grouped { crate::simd::avx512::q4k_gemv_multi } else { m };
             return Some((d, Some(m)));
         }
         let d: DotFn = if grouped {

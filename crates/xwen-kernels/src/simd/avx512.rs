@@ -367,6 +367,59 @@ fn multi_q6_k(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
     }
 }
 
+/// `avx2_q4k_repack`'s multi-row kernel in the gemv order (a repacked Q4_K matrix's decode
+/// rows: 2–3 of them, or a tail) with each sub-block's scale product and add as one
+/// `vpdpwssd`, accumulated straight into the row's i32 lanes: the same integers (exact sums in
+/// any order), then the same scalar FMAs per super-block, so the same bits.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+unsafe fn q4k_gemv_rows<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
+    use super::avx2::{bcast_i16, bsums32, f32at, hsum_i32x4, k4_scales_mins, load, Q8K, QK};
+    let m4 = _mm256_set1_epi8(0x0f);
+    let (mut acc, mut accm) = ([0f32; T], [0f32; T]);
+    for i in 0..n / QK {
+        let bw = i * 144;
+        let (wd, wdmin) = (h2f(w, bw), h2f(w, bw + 2));
+        let sm = k4_scales_mins(w, bw + 4);
+        let mins = _mm256_extracti128_si256(sm, 1);
+        let sc = _mm256_broadcastsi128_si256(_mm256_castsi256_si128(sm));
+        let mut v = [_mm256_setzero_si256(); T];
+        for j in 0..4 {
+            let q4 = load(w, bw + 16 + 32 * j);
+            let q4l = _mm256_and_si256(q4, m4);
+            let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+            let (sl, sh) = (bcast_i16(sc, 2 * j), bcast_i16(sc, 2 * j + 1));
+            for (t, v) in v.iter_mut().enumerate() {
+                let ba = t * stride + i * Q8K;
+                let pl = _mm256_maddubs_epi16(q4l, load(a, ba + 4 + 64 * j));
+                let ph = _mm256_maddubs_epi16(q4h, load(a, ba + 4 + 64 * j + 32));
+                *v = _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(*v, sl, pl), sh, ph);
+            }
+        }
+        for (t, v) in v.iter().enumerate() {
+            let ba = t * stride + i * Q8K;
+            let dy = f32at(a, ba);
+            let (d, dmin) = (wd * dy, wdmin * dy);
+            // lane k: Σ m·bsum over sub-blocks 2k, 2k+1
+            let pm = _mm_madd_epi16(mins, bsums32(a, ba));
+            let ps = _mm_add_epi32(_mm256_castsi256_si128(*v), _mm256_extracti128_si256(*v, 1));
+            acc[t] = (hsum_i32x4(ps) as f32).mul_add(d, acc[t]);
+            accm[t] = (hsum_i32x4(pm) as f32).mul_add(dmin, accm[t]);
+        }
+    }
+    for t in 0..T {
+        out[t] = acc[t] - accm[t];
+    }
+}
+
+/// The multi-row kernel of a repacked Q4_K matrix in the gemv order (`q4k_gemv_rows`).
+pub fn q4k_gemv_multi(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
+    debug_assert!(w.len() >= n / 256 * 144 && a.len() >= (out.len() - 1) * stride + n / 256 * 292);
+    // SAFETY: handed out by dispatch only where `Isa::Avx512` was detected (AVX-512
+    // F/BW/VL/VNNI with AVX2/FMA/F16C); callers checked that `a` holds out.len() rows of
+    // `stride` bytes.
+    unsafe { count_1_to_4!(out.len(), q4k_gemv_rows::<N>(n, w, a, stride, out)) }
+}
+
 /// The multi-row kernel of this set for `weight`, where it has its own (Q8_0, Q6_K); None: the
 /// AVX2 multi-row kernels apply where this set uses their single-token twins (`dispatch`).
 pub fn multi_dot_fn(weight: GgmlType) -> Option<crate::formats::MultiDotFn> {
