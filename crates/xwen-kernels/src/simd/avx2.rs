@@ -553,9 +553,25 @@ pub(super) unsafe fn scale_pair(scales: __m128i, p: usize) -> __m256i {
     _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales, shuf))
 }
 
+/// Half h (128 codes) of the Q6_K block at `bw`, as four vectors of 32 unsigned codes (0..63)
+/// in element order: the low nibbles of ql with qh's 2-bit highs (`q6_hi`).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn q6_half(w: &[u8], bw: usize, h: usize) -> [__m256i; 4] {
+    let m4 = _mm256_set1_epi8(0x0f);
+    let q4b1 = load(w, bw + 64 * h);
+    let q4b2 = load(w, bw + 64 * h + 32);
+    let qh = load(w, bw + 128 + 32 * h);
+    [
+        _mm256_or_si256(_mm256_and_si256(q4b1, m4), q6_hi(qh)),
+        _mm256_or_si256(_mm256_and_si256(q4b2, m4), q6_hi(_mm256_srli_epi16(qh, 2))),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4b1, 4), m4), q6_hi(_mm256_srli_epi16(qh, 4))),
+        _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4b2, 4), m4), q6_hi(_mm256_srli_epi16(qh, 6))),
+    ]
+}
+
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
-    let m4 = _mm256_set1_epi8(0x0f);
     let mut acc = _mm256_setzero_ps();
     for i in 0..n / QK {
         let (bw, ba) = (i * 210, i * Q8K);
@@ -566,22 +582,7 @@ unsafe fn dot_q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
         let scales = load128(w, bw + 192);
         let (mut s0, mut s1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
         for h in 0..2 {
-            let q4b1 = load(w, bw + 64 * h);
-            let q4b2 = load(w, bw + 64 * h + 32);
-            let qh = load(w, bw + 128 + 32 * h);
-            let q = [
-                _mm256_or_si256(_mm256_and_si256(q4b1, m4), q6_hi(qh)),
-                _mm256_or_si256(_mm256_and_si256(q4b2, m4), q6_hi(_mm256_srli_epi16(qh, 2))),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(q4b1, 4), m4),
-                    q6_hi(_mm256_srli_epi16(qh, 4)),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(q4b2, 4), m4),
-                    q6_hi(_mm256_srli_epi16(qh, 6)),
-                ),
-            ];
-            for (k, &qk) in q.iter().enumerate() {
+            for (k, &qk) in q6_half(w, bw, h).iter().enumerate() {
                 let q8 = load(a, ba + 4 + 128 * h + 32 * k);
                 let p = _mm256_maddubs_epi16(qk, q8);
                 let v = _mm256_madd_epi16(scale_pair(scales, 4 * h + k), p);

@@ -8,7 +8,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{
-    bcast_i16, bsums32, f32at, h2f, hsum_ps, k4_scales_mins, load, load128, q6_hi, q6_offset, scale_pair, Q8K,
+    bcast_i16, bsums32, f32at, h2f, hsum_ps, k4_scales_mins, load, load128, q6_half, q6_offset, scale_pair, Q8K,
     QK,
 };
 use crate::formats::MultiDotFn;
@@ -129,7 +129,6 @@ unsafe fn multi_q4_k<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: usize
 
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn multi_q6_k<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
-    let m4 = _mm256_set1_epi8(0x0f);
     let mut acc = [_mm256_setzero_ps(); T];
     for i in 0..n / QK {
         let bw = i * 210;
@@ -137,22 +136,7 @@ unsafe fn multi_q6_k<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: usize
         let scales = load128(w, bw + 192);
         let mut sumi = [_mm256_setzero_si256(); T];
         for h in 0..2 {
-            let q4b1 = load(w, bw + 64 * h);
-            let q4b2 = load(w, bw + 64 * h + 32);
-            let qh = load(w, bw + 128 + 32 * h);
-            let q = [
-                _mm256_or_si256(_mm256_and_si256(q4b1, m4), q6_hi(qh)),
-                _mm256_or_si256(_mm256_and_si256(q4b2, m4), q6_hi(_mm256_srli_epi16(qh, 2))),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(q4b1, 4), m4),
-                    q6_hi(_mm256_srli_epi16(qh, 4)),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(q4b2, 4), m4),
-                    q6_hi(_mm256_srli_epi16(qh, 6)),
-                ),
-            ];
-            for (k, &qk) in q.iter().enumerate() {
+            for (k, &qk) in q6_half(w, bw, h).iter().enumerate() {
                 let s = scale_pair(scales, 4 * h + k);
                 for t in 0..T {
                     let q8 = load(a, t * stride + i * Q8K + 4 + 128 * h + 32 * k);

@@ -309,8 +309,7 @@ pub fn q8_0_prepared(w: &[u8], acts: &Q8Prepared, t0: usize, out: &mut [f32]) {
 /// fewer per row and 32 codes. Up to 8 rows share a block's decoding (`MULTI_Q6_K_ROWS`).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn multi_q6_k_rows<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
-    use super::avx2::{f32at, load, load128, q6_hi, q6_offset, scale_pair, Q8K, QK};
-    let m4 = _mm256_set1_epi8(0x0f);
+    use super::avx2::{f32at, load, load128, q6_half, q6_offset, scale_pair, Q8K, QK};
     let mut acc = [_mm256_setzero_ps(); T];
     for i in 0..n / QK {
         let bw = i * 210;
@@ -318,16 +317,7 @@ unsafe fn multi_q6_k_rows<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: 
         let scales = load128(w, bw + 192);
         let mut sumi = [_mm256_setzero_si256(); T];
         for h in 0..2 {
-            let q4b1 = load(w, bw + 64 * h);
-            let q4b2 = load(w, bw + 64 * h + 32);
-            let qh = load(w, bw + 128 + 32 * h);
-            let q = [
-                _mm256_or_si256(_mm256_and_si256(q4b1, m4), q6_hi(qh)),
-                _mm256_or_si256(_mm256_and_si256(q4b2, m4), q6_hi(_mm256_srli_epi16(qh, 2))),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4b1, 4), m4), q6_hi(_mm256_srli_epi16(qh, 4))),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q4b2, 4), m4), q6_hi(_mm256_srli_epi16(qh, 6))),
-            ];
-            for (k, &qk) in q.iter().enumerate() {
+            for (k, &qk) in q6_half(w, bw, h).iter().enumerate() {
                 let s = scale_pair(scales, 4 * h + k);
                 for (t, sumi) in sumi.iter_mut().enumerate() {
                     let q8 = load(a, t * stride + i * Q8K + 4 + 128 * h + 32 * k);
