@@ -259,7 +259,7 @@ pub fn dot_rows_tokens(w: &QMatrix, k: RowKernel, xq: &[u8], n_tok: usize, r0: u
             for i in 0..n_rows {
                 let r = r0 + i;
                 prefetch_row(w.data, (r + PREFETCH_ROWS) * rb, rb);
-                crate::simd::avx512::q8_0_prepared(&w.data[r * rb..(r + 1) * rb], &acts, 0, &mut out[i * n_tok..(i + 1) * n_tok]);
+                crate::simd::avx512::q8_0_prepared(&w.data[r * rb..(r + 1) * rb], &acts, &mut out[i * n_tok..(i + 1) * n_tok]);
             }
         });
     }

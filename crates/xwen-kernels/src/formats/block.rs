@@ -3,7 +3,7 @@
 //! `repr(C)` struct of byte arrays (alignment 1, no padding) laid over the row's bytes, its
 //! size checked against ggml's at compile time (candle's `BlockQ4K` does the same).
 
-use crate::half::f16_to_f32;
+use crate::half::read_f16;
 
 /// A block layout: `repr(C)`, fields of `u8` / `i8` arrays only, `size_of` = `BYTES`.
 ///
@@ -17,15 +17,10 @@ pub unsafe trait Block: Sized {
 
 /// The whole blocks at the start of `bytes`, viewed in place.
 pub fn blocks<B: Block>(bytes: &[u8]) -> &[B] {
-    const { assert!(std::mem::align_of::<B>() == 1) };
-    assert_eq!(std::mem::size_of::<B>(), B::BYTES);
+    const { assert!(std::mem::align_of::<B>() == 1 && std::mem::size_of::<B>() == B::BYTES) };
     // SAFETY: `Block` guarantees alignment 1, no padding and validity for any bytes; the
     // slice covers bytes.len() / BYTES whole blocks inside `bytes`, borrowed for its lifetime.
     unsafe { std::slice::from_raw_parts(bytes.as_ptr() as *const B, bytes.len() / B::BYTES) }
-}
-
-fn f16(b: [u8; 2]) -> f32 {
-    f16_to_f32(u16::from_le_bytes(b))
 }
 
 /// block_q8_0: f16 d; i8 qs[32].
@@ -54,41 +49,38 @@ pub struct BlockQ6K {
     pub d: [u8; 2],
 }
 
-const _: () = assert!(std::mem::size_of::<BlockQ8_0>() == 34);
-const _: () = assert!(std::mem::size_of::<BlockQ4K>() == 144);
-const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
-
-// SAFETY: repr(C) structs of byte arrays, sizes asserted above.
+// SAFETY: repr(C) structs of byte arrays; `blocks` asserts each size against the format's
+// block size at compile time.
 unsafe impl Block for BlockQ8_0 {
-    const BYTES: usize = 34;
+    const BYTES: usize = super::q8::Q8_0_BYTES;
 }
 // SAFETY: as above.
 unsafe impl Block for BlockQ4K {
-    const BYTES: usize = 144;
+    const BYTES: usize = super::q4_k::BYTES;
 }
 // SAFETY: as above.
 unsafe impl Block for BlockQ6K {
-    const BYTES: usize = 210;
+    const BYTES: usize = super::q6_k::BYTES;
 }
 
 impl BlockQ8_0 {
     pub fn d(&self) -> f32 {
-        f16(self.d)
+        read_f16(&self.d)
     }
 }
 
 impl BlockQ4K {
     pub fn d(&self) -> f32 {
-        f16(self.d)
+        read_f16(&self.d)
     }
     pub fn dmin(&self) -> f32 {
-        f16(self.dmin)
+        read_f16(&self.dmin)
     }
 }
 
 impl BlockQ6K {
     pub fn d(&self) -> f32 {
-        f16(self.d)
+        read_f16(&self.d)
     }
 }
 

@@ -238,13 +238,9 @@ impl Q8Prepared {
         self.scales.clear();
         self.codes.clear();
         for blk in xq[..rows * nb * 34].chunks_exact(34) {
-            self.scales.push(crate::half::f16_to_f32(u16::from_le_bytes([blk[0], blk[1]])));
+            self.scales.push(crate::half::read_f16(blk));
             self.codes.extend(blk[2..].iter().map(|&c| c ^ 0x80));
         }
-    }
-
-    pub fn rows(&self) -> usize {
-        self.rows
     }
 }
 
@@ -279,13 +275,13 @@ unsafe fn q8_0_prepared_rows<const T: usize>(w: &[u8], acts: &Q8Prepared, t0: us
     }
 }
 
-/// `q8_0_prepared_rows` over any count of rows `t0..t0 + out.len()`, eight at a time. Requires
+/// `q8_0_prepared_rows` over the first `out.len()` rows of `acts`, eight at a time. Requires
 /// `Isa::Avx512` (AVX-512 F/BW/VL/VNNI, AVX2, FMA, F16C): `dispatch::RowKernel::q8_prepared`
 /// is set only there.
-pub fn q8_0_prepared(w: &[u8], acts: &Q8Prepared, t0: usize, out: &mut [f32]) {
-    assert!(w.len() >= acts.nb * 34 && t0 + out.len() <= acts.rows, "q8_0_prepared: sizes");
+pub fn q8_0_prepared(w: &[u8], acts: &Q8Prepared, out: &mut [f32]) {
+    assert!(w.len() >= acts.nb * 34 && out.len() <= acts.rows, "q8_0_prepared: sizes");
     for (g, o) in out.chunks_mut(8).enumerate() {
-        let t = t0 + 8 * g;
+        let t = 8 * g;
         // SAFETY: only called where Isa::Avx512 was detected (see above); the weight row holds
         // nb blocks and rows t..t + o.len() exist in `acts` (asserted).
         unsafe {
