@@ -735,7 +735,7 @@ impl Pool {
         // the VNNI twin of the lane kernel (the same bits) where AVX-512 is the active set
         let vnni = dispatch::active() == dispatch::Isa::Avx512;
         if vnni {
-            act.build_offset();
+            act.build_vnni();
         }
         let chunk = row_chunk(w.rows, self.n_threads());
         let n_row_chunks = w.rows.div_ceil(chunk);

@@ -247,19 +247,36 @@ const Q8_0: usize = 34;
 #[derive(Default)]
 pub struct Act8Q8 {
     pub(crate) nb: usize,
-    qs: Vec<u8>,
+    pub(crate) qs: Vec<u8>,
     /// [group][block][token]: the f16 scale widened
     pub(crate) dy: Vec<f32>,
-    /// `qs` offset by 128 as unsigned bytes (y + 128), for the VNNI kernel's u8 × s8 products
-    /// (`simd::avx512_tok8`); empty unless `build_offset` ran.
-    pub(crate) qs_u8: Vec<u8>,
+    /// For the VNNI kernel (`simd::avx512_tok8`), which multiplies the weights offset to
+    /// unsigned (x + 128) by these signed codes: per [group][block][pair p (4)][lane (16)] the
+    /// −128·Σy of the 4 codes that lane's `vpdpbusd` takes (lanes 0..8: chunk 2p of the 8 tokens,
+    /// 8..16: chunk 2p + 1), the sum's starting value, so (x + 128)·y − 128·y leaves Σ x·y
+    /// exactly; and the scales widened to both halves ([group][block][16]). Empty unless
+    /// `build_vnni` ran.
+    pub(crate) corr: Vec<i32>,
+    pub(crate) dy16: Vec<f32>,
 }
 
 impl Act8Q8 {
-    /// `qs_u8` from `qs` (after `build`).
-    pub fn build_offset(&mut self) {
-        self.qs_u8.clear();
-        self.qs_u8.extend(self.qs.iter().map(|&b| b ^ 0x80));
+    /// `corr` and `dy16` from `qs` and `dy` (after `build`): once per product, shared by
+    /// every weight row.
+    pub fn build_vnni(&mut self) {
+        let blocks = self.dy.len() / TOK;
+        self.corr.clear();
+        self.corr.reserve(blocks * 64);
+        self.dy16.clear();
+        self.dy16.reserve(blocks * 16);
+        for gi in 0..blocks {
+            let qs = &self.qs[gi * 32 * TOK..(gi + 1) * 32 * TOK];
+            // dword j of pair p's 64 bytes is (chunk 2p + j / 8, token j % 8)
+            self.corr.extend(qs.chunks_exact(4).map(|c| -128 * c.iter().map(|&b| b as i8 as i32).sum::<i32>()));
+            let dy = &self.dy[gi * TOK..(gi + 1) * TOK];
+            self.dy16.extend_from_slice(dy);
+            self.dy16.extend_from_slice(dy);
+        }
     }
 
     pub fn build(&mut self, a: &[u8], stride: usize, nb: usize, groups: usize) {

@@ -1,8 +1,9 @@
 //! The Q8_0 token-lane product (`avx2_tok8::row_q8_0`) with AVX-512 VNNI: two of a block's
 //! eight 4-element chunks per 512-bit vector (lanes 0..8: chunk 2p of the 8 tokens, lanes
 //! 8..16: chunk 2p + 1) and one `vpdpbusd` for each pair's products. The integer sums are
-//! exact and equal to the AVX2 kernel's (Σ x·y over 4 elements, as (y + 128)·x − 128·x with
-//! y + 128 unsigned: VNNI multiplies u8 by s8), and every float step — the per-chunk
+//! exact and equal to the AVX2 kernel's (Σ x·y over 4 elements, as (x + 128)·y − 128·y with
+//! the weight codes x + 128 unsigned — VNNI multiplies u8 by s8 — and −128·Σy computed once
+//! per activation, shared by every weight row), and every float step — the per-chunk
 //! fma(dx·dy, f32(Σ), acc) and the final hsum — pairs the same lanes in the same order, so
 //! each token's result is the AVX2 kernel's bits (tests/pool.rs, tests/dot_rows_tokens.rs).
 //! Half the instructions per block, which is what several sequences' decode rows sharing
@@ -19,7 +20,7 @@ const Q8_0: usize = 34;
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available; `w` holds nb blocks; `act` was
-/// built for g + 1 groups and `build_offset` ran.
+/// built for g + 1 groups and `build_vnni` ran.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub unsafe fn row_q8_0_vnni(w: &[u8], act: &Act8Q8, g: usize, out: &mut [f32; TOK]) {
     let mut one = [[0f32; TOK]; 1];
@@ -30,18 +31,18 @@ pub unsafe fn row_q8_0_vnni(w: &[u8], act: &Act8Q8, g: usize, out: &mut [f32; TO
 /// `row_q8_0_vnni` for R rows at once (`w[r]`, nb blocks each) against the same 8 tokens: each
 /// activation vector is loaded once for the R rows (one row at a time is bound by those loads
 /// on an AVX-512 Intel core); each row's operations are those of R = 1, so its bits too. Per
-/// block and pair p of chunks: dword 2p of the codes into lanes 0..8, 2p + 1 into 8..16, one
-/// `vpdpbusd` for (y + 128)·x and one for the 128·x compensation.
+/// block and pair p of chunks: dword 2p of the codes (offset to unsigned, x + 128) into lanes
+/// 0..8, 2p + 1 into 8..16, one `vpdpbusd` from the activations' −128·Σy (`Act8Q8::corr`), which
+/// leaves Σ x·y exactly.
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available; every `w[r]` holds nb blocks;
-/// `act` was built for g + 1 groups and `build_offset` ran.
+/// `act` was built for g + 1 groups and `build_vnni` ran.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 pub unsafe fn rows_q8_0_vnni<const R: usize>(w: [&[u8]; R], act: &Act8Q8, g: usize, out: &mut [[f32; TOK]; R]) {
     let nb = act.nb;
-    debug_assert!(act.qs_u8.len() >= (g + 1) * nb * 32 * TOK);
-    let off = _mm512_set1_epi8(0x80u8 as i8);
-    let zero = _mm512_setzero_si512();
+    debug_assert!(act.corr.len() >= (g + 1) * nb * 64 && act.dy16.len() >= (g + 1) * nb * 16);
+    let off = _mm256_set1_epi8(0x80u8 as i8);
     let idx: [__m512i; 4] = std::array::from_fn(|p| {
         let (a, b) = (2 * p as i32, 2 * p as i32 + 1);
         _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
@@ -49,22 +50,23 @@ pub unsafe fn rows_q8_0_vnni<const R: usize>(w: [&[u8]; R], act: &Act8Q8, g: usi
     let mut acc = [[_mm512_setzero_ps(); 4]; R];
     for i in 0..nb {
         let gi = g * nb + i;
-        let dy = _mm256_loadu_ps(act.dy.as_ptr().add(gi * TOK));
-        let qs = act.qs_u8.as_ptr().add(gi * 32 * TOK);
+        let dy = _mm512_loadu_ps(act.dy16.as_ptr().add(gi * 16));
+        let qs = act.qs.as_ptr().add(gi * 32 * TOK);
+        let corr = act.corr.as_ptr().add(gi * 64);
         let mut d = [_mm512_setzero_ps(); R];
-        let mut codes = [zero; R];
+        let mut codes = [_mm512_setzero_si512(); R];
         for r in 0..R {
-            let d8 = _mm256_mul_ps(_mm256_set1_ps(h2f_wide(w[r], i * Q8_0)), dy);
-            d[r] = _mm512_shuffle_f32x4::<0x44>(_mm512_castps256_ps512(d8), _mm512_castps256_ps512(d8));
-            codes[r] = _mm512_castsi256_si512(_mm256_loadu_si256(w[r].as_ptr().add(i * Q8_0 + 2) as *const __m256i));
+            d[r] = _mm512_mul_ps(_mm512_set1_ps(h2f_wide(w[r], i * Q8_0)), dy);
+            let x = _mm256_loadu_si256(w[r].as_ptr().add(i * Q8_0 + 2) as *const __m256i);
+            codes[r] = _mm512_castsi256_si512(_mm256_xor_si256(x, off));
         }
         for p in 0..4 {
             let y = _mm512_loadu_si512(qs.add(p * 64) as *const __m512i);
+            let c = _mm512_loadu_si512(corr.add(p * 16) as *const __m512i);
             for r in 0..R {
                 let x = _mm512_permutexvar_epi32(idx[p], codes[r]);
-                let t = _mm512_dpbusd_epi32(zero, y, x);
-                let c = _mm512_dpbusd_epi32(zero, off, x);
-                acc[r][p] = _mm512_fmadd_ps(d[r], _mm512_cvtepi32_ps(_mm512_sub_epi32(t, c)), acc[r][p]);
+                let t = _mm512_dpbusd_epi32(c, x, y);
+                acc[r][p] = _mm512_fmadd_ps(d[r], _mm512_cvtepi32_ps(t), acc[r][p]);
             }
         }
     }
