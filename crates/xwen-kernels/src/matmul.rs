@@ -317,16 +317,16 @@ fn q8_0_padded(ty: GgmlType, n_tok: usize) -> bool {
 
 /// Whether a product of `n_tok` tokens with a `ty` matrix of `rows` rows runs through a
 /// token-lane kernel whose per-token results are the one-token (matvec) bits: Q8_0 in whole
-/// groups of 8 (its lane kernel keeps vec_dot's order) and repacked Q4_K from 4 tokens (the
-/// gemv-order lanes; MUL_MAT_ID's order), the tokens past the lanes taking the one-token
-/// kernels. Other types' batched orders differ from their one-token order (tinyBLAS, tiled).
+/// groups of 8 (its lane kernel keeps vec_dot's order) and repacked Q4_K from
+/// `q4k_lanes_min` tokens (the gemv-order lanes; MUL_MAT_ID's order), the tokens past the
+/// lanes taking the one-token kernels. Other types' batched orders differ from their one-token order (tinyBLAS, tiled).
 pub fn lanes_keep_one_token_order(ty: GgmlType, rows: usize, n_tok: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         lane_kernels_active()
             && match ty {
                 GgmlType::Q8_0 => n_tok >= crate::simd::avx2_tok8::TOK,
-                GgmlType::Q4_K => crate::q4k_repack::repacked(rows) && n_tok >= 4,
+                GgmlType::Q4_K => crate::q4k_repack::repacked(rows) && n_tok >= q4k_lanes_min(),
                 _ => false,
             }
     }
@@ -334,6 +334,20 @@ pub fn lanes_keep_one_token_order(ty: GgmlType, rows: usize, n_tok: usize) -> bo
     {
         let _ = (ty, rows, n_tok);
         false
+    }
+}
+
+/// Fewest tokens a repacked Q4_K product (or its last group) takes to the token-lane kernels:
+/// from 3 where AVX-512 VNNI runs the 16-row kernel (`avx512_tok8::rows16_vnni` computes only
+/// the real tokens: 1.8x the per-row kernels at 3 tokens in cache, 4B decode of 3 sequences
+/// +5-10%; at 2 it is 1.4x in cache but the per-row kernels stream cold weights better: 4B
+/// decode of 2 sequences 0.95x), else from 4 (the 8-lane kernels compute padded lanes too).
+#[cfg(target_arch = "x86_64")]
+fn q4k_lanes_min() -> usize {
+    if dispatch::active() == dispatch::Isa::Avx512 {
+        3
+    } else {
+        4
     }
 }
 
@@ -378,7 +392,7 @@ impl Q4kLanes {
         let n_same = if gemm { grouped } else { n_tok };
         // a last partial group of 4+ tokens runs padded with zero lanes (faster than the per-row
         // kernel for them, e.g. the routed experts' ~16 tokens each at pp512)
-        let groups = n_same / TOK + usize::from(n_same % TOK >= 4);
+        let groups = n_same / TOK + usize::from(n_same % TOK >= q4k_lanes_min());
         let n_valid = (groups * TOK).min(n_same);
         if !applies || groups == 0 {
             return None;
@@ -597,6 +611,7 @@ impl Pool {
     #[cfg(target_arch = "x86_64")]
     fn run_q4k_lanes(&self, w: QMatrix, lanes: &Q4kLanes, y: &mut [f32]) {
         use crate::simd::avx2_tok8::{rows4, WideQuad, ROWS, TOK};
+        use crate::simd::avx512_tok8::ROWS16;
         w.validate();
         let Q4kLanes { ref act, groups, n_valid, gemm } = *lanes;
         let nb = w.cols / 256;
@@ -608,6 +623,10 @@ impl Pool {
         // one task per run of row quads, all token groups inside it: each quad's weights stay in
         // L1 while every group streams past them
         let chunk = row_chunk(row_groups, self.n_threads()).div_ceil(4).max(1);
+        // the 16-row kernel (cold weights, not decoded once) takes runs of 4 quads: a task's
+        // rows start on a multiple of 16 so that its tiles (OUT_TILE_ROWS) hold whole runs
+        let rows16 = vnni && !wide;
+        let chunk = if rows16 { chunk.next_multiple_of(ROWS16 / ROWS) } else { chunk };
         let n_row_chunks = row_groups.div_ceil(chunk);
         let yp = SyncPtr(y.as_mut_ptr());
         let (rb, rows) = (w.row_bytes(), w.rows);
@@ -617,7 +636,33 @@ impl Pool {
             let (q0, q1) = (rc * chunk, ((rc + 1) * chunk).min(row_groups));
             let mut out = [[0f32; TOK]; ROWS];
             let mut wq = WideQuad::default();
+            let mut out16 = [[0f32; TOK]; ROWS16];
             let quads = |tile: &mut OutTile, rs: usize, re: usize| {
+                let mut rs = rs;
+                while rows16 && rs + ROWS16 <= re {
+                    let wr = &w.data[rs * rb..(rs + ROWS16) * rb];
+                    let after = (rs + ROWS16) * rb;
+                    let next = if rs + 2 * ROWS16 <= q1 * ROWS { &w.data[after..after + ROWS16 * rb] } else { &[][..] };
+                    for g in 0..groups {
+                        let next = if g == 0 { next } else { &[][..] };
+                        let lanes = TOK.min(n_valid - g * TOK);
+                        // SAFETY: AVX-512 VNNI is the active set; wr holds 16 rows (whose starts
+                        // are < 2^31 bytes apart: a row is at most a few hundred KB) and act
+                        // `groups` groups of nb blocks.
+                        unsafe {
+                            use crate::simd::avx512_tok8::rows16_vnni;
+                            if gemm {
+                                rows16_vnni::<true>(wr, rb, next, act, g, lanes, &mut out16)
+                            } else {
+                                rows16_vnni::<false>(wr, rb, next, act, g, lanes, &mut out16)
+                            }
+                        }
+                        for (r, o) in out16.iter().enumerate() {
+                            tile.put(rs + r, g * TOK, &o[..lanes]);
+                        }
+                    }
+                    rs += ROWS16;
+                }
                 for q in rs / ROWS..re / ROWS {
                     let r0 = q * ROWS;
                     let wr = &w.data[r0 * rb..(r0 + ROWS) * rb];

@@ -189,3 +189,162 @@ pub unsafe fn rows4_vnni<const GEMM: bool, const WIDE: bool>(
         _mm256_storeu_ps(out[r].as_mut_ptr(), _mm256_sub_ps(acc[r], accm[r]));
     }
 }
+
+/// Rows per call of `rows16_vnni`: one per 32-bit lane of a 512-bit vector.
+pub const ROWS16: usize = 16;
+
+/// `rows4_vnni` (not WIDE) for 16 rows at once with the rows, not the tokens, in the lanes:
+/// the same bits, a third of the instructions. Lane r holds row r; a chunk of 4 codes of
+/// every row is one vector (the 16 rows' 32 code bytes of a sub-block pair transposed once:
+/// 8 × 8 dwords in each 256-bit half), shared by the 8 tokens, and each token's 4 activation
+/// codes are one broadcast dword — so a `vpdpbusd` is 64 useful products where the token-lane
+/// kernel's is the same 64 after a per-row broadcast, shift and mask. The integer sums per
+/// (row, token, sub-block) are exact whatever the order, the scales and mins are the
+/// integers `rows4` multiplies (decoded here for 16 rows at once from gathered header dwords,
+/// the mins' products as i16 pairs with the activations' paired sums), and every float step —
+/// fma(f32(Σ), d·dy, acc) per super-block (gemv) or pair (gemm), acc − accm — is `rows4`'s
+/// per row and token. `next` is the following rows' bytes (maybe empty), prefetched during the
+/// last super-blocks. Only the group's first `nt` tokens are computed (the rest are padding,
+/// never stored; their outputs are 0).
+///
+/// # Safety
+/// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available; `w` holds 16 rows of
+/// `row_bytes` (nb super-blocks each, the row starts < 2³¹ bytes apart); `act` was built for
+/// g + 1 groups.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+pub unsafe fn rows16_vnni<const GEMM: bool>(w: &[u8], row_bytes: usize, next: &[u8], act: &Act8, g: usize, nt: usize, out: &mut [[f32; TOK]; ROWS16]) {
+    let nb = act.nb;
+    let nt = nt.min(TOK);
+    debug_assert!(w.len() >= 15 * row_bytes + nb * W && act.dy.len() >= (g + 1) * nb * TOK);
+    // superblocks ahead that the prefetch asks for
+    const AHEAD: usize = 2;
+    let m4 = _mm512_set1_epi8(0x0f);
+    let (m6, m4d, m2) = (_mm512_set1_epi32(63), _mm512_set1_epi32(0xf), _mm512_set1_epi32(3));
+    let lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    let offs = _mm512_mullo_epi32(lane, _mm512_set1_epi32(row_bytes as i32));
+    let mut acc = [_mm512_setzero_ps(); TOK];
+    let mut accm = [_mm512_setzero_ps(); TOK];
+    let qs_act = act.qs.as_ptr() as *const i32;
+    let bsp = act.bsp.as_ptr() as *const i32;
+    for i in 0..nb {
+        let gi = g * nb + i;
+        let base = w.as_ptr().add(i * W);
+        // the cold rows' super-block AHEAD on (or the next rows' first ones): 144 bytes span at
+        // most 4 lines
+        let (pb, pn) = if i + AHEAD < nb {
+            (base.add(AHEAD * W), true)
+        } else {
+            let j = i + AHEAD - nb;
+            (next.as_ptr().wrapping_add(j * W), !next.is_empty() && j < nb)
+        };
+        if pn {
+            for r in 0..ROWS16 {
+                let p = pb.wrapping_add(r * row_bytes);
+                for o in [0, 64, 128, W - 1] {
+                    _mm_prefetch(p.wrapping_add(o) as *const i8, _MM_HINT_T0);
+                }
+            }
+        }
+        // each row's header: d | dmin, then the 12 scale bytes as three dwords
+        let h = _mm512_i32gather_epi32::<1>(offs, base as *const _);
+        let s1 = _mm512_i32gather_epi32::<1>(offs, base.add(4) as *const _);
+        let s2 = _mm512_i32gather_epi32::<1>(offs, base.add(8) as *const _);
+        let s3 = _mm512_i32gather_epi32::<1>(offs, base.add(12) as *const _);
+        let d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+        let dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32::<16>(h)));
+        // scale_min_k4 for sub-block j of every row
+        let byte = |v: __m512i, j: u32| _mm512_srlv_epi32(v, _mm512_set1_epi32(8 * j as i32));
+        let sc: [__m512i; 8] = std::array::from_fn(|j| {
+            if j < 4 {
+                _mm512_and_si512(byte(s1, j as u32), m6)
+            } else {
+                let jj = j as u32 - 4;
+                let lo = _mm512_and_si512(byte(s3, jj), m4d);
+                let hi = _mm512_and_si512(_mm512_srli_epi32::<6>(byte(s1, jj)), m2);
+                _mm512_or_si512(lo, _mm512_slli_epi32::<4>(hi))
+            }
+        });
+        let mn: [__m512i; 8] = std::array::from_fn(|j| {
+            if j < 4 {
+                _mm512_and_si512(byte(s2, j as u32), m6)
+            } else {
+                let jj = j as u32 - 4;
+                let lo = _mm512_and_si512(_mm512_srli_epi32::<4>(byte(s3, jj)), m4d);
+                let hi = _mm512_and_si512(_mm512_srli_epi32::<6>(byte(s2, jj)), m2);
+                _mm512_or_si512(lo, _mm512_slli_epi32::<4>(hi))
+            }
+        });
+        let dy: [__m512; TOK] = std::array::from_fn(|t| _mm512_set1_ps(*act.dy.get_unchecked(gi * TOK + t)));
+        let mut s_tot = [_mm512_setzero_si512(); TOK];
+        let mut m_tot = [_mm512_setzero_si512(); TOK];
+        for k in 0..4 {
+            // rows q, q + 4 (q < 4) and 8 + q, 12 + q: after the 8 × 8 transposes of both
+            // halves, lane r of code vector e is row r's dword e of this pair
+            let row = |r: usize| _mm256_loadu_si256(base.add(r * row_bytes + 16 + 32 * k) as *const __m256i);
+            let z: [__m512i; 8] = std::array::from_fn(|q| {
+                let (a, b) = if q < 4 { (q, q + 4) } else { (q + 4, q + 8) };
+                _mm512_inserti64x4::<1>(_mm512_castsi256_si512(row(a)), row(b))
+            });
+            let t: [__m512i; 8] = std::array::from_fn(|p| {
+                let (a, b) = (z[2 * (p / 2)], z[2 * (p / 2) + 1]);
+                if p % 2 == 0 { _mm512_unpacklo_epi32(a, b) } else { _mm512_unpackhi_epi32(a, b) }
+            });
+            // u[e'] for the rows of z0..z3 (e' < 4) and z4..z7 (e' >= 4): dword e' % 4 in the
+            // even 128-bit lanes, e' % 4 + 4 in the odd ones
+            let u: [__m512i; 8] = std::array::from_fn(|p| {
+                let o = 4 * (p / 4);
+                match p % 4 {
+                    0 => _mm512_unpacklo_epi64(t[o], t[o + 2]),
+                    1 => _mm512_unpackhi_epi64(t[o], t[o + 2]),
+                    2 => _mm512_unpacklo_epi64(t[o + 1], t[o + 3]),
+                    _ => _mm512_unpackhi_epi64(t[o + 1], t[o + 3]),
+                }
+            });
+            let codes: [__m512i; 8] = std::array::from_fn(|e| {
+                if e < 4 {
+                    _mm512_shuffle_i32x4::<0x88>(u[e], u[e + 4])
+                } else {
+                    _mm512_shuffle_i32x4::<0xdd>(u[e - 4], u[e])
+                }
+            });
+            let lo: [__m512i; 8] = std::array::from_fn(|e| _mm512_and_si512(codes[e], m4));
+            let hi: [__m512i; 8] = std::array::from_fn(|e| _mm512_and_si512(_mm512_srli_epi16::<4>(codes[e]), m4));
+            // the mins of sub-blocks 2k, 2k + 1 as one i16 pair per row
+            let mp = _mm512_or_si512(mn[2 * k], _mm512_slli_epi32::<16>(mn[2 * k + 1]));
+            for tk in 0..nt {
+                // chunk c of token tk: dword (gi·64 + c)·8 + tk of the interleaved codes
+                let a = |c: usize| _mm512_set1_epi32(*qs_act.add((gi * 64 + c) * TOK + tk));
+                let mut sl = _mm512_setzero_si512();
+                let mut sh = _mm512_setzero_si512();
+                for e in 0..8 {
+                    sl = _mm512_dpbusd_epi32(sl, lo[e], a(16 * k + e));
+                    sh = _mm512_dpbusd_epi32(sh, hi[e], a(16 * k + 8 + e));
+                }
+                let s = _mm512_add_epi32(_mm512_mullo_epi32(sl, sc[2 * k]), _mm512_mullo_epi32(sh, sc[2 * k + 1]));
+                let m = _mm512_dpwssd_epi32(_mm512_setzero_si512(), mp, _mm512_set1_epi32(*bsp.add((gi * 4 + k) * TOK + tk)));
+                if GEMM {
+                    acc[tk] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(d, dy[tk]), acc[tk]);
+                    accm[tk] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(dmin, dy[tk]), accm[tk]);
+                } else {
+                    s_tot[tk] = _mm512_add_epi32(s_tot[tk], s);
+                    m_tot[tk] = _mm512_add_epi32(m_tot[tk], m);
+                }
+            }
+        }
+        if !GEMM {
+            for tk in 0..nt {
+                acc[tk] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s_tot[tk]), _mm512_mul_ps(d, dy[tk]), acc[tk]);
+                accm[tk] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m_tot[tk]), _mm512_mul_ps(dmin, dy[tk]), accm[tk]);
+            }
+        }
+    }
+    let mut res = [[0f32; ROWS16]; TOK];
+    for tk in 0..TOK {
+        _mm512_storeu_ps(res[tk].as_mut_ptr(), _mm512_sub_ps(acc[tk], accm[tk]));
+    }
+    for (r, o) in out.iter_mut().enumerate() {
+        for (tk, v) in o.iter_mut().enumerate() {
+            *v = res[tk][r];
+        }
+    }
+}
