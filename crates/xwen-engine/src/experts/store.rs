@@ -144,6 +144,13 @@ pub trait ExpertStore: Send + Sync {
     /// them read; a store that does not stream ignores it. Never fails: a failed read is the
     /// lookup's error.
     fn prefetch(&self, _layer: usize, _chosen: &[usize], _next: Option<(usize, &[usize])>) {}
+
+    /// A decode step's layer `layer` has routed to `chosen` (the union of its rows' experts),
+    /// before it looks any of them up. A streamed store drops the guesses for this layer that
+    /// no reader has started and that it did not choose: nothing will ask for them this step,
+    /// and reading them would spend the disk on a record the cache will most likely evict
+    /// unused. A store that does not stream ignores it.
+    fn routed(&self, _layer: usize, _chosen: &[usize]) {}
     /// Bytes resident in RAM that this store owns (the mapped file is not counted).
     fn resident_bytes(&self) -> u64 {
         0

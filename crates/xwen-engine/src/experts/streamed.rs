@@ -248,7 +248,7 @@ fn prefetch_reader(src: &Source, cache: &Mutex<ExpertCache>, in_flight: &InFligh
         let Ok(key) = next else { return };
         match in_flight.lock().get_mut(&key) {
             Some(started) => *started = true,
-            None => continue, // its layer came first and read it
+            None => continue, // its layer came first: read it, or routed elsewhere and dropped it
         }
         if let Ok((buf, places)) = src.read(key.0, key.1) {
             bytes_read.fetch_add(buf.len() as u64, Ordering::Relaxed);
@@ -373,6 +373,12 @@ impl ExpertStore for StreamedExperts {
                 return;
             }
         }
+    }
+
+    fn routed(&self, layer: usize, chosen: &[usize]) {
+        // a queued guess has no waiter (a lookup takes a queued key over); the reader that
+        // dequeues a dropped one finds it gone and skips it
+        self.in_flight.lock().retain(|&(l, e), started| *started || l != layer || chosen.contains(&e));
     }
 
     fn resident_bytes(&self) -> u64 {

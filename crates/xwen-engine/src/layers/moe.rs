@@ -515,6 +515,9 @@ fn forward_decode_rows(
             users[i].push((row, slot));
         }
     }
+    if prefetch.is_some() {
+        store.routed(layer, &union);
+    }
     let ff = d.expert_ff;
     let k = d.n_used;
     // ys[row * k + slot]: that row's unweighted output of its slot's expert
