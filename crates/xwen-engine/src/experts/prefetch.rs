@@ -24,6 +24,12 @@ pub const PREFETCH_READERS: usize = 4;
 /// more than the replay's instant reads). 0.7 served while one score covered every layer.
 pub const MIN_ACCURACY: f64 = 0.78;
 
+/// A guess this often right at its layer is read as soon as a reader is free; a marginal one
+/// (between `MIN_ACCURACY` and this) only while no other read ahead is in flight, so that more
+/// of them are still queued when their layer routes, and dropped there when it chose
+/// otherwise (`ExpertStore::routed`).
+pub const SURE_ACCURACY: f64 = 0.9;
+
 /// Guesses of one rank after which its counts halve, so the score follows the text.
 const AGE_AFTER: u32 = 512;
 
@@ -89,19 +95,27 @@ impl GuessScore {
     /// layers' wrong guesses too. A rank judged nowhere yet counts as right, so a fresh store
     /// starts by reading ahead.
     pub fn depth(&self, ranks: usize) -> usize {
+        (0..ranks).take_while(|&r| self.accuracy(r) >= MIN_ACCURACY).count()
+    }
+
+    /// How many leading ranks of the pending guess are right at least `SURE_ACCURACY` of the
+    /// time at its layer (at most `depth`): read at once; the rest of `depth` are marginal.
+    pub fn sure(&self, ranks: usize) -> usize {
+        (0..ranks).take_while(|&r| self.accuracy(r) >= SURE_ACCURACY).count()
+    }
+
+    /// Rank r's estimated share of right guesses at the pending guess's layer (1 where no
+    /// guess of that rank has been judged yet).
+    fn accuracy(&self, r: usize) -> f64 {
         let layer = self.pending.as_ref().map(|p| p.0);
-        (0..ranks)
-            .take_while(|&r| {
-                let (m, k) = (self.made.get(r).copied().unwrap_or(0), self.right.get(r).copied().unwrap_or(0));
-                if m == 0 {
-                    return true;
-                }
-                let all = k as f64 / m as f64;
-                let at = |v: &Vec<Vec<u32>>| layer.and_then(|l| v.get(l)).and_then(|v| v.get(r)).copied().unwrap_or(0) as f64;
-                let (lm, lk) = (at(&self.layer_made), at(&self.layer_right));
-                (lk + LAYER_PRIOR * all) / (lm + LAYER_PRIOR) >= MIN_ACCURACY
-            })
-            .count()
+        let (m, k) = (self.made.get(r).copied().unwrap_or(0), self.right.get(r).copied().unwrap_or(0));
+        if m == 0 {
+            return 1.0;
+        }
+        let all = k as f64 / m as f64;
+        let at = |v: &Vec<Vec<u32>>| layer.and_then(|l| v.get(l)).and_then(|v| v.get(r)).copied().unwrap_or(0) as f64;
+        let (lm, lk) = (at(&self.layer_made), at(&self.layer_right));
+        (lk + LAYER_PRIOR * all) / (lm + LAYER_PRIOR)
     }
 }
 

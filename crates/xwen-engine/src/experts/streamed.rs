@@ -37,8 +37,8 @@ pub struct StreamedExperts {
     read_ahead: Arc<AtomicU64>,
     /// How right the guesses of each rank have been: how deep to read ahead.
     score: Mutex<GuessScore>,
-    /// Where prefetch requests go; the reader threads end when it is dropped.
-    prefetch_tx: Mutex<Option<mpsc::Sender<ExpertKey>>>,
+    /// Where prefetch requests wait for a reader (None without prefetch); closed on drop.
+    queue: Option<Arc<GuessQueue>>,
     readers: Vec<std::thread::JoinHandle<()>>,
 }
 
@@ -76,6 +76,69 @@ impl Source {
                 Ok((buf, places.try_into().expect("three ranges read")))
             }
         }
+    }
+}
+
+/// Guesses waiting for a prefetch reader: sure ones (`prefetch::SURE_ACCURACY`) first, a
+/// marginal one only while no read ahead is in flight.
+#[derive(Default)]
+struct GuessQueue {
+    state: Mutex<QueueState>,
+    ready: Condvar,
+}
+
+#[derive(Default)]
+struct QueueState {
+    sure: std::collections::VecDeque<ExpertKey>,
+    marginal: std::collections::VecDeque<ExpertKey>,
+    /// reads ahead in flight
+    busy: usize,
+    closed: bool,
+}
+
+impl GuessQueue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn push(&self, key: ExpertKey, sure: bool) {
+        let mut s = self.lock();
+        if sure {
+            s.sure.push_back(key);
+        } else {
+            s.marginal.push_back(key);
+        }
+        self.ready.notify_all();
+    }
+
+    /// The next guess for a reader, counted in flight until `done`; None once closed.
+    fn take(&self) -> Option<ExpertKey> {
+        let mut s = self.lock();
+        loop {
+            if s.closed {
+                return None;
+            }
+            let next = match s.sure.pop_front() {
+                Some(k) => Some(k),
+                None if s.busy == 0 => s.marginal.pop_front(),
+                None => None,
+            };
+            if let Some(k) = next {
+                s.busy += 1;
+                return Some(k);
+            }
+            s = self.ready.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    fn done(&self) {
+        self.lock().busy -= 1;
+        self.ready.notify_all();
+    }
+
+    fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_all();
     }
 }
 
@@ -125,15 +188,14 @@ impl StreamedExperts {
         let cache = Arc::new(Mutex::new(ExpertCache::new(capacity, window)));
         let in_flight = Arc::new(InFlight::default());
         let read_ahead = Arc::new(AtomicU64::new(0));
-        let (tx, rx) = mpsc::channel::<ExpertKey>();
-        let rx = Arc::new(Mutex::new(rx));
+        let queue = Arc::new(GuessQueue::default());
         let readers = (0..if prefetch { PREFETCH_READERS } else { 0 })
             .map(|i| {
-                let (src, cache, in_flight, rx) = (src.clone(), cache.clone(), in_flight.clone(), rx.clone());
+                let (src, cache, in_flight, queue) = (src.clone(), cache.clone(), in_flight.clone(), queue.clone());
                 let (bytes_read, read_ahead) = (bytes_read.clone(), read_ahead.clone());
                 std::thread::Builder::new()
                     .name(format!("xwen-prefetch-{i}"))
-                    .spawn(move || prefetch_reader(&src, &cache, &in_flight, [&bytes_read, &read_ahead], &rx))
+                    .spawn(move || prefetch_reader(&src, &cache, &in_flight, [&bytes_read, &read_ahead], &queue))
                     .map_err(|e| EngineError::ExpertStore(format!("cannot start an expert reader thread: {e}")))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -147,7 +209,7 @@ impl StreamedExperts {
             demand_reads: AtomicU64::new(0),
             read_ahead,
             score: Mutex::new(GuessScore::default()),
-            prefetch_tx: Mutex::new(prefetch.then_some(tx)),
+            queue: prefetch.then_some(queue),
             readers,
         })
     }
@@ -242,13 +304,15 @@ impl StreamedExperts {
 /// A prefetch reader thread: reads the experts asked for into the cache until the store is
 /// dropped. A failed read leaves nothing behind: the layer's lookup reads the expert itself.
 /// It adds to the store's counts of bytes read and of experts read ahead.
-fn prefetch_reader(src: &Source, cache: &Mutex<ExpertCache>, in_flight: &InFlight, [bytes_read, read_ahead]: [&AtomicU64; 2], rx: &Mutex<mpsc::Receiver<ExpertKey>>) {
-    loop {
-        let next = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
-        let Ok(key) = next else { return };
+fn prefetch_reader(src: &Source, cache: &Mutex<ExpertCache>, in_flight: &InFlight, [bytes_read, read_ahead]: [&AtomicU64; 2], queue: &GuessQueue) {
+    while let Some(key) = queue.take() {
         match in_flight.lock().get_mut(&key) {
             Some(started) => *started = true,
-            None => continue, // its layer came first: read it, or routed elsewhere and dropped it
+            None => {
+                // its layer came first: read it, or routed elsewhere and dropped it
+                queue.done();
+                continue;
+            }
         }
         if let Ok((buf, places)) = src.read(key.0, key.1) {
             bytes_read.fetch_add(buf.len() as u64, Ordering::Relaxed);
@@ -258,13 +322,16 @@ fn prefetch_reader(src: &Source, cache: &Mutex<ExpertCache>, in_flight: &InFligh
         }
         in_flight.lock().remove(&key);
         in_flight.landed.notify_all();
+        queue.done();
     }
 }
 
 impl Drop for StreamedExperts {
     fn drop(&mut self) {
-        // closing the channel ends the readers once their current read is done
-        self.prefetch_tx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        // closing the queue ends the readers once their current read is done
+        if let Some(q) = &self.queue {
+            q.close();
+        }
         for r in self.readers.drain(..) {
             let _ = r.join();
         }
@@ -352,15 +419,16 @@ impl ExpertStore for StreamedExperts {
     }
 
     fn prefetch(&self, layer: usize, chosen: &[usize], next: Option<(usize, &[usize])>) {
-        let Some(tx) = self.prefetch_tx.lock().unwrap_or_else(|p| p.into_inner()).clone() else { return };
-        let (layer, ids) = {
+        let Some(queue) = &self.queue else { return };
+        let (layer, ids, sure) = {
             let mut score = self.score.lock().unwrap_or_else(|p| p.into_inner());
             score.routed(layer, chosen);
             let Some((nl, guess)) = next else { return };
             score.guessed(nl, guess);
-            (nl, &guess[..score.depth(guess.len())])
+            let depth = score.depth(guess.len());
+            (nl, &guess[..depth], score.sure(depth))
         };
-        for &e in ids {
+        for (rank, &e) in ids.iter().enumerate() {
             let key = (layer, e);
             if self.mats(layer, e).is_err() || self.cache.lock().unwrap_or_else(|p| p.into_inner()).contains(&key) {
                 continue;
@@ -368,10 +436,7 @@ impl ExpertStore for StreamedExperts {
             if self.in_flight.lock().insert(key, false).is_some() {
                 continue;
             }
-            if tx.send(key).is_err() {
-                self.in_flight.lock().remove(&key);
-                return;
-            }
+            queue.push(key, rank < sure);
         }
     }
 
@@ -412,5 +477,35 @@ impl ExpertStore for StreamedExperts {
 
     fn reset_cache_stats(&self) {
         self.reset_stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GuessQueue;
+
+    #[test]
+    fn sure_guesses_go_first_and_a_marginal_one_only_when_no_read_ahead_is_in_flight() {
+        let q = GuessQueue::default();
+        q.push((1, 7), false);
+        q.push((1, 3), true);
+        q.push((1, 4), true);
+        assert_eq!(q.take(), Some((1, 3)), "sure guesses before the marginal one queued first");
+        assert_eq!(q.take(), Some((1, 4)));
+        {
+            // two reads in flight: the marginal guess waits
+            let s = q.lock();
+            assert_eq!((s.busy, s.marginal.len()), (2, 1));
+        }
+        q.done();
+        q.done();
+        assert_eq!(q.take(), Some((1, 7)), "taken once nothing else is in flight");
+        q.done();
+        // a reader waiting on an empty queue is woken by close
+        std::thread::scope(|sc| {
+            let h = sc.spawn(|| q.take());
+            q.close();
+            assert_eq!(h.join().unwrap(), None);
+        });
     }
 }
