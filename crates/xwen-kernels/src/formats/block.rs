@@ -5,7 +5,8 @@
 
 use crate::half::read_f16;
 
-/// A block layout: `repr(C)`, fields of `u8` / `i8` arrays only, `size_of` = `BYTES`.
+/// A block layout: `repr(C)`, fields of `u8` / `i8` arrays only, `size_of` = `BYTES`. Each
+/// format's file implements it with its own block size (so this file imports no format).
 ///
 /// # Safety
 /// Implementors must be `repr(C)` structs whose fields are all `u8`/`i8` arrays (so any byte
@@ -47,20 +48,6 @@ pub struct BlockQ6K {
     pub qh: [u8; 64],
     pub scales: [i8; 16],
     pub d: [u8; 2],
-}
-
-// SAFETY: repr(C) structs of byte arrays; `blocks` asserts each size against the format's
-// block size at compile time.
-unsafe impl Block for BlockQ8_0 {
-    const BYTES: usize = super::q8::Q8_0_BYTES;
-}
-// SAFETY: as above.
-unsafe impl Block for BlockQ4K {
-    const BYTES: usize = super::q4_k::BYTES;
-}
-// SAFETY: as above.
-unsafe impl Block for BlockQ6K {
-    const BYTES: usize = super::q6_k::BYTES;
 }
 
 impl BlockQ8_0 {

@@ -6,7 +6,7 @@
 //! Value = d*sc*q - dmin*m. Quantizer: quantize_row_q4_K_ref (ggml-quants.c:1458).
 
 use super::q8::{nearest_int, q8k_parts, QK_K};
-use super::block::{blocks, BlockQ4K};
+use super::block::{blocks, Block, BlockQ4K};
 use super::search::make_qkx2_quants;
 use crate::half::{f32_to_f16, read_f16};
 
@@ -198,4 +198,10 @@ pub fn dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
         sumf += b.d() * dy * sumi as f32 - b.dmin() * dy * summ as f32;
     }
     sumf
+}
+
+// SAFETY: a repr(C) struct of byte arrays (`block`); `blocks` asserts its size against this
+// format's block size at compile time.
+unsafe impl Block for BlockQ4K {
+    const BYTES: usize = BYTES;
 }

@@ -10,7 +10,7 @@
 //! Quantizer: quantize_row_q6_K_ref (ggml-quants.c:1870).
 
 use super::q8::{nearest_int, q8k_parts, Q8_K_BYTES, QK_K};
-use super::block::{blocks, BlockQ6K};
+use super::block::{blocks, Block, BlockQ6K};
 use super::search::make_qx_quants;
 use crate::half::{f32_to_f16, read_f16};
 
@@ -129,4 +129,10 @@ pub fn dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
         sumf += b.d() * dy * sumi as f32;
     }
     sumf
+}
+
+// SAFETY: a repr(C) struct of byte arrays (`block`); `blocks` asserts its size against this
+// format's block size at compile time.
+unsafe impl Block for BlockQ6K {
+    const BYTES: usize = BYTES;
 }

@@ -19,7 +19,7 @@
 //! ggml_quantize_mat_q8_K_4x8): on a +a/-a tie for the largest magnitude it takes the positive
 //! one. See [`quantize_q8_k_prefer_positive`].
 
-use super::block::{blocks, BlockQ8_0};
+use super::block::{blocks, Block, BlockQ8_0};
 use crate::half::{f32_to_f16, read_f16, read_f32};
 
 pub const Q8_0_BYTES: usize = 34;
@@ -211,4 +211,10 @@ pub fn q8k_parts(b: &[u8]) -> (f32, &[u8], [i16; 16]) {
         *s = i16::from_le_bytes([b[4 + QK_K + 2 * j], b[4 + QK_K + 2 * j + 1]]);
     }
     (read_f32(b), &b[4..4 + QK_K], bsums)
+}
+
+// SAFETY: a repr(C) struct of byte arrays (`block`); `blocks` asserts its size against this
+// format's block size at compile time.
+unsafe impl Block for BlockQ8_0 {
+    const BYTES: usize = Q8_0_BYTES;
 }
