@@ -251,31 +251,42 @@ pub struct Act8Q8 {
     /// [group][block][token]: the f16 scale widened
     pub(crate) dy: Vec<f32>,
     /// For the VNNI kernel (`simd::avx512_tok8`), which multiplies the weights offset to
-    /// unsigned (x + 128) by these signed codes: per [group][block][pair p (4)][lane (16)] the
-    /// −128·Σy of the 4 codes that lane's `vpdpbusd` takes (lanes 0..8: chunk 2p of the 8 tokens,
-    /// 8..16: chunk 2p + 1), the sum's starting value, so (x + 128)·y − 128·y leaves Σ x·y
-    /// exactly; and the scales widened to both halves ([group][block][16]). Empty unless
-    /// `build_vnni` ran.
+    /// unsigned (x + 128) by these signed codes: `qsi` holds `qs` with a chunk pair's two
+    /// chunks interleaved per token (per [group][block][pair p (4)] 16 dwords, dword j = chunk
+    /// 2p + j % 2 of token j / 2), so one 8-byte broadcast of a weight row's chunks 2p, 2p + 1
+    /// meets every token's two dwords without a permute; `corr` per [group][block][pair][lane]
+    /// the −128·Σy of the 4 codes that lane's `vpdpbusd` takes, the sum's starting value, so
+    /// (x + 128)·y − 128·y leaves Σ x·y exactly; `dy16` the scales per lane ([group][block][16],
+    /// lane j token j / 2's). Empty unless `build_vnni` ran.
+    pub(crate) qsi: Vec<u8>,
     pub(crate) corr: Vec<i32>,
     pub(crate) dy16: Vec<f32>,
 }
 
 impl Act8Q8 {
-    /// `corr` and `dy16` from `qs` and `dy` (after `build`): once per product, shared by
+    /// `qsi`, `corr` and `dy16` from `qs` and `dy` (after `build`): once per product, shared by
     /// every weight row.
     pub fn build_vnni(&mut self) {
         let blocks = self.dy.len() / TOK;
+        self.qsi.clear();
+        self.qsi.reserve(blocks * 32 * TOK);
         self.corr.clear();
         self.corr.reserve(blocks * 64);
         self.dy16.clear();
         self.dy16.reserve(blocks * 16);
         for gi in 0..blocks {
+            // qs: chunk l of token t at l·32 + t·4
             let qs = &self.qs[gi * 32 * TOK..(gi + 1) * 32 * TOK];
-            // dword j of pair p's 64 bytes is (chunk 2p + j / 8, token j % 8)
-            self.corr.extend(qs.chunks_exact(4).map(|c| -128 * c.iter().map(|&b| b as i8 as i32).sum::<i32>()));
+            for p in 0..4 {
+                for j in 0..16 {
+                    let at = (2 * p + j % 2) * 32 + (j / 2) * 4;
+                    let c = &qs[at..at + 4];
+                    self.qsi.extend_from_slice(c);
+                    self.corr.push(-128 * c.iter().map(|&b| b as i8 as i32).sum::<i32>());
+                }
+            }
             let dy = &self.dy[gi * TOK..(gi + 1) * TOK];
-            self.dy16.extend_from_slice(dy);
-            self.dy16.extend_from_slice(dy);
+            self.dy16.extend(dy.iter().flat_map(|&d| [d, d]));
         }
     }
 

@@ -31,9 +31,11 @@ pub unsafe fn row_q8_0_vnni(w: &[u8], act: &Act8Q8, g: usize, out: &mut [f32; TO
 /// `row_q8_0_vnni` for R rows at once (`w[r]`, nb blocks each) against the same 8 tokens: each
 /// activation vector is loaded once for the R rows (one row at a time is bound by those loads
 /// on an AVX-512 Intel core); each row's operations are those of R = 1, so its bits too. Per
-/// block and pair p of chunks: dword 2p of the codes (offset to unsigned, x + 128) into lanes
-/// 0..8, 2p + 1 into 8..16, one `vpdpbusd` from the activations' −128·Σy (`Act8Q8::corr`), which
-/// leaves Σ x·y exactly.
+/// block and pair p of chunks: the row's chunks 2p and 2p + 1 (8 bytes) broadcast to every
+/// token's lane pair and offset to unsigned (x + 128) in one `vpxorq` with an embedded
+/// broadcast (no permute), one `vpdpbusd` from the activations' −128·Σy (`Act8Q8::corr`),
+/// which leaves Σ x·y exactly, in the lanes `Act8Q8::qsi` interleaves (2t: chunk 2p of token
+/// t, 2t + 1: chunk 2p + 1).
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available; every `w[r]` holds nb blocks;
@@ -42,41 +44,58 @@ pub unsafe fn row_q8_0_vnni(w: &[u8], act: &Act8Q8, g: usize, out: &mut [f32; TO
 pub unsafe fn rows_q8_0_vnni<const R: usize>(w: [&[u8]; R], act: &Act8Q8, g: usize, out: &mut [[f32; TOK]; R]) {
     let nb = act.nb;
     debug_assert!(act.corr.len() >= (g + 1) * nb * 64 && act.dy16.len() >= (g + 1) * nb * 16);
-    let off = _mm256_set1_epi8(0x80u8 as i8);
-    let idx: [__m512i; 4] = std::array::from_fn(|p| {
-        let (a, b) = (2 * p as i32, 2 * p as i32 + 1);
-        _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
-    });
+    debug_assert!(act.qsi.len() >= (g + 1) * nb * 32 * TOK);
+    let off = _mm512_set1_epi8(0x80u8 as i8);
     let mut acc = [[_mm512_setzero_ps(); 4]; R];
     for i in 0..nb {
         let gi = g * nb + i;
         let dy = _mm512_loadu_ps(act.dy16.as_ptr().add(gi * 16));
-        let qs = act.qs.as_ptr().add(gi * 32 * TOK);
+        let qs = act.qsi.as_ptr().add(gi * 32 * TOK);
         let corr = act.corr.as_ptr().add(gi * 64);
         let mut d = [_mm512_setzero_ps(); R];
-        let mut codes = [_mm512_setzero_si512(); R];
         for r in 0..R {
             d[r] = _mm512_mul_ps(_mm512_set1_ps(h2f_wide(w[r], i * Q8_0)), dy);
-            let x = _mm256_loadu_si256(w[r].as_ptr().add(i * Q8_0 + 2) as *const __m256i);
-            codes[r] = _mm512_castsi256_si512(_mm256_xor_si256(x, off));
         }
         for p in 0..4 {
             let y = _mm512_loadu_si512(qs.add(p * 64) as *const __m512i);
             let c = _mm512_loadu_si512(corr.add(p * 16) as *const __m512i);
             for r in 0..R {
-                let x = _mm512_permutexvar_epi32(idx[p], codes[r]);
+                let x = xor_broadcast8(w[r].as_ptr().add(i * Q8_0 + 2 + 8 * p), off);
                 let t = _mm512_dpbusd_epi32(c, x, y);
                 acc[r][p] = _mm512_fmadd_ps(d[r], _mm512_cvtepi32_ps(t), acc[r][p]);
             }
         }
     }
+    // lanes 2t / 2t + 1 of token t: chunks (0, 4, 2, 6) / (1, 5, 3, 7) summed in hsum_float_8's
+    // order, then the two halves added — the one-token order
+    let evens_odds = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
     for r in 0..R {
         let h01 = _mm512_add_ps(acc[r][2], acc[r][0]);
         let h23 = _mm512_add_ps(acc[r][3], acc[r][1]);
-        let t = _mm512_add_ps(h01, h23);
+        let t = _mm512_permutexvar_ps(evens_odds, _mm512_add_ps(h01, h23));
         let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(t)));
         _mm256_storeu_ps(out[r].as_mut_ptr(), _mm256_add_ps(_mm512_castps512_ps256(t), hi));
     }
+}
+
+/// The 8 bytes at `p` broadcast to every qword lane, XORed with `v`: one `vpxorq` with an
+/// embedded broadcast. Written out because LLVM turns `xor(set1_epi64(load), splat)` into a
+/// 128-bit XOR and a `vpbroadcastq` — a shuffle-port µop per use, which this kernel avoids.
+///
+/// # Safety
+/// AVX-512F must be available; `p` must be readable for 8 bytes.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn xor_broadcast8(p: *const u8, v: __m512i) -> __m512i {
+    let x: __m512i;
+    std::arch::asm!(
+        "vpxorq {x}, {v}, qword ptr [{p}]{{1to8}}",
+        x = lateout(zmm_reg) x,
+        v = in(zmm_reg) v,
+        p = in(reg) p,
+        options(pure, readonly, nostack, preserves_flags),
+    );
+    x
 }
 
 /// `avx2_tok8::rows4` with AVX-512 VNNI, the same bits: a (sub-block 2k, 2k+1) chunk pair of
