@@ -13,7 +13,7 @@ use xwen_gguf::GgufFile;
 pub fn run(a: PlanArgs) -> Result<()> {
     let mut cfg = a.engine.engine_config()?;
     cfg.reserved_ram = a.cache_ram.saturating_mul(1 << 20);
-    let path = a.model.as_deref().map(crate::hub::resolve).transpose()?;
+    let path = a.model.as_deref().map(xwen_hub::hub::resolve).transpose()?;
     let file = match &path {
         None => GgufFile::from_bytes(crate::model_arg::DEMO_GGUF.to_vec()).context("embedded demo model")?,
         Some(p) => GgufFile::open(p).map_err(|e| anyhow!("{}: {e}", p.display()))?,

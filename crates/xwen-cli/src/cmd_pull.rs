@@ -6,7 +6,7 @@ use anyhow::Result;
 use crate::cli::PullArgs;
 
 pub fn run(a: PullArgs) -> Result<()> {
-    let path = crate::hub::resolve(&a.model)?;
+    let path = xwen_hub::hub::resolve(&a.model)?;
     println!("{}", path.display());
     Ok(())
 }

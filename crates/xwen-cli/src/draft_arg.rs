@@ -65,12 +65,12 @@ pub fn prepare(a: &DraftOpts, cfg: &mut xwen_engine::EngineConfig, n_seq: usize)
     match kind {
         Kind::Mtp => {
             if let Some(path) = &a.model_draft {
-                cfg.mtp_sidecar = Some(crate::hub::resolve(path)?);
+                cfg.mtp_sidecar = Some(xwen_hub::hub::resolve(path)?);
             }
         }
         Kind::Model => {
             let path = a.model_draft.as_deref().unwrap_or_default();
-            let resolved = crate::hub::resolve(path)?;
+            let resolved = xwen_hub::hub::resolve(path)?;
             let dm = xwen_engine::Model::load(&resolved, &xwen_engine::EngineConfig { ram_budget: None, n_seq, draft_ram: 0, mtp_sidecar: None, ..cfg.clone() })
                 .with_context(|| format!("-md {path}"))?;
             // counted by a budgeted target's plan (the engine ignores it without a budget)

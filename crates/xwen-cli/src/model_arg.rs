@@ -31,7 +31,7 @@ pub fn load(model: Option<&str>, mut cfg: EngineConfig, opts: &EngineOpts) -> Re
     let (file, is_demo, file_name, path) = match model {
         None => (GgufFile::from_bytes(DEMO_GGUF.to_vec()).context("embedded demo model")?, true, None, None),
         Some(m) => {
-            let path = crate::hub::resolve(m)?;
+            let path = xwen_hub::hub::resolve(m)?;
             let name = path.file_name().map(|n| n.to_string_lossy().to_string());
             let file = if opts.no_mmap {
                 let bytes = std::fs::read(&path).with_context(|| display(&path))?;
