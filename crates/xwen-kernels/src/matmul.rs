@@ -776,11 +776,13 @@ impl Pool {
         let arb = act_row_bytes(&w);
         let nb = w.cols / 32;
         let mut act = Act8Q8::default();
-        act.build(xq, arb, nb, groups);
-        // the VNNI twin of the lane kernel (the same bits) where AVX-512 is the active set
+        // the VNNI twin of the lane kernel (the same bits) where AVX-512 is the active set,
+        // with its own layout of the activations
         let vnni = dispatch::active() == dispatch::Isa::Avx512;
         if vnni {
-            act.build_vnni();
+            act.build_vnni(xq, arb, nb, groups);
+        } else {
+            act.build(xq, arb, nb, groups);
         }
         let chunk = row_chunk(w.rows, self.n_threads());
         let n_row_chunks = w.rows.div_ceil(chunk);

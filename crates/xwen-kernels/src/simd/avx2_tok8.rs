@@ -251,42 +251,47 @@ pub struct Act8Q8 {
     /// [group][block][token]: the f16 scale widened
     pub(crate) dy: Vec<f32>,
     /// For the VNNI kernel (`simd::avx512_tok8`), which multiplies the weights offset to
-    /// unsigned (x + 128) by these signed codes: `qsi` holds `qs` with a chunk pair's two
-    /// chunks interleaved per token (per [group][block][pair p (4)] 16 dwords, dword j = chunk
-    /// 2p + j % 2 of token j / 2), so one 8-byte broadcast of a weight row's chunks 2p, 2p + 1
-    /// meets every token's two dwords without a permute; `corr` per [group][block][pair][lane]
-    /// the −128·Σy of the 4 codes that lane's `vpdpbusd` takes, the sum's starting value, so
-    /// (x + 128)·y − 128·y leaves Σ x·y exactly; `dy16` the scales per lane ([group][block][16],
-    /// lane j token j / 2's). Empty unless `build_vnni` ran.
+    /// unsigned (x + 128) by these signed codes (`build_vnni` fills these instead of `qs` and
+    /// `dy`): `qsi` the codes with a chunk pair's two chunks interleaved per token (per
+    /// [group][block][pair p (4)] 16 dwords, dword j = chunk 2p + j % 2 of token j / 2), so one
+    /// 8-byte broadcast of a weight row's chunks 2p, 2p + 1 meets every token's two dwords
+    /// without a permute; `corr` per [group][block][pair][lane] the −128·Σy of the 4 codes that
+    /// lane's `vpdpbusd` takes, the sum's starting value, so (x + 128)·y − 128·y leaves Σ x·y
+    /// exactly; `dy16` the scales per lane ([group][block][16], lane j token j / 2's).
     pub(crate) qsi: Vec<u8>,
     pub(crate) corr: Vec<i32>,
     pub(crate) dy16: Vec<f32>,
 }
 
 impl Act8Q8 {
-    /// `qsi`, `corr` and `dy16` from `qs` and `dy` (after `build`): once per product, shared by
-    /// every weight row.
-    pub fn build_vnni(&mut self) {
-        let blocks = self.dy.len() / TOK;
+    /// The VNNI kernel's activations (`qsi`, `corr`, `dy16`; not `qs` and `dy`) straight from
+    /// `groups` groups of 8 quantized rows (`stride` bytes apart, nb Q8_0 blocks each): once
+    /// per product, shared by every weight row.
+    pub fn build_vnni(&mut self, a: &[u8], stride: usize, nb: usize, groups: usize) {
+        self.nb = nb;
+        let blocks = groups * nb;
         self.qsi.clear();
-        self.qsi.reserve(blocks * 32 * TOK);
+        self.qsi.resize(blocks * 32 * TOK, 0);
         self.corr.clear();
-        self.corr.reserve(blocks * 64);
+        self.corr.resize(blocks * 64, 0);
         self.dy16.clear();
-        self.dy16.reserve(blocks * 16);
-        for gi in 0..blocks {
-            // qs: chunk l of token t at l·32 + t·4
-            let qs = &self.qs[gi * 32 * TOK..(gi + 1) * 32 * TOK];
-            for p in 0..4 {
-                for j in 0..16 {
-                    let at = (2 * p + j % 2) * 32 + (j / 2) * 4;
-                    let c = &qs[at..at + 4];
-                    self.qsi.extend_from_slice(c);
-                    self.corr.push(-128 * c.iter().map(|&b| b as i8 as i32).sum::<i32>());
+        self.dy16.resize(blocks * 16, 0.0);
+        for g in 0..groups {
+            for t in 0..TOK {
+                let row = &a[(g * TOK + t) * stride..];
+                for (i, b) in row.chunks_exact(Q8_0).take(nb).enumerate() {
+                    let gi = g * nb + i;
+                    let d = read_f16(b);
+                    self.dy16[gi * 16 + 2 * t] = d;
+                    self.dy16[gi * 16 + 2 * t + 1] = d;
+                    // chunk l of token t: dword 16·(l / 2) + 2t + l % 2 of the block's 64
+                    for (l, c) in b[2..].chunks_exact(4).enumerate() {
+                        let lane = gi * 64 + 16 * (l / 2) + 2 * t + l % 2;
+                        self.qsi[lane * 4..lane * 4 + 4].copy_from_slice(c);
+                        self.corr[lane] = -128 * (c[0] as i8 as i32 + c[1] as i8 as i32 + c[2] as i8 as i32 + c[3] as i8 as i32);
+                    }
                 }
             }
-            let dy = &self.dy[gi * TOK..(gi + 1) * TOK];
-            self.dy16.extend(dy.iter().flat_map(|&d| [d, d]));
         }
     }
 

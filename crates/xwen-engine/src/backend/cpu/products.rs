@@ -73,11 +73,21 @@ fn decode_products(pool: &Pool, ws: &[QMatrix], xd: &[f32], cols: usize, yd: &mu
     let nd = xd.len() / cols.max(1);
     let lanes = |w: &QMatrix| xwen_kernels::tokens_on_lanes(w.ty, w.rows, nd);
     let mut jobs = Vec::new();
+    // the rows quantized once per activation format (q/k/v, gate/up share theirs)
+    let mut quantized: Vec<(GgmlType, Vec<u8>)> = Vec::new();
     for (w, y) in ws.iter().zip(yd.iter_mut()) {
         if lanes(w) {
-            let mut xq = Vec::new();
-            quantize_rows(w.ty, xd.chunks_exact(cols), &mut xq);
-            pool.matvec_tokens_q(*w, &xq, nd, y);
+            let vd = xwen_kernels::vec_dot_type(w.ty);
+            let i = match quantized.iter().position(|(t, _)| *t == vd) {
+                Some(i) => i,
+                None => {
+                    let mut xq = Vec::new();
+                    quantize_rows(w.ty, xd.chunks_exact(cols), &mut xq);
+                    quantized.push((vd, xq));
+                    quantized.len() - 1
+                }
+            };
+            pool.matvec_tokens_q(*w, &quantized[i].1, nd, y);
         } else {
             jobs.push(MvJob { w: *w, x: xd, y });
         }
