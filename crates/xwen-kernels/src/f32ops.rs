@@ -368,9 +368,47 @@ pub(crate) mod x86 {
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn delta_rule_step512(s: &mut [f32], k: &[f32], q: &[f32], v: &[f32], decay: f32, beta: f32, scale: f32, out: &mut [f32]) {
         let sd = k.len();
+        match sd {
+            64 => return delta_rule_step512_rows::<4>(s, k, q, v, decay, beta, scale, out),
+            128 => return delta_rule_step512_rows::<8>(s, k, q, v, decay, beta, scale, out),
+            _ => {}
+        }
         for ((row, &vj), oj) in s.chunks_exact_mut(sd).zip(v).zip(out.iter_mut()) {
             let delta = (vj - scale_dot512(decay, row, k)) * beta;
             *oj = axpy_dot512(delta, k, row, q) * scale;
+        }
+    }
+
+    /// `delta_rule_step512` for a state row of M vectors (S_k = 16·M, a multiple of 64): the
+    /// same operations in the same order — the row scaled, ggml_vec_dot_f32 with k (four
+    /// accumulators from zero over 64-float steps, `ggml_reduce512`), δ, the fused row update,
+    /// the dot with q — with the row, k and q held in registers instead of stored and read
+    /// back between the steps (the reload's store-forwarding latency chained every row).
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn delta_rule_step512_rows<const M: usize>(s: &mut [f32], k: &[f32], q: &[f32], v: &[f32], decay: f32, beta: f32, scale: f32, out: &mut [f32]) {
+        debug_assert!(M % 4 == 0 && k.len() == 16 * M && q.len() == 16 * M && s.len() == v.len() * 16 * M);
+        let kv: [__m512; M] = std::array::from_fn(|m| _mm512_loadu_ps(k.as_ptr().add(16 * m)));
+        let qv: [__m512; M] = std::array::from_fn(|m| _mm512_loadu_ps(q.as_ptr().add(16 * m)));
+        let vdecay = _mm512_set1_ps(decay);
+        // ggml_vec_dot_f32 over 16·M floats: accumulator j takes vectors j, j + 4, … in turn
+        let dot = |a: &[__m512; M], b: &[__m512; M]| -> f32 {
+            let mut acc = [_mm512_setzero_ps(); 4];
+            for m in 0..M {
+                acc[m % 4] = _mm512_fmadd_ps(a[m], b[m], acc[m % 4]);
+            }
+            ggml_reduce512(acc)
+        };
+        for ((row, &vj), oj) in s.chunks_exact_mut(16 * M).zip(v).zip(out.iter_mut()) {
+            let p = row.as_mut_ptr();
+            let mut r: [__m512; M] = std::array::from_fn(|m| _mm512_mul_ps(_mm512_loadu_ps(p.add(16 * m)), vdecay));
+            let delta = (vj - dot(&r, &kv)) * beta;
+            let vdelta = _mm512_set1_ps(delta);
+            for m in 0..M {
+                r[m] = _mm512_fmadd_ps(kv[m], vdelta, r[m]);
+                _mm512_storeu_ps(p.add(16 * m), r[m]);
+            }
+            *oj = dot(&r, &qv) * scale;
         }
     }
 
