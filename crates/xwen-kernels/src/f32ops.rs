@@ -180,6 +180,15 @@ pub fn delta_rule_step(s: &mut [f32], k: &[f32], q: &[f32], v: &[f32], decay: f3
 pub fn delta_rule_step_channels(s: &mut [f32], k: &[f32], q: &[f32], v: &[f32], decay: &[f32], beta: f32, scale: f32, out: &mut [f32]) {
     let sd = k.len();
     assert!(q.len() == sd && decay.len() == sd && s.len() == v.len() * sd && out.len() == v.len());
+    #[cfg(target_arch = "x86_64")]
+    if level() == AVX512 {
+        match sd {
+            // SAFETY: AVX-512F detected; lengths checked above.
+            64 => return unsafe { x86::delta_rule_step512_channels::<4>(s, k, q, v, decay, beta, scale, out) },
+            128 => return unsafe { x86::delta_rule_step512_channels::<8>(s, k, q, v, decay, beta, scale, out) },
+            _ => {}
+        }
+    }
     for (j, row) in s.chunks_exact_mut(sd).enumerate() {
         for (x, &d) in row.iter_mut().zip(decay) {
             *x *= d;
@@ -387,10 +396,30 @@ pub(crate) mod x86 {
     #[target_feature(enable = "avx512f")]
     #[allow(clippy::too_many_arguments)]
     unsafe fn delta_rule_step512_rows<const M: usize>(s: &mut [f32], k: &[f32], q: &[f32], v: &[f32], decay: f32, beta: f32, scale: f32, out: &mut [f32]) {
+        let vdecay = [_mm512_set1_ps(decay); M];
+        delta_rows512::<M>(s, k, q, v, &vdecay, beta, scale, out)
+    }
+
+    /// `delta_rule_step_channels` (KDA) at the AVX-512 level for S_k = 16·M, a multiple of 64:
+    /// each row multiplied by the per-channel decays (element-wise, as ggml_vec_mul), then
+    /// `delta_rule_step512_rows`'s steps (ggml's second scaling, by 1, is exact and left out).
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn delta_rule_step512_channels<const M: usize>(s: &mut [f32], k: &[f32], q: &[f32], v: &[f32], decay: &[f32], beta: f32, scale: f32, out: &mut [f32]) {
+        debug_assert_eq!(decay.len(), 16 * M);
+        let vdecay: [__m512; M] = std::array::from_fn(|m| _mm512_loadu_ps(decay.as_ptr().add(16 * m)));
+        delta_rows512::<M>(s, k, q, v, &vdecay, beta, scale, out)
+    }
+
+    /// The rows of one delta-rule step with each row scaled by `vdecay` (a vector per 16 of
+    /// its floats) first.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn delta_rows512<const M: usize>(s: &mut [f32], k: &[f32], q: &[f32], v: &[f32], vdecay: &[__m512; M], beta: f32, scale: f32, out: &mut [f32]) {
         debug_assert!(M % 4 == 0 && k.len() == 16 * M && q.len() == 16 * M && s.len() == v.len() * 16 * M);
         let kv: [__m512; M] = std::array::from_fn(|m| _mm512_loadu_ps(k.as_ptr().add(16 * m)));
         let qv: [__m512; M] = std::array::from_fn(|m| _mm512_loadu_ps(q.as_ptr().add(16 * m)));
-        let vdecay = _mm512_set1_ps(decay);
         // ggml_vec_dot_f32 over 16·M floats: accumulator j takes vectors j, j + 4, … in turn
         let dot = |a: &[__m512; M], b: &[__m512; M]| -> f32 {
             let mut acc = [_mm512_setzero_ps(); 4];
@@ -401,7 +430,7 @@ pub(crate) mod x86 {
         };
         for ((row, &vj), oj) in s.chunks_exact_mut(16 * M).zip(v).zip(out.iter_mut()) {
             let p = row.as_mut_ptr();
-            let mut r: [__m512; M] = std::array::from_fn(|m| _mm512_mul_ps(_mm512_loadu_ps(p.add(16 * m)), vdecay));
+            let mut r: [__m512; M] = std::array::from_fn(|m| _mm512_mul_ps(_mm512_loadu_ps(p.add(16 * m)), vdecay[m]));
             let delta = (vj - dot(&r, &kv)) * beta;
             let vdelta = _mm512_set1_ps(delta);
             for m in 0..M {
@@ -681,6 +710,34 @@ mod tests {
             let s3 = axpy_dot(-0.2, &a, &mut y3, &a);
             let y4: Vec<f32> = b.iter().zip(&a).map(|(y, x)| y + -0.2 * x).collect();
             assert!(close(s3, dot_portable(&y4, &a)), "axpy_dot n={n}");
+        }
+    }
+
+    /// KDA's step on the register-resident rows (S_k 64, 128) equals the row-by-row form
+    /// (element-wise decay, scale_dot by 1, axpy_dot), bit for bit.
+    #[test]
+    fn channel_step_equals_the_row_by_row_form() {
+        for (rows, sd) in [(128, 128), (7, 64), (5, 40)] {
+            let (s0, _) = vecs(rows * sd, (rows * sd) as u32);
+            let (k, q) = vecs(sd, 3 + sd as u32);
+            let (v, _) = vecs(rows, 11 + rows as u32);
+            let decay: Vec<f32> = (0..sd).map(|i| 0.8 + 0.19 * ((i as f32) * 0.7).sin()).collect();
+            let (beta, scale) = (0.61f32, 1.0 / (sd as f32).sqrt());
+            let mut s1 = s0.clone();
+            let mut o1 = vec![0f32; rows];
+            delta_rule_step_channels(&mut s1, &k, &q, &v, &decay, beta, scale, &mut o1);
+            let mut s2 = s0.clone();
+            let mut o2 = vec![0f32; rows];
+            for (j, row) in s2.chunks_exact_mut(sd).enumerate() {
+                for (x, &d) in row.iter_mut().zip(&decay) {
+                    *x *= d;
+                }
+                let delta = (v[j] - scale_dot(1.0, row, &k)) * beta;
+                o2[j] = axpy_dot(delta, &k, row, &q) * scale;
+            }
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&s1), bits(&s2), "state {rows}x{sd}");
+            assert_eq!(bits(&o1), bits(&o2), "out {rows}x{sd}");
         }
     }
 
