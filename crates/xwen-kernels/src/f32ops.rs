@@ -181,13 +181,12 @@ pub fn delta_rule_step_channels(s: &mut [f32], k: &[f32], q: &[f32], v: &[f32], 
     let sd = k.len();
     assert!(q.len() == sd && decay.len() == sd && s.len() == v.len() * sd && out.len() == v.len());
     #[cfg(target_arch = "x86_64")]
-    if level() == AVX512 {
-        match sd {
-            // SAFETY: AVX-512F detected; lengths checked above.
-            64 => return unsafe { x86::delta_rule_step512_channels::<4>(s, k, q, v, decay, beta, scale, out) },
-            128 => return unsafe { x86::delta_rule_step512_channels::<8>(s, k, q, v, decay, beta, scale, out) },
-            _ => {}
-        }
+    match level() {
+        // SAFETY (each arm): the features were detected at run time; lengths checked above.
+        AVX512 if sd == 64 => return unsafe { x86::delta_rule_step512_channels::<4>(s, k, q, v, decay, beta, scale, out) },
+        AVX512 if sd == 128 => return unsafe { x86::delta_rule_step512_channels::<8>(s, k, q, v, decay, beta, scale, out) },
+        AVX2 if sd.is_multiple_of(32) => return unsafe { x86::delta_rule_step256_channels(s, k, q, v, decay, beta, scale, out) },
+        _ => {}
     }
     for (j, row) in s.chunks_exact_mut(sd).enumerate() {
         for (x, &d) in row.iter_mut().zip(decay) {
@@ -599,19 +598,51 @@ pub(crate) mod x86 {
         let p = s.as_mut_ptr();
         let mut j = 0;
         while j + 2 <= rows {
-            delta_rows::<2>(p.add(j * sd), sd, k, q, &v[j..j + 2], decay, beta, scale, &mut out[j..j + 2]);
+            delta_rows::<2, false>(p.add(j * sd), sd, k, q, &v[j..j + 2], decay, &[], beta, scale, &mut out[j..j + 2]);
             j += 2;
         }
         if j < rows {
-            delta_rows::<1>(p.add(j * sd), sd, k, q, &v[j..j + 1], decay, beta, scale, &mut out[j..j + 1]);
+            delta_rows::<1, false>(p.add(j * sd), sd, k, q, &v[j..j + 1], decay, &[], beta, scale, &mut out[j..j + 1]);
         }
     }
 
-    /// R consecutive state rows from `r` (sd floats each) through one delta-rule step.
+    /// `delta_rule_step_channels` (KDA) for k.len() % 32 == 0: `delta_rule_step256` with each
+    /// row multiplied by the per-channel decays (element-wise, as ggml_vec_mul; ggml's second
+    /// scaling, by 1, is exact and left out).
+    #[target_feature(enable = "avx2,fma")]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn delta_rule_step256_channels(s: &mut [f32], k: &[f32], q: &[f32], v: &[f32], decay: &[f32], beta: f32, scale: f32, out: &mut [f32]) {
+        let sd = k.len();
+        debug_assert_eq!(decay.len(), sd);
+        let rows = v.len();
+        let p = s.as_mut_ptr();
+        let mut j = 0;
+        while j + 2 <= rows {
+            delta_rows::<2, true>(p.add(j * sd), sd, k, q, &v[j..j + 2], 1.0, decay, beta, scale, &mut out[j..j + 2]);
+            j += 2;
+        }
+        if j < rows {
+            delta_rows::<1, true>(p.add(j * sd), sd, k, q, &v[j..j + 1], 1.0, decay, beta, scale, &mut out[j..j + 1]);
+        }
+    }
+
+    /// R consecutive state rows from `r` (sd floats each) through one delta-rule step, each
+    /// row scaled by `decay`, or with CHANNELS element-wise by `decays` (sd of them).
     #[inline(always)]
     #[allow(clippy::too_many_arguments, clippy::needless_range_loop)] // R rows' chains side by side
-    unsafe fn delta_rows<const R: usize>(r: *mut f32, sd: usize, k: &[f32], q: &[f32], v: &[f32], decay: f32, beta: f32, scale: f32, out: &mut [f32]) {
-        let (pk, pq) = (k.as_ptr(), q.as_ptr());
+    unsafe fn delta_rows<const R: usize, const CHANNELS: bool>(
+        r: *mut f32,
+        sd: usize,
+        k: &[f32],
+        q: &[f32],
+        v: &[f32],
+        decay: f32,
+        decays: &[f32],
+        beta: f32,
+        scale: f32,
+        out: &mut [f32],
+    ) {
+        let (pk, pq, pd) = (k.as_ptr(), q.as_ptr(), decays.as_ptr());
         let vdecay = _mm256_set1_ps(decay);
         // row ·= decay, kv = row · k (dot256's order: 4 accumulators over steps of 32)
         let mut acc = [[_mm256_setzero_ps(); 4]; R];
@@ -619,9 +650,10 @@ pub(crate) mod x86 {
         while i < sd {
             for c in 0..4 {
                 let kk = _mm256_loadu_ps(pk.add(i + 8 * c));
+                let dd = if CHANNELS { _mm256_loadu_ps(pd.add(i + 8 * c)) } else { vdecay };
                 for n in 0..R {
                     let at = r.add(n * sd + i + 8 * c);
-                    let x = _mm256_mul_ps(_mm256_loadu_ps(at), vdecay);
+                    let x = _mm256_mul_ps(_mm256_loadu_ps(at), dd);
                     _mm256_storeu_ps(at, x);
                     acc[n][c] = _mm256_fmadd_ps(x, kk, acc[n][c]);
                 }
@@ -738,6 +770,49 @@ mod tests {
             let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&s1), bits(&s2), "state {rows}x{sd}");
             assert_eq!(bits(&o1), bits(&o2), "out {rows}x{sd}");
+        }
+    }
+
+    /// The AVX2 forms of both steps (whatever the level this machine dispatches to) equal
+    /// their row-by-row AVX2 sweeps, bit for bit.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn avx2_steps_equal_their_row_by_row_sweeps() {
+        if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")) {
+            return;
+        }
+        for (rows, sd) in [(128, 128), (7, 64), (6, 32)] {
+            let (s0, _) = vecs(rows * sd, (rows * sd) as u32);
+            let (k, q) = vecs(sd, 3 + sd as u32);
+            let (v, _) = vecs(rows, 11 + rows as u32);
+            let decays: Vec<f32> = (0..sd).map(|i| 0.8 + 0.19 * ((i as f32) * 0.7).sin()).collect();
+            let (beta, scale) = (0.61f32, 1.0 / (sd as f32).sqrt());
+            let bits = |x: &[f32]| x.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            for channels in [false, true] {
+                let (mut s1, mut o1) = (s0.clone(), vec![0f32; rows]);
+                let (mut s2, mut o2) = (s0.clone(), vec![0f32; rows]);
+                // SAFETY: AVX2 and FMA detected above; lengths match.
+                unsafe {
+                    if channels {
+                        x86::delta_rule_step256_channels(&mut s1, &k, &q, &v, &decays, beta, scale, &mut o1);
+                    } else {
+                        x86::delta_rule_step256(&mut s1, &k, &q, &v, 0.93, beta, scale, &mut o1);
+                    }
+                    for (j, row) in s2.chunks_exact_mut(sd).enumerate() {
+                        let kv = if channels {
+                            for (x, &d) in row.iter_mut().zip(&decays) {
+                                *x *= d;
+                            }
+                            x86::scale_dot256(1.0, row, &k)
+                        } else {
+                            x86::scale_dot256(0.93, row, &k)
+                        };
+                        o2[j] = x86::axpy_dot256((v[j] - kv) * beta, &k, row, &q) * scale;
+                    }
+                }
+                assert_eq!(bits(&s1), bits(&s2), "state {rows}x{sd} channels {channels}");
+                assert_eq!(bits(&o1), bits(&o2), "out {rows}x{sd} channels {channels}");
+            }
         }
     }
 
