@@ -461,6 +461,7 @@ fails if the drafted tokens ever differ from the plain ones. bench drafts only w
 Examples:
   xwen bench -m model.gguf                        # pp512 and tg128, 5 repetitions
   xwen bench -m model.gguf -p 512,2048 -n 0 --json
+  xwen bench -m model.gguf -p 512 -n 128 -d 0,4096   # also at 4096 tokens of context
   xwen bench -m model.gguf --parallel 1,2,4,8 -p 128 -n 128
   xwen bench -m model.gguf --verify 1,2,4,8 -p 512   # speculative verify cost per depth
   xwen bench -m model.gguf --draft ngram --draft-file edit.txt -n 256 -r 3
@@ -475,6 +476,10 @@ pub struct BenchArgs {
     /// Tokens to decode (comma-separated; 0 skips; default 128)
     #[arg(short = 'n', long = "n-gen", value_name = "N,..", allow_negative_numbers = true, value_parser = opts::count_list)]
     pub n_gen: Option<opts::List>,
+    /// Context already in the sequence before each pp / tg test (comma-separated; llama-bench's
+    /// -d: prefilled once per depth, untimed, and restored before every repetition)
+    #[arg(short = 'd', long = "n-depth", value_name = "N,..", allow_negative_numbers = true, value_parser = opts::count_list)]
+    pub n_depth: Option<opts::List>,
     /// Repetitions of each test (default 5, or 1 with --parallel)
     #[arg(short = 'r', long = "repetitions", value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub repetitions: Option<u32>,

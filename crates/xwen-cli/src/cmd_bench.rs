@@ -25,6 +25,8 @@ enum Output {
 struct TestResult {
     n_prompt: usize,
     n_gen: usize,
+    /// Positions already in the sequence when the timed part starts (llama-bench's n_depth).
+    n_depth: usize,
     samples_ns: Vec<u64>,
     test_time: String,
     /// The expert cache over the timed repetitions, when experts stream (`--ram-budget`).
@@ -38,10 +40,14 @@ impl TestResult {
     }
 
     fn name(&self) -> String {
-        match (self.n_prompt, self.n_gen) {
+        let test = match (self.n_prompt, self.n_gen) {
             (p, 0) => format!("pp{p}"),
             (0, n) => format!("tg{n}"),
             (p, n) => format!("pp{p}+tg{n}"),
+        };
+        match self.n_depth {
+            0 => test,
+            d => format!("{test} @ d{d}"),
         }
     }
 }
@@ -49,6 +55,10 @@ impl TestResult {
 pub fn run(a: BenchArgs) -> Result<()> {
     let prompts = a.n_prompt.clone().map(|l| l.0).unwrap_or_else(|| vec![if a.parallel.is_some() { 128 } else { 512 }]);
     let gens = a.n_gen.clone().map(|l| l.0).unwrap_or_else(|| vec![128]);
+    let depths = a.n_depth.clone().map(|l| l.0).unwrap_or_else(|| vec![0]);
+    if depths.iter().any(|&d| d > 0) && (a.parallel.is_some() || a.verify.is_some() || a.draft.draft.is_some() || a.draft.model_draft.is_some()) {
+        bail!("-d (--n-depth) applies to the pp / tg tests; --parallel, --verify and --draft set their own contexts with -p");
+    }
     let output = match a.output.as_deref() {
         Some("json") => Output::Json,
         Some(_) => Output::Markdown,
@@ -141,30 +151,47 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let desc = ModelDesc::of(model, &model_path);
     eprintln!("xwen bench: a decoded token reads {:.3} GB of weights", desc.decode_bytes as f64 / 1e9);
     let mut rng = Lcg(1);
-    let tests: Vec<(usize, usize)> = prompts
+    let tests: Vec<(usize, usize, usize)> = depths
         .iter()
-        .filter(|&&p| p > 0)
-        .map(|&p| (p, 0))
-        .chain(gens.iter().filter(|&&n| n > 0).map(|&n| (0, n)))
+        .flat_map(|&d| {
+            let pp = prompts.iter().filter(|&&p| p > 0).map(move |&p| (p, 0, d));
+            pp.chain(gens.iter().filter(|&&n| n > 0).map(move |&n| (0, n, d)))
+        })
         .collect();
+    if let Some(&(p, n, d)) = tests.iter().find(|&&(p, n, d)| p + n + d > model.max_context()) {
+        bail!("a test needs {} positions (depth {d} + {} tokens) but the context holds {}; raise -c", p + n + d, p + n, model.max_context());
+    }
+    // the state at each depth, prefilled once (untimed) and cloned for every repetition, as
+    // llama-bench restores its saved sequence state
+    let mut at_depth: Option<(usize, xwen_engine::SeqState)> = None;
 
     if output == Output::Markdown {
         print_md_header();
     }
     let mut json_tests = Vec::new();
-    for (n_prompt, n_gen) in tests {
+    for (n_prompt, n_gen, n_depth) in tests {
         if !no_warmup {
             if n_prompt > 0 {
-                run_prompt(model, n_prompt, &mut rng)?;
+                run_prompt(model, model.new_state(), n_prompt, &mut rng)?;
             }
             if n_gen > 0 {
-                run_gen(model, 1, &mut rng)?;
+                run_gen(model, model.new_state(), 1, &mut rng)?;
             }
         }
-        let mut r = TestResult { n_prompt, n_gen, samples_ns: Vec::new(), test_time: rfc3339_now(), cache: None };
+        if n_depth > 0 && at_depth.as_ref().map(|(d, _)| *d) != Some(n_depth) {
+            let mut state = model.new_state();
+            let tokens: Vec<u32> = (0..n_depth).map(|_| rng.below(model.n_vocab() as u32)).collect();
+            model.forward(&mut state, &tokens, LogitsMode::Last)?;
+            at_depth = Some((n_depth, state));
+        }
+        let start = || match &at_depth {
+            Some((d, state)) if *d == n_depth => state.clone(),
+            _ => model.new_state(),
+        };
+        let mut r = TestResult { n_prompt, n_gen, n_depth, samples_ns: Vec::new(), test_time: rfc3339_now(), cache: None };
         model.reset_expert_cache_stats();
         for _ in 0..reps {
-            let ns = if n_prompt > 0 { run_prompt(model, n_prompt, &mut rng)? } else { run_gen(model, n_gen, &mut rng)? };
+            let ns = if n_prompt > 0 { run_prompt(model, start(), n_prompt, &mut rng)? } else { run_gen(model, start(), n_gen, &mut rng)? };
             r.samples_ns.push(ns);
         }
         r.cache = model.expert_cache_stats();
@@ -237,20 +264,18 @@ fn prefault(model: &Model) -> u64 {
     bytes
 }
 
-/// Prefill of `n` random tokens from an empty state; returns nanoseconds.
-fn run_prompt(model: &Model, n: usize, rng: &mut Lcg) -> Result<u64> {
+/// Prefill of `n` random tokens on top of `state` (empty, or at a depth); returns nanoseconds.
+fn run_prompt(model: &Model, mut state: xwen_engine::SeqState, n: usize, rng: &mut Lcg) -> Result<u64> {
     let n_vocab = model.n_vocab() as u32;
     let tokens: Vec<u32> = (0..n).map(|_| rng.below(n_vocab)).collect();
-    let mut state = model.new_state();
     let t0 = Instant::now();
     model.forward(&mut state, &tokens, LogitsMode::Last)?;
     Ok(t0.elapsed().as_nanos() as u64)
 }
 
-/// Decode of `n` random tokens one at a time from an empty state; returns nanoseconds.
-fn run_gen(model: &Model, n: usize, rng: &mut Lcg) -> Result<u64> {
+/// Decode of `n` random tokens one at a time on top of `state`; returns nanoseconds.
+fn run_gen(model: &Model, mut state: xwen_engine::SeqState, n: usize, rng: &mut Lcg) -> Result<u64> {
     let n_vocab = model.n_vocab() as u32;
-    let mut state = model.new_state();
     let mut token = rng.below(n_vocab);
     let t0 = Instant::now();
     for _ in 0..n {
@@ -372,7 +397,7 @@ fn json_test(d: &ModelDesc, threads: usize, r: &TestResult) -> Value {
         "n_gpu_layers": 0,
         "n_prompt": r.n_prompt,
         "n_gen": r.n_gen,
-        "n_depth": 0,
+        "n_depth": r.n_depth,
         "test_time": r.test_time,
         "avg_ns": mean(&ns) as u64,
         "stddev_ns": stddev(&ns) as u64,
@@ -488,7 +513,7 @@ mod tests {
 
     #[test]
     fn test_names_follow_llama_bench() {
-        let r = |p, n| TestResult { n_prompt: p, n_gen: n, samples_ns: vec![2_000_000_000], test_time: String::new(), cache: None };
+        let r = |p, n| TestResult { n_prompt: p, n_gen: n, n_depth: 0, samples_ns: vec![2_000_000_000], test_time: String::new(), cache: None };
         assert_eq!(r(512, 0).name(), "pp512");
         assert_eq!(r(0, 128).name(), "tg128");
         assert_eq!(r(0, 128).samples_ts(), vec![64.0]);

@@ -47,8 +47,14 @@ pub fn dot_f16_vec_dot(n: usize, w: &[u8], a: &[u8]) -> f32 {
     unsafe { dot_f16_ggml512(n, w, a) }
 }
 
+/// ggml_vec_dot_f16 of an AVX-512 build over n halves (`dot_f16_vec_dot`'s body), inlinable
+/// into a caller's loop compiled with these features (flash attention's per-position scores).
+///
+/// # Safety
+/// AVX-512 F, FMA and F16C must be available; `w` and `a` hold at least 2·n bytes.
+#[inline]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-unsafe fn dot_f16_ggml512(n: usize, w: &[u8], a: &[u8]) -> f32 {
+pub unsafe fn dot_f16_ggml512(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let mut acc = [_mm512_setzero_ps(); 4];
     let np = n & !63;
     let mut i = 0;
@@ -66,6 +72,7 @@ unsafe fn dot_f16_ggml512(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// `sum` plus the leftovers of a 16-bit float dot product past `from`, one at a time: each
 /// product in float, added in double (ggml_vec_dot_f16 / _bf16's tails), `to_f32` widening the
 /// format.
+#[inline]
 fn half_tail(sum: f64, w: &[u8], a: &[u8], from: usize, n: usize, to_f32: fn(u16) -> f32) -> f64 {
     let at = |p: &[u8], i: usize| to_f32(u16::from_le_bytes([p[2 * i], p[2 * i + 1]]));
     (from..n).fold(sum, |s, i| s + (at(w, i) * at(a, i)) as f64)
@@ -148,8 +155,10 @@ fn tail_mask(r: usize) -> __mmask16 {
     ((1u32 << r) - 1) as __mmask16
 }
 
+/// (Only AVX is needed for the load: with fewer features than its callers it inlines into
+/// every one of them, the F16C and BF16 dots included.)
 #[inline]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+#[target_feature(enable = "avx2")]
 unsafe fn load256(p: &[u8], off: usize) -> __m256i {
     debug_assert!(off + 32 <= p.len());
     _mm256_loadu_si256(p.as_ptr().add(off) as *const __m256i)

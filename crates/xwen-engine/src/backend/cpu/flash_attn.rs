@@ -141,6 +141,30 @@ fn one_chunk(q: &[f32], k: KvRows, v: KvRows, at: HeadAt, dv: usize, range: std:
         KvRows::F16(_) => q.iter().map(|&x| f32_to_f16(x)).collect(),
         _ => Vec::new(),
     };
+    #[cfg(target_arch = "x86_64")]
+    if let (KvRows::F16(kk), KvRows::F16(vv)) = (k, v) {
+        if simd() && dk.is_multiple_of(64) && dv.is_multiple_of(16) && !range.is_empty() {
+            assert!((range.end - 1) * at.k_width + at.k_off + dk <= kk.len() && (range.end - 1) * at.v_width + at.v_off + dv <= vv.len());
+            let mut vkq16 = vec![0u16; dv];
+            // SAFETY: the features were detected; the rows read lie inside the cache (above).
+            let (m, s) = unsafe {
+                if xwen_kernels::dispatch::active() == xwen_kernels::dispatch::Isa::Avx512 {
+                    x86::one_chunk_f16_512(&q16, kk, vv, at, range, scale, &mut vkq16)
+                } else {
+                    x86::one_chunk_f16_256(&q16, kk, vv, at, range, scale, &mut vkq16)
+                }
+            };
+            return Partial { m, s, vkq: vkq16.iter().map(|&h| f16_to_f32(h)).collect() };
+        }
+    }
+    one_chunk_each(q, &q16, k, v, at, dv, range, scale, dot_f16)
+}
+
+/// `one_chunk` position by position through the dispatching helpers (`dot16` for an f16 K):
+/// every cache type and shape, and the reference the f16 fast path is tested against.
+#[allow(clippy::too_many_arguments)]
+fn one_chunk_each(q: &[f32], q16: &[u16], k: KvRows, v: KvRows, at: HeadAt, dv: usize, range: std::ops::Range<usize>, scale: f32, dot16: fn(&[u16], &[u16]) -> f32) -> Partial {
+    let dk = q.len();
     let mut q8 = Vec::new();
     if let KvRows::Q8_0(_) = k {
         xwen_kernels::quantize_activations(xwen_kernels::GgmlType::Q8_0, q, &mut q8);
@@ -152,7 +176,7 @@ fn one_chunk(q: &[f32], k: KvRows, v: KvRows, at: HeadAt, dv: usize, range: std:
     for p in range {
         let (ka, va) = (p * at.k_width + at.k_off, p * at.v_width + at.v_off);
         let mut sc = match k {
-            KvRows::F16(kk) => dot_f16(&kk[ka..ka + dk], &q16),
+            KvRows::F16(kk) => dot16(&kk[ka..ka + dk], q16),
             KvRows::F32(kk) => dot_f32(&kk[ka..ka + dk], q),
             KvRows::Q8_0(kk) => xwen_kernels::vec_dot(xwen_kernels::GgmlType::Q8_0, dk, q8_slice(kk, ka, dk), &q8),
         };
@@ -437,14 +461,124 @@ mod x86 {
     use super::*;
     use std::arch::x86_64::*;
 
+    /// `one_chunk` for an f16 K and V (S_k a multiple of 64, S_v of 16) with the position loop
+    /// compiled for AVX-512: see `one_chunk_f16`. Returns (M, S); the accumulator is `vkq16`.
+    ///
+    /// # Safety
+    /// AVX-512 F, FMA and F16C available; every row of `range` inside `k` and `v`.
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub unsafe fn one_chunk_f16_512(q16: &[u16], k: &[u16], v: &[u16], at: HeadAt, range: std::ops::Range<usize>, scale: f32, vkq16: &mut [u16]) -> (f32, f32) {
+        one_chunk_f16::<true>(q16, k, v, at, range, scale, vkq16)
+    }
+
+    /// The same for AVX2 (ggml_vec_dot_f16 of an AVX2 build, 8-lane f16 updates).
+    ///
+    /// # Safety
+    /// AVX2, FMA and F16C available; every row of `range` inside `k` and `v`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub unsafe fn one_chunk_f16_256(q16: &[u16], k: &[u16], v: &[u16], at: HeadAt, range: std::ops::Range<usize>, scale: f32, vkq16: &mut [u16]) -> (f32, f32) {
+        one_chunk_f16::<false>(q16, k, v, at, range, scale, vkq16)
+    }
+
+    /// `one_chunk`'s loop for an f16 cache, position by position the same operations (the
+    /// score: ggml_vec_dot_f16 · scale + the mask's 0; a new maximum rescales the f16
+    /// accumulator by expf(M_old − M), else the weight is expf(s − M); ggml_vec_mad_f16; S),
+    /// but the scores of a block of positions are computed first: they depend on nothing the
+    /// softmax carries, so their dot products pipeline instead of each waiting on the last
+    /// position's accumulator update, and every helper is inlined into the loop.
+    #[inline(always)]
+    unsafe fn one_chunk_f16<const W512: bool>(q16: &[u16], k: &[u16], v: &[u16], at: HeadAt, range: std::ops::Range<usize>, scale: f32, vkq16: &mut [u16]) -> (f32, f32) {
+        const BLOCK: usize = 32;
+        let dk = q16.len();
+        let mut scores = [0.0f32; BLOCK];
+        let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
+        let qb = std::slice::from_raw_parts(q16.as_ptr() as *const u8, 2 * dk);
+        let mut p0 = range.start;
+        while p0 < range.end {
+            let p1 = (p0 + BLOCK).min(range.end);
+            for (p, out) in (p0..p1).zip(scores.iter_mut()) {
+                let kp = k.as_ptr().add(p * at.k_width + at.k_off);
+                let mut sc = if W512 {
+                    xwen_kernels::simd::avx512::dot_f16_ggml512(dk, std::slice::from_raw_parts(kp as *const u8, 2 * dk), qb)
+                } else {
+                    dot_f16_raw(kp, q16.as_ptr(), dk)
+                };
+                sc *= scale;
+                sc += 0.0; // the mask's 0
+                *out = sc;
+            }
+            for (p, &sc) in (p0..p1).zip(scores.iter()) {
+                let (mut ms, mut vs) = (1.0f32, 1.0f32);
+                if sc > m {
+                    let m_old = m;
+                    m = sc;
+                    ms = (m_old - m).exp();
+                    scale_f16_raw::<W512>(vkq16, ms);
+                } else {
+                    vs = (sc - m).exp();
+                }
+                mad_f16_raw::<W512>(vkq16, v.as_ptr().add(p * at.v_width + at.v_off), vs);
+                s = s.mul_add(ms, vs);
+            }
+            p0 = p1;
+        }
+        (m, s)
+    }
+
+    /// ggml_vec_scale_f16 on y (its length a multiple of 16 with W512, of 8 otherwise):
+    /// y = f16(f32(y) · v), element by element, 16 or 8 at a time.
+    #[inline(always)]
+    unsafe fn scale_f16_raw<const W512: bool>(y: &mut [u16], v: f32) {
+        let py = y.as_mut_ptr();
+        if W512 {
+            let vv = _mm512_set1_ps(v);
+            for i in (0..y.len()).step_by(16) {
+                let ay = _mm512_cvtph_ps(_mm256_loadu_si256(py.add(i) as *const __m256i));
+                _mm256_storeu_si256(py.add(i) as *mut __m256i, _mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm512_mul_ps(ay, vv)));
+            }
+        } else {
+            let vv = _mm256_set1_ps(v);
+            for i in (0..y.len()).step_by(8) {
+                let ay = _mm256_cvtph_ps(_mm_loadu_si128(py.add(i) as *const __m128i));
+                _mm_storeu_si128(py.add(i) as *mut __m128i, _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_mul_ps(ay, vv)));
+            }
+        }
+    }
+
+    /// ggml_vec_mad_f16: y = f16(fma(f32(x), v, f32(y))) element by element over y's length
+    /// (a multiple of 16 with W512, of 8 otherwise), `x` that many halves.
+    #[inline(always)]
+    unsafe fn mad_f16_raw<const W512: bool>(y: &mut [u16], x: *const u16, v: f32) {
+        let py = y.as_mut_ptr();
+        if W512 {
+            let vv = _mm512_set1_ps(v);
+            for i in (0..y.len()).step_by(16) {
+                let ax = _mm512_cvtph_ps(_mm256_loadu_si256(x.add(i) as *const __m256i));
+                let ay = _mm512_cvtph_ps(_mm256_loadu_si256(py.add(i) as *const __m256i));
+                _mm256_storeu_si256(py.add(i) as *mut __m256i, _mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm512_fmadd_ps(ax, vv, ay)));
+            }
+        } else {
+            let vv = _mm256_set1_ps(v);
+            for i in (0..y.len()).step_by(8) {
+                let ax = _mm256_cvtph_ps(_mm_loadu_si128(x.add(i) as *const __m128i));
+                let ay = _mm256_cvtph_ps(_mm_loadu_si128(py.add(i) as *const __m128i));
+                _mm_storeu_si128(py.add(i) as *mut __m128i, _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_fmadd_ps(ax, vv, ay)));
+            }
+        }
+    }
+
     /// # Safety
     /// AVX2, FMA and F16C available; equal lengths.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn dot_f16(x: &[u16], y: &[u16]) -> f32 {
-        let n = x.len();
+        dot_f16_raw(x.as_ptr(), y.as_ptr(), x.len())
+    }
+
+    /// `dot_f16` over n halves at `px`, `py`.
+    #[inline(always)]
+    unsafe fn dot_f16_raw(px: *const u16, py: *const u16, n: usize) -> f32 {
         let np = n & !31;
         let mut acc = [_mm256_setzero_ps(); 4];
-        let (px, py) = (x.as_ptr(), y.as_ptr());
         let mut i = 0;
         while i < np {
             for (j, a) in acc.iter_mut().enumerate() {
@@ -459,7 +593,7 @@ mod x86 {
         let t1 = _mm_hadd_ps(t0, t0);
         let mut sum = _mm_cvtss_f32(_mm_hadd_ps(t1, t1)) as f64;
         for k in np..n {
-            sum += (f16_to_f32(x[k]) * f16_to_f32(y[k])) as f64;
+            sum += (f16_to_f32(*px.add(k)) * f16_to_f32(*py.add(k))) as f64;
         }
         sum as f32
     }
@@ -532,6 +666,57 @@ mod tests {
         assert_eq!(n_kv(257, 32768), 512);
         assert_eq!(n_kv(257, 300), 512);
         assert_eq!(n_kv(600, 300), 512);
+    }
+
+    /// The f16 fast path (scores a block at a time, helpers inlined) gives `one_chunk_each`'s
+    /// bits — M, S and the accumulator — at both vector widths, over ranges that end inside
+    /// and on a block, with strided heads.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_f16_fast_path_has_the_per_position_bits() {
+        if !simd() {
+            return;
+        }
+        let avx512 = is_x86_feature_detected!("avx512f");
+        let r = |i: usize| ((i as f32 * 0.618_034).fract() - 0.5) * 3.0;
+        for (hd, heads) in [(64usize, 2usize), (128, 1), (256, 2)] {
+            let n = 300;
+            let width = hd * heads;
+            let k16: Vec<u16> = (0..width * n).map(|i| f32_to_f16(r(i * 3 + 1))).collect();
+            let v16: Vec<u16> = (0..width * n).map(|i| f32_to_f16(r(i * 5 + 2))).collect();
+            let q: Vec<f32> = (0..hd).map(|i| r(i + 7)).collect();
+            let q16: Vec<u16> = q.iter().map(|&x| f32_to_f16(x)).collect();
+            let at = HeadAt::same(width, hd * (heads - 1));
+            let scale = 1.0 / (hd as f32).sqrt();
+            for range in [0..1, 0..32, 5..77, 0..300] {
+                let bits = |p: &Partial| (p.m.to_bits(), p.s.to_bits(), p.vkq.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+                let mut run = |wide: bool| {
+                    let mut acc = vec![0u16; hd];
+                    // SAFETY: the features were checked; every row lies inside the cache.
+                    let (m, s) = unsafe {
+                        if wide {
+                            x86::one_chunk_f16_512(&q16, &k16, &v16, at, range.clone(), scale, &mut acc)
+                        } else {
+                            x86::one_chunk_f16_256(&q16, &k16, &v16, at, range.clone(), scale, &mut acc)
+                        }
+                    };
+                    Partial { m, s, vkq: acc.iter().map(|&h| f16_to_f32(h)).collect() }
+                };
+                // SAFETY (the AVX2 dot): the features were checked by `simd`.
+                let avx2_dot: fn(&[u16], &[u16]) -> f32 = |x, y| unsafe { x86::dot_f16(x, y) };
+                let want = one_chunk_each(&q, &q16, KvRows::F16(&k16), KvRows::F16(&v16), at, hd, range.clone(), scale, avx2_dot);
+                assert_eq!(bits(&run(false)), bits(&want), "AVX2 hd {hd} {range:?}");
+                if avx512 {
+                    let dot512: fn(&[u16], &[u16]) -> f32 = |x, y| {
+                        // SAFETY: u16 slices read as their little-endian bytes (x86), same lengths.
+                        let (xb, yb) = unsafe { (std::slice::from_raw_parts(x.as_ptr() as *const u8, 2 * x.len()), std::slice::from_raw_parts(y.as_ptr() as *const u8, 2 * y.len())) };
+                        xwen_kernels::simd::avx512::dot_f16_vec_dot(x.len(), xb, yb)
+                    };
+                    let want = one_chunk_each(&q, &q16, KvRows::F16(&k16), KvRows::F16(&v16), at, hd, range.clone(), scale, dot512);
+                    assert_eq!(bits(&run(true)), bits(&want), "AVX-512 hd {hd} {range:?}");
+                }
+            }
+        }
     }
 
     /// Every path computes softmax(q·k·scale)·v; against an f64 reference on an f32 cache.
