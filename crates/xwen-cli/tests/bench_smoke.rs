@@ -126,7 +126,7 @@ fn side_by_side_script_runs_with_a_stand_in_llama_bench() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("|     pp16 |") && stdout.contains("|      tg4 |"), "{stdout}");
+    assert!(stdout.contains("|           pp16 |") && stdout.contains("|            tg4 |"), "{stdout}");
     // xwen reads the file back in 2 MiB pages each round unless --keep-page-cache
     assert!(stdout.contains("--reread-huge-pages"), "{stdout}");
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json_out).unwrap()).unwrap();
@@ -282,4 +282,37 @@ fn batched_side_by_side_script_runs_with_a_stand_in_llama_batched_bench() {
     }
     assert!(stdout.contains("|    2 |"), "{stdout}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `-d` (llama-bench's --n-depth): every pp / tg test again on top of that much context, named
+/// "… @ dN" and reported with n_depth; a depth that does not fit the context, or one given to
+/// a test that sets its own context, is a clear error.
+#[test]
+fn bench_depth_runs_each_test_on_top_of_a_context() {
+    let dir = temp_dir("depth");
+    let model = dir.join("qwen35-tiny.gguf");
+    let model_s = model.to_str().unwrap();
+    xwen(&["synth", "--preset", "qwen35-tiny", "--out", model_s, "--seed", "3"]);
+
+    let out = xwen(&["bench", "-m", model_s, "-p", "8", "-n", "4", "-d", "0,40", "-r", "1", "-t", "1", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let got: Vec<(u64, u64, u64)> = v
+        .as_array()
+        .expect("a JSON array")
+        .iter()
+        .map(|t| (t["n_prompt"].as_u64().unwrap(), t["n_gen"].as_u64().unwrap(), t["n_depth"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(got, [(8, 0, 0), (0, 4, 0), (8, 0, 40), (0, 4, 40)], "{out}");
+    let md = xwen(&["bench", "-m", model_s, "-p", "8", "-n", "0", "-d", "40", "-r", "1", "-t", "1"]);
+    assert!(md.contains("pp8 @ d40"), "{md}");
+
+    let fail = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_xwen")).args(args).output().expect("run xwen");
+        assert!(!out.status.success(), "xwen {args:?} should fail");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = fail(&["bench", "-m", model_s, "-c", "32", "-p", "8", "-n", "0", "-d", "40", "-t", "1"]);
+    assert!(err.contains("raise -c") && !err.contains("panicked"), "{err}");
+    let err = fail(&["bench", "-m", model_s, "--parallel", "2", "-d", "40", "-t", "1"]);
+    assert!(err.contains("--n-depth") && !err.contains("panicked"), "{err}");
 }
