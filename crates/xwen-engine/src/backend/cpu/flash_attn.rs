@@ -316,6 +316,12 @@ pub fn tiled_rows(qs: &[&[f32]], k: KvRows, v: KvRows, at: HeadAt, visible0: usi
     }
 }
 
+/// Whether the AVX-512 versions of the tile products run: where the AVX-512 kernels are the
+/// active set (`--isa` caps it). Element-wise FMA chains give the same bits at any width.
+fn avx512() -> bool {
+    xwen_kernels::dispatch::active() == xwen_kernels::dispatch::Isa::Avx512
+}
+
 /// Whether the AVX2 + FMA + F16C versions below may run (the same bits as the portable ones,
 /// which are the specification).
 fn simd() -> bool {
@@ -417,6 +423,11 @@ fn scale_f16(y: &mut [u16], v: f32) {
 /// the head dim (`kt` is the tile's K transposed, [dk][64]), then V accumulated over the cells.
 fn tile_scores(q: &[f32], kt: &[f32], kq: &mut [f32; TILE_KV]) {
     #[cfg(target_arch = "x86_64")]
+    if avx512() {
+        // SAFETY: AVX-512F detected; kt holds q.len() rows of TILE_KV.
+        return unsafe { x86::tile_scores512(q, kt, kq) };
+    }
+    #[cfg(target_arch = "x86_64")]
     if simd() {
         // SAFETY: the features were detected.
         return unsafe { x86::tile_scores(q, kt, kq) };
@@ -436,6 +447,11 @@ fn tile_scores_body(q: &[f32], kt: &[f32], kq: &mut [f32; TILE_KV]) {
 }
 
 fn tile_values(w: &[f32], vt: &[f32], vkq: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if avx512() && vkq.len().is_multiple_of(16) {
+        // SAFETY: AVX-512F detected; vt holds w.len() rows of vkq.len().
+        return unsafe { x86::tile_values512(w, vt, vkq) };
+    }
     #[cfg(target_arch = "x86_64")]
     if simd() {
         // SAFETY: the features were detected.
@@ -636,18 +652,120 @@ mod x86 {
         }
     }
 
+    /// `tile_scores_body` with the tile's 64 scores in eight 8-lane registers through the
+    /// whole head dim (each score one FMA chain over d in order).
+    ///
     /// # Safety
-    /// AVX2 and FMA available.
+    /// AVX2 and FMA available; `kt` holds q.len() rows of TILE_KV.
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn tile_scores(q: &[f32], kt: &[f32], kq: &mut [f32; TILE_KV]) {
-        tile_scores_body(q, kt, kq)
+        debug_assert!(kt.len() >= q.len() * TILE_KV);
+        let mut acc = [_mm256_setzero_ps(); TILE_KV / 8];
+        for (d, &qd) in q.iter().enumerate() {
+            let vq = _mm256_set1_ps(qd);
+            let row = kt.as_ptr().add(d * TILE_KV);
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(_mm256_loadu_ps(row.add(8 * j)), vq, *a);
+            }
+        }
+        for (j, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(kq.as_mut_ptr().add(8 * j), *a);
+        }
     }
 
+    /// `tile_scores_body` with the tile's 64 scores in four 16-lane registers through the
+    /// whole head dim (each score still one FMA chain over d in order).
+    ///
     /// # Safety
-    /// AVX2 and FMA available.
+    /// AVX-512F available; `kt` holds q.len() rows of TILE_KV.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn tile_scores512(q: &[f32], kt: &[f32], kq: &mut [f32; TILE_KV]) {
+        debug_assert!(kt.len() >= q.len() * TILE_KV);
+        let mut acc = [_mm512_setzero_ps(); TILE_KV / 16];
+        for (d, &qd) in q.iter().enumerate() {
+            let vq = _mm512_set1_ps(qd);
+            let row = kt.as_ptr().add(d * TILE_KV);
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = _mm512_fmadd_ps(_mm512_loadu_ps(row.add(16 * j)), vq, *a);
+            }
+        }
+        for (j, a) in acc.iter().enumerate() {
+            _mm512_storeu_ps(kq.as_mut_ptr().add(16 * j), *a);
+        }
+    }
+
+    /// `tile_values_body` with 128, 64 or 16 of the accumulator's floats at a time held in
+    /// registers across the tile's cells (each still one FMA chain over the cells in order).
+    ///
+    /// # Safety
+    /// AVX-512F available; vkq.len() a multiple of 16; `vt` holds w.len() rows of vkq.len().
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn tile_values512(w: &[f32], vt: &[f32], vkq: &mut [f32]) {
+        let hd = vkq.len();
+        debug_assert!(hd.is_multiple_of(16) && vt.len() >= w.len() * hd);
+        let mut d0 = 0;
+        while d0 < hd {
+            d0 += match hd - d0 {
+                r if r >= 128 => values_chunk::<8>(w, vt, hd, d0, vkq),
+                r if r >= 64 => values_chunk::<4>(w, vt, hd, d0, vkq),
+                _ => values_chunk::<1>(w, vt, hd, d0, vkq),
+            };
+        }
+    }
+
+    /// Floats d0..d0 + 16·R of the accumulator through the tile's cells; returns 16·R.
+    #[inline(always)]
+    unsafe fn values_chunk<const R: usize>(w: &[f32], vt: &[f32], hd: usize, d0: usize, vkq: &mut [f32]) -> usize {
+        let pa = vkq.as_mut_ptr().add(d0);
+        let mut acc: [__m512; R] = std::array::from_fn(|j| _mm512_loadu_ps(pa.add(16 * j)));
+        for (tk, &wt) in w.iter().enumerate() {
+            let vw = _mm512_set1_ps(wt);
+            let row = vt.as_ptr().add(tk * hd + d0);
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = _mm512_fmadd_ps(_mm512_loadu_ps(row.add(16 * j)), vw, *a);
+            }
+        }
+        for (j, a) in acc.iter().enumerate() {
+            _mm512_storeu_ps(pa.add(16 * j), *a);
+        }
+        16 * R
+    }
+
+    /// `tile_values_body` with 64 or 8 of the accumulator's floats at a time held in registers
+    /// across the tile's cells (each one FMA chain over the cells in order); a head width that
+    /// is not a multiple of 8 takes the portable body.
+    ///
+    /// # Safety
+    /// AVX2 and FMA available; `vt` holds w.len() rows of vkq.len().
     #[target_feature(enable = "avx2,fma")]
     pub unsafe fn tile_values(w: &[f32], vt: &[f32], vkq: &mut [f32]) {
-        tile_values_body(w, vt, vkq)
+        let hd = vkq.len();
+        if !hd.is_multiple_of(8) {
+            return tile_values_body(w, vt, vkq);
+        }
+        debug_assert!(vt.len() >= w.len() * hd);
+        let mut d0 = 0;
+        while d0 < hd {
+            d0 += if hd - d0 >= 64 { values_chunk256::<8>(w, vt, hd, d0, vkq) } else { values_chunk256::<1>(w, vt, hd, d0, vkq) };
+        }
+    }
+
+    /// Floats d0..d0 + 8·R of the accumulator through the tile's cells; returns 8·R.
+    #[inline(always)]
+    unsafe fn values_chunk256<const R: usize>(w: &[f32], vt: &[f32], hd: usize, d0: usize, vkq: &mut [f32]) -> usize {
+        let pa = vkq.as_mut_ptr().add(d0);
+        let mut acc: [__m256; R] = std::array::from_fn(|j| _mm256_loadu_ps(pa.add(8 * j)));
+        for (tk, &wt) in w.iter().enumerate() {
+            let vw = _mm256_set1_ps(wt);
+            let row = vt.as_ptr().add(tk * hd + d0);
+            for (j, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_fmadd_ps(_mm256_loadu_ps(row.add(8 * j)), vw, *a);
+            }
+        }
+        for (j, a) in acc.iter().enumerate() {
+            _mm256_storeu_ps(pa.add(8 * j), *a);
+        }
+        8 * R
     }
 }
 
@@ -714,6 +832,47 @@ mod tests {
                     };
                     let want = one_chunk_each(&q, &q16, KvRows::F16(&k16), KvRows::F16(&v16), at, hd, range.clone(), scale, dot512);
                     assert_eq!(bits(&run(true)), bits(&want), "AVX-512 hd {hd} {range:?}");
+                }
+            }
+        }
+    }
+
+    /// The AVX2 and AVX-512 tile products give the portable bodies' bits (the tiled path's scores and
+    /// values: one FMA chain per output element).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_vector_tile_products_have_the_portable_bits() {
+        if !simd() {
+            return;
+        }
+        let r = |i: usize| ((i as f32 * 0.618_034).fract() - 0.5) * 3.0;
+        for dk in [64usize, 128, 256, 576] {
+            let q: Vec<f32> = (0..dk).map(|i| r(i + 3)).collect();
+            let kt: Vec<f32> = (0..dk * TILE_KV).map(|i| r(i * 7 + 1)).collect();
+            let (mut a, mut b) = ([0.0f32; TILE_KV], [0.0f32; TILE_KV]);
+            tile_scores_body(&q, &kt, &mut a);
+            // SAFETY: AVX2 and FMA detected; kt holds dk rows of TILE_KV.
+            unsafe { x86::tile_scores(&q, &kt, &mut b) };
+            assert_eq!(a.map(f32::to_bits), b.map(f32::to_bits), "AVX2 scores dk {dk}");
+            if avx512() {
+                // SAFETY: AVX-512F detected; kt holds dk rows of TILE_KV.
+                unsafe { x86::tile_scores512(&q, &kt, &mut b) };
+                assert_eq!(a.map(f32::to_bits), b.map(f32::to_bits), "AVX-512 scores dk {dk}");
+            }
+            for valid in [1usize, 37, 64] {
+                let w: Vec<f32> = (0..valid).map(|i| r(i * 11 + 5).abs()).collect();
+                let vt: Vec<f32> = (0..valid * dk).map(|i| r(i * 13 + 2)).collect();
+                let mut x: Vec<f32> = (0..dk).map(|i| r(i + 9)).collect();
+                let (mut y, mut z) = (x.clone(), x.clone());
+                tile_values_body(&w, &vt, &mut x);
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                // SAFETY: AVX2 and FMA detected; vt holds valid rows of dk.
+                unsafe { x86::tile_values(&w, &vt, &mut y) };
+                assert_eq!(bits(&x), bits(&y), "AVX2 values dk {dk} valid {valid}");
+                if avx512() {
+                    // SAFETY: AVX-512F detected; dk is a multiple of 16; vt holds valid rows of dk.
+                    unsafe { x86::tile_values512(&w, &vt, &mut z) };
+                    assert_eq!(bits(&x), bits(&z), "AVX-512 values dk {dk} valid {valid}");
                 }
             }
         }
