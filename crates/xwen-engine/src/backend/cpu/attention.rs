@@ -22,6 +22,10 @@ pub fn attend(pool: &Pool, q: &[f32], caches: &[&KvCache], rows: &Rows, a: &Attn
     let q_of = |t: usize, h: usize| &q[(t * nh + h) * kd..][..kd];
     let out_p = SharedMut::new(out);
     if mode.flash {
+        // Rows off the tiled path run the query heads of a KV head together (each K and V row
+        // read once for them), `per` heads to a task: the most that still leaves a task per
+        // thread.
+        let per = (1..=group).rev().find(|&g| group.is_multiple_of(g) && rows.spans.len() * (nh / g) >= mode.threads.max(1)).unwrap_or(1);
         pool.run(rows.spans.len() * nh, &|task| {
             let (si, h) = (task / nh, task % nh);
             let (s, kv) = (&rows.spans[si], caches[si]);
@@ -38,13 +42,18 @@ pub fn attend(pool: &Pool, q: &[f32], caches: &[&KvCache], rows: &Rows, a: &Attn
                 flash_attn::tiled_rows(&qs, kv.k.rows(), kv.v.rows(), at(h), s.pos0 + 1, n_kv, a.scale, &mut outs);
                 return;
             }
+            // this task's heads h..h + per (the first of them), sharing one KV head
+            if h % per != 0 {
+                return;
+            }
             for i in 0..s.len {
                 let t = s.start + i;
                 let (rows_n, kv_n) = if s.decode_order { (1, flash_attn::n_kv(s.pos0 + i + 1, mode.n_ctx)) } else { (s.len, n_kv) };
                 let path = flash_attn::path(rows_n, kv_n, same, mode.threads);
-                // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
-                let oh = unsafe { out_p.slice((t * nh + h) * vd, vd) };
-                flash_attn::attend(q_of(t, h), kv.k.rows(), kv.v.rows(), at(h), s.pos0 + i + 1, kv_n, a.scale, path, oh);
+                let qs: Vec<&[f32]> = (h..h + per).map(|hh| q_of(t, hh)).collect();
+                // SAFETY: task (si, h) writes only heads h..h + per of its own span's rows.
+                let mut outs: Vec<&mut [f32]> = (h..h + per).map(|hh| unsafe { out_p.slice((t * nh + hh) * vd, vd) }).collect();
+                flash_attn::attend_heads(&qs, kv.k.rows(), kv.v.rows(), at(h), s.pos0 + i + 1, kv_n, a.scale, path, &mut outs);
             }
         });
         return;

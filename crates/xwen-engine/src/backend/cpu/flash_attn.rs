@@ -85,41 +85,61 @@ impl HeadAt {
 /// `k`/`v` (laid out as `at` says); writes `out` (value length).
 #[allow(clippy::too_many_arguments)]
 pub fn attend(q: &[f32], k: KvRows, v: KvRows, at: HeadAt, visible: usize, n_kv: usize, scale: f32, path: Path, out: &mut [f32]) {
-    let hd = out.len();
+    attend_heads(&[q], k, v, at, visible, n_kv, scale, path, &mut [out]);
+}
+
+/// `attend` for query heads that share one KV head (`at`): each head's result is the one it
+/// gets alone, but on the one-chunk and split-KV paths every K and V row is read once for all
+/// of them (GQA reads each cached row group-size times otherwise).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_heads(qs: &[&[f32]], k: KvRows, v: KvRows, at: HeadAt, visible: usize, n_kv: usize, scale: f32, path: Path, outs: &mut [&mut [f32]]) {
+    debug_assert_eq!(qs.len(), outs.len());
+    let Some(hd) = outs.first().map(|o| o.len()) else { return };
     match path {
-        Path::Tiled => tiled(q, k, v, at, visible, n_kv, scale, out),
+        Path::Tiled => {
+            for (q, out) in qs.iter().zip(outs.iter_mut()) {
+                tiled(q, k, v, at, visible, n_kv, scale, out);
+            }
+        }
         Path::OneChunk => {
-            let p = one_chunk(q, k, v, at, hd, 0..visible.min(n_kv), scale);
-            let inv = if p.s == 0.0 { 0.0 } else { 1.0 / p.s };
-            for (o, &x) in out.iter_mut().zip(&p.vkq) {
-                *o = x * inv;
+            let ps = one_chunk_heads(qs, k, v, at, hd, 0..visible.min(n_kv), scale);
+            for (p, out) in ps.iter().zip(outs.iter_mut()) {
+                let inv = if p.s == 0.0 { 0.0 } else { 1.0 / p.s };
+                for (o, &x) in out.iter_mut().zip(&p.vkq) {
+                    *o = x * inv;
+                }
             }
         }
         Path::Split { threads } => {
             let chunk = n_kv.div_ceil(threads);
-            let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
-            let mut acc = vec![0.0f32; hd];
+            let mut m = vec![f32::NEG_INFINITY; qs.len()];
+            let mut s = vec![0.0f32; qs.len()];
+            let mut acc = vec![vec![0.0f32; hd]; qs.len()];
             for ith in 0..threads {
                 let start = ith * chunk;
                 if start >= n_kv {
                     continue;
                 }
                 let end = (start + chunk).min(n_kv);
-                let p = one_chunk(q, k, v, at, hd, start.min(visible)..end.min(visible), scale);
-                if p.s == 0.0 {
-                    continue;
+                let ps = one_chunk_heads(qs, k, v, at, hd, start.min(visible)..end.min(visible), scale);
+                for (g, p) in ps.iter().enumerate() {
+                    if p.s == 0.0 {
+                        continue;
+                    }
+                    let m_new = m[g].max(p.m);
+                    let (so, sn) = ((m[g] - m_new).exp(), (p.m - m_new).exp());
+                    for (a, &c) in acc[g].iter_mut().zip(&p.vkq) {
+                        *a = a.mul_add(so, c * sn);
+                    }
+                    s[g] = s[g].mul_add(so, p.s * sn);
+                    m[g] = m_new;
                 }
-                let m_new = m.max(p.m);
-                let (so, sn) = ((m - m_new).exp(), (p.m - m_new).exp());
-                for (a, &c) in acc.iter_mut().zip(&p.vkq) {
-                    *a = a.mul_add(so, c * sn);
-                }
-                s = s.mul_add(so, p.s * sn);
-                m = m_new;
             }
-            let inv = if s != 0.0 { 1.0 / s } else { 1.0 };
-            for (o, &x) in out.iter_mut().zip(&acc) {
-                *o = x * inv;
+            for ((out, acc), &s) in outs.iter_mut().zip(&acc).zip(&s) {
+                let inv = if s != 0.0 { 1.0 / s } else { 1.0 };
+                for (o, &x) in out.iter_mut().zip(acc) {
+                    *o = x * inv;
+                }
             }
         }
     }
@@ -132,32 +152,36 @@ struct Partial {
     vkq: Vec<f32>,
 }
 
-/// ggml's `flash_attn_ext_f16_one_chunk` for one row over `range` (all unmasked); `dv` is the
-/// value length.
-fn one_chunk(q: &[f32], k: KvRows, v: KvRows, at: HeadAt, dv: usize, range: std::ops::Range<usize>, scale: f32) -> Partial {
-    let dk = q.len();
+/// ggml's `flash_attn_ext_f16_one_chunk` for one row of each query head in `qs` (sharing a KV
+/// head) over `range` (all unmasked); `dv` is the value length.
+fn one_chunk_heads(qs: &[&[f32]], k: KvRows, v: KvRows, at: HeadAt, dv: usize, range: std::ops::Range<usize>, scale: f32) -> Vec<Partial> {
+    let dk = qs.first().map_or(0, |q| q.len());
     // Q in the K type's dot type
-    let q16: Vec<u16> = match k {
-        KvRows::F16(_) => q.iter().map(|&x| f32_to_f16(x)).collect(),
-        _ => Vec::new(),
-    };
+    let q16s: Vec<Vec<u16>> = qs
+        .iter()
+        .map(|q| match k {
+            KvRows::F16(_) => q.iter().map(|&x| f32_to_f16(x)).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
     #[cfg(target_arch = "x86_64")]
     if let (KvRows::F16(kk), KvRows::F16(vv)) = (k, v) {
         if simd() && dk.is_multiple_of(64) && dv.is_multiple_of(16) && !range.is_empty() {
             assert!((range.end - 1) * at.k_width + at.k_off + dk <= kk.len() && (range.end - 1) * at.v_width + at.v_off + dv <= vv.len());
-            let mut vkq16 = vec![0u16; dv];
+            let mut vkq16 = vec![vec![0u16; dv]; qs.len()];
+            let mut ms = vec![(0.0f32, 0.0f32); qs.len()];
             // SAFETY: the features were detected; the rows read lie inside the cache (above).
-            let (m, s) = unsafe {
+            unsafe {
                 if xwen_kernels::dispatch::active() == xwen_kernels::dispatch::Isa::Avx512 {
-                    x86::one_chunk_f16_512(&q16, kk, vv, at, range, scale, &mut vkq16)
+                    x86::one_chunk_f16_512(&q16s, kk, vv, at, range, scale, &mut vkq16, &mut ms)
                 } else {
-                    x86::one_chunk_f16_256(&q16, kk, vv, at, range, scale, &mut vkq16)
+                    x86::one_chunk_f16_256(&q16s, kk, vv, at, range, scale, &mut vkq16, &mut ms)
                 }
             };
-            return Partial { m, s, vkq: vkq16.iter().map(|&h| f16_to_f32(h)).collect() };
+            return ms.iter().zip(&vkq16).map(|(&(m, s), acc)| Partial { m, s, vkq: acc.iter().map(|&h| f16_to_f32(h)).collect() }).collect();
         }
     }
-    one_chunk_each(q, &q16, k, v, at, dv, range, scale, dot_f16)
+    qs.iter().zip(&q16s).map(|(q, q16)| one_chunk_each(q, q16, k, v, at, dv, range.clone(), scale, dot_f16)).collect()
 }
 
 /// `one_chunk` position by position through the dispatching helpers (`dot16` for an f16 K):
@@ -477,14 +501,16 @@ mod x86 {
     use super::*;
     use std::arch::x86_64::*;
 
-    /// `one_chunk` for an f16 K and V (S_k a multiple of 64, S_v of 16) with the position loop
-    /// compiled for AVX-512: see `one_chunk_f16`. Returns (M, S); the accumulator is `vkq16`.
+    /// `one_chunk_heads` for an f16 K and V (S_k a multiple of 64, S_v of 16) with the position
+    /// loop compiled for AVX-512: see `one_chunk_f16`. Each head's (M, S) into `ms`, its
+    /// accumulator into `vkq16`.
     ///
     /// # Safety
     /// AVX-512 F, FMA and F16C available; every row of `range` inside `k` and `v`.
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-    pub unsafe fn one_chunk_f16_512(q16: &[u16], k: &[u16], v: &[u16], at: HeadAt, range: std::ops::Range<usize>, scale: f32, vkq16: &mut [u16]) -> (f32, f32) {
-        one_chunk_f16::<true>(q16, k, v, at, range, scale, vkq16)
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn one_chunk_f16_512(q16s: &[Vec<u16>], k: &[u16], v: &[u16], at: HeadAt, range: std::ops::Range<usize>, scale: f32, vkq16: &mut [Vec<u16>], ms: &mut [(f32, f32)]) {
+        one_chunk_f16::<true>(q16s, k, v, at, range, scale, vkq16, ms)
     }
 
     /// The same for AVX2 (ggml_vec_dot_f16 of an AVX2 build, 8-lane f16 updates).
@@ -492,53 +518,66 @@ mod x86 {
     /// # Safety
     /// AVX2, FMA and F16C available; every row of `range` inside `k` and `v`.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub unsafe fn one_chunk_f16_256(q16: &[u16], k: &[u16], v: &[u16], at: HeadAt, range: std::ops::Range<usize>, scale: f32, vkq16: &mut [u16]) -> (f32, f32) {
-        one_chunk_f16::<false>(q16, k, v, at, range, scale, vkq16)
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn one_chunk_f16_256(q16s: &[Vec<u16>], k: &[u16], v: &[u16], at: HeadAt, range: std::ops::Range<usize>, scale: f32, vkq16: &mut [Vec<u16>], ms: &mut [(f32, f32)]) {
+        one_chunk_f16::<false>(q16s, k, v, at, range, scale, vkq16, ms)
     }
 
-    /// `one_chunk`'s loop for an f16 cache, position by position the same operations (the
-    /// score: ggml_vec_dot_f16 · scale + the mask's 0; a new maximum rescales the f16
-    /// accumulator by expf(M_old − M), else the weight is expf(s − M); ggml_vec_mad_f16; S),
-    /// but the scores of a block of positions are computed first: they depend on nothing the
-    /// softmax carries, so their dot products pipeline instead of each waiting on the last
-    /// position's accumulator update, and every helper is inlined into the loop.
+    /// `one_chunk`'s loop for an f16 cache, for each query head position by position the same
+    /// operations (the score: ggml_vec_dot_f16 · scale + the mask's 0; a new maximum rescales
+    /// the f16 accumulator by expf(M_old − M), else the weight is expf(s − M);
+    /// ggml_vec_mad_f16; S), but the scores of a block of positions are computed first (they
+    /// depend on nothing the softmax carries, so their dot products pipeline instead of each
+    /// waiting on the last position's accumulator update), every helper is inlined, and the
+    /// heads sharing the KV head take each cached row in turn while it is in L1 — their
+    /// softmax chains, independent, interleave.
     #[inline(always)]
-    unsafe fn one_chunk_f16<const W512: bool>(q16: &[u16], k: &[u16], v: &[u16], at: HeadAt, range: std::ops::Range<usize>, scale: f32, vkq16: &mut [u16]) -> (f32, f32) {
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn one_chunk_f16<const W512: bool>(q16s: &[Vec<u16>], k: &[u16], v: &[u16], at: HeadAt, range: std::ops::Range<usize>, scale: f32, vkq16: &mut [Vec<u16>], ms: &mut [(f32, f32)]) {
         const BLOCK: usize = 32;
-        let dk = q16.len();
-        let mut scores = [0.0f32; BLOCK];
-        let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
-        let qb = std::slice::from_raw_parts(q16.as_ptr() as *const u8, 2 * dk);
+        let g = q16s.len();
+        let dk = q16s.first().map_or(0, |q| q.len());
+        let mut scores = vec![[0.0f32; BLOCK]; g];
+        for st in ms.iter_mut() {
+            *st = (f32::NEG_INFINITY, 0.0);
+        }
         let mut p0 = range.start;
         while p0 < range.end {
             let p1 = (p0 + BLOCK).min(range.end);
-            for (p, out) in (p0..p1).zip(scores.iter_mut()) {
-                let kp = k.as_ptr().add(p * at.k_width + at.k_off);
-                let mut sc = if W512 {
-                    xwen_kernels::simd::avx512::dot_f16_ggml512(dk, std::slice::from_raw_parts(kp as *const u8, 2 * dk), qb)
-                } else {
-                    dot_f16_raw(kp, q16.as_ptr(), dk)
-                };
-                sc *= scale;
-                sc += 0.0; // the mask's 0
-                *out = sc;
-            }
-            for (p, &sc) in (p0..p1).zip(scores.iter()) {
-                let (mut ms, mut vs) = (1.0f32, 1.0f32);
-                if sc > m {
-                    let m_old = m;
-                    m = sc;
-                    ms = (m_old - m).exp();
-                    scale_f16_raw::<W512>(vkq16, ms);
-                } else {
-                    vs = (sc - m).exp();
+            for (q16, sc_h) in q16s.iter().zip(scores.iter_mut()) {
+                let qb = std::slice::from_raw_parts(q16.as_ptr() as *const u8, 2 * dk);
+                for (p, out) in (p0..p1).zip(sc_h.iter_mut()) {
+                    let kp = k.as_ptr().add(p * at.k_width + at.k_off);
+                    let mut sc = if W512 {
+                        xwen_kernels::simd::avx512::dot_f16_ggml512(dk, std::slice::from_raw_parts(kp as *const u8, 2 * dk), qb)
+                    } else {
+                        dot_f16_raw(kp, q16.as_ptr(), dk)
+                    };
+                    sc *= scale;
+                    sc += 0.0; // the mask's 0
+                    *out = sc;
                 }
-                mad_f16_raw::<W512>(vkq16, v.as_ptr().add(p * at.v_width + at.v_off), vs);
-                s = s.mul_add(ms, vs);
+            }
+            for (i, p) in (p0..p1).enumerate() {
+                let vp = v.as_ptr().add(p * at.v_width + at.v_off);
+                for ((sc_h, acc), st) in scores.iter().zip(vkq16.iter_mut()).zip(ms.iter_mut()) {
+                    let sc = sc_h[i];
+                    let (m, s) = st;
+                    let (mut fm, mut vs) = (1.0f32, 1.0f32);
+                    if sc > *m {
+                        let m_old = *m;
+                        *m = sc;
+                        fm = (m_old - sc).exp();
+                        scale_f16_raw::<W512>(acc, fm);
+                    } else {
+                        vs = (sc - *m).exp();
+                    }
+                    mad_f16_raw::<W512>(acc, vp, vs);
+                    *s = s.mul_add(fm, vs);
+                }
             }
             p0 = p1;
         }
-        (m, s)
     }
 
     /// ggml_vec_scale_f16 on y (its length a multiple of 16 with W512, of 8 otherwise):
@@ -786,9 +825,10 @@ mod tests {
         assert_eq!(n_kv(600, 300), 512);
     }
 
-    /// The f16 fast path (scores a block at a time, helpers inlined) gives `one_chunk_each`'s
-    /// bits — M, S and the accumulator — at both vector widths, over ranges that end inside
-    /// and on a block, with strided heads.
+    /// The f16 fast path (scores a block at a time, helpers inlined, the query heads of a KV
+    /// head together) gives every head `one_chunk_each`'s bits — M, S and the accumulator — at
+    /// both vector widths, for groups of 1 to 4 heads, over ranges that end inside and on a
+    /// block, with strided heads.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_f16_fast_path_has_the_per_position_bits() {
@@ -797,41 +837,48 @@ mod tests {
         }
         let avx512 = is_x86_feature_detected!("avx512f");
         let r = |i: usize| ((i as f32 * 0.618_034).fract() - 0.5) * 3.0;
-        for (hd, heads) in [(64usize, 2usize), (128, 1), (256, 2)] {
+        for (hd, heads, group) in [(64usize, 2usize, 1usize), (128, 1, 3), (256, 2, 4)] {
             let n = 300;
             let width = hd * heads;
             let k16: Vec<u16> = (0..width * n).map(|i| f32_to_f16(r(i * 3 + 1))).collect();
             let v16: Vec<u16> = (0..width * n).map(|i| f32_to_f16(r(i * 5 + 2))).collect();
-            let q: Vec<f32> = (0..hd).map(|i| r(i + 7)).collect();
-            let q16: Vec<u16> = q.iter().map(|&x| f32_to_f16(x)).collect();
+            let qs: Vec<Vec<f32>> = (0..group).map(|h| (0..hd).map(|i| r(i + 7 + 131 * h)).collect()).collect();
+            let q16s: Vec<Vec<u16>> = qs.iter().map(|q| q.iter().map(|&x| f32_to_f16(x)).collect()).collect();
             let at = HeadAt::same(width, hd * (heads - 1));
             let scale = 1.0 / (hd as f32).sqrt();
             for range in [0..1, 0..32, 5..77, 0..300] {
                 let bits = |p: &Partial| (p.m.to_bits(), p.s.to_bits(), p.vkq.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
-                let mut run = |wide: bool| {
-                    let mut acc = vec![0u16; hd];
+                let run = |wide: bool| -> Vec<Partial> {
+                    let mut acc = vec![vec![0u16; hd]; group];
+                    let mut ms = vec![(0.0f32, 0.0f32); group];
                     // SAFETY: the features were checked; every row lies inside the cache.
-                    let (m, s) = unsafe {
+                    unsafe {
                         if wide {
-                            x86::one_chunk_f16_512(&q16, &k16, &v16, at, range.clone(), scale, &mut acc)
+                            x86::one_chunk_f16_512(&q16s, &k16, &v16, at, range.clone(), scale, &mut acc, &mut ms)
                         } else {
-                            x86::one_chunk_f16_256(&q16, &k16, &v16, at, range.clone(), scale, &mut acc)
+                            x86::one_chunk_f16_256(&q16s, &k16, &v16, at, range.clone(), scale, &mut acc, &mut ms)
                         }
                     };
-                    Partial { m, s, vkq: acc.iter().map(|&h| f16_to_f32(h)).collect() }
+                    ms.iter().zip(&acc).map(|(&(m, s), a)| Partial { m, s, vkq: a.iter().map(|&h| f16_to_f32(h)).collect() }).collect()
                 };
                 // SAFETY (the AVX2 dot): the features were checked by `simd`.
                 let avx2_dot: fn(&[u16], &[u16]) -> f32 = |x, y| unsafe { x86::dot_f16(x, y) };
-                let want = one_chunk_each(&q, &q16, KvRows::F16(&k16), KvRows::F16(&v16), at, hd, range.clone(), scale, avx2_dot);
-                assert_eq!(bits(&run(false)), bits(&want), "AVX2 hd {hd} {range:?}");
+                let got = run(false);
+                for (h, (q, q16)) in qs.iter().zip(&q16s).enumerate() {
+                    let want = one_chunk_each(q, q16, KvRows::F16(&k16), KvRows::F16(&v16), at, hd, range.clone(), scale, avx2_dot);
+                    assert_eq!(bits(&got[h]), bits(&want), "AVX2 hd {hd} head {h} of {group} {range:?}");
+                }
                 if avx512 {
                     let dot512: fn(&[u16], &[u16]) -> f32 = |x, y| {
                         // SAFETY: u16 slices read as their little-endian bytes (x86), same lengths.
                         let (xb, yb) = unsafe { (std::slice::from_raw_parts(x.as_ptr() as *const u8, 2 * x.len()), std::slice::from_raw_parts(y.as_ptr() as *const u8, 2 * y.len())) };
                         xwen_kernels::simd::avx512::dot_f16_vec_dot(x.len(), xb, yb)
                     };
-                    let want = one_chunk_each(&q, &q16, KvRows::F16(&k16), KvRows::F16(&v16), at, hd, range.clone(), scale, dot512);
-                    assert_eq!(bits(&run(true)), bits(&want), "AVX-512 hd {hd} {range:?}");
+                    let got = run(true);
+                    for (h, (q, q16)) in qs.iter().zip(&q16s).enumerate() {
+                        let want = one_chunk_each(q, q16, KvRows::F16(&k16), KvRows::F16(&v16), at, hd, range.clone(), scale, dot512);
+                        assert_eq!(bits(&got[h]), bits(&want), "AVX-512 hd {hd} head {h} of {group} {range:?}");
+                    }
                 }
             }
         }
