@@ -416,7 +416,7 @@ pub(crate) mod x86 {
     #[target_feature(enable = "avx512f")]
     #[allow(clippy::too_many_arguments)]
     unsafe fn delta_rows512<const M: usize>(s: &mut [f32], k: &[f32], q: &[f32], v: &[f32], vdecay: &[__m512; M], beta: f32, scale: f32, out: &mut [f32]) {
-        debug_assert!(M % 4 == 0 && k.len() == 16 * M && q.len() == 16 * M && s.len() == v.len() * 16 * M);
+        debug_assert!(M.is_multiple_of(4) && k.len() == 16 * M && q.len() == 16 * M && s.len() == v.len() * 16 * M);
         let kv: [__m512; M] = std::array::from_fn(|m| _mm512_loadu_ps(k.as_ptr().add(16 * m)));
         let qv: [__m512; M] = std::array::from_fn(|m| _mm512_loadu_ps(q.as_ptr().add(16 * m)));
         // ggml_vec_dot_f32 over 16·M floats: accumulator j takes vectors j, j + 4, … in turn

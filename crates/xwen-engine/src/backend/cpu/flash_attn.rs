@@ -172,7 +172,7 @@ fn one_chunk_heads(qs: &[&[f32]], k: KvRows, v: KvRows, at: HeadAt, dv: usize, r
             let mut ms = vec![(0.0f32, 0.0f32); qs.len()];
             // SAFETY: the features were detected; the rows read lie inside the cache (above).
             unsafe {
-                if xwen_kernels::dispatch::active() == xwen_kernels::dispatch::Isa::Avx512 {
+                if avx512() {
                     x86::one_chunk_f16_512(&q16s, kk, vv, at, range, scale, &mut vkq16, &mut ms)
                 } else {
                     x86::one_chunk_f16_256(&q16s, kk, vv, at, range, scale, &mut vkq16, &mut ms)
@@ -340,8 +340,9 @@ pub fn tiled_rows(qs: &[&[f32]], k: KvRows, v: KvRows, at: HeadAt, visible0: usi
     }
 }
 
-/// Whether the AVX-512 versions of the tile products run: where the AVX-512 kernels are the
-/// active set (`--isa` caps it). Element-wise FMA chains give the same bits at any width.
+/// Whether the AVX-512 forms run (an AVX-512 build's dot order; the tile products' element-wise
+/// FMA chains, the same bits at any width): where the AVX-512 kernels are the active set
+/// (`--isa` caps it).
 fn avx512() -> bool {
     xwen_kernels::dispatch::active() == xwen_kernels::dispatch::Isa::Avx512
 }
@@ -365,7 +366,7 @@ fn simd() -> bool {
 fn dot_f16(x: &[u16], y: &[u16]) -> f32 {
     #[cfg(target_arch = "x86_64")]
     if simd() {
-        if xwen_kernels::dispatch::active() == xwen_kernels::dispatch::Isa::Avx512 {
+        if avx512() {
             // SAFETY: u16 slices read as their little-endian bytes (x86), same lengths.
             let (xb, yb) = unsafe { (std::slice::from_raw_parts(x.as_ptr() as *const u8, 2 * x.len()), std::slice::from_raw_parts(y.as_ptr() as *const u8, 2 * y.len())) };
             return xwen_kernels::simd::avx512::dot_f16_vec_dot(x.len(), xb, yb);
@@ -659,16 +660,7 @@ mod x86 {
     pub unsafe fn mad_f16(y: &mut [u16], x: &[u16], v: f32) {
         let n = y.len().min(x.len());
         let n8 = n & !7;
-        let vv = _mm256_set1_ps(v);
-        let (py, px) = (y.as_mut_ptr(), x.as_ptr());
-        let mut i = 0;
-        while i < n8 {
-            let ax = _mm256_cvtph_ps(_mm_loadu_si128(px.add(i) as *const __m128i));
-            let ay = _mm256_cvtph_ps(_mm_loadu_si128(py.add(i) as *const __m128i));
-            let r = _mm256_fmadd_ps(ax, vv, ay);
-            _mm_storeu_si128(py.add(i) as *mut __m128i, _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(r));
-            i += 8;
-        }
+        mad_f16_raw::<false>(&mut y[..n8], x.as_ptr(), v);
         mad_f16_portable(&mut y[n8..n], &x[n8..n], v);
     }
 
@@ -676,16 +668,8 @@ mod x86 {
     /// AVX2 and F16C available.
     #[target_feature(enable = "avx2,fma,f16c")]
     pub unsafe fn scale_f16(y: &mut [u16], v: f32) {
-        let n = y.len();
-        let n8 = n & !7;
-        let vv = _mm256_set1_ps(v);
-        let py = y.as_mut_ptr();
-        let mut i = 0;
-        while i < n8 {
-            let ay = _mm256_cvtph_ps(_mm_loadu_si128(py.add(i) as *const __m128i));
-            _mm_storeu_si128(py.add(i) as *mut __m128i, _mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(_mm256_mul_ps(ay, vv)));
-            i += 8;
-        }
+        let n8 = y.len() & !7;
+        scale_f16_raw::<false>(&mut y[..n8], v);
         for yi in &mut y[n8..] {
             *yi = f32_to_f16(f16_to_f32(*yi) * v);
         }
