@@ -794,7 +794,8 @@ impl Pool {
             let yp = yp;
             let (r0, r1) = (rc * chunk, ((rc + 1) * chunk).min(rows));
             let mut out = [0f32; TOK];
-            let mut ax = vec![0u8; Q8_SUB_ROWS * nb * 32];
+            // |x| of the rows, for the AVX2 kernel only
+            let mut ax = if vnni { Vec::new() } else { vec![0u8; Q8_SUB_ROWS * nb * 32] };
             let each_row = |tile: &mut OutTile, rs: usize, re: usize| {
                 if vnni {
                     use crate::simd::avx512_tok8::{row_q8_0_vnni, rows_q8_0_vnni};

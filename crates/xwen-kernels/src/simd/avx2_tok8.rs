@@ -270,28 +270,22 @@ impl Act8Q8 {
     pub fn build_vnni(&mut self, a: &[u8], stride: usize, nb: usize, groups: usize) {
         self.nb = nb;
         let blocks = groups * nb;
+        assert!(groups == 0 || a.len() >= (groups * TOK - 1) * stride + nb * Q8_0, "build_vnni: activations too short");
+        // every element is written below: no zeroing first
         self.qsi.clear();
-        self.qsi.resize(blocks * 32 * TOK, 0);
+        self.qsi.reserve(blocks * 32 * TOK);
         self.corr.clear();
-        self.corr.resize(blocks * 64, 0);
+        self.corr.reserve(blocks * 64);
         self.dy16.clear();
-        self.dy16.resize(blocks * 16, 0.0);
-        for g in 0..groups {
-            for t in 0..TOK {
-                let row = &a[(g * TOK + t) * stride..];
-                for (i, b) in row.chunks_exact(Q8_0).take(nb).enumerate() {
-                    let gi = g * nb + i;
-                    let d = read_f16(b);
-                    self.dy16[gi * 16 + 2 * t] = d;
-                    self.dy16[gi * 16 + 2 * t + 1] = d;
-                    // chunk l of token t: dword 16·(l / 2) + 2t + l % 2 of the block's 64
-                    for (l, c) in b[2..].chunks_exact(4).enumerate() {
-                        let lane = gi * 64 + 16 * (l / 2) + 2 * t + l % 2;
-                        self.qsi[lane * 4..lane * 4 + 4].copy_from_slice(c);
-                        self.corr[lane] = -128 * (c[0] as i8 as i32 + c[1] as i8 as i32 + c[2] as i8 as i32 + c[3] as i8 as i32);
-                    }
-                }
-            }
+        self.dy16.reserve(blocks * 16);
+        // SAFETY: AVX2 is present wherever a lane kernel runs (the VNNI kernel needs AVX-512);
+        // the spare capacities hold `blocks` blocks' worth, `a` groups · 8 rows of nb blocks,
+        // and `vnni_layout` writes every element of the lengths set after it.
+        unsafe {
+            vnni_layout(a, stride, nb, groups, self.qsi.as_mut_ptr(), self.corr.as_mut_ptr(), self.dy16.as_mut_ptr());
+            self.qsi.set_len(blocks * 32 * TOK);
+            self.corr.set_len(blocks * 64);
+            self.dy16.set_len(blocks * 16);
         }
     }
 
@@ -312,6 +306,52 @@ impl Act8Q8 {
                     for l in 0..8 {
                         qs[l * 32 + t * 4..l * 32 + t * 4 + 4].copy_from_slice(&b[2 + 4 * l..6 + 4 * l]);
                     }
+                }
+            }
+        }
+    }
+}
+
+/// `Act8Q8::build_vnni`'s body: per block of a group, the 8 tokens' 32 codes as 4 qwords
+/// each, transposed so qword p of token t lands at qword 8p + t (dwords 16p + 2t, 16p + 2t + 1:
+/// chunks 2p, 2p + 1), each dword's −128·Σ of its 4 codes beside it, the scales twice per
+/// token. The codes are moved, not recomputed: a 4×4 qword transpose per half of the tokens.
+///
+/// # Safety
+/// AVX2 must be available; `qsi`, `corr`, `dy16` point at room for groups·nb blocks (256
+/// bytes, 64 and 16 values each), `a` holds groups·8 rows `stride` apart of nb Q8_0 blocks.
+#[target_feature(enable = "avx2")]
+unsafe fn vnni_layout(a: &[u8], stride: usize, nb: usize, groups: usize, qsi: *mut u8, corr: *mut i32, dy16: *mut f32) {
+    let ones = _mm256_set1_epi8(1);
+    let m128 = _mm256_set1_epi16(-128);
+    for g in 0..groups {
+        let rows: [*const u8; TOK] = std::array::from_fn(|t| a.as_ptr().add((g * TOK + t) * stride));
+        for i in 0..nb {
+            let gi = g * nb + i;
+            let codes: [__m256i; TOK] = std::array::from_fn(|t| _mm256_loadu_si256(rows[t].add(i * Q8_0 + 2) as *const __m256i));
+            for t in 0..TOK {
+                let d = read_f16(std::slice::from_raw_parts(rows[t].add(i * Q8_0), 2));
+                *dy16.add(gi * 16 + 2 * t) = d;
+                *dy16.add(gi * 16 + 2 * t + 1) = d;
+            }
+            for half in 0..2 {
+                let [c0, c1, c2, c3] = [codes[4 * half], codes[4 * half + 1], codes[4 * half + 2], codes[4 * half + 3]];
+                // u0 = [c0 q0, c1 q0 | c0 q2, c1 q2], u1 the same of q1 and q3; u2, u3 of c2, c3
+                let (u0, u1) = (_mm256_unpacklo_epi64(c0, c1), _mm256_unpackhi_epi64(c0, c1));
+                let (u2, u3) = (_mm256_unpacklo_epi64(c2, c3), _mm256_unpackhi_epi64(c2, c3));
+                let by_pair = [
+                    _mm256_permute2x128_si256(u0, u2, 0x20),
+                    _mm256_permute2x128_si256(u1, u3, 0x20),
+                    _mm256_permute2x128_si256(u0, u2, 0x31),
+                    _mm256_permute2x128_si256(u1, u3, 0x31),
+                ];
+                for (p, v) in by_pair.into_iter().enumerate() {
+                    // qwords 8p + 4·half .. + 4 of the block: dwords 16p + 8·half .. + 8
+                    let dw = gi * 64 + 16 * p + 8 * half;
+                    _mm256_storeu_si256(qsi.add(dw * 4) as *mut __m256i, v);
+                    // −128·(sum of the dword's 4 signed codes), exact in i16 then i32
+                    let c = _mm256_madd_epi16(_mm256_maddubs_epi16(ones, v), m128);
+                    _mm256_storeu_si256(corr.add(dw) as *mut __m256i, c);
                 }
             }
         }
@@ -386,5 +426,62 @@ mod tests {
             }
         }
         assert!(w.iter().enumerate().any(|(i, &b)| b == 0x80 && i % Q8_0 >= 2), "the codes cover -128");
+    }
+
+    /// The VNNI layout element by element, as its doc states it.
+    fn vnni_reference(a: &[u8], stride: usize, nb: usize, groups: usize) -> (Vec<u8>, Vec<i32>, Vec<f32>) {
+        let blocks = groups * nb;
+        let (mut qsi, mut corr, mut dy16) = (vec![0u8; blocks * 32 * TOK], vec![0i32; blocks * 64], vec![0f32; blocks * 16]);
+        for g in 0..groups {
+            for t in 0..TOK {
+                let row = &a[(g * TOK + t) * stride..];
+                for (i, b) in row.chunks_exact(Q8_0).take(nb).enumerate() {
+                    let gi = g * nb + i;
+                    dy16[gi * 16 + 2 * t] = read_f16(b);
+                    dy16[gi * 16 + 2 * t + 1] = read_f16(b);
+                    for (l, c) in b[2..].chunks_exact(4).enumerate() {
+                        let lane = gi * 64 + 16 * (l / 2) + 2 * t + l % 2;
+                        qsi[lane * 4..lane * 4 + 4].copy_from_slice(c);
+                        corr[lane] = -128 * c.iter().map(|&x| x as i8 as i32).sum::<i32>();
+                    }
+                }
+            }
+        }
+        (qsi, corr, dy16)
+    }
+
+    #[test]
+    fn the_vnni_layout_is_the_elementwise_one() {
+        if !std::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        let mut seed = 0x9e37_79b9_u32;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            seed
+        };
+        for (nb, groups, pad) in [(1, 1, 0), (3, 2, 6), (8, 3, 34), (24, 1, 2)] {
+            let stride = nb * Q8_0 + pad;
+            let mut a: Vec<u8> = (0..groups * TOK * stride).map(|_| next() as u8).collect();
+            // scales: finite f16 values
+            for r in 0..groups * TOK {
+                for i in 0..nb {
+                    a[r * stride + i * Q8_0 + 1] &= 0x3b;
+                }
+            }
+            // extremes of the codes too
+            a[2] = 0x80;
+            a[3] = 0x7f;
+            let mut act = Act8Q8::default();
+            // a buffer used before (longer) must not leak into the next layout
+            act.build_vnni(&vec![0x11u8; 4 * TOK * (30 * Q8_0)], 30 * Q8_0, 30, 4);
+            act.build_vnni(&a, stride, nb, groups);
+            let (qsi, corr, dy16) = vnni_reference(&a, stride, nb, groups);
+            assert_eq!(act.qsi, qsi, "nb {nb} groups {groups}");
+            assert_eq!(act.corr, corr, "nb {nb} groups {groups}");
+            assert_eq!(act.dy16.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), dy16.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        }
     }
 }
