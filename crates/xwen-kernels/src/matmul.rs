@@ -500,7 +500,7 @@ impl Pool {
             if let Some(lanes) = Q4kLanes::build(w0, xq, n_tok, 0) {
                 for (w, y) in ws.iter().zip(ys.iter_mut()) {
                     assert_eq!(y.len(), n_tok * w.rows, "matmul: y must be n_tok × rows");
-                    self.run_q4k_lanes(*w, &lanes, y);
+                    self.run_q4k_lanes(*w, &lanes, None, y);
                     self.matmul_q_rest(*w, xq, n_tok, lanes.n_valid, 0, y);
                 }
                 return;
@@ -525,6 +525,17 @@ impl Pool {
             return;
         }
         if lanes_keep_one_token_order(w.ty, w.rows, n_tok) {
+            // Q8_0: the tokens past the last whole group of 8 take the one-token kernels on
+            // the same pass over the weights (a verify of 8 drafts is 9 rows: its ninth read
+            // every weight again in a job of its own)
+            #[cfg(target_arch = "x86_64")]
+            if w.ty == GgmlType::Q8_0 && self.matmul_q8_0_tok8(w, xq, n_tok, true, y) == n_tok {
+                return;
+            }
+            #[cfg(target_arch = "x86_64")]
+            if let Some(lanes) = Q4kLanes::build(&w, xq, n_tok, 0) {
+                return self.run_q4k_lanes(w, &lanes, Some(xq), y);
+            }
             return self.matmul_q_grouped(w, xq, n_tok, 0, y);
         }
         // 6 or 7 Q8_0 tokens: one padded group of 8 lanes (zero rows: zero scales, so zero
@@ -570,7 +581,7 @@ impl Pool {
                 return;
             }
             let done = if w.ty == GgmlType::Q8_0 {
-                self.matmul_q8_0_tok8(w, xq, n_tok, y)
+                self.matmul_q8_0_tok8(w, xq, n_tok, false, y)
             } else {
                 self.matmul_q4k_tok8(w, xq, n_tok, grouped, y)
             };
@@ -599,7 +610,7 @@ impl Pool {
     fn matmul_q4k_tok8(&self, w: QMatrix, xq: &[u8], n_tok: usize, grouped: usize, y: &mut [f32]) -> usize {
         match Q4kLanes::build(&w, xq, n_tok, grouped) {
             Some(lanes) => {
-                self.run_q4k_lanes(w, &lanes, y);
+                self.run_q4k_lanes(w, &lanes, None, y);
                 lanes.n_valid
             }
             None => 0,
@@ -607,9 +618,12 @@ impl Pool {
     }
 
     /// The lane product of `w` with activations laid out by `Q4kLanes::build` (for a matrix
-    /// of w's type and width): tokens 0..lanes.n_valid of y.
+    /// of w's type and width): tokens 0..lanes.n_valid of y. With `one_token_rest` (the
+    /// tokens' quantized rows, decode-order rows only: `matvec_tokens_q`) the tokens past
+    /// n_valid take `dot_rows_tokens` — the one-token bits — in the same tasks, each tile of
+    /// weight rows while it is in cache: all of y's tokens.
     #[cfg(target_arch = "x86_64")]
-    fn run_q4k_lanes(&self, w: QMatrix, lanes: &Q4kLanes, y: &mut [f32]) {
+    fn run_q4k_lanes(&self, w: QMatrix, lanes: &Q4kLanes, one_token_rest: Option<&[u8]>, y: &mut [f32]) {
         use crate::simd::avx2_tok8::{rows4, WideQuad, ROWS, TOK};
         use crate::simd::avx512_tok8::ROWS16;
         w.validate();
@@ -630,6 +644,9 @@ impl Pool {
         let n_row_chunks = row_groups.div_ceil(chunk);
         let yp = SyncPtr(y.as_mut_ptr());
         let (rb, rows) = (w.row_bytes(), w.rows);
+        let n_rest = one_token_rest.map_or(0, |_| y.len() / rows - n_valid);
+        let rest_xq = one_token_rest.map_or(&[][..], |xq| &xq[n_valid * act_row_bytes(&w)..]);
+        let rest_kernel = dispatch::row_kernel(w.ty, w.rows).expect("validated");
         self.run(n_row_chunks, &|rc| {
             #[allow(clippy::redundant_locals)] // capture the Sync wrapper, not its raw field
             let yp = yp;
@@ -637,7 +654,15 @@ impl Pool {
             let mut out = [[0f32; TOK]; ROWS];
             let mut wq = WideQuad::default();
             let mut out16 = [[0f32; TOK]; ROWS16];
+            let mut rest = vec![0f32; OUT_TILE_ROWS.min((q1 - q0) * ROWS) * n_rest];
             let quads = |tile: &mut OutTile, rs: usize, re: usize| {
+                if n_rest > 0 {
+                    let rest = &mut rest[..(re - rs) * n_rest];
+                    dot_rows_tokens(&w, rest_kernel, rest_xq, n_rest, rs, rest);
+                    for (i, vals) in rest.chunks_exact(n_rest).enumerate() {
+                        tile.put(rs + i, n_valid, vals);
+                    }
+                }
                 let mut rs = rs;
                 while rows16 && rs + ROWS16 <= re {
                     let wr = &w.data[rs * rb..(rs + ROWS16) * rb];
@@ -698,9 +723,9 @@ impl Pool {
                     }
                 }
             };
-            // SAFETY: rows q0·ROWS..q1·ROWS of tokens 0..n_valid belong to this task;
+            // SAFETY: rows q0·ROWS..q1·ROWS of tokens 0..n_valid + n_rest belong to this task;
             // OUT_TILE_ROWS is a multiple of ROWS, so every tile holds whole quads.
-            unsafe { OutTile::for_rows(yp, rows, n_valid, q0 * ROWS, q1 * ROWS, quads) };
+            unsafe { OutTile::for_rows(yp, rows, n_valid + n_rest, q0 * ROWS, q1 * ROWS, quads) };
         });
     }
 
@@ -765,8 +790,11 @@ impl Pool {
 
     /// Q8_0 (attention, DeltaNet and shared-expert matrices) in whole groups of 8 tokens through
     /// the token-lane kernel; returns how many leading tokens it computed (0: not applicable).
+    /// With `one_token_rest` (decode-order rows only: `matvec_tokens_q`) the tokens past the
+    /// last whole group take `dot_rows_tokens` — the one-token bits — in the same tasks, on each
+    /// tile of weight rows while it is in cache, and every token is computed.
     #[cfg(target_arch = "x86_64")]
-    fn matmul_q8_0_tok8(&self, w: QMatrix, xq: &[u8], n_tok: usize, y: &mut [f32]) -> usize {
+    fn matmul_q8_0_tok8(&self, w: QMatrix, xq: &[u8], n_tok: usize, one_token_rest: bool, y: &mut [f32]) -> usize {
         use crate::simd::avx2_tok8::{abs_codes_q8_0, row_q8_0, Act8Q8, TOK};
         let groups = n_tok / TOK;
         if !lane_kernels_active() || groups == 0 {
@@ -789,6 +817,9 @@ impl Pool {
         let yp = SyncPtr(y.as_mut_ptr());
         let (rb, rows) = (w.row_bytes(), w.rows);
         let act = &act;
+        let done = groups * TOK;
+        let n_rest = if one_token_rest { n_tok - done } else { 0 };
+        let rest_kernel = dispatch::row_kernel(w.ty, w.rows).expect("validated");
         self.run(n_row_chunks, &|rc| {
             #[allow(clippy::redundant_locals)] // capture the Sync wrapper, not its raw field
             let yp = yp;
@@ -796,7 +827,15 @@ impl Pool {
             let mut out = [0f32; TOK];
             // |x| of the rows, for the AVX2 kernel only
             let mut ax = if vnni { Vec::new() } else { vec![0u8; Q8_SUB_ROWS * nb * 32] };
+            let mut rest = vec![0f32; OUT_TILE_ROWS.min(r1 - r0) * n_rest];
             let each_row = |tile: &mut OutTile, rs: usize, re: usize| {
+                if n_rest > 0 {
+                    let rest = &mut rest[..(re - rs) * n_rest];
+                    dot_rows_tokens(&w, rest_kernel, &xq[done * arb..], n_rest, rs, rest);
+                    for (i, vals) in rest.chunks_exact(n_rest).enumerate() {
+                        tile.put(rs + i, done, vals);
+                    }
+                }
                 if vnni {
                     use crate::simd::avx512_tok8::{row_q8_0_vnni, rows_q8_0_vnni};
                     const R: usize = Q8_VNNI_ROWS;
@@ -842,10 +881,10 @@ impl Pool {
                     }
                 }
             };
-            // SAFETY: rows r0..r1 of tokens 0..groups·TOK belong to this task.
-            unsafe { OutTile::for_rows(yp, rows, groups * TOK, r0, r1, each_row) };
+            // SAFETY: rows r0..r1 of tokens 0..done + n_rest belong to this task.
+            unsafe { OutTile::for_rows(yp, rows, done + n_rest, r0, r1, each_row) };
         });
-        groups * TOK
+        done + n_rest
     }
 
     fn matmul_q_plain(&self, w: QMatrix, xq: &[u8], n_tok: usize, grouped: usize, y: &mut [f32]) {

@@ -31,14 +31,15 @@ fn tokens_sharing_a_weight_pass_get_their_matvec_bits() {
     for cap in caps {
         dispatch::set_max_isa(cap);
         for &ty in &types {
-            // 16 rows is the smallest repacked Q4_K matrix (rows % 8 == 0); 13 is not repacked
-            for rows in [13, 16, 40] {
+            // 16 rows is the smallest repacked Q4_K matrix (rows % 8 == 0); 13 is not repacked;
+            // 136 spans several output tiles (tokens past the lane groups ride each tile)
+            for rows in [13, 16, 40, 136] {
                 let cols = 256 * (1 + rng.below(2));
                 let wf: Vec<f32> = (0..rows * cols).map(|_| rng.normalish()).collect();
                 let data = quantize(ty, &wf).unwrap();
                 let w = QMatrix::new(ty, rows, cols, &data).unwrap();
                 let kern = dispatch::row_kernel(ty, rows).unwrap();
-                for n_tok in [1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 21] {
+                for n_tok in [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 14, 16, 21] {
                     let xs: Vec<Vec<f32>> = (0..n_tok).map(|_| rng.activations(cols)).collect();
                     let mut xq = Vec::new();
                     let mut row = Vec::new();
