@@ -386,6 +386,7 @@ impl Model {
     pub fn new_state(&self) -> SeqState {
         let mut st = self.net.new_state();
         st.set_kv_types(self.cfg.effective_kv_types());
+        st.set_kv_rows(self.max_context());
         st
     }
 
@@ -691,7 +692,9 @@ impl Model {
     /// A fresh state of the MTP head (its KV cache of the configured types).
     pub fn new_mtp_state(&self) -> Result<SeqState> {
         let head = self.mtp_head().ok_or_else(|| EngineError::Config("this model has no MTP head".into()))?;
-        Ok(head.new_state(self.cfg.effective_kv_types()))
+        let mut st = head.new_state(self.cfg.effective_kv_types());
+        st.set_kv_rows(self.max_context());
+        Ok(st)
     }
 
     /// One step of the MTP head (`models::mtp`): `tokens` at `state.pos`.., token k paired

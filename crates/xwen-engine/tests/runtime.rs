@@ -188,6 +188,45 @@ fn checkpoints_restore_without_the_kv_and_refuse_what_they_cannot_prove() {
 }
 
 #[test]
+fn kv_caches_reserve_the_context_once_and_never_move() {
+    use xwen_engine::state::LayerState;
+    // a context that is no power of two, and a first prompt that is none either: growth by
+    // doubling would have reserved 2 × 96 past 150 positions, copying every row on the way
+    let c = EngineConfig { max_ctx: 150, ..cfg(None) };
+    let m = Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &c).unwrap();
+    let v = m.n_vocab();
+    let mut st = m.new_state();
+    let caps = |st: &xwen_engine::SeqState| -> Vec<(usize, usize, usize)> {
+        st.layers
+            .iter()
+            .filter_map(|l| match l {
+                LayerState::Attn(kv) => Some((kv.k.capacity(), kv.v.capacity(), kv.k.len())),
+                LayerState::Delta(_) => None,
+            })
+            .collect()
+    };
+    m.forward(&mut st, &prompt(5, 23, v), LogitsMode::None).unwrap();
+    let first = caps(&st);
+    assert!(!first.is_empty(), "the fixture has attention layers");
+    for &(kc, vc, len) in &first {
+        let width = len / 23;
+        assert_eq!(kc, 150 * width, "K room for the context, exactly");
+        assert!(vc >= 150 && vc % 150 == 0, "V room for the context");
+    }
+    for i in 0..126 {
+        m.forward(&mut st, &prompt(6 + i, 1, v), LogitsMode::None).unwrap();
+    }
+    assert_eq!(st.pos, 149);
+    let last = caps(&st);
+    for (a, b) in first.iter().zip(&last) {
+        assert_eq!((a.0, a.1), (b.0, b.1), "no reallocation on the way to the context");
+    }
+    // past the context is refused, not grown into
+    m.forward(&mut st, &prompt(1, 1, v), LogitsMode::None).unwrap();
+    assert!(m.forward(&mut st, &prompt(2, 1, v), LogitsMode::None).is_err());
+}
+
+#[test]
 fn a_budget_plans_the_state_of_n_sequences_and_the_scheduler_admits_no_more() {
     let moe = fixture("cond/qwen3_5_moe/model-q8_0.gguf");
     let plan = |n_seq: usize, budget: u64| Model::load(&moe, &EngineConfig { n_seq, ..cfg(Some(budget)) }).map(|m| m.memory_plan().unwrap().clone());

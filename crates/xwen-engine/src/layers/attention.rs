@@ -167,8 +167,7 @@ fn append_kv(d: &AttnDims, rows: &Rows, kvs: &mut [&mut KvCache], q: Option<&mut
     for (s, kv) in rows.spans.iter().zip(kvs.iter_mut()) {
         debug_assert_eq!(kv.len(kvw), s.pos0, "a sequence's KV holds its positions");
         debug_assert_eq!((kv.k.ty(), kv.v.ty()), (k_ty, v_ty), "the batch's caches share their types");
-        kv.k.extend(&k[s.start * kvw..(s.start + s.len) * kvw]);
-        kv.v.extend(&v[s.start * kvw..(s.start + s.len) * kvw]);
+        kv.append(&k[s.start * kvw..(s.start + s.len) * kvw], &v[s.start * kvw..(s.start + s.len) * kvw], kvw, kvw);
     }
     rot_v
 }

@@ -230,8 +230,7 @@ pub fn forward(ctx: &Ctx, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: &Rows, k
         debug_assert_eq!(cache_len(cache, d), s.pos0, "a sequence's KV holds its positions");
         for t in s.rows() {
             let row = &kv[t * kw..(t + 1) * kw];
-            cache.k.extend(row);
-            cache.v.extend(&row[..r]);
+            cache.append(row, &row[..r], kw, r);
         }
     }
 

@@ -161,7 +161,7 @@ pub fn decode(bytes: &[u8], fingerprint: u64, fresh: SeqState) -> Result<SeqStat
                 if k.len() % pos.max(1) != 0 || (pos == 0 && !k.is_empty()) {
                     return Err(bad(format!("layer {i}: {} K elements for {pos} positions", k.len())));
                 }
-                *kv = KvCache { k, v };
+                *kv = KvCache { k, v, max_rows: kv.max_rows };
             }
             (1, LayerState::Delta(d)) => {
                 let (conv, s) = (r.f32s()?, r.f32s()?);

@@ -59,6 +59,30 @@ impl KvBuf {
             KvBuf::Q8_0(v) => v.truncate(n / 32 * 34),
         }
     }
+    /// Elements the buffer holds room for without reallocating.
+    pub fn capacity(&self) -> usize {
+        match self {
+            KvBuf::F32(v) => v.capacity(),
+            KvBuf::F16(v) => v.capacity(),
+            KvBuf::Q8_0(v) => v.capacity() / 34 * 32,
+        }
+    }
+
+    /// Room for `total` elements in all (for Q8_0 a multiple of 32), reserved exactly where the
+    /// buffer has less: the pages are mapped as rows are written, the buffer never moves again.
+    pub fn reserve_total(&mut self, total: usize) {
+        fn exact<T>(v: &mut Vec<T>, total: usize) {
+            if total > v.capacity() {
+                v.reserve_exact(total - v.len());
+            }
+        }
+        match self {
+            KvBuf::F32(v) => exact(v, total),
+            KvBuf::F16(v) => exact(v, total),
+            KvBuf::Q8_0(v) => exact(v, total.div_ceil(32) * 34),
+        }
+    }
+
     /// Appends f32 values in the cache's type.
     pub fn extend(&mut self, x: &[f32]) {
         match self {
@@ -85,15 +109,32 @@ impl KvBuf {
 pub struct KvCache {
     pub k: KvBuf,
     pub v: KvBuf,
+    /// Positions the sequence may hold (the context, `-c`; 0: unbounded). The first append
+    /// reserves exactly this many rows, so the cache never reallocates: growing by doubling
+    /// would copy every row inside a step, hold the old and the new buffer at once, and reserve
+    /// up to twice the context — past what the RAM plan counts for it.
+    pub max_rows: usize,
 }
 
 impl KvCache {
     pub fn new(types: (KvType, KvType)) -> Self {
-        KvCache { k: KvBuf::empty(types.0), v: KvBuf::empty(types.1) }
+        KvCache { k: KvBuf::empty(types.0), v: KvBuf::empty(types.1), max_rows: 0 }
     }
     /// Positions held, for K rows `width` wide.
     pub fn len(&self, width: usize) -> usize {
         self.k.len() / width
+    }
+
+    /// Appends rows: `k` of K rows `k_width` wide, `v` of as many V rows `v_width` wide, in
+    /// the cache's types, within the room `max_rows` reserves.
+    pub fn append(&mut self, k: &[f32], v: &[f32], k_width: usize, v_width: usize) {
+        if self.max_rows > 0 {
+            let rows = self.len(k_width.max(1)) + k.len() / k_width.max(1);
+            self.k.reserve_total(rows.max(self.max_rows) * k_width);
+            self.v.reserve_total(rows.max(self.max_rows) * v_width);
+        }
+        self.k.extend(k);
+        self.v.extend(v);
     }
 }
 

@@ -203,7 +203,17 @@ impl SeqState {
     pub fn set_kv_types(&mut self, types: (crate::config::KvType, crate::config::KvType)) {
         for l in &mut self.layers {
             if let LayerState::Attn(kv) = l {
-                *kv = KvCache::new(types);
+                *kv = KvCache { max_rows: kv.max_rows, ..KvCache::new(types) };
+            }
+        }
+    }
+
+    /// The positions every KV cache reserves room for at its first append (`KvCache::max_rows`:
+    /// the context the RAM plan counts).
+    pub fn set_kv_rows(&mut self, max_rows: usize) {
+        for l in &mut self.layers {
+            if let LayerState::Attn(kv) = l {
+                kv.max_rows = max_rows;
             }
         }
     }
