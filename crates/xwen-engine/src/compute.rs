@@ -3,7 +3,7 @@
 //! products go through here so every block names its weights (`Mat`) and the backend gets
 //! them resolved against the file.
 
-use crate::backend::{Backend, MvJob};
+use crate::backend::{Backend, Buf, MvJob};
 use crate::batch::Rows;
 use crate::profile::{Op, Profiler, Span};
 use crate::weights::Mat;
@@ -118,13 +118,18 @@ impl<'a> Ctx<'a> {
 
     /// Products of several matrices with the same input rows of a batch (`Backend::mm_rows`):
     /// q/k/v, gate/up — batch-invariant, one weight pass for all decode rows.
-    pub fn mm_rows(&self, ws: &[&Mat], x: &[f32], rows: &Rows) -> Vec<Vec<f32>> {
+    pub fn mm_rows(&self, ws: &[&Mat], x: &[f32], rows: &Rows) -> Vec<Buf<'a>> {
         let qs: Vec<QMatrix> = ws.iter().map(|w| self.q(w)).collect();
         self.backend.mm_rows(&qs, x, rows)
     }
 
+    /// `n` zeros in a buffer of the backend's arena (an activation of this forward).
+    pub fn zeros(&self, n: usize) -> Buf<'a> {
+        self.backend.scratch().zeros(n)
+    }
+
     /// `mm_rows` of one matrix.
-    pub fn mm_rows1(&self, w: &Mat, x: &[f32], rows: &Rows) -> Vec<f32> {
+    pub fn mm_rows1(&self, w: &Mat, x: &[f32], rows: &Rows) -> Buf<'a> {
         self.mm_rows(&[w], x, rows).pop().expect("one matrix, one product")
     }
 

@@ -7,15 +7,19 @@
 //! layer or model file.
 //!
 //! [`cpu::Cpu`] holds the bodies the engine has always run, bit for bit (llama.cpp's CPU float
-//! orders). The ops still take host slices: the activations live in per-op vectors of the
-//! layer. A device backend (a later issue) implements this trait over device-resident weights
-//! and state — the next step there is a scratch arena per batch owned by the backend and tensor
-//! handles in place of the slices (docs/decisions.md "The backend seam").
+//! orders). The activations a forward's ops produce — the products' outputs, q / k / v, the
+//! gates, the norms' outputs — are buffers of the backend's arena ([`Scratch`], `Ctx::zeros`),
+//! reused from op to op; the ops still read and write them as host slices. A device backend
+//! (a later issue) implements this trait over device-resident weights and state — the next
+//! step there is tensor handles into its arena in place of the slices (docs/decisions.md
+//! "The backend seam").
 
 pub mod cpu;
+pub mod scratch;
 
 use crate::batch::Rows;
 use crate::state::KvCache;
+pub use scratch::{Buf, Scratch};
 use xwen_kernels::QMatrix;
 
 /// One matrix × vector product of a batch: y = W·x, for one token or several single-token
@@ -137,10 +141,15 @@ pub trait Backend: Send + Sync {
     fn matvec(&self, w: QMatrix, x: &[f32], y: &mut [f32]);
     /// y = x·Wᵀ for n rows, activations quantized once (llama.cpp's mul_mat of a ubatch).
     fn matmul(&self, w: QMatrix, x: &[f32], n: usize, y: &mut [f32]);
+    /// The activation arena the forward's buffers come from (`Ctx::zeros`, the products'
+    /// outputs).
+    fn scratch(&self) -> &Scratch;
+
     /// Products of several matrices with the same input rows of a batch, batch-invariantly:
     /// decode rows share one pass over each matrix, each row in the one-token order; a longer
-    /// span takes the product of its own row count, as if it ran alone.
-    fn mm_rows(&self, ws: &[QMatrix], x: &[f32], rows: &Rows) -> Vec<Vec<f32>>;
+    /// span takes the product of its own row count, as if it ran alone. The outputs are
+    /// buffers of the backend's arena.
+    fn mm_rows(&self, ws: &[QMatrix], x: &[f32], rows: &Rows) -> Vec<Buf<'_>>;
     /// Several independent matrix × vector products (one-token order) in one job.
     fn mv_batch(&self, jobs: &mut [MvJob]);
 

@@ -12,7 +12,7 @@ use crate::profile::Op;
 use crate::weights::{Loader, Mat};
 use crate::config::KvType;
 use crate::state::kv::KvCache;
-use crate::backend::AttnHeads;
+use crate::backend::{AttnHeads, Buf};
 
 #[derive(Clone, Copy, Debug)]
 pub struct AttnDims {
@@ -61,7 +61,7 @@ impl AttnWeights {
 /// Mixer output for the batch `rows` of normalized input x (rows.n × hidden); `kvs[i]` is the
 /// KV cache of span i's sequence, which the span's keys and values are appended to. `il`
 /// names the layer's taps.
-pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows, kvs: &mut [&mut KvCache], il: usize) -> Vec<f32> {
+pub fn forward<'a>(ctx: &Ctx<'a>, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows, kvs: &mut [&mut KvCache], il: usize) -> Buf<'a> {
     assert_eq!(kvs.len(), rows.spans.len(), "one KV cache per span");
     let n = rows.n;
     let hd = d.head_dim;
@@ -74,8 +74,8 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
     let sp = ctx.span(Op::AttnCore);
 
     // Split q and gate, normalize and rotate, each row at its own sequence's position.
-    let mut q = vec![0.0f32; n * hq];
-    let mut gate = vec![0.0f32; n * hq];
+    let mut q = ctx.zeros(n * hq);
+    let mut gate = ctx.zeros(n * hq);
     for_each_row_rope(d, rows, |t, cos, sin| {
         for h in 0..d.n_head {
             let src = &qg[t * 2 * hq + h * 2 * hd..][..2 * hd];
@@ -92,7 +92,7 @@ pub fn forward(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows,
     // softmax(q kᵀ / √d) v per (row, head), each span against its own cache
     let kvw = d.kv_width();
     let heads = AttnHeads { n_head: d.n_head, n_head_kv: d.n_head_kv, k_dim: hd, v_dim: hd, k_row: kvw, v_row: kvw, scale: 1.0 / (hd as f32).sqrt() };
-    let mut out = vec![0.0f32; n * hq];
+    let mut out = ctx.zeros(n * hq);
     let caches: Vec<&KvCache> = kvs.iter().map(|kv| &**kv).collect();
     ctx.backend.attend(&q, &caches, rows, &heads, &ctx.attn, &mut out);
     if let Some(r) = rot_v {

@@ -13,7 +13,7 @@
 //! Decode runs that recurrence; prefill runs the equivalent chunked (WY) form over chunks of 64,
 //! which turns the per-token outer products into small matrix products.
 
-use crate::backend::{DeltaScan, ScanState};
+use crate::backend::{Buf, DeltaScan, ScanState};
 use crate::batch::Rows;
 use crate::compute::Ctx;
 use crate::ops::{self, SharedMut};
@@ -225,7 +225,7 @@ fn tap_major(kernel: &[f32], taps: usize) -> Vec<f32> {
 
 /// Mixer output for the batch `rows` of normalized input `x` (rows.n × hidden) → rows.n ×
 /// hidden; `states[i]` is span i's sequence's state, advanced over the span.
-pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &Rows, states: &mut [&mut DeltaState], il: usize) -> Vec<f32> {
+pub fn forward<'a>(ctx: &Ctx<'a>, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &Rows, states: &mut [&mut DeltaState], il: usize) -> Buf<'a> {
     assert_eq!(states.len(), rows.spans.len(), "one recurrent state per span");
     let n = rows.n;
     let cd = d.conv_dim();
@@ -254,9 +254,9 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
 
     ctx.tap("conv_output_silu", Some(il), &conv_out, cd);
     // Split into per-head q, k (L2-normalized) and v; β = sigmoid, g = a·softplus(α + dt).
-    let mut q = vec![0.0f32; n * hk * sd];
-    let mut k = vec![0.0f32; n * hk * sd];
-    let mut v = vec![0.0f32; n * hv * sd];
+    let mut q = ctx.zeros(n * hk * sd);
+    let mut k = ctx.zeros(n * hk * sd);
+    let mut v = ctx.zeros(n * hv * sd);
     {
         let (qo, ko, vo) = (SharedMut::new(&mut q), SharedMut::new(&mut k), SharedMut::new(&mut v));
         let conv_out = &conv_out;
@@ -306,7 +306,7 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
     let sp = ctx.span(Op::DeltaScan);
     // The delta rule over every span, keeping the state before each of a span's last `keep`
     // tokens (a speculative verify rolls back to any of them).
-    let mut o = vec![0.0f32; n * hv * sd];
+    let mut o = ctx.zeros(n * hv * sd);
     let kept: Vec<usize> = rows.spans.iter().zip(states.iter()).map(|(sp, st)| sp.len - st.keep.min(sp.len)).collect();
     // buffers the sequence's earlier kept states let go where it has them (no zeroing: the
     // scan writes all of each)
@@ -390,23 +390,23 @@ pub fn forward(ctx: &Ctx, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32], rows: &
 }
 
 /// The input projections of a batch in the layer's canonical streams.
-struct Projected {
-    qkv: Vec<f32>,
-    z: Vec<f32>,
-    beta: Vec<f32>,
-    alpha: Vec<f32>,
+struct Projected<'a> {
+    qkv: Buf<'a>,
+    z: Buf<'a>,
+    beta: Buf<'a>,
+    alpha: Buf<'a>,
 }
 
 /// Runs the layout's matrices in one `mm_rows` (one weight pass for all of them, each output
 /// element the dot product it is in llama.cpp's graph: a fused matrix's rows are the split
 /// matrices' rows) and unpacks the fused ones.
-fn project(ctx: &Ctx, proj: &DeltaProj, d: &DeltaDims, x: &[f32], rows: &Rows) -> Projected {
+fn project<'a>(ctx: &Ctx<'a>, proj: &DeltaProj, d: &DeltaDims, x: &[f32], rows: &Rows) -> Projected<'a> {
     let n = rows.n;
     let (hk, hv, sd) = (d.n_k_heads, d.n_v_heads, d.head_dim);
     let r = hv / hk;
     // β and α of V-head kh·r + i sit at kh·2r + i and kh·2r + r + i of a token's ssm_ba row
     let split_ba = |ba: &[f32]| {
-        let (mut beta, mut alpha) = (vec![0.0f32; n * hv], vec![0.0f32; n * hv]);
+        let (mut beta, mut alpha) = (ctx.zeros(n * hv), ctx.zeros(n * hv));
         for t in 0..n {
             for kh in 0..hk {
                 let row = &ba[t * 2 * hv + kh * 2 * r..][..2 * r];
@@ -435,7 +435,7 @@ fn project(ctx: &Ctx, proj: &DeltaProj, d: &DeltaDims, x: &[f32], rows: &Rows) -
             let (mixed, ba) = (next(), next());
             let (cd, vd, kd) = (d.conv_dim(), d.value_dim(), d.key_dim());
             let group = 2 * sd + 2 * r * sd;
-            let (mut qkv, mut z) = (vec![0.0f32; n * cd], vec![0.0f32; n * vd]);
+            let (mut qkv, mut z) = (ctx.zeros(n * cd), ctx.zeros(n * vd));
             for t in 0..n {
                 let (src, dst, zt) = (&mixed[t * hk * group..][..hk * group], &mut qkv[t * cd..][..cd], &mut z[t * vd..][..vd]);
                 for (kh, g) in src.chunks_exact(group).enumerate() {
@@ -464,7 +464,7 @@ fn project(ctx: &Ctx, proj: &DeltaProj, d: &DeltaDims, x: &[f32], rows: &Rows) -
                 KdaGate::Full(_) => g1,
             };
             let inner = d.value_dim();
-            let mut qkv = vec![0.0f32; n * 3 * inner];
+            let mut qkv = ctx.zeros(n * 3 * inner);
             for (t, row) in qkv.chunks_exact_mut(3 * inner).enumerate() {
                 row[..inner].copy_from_slice(&q[t * inner..(t + 1) * inner]);
                 row[inner..2 * inner].copy_from_slice(&k[t * inner..(t + 1) * inner]);

@@ -2,6 +2,7 @@
 //! tensors, as the MoE shared expert. The activation is SwiGLU (Qwen, Kimi-Linear) or Kimi K3's
 //! situ (`Act`).
 
+use crate::backend::Buf;
 use crate::batch::Rows;
 use crate::compute::Ctx;
 use crate::error::Result;
@@ -42,54 +43,51 @@ impl FfnWeights {
 }
 
 /// The FFN of the batch `rows` of normalized input x (rows.n × hidden).
-pub fn forward(ctx: &Ctx, w: &FfnWeights, x: &[f32], rows: &Rows) -> Vec<f32> {
+pub fn forward<'a>(ctx: &Ctx<'a>, w: &FfnWeights, x: &[f32], rows: &Rows) -> Buf<'a> {
     let mut p = ctx.mm_rows(&[&w.gate, &w.up], x, rows).into_iter();
-    let h = act_rows(w.act, &p.next().unwrap(), &p.next().unwrap(), w.gate.rows);
+    let (g, u) = (p.next().unwrap(), p.next().unwrap());
+    let mut h = ctx.zeros(g.len());
+    act_rows_into(w.act, &g, &u, w.gate.rows, &mut h);
     ctx.mm_rows1(&w.down, &h, rows)
 }
 
 /// `act` over consecutive rows of `row` elements (one per token).
 pub fn act_rows(act: Act, g: &[f32], u: &[f32], row: usize) -> Vec<f32> {
+    let mut y = vec![0.0f32; g.len()];
+    act_rows_into(act, g, u, row, &mut y);
+    y
+}
+
+/// [`act_rows`] into `y` (g's length).
+pub fn act_rows_into(act: Act, g: &[f32], u: &[f32], row: usize, y: &mut [f32]) {
     match act {
-        Act::SwiGlu => swiglu_rows(g, u, row),
-        Act::Situ { beta, linear_beta } => situ(g, u, beta, linear_beta),
+        Act::SwiGlu => swiglu_rows_into(g, u, row, y),
+        Act::Situ { beta, linear_beta } => situ_into(g, u, beta, linear_beta, y),
     }
 }
 
-/// situ elementwise, in the order of llama.cpp's ggml ops, each rounded to f32:
+/// situ elementwise into `y`, in the order of llama.cpp's ggml ops, each rounded to f32:
 /// a = tanh(g·(1/β))·β; a = a·sigmoid(g); u' = tanh(u·(1/λ))·λ (λ > 0); y = a·u'. ggml's tanh
 /// and sigmoid are libm's tanhf and 1/(1+expf(−x)) per element (unary-ops.cpp), no vector path,
 /// so the row length does not enter.
-pub fn situ(g: &[f32], u: &[f32], beta: f32, linear_beta: f32) -> Vec<f32> {
-    assert_eq!(g.len(), u.len());
+pub fn situ_into(g: &[f32], u: &[f32], beta: f32, linear_beta: f32, y: &mut [f32]) {
+    assert!(g.len() == u.len() && y.len() == g.len());
     let inv_beta = 1.0f32 / beta;
     let inv_lb = 1.0f32 / linear_beta;
-    g.iter()
-        .zip(u)
-        .map(|(&g, &u)| {
-            let a = (g * inv_beta).tanh() * beta;
-            let a = a * crate::ops::sigmoid(g);
-            let up = if linear_beta > 0.0 { (u * inv_lb).tanh() * linear_beta } else { u };
-            a * up
-        })
-        .collect()
+    for ((y, &g), &u) in y.iter_mut().zip(g).zip(u) {
+        let a = (g * inv_beta).tanh() * beta;
+        let a = a * crate::ops::sigmoid(g);
+        let up = if linear_beta > 0.0 { (u * inv_lb).tanh() * linear_beta } else { u };
+        *y = a * up;
+    }
 }
 
-/// silu(g)·u over ONE row, as llama.cpp's `ggml_swiglu_split(gate, up)` (ggml's vector expf on
-/// full chunks, libm on the tail). Several rows back to back give the same bits only when the
-/// row width is a multiple of 16; otherwise use [`swiglu_rows`].
-pub fn swiglu(g: &[f32], u: &[f32]) -> Vec<f32> {
-    let mut y = vec![0.0f32; g.len()];
-    xwen_kernels::f32ops::swiglu(g, u, &mut y);
-    y
-}
-
-/// [`swiglu`] over consecutive rows of `row` elements (one per token), chunked per row as ggml.
-pub fn swiglu_rows(g: &[f32], u: &[f32], row: usize) -> Vec<f32> {
-    assert!(row > 0 && g.len().is_multiple_of(row) && u.len() == g.len());
-    let mut y = vec![0.0f32; g.len()];
+/// silu(g)·u into `y` over consecutive rows of `row` elements (one per token), each row as
+/// llama.cpp's `ggml_swiglu_split(gate, up)` runs it (ggml's vector expf on full chunks, libm on
+/// the tail: rows back to back give the same bits only chunked per row).
+pub fn swiglu_rows_into(g: &[f32], u: &[f32], row: usize, y: &mut [f32]) {
+    assert!(row > 0 && g.len().is_multiple_of(row) && u.len() == g.len() && y.len() == g.len());
     for ((gr, ur), yr) in g.chunks_exact(row).zip(u.chunks_exact(row)).zip(y.chunks_exact_mut(row)) {
         xwen_kernels::f32ops::swiglu(gr, ur, yr);
     }
-    y
 }

@@ -15,7 +15,7 @@
 use crate::batch::Rows;
 use crate::compute::Ctx;
 use crate::state::KvCache;
-use crate::backend::AttnHeads;
+use crate::backend::{AttnHeads, Buf};
 use crate::ops;
 use crate::profile::Op;
 use crate::weights::{Loader, Mat};
@@ -178,7 +178,7 @@ fn heads_mm(ctx: &Ctx, w: &Mat, xs: &[f32], rows: &Rows, ys: &mut [f32], src_con
 
 /// Mixer output for the batch `rows` of normalized input x (rows.n × hidden); `kvs[i]` is span
 /// i's sequence's cache, which its K and V rows are appended to.
-pub fn forward(ctx: &Ctx, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: &Rows, kvs: &mut [&mut KvCache], il: usize) -> Vec<f32> {
+pub fn forward<'a>(ctx: &Ctx<'a>, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: &Rows, kvs: &mut [&mut KvCache], il: usize) -> Buf<'a> {
     assert_eq!(kvs.len(), rows.spans.len(), "one KV cache per span");
     let n = rows.n;
     let (nh, r, e, nope, dv) = (d.n_head, d.kv_lora, d.rope, d.nope, d.v_head);
@@ -208,7 +208,7 @@ pub fn forward(ctx: &Ctx, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: &Rows, k
         ops::rms_norm_inplace(&mut row[..r], &w.kv_a_norm, d.eps);
     }
     // the absorbed queries: Q_h = [W_k_b,h q_nope_h | q_pe_h], [n × H × (r + e)]
-    let mut qa = vec![0.0f32; n * nh * kw];
+    let mut qa = ctx.zeros(n * nh * kw);
     {
         let mut nope_all = vec![0.0f32; n * nh * nope];
         for (i, dst) in nope_all.chunks_exact_mut(nope).enumerate() {
@@ -236,20 +236,20 @@ pub fn forward(ctx: &Ctx, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: &Rows, k
 
     // softmax(Q_h Kᵀ · scale) V per (row, head): one latent KV head, V the first r of the K row
     let heads = AttnHeads { n_head: nh, n_head_kv: 1, k_dim: kw, v_dim: r, k_row: kw, v_row: r, scale: 1.0 / (qh as f32).sqrt() };
-    let mut att = vec![0.0f32; n * nh * r];
+    let mut att = ctx.zeros(n * nh * r);
     let caches: Vec<&KvCache> = kvs.iter().map(|c| &**c).collect();
     ctx.backend.attend(&qa, &caches, rows, &heads, &ctx.attn, &mut att);
     drop(sp);
     let _sp = ctx.span(Op::AttnProj);
     // decompress each head: o_h = W_v_b,h · att_h, then W_o
-    let mut o = vec![0.0f32; n * nh * dv];
+    let mut o = ctx.zeros(n * nh * dv);
     // without flash attention the attention output is a product's (contiguous) result; flash
     // attention's [r, H, n] output permuted to [r, n, H] is contiguous only for one head
     heads_mm(ctx, &w.v_b, &att, rows, &mut o, !ctx.attn.flash || nh == 1);
     ctx.tap("kqv_out", Some(il), &o, nh * dv);
     if let Some(g) = gate {
         // K3: o ⊙ sigmoid(W_g x) (ggml_sigmoid, then ggml_mul)
-        for (ov, gv) in o.iter_mut().zip(g) {
+        for (ov, &gv) in o.iter_mut().zip(g.iter()) {
             *ov *= ops::sigmoid(gv);
         }
     }

@@ -22,6 +22,7 @@ use crate::state::KvCache;
 use crate::layers::attn_res::{AttnRes, Bank, LayerRes};
 use super::{Loaded, Network, PlanFigures, SpanIn, SpanOut};
 use crate::experts::plan::{PREFILL_BATCH, SCRATCH_SLACK};
+use crate::backend::Buf;
 use crate::compute::Ctx;
 use crate::layers::deltanet::{self, DeltaDims, DeltaNetWeights, HeadPairing};
 use crate::error::{EngineError, Result};
@@ -318,7 +319,7 @@ impl Hybrid {
             Some((c.tokens.len(), at))
         }));
         let mut x = self.embed(ctx, chunks)?;
-        let mut xn = vec![0.0f32; rows.n * h];
+        let mut xn = ctx.zeros(rows.n * h);
         let mut bank = Bank::default();
         for (il, layer) in self.layers.iter().enumerate() {
             let at = Placed { store_layer: il, state_layer: il };
@@ -354,7 +355,7 @@ impl Hybrid {
         }
 
         let mut x = self.embed(ctx, spans)?;
-        let mut xn = vec![0.0f32; n * h];
+        let mut xn = ctx.zeros(n * h);
         let eps = self.cfg.eps;
         // K3's checkpoints of this pass (cross-layer residual attention); empty otherwise
         let mut bank = Bank::default();
@@ -396,9 +397,9 @@ pub(super) fn head(ctx: &Ctx, x: &[f32], rows: &crate::batch::Rows, spans: &[Spa
     // logits of the rows asked for: each sequence's rows one span of the head's batch
     let wanted: Vec<usize> = rows.spans.iter().zip(spans).flat_map(|(s, sp)| sp.logits.clone().map(move |i| s.start + i)).collect();
     let logits = if wanted.is_empty() {
-        Vec::new()
+        Buf::owned(Vec::new())
     } else {
-        let mut hn = vec![0.0f32; wanted.len() * h];
+        let mut hn = ctx.zeros(wanted.len() * h);
         for (i, &t) in wanted.iter().enumerate() {
             ops::rms_norm(&x[t * h..(t + 1) * h], norm, cfg.eps, &mut hn[i * h..(i + 1) * h]);
         }
@@ -627,7 +628,7 @@ impl LayerPass<'_> {
                 let _sp = ctx.span(Op::FfnDense);
                 ffn::forward(ctx, w, xn, rows)
             }
-            Ffn::Moe(w) => moe::forward_rows(ctx, w, cfg.moe.as_ref().expect("moe dims"), store, at.store_layer, xn, rows, h, self.next_moe)?,
+            Ffn::Moe(w) => Buf::owned(moe::forward_rows(ctx, w, cfg.moe.as_ref().expect("moe dims"), store, at.store_layer, xn, rows, h, self.next_moe)?),
         };
         ctx.tap("ffn_out", Some(il), &f, h);
         add_inplace(x, &f);

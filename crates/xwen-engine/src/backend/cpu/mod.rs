@@ -9,18 +9,19 @@ pub mod experts;
 pub mod flash_attn;
 pub mod products;
 
-use crate::backend::{ActFn, AttnHeads, AttnMode, Backend, DeltaScan, ExpertFfn, MvJob, ScanState};
+use crate::backend::{ActFn, AttnHeads, AttnMode, Backend, Buf, DeltaScan, ExpertFfn, MvJob, ScanState, Scratch};
 use crate::batch::Rows;
 use crate::state::KvCache;
 use xwen_kernels::{Pool, QMatrix};
 
 pub struct Cpu {
     pool: Pool,
+    scratch: Scratch,
 }
 
 impl Cpu {
     pub fn new(pool: Pool) -> Cpu {
-        Cpu { pool }
+        Cpu { pool, scratch: Scratch::new() }
     }
 }
 
@@ -37,8 +38,12 @@ impl Backend for Cpu {
         self.pool.matmul(w, x, n, y);
     }
 
-    fn mm_rows(&self, ws: &[QMatrix], x: &[f32], rows: &Rows) -> Vec<Vec<f32>> {
-        products::mm_rows(&self.pool, ws, x, rows)
+    fn scratch(&self) -> &Scratch {
+        &self.scratch
+    }
+
+    fn mm_rows(&self, ws: &[QMatrix], x: &[f32], rows: &Rows) -> Vec<Buf<'_>> {
+        products::mm_rows(&self.pool, &self.scratch, ws, x, rows)
     }
 
     fn mv_batch(&self, jobs: &mut [MvJob]) {

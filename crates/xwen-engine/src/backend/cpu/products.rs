@@ -3,7 +3,7 @@
 //! they keep the one-token order (the integer sums are exact; each row keeps its own float
 //! epilogue) — what makes the batched forward batch-invariant.
 
-use crate::backend::MvJob;
+use crate::backend::{Buf, MvJob, Scratch};
 use crate::batch::{self, Rows};
 use crate::ops::SharedMut;
 use xwen_gguf::GgmlType;
@@ -11,8 +11,8 @@ use xwen_kernels::{Pool, QMatrix};
 
 /// Products of several matrices with the same input rows (q/k/v, gate/up): one parallel job
 /// for a single token, batched matmuls otherwise.
-fn mm_many(pool: &Pool, ws: &[QMatrix], x: &[f32], n: usize) -> Vec<Vec<f32>> {
-    let mut ys: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0f32; n * w.rows]).collect();
+fn mm_many<'s>(pool: &Pool, scratch: &'s Scratch, ws: &[QMatrix], x: &[f32], n: usize) -> Vec<Buf<'s>> {
+    let mut ys: Vec<Buf> = ws.iter().map(|w| scratch.zeros(n * w.rows)).collect();
     if n == 1 {
         let mut jobs: Vec<MvJob> = ws.iter().zip(ys.iter_mut()).map(|(w, y)| MvJob { w: *w, x, y }).collect();
         mv_batch(pool, &mut jobs);
@@ -38,20 +38,20 @@ fn mm_into(pool: &Pool, w: QMatrix, x: &[f32], n: usize, y: &mut [f32]) {
 /// of all sequences share one pass over each matrix, every row in the one-token order (the
 /// bits `mm_many` gives it alone), and each longer span takes the product of its own row
 /// count, as if it ran alone. One sequence: exactly `mm_many`.
-pub fn mm_rows(pool: &Pool, ws: &[QMatrix], x: &[f32], rows: &Rows) -> Vec<Vec<f32>> {
+pub fn mm_rows<'s>(pool: &Pool, scratch: &'s Scratch, ws: &[QMatrix], x: &[f32], rows: &Rows) -> Vec<Buf<'s>> {
     if rows.is_single() {
-        return mm_many(pool, ws, x, rows.n);
+        return mm_many(pool, scratch, ws, x, rows.n);
     }
     let cols = ws.first().map_or(0, |w| w.cols);
     debug_assert!(ws.iter().all(|w| w.cols == cols));
-    let mut ys: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0f32; rows.n * w.rows]).collect();
+    let mut ys: Vec<Buf> = ws.iter().map(|w| scratch.zeros(rows.n * w.rows)).collect();
     let dec = rows.decode_rows();
     if dec.len() == rows.n {
         // every row is a decode row (ascending, so in place): no gather, no scatter
         decode_products(pool, ws, x, cols, &mut ys);
     } else if !dec.is_empty() {
         let xd = batch::gather(x, cols, &dec);
-        let mut yd: Vec<Vec<f32>> = ws.iter().map(|w| vec![0.0f32; dec.len() * w.rows]).collect();
+        let mut yd: Vec<Buf> = ws.iter().map(|w| scratch.zeros(dec.len() * w.rows)).collect();
         decode_products(pool, ws, &xd, cols, &mut yd);
         for ((w, y), src) in ws.iter().zip(ys.iter_mut()).zip(&yd) {
             batch::scatter(src, w.rows, &dec, y);
@@ -69,7 +69,7 @@ pub fn mm_rows(pool: &Pool, ws: &[QMatrix], x: &[f32], rows: &Rows) -> Vec<Vec<f
 /// The products of decode rows `xd` (each `cols` wide) with every matrix, each row in the
 /// one-token order: matrices whose token-lane kernels keep that order run on them (8 rows in
 /// the vector lanes); the rest share one job of per-row kernels.
-fn decode_products(pool: &Pool, ws: &[QMatrix], xd: &[f32], cols: usize, yd: &mut [Vec<f32>]) {
+fn decode_products(pool: &Pool, ws: &[QMatrix], xd: &[f32], cols: usize, yd: &mut [Buf]) {
     let nd = xd.len() / cols.max(1);
     let lanes = |w: &QMatrix| xwen_kernels::tokens_on_lanes(w.ty, w.rows, nd);
     let mut jobs = Vec::new();
