@@ -46,14 +46,25 @@ pub fn attend(pool: &Pool, q: &[f32], caches: &[&KvCache], rows: &Rows, a: &Attn
             if h % per != 0 {
                 return;
             }
-            for i in 0..s.len {
-                let t = s.start + i;
+            // each row's n_kv and path: a row in decode order runs as the one-row ubatch it
+            // stands for, the rows of a prefill chunk as theirs
+            let row_path = |i: usize| {
                 let (rows_n, kv_n) = if s.decode_order { (1, flash_attn::n_kv(s.pos0 + i + 1, mode.n_ctx)) } else { (s.len, n_kv) };
-                let path = flash_attn::path(rows_n, kv_n, same, mode.threads);
-                let qs: Vec<&[f32]> = (h..h + per).map(|hh| q_of(t, hh)).collect();
+                (flash_attn::path(rows_n, kv_n, same, mode.threads), kv_n)
+            };
+            // runs of rows on the same path and n_kv go together, each cached row read once
+            // for all their heads (every row's bits are its own: `attend_rows`)
+            let mut i0 = 0;
+            while i0 < s.len {
+                let (path, kv_n) = row_path(i0);
+                let i1 = (i0 + 1..s.len).find(|&i| row_path(i) != (path, kv_n)).unwrap_or(s.len);
+                let cells = || (i0..i1).flat_map(|i| (h..h + per).map(move |hh| (s.start + i, i, hh)));
+                let qs: Vec<&[f32]> = cells().map(|(t, _, hh)| q_of(t, hh)).collect();
+                let visible: Vec<usize> = cells().map(|(_, i, _)| s.pos0 + i + 1).collect();
                 // SAFETY: task (si, h) writes only heads h..h + per of its own span's rows.
-                let mut outs: Vec<&mut [f32]> = (h..h + per).map(|hh| unsafe { out_p.slice((t * nh + hh) * vd, vd) }).collect();
-                flash_attn::attend_heads(&qs, kv.k.rows(), kv.v.rows(), at(h), s.pos0 + i + 1, kv_n, a.scale, path, &mut outs);
+                let mut outs: Vec<&mut [f32]> = cells().map(|(t, _, hh)| unsafe { out_p.slice((t * nh + hh) * vd, vd) }).collect();
+                flash_attn::attend_rows(&qs, &visible, kv.k.rows(), kv.v.rows(), at(h), kv_n, a.scale, path, &mut outs);
+                i0 = i1;
             }
         });
         return;

@@ -93,16 +93,28 @@ pub fn attend(q: &[f32], k: KvRows, v: KvRows, at: HeadAt, visible: usize, n_kv:
 /// of them (GQA reads each cached row group-size times otherwise).
 #[allow(clippy::too_many_arguments)]
 pub fn attend_heads(qs: &[&[f32]], k: KvRows, v: KvRows, at: HeadAt, visible: usize, n_kv: usize, scale: f32, path: Path, outs: &mut [&mut [f32]]) {
+    attend_rows(qs, &vec![visible; qs.len()], k, v, at, n_kv, scale, path, outs);
+}
+
+/// `attend_heads` for queries that each see their own number of positions (`visible[i]`: the
+/// rows of one sequence's span, each at its own position, their heads of one KV head) and
+/// share the path and `n_kv`: every query's result is the one it gets alone — the same
+/// positions in the same order, the same blocks, the same split — while each cached K and V
+/// row is read once for all of them.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_rows(qs: &[&[f32]], visible: &[usize], k: KvRows, v: KvRows, at: HeadAt, n_kv: usize, scale: f32, path: Path, outs: &mut [&mut [f32]]) {
     debug_assert_eq!(qs.len(), outs.len());
+    debug_assert_eq!(qs.len(), visible.len());
     let Some(hd) = outs.first().map(|o| o.len()) else { return };
     match path {
         Path::Tiled => {
-            for (q, out) in qs.iter().zip(outs.iter_mut()) {
-                tiled(q, k, v, at, visible, n_kv, scale, out);
+            for ((q, out), &vis) in qs.iter().zip(outs.iter_mut()).zip(visible) {
+                tiled(q, k, v, at, vis, n_kv, scale, out);
             }
         }
         Path::OneChunk => {
-            let ps = one_chunk_heads(qs, k, v, at, hd, 0..visible.min(n_kv), scale);
+            let ends: Vec<usize> = visible.iter().map(|&vis| vis.min(n_kv)).collect();
+            let ps = one_chunk_heads(qs, k, v, at, hd, 0, &ends, scale);
             for (p, out) in ps.iter().zip(outs.iter_mut()) {
                 let inv = if p.s == 0.0 { 0.0 } else { 1.0 / p.s };
                 for (o, &x) in out.iter_mut().zip(&p.vkq) {
@@ -121,7 +133,10 @@ pub fn attend_heads(qs: &[&[f32]], k: KvRows, v: KvRows, at: HeadAt, visible: us
                     continue;
                 }
                 let end = (start + chunk).min(n_kv);
-                let ps = one_chunk_heads(qs, k, v, at, hd, start.min(visible)..end.min(visible), scale);
+                // each query's part of this chunk: start..end within what it sees (empty where
+                // it sees none of it)
+                let ends: Vec<usize> = visible.iter().map(|&vis| if start < vis { end.min(vis) } else { start }).collect();
+                let ps = one_chunk_heads(qs, k, v, at, hd, start, &ends, scale);
                 for (g, p) in ps.iter().enumerate() {
                     if p.s == 0.0 {
                         continue;
@@ -152,9 +167,12 @@ struct Partial {
     vkq: Vec<f32>,
 }
 
-/// ggml's `flash_attn_ext_f16_one_chunk` for one row of each query head in `qs` (sharing a KV
-/// head) over `range` (all unmasked); `dv` is the value length.
-fn one_chunk_heads(qs: &[&[f32]], k: KvRows, v: KvRows, at: HeadAt, dv: usize, range: std::ops::Range<usize>, scale: f32) -> Vec<Partial> {
+/// ggml's `flash_attn_ext_f16_one_chunk` for one row of each query in `qs` (sharing a KV
+/// head), query i over positions `start..ends[i]` (all unmasked; empty where ends[i] ≤ start);
+/// `dv` is the value length.
+#[allow(clippy::too_many_arguments)]
+fn one_chunk_heads(qs: &[&[f32]], k: KvRows, v: KvRows, at: HeadAt, dv: usize, start: usize, ends: &[usize], scale: f32) -> Vec<Partial> {
+    let end = ends.iter().copied().max().unwrap_or(start).max(start);
     let dk = qs.first().map_or(0, |q| q.len());
     // Q in the K type's dot type
     let q16s: Vec<Vec<u16>> = qs
@@ -166,22 +184,22 @@ fn one_chunk_heads(qs: &[&[f32]], k: KvRows, v: KvRows, at: HeadAt, dv: usize, r
         .collect();
     #[cfg(target_arch = "x86_64")]
     if let (KvRows::F16(kk), KvRows::F16(vv)) = (k, v) {
-        if simd() && dk.is_multiple_of(64) && dv.is_multiple_of(16) && !range.is_empty() {
-            assert!((range.end - 1) * at.k_width + at.k_off + dk <= kk.len() && (range.end - 1) * at.v_width + at.v_off + dv <= vv.len());
+        if simd() && dk.is_multiple_of(64) && dv.is_multiple_of(16) && end > start {
+            assert!((end - 1) * at.k_width + at.k_off + dk <= kk.len() && (end - 1) * at.v_width + at.v_off + dv <= vv.len());
             let mut vkq16 = vec![vec![0u16; dv]; qs.len()];
             let mut ms = vec![(0.0f32, 0.0f32); qs.len()];
             // SAFETY: the features were detected; the rows read lie inside the cache (above).
             unsafe {
                 if avx512() {
-                    x86::one_chunk_f16_512(&q16s, kk, vv, at, range, scale, &mut vkq16, &mut ms)
+                    x86::one_chunk_f16_512(&q16s, kk, vv, at, start, ends, scale, &mut vkq16, &mut ms)
                 } else {
-                    x86::one_chunk_f16_256(&q16s, kk, vv, at, range, scale, &mut vkq16, &mut ms)
+                    x86::one_chunk_f16_256(&q16s, kk, vv, at, start, ends, scale, &mut vkq16, &mut ms)
                 }
             };
             return ms.iter().zip(&vkq16).map(|(&(m, s), acc)| Partial { m, s, vkq: acc.iter().map(|&h| f16_to_f32(h)).collect() }).collect();
         }
     }
-    qs.iter().zip(&q16s).map(|(q, q16)| one_chunk_each(q, q16, k, v, at, dv, range.clone(), scale, dot_f16)).collect()
+    qs.iter().zip(&q16s).zip(ends).map(|((q, q16), &e)| one_chunk_each(q, q16, k, v, at, dv, start..e.max(start), scale, dot_f16)).collect()
 }
 
 /// `one_chunk` position by position through the dispatching helpers (`dot16` for an f16 K):
@@ -510,8 +528,8 @@ mod x86 {
     /// AVX-512 F, FMA and F16C available; every row of `range` inside `k` and `v`.
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn one_chunk_f16_512(q16s: &[Vec<u16>], k: &[u16], v: &[u16], at: HeadAt, range: std::ops::Range<usize>, scale: f32, vkq16: &mut [Vec<u16>], ms: &mut [(f32, f32)]) {
-        one_chunk_f16::<true>(q16s, k, v, at, range, scale, vkq16, ms)
+    pub unsafe fn one_chunk_f16_512(q16s: &[Vec<u16>], k: &[u16], v: &[u16], at: HeadAt, start: usize, ends: &[usize], scale: f32, vkq16: &mut [Vec<u16>], ms: &mut [(f32, f32)]) {
+        one_chunk_f16::<true>(q16s, k, v, at, start, ends, scale, vkq16, ms)
     }
 
     /// The same for AVX2 (ggml_vec_dot_f16 of an AVX2 build, 8-lane f16 updates).
@@ -520,8 +538,8 @@ mod x86 {
     /// AVX2, FMA and F16C available; every row of `range` inside `k` and `v`.
     #[target_feature(enable = "avx2,fma,f16c")]
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn one_chunk_f16_256(q16s: &[Vec<u16>], k: &[u16], v: &[u16], at: HeadAt, range: std::ops::Range<usize>, scale: f32, vkq16: &mut [Vec<u16>], ms: &mut [(f32, f32)]) {
-        one_chunk_f16::<false>(q16s, k, v, at, range, scale, vkq16, ms)
+    pub unsafe fn one_chunk_f16_256(q16s: &[Vec<u16>], k: &[u16], v: &[u16], at: HeadAt, start: usize, ends: &[usize], scale: f32, vkq16: &mut [Vec<u16>], ms: &mut [(f32, f32)]) {
+        one_chunk_f16::<false>(q16s, k, v, at, start, ends, scale, vkq16, ms)
     }
 
     /// `one_chunk`'s loop for an f16 cache, for each query head position by position the same
@@ -530,24 +548,27 @@ mod x86 {
     /// ggml_vec_mad_f16; S), but the scores of a block of positions are computed first (they
     /// depend on nothing the softmax carries, so their dot products pipeline instead of each
     /// waiting on the last position's accumulator update), every helper is inlined, and the
-    /// heads sharing the KV head take each cached row in turn while it is in L1 — their
-    /// softmax chains, independent, interleave.
+    /// queries sharing the KV head (its query heads; a span's rows) take each cached row in
+    /// turn while it is in L1 — their softmax chains, independent, interleave. Query i walks
+    /// positions start..ends[i]: the blocks of 32 from `start` it would walk alone.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn one_chunk_f16<const W512: bool>(q16s: &[Vec<u16>], k: &[u16], v: &[u16], at: HeadAt, range: std::ops::Range<usize>, scale: f32, vkq16: &mut [Vec<u16>], ms: &mut [(f32, f32)]) {
+    unsafe fn one_chunk_f16<const W512: bool>(q16s: &[Vec<u16>], k: &[u16], v: &[u16], at: HeadAt, start: usize, ends: &[usize], scale: f32, vkq16: &mut [Vec<u16>], ms: &mut [(f32, f32)]) {
         const BLOCK: usize = 32;
         let g = q16s.len();
+        debug_assert_eq!(ends.len(), g);
         let dk = q16s.first().map_or(0, |q| q.len());
         let mut scores = vec![[0.0f32; BLOCK]; g];
         for st in ms.iter_mut() {
             *st = (f32::NEG_INFINITY, 0.0);
         }
-        let mut p0 = range.start;
-        while p0 < range.end {
-            let p1 = (p0 + BLOCK).min(range.end);
-            for (q16, sc_h) in q16s.iter().zip(scores.iter_mut()) {
+        let end = ends.iter().copied().max().unwrap_or(start);
+        let mut p0 = start;
+        while p0 < end {
+            let p1 = (p0 + BLOCK).min(end);
+            for ((q16, sc_h), &e) in q16s.iter().zip(scores.iter_mut()).zip(ends) {
                 let qb = std::slice::from_raw_parts(q16.as_ptr() as *const u8, 2 * dk);
-                for (p, out) in (p0..p1).zip(sc_h.iter_mut()) {
+                for (p, out) in (p0..p1.min(e)).zip(sc_h.iter_mut()) {
                     let kp = k.as_ptr().add(p * at.k_width + at.k_off);
                     let mut sc = if W512 {
                         xwen_kernels::simd::avx512::dot_f16_ggml512(dk, std::slice::from_raw_parts(kp as *const u8, 2 * dk), qb)
@@ -561,7 +582,10 @@ mod x86 {
             }
             for (i, p) in (p0..p1).enumerate() {
                 let vp = v.as_ptr().add(p * at.v_width + at.v_off);
-                for ((sc_h, acc), st) in scores.iter().zip(vkq16.iter_mut()).zip(ms.iter_mut()) {
+                for (((sc_h, acc), st), &e) in scores.iter().zip(vkq16.iter_mut()).zip(ms.iter_mut()).zip(ends) {
+                    if p >= e {
+                        continue;
+                    }
                     let sc = sc_h[i];
                     let (m, s) = st;
                     let (mut fm, mut vs) = (1.0f32, 1.0f32);
@@ -809,10 +833,10 @@ mod tests {
         assert_eq!(n_kv(600, 300), 512);
     }
 
-    /// The f16 fast path (scores a block at a time, helpers inlined, the query heads of a KV
-    /// head together) gives every head `one_chunk_each`'s bits — M, S and the accumulator — at
-    /// both vector widths, for groups of 1 to 4 heads, over ranges that end inside and on a
-    /// block, with strided heads.
+    /// The f16 fast path (scores a block at a time, helpers inlined, the queries of a KV head
+    /// together) gives every query `one_chunk_each`'s bits — M, S and the accumulator — at
+    /// both vector widths, for groups of 1 to 4 queries, over ranges that end inside and on a
+    /// block, each query ending where it does alone (the rows of a span), with strided heads.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_f16_fast_path_has_the_per_position_bits() {
@@ -830,7 +854,9 @@ mod tests {
             let q16s: Vec<Vec<u16>> = qs.iter().map(|q| q.iter().map(|&x| f32_to_f16(x)).collect()).collect();
             let at = HeadAt::same(width, hd * (heads - 1));
             let scale = 1.0 / (hd as f32).sqrt();
-            for range in [0..1, 0..32, 5..77, 0..300] {
+            for (range, stagger) in [0usize..1, 0..32, 5..77, 0..300].into_iter().flat_map(|r| [(r.clone(), 0usize), (r.clone(), 7), (r, 40)]) {
+                // query h stops `stagger` positions before query h − 1 (the rows of a span), down to none
+                let ends: Vec<usize> = (0..group).map(|h| range.end.saturating_sub(h * stagger).max(range.start)).collect();
                 let bits = |p: &Partial| (p.m.to_bits(), p.s.to_bits(), p.vkq.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
                 let run = |wide: bool| -> Vec<Partial> {
                     let mut acc = vec![vec![0u16; hd]; group];
@@ -838,9 +864,9 @@ mod tests {
                     // SAFETY: the features were checked; every row lies inside the cache.
                     unsafe {
                         if wide {
-                            x86::one_chunk_f16_512(&q16s, &k16, &v16, at, range.clone(), scale, &mut acc, &mut ms)
+                            x86::one_chunk_f16_512(&q16s, &k16, &v16, at, range.start, &ends, scale, &mut acc, &mut ms)
                         } else {
-                            x86::one_chunk_f16_256(&q16s, &k16, &v16, at, range.clone(), scale, &mut acc, &mut ms)
+                            x86::one_chunk_f16_256(&q16s, &k16, &v16, at, range.start, &ends, scale, &mut acc, &mut ms)
                         }
                     };
                     ms.iter().zip(&acc).map(|(&(m, s), a)| Partial { m, s, vkq: a.iter().map(|&h| f16_to_f32(h)).collect() }).collect()
@@ -849,8 +875,8 @@ mod tests {
                 let avx2_dot: fn(&[u16], &[u16]) -> f32 = |x, y| unsafe { x86::dot_f16(x, y) };
                 let got = run(false);
                 for (h, (q, q16)) in qs.iter().zip(&q16s).enumerate() {
-                    let want = one_chunk_each(q, q16, KvRows::F16(&k16), KvRows::F16(&v16), at, hd, range.clone(), scale, avx2_dot);
-                    assert_eq!(bits(&got[h]), bits(&want), "AVX2 hd {hd} head {h} of {group} {range:?}");
+                    let want = one_chunk_each(q, q16, KvRows::F16(&k16), KvRows::F16(&v16), at, hd, range.start..ends[h], scale, avx2_dot);
+                    assert_eq!(bits(&got[h]), bits(&want), "AVX2 hd {hd} head {h} of {group} {range:?} stagger {stagger}");
                 }
                 if avx512 {
                     let dot512: fn(&[u16], &[u16]) -> f32 = |x, y| {
@@ -860,8 +886,8 @@ mod tests {
                     };
                     let got = run(true);
                     for (h, (q, q16)) in qs.iter().zip(&q16s).enumerate() {
-                        let want = one_chunk_each(q, q16, KvRows::F16(&k16), KvRows::F16(&v16), at, hd, range.clone(), scale, dot512);
-                        assert_eq!(bits(&got[h]), bits(&want), "AVX-512 hd {hd} head {h} of {group} {range:?}");
+                        let want = one_chunk_each(q, q16, KvRows::F16(&k16), KvRows::F16(&v16), at, hd, range.start..ends[h], scale, dot512);
+                        assert_eq!(bits(&got[h]), bits(&want), "AVX-512 hd {hd} head {h} of {group} {range:?} stagger {stagger}");
                     }
                 }
             }
