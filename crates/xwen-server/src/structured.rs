@@ -91,12 +91,57 @@ impl Grammars {
 
 /// JSON written compactly (`, ` and `: `, no other whitespace): llguidance's default allows any
 /// whitespace between tokens, which a weak model fills until max_tokens instead of closing the
-/// object. A schema's own `x-guidance` options win.
+/// object. A schema's own `x-guidance` options win. Objects that list their properties are
+/// closed (`close_objects`).
 fn compact(mut schema: Value) -> Value {
+    close_objects(&mut schema, false);
     if let Value::Object(o) = &mut schema {
         o.entry("x-guidance").or_insert_with(|| serde_json::json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}));
     }
     schema
+}
+
+/// An object schema that lists `properties` and says nothing of other keys takes no other keys,
+/// as llama.cpp's json-schema-to-grammar (and vLLM's xgrammar in its default strict mode) read
+/// it: JSON Schema's own default (any additional property) let a model add keys until
+/// max_tokens where the caller asked for exactly these. `additionalProperties`,
+/// `patternProperties` or `unevaluatedProperties` written in the schema win; a member of
+/// `allOf` stays open (its siblings' properties are the object's too). Applied through every
+/// subschema: properties, items, definitions, the branches of anyOf / oneOf.
+fn close_objects(v: &mut Value, in_all_of: bool) {
+    let Value::Object(o) = v else { return };
+    let lists = o.get("properties").is_some_and(Value::is_object);
+    let says = ["additionalProperties", "patternProperties", "unevaluatedProperties"].iter().any(|k| o.contains_key(*k));
+    if lists && !says && !in_all_of {
+        o.insert("additionalProperties".into(), Value::Bool(false));
+    }
+    for (k, child) in o.iter_mut() {
+        match k.as_str() {
+            // maps of name → schema
+            "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas" => {
+                if let Value::Object(m) = child {
+                    m.values_mut().for_each(|s| close_objects(s, false));
+                }
+            }
+            // one schema (or, for `items` in older drafts, a list of them)
+            "items" | "additionalItems" | "unevaluatedItems" | "additionalProperties" | "unevaluatedProperties" | "contains" | "not" | "if" | "then" | "else" | "propertyNames" => match child {
+                Value::Array(a) => a.iter_mut().for_each(|s| close_objects(s, false)),
+                other => close_objects(other, false),
+            },
+            "prefixItems" | "anyOf" | "oneOf" => {
+                if let Value::Array(a) = child {
+                    a.iter_mut().for_each(|s| close_objects(s, false));
+                }
+            }
+            "allOf" => {
+                if let Value::Array(a) = child {
+                    a.iter_mut().for_each(|s| close_objects(s, true));
+                }
+            }
+            // values (const, enum, default, examples) and keywords without subschemas
+            _ => {}
+        }
+    }
 }
 
 /// A JSON schema as a grammar (json_object is `{"type": "object"}`).
@@ -408,6 +453,34 @@ mod tests {
         let g = tool_call_grammar(&tools(), CallFormat::Kimi, &|m| kimi.id(m)).unwrap();
         let mut p = kimi.grammars().processor(g).unwrap();
         assert!(p.m.consume_tokens(&spelled).is_err());
+    }
+
+    /// Whether the grammar of `schema` takes `text` whole and ends there.
+    fn json_accepts(schema: Value, text: &str) -> bool {
+        let vocab = Vocab::new(false);
+        let mut p = vocab.grammars().processor(json_grammar(schema)).unwrap();
+        vocab.ids(text).into_iter().all(|t| p.m.consume_token(t).is_ok()) && p.m.is_accepting().unwrap_or(false)
+    }
+
+    #[test]
+    fn listed_properties_are_the_only_keys_unless_the_schema_says_otherwise() {
+        let point = json!({"type": "object", "properties": {"n": {"type": "integer"}, "s": {"type": "string"}}, "required": ["n"]});
+        assert!(json_accepts(point.clone(), r#"{"n": 1, "s": "a"}"#));
+        assert!(json_accepts(point.clone(), r#"{"n": 1}"#));
+        assert!(!json_accepts(point.clone(), r#"{"n": 1, "sw": 0}"#), "a key the schema does not list");
+        let mut open = point.clone();
+        open["additionalProperties"] = json!(true);
+        assert!(json_accepts(open, r#"{"n": 1, "sw": 0}"#), "the schema's own word wins");
+        // nested objects, array items and definitions are closed too; free-form objects are not
+        let nested = json!({"type": "object", "properties": {"p": {"$ref": "#/$defs/pt"}, "l": {"type": "array", "items": {"type": "object", "properties": {"a": {"type": "integer"}}}}, "any": {"type": "object"}},
+            "$defs": {"pt": {"type": "object", "properties": {"x": {"type": "integer"}}}}});
+        assert!(json_accepts(nested.clone(), r#"{"p": {"x": 1}, "l": [{"a": 2}], "any": {"k": 3}}"#));
+        assert!(!json_accepts(nested.clone(), r#"{"p": {"x": 1, "y": 2}}"#));
+        assert!(!json_accepts(nested, r#"{"l": [{"a": 2, "b": 3}]}"#));
+        // allOf's members stay open, so their properties combine
+        let both = json!({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}}, {"type": "object", "properties": {"b": {"type": "integer"}}}]});
+        assert!(json_accepts(both, r#"{"a": 1, "b": 2}"#));
+        assert!(json_accepts(json!({"type": "object"}), r#"{"k": 1}"#), "json_object mode takes any object");
     }
 
     #[test]
