@@ -365,12 +365,16 @@ fn multi_q6_k(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
 /// `avx2_q4k_repack`'s multi-row kernel in the gemv order (a repacked Q4_K matrix's decode
 /// rows: 2–3 of them, or a tail) with each sub-block's scale product and add as one
 /// `vpdpwssd`, accumulated straight into the row's i32 lanes: the same integers (exact sums in
-/// any order), then the same scalar FMAs per super-block, so the same bits.
+/// any order), then the same FMAs per super-block — each token's in its own lane of one
+/// vector (its sums reduced by `hadd`s for all tokens at once, where one token's reduction and
+/// scalar FMAs took about as many instructions as its products), so the same bits.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn q4k_gemv_rows<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
-    use super::avx2::{bcast_i16, bsums32, f32at, hsum_i32x4, k4_scales_mins, load, Q8K, QK};
+    use super::avx2::{bcast_i16, bsums32, f32at, k4_scales_mins, load, Q8K, QK};
+    const { assert!(T >= 1 && T <= 4) };
     let m4 = _mm256_set1_epi8(0x0f);
-    let (mut acc, mut accm) = ([0f32; T], [0f32; T]);
+    // lane t: token t's running sums (lanes past T stay 0)
+    let (mut acc, mut accm) = (_mm_setzero_ps(), _mm_setzero_ps());
     for i in 0..n / QK {
         let bw = i * 144;
         let (wd, wdmin) = (h2f(w, bw), h2f(w, bw + 2));
@@ -390,20 +394,25 @@ unsafe fn q4k_gemv_rows<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: us
                 *v = _mm256_dpwssd_epi32(_mm256_dpwssd_epi32(*v, sl, pl), sh, ph);
             }
         }
+        let (mut ps, mut pm, mut dy) = ([_mm_setzero_si128(); 4], [_mm_setzero_si128(); 4], [0f32; 4]);
         for (t, v) in v.iter().enumerate() {
             let ba = t * stride + i * Q8K;
-            let dy = f32at(a, ba);
-            let (d, dmin) = (wd * dy, wdmin * dy);
+            dy[t] = f32at(a, ba);
             // lane k: Σ m·bsum over sub-blocks 2k, 2k+1
-            let pm = _mm_madd_epi16(mins, bsums32(a, ba));
-            let ps = _mm_add_epi32(_mm256_castsi256_si128(*v), _mm256_extracti128_si256(*v, 1));
-            acc[t] = (hsum_i32x4(ps) as f32).mul_add(d, acc[t]);
-            accm[t] = (hsum_i32x4(pm) as f32).mul_add(dmin, accm[t]);
+            pm[t] = _mm_madd_epi16(mins, bsums32(a, ba));
+            ps[t] = _mm_add_epi32(_mm256_castsi256_si128(*v), _mm256_extracti128_si256(*v, 1));
         }
+        // lane t: the sum of token t's 4 lanes (exact integers, so the order is free)
+        let sums = _mm_hadd_epi32(_mm_hadd_epi32(ps[0], ps[1]), _mm_hadd_epi32(ps[2], ps[3]));
+        let msums = _mm_hadd_epi32(_mm_hadd_epi32(pm[0], pm[1]), _mm_hadd_epi32(pm[2], pm[3]));
+        let dyv = _mm_loadu_ps(dy.as_ptr());
+        // d = wd·dy, dmin = wdmin·dy, then fma(f32(sum), d, acc) per token, as the scalar steps
+        acc = _mm_fmadd_ps(_mm_cvtepi32_ps(sums), _mm_mul_ps(_mm_set1_ps(wd), dyv), acc);
+        accm = _mm_fmadd_ps(_mm_cvtepi32_ps(msums), _mm_mul_ps(_mm_set1_ps(wdmin), dyv), accm);
     }
-    for t in 0..T {
-        out[t] = acc[t] - accm[t];
-    }
+    let mut r = [0f32; 4];
+    _mm_storeu_ps(r.as_mut_ptr(), _mm_sub_ps(acc, accm));
+    out[..T].copy_from_slice(&r[..T]);
 }
 
 /// The multi-row kernel of a repacked Q4_K matrix in the gemv order (`q4k_gemv_rows`).
