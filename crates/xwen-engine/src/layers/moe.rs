@@ -10,7 +10,7 @@
 //! back as W_up · (rms_norm(Σ)·norm) before the shared expert is added.
 
 use crate::batch::{self, Rows};
-use crate::backend::{ExpertFfn, MvJob};
+use crate::backend::{Buf, ExpertFfn, MvJob};
 use crate::compute::{Ctx, RouteRecord};
 use crate::error::Result;
 use crate::experts::store::{ExpertHandle, ExpertStore};
@@ -211,8 +211,8 @@ fn ranked_union(guesses: &[Vec<usize>]) -> Vec<usize> {
 /// it ran alone, though an expert several spans chose is fetched once for all of them
 /// (`forward_spans`).
 #[allow(clippy::too_many_arguments)] // the layer's weights, geometry, store and batch
-pub fn forward_rows(
-    ctx: &Ctx,
+pub fn forward_rows<'a>(
+    ctx: &Ctx<'a>,
     w: &MoeWeights,
     d: &MoeDims,
     store: &dyn ExpertStore,
@@ -221,11 +221,11 @@ pub fn forward_rows(
     rows: &Rows,
     hidden: usize,
     next: Option<Lookahead>,
-) -> Result<Vec<f32>> {
+) -> Result<Buf<'a>> {
     if rows.is_single() && rows.n == 1 {
         return forward_decode_rows(ctx, w, d, store, layer, x, 1, hidden, &[0], next);
     }
-    let mut out = vec![0.0f32; rows.n * hidden];
+    let mut out = ctx.zeros(rows.n * hidden);
     let dec = rows.decode_rows();
     if !dec.is_empty() {
         let xd = batch::gather(x, hidden, &dec);
@@ -457,8 +457,8 @@ fn record(ctx: &Ctx, layer: usize, rows_at: &[usize], routes: &[Route], guesses:
 /// streamed store is asked to read the next MoE layer's likely experts once this layer's own
 /// are in: they land while this layer computes.
 #[allow(clippy::too_many_arguments)] // the layer's weights, geometry, store and rows
-fn forward_decode_rows(
-    ctx: &Ctx,
+fn forward_decode_rows<'a>(
+    ctx: &Ctx<'a>,
     w: &MoeWeights,
     d: &MoeDims,
     store: &dyn ExpertStore,
@@ -468,13 +468,13 @@ fn forward_decode_rows(
     hidden: usize,
     rows_at: &[usize],
     next: Option<Lookahead>,
-) -> Result<Vec<f32>> {
+) -> Result<Buf<'a>> {
     let sp = ctx.span(Op::MoeRouter);
-    let mut logits = vec![0.0f32; m * d.n_expert];
+    let mut logits = ctx.zeros(m * d.n_expert);
     let sff = w.shared.as_ref().map_or(0, |s| s.gate.rows);
-    let (mut sg, mut su) = (vec![0.0f32; m * sff], vec![0.0f32; m * sff]);
+    let (mut sg, mut su) = (ctx.zeros(m * sff), ctx.zeros(m * sff));
     let ew = d.expert_width(hidden);
-    let mut x_latent = vec![0.0f32; if w.latent.is_some() { m * ew } else { 0 }];
+    let mut x_latent = ctx.zeros(if w.latent.is_some() { m * ew } else { 0 });
     {
         let mut jobs = vec![MvJob { w: ctx.q(&w.router), x, y: &mut logits }];
         if let Some(sh) = &w.shared {
@@ -521,7 +521,7 @@ fn forward_decode_rows(
     let ff = d.expert_ff;
     let k = d.n_used;
     // ys[row * k + slot]: that row's unweighted output of its slot's expert
-    let mut ys = vec![0.0f32; m * k * ew];
+    let mut ys = ctx.zeros(m * k * ew);
     let group = if store.streams() { d.n_used.max(2 * PREFILL_READ_AHEAD) } else { union.len().max(1) };
     // one group's experts `at` (indices into the group) with their handles: gate and up, the
     // activation, down, each row's output into its slot of `ys`
@@ -593,8 +593,8 @@ fn forward_decode_rows(
             Ok(())
         })?;
     }
-    let mut ysh = vec![0.0f32; m * hidden];
-    let mut out = vec![0.0f32; m * ew];
+    let mut ysh = ctx.zeros(m * hidden);
+    let mut out = ctx.zeros(m * ew);
     for (row, r) in routes.iter().enumerate() {
         let o = &mut out[row * ew..(row + 1) * ew];
         for (slot, &p) in r.weights.iter().enumerate() {
@@ -607,15 +607,15 @@ fn forward_decode_rows(
     let latent_sum = match &w.latent {
         Some(l) => {
             latent_norm(l, d, &mut out);
-            Some(std::mem::replace(&mut out, vec![0.0f32; m * hidden]))
+            Some(std::mem::replace(&mut out, ctx.zeros(m * hidden)))
         }
         None => None,
     };
     {
-        let act: Vec<f32> = match &w.shared {
-            Some(sh) => ffn::act_rows(sh.act, &sg, &su, sff),
-            None => Vec::new(),
-        };
+        let mut act = ctx.zeros(if w.shared.is_some() { m * sff } else { 0 });
+        if let Some(sh) = &w.shared {
+            ffn::act_rows_into(sh.act, &sg, &su, sff, &mut act);
+        }
         let mut jobs = Vec::new();
         if let Some(sh) = &w.shared {
             jobs.push(MvJob { w: ctx.q(&sh.down), x: &act, y: &mut ysh });

@@ -628,7 +628,7 @@ impl LayerPass<'_> {
                 let _sp = ctx.span(Op::FfnDense);
                 ffn::forward(ctx, w, xn, rows)
             }
-            Ffn::Moe(w) => Buf::owned(moe::forward_rows(ctx, w, cfg.moe.as_ref().expect("moe dims"), store, at.store_layer, xn, rows, h, self.next_moe)?),
+            Ffn::Moe(w) => moe::forward_rows(ctx, w, cfg.moe.as_ref().expect("moe dims"), store, at.store_layer, xn, rows, h, self.next_moe)?,
         };
         ctx.tap("ffn_out", Some(il), &f, h);
         add_inplace(x, &f);
