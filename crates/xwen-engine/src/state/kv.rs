@@ -70,10 +70,13 @@ impl KvBuf {
 
     /// Room for `total` elements in all (for Q8_0 a multiple of 32), reserved exactly where the
     /// buffer has less: the pages are mapped as rows are written, the buffer never moves again.
+    /// Where the system refuses that much address space at once (a context of millions of
+    /// positions on a wide model, a strict overcommit policy), nothing is reserved and the
+    /// buffer grows as rows come, as it always could.
     pub fn reserve_total(&mut self, total: usize) {
         fn exact<T>(v: &mut Vec<T>, total: usize) {
             if total > v.capacity() {
-                v.reserve_exact(total - v.len());
+                let _ = v.try_reserve_exact(total - v.len());
             }
         }
         match self {
@@ -145,4 +148,24 @@ pub enum KvRows<'a> {
     F16(&'a [u16]),
     /// Q8_0 blocks; a head's offset and the row width are multiples of 32.
     Q8_0(&'a [u8]),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_context_too_large_to_reserve_still_takes_rows() {
+        // 2^40 positions of 128 halves: more address space than any system grants at once
+        let mut kv = KvCache { max_rows: 1 << 40, ..KvCache::new((KvType::F16, KvType::F16)) };
+        let row = vec![0.5f32; 128];
+        kv.append(&row, &row, 128, 128);
+        kv.append(&row, &row, 128, 128);
+        assert_eq!(kv.len(128), 2);
+        assert!(kv.k.capacity() < 1 << 30, "nothing absurd was reserved");
+        // a context that fits is reserved at once
+        let mut small = KvCache { max_rows: 300, ..KvCache::new((KvType::Q8_0, KvType::F32)) };
+        small.append(&row, &row, 128, 128);
+        assert_eq!((small.k.capacity(), small.v.capacity()), (300 * 128, 300 * 128));
+    }
 }
