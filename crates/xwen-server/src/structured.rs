@@ -94,7 +94,12 @@ impl Grammars {
 /// object. A schema's own `x-guidance` options win. Objects that list their properties are
 /// closed (`close_objects`).
 fn compact(mut schema: Value) -> Value {
-    close_objects(&mut schema, false);
+    // an allOf of several members composes objects (a $ref'd base and more properties): a
+    // member or a definition closed alone would forbid the others' keys, so such a schema
+    // keeps JSON Schema's open objects
+    if !composes(&schema) {
+        close_objects(&mut schema);
+    }
     if let Value::Object(o) = &mut schema {
         o.entry("x-guidance").or_insert_with(|| serde_json::json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}));
     }
@@ -105,14 +110,23 @@ fn compact(mut schema: Value) -> Value {
 /// as llama.cpp's json-schema-to-grammar (and vLLM's xgrammar in its default strict mode) read
 /// it: JSON Schema's own default (any additional property) let a model add keys until
 /// max_tokens where the caller asked for exactly these. `additionalProperties`,
-/// `patternProperties` or `unevaluatedProperties` written in the schema win; a member of
-/// `allOf` stays open (its siblings' properties are the object's too). Applied through every
-/// subschema: properties, items, definitions, the branches of anyOf / oneOf.
-fn close_objects(v: &mut Value, in_all_of: bool) {
+/// `patternProperties` or `unevaluatedProperties` written in the schema win; a schema that
+/// composes objects with an `allOf` of several members is left open (`compact`). Applied
+/// through every subschema: properties, items, definitions, the branches of anyOf / oneOf.
+/// Whether an `allOf` of two or more members appears anywhere in the schema.
+fn composes(v: &Value) -> bool {
+    match v {
+        Value::Object(o) => o.iter().any(|(k, c)| (k == "allOf" && c.as_array().is_some_and(|a| a.len() > 1)) || composes(c)),
+        Value::Array(a) => a.iter().any(composes),
+        _ => false,
+    }
+}
+
+fn close_objects(v: &mut Value) {
     let Value::Object(o) = v else { return };
     let lists = o.get("properties").is_some_and(Value::is_object);
     let says = ["additionalProperties", "patternProperties", "unevaluatedProperties"].iter().any(|k| o.contains_key(*k));
-    if lists && !says && !in_all_of {
+    if lists && !says {
         o.insert("additionalProperties".into(), Value::Bool(false));
     }
     for (k, child) in o.iter_mut() {
@@ -120,22 +134,18 @@ fn close_objects(v: &mut Value, in_all_of: bool) {
             // maps of name → schema
             "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas" => {
                 if let Value::Object(m) = child {
-                    m.values_mut().for_each(|s| close_objects(s, false));
+                    m.values_mut().for_each(close_objects);
                 }
             }
             // one schema (or, for `items` in older drafts, a list of them)
             "items" | "additionalItems" | "unevaluatedItems" | "additionalProperties" | "unevaluatedProperties" | "contains" | "not" | "if" | "then" | "else" | "propertyNames" => match child {
-                Value::Array(a) => a.iter_mut().for_each(|s| close_objects(s, false)),
-                other => close_objects(other, false),
+                Value::Array(a) => a.iter_mut().for_each(close_objects),
+                other => close_objects(other),
             },
-            "prefixItems" | "anyOf" | "oneOf" => {
+            // (an allOf here has one member: `compact` leaves composing schemas open)
+            "prefixItems" | "anyOf" | "oneOf" | "allOf" => {
                 if let Value::Array(a) = child {
-                    a.iter_mut().for_each(|s| close_objects(s, false));
-                }
-            }
-            "allOf" => {
-                if let Value::Array(a) = child {
-                    a.iter_mut().for_each(|s| close_objects(s, true));
+                    a.iter_mut().for_each(close_objects);
                 }
             }
             // values (const, enum, default, examples) and keywords without subschemas
@@ -477,9 +487,16 @@ mod tests {
         assert!(json_accepts(nested.clone(), r#"{"p": {"x": 1}, "l": [{"a": 2}], "any": {"k": 3}}"#));
         assert!(!json_accepts(nested.clone(), r#"{"p": {"x": 1, "y": 2}}"#));
         assert!(!json_accepts(nested, r#"{"l": [{"a": 2, "b": 3}]}"#));
-        // allOf's members stay open, so their properties combine
+        // allOf's members stay open, so their properties combine — a $ref'd base too
         let both = json!({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}}, {"type": "object", "properties": {"b": {"type": "integer"}}}]});
         assert!(json_accepts(both, r#"{"a": 1, "b": 2}"#));
+        let derived = json!({"$defs": {"base": {"type": "object", "properties": {"a": {"type": "integer"}}}},
+            "allOf": [{"$ref": "#/$defs/base"}, {"type": "object", "properties": {"b": {"type": "integer"}}, "required": ["b"]}]});
+        assert!(json_accepts(derived, r#"{"a": 1, "b": 2}"#));
+        // a one-member allOf (pydantic's wrapper of a $ref) composes nothing: closed as usual
+        let wrapped = json!({"type": "object", "properties": {"p": {"allOf": [{"$ref": "#/$defs/pt"}]}}, "$defs": {"pt": {"type": "object", "properties": {"x": {"type": "integer"}}}}});
+        assert!(json_accepts(wrapped.clone(), r#"{"p": {"x": 1}}"#));
+        assert!(!json_accepts(wrapped, r#"{"p": {"x": 1, "y": 2}}"#));
         assert!(json_accepts(json!({"type": "object"}), r#"{"k": 1}"#), "json_object mode takes any object");
     }
 
