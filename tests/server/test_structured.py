@@ -30,6 +30,18 @@ def test_json_schema_output_parses_and_validates(oa, temperature):
     valid(json.loads(c.message.content), PERSON)
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_listed_properties_are_the_only_keys(oa, seed):
+    # no additionalProperties: as llama.cpp and vLLM read a schema, the listed keys only
+    schema = {"type": "object", "properties": {"b": {"type": "boolean"}, "s": {"type": "string", "maxLength": 8}}, "required": ["b", "s"]}
+    r = oa.chat.completions.create(model="tiny-qwen35", messages=[{"role": "user", "content": "give json"}], max_tokens=80, temperature=1.0, seed=seed,
+                                   response_format={"type": "json_schema", "json_schema": {"name": "p", "schema": schema}})
+    c = r.choices[0]
+    assert c.finish_reason == "stop", c
+    v = json.loads(c.message.content)
+    assert set(v) == {"b", "s"} and isinstance(v["b"], bool), v
+
+
 def test_json_object_streams_valid_json(oa):
     text = ""
     for ch in oa.chat.completions.create(model="tiny-qwen35", messages=[{"role": "user", "content": "config"}], max_tokens=300, temperature=0, stream=True,
