@@ -160,8 +160,9 @@ pub trait Backend: Send + Sync {
     /// The delta rule over every span (`states[i]` span i's), outputs into `o` (rows × hv × sd).
     fn delta_scan(&self, scan: &DeltaScan, states: &mut [ScanState], o: &mut [f32]);
 
-    /// Routed experts' FFNs, each job's result into `ys[i]`; `act` is the gated activation.
-    fn expert_ffns(&self, jobs: &[ExpertFfn], act: ActFn, ff: usize, ys: &mut [Vec<f32>]);
+    /// Routed experts' FFNs, each job's result into `ys[i]` (a buffer of the arena); `act` is
+    /// the gated activation.
+    fn expert_ffns<'s>(&'s self, jobs: &[ExpertFfn], act: ActFn, ff: usize, ys: &mut [Buf<'s>]);
 
     /// `f(t0, t1)` over chunks of `n` rows: a per-row element-wise pass (convolution, norms,
     /// gates) that reads and writes rows t0..t1 only.

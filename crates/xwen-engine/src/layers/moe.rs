@@ -324,7 +324,7 @@ fn forward_spans(
         jobs_of.push(first..jobs.len());
     }
     // Each job's outputs (its rows × width), unweighted; summed per row below.
-    let mut ys: Vec<Vec<f32>> = vec![Vec::new(); jobs.len()];
+    let mut ys: Vec<Buf> = (0..jobs.len()).map(|_| Buf::owned(Vec::new())).collect();
     let act = |g: &[f32], u: &[f32], ff: usize| ffn::act_rows(d.act, g, u, ff);
     if !store.streams() {
         let handles = active.iter().map(|&e| store.expert(layer, e)).collect::<Result<Vec<_>>>()?;
@@ -343,7 +343,7 @@ fn forward_spans(
                         // its rows' sequences fail; the others never read this expert's zeros
                         let mut failed = Vec::new();
                         for j in jobs_of[i].clone() {
-                            ys[j] = vec![0.0f32; jobs[j].rows.len() * ew];
+                            ys[j] = ctx.zeros(jobs[j].rows.len() * ew);
                             failed.extend_from_slice(&jobs[j].rows);
                         }
                         ctx.expert_failed(failed, e)?;
@@ -353,7 +353,7 @@ fn forward_spans(
             let jobs = &jobs;
             let (mine, ffns): (Vec<usize>, Vec<ExpertFfn>) =
                 read.iter().flat_map(|(i, h)| jobs_of[*i].clone().map(move |j| (j, expert_job(h, xe, ew, &jobs[j].rows)))).unzip();
-            let mut got: Vec<Vec<f32>> = vec![Vec::new(); ffns.len()];
+            let mut got: Vec<Buf> = (0..ffns.len()).map(|_| Buf::owned(Vec::new())).collect();
             ctx.backend.expert_ffns(&ffns, &act, d.expert_ff, &mut got);
             for (j, y) in mine.into_iter().zip(got) {
                 ys[j] = y;
@@ -538,7 +538,7 @@ fn forward_decode_rows<'a>(
                 None => &xe[u[0].0 * ew..(u[0].0 + 1) * ew],
             })
             .collect();
-        let mut gu: Vec<(Vec<f32>, Vec<f32>)> = who.iter().map(|u| (vec![0.0f32; u.len() * ff], vec![0.0f32; u.len() * ff])).collect();
+        let mut gu: Vec<(Buf, Buf)> = who.iter().map(|u| (ctx.zeros(u.len() * ff), ctx.zeros(u.len() * ff))).collect();
         {
             let mut jobs = Vec::with_capacity(2 * handles.len());
             for ((h, &xr), (g, u)) in handles.iter().zip(&xin).zip(gu.iter_mut()) {
@@ -548,11 +548,15 @@ fn forward_decode_rows<'a>(
             ctx.mv_batch(&mut jobs);
         }
         // the activation per row, each row alone (as the one-token path's single row)
-        let act: Vec<Vec<f32>> = gu
+        let act: Vec<Buf> = gu
             .iter()
-            .map(|(g, u)| ffn::act_rows(d.act, g, u, ff))
+            .map(|(g, u)| {
+                let mut a = ctx.zeros(g.len());
+                ffn::act_rows_into(d.act, g, u, ff, &mut a);
+                a
+            })
             .collect();
-        let mut down: Vec<Vec<f32>> = who.iter().map(|u| vec![0.0f32; u.len() * ew]).collect();
+        let mut down: Vec<Buf> = who.iter().map(|u| ctx.zeros(u.len() * ew)).collect();
         {
             let mut jobs: Vec<MvJob> =
                 handles.iter().zip(&act).zip(down.iter_mut()).map(|((h, a), y)| MvJob { w: h.down(), x: a, y }).collect();

@@ -5,7 +5,7 @@
 //! activations take MUL_MAT_ID's row quantizer, as llama.cpp's.
 
 use crate::backend::cpu::products::quantize_rows;
-use crate::backend::{ActFn, ExpertFfn};
+use crate::backend::{ActFn, Buf, ExpertFfn, Scratch};
 use crate::ops::SharedMut;
 use xwen_kernels::{Pool, QMatrix};
 
@@ -15,24 +15,24 @@ thread_local! {
     static SOLO: Pool = Pool::new(1);
 }
 
-pub fn ffns(pool: &Pool, jobs: &[ExpertFfn], act: ActFn, ff: usize, ys: &mut [Vec<f32>]) {
+pub fn ffns<'s>(pool: &Pool, scratch: &'s Scratch, jobs: &[ExpertFfn], act: ActFn, ff: usize, ys: &mut [Buf<'s>]) {
     debug_assert_eq!(jobs.len(), ys.len());
     let ys_out = SharedMut::new(ys);
     pool.run(jobs.len(), &|i| {
-        let y = ffn(&jobs[i], act, ff);
+        let y = ffn(scratch, &jobs[i], act, ff);
         // SAFETY: slot i of `ys` is written by this task alone; `ys` outlives the job.
         unsafe { ys_out.slice(i, 1)[0] = y };
     });
 }
 
-/// One expert, whole, on this thread.
-fn ffn(j: &ExpertFfn, act: ActFn, ff: usize) -> Vec<f32> {
+/// One expert, whole, on this thread; its buffers from the arena (which any thread may use).
+fn ffn<'s>(scratch: &'s Scratch, j: &ExpertFfn, act: ActFn, ff: usize) -> Buf<'s> {
     SOLO.with(|solo| {
         let (m, ew) = (j.tokens.len(), j.width);
         let row = |t: usize| &j.x[t * ew..(t + 1) * ew];
         let (gw, uw) = (j.gate, j.up);
-        let mut g = vec![0.0f32; m * ff];
-        let mut u = vec![0.0f32; m * ff];
+        let mut g = scratch.zeros(m * ff);
+        let mut u = scratch.zeros(m * ff);
         let mut xq = Vec::new();
         if m > 1 && gw.ty == uw.ty && gw.rows == uw.rows {
             // gate and up take the same rows: quantized and laid out once for both
@@ -44,7 +44,7 @@ fn ffn(j: &ExpertFfn, act: ActFn, ff: usize) -> Vec<f32> {
             expert_mm(solo, uw, &xt, m, &mut u, &mut xq);
         }
         let h = act(&g, &u, ff);
-        let mut y = vec![0.0f32; m * j.down.rows];
+        let mut y = scratch.zeros(m * j.down.rows);
         expert_mm(solo, j.down, &h, m, &mut y, &mut xq);
         y
     })

@@ -58,8 +58,8 @@ impl Backend for Cpu {
         delta::scan(&self.pool, scan, states, o);
     }
 
-    fn expert_ffns(&self, jobs: &[ExpertFfn], act: ActFn, ff: usize, ys: &mut [Vec<f32>]) {
-        experts::ffns(&self.pool, jobs, act, ff, ys);
+    fn expert_ffns<'s>(&'s self, jobs: &[ExpertFfn], act: ActFn, ff: usize, ys: &mut [Buf<'s>]) {
+        experts::ffns(&self.pool, &self.scratch, jobs, act, ff, ys);
     }
 
     fn for_row_chunks(&self, n: usize, f: &(dyn Fn(usize, usize) + Sync)) {
