@@ -185,6 +185,48 @@ impl OutTile {
     }
 }
 
+/// Decode-order tokens past a lane product's groups (`matvec_tokens_q`: a verify of 8 drafts is
+/// 9 rows), computed with the one-token kernels — their bits — inside the lane tasks, on each
+/// tile of weight rows while it is in cache, instead of a second job over every weight.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct RestTokens<'x> {
+    /// Their quantized rows.
+    xq: &'x [u8],
+    n: usize,
+    /// The first of them (the tile column they go to).
+    at: usize,
+    kernel: RowKernel,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl RestTokens<'_> {
+    /// Tokens at..n_tok of `xq` (None when there are none).
+    fn new<'x>(w: &QMatrix, xq: &'x [u8], at: usize, n_tok: usize) -> Option<RestTokens<'x>> {
+        (n_tok > at).then(|| RestTokens {
+            xq: &xq[at * act_row_bytes(w)..],
+            n: n_tok - at,
+            at,
+            kernel: dispatch::row_kernel(w.ty, w.rows).expect("validated"),
+        })
+    }
+
+    /// Their results for weight rows rs..re into `tile` (`buf`: the task's scratch for them).
+    fn put(&self, w: &QMatrix, tile: &mut OutTile, rs: usize, re: usize, buf: &mut Vec<f32>) {
+        buf.resize((re - rs) * self.n, 0.0);
+        dot_rows_tokens(w, self.kernel, self.xq, self.n, rs, buf);
+        for (i, vals) in buf.chunks_exact(self.n).enumerate() {
+            tile.put(rs + i, self.at, vals);
+        }
+    }
+}
+
+/// Tokens a lane product computes: its own and any `RestTokens`.
+#[cfg(target_arch = "x86_64")]
+fn with_rest(done: usize, rest: &Option<RestTokens>) -> usize {
+    done + rest.map_or(0, |r| r.n)
+}
+
 // SAFETY: tasks write disjoint elements through it.
 unsafe impl Sync for SyncPtr {}
 unsafe impl Send for SyncPtr {}
@@ -644,9 +686,7 @@ impl Pool {
         let n_row_chunks = row_groups.div_ceil(chunk);
         let yp = SyncPtr(y.as_mut_ptr());
         let (rb, rows) = (w.row_bytes(), w.rows);
-        let n_rest = one_token_rest.map_or(0, |_| y.len() / rows - n_valid);
-        let rest_xq = one_token_rest.map_or(&[][..], |xq| &xq[n_valid * act_row_bytes(&w)..]);
-        let rest_kernel = dispatch::row_kernel(w.ty, w.rows).expect("validated");
+        let rest = one_token_rest.and_then(|xq| RestTokens::new(&w, xq, n_valid, y.len() / rows));
         self.run(n_row_chunks, &|rc| {
             #[allow(clippy::redundant_locals)] // capture the Sync wrapper, not its raw field
             let yp = yp;
@@ -654,14 +694,10 @@ impl Pool {
             let mut out = [[0f32; TOK]; ROWS];
             let mut wq = WideQuad::default();
             let mut out16 = [[0f32; TOK]; ROWS16];
-            let mut rest = vec![0f32; OUT_TILE_ROWS.min((q1 - q0) * ROWS) * n_rest];
+            let mut rest_buf = Vec::new();
             let quads = |tile: &mut OutTile, rs: usize, re: usize| {
-                if n_rest > 0 {
-                    let rest = &mut rest[..(re - rs) * n_rest];
-                    dot_rows_tokens(&w, rest_kernel, rest_xq, n_rest, rs, rest);
-                    for (i, vals) in rest.chunks_exact(n_rest).enumerate() {
-                        tile.put(rs + i, n_valid, vals);
-                    }
+                if let Some(r) = &rest {
+                    r.put(&w, tile, rs, re, &mut rest_buf);
                 }
                 let mut rs = rs;
                 while rows16 && rs + ROWS16 <= re {
@@ -723,9 +759,9 @@ impl Pool {
                     }
                 }
             };
-            // SAFETY: rows q0·ROWS..q1·ROWS of tokens 0..n_valid + n_rest belong to this task;
-            // OUT_TILE_ROWS is a multiple of ROWS, so every tile holds whole quads.
-            unsafe { OutTile::for_rows(yp, rows, n_valid + n_rest, q0 * ROWS, q1 * ROWS, quads) };
+            // SAFETY: rows q0·ROWS..q1·ROWS of tokens 0..n_valid and the rest belong to this
+            // task; OUT_TILE_ROWS is a multiple of ROWS, so every tile holds whole quads.
+            unsafe { OutTile::for_rows(yp, rows, with_rest(n_valid, &rest), q0 * ROWS, q1 * ROWS, quads) };
         });
     }
 
@@ -818,8 +854,7 @@ impl Pool {
         let (rb, rows) = (w.row_bytes(), w.rows);
         let act = &act;
         let done = groups * TOK;
-        let n_rest = if one_token_rest { n_tok - done } else { 0 };
-        let rest_kernel = dispatch::row_kernel(w.ty, w.rows).expect("validated");
+        let rest = if one_token_rest { RestTokens::new(&w, xq, done, n_tok) } else { None };
         self.run(n_row_chunks, &|rc| {
             #[allow(clippy::redundant_locals)] // capture the Sync wrapper, not its raw field
             let yp = yp;
@@ -827,14 +862,10 @@ impl Pool {
             let mut out = [0f32; TOK];
             // |x| of the rows, for the AVX2 kernel only
             let mut ax = if vnni { Vec::new() } else { vec![0u8; Q8_SUB_ROWS * nb * 32] };
-            let mut rest = vec![0f32; OUT_TILE_ROWS.min(r1 - r0) * n_rest];
+            let mut rest_buf = Vec::new();
             let each_row = |tile: &mut OutTile, rs: usize, re: usize| {
-                if n_rest > 0 {
-                    let rest = &mut rest[..(re - rs) * n_rest];
-                    dot_rows_tokens(&w, rest_kernel, &xq[done * arb..], n_rest, rs, rest);
-                    for (i, vals) in rest.chunks_exact(n_rest).enumerate() {
-                        tile.put(rs + i, done, vals);
-                    }
+                if let Some(r) = &rest {
+                    r.put(&w, tile, rs, re, &mut rest_buf);
                 }
                 if vnni {
                     use crate::simd::avx512_tok8::{row_q8_0_vnni, rows_q8_0_vnni};
@@ -881,10 +912,10 @@ impl Pool {
                     }
                 }
             };
-            // SAFETY: rows r0..r1 of tokens 0..done + n_rest belong to this task.
-            unsafe { OutTile::for_rows(yp, rows, done + n_rest, r0, r1, each_row) };
+            // SAFETY: rows r0..r1 of tokens 0..done and the rest belong to this task.
+            unsafe { OutTile::for_rows(yp, rows, with_rest(done, &rest), r0, r1, each_row) };
         });
-        done + n_rest
+        with_rest(done, &rest)
     }
 
     fn matmul_q_plain(&self, w: QMatrix, xq: &[u8], n_tok: usize, grouped: usize, y: &mut [f32]) {

@@ -45,10 +45,15 @@ impl FfnWeights {
 /// The FFN of the batch `rows` of normalized input x (rows.n × hidden).
 pub fn forward<'a>(ctx: &Ctx<'a>, w: &FfnWeights, x: &[f32], rows: &Rows) -> Buf<'a> {
     let mut p = ctx.mm_rows(&[&w.gate, &w.up], x, rows).into_iter();
-    let (g, u) = (p.next().unwrap(), p.next().unwrap());
-    let mut h = ctx.zeros(g.len());
-    act_rows_into(w.act, &g, &u, w.gate.rows, &mut h);
+    let h = act_rows_buf(ctx, w.act, &p.next().unwrap(), &p.next().unwrap(), w.gate.rows);
     ctx.mm_rows1(&w.down, &h, rows)
+}
+
+/// [`act_rows`] into a buffer of the backend's arena.
+pub fn act_rows_buf<'a>(ctx: &Ctx<'a>, act: Act, g: &[f32], u: &[f32], row: usize) -> Buf<'a> {
+    let mut y = ctx.zeros(g.len());
+    act_rows_into(act, g, u, row, &mut y);
+    y
 }
 
 /// `act` over consecutive rows of `row` elements (one per token).

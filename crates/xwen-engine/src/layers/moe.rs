@@ -548,14 +548,7 @@ fn forward_decode_rows<'a>(
             ctx.mv_batch(&mut jobs);
         }
         // the activation per row, each row alone (as the one-token path's single row)
-        let act: Vec<Buf> = gu
-            .iter()
-            .map(|(g, u)| {
-                let mut a = ctx.zeros(g.len());
-                ffn::act_rows_into(d.act, g, u, ff, &mut a);
-                a
-            })
-            .collect();
+        let act: Vec<Buf> = gu.iter().map(|(g, u)| ffn::act_rows_buf(ctx, d.act, g, u, ff)).collect();
         let mut down: Vec<Buf> = who.iter().map(|u| ctx.zeros(u.len() * ew)).collect();
         {
             let mut jobs: Vec<MvJob> =
@@ -616,10 +609,10 @@ fn forward_decode_rows<'a>(
         None => None,
     };
     {
-        let mut act = ctx.zeros(if w.shared.is_some() { m * sff } else { 0 });
-        if let Some(sh) = &w.shared {
-            ffn::act_rows_into(sh.act, &sg, &su, sff, &mut act);
-        }
+        let act = match &w.shared {
+            Some(sh) => ffn::act_rows_buf(ctx, sh.act, &sg, &su, sff),
+            None => Buf::owned(Vec::new()),
+        };
         let mut jobs = Vec::new();
         if let Some(sh) = &w.shared {
             jobs.push(MvJob { w: ctx.q(&sh.down), x: &act, y: &mut ysh });
