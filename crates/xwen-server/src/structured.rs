@@ -106,13 +106,6 @@ fn compact(mut schema: Value) -> Value {
     schema
 }
 
-/// An object schema that lists `properties` and says nothing of other keys takes no other keys,
-/// as llama.cpp's json-schema-to-grammar (and vLLM's xgrammar in its default strict mode) read
-/// it: JSON Schema's own default (any additional property) let a model add keys until
-/// max_tokens where the caller asked for exactly these. `additionalProperties`,
-/// `patternProperties` or `unevaluatedProperties` written in the schema win; a schema that
-/// composes objects with an `allOf` of several members is left open (`compact`). Applied
-/// through every subschema: properties, items, definitions, the branches of anyOf / oneOf.
 /// Whether an `allOf` of two or more members appears anywhere in the schema.
 fn composes(v: &Value) -> bool {
     match v {
@@ -122,6 +115,13 @@ fn composes(v: &Value) -> bool {
     }
 }
 
+/// An object schema that lists `properties` and says nothing of other keys takes no other keys,
+/// as llama.cpp's json-schema-to-grammar (and vLLM's xgrammar in its default strict mode) read
+/// it: JSON Schema's own default (any additional property) let a model add keys until
+/// max_tokens where the caller asked for exactly these. `additionalProperties`,
+/// `patternProperties` or `unevaluatedProperties` written in the schema win; a schema that
+/// composes objects with an `allOf` of several members is left open (`compact`). Applied
+/// through every subschema: properties, items, definitions, the branches of anyOf / oneOf.
 fn close_objects(v: &mut Value) {
     let Value::Object(o) = v else { return };
     let lists = o.get("properties").is_some_and(Value::is_object);
