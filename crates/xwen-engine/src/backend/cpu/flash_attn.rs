@@ -85,22 +85,14 @@ impl HeadAt {
 /// `k`/`v` (laid out as `at` says); writes `out` (value length).
 #[allow(clippy::too_many_arguments)]
 pub fn attend(q: &[f32], k: KvRows, v: KvRows, at: HeadAt, visible: usize, n_kv: usize, scale: f32, path: Path, out: &mut [f32]) {
-    attend_heads(&[q], k, v, at, visible, n_kv, scale, path, &mut [out]);
+    attend_rows(&[q], &[visible], k, v, at, n_kv, scale, path, &mut [out]);
 }
 
-/// `attend` for query heads that share one KV head (`at`): each head's result is the one it
-/// gets alone, but on the one-chunk and split-KV paths every K and V row is read once for all
-/// of them (GQA reads each cached row group-size times otherwise).
-#[allow(clippy::too_many_arguments)]
-pub fn attend_heads(qs: &[&[f32]], k: KvRows, v: KvRows, at: HeadAt, visible: usize, n_kv: usize, scale: f32, path: Path, outs: &mut [&mut [f32]]) {
-    attend_rows(qs, &vec![visible; qs.len()], k, v, at, n_kv, scale, path, outs);
-}
-
-/// `attend_heads` for queries that each see their own number of positions (`visible[i]`: the
-/// rows of one sequence's span, each at its own position, their heads of one KV head) and
-/// share the path and `n_kv`: every query's result is the one it gets alone — the same
-/// positions in the same order, the same blocks, the same split — while each cached K and V
-/// row is read once for all of them.
+/// `attend` for several queries of one KV head (`at`: the query heads of a GQA group, the rows
+/// of one sequence's span), each seeing its own number of positions (`visible[i]`) and sharing
+/// the path and `n_kv`: every query's result is the one it gets alone — the same positions in
+/// the same order, the same blocks, the same split — while on the one-chunk and split-KV paths
+/// each cached K and V row is read once for all of them.
 #[allow(clippy::too_many_arguments)]
 pub fn attend_rows(qs: &[&[f32]], visible: &[usize], k: KvRows, v: KvRows, at: HeadAt, n_kv: usize, scale: f32, path: Path, outs: &mut [&mut [f32]]) {
     debug_assert_eq!(qs.len(), outs.len());
