@@ -65,6 +65,11 @@ impl Rows {
         self.spans.len() == 1 && !self.spans[0].decode_order
     }
 
+    /// Each row's position in its sequence, row by row.
+    pub fn positions(&self) -> Vec<usize> {
+        self.spans.iter().flat_map(|s| (0..s.len).map(move |i| s.pos0 + i)).collect()
+    }
+
     /// The rows computed in the one-token order — single-token spans and every row of a
     /// decode-order span — ascending: they share weight passes.
     pub fn decode_rows(&self) -> Vec<usize> {
@@ -113,6 +118,7 @@ mod tests {
         assert_eq!(&y[12..], &[12.0, 13.0]);
         let d = Rows::from_spans([(3, 4, true), (2, 0, false)]);
         assert_eq!(d.decode_rows(), vec![0, 1, 2]);
+        assert_eq!(d.positions(), vec![4, 5, 6, 0, 1]);
         assert_eq!(d.multi_row_spans().count(), 1);
         assert!(!Rows::from_spans([(1, 0, true)]).is_single());
     }

@@ -2,9 +2,10 @@
 //! its heavy ops to a [`Backend`]: the matrix products (dense and quantized, one row or many,
 //! several matrices over one input), attention over each sequence's span, the delta-rule scan
 //! (a scalar gate as in Gated DeltaNet, a per-channel gate as in KDA), a routed expert's whole
-//! FFN, and the per-token element-wise passes around them. How an op is split into tasks, on
-//! which threads, with which kernel, is the backend's business; no pool or thread appears in a
-//! layer or model file.
+//! FFN, and the named per-row passes around them (the causal convolution and SiLU, column
+//! splits, the heads' norms and rope, the output gates). How an op is split into tasks, on
+//! which threads, with which kernel, is the backend's business; no pool, thread or raw pointer
+//! appears in a layer or model file.
 //!
 //! [`cpu::Cpu`] holds the bodies the engine has always run, bit for bit (llama.cpp's CPU float
 //! orders). The activations a forward's ops produce — the products' outputs, q / k / v, the
@@ -164,7 +165,49 @@ pub trait Backend: Send + Sync {
     /// the gated activation.
     fn expert_ffns<'s>(&'s self, jobs: &[ExpertFfn], act: ActFn, ff: usize, ys: &mut [Buf<'s>]);
 
-    /// `f(t0, t1)` over chunks of `n` rows: a per-row element-wise pass (convolution, norms,
-    /// gates) that reads and writes rows t0..t1 only.
-    fn for_row_chunks(&self, n: usize, f: &(dyn Fn(usize, usize) + Sync));
+    /// The causal depthwise convolution of one sequence's span, then SiLU (ggml_ssm_conv,
+    /// ggml_silu): `window` is the span's conv state (kernel − 1 rows) then its n input rows,
+    /// each `conv.taps.len() / conv.kernel` channels wide; `out` takes the n output rows.
+    fn conv_silu(&self, conv: &ConvSilu, window: &[f32], out: &mut [f32]);
+    /// Each of the `n` rows of `src` cut into consecutive column ranges, range i into the same
+    /// row of `outs[i]` (`outs[i].len() / n` wide) — a view made contiguous.
+    fn split_columns(&self, src: &[f32], n: usize, outs: &mut [&mut [f32]]);
+    /// Gated DeltaNet's L2 norm (llama.cpp's `build_gdn_l2_norm`) of every `head`-wide piece of x.
+    fn l2_norm_heads(&self, x: &mut [f32], head: usize, eps: f32);
+    /// The delta rule's gated output norm, per `w.len()`-wide head: o ← rms_norm(o)·w ⊙ gate(z)
+    /// (z is the gate's input, left holding its values).
+    fn gated_rms_norm(&self, o: &mut [f32], z: &mut [f32], w: &[f32], eps: f32, gate: OutGate);
+    /// Row t of x (`positions.len()` rows of heads `w.len()` wide): every head RMS-normed by w,
+    /// then rotated at `positions[t]` (attention's q and k).
+    fn norm_rope_heads(&self, x: &mut [f32], w: &[f32], eps: f32, rope: &Rope, positions: &[usize]);
+    /// x ← x ⊙ sigmoid(g), element-wise (an attention output's gate).
+    fn mul_sigmoid(&self, x: &mut [f32], g: &[f32]);
+}
+
+/// A causal depthwise convolution followed by SiLU.
+pub struct ConvSilu<'a> {
+    /// The kernel tap-major, [kernel][channels]: each tap a contiguous row.
+    pub taps: &'a [f32],
+    pub kernel: usize,
+    /// The row length SiLU runs over (a divisor of the channels): ggml's vector expf covers
+    /// whole 8/16-lane chunks of a row, so the row length is part of the arithmetic.
+    pub silu_row: usize,
+}
+
+/// The function of a gated output norm's gate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutGate {
+    /// SiLU over each head's row (Gated DeltaNet).
+    Silu,
+    /// Sigmoid, element by element (KDA).
+    Sigmoid,
+}
+
+/// Rotary position embedding of a head: NeoX pairs (i, i + n_rot/2) over its first `n_rot`
+/// dims at angles pos·base^(−2i/n_rot); `still` marks the pairs interleaved M-RoPE leaves
+/// unrotated for text (`ops::imrope_text_still`).
+pub struct Rope<'a> {
+    pub n_rot: usize,
+    pub base: f32,
+    pub still: Option<&'a [bool]>,
 }

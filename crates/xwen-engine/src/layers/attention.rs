@@ -12,7 +12,7 @@ use crate::profile::Op;
 use crate::weights::{Loader, Mat};
 use crate::config::KvType;
 use crate::state::kv::KvCache;
-use crate::backend::{AttnHeads, Buf};
+use crate::backend::{AttnHeads, Buf, Rope};
 
 #[derive(Clone, Copy, Debug)]
 pub struct AttnDims {
@@ -73,20 +73,16 @@ pub fn forward<'a>(ctx: &Ctx<'a>, w: &AttnWeights, d: &AttnDims, x: &[f32], rows
     drop(sp);
     let sp = ctx.span(Op::AttnCore);
 
-    // Split q and gate, normalize and rotate, each row at its own sequence's position.
+    // Split q and gate (per head [q | gate]: n·n_head rows of 2·hd), normalize and rotate q
+    // and k, each row at its own sequence's position.
     let mut q = ctx.zeros(n * hq);
     let mut gate = ctx.zeros(n * hq);
-    for_each_row_rope(d, rows, |t, cos, sin| {
-        for h in 0..d.n_head {
-            let src = &qg[t * 2 * hq + h * 2 * hd..][..2 * hd];
-            let qh = &mut q[t * hq + h * hd..][..hd];
-            qh.copy_from_slice(&src[..hd]);
-            gate[t * hq + h * hd..][..hd].copy_from_slice(&src[hd..]);
-            ops::rms_norm_inplace(qh, &w.q_norm, d.eps);
-            ops::rope_neox_inplace(qh, d.n_rot, cos, sin);
-        }
-        norm_rope_k(w, d, &mut k[t * d.kv_width()..(t + 1) * d.kv_width()], cos, sin);
-    });
+    ctx.backend.split_columns(&qg, n * d.n_head, &mut [&mut q, &mut gate]);
+    let positions = rows.positions();
+    let still = d.rope_sections.map(|s| ops::imrope_text_still(s, d.n_rot));
+    let rope = Rope { n_rot: d.n_rot, base: d.rope_base, still: still.as_deref() };
+    ctx.backend.norm_rope_heads(&mut q, &w.q_norm, d.eps, &rope, &positions);
+    ctx.backend.norm_rope_heads(&mut k, &w.k_norm, d.eps, &rope, &positions);
     let rot_v = append_kv(d, rows, kvs, Some(&mut q), &mut k, &mut v);
 
     // softmax(q kᵀ / √d) v per (row, head), each span against its own cache
@@ -99,9 +95,7 @@ pub fn forward<'a>(ctx: &Ctx<'a>, w: &AttnWeights, d: &AttnDims, x: &[f32], rows
         hadamard_rows(&mut out, r);
     }
     ctx.tap("attn_pregate", Some(il), &out, hq);
-    for (o, &g) in out.iter_mut().zip(&gate) {
-        *o *= ops::sigmoid(g);
-    }
+    ctx.backend.mul_sigmoid(&mut out, &gate);
     // llama.cpp's name for attn_output's input
     ctx.tap("attn_gated", Some(il), &out, hq);
     drop(sp);
@@ -119,32 +113,10 @@ pub fn write_kv(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows
     let (mut k, mut v) = (p.next().unwrap(), p.next().unwrap());
     drop(sp);
     let _sp = ctx.span(Op::AttnCore);
-    let kvw = d.kv_width();
-    for_each_row_rope(d, rows, |t, cos, sin| norm_rope_k(w, d, &mut k[t * kvw..(t + 1) * kvw], cos, sin));
-    append_kv(d, rows, kvs, None, &mut k, &mut v);
-}
-
-/// `f(row, cos, sin)` for every row of the batch with the rope tables of its own position.
-fn for_each_row_rope(d: &AttnDims, rows: &Rows, mut f: impl FnMut(usize, &[f32], &[f32])) {
-    let (mut cos, mut sin) = (vec![0.0f32; d.n_rot / 2], vec![0.0f32; d.n_rot / 2]);
     let still = d.rope_sections.map(|s| ops::imrope_text_still(s, d.n_rot));
-    for s in &rows.spans {
-        for t in s.rows() {
-            ops::rope_cache(s.pos0 + (t - s.start), d.n_rot, d.rope_base, &mut cos, &mut sin);
-            if let Some(still) = &still {
-                ops::hold_pairs(still, &mut cos, &mut sin);
-            }
-            f(t, &cos, &sin);
-        }
-    }
-}
-
-/// One row's key heads normalized and rotated.
-fn norm_rope_k(w: &AttnWeights, d: &AttnDims, k: &mut [f32], cos: &[f32], sin: &[f32]) {
-    for kh in k.chunks_exact_mut(d.head_dim) {
-        ops::rms_norm_inplace(kh, &w.k_norm, d.eps);
-        ops::rope_neox_inplace(kh, d.n_rot, cos, sin);
-    }
+    let rope = Rope { n_rot: d.n_rot, base: d.rope_base, still: still.as_deref() };
+    ctx.backend.norm_rope_heads(&mut k, &w.k_norm, d.eps, &rope, &rows.positions());
+    append_kv(d, rows, kvs, None, &mut k, &mut v);
 }
 
 /// Appends each span's keys and values to its sequence's cache. A quantized cache is written

@@ -13,10 +13,10 @@
 //! Decode runs that recurrence; prefill runs the equivalent chunked (WY) form over chunks of 64,
 //! which turns the per-token outer products into small matrix products.
 
-use crate::backend::{Buf, DeltaScan, ScanState};
+use crate::backend::{Buf, ConvSilu, DeltaScan, OutGate, ScanState};
 use crate::batch::Rows;
 use crate::compute::Ctx;
-use crate::ops::{self, SharedMut};
+use crate::ops;
 use crate::profile::Op;
 use crate::weights::{Loader, Mat};
 use crate::error::Result;
@@ -257,24 +257,9 @@ pub fn forward<'a>(ctx: &Ctx<'a>, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32],
     let mut q = ctx.zeros(n * hk * sd);
     let mut k = ctx.zeros(n * hk * sd);
     let mut v = ctx.zeros(n * hv * sd);
-    {
-        let (qo, ko, vo) = (SharedMut::new(&mut q), SharedMut::new(&mut k), SharedMut::new(&mut v));
-        let conv_out = &conv_out;
-        ctx.backend.for_row_chunks(n, &|t0, t1| {
-            for t in t0..t1 {
-                let row = &conv_out[t * cd..(t + 1) * cd];
-                // SAFETY: token t's rows of q, k and v belong to this task alone.
-                let (qt, kt, vt) =
-                    unsafe { (qo.slice(t * hk * sd, hk * sd), ko.slice(t * hk * sd, hk * sd), vo.slice(t * hv * sd, hv * sd)) };
-                qt.copy_from_slice(&row[..hk * sd]);
-                kt.copy_from_slice(&row[hk * sd..2 * hk * sd]);
-                vt.copy_from_slice(&row[2 * hk * sd..]);
-                for head in qt.chunks_exact_mut(sd).chain(kt.chunks_exact_mut(sd)) {
-                    ops::gdn_l2_norm_inplace(head, d.eps);
-                }
-            }
-        });
-    }
+    ctx.backend.split_columns(&conv_out, n, &mut [&mut q, &mut k, &mut v]);
+    ctx.backend.l2_norm_heads(&mut q, sd, d.eps);
+    ctx.backend.l2_norm_heads(&mut k, sd, d.eps);
     let mut beta = beta_in;
     for b in beta.iter_mut() {
         *b = ops::sigmoid(*b);
@@ -363,28 +348,13 @@ pub fn forward<'a>(ctx: &Ctx<'a>, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32],
     ctx.tap("attn_output", Some(il), &o, sd);
     drop(sp);
     let _sp = ctx.span(Op::DeltaOut);
-    // Gated RMSNorm per head: norm(o)·w · silu(z), then the output projection. llama.cpp's
-    // ggml_silu runs on z viewed as [head_dim, H_v, n]: rows of head_dim.
+    // Gated RMSNorm per head: norm(o)·w · silu(z) (KDA: sigmoid(z)), then the output projection.
     let mut z = z;
-    {
-        let (zo, oo) = (SharedMut::new(&mut z), SharedMut::new(&mut o));
-        ctx.backend.for_row_chunks(n, &|t0, t1| {
-            for t in t0..t1 {
-                // SAFETY: token t's rows of z and o belong to this task alone.
-                let (zt, ot) = unsafe { (zo.slice(t * hv * sd, hv * sd), oo.slice(t * hv * sd, hv * sd)) };
-                for (zh, oh) in zt.chunks_exact_mut(sd).zip(ot.chunks_exact_mut(sd)) {
-                    match d.variant {
-                        DeltaVariant::Gdn => ops::silu_row_inplace(zh),
-                        DeltaVariant::Kda => zh.iter_mut().for_each(|v| *v = ops::sigmoid(*v)),
-                    }
-                    ops::rms_norm_inplace(oh, &w.norm, d.eps);
-                    for (ov, &sz) in oh.iter_mut().zip(zh.iter()) {
-                        *ov *= sz;
-                    }
-                }
-            }
-        });
-    }
+    let gate = match d.variant {
+        DeltaVariant::Gdn => OutGate::Silu,
+        DeltaVariant::Kda => OutGate::Sigmoid,
+    };
+    ctx.backend.gated_rms_norm(&mut o, &mut z, &w.norm, d.eps, gate);
     ctx.tap("final_output", Some(il), &o, hv * sd);
     ctx.mm_rows1(&w.out, &o, rows)
 }
@@ -477,36 +447,16 @@ fn project<'a>(ctx: &Ctx<'a>, proj: &DeltaProj, d: &DeltaDims, x: &[f32], rows: 
 
 /// ggml_ssm_conv over [state ‖ new inputs] with the tap-major kernel `taps`, then SiLU; updates
 /// the conv state. The conv output is [conv_dim, n] in ggml, so ggml_silu's rows are one
-/// token's conv_dim values.
+/// token's conv_dim values (KDA's: each stream's).
 fn conv_silu(ctx: &Ctx, taps: &[f32], d: &DeltaDims, qkv: &[f32], n: usize, state: &mut [f32]) -> Vec<f32> {
     let cd = d.conv_dim();
-    let kk = d.conv_kernel;
-    let hist = kk - 1;
+    let hist = d.conv_kernel - 1;
     // window rows: hist state rows then n input rows.
     let mut window = Vec::with_capacity((hist + n) * cd);
     window.extend_from_slice(state);
     window.extend_from_slice(qkv);
     let mut out = vec![0.0f32; n * cd];
-    {
-        let (oo, window) = (SharedMut::new(&mut out), &window);
-        ctx.backend.for_row_chunks(n, &|t0, t1| {
-            for t in t0..t1 {
-                // SAFETY: token t's output row belongs to this task alone (zeroed above).
-                let o = unsafe { oo.slice(t * cd, cd) };
-                // per channel 0 + w₀k₀ + w₁k₁ + …, rounded in that order (ggml_ssm_conv's), one
-                // tap row at a time so the loop vectorizes across channels (channel-major it ran
-                // scalar and strided: ~2% of a 4B prefill; docs/bench.md, session 7)
-                for j in 0..kk {
-                    let (wr, tr) = (&window[(t + j) * cd..(t + j + 1) * cd], &taps[j * cd..(j + 1) * cd]);
-                    xwen_kernels::f32ops::conv_tap_acc(o, wr, tr);
-                }
-                for part in o.chunks_exact_mut(d.conv_silu_row()) {
-                    ops::silu_row_inplace(part);
-                }
-            }
-        });
-    }
+    ctx.backend.conv_silu(&ConvSilu { taps, kernel: d.conv_kernel, silu_row: d.conv_silu_row() }, &window, &mut out);
     state.copy_from_slice(&window[n * cd..(n + hist) * cd]);
     out
 }
-

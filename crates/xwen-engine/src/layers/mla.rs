@@ -249,9 +249,7 @@ pub fn forward<'a>(ctx: &Ctx<'a>, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: 
     ctx.tap("kqv_out", Some(il), &o, nh * dv);
     if let Some(g) = gate {
         // K3: o ⊙ sigmoid(W_g x) (ggml_sigmoid, then ggml_mul)
-        for (ov, &gv) in o.iter_mut().zip(g.iter()) {
-            *ov *= ops::sigmoid(gv);
-        }
+        ctx.backend.mul_sigmoid(&mut o, &g);
     }
     ctx.mm_rows1(&w.o, &o, rows)
 }

@@ -8,8 +8,9 @@ pub mod delta;
 pub mod experts;
 pub mod flash_attn;
 pub mod products;
+pub mod rowwise;
 
-use crate::backend::{ActFn, AttnHeads, AttnMode, Backend, Buf, DeltaScan, ExpertFfn, MvJob, ScanState, Scratch};
+use crate::backend::{ActFn, AttnHeads, AttnMode, Backend, Buf, ConvSilu, DeltaScan, ExpertFfn, MvJob, OutGate, Rope, ScanState, Scratch};
 use crate::batch::Rows;
 use crate::state::KvCache;
 use xwen_kernels::{Pool, QMatrix};
@@ -62,14 +63,27 @@ impl Backend for Cpu {
         experts::ffns(&self.pool, &self.scratch, jobs, act, ff, ys);
     }
 
-    fn for_row_chunks(&self, n: usize, f: &(dyn Fn(usize, usize) + Sync)) {
-        // the per-token element-wise steps around the scan (convolution, norms, gates) are a
-        // few percent of a prefill each, serial otherwise
-        const ROWS_PER_TASK: usize = 16;
-        if n <= ROWS_PER_TASK {
-            f(0, n);
-            return;
-        }
-        self.pool.run(n.div_ceil(ROWS_PER_TASK), &|i| f(i * ROWS_PER_TASK, ((i + 1) * ROWS_PER_TASK).min(n)));
+    fn conv_silu(&self, conv: &ConvSilu, window: &[f32], out: &mut [f32]) {
+        rowwise::conv_silu(&self.pool, conv, window, out);
+    }
+
+    fn split_columns(&self, src: &[f32], n: usize, outs: &mut [&mut [f32]]) {
+        rowwise::split_columns(&self.pool, src, n, outs);
+    }
+
+    fn l2_norm_heads(&self, x: &mut [f32], head: usize, eps: f32) {
+        rowwise::l2_norm_heads(&self.pool, x, head, eps);
+    }
+
+    fn gated_rms_norm(&self, o: &mut [f32], z: &mut [f32], w: &[f32], eps: f32, gate: OutGate) {
+        rowwise::gated_rms_norm(&self.pool, o, z, w, eps, gate);
+    }
+
+    fn norm_rope_heads(&self, x: &mut [f32], w: &[f32], eps: f32, rope: &Rope, positions: &[usize]) {
+        rowwise::norm_rope_heads(&self.pool, x, w, eps, rope, positions);
+    }
+
+    fn mul_sigmoid(&self, x: &mut [f32], g: &[f32]) {
+        rowwise::mul_sigmoid(&self.pool, x, g);
     }
 }
