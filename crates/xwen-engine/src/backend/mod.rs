@@ -16,10 +16,12 @@
 //! "The backend seam").
 
 pub mod cpu;
+pub mod route;
 pub mod scratch;
 
 use crate::batch::Rows;
 use crate::state::KvCache;
+pub use route::{Route, RouteRule};
 pub use scratch::{Buf, Scratch};
 use xwen_kernels::QMatrix;
 
@@ -182,6 +184,10 @@ pub trait Backend: Send + Sync {
     fn norm_rope_heads(&self, x: &mut [f32], w: &[f32], eps: f32, rope: &Rope, positions: &[usize]);
     /// x ← x ⊙ sigmoid(g), element-wise (an attention output's gate).
     fn mul_sigmoid(&self, x: &mut [f32], g: &[f32]);
+
+    /// A MoE router's top-k: each `rule.n_expert`-wide row of `logits` (one per token) to its
+    /// token's experts and weights (`RouteRule::apply`).
+    fn route(&self, logits: &[f32], rule: &RouteRule) -> Vec<Route>;
 }
 
 /// A causal depthwise convolution followed by SiLU.

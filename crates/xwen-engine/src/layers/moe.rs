@@ -10,7 +10,8 @@
 //! back as W_up · (rms_norm(Σ)·norm) before the shared expert is added.
 
 use crate::batch::{self, Rows};
-use crate::backend::{Buf, ExpertFfn, MvJob};
+use crate::backend::{Buf, ExpertFfn, MvJob, RouteRule};
+pub use crate::backend::route::{route, route_with, Gating, Route};
 use crate::compute::{Ctx, RouteRecord};
 use crate::error::Result;
 use crate::experts::store::{ExpertHandle, ExpertStore};
@@ -58,24 +59,6 @@ pub struct LatentProj {
     pub norm: Option<Vec<f32>>,  // [latent]
 }
 
-/// How router logits become expert probabilities (llama.cpp's `expert_gating_func`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Gating {
-    Softmax,
-    Sigmoid,
-}
-
-impl Gating {
-    /// From `expert_gating_func` (llama.cpp's LLAMA_EXPERT_GATING_FUNC_TYPE: 1 softmax, 2 sigmoid).
-    pub fn from_gguf(v: u64) -> Option<Gating> {
-        match v {
-            1 => Some(Gating::Softmax),
-            2 => Some(Gating::Sigmoid),
-            _ => None,
-        }
-    }
-}
-
 pub struct MoeWeights {
     pub router: Mat,              // [n_expert × hidden], F32
     pub shared: Option<FfnWeights>,
@@ -119,59 +102,9 @@ impl MoeWeights {
     }
 }
 
-/// The routing decision of one token: expert ids (descending probability) and their weights.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Route {
-    pub experts: Vec<usize>,
-    pub weights: Vec<f32>,
-    /// The last chosen expert's probability less the best unchosen one's: how near the
-    /// decision was to a tie (0 = a tie the order of the sort decided).
-    pub margin: f32,
-}
-
-/// The softmax router's decision (qwen35moe, qwen3next): `route_with` without a bias or scale.
-pub fn route(logits: &[f32], n_used: usize) -> Route {
-    route_with(logits, n_used, Gating::Softmax, None, 1.0, true)
-}
-
-/// One token's routing decision, in build_moe_ffn's order: probabilities, selection on
-/// probs + bias, the chosen *unbiased* probs renormalized (where `norm_w`), then scaled.
-pub fn route_with(logits: &[f32], n_used: usize, gating: Gating, bias: Option<&[f32]>, w_scale: f32, norm_w: bool) -> Route {
-    let mut probs = logits.to_vec();
-    match gating {
-        Gating::Softmax => ops::softmax_inplace(&mut probs),
-        Gating::Sigmoid => probs.iter_mut().for_each(|p| *p = ops::sigmoid(*p)),
-    }
-    let sel: Vec<f32> = match bias {
-        Some(b) => probs.iter().zip(b).map(|(p, b)| p + b).collect(),
-        None => probs.clone(),
-    };
-    let mut idx: Vec<usize> = (0..sel.len()).collect();
-    // Stable sort, descending: ties keep the lower id first.
-    idx.sort_by(|&a, &b| sel[b].partial_cmp(&sel[a]).unwrap_or(std::cmp::Ordering::Equal));
-    let margin = match (idx.get(n_used.wrapping_sub(1)), idx.get(n_used)) {
-        (Some(&last), Some(&next)) => sel[last] - sel[next],
-        _ => f32::INFINITY,
-    };
-    idx.truncate(n_used);
-    let mut w: Vec<f32> = idx.iter().map(|&i| probs[i]).collect();
-    if norm_w {
-        // ggml_sum_rows accumulates in f64 and rounds once; then clamp and divide in f32.
-        let sum = (w.iter().map(|&x| x as f64).sum::<f64>() as f32).max(6.103_515_6e-5);
-        for x in w.iter_mut() {
-            *x /= sum;
-        }
-    }
-    if w_scale != 0.0 && w_scale != 1.0 {
-        for x in w.iter_mut() {
-            *x *= w_scale;
-        }
-    }
-    Route { experts: idx, weights: w, margin }
-}
-
-fn route_of(w: &MoeWeights, d: &MoeDims, logits: &[f32]) -> Route {
-    route_with(logits, d.n_used, d.gating, w.probs_bias.as_deref(), d.w_scale, d.norm_w)
+/// The layer's routing rule (`Backend::route` applies it to each row of router logits).
+fn rule<'w>(w: &'w MoeWeights, d: &MoeDims) -> RouteRule<'w> {
+    RouteRule { n_expert: d.n_expert, n_used: d.n_used, gating: d.gating, bias: w.probs_bias.as_deref(), w_scale: d.w_scale, norm_w: d.norm_w }
 }
 
 /// The next MoE layer, whose experts a decode step guesses a layer early: its router applied
@@ -188,7 +121,7 @@ pub struct Lookahead<'a> {
 fn guess_next(ctx: &Ctx, next: Lookahead, d: &MoeDims, x: &[f32], m: usize) -> Vec<Vec<usize>> {
     let mut logits = vec![0.0f32; m * d.n_expert];
     ctx.mv_batch(&mut [MvJob { w: ctx.q(&next.weights.router), x, y: &mut logits }]);
-    logits.chunks_exact(d.n_expert).map(|l| route_of(next.weights, d, l).experts).collect()
+    ctx.backend.route(&logits, &rule(next.weights, d)).into_iter().map(|r| r.experts).collect()
 }
 
 /// The rows' guesses as one list, most voted first (ties: the earlier row's, the higher-ranked
@@ -275,7 +208,7 @@ fn forward_spans(
     for s in spans {
         let (xs, n) = (&x[s.start * hidden..s.end * hidden], s.len());
         let logits = ctx.mm(&w.router, xs, n);
-        let rs: Vec<Route> = (0..n).map(|t| route_of(w, d, &logits[t * d.n_expert..(t + 1) * d.n_expert])).collect();
+        let rs: Vec<Route> = ctx.backend.route(&logits[..n * d.n_expert], &rule(w, d));
         record(ctx, layer, &s.clone().collect::<Vec<_>>(), &rs, None);
         for (t, r) in s.clone().zip(rs) {
             routes[t] = Some(r);
@@ -488,7 +421,7 @@ fn forward_decode_rows<'a>(
     }
     // the experts' input rows: x, or the latent x_l [m × latent]
     let xe: &[f32] = if w.latent.is_some() { &x_latent } else { x };
-    let routes: Vec<Route> = logits.chunks_exact(d.n_expert).map(|l| route_of(w, d, l)).collect();
+    let routes: Vec<Route> = ctx.backend.route(&logits, &rule(w, d));
     // the next layer's guessed experts, to prefetch (and to record beside the routes)
     let guesses = match next {
         Some(nx) if store.streams() || ctx.records_routes() => Some((nx.layer, guess_next(ctx, nx, d, x, m))),
@@ -630,37 +563,4 @@ fn forward_decode_rows<'a>(
         add_gated_shared(w, x, &ysh, hidden, &mut out);
     }
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Kimi's router: selection on sigmoid + bias, weights the unbiased sigmoids renormalized
-    /// and scaled.
-    #[test]
-    fn sigmoid_routes_select_on_the_biased_probs_and_weigh_the_unbiased() {
-        let logits = [0.0f32, 1.0, 2.0, -1.0];
-        let bias = [0.0f32, 0.0, -1.0, 2.0];
-        let r = route_with(&logits, 2, Gating::Sigmoid, Some(&bias), 2.0, true);
-        // sigmoid: 0.5, 0.73, 0.88, 0.27; + bias: 0.5, 0.73, -0.12, 2.27 -> experts 3, 1
-        assert_eq!(r.experts, vec![3, 1]);
-        let (p3, p1) = (ops::sigmoid(-1.0), ops::sigmoid(1.0));
-        let sum = p3 + p1;
-        assert!((r.weights[0] - 2.0 * p3 / sum).abs() < 1e-6 && (r.weights[1] - 2.0 * p1 / sum).abs() < 1e-6);
-        // no bias, no scale: the softmax router's renormalized top-k
-        assert_eq!(route_with(&logits, 2, Gating::Softmax, None, 1.0, true), route(&logits, 2));
-        // without renormalization the weights are the scaled sigmoids themselves
-        let raw = route_with(&logits, 2, Gating::Sigmoid, Some(&bias), 2.0, false);
-        assert_eq!(raw.experts, vec![3, 1]);
-        assert_eq!(raw.weights, vec![p3 * 2.0, p1 * 2.0]);
-    }
-
-    #[test]
-    fn route_picks_top_k_and_renormalizes() {
-        let r = route(&[0.1, 3.0, -1.0, 2.0, 2.5], 2);
-        assert_eq!(r.experts, vec![1, 4]);
-        assert!((r.weights.iter().sum::<f32>() - 1.0).abs() < 1e-6);
-        assert!(r.weights[0] > r.weights[1]);
-    }
 }

@@ -10,7 +10,7 @@ pub mod flash_attn;
 pub mod products;
 pub mod rowwise;
 
-use crate::backend::{ActFn, AttnHeads, AttnMode, Backend, Buf, ConvSilu, DeltaScan, ExpertFfn, MvJob, OutGate, Rope, ScanState, Scratch};
+use crate::backend::{ActFn, AttnHeads, AttnMode, Backend, Buf, ConvSilu, DeltaScan, ExpertFfn, MvJob, OutGate, Rope, Route, RouteRule, ScanState, Scratch};
 use crate::batch::Rows;
 use crate::state::KvCache;
 use xwen_kernels::{Pool, QMatrix};
@@ -85,5 +85,10 @@ impl Backend for Cpu {
 
     fn mul_sigmoid(&self, x: &mut [f32], g: &[f32]) {
         rowwise::mul_sigmoid(&self.pool, x, g);
+    }
+
+    fn route(&self, logits: &[f32], rule: &RouteRule) -> Vec<Route> {
+        // a few hundred values a token: the rows' sorts are too small to split over threads
+        logits.chunks_exact(rule.n_expert).map(|l| rule.apply(l)).collect()
     }
 }
