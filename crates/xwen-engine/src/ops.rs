@@ -148,24 +148,6 @@ pub fn axpy(a: f32, x: &[f32], y: &mut [f32]) {
     xwen_kernels::f32ops::axpy(a, x, y)
 }
 
-/// A raw pointer that worker tasks may share because each task writes a disjoint range.
-#[derive(Clone, Copy)]
-pub struct SharedMut<T>(pub *mut T);
-unsafe impl<T> Send for SharedMut<T> {}
-unsafe impl<T> Sync for SharedMut<T> {}
-
-impl<T> SharedMut<T> {
-    pub fn new(s: &mut [T]) -> Self {
-        SharedMut(s.as_mut_ptr())
-    }
-    /// # Safety
-    /// Callers guarantee that concurrently used ranges are disjoint and in bounds.
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn slice(&self, start: usize, len: usize) -> &mut [T] {
-        std::slice::from_raw_parts_mut(self.0.add(start), len)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

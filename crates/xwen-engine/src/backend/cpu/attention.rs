@@ -6,7 +6,8 @@ use crate::backend::cpu::flash_attn::{self, HeadAt};
 use crate::backend::{AttnHeads, AttnMode};
 use crate::batch::Rows;
 use crate::config::KvType;
-use crate::ops::{self, SharedMut};
+use super::SharedMut;
+use crate::ops;
 use crate::state::{KvBuf, KvCache};
 use xwen_kernels::Pool;
 

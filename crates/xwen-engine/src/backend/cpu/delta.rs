@@ -4,7 +4,8 @@
 //! per-channel one.
 
 use crate::backend::{DeltaScan, HeadPairing, ScanState};
-use crate::ops::{self, SharedMut};
+use super::SharedMut;
+use crate::ops;
 use xwen_kernels::Pool;
 
 pub fn scan(pool: &Pool, sc: &DeltaScan, states: &mut [ScanState], o: &mut [f32]) {

@@ -6,7 +6,7 @@
 
 use crate::backend::cpu::products::quantize_rows;
 use crate::backend::{ActFn, Buf, ExpertFfn, Scratch};
-use crate::ops::SharedMut;
+use super::SharedMut;
 use xwen_kernels::{Pool, QMatrix};
 
 thread_local! {

@@ -15,6 +15,25 @@ use crate::batch::Rows;
 use crate::state::KvCache;
 use xwen_kernels::{Pool, QMatrix};
 
+/// A raw pointer that worker tasks may share because each task writes a disjoint range: the
+/// CPU backend's alone (the layers hand it whole slices and never split work themselves).
+#[derive(Clone, Copy)]
+pub struct SharedMut<T>(pub *mut T);
+unsafe impl<T> Send for SharedMut<T> {}
+unsafe impl<T> Sync for SharedMut<T> {}
+
+impl<T> SharedMut<T> {
+    pub fn new(s: &mut [T]) -> Self {
+        SharedMut(s.as_mut_ptr())
+    }
+    /// # Safety
+    /// Callers guarantee that concurrently used ranges are disjoint and in bounds.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice(&self, start: usize, len: usize) -> &mut [T] {
+        std::slice::from_raw_parts_mut(self.0.add(start), len)
+    }
+}
+
 pub struct Cpu {
     pool: Pool,
     scratch: Scratch,

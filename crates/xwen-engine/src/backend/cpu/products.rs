@@ -5,7 +5,7 @@
 
 use crate::backend::{Buf, MvJob, Scratch};
 use crate::batch::{self, Rows};
-use crate::ops::SharedMut;
+use super::SharedMut;
 use xwen_gguf::GgmlType;
 use xwen_kernels::{Pool, QMatrix};
 

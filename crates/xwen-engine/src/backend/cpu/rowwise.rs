@@ -5,7 +5,8 @@
 //! otherwise; a decode step's rows are too few to be worth a task switch).
 
 use crate::backend::{ConvSilu, OutGate, Rope};
-use crate::ops::{self, SharedMut};
+use super::SharedMut;
+use crate::ops;
 use xwen_kernels::Pool;
 
 /// Values a task takes at least: 128 KiB of f32, a 16-token chunk of the 4B's convolution.
