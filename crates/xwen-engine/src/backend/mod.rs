@@ -179,9 +179,9 @@ pub trait Backend: Send + Sync {
     /// The delta rule's gated output norm, per `w.len()`-wide head: o ← rms_norm(o)·w ⊙ gate(z)
     /// (z is the gate's input, left holding its values).
     fn gated_rms_norm(&self, o: &mut [f32], z: &mut [f32], w: &[f32], eps: f32, gate: OutGate);
-    /// Row t of x (`positions.len()` rows of heads `w.len()` wide): every head RMS-normed by w,
-    /// then rotated at `positions[t]` (attention's q and k).
-    fn norm_rope_heads(&self, x: &mut [f32], w: &[f32], eps: f32, rope: &Rope, positions: &[usize]);
+    /// For each (x, w) of `heads` (attention's q and k: `positions.len()` rows of heads `w.len()`
+    /// wide): row t's heads RMS-normed by w, then rotated at `positions[t]`.
+    fn norm_rope_heads(&self, heads: &mut [(&mut [f32], &[f32])], eps: f32, rope: &Rope, positions: &[usize]);
     /// x ← x ⊙ sigmoid(g), element-wise (an attention output's gate).
     fn mul_sigmoid(&self, x: &mut [f32], g: &[f32]);
 

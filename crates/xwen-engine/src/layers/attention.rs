@@ -78,11 +78,9 @@ pub fn forward<'a>(ctx: &Ctx<'a>, w: &AttnWeights, d: &AttnDims, x: &[f32], rows
     let mut q = ctx.zeros(n * hq);
     let mut gate = ctx.zeros(n * hq);
     ctx.backend.split_columns(&qg, n * d.n_head, &mut [&mut q, &mut gate]);
-    let positions = rows.positions();
     let still = d.rope_sections.map(|s| ops::imrope_text_still(s, d.n_rot));
     let rope = Rope { n_rot: d.n_rot, base: d.rope_base, still: still.as_deref() };
-    ctx.backend.norm_rope_heads(&mut q, &w.q_norm, d.eps, &rope, &positions);
-    ctx.backend.norm_rope_heads(&mut k, &w.k_norm, d.eps, &rope, &positions);
+    ctx.backend.norm_rope_heads(&mut [(&mut q, &w.q_norm), (&mut k, &w.k_norm)], d.eps, &rope, &rows.positions());
     let rot_v = append_kv(d, rows, kvs, Some(&mut q), &mut k, &mut v);
 
     // softmax(q kᵀ / √d) v per (row, head), each span against its own cache
@@ -115,7 +113,7 @@ pub fn write_kv(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows
     let _sp = ctx.span(Op::AttnCore);
     let still = d.rope_sections.map(|s| ops::imrope_text_still(s, d.n_rot));
     let rope = Rope { n_rot: d.n_rot, base: d.rope_base, still: still.as_deref() };
-    ctx.backend.norm_rope_heads(&mut k, &w.k_norm, d.eps, &rope, &rows.positions());
+    ctx.backend.norm_rope_heads(&mut [(&mut k, &w.k_norm)], d.eps, &rope, &rows.positions());
     append_kv(d, rows, kvs, None, &mut k, &mut v);
 }
 

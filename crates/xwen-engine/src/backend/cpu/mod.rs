@@ -98,8 +98,8 @@ impl Backend for Cpu {
         rowwise::gated_rms_norm(&self.pool, o, z, w, eps, gate);
     }
 
-    fn norm_rope_heads(&self, x: &mut [f32], w: &[f32], eps: f32, rope: &Rope, positions: &[usize]) {
-        rowwise::norm_rope_heads(&self.pool, x, w, eps, rope, positions);
+    fn norm_rope_heads(&self, heads: &mut [(&mut [f32], &[f32])], eps: f32, rope: &Rope, positions: &[usize]) {
+        rowwise::norm_rope_heads(&self.pool, heads, eps, rope, positions);
     }
 
     fn mul_sigmoid(&self, x: &mut [f32], g: &[f32]) {

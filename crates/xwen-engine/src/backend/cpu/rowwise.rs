@@ -23,17 +23,19 @@ fn row_chunks(pool: &Pool, n: usize, width: usize, f: &(dyn Fn(usize, usize) + S
     pool.run(n.div_ceil(per_task), &|i| f(i * per_task, ((i + 1) * per_task).min(n)));
 }
 
-/// `f(row, x_row)` for every `width`-wide row of x, each row's slice its task's alone.
+/// `f(i, piece)` for every `width`-wide piece of x (the last may be shorter), each piece its
+/// task's alone; `i · width` is where it starts.
 fn each_row(pool: &Pool, x: &mut [f32], width: usize, f: &(dyn Fn(usize, &mut [f32]) + Sync)) {
     if width == 0 {
         return;
     }
-    let n = x.len() / width;
+    let len = x.len();
     let xo = SharedMut::new(x);
-    row_chunks(pool, n, width, &|t0, t1| {
+    row_chunks(pool, len.div_ceil(width), width, &|t0, t1| {
         for t in t0..t1 {
-            // SAFETY: row t belongs to this task alone, and lies inside x (t < n).
-            f(t, unsafe { xo.slice(t * width, width) });
+            let at = t * width;
+            // SAFETY: piece t belongs to this task alone, and lies inside x (at < len).
+            f(t, unsafe { xo.slice(at, width.min(len - at)) });
         }
     });
 }
@@ -102,23 +104,30 @@ pub fn gated_rms_norm(pool: &Pool, o: &mut [f32], z: &mut [f32], w: &[f32], eps:
     });
 }
 
-/// Row t of x (its heads `w.len()` wide): each head RMS-normed by w, then rotated at
-/// `positions[t]`.
-pub fn norm_rope_heads(pool: &Pool, x: &mut [f32], w: &[f32], eps: f32, rope: &Rope, positions: &[usize]) {
-    if positions.is_empty() {
+/// For each (x, w) of `heads` (each `positions.len()` rows of heads `w.len()` wide): row t's
+/// heads RMS-normed by w, then rotated at `positions[t]` — the rope tables made once per row for
+/// all of them.
+pub fn norm_rope_heads(pool: &Pool, heads: &mut [(&mut [f32], &[f32])], eps: f32, rope: &Rope, positions: &[usize]) {
+    let n = positions.len();
+    if n == 0 {
         return;
     }
-    let width = x.len() / positions.len();
-    let head = w.len();
-    each_row(pool, x, width, &|t, row| {
+    let width: usize = heads.iter().map(|(x, _)| x.len() / n).sum();
+    let parts: Vec<(SharedMut<f32>, usize, &[f32])> = heads.iter_mut().map(|(x, w)| (SharedMut::new(x), x.len() / n, *w)).collect();
+    row_chunks(pool, n, width, &|t0, t1| {
         let (mut cos, mut sin) = (vec![0.0f32; rope.n_rot / 2], vec![0.0f32; rope.n_rot / 2]);
-        ops::rope_cache(positions[t], rope.n_rot, rope.base, &mut cos, &mut sin);
-        if let Some(still) = rope.still {
-            ops::hold_pairs(still, &mut cos, &mut sin);
-        }
-        for h in row.chunks_exact_mut(head) {
-            ops::rms_norm_inplace(h, w, eps);
-            ops::rope_neox_inplace(h, rope.n_rot, &cos, &sin);
+        for (t, &pos) in positions.iter().enumerate().take(t1).skip(t0) {
+            ops::rope_cache(pos, rope.n_rot, rope.base, &mut cos, &mut sin);
+            if let Some(still) = rope.still {
+                ops::hold_pairs(still, &mut cos, &mut sin);
+            }
+            for (x, row_len, w) in &parts {
+                // SAFETY: row t of each tensor belongs to this task alone (t < n rows).
+                for h in unsafe { x.slice(t * row_len, *row_len) }.chunks_exact_mut(w.len()) {
+                    ops::rms_norm_inplace(h, w, eps);
+                    ops::rope_neox_inplace(h, rope.n_rot, &cos, &sin);
+                }
+            }
         }
     });
 }
@@ -127,22 +136,9 @@ pub fn norm_rope_heads(pool: &Pool, x: &mut [f32], w: &[f32], eps: f32, rope: &R
 pub fn mul_sigmoid(pool: &Pool, x: &mut [f32], g: &[f32]) {
     assert_eq!(x.len(), g.len(), "one gate value per element");
     const WIDTH: usize = 4096;
-    each_row_ragged(pool, x, WIDTH, &|at, xr| {
-        for (v, &gv) in xr.iter_mut().zip(&g[at..]) {
+    each_row(pool, x, WIDTH, &|i, xr| {
+        for (v, &gv) in xr.iter_mut().zip(&g[i * WIDTH..]) {
             *v *= ops::sigmoid(gv);
-        }
-    });
-}
-
-/// `f(offset, piece)` over pieces of x at most `width` long (the last may be shorter).
-fn each_row_ragged(pool: &Pool, x: &mut [f32], width: usize, f: &(dyn Fn(usize, &mut [f32]) + Sync)) {
-    let len = x.len();
-    let xo = SharedMut::new(x);
-    row_chunks(pool, len.div_ceil(width), width, &|t0, t1| {
-        for t in t0..t1 {
-            let at = t * width;
-            // SAFETY: piece t belongs to this task alone, and lies inside x.
-            f(at, unsafe { xo.slice(at, width.min(len - at)) });
         }
     });
 }
@@ -172,19 +168,23 @@ mod tests {
         let positions: Vec<usize> = (0..n).map(|t| 3 * t + 1).collect();
         let still: Vec<bool> = (0..n_rot / 2).map(|i| i % 5 == 4).collect();
         let rope = Rope { n_rot, base: 10000.0, still: Some(&still) };
-        let mut got = x.clone();
-        norm_rope_heads(&pool, &mut got, &w, 1e-6, &rope, &positions);
-        let mut want = x.clone();
-        for (t, row) in want.chunks_exact_mut(heads * hd).enumerate() {
-            let (mut cos, mut sin) = (vec![0.0; n_rot / 2], vec![0.0; n_rot / 2]);
-            ops::rope_cache(positions[t], n_rot, 10000.0, &mut cos, &mut sin);
-            ops::hold_pairs(&still, &mut cos, &mut sin);
-            for h in row.chunks_exact_mut(hd) {
-                ops::rms_norm_inplace(h, &w, 1e-6);
-                ops::rope_neox_inplace(h, n_rot, &cos, &sin);
+        // two tensors of different widths and norms (q of `heads` heads, k of one)
+        let (w2, x2) = (noise(hd, 8), noise(n * hd, 9));
+        let (mut got, mut got2) = (x.clone(), x2.clone());
+        norm_rope_heads(&pool, &mut [(&mut got, &w), (&mut got2, &w2)], 1e-6, &rope, &positions);
+        for (got, x, w, width) in [(&got, &x, &w, heads * hd), (&got2, &x2, &w2, hd)] {
+            let mut want = x.clone();
+            for (t, row) in want.chunks_exact_mut(width).enumerate() {
+                let (mut cos, mut sin) = (vec![0.0; n_rot / 2], vec![0.0; n_rot / 2]);
+                ops::rope_cache(positions[t], n_rot, 10000.0, &mut cos, &mut sin);
+                ops::hold_pairs(&still, &mut cos, &mut sin);
+                for h in row.chunks_exact_mut(hd) {
+                    ops::rms_norm_inplace(h, w, 1e-6);
+                    ops::rope_neox_inplace(h, n_rot, &cos, &sin);
+                }
             }
+            assert_eq!(got, &want, "norm + rope, rows {width} wide");
         }
-        assert_eq!(got, want, "norm + rope");
 
         for gate in [OutGate::Silu, OutGate::Sigmoid] {
             let (mut o, mut z) = (x.clone(), noise(x.len(), 3));
