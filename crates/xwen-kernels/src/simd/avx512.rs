@@ -312,12 +312,18 @@ pub fn q8_0_prepared(w: &[u8], acts: &Q8Prepared, out: &mut [f32]) {
 /// set runs for Q6_K) with each sub-block's scale product and its add as one `vpdpwssd`: the
 /// same i32 lanes (s·p pairs summed exactly either way), so the same bits, one instruction
 /// fewer per row and 32 codes. Up to 8 rows share a block's decoding (`MULTI_Q6_K_ROWS`).
+/// Each super-block's 4 lines `PREFETCH_AHEAD` on are asked for, as the one-token kernels do:
+/// the output matrix of several sequences' decode rows streams too slowly for the hardware
+/// prefetcher alone (+4% on the 4B's 8-sequence decode, docs/bench.md session 34).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn multi_q6_k_rows<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
     use super::avx2::{f32at, load, load128, q6_half, q6_offset, scale_pair, Q8K, QK};
     let mut acc = [_mm256_setzero_ps(); T];
     for i in 0..n / QK {
         let bw = i * 210;
+        for o in [0, 64, 128, 192] {
+            super::prefetch::prefetch_ahead(w.as_ptr().wrapping_add(bw + o));
+        }
         let wd = h2f(w, bw + 208);
         let scales = load128(w, bw + 192);
         let mut sumi = [_mm256_setzero_si256(); T];

@@ -37,6 +37,13 @@ pub unsafe fn row_q8_0_vnni(w: &[u8], act: &Act8Q8, g: usize, out: &mut [f32; TO
 /// which leaves Σ x·y exactly, in the lanes `Act8Q8::qsi` interleaves (2t: chunk 2p of token
 /// t, 2t + 1: chunk 2p + 1).
 ///
+/// Each block also asks L2 for the same block of the row R rows on (`w[r]` are rows of one
+/// matrix, one after another, so that is the next call's row): 8 decode rows make this kernel
+/// read its weights at ~8 GB/s a core, too slowly for the hardware prefetcher to run far
+/// enough ahead of 4 streams at once; one prefetch per block and row, a whole call ahead, gave
+/// the 4B's 8-sequence decode +10% (docs/bench.md, session 34). Past the matrix's end the
+/// address is formed with wrapping arithmetic and a prefetch never faults.
+///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available; every `w[r]` holds nb blocks;
 /// `act` was built for g + 1 groups and `build_vnni` ran.
@@ -54,6 +61,8 @@ pub unsafe fn rows_q8_0_vnni<const R: usize>(w: [&[u8]; R], act: &Act8Q8, g: usi
         let corr = act.corr.as_ptr().add(gi * 64);
         let mut d = [_mm512_setzero_ps(); R];
         for r in 0..R {
+            // the same block of the row R rows on, which the next call reads
+            _mm_prefetch(w[r].as_ptr().wrapping_add(i * Q8_0 + R * w[r].len()) as *const i8, _MM_HINT_T1);
             d[r] = _mm512_mul_ps(_mm512_set1_ps(h2f_wide(w[r], i * Q8_0)), dy);
         }
         for p in 0..4 {
