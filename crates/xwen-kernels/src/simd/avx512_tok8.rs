@@ -231,9 +231,13 @@ pub const ROWS16: usize = 16;
 /// integers `rows4` multiplies (decoded here for 16 rows at once from gathered header dwords,
 /// the mins' products as i16 pairs with the activations' paired sums), and every float step —
 /// fma(f32(Σ), d·dy, acc) per super-block (gemv) or pair (gemm), acc − accm — is `rows4`'s
-/// per row and token. `next` is the following rows' bytes (maybe empty), prefetched during the
-/// last super-blocks. Only the group's first `nt` tokens are computed (the rest are padding,
-/// never stored; their outputs are 0).
+/// per row and token. `next` is the next call's 16 rows (maybe empty): each super-block of
+/// them is asked into L2 while this call computes the same super-block of its own, a whole
+/// call ahead. The earlier prefetch (each row's super-block 2 on, into L1) left the kernel
+/// waiting on 16 streams: 82 GMAC/s a core streaming from DRAM against 120 in cache; with the
+/// next call's rows it streams at 118 (`examples/decode8_probe`, docs/bench.md session 34).
+/// Only the group's first `nt` tokens are computed (the rest are padding, never stored; their
+/// outputs are 0).
 ///
 /// # Safety
 /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C must be available; `w` holds 16 rows of
@@ -244,8 +248,6 @@ pub unsafe fn rows16_vnni<const GEMM: bool>(w: &[u8], row_bytes: usize, next: &[
     let nb = act.nb;
     let nt = nt.min(TOK);
     debug_assert!(w.len() >= 15 * row_bytes + nb * W && act.dy.len() >= (g + 1) * nb * TOK);
-    // superblocks ahead that the prefetch asks for
-    const AHEAD: usize = 2;
     let m4 = _mm512_set1_epi8(0x0f);
     let (m6, m4d, m2) = (_mm512_set1_epi32(63), _mm512_set1_epi32(0xf), _mm512_set1_epi32(3));
     let lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
@@ -257,19 +259,13 @@ pub unsafe fn rows16_vnni<const GEMM: bool>(w: &[u8], row_bytes: usize, next: &[
     for i in 0..nb {
         let gi = g * nb + i;
         let base = w.as_ptr().add(i * W);
-        // the cold rows' super-block AHEAD on (or the next rows' first ones): 144 bytes span at
-        // most 4 lines
-        let (pb, pn) = if i + AHEAD < nb {
-            (base.add(AHEAD * W), true)
-        } else {
-            let j = i + AHEAD - nb;
-            (next.as_ptr().wrapping_add(j * W), !next.is_empty() && j < nb)
-        };
-        if pn {
+        // the next call's rows (`next`), this super-block of each, into L2 (see the doc)
+        if !next.is_empty() {
+            let pb = next.as_ptr().add(i * W);
             for r in 0..ROWS16 {
                 let p = pb.wrapping_add(r * row_bytes);
                 for o in [0, 64, 128, W - 1] {
-                    _mm_prefetch(p.wrapping_add(o) as *const i8, _MM_HINT_T0);
+                    _mm_prefetch(p.wrapping_add(o) as *const i8, _MM_HINT_T1);
                 }
             }
         }
