@@ -380,14 +380,15 @@ pub fn lanes_keep_one_token_order(ty: GgmlType, rows: usize, n_tok: usize) -> bo
 }
 
 /// Fewest tokens a repacked Q4_K product (or its last group) takes to the token-lane kernels:
-/// from 3 where AVX-512 VNNI runs the 16-row kernel (`avx512_tok8::rows16_vnni` computes only
-/// the real tokens: 1.8x the per-row kernels at 3 tokens in cache, 4B decode of 3 sequences
-/// +5-10%; at 2 it is 1.4x in cache but the per-row kernels stream cold weights better: 4B
-/// decode of 2 sequences 0.95x), else from 4 (the 8-lane kernels compute padded lanes too).
+/// from 2 where AVX-512 VNNI runs the 16-row kernel (`avx512_tok8::rows16_vnni` computes only
+/// the real tokens: 1.4x the per-row kernels at 2 tokens in cache, 1.8x at 3; once it
+/// prefetched the next call's rows it also streams cold weights as well as they do, and 4B
+/// decode of 2 sequences went +10% — it was 0.95x with the kernel's old prefetch), else from 4
+/// (the 8-lane kernels compute padded lanes too).
 #[cfg(target_arch = "x86_64")]
 fn q4k_lanes_min() -> usize {
     if dispatch::active() == dispatch::Isa::Avx512 {
-        3
+        2
     } else {
         4
     }
