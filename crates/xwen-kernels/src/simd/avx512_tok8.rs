@@ -65,6 +65,8 @@ pub unsafe fn rows_q8_0_vnni<const R: usize>(w: [&[u8]; R], act: &Act8Q8, g: usi
             _mm_prefetch(w[r].as_ptr().wrapping_add(i * Q8_0 + R * w[r].len()) as *const i8, _MM_HINT_T1);
             d[r] = _mm512_mul_ps(_mm512_set1_ps(h2f_wide(w[r], i * Q8_0)), dy);
         }
+        // p also places the pair in the activations and the weight row, not only in acc
+        #[allow(clippy::needless_range_loop)]
         for p in 0..4 {
             let y = _mm512_loadu_si512(qs.add(p * 64) as *const __m512i);
             let c = _mm512_loadu_si512(corr.add(p * 16) as *const __m512i);
