@@ -237,7 +237,7 @@ pub const ROWS16: usize = 16;
 /// them is asked into L2 while this call computes the same super-block of its own, a whole
 /// call ahead. The earlier prefetch (each row's super-block 2 on, into L1) left the kernel
 /// waiting on 16 streams: 82 GMAC/s a core streaming from DRAM against 120 in cache; with the
-/// next call's rows it streams at 118 (`examples/decode8_probe`, docs/bench.md session 34).
+/// next call's rows it streams at 118 (`examples/matmul_bench --decode`, docs/bench.md session 34).
 /// Only the group's first `nt` tokens are computed (the rest are padding, never stored; their
 /// outputs are 0).
 ///
