@@ -334,8 +334,12 @@ thread_local! {
 }
 
 /// Fewest Q8_0 tokens that `Pool::matvec_tokens_q` pads to a group of 8 lanes with AVX-512
-/// VNNI (measured: docs/bench.md "Session 10").
-const Q8_PAD_MIN: usize = 6;
+/// VNNI: 6 in session 10; since the lane kernel lost its per-row compensation (session 30) and
+/// prefetches a call ahead (session 34), a padded group streams a 9216 × 2560 matrix in
+/// 1.22–1.37 ms against 1.58 for 4 tokens on the per-row kernels, 1.21–1.50 against 1.80 for 5
+/// (`examples/matmul_bench --decode`, 2 threads); at 3 the two are even (docs/bench.md
+/// "Session 34").
+const Q8_PAD_MIN: usize = 4;
 
 /// Whether `Pool::matvec_tokens_q` runs `n_tok` single-token products with a `ty` matrix on a
 /// token-lane kernel (the lanes' own order, or one zero-padded Q8_0 group on AVX-512) rather
@@ -344,7 +348,7 @@ pub fn tokens_on_lanes(ty: GgmlType, rows: usize, n_tok: usize) -> bool {
     lanes_keep_one_token_order(ty, rows, n_tok) || q8_0_padded(ty, n_tok)
 }
 
-/// 6 or 7 Q8_0 tokens padded to one group of 8 lanes on the VNNI lane kernel.
+/// 4 to 7 Q8_0 tokens padded to one group of 8 lanes on the VNNI lane kernel.
 fn q8_0_padded(ty: GgmlType, n_tok: usize) -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -581,9 +585,9 @@ impl Pool {
             }
             return self.matmul_q_grouped(w, xq, n_tok, 0, y);
         }
-        // 6 or 7 Q8_0 tokens: one padded group of 8 lanes (zero rows: zero scales, so zero
+        // 4 to 7 Q8_0 tokens: one padded group of 8 lanes (zero rows: zero scales, so zero
         // lanes, never stored past n_tok) on the VNNI lane kernel costs less than the per-row
-        // kernels; at 4 it cost more (docs/bench.md "Session 10")
+        // kernels (`Q8_PAD_MIN`)
         #[cfg(target_arch = "x86_64")]
         if q8_0_padded(w.ty, n_tok) {
             let arb = act_row_bytes(&w);
