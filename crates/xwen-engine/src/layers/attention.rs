@@ -78,9 +78,7 @@ pub fn forward<'a>(ctx: &Ctx<'a>, w: &AttnWeights, d: &AttnDims, x: &[f32], rows
     let mut q = ctx.zeros(n * hq);
     let mut gate = ctx.zeros(n * hq);
     ctx.backend.split_columns(&qg, n * d.n_head, &mut [&mut q, &mut gate]);
-    let still = d.rope_sections.map(|s| ops::imrope_text_still(s, d.n_rot));
-    let rope = Rope { n_rot: d.n_rot, base: d.rope_base, still: still.as_deref() };
-    ctx.backend.norm_rope_heads(&mut [(&mut q, &w.q_norm), (&mut k, &w.k_norm)], d.eps, &rope, &rows.positions());
+    norm_rope(ctx, d, &mut [(&mut q, &w.q_norm), (&mut k, &w.k_norm)], rows);
     let rot_v = append_kv(d, rows, kvs, Some(&mut q), &mut k, &mut v);
 
     // softmax(q kᵀ / √d) v per (row, head), each span against its own cache
@@ -111,10 +109,17 @@ pub fn write_kv(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows
     let (mut k, mut v) = (p.next().unwrap(), p.next().unwrap());
     drop(sp);
     let _sp = ctx.span(Op::AttnCore);
+    norm_rope(ctx, d, &mut [(&mut k, &w.k_norm)], rows);
+    append_kv(d, rows, kvs, None, &mut k, &mut v);
+}
+
+/// Each (heads, norm) of `heads` RMS-normed per head and rotated, each row at its own
+/// sequence's position (NeoX rope, or interleaved M-RoPE's text positions where the layer has
+/// rope sections).
+fn norm_rope(ctx: &Ctx, d: &AttnDims, heads: &mut [(&mut [f32], &[f32])], rows: &Rows) {
     let still = d.rope_sections.map(|s| ops::imrope_text_still(s, d.n_rot));
     let rope = Rope { n_rot: d.n_rot, base: d.rope_base, still: still.as_deref() };
-    ctx.backend.norm_rope_heads(&mut [(&mut k, &w.k_norm)], d.eps, &rope, &rows.positions());
-    append_kv(d, rows, kvs, None, &mut k, &mut v);
+    ctx.backend.norm_rope_heads(heads, d.eps, &rope, &rows.positions());
 }
 
 /// Appends each span's keys and values to its sequence's cache. A quantized cache is written
