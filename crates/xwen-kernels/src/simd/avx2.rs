@@ -576,7 +576,7 @@ unsafe fn dot_q6_k(n: usize, w: &[u8], a: &[u8]) -> f32 {
     for i in 0..n / QK {
         let (bw, ba) = (i * 210, i * Q8K);
         for l in 0..4 {
-            prefetch_ahead(w.as_ptr().add(bw + 64 * l));
+            super::prefetch::prefetch_ahead_l2(w.as_ptr().add(bw + 64 * l));
         }
         let d = f32at(a, ba) * h2f(w, bw + 208);
         let scales = load128(w, bw + 192);

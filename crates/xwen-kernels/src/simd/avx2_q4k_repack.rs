@@ -7,7 +7,8 @@
 
 use std::arch::x86_64::*;
 
-use super::avx2::{bcast_i16, bsums32, cvtph_ps_at, f32at, h2f, hsum_i32x4, k4_scales_mins, load, prefetch_ahead, q4k_scaled_dots, Q8K, QK};
+use super::avx2::{bcast_i16, bsums32, cvtph_ps_at, f32at, h2f, hsum_i32x4, k4_scales_mins, load, q4k_scaled_dots, Q8K, QK};
+use super::prefetch::prefetch_ahead_l2;
 use crate::formats::{DotFn, MultiDotFn};
 
 fn gemv(n: usize, w: &[u8], a: &[u8]) -> f32 {
@@ -112,7 +113,7 @@ unsafe fn gemv1(n: usize, w: &[u8], a: &[u8]) -> f32 {
     while i + 2 <= nb {
         let (bw, ba) = (i * 144, i * Q8K);
         for l in 0..5 {
-            prefetch_ahead(w.as_ptr().add(bw + 64 * l));
+            prefetch_ahead_l2(w.as_ptr().add(bw + 64 * l));
         }
         let f0 = block_sums(w, a, bw, ba);
         let f1 = block_sums(w, a, bw + 144, ba + Q8K);
@@ -123,7 +124,7 @@ unsafe fn gemv1(n: usize, w: &[u8], a: &[u8]) -> f32 {
     if i < nb {
         let (bw, ba) = (i * 144, i * Q8K);
         for l in 0..3 {
-            prefetch_ahead(w.as_ptr().add(bw + 64 * l));
+            prefetch_ahead_l2(w.as_ptr().add(bw + 64 * l));
         }
         acc = _mm_fmadd_ps(block_sums(w, a, bw, ba), block_scales(w, a, bw, ba), acc);
     }
@@ -146,7 +147,7 @@ unsafe fn rows<const T: usize, const GEMM: bool>(
         if T == 1 {
             // one token: decode, streaming the matrix from DRAM (see `prefetch_ahead`)
             for l in 0..3 {
-                prefetch_ahead(w.as_ptr().add(bw + 64 * l));
+                prefetch_ahead_l2(w.as_ptr().add(bw + 64 * l));
             }
         }
         let (wd, wdmin) = (h2f(w, bw), h2f(w, bw + 2));
