@@ -3,9 +3,11 @@
 //! several matrices over one input), attention over each sequence's span, the delta-rule scan
 //! (a scalar gate as in Gated DeltaNet, a per-channel gate as in KDA), a routed expert's whole
 //! FFN, and the named per-row passes around them (the causal convolution and SiLU, column
-//! splits, the heads' norms and rope, the output gates). How an op is split into tasks, on
-//! which threads, with which kernel, is the backend's business; no pool, thread or raw pointer
-//! appears in a layer or model file.
+//! splits, the heads' norms and rope, the output gates), and the element-wise steps of the
+//! residual stream and the FFNs (RMSNorm of rows, the residual add, the gated activations, the
+//! delta rule's gate activations, a MoE's weighted sum and its shared expert's gate). How an op
+//! is split into tasks, on which threads, with which kernel, is the backend's business; no pool,
+//! thread or raw pointer appears in a layer or model file, and no closure crosses the seam.
 //!
 //! [`cpu::Cpu`] holds the bodies the engine has always run, bit for bit (llama.cpp's CPU float
 //! orders). The activations a forward's ops produce — the products' outputs, q / k / v, the
@@ -130,9 +132,30 @@ pub struct ExpertFfn<'a> {
     pub tokens: &'a [usize],
 }
 
-/// The activation between an FFN's gate/up and down products, over rows of `ff` (the layer's
-/// math: SwiGLU, Kimi K3's situ).
-pub type ActFn<'a> = &'a (dyn Fn(&[f32], &[f32], usize) -> Vec<f32> + Sync);
+/// The gated activation of an FFN or expert, between its gate/up and down products:
+/// act(g, u) element-wise over a row.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Act {
+    /// silu(g)·u (`ggml_swiglu_split`).
+    SwiGlu,
+    /// Kimi K3's situ (llama.cpp `kimi_k3_situ`, `LLM_FFN_SITU`):
+    /// β·tanh(g/β)·sigmoid(g) · λ·tanh(u/λ), the up branch left as is when λ ≤ 0.
+    Situ { beta: f32, linear_beta: f32 },
+}
+
+/// The delta rule's gate activations (the graph's ops between the projections and
+/// `gated_delta_net`): β ← sigmoid(β) per (token, V-head); per (token, V-head h, gate channel c)
+/// g ← softplus(g + dt[h·width + c])·a[h], or with a lower bound lb (Kimi K3)
+/// sigmoid(−((g + dt)·a[h]))·lb.
+pub struct DeltaGates<'a> {
+    /// [heads × width]
+    pub dt_bias: &'a [f32],
+    /// [heads]: −exp(A_log)
+    pub a: &'a [f32],
+    /// Gate values per (token, head): 1 (Gated DeltaNet) or S_k (KDA).
+    pub width: usize,
+    pub lower_bound: Option<f32>,
+}
 
 /// The ops a forward pass runs on. Every op computes the bits its CPU body does (`cpu::Cpu`),
 /// whatever the backend: the parity and batch-invariance suites hold any implementation to it.
@@ -165,7 +188,7 @@ pub trait Backend: Send + Sync {
 
     /// Routed experts' FFNs, each job's result into `ys[i]` (a buffer of the arena); `act` is
     /// the gated activation.
-    fn expert_ffns<'s>(&'s self, jobs: &[ExpertFfn], act: ActFn, ff: usize, ys: &mut [Buf<'s>]);
+    fn expert_ffns<'s>(&'s self, jobs: &[ExpertFfn], act: Act, ff: usize, ys: &mut [Buf<'s>]);
 
     /// The causal depthwise convolution of one sequence's span, then SiLU (ggml_ssm_conv,
     /// ggml_silu): `window` is the span's conv state (kernel − 1 rows) then its n input rows,
@@ -184,6 +207,31 @@ pub trait Backend: Send + Sync {
     fn norm_rope_heads(&self, heads: &mut [(&mut [f32], &[f32])], eps: f32, rope: &Rope, positions: &[usize]);
     /// x ← x ⊙ sigmoid(g), element-wise (an attention output's gate).
     fn mul_sigmoid(&self, x: &mut [f32], g: &[f32]);
+
+    /// RMSNorm of every `w.len()`-wide row of x, times w, into y (ggml_rms_norm, ggml_mul).
+    fn rms_norm(&self, x: &[f32], w: &[f32], eps: f32, y: &mut [f32]);
+    /// RMSNorm times w in place, of the first `w.len()` values of every `stride`-wide row of x
+    /// (MLA's latent beside its rope part; a whole row where stride = w.len()).
+    fn rms_norm_inplace(&self, x: &mut [f32], stride: usize, w: &[f32], eps: f32);
+    /// x ← x + y, element-wise (the residual adds).
+    fn add(&self, x: &mut [f32], y: &[f32]);
+    /// y ← act(g, u) over consecutive rows of `row` values (one per token; SwiGLU's vector expf
+    /// runs per row, so the row length is part of the arithmetic).
+    fn glu(&self, act: Act, g: &[f32], u: &[f32], row: usize, y: &mut [f32]);
+    /// The delta rule's gates in place: β (one per (token, V-head)) and g (`gates.width` per
+    /// (token, V-head)).
+    fn delta_gates(&self, gates: &DeltaGates, beta: &mut [f32], g: &mut [f32]);
+    /// A MoE's weighted sum: each `out` row (`out.len() / rows` wide, rows = parts.len() / k)
+    /// ← Σ over its k selection slots, in slot order, of weights[r·k + s]·parts[r·k + s], each
+    /// product rounded before the add (ggml_mul, then ggml_add from slot 0 on).
+    fn weighted_sum(&self, parts: &[&[f32]], weights: &[f32], k: usize, out: &mut [f32]);
+    /// out ← out + sigmoid(gate·x)·y per row (a MoE's shared expert: x its input, y its output,
+    /// rows as wide as `gate`); out ← out + y where the model has no gate.
+    fn add_gated(&self, out: &mut [f32], y: &[f32], x: &[f32], gate: Option<&[f32]>);
+
+    /// Kimi K3's cross-layer residual mix (layers/attn_res.rs states it) of every row of x
+    /// (as wide as `score`) with the same rows of the banked checkpoints, into `out`.
+    fn residual_mix(&self, bank: &[&[f32]], x: &[f32], score: &[f32], eps: f32, out: &mut [f32]);
 
     /// A MoE router's top-k: each `rule.n_expert`-wide row of `logits` (one per token) to its
     /// token's experts and weights (`RouteRule::apply`).

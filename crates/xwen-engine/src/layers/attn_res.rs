@@ -15,7 +15,7 @@
 //! the mix — measured with both builds, docs/parity.md); x·p_x is a separate ggml_mul and the
 //! two a ggml_add.
 
-use crate::ops;
+use crate::backend::Backend;
 
 /// A model's cross-layer residual attention: the bank interval and the score vector of the
 /// final mix (`output_res_score`, before the output norm).
@@ -46,34 +46,15 @@ impl Bank {
         self.ckpts.is_empty()
     }
 
-    /// The mix of the bank and `x` (n rows of `hidden`) under `score`; `x` itself while the bank
-    /// is empty (layer 0's mixer).
-    pub fn mix(&self, x: &[f32], score: &[f32], eps: f32, hidden: usize) -> Vec<f32> {
+    /// The mix of the bank and `x` (rows as wide as `score`) under `score`; `x` itself while
+    /// the bank is empty (layer 0's mixer).
+    pub fn mix(&self, backend: &dyn Backend, x: &[f32], score: &[f32], eps: f32) -> Vec<f32> {
         if self.ckpts.is_empty() {
             return x.to_vec();
         }
-        let k = self.ckpts.len();
+        let bank: Vec<&[f32]> = self.ckpts.iter().map(Vec::as_slice).collect();
         let mut out = vec![0.0f32; x.len()];
-        let mut normed = vec![0.0f32; hidden];
-        let mut p = vec![0.0f32; k + 1];
-        let score_of = |row: &[f32], normed: &mut [f32]| -> f32 {
-            ops::rms_norm(row, score, eps, normed);
-            normed.iter().map(|&v| v as f64).sum::<f64>() as f32
-        };
-        for (t, (xr, or)) in x.chunks_exact(hidden).zip(out.chunks_exact_mut(hidden)).enumerate() {
-            for (i, c) in self.ckpts.iter().enumerate() {
-                p[i] = score_of(&c[t * hidden..(t + 1) * hidden], &mut normed);
-            }
-            p[k] = score_of(xr, &mut normed);
-            ops::softmax_inplace(&mut p);
-            for (j, o) in or.iter_mut().enumerate() {
-                let mut sum = 0.0f32;
-                for (i, c) in self.ckpts.iter().enumerate() {
-                    sum += c[t * hidden + j] * p[i];
-                }
-                *o = sum + xr[j] * p[k];
-            }
-        }
+        backend.residual_mix(&bank, x, score, eps, &mut out);
         out
     }
 }
@@ -81,12 +62,14 @@ impl Bank {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::cpu::Cpu;
+    use xwen_kernels::Pool;
 
     #[test]
     fn an_empty_bank_passes_the_stream_through() {
         let b = Bank::default();
         let x = [1.0f32, -2.0, 3.0, 0.5];
-        assert_eq!(b.mix(&x, &[1.0; 2], 1e-5, 2), x.to_vec());
+        assert_eq!(b.mix(&Cpu::new(Pool::new(1)), &x, &[1.0; 2], 1e-5), x.to_vec());
     }
 
     /// Equal scores (a zero score vector) weigh the checkpoints and the stream alike; a score
@@ -97,10 +80,11 @@ mod tests {
         b.push(&[2.0, 0.0]);
         b.push(&[0.0, 4.0]);
         let x = [1.0f32, 1.0];
-        let m = b.mix(&x, &[0.0, 0.0], 1e-6, 2);
+        let cpu = Cpu::new(Pool::new(1));
+        let m = b.mix(&cpu, &x, &[0.0, 0.0], 1e-6);
         let third = 1.0f32 / 3.0;
         assert!((m[0] - (2.0 + 1.0) * third).abs() < 1e-6 && (m[1] - (4.0 + 1.0) * third).abs() < 1e-6, "{m:?}");
-        let m = b.mix(&x, &[10.0, 0.0], 1e-6, 2);
+        let m = b.mix(&cpu, &x, &[10.0, 0.0], 1e-6);
         assert!(m[0] > 1.9 && m[1] < 0.1, "{m:?}");
     }
 }

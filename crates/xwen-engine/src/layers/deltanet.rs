@@ -13,10 +13,9 @@
 //! Decode runs that recurrence; prefill runs the equivalent chunked (WY) form over chunks of 64,
 //! which turns the per-token outer products into small matrix products.
 
-use crate::backend::{Buf, ConvSilu, DeltaScan, OutGate, ScanState};
+use crate::backend::{Buf, ConvSilu, DeltaGates, DeltaScan, OutGate, ScanState};
 use crate::batch::Rows;
 use crate::compute::Ctx;
-use crate::ops;
 use crate::profile::Op;
 use crate::weights::{Loader, Mat};
 use crate::error::Result;
@@ -260,27 +259,12 @@ pub fn forward<'a>(ctx: &Ctx<'a>, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32],
     ctx.backend.split_columns(&conv_out, n, &mut [&mut q, &mut k, &mut v]);
     ctx.backend.l2_norm_heads(&mut q, sd, d.eps);
     ctx.backend.l2_norm_heads(&mut k, sd, d.eps);
-    let mut beta = beta_in;
-    for b in beta.iter_mut() {
-        *b = ops::sigmoid(*b);
-    }
     // GDN: one g per (token, V-head); KDA: one per (token, head, key channel), the dt bias per
     // channel and a per head (ggml_add, softplus, then ggml_mul broadcasting a over channels)
     // (K3's lower-bound gate: ggml_add, ggml_mul by a, scale −1, sigmoid, scale lb)
-    let mut g = alpha_in;
+    let (mut beta, mut g) = (beta_in, alpha_in);
     let gw = d.gate_width();
-    for t in 0..n {
-        for h in 0..hv {
-            for c in 0..gw {
-                let i = (t * hv + h) * gw + c;
-                let x = g[i] + w.dt_bias[h * gw + c];
-                g[i] = match d.gate_lower_bound {
-                    None => ops::softplus(x) * w.a[h],
-                    Some(lb) => ops::sigmoid(-(x * w.a[h])) * lb,
-                };
-            }
-        }
-    }
+    ctx.backend.delta_gates(&DeltaGates { dt_bias: &w.dt_bias, a: &w.a, width: gw, lower_bound: d.gate_lower_bound }, &mut beta, &mut g);
 
     // the delta op's inputs, as llama.cpp names them (q and k L2-normed)
     ctx.tap("q_conv_predelta", Some(il), &q, sd);

@@ -16,7 +16,6 @@ use crate::batch::Rows;
 use crate::compute::Ctx;
 use crate::state::KvCache;
 use crate::backend::{AttnHeads, Buf};
-use crate::ops;
 use crate::profile::Op;
 use crate::weights::{Loader, Mat};
 use crate::error::Result;
@@ -197,16 +196,12 @@ pub fn forward<'a>(ctx: &Ctx<'a>, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: 
         MlaQ::Full(_) => q1,
         MlaQ::Lora { norm, b, .. } => {
             let mut qc = q1;
-            for row in qc.chunks_exact_mut(d.q_lora) {
-                ops::rms_norm_inplace(row, norm, d.eps);
-            }
+            ctx.backend.rms_norm_inplace(&mut qc, d.q_lora, norm, d.eps);
             ctx.mm_rows1(b, &qc, rows)
         }
     };
     // c ← rms_norm(c)·kv_a_norm, per token
-    for row in kv.chunks_exact_mut(kw) {
-        ops::rms_norm_inplace(&mut row[..r], &w.kv_a_norm, d.eps);
-    }
+    ctx.backend.rms_norm_inplace(&mut kv, kw, &w.kv_a_norm, d.eps);
     // the absorbed queries: Q_h = [W_k_b,h q_nope_h | q_pe_h], [n × H × (r + e)]
     let mut qa = ctx.zeros(n * nh * kw);
     {

@@ -17,7 +17,6 @@ use crate::error::Result;
 use crate::experts::store::{ExpertHandle, ExpertStore};
 use crate::experts::plan::PREFILL_READ_AHEAD;
 use crate::layers::ffn::{self, Act, FfnWeights};
-use crate::ops;
 use crate::profile::Op;
 use crate::weights::{Loader, Mat};
 use std::ops::Range;
@@ -258,11 +257,10 @@ fn forward_spans(
     }
     // Each job's outputs (its rows × width), unweighted; summed per row below.
     let mut ys: Vec<Buf> = (0..jobs.len()).map(|_| Buf::owned(Vec::new())).collect();
-    let act = |g: &[f32], u: &[f32], ff: usize| ffn::act_rows(d.act, g, u, ff);
     if !store.streams() {
         let handles = active.iter().map(|&e| store.expert(layer, e)).collect::<Result<Vec<_>>>()?;
         let ffns: Vec<ExpertFfn> = jobs.iter().map(|j| expert_job(&handles[j.active], xe, ew, &j.rows)).collect();
-        ctx.backend.expert_ffns(&ffns, &act, d.expert_ff, &mut ys);
+        ctx.backend.expert_ffns(&ffns, d.act, d.expert_ff, &mut ys);
     } else {
         // From disk a batch touches nearly every expert: the store reads the next
         // PREFILL_READ_AHEAD experts while the backend computes the current ones, so the disk
@@ -287,7 +285,7 @@ fn forward_spans(
             let (mine, ffns): (Vec<usize>, Vec<ExpertFfn>) =
                 read.iter().flat_map(|(i, h)| jobs_of[*i].clone().map(move |j| (j, expert_job(h, xe, ew, &jobs[j].rows)))).unzip();
             let mut got: Vec<Buf> = (0..ffns.len()).map(|_| Buf::owned(Vec::new())).collect();
-            ctx.backend.expert_ffns(&ffns, &act, d.expert_ff, &mut got);
+            ctx.backend.expert_ffns(&ffns, d.act, d.expert_ff, &mut got);
             for (j, y) in mine.into_iter().zip(got) {
                 ys[j] = y;
             }
@@ -298,19 +296,14 @@ fn forward_spans(
     // product rounded before the add as ggml_mul then ggml_add do.
     for s in spans {
         let n = s.len();
+        let parts: Vec<&[f32]> = place[s.start * k..s.end * k].iter().map(|&(j, i)| &ys[j][i * ew..(i + 1) * ew]).collect();
+        let weights: Vec<f32> = s.clone().flat_map(|t| routes[t].as_ref().expect("routed").weights.iter().copied()).collect();
         let mut sum = vec![0.0f32; n * ew];
-        for (t, o) in s.clone().zip(sum.chunks_exact_mut(ew)) {
-            let r = routes[t].as_ref().expect("routed");
-            for (&(j, i), &p) in place[t * k..(t + 1) * k].iter().zip(&r.weights) {
-                for (a, &v) in o.iter_mut().zip(&ys[j][i * ew..(i + 1) * ew]) {
-                    *a += v * p;
-                }
-            }
-        }
+        ctx.backend.weighted_sum(&parts, &weights, k, &mut sum);
         // a latent sum back to the model's width: W_up · (rms_norm(Σ)·norm)
         let y = match &w.latent {
             Some(l) => {
-                latent_norm(l, d, &mut sum);
+                latent_norm(ctx, l, d, &mut sum);
                 ctx.mm(&l.up, &sum, n)
             }
             None => sum,
@@ -324,7 +317,7 @@ fn forward_spans(
         for s in spans {
             let (xs, n) = (&x[s.start * hidden..s.end * hidden], s.len());
             let y = ffn::forward(ctx, sh, xs, &Rows::single(n, 0));
-            add_gated_shared(w, xs, &y, hidden, &mut out[s.start * hidden..s.end * hidden]);
+            add_gated_shared(ctx, w, xs, &y, &mut out[s.start * hidden..s.end * hidden]);
         }
     }
     Ok(())
@@ -336,26 +329,16 @@ fn expert_job<'a>(h: &'a ExpertHandle<'_>, x: &'a [f32], width: usize, tokens: &
 }
 
 /// A latent MoE's weighted sum, each row rms-normed by the latent norm (where the model has one).
-fn latent_norm(l: &LatentProj, d: &MoeDims, sum: &mut [f32]) {
+fn latent_norm(ctx: &Ctx, l: &LatentProj, d: &MoeDims, sum: &mut [f32]) {
     if let Some(nw) = &l.norm {
-        for row in sum.chunks_exact_mut(d.latent) {
-            ops::rms_norm_inplace(row, nw, d.eps);
-        }
+        ctx.backend.rms_norm_inplace(sum, d.latent, nw, d.eps);
     }
 }
 
 /// out += sigmoid(gate_inp_shexp · x) · y per row: the shared expert's output `y` (rows ×
 /// hidden), scaled by its gate (1 where the model has none).
-fn add_gated_shared(w: &MoeWeights, x: &[f32], y: &[f32], hidden: usize, out: &mut [f32]) {
-    for ((xr, yr), o) in x.chunks_exact(hidden).zip(y.chunks_exact(hidden)).zip(out.chunks_exact_mut(hidden)) {
-        let gate = match &w.shared_gate {
-            Some(gw) => ops::sigmoid(ops::dot(gw, xr)),
-            None => 1.0,
-        };
-        for (a, &v) in o.iter_mut().zip(yr) {
-            *a += v * gate;
-        }
-    }
+fn add_gated_shared(ctx: &Ctx, w: &MoeWeights, x: &[f32], y: &[f32], out: &mut [f32]) {
+    ctx.backend.add_gated(out, y, x, w.shared_gate.as_deref());
 }
 
 /// Records `routes` of batch rows `rows_at` at `layer` when the forward records routes, with
@@ -525,18 +508,15 @@ fn forward_decode_rows<'a>(
     }
     let mut ysh = ctx.zeros(m * hidden);
     let mut out = ctx.zeros(m * ew);
-    for (row, r) in routes.iter().enumerate() {
-        let o = &mut out[row * ew..(row + 1) * ew];
-        for (slot, &p) in r.weights.iter().enumerate() {
-            for (a, &v) in o.iter_mut().zip(&ys[(row * k + slot) * ew..][..ew]) {
-                *a += v * p;
-            }
-        }
+    {
+        let parts: Vec<&[f32]> = ys.chunks_exact(ew).collect();
+        let weights: Vec<f32> = routes.iter().flat_map(|r| r.weights.iter().copied()).collect();
+        ctx.backend.weighted_sum(&parts, &weights, k, &mut out);
     }
     // the shared expert's down with the latent sum's way back (W_up), one job
     let latent_sum = match &w.latent {
         Some(l) => {
-            latent_norm(l, d, &mut out);
+            latent_norm(ctx, l, d, &mut out);
             Some(std::mem::replace(&mut out, ctx.zeros(m * hidden)))
         }
         None => None,
@@ -560,7 +540,7 @@ fn forward_decode_rows<'a>(
     drop(sp);
     let _sp = ctx.span(Op::MoeShared);
     if w.shared.is_some() {
-        add_gated_shared(w, x, &ysh, hidden, &mut out);
+        add_gated_shared(ctx, w, x, &ysh, &mut out);
     }
     Ok(out)
 }

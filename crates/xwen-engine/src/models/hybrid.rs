@@ -30,7 +30,6 @@ use crate::experts::store::ExpertStore;
 use crate::layers::ffn::{self, FfnWeights};
 use crate::layers::mla::{self, MlaDims, MlaWeights};
 use crate::layers::moe::{self, MoeDims, MoeWeights};
-use crate::ops;
 use crate::profile::Op;
 use crate::state::{DeltaState, LayerState, SeqState};
 use crate::weights::{Loader, Mat};
@@ -333,7 +332,7 @@ impl Hybrid {
             pass.ffn_half(&mut x, &mut xn, &rows, &mut bank)?;
         }
         if let Some(r) = &self.res {
-            x = bank.mix(&x, &r.output, self.cfg.eps, h);
+            x = bank.mix(ctx.backend, &x, &r.output, self.cfg.eps);
         }
         state.pos += rows.n;
         Ok(Some(head(ctx, &x, &rows, chunks, &self.output_norm, &self.output, &self.cfg)))
@@ -365,7 +364,7 @@ impl Hybrid {
             pass.forward(&mut x, &mut xn, states, &rows, &mut bank)?;
         }
         if let Some(r) = &self.res {
-            x = bank.mix(&x, &r.output, eps, h);
+            x = bank.mix(ctx.backend, &x, &r.output, eps);
         }
         for (st, sp) in states.iter_mut().zip(spans) {
             st.pos += sp.tokens.len();
@@ -390,7 +389,7 @@ pub(super) fn head(ctx: &Ctx, x: &[f32], rows: &crate::batch::Rows, spans: &[Spa
                 return Vec::new();
             }
             let mut out = vec![0.0f32; sp.tokens.len() * h];
-            rms_norm_rows(&x[s.start * h..(s.start + sp.tokens.len()) * h], norm, cfg.eps, h, &mut out);
+            ctx.backend.rms_norm(&x[s.start * h..(s.start + sp.tokens.len()) * h], norm, cfg.eps, &mut out);
             out
         })
         .collect();
@@ -401,7 +400,7 @@ pub(super) fn head(ctx: &Ctx, x: &[f32], rows: &crate::batch::Rows, spans: &[Spa
     } else {
         let mut hn = ctx.zeros(wanted.len() * h);
         for (i, &t) in wanted.iter().enumerate() {
-            ops::rms_norm(&x[t * h..(t + 1) * h], norm, cfg.eps, &mut hn[i * h..(i + 1) * h]);
+            ctx.backend.rms_norm(&x[t * h..(t + 1) * h], norm, cfg.eps, &mut hn[i * h..(i + 1) * h]);
         }
         ctx.tap("result_norm", None, &hn, h);
         ctx.mm_rows1(output, &hn, &super::head_rows(spans))
@@ -556,7 +555,7 @@ impl LayerPass<'_> {
         let LayerPass { ctx, cfg, attn_res, at, layer, .. } = *self;
         let _sp = ctx.span(Op::Norms);
         let res = attn_res.zip(layer.res.as_ref());
-        let mixed = res.map(|(_, lr)| bank.mix(x, &lr.attn, cfg.eps, cfg.hidden));
+        let mixed = res.map(|(_, lr)| bank.mix(ctx.backend, x, &lr.attn, cfg.eps));
         let banks = res.is_some_and(|(r, _)| at.store_layer.is_multiple_of(r.block));
         if banks {
             bank.push(x);
@@ -574,7 +573,7 @@ impl LayerPass<'_> {
         let eps = cfg.eps;
         let il = at.state_layer;
         let sp = ctx.span(Op::Norms);
-        rms_norm_rows(mixed.unwrap_or(x), &layer.attn_norm, eps, h, xn);
+        ctx.backend.rms_norm(mixed.unwrap_or(x), &layer.attn_norm, eps, xn);
         drop(sp);
         ctx.tap("attn_norm", Some(il), xn, h);
         let mix = match &layer.mixer {
@@ -604,7 +603,7 @@ impl LayerPass<'_> {
         if banks {
             x.copy_from_slice(&mix);
         } else {
-            add_inplace(x, &mix);
+            ctx.backend.add(x, &mix);
         }
         ctx.tap("attn_residual", Some(il), x, h);
         Ok(())
@@ -619,8 +618,8 @@ impl LayerPass<'_> {
         let il = at.state_layer;
         let sp = ctx.span(Op::Norms);
         let res = attn_res.zip(layer.res.as_ref());
-        let mixed = res.map(|(_, lr)| bank.mix(x, &lr.ffn, eps, h));
-        rms_norm_rows(mixed.as_deref().unwrap_or(x), &layer.post_attn_norm, eps, h, xn);
+        let mixed = res.map(|(_, lr)| bank.mix(ctx.backend, x, &lr.ffn, eps));
+        ctx.backend.rms_norm(mixed.as_deref().unwrap_or(x), &layer.post_attn_norm, eps, xn);
         drop(sp);
         ctx.tap("attn_post_norm", Some(il), xn, h);
         let f = match &layer.ffn {
@@ -631,7 +630,7 @@ impl LayerPass<'_> {
             Ffn::Moe(w) => moe::forward_rows(ctx, w, cfg.moe.as_ref().expect("moe dims"), store, at.store_layer, xn, rows, h, self.next_moe)?,
         };
         ctx.tap("ffn_out", Some(il), &f, h);
-        add_inplace(x, &f);
+        ctx.backend.add(x, &f);
         ctx.tap("l_out", Some(il), x, h);
         Ok(())
     }
@@ -664,18 +663,5 @@ fn delta_of(l: &mut LayerState) -> Option<&mut DeltaState> {
     match l {
         LayerState::Delta(d) => Some(d),
         _ => None,
-    }
-}
-
-/// rms_norm of every row of x (rows of `width`) into y.
-pub(super) fn rms_norm_rows(x: &[f32], w: &[f32], eps: f32, width: usize, y: &mut [f32]) {
-    for (xr, yr) in x.chunks_exact(width).zip(y.chunks_exact_mut(width)) {
-        ops::rms_norm(xr, w, eps, yr);
-    }
-}
-
-fn add_inplace(x: &mut [f32], y: &[f32]) {
-    for (a, &b) in x.iter_mut().zip(y) {
-        *a += b;
     }
 }

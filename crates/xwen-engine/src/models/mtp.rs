@@ -24,7 +24,6 @@ use crate::state::KvCache;
 use crate::layers::attn_res::Bank;
 use crate::layers::ffn::FfnWeights;
 use crate::layers::moe::MoeWeights;
-use crate::ops;
 use crate::profile::Op;
 use crate::state::{LayerState, SeqState};
 use crate::weights::{Loader, Mat};
@@ -176,7 +175,7 @@ impl MtpHead {
         let rows = Rows::from_spans([(n, state.pos, false)]);
         let x = ctx.mm_rows1(&self.eh_proj, &cat, &rows);
         let mut xn = vec![0.0f32; n * h];
-        hybrid::rms_norm_rows(&x, &self.layer.attn_norm, self.cfg.eps, h, &mut xn);
+        ctx.backend.rms_norm(&x, &self.layer.attn_norm, self.cfg.eps, &mut xn);
         let (Mixer::Attn(w), [LayerState::Attn(kv)]) = (&self.layer.mixer, state.layers.as_mut_slice()) else {
             return Err(EngineError::State("MTP head: not a state of this head".into()));
         };
@@ -211,8 +210,8 @@ impl MtpHead {
             }
             xwen_kernels::dequantize(emb.ty, &emb.data[id * rb..(id + 1) * rb], &mut e).map_err(|err| EngineError::State(format!("MTP embedding: {err}")))?;
             let row = &mut cat[k * 2 * h..(k + 1) * 2 * h];
-            ops::rms_norm(&e, &self.enorm, eps, &mut row[..h]);
-            ops::rms_norm(&h_in[k * h..(k + 1) * h], &self.hnorm, eps, &mut row[h..]);
+            ctx.backend.rms_norm(&e, &self.enorm, eps, &mut row[..h]);
+            ctx.backend.rms_norm(&h_in[k * h..(k + 1) * h], &self.hnorm, eps, &mut row[h..]);
         }
         Ok(cat)
     }

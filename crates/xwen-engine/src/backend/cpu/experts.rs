@@ -5,7 +5,8 @@
 //! activations take MUL_MAT_ID's row quantizer, as llama.cpp's.
 
 use crate::backend::cpu::products::quantize_rows;
-use crate::backend::{ActFn, Buf, ExpertFfn, Scratch};
+use crate::backend::cpu::elementwise::glu_serial;
+use crate::backend::{Act, Buf, ExpertFfn, Scratch};
 use super::SharedMut;
 use xwen_kernels::{Pool, QMatrix};
 
@@ -15,7 +16,7 @@ thread_local! {
     static SOLO: Pool = Pool::new(1);
 }
 
-pub fn ffns<'s>(pool: &Pool, scratch: &'s Scratch, jobs: &[ExpertFfn], act: ActFn, ff: usize, ys: &mut [Buf<'s>]) {
+pub fn ffns<'s>(pool: &Pool, scratch: &'s Scratch, jobs: &[ExpertFfn], act: Act, ff: usize, ys: &mut [Buf<'s>]) {
     debug_assert_eq!(jobs.len(), ys.len());
     let ys_out = SharedMut::new(ys);
     pool.run(jobs.len(), &|i| {
@@ -26,7 +27,7 @@ pub fn ffns<'s>(pool: &Pool, scratch: &'s Scratch, jobs: &[ExpertFfn], act: ActF
 }
 
 /// One expert, whole, on this thread; its buffers from the arena (which any thread may use).
-fn ffn<'s>(scratch: &'s Scratch, j: &ExpertFfn, act: ActFn, ff: usize) -> Buf<'s> {
+fn ffn<'s>(scratch: &'s Scratch, j: &ExpertFfn, act: Act, ff: usize) -> Buf<'s> {
     SOLO.with(|solo| {
         let (m, ew) = (j.tokens.len(), j.width);
         let row = |t: usize| &j.x[t * ew..(t + 1) * ew];
@@ -43,7 +44,8 @@ fn ffn<'s>(scratch: &'s Scratch, j: &ExpertFfn, act: ActFn, ff: usize) -> Buf<'s
             expert_mm(solo, gw, &xt, m, &mut g, &mut xq);
             expert_mm(solo, uw, &xt, m, &mut u, &mut xq);
         }
-        let h = act(&g, &u, ff);
+        let mut h = scratch.zeros(m * ff);
+        glu_serial(act, &g, &u, ff, &mut h);
         let mut y = scratch.zeros(m * j.down.rows);
         expert_mm(solo, j.down, &h, m, &mut y, &mut xq);
         y

@@ -5,12 +5,13 @@
 
 pub mod attention;
 pub mod delta;
+pub mod elementwise;
 pub mod experts;
 pub mod flash_attn;
 pub mod products;
 pub mod rowwise;
 
-use crate::backend::{ActFn, AttnHeads, AttnMode, Backend, Buf, ConvSilu, DeltaScan, ExpertFfn, MvJob, OutGate, Rope, Route, RouteRule, ScanState, Scratch};
+use crate::backend::{Act, AttnHeads, AttnMode, Backend, Buf, ConvSilu, DeltaGates, DeltaScan, ExpertFfn, MvJob, OutGate, Rope, Route, RouteRule, ScanState, Scratch};
 use crate::batch::Rows;
 use crate::state::KvCache;
 use xwen_kernels::{Pool, QMatrix};
@@ -78,7 +79,7 @@ impl Backend for Cpu {
         delta::scan(&self.pool, scan, states, o);
     }
 
-    fn expert_ffns<'s>(&'s self, jobs: &[ExpertFfn], act: ActFn, ff: usize, ys: &mut [Buf<'s>]) {
+    fn expert_ffns<'s>(&'s self, jobs: &[ExpertFfn], act: Act, ff: usize, ys: &mut [Buf<'s>]) {
         experts::ffns(&self.pool, &self.scratch, jobs, act, ff, ys);
     }
 
@@ -104,6 +105,38 @@ impl Backend for Cpu {
 
     fn mul_sigmoid(&self, x: &mut [f32], g: &[f32]) {
         rowwise::mul_sigmoid(&self.pool, x, g);
+    }
+
+    fn rms_norm(&self, x: &[f32], w: &[f32], eps: f32, y: &mut [f32]) {
+        elementwise::rms_norm(&self.pool, x, w, eps, y);
+    }
+
+    fn rms_norm_inplace(&self, x: &mut [f32], stride: usize, w: &[f32], eps: f32) {
+        elementwise::rms_norm_inplace(&self.pool, x, stride, w, eps);
+    }
+
+    fn add(&self, x: &mut [f32], y: &[f32]) {
+        elementwise::add(&self.pool, x, y);
+    }
+
+    fn glu(&self, act: Act, g: &[f32], u: &[f32], row: usize, y: &mut [f32]) {
+        elementwise::glu(&self.pool, act, g, u, row, y);
+    }
+
+    fn delta_gates(&self, gates: &DeltaGates, beta: &mut [f32], g: &mut [f32]) {
+        elementwise::delta_gates(gates, beta, g);
+    }
+
+    fn weighted_sum(&self, parts: &[&[f32]], weights: &[f32], k: usize, out: &mut [f32]) {
+        elementwise::weighted_sum(&self.pool, parts, weights, k, out);
+    }
+
+    fn add_gated(&self, out: &mut [f32], y: &[f32], x: &[f32], gate: Option<&[f32]>) {
+        elementwise::add_gated(&self.pool, out, y, x, gate);
+    }
+
+    fn residual_mix(&self, bank: &[&[f32]], x: &[f32], score: &[f32], eps: f32, out: &mut [f32]) {
+        elementwise::residual_mix(&self.pool, bank, x, score, eps, out);
     }
 
     fn route(&self, logits: &[f32], rule: &RouteRule) -> Vec<Route> {

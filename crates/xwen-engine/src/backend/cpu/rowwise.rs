@@ -14,7 +14,7 @@ const ELEMS_PER_TASK: usize = 1 << 15;
 
 /// `f(t0, t1)` over chunks of `n` rows `width` values wide, on the pool where there is more
 /// than one chunk.
-fn row_chunks(pool: &Pool, n: usize, width: usize, f: &(dyn Fn(usize, usize) + Sync)) {
+pub(super) fn row_chunks(pool: &Pool, n: usize, width: usize, f: &(dyn Fn(usize, usize) + Sync)) {
     let per_task = (ELEMS_PER_TASK / width.max(1)).max(1);
     if n <= per_task {
         f(0, n);
@@ -25,7 +25,7 @@ fn row_chunks(pool: &Pool, n: usize, width: usize, f: &(dyn Fn(usize, usize) + S
 
 /// `f(i, piece)` for every `width`-wide piece of x (the last may be shorter), each piece its
 /// task's alone; `i · width` is where it starts.
-fn each_row(pool: &Pool, x: &mut [f32], width: usize, f: &(dyn Fn(usize, &mut [f32]) + Sync)) {
+pub(super) fn each_row(pool: &Pool, x: &mut [f32], width: usize, f: &(dyn Fn(usize, &mut [f32]) + Sync)) {
     if width == 0 {
         return;
     }
