@@ -197,6 +197,10 @@ pub trait Backend: Send + Sync {
     /// Each of the `n` rows of `src` cut into consecutive column ranges, range i into the same
     /// row of `outs[i]` (`outs[i].len() / n` wide) — a view made contiguous.
     fn split_columns(&self, src: &[f32], n: usize, outs: &mut [&mut [f32]]);
+    /// Runs of columns of each of the `n` rows of `src` copied into the same row of an output
+    /// (`outs[c.out]`, `outs[i].len() / n` wide): the unpacking of a fused projection's
+    /// interleaved heads, or a concatenation (a call per source).
+    fn gather_columns(&self, src: &[f32], n: usize, cols: &[Cols], outs: &mut [&mut [f32]]);
     /// Gated DeltaNet's L2 norm (llama.cpp's `build_gdn_l2_norm`) of every `head`-wide piece of x.
     fn l2_norm_heads(&self, x: &mut [f32], head: usize, eps: f32);
     /// The delta rule's gated output norm, per `w.len()`-wide head: o ← rms_norm(o)·w ⊙ gate(z)
@@ -229,6 +233,9 @@ pub trait Backend: Send + Sync {
     /// rows as wide as `gate`); out ← out + y where the model has no gate.
     fn add_gated(&self, out: &mut [f32], y: &[f32], x: &[f32], gate: Option<&[f32]>);
 
+    /// x ← H x / √n on every block of `n` (a power of two) values: the Walsh–Hadamard
+    /// rotation llama.cpp applies to q, k and v around a quantized KV cache.
+    fn hadamard(&self, x: &mut [f32], n: usize);
     /// Kimi K3's cross-layer residual mix (layers/attn_res.rs states it) of every row of x
     /// (as wide as `score`) with the same rows of the banked checkpoints, into `out`.
     fn residual_mix(&self, bank: &[&[f32]], x: &[f32], score: &[f32], eps: f32, out: &mut [f32]);
@@ -236,6 +243,16 @@ pub trait Backend: Send + Sync {
     /// A MoE router's top-k: each `rule.n_expert`-wide row of `logits` (one per token) to its
     /// token's experts and weights (`RouteRule::apply`).
     fn route(&self, logits: &[f32], rule: &RouteRule) -> Vec<Route>;
+}
+
+/// A run of `len` columns from column `from` of a source row to column `to` of the same row of
+/// output `out` ([`Backend::gather_columns`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Cols {
+    pub from: usize,
+    pub out: usize,
+    pub to: usize,
+    pub len: usize,
 }
 
 /// A causal depthwise convolution followed by SiLU.

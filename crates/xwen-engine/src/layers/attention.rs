@@ -79,7 +79,7 @@ pub fn forward<'a>(ctx: &Ctx<'a>, w: &AttnWeights, d: &AttnDims, x: &[f32], rows
     let mut gate = ctx.zeros(n * hq);
     ctx.backend.split_columns(&qg, n * d.n_head, &mut [&mut q, &mut gate]);
     norm_rope(ctx, d, &mut [(&mut q, &w.q_norm), (&mut k, &w.k_norm)], rows);
-    let rot_v = append_kv(d, rows, kvs, Some(&mut q), &mut k, &mut v);
+    let rot_v = append_kv(ctx, d, rows, kvs, Some(&mut q), &mut k, &mut v);
 
     // softmax(q kᵀ / √d) v per (row, head), each span against its own cache
     let kvw = d.kv_width();
@@ -88,7 +88,7 @@ pub fn forward<'a>(ctx: &Ctx<'a>, w: &AttnWeights, d: &AttnDims, x: &[f32], rows
     let caches: Vec<&KvCache> = kvs.iter().map(|kv| &**kv).collect();
     ctx.backend.attend(&q, &caches, rows, &heads, &ctx.attn, &mut out);
     if let Some(r) = rot_v {
-        hadamard_rows(&mut out, r);
+        ctx.backend.hadamard(&mut out, r);
     }
     ctx.tap("attn_pregate", Some(il), &out, hq);
     ctx.backend.mul_sigmoid(&mut out, &gate);
@@ -110,7 +110,7 @@ pub fn write_kv(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows
     drop(sp);
     let _sp = ctx.span(Op::AttnCore);
     norm_rope(ctx, d, &mut [(&mut k, &w.k_norm)], rows);
-    append_kv(d, rows, kvs, None, &mut k, &mut v);
+    append_kv(ctx, d, rows, kvs, None, &mut k, &mut v);
 }
 
 /// Each (heads, norm) of `heads` RMS-normed per head and rotated, each row at its own
@@ -126,18 +126,18 @@ fn norm_rope(ctx: &Ctx, d: &AttnDims, heads: &mut [(&mut [f32], &[f32])], rows: 
 /// and read in a rotated basis (llama.cpp's attention rotation): q and k rotated alike keep
 /// their dot products, v's rotation is undone on the output — returned, for the caller to
 /// undo. Every sequence of a batch shares the model's cache types.
-fn append_kv(d: &AttnDims, rows: &Rows, kvs: &mut [&mut KvCache], q: Option<&mut [f32]>, k: &mut [f32], v: &mut [f32]) -> Option<usize> {
+fn append_kv(ctx: &Ctx, d: &AttnDims, rows: &Rows, kvs: &mut [&mut KvCache], q: Option<&mut [f32]>, k: &mut [f32], v: &mut [f32]) -> Option<usize> {
     let (hd, kvw) = (d.head_dim, d.kv_width());
     let (k_ty, v_ty) = kvs.first().map_or((KvType::F32, KvType::F32), |kv| (kv.k.ty(), kv.v.ty()));
     let (rot_k, rot_v) = (rotation_k(k_ty, hd), rotation_v(v_ty, hd));
     if let Some(r) = rot_k {
         if let Some(q) = q {
-            hadamard_rows(q, r);
+            ctx.backend.hadamard(q, r);
         }
-        hadamard_rows(k, r);
+        ctx.backend.hadamard(k, r);
     }
     if let Some(r) = rot_v {
-        hadamard_rows(v, r);
+        ctx.backend.hadamard(v, r);
     }
     for (s, kv) in rows.spans.iter().zip(kvs.iter_mut()) {
         debug_assert_eq!(kv.len(kvw), s.pos0, "a sequence's KV holds its positions");
@@ -174,50 +174,9 @@ fn rotation_disabled() -> bool {
     *DISABLED.get_or_init(|| std::env::var("LLAMA_ATTN_ROT_DISABLE").ok().and_then(|v| v.trim().parse::<i64>().ok()).is_some_and(|v| v != 0))
 }
 
-/// x ← H x / √n on every block of `n` (a power of two) elements: ggml-cpu's fast Walsh–Hadamard
-/// transform (ops.cpp `ggml_compute_forward_fwht`, what a mul_mat hinted
-/// GGML_HINT_SRC0_IS_HADAMARD runs): scale first, then the butterflies u + v, u − v for
-/// len = 1, 2, … n/2, each rounded to f32 (the SIMD passes' fma(v, −1, u) is u − v exactly).
-pub fn hadamard_rows(x: &mut [f32], n: usize) {
-    debug_assert!(n.is_power_of_two() && x.len().is_multiple_of(n));
-    let scale = 1.0f32 / (n as f32).sqrt();
-    for row in x.chunks_exact_mut(n) {
-        row.iter_mut().for_each(|v| *v *= scale);
-        let mut len = 1;
-        while len < n {
-            for i in (0..n).step_by(2 * len) {
-                for j in i..i + len {
-                    let (u, v) = (row[j], row[j + len]);
-                    row[j] = u + v;
-                    row[j + len] = u - v;
-                }
-            }
-            len <<= 1;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The transform is H/√n with Sylvester's H (row i, column j: (−1)^popcount(i & j)), and
-    /// applying it twice gives the input back (H·H = n·I), up to rounding.
-    #[test]
-    fn hadamard_rows_is_the_normalized_sylvester_transform() {
-        let n = 64;
-        let x: Vec<f32> = (0..2 * n).map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.25).collect();
-        let mut y = x.clone();
-        hadamard_rows(&mut y, n);
-        for (b, (xb, yb)) in x.chunks(n).zip(y.chunks(n)).enumerate() {
-            for (i, &yi) in yb.iter().enumerate() {
-                let want: f64 = xb.iter().enumerate().map(|(j, &v)| if (i & j).count_ones() % 2 == 0 { v as f64 } else { -(v as f64) }).sum::<f64>() / (n as f64).sqrt();
-                assert!((yi as f64 - want).abs() < 1e-5, "block {b} row {i}: {yi} vs {want}");
-            }
-        }
-        hadamard_rows(&mut y, n);
-        assert!(x.iter().zip(&y).all(|(a, b)| (a - b).abs() < 1e-5));
-    }
 
     /// llama.cpp's rule: quantized caches only, heads a multiple of 64, K blocks as wide as the
     /// head allows (powers of two), V blocks of 64.

@@ -13,7 +13,7 @@
 //! Decode runs that recurrence; prefill runs the equivalent chunked (WY) form over chunks of 64,
 //! which turns the per-token outer products into small matrix products.
 
-use crate::backend::{Buf, ConvSilu, DeltaGates, DeltaScan, OutGate, ScanState};
+use crate::backend::{Buf, Cols, ConvSilu, DeltaGates, DeltaScan, OutGate, ScanState};
 use crate::batch::Rows;
 use crate::compute::Ctx;
 use crate::profile::Op;
@@ -361,13 +361,10 @@ fn project<'a>(ctx: &Ctx<'a>, proj: &DeltaProj, d: &DeltaDims, x: &[f32], rows: 
     // β and α of V-head kh·r + i sit at kh·2r + i and kh·2r + r + i of a token's ssm_ba row
     let split_ba = |ba: &[f32]| {
         let (mut beta, mut alpha) = (ctx.zeros(n * hv), ctx.zeros(n * hv));
-        for t in 0..n {
-            for kh in 0..hk {
-                let row = &ba[t * 2 * hv + kh * 2 * r..][..2 * r];
-                beta[t * hv + kh * r..][..r].copy_from_slice(&row[..r]);
-                alpha[t * hv + kh * r..][..r].copy_from_slice(&row[r..]);
-            }
-        }
+        let cols: Vec<Cols> = (0..hk)
+            .flat_map(|kh| [Cols { from: kh * 2 * r, out: 0, to: kh * r, len: r }, Cols { from: kh * 2 * r + r, out: 1, to: kh * r, len: r }])
+            .collect();
+        ctx.backend.gather_columns(ba, n, &cols, &mut [&mut beta, &mut alpha]);
         (beta, alpha)
     };
     match proj {
@@ -388,17 +385,21 @@ fn project<'a>(ctx: &Ctx<'a>, proj: &DeltaProj, d: &DeltaDims, x: &[f32], rows: 
             let mut next = || p.next().expect("one product per matrix");
             let (mixed, ba) = (next(), next());
             let (cd, vd, kd) = (d.conv_dim(), d.value_dim(), d.key_dim());
+            // per K-head a group [q | k | v of its r V-heads | z of its r V-heads]
             let group = 2 * sd + 2 * r * sd;
             let (mut qkv, mut z) = (ctx.zeros(n * cd), ctx.zeros(n * vd));
-            for t in 0..n {
-                let (src, dst, zt) = (&mixed[t * hk * group..][..hk * group], &mut qkv[t * cd..][..cd], &mut z[t * vd..][..vd]);
-                for (kh, g) in src.chunks_exact(group).enumerate() {
-                    dst[kh * sd..][..sd].copy_from_slice(&g[..sd]);
-                    dst[kd + kh * sd..][..sd].copy_from_slice(&g[sd..2 * sd]);
-                    dst[2 * kd + kh * r * sd..][..r * sd].copy_from_slice(&g[2 * sd..2 * sd + r * sd]);
-                    zt[kh * r * sd..][..r * sd].copy_from_slice(&g[2 * sd + r * sd..]);
-                }
-            }
+            let cols: Vec<Cols> = (0..hk)
+                .flat_map(|kh| {
+                    let g = kh * group;
+                    [
+                        Cols { from: g, out: 0, to: kh * sd, len: sd },
+                        Cols { from: g + sd, out: 0, to: kd + kh * sd, len: sd },
+                        Cols { from: g + 2 * sd, out: 0, to: 2 * kd + kh * r * sd, len: r * sd },
+                        Cols { from: g + 2 * sd + r * sd, out: 1, to: kh * r * sd, len: r * sd },
+                    ]
+                })
+                .collect();
+            ctx.backend.gather_columns(&mixed, n, &cols, &mut [&mut qkv, &mut z]);
             let (beta, alpha) = split_ba(&ba);
             Projected { qkv, z, beta, alpha }
         }
@@ -418,11 +419,10 @@ fn project<'a>(ctx: &Ctx<'a>, proj: &DeltaProj, d: &DeltaDims, x: &[f32], rows: 
                 KdaGate::Full(_) => g1,
             };
             let inner = d.value_dim();
+            // one q|k|v stream per token, as the convolution reads it
             let mut qkv = ctx.zeros(n * 3 * inner);
-            for (t, row) in qkv.chunks_exact_mut(3 * inner).enumerate() {
-                row[..inner].copy_from_slice(&q[t * inner..(t + 1) * inner]);
-                row[inner..2 * inner].copy_from_slice(&k[t * inner..(t + 1) * inner]);
-                row[2 * inner..].copy_from_slice(&v[t * inner..(t + 1) * inner]);
+            for (i, part) in [&q, &k, &v].into_iter().enumerate() {
+                ctx.backend.gather_columns(part, n, &[Cols { from: 0, out: 0, to: i * inner, len: inner }], &mut [&mut qkv]);
             }
             Projected { qkv, z, beta, alpha }
         }

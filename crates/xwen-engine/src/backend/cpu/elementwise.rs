@@ -1,6 +1,7 @@
 //! The element-wise steps of the residual stream and the FFNs: RMSNorm of rows, the residual
 //! add, the gated activations (SwiGLU, Kimi K3's situ), the delta rule's gate activations, a
-//! MoE's weighted sum and its shared expert's gate, Kimi K3's cross-layer residual mix. Each row's arithmetic is the one function
+//! MoE's weighted sum and its shared expert's gate, Kimi K3's cross-layer residual mix, the
+//! Walsh–Hadamard rotation around a quantized KV cache. Each row's arithmetic is the one function
 //! of `ops` / `f32ops` in ggml's order, so the task split (`rowwise::row_chunks`, a decode
 //! step's rows on the calling thread) changes no bit.
 
@@ -173,19 +174,36 @@ pub fn residual_mix(pool: &Pool, bank: &[&[f32]], x: &[f32], score: &[f32], eps:
     });
 }
 
+/// x ← H x / √n on every block of `n` (a power of two) values: ggml-cpu's fast Walsh–Hadamard
+/// transform (ops.cpp `ggml_compute_forward_fwht`, what a mul_mat hinted
+/// GGML_HINT_SRC0_IS_HADAMARD runs): scale first, then the butterflies u + v, u − v for
+/// len = 1, 2, … n/2, each rounded to f32 (the SIMD passes' fma(v, −1, u) is u − v exactly).
+pub fn hadamard(pool: &Pool, x: &mut [f32], n: usize) {
+    assert!(n.is_power_of_two() && x.len().is_multiple_of(n), "whole blocks of a power of two");
+    each_row(pool, x, n, &|_, row| hadamard_block(row));
+}
+
+fn hadamard_block(row: &mut [f32]) {
+    let n = row.len();
+    let scale = 1.0f32 / (n as f32).sqrt();
+    row.iter_mut().for_each(|v| *v *= scale);
+    let mut len = 1;
+    while len < n {
+        for i in (0..n).step_by(2 * len) {
+            for j in i..i + len {
+                let (u, v) = (row[j], row[j + len]);
+                row[j] = u + v;
+                row[j + len] = u - v;
+            }
+        }
+        len <<= 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn noise(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                (s >> 8) as f32 / (1u32 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
+    use crate::backend::cpu::noise;
 
     /// Split over two threads (70 rows, many tasks), every op gives each row the bits of its
     /// one-row function.
@@ -306,4 +324,32 @@ mod tests {
             assert_eq!(&mixed[r], &want[..], "residual mix row {t}");
         }
     }
+
+    /// The transform is H/√n with Sylvester's H (row i, column j: (−1)^popcount(i & j)), and
+    /// applying it twice gives the input back (H·H = n·I), up to rounding; split over tasks, each
+    /// block has the bits it has alone.
+    #[test]
+    fn hadamard_is_the_normalized_sylvester_transform() {
+        let n = 64;
+        let x: Vec<f32> = (0..2 * n).map(|i| ((i * 37 % 11) as f32 - 5.0) * 0.25).collect();
+        let pool = Pool::new(2);
+        let mut y = x.clone();
+        hadamard(&pool, &mut y, n);
+        for (b, (xb, yb)) in x.chunks(n).zip(y.chunks(n)).enumerate() {
+            for (i, &yi) in yb.iter().enumerate() {
+                let want: f64 = xb.iter().enumerate().map(|(j, &v)| if (i & j).count_ones() % 2 == 0 { v as f64 } else { -(v as f64) }).sum::<f64>() / (n as f64).sqrt();
+                assert!((yi as f64 - want).abs() < 1e-5, "block {b} row {i}: {yi} vs {want}");
+            }
+        }
+        hadamard(&pool, &mut y, n);
+        assert!(x.iter().zip(&y).all(|(a, b)| (a - b).abs() < 1e-5));
+
+        let big = noise(1000 * 128, 21);
+        let mut split = big.clone();
+        hadamard(&pool, &mut split, 128);
+        let mut alone = big;
+        alone.chunks_exact_mut(128).for_each(hadamard_block);
+        assert_eq!(split, alone, "blocks split over tasks");
+    }
+
 }

@@ -11,7 +11,7 @@ pub mod flash_attn;
 pub mod products;
 pub mod rowwise;
 
-use crate::backend::{Act, AttnHeads, AttnMode, Backend, Buf, ConvSilu, DeltaGates, DeltaScan, ExpertFfn, MvJob, OutGate, Rope, Route, RouteRule, ScanState, Scratch};
+use crate::backend::{Act, AttnHeads, AttnMode, Backend, Buf, Cols, ConvSilu, DeltaGates, DeltaScan, ExpertFfn, MvJob, OutGate, Rope, Route, RouteRule, ScanState, Scratch};
 use crate::batch::Rows;
 use crate::state::KvCache;
 use xwen_kernels::{Pool, QMatrix};
@@ -91,6 +91,10 @@ impl Backend for Cpu {
         rowwise::split_columns(&self.pool, src, n, outs);
     }
 
+    fn gather_columns(&self, src: &[f32], n: usize, cols: &[Cols], outs: &mut [&mut [f32]]) {
+        rowwise::gather_columns(&self.pool, src, n, cols, outs);
+    }
+
     fn l2_norm_heads(&self, x: &mut [f32], head: usize, eps: f32) {
         rowwise::l2_norm_heads(&self.pool, x, head, eps);
     }
@@ -135,6 +139,10 @@ impl Backend for Cpu {
         elementwise::add_gated(&self.pool, out, y, x, gate);
     }
 
+    fn hadamard(&self, x: &mut [f32], n: usize) {
+        elementwise::hadamard(&self.pool, x, n);
+    }
+
     fn residual_mix(&self, bank: &[&[f32]], x: &[f32], score: &[f32], eps: f32, out: &mut [f32]) {
         elementwise::residual_mix(&self.pool, bank, x, score, eps, out);
     }
@@ -143,4 +151,16 @@ impl Backend for Cpu {
         // a few hundred values a token: the rows' sorts are too small to split over threads
         logits.chunks_exact(rule.n_expert).map(|l| rule.apply(l)).collect()
     }
+}
+
+/// Deterministic values in [−1, 1) for the CPU bodies' tests.
+#[cfg(test)]
+pub(crate) fn noise(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            (s >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
 }

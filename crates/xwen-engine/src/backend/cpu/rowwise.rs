@@ -4,7 +4,7 @@
 //! `ELEMS_PER_TASK` values (each of these steps is a few percent of a prefill, serial
 //! otherwise; a decode step's rows are too few to be worth a task switch).
 
-use crate::backend::{ConvSilu, OutGate, Rope};
+use crate::backend::{Cols, ConvSilu, OutGate, Rope};
 use super::SharedMut;
 use crate::ops;
 use xwen_kernels::Pool;
@@ -79,6 +79,31 @@ pub fn split_columns(pool: &Pool, src: &[f32], n: usize, outs: &mut [&mut [f32]]
     });
 }
 
+/// Runs of columns of each of the `n` rows of `src` into the same row of their outputs.
+pub fn gather_columns(pool: &Pool, src: &[f32], n: usize, cols: &[Cols], outs: &mut [&mut [f32]]) {
+    if n == 0 {
+        return;
+    }
+    assert!(src.len().is_multiple_of(n), "whole source rows");
+    let width = src.len() / n;
+    let widths: Vec<usize> = outs.iter().map(|o| o.len() / n).collect();
+    for c in cols {
+        assert!(c.out < outs.len() && c.from + c.len <= width && c.to + c.len <= widths[c.out], "a run inside its rows: {c:?}");
+    }
+    let ptrs: Vec<SharedMut<f32>> = outs.iter_mut().map(|o| SharedMut::new(o)).collect();
+    row_chunks(pool, n, width, &|t0, t1| {
+        for t in t0..t1 {
+            let row = &src[t * width..(t + 1) * width];
+            for c in cols {
+                let w = widths[c.out];
+                // SAFETY: row t of each output belongs to this task alone (t < n rows of w), and
+                // the run lies inside it (checked above).
+                unsafe { ptrs[c.out].slice(t * w + c.to, c.len) }.copy_from_slice(&row[c.from..c.from + c.len]);
+            }
+        }
+    });
+}
+
 /// llama.cpp's `build_gdn_l2_norm` on every `head`-wide piece of x.
 pub fn l2_norm_heads(pool: &Pool, x: &mut [f32], head: usize, eps: f32) {
     each_row(pool, x, head, &|_, h| ops::gdn_l2_norm_inplace(h, eps));
@@ -146,16 +171,7 @@ pub fn mul_sigmoid(pool: &Pool, x: &mut [f32], g: &[f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn noise(n: usize, seed: u32) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
-                (s >> 8) as f32 / (1u32 << 23) as f32 - 1.0
-            })
-            .collect()
-    }
+    use crate::backend::cpu::noise;
 
     /// Split across tasks on two threads, every op gives each row what the row's function of
     /// `ops` gives it alone.
@@ -222,6 +238,16 @@ mod tests {
             assert_eq!(&qa[t * a..(t + 1) * a], &row[..a]);
             assert_eq!(&kb[t * b..(t + 1) * b], &row[a..a + b]);
             assert_eq!(&vc[t * c..(t + 1) * c], &row[a + b..]);
+        }
+
+        // interleaved heads unpacked: per row, columns [4..8) to out 1 at 0, [0..4) to out 0 at 2
+        let src = noise(n * 8, 11);
+        let (mut o0, mut o1) = (vec![0.0; n * 6], vec![0.0; n * 4]);
+        let cols = [Cols { from: 4, out: 1, to: 0, len: 4 }, Cols { from: 0, out: 0, to: 2, len: 4 }];
+        gather_columns(&pool, &src, n, &cols, &mut [&mut o0, &mut o1]);
+        for (t, row) in src.chunks_exact(8).enumerate() {
+            assert_eq!(&o0[t * 6..(t + 1) * 6], &[&[0.0, 0.0][..], &row[..4]].concat()[..]);
+            assert_eq!(&o1[t * 4..(t + 1) * 4], &row[4..]);
         }
 
         // the convolution: each output row from its kernel-row window, in tap order
