@@ -15,7 +15,7 @@
 use crate::batch::Rows;
 use crate::compute::Ctx;
 use crate::state::KvCache;
-use crate::backend::{AttnHeads, Buf};
+use crate::backend::{AttnHeads, Buf, Cols};
 use crate::profile::Op;
 use crate::weights::{Loader, Mat};
 use crate::error::Result;
@@ -205,16 +205,13 @@ pub fn forward<'a>(ctx: &Ctx<'a>, w: &MlaWeights, d: &MlaDims, x: &[f32], rows: 
     // the absorbed queries: Q_h = [W_k_b,h q_nope_h | q_pe_h], [n × H × (r + e)]
     let mut qa = ctx.zeros(n * nh * kw);
     {
-        let mut nope_all = vec![0.0f32; n * nh * nope];
-        for (i, dst) in nope_all.chunks_exact_mut(nope).enumerate() {
-            dst.copy_from_slice(&q[i * qh..][..nope]);
-        }
-        let mut abs = vec![0.0f32; n * nh * r];
+        // per (row, head): q's first `nope` columns, W_k_b's product of them, then q's rope part
+        let mut nope_all = ctx.zeros(n * nh * nope);
+        ctx.backend.gather_columns(&q, n * nh, &[Cols { from: 0, out: 0, to: 0, len: nope }], &mut [&mut nope_all]);
+        let mut abs = ctx.zeros(n * nh * r);
         heads_mm(ctx, &w.k_b, &nope_all, rows, &mut abs, false);
-        for (i, dst) in qa.chunks_exact_mut(kw).enumerate() {
-            dst[..r].copy_from_slice(&abs[i * r..(i + 1) * r]);
-            dst[r..].copy_from_slice(&q[i * qh + nope..][..e]);
-        }
+        ctx.backend.gather_columns(&abs, n * nh, &[Cols { from: 0, out: 0, to: 0, len: r }], &mut [&mut qa]);
+        ctx.backend.gather_columns(&q, n * nh, &[Cols { from: nope, out: 0, to: r, len: e }], &mut [&mut qa]);
     }
     drop(sp);
     // llama.cpp's names (kimi-linear.cpp): the absorbed queries and the latent keys
