@@ -317,7 +317,8 @@ fn forward_spans(
         for s in spans {
             let (xs, n) = (&x[s.start * hidden..s.end * hidden], s.len());
             let y = ffn::forward(ctx, sh, xs, &Rows::single(n, 0));
-            add_gated_shared(ctx, w, xs, &y, &mut out[s.start * hidden..s.end * hidden]);
+            // out += sigmoid(gate_inp_shexp · x) · y per row (×1 where the model has no gate)
+            ctx.backend.add_gated(&mut out[s.start * hidden..s.end * hidden], &y, xs, w.shared_gate.as_deref());
         }
     }
     Ok(())
@@ -335,11 +336,6 @@ fn latent_norm(ctx: &Ctx, l: &LatentProj, d: &MoeDims, sum: &mut [f32]) {
     }
 }
 
-/// out += sigmoid(gate_inp_shexp · x) · y per row: the shared expert's output `y` (rows ×
-/// hidden), scaled by its gate (1 where the model has none).
-fn add_gated_shared(ctx: &Ctx, w: &MoeWeights, x: &[f32], y: &[f32], out: &mut [f32]) {
-    ctx.backend.add_gated(out, y, x, w.shared_gate.as_deref());
-}
 
 /// Records `routes` of batch rows `rows_at` at `layer` when the forward records routes, with
 /// each row's guess at the next MoE layer's experts where one was made.
@@ -540,7 +536,8 @@ fn forward_decode_rows<'a>(
     drop(sp);
     let _sp = ctx.span(Op::MoeShared);
     if w.shared.is_some() {
-        add_gated_shared(ctx, w, x, &ysh, &mut out);
+        // out += sigmoid(gate_inp_shexp · x) · y per row (×1 where the model has no gate)
+        ctx.backend.add_gated(&mut out, &ysh, x, w.shared_gate.as_deref());
     }
     Ok(out)
 }

@@ -399,9 +399,7 @@ pub(super) fn head(ctx: &Ctx, x: &[f32], rows: &crate::batch::Rows, spans: &[Spa
         Buf::owned(Vec::new())
     } else {
         let mut hn = ctx.zeros(wanted.len() * h);
-        for (i, &t) in wanted.iter().enumerate() {
-            ctx.backend.rms_norm(&x[t * h..(t + 1) * h], norm, cfg.eps, &mut hn[i * h..(i + 1) * h]);
-        }
+        ctx.backend.rms_norm(&crate::batch::gather(x, h, &wanted), norm, cfg.eps, &mut hn);
         ctx.tap("result_norm", None, &hn, h);
         ctx.mm_rows1(output, &hn, &super::head_rows(spans))
     };

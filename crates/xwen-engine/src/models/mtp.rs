@@ -15,6 +15,7 @@
 
 use super::hybrid::{self, Config, Ffn, Layer, Mixer, Placed};
 use super::{SpanIn, SpanOut};
+use crate::backend::Cols;
 use crate::batch::Rows;
 use crate::compute::Ctx;
 use crate::error::{EngineError, Result};
@@ -201,17 +202,23 @@ impl MtpHead {
         let _sp = ctx.span(Op::Embed);
         let emb = ctx.q(&self.embed);
         let rb = self.embed.row_bytes();
-        let mut cat = vec![0.0f32; tokens.len() * 2 * h];
-        let mut e = vec![0.0f32; h];
-        for (k, &id) in tokens.iter().enumerate() {
+        let n = tokens.len();
+        // the tokens' embeddings [n × hidden]
+        let mut e = ctx.zeros(n * h);
+        for (&id, er) in tokens.iter().zip(e.chunks_exact_mut(h)) {
             let id = id as usize;
             if id >= self.cfg.n_vocab {
                 return Err(EngineError::TokenOutOfRange { id: id as u32, n_vocab: self.cfg.n_vocab });
             }
-            xwen_kernels::dequantize(emb.ty, &emb.data[id * rb..(id + 1) * rb], &mut e).map_err(|err| EngineError::State(format!("MTP embedding: {err}")))?;
-            let row = &mut cat[k * 2 * h..(k + 1) * 2 * h];
-            ctx.backend.rms_norm(&e, &self.enorm, eps, &mut row[..h]);
-            ctx.backend.rms_norm(&h_in[k * h..(k + 1) * h], &self.hnorm, eps, &mut row[h..]);
+            xwen_kernels::dequantize(emb.ty, &emb.data[id * rb..(id + 1) * rb], er).map_err(|err| EngineError::State(format!("MTP embedding: {err}")))?;
+        }
+        let (mut en, mut hn) = (ctx.zeros(n * h), ctx.zeros(n * h));
+        ctx.backend.rms_norm(&e, &self.enorm, eps, &mut en);
+        ctx.backend.rms_norm(h_in, &self.hnorm, eps, &mut hn);
+        // [en | hn] per row
+        let mut cat = vec![0.0f32; n * 2 * h];
+        for (part, to) in [(&en, 0), (&hn, h)] {
+            ctx.backend.gather_columns(part, n, &[Cols { from: 0, out: 0, to, len: h }], &mut [&mut cat]);
         }
         Ok(cat)
     }

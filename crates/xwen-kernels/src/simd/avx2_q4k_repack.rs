@@ -145,7 +145,7 @@ unsafe fn rows<const T: usize, const GEMM: bool>(
     for i in 0..n / QK {
         let bw = i * 144;
         if T == 1 {
-            // one token: decode, streaming the matrix from DRAM (see `prefetch_ahead`)
+            // one token: decode, streaming the matrix from DRAM (see `prefetch_ahead_l2`)
             for l in 0..3 {
                 prefetch_ahead_l2(w.as_ptr().add(bw + 64 * l));
             }

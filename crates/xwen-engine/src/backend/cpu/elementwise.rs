@@ -124,16 +124,10 @@ pub fn add_gated(pool: &Pool, out: &mut [f32], y: &[f32], x: &[f32], gate: Optio
     };
     let width = gw.len();
     assert!(width > 0 && out.len() == y.len() && x.len() == y.len() && out.len().is_multiple_of(width), "rows of the gate's width");
-    let n = out.len() / width;
-    let oo = SharedMut::new(out);
-    row_chunks(pool, n, width, &|t0, t1| {
-        for t in t0..t1 {
-            let g = ops::sigmoid(ops::dot(gw, &x[t * width..(t + 1) * width]));
-            // SAFETY: row t of out belongs to this task alone (t < n rows of `width`).
-            let o = unsafe { oo.slice(t * width, width) };
-            for (a, &v) in o.iter_mut().zip(&y[t * width..(t + 1) * width]) {
-                *a += v * g;
-            }
+    each_row(pool, out, width, &|t, o| {
+        let g = ops::sigmoid(ops::dot(gw, &x[t * width..(t + 1) * width]));
+        for (a, &v) in o.iter_mut().zip(&y[t * width..(t + 1) * width]) {
+            *a += v * g;
         }
     });
 }

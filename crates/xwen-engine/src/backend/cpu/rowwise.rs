@@ -58,25 +58,24 @@ pub fn conv_silu(pool: &Pool, conv: &ConvSilu, window: &[f32], out: &mut [f32]) 
     });
 }
 
-/// Row t of `src` (n rows) cut into consecutive column ranges, range i to row t of `outs[i]`.
+/// Row t of `src` (n rows) cut into consecutive column ranges, range i to row t of `outs[i]`:
+/// `gather_columns` with one run per output, back to back.
 pub fn split_columns(pool: &Pool, src: &[f32], n: usize, outs: &mut [&mut [f32]]) {
     if n == 0 {
         return;
     }
-    let widths: Vec<usize> = outs.iter().map(|o| o.len() / n).collect();
-    let width: usize = widths.iter().sum();
-    assert_eq!(src.len(), n * width, "the outputs' widths add up to the source's");
-    let ptrs: Vec<SharedMut<f32>> = outs.iter_mut().map(|o| SharedMut::new(o)).collect();
-    row_chunks(pool, n, width, &|t0, t1| {
-        for t in t0..t1 {
-            let mut at = t * width;
-            for (p, &w) in ptrs.iter().zip(&widths) {
-                // SAFETY: row t of each output belongs to this task alone (t < n rows of w).
-                unsafe { p.slice(t * w, w) }.copy_from_slice(&src[at..at + w]);
-                at += w;
-            }
-        }
-    });
+    let mut from = 0;
+    let cols: Vec<Cols> = outs
+        .iter()
+        .enumerate()
+        .map(|(out, o)| {
+            let c = Cols { from, out, to: 0, len: o.len() / n };
+            from += c.len;
+            c
+        })
+        .collect();
+    assert_eq!(src.len(), n * from, "the outputs' widths add up to the source's");
+    gather_columns(pool, src, n, &cols, outs);
 }
 
 /// Runs of columns of each of the `n` rows of `src` into the same row of their outputs.
