@@ -1,6 +1,6 @@
 //! The expert-packed sidecar (`xwen pack`): every layer × expert's gate, up and down matrices as
-//! one 4 KiB-aligned record, so a cache miss is one read instead of three (DESIGN.md "Expert
-//! streaming", seed 002's container discipline).
+//! one 4 KiB-aligned, checksummed record, so a cache miss is one read instead of three
+//! (docs/architecture.md "A streamed expert's path").
 //!
 //! Layout (little-endian):
 //! - file header, padded to 4 KiB: magic `XWENPAK1`, version u32, layer count u32, expert count

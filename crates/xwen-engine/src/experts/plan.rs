@@ -2,7 +2,7 @@
 //! (the trunk: every tensor but the routed experts, mapped from the file), one sequence's state
 //! at `max_ctx`, scratch for a prompt batch, the experts a layer holds while it computes, and
 //! what is left for the expert cache. A budget under the floor is refused before anything is
-//! allocated, with the parts named (DESIGN.md "Expert streaming").
+//! allocated, with the parts named (docs/architecture.md "A streamed expert's path").
 //!
 //! The plan bounds what the engine itself holds: the states of `n_seq` sequences
 //! (`EngineConfig::n_seq`; each further `SeqState` would add `state_bytes / n_seq`).

@@ -1,5 +1,5 @@
 //! Routed experts streamed from the GGUF on demand into a cache bounded in bytes: the store
-//! that lets a MoE model larger than RAM run (DESIGN.md "Expert streaming"). The trunk stays in
+//! that lets a MoE model larger than RAM run (docs/architecture.md "A streamed expert's path"). The trunk stays in
 //! the memory map; an expert's gate, up and down matrices are three ranges of the file, read
 //! together with direct I/O (`direct_read`) into one buffer the cache owns.
 //!
