@@ -1,4 +1,4 @@
-//! Input that once panicked the CLI (issue 18) ends with a clear message or quietly, never a
+//! Input that once panicked the CLI ends with a clear message or quietly, never a
 //! panic: an argument that is not UTF-8, a reader that closes the pipe early, a thread count
 //! no machine has (capped, with a note).
 

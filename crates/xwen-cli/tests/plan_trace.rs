@@ -68,7 +68,7 @@ fn trace_replay_and_plan() {
 
 /// Issue 21's bar on the trained tiny MoE: what a streamed decode ships (the cache with its
 /// read-ahead) within 5 points of Belady's optimum at 25 / 50 / 75% of the experts cached, on
-/// code and prose traces (worst -3.1 points when the read-ahead's gate was set, session 30).
+/// code and prose traces (worst -3.1 points when the read-ahead's per-layer gate was set).
 #[test]
 fn the_shipped_cache_with_read_ahead_is_within_5_points_of_belady_on_the_trained_tiny_moe() {
     let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/models/gguf/tiny-qwen35moe-q4_k_m.gguf");

@@ -1,7 +1,7 @@
 //! Checkpoint identity. Two releases ship the dense qwen35 graph with byte-identical configs,
 //! so the architecture cannot say which checkpoint a file is: `general.name` decides, then the
 //! file name, each matched as an exact full name or a whole full name inside it — never a bare
-//! "3.6" — and a name that matches two checkpoints identifies as neither (seed 000).
+//! "3.6" — and a name that matches two checkpoints identifies as neither.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Checkpoint {

@@ -1,4 +1,4 @@
-//! The seams speculative decoding stands on (issue 20): a verify of several drafted tokens in
+//! The seams speculative decoding stands on: a verify of several drafted tokens in
 //! one decode-order span gives each row the logits plain one-token decode gives it — bit for
 //! bit, so drafted output equals greedy by construction — and a rollback to any of the last
 //! kept positions (`SeqState::keep_history`) continues exactly as if the rejected tokens had

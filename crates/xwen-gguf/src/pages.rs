@@ -3,7 +3,7 @@
 //! scattered 0.6 MB matrices, more still. Linux maps a file with 2 MiB entries where its page
 //! cache holds 2 MiB folios (ext4 and xfs do, kernel 6.x), and fills the cache in 2 MiB folios
 //! when the mapping that faults the file in is marked MADV_HUGEPAGE. Measured on the 35B-A3B
-//! (docs/bench.md, session 7): decode 6.75 t/s with 2 MiB mappings, 4.94 with 4 KiB.
+//! (docs/bench.md "the weights in 2 MiB pages"): decode 6.75 t/s with 2 MiB mappings, 4.94 with 4 KiB.
 
 /// Which pages a weights mapping asks the kernel for (Linux only; elsewhere a no-op).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use crate::download::{is_unreachable, Hub};
 
-/// Official checkpoints by exact full name → (repo, file) of the ggml-org Q4_K_M GGUF (seed 000).
+/// Official checkpoints by exact full name → (repo, file) of the ggml-org Q4_K_M GGUF.
 pub const OFFICIAL: &[(&str, &str, &str)] = &[
     ("Qwen3.6-27B", "ggml-org/Qwen3.6-27B-GGUF", "Qwen3.6-27B-Q4_K_M.gguf"),
     (
@@ -65,7 +65,7 @@ fn snapshot_dirs(cache: &Path, repo: &str) -> Vec<PathBuf> {
     let dir = repo_dir(cache, repo);
     let mut out = Vec::new();
     if let Ok(rev) = std::fs::read_to_string(dir.join("refs/main")) {
-        // A trailing newline in a hand-edited ref must not cost a re-download (seed 000).
+        // A trailing newline in a hand-edited ref must not cost a re-download.
         let rev = rev.trim();
         if !rev.is_empty() && !rev.contains(['/', '\\']) && rev != ".." {
             out.push(dir.join("snapshots").join(rev));

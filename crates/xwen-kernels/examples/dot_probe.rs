@@ -6,7 +6,7 @@
 //! ggml's order keeps one FMA chain per row, so a row waits on the FMA latency (4 cycles) per
 //! block: `no integer work` (scales and FMA only) and `no scales` show each half alone near that
 //! bound, `two rows` shows two chains overlapping. Two rows per call were measured from DRAM
-//! too and streamed worse (docs/bench.md, session 7), so decode keeps one row per call.
+//! too and streamed worse (docs/bench.md "Tried and dropped: two Q8_0 rows per decode call"), so decode keeps one row per call.
 
 use std::arch::x86_64::*;
 use std::time::Instant;

@@ -248,8 +248,8 @@ fn row_chunk(rows: usize, n_threads: usize) -> usize {
 const PREFETCH_ROWS: usize = 4;
 
 /// A matrix head requested at once: the kernels' own lookahead (`simd::avx2::PREFETCH_AHEAD`,
-/// 16 KB) never covers it. Twice that measured faster than the lookahead alone (session 5:
-/// 13 of 18 alternated decode pairs, +3-4% median on both models; 64 KB no better).
+/// 16 KB) never covers it. Twice that measured faster than the lookahead alone (docs/bench.md
+/// "Decode: a 32 KB matrix head": 13 of 18 alternated decode pairs, +3-4% median on both models; 64 KB no better).
 const CHUNK_HEAD_BYTES: usize = 32 << 10;
 
 /// y[i] = dot(row r0 + i of `w`, xq) for i < y.len(): the inner loop of every matrix × vector
@@ -334,11 +334,11 @@ thread_local! {
 }
 
 /// Fewest Q8_0 tokens that `Pool::matvec_tokens_q` pads to a group of 8 lanes with AVX-512
-/// VNNI: 6 in session 10; since the lane kernel lost its per-row compensation (session 30) and
-/// prefetches a call ahead (session 34), a padded group streams a 9216 × 2560 matrix in
+/// VNNI: 6 at first; since the lane kernel lost its per-row compensation and prefetches a call
+/// ahead, a padded group streams a 9216 × 2560 matrix in
 /// 1.22–1.37 ms against 1.58 for 4 tokens on the per-row kernels, 1.21–1.50 against 1.80 for 5
 /// (`examples/matmul_bench --decode`, 2 threads); at 3 the two are even (docs/bench.md
-/// "Session 34").
+/// "4 and 5 Q8_0 rows padded to a lane group").
 const Q8_PAD_MIN: usize = 4;
 
 /// Whether `Pool::matvec_tokens_q` runs `n_tok` single-token products with a `ty` matrix on a

@@ -8,7 +8,7 @@
 //! alone stream best). The buffer must be much larger than the last-level cache and backed by
 //! real pages (`buffer` fills it), or the figure is a cache's. It asks for 2 MiB pages, as the
 //! weights' mapping does (`xwen_gguf::MapPages`): with 4 KiB pages a page walk every 4 KiB
-//! costs this loop 6-10% here (docs/bench.md, session 7), and the floor is the best the
+//! costs this loop 6-10% here (docs/bench.md "the weights in 2 MiB pages"), and the floor is the best the
 //! machine can stream.
 
 use crate::Pool;

@@ -2,8 +2,8 @@
 //! gemm_bloc): one FMA chain of 16 lanes (an AVX-512 build) or 8 (AVX2) over k, the k % lanes
 //! tail one more step of zero-filled loads (`load_partial`: x86 tinyBLAS takes any k), then the
 //! build's horizontal sum. Held against scalar emulations for widths that are and are not
-//! multiples of the lanes (models of hidden size 196, 200 or 264 run the tail; session 20 found
-//! xwen running ggml's vec_dot there instead, and checked both against llama.cpp builds).
+//! multiples of the lanes (models of hidden size 196, 200 or 264 run the tail; xwen was once found
+//! running ggml's vec_dot there instead, and checked both against llama.cpp builds).
 
 use xwen_kernels::dispatch::{self, Isa};
 use xwen_kernels::half::{f16_to_f32, f32_to_f16};

@@ -1,4 +1,4 @@
-//! Random tiny geometries for parity sweeps (issue 17 item 3): one seed draws a whole model
+//! Random tiny geometries for parity sweeps (docs/parity.md "Random geometries"): one seed draws a whole model
 //! shape of a family — widths, head counts and ratios, layer patterns, rope, experts, tied or
 //! untied embeddings, eps — from the ranges real checkpoints and llama.cpp's graphs allow, so a
 //! comparison against llama.cpp covers shapes nobody picked by hand.

@@ -1,4 +1,4 @@
-//! Random geometries held against llama.cpp in CI (issue 17 item 3; docs/parity.md "Random
+//! Random geometries held against llama.cpp in CI (docs/parity.md "Random
 //! geometries"). `tools/oracle/random_geometry.py --record` drew each case's geometry from its
 //! seed (`xwen synth --random`), ran llama.cpp b11434 over three prompts under each setting and
 //! kept, per position, an FNV-1a of its logits' bytes and the greedy ids. Here every case's file

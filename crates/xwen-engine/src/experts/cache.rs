@@ -10,9 +10,9 @@
 //! again plus a token's pass for every further token, a token choosing it with probability p =
 //! its share of its layer's uses × the experts a layer uses per token: phase + layers·(1/p − 1).
 //! That is the expected reuse distance when routing is independent from token to token, as the
-//! trained tiny MoE's is (docs/bench.md, session 14), and it ranks two experts of equal
+//! trained tiny MoE's is (docs/bench.md "the expert cache by expected reuse distance"), and it ranks two experts of equal
 //! popularity by how soon the pass comes back to their layers.
-//! Measured on the trained tiny-qwen35moe (`xwen replay`, docs/bench.md "Session 14"): 54–63%
+//! Measured on the trained tiny-qwen35moe (`xwen replay`, docs/bench.md "the expert cache by expected reuse distance"): 54–63%
 //! hits at 25% cached against 53–62% for the frequency-then-recency order it replaced, 31–37%
 //! for LRU, and 58–64% for the static top-k that knows the run's counts in advance.
 
@@ -26,12 +26,12 @@ pub type ExpertKey = (usize, usize);
 
 /// Tokens between halvings of the use counts. 32 against 16 before: on the trained tiny MoE's
 /// traces the shorter memory made experts of similar popularity trade places on noise
-/// (docs/bench.md, session 18).
+/// (docs/bench.md "reading the next layer's experts ahead; the cache policy retuned").
 pub const AGING_TOKENS: u64 = 32;
 
 /// A newcomer displaces a cached expert only if that one is expected at least this much later:
 /// estimates from aged counts are noisy, and swapping two experts of nearly equal expected use
-/// costs a read for nothing (+1 to +9 points on the tiny MoE's traces, session 18).
+/// costs a read for nothing (+1 to +9 points on the tiny MoE's traces, docs/bench.md as above).
 pub const ADMIT_MARGIN: f64 = 1.3;
 
 /// A cached expert: its buffer (shared with the handles given out) and the place of its gate, up

@@ -6,7 +6,8 @@
 //!
 //! The score is kept passively: every guess is compared, rank by rank, with what its layer then
 //! chose — whether or not it was read ahead — so a rank that was turned off keeps being judged
-//! and comes back when it earns it. Measured on traces (`xwen replay`, docs/bench.md session 18):
+//! and comes back when it earns it. Measured on traces (`xwen replay`, docs/bench.md "reading the next
+//! layer's experts ahead"):
 //! the trained tiny MoE's ranks are right 92 / 83 / 64 / 48% of the time (top-4 of 16), the
 //! synthetic 35B-A3B's 96 / 92 / 88 / 83 / 73 / 65 / 56 / 45% (top-8 of 256).
 
@@ -17,7 +18,7 @@
 pub const PREFETCH_READERS: usize = 4;
 
 /// The share of right guesses a rank needs at a layer to be read ahead there. Chosen on
-/// traces (`xwen replay`, docs/bench.md session 30) between two bars that pull apart: the
+/// traces (`xwen replay`, docs/bench.md "The read-ahead judged per layer") between two bars that pull apart: the
 /// trained tiny MoE's four traces within 5 points of Belady at 25 / 50 / 75% cached (worst
 /// -3.1 at 0.78, -4.3 at 0.8, -2.9 at 0.75) and a streamed 35B-A3B's reads at most 1.05x what
 /// its misses need (replay 1.031 at 0.78, 1.039 at 0.75; the live decode reads ~1.5 points

@@ -389,7 +389,7 @@ impl ExpertStore for StreamedExperts {
             return f(vec![(missed[0], fetch(missed[0]))]);
         }
         // one reader thread per missed expert (the disk overlaps the requests: one direct 1.7
-        // MB read at a time 0.58 GB/s, four at once 0.90 GB/s on session 8's disk), each result
+        // MB read at a time 0.58 GB/s, four at once 0.90 GB/s on the first VM's disk), each result
         // sent as it lands; the experts at hand are computed while they read
         std::thread::scope(|sc| {
             let (tx, rx) = mpsc::channel();

@@ -1,6 +1,6 @@
 //! Token sampling: logit bias → repetition/presence/frequency penalties → top-k → top-p →
 //! min-p → temperature → draw (llama.cpp's common chain order). Temperature ≤ 0 is greedy.
-//! Defaults are mode-keyed per the Qwen3.6 model cards (seed 000): thinking 1.0 / 0.95 / 20,
+//! Defaults are mode-keyed per the Qwen3.6 model cards: thinking 1.0 / 0.95 / 20,
 //! non-thinking 0.7 / 0.8 / 20; any explicitly set value wins over the mode default.
 
 /// What a user or request asked for; `None` means "the mode default".

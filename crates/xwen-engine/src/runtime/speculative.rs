@@ -207,7 +207,7 @@ impl Drafter for ReplayDrafter {
 /// Proposes tokens the target does not take — the last context token's successors in the
 /// vocabulary, a different run each step — so nearly every draft is wrong: a run with it
 /// measures what drafting costs when it never pays, which the controller's pause must keep
-/// small (issue 20: at most 3% slower than plain). Stateless and free to propose.
+/// small (the bar: at most 3% slower than plain; docs/bench.md "Drafting"). Stateless and free to propose.
 pub struct ContraryDrafter {
     n_vocab: u32,
 }

@@ -200,7 +200,7 @@ unsafe fn dot_q8_0(n: usize, w: &[u8], a: &[u8]) -> f32 {
 /// blocks: the decode kernel of Q8_0 matrices, which come from DRAM once per token. One row at
 /// a time keeps each thread on one sequential stream: a group of 4 rows per call (four FMA
 /// chains overlapping, faster in cache) streamed 11-26% slower than this from DRAM, most on
-/// the 35B's 2048-column rows (examples/stream_probe; docs/bench.md, session 5).
+/// the 35B's 2048-column rows (examples/stream_probe; docs/bench.md "Decode Q8_0: one sequential stream per thread").
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q8_0_stream(n: usize, w: &[u8], a: &[u8]) -> f32 {
     dot_q8_0_impl::<true>(n, w, a)

@@ -104,7 +104,7 @@ unsafe fn block_scales(w: &[u8], a: &[u8], bw: usize, ba: usize) -> __m128 {
 /// matrix (dense FFN, routed experts). acc and accm live in lanes 0 and 1 of one vector, so
 /// each lane computes exactly the scalar fma(f32(sum), d·dy, acc) of `dot_gemv_ref`; two
 /// super-blocks per iteration give the out-of-order core two independent chains to overlap
-/// (1.3x `rows::<1, false>` on a row in cache; docs/bench.md, session 5).
+/// (1.3x `rows::<1, false>` on a row in cache; docs/bench.md "Decode Q4_K: fewer vector ops per super-block").
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn gemv1(n: usize, w: &[u8], a: &[u8]) -> f32 {
     let nb = n / QK;

@@ -314,7 +314,8 @@ pub fn q8_0_prepared(w: &[u8], acts: &Q8Prepared, out: &mut [f32]) {
 /// fewer per row and 32 codes. Up to 8 rows share a block's decoding (`MULTI_Q6_K_ROWS`).
 /// Each super-block's 4 lines `PREFETCH_AHEAD` on are asked for, as the one-token kernels do:
 /// the output matrix of several sequences' decode rows streams too slowly for the hardware
-/// prefetcher alone (+4% on the 4B's 8-sequence decode, docs/bench.md session 34).
+/// prefetcher alone (+4% on the 4B's 8-sequence decode, docs/bench.md "the 8-row products were
+/// waiting on memory").
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
 unsafe fn multi_q6_k_rows<const T: usize>(n: usize, w: &[u8], a: &[u8], stride: usize, out: &mut [f32]) {
     use super::avx2::{f32at, load, load128, q6_half, q6_offset, scale_pair, Q8K, QK};

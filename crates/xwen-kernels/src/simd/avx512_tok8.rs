@@ -41,7 +41,7 @@ pub unsafe fn row_q8_0_vnni(w: &[u8], act: &Act8Q8, g: usize, out: &mut [f32; TO
 /// matrix, one after another, so that is the next call's row): 8 decode rows make this kernel
 /// read its weights at ~8 GB/s a core, too slowly for the hardware prefetcher to run far
 /// enough ahead of 4 streams at once; one prefetch per block and row, a whole call ahead, gave
-/// the 4B's 8-sequence decode +10% (docs/bench.md, session 34). Past the matrix's end the
+/// the 4B's 8-sequence decode +10% (docs/bench.md "the 8-row products were waiting on memory"). Past the matrix's end the
 /// address is formed with wrapping arithmetic and a prefetch never faults.
 ///
 /// # Safety
@@ -237,7 +237,8 @@ pub const ROWS16: usize = 16;
 /// them is asked into L2 while this call computes the same super-block of its own, a whole
 /// call ahead. The earlier prefetch (each row's super-block 2 on, into L1) left the kernel
 /// waiting on 16 streams: 82 GMAC/s a core streaming from DRAM against 120 in cache; with the
-/// next call's rows it streams at 118 (`examples/matmul_bench --decode`, docs/bench.md session 34).
+/// next call's rows it streams at 118 (`examples/matmul_bench --decode`, docs/bench.md "the 8-row
+/// products were waiting on memory").
 /// Only the group's first `nt` tokens are computed (the rest are padding, never stored; their
 /// outputs are 0).
 ///

@@ -24,7 +24,7 @@ pub(crate) unsafe fn prefetch_ahead(p: *const u8) {
 /// 9216 x 2560 27.8 GB/s with `prefetch_ahead` (16 KB, into L1), 31.9 with 16 KB into L2,
 /// 34.0 with 8 KB or 4 KB into L2, 29.9 with 32 KB; Q6_K (the 4B's lm head) 31.9 -> 40.3;
 /// Q4_K 512 x 2048 (an expert) 23.6 -> 27.9. Q8_0's kernel fell from 37.8 to 21.5 the same way,
-/// so it keeps `prefetch_ahead` (docs/bench.md "Session 34").
+/// so it keeps `prefetch_ahead` (docs/bench.md "The one-token kernels prefetch into L2").
 pub(crate) const PREFETCH_AHEAD_L2: usize = 8 << 10;
 
 /// Prefetch into L2 of the line `PREFETCH_AHEAD_L2` bytes after `p` (as `prefetch_ahead`).

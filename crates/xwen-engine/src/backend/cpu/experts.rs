@@ -1,7 +1,7 @@
 //! Routed experts' FFNs on the pool, one expert per task on one thread (gate, up, the
 //! activation, down): an expert has ~16 tokens at pp512, too little work to split its products
 //! across threads — per-matrix parallel jobs left the second core spinning through every
-//! expert's serial quantize/interleave steps (docs/bench.md, session 3). Every token's
+//! expert's serial quantize/interleave steps (docs/bench.md "Prefill: one task per routed expert"). Every token's
 //! activations take MUL_MAT_ID's row quantizer, as llama.cpp's.
 
 use crate::backend::cpu::products::quantize_rows;

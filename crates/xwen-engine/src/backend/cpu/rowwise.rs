@@ -47,7 +47,7 @@ pub fn conv_silu(pool: &Pool, conv: &ConvSilu, window: &[f32], out: &mut [f32]) 
         o.fill(0.0);
         // per channel 0 + w₀k₀ + w₁k₁ + …, rounded in that order (ggml_ssm_conv's), one tap row
         // at a time so the loop vectorizes across channels (channel-major it ran scalar and
-        // strided: ~2% of a 4B prefill; docs/bench.md, session 7)
+        // strided: ~2% of a 4B prefill; docs/bench.md "Kept: the DeltaNet convolution across channels")
         for j in 0..conv.kernel {
             let (wr, tr) = (&window[(t + j) * cd..(t + j + 1) * cd], &conv.taps[j * cd..(j + 1) * cd]);
             xwen_kernels::f32ops::conv_tap_acc(o, wr, tr);
