@@ -149,6 +149,12 @@ pub fn run(a: BenchArgs) -> Result<()> {
         return Ok(());
     }
     let desc = ModelDesc::of(model, &model_path);
+    if let crate::gpu::Placement::Cuda(ordinal) = crate::gpu::placement(a.engine.n_gpu_layers.as_deref(), a.engine.device.as_deref(), model_arg::n_layer(model))? {
+        if depths.iter().any(|&d| d > 0) {
+            bail!("-d is not on the GPU yet");
+        }
+        return bench_gpu(model, &desc, ordinal, &prompts, &gens, reps, !no_warmup, output);
+    }
     eprintln!("xwen bench: a decoded token reads {:.3} GB of weights", desc.decode_bytes as f64 / 1e9);
     let mut rng = Lcg(1);
     let tests: Vec<(usize, usize, usize)> = depths
@@ -213,6 +219,45 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     model_arg::print_expert_cache(model);
     Ok(())
+}
+
+/// The pp / tg tests on the CUDA backend (`-ngl 99`), printed as the CPU's are.
+#[allow(clippy::too_many_arguments)]
+fn bench_gpu(model: &Model, desc: &ModelDesc, ordinal: usize, prompts: &[usize], gens: &[usize], reps: usize, warmup: bool, output: Output) -> Result<()> {
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (model, desc, ordinal, prompts, gens, reps, warmup, output);
+        Err(crate::gpu::not_built())
+    }
+    #[cfg(feature = "cuda")]
+    {
+        let need = prompts.iter().chain(gens).copied().max().unwrap_or(1);
+        let mut m = crate::gpu::load(model.gguf(), ordinal, need.max(512) + 1)?;
+        if output == Output::Markdown {
+            print_md_header();
+        }
+        let mut json_tests = Vec::new();
+        let tests: Vec<(usize, usize)> = prompts.iter().filter(|&&p| p > 0).map(|&p| (p, 0)).chain(gens.iter().filter(|&&n| n > 0).map(|&n| (0, n))).collect();
+        for (n_prompt, n_gen) in tests {
+            let samples_ns = crate::gpu::bench_test(&mut m, n_prompt, n_gen, reps, warmup)?;
+            let r = TestResult { n_prompt, n_gen, n_depth: 0, samples_ns, test_time: rfc3339_now(), cache: None };
+            match output {
+                Output::Markdown => print_md_row_on(desc, "CUDA", 1, &r),
+                Output::Json => {
+                    let mut v = json_test(desc, 1, &r);
+                    v["n_gpu_layers"] = json!(99);
+                    v["backend"] = json!("CUDA");
+                    v["gpu_info"] = json!(m.device().to_string());
+                    json_tests.push(v);
+                }
+            }
+        }
+        match output {
+            Output::Markdown => println!("\nt/s: median ± sample stddev over {reps} repetitions; xwen {} on {}", env!("CARGO_PKG_VERSION"), m.device()),
+            Output::Json => println!("{}", serde_json::to_string_pretty(&Value::Array(json_tests))?),
+        }
+        Ok(())
+    }
 }
 
 /// `--membw`: read bandwidth of a `mib` MiB buffer with `threads` threads, `passes` passes;
@@ -444,6 +489,10 @@ fn print_md_header() {
 }
 
 fn print_md_row(d: &ModelDesc, threads: usize, r: &TestResult) {
+    print_md_row_on(d, "CPU", threads, r)
+}
+
+fn print_md_row_on(d: &ModelDesc, backend: &str, threads: usize, r: &TestResult) {
     let size = if d.size < 1 << 30 {
         format!("{:.2} MiB", d.size as f64 / (1u64 << 20) as f64)
     } else {
@@ -455,7 +504,7 @@ fn print_md_row(d: &ModelDesc, threads: usize, r: &TestResult) {
         format!("{:.2} B", d.n_params as f64 / 1e9)
     };
     let ts = r.samples_ts();
-    let values = [d.model_type.clone(), size, params, "CPU".into(), threads.to_string(), r.name()];
+    let values = [d.model_type.clone(), size, params, backend.into(), threads.to_string(), r.name()];
     let mut line = String::from("|");
     for ((_, w), v) in COLUMNS.iter().zip(values) {
         line += &format!(" {} |", pad(&v, *w));

@@ -94,6 +94,9 @@ pub fn run(a: RunArgs) -> Result<()> {
     let mut state = loaded.model.new_state();
     let stop_ids = if a.ignore_eos { Vec::new() } else { tok.eos_ids() };
     let eos = tok.eos_ids();
+    if let crate::gpu::Placement::Cuda(ordinal) = crate::gpu::placement(a.engine.n_gpu_layers.as_deref(), a.engine.device.as_deref(), model_arg::n_layer(&loaded.model))? {
+        return run_on_gpu(&a, &loaded, ordinal, &prompt, &prompt_ids, &mut sampler, &stop_ids, max_ctx);
+    }
     // the drafter first: a refused --draft says so before any text is written
     let mut drafter = draft.drafter(&loaded.model)?;
     let draft_name: &'static str = drafter.as_ref().map_or("none", |d| d.name());
@@ -230,6 +233,96 @@ pub fn run(a: RunArgs) -> Result<()> {
         model_arg::print_expert_cache(&loaded.model);
     }
     Ok(())
+}
+
+/// `run -ngl 99`: the prompt and the decode on the CUDA backend, one token a step; the sampler
+/// (greedy: the device's argmax), stop tokens and stop strings as on the CPU. Drafting is not on
+/// the GPU yet.
+#[allow(clippy::too_many_arguments)]
+fn run_on_gpu(a: &RunArgs, loaded: &model_arg::Loaded, ordinal: usize, prompt: &Option<String>, prompt_ids: &[u32], sampler: &mut Sampler, stop_ids: &[u32], max_ctx: usize) -> Result<()> {
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (a, loaded, ordinal, prompt, prompt_ids, sampler, stop_ids, max_ctx);
+        Err(crate::gpu::not_built())
+    }
+    #[cfg(feature = "cuda")]
+    {
+        use std::time::Instant;
+        let tok = &loaded.tokenizer;
+        let mut m = crate::gpu::load(loaded.model.gguf(), ordinal, max_ctx)?;
+        let greedy = sampler.is_greedy();
+        let mut out = std::io::stdout().lock();
+        let stream_text = !a.print_ids && !a.json;
+        if let (true, Some(p)) = (stream_text, prompt) {
+            write!(out, "{p}")?;
+            out.flush()?;
+        }
+        let t0 = Instant::now();
+        let mut next = m.prefill(prompt_ids).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let prefill_s = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        let limit = opts::token_limit(a.n_predict);
+        let mut dec = StreamDecoder::new();
+        let mut stops = StopFilter::new(a.stop.clone());
+        let (mut generated, mut text) = (Vec::new(), String::new());
+        let mut why = "length";
+        loop {
+            if limit.is_some_and(|l| generated.len() >= l) {
+                break;
+            }
+            let t = if greedy {
+                next
+            } else {
+                let mut logits = m.logits().map_err(|e| anyhow::anyhow!("{e}"))?;
+                sampler.sample(&mut logits)
+            };
+            sampler.accept(t);
+            generated.push(t);
+            if stop_ids.contains(&t) {
+                why = "eos";
+                break;
+            }
+            let kept = stops.push(&dec.push(tok, t));
+            text.push_str(&kept);
+            if stream_text {
+                write!(out, "{kept}").and_then(|_| out.flush())?;
+            }
+            if stops.hit().is_some() {
+                why = "stop_string";
+                break;
+            }
+            if m.pos() >= m.n_ctx() {
+                why = "context_full";
+                break;
+            }
+            next = m.step(t).map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        if stops.hit().is_none() {
+            let tail = stops.push(&dec.finish()) + &stops.finish();
+            text.push_str(&tail);
+            if stream_text {
+                write!(out, "{tail}")?;
+            }
+        }
+        let decode_s = t1.elapsed().as_secs_f64();
+        let n = generated.len();
+        if a.json {
+            let v = json!({"text": text, "ids": generated, "prompt_tokens": prompt_ids.len(), "generated_tokens": n, "stop": why,
+                "device": m.device().to_string(),
+                "timings": {"prefill_s": prefill_s, "prefill_tok_per_s": prompt_ids.len() as f64 / prefill_s.max(1e-9), "decode_s": decode_s, "decode_tok_per_s": n as f64 / decode_s.max(1e-9)}});
+            writeln!(out, "{v}")?;
+        } else if a.print_ids {
+            let s: Vec<String> = generated.iter().map(|t| t.to_string()).collect();
+            writeln!(out, "{}", s.join(" "))?;
+        } else {
+            writeln!(out)?;
+        }
+        out.flush()?;
+        if !a.engine.quiet {
+            eprintln!("xwen: prefill {} tok at {:.1} tok/s, decode {n} tok at {:.1} tok/s on the GPU; stopped at {why}", prompt_ids.len(), prompt_ids.len() as f64 / prefill_s.max(1e-9), n as f64 / decode_s.max(1e-9));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

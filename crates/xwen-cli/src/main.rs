@@ -21,6 +21,7 @@ mod cmd_synth;
 mod cmd_tokenize;
 mod cmd_trace;
 mod draft_arg;
+mod gpu;
 mod interrupt;
 mod lcg;
 mod model_arg;

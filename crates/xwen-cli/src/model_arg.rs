@@ -178,3 +178,9 @@ pub fn print_profile(model: &xwen_engine::Model) {
         eprintln!("{:<34} {:>9.1} {:>5.1}% {:>8}", name, secs * 1e3, 100.0 * secs / total, calls);
     }
 }
+
+/// The model's trunk layers (`{arch}.block_count`), what `-ngl` counts against.
+pub fn n_layer(model: &xwen_engine::Model) -> usize {
+    let f = model.gguf();
+    f.architecture().and_then(|a| f.get_u64(&format!("{a}.block_count"))).unwrap_or(0) as usize
+}

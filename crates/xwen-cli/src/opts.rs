@@ -48,9 +48,12 @@ pub struct EngineOpts {
     /// Read the whole file into memory instead of mapping it
     #[arg(long = "no-mmap")]
     pub no_mmap: bool,
-    /// Accepted for llama.cpp compatibility and ignored: xwen runs on the CPU (also -ngl)
+    /// Layers on the GPU (also -ngl): 99 = the whole model on the CUDA backend (bench, run; built with --features cuda), 0 = the CPU
     #[arg(long = "n-gpu-layers", visible_alias = "gpu-layers", value_name = "N", allow_hyphen_values = true)]
     pub n_gpu_layers: Option<String>,
+    /// The device to compute on: cpu, cuda or cuda:N (with -ngl 99; alone it means the whole model there)
+    #[arg(long = "device", value_name = "DEV")]
+    pub device: Option<String>,
     /// Cap the kernel set
     #[arg(long = "isa", value_name = "ISA", value_parser = ["native", "avx512", "avx2", "neon", "scalar"])]
     pub isa: Option<String>,
@@ -127,9 +130,6 @@ impl EngineOpts {
             "off" | "0" => xwen_engine::FlashAttn::Off,
             _ => xwen_engine::FlashAttn::Auto,
         };
-        if let Some(n) = &self.n_gpu_layers {
-            self.note(&format!("-ngl {n} ignored: xwen computes on the CPU"));
-        }
         Ok(cfg)
     }
 

@@ -171,11 +171,11 @@ fn llama_cpp_habits_are_accepted() {
         assert!(out.status.success(), "{args:?}: {err}");
         (String::from_utf8_lossy(&out.stdout).to_string(), err)
     };
-    // --flag=value, a repeated flag keeping the last, -ngl ignored with a note, -s, -b/-ub, --no-mmap
+    // --flag=value, a repeated flag keeping the last, -ngl 0 (the CPU), -s, -b/-ub, --no-mmap
     let (a, _) = ok(&["run", "-m", &d, "-p", "def f(", "--n-predict=3", "-n", "5", "--temp", "0", "--print-ids", "-q"]);
     assert_eq!(a.split_whitespace().count(), 5, "{a}");
-    let (_, err) = ok(&["run", "-m", &d, "-p", "def f(", "-n", "2", "-ngl", "99"]);
-    assert!(err.contains("-ngl 99 ignored"), "{err}");
+    let (_, err) = ok(&["run", "-m", &d, "-p", "def f(", "-n", "2", "-ngl", "0"]);
+    assert!(!err.contains("error"), "{err}");
     let (b, _) = ok(&["run", "-m", &d, "-p", "def f(", "-n", "5", "--temp", "0", "--print-ids", "-q", "-b", "2", "-ub", "1", "--no-mmap"]);
     assert_eq!(a, b, "prefill in steps of one token read into memory");
     // a random seed by default, printed; the printed seed repeats the run
@@ -201,4 +201,33 @@ fn llama_cpp_habits_are_accepted() {
     let (c, _) = ok(&["run", "-m", dir.to_str().unwrap(), "-p", "def f(", "-n", "5", "--temp", "0", "--print-ids", "-q"]);
     assert_eq!(a, c);
     std::fs::remove_dir_all(dir.parent().unwrap()).unwrap();
+}
+
+/// `-ngl 99` on a machine or build without CUDA is a one-line error naming what is missing (a
+/// build without the feature, or no driver / device), never a crash; a partial layer split is
+/// refused until it exists; a bad --device is refused.
+#[test]
+fn gpu_flags_without_a_gpu_are_clear_errors() {
+    let d = demo();
+    let fail = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_xwen")).args(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!out.status.success(), "{args:?} succeeded: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        err
+    };
+    for cmd in ["run", "bench"] {
+        let mut args = vec![cmd, "-m", &d, "-ngl", "99"];
+        if cmd == "run" {
+            args.extend(["-p", "def f(", "-n", "2"]);
+        } else {
+            args.extend(["-p", "8", "-n", "2", "-r", "1"]);
+        }
+        let err = fail(&args);
+        assert!(err.contains("CUDA") || err.contains("cuda"), "{cmd}: {err}");
+    }
+    let err = fail(&["run", "-m", &d, "-p", "def f(", "-n", "2", "-ngl", "3"]);
+    assert!(err.contains("split"), "{err}");
+    let err = fail(&["run", "-m", &d, "-p", "def f(", "-n", "2", "--device", "gpu7"]);
+    assert!(err.contains("--device"), "{err}");
 }

@@ -72,6 +72,13 @@ impl Sampler {
         &self.p
     }
 
+    /// Whether `sample` is the plain argmax of the logits as given: temperature ≤ 0 with no
+    /// logit bias and no penalty (a device may then pick the token itself).
+    pub fn is_greedy(&self) -> bool {
+        let p = &self.p;
+        p.temperature <= 0.0 && p.logit_bias.is_empty() && p.repeat_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0
+    }
+
     /// Record a token of the context (prompt or generated) for the penalties.
     pub fn accept(&mut self, tok: u32) {
         self.recent.push(tok);

@@ -1,0 +1,92 @@
+//! `-ngl` / `--device`: which backend a command computes on, and the GPU paths of `bench` and
+//! `run` (the CUDA backend, crate xwen-cuda, built with `--features cuda`).
+
+use anyhow::{bail, Result};
+
+/// Where a command computes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    Cpu,
+    /// The whole model on CUDA device N.
+    Cuda(usize),
+}
+
+/// `-ngl N` and `--device cuda:N` to a placement: 0 (or none) is the CPU; every layer on the
+/// GPU is `-ngl 99` or any N ≥ the layer count (llama.cpp's meaning); a partial split is
+/// refused until it exists.
+pub fn placement(ngl: Option<&str>, device: Option<&str>, n_layer: usize) -> Result<Placement> {
+    let ordinal = match device {
+        None => 0,
+        Some("cpu") => return Ok(Placement::Cpu),
+        Some(d) => match d.strip_prefix("cuda:").or_else(|| (d == "cuda").then_some("0")).map(str::parse::<usize>) {
+            Some(Ok(n)) => n,
+            _ => bail!("--device {d}: give cpu, cuda or cuda:N"),
+        },
+    };
+    let layers = match ngl {
+        None if device.is_some() => return Ok(Placement::Cuda(ordinal)),
+        None => return Ok(Placement::Cpu),
+        Some("all") | Some("auto") => usize::MAX,
+        Some(s) => match s.parse::<i64>() {
+            Ok(n) if n < 0 => usize::MAX,
+            Ok(n) => n as usize,
+            Err(_) => bail!("-ngl {s}: give a layer count (99 = all)"),
+        },
+    };
+    if layers == 0 {
+        return Ok(Placement::Cpu);
+    }
+    if layers < n_layer + 1 && layers != usize::MAX && layers < 99 {
+        bail!("-ngl {layers}: a split of the model's {} layers between the GPU and the CPU is not supported yet; -ngl 99 puts every layer on the GPU, -ngl 0 none", n_layer + 1);
+    }
+    Ok(Placement::Cuda(ordinal))
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn not_built() -> anyhow::Error {
+    anyhow::anyhow!("this xwen was built without the CUDA backend: build it with `cargo build --release --features cuda` (no toolkit needed), or run with -ngl 0")
+}
+
+#[cfg(feature = "cuda")]
+pub use with_cuda::*;
+
+#[cfg(feature = "cuda")]
+mod with_cuda {
+    use crate::lcg::Lcg;
+    use anyhow::{Context, Result};
+    use std::time::Instant;
+    use xwen_cuda::{CudaModel, CudaOptions};
+    use xwen_gguf::GgufFile;
+
+    /// Loads `file` onto CUDA device `ordinal` with room for `n_ctx` positions.
+    pub fn load(file: &GgufFile, ordinal: usize, n_ctx: usize) -> Result<CudaModel> {
+        let t0 = Instant::now();
+        let m = CudaModel::load(file, &CudaOptions { device: ordinal, n_ctx, graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none() })
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        eprintln!("xwen: on {} in {:.2} s, {:.0} MiB on the device", m.device(), t0.elapsed().as_secs_f64(), m.device_bytes() as f64 / 1048576.0);
+        Ok(m)
+    }
+
+    /// One llama-bench test on the GPU: ppP prefills P random tokens from an empty sequence,
+    /// tgN decodes N one at a time; one warm-up, then `reps` timed runs. Returns each run's ns.
+    pub fn bench_test(m: &mut CudaModel, n_prompt: usize, n_gen: usize, reps: usize, warmup: bool) -> Result<Vec<u64>> {
+        let mut rng = Lcg(42);
+        let n_vocab = m.n_vocab() as u32;
+        let mut once = |m: &mut CudaModel| -> Result<u64> {
+            m.reset()?;
+            let prompt: Vec<u32> = (0..n_prompt).map(|_| rng.below(n_vocab)).collect();
+            let t0 = Instant::now();
+            m.prefill(&prompt)?;
+            let mut tok = rng.below(n_vocab);
+            for _ in 0..n_gen {
+                m.step(tok)?;
+                tok = rng.below(n_vocab);
+            }
+            Ok(t0.elapsed().as_nanos() as u64)
+        };
+        if warmup {
+            once(m).context("warm-up")?;
+        }
+        (0..reps).map(|_| once(m)).collect::<Result<Vec<_>>>().map_err(|e| anyhow::anyhow!("{e}"))
+    }
+}

@@ -1,0 +1,216 @@
+//! The device: a CUDA context, one stream, and the kernels of `kernels.cu` compiled by NVRTC
+//! for this card's architecture at load (no toolkit at build time: docs/decisions.md
+//! "CUDA backend: dynamic loading and NVRTC").
+
+use crate::error::{CudaError, Result};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+const SOURCE: &str = include_str!("kernels.cu");
+
+/// The kernels `kernels.cu` defines (each `extern "C" __global__`).
+const KERNELS: &[&str] =
+    &["mv", "mv_glu", "rms_norm", "embed", "attn_heads", "attn_split", "attn_merge", "conv_step", "delta_step", "moe_route", "moe_combine", "argmax"];
+
+/// A kernel argument: device pointers travel as plain 64-bit values.
+#[derive(Clone, Copy, Debug)]
+pub enum Arg {
+    Ptr(u64),
+    I32(i32),
+    I64(i64),
+    F32(f32),
+}
+
+/// What `xwen --version` and the load line say about the device.
+#[derive(Clone, Debug)]
+pub struct DeviceInfo {
+    pub ordinal: usize,
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+    pub driver_version: i32,
+}
+
+impl std::fmt::Display for DeviceInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (maj, min) = self.compute_capability;
+        let (dmaj, dmin) = (self.driver_version / 1000, (self.driver_version % 1000) / 10);
+        write!(f, "cuda:{} {} (sm_{maj}{min}, {} MiB, CUDA driver {dmaj}.{dmin})", self.ordinal, self.name, self.total_bytes >> 20)
+    }
+}
+
+/// Opens device `ordinal`'s driver and reads what it is, without compiling anything.
+pub fn device_info(ordinal: usize) -> Result<DeviceInfo> {
+    let ctx = open(ordinal)?;
+    info_of(&ctx)
+}
+
+fn open(ordinal: usize) -> Result<Arc<CudaContext>> {
+    // dynamic loading panics on first use where libcuda is missing: ask first
+    // SAFETY: only tries to open the library.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(CudaError::NoDevice("the CUDA driver library (libcuda.so) is not installed".into()));
+    }
+    let count = CudaContext::device_count().map_err(|e| CudaError::NoDevice(format!("{e}")))?;
+    if ordinal >= count.max(0) as usize {
+        return Err(CudaError::NoDevice(format!("cuda:{ordinal} asked for, {count} device(s) present")));
+    }
+    Ok(CudaContext::new(ordinal)?)
+}
+
+fn info_of(ctx: &Arc<CudaContext>) -> Result<DeviceInfo> {
+    let (free, total) = ctx.mem_get_info()?;
+    let mut driver = 0i32;
+    // SAFETY: cuDriverGetVersion writes one int.
+    unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver) };
+    Ok(DeviceInfo {
+        ordinal: ctx.ordinal(),
+        name: ctx.name()?,
+        compute_capability: ctx.compute_capability()?,
+        total_bytes: total as u64,
+        free_bytes: free as u64,
+        driver_version: driver,
+    })
+}
+
+/// A context, its stream and the compiled kernels.
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    _module: Arc<CudaModule>,
+    funcs: HashMap<&'static str, CudaFunction>,
+    pub info: DeviceInfo,
+}
+
+impl Gpu {
+    /// Opens device `ordinal` and compiles the kernels for it.
+    pub fn new(ordinal: usize) -> Result<Gpu> {
+        let ctx = open(ordinal)?;
+        let info = info_of(&ctx)?;
+        let (maj, min) = info.compute_capability;
+        let opts = cudarc::nvrtc::CompileOptions {
+            options: vec![format!("--gpu-architecture=compute_{maj}{min}"), "--std=c++17".into()],
+            ..Default::default()
+        };
+        // SAFETY: only tries to open the library.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(CudaError::Compile("the NVRTC library (libnvrtc.so, CUDA 12 or 13) is not installed".into()));
+        }
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts).map_err(|e| CudaError::Compile(format!("{e:?}")))?;
+        let module = ctx.load_module(ptx)?;
+        let mut funcs = HashMap::new();
+        for &k in KERNELS {
+            funcs.insert(k, module.load_function(k)?);
+        }
+        // the engine's buffers live as long as the model; no per-use event bookkeeping
+        // SAFETY: every launch and copy goes through the one stream below, in order.
+        unsafe { ctx.disable_event_tracking() };
+        let stream = ctx.new_stream()?;
+        Ok(Gpu { ctx, stream, _module: module, funcs, info })
+    }
+
+    /// Launches `name` on the stream with `args` in the kernel's parameter order.
+    pub fn launch(&self, name: &str, grid: (u32, u32), block: u32, smem: u32, args: &[Arg]) -> Result<()> {
+        let f = self.funcs.get(name).ok_or_else(|| CudaError::Unsupported(format!("no kernel {name}")))?;
+        let mut b = self.stream.launch_builder(f);
+        for a in args {
+            match a {
+                Arg::Ptr(p) => b.arg(p),
+                Arg::I32(v) => b.arg(v),
+                Arg::I64(v) => b.arg(v),
+                Arg::F32(v) => b.arg(v),
+            };
+        }
+        let cfg = LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (block, 1, 1), shared_mem_bytes: smem };
+        // SAFETY: the argument lists match kernels.cu's signatures (tests/ops.rs runs each).
+        unsafe { b.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// A zeroed device buffer of `bytes`.
+    pub fn zeros(&self, bytes: usize) -> Result<DevBuf> {
+        let s = self.stream.alloc_zeros::<u8>(bytes.max(4))?;
+        Ok(DevBuf::wrap(s, &self.stream))
+    }
+
+    /// A device copy of `data`.
+    pub fn upload(&self, data: &[u8]) -> Result<DevBuf> {
+        let s = self.stream.clone_htod(data)?;
+        Ok(DevBuf::wrap(s, &self.stream))
+    }
+
+    pub fn upload_f32(&self, data: &[f32]) -> Result<DevBuf> {
+        self.upload(as_bytes(data))
+    }
+
+    pub fn upload_i32(&self, data: &[i32]) -> Result<DevBuf> {
+        let b: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.upload(&b)
+    }
+
+    /// Copies `src` into the start of `dst`.
+    pub fn write(&self, dst: &mut DevBuf, src: &[u8]) -> Result<()> {
+        let mut view = dst.slice.slice_mut(0..src.len());
+        self.stream.memcpy_htod(src, &mut view)?;
+        Ok(())
+    }
+
+    /// The first `n` f32 of `src`, on the host (waits for the stream).
+    pub fn read_f32(&self, src: &DevBuf, n: usize) -> Result<Vec<f32>> {
+        let mut out = vec![0u8; n * 4];
+        self.stream.memcpy_dtoh(&src.slice.slice(0..n * 4), &mut out[..])?;
+        Ok(out.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+
+    pub fn read_i32(&self, src: &DevBuf, n: usize) -> Result<Vec<i32>> {
+        let mut out = vec![0u8; n * 4];
+        self.stream.memcpy_dtoh(&src.slice.slice(0..n * 4), &mut out[..])?;
+        Ok(out.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+
+    pub fn sync(&self) -> Result<()> {
+        self.stream.synchronize()?;
+        Ok(())
+    }
+}
+
+/// A device allocation and its address (kernels take addresses, so a captured graph's
+/// arguments stay valid as long as the buffer lives).
+pub struct DevBuf {
+    slice: CudaSlice<u8>,
+    pub ptr: u64,
+}
+
+impl DevBuf {
+    fn wrap(slice: CudaSlice<u8>, stream: &CudaStream) -> DevBuf {
+        let ptr = {
+            let (p, _sync) = slice.device_ptr(stream);
+            p
+        };
+        DevBuf { slice, ptr }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.slice.len()
+    }
+
+    /// The address `bytes` into the buffer.
+    pub fn at(&self, bytes: usize) -> u64 {
+        self.ptr + bytes as u64
+    }
+}
+
+pub fn as_bytes(v: &[f32]) -> &[u8] {
+    // SAFETY: f32 has no padding and any byte pattern is a valid u8.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+impl Gpu {
+    /// Zeroes the whole of `buf`.
+    pub fn zero(&self, buf: &mut DevBuf) -> Result<()> {
+        self.stream.memset_zeros(&mut buf.slice)?;
+        Ok(())
+    }
+}
