@@ -137,3 +137,190 @@ fn argmax_takes_the_first_largest() {
     g.launch("argmax", (1, 1), 1024, 0, &[Arg::Ptr(vd.ptr), Arg::I32(v.len() as i32), Arg::Ptr(od.ptr)]).unwrap();
     assert_eq!(g.read_i32(&od, 1).unwrap()[0], 1000);
 }
+
+/// The causal conv + SiLU of one row and the state shift, against the definition in f64.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn conv_step_matches_the_definition() {
+    let g = gpu();
+    for &(cd, kernel) in &[(96usize, 4usize), (8192, 4), (300, 2)] {
+        let taps = noise(kernel * cd, 1);
+        let state = noise((kernel - 1) * cd, 2);
+        let x = noise(cd, 3);
+        let (td, mut sd, xd, od) = (g.upload_f32(&taps).unwrap(), g.upload_f32(&state).unwrap(), g.upload_f32(&x).unwrap(), g.zeros(cd * 4).unwrap());
+        g.launch("conv_step", (cd.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(xd.ptr), Arg::Ptr(sd.ptr), Arg::Ptr(td.ptr), Arg::Ptr(od.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32)]).unwrap();
+        let out = g.read_f32(&od, cd).unwrap();
+        let st = g.read_f32(&sd, (kernel - 1) * cd).unwrap();
+        for c in 0..cd {
+            let mut acc = 0.0f64;
+            for j in 0..kernel {
+                let w = if j < kernel - 1 { state[j * cd + c] } else { x[c] };
+                acc += w as f64 * taps[j * cd + c] as f64;
+            }
+            let want = acc / (1.0 + (-acc).exp());
+            assert!((out[c] as f64 - want).abs() < 1e-5 * (1.0 + want.abs()), "conv {cd}x{kernel} channel {c}: {} vs {want}", out[c]);
+            for j in 0..kernel - 1 {
+                let want_s = if j + 1 < kernel - 1 { state[(j + 1) * cd + c] } else { x[c] };
+                assert_eq!(st[j * cd + c], want_s, "state row {j} channel {c}");
+            }
+        }
+        let _ = &mut sd;
+        println!("conv_step {cd}x{kernel}: within 1e-5");
+    }
+}
+
+/// One Gated DeltaNet token (L2 norms, gates, the rule, the gated output norm) against the
+/// definition in f64, for tiled and grouped V-head pairing, several steps in a row.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn delta_step_matches_the_definition() {
+    let g = gpu();
+    for &(hk, hv, sd, tiled) in &[(2usize, 4usize, 128usize, true), (2, 4, 128, false), (1, 2, 64, true), (4, 4, 256, true)] {
+        let eps = 1e-6f32;
+        let cdim = 2 * hk * sd + hv * sd;
+        let dt = noise(hv, 7);
+        let a: Vec<f32> = noise(hv, 8).iter().map(|v| -v.abs() - 0.1).collect();
+        let w = noise(sd, 9);
+        let mut s_ref = vec![0.0f64; hv * sd * sd];
+        let mut sdev = g.zeros(hv * sd * sd * 4).unwrap();
+        g.zero(&mut sdev).unwrap();
+        let (dtd, ad, wd, od) = (g.upload_f32(&dt).unwrap(), g.upload_f32(&a).unwrap(), g.upload_f32(&w).unwrap(), g.zeros(hv * sd * 4).unwrap());
+        let mut worst = 0.0f64;
+        for step in 0..4u64 {
+            let conv = noise(cdim, 20 + step);
+            let z = noise(hv * sd, 30 + step);
+            let beta = noise(hv, 40 + step);
+            let alpha = noise(hv, 50 + step);
+            let (cvd, zd, bd, ald) = (g.upload_f32(&conv).unwrap(), g.upload_f32(&z).unwrap(), g.upload_f32(&beta).unwrap(), g.upload_f32(&alpha).unwrap());
+            g.launch(
+                "delta_step",
+                (hv as u32, 1),
+                256,
+                0,
+                &[Arg::Ptr(cvd.ptr), Arg::Ptr(zd.ptr), Arg::Ptr(bd.ptr), Arg::Ptr(ald.ptr), Arg::Ptr(dtd.ptr), Arg::Ptr(ad.ptr), Arg::Ptr(sdev.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(od.ptr), Arg::I32(hk as i32), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::I32(tiled as i32), Arg::F32(eps)],
+            )
+            .unwrap();
+            let got = g.read_f32(&od, hv * sd).unwrap();
+            for h in 0..hv {
+                let kh = if tiled { h % hk } else { h / (hv / hk) };
+                let l2 = |v: &[f32]| {
+                    let ss: f64 = v.iter().map(|x| (*x as f64).powi(2)).sum();
+                    v.iter().map(|x| *x as f64 / (ss + eps as f64).sqrt()).collect::<Vec<f64>>()
+                };
+                let q = l2(&conv[kh * sd..(kh + 1) * sd]);
+                let k = l2(&conv[hk * sd + kh * sd..][..sd]);
+                let v = &conv[2 * hk * sd + h * sd..][..sd];
+                let b = 1.0 / (1.0 + (-(beta[h] as f64)).exp());
+                let x = alpha[h] as f64 + dt[h] as f64;
+                let sp = if x > 20.0 { x } else { (1.0 + x.exp()).ln() };
+                let decay = (sp * a[h] as f64).exp();
+                let s = &mut s_ref[h * sd * sd..(h + 1) * sd * sd];
+                let mut o = vec![0.0f64; sd];
+                for j in 0..sd {
+                    let row = &mut s[j * sd..(j + 1) * sd];
+                    row.iter_mut().for_each(|v| *v *= decay);
+                    let kv: f64 = row.iter().zip(&k).map(|(a, b)| a * b).sum();
+                    let d = (v[j] as f64 - kv) * b;
+                    row.iter_mut().zip(&k).for_each(|(r, kk)| *r += d * kk);
+                    o[j] = row.iter().zip(&q).map(|(a, b)| a * b).sum::<f64>() / (sd as f64).sqrt();
+                }
+                let ms = o.iter().map(|v| v * v).sum::<f64>() / sd as f64;
+                let sc = 1.0 / (ms + eps as f64).sqrt();
+                for i in 0..sd {
+                    let zv = z[h * sd + i] as f64;
+                    let want = o[i] * sc * w[i] as f64 * (zv / (1.0 + (-zv).exp()));
+                    let err = (got[h * sd + i] as f64 - want).abs();
+                    worst = worst.max(err);
+                    assert!(err < 1e-4 * (1.0 + want.abs()), "delta {hk}/{hv}/{sd} tiled {tiled} step {step} head {h} dim {i}: {} vs {want}", got[h * sd + i]);
+                }
+            }
+        }
+        println!("delta_step hk {hk} hv {hv} sd {sd} tiled {tiled}: 4 steps, worst abs err {worst:.2e}");
+    }
+}
+
+/// Gated attention at one position: q/k RMS-normed and roped, k/v into the f16 caches, the split
+/// softmax over every cached position merged, times sigmoid(gate) — against f64 with the f16
+/// rounding of the cache, at several positions (one and several KV splits).
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn attention_at_a_position_matches_the_definition() {
+    let g = gpu();
+    let (n_head, n_kv, hd, n_rot) = (4usize, 2usize, 256usize, 64usize);
+    let n_ctx = 700usize;
+    let n_split = n_ctx.div_ceil(256);
+    let kvw = n_kv * hd;
+    let base = 10_000_000.0f32;
+    let theta_scale = base.powf(-2.0 / n_rot as f32);
+    let eps = 1e-6f32;
+    let (qn, kn) = (noise(hd, 1), noise(hd, 2));
+    let (qnd, knd) = (g.upload_f32(&qn).unwrap(), g.upload_f32(&kn).unwrap());
+    let (kc, vc) = (g.zeros(n_ctx * kvw * 2).unwrap(), g.zeros(n_ctx * kvw * 2).unwrap());
+    let (qd, po, pml, out) = (g.zeros(n_head * hd * 4).unwrap(), g.zeros(n_head * n_split * hd * 4).unwrap(), g.zeros(n_head * n_split * 8).unwrap(), g.zeros(n_head * hd * 4).unwrap());
+    let mut step = g.zeros(8).unwrap();
+    let norm = |x: &[f32], w: &[f32]| {
+        let ms = x.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / x.len() as f64;
+        let sc = 1.0 / (ms + eps as f64).sqrt();
+        x.iter().zip(w).map(|(a, b)| *a as f64 * sc * *b as f64).collect::<Vec<f64>>()
+    };
+    let rope = |x: &mut Vec<f64>, pos: usize| {
+        for i in 0..n_rot / 2 {
+            let th = pos as f64 * (theta_scale as f64).powi(i as i32);
+            let (c, s) = (th.cos(), th.sin());
+            let (x0, x1) = (x[i], x[i + n_rot / 2]);
+            x[i] = x0 * c - x1 * s;
+            x[i + n_rot / 2] = x0 * s + x1 * c;
+        }
+    };
+    let f16r = |v: f64| xwen_kernels::half::f16_to_f32(xwen_kernels::half::f32_to_f16(v as f32)) as f64;
+    let (mut ks, mut vs): (Vec<Vec<f64>>, Vec<Vec<f64>>) = (Vec::new(), Vec::new());
+    let mut worst = 0.0f64;
+    for pos in 0..600usize {
+        let qg = noise(n_head * 2 * hd, 100 + pos as u64);
+        let k = noise(kvw, 200 + pos as u64);
+        let v = noise(kvw, 300 + pos as u64);
+        let (qgd, kd, vd) = (g.upload_f32(&qg).unwrap(), g.upload_f32(&k).unwrap(), g.upload_f32(&v).unwrap());
+        let p: Vec<u8> = [pos as i32, 0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        g.write(&mut step, &p).unwrap();
+        g.launch(
+            "attn_heads",
+            ((n_head + n_kv) as u32, 1),
+            hd as u32,
+            (hd * 4) as u32,
+            &[Arg::Ptr(qgd.ptr), Arg::Ptr(kd.ptr), Arg::Ptr(vd.ptr), Arg::Ptr(qnd.ptr), Arg::Ptr(knd.ptr), Arg::Ptr(0), Arg::Ptr(step.ptr), Arg::Ptr(qd.ptr), Arg::Ptr(kc.ptr), Arg::Ptr(vc.ptr), Arg::I32(n_head as i32), Arg::I32(n_kv as i32), Arg::I32(hd as i32), Arg::I32(n_rot as i32), Arg::F32(theta_scale), Arg::F32(eps)],
+        )
+        .unwrap();
+        g.launch("attn_split", (n_head as u32, n_split as u32), 128, 0, &[Arg::Ptr(qd.ptr), Arg::Ptr(kc.ptr), Arg::Ptr(vc.ptr), Arg::Ptr(step.ptr), Arg::Ptr(po.ptr), Arg::Ptr(pml.ptr), Arg::I32(n_head as i32), Arg::I32(n_kv as i32), Arg::I32(hd as i32), Arg::F32(1.0 / (hd as f32).sqrt())]).unwrap();
+        g.launch("attn_merge", (n_head as u32, 1), hd as u32, 0, &[Arg::Ptr(po.ptr), Arg::Ptr(pml.ptr), Arg::Ptr(qgd.ptr), Arg::Ptr(out.ptr), Arg::I32(hd as i32), Arg::I32(n_split as i32)]).unwrap();
+        let mut krow = Vec::new();
+        for h in 0..n_kv {
+            let mut kk = norm(&k[h * hd..(h + 1) * hd], &kn);
+            rope(&mut kk, pos);
+            krow.extend(kk.into_iter().map(f16r));
+        }
+        ks.push(krow);
+        vs.push(v.iter().map(|x| f16r(*x as f64)).collect());
+        if ![0usize, 1, 7, 255, 256, 257, 599].contains(&pos) {
+            continue;
+        }
+        let got = g.read_f32(&out, n_head * hd).unwrap();
+        for h in 0..n_head {
+            let kvh = h / (n_head / n_kv);
+            let mut q = norm(&qg[h * 2 * hd..h * 2 * hd + hd], &qn);
+            rope(&mut q, pos);
+            let sc: Vec<f64> = (0..=pos).map(|p| ks[p][kvh * hd..(kvh + 1) * hd].iter().zip(&q).map(|(a, b)| a * b).sum::<f64>() / (hd as f64).sqrt()).collect();
+            let m = sc.iter().cloned().fold(f64::MIN, f64::max);
+            let e: Vec<f64> = sc.iter().map(|s| (s - m).exp()).collect();
+            let l: f64 = e.iter().sum();
+            for i in 0..hd {
+                let o: f64 = (0..=pos).map(|p| e[p] * vs[p][kvh * hd + i]).sum::<f64>() / l;
+                let gt = qg[h * 2 * hd + hd + i] as f64;
+                let want = o / (1.0 + (-gt).exp());
+                let err = (got[h * hd + i] as f64 - want).abs();
+                worst = worst.max(err);
+                assert!(err < 2e-4, "attention pos {pos} head {h} dim {i}: {} vs {want}", got[h * hd + i]);
+            }
+        }
+    }
+    println!("attention 4q/2kv heads of 256, positions 0..600 (1 to 3 KV splits): worst abs err {worst:.2e}");
+}
