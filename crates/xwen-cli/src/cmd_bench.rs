@@ -153,7 +153,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         if depths.iter().any(|&d| d > 0) {
             bail!("-d is not on the GPU yet");
         }
-        return bench_gpu(model, &desc, ordinal, &prompts, &gens, reps, !no_warmup, output);
+        return bench_gpu(model, &desc, ordinal, &prompts, &gens, reps, !no_warmup, output, a.engine.prefill_chunk());
     }
     eprintln!("xwen bench: a decoded token reads {:.3} GB of weights", desc.decode_bytes as f64 / 1e9);
     let mut rng = Lcg(1);
@@ -223,16 +223,16 @@ pub fn run(a: BenchArgs) -> Result<()> {
 
 /// The pp / tg tests on the CUDA backend (`-ngl 99`), printed as the CPU's are.
 #[allow(clippy::too_many_arguments)]
-fn bench_gpu(model: &Model, desc: &ModelDesc, ordinal: usize, prompts: &[usize], gens: &[usize], reps: usize, warmup: bool, output: Output) -> Result<()> {
+fn bench_gpu(model: &Model, desc: &ModelDesc, ordinal: usize, prompts: &[usize], gens: &[usize], reps: usize, warmup: bool, output: Output, ubatch: usize) -> Result<()> {
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = (model, desc, ordinal, prompts, gens, reps, warmup, output);
+        let _ = (model, desc, ordinal, prompts, gens, reps, warmup, output, ubatch);
         Err(crate::gpu::not_built())
     }
     #[cfg(feature = "cuda")]
     {
         let need = prompts.iter().chain(gens).copied().max().unwrap_or(1);
-        let mut m = crate::gpu::load(model.gguf(), ordinal, need.max(512) + 1)?;
+        let mut m = crate::gpu::load(model.gguf(), ordinal, need.max(512) + 1, ubatch)?;
         if output == Output::Markdown {
             print_md_header();
         }

@@ -249,7 +249,7 @@ fn run_on_gpu(a: &RunArgs, loaded: &model_arg::Loaded, ordinal: usize, prompt: &
     {
         use std::time::Instant;
         let tok = &loaded.tokenizer;
-        let mut m = crate::gpu::load(loaded.model.gguf(), ordinal, max_ctx)?;
+        let mut m = crate::gpu::load(loaded.model.gguf(), ordinal, max_ctx, a.engine.prefill_chunk())?;
         let greedy = sampler.is_greedy();
         let mut out = std::io::stdout().lock();
         let stream_text = !a.print_ids && !a.json;

@@ -58,10 +58,11 @@ mod with_cuda {
     use xwen_cuda::{CudaModel, CudaOptions};
     use xwen_gguf::GgufFile;
 
-    /// Loads `file` onto CUDA device `ordinal` with room for `n_ctx` positions.
-    pub fn load(file: &GgufFile, ordinal: usize, n_ctx: usize) -> Result<CudaModel> {
+    /// Loads `file` onto CUDA device `ordinal` with room for `n_ctx` positions, prompts in
+    /// passes of up to `ubatch` tokens.
+    pub fn load(file: &GgufFile, ordinal: usize, n_ctx: usize, ubatch: usize) -> Result<CudaModel> {
         let t0 = Instant::now();
-        let m = CudaModel::load(file, &CudaOptions { device: ordinal, n_ctx, graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none() })
+        let m = CudaModel::load(file, &CudaOptions { device: ordinal, n_ctx, graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch })
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         eprintln!("xwen: on {} in {:.2} s, {:.0} MiB on the device", m.device(), t0.elapsed().as_secs_f64(), m.device_bytes() as f64 / 1048576.0);
         Ok(m)

@@ -11,7 +11,7 @@ const SOURCE: &str = include_str!("kernels.cu");
 
 /// The kernels `kernels.cu` defines (each `extern "C" __global__`).
 const KERNELS: &[&str] =
-    &["mv", "mv_glu", "rms_norm", "embed", "attn_heads", "attn_split", "attn_merge", "conv_step", "delta_step", "moe_route", "moe_combine", "argmax"];
+    &["mv", "mv_glu", "mm", "mm_glu", "rms_norm", "embed", "attn_heads", "attn_split", "attn_merge", "conv_step", "delta_step", "moe_route", "moe_combine", "argmax"];
 
 /// A kernel argument: device pointers travel as plain 64-bit values.
 #[derive(Clone, Copy, Debug)]
@@ -113,6 +113,11 @@ impl Gpu {
 
     /// Launches `name` on the stream with `args` in the kernel's parameter order.
     pub fn launch(&self, name: &str, grid: (u32, u32), block: u32, smem: u32, args: &[Arg]) -> Result<()> {
+        self.launch_3d(name, (grid.0, grid.1, 1), block, smem, args)
+    }
+
+    /// `launch` over a three-dimensional grid.
+    pub fn launch_3d(&self, name: &str, grid: (u32, u32, u32), block: u32, smem: u32, args: &[Arg]) -> Result<()> {
         let f = self.funcs.get(name).ok_or_else(|| CudaError::Unsupported(format!("no kernel {name}")))?;
         let mut b = self.stream.launch_builder(f);
         for a in args {
@@ -123,7 +128,7 @@ impl Gpu {
                 Arg::F32(v) => b.arg(v),
             };
         }
-        let cfg = LaunchConfig { grid_dim: (grid.0, grid.1, 1), block_dim: (block, 1, 1), shared_mem_bytes: smem };
+        let cfg = LaunchConfig { grid_dim: grid, block_dim: (block, 1, 1), shared_mem_bytes: smem };
         // SAFETY: the argument lists match kernels.cu's signatures (tests/ops.rs runs each).
         unsafe { b.launch(cfg) }?;
         Ok(())

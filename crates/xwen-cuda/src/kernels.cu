@@ -234,16 +234,16 @@ __device__ float dot_row(int ty, const u8* row, const float* __restrict__ x, int
 
 #define MV_WARPS 4
 
-// y[slot][r] = W_e[r]·x[slot] (+ res[slot][r]) where e = ids[slot] (an expert of a stack) or 0:
-// one warp a row, blockIdx.y a slot. y may alias res (each row read, then written, by one lane).
+// y[slot][r] = W_e[r]·x[slot / x_div] (+ res[slot][r]) where e = ids[slot] (an expert of a stack)
+// or 0: one warp a row, blockIdx.y a slot (x_div = k: a token's k routed slots share its input). y may alias res (each row read, then written, by one lane).
 extern "C" __global__ void mv(const u8* W, int ty, int rows, int cols, i64 row_bytes, i64 mat_bytes, const int* ids,
-                              const float* x, i64 x_stride, float* y, i64 y_stride, const float* res) {
+                              const float* x, i64 x_stride, int x_div, float* y, i64 y_stride, const float* res) {
     int slot = blockIdx.y;
     int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= rows) return;
     i64 e = ids ? ids[slot] : 0;
     const u8* w = W + e * mat_bytes + (i64)row * row_bytes;
-    float s = warp_sum(dot_row(ty, w, x + slot * x_stride, cols, lane));
+    float s = warp_sum(dot_row(ty, w, x + (slot / x_div) * x_stride, cols, lane));
     if (lane == 0) {
         i64 o = slot * y_stride + row;
         y[o] = res ? res[o] + s : s;
@@ -252,12 +252,12 @@ extern "C" __global__ void mv(const u8* W, int ty, int rows, int cols, i64 row_b
 
 // h[slot][r] = silu(G_e[r]·x) · (U_e[r]·x): an FFN's or expert's gate, up and SwiGLU in one pass.
 extern "C" __global__ void mv_glu(const u8* G, const u8* U, int ty_g, int ty_u, int rows, int cols, i64 rb_g, i64 rb_u,
-                                  i64 mb_g, i64 mb_u, const int* ids, const float* x, i64 x_stride, float* h, i64 h_stride) {
+                                  i64 mb_g, i64 mb_u, const int* ids, const float* x, i64 x_stride, int x_div, float* h, i64 h_stride) {
     int slot = blockIdx.y;
     int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= rows) return;
     i64 e = ids ? ids[slot] : 0;
-    const float* xs = x + slot * x_stride;
+    const float* xs = x + (slot / x_div) * x_stride;
     float g = warp_sum(dot_row(ty_g, G + e * mb_g + (i64)row * rb_g, xs, cols, lane));
     float u = warp_sum(dot_row(ty_u, U + e * mb_u + (i64)row * rb_u, xs, cols, lane));
     if (lane == 0) h[slot * h_stride + row] = g / (1.0f + expf(-g)) * u;
@@ -274,21 +274,26 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, in
     for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = (xr[i] * scale) * w[i];
 }
 
-// x = row `step[1]` (the token) of the embedding matrix, dequantized.
-extern "C" __global__ void embed(const u8* E, int ty, int cols, i64 row_bytes, const int* step, float* x) {
-    const u8* row = E + (i64)step[1] * row_bytes;
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < cols; i += gridDim.x * blockDim.x) x[i] = deq1(ty, row, i);
+// x[t] = row ids[t] of the embedding matrix, dequantized; blockIdx.y = t.
+extern "C" __global__ void embed(const u8* E, int ty, int cols, i64 row_bytes, const int* ids, float* x) {
+    const u8* row = E + (i64)ids[blockIdx.y] * row_bytes;
+    float* xt = x + (i64)blockIdx.y * cols;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < cols; i += gridDim.x * blockDim.x) xt[i] = deq1(ty, row, i);
 }
 
-// Gated attention's heads at position step[0]: q (from qg's per-head [q | gate]) and k RMS-normed
+// Gated attention's heads of token blockIdx.y at position step[0] + blockIdx.y: q (from qg's per-head [q | gate]) and k RMS-normed
 // and roped (NeoX pairs over n_rot dims, `still` pairs held: interleaved M-RoPE's text rows); k
 // and v written to the f16 caches' row step[0]. One block a head, one thread a dim.
 extern "C" __global__ void attn_heads(const float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
                                       const int* still, const int* step, float* q_out, u16* k_cache, u16* v_cache,
                                       int n_head, int n_head_kv, int hd, int n_rot, float theta_scale, float eps) {
     extern __shared__ float sh[];
-    int b = blockIdx.x, i = threadIdx.x, pos = step[0];
+    int b = blockIdx.x, i = threadIdx.x, t = blockIdx.y, pos = step[0] + t;
     int kvw = n_head_kv * hd;
+    qg += (i64)t * n_head * 2 * hd;
+    k += (i64)t * kvw;
+    v += (i64)t * kvw;
+    q_out += (i64)t * n_head * hd;
     bool is_q = b < n_head;
     int h = is_q ? b : b - n_head;
     const float* src = is_q ? qg + (i64)h * 2 * hd : k + (i64)h * hd;
@@ -323,18 +328,19 @@ extern "C" __global__ void attn_heads(const float* qg, const float* k, const flo
 #define ATTN_CHUNK 256
 #define ATTN_WARPS 4
 
-// Split-KV decode attention: block (head, split) covers positions [split·CHUNK, +CHUNK) of the
-// step[0] + 1 cached ones; each warp an online softmax over its positions, merged in the block;
+// Split-KV attention: block (head, split, token t) covers positions [split·CHUNK, +CHUNK) of the
+// step[0] + t + 1 that token t sees (causal); each warp an online softmax over its positions, merged in the block;
 // the partial (max, sum, unnormalized output) goes to `part` for attn_merge. hd ≤ 256.
 extern "C" __global__ void attn_split(const float* q, const u16* k_cache, const u16* v_cache, const int* step, float* part_o,
                                       float* part_ml, int n_head, int n_head_kv, int hd, float scale) {
     __shared__ float s_o[ATTN_WARPS][256];
     __shared__ float s_m[ATTN_WARPS], s_l[ATTN_WARPS];
-    int h = blockIdx.x, sp = blockIdx.y, n_split = gridDim.y;
+    int h = blockIdx.x, sp = blockIdx.y, n_split = gridDim.y, t = blockIdx.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int n_kv = step[0] + 1;
+    int n_kv = step[0] + t + 1;
     int p0 = sp * ATTN_CHUNK, p1 = min(p0 + ATTN_CHUNK, n_kv);
-    i64 pi = (i64)h * n_split + sp;
+    i64 pi = ((i64)t * n_head + h) * n_split + sp;
+    q += (i64)t * n_head * hd;
     if (p0 >= n_kv) {
         if (threadIdx.x == 0) {
             part_ml[2 * pi] = NEG_INF;
@@ -385,9 +391,10 @@ extern "C" __global__ void attn_split(const float* q, const u16* k_cache, const 
 }
 
 // Merges a head's splits and applies the output gate: out = softmax·V ⊙ sigmoid(gate), the gate
-// the second half of qg's per-head [q | gate]. One block a head.
+// the second half of qg's per-head [q | gate]. One block a (head, token).
 extern "C" __global__ void attn_merge(const float* part_o, const float* part_ml, const float* qg, float* out, int hd, int n_split) {
-    int h = blockIdx.x;
+    int t = blockIdx.y, n_head = gridDim.x;
+    int h = t * n_head + blockIdx.x;  // (token, head) as one index: parts, qg rows and out rows follow it
     float mm = NEG_INF;
     for (int s = 0; s < n_split; s++) mm = fmaxf(mm, part_ml[2 * ((i64)h * n_split + s)]);
     for (int i = threadIdx.x; i < hd; i += blockDim.x) {
@@ -405,29 +412,31 @@ extern "C" __global__ void attn_merge(const float* part_o, const float* part_ml,
     }
 }
 
-// The causal depthwise convolution of one new row against the conv state, then SiLU; the state
-// shifts by a row (rowwise::conv_silu, one token). taps are tap-major [kernel][cd].
-extern "C" __global__ void conv_step(const float* x, float* state, const float* taps, float* out, int cd, int kernel) {
+// The causal depthwise convolution of n_tok new rows against the conv state, then SiLU, token
+// after token; the state shifts a row each (rowwise::conv_silu). taps are tap-major [kernel][cd].
+extern "C" __global__ void conv_step(const float* x, float* state, const float* taps, float* out, int cd, int kernel, int n_tok) {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cd) return;
-    float acc = 0.0f;
-    for (int j = 0; j < kernel - 1; j++) acc += state[(i64)j * cd + c] * taps[(i64)j * cd + c];
-    acc += x[c] * taps[(i64)(kernel - 1) * cd + c];
-    for (int j = 0; j + 1 < kernel - 1; j++) state[(i64)j * cd + c] = state[(i64)(j + 1) * cd + c];
-    if (kernel > 1) state[(i64)(kernel - 2) * cd + c] = x[c];
-    out[c] = acc / (1.0f + expf(-acc));
+    for (int t = 0; t < n_tok; t++) {
+        float xc = x[(i64)t * cd + c];
+        float acc = 0.0f;
+        for (int j = 0; j < kernel - 1; j++) acc += state[(i64)j * cd + c] * taps[(i64)j * cd + c];
+        acc += xc * taps[(i64)(kernel - 1) * cd + c];
+        for (int j = 0; j + 1 < kernel - 1; j++) state[(i64)j * cd + c] = state[(i64)(j + 1) * cd + c];
+        if (kernel > 1) state[(i64)(kernel - 2) * cd + c] = xc;
+        out[(i64)t * cd + c] = acc / (1.0f + expf(-acc));
+    }
 }
 
 #define DELTA_WARPS 8
 
-// One token of Gated DeltaNet for V-head blockIdx.x: q and k of its K-head L2-normed, β =
+// A token of Gated DeltaNet for V-head blockIdx.x: q and k of its K-head L2-normed, β =
 // sigmoid, g = softplus(α + dt)·a; S ← S·e^g; d = (v − S k)·β; S ← S + d kᵀ; o = S q / √sd; then
 // the gated output norm o ← rms_norm(o)·w ⊙ silu(z). S is [sd rows (value)][sd cols (key)].
 // sd ≤ 256, a multiple of 32.
-extern "C" __global__ void delta_step(const float* conv, const float* z, const float* beta_in, const float* alpha_in,
-                                      const float* dt_bias, const float* a, float* S, const float* norm_w, float* out,
-                                      int hk, int hv, int sd, int tiled, float eps) {
-    __shared__ float s_o[256];
+__device__ void delta_token(const float* conv, const float* z, const float* beta_in, const float* alpha_in,
+                            const float* dt_bias, const float* a, float* S, const float* norm_w, float* out,
+                            int hk, int hv, int sd, int tiled, float eps, float* s_o) {
     int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, E = sd / 32;
     int kh = tiled ? h % hk : h / (hv / hk);
     const float* q = conv + (i64)kh * sd;
@@ -484,10 +493,27 @@ extern "C" __global__ void delta_step(const float* conv, const float* z, const f
     }
 }
 
+// n_tok tokens in order: each warp keeps its rows of S from token to token, so only s_o is
+// shared between them.
+extern "C" __global__ void delta_step(const float* conv, const float* z, const float* beta_in, const float* alpha_in,
+                                      const float* dt_bias, const float* a, float* S, const float* norm_w, float* out,
+                                      int hk, int hv, int sd, int tiled, float eps, int n_tok) {
+    __shared__ float s_o[256];
+    int cd = 2 * hk * sd + hv * sd;
+    for (int t = 0; t < n_tok; t++) {
+        delta_token(conv + (i64)t * cd, z + (i64)t * hv * sd, beta_in + (i64)t * hv, alpha_in + (i64)t * hv, dt_bias, a, S, norm_w,
+                    out + (i64)t * hv * sd, hk, hv, sd, tiled, eps, s_o);
+        __syncthreads();
+    }
+}
+
 // A softmax router's top-k (route::route_with, softmax, no bias): probabilities, the k largest
-// (ties to the lower id), renormalized (f64 sum, clamped) and scaled. One block.
+// (ties to the lower id), renormalized (f64 sum, clamped) and scaled. One block a token.
 extern "C" __global__ void moe_route(const float* logits, int n_expert, int k, int norm_w, float w_scale, int* ids, float* weights) {
     extern __shared__ float p[];
+    logits += (i64)blockIdx.x * n_expert;
+    ids += (i64)blockIdx.x * k;
+    weights += (i64)blockIdx.x * k;
     __shared__ float s_v[32];
     __shared__ int s_i[32];
     __shared__ float s_max;
@@ -551,10 +577,16 @@ extern "C" __global__ void moe_route(const float* logits, int n_expert, int k, i
 }
 
 // x ← x + (Σ_s w_s·ys[s] + sigmoid(sg)·shared) — a MoE layer's weighted sum (slot order, each
-// product rounded), its shared expert's gate and the residual add. shared may be null.
+// product rounded), its shared expert's gate and the residual add, token blockIdx.y. shared may
+// be null.
 extern "C" __global__ void moe_combine(float* x, const float* ys, const float* weights, int k, int n, const float* shared, const float* sg) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int i = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
     if (i >= n) return;
+    x += (i64)t * n;
+    ys += (i64)t * k * n;
+    weights += (i64)t * k;
+    if (shared) shared += (i64)t * n;
+    if (sg) sg += t;
     float f = __fmul_rn(weights[0], ys[i]);
     for (int s = 1; s < k; s++) f = __fadd_rn(f, __fmul_rn(weights[s], ys[(i64)s * n + i]));
     if (shared) {
@@ -586,5 +618,190 @@ extern "C" __global__ void argmax(const float* v, int n, int* out) {
         for (int i = 1; i < nw; i++)
             if (s_v[i] > bv || (s_v[i] == bv && s_i[i] < bi)) { bv = s_v[i]; bi = s_i[i]; }
         out[0] = bi == 0x7fffffff ? 0 : bi;
+    }
+}
+
+// ---- prompt batches: a warp a row, up to MM_T tokens a pass, each weight dequantized once ----
+
+#define MM_T 8
+
+// Unit u of a row: up to 4 groups of 4 consecutive weights (values) and where each group
+// starts in the row (off); returns the group count. A row has units(ty, cols) units.
+__device__ __forceinline__ int units(int ty, int cols) {
+    switch (ty) {
+    case T_Q4_K: case T_Q5_K: return cols / 256 * 32;
+    case T_Q6_K: return cols / 256 * 16;
+    case T_Q8_0: return cols / 32 * 8;
+    case T_Q4_0: return cols / 32 * 4;
+    default: return cols / 4;  // F32 / F16 / BF16: cols % 4 == 0 (checked at load)
+    }
+}
+
+__device__ __forceinline__ int unit(int ty, const u8* row, int u, float* w, int* off) {
+    switch (ty) {
+    case T_Q4_K:
+    case T_Q5_K: {
+        int b = u >> 5, j = (u >> 3) & 3, g = u & 7;
+        bool q5 = ty == T_Q5_K;
+        const u8* blk = row + b * (q5 ? 176 : 144);
+        u32 q = *(const u32*)(blk + (q5 ? 48 : 16) + 32 * j + 4 * g);
+        u32 hb = q5 ? *(const u32*)(blk + 16 + 4 * g) : 0u;
+        int sc0, m0, sc1, m1;
+        scale_min_k4(2 * j, blk + 4, &sc0, &m0);
+        scale_min_k4(2 * j + 1, blk + 4, &sc1, &m1);
+        float d = h2f(ld16(blk)), dm = h2f(ld16(blk + 2));
+        float d0 = d * sc0, d1 = d * sc1, n0 = dm * m0, n1 = dm * m1;
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            u32 qb = (q >> (8 * e)) & 0xFF, h = (hb >> (8 * e)) & 0xFF;
+            int lo = (qb & 0xF) | (q5 ? (((h >> (2 * j)) & 1) << 4) : 0);
+            int hi = (qb >> 4) | (q5 ? (((h >> (2 * j + 1)) & 1) << 4) : 0);
+            w[e] = d0 * lo - n0;
+            w[4 + e] = d1 * hi - n1;
+        }
+        off[0] = b * 256 + 64 * j + 4 * g;
+        off[1] = off[0] + 32;
+        return 2;
+    }
+    case T_Q6_K: {
+        int b = u >> 4, n = (u >> 3) & 1, g = u & 7;
+        const u8* blk = row + b * 210;
+        u32 qa = ld32_2(blk + 64 * n + 4 * g), qb = ld32_2(blk + 64 * n + 32 + 4 * g), qh = ld32_2(blk + 128 + 32 * n + 4 * g);
+        const i8* sc = (const i8*)(blk + 192) + 8 * n + (g >> 2);
+        float d = h2f(ld16(blk + 208));
+        float d1 = d * sc[0], d2 = d * sc[2], d3 = d * sc[4], d4 = d * sc[6];
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            int a = (qa >> (8 * e)) & 0xFF, c = (qb >> (8 * e)) & 0xFF, hh = (qh >> (8 * e)) & 0xFF;
+            w[e] = d1 * (((a & 0xF) | ((hh & 3) << 4)) - 32);
+            w[4 + e] = d2 * (((c & 0xF) | (((hh >> 2) & 3) << 4)) - 32);
+            w[8 + e] = d3 * (((a >> 4) | (((hh >> 4) & 3) << 4)) - 32);
+            w[12 + e] = d4 * (((c >> 4) | (((hh >> 6) & 3) << 4)) - 32);
+        }
+        off[0] = b * 256 + 128 * n + 4 * g;
+        off[1] = off[0] + 32;
+        off[2] = off[0] + 64;
+        off[3] = off[0] + 96;
+        return 4;
+    }
+    case T_Q8_0: {
+        int b = u >> 3, g = u & 7;
+        const u8* blk = row + b * 34;
+        u32 q = ld32_2(blk + 2 + 4 * g);
+        float d = h2f(ld16(blk));
+        #pragma unroll
+        for (int e = 0; e < 4; e++) w[e] = d * (float)(i8)(q >> (8 * e));
+        off[0] = b * 32 + 4 * g;
+        return 1;
+    }
+    case T_Q4_0: {
+        int b = u >> 2, g = u & 3;
+        const u8* blk = row + b * 18;
+        u32 q = ld32_2(blk + 2 + 4 * g);
+        float d = h2f(ld16(blk));
+        #pragma unroll
+        for (int e = 0; e < 4; e++) {
+            w[e] = d * (float)((int)((q >> (8 * e)) & 0xF) - 8);
+            w[4 + e] = d * (float)((int)((q >> (8 * e + 4)) & 0xF) - 8);
+        }
+        off[0] = b * 32 + 4 * g;
+        off[1] = off[0] + 16;
+        return 2;
+    }
+    case T_F16:
+    case T_BF16: {
+        u32 p0 = ((const u32*)row)[2 * u], p1 = ((const u32*)row)[2 * u + 1];
+        u16 hs[4] = {(u16)p0, (u16)(p0 >> 16), (u16)p1, (u16)(p1 >> 16)};
+        #pragma unroll
+        for (int e = 0; e < 4; e++) w[e] = ty == T_F16 ? h2f(hs[e]) : bf2f(hs[e]);
+        off[0] = 4 * u;
+        return 1;
+    }
+    default: {
+        float4 v = ((const float4*)row)[u];
+        w[0] = v.x; w[1] = v.y; w[2] = v.z; w[3] = v.w;
+        off[0] = 4 * u;
+        return 1;
+    }
+    }
+}
+
+// y[t][r] = W[r]·x[t] (+ res[t][r]) for the n_tok rows of x: warp a row, blockIdx.y a group of
+// MM_T tokens. y may alias res.
+extern "C" __global__ void mm(const u8* W, int ty, int rows, int cols, i64 row_bytes, const float* x, i64 x_stride, int n_tok,
+                              float* y, i64 y_stride, const float* res) {
+    int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    int t0 = blockIdx.y * MM_T, nt = min(MM_T, n_tok - t0);
+    if (row >= rows || nt <= 0) return;
+    const u8* wr = W + (i64)row * row_bytes;
+    const float* xs = x + (i64)t0 * x_stride;
+    float acc[MM_T];
+    #pragma unroll
+    for (int t = 0; t < MM_T; t++) acc[t] = 0.0f;
+    int nu = units(ty, cols);
+    for (int u = lane; u < nu; u += 32) {
+        float w[16];
+        int off[4];
+        int ng = unit(ty, wr, u, w, off);
+        #pragma unroll
+        for (int t = 0; t < MM_T; t++) {
+            if (t < nt) {
+                const float* xt = xs + (i64)t * x_stride;
+                float a = 0.0f;
+                for (int gi = 0; gi < ng; gi++) {
+                    float4 xv = *(const float4*)(xt + off[gi]);
+                    a += w[4 * gi] * xv.x + w[4 * gi + 1] * xv.y + w[4 * gi + 2] * xv.z + w[4 * gi + 3] * xv.w;
+                }
+                acc[t] += a;
+            }
+        }
+    }
+    #pragma unroll
+    for (int t = 0; t < MM_T; t++) {
+        float s = warp_sum(acc[t]);
+        if (t < nt && lane == 0) {
+            i64 o = (i64)(t0 + t) * y_stride + row;
+            y[o] = res ? res[o] + s : s;
+        }
+    }
+}
+
+// h[t][r] = silu(G[r]·x[t]) · (U[r]·x[t]) for the n_tok rows of x (gate and up of one type).
+extern "C" __global__ void mm_glu(const u8* G, const u8* U, int ty, int rows, int cols, i64 row_bytes, const float* x, i64 x_stride,
+                                  int n_tok, float* h, i64 h_stride) {
+    int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    int t0 = blockIdx.y * MM_T, nt = min(MM_T, n_tok - t0);
+    if (row >= rows || nt <= 0) return;
+    const u8* gr = G + (i64)row * row_bytes;
+    const u8* ur = U + (i64)row * row_bytes;
+    const float* xs = x + (i64)t0 * x_stride;
+    float ag[MM_T], au[MM_T];
+    #pragma unroll
+    for (int t = 0; t < MM_T; t++) ag[t] = au[t] = 0.0f;
+    int nu = units(ty, cols);
+    for (int u = lane; u < nu; u += 32) {
+        float wg[16], wu[16];
+        int off[4];
+        int ng = unit(ty, gr, u, wg, off);
+        unit(ty, ur, u, wu, off);
+        #pragma unroll
+        for (int t = 0; t < MM_T; t++) {
+            if (t < nt) {
+                const float* xt = xs + (i64)t * x_stride;
+                float a = 0.0f, b = 0.0f;
+                for (int gi = 0; gi < ng; gi++) {
+                    float4 xv = *(const float4*)(xt + off[gi]);
+                    a += wg[4 * gi] * xv.x + wg[4 * gi + 1] * xv.y + wg[4 * gi + 2] * xv.z + wg[4 * gi + 3] * xv.w;
+                    b += wu[4 * gi] * xv.x + wu[4 * gi + 1] * xv.y + wu[4 * gi + 2] * xv.z + wu[4 * gi + 3] * xv.w;
+                }
+                ag[t] += a;
+                au[t] += b;
+            }
+        }
+    }
+    #pragma unroll
+    for (int t = 0; t < MM_T; t++) {
+        float g = warp_sum(ag[t]), u = warp_sum(au[t]);
+        if (t < nt && lane == 0) h[(i64)(t0 + t) * h_stride + row] = g / (1.0f + expf(-g)) * u;
     }
 }

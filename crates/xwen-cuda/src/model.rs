@@ -21,11 +21,14 @@ pub struct CudaOptions {
     /// Replay the decode step as one CUDA graph (off: launch the kernels one by one, for
     /// debugging and for the graph's own test).
     pub graph: bool,
+    /// Tokens a prefill pass takes at most (llama.cpp's n_ubatch); fewer where the split
+    /// attention's partials at n_ctx would pass 256 MiB.
+    pub ubatch: usize,
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        CudaOptions { device: 0, n_ctx: 4096, graph: true }
+        CudaOptions { device: 0, n_ctx: 4096, graph: true, ubatch: 512 }
     }
 }
 
@@ -100,9 +103,9 @@ struct DevLayer {
     ffn: DevFfn,
 }
 
-/// The activations of one decode step.
+/// The activations of a pass, rows for up to `ubatch` tokens.
 struct Scratch {
-    step: DevBuf, // [pos, token]
+    step: DevBuf, // [first position, token ids…]
     x: DevBuf,
     xn: DevBuf,
     qkv: DevBuf,
@@ -120,6 +123,7 @@ struct Scratch {
     attn_o: DevBuf,
     ffn_h: DevBuf,
     ys: DevBuf,
+    sh_h: DevBuf,
     sh_y: DevBuf,
     sg: DevBuf,
     router: DevBuf,
@@ -169,6 +173,8 @@ pub struct CudaModel {
     sc: Scratch,
     graph: Option<CudaGraph>,
     use_graph: bool,
+    /// Tokens a prefill pass takes (the scratch's rows).
+    ubatch: usize,
     pos: usize,
     device_bytes: u64,
 }
@@ -180,9 +186,30 @@ fn device_type(ty: GgmlType) -> Option<i32> {
 }
 
 /// The bytes `load` puts on the device for `file`'s trunk and experts, KV at `n_ctx` and state.
-pub fn device_bytes_needed(file: &GgufFile, n_ctx: usize) -> Result<u64> {
+pub fn device_bytes_needed(file: &GgufFile, opts: &CudaOptions) -> Result<u64> {
     let (net, experts) = load_net(file)?;
-    Ok(plan_bytes(file, &net, &experts, n_ctx))
+    let ub = ubatch_for(&net, opts);
+    Ok(plan_bytes(file, &net, &experts, opts.n_ctx) + scratch_bytes(&net, opts.n_ctx, ub))
+}
+
+/// The prefill batch: `opts.ubatch`, fewer where the split attention's partials would pass
+/// 256 MiB at this context.
+fn ubatch_for(net: &Hybrid, opts: &CudaOptions) -> usize {
+    let a = &net.cfg.attn;
+    let per_token = a.n_head * opts.n_ctx.max(1).div_ceil(256) * (a.head_dim + 2) * 4;
+    opts.ubatch.clamp(1, ((256usize << 20) / per_token.max(1)).max(1))
+}
+
+/// The scratch of a pass of `ub` tokens.
+fn scratch_bytes(net: &Hybrid, n_ctx: usize, ub: usize) -> u64 {
+    let c = &net.cfg;
+    let (a, d) = (&c.attn, &c.delta);
+    let (k, eff, sff, ne) = c.moe.as_ref().map_or((1, 0, 0, 0), |m| (m.n_used, m.expert_ff, m.shared_ff, m.n_expert));
+    let hq = a.n_head * a.head_dim;
+    let split = n_ctx.max(1).div_ceil(256);
+    let row = 2 * c.hidden + 2 * d.conv_dim() + 2 * d.value_dim() + 2 * d.n_v_heads + 4 * hq + 2 * a.kv_width() + a.n_head * split * (a.head_dim + 2)
+        + c.ff.max(k * eff) + k * c.hidden + sff + c.hidden + 1 + ne + 2 * k;
+    (ub * row + c.n_vocab + 2 + ub) as u64 * 4
 }
 
 fn load_net(file: &GgufFile) -> Result<(Hybrid, Vec<Option<[Mat; 3]>>)> {
@@ -200,8 +227,7 @@ fn plan_bytes(file: &GgufFile, net: &Hybrid, experts: &[Option<[Mat; 3]>], n_ctx
     let weights: u64 = file.tensors().iter().map(|t| file.tensor_data(t).len() as u64).sum();
     let _ = experts;
     let state = xwen_engine::models::hybrid::state_bytes(cfg, n_ctx, (xwen_engine::KvType::F16, xwen_engine::KvType::F16));
-    let scratch = (cfg.n_vocab as u64 + 64 * cfg.hidden as u64) * 4 + (64 << 20);
-    weights + state + scratch
+    weights + state
 }
 
 impl CudaModel {
@@ -209,7 +235,8 @@ impl CudaModel {
     pub fn load(file: &GgufFile, opts: &CudaOptions) -> Result<CudaModel> {
         let (net, experts) = load_net(file)?;
         let gpu = Gpu::new(opts.device)?;
-        let need = plan_bytes(file, &net, &experts, opts.n_ctx);
+        let ubatch = ubatch_for(&net, opts);
+        let need = plan_bytes(file, &net, &experts, opts.n_ctx) + scratch_bytes(&net, opts.n_ctx, ubatch);
         if need + (256 << 20) > gpu.info.free_bytes {
             return Err(CudaError::TooBig {
                 need_mib: need >> 20,
@@ -319,32 +346,34 @@ impl CudaModel {
         let vd = dd.value_dim();
         let hq = att.n_head * att.head_dim;
         let shared_ff = cfg.moe.as_ref().map_or(0, |m| m.shared_ff);
-        let ffn_w = cfg.ff.max(n_used * expert_ff).max(shared_ff).max(1);
+        let ffn_w = cfg.ff.max(n_used * expert_ff).max(1);
+        let t = ubatch;
         let f = |n: usize| gpu.zeros(n * 4);
         let sc = Scratch {
-            step: f(2)?,
-            x: f(h)?,
-            xn: f(h)?,
-            qkv: f(cd)?,
-            z: f(vd)?,
-            beta: f(dd.n_v_heads)?,
-            alpha: f(dd.n_v_heads)?,
-            conv: f(cd)?,
-            delta_o: f(vd)?,
-            qg: f(2 * hq)?,
-            k: f(att.kv_width())?,
-            v: f(att.kv_width())?,
-            q: f(hq)?,
-            part_o: f(att.n_head * d.n_split * att.head_dim)?,
-            part_ml: f(att.n_head * d.n_split * 2)?,
-            attn_o: f(hq)?,
-            ffn_h: f(ffn_w)?,
-            ys: f(n_used.max(1) * h)?,
-            sh_y: f(h)?,
-            sg: f(1)?,
-            router: f(n_expert.max(1))?,
-            ids: f(n_used.max(1))?,
-            weights: f(n_used.max(1))?,
+            step: f(1 + t)?,
+            x: f(t * h)?,
+            xn: f(t * h)?,
+            qkv: f(t * cd)?,
+            z: f(t * vd)?,
+            beta: f(t * dd.n_v_heads)?,
+            alpha: f(t * dd.n_v_heads)?,
+            conv: f(t * cd)?,
+            delta_o: f(t * vd)?,
+            qg: f(t * 2 * hq)?,
+            k: f(t * att.kv_width())?,
+            v: f(t * att.kv_width())?,
+            q: f(t * hq)?,
+            part_o: f(t * att.n_head * d.n_split * att.head_dim)?,
+            part_ml: f(t * att.n_head * d.n_split * 2)?,
+            attn_o: f(t * hq)?,
+            ffn_h: f(t * ffn_w)?,
+            ys: f(t * n_used.max(1) * h)?,
+            sh_h: f(t * shared_ff.max(1))?,
+            sh_y: f(t * h)?,
+            sg: f(t)?,
+            router: f(t * n_expert.max(1))?,
+            ids: f(t * n_used.max(1))?,
+            weights: f(t * n_used.max(1))?,
             logits: f(d.n_vocab)?,
             token: f(1)?,
         };
@@ -357,6 +386,7 @@ impl CudaModel {
             sc,
             graph: None,
             use_graph: opts.graph,
+            ubatch,
             pos: 0,
             n_ctx,
             d,
@@ -404,18 +434,12 @@ impl CudaModel {
     /// Feeds `token` at the next position; returns the greedy next token (the argmax of its
     /// logits, computed on the device: the step's one host sync). `logits()` reads the rest.
     pub fn step(&mut self, token: u32) -> Result<u32> {
-        if token as usize >= self.d.n_vocab {
-            return Err(CudaError::TokenOutOfRange { id: token, n_vocab: self.d.n_vocab });
-        }
-        if self.pos >= self.n_ctx {
-            return Err(CudaError::ContextFull { pos: self.pos, n_ctx: self.n_ctx });
-        }
-        let params: Vec<u8> = [self.pos as i32, token as i32].iter().flat_map(|v| v.to_le_bytes()).collect();
-        self.gpu.write(&mut self.sc.step, &params)?;
+        self.check(&[token])?;
+        self.write_step(&[token])?;
         if self.use_graph {
             if self.graph.is_none() {
                 self.gpu.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-                let recorded = self.record();
+                let recorded = self.record(1);
                 let graph = self.gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0))?;
                 recorded?;
                 self.graph = Some(graph.ok_or_else(|| CudaError::Unsupported("stream capture made no graph".into()))?);
@@ -424,103 +448,156 @@ impl CudaModel {
                 g.launch()?;
             }
         } else {
-            self.record()?;
+            self.record(1)?;
         }
         self.pos += 1;
         let t = self.gpu.read_i32(&self.sc.token, 1)?;
         Ok(t[0] as u32)
     }
 
-    /// Feeds a prompt token by token; returns the greedy token after its last.
+    /// Feeds a prompt in batches of up to `ubatch()` tokens (each weight read once a batch);
+    /// returns the greedy token after its last. The logits are the last token's.
     pub fn prefill(&mut self, tokens: &[u32]) -> Result<u32> {
-        let mut next = 0;
-        for &t in tokens {
-            next = self.step(t)?;
+        self.check(tokens)?;
+        if tokens.len() == 1 {
+            return self.step(tokens[0]);
         }
-        Ok(next)
+        for chunk in tokens.chunks(self.ubatch) {
+            self.write_step(chunk)?;
+            self.record(chunk.len())?;
+            self.pos += chunk.len();
+        }
+        let t = self.gpu.read_i32(&self.sc.token, 1)?;
+        Ok(t[0] as u32)
     }
 
-    /// The logits of the last step.
+    /// The most tokens one prefill pass takes.
+    pub fn ubatch(&self) -> usize {
+        self.ubatch
+    }
+
+    fn check(&self, tokens: &[u32]) -> Result<()> {
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.d.n_vocab) {
+            return Err(CudaError::TokenOutOfRange { id, n_vocab: self.d.n_vocab });
+        }
+        if self.pos + tokens.len() > self.n_ctx {
+            return Err(CudaError::ContextFull { pos: self.pos + tokens.len(), n_ctx: self.n_ctx });
+        }
+        Ok(())
+    }
+
+    /// The step's parameters: [first position, token ids…].
+    fn write_step(&mut self, tokens: &[u32]) -> Result<()> {
+        let params: Vec<u8> = std::iter::once(self.pos as i32).chain(tokens.iter().map(|&t| t as i32)).flat_map(|v| v.to_le_bytes()).collect();
+        self.gpu.write(&mut self.sc.step, &params)
+    }
+
+    /// The logits of the last token fed.
     pub fn logits(&self) -> Result<Vec<f32>> {
         self.gpu.read_f32(&self.sc.logits, self.d.n_vocab)
     }
 
-    /// Enqueues one decode step (what the graph captures).
-    fn record(&self) -> Result<()> {
+    /// Enqueues a pass of `n` tokens (what the decode graph captures at n = 1).
+    fn record(&self, n: usize) -> Result<()> {
         let g = &self.gpu;
         let d = &self.d;
         let sc = &self.sc;
         let h = d.hidden;
-        let eps = d.eps;
-        g.launch("embed", (((h + 255) / 256) as u32, 1), 256, 0, &[Arg::Ptr(self.tok_embd.buf.ptr), Arg::I32(self.tok_embd.ty), Arg::I32(h as i32), Arg::I64(self.tok_embd.row_bytes as i64), Arg::Ptr(sc.step.ptr), Arg::Ptr(sc.x.ptr)])?;
+        g.launch("embed", (h.div_ceil(256) as u32, n as u32), 256, 0, &[Arg::Ptr(self.tok_embd.buf.ptr), Arg::I32(self.tok_embd.ty), Arg::I32(h as i32), Arg::I64(self.tok_embd.row_bytes as i64), Arg::Ptr(sc.step.at(4)), Arg::Ptr(sc.x.ptr)])?;
         for l in &self.layers {
-            self.rms_norm(sc.x.ptr, l.attn_norm.ptr, sc.xn.ptr)?;
+            self.rms_norm(sc.x.ptr, l.attn_norm.ptr, sc.xn.ptr, n)?;
             match &l.mixer {
-                DevMixer::Delta(w) => self.delta(w)?,
-                DevMixer::Attn(w) => self.attention(w)?,
+                DevMixer::Delta(w) => self.delta(w, n)?,
+                DevMixer::Attn(w) => self.attention(w, n)?,
             }
-            self.rms_norm(sc.x.ptr, l.post_norm.ptr, sc.xn.ptr)?;
+            self.rms_norm(sc.x.ptr, l.post_norm.ptr, sc.xn.ptr, n)?;
             match &l.ffn {
                 DevFfn::Dense(w) => {
-                    self.glu(w, None, sc.xn.ptr, 0, sc.ffn_h.ptr, 0, 1)?;
-                    self.mv(&w.down, None, sc.ffn_h.ptr, 0, sc.x.ptr, 0, Some(sc.x.ptr), 1)?;
+                    self.glu(w, sc.xn.ptr, sc.ffn_h.ptr, n)?;
+                    self.proj(&w.down, sc.ffn_h.ptr, sc.x.ptr, Some(sc.x.ptr), n)?;
                 }
-                DevFfn::Moe(w) => self.moe(w)?,
+                DevFfn::Moe(w) => self.moe(w, n)?,
             }
         }
-        self.rms_norm(sc.x.ptr, self.output_norm.ptr, sc.xn.ptr)?;
-        self.mv(&self.output, None, sc.xn.ptr, 0, sc.logits.ptr, 0, None, 1)?;
-        g.launch("argmax", (1, 1), 1024, 0, &[Arg::Ptr(sc.logits.ptr), Arg::I32(d.n_vocab as i32), Arg::Ptr(sc.token.ptr)])?;
-        let _ = eps;
-        Ok(())
+        // the head reads the last token only
+        let last = sc.x.at((n - 1) * h * 4);
+        self.rms_norm(last, self.output_norm.ptr, sc.xn.ptr, 1)?;
+        self.proj(&self.output, sc.xn.ptr, sc.logits.ptr, None, 1)?;
+        g.launch("argmax", (1, 1), 1024, 0, &[Arg::Ptr(sc.logits.ptr), Arg::I32(d.n_vocab as i32), Arg::Ptr(sc.token.ptr)])
     }
 
-    fn rms_norm(&self, x: u64, w: u64, y: u64) -> Result<()> {
-        self.gpu.launch("rms_norm", (1, 1), 1024, 0, &[Arg::Ptr(x), Arg::Ptr(w), Arg::Ptr(y), Arg::I32(self.d.hidden as i32), Arg::F32(self.d.eps)])
+    /// RMSNorm of `n` rows of the hidden width.
+    fn rms_norm(&self, x: u64, w: u64, y: u64, n: usize) -> Result<()> {
+        self.gpu.launch("rms_norm", (n as u32, 1), 1024, 0, &[Arg::Ptr(x), Arg::Ptr(w), Arg::Ptr(y), Arg::I32(self.d.hidden as i32), Arg::F32(self.d.eps)])
     }
 
-    /// y[s] = W_{ids[s]}·x[s] (+ res[s]) for `slots` slots.
-    #[allow(clippy::too_many_arguments)]
-    fn mv(&self, w: &DevMat, ids: Option<u64>, x: u64, x_stride: usize, y: u64, y_stride: usize, res: Option<u64>, slots: usize) -> Result<()> {
-        mv(&self.gpu, w, ids, x, x_stride, y, y_stride, res, slots)
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn glu(&self, w: &Glu, ids: Option<u64>, x: u64, x_stride: usize, h: u64, h_stride: usize, slots: usize) -> Result<()> {
-        let (gm, um) = (&w.gate, &w.up);
+    /// y[t] = W·x[t] (+ res[t]) for n rows of x (as wide as W), y rows as wide as W is tall.
+    fn proj(&self, w: &DevMat, x: u64, y: u64, res: Option<u64>, n: usize) -> Result<()> {
+        if n == 1 {
+            return mv(&self.gpu, w, None, x, 0, 1, y, 0, res, 1);
+        }
         self.gpu.launch(
-            "mv_glu",
-            (gm.rows.div_ceil(MV_WARPS) as u32, slots as u32),
+            "mm",
+            (w.rows.div_ceil(MV_WARPS) as u32, n.div_ceil(MM_T) as u32),
+            (32 * MV_WARPS) as u32,
+            0,
+            &[
+                Arg::Ptr(w.buf.ptr),
+                Arg::I32(w.ty),
+                Arg::I32(w.rows as i32),
+                Arg::I32(w.cols as i32),
+                Arg::I64(w.row_bytes as i64),
+                Arg::Ptr(x),
+                Arg::I64(w.cols as i64),
+                Arg::I32(n as i32),
+                Arg::Ptr(y),
+                Arg::I64(w.rows as i64),
+                Arg::Ptr(res.unwrap_or(0)),
+            ],
+        )
+    }
+
+    /// h[t] = silu(gate·x[t]) ⊙ (up·x[t]) for n rows.
+    fn glu(&self, w: &Glu, x: u64, h: u64, n: usize) -> Result<()> {
+        let (gm, um) = (&w.gate, &w.up);
+        if n == 1 || gm.ty != um.ty || gm.row_bytes != um.row_bytes {
+            return mv_glu(&self.gpu, w, None, x, gm.cols, 1, h, gm.rows, n);
+        }
+        self.gpu.launch(
+            "mm_glu",
+            (gm.rows.div_ceil(MV_WARPS) as u32, n.div_ceil(MM_T) as u32),
             (32 * MV_WARPS) as u32,
             0,
             &[
                 Arg::Ptr(gm.buf.ptr),
                 Arg::Ptr(um.buf.ptr),
                 Arg::I32(gm.ty),
-                Arg::I32(um.ty),
                 Arg::I32(gm.rows as i32),
                 Arg::I32(gm.cols as i32),
                 Arg::I64(gm.row_bytes as i64),
-                Arg::I64(um.row_bytes as i64),
-                Arg::I64(gm.mat_bytes() as i64),
-                Arg::I64(um.mat_bytes() as i64),
-                Arg::Ptr(ids.unwrap_or(0)),
                 Arg::Ptr(x),
-                Arg::I64(x_stride as i64),
+                Arg::I64(gm.cols as i64),
+                Arg::I32(n as i32),
                 Arg::Ptr(h),
-                Arg::I64(h_stride as i64),
+                Arg::I64(gm.rows as i64),
             ],
         )
     }
 
-    fn delta(&self, w: &DeltaLayer) -> Result<()> {
+    fn delta(&self, w: &DeltaLayer, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        self.mv(&w.qkv, None, sc.xn.ptr, 0, sc.qkv.ptr, 0, None, 1)?;
-        self.mv(&w.z, None, sc.xn.ptr, 0, sc.z.ptr, 0, None, 1)?;
-        self.mv(&w.beta, None, sc.xn.ptr, 0, sc.beta.ptr, 0, None, 1)?;
-        self.mv(&w.alpha, None, sc.xn.ptr, 0, sc.alpha.ptr, 0, None, 1)?;
+        self.proj(&w.qkv, sc.xn.ptr, sc.qkv.ptr, None, n)?;
+        self.proj(&w.z, sc.xn.ptr, sc.z.ptr, None, n)?;
+        self.proj(&w.beta, sc.xn.ptr, sc.beta.ptr, None, n)?;
+        self.proj(&w.alpha, sc.xn.ptr, sc.alpha.ptr, None, n)?;
         let cd = w.qkv.rows;
-        g.launch("conv_step", (cd.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(sc.qkv.ptr), Arg::Ptr(w.conv_state.ptr), Arg::Ptr(w.taps.ptr), Arg::Ptr(sc.conv.ptr), Arg::I32(cd as i32), Arg::I32(d.conv_kernel as i32)])?;
+        g.launch(
+            "conv_step",
+            (cd.div_ceil(256) as u32, 1),
+            256,
+            0,
+            &[Arg::Ptr(sc.qkv.ptr), Arg::Ptr(w.conv_state.ptr), Arg::Ptr(w.taps.ptr), Arg::Ptr(sc.conv.ptr), Arg::I32(cd as i32), Arg::I32(d.conv_kernel as i32), Arg::I32(n as i32)],
+        )?;
         g.launch(
             "delta_step",
             (d.hv as u32, 1),
@@ -541,20 +618,21 @@ impl CudaModel {
                 Arg::I32(d.sd as i32),
                 Arg::I32(d.tiled as i32),
                 Arg::F32(d.eps),
+                Arg::I32(n as i32),
             ],
         )?;
-        self.mv(&w.out, None, sc.delta_o.ptr, 0, sc.x.ptr, 0, Some(sc.x.ptr), 1)
+        self.proj(&w.out, sc.delta_o.ptr, sc.x.ptr, Some(sc.x.ptr), n)
     }
 
-    fn attention(&self, w: &AttnLayer) -> Result<()> {
+    fn attention(&self, w: &AttnLayer, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        self.mv(&w.q, None, sc.xn.ptr, 0, sc.qg.ptr, 0, None, 1)?;
-        self.mv(&w.k, None, sc.xn.ptr, 0, sc.k.ptr, 0, None, 1)?;
-        self.mv(&w.v, None, sc.xn.ptr, 0, sc.v.ptr, 0, None, 1)?;
+        self.proj(&w.q, sc.xn.ptr, sc.qg.ptr, None, n)?;
+        self.proj(&w.k, sc.xn.ptr, sc.k.ptr, None, n)?;
+        self.proj(&w.v, sc.xn.ptr, sc.v.ptr, None, n)?;
         let block = d.hd.div_ceil(32) * 32;
         g.launch(
             "attn_heads",
-            ((d.n_head + d.n_head_kv) as u32, 1),
+            ((d.n_head + d.n_head_kv) as u32, n as u32),
             block as u32,
             (d.hd * 4) as u32,
             &[
@@ -576,9 +654,9 @@ impl CudaModel {
                 Arg::F32(d.eps),
             ],
         )?;
-        g.launch(
+        self.gpu.launch_3d(
             "attn_split",
-            (d.n_head as u32, d.n_split as u32),
+            (d.n_head as u32, d.n_split as u32, n as u32),
             128,
             0,
             &[
@@ -594,44 +672,46 @@ impl CudaModel {
                 Arg::F32(1.0 / (d.hd as f32).sqrt()),
             ],
         )?;
-        g.launch("attn_merge", (d.n_head as u32, 1), block as u32, 0, &[Arg::Ptr(sc.part_o.ptr), Arg::Ptr(sc.part_ml.ptr), Arg::Ptr(sc.qg.ptr), Arg::Ptr(sc.attn_o.ptr), Arg::I32(d.hd as i32), Arg::I32(d.n_split as i32)])?;
-        self.mv(&w.o, None, sc.attn_o.ptr, 0, sc.x.ptr, 0, Some(sc.x.ptr), 1)
+        g.launch("attn_merge", (d.n_head as u32, n as u32), block as u32, 0, &[Arg::Ptr(sc.part_o.ptr), Arg::Ptr(sc.part_ml.ptr), Arg::Ptr(sc.qg.ptr), Arg::Ptr(sc.attn_o.ptr), Arg::I32(d.hd as i32), Arg::I32(d.n_split as i32)])?;
+        self.proj(&w.o, sc.attn_o.ptr, sc.x.ptr, Some(sc.x.ptr), n)
     }
 
-    fn moe(&self, w: &MoeLayer) -> Result<()> {
+    fn moe(&self, w: &MoeLayer, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        let k = d.n_used;
-        self.mv(&w.router, None, sc.xn.ptr, 0, sc.router.ptr, 0, None, 1)?;
+        let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
+        self.proj(&w.router, sc.xn.ptr, sc.router.ptr, None, n)?;
         g.launch(
             "moe_route",
-            (1, 1),
+            (n as u32, 1),
             256,
             (d.n_expert * 4) as u32,
             &[Arg::Ptr(sc.router.ptr), Arg::I32(d.n_expert as i32), Arg::I32(k as i32), Arg::I32(d.norm_w as i32), Arg::F32(d.w_scale), Arg::Ptr(sc.ids.ptr), Arg::Ptr(sc.weights.ptr)],
         )?;
-        let eff = d.expert_ff;
-        self.glu(&w.experts, Some(sc.ids.ptr), sc.xn.ptr, 0, sc.ffn_h.ptr, eff, k)?;
-        self.mv(&w.experts.down, Some(sc.ids.ptr), sc.ffn_h.ptr, eff, sc.ys.ptr, d.hidden, None, k)?;
+        // every (token, slot) its expert's products: a token's k slots read its row of xn
+        mv_glu(g, &w.experts, Some(sc.ids.ptr), sc.xn.ptr, h, k, sc.ffn_h.ptr, eff, n * k)?;
+        mv(g, &w.experts.down, Some(sc.ids.ptr), sc.ffn_h.ptr, eff, 1, sc.ys.ptr, h, None, n * k)?;
         let mut shared = 0u64;
         let mut sg = 0u64;
         if let Some(s) = &w.shared {
-            // the routed experts' hidden in ffn_h is spent (their down product ran): reuse it
-            self.glu(s, None, sc.xn.ptr, 0, sc.ffn_h.ptr, 0, 1)?;
-            self.mv(&s.down, None, sc.ffn_h.ptr, 0, sc.sh_y.ptr, 0, None, 1)?;
+            self.glu(s, sc.xn.ptr, sc.sh_h.ptr, n)?;
+            self.proj(&s.down, sc.sh_h.ptr, sc.sh_y.ptr, None, n)?;
             shared = sc.sh_y.ptr;
             if let Some(gate) = &w.shared_gate {
-                self.mv(gate, None, sc.xn.ptr, 0, sc.sg.ptr, 0, None, 1)?;
+                self.proj(gate, sc.xn.ptr, sc.sg.ptr, None, n)?;
                 sg = sc.sg.ptr;
             }
         }
-        g.launch("moe_combine", (d.hidden.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(sc.x.ptr), Arg::Ptr(sc.ys.ptr), Arg::Ptr(sc.weights.ptr), Arg::I32(k as i32), Arg::I32(d.hidden as i32), Arg::Ptr(shared), Arg::Ptr(sg)])
+        g.launch("moe_combine", (h.div_ceil(256) as u32, n as u32), 256, 0, &[Arg::Ptr(sc.x.ptr), Arg::Ptr(sc.ys.ptr), Arg::Ptr(sc.weights.ptr), Arg::I32(k as i32), Arg::I32(h as i32), Arg::Ptr(shared), Arg::Ptr(sg)])
     }
 }
 
 const MV_WARPS: usize = 4;
+/// Tokens a pass of the `mm` kernels (kernels.cu MM_T).
+const MM_T: usize = 8;
 
+/// y[s] = W_{ids[s]}·x[s / x_div] (+ res[s]) for `slots` slots.
 #[allow(clippy::too_many_arguments)]
-fn mv(g: &Gpu, w: &DevMat, ids: Option<u64>, x: u64, x_stride: usize, y: u64, y_stride: usize, res: Option<u64>, slots: usize) -> Result<()> {
+fn mv(g: &Gpu, w: &DevMat, ids: Option<u64>, x: u64, x_stride: usize, x_div: usize, y: u64, y_stride: usize, res: Option<u64>, slots: usize) -> Result<()> {
     g.launch(
         "mv",
         (w.rows.div_ceil(MV_WARPS) as u32, slots as u32),
@@ -647,9 +727,40 @@ fn mv(g: &Gpu, w: &DevMat, ids: Option<u64>, x: u64, x_stride: usize, y: u64, y_
             Arg::Ptr(ids.unwrap_or(0)),
             Arg::Ptr(x),
             Arg::I64(x_stride as i64),
+            Arg::I32(x_div.max(1) as i32),
             Arg::Ptr(y),
             Arg::I64(y_stride as i64),
             Arg::Ptr(res.unwrap_or(0)),
+        ],
+    )
+}
+
+/// h[s] = silu(G_{ids[s]}·x[s / x_div]) ⊙ (U_{ids[s]}·x[s / x_div]) for `slots` slots.
+#[allow(clippy::too_many_arguments)]
+fn mv_glu(g: &Gpu, w: &Glu, ids: Option<u64>, x: u64, x_stride: usize, x_div: usize, h: u64, h_stride: usize, slots: usize) -> Result<()> {
+    let (gm, um) = (&w.gate, &w.up);
+    g.launch(
+        "mv_glu",
+        (gm.rows.div_ceil(MV_WARPS) as u32, slots as u32),
+        (32 * MV_WARPS) as u32,
+        0,
+        &[
+            Arg::Ptr(gm.buf.ptr),
+            Arg::Ptr(um.buf.ptr),
+            Arg::I32(gm.ty),
+            Arg::I32(um.ty),
+            Arg::I32(gm.rows as i32),
+            Arg::I32(gm.cols as i32),
+            Arg::I64(gm.row_bytes as i64),
+            Arg::I64(um.row_bytes as i64),
+            Arg::I64(gm.mat_bytes() as i64),
+            Arg::I64(um.mat_bytes() as i64),
+            Arg::Ptr(ids.unwrap_or(0)),
+            Arg::Ptr(x),
+            Arg::I64(x_stride as i64),
+            Arg::I32(x_div.max(1) as i32),
+            Arg::Ptr(h),
+            Arg::I64(h_stride as i64),
         ],
     )
 }
@@ -663,6 +774,10 @@ impl Uploader<'_> {
     /// A matrix or a whole stack, its bytes as the file holds them.
     fn mat(&self, m: &Mat) -> Result<DevMat> {
         let ty = device_type(m.ty).ok_or_else(|| CudaError::Unsupported(format!("{}: type {} has no CUDA kernel yet", m.info.name, m.ty.name())))?;
+        if m.cols % 4 != 0 {
+            // the products read activations four floats at a time
+            return Err(CudaError::Unsupported(format!("{}: {} columns (the CUDA products take multiples of 4)", m.info.name, m.cols)));
+        }
         let data = self.file.tensor_data(&m.info);
         Ok(DevMat { buf: self.gpu.upload(data)?, ty, rows: m.rows, cols: m.cols, row_bytes: m.row_bytes() })
     }

@@ -60,7 +60,7 @@ fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
 }
 
 fn gpu_model(file: &xwen_gguf::GgufFile, graph: bool) -> CudaModel {
-    CudaModel::load(file, &CudaOptions { device: 0, n_ctx: 512, graph }).unwrap_or_else(|e| panic!("{e}"))
+    CudaModel::load(file, &CudaOptions { device: 0, n_ctx: 512, graph, ubatch: 64 }).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -85,6 +85,23 @@ fn logits_follow_the_cpu_at_every_position() {
         }
         println!("{}: rel-L2 mean {:.2e}, worst {:.2e} at position {} (bound {bound:.0e})", path.display(), sum / toks.len() as f64, worst.0, worst.1);
         assert!(worst.0 < bound, "{}: rel-L2 {:.3e} at position {} over {bound}", path.display(), worst.0, worst.1);
+        // the same prompt prefilled in passes of 64 (the last one partial), against the CPU's
+        // last logits: the batched products and the multi-token attention / scan / MoE
+        let want = {
+            let mut st = cpu.new_state();
+            cpu.forward(&mut st, &toks, LogitsMode::Last).unwrap()
+        };
+        let mut batched = gpu_model(cpu.gguf(), true);
+        batched.prefill(&toks).unwrap();
+        let e = rel_l2(&batched.logits().unwrap(), &want);
+        println!("{}: prefilled in passes of {}: rel-L2 {e:.2e} at the last position", path.display(), batched.ubatch());
+        assert!(e < bound, "{}: batched prefill rel-L2 {e:.3e} over {bound}", path.display());
+        // and decoding goes on from the prefilled state as from the stepped one
+        let t = toks[0];
+        batched.step(t).unwrap();
+        gpu.step(t).unwrap();
+        let e2 = rel_l2(&batched.logits().unwrap(), &gpu.logits().unwrap());
+        assert!(e2 < bound, "{}: decode after a batched prefill: rel-L2 {e2:.3e}", path.display());
     }
 }
 

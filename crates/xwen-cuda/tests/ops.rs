@@ -50,6 +50,7 @@ fn check_mv(g: &Gpu, ty: GgmlType, rows: usize, cols: usize, n_mat: usize, slots
                 Arg::Ptr(idd.ptr),
                 Arg::Ptr(xd.ptr),
                 Arg::I64(cols as i64),
+                Arg::I32(1),
                 Arg::Ptr(yd.ptr),
                 Arg::I64(rows as i64),
                 Arg::Ptr(if with_res { rd.ptr } else { 0 }),
@@ -148,7 +149,7 @@ fn conv_step_matches_the_definition() {
         let state = noise((kernel - 1) * cd, 2);
         let x = noise(cd, 3);
         let (td, mut sd, xd, od) = (g.upload_f32(&taps).unwrap(), g.upload_f32(&state).unwrap(), g.upload_f32(&x).unwrap(), g.zeros(cd * 4).unwrap());
-        g.launch("conv_step", (cd.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(xd.ptr), Arg::Ptr(sd.ptr), Arg::Ptr(td.ptr), Arg::Ptr(od.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32)]).unwrap();
+        g.launch("conv_step", (cd.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(xd.ptr), Arg::Ptr(sd.ptr), Arg::Ptr(td.ptr), Arg::Ptr(od.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(1)]).unwrap();
         let out = g.read_f32(&od, cd).unwrap();
         let st = g.read_f32(&sd, (kernel - 1) * cd).unwrap();
         for c in 0..cd {
@@ -197,7 +198,7 @@ fn delta_step_matches_the_definition() {
                 (hv as u32, 1),
                 256,
                 0,
-                &[Arg::Ptr(cvd.ptr), Arg::Ptr(zd.ptr), Arg::Ptr(bd.ptr), Arg::Ptr(ald.ptr), Arg::Ptr(dtd.ptr), Arg::Ptr(ad.ptr), Arg::Ptr(sdev.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(od.ptr), Arg::I32(hk as i32), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::I32(tiled as i32), Arg::F32(eps)],
+                &[Arg::Ptr(cvd.ptr), Arg::Ptr(zd.ptr), Arg::Ptr(bd.ptr), Arg::Ptr(ald.ptr), Arg::Ptr(dtd.ptr), Arg::Ptr(ad.ptr), Arg::Ptr(sdev.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(od.ptr), Arg::I32(hk as i32), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::I32(tiled as i32), Arg::F32(eps), Arg::I32(1)],
             )
             .unwrap();
             let got = g.read_f32(&od, hv * sd).unwrap();
@@ -290,7 +291,7 @@ fn attention_at_a_position_matches_the_definition() {
             &[Arg::Ptr(qgd.ptr), Arg::Ptr(kd.ptr), Arg::Ptr(vd.ptr), Arg::Ptr(qnd.ptr), Arg::Ptr(knd.ptr), Arg::Ptr(0), Arg::Ptr(step.ptr), Arg::Ptr(qd.ptr), Arg::Ptr(kc.ptr), Arg::Ptr(vc.ptr), Arg::I32(n_head as i32), Arg::I32(n_kv as i32), Arg::I32(hd as i32), Arg::I32(n_rot as i32), Arg::F32(theta_scale), Arg::F32(eps)],
         )
         .unwrap();
-        g.launch("attn_split", (n_head as u32, n_split as u32), 128, 0, &[Arg::Ptr(qd.ptr), Arg::Ptr(kc.ptr), Arg::Ptr(vc.ptr), Arg::Ptr(step.ptr), Arg::Ptr(po.ptr), Arg::Ptr(pml.ptr), Arg::I32(n_head as i32), Arg::I32(n_kv as i32), Arg::I32(hd as i32), Arg::F32(1.0 / (hd as f32).sqrt())]).unwrap();
+        g.launch_3d("attn_split", (n_head as u32, n_split as u32, 1), 128, 0, &[Arg::Ptr(qd.ptr), Arg::Ptr(kc.ptr), Arg::Ptr(vc.ptr), Arg::Ptr(step.ptr), Arg::Ptr(po.ptr), Arg::Ptr(pml.ptr), Arg::I32(n_head as i32), Arg::I32(n_kv as i32), Arg::I32(hd as i32), Arg::F32(1.0 / (hd as f32).sqrt())]).unwrap();
         g.launch("attn_merge", (n_head as u32, 1), hd as u32, 0, &[Arg::Ptr(po.ptr), Arg::Ptr(pml.ptr), Arg::Ptr(qgd.ptr), Arg::Ptr(out.ptr), Arg::I32(hd as i32), Arg::I32(n_split as i32)]).unwrap();
         let mut krow = Vec::new();
         for h in 0..n_kv {
