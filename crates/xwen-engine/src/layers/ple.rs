@@ -52,6 +52,7 @@ impl PleDims {
 
     /// The table rows of the token at `ctx[0]` whose predecessors are ctx[1..] (nearest first,
     /// None before the sequence start), one per head.
+    #[allow(clippy::needless_range_loop)] // the hash reads like llama.cpp's set_input
     pub fn rows_of(&self, ctx: &[Option<u32>], out: &mut Vec<usize>) {
         let mut c = vec![0u64; self.ngram];
         c[0] = ctx[0].unwrap_or(self.eos) as u64;
@@ -101,6 +102,7 @@ impl PleWeights {
 
 /// Adds the n-gram embedding to the streams x (rows.n × hc × n) of the batch whose tokens are
 /// `tokens` (row order); `states[i]` is span i's PLE state, advanced past its rows.
+#[allow(clippy::too_many_arguments)] // the batch, its tokens and the sequences' states
 pub fn forward(ctx: &Ctx, w: &PleWeights, table: &Mat, d: &PleDims, x: &mut [f32], tokens: &[u32], rows: &Rows, states: &mut [&mut DeltaState]) -> Result<()> {
     let (hc, n) = (d.hc, d.n);
     let wide = hc * n;

@@ -12,6 +12,7 @@
 //!     scores is reproduced here;
 //!   - it attends to the picked blocks that it can see, plus the (p + 1) mod r newest
 //!     positions (the incomplete tail), within its causal range.
+//!
 //! A query that sees no more than budget/r blocks attends to every position (dense).
 
 use crate::backend::AttnHeads;

@@ -71,6 +71,7 @@ fn u64s(f: &GgufFile, key: &str, n: usize) -> Result<Vec<u64>> {
 }
 
 impl Qwen4Exp {
+    #[allow(clippy::needless_range_loop)] // layer il's entries of several per-layer lists
     pub fn load(f: &GgufFile) -> Result<(Qwen4Exp, Vec<Option<[Mat; 3]>>)> {
         let mut cfg = Config::from_gguf(f, &SPEC)?;
         cfg.delta.variant = DeltaVariant::GdnSigmoid;
@@ -115,7 +116,7 @@ impl Qwen4Exp {
                 n: h,
                 eps: cfg.eps,
             };
-            if ngram < 2 || d.kernel == 0 || n_heads * d.head_dim != h || d.vocab.iter().any(|&v| v == 0) {
+            if ngram < 2 || d.kernel == 0 || n_heads * d.head_dim != h || d.vocab.contains(&0) {
                 return Err(EngineError::BadHparams(format!("PLE: {ngram}-grams, {n_heads} heads of {} for width {h}", d.head_dim)));
             }
             Some(d)
@@ -134,7 +135,7 @@ impl Qwen4Exp {
             }
             None => None,
         };
-        let md = cfg.moe.clone().ok_or_else(|| EngineError::BadHparams("qwen4exp without experts".into()))?;
+        let md = cfg.moe.ok_or_else(|| EngineError::BadHparams("qwen4exp without experts".into()))?;
         let mut layers = Vec::with_capacity(cfg.n_layer);
         let mut experts = Vec::with_capacity(cfg.n_layer);
         let mut next_extra = cfg.n_layer;
