@@ -12,7 +12,8 @@
 //! Run: cargo test -p xwen-engine --release --test parity -- --nocapture
 //! The summary table also goes to target/parity-summary.txt. With PARITY_DUMP_DIR=<dir> set,
 //! xwen's logits for every case and prompt are written there as .npy, to bisect a failure;
-//! PARITY_FORCE_REFERENCE=1 runs the engine on its scalar reference kernels.
+//! PARITY_FORCE_REFERENCE=1 runs the engine on its scalar reference kernels; PARITY_ONLY=<text>
+//! runs only the fixture folders whose path contains it.
 
 #![allow(clippy::neg_cmp_op_on_partial_ord)] // `!(e <= tol)`: an error that is NaN must fail
 
@@ -584,7 +585,13 @@ fn reproduce_the_fixtures_build() {
 #[test]
 fn parity_suite() {
     reproduce_the_fixtures_build();
-    let dirs = fixture_dirs();
+    let mut dirs = fixture_dirs();
+    // PARITY_ONLY=<text>: only the fixture folders whose path contains it (bisecting one family)
+    if let Ok(only) = std::env::var("PARITY_ONLY") {
+        let root = repo_root().join("tests").join("fixtures").join("parity");
+        dirs.retain(|d| d.strip_prefix(&root).unwrap_or(d).to_string_lossy().contains(&only));
+        eprintln!("PARITY_ONLY={only}: {} fixture folder(s) — NOT the whole suite", dirs.len());
+    }
     assert!(!dirs.is_empty(), "no parity fixtures found under tests/fixtures/parity (regenerate: tools/oracle/make_fixtures.py)");
     report_uncommitted_models(&dirs);
     let mut rows = Vec::new();

@@ -240,6 +240,35 @@ pub trait Backend: Send + Sync {
     /// (as wide as `score`) with the same rows of the banked checkpoints, into `out`.
     fn residual_mix(&self, bank: &[&[f32]], x: &[f32], score: &[f32], eps: f32, out: &mut [f32]);
 
+    /// x ← x·s element-wise (`ggml_scale`).
+    fn scale(&self, x: &mut [f32], s: f32);
+    /// SiLU of every `row`-wide row of x in place (`ggml_silu`: its vector expf covers whole
+    /// lane chunks of a row, so the row length is part of the arithmetic).
+    fn silu_rows(&self, x: &mut [f32], row: usize);
+    /// x ← sigmoid(x) element-wise (`ggml_sigmoid`, libm's expf).
+    fn sigmoid(&self, x: &mut [f32]);
+    /// RMSNorm of every `n`-wide row of x times its stream's weight: row r takes the r mod hc-th
+    /// `n` values of w (hc = w.len() / n): the grouped norm of an hc-wide residual.
+    fn rms_norm_streams(&self, x: &[f32], w: &[f32], n: usize, eps: f32, y: &mut [f32]);
+    /// A hyper-connection mixer's collapse of hc streams: per token and column,
+    /// scale · Σ_s xn_s·sigmoid(gate_s) (`ggml_dsv4_hc_pre_gated`); xn and gate are
+    /// [tokens × hc × n], out [tokens × n].
+    fn hc_pre(&self, xn: &[f32], gate: &[f32], hc: usize, n: usize, scale: f32, out: &mut [f32]);
+    /// A hyper-connection's combine: every stream s of token t adds x_t·w[t·hc + s]
+    /// (`ggml_dsv4_hc_post` with the identity comb); res [tokens × hc × n], x [tokens × n].
+    fn hc_post(&self, res: &mut [f32], x: &[f32], w: &[f32], hc: usize);
+    /// PLE's per-(token, stream) gate from the `n`-wide rows of key and query:
+    /// sigmoid(sgn(s)·√max(|s|, 1e-6)) with s = (key·query)/√n.
+    fn ple_gate(&self, key: &[f32], query: &[f32], n: usize, gate: &mut [f32]);
+    /// PLE's depthwise causal conv of `kernel` taps dilated by `dil` over `window` (the
+    /// (kernel − 1)·dil history rows, then the new rows, `c` channels each); `taps` is
+    /// [channel][kernel]; `out` takes the new rows.
+    fn dilated_conv(&self, window: &[f32], taps: &[f32], kernel: usize, dil: usize, c: usize, out: &mut [f32]);
+    /// `attend` (llama.cpp's plain path, flash attention off, an f32 cache) where batch row t
+    /// sees only the cached positions p with `sel[t][p]` (within its causal range): sparse
+    /// attention's selection mask (QSA) added to the causal one.
+    fn attend_selected(&self, q: &[f32], caches: &[&KvCache], rows: &Rows, heads: &AttnHeads, sel: &[Vec<bool>], out: &mut [f32]);
+
     /// A MoE router's top-k: each `rule.n_expert`-wide row of `logits` (one per token) to its
     /// token's experts and weights (`RouteRule::apply`).
     fn route(&self, logits: &[f32], rule: &RouteRule) -> Vec<Route>;

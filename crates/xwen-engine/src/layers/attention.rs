@@ -116,7 +116,7 @@ pub fn write_kv(ctx: &Ctx, w: &AttnWeights, d: &AttnDims, x: &[f32], rows: &Rows
 /// Each (heads, norm) of `heads` RMS-normed per head and rotated, each row at its own
 /// sequence's position (NeoX rope, or interleaved M-RoPE's text positions where the layer has
 /// rope sections).
-fn norm_rope(ctx: &Ctx, d: &AttnDims, heads: &mut [(&mut [f32], &[f32])], rows: &Rows) {
+pub(crate) fn norm_rope(ctx: &Ctx, d: &AttnDims, heads: &mut [(&mut [f32], &[f32])], rows: &Rows) {
     let still = d.rope_sections.map(|s| ops::imrope_text_still(s, d.n_rot));
     let rope = Rope { n_rot: d.n_rot, base: d.rope_base, still: still.as_deref() };
     ctx.backend.norm_rope_heads(heads, d.eps, &rope, &rows.positions());
@@ -126,7 +126,7 @@ fn norm_rope(ctx: &Ctx, d: &AttnDims, heads: &mut [(&mut [f32], &[f32])], rows: 
 /// and read in a rotated basis (llama.cpp's attention rotation): q and k rotated alike keep
 /// their dot products, v's rotation is undone on the output — returned, for the caller to
 /// undo. Every sequence of a batch shares the model's cache types.
-fn append_kv(ctx: &Ctx, d: &AttnDims, rows: &Rows, kvs: &mut [&mut KvCache], q: Option<&mut [f32]>, k: &mut [f32], v: &mut [f32]) -> Option<usize> {
+pub(crate) fn append_kv(ctx: &Ctx, d: &AttnDims, rows: &Rows, kvs: &mut [&mut KvCache], q: Option<&mut [f32]>, k: &mut [f32], v: &mut [f32]) -> Option<usize> {
     let (hd, kvw) = (d.head_dim, d.kv_width());
     let (k_ty, v_ty) = kvs.first().map_or((KvType::F32, KvType::F32), |kv| (kv.k.ty(), kv.v.ty()));
     let (rot_k, rot_v) = (rotation_k(k_ty, hd), rotation_v(v_ty, hd));

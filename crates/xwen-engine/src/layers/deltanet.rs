@@ -42,6 +42,9 @@ pub struct DeltaDims {
 pub enum DeltaVariant {
     /// Gated DeltaNet: g = a_h·softplus(α_h + dt_h), one decay per V-head; output gate silu(z).
     Gdn,
+    /// Gated DeltaNet with a sigmoid output gate, sigmoid(z) in place of silu(z): qwen4exp
+    /// (llama.cpp's `build_norm_gated` there hard-codes it).
+    GdnSigmoid,
     /// Kimi Delta Attention: g = a_h·softplus(f_b(f_a x) + dt), one decay per key channel of
     /// each head (H_k = H_v); q, k and v convolved (and SiLU'd) as three streams; output gate
     /// sigmoid(g_b(g_a x)).
@@ -76,7 +79,7 @@ impl DeltaDims {
     /// Gate values per (token, V-head): 1 (GDN) or S_k (KDA).
     pub fn gate_width(&self) -> usize {
         match self.variant {
-            DeltaVariant::Gdn => 1,
+            DeltaVariant::Gdn | DeltaVariant::GdnSigmoid => 1,
             DeltaVariant::Kda => self.head_dim,
         }
     }
@@ -85,7 +88,7 @@ impl DeltaDims {
     /// so the row length is part of the arithmetic).
     pub fn conv_silu_row(&self) -> usize {
         match self.variant {
-            DeltaVariant::Gdn => self.conv_dim(),
+            DeltaVariant::Gdn | DeltaVariant::GdnSigmoid => self.conv_dim(),
             DeltaVariant::Kda => self.value_dim(),
         }
     }
@@ -336,7 +339,7 @@ pub fn forward<'a>(ctx: &Ctx<'a>, w: &DeltaNetWeights, d: &DeltaDims, x: &[f32],
     let mut z = z;
     let gate = match d.variant {
         DeltaVariant::Gdn => OutGate::Silu,
-        DeltaVariant::Kda => OutGate::Sigmoid,
+        DeltaVariant::Kda | DeltaVariant::GdnSigmoid => OutGate::Sigmoid,
     };
     ctx.backend.gated_rms_norm(&mut o, &mut z, &w.norm, d.eps, gate);
     ctx.tap("final_output", Some(il), &o, hv * sd);

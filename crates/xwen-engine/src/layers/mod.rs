@@ -6,5 +6,8 @@ pub mod attention;
 pub mod attn_res;
 pub mod deltanet;
 pub mod ffn;
+pub mod hyper_conn;
 pub mod mla;
 pub mod moe;
+pub mod ple;
+pub mod qsa;

@@ -593,7 +593,7 @@ impl LayerPass<'_> {
         // kimi-linear's KDA / MLA
         let mix_name = match (&layer.mixer, cfg.delta.variant) {
             (Mixer::Attn(_), _) => "attn_output",
-            (Mixer::Delta(_), deltanet::DeltaVariant::Gdn) => "linear_attn_out",
+            (Mixer::Delta(_), deltanet::DeltaVariant::Gdn | deltanet::DeltaVariant::GdnSigmoid) => "linear_attn_out",
             (Mixer::Delta(_), deltanet::DeltaVariant::Kda) => "kda_out",
             (Mixer::Mla(_), _) => "mla_out",
         };

@@ -11,6 +11,7 @@ pub mod kimi_linear;
 pub mod mtp;
 pub mod qwen35;
 pub mod qwen3next;
+pub mod qwen4exp;
 
 use crate::batch::Rows;
 use crate::compute::Ctx;
@@ -64,6 +65,7 @@ pub const REGISTRY: &[Architecture] = &[
     Architecture { name: "qwen3next", load: qwen3next::load },
     Architecture { name: "kimi-linear", load: kimi_linear::load },
     Architecture { name: "kimi-k3", load: kimi_k3::load },
+    Architecture { name: "qwen4exp", load: qwen4exp::load },
 ];
 
 /// Architectures xwen recognizes but does not run yet (a clear error, not "unknown").

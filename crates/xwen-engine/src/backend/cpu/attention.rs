@@ -107,6 +107,52 @@ pub fn attend(pool: &Pool, q: &[f32], caches: &[&KvCache], rows: &Rows, a: &Attn
     });
 }
 
+/// The plain path of `attend` with a selection mask: batch row t sees the positions p of its
+/// causal range with `sel[t][p]`; the others score −inf (llama.cpp adds QSA's 0 / −inf
+/// selection to the causal mask), so they take no weight and add exact zeros to kqv's lanes.
+pub fn attend_selected(pool: &Pool, q: &[f32], caches: &[&KvCache], rows: &Rows, a: &AttnHeads, sel: &[Vec<bool>], out: &mut [f32]) {
+    debug_assert_eq!(caches.len(), rows.spans.len(), "one KV cache per span");
+    let (nh, kd, vd) = (a.n_head, a.k_dim, a.v_dim);
+    let group = nh / a.n_head_kv.max(1);
+    let q_of = |t: usize, h: usize| &q[(t * nh + h) * kd..][..kd];
+    let out_p = SharedMut::new(out);
+    let f32_rows: Vec<(&[f32], &[f32])> = caches
+        .iter()
+        .map(|kv| match (&kv.k, &kv.v) {
+            (KvBuf::F32(k), KvBuf::F32(v)) => (&k[..], &v[..]),
+            _ => (&[][..], &[][..]),
+        })
+        .collect();
+    pool.run(rows.spans.len() * nh, &|task| {
+        let (si, h) = (task / nh, task % nh);
+        let (s, (kc, vc)) = (&rows.spans[si], f32_rows[si]);
+        let kvh = h / group;
+        let n_ctx = kc.len() / a.k_row.max(1);
+        let mut scores = vec![0.0f32; n_ctx];
+        let mut lanes = vec![0.0f32; 64 * vd];
+        let one_row = s.len == 1 || s.decode_order;
+        let kq_dot = if nh == 1 && !one_row { xwen_kernels::f32ops::dot_tinyblas } else { ops::dot };
+        for i in 0..s.len {
+            let t = s.start + i;
+            let visible = s.pos0 + i + 1;
+            let qh = q_of(t, h);
+            let keep = &sel[t];
+            for (p, sc) in scores[..visible].iter_mut().enumerate() {
+                *sc = if keep.get(p).copied().unwrap_or(false) {
+                    kq_dot(qh, &kc[p * a.k_row + kvh * kd..][..kd]) * a.scale
+                } else {
+                    f32::NEG_INFINITY
+                };
+            }
+            ops::softmax_masked_inplace(&mut scores[..visible], visible.next_multiple_of(256));
+            // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
+            let oh = unsafe { out_p.slice((t * nh + h) * vd, vd) };
+            let v_at = |p: usize| &vc[p * a.v_row + kvh * vd..][..vd];
+            weighted_v_sum(&scores[..visible], v_at, one_row, &mut lanes, oh);
+        }
+    });
+}
+
 /// out = Σ_p a[p] · v(p), in the rounding of llama.cpp's CPU kqv = mul_mat(vᵀ, kq), whose
 /// reduction runs over the KV positions separately for every output element, with the lane
 /// width L of the build reproduced (`f32ops::tinyblas_lanes`: 8 for AVX2, 16 for AVX-512):

@@ -10,6 +10,7 @@ pub mod experts;
 pub mod flash_attn;
 pub mod products;
 pub mod rowwise;
+pub mod streams;
 
 use crate::backend::{Act, AttnHeads, AttnMode, Backend, Buf, Cols, ConvSilu, DeltaGates, DeltaScan, ExpertFfn, MvJob, OutGate, Rope, Route, RouteRule, ScanState, Scratch};
 use crate::batch::Rows;
@@ -145,6 +146,48 @@ impl Backend for Cpu {
 
     fn residual_mix(&self, bank: &[&[f32]], x: &[f32], score: &[f32], eps: f32, out: &mut [f32]) {
         elementwise::residual_mix(&self.pool, bank, x, score, eps, out);
+    }
+
+    fn scale(&self, x: &mut [f32], s: f32) {
+        for v in x.iter_mut() {
+            *v *= s;
+        }
+    }
+
+    fn silu_rows(&self, x: &mut [f32], row: usize) {
+        for r in x.chunks_exact_mut(row) {
+            crate::ops::silu_row_inplace(r);
+        }
+    }
+
+    fn sigmoid(&self, x: &mut [f32]) {
+        for v in x.iter_mut() {
+            *v = crate::ops::sigmoid(*v);
+        }
+    }
+
+    fn rms_norm_streams(&self, x: &[f32], w: &[f32], n: usize, eps: f32, y: &mut [f32]) {
+        streams::rms_norm_streams(x, w, n, eps, y);
+    }
+
+    fn hc_pre(&self, xn: &[f32], gate: &[f32], hc: usize, n: usize, scale: f32, out: &mut [f32]) {
+        streams::hc_pre(xn, gate, hc, n, scale, out);
+    }
+
+    fn hc_post(&self, res: &mut [f32], x: &[f32], w: &[f32], hc: usize) {
+        streams::hc_post(res, x, w, hc);
+    }
+
+    fn ple_gate(&self, key: &[f32], query: &[f32], n: usize, gate: &mut [f32]) {
+        streams::ple_gate(key, query, n, gate);
+    }
+
+    fn dilated_conv(&self, window: &[f32], taps: &[f32], kernel: usize, dil: usize, c: usize, out: &mut [f32]) {
+        streams::dilated_conv(window, taps, kernel, dil, c, out);
+    }
+
+    fn attend_selected(&self, q: &[f32], caches: &[&KvCache], rows: &Rows, heads: &AttnHeads, sel: &[Vec<bool>], out: &mut [f32]) {
+        attention::attend_selected(&self.pool, q, caches, rows, heads, sel, out);
     }
 
     fn route(&self, logits: &[f32], rule: &RouteRule) -> Vec<Route> {

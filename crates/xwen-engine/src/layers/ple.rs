@@ -1,0 +1,172 @@
+//! PLE, the per-layer n-gram embedding of qwen4exp (llama.cpp b11434 `qwen4exp.cpp::build_ple`
+//! and `llm_graph_input_qwen4exp_ple::set_input`), added to the hc-wide residual before its
+//! layer's mixer:
+//!   rows   for each order k = 2..n, mixed = (t0·m0) ^ (t1·m1) ^ … ^ (t_{k−1}·m_{k−1}) (u64,
+//!          wrapping; t_j the token j back, a missing one or any at or before an EOS reads as
+//!          EOS), head h of the order: row = mixed mod V_h + offset_h   (V_h prime)
+//!   e      = the heads' rows of `per_layer_token_embd`, concatenated (n wide)
+//!   gate_s = sigmoid(sgn(c)·√max(|c|, 1e-6)), c = ⟨norm_k(key(e))_s, norm_q(x_s)⟩/√n
+//!   g_s    = value(e)·gate_s
+//!   x_s   += g_s + silu(conv(norm_c(g)))_s    conv: depthwise, causal, K taps dilated by n
+//! The n−1 last tokens and the conv's (K−1)·n history rows are the sequence's state.
+
+use crate::batch::Rows;
+use crate::compute::Ctx;
+use crate::error::{EngineError, Result};
+use crate::state::DeltaState;
+use crate::weights::{Loader, Mat};
+
+#[derive(Clone, Debug)]
+pub struct PleDims {
+    pub ngram: usize,
+    pub heads_per_ngram: usize,
+    pub head_dim: usize,
+    pub kernel: usize,
+    pub eos: u32,
+    pub multipliers: Vec<u64>,
+    pub offsets: Vec<u64>,
+    pub vocab: Vec<u64>,
+    pub hc: usize,
+    pub n: usize,
+    pub eps: f32,
+}
+
+impl PleDims {
+    pub fn n_heads(&self) -> usize {
+        (self.ngram - 1) * self.heads_per_ngram
+    }
+    /// History rows of the conv.
+    pub fn hist(&self) -> usize {
+        (self.kernel - 1) * self.ngram
+    }
+    /// The state: the conv history (hist × hc·n), then the n−1 last tokens (as f32, −1 none).
+    pub fn state_len(&self) -> usize {
+        self.hist() * self.hc * self.n + self.ngram - 1
+    }
+    pub fn zero_state(&self) -> DeltaState {
+        let mut s = DeltaState::zeroed(self.state_len(), 0);
+        let h = self.hist() * self.hc * self.n;
+        s.conv[h..].fill(-1.0);
+        s
+    }
+
+    /// The table rows of the token at `ctx[0]` whose predecessors are ctx[1..] (nearest first,
+    /// None before the sequence start), one per head.
+    #[allow(clippy::needless_range_loop)] // the hash reads like llama.cpp's set_input
+    pub fn rows_of(&self, ctx: &[Option<u32>], out: &mut Vec<usize>) {
+        let mut c = vec![0u64; self.ngram];
+        c[0] = ctx[0].unwrap_or(self.eos) as u64;
+        let mut cut = false;
+        for s in 1..self.ngram {
+            let t = if cut { None } else { ctx.get(s).copied().flatten() };
+            cut = cut || t.is_none() || t == Some(self.eos);
+            c[s] = if cut { self.eos as u64 } else { t.unwrap() as u64 };
+        }
+        for k in 2..=self.ngram {
+            let mut mixed = c[0].wrapping_mul(self.multipliers[0]);
+            for j in 1..k {
+                mixed ^= c[j].wrapping_mul(self.multipliers[j]);
+            }
+            for g in 0..self.heads_per_ngram {
+                let h = (k - 2) * self.heads_per_ngram + g;
+                out.push((mixed % self.vocab[h] + self.offsets[h]) as usize);
+            }
+        }
+    }
+}
+
+pub struct PleWeights {
+    pub key: Mat,
+    pub value: Mat,
+    pub norm_key: Vec<f32>,
+    pub norm_query: Vec<f32>,
+    pub norm_conv: Vec<f32>,
+    /// [channel][kernel]
+    pub conv: Vec<f32>,
+}
+
+impl PleWeights {
+    pub fn load(ld: &Loader, il: usize, d: &PleDims) -> Result<Self> {
+        let p = |s: &str| format!("blk.{il}.{s}");
+        let w = d.hc * d.n;
+        Ok(PleWeights {
+            key: ld.mat(&p("ple_key.weight"), w, d.n)?,
+            value: ld.mat(&p("ple_value.weight"), d.n, d.n)?,
+            norm_key: ld.vec(&p("ple_norm_key.weight"), w)?,
+            norm_query: ld.vec(&p("ple_norm_query.weight"), w)?,
+            norm_conv: ld.vec(&p("ple_norm_conv.weight"), w)?,
+            conv: ld.f32_tensor(&p("ple_conv1d.weight"), &[d.kernel as u64, w as u64])?,
+        })
+    }
+}
+
+/// Adds the n-gram embedding to the streams x (rows.n × hc × n) of the batch whose tokens are
+/// `tokens` (row order); `states[i]` is span i's PLE state, advanced past its rows.
+#[allow(clippy::too_many_arguments)] // the batch, its tokens and the sequences' states
+pub fn forward(ctx: &Ctx, w: &PleWeights, table: &Mat, d: &PleDims, x: &mut [f32], tokens: &[u32], rows: &Rows, states: &mut [&mut DeltaState]) -> Result<()> {
+    let (hc, n) = (d.hc, d.n);
+    let wide = hc * n;
+    let be = ctx.backend;
+    let hist = d.hist();
+    let hstate = hist * wide;
+    // the table rows of every token, then e (rows.n × n)
+    let tq = ctx.q(table);
+    let rb = table.row_bytes();
+    let n_rows_table = table.rows;
+    let mut e = ctx.zeros(rows.n * n);
+    let mut idx = Vec::with_capacity(d.n_heads());
+    for (s, st) in rows.spans.iter().zip(states.iter()) {
+        let prev: Vec<Option<u32>> = st.conv[hstate..].iter().map(|&v| if v < 0.0 { None } else { Some(v as u32) }).collect();
+        for i in 0..s.len {
+            // the token, then its predecessors nearest first
+            let mut c = Vec::with_capacity(d.ngram);
+            for j in 0..d.ngram {
+                c.push(if j <= i { Some(tokens[s.start + i - j]) } else { prev[prev.len() - (j - i)] });
+            }
+            idx.clear();
+            d.rows_of(&c, &mut idx);
+            let t = s.start + i;
+            for (h, &r) in idx.iter().enumerate() {
+                if r >= n_rows_table {
+                    return Err(EngineError::BadHparams(format!("PLE row {r} past the table's {n_rows_table}")));
+                }
+                xwen_kernels::dequantize(tq.ty, &tq.data[r * rb..(r + 1) * rb], &mut e[t * n + h * d.head_dim..][..d.head_dim])
+                    .map_err(|err| EngineError::State(format!("PLE table: {err}")))?;
+            }
+        }
+    }
+    ctx.tap("ple_embd", None, &e, n);
+    let mut p = ctx.mm_rows(&[&w.key, &w.value], &e, rows).into_iter();
+    let (key, value) = (p.next().unwrap(), p.next().unwrap());
+    let mut kn = ctx.zeros(rows.n * wide);
+    be.rms_norm_streams(&key, &w.norm_key, n, d.eps, &mut kn);
+    let mut qn = ctx.zeros(rows.n * wide);
+    be.rms_norm_streams(x, &w.norm_query, n, d.eps, &mut qn);
+    let mut gate = ctx.zeros(rows.n * hc);
+    be.ple_gate(&kn, &qn, n, &mut gate);
+    // g_s = value·gate_s (a product onto zeros: the combine's op with nothing to add)
+    let mut gated = ctx.zeros(rows.n * wide);
+    be.hc_post(&mut gated, &value, &gate, hc);
+    let mut normed = ctx.zeros(rows.n * wide);
+    be.rms_norm_streams(&gated, &w.norm_conv, n, d.eps, &mut normed);
+    let mut conv = ctx.zeros(rows.n * wide);
+    for (s, st) in rows.spans.iter().zip(states.iter_mut()) {
+        let mut window = Vec::with_capacity((hist + s.len) * wide);
+        window.extend_from_slice(&st.conv[..hstate]);
+        window.extend_from_slice(&normed[s.start * wide..(s.start + s.len) * wide]);
+        be.dilated_conv(&window, &w.conv, d.kernel, d.ngram, wide, &mut conv[s.start * wide..(s.start + s.len) * wide]);
+        let total = hist + s.len;
+        st.conv[..hstate].copy_from_slice(&window[(total - hist) * wide..]);
+        // the last n−1 tokens, oldest first
+        let mut last: Vec<f32> = st.conv[hstate..].to_vec();
+        for &t in &tokens[s.start..s.start + s.len] {
+            last.remove(0);
+            last.push(t as f32);
+        }
+        st.conv[hstate..].copy_from_slice(&last);
+    }
+    be.silu_rows(&mut conv, wide);
+    be.add(&mut gated, &conv);
+    be.add(x, &gated);
+    Ok(())
+}
