@@ -153,7 +153,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         if depths.iter().any(|&d| d > 0) {
             bail!("-d is not on the GPU yet");
         }
-        return bench_gpu(model, &desc, ordinal, &prompts, &gens, reps, !no_warmup, output, a.engine.prefill_chunk());
+        return bench_gpu(model, &desc, ordinal, &prompts, &gens, reps, !no_warmup, output, a.engine.prefill_chunk(), a.engine.profile);
     }
     eprintln!("xwen bench: a decoded token reads {:.3} GB of weights", desc.decode_bytes as f64 / 1e9);
     let mut rng = Lcg(1);
@@ -223,10 +223,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
 
 /// The pp / tg tests on the CUDA backend (`-ngl 99`), printed as the CPU's are.
 #[allow(clippy::too_many_arguments)]
-fn bench_gpu(model: &Model, desc: &ModelDesc, ordinal: usize, prompts: &[usize], gens: &[usize], reps: usize, warmup: bool, output: Output, ubatch: usize) -> Result<()> {
+fn bench_gpu(model: &Model, desc: &ModelDesc, ordinal: usize, prompts: &[usize], gens: &[usize], reps: usize, warmup: bool, output: Output, ubatch: usize, a_profile: bool) -> Result<()> {
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = (model, desc, ordinal, prompts, gens, reps, warmup, output, ubatch);
+        let _ = (model, desc, ordinal, prompts, gens, reps, warmup, output, ubatch, a_profile);
         Err(crate::gpu::not_built())
     }
     #[cfg(feature = "cuda")]
@@ -251,6 +251,9 @@ fn bench_gpu(model: &Model, desc: &ModelDesc, ordinal: usize, prompts: &[usize],
                     json_tests.push(v);
                 }
             }
+        }
+        if a_profile {
+            crate::gpu::print_profile(&mut m, prompts.iter().copied().max().unwrap_or(0))?;
         }
         match output {
             Output::Markdown => println!("\nt/s: median ± sample stddev over {reps} repetitions; xwen {} on {}", env!("CARGO_PKG_VERSION"), m.device()),

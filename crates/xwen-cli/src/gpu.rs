@@ -68,6 +68,28 @@ mod with_cuda {
         Ok(m)
     }
 
+    /// `--profile` on the GPU: each kernel's device time in one decode step and in one prefill
+    /// pass of `n_prompt` tokens (each launch timed alone, so the sum exceeds a graph's step).
+    pub fn print_profile(m: &mut CudaModel, n_prompt: usize) -> Result<()> {
+        let mut rng = Lcg(7);
+        let n_vocab = m.n_vocab() as u32;
+        let mut runs = vec![("decode step", 1usize)];
+        if n_prompt > 1 {
+            runs.push(("prefill pass", n_prompt.min(m.ubatch())));
+        }
+        for (what, n) in runs {
+            m.reset().map_err(|e| anyhow::anyhow!("{e}"))?;
+            let toks: Vec<u32> = (0..n).map(|_| rng.below(n_vocab)).collect();
+            let table = m.profile(&toks).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let total: f64 = table.iter().map(|r| r.1).sum();
+            eprintln!("xwen profile: {what} of {n} token(s): {total:.3} ms of kernels");
+            for (name, ms, calls) in table {
+                eprintln!("  {name:<14} {ms:>9.3} ms {:>5.1}%  {calls:>5} launches", 100.0 * ms / total.max(1e-12));
+            }
+        }
+        Ok(())
+    }
+
     /// One llama-bench test on the GPU: ppP prefills P random tokens from an empty sequence,
     /// tgN decodes N one at a time; one warm-up, then `reps` timed runs. Returns each run's ns.
     pub fn bench_test(m: &mut CudaModel, n_prompt: usize, n_gen: usize, reps: usize, warmup: bool) -> Result<Vec<u64>> {

@@ -11,7 +11,7 @@ const SOURCE: &str = include_str!("kernels.cu");
 
 /// The kernels `kernels.cu` defines (each `extern "C" __global__`).
 const KERNELS: &[&str] =
-    &["mv", "mv_glu", "mm", "mm_glu", "rms_norm", "embed", "attn_heads", "attn_split", "attn_merge", "conv_step", "delta_step", "moe_route", "moe_combine", "argmax"];
+    &["mv", "mv_glu", "mm", "mm_glu", "mm_tc", "silu_mul", "rms_norm", "embed", "attn_heads", "attn_split", "attn_merge", "conv_step", "delta_step", "moe_route", "moe_combine", "argmax"];
 
 /// A kernel argument: device pointers travel as plain 64-bit values.
 #[derive(Clone, Copy, Debug)]
@@ -82,6 +82,8 @@ pub struct Gpu {
     _module: Arc<CudaModule>,
     funcs: HashMap<&'static str, CudaFunction>,
     pub info: DeviceInfo,
+    /// Per-kernel device time while profiling (`set_profiling`): name → (ms, launches).
+    profile: std::sync::Mutex<Option<HashMap<String, (f64, u64)>>>,
 }
 
 impl Gpu {
@@ -108,7 +110,7 @@ impl Gpu {
         // SAFETY: every launch and copy goes through the one stream below, in order.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream()?;
-        Ok(Gpu { ctx, stream, _module: module, funcs, info })
+        Ok(Gpu { ctx, stream, _module: module, funcs, info, profile: std::sync::Mutex::new(None) })
     }
 
     /// Launches `name` on the stream with `args` in the kernel's parameter order.
@@ -129,9 +131,35 @@ impl Gpu {
             };
         }
         let cfg = LaunchConfig { grid_dim: grid, block_dim: (block, 1, 1), shared_mem_bytes: smem };
-        // SAFETY: the argument lists match kernels.cu's signatures (tests/ops.rs runs each).
+        let mut prof = self.profile.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(table) = prof.as_mut() else {
+            // SAFETY: the argument lists match kernels.cu's signatures (tests/ops.rs runs each).
+            unsafe { b.launch(cfg) }?;
+            return Ok(());
+        };
+        // profiling: each launch between two events, waited for (so never under capture)
+        let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+        let (t0, t1) = (self.ctx.new_event(timed)?, self.ctx.new_event(timed)?);
+        t0.record(&self.stream)?;
+        // SAFETY: as above.
         unsafe { b.launch(cfg) }?;
+        t1.record(&self.stream)?;
+        t1.synchronize()?;
+        let ms = t0.elapsed_ms(&t1)? as f64;
+        let e = table.entry(name.to_string()).or_insert((0.0, 0));
+        e.0 += ms;
+        e.1 += 1;
         Ok(())
+    }
+
+    /// Starts (true) or stops (false) timing each launch; stopping returns the table, the
+    /// kernels by time, descending.
+    pub fn set_profiling(&self, on: bool) -> Vec<(String, f64, u64)> {
+        let mut prof = self.profile.lock().unwrap_or_else(|e| e.into_inner());
+        let old = std::mem::replace(&mut *prof, on.then(HashMap::new));
+        let mut rows: Vec<(String, f64, u64)> = old.unwrap_or_default().into_iter().map(|(k, (ms, n))| (k, ms, n)).collect();
+        rows.sort_by(|a, b| b.1.total_cmp(&a.1));
+        rows
     }
 
     /// A zeroed device buffer of `bytes`.

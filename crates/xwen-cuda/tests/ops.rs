@@ -325,3 +325,42 @@ fn attention_at_a_position_matches_the_definition() {
     }
     println!("attention 4q/2kv heads of 256, positions 0..600 (1 to 3 KV splits): worst abs err {worst:.2e}");
 }
+
+/// The prompt products — `mm` (8 tokens a pass, f32) and `mm_tc` (64 × 64 tiles on tensor
+/// cores, f16 inputs, f32 sums) — against dequantized f64 dots, for token counts that fill and
+/// part-fill their tiles. Bounds: mm as mv; mm_tc by f16 rounding of both inputs (2⁻¹¹ relative
+/// each): |err| ≤ 2e-3 · Σ|w·x|.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn prompt_products_match_the_dequantized_reference() {
+    let g = gpu();
+    let types = [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
+    for (i, ty) in types.into_iter().enumerate() {
+        for &(rows, cols, n) in &[(70usize, 256usize, 3usize), (130, 512, 17), (64, 1024, 64), (200, 768, 100)] {
+            let w_f32 = noise(rows * cols, 500 + i as u64);
+            let data = xwen_kernels::quantize(ty, &w_f32).expect("quantize");
+            let rb = ty.row_bytes(cols as u64).unwrap() as usize;
+            let mut deq = vec![0.0f32; rows * cols];
+            xwen_kernels::dequantize(ty, &data, &mut deq).unwrap();
+            let x = noise(n * cols, 600 + i as u64);
+            let (wd, xd, yd) = (g.upload(&data).unwrap(), g.upload_f32(&x).unwrap(), g.zeros(n * rows * 4).unwrap());
+            for (kernel, bound, grid) in [("mm", 1e-5, (rows.div_ceil(4) as u32, n.div_ceil(8) as u32)), ("mm_tc", 2e-3, (rows.div_ceil(64) as u32, n.div_ceil(64) as u32))] {
+                let block = if kernel == "mm" { 128 } else { 128 };
+                g.launch(kernel, grid, block, 0, &[Arg::Ptr(wd.ptr), Arg::I32(ty.id() as i32), Arg::I32(rows as i32), Arg::I32(cols as i32), Arg::I64(rb as i64), Arg::Ptr(xd.ptr), Arg::I64(cols as i64), Arg::I32(n as i32), Arg::Ptr(yd.ptr), Arg::I64(rows as i64), Arg::Ptr(0)]).unwrap();
+                let y = g.read_f32(&yd, n * rows).unwrap();
+                let mut worst = 0.0f64;
+                for t in 0..n {
+                    for r in 0..rows {
+                        let (wr, xt) = (&deq[r * cols..(r + 1) * cols], &x[t * cols..(t + 1) * cols]);
+                        let exact: f64 = wr.iter().zip(xt).map(|(&a, &b)| a as f64 * b as f64).sum();
+                        let mag: f64 = wr.iter().zip(xt).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+                        let err = (y[t * rows + r] as f64 - exact).abs();
+                        assert!(err <= bound * mag + 1e-6, "{kernel} {} {rows}x{cols} n {n} token {t} row {r}: {} vs {exact}", ty.name(), y[t * rows + r]);
+                        worst = worst.max(err / mag.max(1e-30));
+                    }
+                }
+                println!("{kernel:<5} {:>5} {rows:>4}x{cols:<5} {n:>3} tokens: worst |err|/Σ|wx| {worst:.2e}", ty.name());
+            }
+        }
+    }
+}
