@@ -364,3 +364,47 @@ fn prompt_products_match_the_dequantized_reference() {
         }
     }
 }
+
+/// A prompt pass's scan (delta_prep, delta_rows, delta_out over n tokens at once) against the
+/// one-token kernel run token after token: the same recurrence, so within f32 rounding.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn the_prompt_scan_follows_the_token_steps() {
+    let g = gpu();
+    for &(hk, hv, sd, tiled, n) in &[(2usize, 4usize, 128usize, true, 37usize), (2, 4, 128, false, 9), (4, 8, 64, true, 100)] {
+        let eps = 1e-6f32;
+        let cd = 2 * hk * sd + hv * sd;
+        let conv = noise(n * cd, 1);
+        let z = noise(n * hv * sd, 2);
+        let beta = noise(n * hv, 3);
+        let alpha = noise(n * hv, 4);
+        let dt = noise(hv, 5);
+        let a: Vec<f32> = noise(hv, 6).iter().map(|v| -v.abs() - 0.1).collect();
+        let w = noise(sd, 7);
+        let up = |v: &[f32]| g.upload_f32(v).unwrap();
+        let (cvd, zd, bd, ald, dtd, ad, wd) = (up(&conv), up(&z), up(&beta), up(&alpha), up(&dt), up(&a), up(&w));
+        // token by token
+        let mut s1 = g.zeros(hv * sd * sd * 4).unwrap();
+        g.zero(&mut s1).unwrap();
+        let o1 = g.zeros(hv * sd * 4).unwrap();
+        let mut want = Vec::new();
+        for t in 0..n {
+            let at = |b: &xwen_cuda::gpu::DevBuf, w: usize| Arg::Ptr(b.at(t * w * 4));
+            g.launch("delta_step", (hv as u32, 1), 256, 0, &[at(&cvd, cd), at(&zd, hv * sd), at(&bd, hv), at(&ald, hv), Arg::Ptr(dtd.ptr), Arg::Ptr(ad.ptr), Arg::Ptr(s1.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(o1.ptr), Arg::I32(hk as i32), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::I32(tiled as i32), Arg::F32(eps), Arg::I32(1)]).unwrap();
+            want.extend(g.read_f32(&o1, hv * sd).unwrap());
+        }
+        // the pass
+        let mut s2 = g.zeros(hv * sd * sd * 4).unwrap();
+        g.zero(&mut s2).unwrap();
+        let (qn, kn, gb, oraw, out) = (g.zeros(n * hk * sd * 4).unwrap(), g.zeros(n * hk * sd * 4).unwrap(), g.zeros(n * hv * 8).unwrap(), g.zeros(n * hv * sd * 4).unwrap(), g.zeros(n * hv * sd * 4).unwrap());
+        g.launch("delta_prep", (hk as u32, n as u32), 32, 0, &[Arg::Ptr(cvd.ptr), Arg::Ptr(bd.ptr), Arg::Ptr(ald.ptr), Arg::Ptr(dtd.ptr), Arg::Ptr(ad.ptr), Arg::Ptr(qn.ptr), Arg::Ptr(kn.ptr), Arg::Ptr(gb.ptr), Arg::I32(hk as i32), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::I32(tiled as i32), Arg::F32(eps)]).unwrap();
+        g.launch("delta_rows", (hv as u32, sd.div_ceil(8) as u32), 128, 0, &[Arg::Ptr(qn.ptr), Arg::Ptr(kn.ptr), Arg::Ptr(cvd.ptr), Arg::Ptr(gb.ptr), Arg::Ptr(s2.ptr), Arg::Ptr(oraw.ptr), Arg::I32(hk as i32), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::I32(tiled as i32), Arg::I32(n as i32)]).unwrap();
+        g.launch("delta_out", (hv as u32, n as u32), 128, 0, &[Arg::Ptr(oraw.ptr), Arg::Ptr(zd.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(out.ptr), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(eps)]).unwrap();
+        let got = g.read_f32(&out, n * hv * sd).unwrap();
+        let worst = got.iter().zip(&want).map(|(a, b)| ((a - b).abs() / (1.0 + b.abs())) as f64).fold(0.0, f64::max);
+        let (st1, st2) = (g.read_f32(&s1, hv * sd * sd).unwrap(), g.read_f32(&s2, hv * sd * sd).unwrap());
+        let worst_s = st1.iter().zip(&st2).map(|(a, b)| (a - b).abs() as f64).fold(0.0, f64::max);
+        println!("delta scan hk {hk} hv {hv} sd {sd} tiled {tiled} n {n}: outputs within {worst:.2e}, states within {worst_s:.2e} of the token steps");
+        assert!(worst < 1e-5 && worst_s < 1e-5, "scan vs steps: {worst} / {worst_s}");
+    }
+}
