@@ -70,25 +70,37 @@ fn gpu_model(file: &xwen_gguf::GgufFile, graph: bool) -> CudaModel {
 #[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
 fn logits_follow_the_cpu_at_every_position() {
     for (path, bound) in models() {
-        let cpu = Model::load(&path, &EngineConfig { max_ctx: 512, ..Default::default() }).unwrap();
+        let cpu = Model::load(&path, &EngineConfig { max_ctx: 512, record_routes: true, ..Default::default() }).unwrap();
         let mut gpu = gpu_model(cpu.gguf(), true);
         let toks = tokens(300, cpu.n_vocab(), 17);
         let mut state = cpu.new_state();
         let mut worst = (0.0f64, 0usize);
         let mut sum = 0.0;
+        let mut compared = 0;
+        // the narrowest router decision so far (MoE): past a near-tie the two may route a token
+        // differently, and the sequences part for good — a tie, not an error (DESIGN.md)
+        let mut margin = f32::INFINITY;
         for (i, &t) in toks.iter().enumerate() {
             let want = cpu.forward(&mut state, &[t], LogitsMode::Last).unwrap();
+            margin = cpu.take_routes().iter().map(|r| r.margin).fold(margin, f32::min);
             gpu.step(t).unwrap();
             let got = gpu.logits().unwrap();
             let e = rel_l2(&got, &want);
+            if e > bound && margin < 1e-3 {
+                println!("{}: parts at position {i} (rel-L2 {e:.2e}) after a router near-tie (margin {margin:.2e}); compared up to there", path.display());
+                break;
+            }
+            compared += 1;
             sum += e;
             if e > worst.0 {
                 worst = (e, i);
             }
         }
-        println!("{}: rel-L2 mean {:.2e}, worst {:.2e} at position {} (bound {bound:.0e})", path.display(), sum / toks.len() as f64, worst.0, worst.1);
+        let mean = sum / compared.max(1) as f64;
+        println!("{}: rel-L2 mean {mean:.2e}, worst {:.2e} at position {} over {compared} positions (bound {bound:.0e})", path.display(), worst.0, worst.1);
+        assert!(compared >= 32, "{}: only {compared} positions before a near-tie", path.display());
         assert!(worst.0 < bound, "{}: rel-L2 {:.3e} at position {} over {bound}", path.display(), worst.0, worst.1);
-        assert!(sum / (toks.len() as f64) < bound.min(4e-2), "{}: mean rel-L2 {:.3e}", path.display(), sum / toks.len() as f64);
+        assert!(mean < bound.min(4e-2), "{}: mean rel-L2 {mean:.3e}", path.display());
         // the same prompt prefilled in passes of 64 (the last one partial), against the CPU's
         // last logits: the batched products and the multi-token attention / scan / MoE
         let want = {
