@@ -11,7 +11,7 @@ const SOURCE: &str = include_str!("kernels.cu");
 
 /// The kernels `kernels.cu` defines (each `extern "C" __global__`).
 const KERNELS: &[&str] =
-    &["mv", "mv_glu", "mm", "mm_glu", "mm_tc", "silu_mul", "delta_prep", "delta_rows", "delta_out", "rms_norm", "embed", "attn_heads", "attn_split", "attn_merge", "conv_step", "delta_step", "moe_route", "moe_combine", "argmax"];
+    &["mv", "mv_glu", "mm", "mm_glu", "mm_tc", "silu_mul", "rms_norm", "embed", "attn_heads", "attn_split", "attn_merge", "conv_step", "delta_step", "moe_route", "moe_combine", "argmax"];
 
 /// A kernel argument: device pointers travel as plain 64-bit values.
 #[derive(Clone, Copy, Debug)]

@@ -159,29 +159,20 @@ __device__ float dot_row(int ty, const u8* row, const float* __restrict__ x, int
         return sum;
     }
     case T_Q4_K: {
-        // 16 bytes of quants a lane: 8 lanes a block, 4 blocks a warp step; lane (j, half)
-        // holds 16 values of sub-block 2j (low nibbles) and 16 of 2j + 1 (high)
-        int nb = cols / 256, j = (lane & 7) >> 1, hh = lane & 1;
-        for (int b = lane >> 3; b < nb; b += 4) {
+        int nu = cols / 256 * 32;
+        for (int u = lane; u < nu; u += 32) {
+            int b = u >> 5, j = (u >> 3) & 3, g = u & 7;
             const u8* blk = row + b * 144;
-            uint4 q = *(const uint4*)(blk + 16 + 32 * j + 16 * hh);
-            u32 dd = *(const u32*)blk;
+            u32 q = *(const u32*)(blk + 16 + 32 * j + 4 * g);
             int sc0, m0, sc1, m1;
             scale_min_k4(2 * j, blk + 4, &sc0, &m0);
             scale_min_k4(2 * j + 1, blk + 4, &sc1, &m1);
-            const float* xb = x + b * 256 + 64 * j + 16 * hh;
-            u32 qw[4] = {q.x, q.y, q.z, q.w};
-            float lo = 0.f, hi = 0.f, s0 = 0.f, s1 = 0.f;
-            #pragma unroll
-            for (int w = 0; w < 4; w++) {
-                float4 x0 = *(const float4*)(xb + 4 * w), x1 = *(const float4*)(xb + 32 + 4 * w);
-                u32 v = qw[w];
-                lo += (float)(v & 0xF) * x0.x + (float)((v >> 8) & 0xF) * x0.y + (float)((v >> 16) & 0xF) * x0.z + (float)((v >> 24) & 0xF) * x0.w;
-                hi += (float)((v >> 4) & 0xF) * x1.x + (float)((v >> 12) & 0xF) * x1.y + (float)((v >> 20) & 0xF) * x1.z + (float)(v >> 28) * x1.w;
-                s0 += (x0.x + x0.y) + (x0.z + x0.w);
-                s1 += (x1.x + x1.y) + (x1.z + x1.w);
-            }
-            float d = h2f((u16)dd), dm = h2f((u16)(dd >> 16));
+            const float* xb = x + b * 256 + 64 * j + 4 * g;
+            float4 x0 = *(const float4*)xb, x1 = *(const float4*)(xb + 32);
+            float lo = (float)(q & 0xF) * x0.x + (float)((q >> 8) & 0xF) * x0.y + (float)((q >> 16) & 0xF) * x0.z + (float)((q >> 24) & 0xF) * x0.w;
+            float hi = (float)((q >> 4) & 0xF) * x1.x + (float)((q >> 12) & 0xF) * x1.y + (float)((q >> 20) & 0xF) * x1.z + (float)((q >> 28) & 0xF) * x1.w;
+            float s0 = x0.x + x0.y + x0.z + x0.w, s1 = x1.x + x1.y + x1.z + x1.w;
+            float d = h2f(ld16(blk)), dm = h2f(ld16(blk + 2));
             sum += d * (sc0 * lo + sc1 * hi) - dm * (m0 * s0 + m1 * s1);
         }
         return sum;
@@ -919,108 +910,5 @@ extern "C" __global__ void silu_mul(float* h, const float* u, i64 n) {
     if (i < n) {
         float g = h[i];
         h[i] = g / (1.0f + expf(-g)) * u[i];
-    }
-}
-
-// ---- the DeltaNet scan of a prompt pass: S's rows are independent given each token's q, k,
-// v, β and decay, so rows spread over many blocks and stay in registers across the tokens ----
-
-// Per (K-head blockIdx.x, token blockIdx.y): q and k L2-normed (build_gdn_l2_norm) into qn, kn;
-// per V-head of this K-head (tiled or grouped pairing), β = sigmoid and the decay e^g,
-// g = softplus(α + dt)·a, into gb[t][h] = (β, decay). One warp.
-extern "C" __global__ void delta_prep(const float* conv, const float* beta_in, const float* alpha_in, const float* dt_bias, const float* a,
-                                      float* qn, float* kn, float* gb, int hk, int hv, int sd, int tiled, float eps) {
-    int kh = blockIdx.x, t = blockIdx.y, lane = threadIdx.x, E = sd / 32;
-    int cd = 2 * hk * sd + hv * sd;
-    const float* q = conv + (i64)t * cd + (i64)kh * sd;
-    const float* k = conv + (i64)t * cd + (i64)hk * sd + (i64)kh * sd;
-    double sq = 0.0, sk = 0.0;
-    float qr[8], kr[8];
-    for (int e = 0; e < E; e++) {
-        qr[e] = q[lane + 32 * e];
-        kr[e] = k[lane + 32 * e];
-        sq += (double)(qr[e] * qr[e]);
-        sk += (double)(kr[e] * kr[e]);
-    }
-    sq = warp_sum_d(sq);
-    sk = warp_sum_d(sk);
-    float n = (float)sd, post = 1.0f / sqrtf(n);
-    float scq = 1.0f / sqrtf((float)(sq / sd) + eps / n), sck = 1.0f / sqrtf((float)(sk / sd) + eps / n);
-    for (int e = 0; e < E; e++) {
-        qn[((i64)t * hk + kh) * sd + lane + 32 * e] = (qr[e] * scq) * post;
-        kn[((i64)t * hk + kh) * sd + lane + 32 * e] = (kr[e] * sck) * post;
-    }
-    int r = hv / hk;
-    for (int i = lane; i < r; i += 32) {
-        int h = tiled ? kh + i * hk : kh * r + i;
-        float beta = 1.0f / (1.0f + expf(-beta_in[(i64)t * hv + h]));
-        float gx = alpha_in[(i64)t * hv + h] + dt_bias[h];
-        float sp = gx > 20.0f ? gx : logf(1.0f + expf(gx));
-        gb[((i64)t * hv + h) * 2] = beta;
-        gb[((i64)t * hv + h) * 2 + 1] = expf(sp * a[h]);
-    }
-}
-
-#define DR_ROWS 2   // rows of S a warp keeps
-#define DR_WARPS 4
-
-// Rows [blockIdx.y·8, +8) of V-head blockIdx.x's S through the pass's n_tok tokens, each warp
-// two rows in registers: S_j ← S_j·decay; d = (v_j − S_j·k)·β; S_j ← S_j + d·k; o_j = S_j·q/√sd
-// into o (before the output norm, delta_out).
-extern "C" __global__ void __launch_bounds__(128) delta_rows(const float* qn, const float* kn, const float* conv, const float* gb, float* S,
-                                                             float* o, int hk, int hv, int sd, int tiled, int n_tok) {
-    int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, E = sd / 32;
-    int kh = tiled ? h % hk : h / (hv / hk);
-    int j0 = (blockIdx.y * DR_WARPS + warp) * DR_ROWS;
-    if (j0 >= sd) return;
-    int cd = 2 * hk * sd + hv * sd;
-    float s[DR_ROWS][8];
-    float* Sh = S + (i64)h * sd * sd;
-    for (int r = 0; r < DR_ROWS; r++)
-        for (int e = 0; e < E; e++) s[r][e] = Sh[(i64)(j0 + r) * sd + lane + 32 * e];
-    float oscale = 1.0f / sqrtf((float)sd);
-    for (int t = 0; t < n_tok; t++) {
-        const float* k = kn + ((i64)t * hk + kh) * sd;
-        const float* q = qn + ((i64)t * hk + kh) * sd;
-        float kr[8], qr[8];
-        for (int e = 0; e < E; e++) {
-            kr[e] = k[lane + 32 * e];
-            qr[e] = q[lane + 32 * e];
-        }
-        float beta = gb[((i64)t * hv + h) * 2], decay = gb[((i64)t * hv + h) * 2 + 1];
-        const float* v = conv + (i64)t * cd + 2 * (i64)hk * sd + (i64)h * sd;
-        #pragma unroll
-        for (int r = 0; r < DR_ROWS; r++) {
-            float kv = 0.0f;
-            for (int e = 0; e < E; e++) {
-                s[r][e] *= decay;
-                kv += s[r][e] * kr[e];
-            }
-            kv = warp_sum(kv);
-            float d = (v[j0 + r] - kv) * beta;
-            float oo = 0.0f;
-            for (int e = 0; e < E; e++) {
-                s[r][e] += d * kr[e];
-                oo += s[r][e] * qr[e];
-            }
-            oo = warp_sum(oo);
-            if (lane == 0) o[((i64)t * hv + h) * sd + j0 + r] = oo * oscale;
-        }
-    }
-    for (int r = 0; r < DR_ROWS; r++)
-        for (int e = 0; e < E; e++) Sh[(i64)(j0 + r) * sd + lane + 32 * e] = s[r][e];
-}
-
-// The gated output norm of (V-head blockIdx.x, token blockIdx.y): out = rms_norm(o)·w ⊙ silu(z).
-extern "C" __global__ void delta_out(const float* o, const float* z, const float* norm_w, float* out, int hv, int sd, float eps) {
-    int h = blockIdx.x, t = blockIdx.y;
-    i64 base = ((i64)t * hv + h) * sd;
-    double ss = 0.0;
-    for (int i = threadIdx.x; i < sd; i += blockDim.x) ss += (double)(o[base + i] * o[base + i]);
-    ss = block_sum_d(ss);
-    float scale = 1.0f / sqrtf((float)(ss / sd) + eps);
-    for (int i = threadIdx.x; i < sd; i += blockDim.x) {
-        float zv = z[base + i];
-        out[base + i] = ((o[base + i] * scale) * norm_w[i]) * (zv / (1.0f + expf(-zv)));
     }
 }

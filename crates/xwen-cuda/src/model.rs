@@ -126,12 +126,6 @@ struct Scratch {
     sh_h: DevBuf,
     /// The up products beside ffn_h / sh_h's gate products on the tensor-core path.
     ffn_u: DevBuf,
-    /// A prompt pass's DeltaNet scan: normed q and k, (β, decay) per (token, V-head), and the
-    /// outputs before their norm.
-    qn: DevBuf,
-    kn: DevBuf,
-    gb: DevBuf,
-    o_raw: DevBuf,
     sh_y: DevBuf,
     sg: DevBuf,
     router: DevBuf,
@@ -216,8 +210,7 @@ fn scratch_bytes(net: &Hybrid, n_ctx: usize, ub: usize) -> u64 {
     let hq = a.n_head * a.head_dim;
     let split = n_ctx.max(1).div_ceil(256);
     let row = 2 * c.hidden + 2 * d.conv_dim() + 2 * d.value_dim() + 2 * d.n_v_heads + 4 * hq + 2 * a.kv_width() + a.n_head * split * (a.head_dim + 2)
-        + c.ff.max(k * eff) + c.ff.max(k * eff).max(sff) + k * c.hidden + sff + c.hidden + 1 + ne + 2 * k
-        + 2 * d.key_dim() + 2 * d.n_v_heads + d.value_dim();
+        + c.ff.max(k * eff) + c.ff.max(k * eff).max(sff) + k * c.hidden + sff + c.hidden + 1 + ne + 2 * k;
     (ub * row + c.n_vocab + 2 + ub) as u64 * 4
 }
 
@@ -379,10 +372,6 @@ impl CudaModel {
             ys: f(t * n_used.max(1) * h)?,
             sh_h: f(t * shared_ff.max(1))?,
             ffn_u: f(t * ffn_w.max(shared_ff).max(1))?,
-            qn: f(t * dd.key_dim())?,
-            kn: f(t * dd.key_dim())?,
-            gb: f(t * 2 * dd.n_v_heads)?,
-            o_raw: f(t * vd)?,
             sh_y: f(t * h)?,
             sg: f(t)?,
             router: f(t * n_expert.max(1))?,
@@ -655,9 +644,6 @@ impl CudaModel {
             0,
             &[Arg::Ptr(sc.qkv.ptr), Arg::Ptr(w.conv_state.ptr), Arg::Ptr(w.taps.ptr), Arg::Ptr(sc.conv.ptr), Arg::I32(cd as i32), Arg::I32(d.conv_kernel as i32), Arg::I32(n as i32)],
         )?;
-        if n > 1 {
-            return self.delta_scan(w, n);
-        }
         g.launch(
             "delta_step",
             (d.hv as u32, 1),
@@ -681,54 +667,6 @@ impl CudaModel {
                 Arg::I32(n as i32),
             ],
         )?;
-        self.proj(&w.out, sc.delta_o.ptr, sc.x.ptr, Some(sc.x.ptr), n)
-    }
-
-    /// A prompt pass's scan: gates and normed q / k per token, then S's rows spread over blocks
-    /// (8 a block, in registers through the pass), then the output norms; the out projection.
-    fn delta_scan(&self, w: &DeltaLayer, n: usize) -> Result<()> {
-        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        g.launch(
-            "delta_prep",
-            (d.hk as u32, n as u32),
-            32,
-            0,
-            &[
-                Arg::Ptr(sc.conv.ptr),
-                Arg::Ptr(sc.beta.ptr),
-                Arg::Ptr(sc.alpha.ptr),
-                Arg::Ptr(w.dt_bias.ptr),
-                Arg::Ptr(w.a.ptr),
-                Arg::Ptr(sc.qn.ptr),
-                Arg::Ptr(sc.kn.ptr),
-                Arg::Ptr(sc.gb.ptr),
-                Arg::I32(d.hk as i32),
-                Arg::I32(d.hv as i32),
-                Arg::I32(d.sd as i32),
-                Arg::I32(d.tiled as i32),
-                Arg::F32(d.eps),
-            ],
-        )?;
-        g.launch(
-            "delta_rows",
-            (d.hv as u32, d.sd.div_ceil(8) as u32),
-            128,
-            0,
-            &[
-                Arg::Ptr(sc.qn.ptr),
-                Arg::Ptr(sc.kn.ptr),
-                Arg::Ptr(sc.conv.ptr),
-                Arg::Ptr(sc.gb.ptr),
-                Arg::Ptr(w.s.ptr),
-                Arg::Ptr(sc.o_raw.ptr),
-                Arg::I32(d.hk as i32),
-                Arg::I32(d.hv as i32),
-                Arg::I32(d.sd as i32),
-                Arg::I32(d.tiled as i32),
-                Arg::I32(n as i32),
-            ],
-        )?;
-        g.launch("delta_out", (d.hv as u32, n as u32), 128, 0, &[Arg::Ptr(sc.o_raw.ptr), Arg::Ptr(sc.z.ptr), Arg::Ptr(w.norm.ptr), Arg::Ptr(sc.delta_o.ptr), Arg::I32(d.hv as i32), Arg::I32(d.sd as i32), Arg::F32(d.eps)])?;
         self.proj(&w.out, sc.delta_o.ptr, sc.x.ptr, Some(sc.x.ptr), n)
     }
 
