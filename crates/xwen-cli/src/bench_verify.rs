@@ -1,5 +1,5 @@
 //! `xwen bench --verify 1,2,4,8`: what a speculative verify of k drafted tokens costs relative
-//! to decoding one — the number that decides whether drafting pays (issue 20). From a state
+//! to decoding one — the number that decides whether drafting pays. From a state
 //! holding `-p` random tokens, each repetition times one decode-order span of k random tokens
 //! (as `generate_speculative` runs it) and rolls it back; k = 1 is plain decode. Medians of -r.
 //! With an acceptance rate a and depth k, a step yields 1 + a + … + a^k tokens for the printed

@@ -532,7 +532,7 @@ ones, and any whose vocabulary is smaller than Qwen3.5's, with a synthetic byte-
 vocabulary.
 
 --random SEED draws a tiny geometry of --family instead (widths, heads, ratios, layer pattern,
-rope, experts, tied embeddings, eps: the parity sweep of tools/oracle/random_geometry.sh) and
+rope, experts, tied embeddings, eps: the parity sweep of tools/oracle/random_sweep.sh) and
 prints it; --mix sets the matrices' types (q4_k_m, random: a type per matrix, or one type:
 f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, iq4_xs),
 falling back as llama-quantize does where a row does not fit the type's blocks.

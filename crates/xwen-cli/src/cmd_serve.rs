@@ -19,7 +19,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let model = a.model.clone();
     let mut cfg = a.engine.engine_config()?;
     cfg.n_seq = scfg.parallel;
-    // the prefix cache's RAM is part of the budget (issue 19: bounded inside --ram-budget)
+    // the prefix cache's RAM is part of the budget (bounded inside --ram-budget)
     cfg.reserved_ram = scfg.cache_ram;
     if model.is_none() {
         eprintln!("{}", model_arg::DEMO_NOTE);

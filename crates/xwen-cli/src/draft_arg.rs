@@ -32,7 +32,7 @@ pub struct Prepared {
 pub enum Kind {
     /// `--draft none`, or nothing asked and (maybe) a file without a head
     Off,
-    /// Not asked: the target's own MTP head where its file has one (seed 000)
+    /// Not asked: the target's own MTP head where its file has one (as llama.cpp's MTP path does)
     Auto,
     Ngram,
     Mtp,
