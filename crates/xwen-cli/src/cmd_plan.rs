@@ -57,6 +57,23 @@ pub fn run(a: PlanArgs) -> Result<()> {
         Policy::ALL.iter().filter(|&&p| p != Policy::ShippedPrefetch || t.has_guesses()).map(|&p| (p, t.hit_rate(p, share))).collect()
     });
     let given = cfg.ram_budget.is_some();
+    // -ngl 99: the GPU's share, as the CUDA backend would hold it
+    let n_layer = file.architecture().and_then(|ar| file.get_u64(&format!("{ar}.block_count"))).unwrap_or(0) as usize;
+    let vram = match crate::gpu::placement(a.engine.n_gpu_layers.as_deref(), a.engine.device.as_deref(), n_layer)? {
+        crate::gpu::Placement::Cuda(ordinal) => Some(crate::gpu::vram_plan(&file, ordinal, cfg.max_ctx, a.engine.prefill_chunk())?),
+        crate::gpu::Placement::Cpu => None,
+    };
+    if let (Some(v), false) = (&vram, a.json) {
+        match &v.device {
+            Ok((name, free)) => println!(
+                "VRAM (-ngl 99): {} on {name}, {} free{}",
+                human_bytes(v.bytes),
+                human_bytes(*free),
+                if v.bytes > *free { " — does not fit" } else { "" }
+            ),
+            Err(why) => println!("VRAM (-ngl 99): {} (weights, KV and state at -c {}, scratch); {why}", human_bytes(v.bytes), cfg.max_ctx),
+        }
+    }
     if a.json {
         let mut j = serde_json::json!({
             "architecture": loaded.net.arch(),
@@ -73,6 +90,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
             "reserved_bytes": plan.reserved_bytes,
             "draft_bytes": plan.draft_bytes,
             "budget_bytes": given.then_some(plan.budget),
+            "vram_bytes": vram.as_ref().map(|v| v.bytes),
             "budget_auto": plan.auto,
             "expert_cache_bytes": plan.cache_bytes,
             "expert_record_bytes": plan.record_bytes,

@@ -42,6 +42,42 @@ pub fn placement(ngl: Option<&str>, device: Option<&str>, n_layer: usize) -> Res
     Ok(Placement::Cuda(ordinal))
 }
 
+/// What the CUDA backend would hold on the device (`xwen plan -ngl 99`): the bytes, and the
+/// device's name and free memory where one is present (else why not).
+pub struct VramPlan {
+    pub bytes: u64,
+    pub device: std::result::Result<(String, u64), String>,
+}
+
+/// The VRAM plan of `file` at `n_ctx` positions and prompt passes of `ubatch`.
+#[cfg(feature = "cuda")]
+pub fn vram_plan(file: &xwen_gguf::GgufFile, ordinal: usize, n_ctx: usize, ubatch: usize) -> Result<VramPlan> {
+    let opts = xwen_cuda::CudaOptions { device: ordinal, n_ctx, graph: true, ubatch };
+    let bytes = xwen_cuda::device_bytes_needed(file, &opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let device = xwen_cuda::device_info(ordinal).map(|d| (d.to_string(), d.free_bytes)).map_err(|e| e.to_string());
+    Ok(VramPlan { bytes, device })
+}
+
+#[cfg(not(feature = "cuda"))]
+pub fn vram_plan(_file: &xwen_gguf::GgufFile, _ordinal: usize, _n_ctx: usize, _ubatch: usize) -> Result<VramPlan> {
+    Err(not_built())
+}
+
+/// The device line of `xwen --version` (only asked for there: opening the driver takes time).
+pub fn version_line() -> String {
+    #[cfg(feature = "cuda")]
+    {
+        match xwen_cuda::device_info(0) {
+            Ok(d) => format!("cuda: {d}"),
+            Err(e) => format!("cuda: built in; {e}"),
+        }
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        "cuda: not built in (cargo build --release --features cuda)".to_string()
+    }
+}
+
 #[cfg(not(feature = "cuda"))]
 pub fn not_built() -> anyhow::Error {
     anyhow::anyhow!("this xwen was built without the CUDA backend: build it with `cargo build --release --features cuda` (no toolkit needed), or run with -ngl 0")

@@ -35,7 +35,7 @@ use std::process::ExitCode;
 
 use cli::{Cli, Command};
 
-/// `xwen --version`: the version, the commit, and the kernel set this CPU gets.
+/// `xwen --version`: the version, the commit, the kernel set this CPU gets and the CUDA device.
 fn long_version() -> String {
     use xwen_kernels::dispatch::{detected, Isa};
     let isa = match detected() {
@@ -44,7 +44,9 @@ fn long_version() -> String {
         Isa::Neon => "NEON",
         Isa::Scalar => "scalar (no SIMD kernel set this CPU supports)",
     };
-    format!("{} (commit {})\nkernels: {isa}", env!("CARGO_PKG_VERSION"), env!("XWEN_GIT_HASH"))
+    // the GPU line only when the version is asked for: opening the driver takes a moment
+    let gpu = if std::env::args().any(|a| a == "--version") { format!("\n{}", gpu::version_line()) } else { String::new() };
+    format!("{} (commit {})\nkernels: {isa}{gpu}", env!("CARGO_PKG_VERSION"), env!("XWEN_GIT_HASH"))
 }
 
 /// The clap command with its run-time pieces: the version strings and a fixed help width (the

@@ -226,6 +226,10 @@ fn gpu_flags_without_a_gpu_are_clear_errors() {
         let err = fail(&args);
         assert!(err.contains("CUDA") || err.contains("cuda"), "{cmd}: {err}");
     }
+    let err = fail(&["plan", "-m", &d, "-ngl", "99"]);
+    assert!(err.contains("CUDA") || err.contains("cuda"), "plan: {err}");
+    let v = Command::new(env!("CARGO_BIN_EXE_xwen")).arg("--version").output().unwrap();
+    assert!(String::from_utf8_lossy(&v.stdout).contains("cuda:"), "--version names the CUDA backend's state");
     let err = fail(&["run", "-m", &d, "-p", "def f(", "-n", "2", "-ngl", "3"]);
     assert!(err.contains("split"), "{err}");
     let err = fail(&["run", "-m", &d, "-p", "def f(", "-n", "2", "--device", "gpu7"]);
