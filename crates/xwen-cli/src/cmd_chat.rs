@@ -25,6 +25,7 @@ system prompt; empty removes it), /save FILE and /load FILE (the conversation as
 a line ending in \\ continues on the next";
 
 pub fn run(a: ChatArgs) -> Result<()> {
+    a.engine.cpu_only("chat");
     let mut cfg = a.engine.engine_config()?;
     let draft = crate::draft_arg::prepare(&a.draft, &mut cfg, 1)?;
     if a.model.is_none() {

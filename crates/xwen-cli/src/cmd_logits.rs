@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use xwen_engine::LogitsMode;
 
 pub fn run(a: LogitsArgs) -> Result<()> {
+    a.engine.cpu_only("logits");
     let mut cfg = a.engine.engine_config()?;
     cfg.record_routes = a.dump_routes.is_some();
     cfg.record_taps = a.dump_tensors.is_some();

@@ -17,6 +17,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let alias = a.alias.clone();
     let template_file = a.chat_template_file.clone();
     let model = a.model.clone();
+    a.engine.cpu_only("serve");
     let mut cfg = a.engine.engine_config()?;
     cfg.n_seq = scfg.parallel;
     // the prefix cache's RAM is part of the budget (bounded inside --ram-budget)

@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use xwen_engine::LogitsMode;
 
 pub fn run(a: TraceArgs) -> Result<()> {
+    a.engine.cpu_only("trace");
     let mut cfg = a.engine.engine_config()?;
     cfg.record_routes = true;
     let loaded = model_arg::load(a.model.as_deref(), cfg, &a.engine)?;

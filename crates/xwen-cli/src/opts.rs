@@ -144,6 +144,15 @@ impl EngineOpts {
             eprintln!("xwen: {text}");
         }
     }
+
+    /// For commands the CUDA backend does not run yet: a GPU flag is said to be set aside
+    /// (llama.cpp habits pass -ngl 99 everywhere), and the command goes on on the CPU.
+    pub fn cpu_only(&self, command: &str) {
+        let gpu = self.n_gpu_layers.as_deref().is_some_and(|n| n != "0") || self.device.as_deref().is_some_and(|d| d != "cpu");
+        if gpu {
+            self.note(&format!("`{command}` computes on the CPU for now (the CUDA backend runs `run`, `bench` and `plan`); -ngl / --device set aside"));
+        }
+    }
 }
 
 #[derive(clap::Args, Debug, Clone, Default)]
