@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use anyhow::{anyhow, Result};
 use serde_json::{json, Map, Value as Json};
 use xwen_gguf::{GgufError, GgufFile, Value};
-use xwen_engine::experts::plan::human_bytes;
+use xwen_engine::memory_plan::human_bytes;
 
 use crate::cli::InspectArgs;
 

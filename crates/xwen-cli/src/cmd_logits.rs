@@ -40,7 +40,7 @@ pub fn run(a: LogitsArgs) -> Result<()> {
 
 /// DIR/NAME.bin (raw little-endian float32) per tap and DIR/index.txt in computation order, as
 /// tools/oracle/llama_dump.cpp writes llama.cpp's; a name recorded twice keeps its last value.
-fn write_taps(dir: &std::path::Path, taps: &[xwen_engine::compute::Tap], filters: &[&str]) -> Result<()> {
+fn write_taps(dir: &std::path::Path, taps: &[xwen_engine::ctx::Tap], filters: &[&str]) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     let mut index = String::new();
     let mut seen = std::collections::HashSet::new();

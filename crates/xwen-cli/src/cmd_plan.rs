@@ -5,7 +5,7 @@
 
 use crate::cli::PlanArgs;
 use anyhow::{anyhow, Context, Result};
-use xwen_engine::experts::plan::{human_bytes, ram_limit};
+use xwen_engine::memory_plan::{human_bytes, ram_limit};
 use xwen_engine::experts::replay::Policy;
 use xwen_engine::MemoryPlan;
 use xwen_gguf::GgufFile;
@@ -129,7 +129,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
     }
     println!("  experts in flight {}", human_bytes(plan.in_flight_bytes));
     println!("  floor            {} (the smallest --ram-budget: all of the above + one token's experts of one layer)", human_bytes(plan.floor()));
-    if plan.wave_rows > xwen_engine::experts::plan::PREFILL_BATCH {
+    if plan.wave_rows > xwen_engine::memory_plan::PREFILL_BATCH {
         println!("  prefill wave     {} (a long prompt passes each layer {} tokens at a time: an expert read once for them all)", human_bytes(plan.wave_bytes), plan.wave_rows);
     }
     println!(

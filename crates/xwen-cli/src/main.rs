@@ -22,6 +22,7 @@ mod cmd_tokenize;
 mod cmd_trace;
 mod draft_arg;
 mod gpu;
+mod heap;
 mod interrupt;
 mod lcg;
 mod model_arg;
@@ -60,7 +61,7 @@ pub fn command() -> clap::Command {
 
 fn main() -> ExitCode {
     if std::env::var_os("XWEN_DEFAULT_MALLOC").is_none() {
-        xwen_engine::heap::keep_freed_memory();
+        heap::keep_freed_memory();
     }
     // A closed output pipe (`xwen inspect M --json | head -1`) ends the process quietly, as it
     // does C tools, instead of a panic at the next print.

@@ -118,7 +118,7 @@ fn the_router_picks_the_cpus_experts_and_weights() {
         g.launch("moe_route", (1, 1), 256, (n_expert * 4) as u32, &[Arg::Ptr(ld.ptr), Arg::I32(n_expert as i32), Arg::I32(k as i32), Arg::I32(1), Arg::F32(1.0), Arg::Ptr(idd.ptr), Arg::Ptr(wd.ptr)]).unwrap();
         let ids = g.read_i32(&idd, k).unwrap();
         let w = g.read_f32(&wd, k).unwrap();
-        let want = xwen_engine::backend::route::route(&logits, k);
+        let want = xwen_engine::backend::moe_route::route(&logits, k);
         assert_eq!(ids.iter().map(|&i| i as usize).collect::<Vec<_>>(), want.experts, "{n_expert} experts, top {k}");
         for (a, b) in w.iter().zip(&want.weights) {
             assert!((a - b).abs() <= 1e-6 * b.abs().max(1e-3), "weights {w:?} vs {:?}", want.weights);

@@ -83,7 +83,7 @@ pub struct EngineConfig {
     /// 2 MiB pages (`xwen_gguf::evict_from_page_cache`); for a cache another program filled.
     pub reread_huge_pages: bool,
     /// A hard ceiling on the RAM the engine holds, in bytes: None = every weight mapped from
-    /// the file (the page cache decides); Some(0) = 3/4 of what this process may use (`experts::plan::ram_limit`: the cgroup's limit, else MemAvailable); Some(n) = n. With
+    /// the file (the page cache decides); Some(0) = 3/4 of what this process may use (`memory_plan::ram_limit`: the cgroup's limit, else MemAvailable); Some(n) = n. With
     /// a budget, a MoE model's routed experts stream from disk into a cache of what the trunk,
     /// state and scratch leave (`memory_plan`), and a budget under the floor is refused.
     pub ram_budget: Option<u64>,

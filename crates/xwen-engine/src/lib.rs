@@ -1,17 +1,17 @@
 //! xwen-engine: `models/` (the architecture registry, one file per architecture), `layers/`
-//! (attention, delta rule, FFN, MoE: the math), `backend/` (the ops they run on: `cpu`), the batched forward (`batch`, `compute`), sequence state and
-//! checkpoints (`state/`: KV caches, recurrent states, their byte codec), `experts/` (store, streaming, cache, RAM plan) and `runtime/` (scheduler,
+//! (attention, delta rule, FFN, MoE: the math), `backend/` (the ops they run on: `cpu`), the batched forward (`batch`, `ctx`), the RAM plan (`memory_plan`), sequence state and
+//! checkpoints (`state/`: KV caches, recurrent states, their byte codec), `experts/` (store, streaming, cache) and `runtime/` (scheduler,
 //! session, generate, sampler). The library never prints, exits or reads environment variables; errors are returned.
 
 pub mod backend;
 pub mod batch;
-pub mod checkpoint;
-pub mod compute;
+pub mod release;
+pub mod ctx;
 pub mod config;
 pub mod error;
 pub mod experts;
-pub mod heap;
 pub mod layers;
+pub mod memory_plan;
 pub mod model;
 pub mod models;
 pub mod ops;
@@ -22,7 +22,7 @@ pub mod weights;
 
 pub use config::{EngineConfig, FlashAttn, KvType};
 pub use error::{EngineError, Result};
-pub use experts::plan::{MemoryPlan, Reserved};
+pub use memory_plan::{MemoryPlan, Reserved};
 pub use experts::store::{ExpertCacheStats, ExpertStore, ResidentExperts};
 pub use experts::streamed::StreamedExperts;
 pub use experts::replay::Route;
@@ -35,4 +35,4 @@ pub use runtime::scheduler::{Ended, Event, LogitsProcessor, Request, Scheduler, 
 pub use runtime::session::{Reuse, Session};
 pub use runtime::speculative::{generate_speculative, ContraryDrafter, DraftMemory, DraftTally, Drafter, ModelDrafter, MtpDrafter, NgramDrafter, ReplayDrafter, SpecStats};
 pub use runtime::sampler::{Sampler, SamplerConfig, SamplingParams};
-pub use checkpoint::{identify, Checkpoint};
+pub use release::{identify, Checkpoint};

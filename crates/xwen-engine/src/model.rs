@@ -1,10 +1,10 @@
 //! The public model handle: load a GGUF, create sequence states, run forward passes.
 
-use crate::compute::Ctx;
+use crate::ctx::Ctx;
 use crate::config::EngineConfig;
 use crate::error::{EngineError, Result};
 use crate::experts::store::{ExpertStore, ResidentExperts};
-use crate::experts::plan::{MemoryPlan, PREFILL_BATCH};
+use crate::memory_plan::{MemoryPlan, PREFILL_BATCH};
 use crate::experts::replay::Route;
 use crate::experts::streamed::{ExpertCacheStats, StreamedExperts};
 use crate::models::{self, Network};
@@ -167,7 +167,7 @@ pub struct Model {
     /// Routing decisions recorded since the last `take_routes` (`EngineConfig::record_routes`).
     routes: Mutex<Vec<Route>>,
     /// Named intermediate tensors recorded since the last `take_taps` (`EngineConfig::record_taps`).
-    taps: Mutex<Vec<crate::compute::Tap>>,
+    taps: Mutex<Vec<crate::ctx::Tap>>,
     /// The MTP draft head: the model file's own nextn block, or a sidecar GGUF's
     /// (`attach_mtp`), which replaces it.
     mtp: Option<models::mtp::MtpHead>,
@@ -221,8 +221,8 @@ impl Model {
             None => None,
             Some(b) => {
                 let draft = cfg.draft_ram.saturating_add(mtp_reserve(mtp.as_ref(), cfg)).saturating_add(verify_history_reserve(&*net, mtp.is_some(), cfg));
-                let reserved = crate::experts::plan::Reserved { prefix_cache: cfg.reserved_ram, draft };
-                let mut plan = MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, cfg.n_seq, b, reserved, crate::experts::plan::ram_limit())?;
+                let reserved = crate::memory_plan::Reserved { prefix_cache: cfg.reserved_ram, draft };
+                let mut plan = MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, cfg.n_seq, b, reserved, crate::memory_plan::ram_limit())?;
                 if let Some(w) = cfg.prefill_wave {
                     plan.set_wave_batches(w)?;
                 }
@@ -240,7 +240,7 @@ impl Model {
                 {
                     // as many finished reads' buffers kept for reuse as the plan counts in flight
                     let n_expert = experts.iter().flatten().map(|m| m[0].n_mats).max().unwrap_or(0);
-                    let recycled = crate::experts::plan::in_flight_records(figures.n_used.max(1), n_expert);
+                    let recycled = crate::memory_plan::in_flight_records(figures.n_used.max(1), n_expert);
                     Arc::new(StreamedExperts::open(path, &file, experts, figures.n_used.max(1), p.cache_bytes, cfg.expert_prefetch, recycled)?)
                 }
             }
@@ -304,7 +304,7 @@ impl Model {
     /// The official checkpoint this file is, by `general.name` then `file_name` (see
     /// [`crate::checkpoint`]); `None` = run as its architecture.
     pub fn checkpoint(&self, file_name: Option<&str>) -> Option<crate::Checkpoint> {
-        crate::checkpoint::identify(self.name(), file_name)
+        crate::release::identify(self.name(), file_name)
     }
 
     /// Touch every page of the mapped weights (the trunk only, when experts stream) so the
@@ -576,7 +576,7 @@ impl Model {
 
     /// The context a forward runs in, recording its routes into `sink` (where the config asks)
     /// and its failed expert reads into `faults`.
-    fn ctx<'s>(&'s self, sink: &'s Mutex<Vec<crate::compute::RouteRecord>>, faults: &'s Mutex<Vec<crate::compute::ReadFault>>) -> Ctx<'s> {
+    fn ctx<'s>(&'s self, sink: &'s Mutex<Vec<crate::ctx::RouteRecord>>, faults: &'s Mutex<Vec<crate::ctx::ReadFault>>) -> Ctx<'s> {
         Ctx {
             backend: &self.backend,
             file: &self.file,
@@ -591,7 +591,7 @@ impl Model {
 
     /// A forward's routing decisions into the model's record (where the config asks), each
     /// batch row placed by `starts`: every sequence's (first row, rows, position before).
-    fn keep_routes(&self, sink: Mutex<Vec<crate::compute::RouteRecord>>, starts: &[(usize, usize, usize)]) {
+    fn keep_routes(&self, sink: Mutex<Vec<crate::ctx::RouteRecord>>, starts: &[(usize, usize, usize)]) {
         if !self.cfg.record_routes {
             return;
         }
@@ -739,7 +739,7 @@ impl Model {
 
     /// The named intermediate tensors recorded since the last call (`EngineConfig::record_taps`),
     /// in the order the forward computed them.
-    pub fn take_taps(&self) -> Vec<crate::compute::Tap> {
+    pub fn take_taps(&self) -> Vec<crate::ctx::Tap> {
         std::mem::take(&mut *self.taps.lock().unwrap_or_else(|p| p.into_inner()))
     }
 

@@ -147,7 +147,7 @@ fn prompts_longer_than_a_batch_run_in_batches_under_a_budget() {
     let resident = Model::load(path, &cfg(None)).unwrap();
     let (floor, record) = floor_and_record(path);
     let streamed = Model::load(path, &cfg(Some(floor + 4 * record))).unwrap();
-    let p = prompt(xwen_engine::experts::plan::PREFILL_BATCH + 37, resident.n_vocab());
+    let p = prompt(xwen_engine::memory_plan::PREFILL_BATCH + 37, resident.n_vocab());
     let want = resident.forward(&mut resident.new_state(), &p, LogitsMode::All).unwrap();
     let mut st = streamed.new_state();
     let got = streamed.forward(&mut st, &p, LogitsMode::All).unwrap();
@@ -287,7 +287,7 @@ fn chunk_by_chunk(m: &Model, p: &[u32]) -> Vec<f32> {
 /// chunks fed one by one read an evicted expert again for each.
 #[test]
 fn a_long_prompt_passes_each_layer_as_one_wave_reading_each_expert_once() {
-    use xwen_engine::experts::plan::{PREFILL_BATCH, PREFILL_WAVE_BATCHES};
+    use xwen_engine::memory_plan::{PREFILL_BATCH, PREFILL_WAVE_BATCHES};
     // (K3 too: its residual attention mixes and banks the wave's rows before its mixers)
     for path in moe_files().iter() {
         let resident = Model::load(path, &cfg(None)).unwrap();
@@ -331,7 +331,7 @@ fn a_long_prompt_passes_each_layer_as_one_wave_reading_each_expert_once() {
 /// `chunk_by_chunk` into a given state.
 fn chunk_by_chunk_into(m: &Model, st: &mut xwen_engine::SeqState, p: &[u32]) -> Vec<f32> {
     let mut out = Vec::new();
-    for c in p.chunks(xwen_engine::experts::plan::PREFILL_BATCH) {
+    for c in p.chunks(xwen_engine::memory_plan::PREFILL_BATCH) {
         let mut step = [xwen_engine::SeqStep::new(st, c, LogitsMode::All)];
         out.extend(m.forward_batch(&mut step).unwrap().pop().unwrap());
     }
@@ -363,7 +363,7 @@ fn prompt_chunks_of_several_sequences_in_one_step_read_each_expert_once() {
 /// chunks gives each chunk the bits feeding them one by one gives.
 #[test]
 fn a_wave_of_smaller_chunks_keeps_each_chunks_bits() {
-    use xwen_engine::experts::plan::PREFILL_WAVE_BATCHES;
+    use xwen_engine::memory_plan::PREFILL_WAVE_BATCHES;
     let path = &moe_files()[0];
     let resident = Model::load(path, &cfg(None)).unwrap();
     let p = prompt(1234, resident.n_vocab());
@@ -397,7 +397,7 @@ fn a_wave_of_smaller_chunks_keeps_each_chunks_bits() {
 /// queued together each get their waves in turn, and the same tokens as alone.
 #[test]
 fn the_scheduler_feeds_a_lone_long_prompt_as_prefill_waves() {
-    use xwen_engine::experts::plan::{PREFILL_BATCH, PREFILL_WAVE_BATCHES};
+    use xwen_engine::memory_plan::{PREFILL_BATCH, PREFILL_WAVE_BATCHES};
     use xwen_engine::{Event, Request, Sampler, SamplerConfig, Scheduler};
     let path = &moe_files()[0];
     let resident = Model::load(path, &cfg(None)).unwrap();

@@ -18,12 +18,12 @@
 //! "The backend seam").
 
 pub mod cpu;
-pub mod route;
+pub mod moe_route;
 pub mod scratch;
 
 use crate::batch::Rows;
 use crate::state::KvCache;
-pub use route::{Route, RouteRule};
+pub use moe_route::{Route, RouteRule};
 pub use scratch::{Buf, Scratch};
 use xwen_kernels::QMatrix;
 

@@ -14,7 +14,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Mutex;
 
 /// Most bytes of free buffers the arena keeps for the next ops: the slack the RAM plan adds to
-/// a forward's scratch (`experts::plan::SCRATCH_SLACK`), so buffers kept beside the ones in
+/// a forward's scratch (`memory_plan::SCRATCH_SLACK`), so buffers kept beside the ones in
 /// use stay inside what a budget counts.
 const KEEP_BYTES: usize = 64 << 20;
 
@@ -186,7 +186,7 @@ mod tests {
 
     #[test]
     fn the_free_buffers_stay_within_the_bound() {
-        assert!(KEEP_BYTES as u64 <= crate::experts::plan::SCRATCH_SLACK, "what the arena keeps is inside the plan's slack");
+        assert!(KEEP_BYTES as u64 <= crate::memory_plan::SCRATCH_SLACK, "what the arena keeps is inside the plan's slack");
         let s = Scratch::new();
         let big = KEEP_BYTES / 4 / 3;
         let bufs: Vec<Buf> = (0..5).map(|_| s.zeros(big)).collect();

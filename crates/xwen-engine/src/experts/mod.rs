@@ -7,7 +7,6 @@
 pub mod cache;
 pub mod direct_read;
 pub mod pack;
-pub mod plan;
 pub mod prefetch;
 pub mod replay;
 pub mod store;

@@ -5,7 +5,7 @@
 //! attn_output.
 
 use crate::batch::Rows;
-use crate::compute::Ctx;
+use crate::ctx::Ctx;
 use crate::error::Result;
 use crate::ops;
 use crate::profile::Op;

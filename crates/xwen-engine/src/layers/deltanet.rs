@@ -15,7 +15,7 @@
 
 use crate::backend::{Buf, Cols, ConvSilu, DeltaGates, DeltaScan, OutGate, ScanState};
 use crate::batch::Rows;
-use crate::compute::Ctx;
+use crate::ctx::Ctx;
 use crate::profile::Op;
 use crate::weights::{Loader, Mat};
 use crate::error::Result;

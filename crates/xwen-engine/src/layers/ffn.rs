@@ -5,7 +5,7 @@
 pub use crate::backend::Act;
 use crate::backend::Buf;
 use crate::batch::Rows;
-use crate::compute::Ctx;
+use crate::ctx::Ctx;
 use crate::error::Result;
 use crate::weights::{Loader, Mat};
 

@@ -13,7 +13,7 @@
 
 use crate::batch::Rows;
 use crate::backend::Buf;
-use crate::compute::Ctx;
+use crate::ctx::Ctx;
 use crate::error::Result;
 use crate::weights::{Loader, Mat};
 

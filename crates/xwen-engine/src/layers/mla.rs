@@ -13,7 +13,7 @@
 //! V is a view of its K cache, so an f16 cache rounds them alike).
 
 use crate::batch::Rows;
-use crate::compute::Ctx;
+use crate::ctx::Ctx;
 use crate::state::KvCache;
 use crate::backend::{AttnHeads, Buf, Cols};
 use crate::profile::Op;

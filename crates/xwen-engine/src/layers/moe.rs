@@ -11,11 +11,11 @@
 
 use crate::batch::{self, Rows};
 use crate::backend::{Buf, ExpertFfn, MvJob, RouteRule};
-pub use crate::backend::route::{route, route_with, Gating, Route};
-use crate::compute::{Ctx, RouteRecord};
+pub use crate::backend::moe_route::{route, route_with, Gating, Route};
+use crate::ctx::{Ctx, RouteRecord};
 use crate::error::Result;
 use crate::experts::store::{ExpertHandle, ExpertStore};
-use crate::experts::plan::PREFILL_READ_AHEAD;
+use crate::memory_plan::PREFILL_READ_AHEAD;
 use crate::layers::ffn::{self, Act, FfnWeights};
 use crate::profile::Op;
 use crate::weights::{Loader, Mat};

@@ -11,7 +11,7 @@
 //! The n−1 last tokens and the conv's (K−1)·n history rows are the sequence's state.
 
 use crate::batch::Rows;
-use crate::compute::Ctx;
+use crate::ctx::Ctx;
 use crate::error::{EngineError, Result};
 use crate::state::DeltaState;
 use crate::weights::{Loader, Mat};

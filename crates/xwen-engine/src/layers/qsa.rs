@@ -17,7 +17,7 @@
 
 use crate::backend::AttnHeads;
 use crate::batch::Rows;
-use crate::compute::Ctx;
+use crate::ctx::Ctx;
 use crate::error::{EngineError, Result};
 use crate::layers::attention::{self, AttnDims, AttnWeights};
 use crate::state::{KvBuf, KvCache};

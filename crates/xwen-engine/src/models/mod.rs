@@ -14,10 +14,10 @@ pub mod qwen3next;
 pub mod qwen4exp;
 
 use crate::batch::Rows;
-use crate::compute::Ctx;
+use crate::ctx::Ctx;
 use crate::error::{EngineError, Result};
 use crate::experts::store::ExpertStore;
-pub use crate::experts::plan::PlanFigures;
+pub use crate::memory_plan::PlanFigures;
 use crate::state::SeqState;
 use crate::weights::Mat;
 use std::ops::Range;

@@ -17,7 +17,7 @@ use super::hybrid::{self, Config, Ffn, Layer, Mixer, Placed};
 use super::{SpanIn, SpanOut};
 use crate::backend::Cols;
 use crate::batch::Rows;
-use crate::compute::Ctx;
+use crate::ctx::Ctx;
 use crate::error::{EngineError, Result};
 use crate::experts::store::ResidentExperts;
 use crate::layers::attention::AttnWeights;

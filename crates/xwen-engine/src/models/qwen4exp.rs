@@ -13,7 +13,7 @@
 
 use super::hybrid::{self, Config, TrunkSpec};
 use super::{Loaded, Network, PlanFigures, SpanIn, SpanOut};
-use crate::compute::Ctx;
+use crate::ctx::Ctx;
 use crate::error::{EngineError, Result};
 use crate::experts::store::ExpertStore;
 use crate::layers::attention::{self, AttnWeights};
@@ -373,7 +373,7 @@ impl Network for Qwen4Exp {
         let wide = (self.hc.hc * self.cfg.hidden) as u64;
         PlanFigures {
             state_bytes: hybrid::state_bytes(&self.cfg, max_ctx, kv_types).saturating_add(idx + ple),
-            scratch_bytes: hybrid::scratch_bytes(&self.cfg) + crate::experts::plan::PREFILL_BATCH as u64 * 8 * wide * 4,
+            scratch_bytes: hybrid::scratch_bytes(&self.cfg) + crate::memory_plan::PREFILL_BATCH as u64 * 8 * wide * 4,
             wave_row_bytes: hybrid::wave_row_bytes(&self.cfg) + 3 * wide * 4,
             n_expert: md.map_or(0, |m| m.n_expert),
             n_used: md.map_or(0, |m| m.n_used),

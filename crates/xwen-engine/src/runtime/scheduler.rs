@@ -8,7 +8,7 @@
 //! same chunks, each expert read once for them all).
 
 use crate::error::{EngineError, Result};
-use crate::experts::plan::PREFILL_BATCH;
+use crate::memory_plan::PREFILL_BATCH;
 use crate::model::{LogitsMode, Model, SeqStep};
 use crate::models::SpanOut;
 use crate::runtime::cost_table::{shares, StepCosts};
