@@ -37,7 +37,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         .context("this GGUF has no tokenizer.chat_template; use `xwen run` for plain completion")?;
     let mut messages: Vec<ChatMessage> = Vec::new();
     if let Some(s) = &a.system {
-        messages.push(msg("system", s.clone()));
+        messages.push(msg("system", a.escape.apply(s)));
     }
     let params = a.sampling.sampler_config().resolve(!a.no_think);
     if params.temperature > 0.0 && !a.engine.quiet {
@@ -187,7 +187,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         if !a.engine.quiet {
             let name = drafter.as_ref().map_or("none", |d| d.name());
             let draft = spec.map(|s| crate::draft_arg::draft_line(name, &s, stats.generated)).unwrap_or_default();
-            eprintln!("[{} tok, {:.1} tok/s{draft}]", stats.generated, stats.decode_tps());
+            eprintln!("[{} tok, {}{draft}]", stats.generated, crate::cmd_run::rate_text(stats.generated.saturating_sub(1), stats.decode_tps()));
         }
     }
 }
