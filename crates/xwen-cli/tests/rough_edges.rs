@@ -117,7 +117,7 @@ fn tokenize_into_a_closed_pipe_exits_0() {
             libc::close(fds[0]);
             std::os::fd::OwnedFd::from_raw_fd(fds[1])
         };
-        let o = Command::new(env!("CARGO_BIN_EXE_xwen")).args(["tokenize", "def f(x): return x"]).stdout(Stdio::from(write_end)).output().unwrap();
+        let o = Command::new(env!("CARGO_BIN_EXE_xwen")).args(["tokenize", "-m", &demo(), "def f(x): return x"]).stdout(Stdio::from(write_end)).output().unwrap();
         assert_eq!(o.status.code(), Some(0), "{:?}: {}", o.status, String::from_utf8_lossy(&o.stderr));
         assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
     }
