@@ -43,6 +43,9 @@ const QWEN36_VOCAB: Prereq = Prereq {
     env: Some("XWEN_QWEN36_TIKTOKEN"),
     in_ci: true,
 };
+/// Debian's headless Chromium (the `chromium` package), or the browser XWEN_CHROMIUM names.
+#[allow(dead_code)]
+const CHROMIUM: Prereq = Prereq { cfg: "xwen_no_chromium", path: Some("/usr/bin/chromium"), anchor: "", env: Some("XWEN_CHROMIUM"), in_ci: true };
 /// A llama.cpp source tree (its vocabulary files, a built `llama-tokenize`), named by
 /// XWEN_LLAMA_CPP_DIR; CI has none.
 #[allow(dead_code)]

@@ -24,5 +24,5 @@ fn main() {
         println!("cargo:rerun-if-changed={}", git_dir.join("packed-refs").display());
     }
     println!("cargo:rerun-if-changed=build.rs");
-    check_prereqs(&[SHARED_MODELS, SDK_VENV]);
+    check_prereqs(&[SHARED_MODELS, SDK_VENV, CHROMIUM]);
 }

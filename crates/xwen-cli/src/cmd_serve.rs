@@ -80,7 +80,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let served = ServedModel { model: loaded.model, tokenizer: loaded.tokenizer, template, names };
     let parallel = scfg.parallel;
     xwen_server::serve(served, scfg, |addr| {
-        eprintln!("xwen: serving on http://{addr} ({parallel} slots); Ctrl-C stops");
+        eprintln!("xwen: serving on http://{addr} ({parallel} slots); a chat page at http://{addr}/; Ctrl-C stops");
         eprintln!("xwen: {ENDPOINTS}");
     })
 }

@@ -19,8 +19,12 @@ use std::sync::Arc;
 /// The OpenAPI document of every route (served at /openapi.json).
 pub const OPENAPI: &str = include_str!("openapi.json");
 
+/// The chat page (served at /): one self-contained file, no fetch but this server's routes.
+pub const CHAT_PAGE: &str = include_str!("chat.html");
+
 pub fn router(app: Arc<App>, max_body: usize) -> Router {
     Router::new()
+        .route("/", get(chat_page))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
@@ -47,6 +51,10 @@ pub fn router(app: Arc<App>, max_body: usize) -> Router {
         .with_state(app)
 }
 
+async fn chat_page() -> axum::response::Html<&'static str> {
+    axum::response::Html(CHAT_PAGE)
+}
+
 /// With `xwen serve -v`: one line on stderr per request, as llama-server logs them: the
 /// client, the method and path, the status, and the time to the response's head (a stream's
 /// body goes on after it).
@@ -71,7 +79,8 @@ async fn access_log(State(app): AppState, req: Request, next: Next) -> Response 
 async fn auth(State(app): AppState, req: Request, next: Next) -> Response {
     let Some(key) = app.api_key.as_deref() else { return next.run(req).await };
     let path = req.uri().path();
-    if path == "/health" || path == "/v1/health" {
+    // the page is the same for everyone; it sends the key the user gives it with each request
+    if path == "/health" || path == "/v1/health" || path == "/" {
         return next.run(req).await;
     }
     let h = req.headers();
