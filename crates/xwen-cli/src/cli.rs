@@ -183,8 +183,8 @@ pub struct DraftOpts {
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
-In the chat: /exit (or exit, quit, Ctrl-D) leaves; Ctrl-C stops the reply being written and keeps
-the chat; /reset clears the conversation; /system TEXT sets the system prompt; /save FILE and
+In the chat: /exit (or exit, quit, Ctrl-D) leaves; Ctrl-C stops the reply being written, or
+clears the message being typed, and keeps the chat; /reset clears the conversation; /system TEXT sets the system prompt; /save FILE and
 /load FILE write and read the conversation as JSON; /help lists them.
 
 Examples:

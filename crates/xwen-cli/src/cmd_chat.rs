@@ -196,11 +196,17 @@ pub fn run(a: ChatArgs) -> Result<()> {
 /// input. A line that is not UTF-8 is reported and dropped.
 fn read_message(stdin: &std::io::Stdin, out: &mut std::io::Stdout) -> Result<Option<String>> {
     let mut text = String::new();
+    crate::interrupt::take_cleared();
     loop {
         write!(out, "{}", if text.is_empty() { "> " } else { ". " })?;
         out.flush()?;
         let mut raw = Vec::new();
-        if stdin.lock().read_until(b'\n', &mut raw)? == 0 {
+        let n = stdin.lock().read_until(b'\n', &mut raw)?;
+        if crate::interrupt::take_cleared() {
+            // Ctrl-C while this message was typed: what came before it is dropped too
+            text.clear();
+        }
+        if n == 0 {
             return Ok(if text.is_empty() { None } else { Some(text) });
         }
         let Ok(line) = String::from_utf8(raw) else {
