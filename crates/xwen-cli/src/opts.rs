@@ -502,6 +502,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn escapes_are_llama_cpps() {
+        assert_eq!(process_escapes(r#"a\nb\tc\r\\d\'e\"f"#), "a\nb\tc\r\\d'e\"f");
+        assert_eq!(process_escapes(r"\x41\x7e"), "A~");
+        // what is not an escape stays as written: unknown letters, a short \x, a last backslash
+        assert_eq!(process_escapes(r#"\q \x4 \xZZ end\"#), r#"\q \x4 \xZZ end\"#);
+        // a byte that is no UTF-8 on its own becomes U+FFFD, as in a prompt file
+        assert_eq!(process_escapes(r"\xff"), "\u{FFFD}");
+        assert_eq!(process_escapes("é\\n"), "é\n");
+        assert_eq!(ram_budget("auto"), Ok(0));
+        assert!(ram_budget("0").is_err() && ram_budget("0M").is_err() && ram_budget("8G").is_ok());
+    }
+
+    #[test]
     fn ranges_are_checked() {
         assert!(temperature("-1").is_err() && temperature("nan").is_err() && temperature("0.7").is_ok());
         assert!(unit_interval("2").is_err() && unit_interval("1").is_ok() && unit_interval("0").is_ok());
