@@ -1,8 +1,10 @@
 //! Records the git commit the binary is built from, for `xwen --version`. Outside a git
-//! checkout (a source tarball) the version says "unknown commit".
+//! checkout (a source tarball) the version says "unknown commit". Also marks the tests whose
+//! data a fresh clone lacks (see ../prereqs.rs).
 
-use std::path::Path;
 use std::process::Command;
+
+include!("../prereqs.rs");
 
 fn main() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -22,4 +24,5 @@ fn main() {
         println!("cargo:rerun-if-changed={}", git_dir.join("packed-refs").display());
     }
     println!("cargo:rerun-if-changed=build.rs");
+    check_prereqs(&[SHARED_MODELS, SDK_VENV, CHROMIUM]);
 }

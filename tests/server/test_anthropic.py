@@ -21,6 +21,14 @@ def test_message_non_stream_and_stream_agree(an):
         assert final.stop_reason == m.stop_reason and final.usage.output_tokens == m.usage.output_tokens
 
 
+def test_no_thinking_blocks_unless_the_request_enables_thinking(an):
+    m = an.messages.create(model="tiny-qwen35", max_tokens=20, messages=MSG, extra_body={"temperature": 0})
+    assert m.content and all(b.type != "thinking" for b in m.content), m.content
+    with an.messages.stream(model="tiny-qwen35", max_tokens=20, messages=MSG, extra_body={"temperature": 0}) as s:
+        final = s.get_final_message()
+    assert all(b.type != "thinking" for b in final.content), final.content
+
+
 def test_stream_event_sequence(server):
     body = {"model": "tiny-qwen35", "max_tokens": 12, "messages": MSG, "stream": True, "temperature": 0}
     names = []

@@ -7,7 +7,7 @@
 
 use clap::{Parser, Subcommand};
 
-use crate::opts::{self, EngineOpts, SamplingOpts};
+use crate::opts::{self, EngineOpts, EscapeOpts, SamplingOpts};
 
 /// The multi-letter single-dash flags of llama.cpp that xwen accepts, and the long flag each
 /// means. `-npl` is llama-batched-bench's name for `bench --parallel`.
@@ -127,7 +127,7 @@ pub struct RunArgs {
     /// The prompt text
     #[arg(short = 'p', long = "prompt", value_name = "TEXT", conflicts_with_all = ["file", "ids"])]
     pub prompt: Option<String>,
-    /// Read the prompt from a file (bytes that are not UTF-8 become U+FFFD, as llama.cpp reads them)
+    /// Read the prompt from a file, `-` for standard input (bytes that are not UTF-8 become U+FFFD, as llama.cpp reads them; no escapes are processed)
     #[arg(short = 'f', long = "file", value_name = "FILE", conflicts_with = "ids")]
     pub file: Option<String>,
     /// The prompt as token ids (comma- or space-separated)
@@ -151,6 +151,8 @@ pub struct RunArgs {
     /// Use the non-thinking sampling defaults (Qwen3.6 model cards)
     #[arg(long = "no-think")]
     pub no_think: bool,
+    #[command(flatten)]
+    pub escape: EscapeOpts,
     #[command(flatten)]
     pub draft: DraftOpts,
     #[command(flatten)]
@@ -181,8 +183,8 @@ pub struct DraftOpts {
 
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
-In the chat: /exit (or exit, quit, Ctrl-D) leaves; Ctrl-C stops the reply being written and keeps
-the chat; /reset clears the conversation; /system TEXT sets the system prompt; /save FILE and
+In the chat: /exit (or exit, quit, Ctrl-D) leaves; Ctrl-C stops the reply being written, or
+clears the message being typed, and keeps the chat; /reset clears the conversation; /system TEXT sets the system prompt; /save FILE and
 /load FILE write and read the conversation as JSON; /help lists them.
 
 Examples:
@@ -205,6 +207,8 @@ pub struct ChatArgs {
     /// Accepted for llama-cli compatibility: a line ending in `\` continues on the next line either way
     #[arg(long = "multiline-input", hide = true)]
     pub multiline_input: bool,
+    #[command(flatten)]
+    pub escape: EscapeOpts,
     #[command(flatten)]
     pub draft: DraftOpts,
     #[command(flatten)]
@@ -291,22 +295,29 @@ pub struct InspectArgs {
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
 Examples:
-  xwen tokenize -m model.gguf 'Hello, world'
+  xwen tokenize 'def f(x):'                       # the embedded demo model's tokenizer
+  xwen tokenize -m model.gguf 'Hello, world' --show-pieces
   xwen tokenize -m model.gguf --markup '<|im_start|>user'
-  xwen tokenize -m model.gguf -f text.txt")]
+  echo hi | xwen tokenize -m model.gguf -f -")]
 pub struct TokenizeArgs {
-    /// The GGUF whose tokenizer is used (no weights are read)
+    /// The GGUF whose tokenizer is used (no weights are read); none: the embedded demo model's
     #[arg(short = 'm', long = "model", value_name = "MODEL")]
-    pub model: std::path::PathBuf,
-    /// The text
+    pub model: Option<std::path::PathBuf>,
+    /// The text (escapes such as \n are processed unless --no-escape)
     #[arg(value_name = "TEXT", required_unless_present = "file", conflicts_with = "file")]
     pub text: Option<String>,
-    /// Tokenize a file's exact bytes (bytes that are not UTF-8 become U+FFFD, one per byte)
+    /// Tokenize a file's exact bytes, `-` for standard input (bytes that are not UTF-8 become U+FFFD, one per byte)
     #[arg(short = 'f', long = "text-file", visible_alias = "file", value_name = "FILE")]
     pub file: Option<std::path::PathBuf>,
     /// Parse special-token text such as <|im_start|> as the special token
     #[arg(long = "markup")]
     pub markup: bool,
+    /// One token a line: its id and its text (llama-tokenize's output)
+    #[arg(long = "show-pieces")]
+    pub show_pieces: bool,
+    /// Take TEXT literally, backslashes and all
+    #[arg(long = "no-escape")]
+    pub no_escape: bool,
 }
 
 // ---- pack --------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         .context("this GGUF has no tokenizer.chat_template; use `xwen run` for plain completion")?;
     let mut messages: Vec<ChatMessage> = Vec::new();
     if let Some(s) = &a.system {
-        messages.push(msg("system", s.clone()));
+        messages.push(msg("system", a.escape.apply(s)));
     }
     let params = a.sampling.sampler_config().resolve(!a.no_think);
     if params.temperature > 0.0 && !a.engine.quiet {
@@ -188,7 +188,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         if !a.engine.quiet {
             let name = drafter.as_ref().map_or("none", |d| d.name());
             let draft = spec.map(|s| crate::draft_arg::draft_line(name, &s, stats.generated)).unwrap_or_default();
-            eprintln!("[{} tok, {:.1} tok/s{draft}]", stats.generated, stats.decode_tps());
+            eprintln!("[{} tok, {}{draft}]", stats.generated, crate::cmd_run::rate_text(stats.generated.saturating_sub(1), stats.decode_tps()));
         }
     }
 }
@@ -197,11 +197,17 @@ pub fn run(a: ChatArgs) -> Result<()> {
 /// input. A line that is not UTF-8 is reported and dropped.
 fn read_message(stdin: &std::io::Stdin, out: &mut std::io::Stdout) -> Result<Option<String>> {
     let mut text = String::new();
+    crate::interrupt::take_cleared();
     loop {
         write!(out, "{}", if text.is_empty() { "> " } else { ". " })?;
         out.flush()?;
         let mut raw = Vec::new();
-        if stdin.lock().read_until(b'\n', &mut raw)? == 0 {
+        let n = stdin.lock().read_until(b'\n', &mut raw)?;
+        if crate::interrupt::take_cleared() {
+            // Ctrl-C while this message was typed: what came before it is dropped too
+            text.clear();
+        }
+        if n == 0 {
             return Ok(if text.is_empty() { None } else { Some(text) });
         }
         let Ok(line) = String::from_utf8(raw) else {

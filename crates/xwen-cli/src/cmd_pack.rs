@@ -19,6 +19,7 @@ pub fn run(a: PackArgs) -> Result<()> {
         println!("{}: {n} records, every header and checksum good", out.display());
         return Ok(());
     }
+    crate::opts::refuse_non_regular_out(&out)?;
     let t0 = std::time::Instant::now();
     let rep = pack::write(&f, &loaded.experts, &out)?;
     println!(

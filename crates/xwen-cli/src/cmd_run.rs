@@ -34,12 +34,14 @@ pub fn llama_lossy_utf8(bytes: &[u8]) -> String {
     out
 }
 
-pub fn run(a: RunArgs) -> Result<()> {
+pub fn run(mut a: RunArgs) -> Result<()> {
     let quiet = a.engine.quiet;
+    a.prompt = a.prompt.as_deref().map(|p| a.escape.apply(p));
+    a.stop = a.stop.iter().map(|s| a.escape.apply(s)).collect();
     let mut cfg = a.engine.engine_config()?;
     let draft = crate::draft_arg::prepare(&a.draft, &mut cfg, 1)?;
     let prompt_file = match &a.file {
-        Some(f) => Some(llama_lossy_utf8(&std::fs::read(f).with_context(|| format!("-f {f}"))?)),
+        Some(f) => Some(llama_lossy_utf8(&opts::read_input(f.as_ref()).with_context(|| format!("-f {f}"))?)),
         None => None,
     };
     if a.model.is_some() && a.prompt.is_none() && a.file.is_none() && a.ids.is_none() {
@@ -220,11 +222,11 @@ pub fn run(a: RunArgs) -> Result<()> {
             StopReason::Caller | StopReason::Constraint => "stopped".into(),
         };
         eprintln!(
-            "xwen: prefill {} tok at {:.1} tok/s, decode {} tok at {:.1} tok/s; stopped at {why}{}",
+            "xwen: prefill {} tok at {}, decode {} tok at {}; stopped at {why}{}",
             stats.prompt_tokens,
-            stats.prefill_tps(),
+            rate_text(stats.prompt_tokens, stats.prefill_tps()),
             stats.generated,
-            stats.decode_tps(),
+            rate_text(stats.generated.saturating_sub(1), stats.decode_tps()),
             draft_line(draft_name, &spec, stats.generated)
         );
     }
@@ -233,6 +235,16 @@ pub fn run(a: RunArgs) -> Result<()> {
         model_arg::print_expert_cache(&loaded.model);
     }
     Ok(())
+}
+
+/// A rate for the status line: `n/a` where it counts no tokens (one generated token is the
+/// prefill's, so its decode rate has nothing to divide) rather than a misleading 0.0.
+pub fn rate_text(counted: usize, per_s: f64) -> String {
+    if counted == 0 || !per_s.is_finite() || per_s <= 0.0 {
+        "n/a".into()
+    } else {
+        format!("{per_s:.1} tok/s")
+    }
 }
 
 /// `run -ngl 99`: the prompt and the decode on the CUDA backend, one token a step; the sampler
@@ -335,5 +347,11 @@ mod tests {
         assert_eq!(llama_lossy_utf8("é😀".as_bytes()), "é😀");
         assert_eq!(llama_lossy_utf8(b"\xF0\x9F\x98A"), "\u{FFFD}\u{FFFD}\u{FFFD}A");
         assert_eq!(llama_lossy_utf8(b""), "");
+    }
+
+    #[test]
+    fn a_rate_of_nothing_counted_is_not_zero() {
+        assert_eq!(rate_text(0, 0.0), "n/a");
+        assert_eq!(rate_text(3, 12.345), "12.3 tok/s");
     }
 }

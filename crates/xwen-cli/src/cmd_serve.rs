@@ -10,6 +10,13 @@ use xwen_server::{DraftConfig, DraftSource, ServedModel, ServerConfig};
 
 pub fn run(a: ServeArgs) -> Result<()> {
     let mut scfg = ServerConfig { host: a.host.clone(), port: a.port, parallel: a.parallel as usize, queue_limit: a.queue as usize, ..ServerConfig::default() };
+    scfg.access_log = a.engine.verbose;
+    if a.api_key.is_none() && !is_loopback(&a.host) && !a.engine.quiet {
+        eprintln!(
+            "xwen: warning: --host {} takes requests from other machines and no --api-key is set: anyone who can reach this port can use the model",
+            a.host
+        );
+    }
     scfg.max_body = usize::try_from(a.max_body).unwrap_or(usize::MAX);
     scfg.api_key = a.api_key.clone().filter(|k| !k.is_empty());
     scfg.cache_ram = a.cache_ram.saturating_mul(1 << 20);
@@ -74,6 +81,30 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let served = ServedModel { model: loaded.model, tokenizer: loaded.tokenizer, template, names };
     let parallel = scfg.parallel;
     xwen_server::serve(served, scfg, |addr| {
-        eprintln!("xwen: serving on http://{addr} ({parallel} slots); Ctrl-C stops");
+        eprintln!("xwen: serving on http://{addr} ({parallel} slots); a chat page at http://{addr}/; Ctrl-C stops");
+        eprintln!("xwen: {ENDPOINTS}");
     })
+}
+
+/// The startup line's list of what the server answers.
+const ENDPOINTS: &str = "endpoints: POST /v1/chat/completions, /v1/completions, /v1/responses (OpenAI), \
+/v1/messages (Anthropic), /tokenize, /detokenize, /apply-template; GET /v1/models, /health, /metrics, /props, /openapi.json";
+
+/// Whether HOST (`--host`) binds the loopback interface only: `localhost`, 127.0.0.0/8, `::1`.
+fn is_loopback(host: &str) -> bool {
+    let h = host.trim_start_matches('[').trim_end_matches(']');
+    h.eq_ignore_ascii_case("localhost") || h.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn loopback_hosts() {
+        for h in ["127.0.0.1", "localhost", "::1", "[::1]", "127.1.2.3"] {
+            assert!(super::is_loopback(h), "{h}");
+        }
+        for h in ["0.0.0.0", "::", "192.168.1.2", "example.com"] {
+            assert!(!super::is_loopback(h), "{h}");
+        }
+    }
 }

@@ -14,6 +14,7 @@ const DEFAULT_VOCAB: &str = "tests/fixtures/vocab/ggml-vocab-qwen35.gguf";
 
 pub fn run(a: SynthArgs) -> Result<()> {
     let (out, vocab_arg, seed) = (a.out, a.vocab, a.seed);
+    crate::opts::refuse_non_regular_out(&out)?;
     let mix = synth::Mix::parse(&a.mix, seed)?;
     // a preset's geometry, or one drawn at random (tiny: its synthetic vocabulary)
     let (g, name, tiny) = match (a.preset, a.random) {

@@ -18,7 +18,7 @@ pub fn run(a: TraceArgs) -> Result<()> {
         bail!("{} has no routed experts: nothing to trace", model.architecture());
     };
     let text = match (&a.prompt, &a.file) {
-        (_, Some(f)) => String::from_utf8_lossy(&std::fs::read(f).with_context(|| format!("reading {}", f.display()))?).into_owned(),
+        (_, Some(f)) => String::from_utf8_lossy(&crate::opts::read_input(f)?).into_owned(),
         (Some(p), None) => p.clone(),
         (None, None) => bail!("give a prompt: -p TEXT or -f FILE"),
     };

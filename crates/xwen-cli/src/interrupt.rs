@@ -1,22 +1,25 @@
 //! Ctrl-C in the chat: while a reply is being written it stops that reply (the chat goes on);
-//! at the prompt it leaves, as a terminal program is expected to. The handler only touches
-//! atomics and, to leave, `_exit` — both safe inside a signal handler.
+//! at the prompt it drops the half-typed message and prompts again, as Python's REPL and Ollama
+//! do (Ctrl-D or /exit leaves). The terminal's line discipline has already thrown the unfinished
+//! line away; lines that a `\` continued are dropped by `read_message` when it sees the flag.
+//! The handler only touches atomics and write(2), both safe inside a signal handler.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 static REPLYING: AtomicBool = AtomicBool::new(false);
 static STOP: AtomicBool = AtomicBool::new(false);
+static CLEARED: AtomicBool = AtomicBool::new(false);
 
 #[cfg(unix)]
 extern "C" fn on_sigint(_: libc::c_int) {
     if REPLYING.load(Ordering::SeqCst) {
         STOP.store(true, Ordering::SeqCst);
     } else {
-        const MSG: &[u8] = b"\n";
-        // SAFETY: write(2) and _exit(2) are async-signal-safe.
+        CLEARED.store(true, Ordering::SeqCst);
+        const MSG: &[u8] = b"\n> ";
+        // SAFETY: write(2) is async-signal-safe; the prompt goes where read_message writes it.
         unsafe {
-            libc::write(2, MSG.as_ptr().cast(), MSG.len());
-            libc::_exit(130);
+            libc::write(1, MSG.as_ptr().cast(), MSG.len());
         }
     }
 }
@@ -44,6 +47,11 @@ pub fn begin_reply() {
 pub fn end_reply() -> bool {
     REPLYING.store(false, Ordering::SeqCst);
     STOP.swap(false, Ordering::SeqCst)
+}
+
+/// Whether Ctrl-C cleared the message being typed since the last call.
+pub fn take_cleared() -> bool {
+    CLEARED.swap(false, Ordering::SeqCst)
 }
 
 /// Whether Ctrl-C asked the reply to stop.

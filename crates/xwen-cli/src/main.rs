@@ -87,9 +87,12 @@ fn main() -> ExitCode {
         Err(e) => return usage_error(e, &argv),
     };
     // The server writes to sockets its clients may close at any moment: there a closed pipe is
-    // an error of one connection (EPIPE), never a signal that ends the process.
+    // an error of one connection (EPIPE), never a signal that ends the process. `tokenize`
+    // writes its one answer with checked writes: a reader that has gone (`| head -c 10`) ends
+    // it with exit 0 whether it left before or after the write (with the signal, which of the
+    // two happened decided between a kill and exit 0).
     #[cfg(unix)]
-    if matches!(cli.command, Command::Serve(_)) {
+    if matches!(cli.command, Command::Serve(_) | Command::Tokenize(_)) {
         // SAFETY: still before any thread starts.
         unsafe {
             libc::signal(libc::SIGPIPE, libc::SIG_IGN);
@@ -116,6 +119,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<std::io::Error>().is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) => ExitCode::SUCCESS,
         Err(e) => {
             // one line: a message's own line breaks would read as separate errors
             eprintln!("xwen: {}", format!("{e:#}").replace('\n', "; "));
@@ -139,9 +143,12 @@ fn usage_error(e: clap::Error, argv: &[String]) -> ExitCode {
     let text = e.to_string();
     let mut first = String::new();
     let mut usage = String::new();
+    let sub = argv.get(1).filter(|s| command().get_subcommands().any(|c| c.get_name() == s.as_str()));
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
         if let Some(u) = line.strip_prefix("Usage: ") {
-            usage = format!("; usage: {u}");
+            // clap's usage after an error lists the flags given as if they were required
+            // (`xwen run --model <MODEL>`): the command's own usage line instead
+            usage = format!("; usage: {}", sub.map_or_else(|| u.to_string(), |s| subcommand_usage(s)));
         } else if !(line.starts_with("For more information") || line.starts_with("tip:")) {
             if !first.is_empty() {
                 first.push(' ');
@@ -154,11 +161,21 @@ fn usage_error(e: clap::Error, argv: &[String]) -> ExitCode {
         Some(ContextValue::Strings(v)) if !v.is_empty() => format!(" (did you mean `{}`?)", v[0]),
         _ => String::new(),
     };
-    let sub = argv.get(1).filter(|s| command().get_subcommands().any(|c| c.get_name() == s.as_str()));
     let help = match sub {
         Some(s) => format!("xwen {s} --help"),
         None => "xwen --help".into(),
     };
     eprintln!("xwen: {first}{tip}{usage}; see `{help}`");
     ExitCode::from(2)
+}
+
+/// A subcommand's usage as its `--help` opens (`xwen run [OPTIONS]`), without the flags of
+/// one command line.
+fn subcommand_usage(name: &str) -> String {
+    let mut cmd = command();
+    cmd.build();
+    cmd.find_subcommand_mut(name).map_or_else(
+        || format!("xwen {name}"),
+        |c| c.render_usage().to_string().trim().trim_start_matches("Usage: ").to_string(),
+    )
 }

@@ -52,6 +52,13 @@ pub fn load(model: Option<&str>, mut cfg: EngineConfig, opts: &EngineOpts) -> Re
         (Some(c), Some(t)) if c as u64 > t => {
             opts.note(&format!("warning: -c {c} is beyond the {t} positions the model was trained on; quality may fall past them"))
         }
+        // the default context stops at the trained one: going past it takes an explicit -c
+        (None, Some(t)) if cfg.max_ctx as u64 > t && t > 0 => {
+            if opts.verbose {
+                eprintln!("xwen: context {t} positions, the model's trained context (the default is {}; -c N to go past it)", cfg.max_ctx);
+            }
+            cfg.max_ctx = t as usize;
+        }
         _ => {}
     }
     let file = Arc::new(file);
@@ -81,11 +88,12 @@ pub fn load(model: Option<&str>, mut cfg: EngineConfig, opts: &EngineOpts) -> Re
     if !quiet && !is_demo {
         match checkpoint {
             Some(c) => eprintln!("xwen: checkpoint {}", c.full_name()),
-            None => eprintln!(
+            None if opts.verbose => eprintln!(
                 "xwen: `{}` is not an official checkpoint; running it as {}",
                 model.name().unwrap_or("(unnamed)"),
                 model.architecture()
             ),
+            None => {}
         }
     }
     if !quiet && model.weight_bytes() > 256 << 20 {

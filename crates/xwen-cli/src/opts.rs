@@ -26,7 +26,7 @@ pub struct EngineOpts {
     #[arg(long = "ubatch-size", value_name = "N", allow_negative_numbers = true, value_parser = batch)]
     pub ubatch_size: Option<usize>,
     /// Hard RAM ceiling; MoE experts stream from disk into a bounded cache (e.g. 12G, 800M, auto = 3/4 of what this process may use: the cgroup limit, else MemAvailable)
-    #[arg(long = "ram-budget", value_name = "SIZE", allow_hyphen_values = true, value_parser = size)]
+    #[arg(long = "ram-budget", value_name = "SIZE", allow_hyphen_values = true, value_parser = ram_budget)]
     pub ram_budget: Option<u64>,
     /// With --ram-budget: do not read the next layer's likely experts ahead while a layer
     /// computes (on by default)
@@ -108,7 +108,7 @@ impl EngineOpts {
         cfg.expert_prefetch = !self.no_prefetch;
         cfg.prefill_wave = self.prefill_wave.map(usize::from);
         if let Some(isa) = &self.isa {
-            use xwen_kernels::dispatch::Isa;
+            use xwen_kernels::dispatch::{detected, Isa};
             cfg.max_isa = match isa.as_str() {
                 "avx512" => Some(Isa::Avx512),
                 "avx2" => Some(Isa::Avx2),
@@ -116,6 +116,19 @@ impl EngineOpts {
                 "scalar" => Some(Isa::Scalar),
                 _ => None,
             };
+            // a kernel set of the other architecture is no set this CPU has: the cap takes its
+            // rank (NEON's is AVX2's), which is worth saying
+            let on_x86 = cfg!(any(target_arch = "x86_64", target_arch = "x86"));
+            match cfg.max_isa {
+                Some(Isa::Neon) if on_x86 => self.note(&format!(
+                    "warning: --isa neon: an x86 CPU has no NEON kernels; capped as --isa avx2 instead (this CPU: {:?})",
+                    detected()
+                )),
+                Some(Isa::Avx2 | Isa::Avx512) if !on_x86 => {
+                    self.note(&format!("warning: --isa {isa}: this CPU has no x86 kernels; it runs {:?}", detected()))
+                }
+                _ => {}
+            }
         }
         if let Some(scan) = &self.prefill_scan {
             cfg.chunked_prefill = scan == "chunked";
@@ -346,6 +359,100 @@ fn size(s: &str) -> Result<u64, String> {
     parse_size(s).map_err(|e| format!("`{s}` is not a size (e.g. 12G, 800M, auto): {e}"))
 }
 
+/// `--ram-budget`: a size or `auto` (kept as 0); a size of 0 bytes is refused rather than
+/// read as `auto`.
+fn ram_budget(s: &str) -> Result<u64, String> {
+    match size(s)? {
+        0 if !s.trim().eq_ignore_ascii_case("auto") => Err(format!("`{s}` is no budget: give a size (e.g. 12G, 800M) or auto")),
+        n => Ok(n),
+    }
+}
+
+/// llama.cpp's `string_process_escapes`: `\n \r \t \' \" \\` and `\xHH` become the character
+/// (or byte) they name; any other backslash stays as written. Bytes that `\xHH` makes and that
+/// are not UTF-8 become U+FFFD, as a prompt file's do.
+pub fn process_escapes(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'\\' || i + 1 == b.len() {
+            out.push(b[i]);
+            i += 1;
+            continue;
+        }
+        let c = b[i + 1];
+        i += 2;
+        match c {
+            b'n' => out.push(b'\n'),
+            b'r' => out.push(b'\r'),
+            b't' => out.push(b'\t'),
+            b'\'' | b'"' | b'\\' => out.push(c),
+            b'x' if i + 2 <= b.len() && b[i..i + 2].iter().all(u8::is_ascii_hexdigit) => {
+                let hex = std::str::from_utf8(&b[i..i + 2]).unwrap_or("0");
+                out.push(u8::from_str_radix(hex, 16).unwrap_or(0));
+                i += 2;
+            }
+            _ => out.extend_from_slice(&[b'\\', c]),
+        }
+    }
+    crate::cmd_run::llama_lossy_utf8(&out)
+}
+
+/// `-e` / `--no-escape` (llama.cpp's): escapes in the text flags are processed unless
+/// `--no-escape` is given.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct EscapeOpts {
+    /// Process escapes (\n, \r, \t, \', \", \\, \xHH) in -p, --stop and --system (the default)
+    #[arg(short = 'e', long = "escape", overrides_with = "no_escape")]
+    pub escape: bool,
+    /// Take -p, --stop and --system literally, backslashes and all
+    #[arg(long = "no-escape", overrides_with = "escape")]
+    pub no_escape: bool,
+}
+
+impl EscapeOpts {
+    pub fn apply(&self, s: &str) -> String {
+        if self.no_escape {
+            s.to_string()
+        } else {
+            process_escapes(s)
+        }
+    }
+}
+
+/// `--out` of a command that writes a file by replacing it (a temporary file renamed over the
+/// path): only a new path or a regular file. Replacing a device, a FIFO, a symbolic link or a
+/// directory entry would destroy it (as root, `--out /dev/null` would replace the device).
+pub fn refuse_non_regular_out(path: &std::path::Path) -> anyhow::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if !m.file_type().is_file() => {
+            let what = if m.file_type().is_symlink() {
+                "a symbolic link"
+            } else if m.is_dir() {
+                "a directory"
+            } else {
+                "not a regular file (a device, FIFO or socket)"
+            };
+            anyhow::bail!("--out {}: {what}; give the path of a regular file to write", path.display())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The bytes of an input file, `-` being standard input.
+pub fn read_input(path: &std::path::Path) -> anyhow::Result<Vec<u8>> {
+    use anyhow::Context;
+    use std::io::Read;
+    if path.as_os_str() == "-" {
+        let mut v = Vec::new();
+        std::io::stdin().lock().read_to_end(&mut v).context("reading standard input")?;
+        Ok(v)
+    } else {
+        std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+    }
+}
+
 pub fn nonzero_size(s: &str) -> Result<u64, String> {
     match size(s)? {
         0 => Err("must be above 0".into()),
@@ -402,6 +509,19 @@ fn bounded_count_list(s: &str, what: &str) -> Result<List, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escapes_are_llama_cpps() {
+        assert_eq!(process_escapes(r#"a\nb\tc\r\\d\'e\"f"#), "a\nb\tc\r\\d'e\"f");
+        assert_eq!(process_escapes(r"\x41\x7e"), "A~");
+        // what is not an escape stays as written: unknown letters, a short \x, a last backslash
+        assert_eq!(process_escapes(r#"\q \x4 \xZZ end\"#), r#"\q \x4 \xZZ end\"#);
+        // a byte that is no UTF-8 on its own becomes U+FFFD, as in a prompt file
+        assert_eq!(process_escapes(r"\xff"), "\u{FFFD}");
+        assert_eq!(process_escapes("é\\n"), "é\n");
+        assert_eq!(ram_budget("auto"), Ok(0));
+        assert!(ram_budget("0").is_err() && ram_budget("0M").is_err() && ram_budget("8G").is_ok());
+    }
 
     #[test]
     fn ranges_are_checked() {

@@ -1,5 +1,6 @@
-//! `xwen chat` on piped input: commands, a line that is not UTF-8, a full context and `/exit`
-//! leave the chat running (or end it) with a message, never a panic or a lost conversation.
+//! `xwen chat` on piped input (and on a pty, for Ctrl-C at the prompt): commands, a line that is
+//! not UTF-8, a full context, Ctrl-C and `/exit` leave the chat running (or end it) with a
+//! message, never a panic or a lost conversation.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -163,4 +164,83 @@ fn ctrl_c_stops_the_reply_and_keeps_the_chat() {
     assert!(err.contains("reply stopped (Ctrl-C)"), "{err}");
     // both lines were answered: two replies' rate lines
     assert_eq!(err.matches(" tok/s]").count(), 2, "{err}");
+}
+
+/// Ctrl-C at the prompt, on a terminal (a pty here), drops the half-typed message and prompts
+/// again; the chat goes on, and Ctrl-D (end of input) leaves it with exit 0.
+#[cfg(target_os = "linux")]
+#[test]
+fn ctrl_c_at_the_prompt_clears_the_line_and_keeps_the_chat() {
+    use std::io::Read;
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+    let demo = concat!(env!("CARGO_MANIFEST_DIR"), "/../../models/demo/tiny-qwen35-q4_k_m.gguf");
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty fills two descriptors we own from here on.
+    unsafe {
+        assert_eq!(libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()), 0);
+    }
+    // SAFETY: each dup is a new descriptor handed to the child as one of its standard streams.
+    let end = || unsafe { Stdio::from(OwnedFd::from_raw_fd(libc::dup(slave))) };
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_xwen"));
+    cmd.args(["chat", "-m", demo, "--temp", "0", "-t", "1", "-n", "8"]).stdin(end()).stdout(end()).stderr(end());
+    // SAFETY: between fork and exec, only async-signal-safe calls: a new session whose
+    // controlling terminal is the pty, so the terminal's Ctrl-C reaches the chat as SIGINT.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            libc::ioctl(0, libc::TIOCSCTTY, 0);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    // SAFETY: the parent's copies: the slave closed, the master kept as one file.
+    let mut term = unsafe {
+        libc::close(slave);
+        std::fs::File::from_raw_fd(master)
+    };
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut reader = term.try_clone().unwrap();
+    let s = seen.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 512];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            s.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    let wait_for = |count: usize, what: &str| {
+        let t0 = Instant::now();
+        while String::from_utf8_lossy(&seen.lock().unwrap()).matches(what).count() < count {
+            assert!(t0.elapsed() < Duration::from_secs(60), "no {count}× `{what}` in: {}", String::from_utf8_lossy(&seen.lock().unwrap()));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    wait_for(1, "> ");
+    // a message half typed, then Ctrl-C: the chat is still there and prompts again
+    term.write_all(b"def half_typed").unwrap();
+    wait_for(1, "half_typed");
+    term.write_all(b"\x03").unwrap();
+    wait_for(2, "> ");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(child.try_wait().unwrap().is_none(), "the chat ended at Ctrl-C: {}", String::from_utf8_lossy(&seen.lock().unwrap()));
+    // the next message is answered, and only it (a reply's rate line, no error)
+    term.write_all(b"def add(a, b):\n").unwrap();
+    wait_for(3, "> ");
+    term.write_all(b"\x04").unwrap();
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "Ctrl-D did not end the chat");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let all = String::from_utf8_lossy(&seen.lock().unwrap()).to_string();
+    assert_eq!(status.code(), Some(0), "{all}");
+    assert_eq!(all.matches(" tok, ").count(), 1, "one reply, to the message after Ctrl-C: {all}");
 }

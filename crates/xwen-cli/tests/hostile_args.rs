@@ -113,7 +113,7 @@ fn every_subcommand_refuses_bad_values_in_one_line() {
     one_line(&["inspect", &empty_dir], "xwen: ");
     one_line(&["inspect", &d, "--bogus"], "--bogus");
     // tokenize
-    one_line(&["tokenize", "hello"], "--model");
+    one_line(&["tokenize"], "<TEXT>");
     one_line(&["tokenize", "-m", "/no/such/model.gguf", "hello"], "model.gguf");
     one_line(&["tokenize", "-m", &d, "-f", "/no/such/text.txt"], "text.txt");
     one_line(&["tokenize", "-m", &d], "<TEXT>");

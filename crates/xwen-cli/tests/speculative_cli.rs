@@ -74,13 +74,11 @@ fn bench_compares_a_drafter_with_plain_decoding() {
 
 /// The trained MoE with the trained dense model as its draft (same tokenizer), from ../shared.
 #[test]
+#[cfg_attr(xwen_no_shared_models, ignore = "needs ../shared/models beside the repository (README.md, \"Tests\")")]
 fn a_trained_draft_model_keeps_the_moe_output() {
     let shared = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/models/gguf");
     let (moe, dense) = (format!("{shared}/tiny-qwen35moe-q4_k_m.gguf"), format!("{shared}/tiny-qwen35-q4_k_m.gguf"));
-    if !std::path::Path::new(&moe).exists() {
-        eprintln!("SKIP: ../shared/models/gguf is not beside this checkout");
-        return;
-    }
+    assert!(std::path::Path::new(&moe).exists(), "{moe} is missing");
     let base = ["run", "-m", &moe, "-p", "import os\n", "-n", "64", "--temp", "0", "--print-ids", "-t", "2"];
     let (plain, _) = run(&base);
     let (drafted, err) = run(&[&base[..], &["-md", &dense]].concat());

@@ -16,14 +16,11 @@ fn fixture(rel: &str) -> PathBuf {
     p
 }
 
-fn trained(name: &str) -> Option<PathBuf> {
+/// A trained tiny model from ../shared/models (its tests are ignored where it is absent).
+fn trained(name: &str) -> PathBuf {
     let p = repo_root().join("../shared/models/gguf").join(name);
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!("SKIP trained {name}: ../shared/models/gguf not present — NOT a pass");
-        None
-    }
+    assert!(p.exists(), "{} is missing", p.display());
+    p
 }
 
 fn cfg(budget: Option<u64>) -> EngineConfig {
@@ -117,22 +114,36 @@ fn dense_sequences_batched_equal_each_alone() {
         let m = Model::load(&fixture(rel), &cfg(None)).unwrap();
         check(&m, rel);
     }
-    if let Some(p) = trained("tiny-qwen35-q4_k_m.gguf") {
-        check(&Model::load(&p, &cfg(None)).unwrap(), "trained tiny-qwen35 q4_k_m");
-    }
+}
+
+#[test]
+#[cfg_attr(xwen_no_shared_models, ignore = "needs ../shared/models beside the repository (README.md, \"Tests\")")]
+fn trained_dense_sequences_batched_equal_each_alone() {
+    check(&Model::load(&trained("tiny-qwen35-q4_k_m.gguf"), &cfg(None)).unwrap(), "trained tiny-qwen35 q4_k_m");
 }
 
 #[test]
 fn moe_sequences_batched_equal_each_alone_mapped_and_streamed() {
-    let mut files = vec![
+    let files = [
         fixture("cond/qwen3_5_moe/model-q4_k_m.gguf"),
         fixture("cond/qwen3_5_moe/model-q8_0.gguf"),
         fixture("cond/qwen3_next/model-q8_0.gguf"),
         fixture("cond/kimi_linear/model-q4_k_m.gguf"),
         fixture("cond/kimi_k3/model-q4_k_m.gguf"),
     ];
-    files.extend(trained("tiny-qwen35moe-q4_k_m.gguf"));
     for p in files {
+        check_moe_mapped_and_streamed(&p);
+    }
+}
+
+#[test]
+#[cfg_attr(xwen_no_shared_models, ignore = "needs ../shared/models beside the repository (README.md, \"Tests\")")]
+fn trained_moe_sequences_batched_equal_each_alone_mapped_and_streamed() {
+    check_moe_mapped_and_streamed(&trained("tiny-qwen35moe-q4_k_m.gguf"));
+}
+
+fn check_moe_mapped_and_streamed(p: &Path) {
+    {
         let mapped = Model::load(&p, &cfg(None)).unwrap();
         check(&mapped, &format!("{} mapped", p.display()));
         // a cache one expert above its smallest size: every layer evicts

@@ -11,26 +11,26 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-/// MoE GGUFs to check: the committed random-weight fixtures, and the trained tiny model from
-/// ../shared/models when it is there.
+/// MoE GGUFs to check: the committed random-weight fixtures.
 fn moe_files() -> Vec<PathBuf> {
-    let mut v = vec![
+    let v = vec![
         repo_root().join("tests/fixtures/parity/cond/qwen3_5_moe/model-q4_k_m.gguf"),
         repo_root().join("tests/fixtures/parity/cond/qwen3_5_moe/model-q8_0.gguf"),
         repo_root().join("tests/fixtures/parity/cond/qwen3_next/model-q4_k_m.gguf"),
         repo_root().join("tests/fixtures/parity/cond/kimi_linear/model-q8_0.gguf"),
         repo_root().join("tests/fixtures/parity/cond/kimi_k3/model-q8_0.gguf"),
     ];
-    let trained = repo_root().join("../shared/models/gguf/tiny-qwen35moe-q4_k_m.gguf");
-    if trained.exists() {
-        v.push(trained);
-    } else {
-        eprintln!("SKIP trained tiny-qwen35moe: ../shared/models/gguf not present");
-    }
-    for f in &v[..5] {
+    for f in &v {
         assert!(f.exists(), "committed fixture {} is missing", f.display());
     }
     v
+}
+
+/// The trained tiny MoE from ../shared/models (its tests are ignored where it is absent).
+fn trained_moe() -> PathBuf {
+    let p = repo_root().join("../shared/models/gguf/tiny-qwen35moe-q4_k_m.gguf");
+    assert!(p.exists(), "{} is missing", p.display());
+    p
 }
 
 fn cfg(budget: Option<u64>) -> EngineConfig {
@@ -65,6 +65,18 @@ fn prompt(n: usize, vocab: usize) -> Vec<u32> {
 #[test]
 fn streamed_experts_give_the_resident_logits_bit_for_bit() {
     for path in moe_files() {
+        streamed_gives_resident_bits(&path);
+    }
+}
+
+#[test]
+#[cfg_attr(xwen_no_shared_models, ignore = "needs ../shared/models beside the repository (README.md, \"Tests\")")]
+fn streamed_experts_give_the_resident_logits_bit_for_bit_on_the_trained_moe() {
+    streamed_gives_resident_bits(&trained_moe());
+}
+
+fn streamed_gives_resident_bits(path: &Path) {
+    {
         let resident = Model::load(&path, &cfg(None)).unwrap();
         assert!(!resident.streams_experts() && resident.memory_plan().is_none());
         let p = prompt(40, resident.n_vocab());
@@ -112,12 +124,9 @@ fn streamed_experts_give_the_resident_logits_bit_for_bit() {
 /// reads do happen, the budget holds, and the logits are the resident run's and the run's
 /// without read-ahead, bit for bit — on the trained tiny MoE, whose router guesses are good.
 #[test]
+#[cfg_attr(xwen_no_shared_models, ignore = "needs ../shared/models beside the repository (README.md, \"Tests\")")]
 fn reading_ahead_changes_which_reads_happen_and_no_bit_of_the_output() {
-    let path = repo_root().join("../shared/models/gguf/tiny-qwen35moe-q4_k_m.gguf");
-    if !path.exists() {
-        eprintln!("SKIP: {} is not here", path.display());
-        return;
-    }
+    let path = trained_moe();
     let resident = Model::load(&path, &cfg(None)).unwrap();
     let p = prompt(12, resident.n_vocab());
     let want = run(&resident, &p, 24);
@@ -287,9 +296,21 @@ fn chunk_by_chunk(m: &Model, p: &[u32]) -> Vec<f32> {
 /// chunks fed one by one read an evicted expert again for each.
 #[test]
 fn a_long_prompt_passes_each_layer_as_one_wave_reading_each_expert_once() {
-    use xwen_engine::memory_plan::{PREFILL_BATCH, PREFILL_WAVE_BATCHES};
     // (K3 too: its residual attention mixes and banks the wave's rows before its mixers)
     for path in moe_files().iter() {
+        one_wave_reads_each_expert_once(path);
+    }
+}
+
+#[test]
+#[cfg_attr(xwen_no_shared_models, ignore = "needs ../shared/models beside the repository (README.md, \"Tests\")")]
+fn a_long_prompt_passes_each_layer_as_one_wave_on_the_trained_moe() {
+    one_wave_reads_each_expert_once(&trained_moe());
+}
+
+fn one_wave_reads_each_expert_once(path: &Path) {
+    use xwen_engine::memory_plan::{PREFILL_BATCH, PREFILL_WAVE_BATCHES};
+    {
         let resident = Model::load(path, &cfg(None)).unwrap();
         let p = prompt(PREFILL_WAVE_BATCHES * PREFILL_BATCH + 3 * PREFILL_BATCH / 2 + 1, resident.n_vocab());
         let want = chunk_by_chunk(&resident, &p);

@@ -58,15 +58,10 @@ fn open_timed(path: &Path) -> (GgufFile, f64) {
 }
 
 #[test]
+#[cfg_attr(xwen_no_shared_models, ignore = "needs ../shared/models beside the repository (README.md, \"Tests\")")]
 fn tiny_qwen35_models() {
     let files = gguf_files_in(&shared_models_dir(), "tiny-qwen35");
-    if files.is_empty() {
-        eprintln!(
-            "SKIP tiny_qwen35_models: no GGUFs in {}",
-            shared_models_dir().display()
-        );
-        return;
-    }
+    assert!(!files.is_empty(), "no tiny-qwen35 GGUFs in {}", shared_models_dir().display());
     for path in &files {
         let (f, secs) = open_timed(path);
         let arch = f.architecture().unwrap().to_string();
@@ -133,11 +128,9 @@ fn committed_vocab_fixtures() {
 /// All of llama.cpp's vocab files, including the 248k-token Qwen3.5 one (the size of a real
 /// Qwen3.5/3.6 vocabulary): set XWEN_LLAMA_CPP_DIR to a llama.cpp source tree.
 #[test]
+#[cfg_attr(xwen_no_llama_cpp, ignore = "set XWEN_LLAMA_CPP_DIR to a llama.cpp source tree (README.md, \"Tests\")")]
 fn llama_cpp_vocab_files() {
-    let Some(root) = std::env::var_os("XWEN_LLAMA_CPP_DIR") else {
-        eprintln!("SKIP llama_cpp_vocab_files: XWEN_LLAMA_CPP_DIR is not set");
-        return;
-    };
+    let root = std::env::var_os("XWEN_LLAMA_CPP_DIR").expect("XWEN_LLAMA_CPP_DIR");
     let files = gguf_files_in(&Path::new(&root).join("models"), "ggml-vocab-");
     assert!(
         !files.is_empty(),

@@ -165,11 +165,13 @@ fn parse(app: &App, o: &Map<String, Value>, for_count: bool) -> ApiResult<Messag
         }
         single_call = tc.get("disable_parallel_tool_use").and_then(Value::as_bool).unwrap_or(false);
     }
-    // thinking: on unless `thinking: {type: "disabled"}` (the model's default is to think)
-    let mut thinking = true;
+    // thinking: off unless the request enables it (`thinking: {type: "enabled"}`), as
+    // Anthropic's API answers; `chat_template_kwargs.enable_thinking` may still turn it on
+    let mut thinking = false;
     if let Some(t) = b.object("thinking")? {
         match t.get("type").and_then(Value::as_str) {
             Some("enabled" | "adaptive") => {
+                thinking = true;
                 let budget = t.get("budget_tokens").and_then(Value::as_i64);
                 if budget.is_some_and(|x| x < 1) {
                     return Err(b.err("thinking", "`thinking.budget_tokens` must be positive"));
@@ -219,7 +221,7 @@ fn parse(app: &App, o: &Map<String, Value>, for_count: bool) -> ApiResult<Messag
 }
 
 pub async fn count_tokens(State(app): AppState, b: Result<Bytes, BytesRejection>) -> ApiResult<Json<Value>> {
-    let o = parse_object(D, &body(D, b)?)?;
+    let o = parse_object(D, &body(D, app.max_body, b)?)?;
     let r = parse(&app, &o, true)?;
     Ok(Json(json!({"input_tokens": r.prepared.prompt.len()})))
 }
@@ -251,7 +253,7 @@ fn ev(name: &str, v: Value) -> Result<Event, Infallible> {
 }
 
 async fn inner(app: Arc<App>, b: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
-    let o = parse_object(D, &body(D, b)?)?;
+    let o = parse_object(D, &body(D, app.max_body, b)?)?;
     let req = parse(&app, &o, false)?;
     let mut g = app.start(D, req.prepared)?;
     g.started(D).await?;

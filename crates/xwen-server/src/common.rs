@@ -17,15 +17,26 @@ use tokio_stream::wrappers::ReceiverStream;
 
 pub type AppState = State<Arc<App>>;
 
-/// The body, or the error its rejection means (413 above the limit).
-pub fn body(d: Dialect, b: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
+/// The body, or the error its rejection means (413 above `limit`, named with the flag that
+/// raises it).
+pub fn body(d: Dialect, limit: usize, b: Result<Bytes, BytesRejection>) -> ApiResult<Bytes> {
     b.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(d, Kind::TooLarge, "the request body is larger than the server accepts")
+            ApiError::new(d, Kind::TooLarge, format!("the request body is larger than the {} this server accepts (xwen serve --max-body raises it)", size_text(limit)))
         } else {
             ApiError::bad(d, format!("the request body could not be read: {e}"))
         }
     })
+}
+
+/// A byte count as `--max-body` takes it: `8M`, `512K`, or bytes.
+pub fn size_text(n: usize) -> String {
+    match n {
+        n if n >= 1 << 30 && n % (1 << 30) == 0 => format!("{}G", n >> 30),
+        n if n >= 1 << 20 && n % (1 << 20) == 0 => format!("{}M", n >> 20),
+        n if n >= 1 << 10 && n % (1 << 10) == 0 => format!("{}K", n >> 10),
+        n => format!("{n} bytes"),
+    }
 }
 
 /// A random-looking id with a prefix (`chatcmpl-…`, `call_…`).

@@ -52,11 +52,13 @@ pub struct ServerConfig {
     pub cache_ram: u64,
     /// Where the prefix cache also keeps its states, across restarts.
     pub cache_dir: Option<std::path::PathBuf>,
+    /// One line on stderr per request (method, path, status, time).
+    pub access_log: bool,
 }
 
 impl Default for ServerConfig {
     fn default() -> Self {
-        ServerConfig { host: "127.0.0.1".into(), port: 8080, parallel: 4, queue_limit: 64, api_key: None, max_body: 8 << 20, draft: None, cache_ram: 0, cache_dir: None }
+        ServerConfig { host: "127.0.0.1".into(), port: 8080, parallel: 4, queue_limit: 64, api_key: None, max_body: 8 << 20, draft: None, cache_ram: 0, cache_dir: None, access_log: false }
     }
 }
 
@@ -123,6 +125,10 @@ pub struct App {
     pub api_key: Option<String>,
     pub parallel: usize,
     pub queue_limit: usize,
+    /// Largest request body, bytes (named in the 413).
+    pub max_body: usize,
+    /// One line on stderr per request (`xwen serve -v`).
+    pub access_log: bool,
     pub created: u64,
     pub architecture: String,
     /// The constrained-decoding compiler (None if the vocabulary could not be read into it).
@@ -260,6 +266,8 @@ pub fn serve(m: ServedModel, cfg: ServerConfig, on_ready: impl FnOnce(SocketAddr
             api_key: cfg.api_key.clone(),
             parallel,
             queue_limit: cfg.queue_limit,
+            max_body: cfg.max_body,
+            access_log: cfg.access_log,
             created: generation::now_secs(),
             architecture,
             syntax,
@@ -278,7 +286,8 @@ pub fn serve(m: ServedModel, cfg: ServerConfig, on_ready: impl FnOnce(SocketAddr
                 let _ = stop_tx.send(true);
             }
         };
-        let server = axum::serve(listener, router).with_graceful_shutdown(shutdown).into_future();
+        let service = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
+        let server = axum::serve(listener, service).with_graceful_shutdown(shutdown).into_future();
         tokio::pin!(server);
         tokio::select! {
             r = &mut server => r.context("serving")?,

@@ -263,7 +263,7 @@ fn parse_chat(app: &App, o: &Map<String, Value>) -> ApiResult<ChatReq> {
 /// llama-server's `/apply-template`: the chat request's prompt as text, its token count and
 /// the message boundary a checkpoint is taken at.
 pub async fn apply_template(State(app): AppState, b: Result<Bytes, BytesRejection>) -> ApiResult<Json<Value>> {
-    let o = parse_object(D, &body(D, b)?)?;
+    let o = parse_object(D, &body(D, app.max_body, b)?)?;
     let r = parse_chat(&app, &o)?;
     Ok(Json(json!({"prompt": r.text, "n_tokens": r.prepared.prompt.len(), "boundary": r.prepared.checkpoints.first()})))
 }
@@ -312,7 +312,7 @@ pub async fn chat_completions(State(app): AppState, b: Result<Bytes, BytesReject
 
 
 async fn chat_inner(app: Arc<App>, b: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
-    let o = parse_object(D, &body(D, b)?)?;
+    let o = parse_object(D, &body(D, app.max_body, b)?)?;
     let req = parse_chat(&app, &o)?;
     let mut g = app.start(D, req.prepared)?;
     g.started(D).await?;
@@ -443,7 +443,7 @@ fn completion_prompt(app: &App, b: &Body) -> ApiResult<Vec<u32>> {
 }
 
 async fn completions_inner(app: Arc<App>, b: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
-    let o = parse_object(D, &body(D, b)?)?;
+    let o = parse_object(D, &body(D, app.max_body, b)?)?;
     let b = Body::new(D, &o);
     app.check_model(D, b.str("model")?)?;
     check_n(&b)?;

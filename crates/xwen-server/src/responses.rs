@@ -312,7 +312,7 @@ pub async fn responses(State(app): AppState, b: Result<Bytes, BytesRejection>) -
 }
 
 async fn inner(app: Arc<App>, b: Result<Bytes, BytesRejection>) -> ApiResult<Response> {
-    let o = parse_object(D, &body(D, b)?)?;
+    let o = parse_object(D, &body(D, app.max_body, b)?)?;
     let req = parse(&app, &o)?;
     let mut g = app.start(D, req.prepared)?;
     g.started(D).await?;

@@ -19,8 +19,12 @@ use std::sync::Arc;
 /// The OpenAPI document of every route (served at /openapi.json).
 pub const OPENAPI: &str = include_str!("openapi.json");
 
+/// The chat page (served at /): one self-contained file, no fetch but this server's routes.
+pub const CHAT_PAGE: &str = include_str!("chat.html");
+
 pub fn router(app: Arc<App>, max_body: usize) -> Router {
     Router::new()
+        .route("/", get(chat_page))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/chat/completions", post(openai::chat_completions))
         .route("/v1/completions", post(openai::completions))
@@ -42,15 +46,41 @@ pub fn router(app: Arc<App>, max_body: usize) -> Router {
         .route("/openapi.json", get(openapi))
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(app.clone(), auth))
+        .layer(middleware::from_fn_with_state(app.clone(), access_log))
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(app)
+}
+
+async fn chat_page() -> axum::response::Html<&'static str> {
+    axum::response::Html(CHAT_PAGE)
+}
+
+/// With `xwen serve -v`: one line on stderr per request, as llama-server logs them: the
+/// client, the method and path, the status, and the time to the response's head (a stream's
+/// body goes on after it).
+async fn access_log(State(app): AppState, req: Request, next: Next) -> Response {
+    if !app.access_log {
+        return next.run(req).await;
+    }
+    let peer = req.extensions().get::<axum::extract::ConnectInfo<std::net::SocketAddr>>().map(|c| c.0.to_string());
+    let (method, path) = (req.method().clone(), req.uri().path().to_string());
+    let t0 = std::time::Instant::now();
+    let r = next.run(req).await;
+    eprintln!(
+        "xwen: {} {method} {path} {} {:.1} ms",
+        peer.as_deref().unwrap_or("-"),
+        r.status().as_u16(),
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    r
 }
 
 /// With `--api-key`, every route but /health needs `Authorization: Bearer KEY` or `x-api-key`.
 async fn auth(State(app): AppState, req: Request, next: Next) -> Response {
     let Some(key) = app.api_key.as_deref() else { return next.run(req).await };
     let path = req.uri().path();
-    if path == "/health" || path == "/v1/health" {
+    // the page is the same for everyone; it sends the key the user gives it with each request
+    if path == "/health" || path == "/v1/health" || path == "/" {
         return next.run(req).await;
     }
     let h = req.headers();
@@ -121,7 +151,7 @@ async fn openapi() -> Response {
 /// llama-server's /tokenize: `{content, with_pieces?}` → `{tokens}`.
 async fn tokenize(State(app): AppState, _h: HeaderMap, b: Result<Bytes, BytesRejection>) -> ApiResult<Json<Value>> {
     let d = Dialect::OpenAi;
-    let o = parse_object(d, &body(d, b)?)?;
+    let o = parse_object(d, &body(d, app.max_body, b)?)?;
     let req = Body::new(d, &o);
     let content = req.str("content")?.ok_or_else(|| req.err("content", "`content` (a string) is required"))?;
     let pieces = req.bool("with_pieces")?.unwrap_or(false);
@@ -145,7 +175,7 @@ async fn tokenize(State(app): AppState, _h: HeaderMap, b: Result<Bytes, BytesRej
 /// llama-server's /detokenize: `{tokens}` → `{content}`.
 async fn detokenize(State(app): AppState, b: Result<Bytes, BytesRejection>) -> ApiResult<Json<Value>> {
     let d = Dialect::OpenAi;
-    let o = parse_object(d, &body(d, b)?)?;
+    let o = parse_object(d, &body(d, app.max_body, b)?)?;
     let req = Body::new(d, &o);
     let toks = req.array("tokens")?.ok_or_else(|| req.err("tokens", "`tokens` (an array of token ids) is required"))?;
     let vocab = app.tok.vocab_size();
