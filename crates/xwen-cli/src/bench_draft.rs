@@ -141,7 +141,7 @@ pub fn prompt(tok: &xwen_chat::Tokenizer, file: Option<&str>, text: Option<&str>
     let (ids, desc) = match (file, text) {
         (Some(f), _) => {
             let bytes = std::fs::read(f).with_context(|| format!("--draft-file {f}"))?;
-            (tok.encode(&crate::cmd_run::llama_lossy_utf8(&bytes)), f.rsplit('/').next().unwrap_or(f).to_string())
+            (tok.encode(&crate::opts::llama_lossy_utf8(&bytes)), f.rsplit('/').next().unwrap_or(f).to_string())
         }
         (None, Some(t)) => (tok.encode(t), format!("{:?}", t.chars().take(24).collect::<String>())),
         (None, None) => {

@@ -12,28 +12,6 @@ use xwen_chat::{StopFilter, StreamDecoder};
 use crate::draft_arg::draft_line;
 use xwen_engine::{generate_speculative, Drafter, GenerateRequest, NgramDrafter, Sampler, StopReason};
 
-/// UTF-8 decoding as llama.cpp's `unicode_cpts_from_utf8` does it: a byte that does not start
-/// a well-formed character becomes one U+FFFD and decoding resumes at the next byte.
-pub fn llama_lossy_utf8(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len());
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        match std::str::from_utf8(rest) {
-            Ok(s) => {
-                out.push_str(s);
-                break;
-            }
-            Err(e) => {
-                let (good, bad) = rest.split_at(e.valid_up_to());
-                out.push_str(std::str::from_utf8(good).unwrap_or_default());
-                out.push(char::REPLACEMENT_CHARACTER);
-                rest = &bad[1..];
-            }
-        }
-    }
-    out
-}
-
 pub fn run(mut a: RunArgs) -> Result<()> {
     let quiet = a.engine.quiet;
     a.prompt = a.prompt.as_deref().map(|p| a.escape.apply(p));
@@ -41,7 +19,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     let mut cfg = a.engine.engine_config()?;
     let draft = crate::draft_arg::prepare(&a.draft, &mut cfg, 1)?;
     let prompt_file = match &a.file {
-        Some(f) => Some(llama_lossy_utf8(&opts::read_input(f.as_ref()).with_context(|| format!("-f {f}"))?)),
+        Some(f) => Some(opts::llama_lossy_utf8(&opts::read_input(f.as_ref()).with_context(|| format!("-f {f}"))?)),
         None => None,
     };
     if a.model.is_some() && a.prompt.is_none() && a.file.is_none() && a.ids.is_none() {
@@ -176,8 +154,8 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         StopReason::Caller if stops.hit().is_some() => "stop_string",
         StopReason::Caller | StopReason::Constraint => "stopped",
     };
-    if a.json {
-        let v = json!({
+    let json_reply = || {
+        json!({
             "text": text,
             "ids": generated,
             "prompt_tokens": stats.prompt_tokens,
@@ -204,15 +182,9 @@ pub fn run(mut a: RunArgs) -> Result<()> {
                 "decode_s": stats.decode_secs,
                 "decode_tok_per_s": stats.decode_tps(),
             },
-        });
-        writeln!(out, "{v}")?;
-    } else if a.print_ids {
-        let s: Vec<String> = generated.iter().map(|t| t.to_string()).collect();
-        writeln!(out, "{}", s.join(" "))?;
-    } else {
-        writeln!(out)?;
-    }
-    out.flush()?;
+        })
+    };
+    write_reply(&mut out, &a, json_reply, &generated)?;
     if !quiet {
         let why = match stats.stop {
             StopReason::StopToken => "end of text".to_string(),
@@ -245,6 +217,21 @@ pub fn rate_text(counted: usize, per_s: f64) -> String {
     } else {
         format!("{per_s:.1} tok/s")
     }
+}
+
+/// The reply's last words on stdout: the JSON record (`--json`), the ids (`--print-ids`), or
+/// the newline after the streamed text.
+fn write_reply(out: &mut impl Write, a: &RunArgs, json_reply: impl FnOnce() -> serde_json::Value, ids: &[u32]) -> Result<()> {
+    if a.json {
+        writeln!(out, "{}", json_reply())?;
+    } else if a.print_ids {
+        let s: Vec<String> = ids.iter().map(|t| t.to_string()).collect();
+        writeln!(out, "{}", s.join(" "))?;
+    } else {
+        writeln!(out)?;
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// `run -ngl 99`: the prompt and the decode on the CUDA backend, one token a step; the sampler
@@ -318,18 +305,12 @@ fn run_on_gpu(a: &RunArgs, loaded: &model_arg::Loaded, ordinal: usize, prompt: &
         }
         let decode_s = t1.elapsed().as_secs_f64();
         let n = generated.len();
-        if a.json {
-            let v = json!({"text": text, "ids": generated, "prompt_tokens": prompt_ids.len(), "generated_tokens": n, "stop": why,
+        let json_reply = || {
+            json!({"text": text, "ids": generated, "prompt_tokens": prompt_ids.len(), "generated_tokens": n, "stop": why,
                 "device": m.device().to_string(),
-                "timings": {"prefill_s": prefill_s, "prefill_tok_per_s": prompt_ids.len() as f64 / prefill_s.max(1e-9), "decode_s": decode_s, "decode_tok_per_s": n as f64 / decode_s.max(1e-9)}});
-            writeln!(out, "{v}")?;
-        } else if a.print_ids {
-            let s: Vec<String> = generated.iter().map(|t| t.to_string()).collect();
-            writeln!(out, "{}", s.join(" "))?;
-        } else {
-            writeln!(out)?;
-        }
-        out.flush()?;
+                "timings": {"prefill_s": prefill_s, "prefill_tok_per_s": prompt_ids.len() as f64 / prefill_s.max(1e-9), "decode_s": decode_s, "decode_tok_per_s": n as f64 / decode_s.max(1e-9)}})
+        };
+        write_reply(&mut out, a, json_reply, &generated)?;
         if !a.engine.quiet {
             eprintln!("xwen: prefill {} tok at {:.1} tok/s, decode {n} tok at {:.1} tok/s on the GPU; stopped at {why}", prompt_ids.len(), prompt_ids.len() as f64 / prefill_s.max(1e-9), n as f64 / decode_s.max(1e-9));
         }
@@ -340,14 +321,6 @@ fn run_on_gpu(a: &RunArgs, loaded: &model_arg::Loaded, ordinal: usize, prompt: &
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn invalid_bytes_become_one_replacement_each() {
-        assert_eq!(llama_lossy_utf8(b"a\xE4\xB8b"), "a\u{FFFD}\u{FFFD}b");
-        assert_eq!(llama_lossy_utf8("é😀".as_bytes()), "é😀");
-        assert_eq!(llama_lossy_utf8(b"\xF0\x9F\x98A"), "\u{FFFD}\u{FFFD}\u{FFFD}A");
-        assert_eq!(llama_lossy_utf8(b""), "");
-    }
 
     #[test]
     fn a_rate_of_nothing_counted_is_not_zero() {

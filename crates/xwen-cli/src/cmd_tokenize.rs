@@ -17,7 +17,7 @@ use xwen_chat::Tokenizer;
 use xwen_gguf::GgufFile;
 
 use crate::cli::TokenizeArgs;
-use crate::cmd_run::llama_lossy_utf8;
+use crate::opts::llama_lossy_utf8;
 use crate::{model_arg, opts};
 
 pub fn run(a: TokenizeArgs) -> Result<()> {

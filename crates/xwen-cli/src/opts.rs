@@ -396,8 +396,31 @@ pub fn process_escapes(s: &str) -> String {
             _ => out.extend_from_slice(&[b'\\', c]),
         }
     }
-    crate::cmd_run::llama_lossy_utf8(&out)
+    llama_lossy_utf8(&out)
 }
+
+/// UTF-8 decoding as llama.cpp's `unicode_cpts_from_utf8` does it: a byte that does not start
+/// a well-formed character becomes one U+FFFD and decoding resumes at the next byte.
+pub fn llama_lossy_utf8(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        match std::str::from_utf8(rest) {
+            Ok(s) => {
+                out.push_str(s);
+                break;
+            }
+            Err(e) => {
+                let (good, bad) = rest.split_at(e.valid_up_to());
+                out.push_str(std::str::from_utf8(good).unwrap_or_default());
+                out.push(char::REPLACEMENT_CHARACTER);
+                rest = &bad[1..];
+            }
+        }
+    }
+    out
+}
+
 
 /// `-e` / `--no-escape` (llama.cpp's): escapes in the text flags are processed unless
 /// `--no-escape` is given.
@@ -509,6 +532,14 @@ fn bounded_count_list(s: &str, what: &str) -> Result<List, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn invalid_bytes_become_one_replacement_each() {
+        assert_eq!(llama_lossy_utf8(b"a\xE4\xB8b"), "a\u{FFFD}\u{FFFD}b");
+        assert_eq!(llama_lossy_utf8("é😀".as_bytes()), "é😀");
+        assert_eq!(llama_lossy_utf8(b"\xF0\x9F\x98A"), "\u{FFFD}\u{FFFD}\u{FFFD}A");
+        assert_eq!(llama_lossy_utf8(b""), "");
+    }
 
     #[test]
     fn escapes_are_llama_cpps() {
