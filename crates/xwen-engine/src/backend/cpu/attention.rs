@@ -71,13 +71,7 @@ pub fn attend(pool: &Pool, q: &[f32], caches: &[&KvCache], rows: &Rows, a: &Attn
         return;
     }
     // the plain path runs on an f32 cache (`Model` refuses another with flash attention off)
-    let f32_rows: Vec<(&[f32], &[f32])> = caches
-        .iter()
-        .map(|kv| match (&kv.k, &kv.v) {
-            (KvBuf::F32(k), KvBuf::F32(v)) => (&k[..], &v[..]),
-            _ => (&[][..], &[][..]),
-        })
-        .collect();
+    let f32_rows = f32_caches(caches);
     pool.run(rows.spans.len() * nh, &|task| {
         let (si, h) = (task / nh, task % nh);
         let (s, (kc, vc)) = (&rows.spans[si], f32_rows[si]);
@@ -107,6 +101,18 @@ pub fn attend(pool: &Pool, q: &[f32], caches: &[&KvCache], rows: &Rows, a: &Attn
     });
 }
 
+/// Each span's K and V rows of an f32 cache (empty for another type, which the plain path is
+/// never given).
+fn f32_caches<'c>(caches: &[&'c KvCache]) -> Vec<(&'c [f32], &'c [f32])> {
+    caches
+        .iter()
+        .map(|kv| match (&kv.k, &kv.v) {
+            (KvBuf::F32(k), KvBuf::F32(v)) => (&k[..], &v[..]),
+            _ => (&[][..], &[][..]),
+        })
+        .collect()
+}
+
 /// The plain path of `attend` with a selection mask: batch row t sees the positions p of its
 /// causal range with `sel[t][p]`; the others score −inf (llama.cpp adds QSA's 0 / −inf
 /// selection to the causal mask), so they take no weight and add exact zeros to kqv's lanes.
@@ -116,13 +122,7 @@ pub fn attend_selected(pool: &Pool, q: &[f32], caches: &[&KvCache], rows: &Rows,
     let group = nh / a.n_head_kv.max(1);
     let q_of = |t: usize, h: usize| &q[(t * nh + h) * kd..][..kd];
     let out_p = SharedMut::new(out);
-    let f32_rows: Vec<(&[f32], &[f32])> = caches
-        .iter()
-        .map(|kv| match (&kv.k, &kv.v) {
-            (KvBuf::F32(k), KvBuf::F32(v)) => (&k[..], &v[..]),
-            _ => (&[][..], &[][..]),
-        })
-        .collect();
+    let f32_rows = f32_caches(caches);
     pool.run(rows.spans.len() * nh, &|task| {
         let (si, h) = (task / nh, task % nh);
         let (s, (kc, vc)) = (&rows.spans[si], f32_rows[si]);
