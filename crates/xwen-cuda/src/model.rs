@@ -553,30 +553,15 @@ impl CudaModel {
         if n == 1 {
             return mv(&self.gpu, w, None, x, 0, 1, y, 0, res, 1);
         }
-        if n >= TC_MIN_TOKENS && w.cols % 128 == 0 {
-            return self.gpu.launch(
-                "mm_tc",
-                (w.rows.div_ceil(64) as u32, n.div_ceil(64) as u32),
-                128,
-                0,
-                &[
-                    Arg::Ptr(w.buf.ptr),
-                    Arg::I32(w.ty),
-                    Arg::I32(w.rows as i32),
-                    Arg::I32(w.cols as i32),
-                    Arg::I64(w.row_bytes as i64),
-                    Arg::Ptr(x),
-                    Arg::I64(w.cols as i64),
-                    Arg::I32(n as i32),
-                    Arg::Ptr(y),
-                    Arg::I64(w.rows as i64),
-                    Arg::Ptr(res.unwrap_or(0)),
-                ],
-            );
-        }
+        // mm_tc and mm take the same arguments; they differ in tile shape
+        let (kernel, grid) = if n >= TC_MIN_TOKENS && w.cols % 128 == 0 {
+            ("mm_tc", (w.rows.div_ceil(64) as u32, n.div_ceil(64) as u32))
+        } else {
+            ("mm", (w.rows.div_ceil(MV_WARPS) as u32, n.div_ceil(MM_T) as u32))
+        };
         self.gpu.launch(
-            "mm",
-            (w.rows.div_ceil(MV_WARPS) as u32, n.div_ceil(MM_T) as u32),
+            kernel,
+            grid,
             (32 * MV_WARPS) as u32,
             0,
             &[
