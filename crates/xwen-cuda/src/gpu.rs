@@ -10,8 +10,35 @@ use std::sync::Arc;
 const SOURCE: &str = include_str!("kernels.cu");
 
 /// The kernels `kernels.cu` defines (each `extern "C" __global__`).
-const KERNELS: &[&str] =
-    &["mv", "mv_glu", "mm", "mm_glu", "mm_tc", "silu_mul", "rms_norm", "embed", "attn_heads", "attn_split", "attn_merge", "conv_step", "delta_step", "moe_route", "moe_combine", "argmax"];
+const KERNELS: &[&str] = &[
+    "mv",
+    "mv_glu",
+    "mm",
+    "mm_glu",
+    "mm_tc",
+    "silu_mul",
+    "delta_prep",
+    "delta_rows",
+    "delta_out",
+    "rms_norm",
+    "embed",
+    "attn_heads",
+    "attn_split",
+    "attn_merge",
+    "conv_step",
+    "delta_step",
+    "moe_route",
+    "moe_combine",
+    "argmax",
+    "quant_q8",
+    "dequant_f16",
+    "to_f16",
+    "moe_sort",
+    "mm_ex",
+    "mv4",
+    "conv_prompt",
+    "conv_shift",
+];
 
 /// A kernel argument: device pointers travel as plain 64-bit values.
 #[derive(Clone, Copy, Debug)]
@@ -82,6 +109,8 @@ pub struct Gpu {
     _module: Arc<CudaModule>,
     funcs: HashMap<&'static str, CudaFunction>,
     pub info: DeviceInfo,
+    /// cuBLAS for prompt products, where the library is present.
+    pub blas: Option<crate::blas::Blas>,
     /// Per-kernel device time while profiling (`set_profiling`): name → (ms, launches).
     profile: std::sync::Mutex<Option<HashMap<String, (f64, u64)>>>,
 }
@@ -92,10 +121,7 @@ impl Gpu {
         let ctx = open(ordinal)?;
         let info = info_of(&ctx)?;
         let (maj, min) = info.compute_capability;
-        let opts = cudarc::nvrtc::CompileOptions {
-            options: vec![format!("--gpu-architecture=compute_{maj}{min}"), "--std=c++17".into()],
-            ..Default::default()
-        };
+        let opts = cudarc::nvrtc::CompileOptions { options: vec![format!("--gpu-architecture=compute_{maj}{min}"), "--std=c++17".into()], ..Default::default() };
         // SAFETY: only tries to open the library.
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
             return Err(CudaError::Compile("the NVRTC library (libnvrtc.so, CUDA 12 or 13) is not installed".into()));
@@ -110,7 +136,8 @@ impl Gpu {
         // SAFETY: every launch and copy goes through the one stream below, in order.
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream()?;
-        Ok(Gpu { ctx, stream, _module: module, funcs, info, profile: std::sync::Mutex::new(None) })
+        let blas = crate::blas::Blas::open(&stream);
+        Ok(Gpu { ctx, stream, _module: module, funcs, info, blas, profile: std::sync::Mutex::new(None) })
     }
 
     /// Launches `name` on the stream with `args` in the kernel's parameter order.

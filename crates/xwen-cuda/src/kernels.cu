@@ -19,6 +19,17 @@ typedef long long i64;
 #define T_Q6_K 14
 #define T_BF16 30
 
+// Device block layouts (model.rs `device_layout`): Q8_0 and Q6_K blocks are padded at upload so
+// that their quants can be read with aligned vector loads. Q8_0: f16 d, 2 pad bytes, 32 quants;
+// Q6_K: the 210-byte block then 14 pad bytes. The other types keep their file layout.
+#define Q8_0_BYTES 36
+#define Q8_0_QS 4
+#define Q6_K_BYTES 224
+
+// e over a head's E = dim / 32 (≤ 8) values a lane: unrolled to 8 and guarded, so per-lane
+// arrays indexed by e stay in registers (a loop to a run-time E would put them in memory).
+#define EACH_E _Pragma("unroll") for (int e = 0; e < 8; e++) if (e < E)
+
 __device__ __forceinline__ float h2f(u16 h) {
     float f;
     asm("{ .reg .b16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));
@@ -82,8 +93,8 @@ __device__ float deq1(int ty, const u8* row, int i) {
         return h2f(ld16(b)) * (float)(q - 8);
     }
     case T_Q8_0: {
-        const u8* b = row + (i / 32) * 34;
-        return h2f(ld16(b)) * (float)((const i8*)(b + 2))[i % 32];
+        const u8* b = row + (i / 32) * Q8_0_BYTES;
+        return h2f(ld16(b)) * (float)((const i8*)(b + Q8_0_QS))[i % 32];
     }
     case T_Q4_K: {
         const u8* b = row + (i / 256) * 144;
@@ -104,7 +115,7 @@ __device__ float deq1(int ty, const u8* row, int i) {
         return h2f(ld16(b)) * sc * v - h2f(ld16(b + 2)) * m;
     }
     case T_Q6_K: {
-        const u8* b = row + (i / 256) * 210;
+        const u8* b = row + (i / 256) * Q6_K_BYTES;
         int r = i % 256, n = r / 128, s = (r % 128) / 32, l = r % 32;
         const u8* ql = b + 64 * n;
         const u8* qh = b + 128 + 32 * n;
@@ -150,8 +161,8 @@ __device__ float dot_row(int ty, const u8* row, const float* __restrict__ x, int
         int nu = cols / 32 * 8;
         for (int u = lane; u < nu; u += 32) {
             int b = u >> 3, g = u & 7;
-            const u8* blk = row + b * 34;
-            u32 q = ld32_2(blk + 2 + 4 * g);
+            const u8* blk = row + b * Q8_0_BYTES;
+            u32 q = *(const u32*)(blk + Q8_0_QS + 4 * g);
             float4 xv = *(const float4*)(x + b * 32 + 4 * g);
             float s = (float)(i8)(q) * xv.x + (float)(i8)(q >> 8) * xv.y + (float)(i8)(q >> 16) * xv.z + (float)(i8)(q >> 24) * xv.w;
             sum += h2f(ld16(blk)) * s;
@@ -159,20 +170,29 @@ __device__ float dot_row(int ty, const u8* row, const float* __restrict__ x, int
         return sum;
     }
     case T_Q4_K: {
-        int nu = cols / 256 * 32;
-        for (int u = lane; u < nu; u += 32) {
-            int b = u >> 5, j = (u >> 3) & 3, g = u & 7;
+        // 16 bytes of quants a lane: 8 lanes a block, 4 blocks a warp step; lane (j, half)
+        // holds 16 values of sub-block 2j (low nibbles) and 16 of 2j + 1 (high)
+        int nb = cols / 256, j = (lane & 7) >> 1, hh = lane & 1;
+        for (int b = lane >> 3; b < nb; b += 4) {
             const u8* blk = row + b * 144;
-            u32 q = *(const u32*)(blk + 16 + 32 * j + 4 * g);
+            uint4 q = *(const uint4*)(blk + 16 + 32 * j + 16 * hh);
+            u32 dd = *(const u32*)blk;
             int sc0, m0, sc1, m1;
             scale_min_k4(2 * j, blk + 4, &sc0, &m0);
             scale_min_k4(2 * j + 1, blk + 4, &sc1, &m1);
-            const float* xb = x + b * 256 + 64 * j + 4 * g;
-            float4 x0 = *(const float4*)xb, x1 = *(const float4*)(xb + 32);
-            float lo = (float)(q & 0xF) * x0.x + (float)((q >> 8) & 0xF) * x0.y + (float)((q >> 16) & 0xF) * x0.z + (float)((q >> 24) & 0xF) * x0.w;
-            float hi = (float)((q >> 4) & 0xF) * x1.x + (float)((q >> 12) & 0xF) * x1.y + (float)((q >> 20) & 0xF) * x1.z + (float)((q >> 28) & 0xF) * x1.w;
-            float s0 = x0.x + x0.y + x0.z + x0.w, s1 = x1.x + x1.y + x1.z + x1.w;
-            float d = h2f(ld16(blk)), dm = h2f(ld16(blk + 2));
+            const float* xb = x + b * 256 + 64 * j + 16 * hh;
+            u32 qw[4] = {q.x, q.y, q.z, q.w};
+            float lo = 0.f, hi = 0.f, s0 = 0.f, s1 = 0.f;
+            #pragma unroll
+            for (int w = 0; w < 4; w++) {
+                float4 x0 = *(const float4*)(xb + 4 * w), x1 = *(const float4*)(xb + 32 + 4 * w);
+                u32 v = qw[w];
+                lo += (float)(v & 0xF) * x0.x + (float)((v >> 8) & 0xF) * x0.y + (float)((v >> 16) & 0xF) * x0.z + (float)((v >> 24) & 0xF) * x0.w;
+                hi += (float)((v >> 4) & 0xF) * x1.x + (float)((v >> 12) & 0xF) * x1.y + (float)((v >> 20) & 0xF) * x1.z + (float)(v >> 28) * x1.w;
+                s0 += (x0.x + x0.y) + (x0.z + x0.w);
+                s1 += (x1.x + x1.y) + (x1.z + x1.w);
+            }
+            float d = h2f((u16)dd), dm = h2f((u16)(dd >> 16));
             sum += d * (sc0 * lo + sc1 * hi) - dm * (m0 * s0 + m1 * s1);
         }
         return sum;
@@ -208,10 +228,10 @@ __device__ float dot_row(int ty, const u8* row, const float* __restrict__ x, int
         int nu = cols / 256 * 16;
         for (int u = lane; u < nu; u += 32) {
             int b = u >> 4, n = (u >> 3) & 1, g = u & 7;
-            const u8* blk = row + b * 210;
-            u32 qa = ld32_2(blk + 64 * n + 4 * g);
-            u32 qb = ld32_2(blk + 64 * n + 32 + 4 * g);
-            u32 qh = ld32_2(blk + 128 + 32 * n + 4 * g);
+            const u8* blk = row + b * Q6_K_BYTES;
+            u32 qa = *(const u32*)(blk + 64 * n + 4 * g);
+            u32 qb = *(const u32*)(blk + 64 * n + 32 + 4 * g);
+            u32 qh = *(const u32*)(blk + 128 + 32 * n + 4 * g);
             const i8* sc = (const i8*)(blk + 192) + 8 * n + (g >> 2);
             const float* xb = x + b * 256 + 128 * n + 4 * g;
             float s1 = 0.f, s2 = 0.f, s3 = 0.f, s4 = 0.f;
@@ -232,18 +252,226 @@ __device__ float dot_row(int ty, const u8* row, const float* __restrict__ x, int
     return sum;
 }
 
+// ---- decode products on q8 activations, weights dotted four quants an instruction (dp4a).
+// The activations are quantized as the CPU quantizes them for the same weight (ggml's
+// quantize_row_q8_K for the k-quants, one scale a 256; quantize_row_q8_0 for Q8_0, one f16
+// scale a 32), so a product differs from the CPU's only in the order of its float sums.
+// Layout: xq int8 values; xd one (scale, scale·Σq) per 32 values (a q8_K scale repeated). ----
+
+// Sub-blocks 2j and 2j + 1's 6-bit scales and mins of a Q4_K / Q5_K block (scale_min_k4), from
+// three aligned words and shifts (byte indexing of a local array would spill to memory).
+__device__ __forceinline__ void scales_k4(const u8* blk, int j, int* sc0, int* m0, int* sc1, int* m1) {
+    const u32* w = (const u32*)(blk + 4);
+    u32 s0 = w[0], s1 = w[1], s2 = w[2];
+    if (j < 2) {
+        int sh0 = 16 * j, sh1 = 16 * j + 8;
+        *sc0 = (s0 >> sh0) & 63;
+        *m0 = (s1 >> sh0) & 63;
+        *sc1 = (s0 >> sh1) & 63;
+        *m1 = (s1 >> sh1) & 63;
+    } else {
+        int sh0 = 16 * (j - 2), sh1 = sh0 + 8;
+        *sc0 = ((s2 >> sh0) & 0xF) | (((s0 >> sh0) >> 6 & 3) << 4);
+        *m0 = ((s2 >> sh0) >> 4 & 0xF) | (((s1 >> sh0) >> 6 & 3) << 4);
+        *sc1 = ((s2 >> sh1) & 0xF) | (((s0 >> sh1) >> 6 & 3) << 4);
+        *m1 = ((s2 >> sh1) >> 4 & 0xF) | (((s1 >> sh1) >> 6 & 3) << 4);
+    }
+}
+
+// One lane's share of row · x for the quantized types with a q8 path; `ok` false for the others.
+__device__ __forceinline__ float dot_row_q8(int ty, const u8* row, const i8* __restrict__ xq, const float2* __restrict__ xd, int cols, int lane, bool* ok) {
+    float sum = 0.0f;
+    *ok = true;
+    switch (ty) {
+    case T_Q4_K:
+    case T_Q5_K: {
+        // lane (j, hh) of a block's 8: 16 quant bytes = 16 values of sub-block 2j (low nibbles)
+        // and 16 of 2j + 1 (high); the half hh of each sub-block
+        bool q5 = ty == T_Q5_K;
+        int nb = cols / 256, j = (lane & 7) >> 1, hh = lane & 1, bs = q5 ? 176 : 144;
+        #pragma unroll 2
+        for (int b = lane >> 3; b < nb; b += 4) {
+            const u8* blk = row + (i64)b * bs;
+            int4 q = *(const int4*)(blk + (q5 ? 48 : 16) + 32 * j + 16 * hh);
+            int4 qh = q5 ? *(const int4*)(blk + 16 + 16 * hh) : make_int4(0, 0, 0, 0);
+            u32 dd = *(const u32*)blk;
+            const i8* xb = xq + b * 256 + 64 * j + 16 * hh;
+            int4 xa = *(const int4*)xb, xh = *(const int4*)(xb + 32);
+            int qw[4] = {q.x, q.y, q.z, q.w}, hw[4] = {qh.x, qh.y, qh.z, qh.w};
+            int xaw[4] = {xa.x, xa.y, xa.z, xa.w}, xhw[4] = {xh.x, xh.y, xh.z, xh.w};
+            int lo = 0, hi = 0;
+            #pragma unroll
+            for (int w = 0; w < 4; w++) {
+                int vl = qw[w] & 0x0F0F0F0F, vh = (qw[w] >> 4) & 0x0F0F0F0F;
+                if (q5) {
+                    vl |= ((hw[w] >> (2 * j)) & 0x01010101) << 4;
+                    vh |= ((hw[w] >> (2 * j + 1)) & 0x01010101) << 4;
+                }
+                lo = __dp4a(vl, xaw[w], lo);
+                hi = __dp4a(vh, xhw[w], hi);
+            }
+            int sc0, m0, sc1, m1;
+            scales_k4(blk, j, &sc0, &m0, &sc1, &m1);
+            float2 d0 = xd[b * 8 + 2 * j], d1 = xd[b * 8 + 2 * j + 1];
+            float d = h2f((u16)dd), dm = h2f((u16)(dd >> 16));
+            sum += d * ((float)(sc0 * lo) * d0.x + (float)(sc1 * hi) * d1.x);
+            // the mins' term takes each sub-block's Σx once: the hh = 0 lane adds it
+            if (hh == 0) sum -= dm * ((float)m0 * d0.y + (float)m1 * d1.y);
+        }
+        return sum;
+    }
+    case T_Q6_K: {
+        // lane (n, c) of a block's 8: ql bytes [64n + 8c, +8) and [64n + 32 + 8c, +8) and qh
+        // bytes [32n + 8c, +8): 8 values of each of the half's four quarters
+        int nb = cols / 256, n = (lane & 7) >> 2, c = lane & 3;
+        #pragma unroll 2
+        for (int b = lane >> 3; b < nb; b += 4) {
+            const u8* blk = row + (i64)b * Q6_K_BYTES;
+            int2 la = *(const int2*)(blk + 64 * n + 8 * c);
+            int2 lb = *(const int2*)(blk + 64 * n + 32 + 8 * c);
+            int2 hq = *(const int2*)(blk + 128 + 32 * n + 8 * c);
+            const i8* sc = (const i8*)(blk + 192) + 8 * n + (c >> 1);
+            float d = h2f(ld16(blk + 208));
+            int law[2] = {la.x, la.y}, lbw[2] = {lb.x, lb.y}, hw[2] = {hq.x, hq.y};
+            float acc = 0.0f;
+            #pragma unroll
+            for (int s = 0; s < 4; s++) {
+                const i8* xs = xq + b * 256 + 128 * n + 32 * s + 8 * c;
+                int2 xv = *(const int2*)xs;
+                int xw[2] = {xv.x, xv.y};
+                int isum = 0;
+                #pragma unroll
+                for (int w = 0; w < 2; w++) {
+                    int l = (s & 1) ? lbw[w] : law[w];
+                    int v = ((s >= 2) ? (l >> 4) : l) & 0x0F0F0F0F;
+                    v |= ((hw[w] >> (2 * s)) & 0x03030303) << 4;
+                    isum = __dp4a((int)__vsubss4((unsigned)v, 0x20202020u), xw[w], isum);
+                }
+                acc += (float)(sc[2 * s] * isum) * xd[b * 8 + 4 * n + s].x;
+            }
+            sum += d * acc;
+        }
+        return sum;
+    }
+    case T_Q8_0: {
+        // lane: half a block (16 quants)
+        int nh = cols / 16;
+        #pragma unroll 2
+        for (int u = lane; u < nh; u += 32) {
+            int b = u >> 1, hh = u & 1;
+            const u8* blk = row + (i64)b * Q8_0_BYTES;
+            const int* q = (const int*)(blk + Q8_0_QS + 16 * hh);
+            int4 xv = *(const int4*)(xq + 16 * u);
+            int isum = __dp4a(q[0], xv.x, 0);
+            isum = __dp4a(q[1], xv.y, isum);
+            isum = __dp4a(q[2], xv.z, isum);
+            isum = __dp4a(q[3], xv.w, isum);
+            sum += h2f(ld16(blk)) * ((float)isum * xd[b].x);
+        }
+        return sum;
+    }
+    }
+    *ok = false;
+    return 0.0f;
+}
+
+// row · x: the q8 path where the type has one and its activations are given (k: q8_K for the
+// k-quants, z: q8_0 for Q8_0), else the f32 one.
+__device__ __forceinline__ float dot_any(int ty, const u8* row, const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz,
+                                         int cols, int lane) {
+    bool kq = ty == T_Q4_K || ty == T_Q5_K || ty == T_Q6_K;
+    const i8* q = kq ? qk : (ty == T_Q8_0 ? qz : nullptr);
+    if (q) {
+        bool ok;
+        float s = dot_row_q8(ty, row, q, kq ? dk : dz, cols, lane, &ok);
+        if (ok) return s;
+    }
+    return dot_row(ty, row, x, cols, lane);
+}
+
+// The first index of the largest |v| over a warp's (|v|, v, index) triples, to every lane.
+__device__ __forceinline__ void warp_absmax(float* ax, float* v, int* idx) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float oa = __shfl_xor_sync(0xffffffffu, *ax, o), ov = __shfl_xor_sync(0xffffffffu, *v, o);
+        int oi = __shfl_xor_sync(0xffffffffu, *idx, o);
+        if (oa > *ax || (oa == *ax && oi < *idx)) { *ax = oa; *v = ov; *idx = oi; }
+    }
+}
+
+// One warp quantizes 256 values (8 a lane, lane-major) as quantize_row_q8_K_ref: the value of
+// largest magnitude (first of equals) sets iscale = −127 / max; q = min(127, nearest(iscale·x)).
+__device__ __forceinline__ void quant_block_k(const float* v8, int lane, i8* q, float2* d8) {
+    float ax = 0.0f, mv = 0.0f;
+    int idx = 0x7fffffff;
+    #pragma unroll
+    for (int e = 0; e < 8; e++)
+        if (fabsf(v8[e]) > ax) { ax = fabsf(v8[e]); mv = v8[e]; idx = 8 * lane + e; }
+    warp_absmax(&ax, &mv, &idx);
+    int qs[8], sum = 0;
+    float iscale = ax > 0.0f ? -127.0f / mv : 0.0f;
+    #pragma unroll
+    for (int e = 0; e < 8; e++) {
+        qs[e] = ax > 0.0f ? min(127, __float2int_rn(iscale * v8[e])) : 0;
+        sum += qs[e];
+    }
+    u32 lo = (qs[0] & 0xFF) | ((qs[1] & 0xFF) << 8) | ((qs[2] & 0xFF) << 16) | ((u32)(qs[3] & 0xFF) << 24);
+    u32 hi = (qs[4] & 0xFF) | ((qs[5] & 0xFF) << 8) | ((qs[6] & 0xFF) << 16) | ((u32)(qs[7] & 0xFF) << 24);
+    *(uint2*)(q + 8 * lane) = make_uint2(lo, hi);
+    // Σq of each 32 (four lanes)
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    float d = ax > 0.0f ? 1.0f / iscale : 0.0f;
+    if ((lane & 3) == 0) d8[lane >> 2] = make_float2(d, d * (float)sum);
+}
+
+// One warp quantizes 32 values (one a lane) as quantize_row_q8_0_ref: d = amax / 127 kept as
+// f16, q = roundf(x / d) (by the reciprocal, as ggml).
+__device__ __forceinline__ void quant_block_z(float v, int lane, i8* q, float2* d1) {
+    float amax = warp_max(fabsf(v));
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int qi = (int)roundf(v * id);
+    q[lane] = (i8)qi;
+    int sum = __reduce_add_sync(0xffffffffu, qi);
+    float dh = h2f(f2h(d));
+    if (lane == 0) *d1 = make_float2(dh, dh * (float)sum);
+}
+
+// xq/xd ← rows of x quantized for the products: kind 0 q8_K (a warp a 256; cols % 256 == 0),
+// kind 1 q8_0 (a warp a 32; cols % 32 == 0). blockIdx.y a row.
+extern "C" __global__ void quant_q8(const float* x, int cols, i64 x_stride, i8* xq, float2* xd, int kind) {
+    int blk = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    int bw = kind == 0 ? 256 : 32;
+    if (blk * bw >= cols) return;
+    i64 r = blockIdx.y;
+    const float* xr = x + r * x_stride + blk * bw;
+    i8* q = xq + r * x_stride + blk * bw;
+    float2* d = xd + r * (x_stride / 32) + blk * (bw / 32);
+    if (kind == 0) {
+        float4 a = *(const float4*)(xr + 8 * lane), b = *(const float4*)(xr + 8 * lane + 4);
+        float v8[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        quant_block_k(v8, lane, q, d);
+    } else {
+        quant_block_z(xr[lane], lane, q, d);
+    }
+}
+
 #define MV_WARPS 4
 
 // y[slot][r] = W_e[r]·x[slot / x_div] (+ res[slot][r]) where e = ids[slot] (an expert of a stack)
 // or 0: one warp a row, blockIdx.y a slot (x_div = k: a token's k routed slots share its input). y may alias res (each row read, then written, by one lane).
+// qk/dk, qz/dz (may be null): x quantized by quant_q8 (q8_K, q8_0), rows x_stride bytes /
+// x_stride / 32 scales apart.
 extern "C" __global__ void mv(const u8* W, int ty, int rows, int cols, i64 row_bytes, i64 mat_bytes, const int* ids,
-                              const float* x, i64 x_stride, int x_div, float* y, i64 y_stride, const float* res) {
+                              const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz, i64 x_stride, int x_div,
+                              float* y, i64 y_stride, const float* res) {
     int slot = blockIdx.y;
     int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= rows) return;
     i64 e = ids ? ids[slot] : 0;
     const u8* w = W + e * mat_bytes + (i64)row * row_bytes;
-    float s = warp_sum(dot_row(ty, w, x + (slot / x_div) * x_stride, cols, lane));
+    i64 xr = (slot / x_div) * x_stride;
+    float s = warp_sum(dot_any(ty, w, x + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, cols, lane));
     if (lane == 0) {
         i64 o = slot * y_stride + row;
         y[o] = res ? res[o] + s : s;
@@ -252,26 +480,66 @@ extern "C" __global__ void mv(const u8* W, int ty, int rows, int cols, i64 row_b
 
 // h[slot][r] = silu(G_e[r]·x) · (U_e[r]·x): an FFN's or expert's gate, up and SwiGLU in one pass.
 extern "C" __global__ void mv_glu(const u8* G, const u8* U, int ty_g, int ty_u, int rows, int cols, i64 rb_g, i64 rb_u,
-                                  i64 mb_g, i64 mb_u, const int* ids, const float* x, i64 x_stride, int x_div, float* h, i64 h_stride) {
+                                  i64 mb_g, i64 mb_u, const int* ids, const float* x, const i8* qk, const float2* dk, const i8* qz,
+                                  const float2* dz, i64 x_stride, int x_div, float* h, i64 h_stride) {
     int slot = blockIdx.y;
     int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= rows) return;
     i64 e = ids ? ids[slot] : 0;
-    const float* xs = x + (slot / x_div) * x_stride;
-    float g = warp_sum(dot_row(ty_g, G + e * mb_g + (i64)row * rb_g, xs, cols, lane));
-    float u = warp_sum(dot_row(ty_u, U + e * mb_u + (i64)row * rb_u, xs, cols, lane));
+    i64 xr = (slot / x_div) * x_stride;
+    const float* xs = x + xr;
+    const i8 *qks = qk ? qk + xr : qk, *qzs = qz ? qz + xr : qz;
+    float g = dot_any(ty_g, G + e * mb_g + (i64)row * rb_g, xs, qks, dk + xr / 32, qzs, dz + xr / 32, cols, lane);
+    float u = dot_any(ty_u, U + e * mb_u + (i64)row * rb_u, xs, qks, dk + xr / 32, qzs, dz + xr / 32, cols, lane);
+    g = warp_sum(g);
+    u = warp_sum(u);
     if (lane == 0) h[slot * h_stride + row] = g / (1.0f + expf(-g)) * u;
 }
 
-// y = x / sqrt(mean(x²) + eps) · w, one block a row (ops::rms_norm).
-extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, int n, float eps) {
+// Up to four products of one input in one launch (a DeltaNet layer's qkv, z, β and α; an
+// attention layer's q, k and v): the rows of the parts one after another, a warp a row, each
+// row as `mv` computes it. A part with rows = 0 is absent.
+extern "C" __global__ void mv4(int cols, const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz,
+                               const u8* W0, int ty0, int rows0, i64 rb0, float* y0, const u8* W1, int ty1, int rows1, i64 rb1, float* y1,
+                               const u8* W2, int ty2, int rows2, i64 rb2, float* y2, const u8* W3, int ty3, int rows3, i64 rb3, float* y3) {
+    int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    const u8* W;
+    int ty;
+    i64 rb;
+    float* y;
+    if (row < rows0) { W = W0; ty = ty0; rb = rb0; y = y0; }
+    else if ((row -= rows0) < rows1) { W = W1; ty = ty1; rb = rb1; y = y1; }
+    else if ((row -= rows1) < rows2) { W = W2; ty = ty2; rb = rb2; y = y2; }
+    else if ((row -= rows2) < rows3) { W = W3; ty = ty3; rb = rb3; y = y3; }
+    else return;
+    float s = warp_sum(dot_any(ty, W + (i64)row * rb, x, qk, dk, qz, dz, cols, lane));
+    if (lane == 0) y[row] = s;
+}
+
+// y = x / sqrt(mean(x²) + eps) · w, one block a row (ops::rms_norm); where yq is given, y
+// quantized as q8_K for the decode products too (quant_q8 kind 0; n % 256 == 0).
+extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, int n, float eps, i8* yq, float2* yd) {
     const float* xr = x + (i64)blockIdx.x * n;
     float* yr = y + (i64)blockIdx.x * n;
     double s = 0.0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) s += (double)(xr[i] * xr[i]);
     s = block_sum_d(s);
     float scale = 1.0f / sqrtf((float)(s / n) + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = (xr[i] * scale) * w[i];
+    if (!yq) {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = (xr[i] * scale) * w[i];
+        return;
+    }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int b = warp; b < n / 256; b += nw) {
+        int i0 = 256 * b + 8 * lane;
+        float v8[8];
+        #pragma unroll
+        for (int e = 0; e < 8; e++) {
+            v8[e] = (xr[i0 + e] * scale) * w[i0 + e];
+            yr[i0 + e] = v8[e];
+        }
+        quant_block_k(v8, lane, yq + (i64)blockIdx.x * n + 256 * b, yd + (i64)blockIdx.x * (n / 32) + 8 * b);
+    }
 }
 
 // x[t] = row ids[t] of the embedding matrix, dequantized; blockIdx.y = t.
@@ -350,7 +618,7 @@ extern "C" __global__ void attn_split(const float* q, const u16* k_cache, const 
     }
     int kvh = h / (n_head / n_head_kv), kvw = n_head_kv * hd, E = hd / 32;
     float qr[8], acc[8];
-    for (int e = 0; e < E; e++) {
+    EACH_E {
         qr[e] = q[(i64)h * hd + lane + 32 * e];
         acc[e] = 0.0f;
     }
@@ -358,16 +626,16 @@ extern "C" __global__ void attn_split(const float* q, const u16* k_cache, const 
     for (int p = p0 + warp; p < p1; p += ATTN_WARPS) {
         const u16* kr = k_cache + (i64)p * kvw + (i64)kvh * hd;
         float d = 0.0f;
-        for (int e = 0; e < E; e++) d += qr[e] * h2f(kr[lane + 32 * e]);
+        EACH_E d += qr[e] * h2f(kr[lane + 32 * e]);
         float s = warp_sum(d) * scale;
         float mn = fmaxf(m, s);
         float a = expf(m - mn), pw = expf(s - mn);
         const u16* vr = v_cache + (i64)p * kvw + (i64)kvh * hd;
-        for (int e = 0; e < E; e++) acc[e] = acc[e] * a + pw * h2f(vr[lane + 32 * e]);
+        EACH_E acc[e] = acc[e] * a + pw * h2f(vr[lane + 32 * e]);
         l = l * a + pw;
         m = mn;
     }
-    for (int e = 0; e < E; e++) s_o[warp][lane + 32 * e] = acc[e];
+    EACH_E s_o[warp][lane + 32 * e] = acc[e];
     if (lane == 0) {
         s_m[warp] = m;
         s_l[warp] = l;
@@ -428,6 +696,34 @@ extern "C" __global__ void conv_step(const float* x, float* state, const float* 
     }
 }
 
+// conv_step for a prompt pass, every (token, channel) at once: token t's window is inputs
+// t − (kernel − 1) … t, those before the pass from the state; the same sums in the same order
+// as conv_step's. conv_shift then moves the pass's last kernel − 1 inputs into the state.
+extern "C" __global__ void conv_prompt(const float* x, const float* state, const float* taps, float* out, int cd, int kernel, int n_tok) {
+    i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (i64)n_tok * cd) return;
+    int t = (int)(i / cd), c = (int)(i % cd);
+    float acc = 0.0f;
+    for (int j = 0; j < kernel - 1; j++) {
+        int src = t - (kernel - 1) + j;
+        float v = src < 0 ? state[(i64)(kernel - 1 + src) * cd + c] : x[(i64)src * cd + c];
+        acc += v * taps[(i64)j * cd + c];
+    }
+    acc += x[(i64)t * cd + c] * taps[(i64)(kernel - 1) * cd + c];
+    out[i] = acc / (1.0f + expf(-acc));
+}
+
+// state[j] ← input n_tok − (kernel − 1) + j of the pass (or the older state row where that is
+// before it); row j is written after every read of rows above it, so in place.
+extern "C" __global__ void conv_shift(const float* x, float* state, int cd, int kernel, int n_tok) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= cd) return;
+    for (int j = 0; j < kernel - 1; j++) {
+        int src = n_tok - (kernel - 1) + j;
+        state[(i64)j * cd + c] = src < 0 ? state[(i64)(kernel - 1 + src) * cd + c] : x[(i64)src * cd + c];
+    }
+}
+
 #define DELTA_WARPS 8
 
 // A token of Gated DeltaNet for V-head blockIdx.x: q and k of its K-head L2-normed, β =
@@ -444,7 +740,7 @@ __device__ void delta_token(const float* conv, const float* z, const float* beta
     const float* v = conv + 2 * (i64)hk * sd + (i64)h * sd;
     float qr[8], kr[8];
     double sq = 0.0, sk = 0.0;
-    for (int e = 0; e < E; e++) {
+    EACH_E {
         qr[e] = q[lane + 32 * e];
         kr[e] = k[lane + 32 * e];
         sq += (double)(qr[e] * qr[e]);
@@ -454,7 +750,7 @@ __device__ void delta_token(const float* conv, const float* z, const float* beta
     sk = warp_sum_d(sk);
     float n = (float)sd, post = 1.0f / sqrtf(n);
     float scq = 1.0f / sqrtf((float)(sq / sd) + eps / n), sck = 1.0f / sqrtf((float)(sk / sd) + eps / n);
-    for (int e = 0; e < E; e++) {
+    EACH_E {
         qr[e] = (qr[e] * scq) * post;
         kr[e] = (kr[e] * sck) * post;
     }
@@ -467,14 +763,14 @@ __device__ void delta_token(const float* conv, const float* z, const float* beta
     for (int j = warp; j < sd; j += DELTA_WARPS) {
         float* row = Sh + (i64)j * sd;
         float s[8], kv = 0.0f;
-        for (int e = 0; e < E; e++) {
+        EACH_E {
             s[e] = row[lane + 32 * e] * decay;
             kv += s[e] * kr[e];
         }
         kv = warp_sum(kv);
         float d = (v[j] - kv) * beta;
         float o = 0.0f;
-        for (int e = 0; e < E; e++) {
+        EACH_E {
             s[e] += d * kr[e];
             row[lane + 32 * e] = s[e];
             o += s[e] * qr[e];
@@ -665,8 +961,8 @@ __device__ __forceinline__ int unit(int ty, const u8* row, int u, float* w, int*
     }
     case T_Q6_K: {
         int b = u >> 4, n = (u >> 3) & 1, g = u & 7;
-        const u8* blk = row + b * 210;
-        u32 qa = ld32_2(blk + 64 * n + 4 * g), qb = ld32_2(blk + 64 * n + 32 + 4 * g), qh = ld32_2(blk + 128 + 32 * n + 4 * g);
+        const u8* blk = row + b * Q6_K_BYTES;
+        u32 qa = *(const u32*)(blk + 64 * n + 4 * g), qb = *(const u32*)(blk + 64 * n + 32 + 4 * g), qh = *(const u32*)(blk + 128 + 32 * n + 4 * g);
         const i8* sc = (const i8*)(blk + 192) + 8 * n + (g >> 2);
         float d = h2f(ld16(blk + 208));
         float d1 = d * sc[0], d2 = d * sc[2], d3 = d * sc[4], d4 = d * sc[6];
@@ -686,8 +982,8 @@ __device__ __forceinline__ int unit(int ty, const u8* row, int u, float* w, int*
     }
     case T_Q8_0: {
         int b = u >> 3, g = u & 7;
-        const u8* blk = row + b * 34;
-        u32 q = ld32_2(blk + 2 + 4 * g);
+        const u8* blk = row + b * Q8_0_BYTES;
+        u32 q = *(const u32*)(blk + Q8_0_QS + 4 * g);
         float d = h2f(ld16(blk));
         #pragma unroll
         for (int e = 0; e < 4; e++) w[e] = d * (float)(i8)(q >> (8 * e));
@@ -911,4 +1207,422 @@ extern "C" __global__ void silu_mul(float* h, const float* u, i64 n) {
         float g = h[i];
         h[i] = g / (1.0f + expf(-g)) * u[i];
     }
+}
+
+// ---- the DeltaNet scan of a prompt pass: S's rows are independent given each token's q, k,
+// v, β and decay, so rows spread over many blocks and stay in registers across the tokens ----
+
+// Per (K-head blockIdx.x, token blockIdx.y): q and k L2-normed (build_gdn_l2_norm) into qn, kn;
+// per V-head of this K-head (tiled or grouped pairing), β = sigmoid and the decay e^g,
+// g = softplus(α + dt)·a, into gb[t][h] = (β, decay). One warp.
+extern "C" __global__ void delta_prep(const float* conv, const float* beta_in, const float* alpha_in, const float* dt_bias, const float* a,
+                                      float* qn, float* kn, float* gb, int hk, int hv, int sd, int tiled, float eps) {
+    int kh = blockIdx.x, t = blockIdx.y, lane = threadIdx.x, E = sd / 32;
+    int cd = 2 * hk * sd + hv * sd;
+    const float* q = conv + (i64)t * cd + (i64)kh * sd;
+    const float* k = conv + (i64)t * cd + (i64)hk * sd + (i64)kh * sd;
+    double sq = 0.0, sk = 0.0;
+    float qr[8], kr[8];
+    EACH_E {
+        qr[e] = q[lane + 32 * e];
+        kr[e] = k[lane + 32 * e];
+        sq += (double)(qr[e] * qr[e]);
+        sk += (double)(kr[e] * kr[e]);
+    }
+    sq = warp_sum_d(sq);
+    sk = warp_sum_d(sk);
+    float n = (float)sd, post = 1.0f / sqrtf(n);
+    float scq = 1.0f / sqrtf((float)(sq / sd) + eps / n), sck = 1.0f / sqrtf((float)(sk / sd) + eps / n);
+    EACH_E {
+        qn[((i64)t * hk + kh) * sd + lane + 32 * e] = (qr[e] * scq) * post;
+        kn[((i64)t * hk + kh) * sd + lane + 32 * e] = (kr[e] * sck) * post;
+    }
+    int r = hv / hk;
+    for (int i = lane; i < r; i += 32) {
+        int h = tiled ? kh + i * hk : kh * r + i;
+        float beta = 1.0f / (1.0f + expf(-beta_in[(i64)t * hv + h]));
+        float gx = alpha_in[(i64)t * hv + h] + dt_bias[h];
+        float sp = gx > 20.0f ? gx : logf(1.0f + expf(gx));
+        gb[((i64)t * hv + h) * 2] = beta;
+        gb[((i64)t * hv + h) * 2 + 1] = expf(sp * a[h]);
+    }
+}
+
+#define DR_ROWS 2   // rows of S a warp keeps
+#define DR_WARPS 4
+
+// Rows [blockIdx.y·8, +8) of V-head blockIdx.x's S through the pass's n_tok tokens, each warp
+// two rows in registers: S_j ← S_j·decay; d = (v_j − S_j·k)·β; S_j ← S_j + d·k; o_j = S_j·q/√sd
+// into o (before the output norm, delta_out).
+extern "C" __global__ void __launch_bounds__(128) delta_rows(const float* qn, const float* kn, const float* conv, const float* gb, float* S,
+                                                             float* o, int hk, int hv, int sd, int tiled, int n_tok) {
+    int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, E = sd / 32;
+    int kh = tiled ? h % hk : h / (hv / hk);
+    int j0 = (blockIdx.y * DR_WARPS + warp) * DR_ROWS;
+    if (j0 >= sd) return;
+    int cd = 2 * hk * sd + hv * sd;
+    float s[DR_ROWS][8];
+    float* Sh = S + (i64)h * sd * sd;
+    _Pragma("unroll") for (int r = 0; r < DR_ROWS; r++)
+        EACH_E s[r][e] = Sh[(i64)(j0 + r) * sd + lane + 32 * e];
+    float oscale = 1.0f / sqrtf((float)sd);
+    // token t + 1's operands are loaded while token t computes
+    float kn_[8], qn_[8], vn_[DR_ROWS], bn_, dn_;
+    auto fetch = [&](int t) {
+        const float* k = kn + ((i64)t * hk + kh) * sd;
+        const float* q = qn + ((i64)t * hk + kh) * sd;
+        EACH_E {
+            kn_[e] = k[lane + 32 * e];
+            qn_[e] = q[lane + 32 * e];
+        }
+        bn_ = gb[((i64)t * hv + h) * 2];
+        dn_ = gb[((i64)t * hv + h) * 2 + 1];
+        const float* v = conv + (i64)t * cd + 2 * (i64)hk * sd + (i64)h * sd;
+        _Pragma("unroll") for (int r = 0; r < DR_ROWS; r++) vn_[r] = v[j0 + r];
+    };
+    if (n_tok > 0) fetch(0);
+    for (int t = 0; t < n_tok; t++) {
+        float kr[8], qr[8], vv[DR_ROWS];
+        EACH_E {
+            kr[e] = kn_[e];
+            qr[e] = qn_[e];
+        }
+        _Pragma("unroll") for (int r = 0; r < DR_ROWS; r++) vv[r] = vn_[r];
+        float beta = bn_, decay = dn_;
+        if (t + 1 < n_tok) fetch(t + 1);
+        #pragma unroll
+        for (int r = 0; r < DR_ROWS; r++) {
+            float kv = 0.0f;
+            EACH_E {
+                s[r][e] *= decay;
+                kv += s[r][e] * kr[e];
+            }
+            kv = warp_sum(kv);
+            float d = (vv[r] - kv) * beta;
+            float oo = 0.0f;
+            EACH_E {
+                s[r][e] += d * kr[e];
+                oo += s[r][e] * qr[e];
+            }
+            oo = warp_sum(oo);
+            if (lane == 0) o[((i64)t * hv + h) * sd + j0 + r] = oo * oscale;
+        }
+    }
+    _Pragma("unroll") for (int r = 0; r < DR_ROWS; r++)
+        EACH_E Sh[(i64)(j0 + r) * sd + lane + 32 * e] = s[r][e];
+}
+
+// The gated output norm of (V-head blockIdx.x, token blockIdx.y): out = rms_norm(o)·w ⊙ silu(z).
+extern "C" __global__ void delta_out(const float* o, const float* z, const float* norm_w, float* out, int hv, int sd, float eps) {
+    int h = blockIdx.x, t = blockIdx.y;
+    i64 base = ((i64)t * hv + h) * sd;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < sd; i += blockDim.x) ss += (double)(o[base + i] * o[base + i]);
+    ss = block_sum_d(ss);
+    float scale = 1.0f / sqrtf((float)(ss / sd) + eps);
+    for (int i = threadIdx.x; i < sd; i += blockDim.x) {
+        float zv = z[base + i];
+        out[base + i] = ((o[base + i] * scale) * norm_w[i]) * (zv / (1.0f + expf(-zv)));
+    }
+}
+
+// ---- prompt batches through cuBLAS: weights dequantized to f16 rows, activations to f16 ----
+
+// out[r][c] = W[r][c] as f16, for rows × cols (each thread one `unit` of a row).
+extern "C" __global__ void dequant_f16(const u8* W, int ty, int rows, int cols, i64 row_bytes, u16* out) {
+    int upr = units(ty, cols);
+    i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (i64)rows * upr) return;
+    int row = (int)(i / upr), u = (int)(i % upr);
+    float w[16];
+    int off[4];
+    int ng = unit(ty, W + (i64)row * row_bytes, u, w, off);
+    u16* o = out + (i64)row * cols;
+    for (int gi = 0; gi < ng; gi++) {
+        u32 lo = (u32)f2h(w[4 * gi]) | ((u32)f2h(w[4 * gi + 1]) << 16);
+        u32 hi = (u32)f2h(w[4 * gi + 2]) | ((u32)f2h(w[4 * gi + 3]) << 16);
+        *(uint2*)(o + off[gi]) = make_uint2(lo, hi);
+    }
+}
+
+// out[t][c] = x[t][c] as f16 for n_tok rows of cols values (x rows x_stride apart).
+extern "C" __global__ void to_f16(const float* x, int cols, i64 x_stride, int n_tok, u16* out) {
+    i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (i64)n_tok * cols) return;
+    i64 t = i / cols, c = i % cols;
+    out[i] = f2h(x[t * x_stride + c]);
+}
+
+// ---- routed experts of a prompt pass, grouped per expert (tensor cores, weights dequantized
+// in registers straight into the MMA's B fragments) ----
+
+// Slots (token·k + s) grouped by expert: counts[e], offsets[e] and order[] (slots of expert 0,
+// then 1, ...), and the tiles of mm_ex: (expert, start in order[], count ≤ EX_M) for each
+// expert's slots, padded with empty tiles to max_tiles (the grid is sized on the host without
+// reading the counts back). One block; 2·n_expert ints of shared memory.
+extern "C" __global__ void moe_sort(const int* ids, int n_slots, int n_expert, int* counts, int* offsets, int* order, int4* tiles, int max_tiles) {
+    // an expert's slots land in any order (atomics): each slot's products do not depend on
+    // its place in a tile
+    extern __shared__ int s_sort[];
+    int* s_cnt = s_sort;
+    int* s_cur = s_sort + n_expert;
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) s_cnt[e] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n_slots; i += blockDim.x) atomicAdd(&s_cnt[ids[i]], 1);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int o = 0, t = 0;
+        for (int e = 0; e < n_expert; e++) {
+            int c = s_cnt[e];
+            s_cur[e] = o;
+            offsets[e] = o;
+            counts[e] = c;
+            for (int st = 0; st < c && t < max_tiles; st += 16) tiles[t++] = make_int4(e, o + st, min(16, c - st), 0);
+            o += c;
+        }
+        for (; t < max_tiles; t++) tiles[t] = make_int4(0, 0, 0, 0);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n_slots; i += blockDim.x) order[atomicAdd(&s_cur[ids[i]], 1)] = i;
+}
+
+#define EX_M 16          // tokens a tile (one m16 MMA row block)
+#define EX_NT 4          // n-tiles of 8 rows a warp
+#define EX_WARPS 4       // a block: 4 warps × 32 rows = 128 rows
+#define EX_K 128         // columns a step
+#define EX_LD (EX_K + 8) // padded smem row of x (f16)
+
+__device__ __forceinline__ u32 pack_h2(float a, float b) { return (u32)f2h(a) | ((u32)f2h(b) << 16); }
+
+// Where step s (0..7) of a 128-column chunk puts lane tig's two column pairs: the k order inside
+// a step is free (a dot product), so each type's pairs are the ones its quants pack together;
+// A (x) and B (W) use the same map. Returns (first column of pair A, of pair B), chunk-relative.
+__device__ __forceinline__ int2 ex_cols(int ty, int tig, int s) {
+    switch (ty) {
+    case T_Q4_K: case T_Q5_K: {
+        int p = 64 * (s >> 2) + 8 * tig + 2 * (s & 3);
+        return make_int2(p, p + 32);
+    }
+    case T_Q6_K: {
+        int p = (s >> 2) * 32 + 8 * tig + 2 * (s & 3);
+        return make_int2(p, p + 64);
+    }
+    case T_Q8_0: {
+        int p = 32 * (s >> 1) + 8 * tig + 4 * (s & 1);
+        return make_int2(p, p + 2);
+    }
+    default: {
+        int p = 16 * s + 2 * tig;
+        return make_int2(p, p + 8);
+    }
+    }
+}
+
+// A row's raw words for chunk kc (loaded for every n-tile before any is dequantized, so the
+// loads of a chunk are in flight together): Q4_K / Q5_K: d|dmin, 3 scale words, the two
+// sub-block pairs' 8 quant bytes each, Q5_K's 8 high-bit bytes; Q6_K: ql A, ql B, qh (8 bytes
+// each), the half's 8 scale bytes, d; Q8_0: per block d, 8 quant bytes. Other types: none.
+#define EX_RAW 12
+__device__ __forceinline__ void ex_load(int ty, const u8* row, int kc, int tig, u32* r) {
+    switch (ty) {
+    case T_Q4_K:
+    case T_Q5_K: {
+        bool q5 = ty == T_Q5_K;
+        const u8* blk = row + (i64)(kc >> 1) * (q5 ? 176 : 144);
+        const u32* w = (const u32*)blk;
+        r[0] = w[0]; r[1] = w[1]; r[2] = w[2]; r[3] = w[3];
+        #pragma unroll
+        for (int jl = 0; jl < 2; jl++) {
+            uint2 q = *(const uint2*)(blk + (q5 ? 48 : 16) + 32 * (2 * (kc & 1) + jl) + 8 * tig);
+            r[4 + 2 * jl] = q.x;
+            r[5 + 2 * jl] = q.y;
+        }
+        if (q5) {
+            uint2 h = *(const uint2*)(blk + 16 + 8 * tig);
+            r[8] = h.x;
+            r[9] = h.y;
+        }
+        return;
+    }
+    case T_Q6_K: {
+        const u8* blk = row + (i64)(kc >> 1) * Q6_K_BYTES;
+        int n = kc & 1;
+        uint2 la = *(const uint2*)(blk + 64 * n + 8 * tig), lb = *(const uint2*)(blk + 64 * n + 32 + 8 * tig);
+        uint2 qh = *(const uint2*)(blk + 128 + 32 * n + 8 * tig), sc = *(const uint2*)(blk + 192 + 8 * n);
+        r[0] = la.x; r[1] = la.y; r[2] = lb.x; r[3] = lb.y; r[4] = qh.x; r[5] = qh.y; r[6] = sc.x; r[7] = sc.y;
+        r[8] = *(const u32*)(blk + 208);
+        return;
+    }
+    case T_Q8_0: {
+        #pragma unroll
+        for (int bl = 0; bl < 4; bl++) {
+            const u8* blk = row + (i64)(4 * kc + bl) * Q8_0_BYTES;
+            r[3 * bl] = *(const u32*)blk;
+            r[3 * bl + 1] = *(const u32*)(blk + Q8_0_QS + 8 * tig);
+            r[3 * bl + 2] = *(const u32*)(blk + Q8_0_QS + 8 * tig + 4);
+        }
+        return;
+    }
+    }
+}
+
+// B fragments (f16 pairs) for the 8 steps of chunk kc from ex_load's words: b[s][0] = pair A,
+// b[s][1] = pair B of ex_cols. Types without raw words dequantize from the row.
+__device__ __forceinline__ void ex_deq(int ty, const u8* row, int kc, int tig, const u32* r, u32 b[8][2]) {
+    switch (ty) {
+    case T_Q4_K:
+    case T_Q5_K: {
+        bool q5 = ty == T_Q5_K;
+        float d = h2f((u16)r[0]), dm = h2f((u16)(r[0] >> 16));
+        #pragma unroll
+        for (int jl = 0; jl < 2; jl++) {
+            int j = 2 * (kc & 1) + jl;
+            int sc0, m0, sc1, m1;
+            {
+                u32 s0 = r[1], s1 = r[2], s2 = r[3];
+                if (j < 2) {
+                    int sh0 = 16 * j, sh1 = 16 * j + 8;
+                    sc0 = (s0 >> sh0) & 63; m0 = (s1 >> sh0) & 63; sc1 = (s0 >> sh1) & 63; m1 = (s1 >> sh1) & 63;
+                } else {
+                    int sh0 = 16 * (j - 2), sh1 = sh0 + 8;
+                    sc0 = ((s2 >> sh0) & 0xF) | (((s0 >> sh0) >> 6 & 3) << 4);
+                    m0 = ((s2 >> sh0) >> 4 & 0xF) | (((s1 >> sh0) >> 6 & 3) << 4);
+                    sc1 = ((s2 >> sh1) & 0xF) | (((s0 >> sh1) >> 6 & 3) << 4);
+                    m1 = ((s2 >> sh1) >> 4 & 0xF) | (((s1 >> sh1) >> 6 & 3) << 4);
+                }
+            }
+            float a0 = d * sc0, c0 = dm * m0, a1 = d * sc1, c1 = dm * m1;
+            #pragma unroll
+            for (int s4 = 0; s4 < 4; s4++) {
+                u32 qw = r[4 + 2 * jl + (s4 >> 1)], hw = q5 ? r[8 + (s4 >> 1)] : 0u;
+                int sh = 16 * (s4 & 1);
+                int l0 = (qw >> sh) & 0xF, l1 = (qw >> (sh + 8)) & 0xF;
+                int h0 = (qw >> (sh + 4)) & 0xF, h1 = (qw >> (sh + 12)) & 0xF;
+                if (q5) {
+                    l0 |= ((hw >> (sh + 2 * j)) & 1) << 4;
+                    l1 |= ((hw >> (sh + 8 + 2 * j)) & 1) << 4;
+                    h0 |= ((hw >> (sh + 2 * j + 1)) & 1) << 4;
+                    h1 |= ((hw >> (sh + 8 + 2 * j + 1)) & 1) << 4;
+                }
+                b[4 * jl + s4][0] = pack_h2(a0 * l0 - c0, a0 * l1 - c0);
+                b[4 * jl + s4][1] = pack_h2(a1 * h0 - c1, a1 * h1 - c1);
+            }
+        }
+        return;
+    }
+    case T_Q6_K: {
+        float d = h2f((u16)r[8]);
+        // scale of quarter q: byte (tig >> 1) + 2q of the half's 8
+        float ds[4];
+        #pragma unroll
+        for (int q = 0; q < 4; q++) {
+            int bi = (tig >> 1) + 2 * q;
+            ds[q] = d * (float)(i8)(r[6 + (bi >> 2)] >> (8 * (bi & 3)));
+        }
+        #pragma unroll
+        for (int s = 0; s < 8; s++) {
+            int part = s >> 2, s4 = s & 3;
+            u32 lw = r[2 * part + (s4 >> 1)];
+            u32 hw = r[4 + (s4 >> 1)];
+            int sh = 16 * (s4 & 1);
+            // pair A: quarter `part` (low nibbles, qh bits 2·part); pair B: quarter part + 2
+            // (high nibbles, qh bits 2·part + 4)
+            int qa = 2 * part, qb = 2 * part + 4;
+            int a0 = (((lw >> sh) & 0xF) | (((hw >> (sh + qa)) & 3) << 4)) - 32;
+            int a1 = (((lw >> (sh + 8)) & 0xF) | (((hw >> (sh + 8 + qa)) & 3) << 4)) - 32;
+            int b0 = (((lw >> (sh + 4)) & 0xF) | (((hw >> (sh + qb)) & 3) << 4)) - 32;
+            int b1 = (((lw >> (sh + 12)) & 0xF) | (((hw >> (sh + 8 + qb)) & 3) << 4)) - 32;
+            b[s][0] = pack_h2(ds[part] * a0, ds[part] * a1);
+            b[s][1] = pack_h2(ds[part + 2] * b0, ds[part + 2] * b1);
+        }
+        return;
+    }
+    case T_Q8_0: {
+        #pragma unroll
+        for (int bl = 0; bl < 4; bl++) {
+            float d = h2f((u16)r[3 * bl]);
+            #pragma unroll
+            for (int s2 = 0; s2 < 2; s2++) {
+                u32 w = r[3 * bl + 1 + s2];
+                b[2 * bl + s2][0] = pack_h2(d * (float)(i8)w, d * (float)(i8)(w >> 8));
+                b[2 * bl + s2][1] = pack_h2(d * (float)(i8)(w >> 16), d * (float)(i8)(w >> 24));
+            }
+        }
+        return;
+    }
+    default: {
+        #pragma unroll
+        for (int s = 0; s < 8; s++) {
+            int c = kc * EX_K + 16 * s + 2 * tig;
+            b[s][0] = pack_h2(deq1(ty, row, c), deq1(ty, row, c + 1));
+            b[s][1] = pack_h2(deq1(ty, row, c + 8), deq1(ty, row, c + 9));
+        }
+        return;
+    }
+    }
+}
+
+// y[slot][r] = W_e[r]·x[slot / x_div] for the slots of tile blockIdx.y: tiles[t] = (expert e,
+// start in order[], count ≤ 16); rows [blockIdx.x·128, +128). cols % 128 == 0.
+extern "C" __global__ void __launch_bounds__(128) mm_ex(const u8* W, int ty, int rows, int cols, i64 row_bytes, i64 mat_bytes, const int4* tiles,
+                                                        const int* order, const float* x, i64 x_stride, int x_div, float* y, i64 y_stride) {
+    __shared__ __align__(16) u16 xs[EX_M][EX_LD];
+    __shared__ int s_slot[EX_M];
+    int4 tile = tiles[blockIdx.y];
+    int e = tile.x, start = tile.y, cnt = tile.z;
+    if (cnt <= 0) return;  // a padding tile
+    int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
+    if (tid < EX_M) s_slot[tid] = tid < cnt ? order[start + tid] : -1;
+    const u8* We = W + (i64)e * mat_bytes;
+    int r0 = blockIdx.x * (EX_WARPS * EX_NT * 8) + warp * (EX_NT * 8);
+    float c[EX_NT][4];
+    #pragma unroll
+    for (int nt = 0; nt < EX_NT; nt++)
+        #pragma unroll
+        for (int i = 0; i < 4; i++) c[nt][i] = 0.0f;
+    __syncthreads();
+    for (int kc = 0; kc < cols / EX_K; kc++) {
+        // x: 16 rows × 128 columns as f16 (zeros past the tile's count)
+        for (int i = tid; i < EX_M * (EX_K / 4); i += blockDim.x) {
+            int t = i / (EX_K / 4), c4 = i % (EX_K / 4);
+            int slot = s_slot[t];
+            float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (slot >= 0) v = *(const float4*)(x + (i64)(slot / x_div) * x_stride + kc * EX_K + 4 * c4);
+            *(uint2*)&xs[t][4 * c4] = make_uint2(pack_h2(v.x, v.y), pack_h2(v.z, v.w));
+        }
+        __syncthreads();
+        u32 a[8][4];
+        #pragma unroll
+        for (int s = 0; s < 8; s++) {
+            int2 p = ex_cols(ty, tig, s);
+            a[s][0] = *(const u32*)&xs[gid][p.x];
+            a[s][1] = *(const u32*)&xs[gid + 8][p.x];
+            a[s][2] = *(const u32*)&xs[gid][p.y];
+            a[s][3] = *(const u32*)&xs[gid + 8][p.y];
+        }
+        u32 raw[EX_NT][EX_RAW];
+        #pragma unroll
+        for (int nt = 0; nt < EX_NT; nt++) {
+            int row = min(r0 + nt * 8 + gid, rows - 1);  // rows past the end: computed, not written
+            ex_load(ty, We + (i64)row * row_bytes, kc, tig, raw[nt]);
+        }
+        #pragma unroll
+        for (int nt = 0; nt < EX_NT; nt++) {
+            int row = min(r0 + nt * 8 + gid, rows - 1);
+            u32 b[8][2];
+            ex_deq(ty, We + (i64)row * row_bytes, kc, tig, raw[nt], b);
+            #pragma unroll
+            for (int s = 0; s < 8; s++) mma16816(c[nt], a[s], b[s]);
+        }
+        __syncthreads();
+    }
+    #pragma unroll
+    for (int nt = 0; nt < EX_NT; nt++)
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int t = gid + (i >= 2 ? 8 : 0);
+            int row = r0 + nt * 8 + tig * 2 + (i & 1);
+            int slot = t < cnt ? s_slot[t] : -1;
+            if (slot >= 0 && row < rows) y[(i64)slot * y_stride + row] = c[nt][i];
+        }
 }

@@ -11,8 +11,10 @@
 //! every kernel to the CPU's arithmetic; tests/model.rs holds the whole model to the CPU's
 //! logits and greedy tokens. Both skip, loudly, where no GPU is present.
 
+pub mod blas;
 pub mod error;
 pub mod gpu;
+pub mod layout;
 pub mod model;
 
 pub use error::{CudaError, Result};

@@ -126,7 +126,32 @@ struct Scratch {
     sh_h: DevBuf,
     /// The up products beside ffn_h / sh_h's gate products on the tensor-core path.
     ffn_u: DevBuf,
+    /// A prompt pass's DeltaNet scan: normed q and k, (β, decay) per (token, V-head), and the
+    /// outputs before their norm.
+    qn: DevBuf,
+    kn: DevBuf,
+    gb: DevBuf,
+    o_raw: DevBuf,
     sh_y: DevBuf,
+    /// q8 copies of xn (rows of the hidden width) and of the other products' inputs
+    /// (quant_q8): the decode products' activations.
+    xq_n: DevBuf,
+    xd_n: DevBuf,
+    xq_nz: DevBuf,
+    xd_nz: DevBuf,
+    xq_b: DevBuf,
+    xd_b: DevBuf,
+    xq_bz: DevBuf,
+    xd_bz: DevBuf,
+    /// cuBLAS prompt products: a weight as f16 rows, a pass's xn and other inputs as f16.
+    w_f16: DevBuf,
+    xn_f16: DevBuf,
+    x_f16: DevBuf,
+    /// A prompt pass's routed slots grouped per expert (moe_sort → mm_ex).
+    ex_counts: DevBuf,
+    ex_offsets: DevBuf,
+    ex_order: DevBuf,
+    ex_tiles: DevBuf,
     sg: DevBuf,
     router: DevBuf,
     ids: DevBuf,
@@ -175,6 +200,9 @@ pub struct CudaModel {
     sc: Scratch,
     graph: Option<CudaGraph>,
     use_graph: bool,
+    /// Whether some weight takes q8_K activations (a k-quant) / q8_0 ones (Q8_0).
+    q8_k: bool,
+    q8_z: bool,
     /// Tokens a prefill pass takes (the scratch's rows).
     ubatch: usize,
     pos: usize,
@@ -183,8 +211,7 @@ pub struct CudaModel {
 
 /// Types the products have a kernel for (kernels.cu `dot_row`, `deq1`).
 fn device_type(ty: GgmlType) -> Option<i32> {
-    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K)
-        .then(|| ty.id() as i32)
+    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K).then(|| ty.id() as i32)
 }
 
 /// The bytes `load` puts on the device for `file`'s trunk and experts, KV at `n_ctx` and state.
@@ -209,9 +236,67 @@ fn scratch_bytes(net: &Hybrid, n_ctx: usize, ub: usize) -> u64 {
     let (k, eff, sff, ne) = c.moe.as_ref().map_or((1, 0, 0, 0), |m| (m.n_used, m.expert_ff, m.shared_ff, m.n_expert));
     let hq = a.n_head * a.head_dim;
     let split = n_ctx.max(1).div_ceil(256);
-    let row = 2 * c.hidden + 2 * d.conv_dim() + 2 * d.value_dim() + 2 * d.n_v_heads + 4 * hq + 2 * a.kv_width() + a.n_head * split * (a.head_dim + 2)
-        + c.ff.max(k * eff) + c.ff.max(k * eff).max(sff) + k * c.hidden + sff + c.hidden + 1 + ne + 2 * k;
-    (ub * row + c.n_vocab + 2 + ub) as u64 * 4
+    let row = 2 * c.hidden
+        + 2 * d.conv_dim()
+        + 2 * d.value_dim()
+        + 2 * d.n_v_heads
+        + 4 * hq
+        + 2 * a.kv_width()
+        + a.n_head * split * (a.head_dim + 2)
+        + c.ff.max(k * eff)
+        + c.ff.max(k * eff).max(sff)
+        + k * c.hidden
+        + sff
+        + c.hidden
+        + 1
+        + ne
+        + 2 * k
+        + 2 * d.key_dim()
+        + 2 * d.n_v_heads
+        + d.value_dim();
+    let wide = q8_width(net);
+    // q8 copies (a byte a value, 8 bytes a 32), f16 inputs, grouped-expert lists
+    let q8 = (ub * (c.hidden + wide)) as u64 * 5 / 2;
+    let f16 = (2 * ub * (wide + c.hidden) + 2 * max_dense_values(net)) as u64;
+    let ex = if ne > 0 { (4 * (2 * ne + ub * k) + 16 * (ub * k).div_ceil(16) + 16 * ne) as u64 } else { 0 };
+    (ub * row + c.n_vocab + 2 + ub) as u64 * 4 + q8 + f16 + ex
+}
+
+/// The widest input of a product other than xn: DeltaNet / attention outputs, FFN and expert
+/// hidden rows (a token's k expert rows together).
+fn q8_width(net: &Hybrid) -> usize {
+    let c = &net.cfg;
+    let (k, eff, sff) = c.moe.as_ref().map_or((1, 0, 0), |m| (m.n_used, m.expert_ff, m.shared_ff));
+    c.hidden.max(c.delta.value_dim()).max(c.attn.n_head * c.attn.head_dim).max(c.ff).max(k * eff).max(sff)
+}
+
+/// The most values of one trunk matrix a prompt pass multiplies (the f16 copy cuBLAS reads).
+fn max_dense_values(net: &Hybrid) -> usize {
+    let mut m = 0;
+    for l in &net.layers {
+        let mats: Vec<&Mat> = match &l.mixer {
+            Mixer::Delta(w) => match &w.proj {
+                DeltaProj::Split { qkv, gate, beta, alpha } => vec![qkv, gate, beta, alpha, &w.out],
+                _ => vec![&w.out],
+            },
+            Mixer::Attn(w) => vec![&w.q, &w.k, &w.v, &w.o],
+            Mixer::Mla(_) => vec![],
+        };
+        let ffn: Vec<&Mat> = match &l.ffn {
+            Ffn::Dense(w) => vec![&w.gate, &w.up, &w.down],
+            Ffn::Moe(w) => {
+                let mut v = vec![&w.router];
+                if let Some(s) = &w.shared {
+                    v.extend([&s.gate, &s.up, &s.down]);
+                }
+                v
+            }
+        };
+        for mat in mats.into_iter().chain(ffn) {
+            m = m.max(mat.rows * mat.cols);
+        }
+    }
+    m
 }
 
 fn load_net(file: &GgufFile) -> Result<(Hybrid, Vec<Option<[Mat; 3]>>)> {
@@ -284,7 +369,7 @@ impl CudaModel {
             norm_w,
             w_scale,
         };
-        let up = Uploader { gpu: &gpu, file };
+        let up = Uploader { gpu: &gpu, file, kinds: std::cell::Cell::new((false, false)) };
         let mut layers = Vec::with_capacity(net.layers.len());
         for (il, l) in net.layers.iter().enumerate() {
             let mixer = match &l.mixer {
@@ -338,11 +423,8 @@ impl CudaModel {
             };
             layers.push(DevLayer { attn_norm: gpu.upload_f32(&l.attn_norm)?, post_norm: gpu.upload_f32(&l.post_attn_norm)?, mixer, ffn });
         }
-        let still = att
-            .rope_sections
-            .map(|s| xwen_engine::ops::imrope_text_still(s, att.n_rot).iter().map(|&b| b as i32).collect::<Vec<i32>>())
-            .map(|v| gpu.upload_i32(&v))
-            .transpose()?;
+        let still =
+            att.rope_sections.map(|s| xwen_engine::ops::imrope_text_still(s, att.n_rot).iter().map(|&b| b as i32).collect::<Vec<i32>>()).map(|v| gpu.upload_i32(&v)).transpose()?;
         let h = d.hidden;
         let cd = dd.conv_dim();
         let vd = dd.value_dim();
@@ -372,7 +454,26 @@ impl CudaModel {
             ys: f(t * n_used.max(1) * h)?,
             sh_h: f(t * shared_ff.max(1))?,
             ffn_u: f(t * ffn_w.max(shared_ff).max(1))?,
+            qn: f(t * dd.key_dim())?,
+            kn: f(t * dd.key_dim())?,
+            gb: f(t * 2 * dd.n_v_heads)?,
+            o_raw: f(t * vd)?,
             sh_y: f(t * h)?,
+            xq_n: gpu.zeros(t * h)?,
+            xd_n: gpu.zeros(t * h.div_ceil(32) * 8)?,
+            xq_nz: gpu.zeros(t * h)?,
+            xd_nz: gpu.zeros(t * h.div_ceil(32) * 8)?,
+            xq_b: gpu.zeros(t * q8_width(&net))?,
+            xd_b: gpu.zeros(t * q8_width(&net).div_ceil(32) * 8)?,
+            xq_bz: gpu.zeros(t * q8_width(&net))?,
+            xd_bz: gpu.zeros(t * q8_width(&net).div_ceil(32) * 8)?,
+            w_f16: gpu.zeros(if gpu.blas.is_some() { 2 * max_dense_values(&net) } else { 4 })?,
+            xn_f16: gpu.zeros(if gpu.blas.is_some() { 2 * t * h } else { 4 })?,
+            x_f16: gpu.zeros(if gpu.blas.is_some() { 2 * t * q8_width(&net) } else { 4 })?,
+            ex_counts: f(n_expert.max(1))?,
+            ex_offsets: f(n_expert.max(1))?,
+            ex_order: f(t * n_used.max(1))?,
+            ex_tiles: gpu.zeros(16 * max_tiles(t * n_used.max(1), n_expert))?,
             sg: f(t)?,
             router: f(t * n_expert.max(1))?,
             ids: f(t * n_used.max(1))?,
@@ -380,10 +481,14 @@ impl CudaModel {
             logits: f(d.n_vocab)?,
             token: f(1)?,
         };
+        let output = up.mat(&net.output)?;
+        let (q8_k, q8_z) = up.kinds.get();
         let model = CudaModel {
             tok_embd: up.mat(&net.tok_embd)?,
             output_norm: gpu.upload_f32(&net.output_norm)?,
-            output: up.mat(&net.output)?,
+            output,
+            q8_k,
+            q8_z,
             layers,
             still,
             sc,
@@ -520,38 +625,130 @@ impl CudaModel {
         let d = &self.d;
         let sc = &self.sc;
         let h = d.hidden;
-        g.launch("embed", (h.div_ceil(256) as u32, n as u32), 256, 0, &[Arg::Ptr(self.tok_embd.buf.ptr), Arg::I32(self.tok_embd.ty), Arg::I32(h as i32), Arg::I64(self.tok_embd.row_bytes as i64), Arg::Ptr(sc.step.at(4)), Arg::Ptr(sc.x.ptr)])?;
+        g.launch(
+            "embed",
+            (h.div_ceil(256) as u32, n as u32),
+            256,
+            0,
+            &[
+                Arg::Ptr(self.tok_embd.buf.ptr),
+                Arg::I32(self.tok_embd.ty),
+                Arg::I32(h as i32),
+                Arg::I64(self.tok_embd.row_bytes as i64),
+                Arg::Ptr(sc.step.at(4)),
+                Arg::Ptr(sc.x.ptr),
+            ],
+        )?;
         for l in &self.layers {
-            self.rms_norm(sc.x.ptr, l.attn_norm.ptr, sc.xn.ptr, n)?;
+            let xn = self.rms_norm(sc.x.ptr, l.attn_norm.ptr, n, self.decode_rows(n))?;
             match &l.mixer {
-                DevMixer::Delta(w) => self.delta(w, n)?,
-                DevMixer::Attn(w) => self.attention(w, n)?,
+                DevMixer::Delta(w) => self.delta(w, xn, n)?,
+                DevMixer::Attn(w) => self.attention(w, xn, n)?,
             }
-            self.rms_norm(sc.x.ptr, l.post_norm.ptr, sc.xn.ptr, n)?;
+            let moe_rows = matches!(l.ffn, DevFfn::Moe(_)) && !self.grouped_experts(n);
+            let xn = self.rms_norm(sc.x.ptr, l.post_norm.ptr, n, self.decode_rows(n) || moe_rows)?;
             match &l.ffn {
                 DevFfn::Dense(w) => {
-                    self.glu(w, sc.xn.ptr, sc.ffn_h.ptr, n)?;
-                    self.proj(&w.down, sc.ffn_h.ptr, sc.x.ptr, Some(sc.x.ptr), n)?;
+                    self.glu(w, xn, sc.ffn_h.ptr, n)?;
+                    let hin = self.input(sc.ffn_h.ptr, w.down.cols, n, self.decode_rows(n))?;
+                    self.proj(&w.down, hin, sc.x.ptr, Some(sc.x.ptr), n)?;
                 }
-                DevFfn::Moe(w) => self.moe(w, n)?,
+                DevFfn::Moe(w) => self.moe(w, xn, n)?,
             }
         }
         // the head reads the last token only
         let last = sc.x.at((n - 1) * h * 4);
-        self.rms_norm(last, self.output_norm.ptr, sc.xn.ptr, 1)?;
-        self.proj(&self.output, sc.xn.ptr, sc.logits.ptr, None, 1)?;
+        let xn = self.rms_norm(last, self.output_norm.ptr, 1, true)?;
+        self.proj(&self.output, xn, sc.logits.ptr, None, 1)?;
         g.launch("argmax", (1, 1), 1024, 0, &[Arg::Ptr(sc.logits.ptr), Arg::I32(d.n_vocab as i32), Arg::Ptr(sc.token.ptr)])
     }
 
-    /// RMSNorm of `n` rows of the hidden width.
-    fn rms_norm(&self, x: u64, w: u64, y: u64, n: usize) -> Result<()> {
-        self.gpu.launch("rms_norm", (n as u32, 1), 1024, 0, &[Arg::Ptr(x), Arg::Ptr(w), Arg::Ptr(y), Arg::I32(self.d.hidden as i32), Arg::F32(self.d.eps)])
+    /// Whether a pass of n tokens multiplies row by row (the decode products, on q8 inputs).
+    fn decode_rows(&self, n: usize) -> bool {
+        n == 1
+    }
+
+    /// Whether a pass's routed experts run grouped per expert on tensor cores (mm_ex): prompt
+    /// passes whose slots fit moe_sort's shared memory and whose expert widths are whole chunks.
+    fn grouped_experts(&self, n: usize) -> bool {
+        let d = &self.d;
+        n > 1 && d.hidden % 128 == 0 && d.expert_ff % 128 == 0 && d.n_expert * 8 <= 48 << 10
+    }
+
+    /// RMSNorm of `n` rows of the hidden width into xn; for row-by-row products (`rows`), xn
+    /// quantized as their weights need; for a cuBLAS pass, xn in f16 once for all its products.
+    fn rms_norm(&self, x: u64, w: u64, n: usize, rows: bool) -> Result<In> {
+        let (sc, hd) = (&self.sc, self.d.hidden);
+        let fused = rows && self.q8_k && hd % 256 == 0;
+        let (yq, yd) = if fused { (sc.xq_n.ptr, sc.xd_n.ptr) } else { (0, 0) };
+        self.gpu.launch(
+            "rms_norm",
+            (n as u32, 1),
+            1024,
+            0,
+            &[Arg::Ptr(x), Arg::Ptr(w), Arg::Ptr(sc.xn.ptr), Arg::I32(hd as i32), Arg::F32(self.d.eps), Arg::Ptr(yq), Arg::Ptr(yd)],
+        )?;
+        let mut q = Q8::default();
+        if fused {
+            q.qk = sc.xq_n.ptr;
+            q.dk = sc.xd_n.ptr;
+        }
+        if rows && self.q8_z && hd % 32 == 0 {
+            self.quant(sc.xn.ptr, hd, n, 1, sc.xq_nz.ptr, sc.xd_nz.ptr)?;
+            q.qz = sc.xq_nz.ptr;
+            q.dz = sc.xd_nz.ptr;
+        }
+        let mut f16 = 0;
+        if !rows && n >= BLAS_MIN_TOKENS && self.gpu.blas.is_some() {
+            self.to_f16(sc.xn.ptr, hd, n, sc.xn_f16.ptr)?;
+            f16 = sc.xn_f16.ptr;
+        }
+        Ok(In { f: sc.xn.ptr, q, f16 })
+    }
+
+    /// An input other than xn (`rows` rows of `cols` values at x), quantized where `rows_path`.
+    fn input(&self, x: u64, cols: usize, rows: usize, rows_path: bool) -> Result<In> {
+        let sc = &self.sc;
+        let mut q = Q8::default();
+        if rows_path && self.q8_k && cols % 256 == 0 {
+            self.quant(x, cols, rows, 0, sc.xq_b.ptr, sc.xd_b.ptr)?;
+            q.qk = sc.xq_b.ptr;
+            q.dk = sc.xd_b.ptr;
+        }
+        if rows_path && self.q8_z && cols % 32 == 0 {
+            self.quant(x, cols, rows, 1, sc.xq_bz.ptr, sc.xd_bz.ptr)?;
+            q.qz = sc.xq_bz.ptr;
+            q.dz = sc.xd_bz.ptr;
+        }
+        Ok(In { f: x, q, f16: 0 })
+    }
+
+    fn quant(&self, x: u64, cols: usize, rows: usize, kind: i32, xq: u64, xd: u64) -> Result<()> {
+        let per_warp = if kind == 0 { 256 } else { 32 };
+        self.gpu.launch(
+            "quant_q8",
+            ((cols / per_warp).div_ceil(8) as u32, rows as u32),
+            256,
+            0,
+            &[Arg::Ptr(x), Arg::I32(cols as i32), Arg::I64(cols as i64), Arg::Ptr(xq), Arg::Ptr(xd), Arg::I32(kind)],
+        )
+    }
+
+    fn to_f16(&self, x: u64, cols: usize, n: usize, out: u64) -> Result<()> {
+        let vals = n * cols;
+        self.gpu.launch("to_f16", (vals.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(x), Arg::I32(cols as i32), Arg::I64(cols as i64), Arg::I32(n as i32), Arg::Ptr(out)])
     }
 
     /// y[t] = W·x[t] (+ res[t]) for n rows of x (as wide as W), y rows as wide as W is tall.
-    fn proj(&self, w: &DevMat, x: u64, y: u64, res: Option<u64>, n: usize) -> Result<()> {
+    /// res, where given, is y (a residual added in place).
+    fn proj(&self, w: &DevMat, x: In, y: u64, res: Option<u64>, n: usize) -> Result<()> {
         if n == 1 {
-            return mv(&self.gpu, w, None, x, 0, 1, y, 0, res, 1);
+            return mv(&self.gpu, w, None, x, w.cols, 1, y, 0, res, 1);
+        }
+        if let Some(blas) = &self.gpu.blas {
+            if n >= BLAS_MIN_TOKENS && res.is_none_or(|r| r == y) {
+                return self.proj_blas(blas, w, x, y, res.is_some(), n);
+            }
         }
         // mm_tc and mm take the same arguments; they differ in tile shape
         let (kernel, grid) = if n >= TC_MIN_TOKENS && w.cols % 128 == 0 {
@@ -570,7 +767,7 @@ impl CudaModel {
                 Arg::I32(w.rows as i32),
                 Arg::I32(w.cols as i32),
                 Arg::I64(w.row_bytes as i64),
-                Arg::Ptr(x),
+                Arg::Ptr(x.f),
                 Arg::I64(w.cols as i64),
                 Arg::I32(n as i32),
                 Arg::Ptr(y),
@@ -580,10 +777,44 @@ impl CudaModel {
         )
     }
 
+    /// Up to four row-by-row products of one input in one launch (`mv4`).
+    fn proj_many(&self, parts: &[(&DevMat, u64)], x: In) -> Result<()> {
+        let total: usize = parts.iter().map(|(m, _)| m.rows).sum();
+        let mut args = vec![Arg::I32(parts[0].0.cols as i32), Arg::Ptr(x.f), Arg::Ptr(x.q.qk), Arg::Ptr(x.q.dk), Arg::Ptr(x.q.qz), Arg::Ptr(x.q.dz)];
+        for i in 0..4 {
+            match parts.get(i) {
+                Some((m, y)) => args.extend([Arg::Ptr(m.buf.ptr), Arg::I32(m.ty), Arg::I32(m.rows as i32), Arg::I64(m.row_bytes as i64), Arg::Ptr(*y)]),
+                None => args.extend([Arg::Ptr(0), Arg::I32(0), Arg::I32(0), Arg::I64(0), Arg::Ptr(0)]),
+            }
+        }
+        self.gpu.launch("mv4", (total.div_ceil(MV_WARPS) as u32, 1), (32 * MV_WARPS) as u32, 0, &args)
+    }
+
+    /// A prompt product through cuBLAS: W to f16 rows, x to f16 (unless the input already is),
+    /// one GEMM (+= y where `accumulate`).
+    fn proj_blas(&self, blas: &crate::blas::Blas, w: &DevMat, x: In, y: u64, accumulate: bool, n: usize) -> Result<()> {
+        let (g, sc) = (&self.gpu, &self.sc);
+        let units = w.rows * units_per_row(w.ty, w.cols);
+        g.launch(
+            "dequant_f16",
+            (units.div_ceil(256) as u32, 1),
+            256,
+            0,
+            &[Arg::Ptr(w.buf.ptr), Arg::I32(w.ty), Arg::I32(w.rows as i32), Arg::I32(w.cols as i32), Arg::I64(w.row_bytes as i64), Arg::Ptr(sc.w_f16.ptr)],
+        )?;
+        let xh = if x.f16 != 0 {
+            x.f16
+        } else {
+            self.to_f16(x.f, w.cols, n, sc.x_f16.ptr)?;
+            sc.x_f16.ptr
+        };
+        blas.gemm_tn(w.rows, n, w.cols, sc.w_f16.ptr, w.cols, xh, w.cols, y, w.rows, accumulate)
+    }
+
     /// h[t] = silu(gate·x[t]) ⊙ (up·x[t]) for n rows.
-    fn glu(&self, w: &Glu, x: u64, h: u64, n: usize) -> Result<()> {
+    fn glu(&self, w: &Glu, x: In, h: u64, n: usize) -> Result<()> {
         let (gm, um) = (&w.gate, &w.up);
-        if n >= TC_MIN_TOKENS && gm.cols % 128 == 0 {
+        if n >= TC_MIN_TOKENS && (gm.cols % 128 == 0 || self.gpu.blas.is_some()) {
             // two tensor-core products, then the activation
             let u = self.sc.ffn_u.ptr;
             self.proj(gm, x, h, None, n)?;
@@ -606,7 +837,7 @@ impl CudaModel {
                 Arg::I32(gm.rows as i32),
                 Arg::I32(gm.cols as i32),
                 Arg::I64(gm.row_bytes as i64),
-                Arg::Ptr(x),
+                Arg::Ptr(x.f),
                 Arg::I64(gm.cols as i64),
                 Arg::I32(n as i32),
                 Arg::Ptr(h),
@@ -615,51 +846,107 @@ impl CudaModel {
         )
     }
 
-    fn delta(&self, w: &DeltaLayer, n: usize) -> Result<()> {
+    fn delta(&self, w: &DeltaLayer, x: In, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        self.proj(&w.qkv, sc.xn.ptr, sc.qkv.ptr, None, n)?;
-        self.proj(&w.z, sc.xn.ptr, sc.z.ptr, None, n)?;
-        self.proj(&w.beta, sc.xn.ptr, sc.beta.ptr, None, n)?;
-        self.proj(&w.alpha, sc.xn.ptr, sc.alpha.ptr, None, n)?;
+        if n == 1 {
+            self.proj_many(&[(&w.qkv, sc.qkv.ptr), (&w.z, sc.z.ptr), (&w.beta, sc.beta.ptr), (&w.alpha, sc.alpha.ptr)], x)?;
+        } else {
+            self.proj(&w.qkv, x, sc.qkv.ptr, None, n)?;
+            self.proj(&w.z, x, sc.z.ptr, None, n)?;
+            self.proj(&w.beta, x, sc.beta.ptr, None, n)?;
+            self.proj(&w.alpha, x, sc.alpha.ptr, None, n)?;
+        }
         let cd = w.qkv.rows;
+        let conv_args = [
+            Arg::Ptr(sc.qkv.ptr),
+            Arg::Ptr(w.conv_state.ptr),
+            Arg::Ptr(w.taps.ptr),
+            Arg::Ptr(sc.conv.ptr),
+            Arg::I32(cd as i32),
+            Arg::I32(d.conv_kernel as i32),
+            Arg::I32(n as i32),
+        ];
+        if n == 1 {
+            g.launch("conv_step", (cd.div_ceil(256) as u32, 1), 256, 0, &conv_args)?;
+        } else {
+            // every (token, channel) at once, then the state moved on
+            g.launch("conv_prompt", ((n * cd).div_ceil(256) as u32, 1), 256, 0, &conv_args)?;
+            g.launch(
+                "conv_shift",
+                (cd.div_ceil(256) as u32, 1),
+                256,
+                0,
+                &[Arg::Ptr(sc.qkv.ptr), Arg::Ptr(w.conv_state.ptr), Arg::I32(cd as i32), Arg::I32(d.conv_kernel as i32), Arg::I32(n as i32)],
+            )?;
+        }
+        self.delta_scan(w, n)
+    }
+
+    /// The scan of a pass (a decode step too): gates and normed q / k per token, then S's rows
+    /// spread over blocks (8 a block, in registers through the pass), then the output norms;
+    /// the out projection. (delta_step, one block a head, is its single-kernel reference.)
+    fn delta_scan(&self, w: &DeltaLayer, n: usize) -> Result<()> {
+        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         g.launch(
-            "conv_step",
-            (cd.div_ceil(256) as u32, 1),
-            256,
-            0,
-            &[Arg::Ptr(sc.qkv.ptr), Arg::Ptr(w.conv_state.ptr), Arg::Ptr(w.taps.ptr), Arg::Ptr(sc.conv.ptr), Arg::I32(cd as i32), Arg::I32(d.conv_kernel as i32), Arg::I32(n as i32)],
-        )?;
-        g.launch(
-            "delta_step",
-            (d.hv as u32, 1),
-            256,
+            "delta_prep",
+            (d.hk as u32, n as u32),
+            32,
             0,
             &[
                 Arg::Ptr(sc.conv.ptr),
-                Arg::Ptr(sc.z.ptr),
                 Arg::Ptr(sc.beta.ptr),
                 Arg::Ptr(sc.alpha.ptr),
                 Arg::Ptr(w.dt_bias.ptr),
                 Arg::Ptr(w.a.ptr),
-                Arg::Ptr(w.s.ptr),
-                Arg::Ptr(w.norm.ptr),
-                Arg::Ptr(sc.delta_o.ptr),
+                Arg::Ptr(sc.qn.ptr),
+                Arg::Ptr(sc.kn.ptr),
+                Arg::Ptr(sc.gb.ptr),
                 Arg::I32(d.hk as i32),
                 Arg::I32(d.hv as i32),
                 Arg::I32(d.sd as i32),
                 Arg::I32(d.tiled as i32),
                 Arg::F32(d.eps),
+            ],
+        )?;
+        g.launch(
+            "delta_rows",
+            (d.hv as u32, d.sd.div_ceil(8) as u32),
+            128,
+            0,
+            &[
+                Arg::Ptr(sc.qn.ptr),
+                Arg::Ptr(sc.kn.ptr),
+                Arg::Ptr(sc.conv.ptr),
+                Arg::Ptr(sc.gb.ptr),
+                Arg::Ptr(w.s.ptr),
+                Arg::Ptr(sc.o_raw.ptr),
+                Arg::I32(d.hk as i32),
+                Arg::I32(d.hv as i32),
+                Arg::I32(d.sd as i32),
+                Arg::I32(d.tiled as i32),
                 Arg::I32(n as i32),
             ],
         )?;
-        self.proj(&w.out, sc.delta_o.ptr, sc.x.ptr, Some(sc.x.ptr), n)
+        g.launch(
+            "delta_out",
+            (d.hv as u32, n as u32),
+            128,
+            0,
+            &[Arg::Ptr(sc.o_raw.ptr), Arg::Ptr(sc.z.ptr), Arg::Ptr(w.norm.ptr), Arg::Ptr(sc.delta_o.ptr), Arg::I32(d.hv as i32), Arg::I32(d.sd as i32), Arg::F32(d.eps)],
+        )?;
+        let o = self.input(sc.delta_o.ptr, w.out.cols, n, self.decode_rows(n))?;
+        self.proj(&w.out, o, sc.x.ptr, Some(sc.x.ptr), n)
     }
 
-    fn attention(&self, w: &AttnLayer, n: usize) -> Result<()> {
+    fn attention(&self, w: &AttnLayer, x: In, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        self.proj(&w.q, sc.xn.ptr, sc.qg.ptr, None, n)?;
-        self.proj(&w.k, sc.xn.ptr, sc.k.ptr, None, n)?;
-        self.proj(&w.v, sc.xn.ptr, sc.v.ptr, None, n)?;
+        if n == 1 {
+            self.proj_many(&[(&w.q, sc.qg.ptr), (&w.k, sc.k.ptr), (&w.v, sc.v.ptr)], x)?;
+        } else {
+            self.proj(&w.q, x, sc.qg.ptr, None, n)?;
+            self.proj(&w.k, x, sc.k.ptr, None, n)?;
+            self.proj(&w.v, x, sc.v.ptr, None, n)?;
+        }
         let block = d.hd.div_ceil(32) * 32;
         g.launch(
             "attn_heads",
@@ -703,37 +990,137 @@ impl CudaModel {
                 Arg::F32(1.0 / (d.hd as f32).sqrt()),
             ],
         )?;
-        g.launch("attn_merge", (d.n_head as u32, n as u32), block as u32, 0, &[Arg::Ptr(sc.part_o.ptr), Arg::Ptr(sc.part_ml.ptr), Arg::Ptr(sc.qg.ptr), Arg::Ptr(sc.attn_o.ptr), Arg::I32(d.hd as i32), Arg::I32(d.n_split as i32)])?;
-        self.proj(&w.o, sc.attn_o.ptr, sc.x.ptr, Some(sc.x.ptr), n)
+        g.launch(
+            "attn_merge",
+            (d.n_head as u32, n as u32),
+            block as u32,
+            0,
+            &[Arg::Ptr(sc.part_o.ptr), Arg::Ptr(sc.part_ml.ptr), Arg::Ptr(sc.qg.ptr), Arg::Ptr(sc.attn_o.ptr), Arg::I32(d.hd as i32), Arg::I32(d.n_split as i32)],
+        )?;
+        let o = self.input(sc.attn_o.ptr, w.o.cols, n, self.decode_rows(n))?;
+        self.proj(&w.o, o, sc.x.ptr, Some(sc.x.ptr), n)
     }
 
-    fn moe(&self, w: &MoeLayer, n: usize) -> Result<()> {
+    fn moe(&self, w: &MoeLayer, x: In, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
-        self.proj(&w.router, sc.xn.ptr, sc.router.ptr, None, n)?;
+        self.proj(&w.router, x, sc.router.ptr, None, n)?;
         g.launch(
             "moe_route",
             (n as u32, 1),
             256,
             (d.n_expert * 4) as u32,
-            &[Arg::Ptr(sc.router.ptr), Arg::I32(d.n_expert as i32), Arg::I32(k as i32), Arg::I32(d.norm_w as i32), Arg::F32(d.w_scale), Arg::Ptr(sc.ids.ptr), Arg::Ptr(sc.weights.ptr)],
+            &[
+                Arg::Ptr(sc.router.ptr),
+                Arg::I32(d.n_expert as i32),
+                Arg::I32(k as i32),
+                Arg::I32(d.norm_w as i32),
+                Arg::F32(d.w_scale),
+                Arg::Ptr(sc.ids.ptr),
+                Arg::Ptr(sc.weights.ptr),
+            ],
         )?;
-        // every (token, slot) its expert's products: a token's k slots read its row of xn
-        mv_glu(g, &w.experts, Some(sc.ids.ptr), sc.xn.ptr, h, k, sc.ffn_h.ptr, eff, n * k)?;
-        mv(g, &w.experts.down, Some(sc.ids.ptr), sc.ffn_h.ptr, eff, 1, sc.ys.ptr, h, None, n * k)?;
+        if self.grouped_experts(n) {
+            self.experts_grouped(&w.experts, n)?;
+        } else {
+            // every (token, slot) its expert's products: a token's k slots read its row of xn
+            mv_glu(g, &w.experts, Some(sc.ids.ptr), x, h, k, sc.ffn_h.ptr, eff, n * k)?;
+            let hin = self.input(sc.ffn_h.ptr, eff, n * k, true)?;
+            mv(g, &w.experts.down, Some(sc.ids.ptr), hin, eff, 1, sc.ys.ptr, h, None, n * k)?;
+        }
         let mut shared = 0u64;
         let mut sg = 0u64;
         if let Some(s) = &w.shared {
-            self.glu(s, sc.xn.ptr, sc.sh_h.ptr, n)?;
-            self.proj(&s.down, sc.sh_h.ptr, sc.sh_y.ptr, None, n)?;
+            self.glu(s, x, sc.sh_h.ptr, n)?;
+            let hin = self.input(sc.sh_h.ptr, s.down.cols, n, self.decode_rows(n))?;
+            self.proj(&s.down, hin, sc.sh_y.ptr, None, n)?;
             shared = sc.sh_y.ptr;
             if let Some(gate) = &w.shared_gate {
-                self.proj(gate, sc.xn.ptr, sc.sg.ptr, None, n)?;
+                self.proj(gate, x, sc.sg.ptr, None, n)?;
                 sg = sc.sg.ptr;
             }
         }
-        g.launch("moe_combine", (h.div_ceil(256) as u32, n as u32), 256, 0, &[Arg::Ptr(sc.x.ptr), Arg::Ptr(sc.ys.ptr), Arg::Ptr(sc.weights.ptr), Arg::I32(k as i32), Arg::I32(h as i32), Arg::Ptr(shared), Arg::Ptr(sg)])
+        g.launch(
+            "moe_combine",
+            (h.div_ceil(256) as u32, n as u32),
+            256,
+            0,
+            &[Arg::Ptr(sc.x.ptr), Arg::Ptr(sc.ys.ptr), Arg::Ptr(sc.weights.ptr), Arg::I32(k as i32), Arg::I32(h as i32), Arg::Ptr(shared), Arg::Ptr(sg)],
+        )
     }
+
+    /// A prompt pass's routed experts grouped per expert: the slots sorted by expert into tiles
+    /// of up to 16 (on the device, no host round trip), then gate, up and down products on
+    /// tensor cores, each expert's weights read once a tile.
+    fn experts_grouped(&self, ex: &Glu, n: usize) -> Result<()> {
+        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
+        let slots = n * k;
+        let tiles = max_tiles(slots, d.n_expert);
+        g.launch(
+            "moe_sort",
+            (1, 1),
+            1024,
+            (d.n_expert * 8) as u32,
+            &[
+                Arg::Ptr(sc.ids.ptr),
+                Arg::I32(slots as i32),
+                Arg::I32(d.n_expert as i32),
+                Arg::Ptr(sc.ex_counts.ptr),
+                Arg::Ptr(sc.ex_offsets.ptr),
+                Arg::Ptr(sc.ex_order.ptr),
+                Arg::Ptr(sc.ex_tiles.ptr),
+                Arg::I32(tiles as i32),
+            ],
+        )?;
+        let product = |m: &DevMat, x: u64, x_stride: usize, x_div: usize, y: u64, y_stride: usize| {
+            g.launch(
+                "mm_ex",
+                (m.rows.div_ceil(EX_ROWS) as u32, tiles as u32),
+                128,
+                0,
+                &[
+                    Arg::Ptr(m.buf.ptr),
+                    Arg::I32(m.ty),
+                    Arg::I32(m.rows as i32),
+                    Arg::I32(m.cols as i32),
+                    Arg::I64(m.row_bytes as i64),
+                    Arg::I64(m.mat_bytes() as i64),
+                    Arg::Ptr(sc.ex_tiles.ptr),
+                    Arg::Ptr(sc.ex_order.ptr),
+                    Arg::Ptr(x),
+                    Arg::I64(x_stride as i64),
+                    Arg::I32(x_div as i32),
+                    Arg::Ptr(y),
+                    Arg::I64(y_stride as i64),
+                ],
+            )
+        };
+        product(&ex.gate, sc.xn.ptr, h, k, sc.ffn_h.ptr, eff)?;
+        product(&ex.up, sc.xn.ptr, h, k, sc.ffn_u.ptr, eff)?;
+        let len = slots * eff;
+        g.launch("silu_mul", (len.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(sc.ffn_h.ptr), Arg::Ptr(sc.ffn_u.ptr), Arg::I64(len as i64)])?;
+        product(&ex.down, sc.ffn_h.ptr, eff, 1, sc.ys.ptr, h)
+    }
+}
+
+/// A product's input quantized for the decode products (kernels.cu quant_q8): q8_K for the
+/// k-quant weights, q8_0 for Q8_0; each int8 values and (scale, scale·Σq) per 32; 0 = absent.
+#[derive(Clone, Copy, Debug, Default)]
+struct Q8 {
+    qk: u64,
+    dk: u64,
+    qz: u64,
+    dz: u64,
+}
+
+/// A product's input: its f32 rows, their q8 copies for row-by-row products, and an f16 copy
+/// where a cuBLAS pass made one (0 = none).
+#[derive(Clone, Copy, Debug)]
+struct In {
+    f: u64,
+    q: Q8,
+    f16: u64,
 }
 
 const MV_WARPS: usize = 4;
@@ -741,10 +1128,32 @@ const MV_WARPS: usize = 4;
 const MM_T: usize = 8;
 /// From this many tokens a product runs on tensor cores (`mm_tc`, 64-token tiles).
 const TC_MIN_TOKENS: usize = 16;
+/// From this many tokens a prompt product goes through cuBLAS (where present): below it the
+/// f16 copy of the weight costs more than the GEMM saves.
+const BLAS_MIN_TOKENS: usize = 32;
+/// Weight rows of an mm_ex block (kernels.cu EX_WARPS · EX_NT · 8).
+const EX_ROWS: usize = 128;
+
+/// mm_ex tiles a pass of `slots` routed slots can need: a tile per 16 slots, plus a part-full
+/// one per expert used.
+fn max_tiles(slots: usize, n_expert: usize) -> usize {
+    slots.div_ceil(16) + n_expert.min(slots)
+}
+
+/// `unit`s of a row (kernels.cu `units`): one thread of dequant_f16 each.
+fn units_per_row(ty: i32, cols: usize) -> usize {
+    match ty {
+        12 | 13 => cols / 256 * 32,
+        14 => cols / 256 * 16,
+        8 => cols / 32 * 8,
+        2 => cols / 32 * 4,
+        _ => cols / 4,
+    }
+}
 
 /// y[s] = W_{ids[s]}·x[s / x_div] (+ res[s]) for `slots` slots.
 #[allow(clippy::too_many_arguments)]
-fn mv(g: &Gpu, w: &DevMat, ids: Option<u64>, x: u64, x_stride: usize, x_div: usize, y: u64, y_stride: usize, res: Option<u64>, slots: usize) -> Result<()> {
+fn mv(g: &Gpu, w: &DevMat, ids: Option<u64>, x: In, x_stride: usize, x_div: usize, y: u64, y_stride: usize, res: Option<u64>, slots: usize) -> Result<()> {
     g.launch(
         "mv",
         (w.rows.div_ceil(MV_WARPS) as u32, slots as u32),
@@ -758,7 +1167,11 @@ fn mv(g: &Gpu, w: &DevMat, ids: Option<u64>, x: u64, x_stride: usize, x_div: usi
             Arg::I64(w.row_bytes as i64),
             Arg::I64(w.mat_bytes() as i64),
             Arg::Ptr(ids.unwrap_or(0)),
-            Arg::Ptr(x),
+            Arg::Ptr(x.f),
+            Arg::Ptr(x.q.qk),
+            Arg::Ptr(x.q.dk),
+            Arg::Ptr(x.q.qz),
+            Arg::Ptr(x.q.dz),
             Arg::I64(x_stride as i64),
             Arg::I32(x_div.max(1) as i32),
             Arg::Ptr(y),
@@ -770,7 +1183,7 @@ fn mv(g: &Gpu, w: &DevMat, ids: Option<u64>, x: u64, x_stride: usize, x_div: usi
 
 /// h[s] = silu(G_{ids[s]}·x[s / x_div]) ⊙ (U_{ids[s]}·x[s / x_div]) for `slots` slots.
 #[allow(clippy::too_many_arguments)]
-fn mv_glu(g: &Gpu, w: &Glu, ids: Option<u64>, x: u64, x_stride: usize, x_div: usize, h: u64, h_stride: usize, slots: usize) -> Result<()> {
+fn mv_glu(g: &Gpu, w: &Glu, ids: Option<u64>, x: In, x_stride: usize, x_div: usize, h: u64, h_stride: usize, slots: usize) -> Result<()> {
     let (gm, um) = (&w.gate, &w.up);
     g.launch(
         "mv_glu",
@@ -789,7 +1202,11 @@ fn mv_glu(g: &Gpu, w: &Glu, ids: Option<u64>, x: u64, x_stride: usize, x_div: us
             Arg::I64(gm.mat_bytes() as i64),
             Arg::I64(um.mat_bytes() as i64),
             Arg::Ptr(ids.unwrap_or(0)),
-            Arg::Ptr(x),
+            Arg::Ptr(x.f),
+            Arg::Ptr(x.q.qk),
+            Arg::Ptr(x.q.dk),
+            Arg::Ptr(x.q.qz),
+            Arg::Ptr(x.q.dz),
             Arg::I64(x_stride as i64),
             Arg::I32(x_div.max(1) as i32),
             Arg::Ptr(h),
@@ -801,6 +1218,8 @@ fn mv_glu(g: &Gpu, w: &Glu, ids: Option<u64>, x: u64, x_stride: usize, x_div: us
 struct Uploader<'a> {
     gpu: &'a Gpu,
     file: &'a GgufFile,
+    /// The activation kinds the uploaded products take: (q8_K, q8_0).
+    kinds: std::cell::Cell<(bool, bool)>,
 }
 
 impl Uploader<'_> {
@@ -811,7 +1230,9 @@ impl Uploader<'_> {
             // the products read activations four floats at a time
             return Err(CudaError::Unsupported(format!("{}: {} columns (the CUDA products take multiples of 4)", m.info.name, m.cols)));
         }
-        let data = self.file.tensor_data(&m.info);
-        Ok(DevMat { buf: self.gpu.upload(data)?, ty, rows: m.rows, cols: m.cols, row_bytes: m.row_bytes() })
+        let (k, z) = self.kinds.get();
+        self.kinds.set((k || matches!(m.ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K), z || m.ty == GgmlType::Q8_0));
+        let data = crate::layout::device_layout(m.ty, self.file.tensor_data(&m.info));
+        Ok(DevMat { buf: self.gpu.upload(&data)?, ty, rows: m.rows, cols: m.cols, row_bytes: crate::layout::device_row_bytes(m.ty, m.cols) })
     }
 }

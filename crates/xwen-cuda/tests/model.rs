@@ -102,21 +102,27 @@ fn logits_follow_the_cpu_at_every_position() {
         assert!(worst.0 < bound, "{}: rel-L2 {:.3e} at position {} over {bound}", path.display(), worst.0, worst.1);
         assert!(mean < bound.min(4e-2), "{}: mean rel-L2 {mean:.3e}", path.display());
         // the same prompt prefilled in passes of 64 (the last one partial), against the CPU's
-        // last logits: the batched products and the multi-token attention / scan / MoE
-        let want = {
-            let mut st = cpu.new_state();
-            cpu.forward(&mut st, &toks, LogitsMode::Last).unwrap()
-        };
+        // last logits: the batched products and the multi-token attention / scan / MoE; then a
+        // decode step from each prefilled state. A router near-tie anywhere in the prompt may
+        // part them for good, as above.
+        let mut st = cpu.new_state();
+        let want = cpu.forward(&mut st, &toks, LogitsMode::Last).unwrap();
+        let mut margin = cpu.take_routes().iter().map(|r| r.margin).fold(f32::INFINITY, f32::min);
         let mut batched = gpu_model(cpu.gguf(), true);
         batched.prefill(&toks).unwrap();
         let e = rel_l2(&batched.logits().unwrap(), &want);
         println!("{}: prefilled in passes of {}: rel-L2 {e:.2e} at the last position", path.display(), batched.ubatch());
-        assert!(e < bound, "{}: batched prefill rel-L2 {e:.3e} over {bound}", path.display());
-        // and decoding goes on from the prefilled state as from the stepped one
         let t = toks[0];
+        let want2 = cpu.forward(&mut st, &[t], LogitsMode::Last).unwrap();
+        margin = cpu.take_routes().iter().map(|r| r.margin).fold(margin, f32::min);
         batched.step(t).unwrap();
-        gpu.step(t).unwrap();
-        let e2 = rel_l2(&batched.logits().unwrap(), &gpu.logits().unwrap());
+        let e2 = rel_l2(&batched.logits().unwrap(), &want2);
+        println!("{}: decode after the batched prefill: rel-L2 {e2:.2e}", path.display());
+        if (e > bound || e2 > bound) && margin < 1e-3 {
+            println!("{}: the batched prompt parts from the CPU's after a router near-tie (margin {margin:.2e})", path.display());
+            continue;
+        }
+        assert!(e < bound, "{}: batched prefill rel-L2 {e:.3e} over {bound}", path.display());
         assert!(e2 < bound, "{}: decode after a batched prefill: rel-L2 {e2:.3e}", path.display());
     }
 }

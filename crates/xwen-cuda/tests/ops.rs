@@ -4,6 +4,7 @@
 //! a plain `cargo test` (reported as such) and run by scripts/gpu-check with `--ignored`.
 
 use xwen_cuda::gpu::{Arg, Gpu};
+use xwen_cuda::layout::{device_layout, device_row_bytes};
 use xwen_gguf::GgmlType;
 
 fn noise(n: usize, seed: u64) -> Vec<f32> {
@@ -25,14 +26,14 @@ fn gpu() -> Gpu {
 fn check_mv(g: &Gpu, ty: GgmlType, rows: usize, cols: usize, n_mat: usize, slots: usize, seed: u64) {
     let w_f32 = noise(n_mat * rows * cols, seed);
     let data = xwen_kernels::quantize(ty, &w_f32).expect("quantize");
-    let row_bytes = ty.row_bytes(cols as u64).unwrap() as usize;
-    assert_eq!(data.len(), n_mat * rows * row_bytes);
+    assert_eq!(data.len(), n_mat * rows * ty.row_bytes(cols as u64).unwrap() as usize);
+    let row_bytes = device_row_bytes(ty, cols);
     let mut deq = vec![0.0f32; n_mat * rows * cols];
     xwen_kernels::dequantize(ty, &data, &mut deq).expect("dequantize");
     let x = noise(slots * cols, seed + 7);
     let res = noise(slots * rows, seed + 11);
     let ids: Vec<i32> = (0..slots).map(|s| ((s * 7 + 3) % n_mat) as i32).collect();
-    let (wd, xd, rd, idd) = (g.upload(&data).unwrap(), g.upload_f32(&x).unwrap(), g.upload_f32(&res).unwrap(), g.upload_i32(&ids).unwrap());
+    let (wd, xd, rd, idd) = (g.upload(&device_layout(ty, &data)).unwrap(), g.upload_f32(&x).unwrap(), g.upload_f32(&res).unwrap(), g.upload_i32(&ids).unwrap());
     let yd = g.zeros(slots * rows * 4).unwrap();
     for with_res in [false, true] {
         g.launch(
@@ -49,6 +50,10 @@ fn check_mv(g: &Gpu, ty: GgmlType, rows: usize, cols: usize, n_mat: usize, slots
                 Arg::I64((rows * row_bytes) as i64),
                 Arg::Ptr(idd.ptr),
                 Arg::Ptr(xd.ptr),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
                 Arg::I64(cols as i64),
                 Arg::I32(1),
                 Arg::Ptr(yd.ptr),
@@ -98,7 +103,7 @@ fn rms_norm_matches_the_cpu() {
         let x = noise(n, n as u64);
         let w = noise(n, n as u64 + 1);
         let (xd, wd, yd) = (g.upload_f32(&x).unwrap(), g.upload_f32(&w).unwrap(), g.zeros(n * 4).unwrap());
-        g.launch("rms_norm", (1, 1), 1024, 0, &[Arg::Ptr(xd.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(yd.ptr), Arg::I32(n as i32), Arg::F32(1e-6)]).unwrap();
+        g.launch("rms_norm", (1, 1), 1024, 0, &[Arg::Ptr(xd.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(yd.ptr), Arg::I32(n as i32), Arg::F32(1e-6), Arg::Ptr(0), Arg::Ptr(0)]).unwrap();
         let y = g.read_f32(&yd, n).unwrap();
         let mut want = vec![0.0f32; n];
         xwen_engine::ops::rms_norm(&x, &w, 1e-6, &mut want);
@@ -115,7 +120,14 @@ fn the_router_picks_the_cpus_experts_and_weights() {
     for &(n_expert, k) in &[(8usize, 2usize), (64, 8), (256, 8), (512, 10)] {
         let logits: Vec<f32> = noise(n_expert, n_expert as u64 * 3).iter().map(|v| v * 4.0).collect();
         let (ld, idd, wd) = (g.upload_f32(&logits).unwrap(), g.zeros(k * 4).unwrap(), g.zeros(k * 4).unwrap());
-        g.launch("moe_route", (1, 1), 256, (n_expert * 4) as u32, &[Arg::Ptr(ld.ptr), Arg::I32(n_expert as i32), Arg::I32(k as i32), Arg::I32(1), Arg::F32(1.0), Arg::Ptr(idd.ptr), Arg::Ptr(wd.ptr)]).unwrap();
+        g.launch(
+            "moe_route",
+            (1, 1),
+            256,
+            (n_expert * 4) as u32,
+            &[Arg::Ptr(ld.ptr), Arg::I32(n_expert as i32), Arg::I32(k as i32), Arg::I32(1), Arg::F32(1.0), Arg::Ptr(idd.ptr), Arg::Ptr(wd.ptr)],
+        )
+        .unwrap();
         let ids = g.read_i32(&idd, k).unwrap();
         let w = g.read_f32(&wd, k).unwrap();
         let want = xwen_engine::backend::moe_route::route(&logits, k);
@@ -149,7 +161,14 @@ fn conv_step_matches_the_definition() {
         let state = noise((kernel - 1) * cd, 2);
         let x = noise(cd, 3);
         let (td, mut sd, xd, od) = (g.upload_f32(&taps).unwrap(), g.upload_f32(&state).unwrap(), g.upload_f32(&x).unwrap(), g.zeros(cd * 4).unwrap());
-        g.launch("conv_step", (cd.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(xd.ptr), Arg::Ptr(sd.ptr), Arg::Ptr(td.ptr), Arg::Ptr(od.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(1)]).unwrap();
+        g.launch(
+            "conv_step",
+            (cd.div_ceil(256) as u32, 1),
+            256,
+            0,
+            &[Arg::Ptr(xd.ptr), Arg::Ptr(sd.ptr), Arg::Ptr(td.ptr), Arg::Ptr(od.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(1)],
+        )
+        .unwrap();
         let out = g.read_f32(&od, cd).unwrap();
         let st = g.read_f32(&sd, (kernel - 1) * cd).unwrap();
         for c in 0..cd {
@@ -198,7 +217,23 @@ fn delta_step_matches_the_definition() {
                 (hv as u32, 1),
                 256,
                 0,
-                &[Arg::Ptr(cvd.ptr), Arg::Ptr(zd.ptr), Arg::Ptr(bd.ptr), Arg::Ptr(ald.ptr), Arg::Ptr(dtd.ptr), Arg::Ptr(ad.ptr), Arg::Ptr(sdev.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(od.ptr), Arg::I32(hk as i32), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::I32(tiled as i32), Arg::F32(eps), Arg::I32(1)],
+                &[
+                    Arg::Ptr(cvd.ptr),
+                    Arg::Ptr(zd.ptr),
+                    Arg::Ptr(bd.ptr),
+                    Arg::Ptr(ald.ptr),
+                    Arg::Ptr(dtd.ptr),
+                    Arg::Ptr(ad.ptr),
+                    Arg::Ptr(sdev.ptr),
+                    Arg::Ptr(wd.ptr),
+                    Arg::Ptr(od.ptr),
+                    Arg::I32(hk as i32),
+                    Arg::I32(hv as i32),
+                    Arg::I32(sd as i32),
+                    Arg::I32(tiled as i32),
+                    Arg::F32(eps),
+                    Arg::I32(1),
+                ],
             )
             .unwrap();
             let got = g.read_f32(&od, hv * sd).unwrap();
@@ -257,7 +292,8 @@ fn attention_at_a_position_matches_the_definition() {
     let (qn, kn) = (noise(hd, 1), noise(hd, 2));
     let (qnd, knd) = (g.upload_f32(&qn).unwrap(), g.upload_f32(&kn).unwrap());
     let (kc, vc) = (g.zeros(n_ctx * kvw * 2).unwrap(), g.zeros(n_ctx * kvw * 2).unwrap());
-    let (qd, po, pml, out) = (g.zeros(n_head * hd * 4).unwrap(), g.zeros(n_head * n_split * hd * 4).unwrap(), g.zeros(n_head * n_split * 8).unwrap(), g.zeros(n_head * hd * 4).unwrap());
+    let (qd, po, pml, out) =
+        (g.zeros(n_head * hd * 4).unwrap(), g.zeros(n_head * n_split * hd * 4).unwrap(), g.zeros(n_head * n_split * 8).unwrap(), g.zeros(n_head * hd * 4).unwrap());
     let mut step = g.zeros(8).unwrap();
     let norm = |x: &[f32], w: &[f32]| {
         let ms = x.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / x.len() as f64;
@@ -288,11 +324,53 @@ fn attention_at_a_position_matches_the_definition() {
             ((n_head + n_kv) as u32, 1),
             hd as u32,
             (hd * 4) as u32,
-            &[Arg::Ptr(qgd.ptr), Arg::Ptr(kd.ptr), Arg::Ptr(vd.ptr), Arg::Ptr(qnd.ptr), Arg::Ptr(knd.ptr), Arg::Ptr(0), Arg::Ptr(step.ptr), Arg::Ptr(qd.ptr), Arg::Ptr(kc.ptr), Arg::Ptr(vc.ptr), Arg::I32(n_head as i32), Arg::I32(n_kv as i32), Arg::I32(hd as i32), Arg::I32(n_rot as i32), Arg::F32(theta_scale), Arg::F32(eps)],
+            &[
+                Arg::Ptr(qgd.ptr),
+                Arg::Ptr(kd.ptr),
+                Arg::Ptr(vd.ptr),
+                Arg::Ptr(qnd.ptr),
+                Arg::Ptr(knd.ptr),
+                Arg::Ptr(0),
+                Arg::Ptr(step.ptr),
+                Arg::Ptr(qd.ptr),
+                Arg::Ptr(kc.ptr),
+                Arg::Ptr(vc.ptr),
+                Arg::I32(n_head as i32),
+                Arg::I32(n_kv as i32),
+                Arg::I32(hd as i32),
+                Arg::I32(n_rot as i32),
+                Arg::F32(theta_scale),
+                Arg::F32(eps),
+            ],
         )
         .unwrap();
-        g.launch_3d("attn_split", (n_head as u32, n_split as u32, 1), 128, 0, &[Arg::Ptr(qd.ptr), Arg::Ptr(kc.ptr), Arg::Ptr(vc.ptr), Arg::Ptr(step.ptr), Arg::Ptr(po.ptr), Arg::Ptr(pml.ptr), Arg::I32(n_head as i32), Arg::I32(n_kv as i32), Arg::I32(hd as i32), Arg::F32(1.0 / (hd as f32).sqrt())]).unwrap();
-        g.launch("attn_merge", (n_head as u32, 1), hd as u32, 0, &[Arg::Ptr(po.ptr), Arg::Ptr(pml.ptr), Arg::Ptr(qgd.ptr), Arg::Ptr(out.ptr), Arg::I32(hd as i32), Arg::I32(n_split as i32)]).unwrap();
+        g.launch_3d(
+            "attn_split",
+            (n_head as u32, n_split as u32, 1),
+            128,
+            0,
+            &[
+                Arg::Ptr(qd.ptr),
+                Arg::Ptr(kc.ptr),
+                Arg::Ptr(vc.ptr),
+                Arg::Ptr(step.ptr),
+                Arg::Ptr(po.ptr),
+                Arg::Ptr(pml.ptr),
+                Arg::I32(n_head as i32),
+                Arg::I32(n_kv as i32),
+                Arg::I32(hd as i32),
+                Arg::F32(1.0 / (hd as f32).sqrt()),
+            ],
+        )
+        .unwrap();
+        g.launch(
+            "attn_merge",
+            (n_head as u32, 1),
+            hd as u32,
+            0,
+            &[Arg::Ptr(po.ptr), Arg::Ptr(pml.ptr), Arg::Ptr(qgd.ptr), Arg::Ptr(out.ptr), Arg::I32(hd as i32), Arg::I32(n_split as i32)],
+        )
+        .unwrap();
         let mut krow = Vec::new();
         for h in 0..n_kv {
             let mut kk = norm(&k[h * hd..(h + 1) * hd], &kn);
@@ -339,14 +417,33 @@ fn prompt_products_match_the_dequantized_reference() {
         for &(rows, cols, n) in &[(70usize, 256usize, 3usize), (130, 512, 17), (64, 1024, 64), (200, 768, 100)] {
             let w_f32 = noise(rows * cols, 500 + i as u64);
             let data = xwen_kernels::quantize(ty, &w_f32).expect("quantize");
-            let rb = ty.row_bytes(cols as u64).unwrap() as usize;
+            let rb = device_row_bytes(ty, cols);
             let mut deq = vec![0.0f32; rows * cols];
             xwen_kernels::dequantize(ty, &data, &mut deq).unwrap();
             let x = noise(n * cols, 600 + i as u64);
-            let (wd, xd, yd) = (g.upload(&data).unwrap(), g.upload_f32(&x).unwrap(), g.zeros(n * rows * 4).unwrap());
+            let (wd, xd, yd) = (g.upload(&device_layout(ty, &data)).unwrap(), g.upload_f32(&x).unwrap(), g.zeros(n * rows * 4).unwrap());
             for (kernel, bound, grid) in [("mm", 1e-5, (rows.div_ceil(4) as u32, n.div_ceil(8) as u32)), ("mm_tc", 2e-3, (rows.div_ceil(64) as u32, n.div_ceil(64) as u32))] {
                 let block = if kernel == "mm" { 128 } else { 128 };
-                g.launch(kernel, grid, block, 0, &[Arg::Ptr(wd.ptr), Arg::I32(ty.id() as i32), Arg::I32(rows as i32), Arg::I32(cols as i32), Arg::I64(rb as i64), Arg::Ptr(xd.ptr), Arg::I64(cols as i64), Arg::I32(n as i32), Arg::Ptr(yd.ptr), Arg::I64(rows as i64), Arg::Ptr(0)]).unwrap();
+                g.launch(
+                    kernel,
+                    grid,
+                    block,
+                    0,
+                    &[
+                        Arg::Ptr(wd.ptr),
+                        Arg::I32(ty.id() as i32),
+                        Arg::I32(rows as i32),
+                        Arg::I32(cols as i32),
+                        Arg::I64(rb as i64),
+                        Arg::Ptr(xd.ptr),
+                        Arg::I64(cols as i64),
+                        Arg::I32(n as i32),
+                        Arg::Ptr(yd.ptr),
+                        Arg::I64(rows as i64),
+                        Arg::Ptr(0),
+                    ],
+                )
+                .unwrap();
                 let y = g.read_f32(&yd, n * rows).unwrap();
                 let mut worst = 0.0f64;
                 for t in 0..n {
@@ -361,6 +458,523 @@ fn prompt_products_match_the_dequantized_reference() {
                 }
                 println!("{kernel:<5} {:>5} {rows:>4}x{cols:<5} {n:>3} tokens: worst |err|/Σ|wx| {worst:.2e}", ty.name());
             }
+        }
+    }
+}
+
+/// A prompt pass's scan (delta_prep, delta_rows, delta_out over n tokens at once) against the
+/// one-token kernel run token after token: the same recurrence, so within f32 rounding.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn the_prompt_scan_follows_the_token_steps() {
+    let g = gpu();
+    for &(hk, hv, sd, tiled, n) in &[(2usize, 4usize, 128usize, true, 37usize), (2, 4, 128, false, 9), (4, 8, 64, true, 100)] {
+        let eps = 1e-6f32;
+        let cd = 2 * hk * sd + hv * sd;
+        let conv = noise(n * cd, 1);
+        let z = noise(n * hv * sd, 2);
+        let beta = noise(n * hv, 3);
+        let alpha = noise(n * hv, 4);
+        let dt = noise(hv, 5);
+        let a: Vec<f32> = noise(hv, 6).iter().map(|v| -v.abs() - 0.1).collect();
+        let w = noise(sd, 7);
+        let up = |v: &[f32]| g.upload_f32(v).unwrap();
+        let (cvd, zd, bd, ald, dtd, ad, wd) = (up(&conv), up(&z), up(&beta), up(&alpha), up(&dt), up(&a), up(&w));
+        // token by token
+        let mut s1 = g.zeros(hv * sd * sd * 4).unwrap();
+        g.zero(&mut s1).unwrap();
+        let o1 = g.zeros(hv * sd * 4).unwrap();
+        let mut want = Vec::new();
+        for t in 0..n {
+            let at = |b: &xwen_cuda::gpu::DevBuf, w: usize| Arg::Ptr(b.at(t * w * 4));
+            g.launch(
+                "delta_step",
+                (hv as u32, 1),
+                256,
+                0,
+                &[
+                    at(&cvd, cd),
+                    at(&zd, hv * sd),
+                    at(&bd, hv),
+                    at(&ald, hv),
+                    Arg::Ptr(dtd.ptr),
+                    Arg::Ptr(ad.ptr),
+                    Arg::Ptr(s1.ptr),
+                    Arg::Ptr(wd.ptr),
+                    Arg::Ptr(o1.ptr),
+                    Arg::I32(hk as i32),
+                    Arg::I32(hv as i32),
+                    Arg::I32(sd as i32),
+                    Arg::I32(tiled as i32),
+                    Arg::F32(eps),
+                    Arg::I32(1),
+                ],
+            )
+            .unwrap();
+            want.extend(g.read_f32(&o1, hv * sd).unwrap());
+        }
+        // the pass
+        let mut s2 = g.zeros(hv * sd * sd * 4).unwrap();
+        g.zero(&mut s2).unwrap();
+        let (qn, kn, gb, oraw, out) = (
+            g.zeros(n * hk * sd * 4).unwrap(),
+            g.zeros(n * hk * sd * 4).unwrap(),
+            g.zeros(n * hv * 8).unwrap(),
+            g.zeros(n * hv * sd * 4).unwrap(),
+            g.zeros(n * hv * sd * 4).unwrap(),
+        );
+        g.launch(
+            "delta_prep",
+            (hk as u32, n as u32),
+            32,
+            0,
+            &[
+                Arg::Ptr(cvd.ptr),
+                Arg::Ptr(bd.ptr),
+                Arg::Ptr(ald.ptr),
+                Arg::Ptr(dtd.ptr),
+                Arg::Ptr(ad.ptr),
+                Arg::Ptr(qn.ptr),
+                Arg::Ptr(kn.ptr),
+                Arg::Ptr(gb.ptr),
+                Arg::I32(hk as i32),
+                Arg::I32(hv as i32),
+                Arg::I32(sd as i32),
+                Arg::I32(tiled as i32),
+                Arg::F32(eps),
+            ],
+        )
+        .unwrap();
+        g.launch(
+            "delta_rows",
+            (hv as u32, sd.div_ceil(8) as u32),
+            128,
+            0,
+            &[
+                Arg::Ptr(qn.ptr),
+                Arg::Ptr(kn.ptr),
+                Arg::Ptr(cvd.ptr),
+                Arg::Ptr(gb.ptr),
+                Arg::Ptr(s2.ptr),
+                Arg::Ptr(oraw.ptr),
+                Arg::I32(hk as i32),
+                Arg::I32(hv as i32),
+                Arg::I32(sd as i32),
+                Arg::I32(tiled as i32),
+                Arg::I32(n as i32),
+            ],
+        )
+        .unwrap();
+        g.launch(
+            "delta_out",
+            (hv as u32, n as u32),
+            128,
+            0,
+            &[Arg::Ptr(oraw.ptr), Arg::Ptr(zd.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(out.ptr), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(eps)],
+        )
+        .unwrap();
+        let got = g.read_f32(&out, n * hv * sd).unwrap();
+        let worst = got.iter().zip(&want).map(|(a, b)| ((a - b).abs() / (1.0 + b.abs())) as f64).fold(0.0, f64::max);
+        let (st1, st2) = (g.read_f32(&s1, hv * sd * sd).unwrap(), g.read_f32(&s2, hv * sd * sd).unwrap());
+        let worst_s = st1.iter().zip(&st2).map(|(a, b)| (a - b).abs() as f64).fold(0.0, f64::max);
+        println!("delta scan hk {hk} hv {hv} sd {sd} tiled {tiled} n {n}: outputs within {worst:.2e}, states within {worst_s:.2e} of the token steps");
+        assert!(worst < 1e-5 && worst_s < 1e-5, "scan vs steps: {worst} / {worst_s}");
+    }
+}
+
+/// The decode products' activations as ggml's reference quantizers make them (kind 0:
+/// quantize_row_q8_K_ref, one scale a 256; kind 1: quantize_row_q8_0_ref, an f16 scale a 32):
+/// the int8 values and each value's scale.
+fn quantize_ref(x: &[f32], kind: u32) -> (Vec<i8>, Vec<f32>) {
+    let bw = if kind == 0 { 256 } else { 32 };
+    let (mut q, mut sc) = (Vec::with_capacity(x.len()), Vec::with_capacity(x.len()));
+    for b in x.chunks(bw) {
+        if kind == 0 {
+            let (mut amax, mut max) = (0.0f32, 0.0f32);
+            for &v in b {
+                if v.abs() > amax {
+                    amax = v.abs();
+                    max = v;
+                }
+            }
+            let iscale = if amax > 0.0 { -127.0 / max } else { 0.0 };
+            q.extend(b.iter().map(|&v| if amax > 0.0 { ((iscale * v).round_ties_even() as i32).min(127) as i8 } else { 0 }));
+            sc.extend(std::iter::repeat_n(if amax > 0.0 { 1.0 / iscale } else { 0.0 }, b.len()));
+        } else {
+            let amax = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let d = amax / 127.0;
+            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+            q.extend(b.iter().map(|&v| (v * id).round() as i8));
+            let dh = xwen_kernels::half::f16_to_f32(xwen_kernels::half::f32_to_f16(d));
+            sc.extend(std::iter::repeat_n(dh, b.len()));
+        }
+    }
+    (q, sc)
+}
+
+/// quant_q8 of both kinds value for value against ggml's reference quantizers, then `mv` on
+/// those activations against Σ w·x̂ in f64 (x̂ the reference's dequantized activations): the
+/// products take the CPU's quantized inputs, so only the order of f32 sums lies between them.
+/// F32 and Q4_0 weights, with no q8 path, keep f32 activations.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn decode_products_on_q8_activations_match_the_reference() {
+    let g = gpu();
+    let types = [GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::F32, GgmlType::Q4_0];
+    for (i, ty) in types.into_iter().enumerate() {
+        for &(rows, cols, n_mat, slots) in &[(37usize, 256usize, 1usize, 1usize), (130, 2048, 1, 1), (64, 768, 5, 3), (9, 4608, 1, 2)] {
+            let seed = 3000 + 10 * i as u64 + cols as u64;
+            let w_f32 = noise(n_mat * rows * cols, seed);
+            let data = xwen_kernels::quantize(ty, &w_f32).expect("quantize");
+            let mut deq = vec![0.0f32; n_mat * rows * cols];
+            xwen_kernels::dequantize(ty, &data, &mut deq).unwrap();
+            let mut x: Vec<f32> = noise(slots * cols, seed + 1).iter().map(|v| v * 3.0).collect();
+            x[5] = 0.0;
+            if cols >= 512 {
+                x[256..288].iter_mut().for_each(|v| *v = 0.0); // an all-zero block
+            }
+            let ids: Vec<i32> = (0..slots).map(|s| ((s * 3 + 1) % n_mat) as i32).collect();
+            let rb = device_row_bytes(ty, cols);
+            let (wd, xd, idd) = (g.upload(&device_layout(ty, &data)).unwrap(), g.upload_f32(&x).unwrap(), g.upload_i32(&ids).unwrap());
+            let yd = g.zeros(slots * rows * 4).unwrap();
+            let mut q8 = Vec::new();
+            for kind in [0u32, 1] {
+                let (xqd, xdd) = (g.zeros(slots * cols).unwrap(), g.zeros(slots * cols / 32 * 8).unwrap());
+                let per = if kind == 0 { 256 } else { 32 };
+                g.launch(
+                    "quant_q8",
+                    ((cols / per).div_ceil(8) as u32, slots as u32),
+                    256,
+                    0,
+                    &[Arg::Ptr(xd.ptr), Arg::I32(cols as i32), Arg::I64(cols as i64), Arg::Ptr(xqd.ptr), Arg::Ptr(xdd.ptr), Arg::I32(kind as i32)],
+                )
+                .unwrap();
+                let (want_q, want_s) = quantize_ref(&x, kind);
+                let got_q: Vec<i8> = g.read_i32(&xqd, slots * cols / 4).unwrap().iter().flat_map(|w| w.to_le_bytes()).map(|b| b as i8).collect();
+                let got_d = g.read_f32(&xdd, slots * cols / 32 * 2).unwrap();
+                assert_eq!(got_q, want_q, "quant_q8 kind {kind}: values");
+                for b in 0..slots * cols / 32 {
+                    let s: i32 = want_q[32 * b..32 * b + 32].iter().map(|&v| v as i32).sum();
+                    assert_eq!(got_d[2 * b], want_s[32 * b], "quant_q8 kind {kind}: scale of block {b}");
+                    assert!((got_d[2 * b + 1] - want_s[32 * b] * s as f32).abs() <= 1e-6 * (1.0 + got_d[2 * b + 1].abs()), "quant_q8 kind {kind}: Σ of block {b}");
+                }
+                let xhat: Vec<f64> = want_q.iter().zip(&want_s).map(|(&q, &d)| q as f64 * d as f64).collect();
+                q8.push((xqd, xdd, xhat));
+            }
+            g.launch(
+                "mv",
+                (rows.div_ceil(4) as u32, slots as u32),
+                128,
+                0,
+                &[
+                    Arg::Ptr(wd.ptr),
+                    Arg::I32(ty.id() as i32),
+                    Arg::I32(rows as i32),
+                    Arg::I32(cols as i32),
+                    Arg::I64(rb as i64),
+                    Arg::I64((rows * rb) as i64),
+                    Arg::Ptr(idd.ptr),
+                    Arg::Ptr(xd.ptr),
+                    Arg::Ptr(q8[0].0.ptr),
+                    Arg::Ptr(q8[0].1.ptr),
+                    Arg::Ptr(q8[1].0.ptr),
+                    Arg::Ptr(q8[1].1.ptr),
+                    Arg::I64(cols as i64),
+                    Arg::I32(1),
+                    Arg::Ptr(yd.ptr),
+                    Arg::I64(rows as i64),
+                    Arg::Ptr(0),
+                ],
+            )
+            .unwrap();
+            let y = g.read_f32(&yd, slots * rows).unwrap();
+            let xhat = match ty {
+                GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => Some(&q8[0].2),
+                GgmlType::Q8_0 => Some(&q8[1].2),
+                _ => None,
+            };
+            let mut worst = 0.0f64;
+            for s in 0..slots {
+                let e = ids[s] as usize;
+                for r in 0..rows {
+                    let w = &deq[(e * rows + r) * cols..][..cols];
+                    let xs: Vec<f64> = match xhat {
+                        Some(xh) => xh[s * cols..][..cols].to_vec(),
+                        None => x[s * cols..][..cols].iter().map(|&v| v as f64).collect(),
+                    };
+                    let want: f64 = w.iter().zip(&xs).map(|(&a, &b)| a as f64 * b).sum();
+                    let mag: f64 = w.iter().zip(&xs).map(|(&a, &b)| (a as f64 * b).abs()).sum();
+                    let err = (y[s * rows + r] as f64 - want).abs();
+                    let bound = 2e-5 * mag + 1e-6;
+                    assert!(err <= bound, "q8 mv {} {rows}x{cols} slot {s} row {r}: gpu {} want {want} (err {err:.3e} > {bound:.3e})", ty.name(), y[s * rows + r]);
+                    worst = worst.max(err / mag.max(1e-30));
+                }
+            }
+            println!("mv q8 {:>5} {rows:>4}x{cols:<5} {slots} slot(s): worst |err|/Σ|wx̂| {worst:.2e}", ty.name());
+        }
+    }
+}
+
+/// mv4 (a layer's input projections in one launch) equals `mv` of each part, bit for bit.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn fused_input_projections_equal_one_product_each() {
+    let g = gpu();
+    let cols = 512;
+    let parts = [(GgmlType::Q4_K, 70usize), (GgmlType::Q6_K, 33), (GgmlType::F32, 5), (GgmlType::Q8_0, 8)];
+    let x = noise(cols, 9);
+    let xd = g.upload_f32(&x).unwrap();
+    let mut mats = Vec::new();
+    for (i, &(ty, rows)) in parts.iter().enumerate() {
+        let data = xwen_kernels::quantize(ty, &noise(rows * cols, 20 + i as u64)).unwrap();
+        mats.push((g.upload(&device_layout(ty, &data)).unwrap(), ty, rows, g.zeros(rows * 4).unwrap(), g.zeros(rows * 4).unwrap()));
+    }
+    let mut args = vec![Arg::I32(cols as i32), Arg::Ptr(xd.ptr), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0)];
+    for (w, ty, rows, y, _) in &mats {
+        args.extend([Arg::Ptr(w.ptr), Arg::I32(ty.id() as i32), Arg::I32(*rows as i32), Arg::I64(device_row_bytes(*ty, cols) as i64), Arg::Ptr(y.ptr)]);
+    }
+    let total: usize = parts.iter().map(|p| p.1).sum();
+    g.launch("mv4", (total.div_ceil(4) as u32, 1), 128, 0, &args).unwrap();
+    for (w, ty, rows, y, y1) in &mats {
+        let rb = device_row_bytes(*ty, cols);
+        g.launch(
+            "mv",
+            (rows.div_ceil(4) as u32, 1),
+            128,
+            0,
+            &[
+                Arg::Ptr(w.ptr),
+                Arg::I32(ty.id() as i32),
+                Arg::I32(*rows as i32),
+                Arg::I32(cols as i32),
+                Arg::I64(rb as i64),
+                Arg::I64((rows * rb) as i64),
+                Arg::Ptr(0),
+                Arg::Ptr(xd.ptr),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::I64(cols as i64),
+                Arg::I32(1),
+                Arg::Ptr(y1.ptr),
+                Arg::I64(*rows as i64),
+                Arg::Ptr(0),
+            ],
+        )
+        .unwrap();
+        let (a, b) = (g.read_f32(y, *rows).unwrap(), g.read_f32(y1, *rows).unwrap());
+        assert!(a.iter().zip(&b).all(|(p, q)| p.to_bits() == q.to_bits()), "mv4 part {} differs from mv", ty.name());
+    }
+    println!("mv4: 4 parts equal to mv, bit for bit");
+}
+
+/// The prompt pass's convolution (conv_prompt over every token at once, conv_shift) equals
+/// conv_step token after token, outputs and state, bit for bit.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn the_prompt_convolution_equals_the_token_steps() {
+    let g = gpu();
+    for &(cd, kernel, n) in &[(300usize, 4usize, 1usize), (300, 4, 2), (8192, 4, 77), (64, 2, 5)] {
+        let taps = noise(kernel * cd, 1);
+        let state0 = noise((kernel - 1) * cd, 2);
+        let x = noise(n * cd, 3);
+        let (td, xd) = (g.upload_f32(&taps).unwrap(), g.upload_f32(&x).unwrap());
+        let (s1, s2) = (g.upload_f32(&state0).unwrap(), g.upload_f32(&state0).unwrap());
+        let (o1, o2) = (g.zeros(n * cd * 4).unwrap(), g.zeros(n * cd * 4).unwrap());
+        for t in 0..n {
+            g.launch(
+                "conv_step",
+                (cd.div_ceil(256) as u32, 1),
+                256,
+                0,
+                &[Arg::Ptr(xd.at(t * cd * 4)), Arg::Ptr(s1.ptr), Arg::Ptr(td.ptr), Arg::Ptr(o1.at(t * cd * 4)), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(1)],
+            )
+            .unwrap();
+        }
+        g.launch(
+            "conv_prompt",
+            ((n * cd).div_ceil(256) as u32, 1),
+            256,
+            0,
+            &[Arg::Ptr(xd.ptr), Arg::Ptr(s2.ptr), Arg::Ptr(td.ptr), Arg::Ptr(o2.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(n as i32)],
+        )
+        .unwrap();
+        g.launch("conv_shift", (cd.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(xd.ptr), Arg::Ptr(s2.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(n as i32)])
+            .unwrap();
+        let bits = |b: &xwen_cuda::gpu::DevBuf, len: usize| g.read_f32(b, len).unwrap().iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(bits(&o1, n * cd), bits(&o2, n * cd), "conv outputs, cd {cd} kernel {kernel} n {n}");
+        if kernel > 1 {
+            assert_eq!(bits(&s1, (kernel - 1) * cd), bits(&s2, (kernel - 1) * cd), "conv state, cd {cd} kernel {kernel} n {n}");
+        }
+        println!("conv prompt cd {cd} kernel {kernel} n {n}: outputs and state equal to the token steps");
+    }
+}
+
+/// Routed experts of a prompt pass grouped per expert (moe_sort, then mm_ex on tensor cores)
+/// against dequantized f64 dots, every slot: f16 rounding of both inputs bounds it as mm_tc.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn grouped_expert_products_match_the_dequantized_reference() {
+    let g = gpu();
+    let types = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16, GgmlType::BF16, GgmlType::F32, GgmlType::Q4_0];
+    for (i, ty) in types.into_iter().enumerate() {
+        for &(n_expert, k, n_tok, rows, cols) in &[(16usize, 4usize, 37usize, 200usize, 256usize), (64, 8, 50, 128, 512), (8, 2, 3, 70, 768)] {
+            let seed = 7000 + 10 * i as u64 + n_tok as u64;
+            let w_f32 = noise(n_expert * rows * cols, seed);
+            let data = xwen_kernels::quantize(ty, &w_f32).expect("quantize");
+            let mut deq = vec![0.0f32; n_expert * rows * cols];
+            xwen_kernels::dequantize(ty, &data, &mut deq).unwrap();
+            let x = noise(n_tok * cols, seed + 1);
+            // each token k distinct experts, skewed so some experts take many slots and some none
+            let ids: Vec<i32> = (0..n_tok).flat_map(|t| (0..k).map(move |s| ((t * t + 5 * s) % n_expert.min(k + 3 + t % 5)) as i32)).collect();
+            let ids: Vec<i32> = ids
+                .chunks(k)
+                .flat_map(|c| {
+                    let mut v: Vec<i32> = Vec::new();
+                    for &e in c {
+                        let mut e = e;
+                        while v.contains(&e) {
+                            e = (e + 1) % n_expert as i32;
+                        }
+                        v.push(e);
+                    }
+                    v
+                })
+                .collect();
+            let slots = n_tok * k;
+            let max_tiles = slots.div_ceil(16) + n_expert.min(slots);
+            let rb = device_row_bytes(ty, cols);
+            let (wd, xd, idd) = (g.upload(&device_layout(ty, &data)).unwrap(), g.upload_f32(&x).unwrap(), g.upload_i32(&ids).unwrap());
+            let (cnt, off, ord, tiles, yd) =
+                (g.zeros(n_expert * 4).unwrap(), g.zeros(n_expert * 4).unwrap(), g.zeros(slots * 4).unwrap(), g.zeros(max_tiles * 16).unwrap(), g.zeros(slots * rows * 4).unwrap());
+            g.launch(
+                "moe_sort",
+                (1, 1),
+                1024,
+                (n_expert * 8) as u32,
+                &[
+                    Arg::Ptr(idd.ptr),
+                    Arg::I32(slots as i32),
+                    Arg::I32(n_expert as i32),
+                    Arg::Ptr(cnt.ptr),
+                    Arg::Ptr(off.ptr),
+                    Arg::Ptr(ord.ptr),
+                    Arg::Ptr(tiles.ptr),
+                    Arg::I32(max_tiles as i32),
+                ],
+            )
+            .unwrap();
+            let order = g.read_i32(&ord, slots).unwrap();
+            let mut sorted: Vec<usize> = order.iter().map(|&o| o as usize).collect();
+            assert!(sorted.windows(2).all(|w| ids[w[0]] <= ids[w[1]]), "moe_sort: slots grouped by expert");
+            sorted.sort();
+            assert_eq!(sorted, (0..slots).collect::<Vec<_>>(), "moe_sort: every slot once");
+            g.launch(
+                "mm_ex",
+                (rows.div_ceil(128) as u32, max_tiles as u32),
+                128,
+                0,
+                &[
+                    Arg::Ptr(wd.ptr),
+                    Arg::I32(ty.id() as i32),
+                    Arg::I32(rows as i32),
+                    Arg::I32(cols as i32),
+                    Arg::I64(rb as i64),
+                    Arg::I64((rows * rb) as i64),
+                    Arg::Ptr(tiles.ptr),
+                    Arg::Ptr(ord.ptr),
+                    Arg::Ptr(xd.ptr),
+                    Arg::I64(cols as i64),
+                    Arg::I32(k as i32),
+                    Arg::Ptr(yd.ptr),
+                    Arg::I64(rows as i64),
+                ],
+            )
+            .unwrap();
+            let y = g.read_f32(&yd, slots * rows).unwrap();
+            let mut worst = 0.0f64;
+            for s in 0..slots {
+                let (e, t) = (ids[s] as usize, s / k);
+                for r in 0..rows {
+                    let w = &deq[(e * rows + r) * cols..][..cols];
+                    let xt = &x[t * cols..][..cols];
+                    let exact: f64 = w.iter().zip(xt).map(|(&a, &b)| a as f64 * b as f64).sum();
+                    let mag: f64 = w.iter().zip(xt).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+                    let err = (y[s * rows + r] as f64 - exact).abs();
+                    assert!(err <= 2e-3 * mag + 1e-6, "mm_ex {} slot {s} (expert {e}) row {r}: {} vs {exact}", ty.name(), y[s * rows + r]);
+                    worst = worst.max(err / mag.max(1e-30));
+                }
+            }
+            println!("mm_ex {:>5} {n_expert} experts top {k}, {n_tok} tokens, {rows}x{cols}: worst |err|/Σ|wx| {worst:.2e}", ty.name());
+        }
+    }
+}
+
+/// The cuBLAS prompt path: dequant_f16 equals the dequantized weights rounded to f16, to_f16
+/// the inputs, and the GEMM (with and without accumulating into y) the f64 dots within f16
+/// rounding.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn cublas_prompt_products_match_the_dequantized_reference() {
+    let g = gpu();
+    let Some(blas) = g.blas.as_ref() else {
+        panic!("cuBLAS did not open (libcublas not found): the prompt products would fall back to mm_tc");
+    };
+    for (i, ty) in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::Q5_K, GgmlType::BF16, GgmlType::F32].into_iter().enumerate() {
+        let (rows, cols, n) = (300usize, 512usize, 77usize);
+        let w_f32 = noise(rows * cols, 40 + i as u64);
+        let data = xwen_kernels::quantize(ty, &w_f32).expect("quantize");
+        let mut deq = vec![0.0f32; rows * cols];
+        xwen_kernels::dequantize(ty, &data, &mut deq).unwrap();
+        let x = noise(n * cols, 50 + i as u64);
+        let res = noise(n * rows, 60 + i as u64);
+        let rb = device_row_bytes(ty, cols);
+        let (wd, xd, wh, xh) = (g.upload(&device_layout(ty, &data)).unwrap(), g.upload_f32(&x).unwrap(), g.zeros(rows * cols * 2).unwrap(), g.zeros(n * cols * 2).unwrap());
+        let units = rows
+            * match ty {
+                GgmlType::Q4_K | GgmlType::Q5_K => cols / 256 * 32,
+                GgmlType::Q6_K => cols / 256 * 16,
+                GgmlType::Q8_0 => cols / 32 * 8,
+                _ => cols / 4,
+            };
+        g.launch(
+            "dequant_f16",
+            (units.div_ceil(256) as u32, 1),
+            256,
+            0,
+            &[Arg::Ptr(wd.ptr), Arg::I32(ty.id() as i32), Arg::I32(rows as i32), Arg::I32(cols as i32), Arg::I64(rb as i64), Arg::Ptr(wh.ptr)],
+        )
+        .unwrap();
+        g.launch("to_f16", ((n * cols).div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(xd.ptr), Arg::I32(cols as i32), Arg::I64(cols as i64), Arg::I32(n as i32), Arg::Ptr(xh.ptr)])
+            .unwrap();
+        let halves = |b: &xwen_cuda::gpu::DevBuf, len: usize| -> Vec<f32> {
+            g.read_i32(b, len / 2).unwrap().iter().flat_map(|w| [*w as u32 as u16, (*w as u32 >> 16) as u16]).map(xwen_kernels::half::f16_to_f32).collect()
+        };
+        let wf = halves(&wh, rows * cols);
+        for (j, (&a, &b)) in wf.iter().zip(&deq).enumerate() {
+            assert!((a - b).abs() <= b.abs() * 4.9e-4 + 6e-8, "dequant_f16 {} value {j}: {a} vs {b}", ty.name());
+        }
+        let xf = halves(&xh, n * cols);
+        for (&a, &b) in xf.iter().zip(&x) {
+            assert!((a - b).abs() <= b.abs() * 4.9e-4 + 6e-8, "to_f16: {a} vs {b}");
+        }
+        for acc in [false, true] {
+            let yd = g.upload_f32(&res).unwrap();
+            blas.gemm_tn(rows, n, cols, wh.ptr, cols, xh.ptr, cols, yd.ptr, rows, acc).unwrap();
+            let y = g.read_f32(&yd, n * rows).unwrap();
+            let mut worst = 0.0f64;
+            for t in 0..n {
+                for r in 0..rows {
+                    let (wr, xt) = (&deq[r * cols..(r + 1) * cols], &x[t * cols..(t + 1) * cols]);
+                    let exact: f64 = wr.iter().zip(xt).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() + if acc { res[t * rows + r] as f64 } else { 0.0 };
+                    let mag: f64 = wr.iter().zip(xt).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+                    let err = (y[t * rows + r] as f64 - exact).abs();
+                    assert!(err <= 2e-3 * mag + 1e-6, "cuBLAS {} token {t} row {r}: {} vs {exact}", ty.name(), y[t * rows + r]);
+                    worst = worst.max(err / mag.max(1e-30));
+                }
+            }
+            println!("cublas {:>5} {rows}x{cols} {n} tokens{}: worst |err|/Σ|wx| {worst:.2e}", ty.name(), if acc { " +=" } else { "" });
         }
     }
 }
