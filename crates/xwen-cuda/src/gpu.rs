@@ -38,6 +38,8 @@ const KERNELS: &[&str] = &[
     "mv4",
     "conv_prompt",
     "conv_shift",
+    "delta_step_rows",
+    "moe_route_warp",
 ];
 
 /// A kernel argument: device pointers travel as plain 64-bit values.

@@ -872,6 +872,63 @@ extern "C" __global__ void moe_route(const float* logits, int n_expert, int k, i
     }
 }
 
+// moe_route for up to 512 experts in one warp (16 a lane, in registers): no block barriers
+// between the k picks. The same picks (ties to the lower id) and weights up to the order of
+// the softmax's double sum. One warp a token.
+extern "C" __global__ void moe_route_warp(const float* logits, int n_expert, int k, int norm_w, float w_scale, int* ids, float* weights) {
+    int lane = threadIdx.x;
+    logits += (i64)blockIdx.x * n_expert;
+    ids += (i64)blockIdx.x * k;
+    weights += (i64)blockIdx.x * k;
+    float p[16];
+    float mx = NEG_INF;
+    #pragma unroll
+    for (int e = 0; e < 16; e++) {
+        int i = lane + 32 * e;
+        p[e] = i < n_expert ? logits[i] : NEG_INF;
+        mx = fmaxf(mx, p[e]);
+    }
+    mx = warp_max(mx);
+    double sum = 0.0;
+    #pragma unroll
+    for (int e = 0; e < 16; e++) {
+        int i = lane + 32 * e;
+        p[e] = i < n_expert ? expf(p[e] - mx) : 0.0f;
+        sum += p[e];
+    }
+    sum = warp_sum_d(sum);
+    float inv = (float)(1.0 / sum);
+    #pragma unroll
+    for (int e = 0; e < 16; e++) p[e] = lane + 32 * e < n_expert ? p[e] * inv : NEG_INF;
+    double wsum = 0.0;
+    float picked = 0.0f;
+    for (int r = 0; r < k; r++) {
+        float bv = NEG_INF;
+        int bi = 0x7fffffff;
+        #pragma unroll
+        for (int e = 0; e < 16; e++) {
+            int i = lane + 32 * e;
+            if (p[e] > bv || (p[e] == bv && i < bi)) { bv = p[e]; bi = i; }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+        }
+        #pragma unroll
+        for (int e = 0; e < 16; e++)
+            if (lane + 32 * e == bi) p[e] = NEG_INF;
+        if (lane == r) picked = bv;
+        if (lane == 0) ids[r] = bi;
+        wsum += bv;
+    }
+    // k ≤ 32 (host-checked): lane r holds pick r
+    float w = picked;
+    if (norm_w) w /= fmaxf((float)wsum, 6.103515625e-5f);
+    if (w_scale != 0.0f && w_scale != 1.0f) w *= w_scale;
+    if (lane < k) weights[lane] = w;
+}
+
 // x ← x + (Σ_s w_s·ys[s] + sigmoid(sg)·shared) — a MoE layer's weighted sum (slot order, each
 // product rounded), its shared expert's gate and the residual add, token blockIdx.y. shared may
 // be null.
@@ -1310,6 +1367,61 @@ extern "C" __global__ void __launch_bounds__(128) delta_rows(const float* qn, co
     }
     _Pragma("unroll") for (int r = 0; r < DR_ROWS; r++)
         EACH_E Sh[(i64)(j0 + r) * sd + lane + 32 * e] = s[r][e];
+}
+
+// A decode step's scan in one launch: delta_prep's norms and gates (the same sums, so the same
+// bits) computed by each warp for its head, then delta_rows' update of its rows for the one
+// token. Grid and block as delta_rows.
+extern "C" __global__ void __launch_bounds__(128) delta_step_rows(const float* conv, const float* beta_in, const float* alpha_in, const float* dt_bias,
+                                                                  const float* a, float* S, float* o, int hk, int hv, int sd, int tiled, float eps) {
+    int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, E = sd / 32;
+    int kh = tiled ? h % hk : h / (hv / hk);
+    int j0 = (blockIdx.y * DR_WARPS + warp) * DR_ROWS;
+    if (j0 >= sd) return;
+    const float* q = conv + (i64)kh * sd;
+    const float* k = conv + (i64)hk * sd + (i64)kh * sd;
+    const float* v = conv + 2 * (i64)hk * sd + (i64)h * sd;
+    double sq = 0.0, sk = 0.0;
+    float qr[8], kr[8];
+    EACH_E {
+        qr[e] = q[lane + 32 * e];
+        kr[e] = k[lane + 32 * e];
+        sq += (double)(qr[e] * qr[e]);
+        sk += (double)(kr[e] * kr[e]);
+    }
+    sq = warp_sum_d(sq);
+    sk = warp_sum_d(sk);
+    float n = (float)sd, post = 1.0f / sqrtf(n);
+    float scq = 1.0f / sqrtf((float)(sq / sd) + eps / n), sck = 1.0f / sqrtf((float)(sk / sd) + eps / n);
+    EACH_E {
+        qr[e] = (qr[e] * scq) * post;
+        kr[e] = (kr[e] * sck) * post;
+    }
+    float beta = 1.0f / (1.0f + expf(-beta_in[h]));
+    float gx = alpha_in[h] + dt_bias[h];
+    float sp = gx > 20.0f ? gx : logf(1.0f + expf(gx));
+    float decay = expf(sp * a[h]);
+    float oscale = 1.0f / sqrtf(n);
+    float* Sh = S + (i64)h * sd * sd;
+    #pragma unroll
+    for (int r = 0; r < DR_ROWS; r++) {
+        float* row = Sh + (i64)(j0 + r) * sd;
+        float sr[8], kv = 0.0f;
+        EACH_E {
+            sr[e] = row[lane + 32 * e] * decay;
+            kv += sr[e] * kr[e];
+        }
+        kv = warp_sum(kv);
+        float d = (v[j0 + r] - kv) * beta;
+        float oo = 0.0f;
+        EACH_E {
+            sr[e] += d * kr[e];
+            row[lane + 32 * e] = sr[e];
+            oo += sr[e] * qr[e];
+        }
+        oo = warp_sum(oo);
+        if (lane == 0) o[(i64)h * sd + j0 + r] = oo * oscale;
+    }
 }
 
 // The gated output norm of (V-head blockIdx.x, token blockIdx.y): out = rms_norm(o)·w ⊙ silu(z).

@@ -101,6 +101,56 @@ struct DevLayer {
     post_norm: DevBuf,
     mixer: DevMixer,
     ffn: DevFfn,
+    /// The q8 activations each input of the layer's decode products takes.
+    kinds: LayerKinds,
+}
+
+/// Which q8 activations an input's row-by-row products take: q8_K (some consumer a k-quant),
+/// q8_0 (some consumer a Q8_0 matrix big enough that quantizing its input pays; smaller Q8_0
+/// consumers take the f32 input).
+#[derive(Clone, Copy, Debug, Default)]
+struct Kinds {
+    k: bool,
+    z: bool,
+}
+
+impl Kinds {
+    fn of(mats: &[&DevMat]) -> Kinds {
+        let k = mats.iter().any(|m| matches!(m.ty, 12..=14));
+        let z = mats.iter().any(|m| m.ty == GgmlType::Q8_0.id() as i32 && m.rows * m.cols >= 1 << 20);
+        Kinds { k, z }
+    }
+}
+
+/// A layer's inputs: the mixer's (xn), its output's, the FFN's (xn), the FFN's or experts'
+/// hidden rows, the shared expert's hidden rows.
+#[derive(Clone, Copy, Debug, Default)]
+struct LayerKinds {
+    mix_in: Kinds,
+    mix_out: Kinds,
+    ffn_in: Kinds,
+    ffn_mid: Kinds,
+    shared_mid: Kinds,
+}
+
+impl LayerKinds {
+    fn of(mixer: &DevMixer, ffn: &DevFfn) -> LayerKinds {
+        let (mix_in, mix_out) = match mixer {
+            DevMixer::Delta(w) => (Kinds::of(&[&w.qkv, &w.z, &w.beta, &w.alpha]), Kinds::of(&[&w.out])),
+            DevMixer::Attn(w) => (Kinds::of(&[&w.q, &w.k, &w.v]), Kinds::of(&[&w.o])),
+        };
+        let (ffn_in, ffn_mid, shared_mid) = match ffn {
+            DevFfn::Dense(w) => (Kinds::of(&[&w.gate, &w.up]), Kinds::of(&[&w.down]), Kinds::default()),
+            DevFfn::Moe(w) => {
+                let mut ins = vec![&w.router, &w.experts.gate, &w.experts.up];
+                if let Some(s) = &w.shared {
+                    ins.extend([&s.gate, &s.up]);
+                }
+                (Kinds::of(&ins), Kinds::of(&[&w.experts.down]), w.shared.as_ref().map_or(Kinds::default(), |s| Kinds::of(&[&s.down])))
+            }
+        };
+        LayerKinds { mix_in, mix_out, ffn_in, ffn_mid, shared_mid }
+    }
 }
 
 /// The activations of a pass, rows for up to `ubatch` tokens.
@@ -200,9 +250,8 @@ pub struct CudaModel {
     sc: Scratch,
     graph: Option<CudaGraph>,
     use_graph: bool,
-    /// Whether some weight takes q8_K activations (a k-quant) / q8_0 ones (Q8_0).
-    q8_k: bool,
-    q8_z: bool,
+    /// The q8 activations the lm head takes.
+    head_kinds: Kinds,
     /// Tokens a prefill pass takes (the scratch's rows).
     ubatch: usize,
     pos: usize,
@@ -369,7 +418,7 @@ impl CudaModel {
             norm_w,
             w_scale,
         };
-        let up = Uploader { gpu: &gpu, file, kinds: std::cell::Cell::new((false, false)) };
+        let up = Uploader { gpu: &gpu, file };
         let mut layers = Vec::with_capacity(net.layers.len());
         for (il, l) in net.layers.iter().enumerate() {
             let mixer = match &l.mixer {
@@ -421,7 +470,8 @@ impl CudaModel {
                     })
                 }
             };
-            layers.push(DevLayer { attn_norm: gpu.upload_f32(&l.attn_norm)?, post_norm: gpu.upload_f32(&l.post_attn_norm)?, mixer, ffn });
+            let kinds = LayerKinds::of(&mixer, &ffn);
+            layers.push(DevLayer { attn_norm: gpu.upload_f32(&l.attn_norm)?, post_norm: gpu.upload_f32(&l.post_attn_norm)?, mixer, ffn, kinds });
         }
         let still =
             att.rope_sections.map(|s| xwen_engine::ops::imrope_text_still(s, att.n_rot).iter().map(|&b| b as i32).collect::<Vec<i32>>()).map(|v| gpu.upload_i32(&v)).transpose()?;
@@ -482,13 +532,12 @@ impl CudaModel {
             token: f(1)?,
         };
         let output = up.mat(&net.output)?;
-        let (q8_k, q8_z) = up.kinds.get();
+        let head_kinds = Kinds::of(&[&output]);
         let model = CudaModel {
             tok_embd: up.mat(&net.tok_embd)?,
             output_norm: gpu.upload_f32(&net.output_norm)?,
             output,
-            q8_k,
-            q8_z,
+            head_kinds,
             layers,
             still,
             sc,
@@ -640,25 +689,26 @@ impl CudaModel {
             ],
         )?;
         for l in &self.layers {
-            let xn = self.rms_norm(sc.x.ptr, l.attn_norm.ptr, n, self.decode_rows(n))?;
+            let kinds = &l.kinds;
+            let xn = self.rms_norm(sc.x.ptr, l.attn_norm.ptr, n, self.decode_rows(n), kinds.mix_in)?;
             match &l.mixer {
-                DevMixer::Delta(w) => self.delta(w, xn, n)?,
-                DevMixer::Attn(w) => self.attention(w, xn, n)?,
+                DevMixer::Delta(w) => self.delta(w, xn, kinds.mix_out, n)?,
+                DevMixer::Attn(w) => self.attention(w, xn, kinds.mix_out, n)?,
             }
             let moe_rows = matches!(l.ffn, DevFfn::Moe(_)) && !self.grouped_experts(n);
-            let xn = self.rms_norm(sc.x.ptr, l.post_norm.ptr, n, self.decode_rows(n) || moe_rows)?;
+            let xn = self.rms_norm(sc.x.ptr, l.post_norm.ptr, n, self.decode_rows(n) || moe_rows, kinds.ffn_in)?;
             match &l.ffn {
                 DevFfn::Dense(w) => {
                     self.glu(w, xn, sc.ffn_h.ptr, n)?;
-                    let hin = self.input(sc.ffn_h.ptr, w.down.cols, n, self.decode_rows(n))?;
+                    let hin = self.input(sc.ffn_h.ptr, w.down.cols, n, self.decode_rows(n), kinds.ffn_mid)?;
                     self.proj(&w.down, hin, sc.x.ptr, Some(sc.x.ptr), n)?;
                 }
-                DevFfn::Moe(w) => self.moe(w, xn, n)?,
+                DevFfn::Moe(w) => self.moe(w, xn, kinds, n)?,
             }
         }
         // the head reads the last token only
         let last = sc.x.at((n - 1) * h * 4);
-        let xn = self.rms_norm(last, self.output_norm.ptr, 1, true)?;
+        let xn = self.rms_norm(last, self.output_norm.ptr, 1, true, self.head_kinds)?;
         self.proj(&self.output, xn, sc.logits.ptr, None, 1)?;
         g.launch("argmax", (1, 1), 1024, 0, &[Arg::Ptr(sc.logits.ptr), Arg::I32(d.n_vocab as i32), Arg::Ptr(sc.token.ptr)])
     }
@@ -677,9 +727,9 @@ impl CudaModel {
 
     /// RMSNorm of `n` rows of the hidden width into xn; for row-by-row products (`rows`), xn
     /// quantized as their weights need; for a cuBLAS pass, xn in f16 once for all its products.
-    fn rms_norm(&self, x: u64, w: u64, n: usize, rows: bool) -> Result<In> {
+    fn rms_norm(&self, x: u64, w: u64, n: usize, rows: bool, kinds: Kinds) -> Result<In> {
         let (sc, hd) = (&self.sc, self.d.hidden);
-        let fused = rows && self.q8_k && hd % 256 == 0;
+        let fused = rows && kinds.k && hd % 256 == 0;
         let (yq, yd) = if fused { (sc.xq_n.ptr, sc.xd_n.ptr) } else { (0, 0) };
         self.gpu.launch(
             "rms_norm",
@@ -693,7 +743,7 @@ impl CudaModel {
             q.qk = sc.xq_n.ptr;
             q.dk = sc.xd_n.ptr;
         }
-        if rows && self.q8_z && hd % 32 == 0 {
+        if rows && kinds.z && hd % 32 == 0 {
             self.quant(sc.xn.ptr, hd, n, 1, sc.xq_nz.ptr, sc.xd_nz.ptr)?;
             q.qz = sc.xq_nz.ptr;
             q.dz = sc.xd_nz.ptr;
@@ -707,15 +757,15 @@ impl CudaModel {
     }
 
     /// An input other than xn (`rows` rows of `cols` values at x), quantized where `rows_path`.
-    fn input(&self, x: u64, cols: usize, rows: usize, rows_path: bool) -> Result<In> {
+    fn input(&self, x: u64, cols: usize, rows: usize, rows_path: bool, kinds: Kinds) -> Result<In> {
         let sc = &self.sc;
         let mut q = Q8::default();
-        if rows_path && self.q8_k && cols % 256 == 0 {
+        if rows_path && kinds.k && cols % 256 == 0 {
             self.quant(x, cols, rows, 0, sc.xq_b.ptr, sc.xd_b.ptr)?;
             q.qk = sc.xq_b.ptr;
             q.dk = sc.xd_b.ptr;
         }
-        if rows_path && self.q8_z && cols % 32 == 0 {
+        if rows_path && kinds.z && cols % 32 == 0 {
             self.quant(x, cols, rows, 1, sc.xq_bz.ptr, sc.xd_bz.ptr)?;
             q.qz = sc.xq_bz.ptr;
             q.dz = sc.xd_bz.ptr;
@@ -846,7 +896,7 @@ impl CudaModel {
         )
     }
 
-    fn delta(&self, w: &DeltaLayer, x: In, n: usize) -> Result<()> {
+    fn delta(&self, w: &DeltaLayer, x: In, out_kinds: Kinds, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         if n == 1 {
             self.proj_many(&[(&w.qkv, sc.qkv.ptr), (&w.z, sc.z.ptr), (&w.beta, sc.beta.ptr), (&w.alpha, sc.alpha.ptr)], x)?;
@@ -879,14 +929,38 @@ impl CudaModel {
                 &[Arg::Ptr(sc.qkv.ptr), Arg::Ptr(w.conv_state.ptr), Arg::I32(cd as i32), Arg::I32(d.conv_kernel as i32), Arg::I32(n as i32)],
             )?;
         }
-        self.delta_scan(w, n)
+        self.delta_scan(w, out_kinds, n)
     }
 
     /// The scan of a pass (a decode step too): gates and normed q / k per token, then S's rows
     /// spread over blocks (8 a block, in registers through the pass), then the output norms;
     /// the out projection. (delta_step, one block a head, is its single-kernel reference.)
-    fn delta_scan(&self, w: &DeltaLayer, n: usize) -> Result<()> {
+    fn delta_scan(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        if n == 1 {
+            // a decode step: the gates and norms inside the rows' kernel
+            g.launch(
+                "delta_step_rows",
+                (d.hv as u32, d.sd.div_ceil(8) as u32),
+                128,
+                0,
+                &[
+                    Arg::Ptr(sc.conv.ptr),
+                    Arg::Ptr(sc.beta.ptr),
+                    Arg::Ptr(sc.alpha.ptr),
+                    Arg::Ptr(w.dt_bias.ptr),
+                    Arg::Ptr(w.a.ptr),
+                    Arg::Ptr(w.s.ptr),
+                    Arg::Ptr(sc.o_raw.ptr),
+                    Arg::I32(d.hk as i32),
+                    Arg::I32(d.hv as i32),
+                    Arg::I32(d.sd as i32),
+                    Arg::I32(d.tiled as i32),
+                    Arg::F32(d.eps),
+                ],
+            )?;
+            return self.delta_finish(w, out_kinds, n);
+        }
         g.launch(
             "delta_prep",
             (d.hk as u32, n as u32),
@@ -927,6 +1001,12 @@ impl CudaModel {
                 Arg::I32(n as i32),
             ],
         )?;
+        self.delta_finish(w, out_kinds, n)
+    }
+
+    /// The scan's gated output norms, then the out projection (and its residual).
+    fn delta_finish(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize) -> Result<()> {
+        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         g.launch(
             "delta_out",
             (d.hv as u32, n as u32),
@@ -934,11 +1014,11 @@ impl CudaModel {
             0,
             &[Arg::Ptr(sc.o_raw.ptr), Arg::Ptr(sc.z.ptr), Arg::Ptr(w.norm.ptr), Arg::Ptr(sc.delta_o.ptr), Arg::I32(d.hv as i32), Arg::I32(d.sd as i32), Arg::F32(d.eps)],
         )?;
-        let o = self.input(sc.delta_o.ptr, w.out.cols, n, self.decode_rows(n))?;
+        let o = self.input(sc.delta_o.ptr, w.out.cols, n, self.decode_rows(n), out_kinds)?;
         self.proj(&w.out, o, sc.x.ptr, Some(sc.x.ptr), n)
     }
 
-    fn attention(&self, w: &AttnLayer, x: In, n: usize) -> Result<()> {
+    fn attention(&self, w: &AttnLayer, x: In, out_kinds: Kinds, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         if n == 1 {
             self.proj_many(&[(&w.q, sc.qg.ptr), (&w.k, sc.k.ptr), (&w.v, sc.v.ptr)], x)?;
@@ -997,42 +1077,42 @@ impl CudaModel {
             0,
             &[Arg::Ptr(sc.part_o.ptr), Arg::Ptr(sc.part_ml.ptr), Arg::Ptr(sc.qg.ptr), Arg::Ptr(sc.attn_o.ptr), Arg::I32(d.hd as i32), Arg::I32(d.n_split as i32)],
         )?;
-        let o = self.input(sc.attn_o.ptr, w.o.cols, n, self.decode_rows(n))?;
+        let o = self.input(sc.attn_o.ptr, w.o.cols, n, self.decode_rows(n), out_kinds)?;
         self.proj(&w.o, o, sc.x.ptr, Some(sc.x.ptr), n)
     }
 
-    fn moe(&self, w: &MoeLayer, x: In, n: usize) -> Result<()> {
+    fn moe(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
         self.proj(&w.router, x, sc.router.ptr, None, n)?;
-        g.launch(
-            "moe_route",
-            (n as u32, 1),
-            256,
-            (d.n_expert * 4) as u32,
-            &[
-                Arg::Ptr(sc.router.ptr),
-                Arg::I32(d.n_expert as i32),
-                Arg::I32(k as i32),
-                Arg::I32(d.norm_w as i32),
-                Arg::F32(d.w_scale),
-                Arg::Ptr(sc.ids.ptr),
-                Arg::Ptr(sc.weights.ptr),
-            ],
-        )?;
+        let route_args = [
+            Arg::Ptr(sc.router.ptr),
+            Arg::I32(d.n_expert as i32),
+            Arg::I32(k as i32),
+            Arg::I32(d.norm_w as i32),
+            Arg::F32(d.w_scale),
+            Arg::Ptr(sc.ids.ptr),
+            Arg::Ptr(sc.weights.ptr),
+        ];
+        if d.n_expert <= 512 && k <= 32 {
+            // a warp a token, the experts' probabilities in registers
+            g.launch("moe_route_warp", (n as u32, 1), 32, 0, &route_args)?;
+        } else {
+            g.launch("moe_route", (n as u32, 1), 256, (d.n_expert * 4) as u32, &route_args)?;
+        }
         if self.grouped_experts(n) {
             self.experts_grouped(&w.experts, n)?;
         } else {
             // every (token, slot) its expert's products: a token's k slots read its row of xn
             mv_glu(g, &w.experts, Some(sc.ids.ptr), x, h, k, sc.ffn_h.ptr, eff, n * k)?;
-            let hin = self.input(sc.ffn_h.ptr, eff, n * k, true)?;
+            let hin = self.input(sc.ffn_h.ptr, eff, n * k, true, kinds.ffn_mid)?;
             mv(g, &w.experts.down, Some(sc.ids.ptr), hin, eff, 1, sc.ys.ptr, h, None, n * k)?;
         }
         let mut shared = 0u64;
         let mut sg = 0u64;
         if let Some(s) = &w.shared {
             self.glu(s, x, sc.sh_h.ptr, n)?;
-            let hin = self.input(sc.sh_h.ptr, s.down.cols, n, self.decode_rows(n))?;
+            let hin = self.input(sc.sh_h.ptr, s.down.cols, n, self.decode_rows(n), kinds.shared_mid)?;
             self.proj(&s.down, hin, sc.sh_y.ptr, None, n)?;
             shared = sc.sh_y.ptr;
             if let Some(gate) = &w.shared_gate {
@@ -1218,8 +1298,6 @@ fn mv_glu(g: &Gpu, w: &Glu, ids: Option<u64>, x: In, x_stride: usize, x_div: usi
 struct Uploader<'a> {
     gpu: &'a Gpu,
     file: &'a GgufFile,
-    /// The activation kinds the uploaded products take: (q8_K, q8_0).
-    kinds: std::cell::Cell<(bool, bool)>,
 }
 
 impl Uploader<'_> {
@@ -1230,8 +1308,6 @@ impl Uploader<'_> {
             // the products read activations four floats at a time
             return Err(CudaError::Unsupported(format!("{}: {} columns (the CUDA products take multiples of 4)", m.info.name, m.cols)));
         }
-        let (k, z) = self.kinds.get();
-        self.kinds.set((k || matches!(m.ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K), z || m.ty == GgmlType::Q8_0));
         let data = crate::layout::device_layout(m.ty, self.file.tensor_data(&m.info));
         Ok(DevMat { buf: self.gpu.upload(&data)?, ty, rows: m.rows, cols: m.cols, row_bytes: crate::layout::device_row_bytes(m.ty, m.cols) })
     }

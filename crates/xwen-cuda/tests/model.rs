@@ -38,7 +38,8 @@ fn models() -> Vec<(PathBuf, f64)> {
         add(shared.join(f));
     }
     if let Ok(dir) = std::env::var("XWEN_GPU_MODELS") {
-        let mut extra: Vec<PathBuf> = std::fs::read_dir(dir).expect("XWEN_GPU_MODELS").filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "gguf")).collect();
+        let mut extra: Vec<PathBuf> =
+            std::fs::read_dir(dir).expect("XWEN_GPU_MODELS").filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "gguf")).collect();
         extra.sort();
         extra.into_iter().for_each(&mut add);
     }

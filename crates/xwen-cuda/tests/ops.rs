@@ -120,22 +120,19 @@ fn the_router_picks_the_cpus_experts_and_weights() {
     for &(n_expert, k) in &[(8usize, 2usize), (64, 8), (256, 8), (512, 10)] {
         let logits: Vec<f32> = noise(n_expert, n_expert as u64 * 3).iter().map(|v| v * 4.0).collect();
         let (ld, idd, wd) = (g.upload_f32(&logits).unwrap(), g.zeros(k * 4).unwrap(), g.zeros(k * 4).unwrap());
-        g.launch(
-            "moe_route",
-            (1, 1),
-            256,
-            (n_expert * 4) as u32,
-            &[Arg::Ptr(ld.ptr), Arg::I32(n_expert as i32), Arg::I32(k as i32), Arg::I32(1), Arg::F32(1.0), Arg::Ptr(idd.ptr), Arg::Ptr(wd.ptr)],
-        )
-        .unwrap();
-        let ids = g.read_i32(&idd, k).unwrap();
-        let w = g.read_f32(&wd, k).unwrap();
-        let want = xwen_engine::backend::moe_route::route(&logits, k);
-        assert_eq!(ids.iter().map(|&i| i as usize).collect::<Vec<_>>(), want.experts, "{n_expert} experts, top {k}");
-        for (a, b) in w.iter().zip(&want.weights) {
-            assert!((a - b).abs() <= 1e-6 * b.abs().max(1e-3), "weights {w:?} vs {:?}", want.weights);
+        let args = [Arg::Ptr(ld.ptr), Arg::I32(n_expert as i32), Arg::I32(k as i32), Arg::I32(1), Arg::F32(1.0), Arg::Ptr(idd.ptr), Arg::Ptr(wd.ptr)];
+        // the block kernel, and the one-warp kernel decode uses up to 512 experts
+        for (kernel, block, smem) in [("moe_route", 256u32, (n_expert * 4) as u32), ("moe_route_warp", 32, 0)] {
+            g.launch(kernel, (1, 1), block, smem, &args).unwrap();
+            let ids = g.read_i32(&idd, k).unwrap();
+            let w = g.read_f32(&wd, k).unwrap();
+            let want = xwen_engine::backend::moe_route::route(&logits, k);
+            assert_eq!(ids.iter().map(|&i| i as usize).collect::<Vec<_>>(), want.experts, "{kernel}: {n_expert} experts, top {k}");
+            for (a, b) in w.iter().zip(&want.weights) {
+                assert!((a - b).abs() <= 1e-6 * b.abs().max(1e-3), "{kernel}: weights {w:?} vs {:?}", want.weights);
+            }
+            println!("{kernel} {n_expert}/{k}: same experts, weights within 1e-6");
         }
-        println!("moe_route {n_expert}/{k}: same experts, weights within 1e-6");
     }
 }
 
@@ -579,6 +576,42 @@ fn the_prompt_scan_follows_the_token_steps() {
         let worst_s = st1.iter().zip(&st2).map(|(a, b)| (a - b).abs() as f64).fold(0.0, f64::max);
         println!("delta scan hk {hk} hv {hv} sd {sd} tiled {tiled} n {n}: outputs within {worst:.2e}, states within {worst_s:.2e} of the token steps");
         assert!(worst < 1e-5 && worst_s < 1e-5, "scan vs steps: {worst} / {worst_s}");
+        // decode's one-launch scan (delta_step_rows, then delta_out) token after token
+        let mut s3 = g.zeros(hv * sd * sd * 4).unwrap();
+        g.zero(&mut s3).unwrap();
+        let (o3, out3) = (g.zeros(hv * sd * 4).unwrap(), g.zeros(hv * sd * 4).unwrap());
+        let mut got3 = Vec::new();
+        for t in 0..n {
+            let at = |b: &xwen_cuda::gpu::DevBuf, w: usize| Arg::Ptr(b.at(t * w * 4));
+            let step_args = [
+                at(&cvd, cd),
+                at(&bd, hv),
+                at(&ald, hv),
+                Arg::Ptr(dtd.ptr),
+                Arg::Ptr(ad.ptr),
+                Arg::Ptr(s3.ptr),
+                Arg::Ptr(o3.ptr),
+                Arg::I32(hk as i32),
+                Arg::I32(hv as i32),
+                Arg::I32(sd as i32),
+                Arg::I32(tiled as i32),
+                Arg::F32(eps),
+            ];
+            g.launch("delta_step_rows", (hv as u32, sd.div_ceil(8) as u32), 128, 0, &step_args).unwrap();
+            g.launch(
+                "delta_out",
+                (hv as u32, 1),
+                128,
+                0,
+                &[Arg::Ptr(o3.ptr), at(&zd, hv * sd), Arg::Ptr(wd.ptr), Arg::Ptr(out3.ptr), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(eps)],
+            )
+            .unwrap();
+            got3.extend(g.read_f32(&out3, hv * sd).unwrap());
+        }
+        let st3 = g.read_f32(&s3, hv * sd * sd).unwrap();
+        let same = got3.iter().zip(&got).all(|(a, b)| a.to_bits() == b.to_bits()) && st3.iter().zip(&st2).all(|(a, b)| a.to_bits() == b.to_bits());
+        println!("delta_step_rows hk {hk} hv {hv} sd {sd} tiled {tiled} n {n}: {} the pass's outputs and state", if same { "bit for bit" } else { "differs from" });
+        assert!(same, "the decode scan differs from the pass's");
     }
 }
 
