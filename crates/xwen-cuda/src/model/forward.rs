@@ -1,0 +1,628 @@
+//! A pass of the model as kernel launches: what the decode graph captures at one token and
+//! a prefill pass enqueues at up to `ubatch`, layer by layer (models/hybrid.rs's order), and
+//! which kernel each product takes (row by row on q8 activations, cuBLAS, tensor cores,
+//! grouped experts).
+
+use super::*;
+
+impl CudaModel {
+    /// Enqueues a pass of `n` tokens (what the decode graph captures at n = 1).
+    pub(super) fn record(&self, n: usize) -> Result<()> {
+        let g = &self.gpu;
+        let d = &self.d;
+        let sc = &self.sc;
+        let h = d.hidden;
+        g.launch(
+            "embed",
+            (h.div_ceil(256) as u32, n as u32),
+            256,
+            0,
+            &[
+                Arg::Ptr(self.tok_embd.buf.ptr),
+                Arg::I32(self.tok_embd.ty),
+                Arg::I32(h as i32),
+                Arg::I64(self.tok_embd.row_bytes as i64),
+                Arg::Ptr(sc.step.at(4)),
+                Arg::Ptr(sc.x.ptr),
+            ],
+        )?;
+        for l in &self.layers {
+            let kinds = &l.kinds;
+            let xn = self.rms_norm(sc.x.ptr, l.attn_norm.ptr, n, self.decode_rows(n), kinds.mix_in)?;
+            match &l.mixer {
+                DevMixer::Delta(w) => self.delta(w, xn, kinds.mix_out, n)?,
+                DevMixer::Attn(w) => self.attention(w, xn, kinds.mix_out, n)?,
+            }
+            let moe_rows = matches!(l.ffn, DevFfn::Moe(_)) && !self.grouped_experts(n);
+            let xn = self.rms_norm(sc.x.ptr, l.post_norm.ptr, n, self.decode_rows(n) || moe_rows, kinds.ffn_in)?;
+            match &l.ffn {
+                DevFfn::Dense(w) => {
+                    self.glu(w, xn, sc.ffn_h.ptr, n)?;
+                    let hin = self.input(sc.ffn_h.ptr, w.down.cols, n, self.decode_rows(n), kinds.ffn_mid)?;
+                    self.proj(&w.down, hin, sc.x.ptr, Some(sc.x.ptr), n)?;
+                }
+                DevFfn::Moe(w) => self.moe(w, xn, kinds, n)?,
+            }
+        }
+        // the head reads the last token only
+        let last = sc.x.at((n - 1) * h * 4);
+        let xn = self.rms_norm(last, self.output_norm.ptr, 1, true, self.head_kinds)?;
+        self.proj(&self.output, xn, sc.logits.ptr, None, 1)?;
+        g.launch("argmax", (1, 1), 1024, 0, &[Arg::Ptr(sc.logits.ptr), Arg::I32(d.n_vocab as i32), Arg::Ptr(sc.token.ptr)])
+    }
+
+    /// Whether a pass of n tokens multiplies row by row (the decode products, on q8 inputs).
+    fn decode_rows(&self, n: usize) -> bool {
+        n == 1
+    }
+
+    /// Whether a pass's routed experts run grouped per expert on tensor cores (mm_ex): prompt
+    /// passes whose slots fit moe_sort's shared memory and whose expert widths are whole chunks.
+    fn grouped_experts(&self, n: usize) -> bool {
+        let d = &self.d;
+        n > 1 && d.hidden % 128 == 0 && d.expert_ff % 128 == 0 && d.n_expert * 8 <= 48 << 10
+    }
+
+    /// RMSNorm of `n` rows of the hidden width into xn; for row-by-row products (`rows`), xn
+    /// quantized as their weights need; for a cuBLAS pass, xn in f16 once for all its products.
+    fn rms_norm(&self, x: u64, w: u64, n: usize, rows: bool, kinds: Kinds) -> Result<In> {
+        let (sc, hd) = (&self.sc, self.d.hidden);
+        let fused = rows && kinds.k && hd % 256 == 0;
+        let (yq, yd) = if fused { (sc.xq_n.ptr, sc.xd_n.ptr) } else { (0, 0) };
+        self.gpu.launch(
+            "rms_norm",
+            (n as u32, 1),
+            1024,
+            0,
+            &[Arg::Ptr(x), Arg::Ptr(w), Arg::Ptr(sc.xn.ptr), Arg::I32(hd as i32), Arg::F32(self.d.eps), Arg::Ptr(yq), Arg::Ptr(yd)],
+        )?;
+        let mut q = Q8::default();
+        if fused {
+            q.qk = sc.xq_n.ptr;
+            q.dk = sc.xd_n.ptr;
+        }
+        if rows && kinds.z && hd % 32 == 0 {
+            self.quant(sc.xn.ptr, hd, n, 1, sc.xq_nz.ptr, sc.xd_nz.ptr)?;
+            q.qz = sc.xq_nz.ptr;
+            q.dz = sc.xd_nz.ptr;
+        }
+        let mut f16 = 0;
+        if !rows && n >= BLAS_MIN_TOKENS && self.gpu.blas.is_some() {
+            self.to_f16(sc.xn.ptr, hd, n, sc.xn_f16.ptr)?;
+            f16 = sc.xn_f16.ptr;
+        }
+        Ok(In { f: sc.xn.ptr, q, f16 })
+    }
+
+    /// An input other than xn (`rows` rows of `cols` values at x), quantized where `rows_path`.
+    fn input(&self, x: u64, cols: usize, rows: usize, rows_path: bool, kinds: Kinds) -> Result<In> {
+        let sc = &self.sc;
+        let mut q = Q8::default();
+        if rows_path && kinds.k && cols % 256 == 0 {
+            self.quant(x, cols, rows, 0, sc.xq_b.ptr, sc.xd_b.ptr)?;
+            q.qk = sc.xq_b.ptr;
+            q.dk = sc.xd_b.ptr;
+        }
+        if rows_path && kinds.z && cols % 32 == 0 {
+            self.quant(x, cols, rows, 1, sc.xq_bz.ptr, sc.xd_bz.ptr)?;
+            q.qz = sc.xq_bz.ptr;
+            q.dz = sc.xd_bz.ptr;
+        }
+        Ok(In { f: x, q, f16: 0 })
+    }
+
+    fn quant(&self, x: u64, cols: usize, rows: usize, kind: i32, xq: u64, xd: u64) -> Result<()> {
+        let per_warp = if kind == 0 { 256 } else { 32 };
+        self.gpu.launch(
+            "quant_q8",
+            ((cols / per_warp).div_ceil(8) as u32, rows as u32),
+            256,
+            0,
+            &[Arg::Ptr(x), Arg::I32(cols as i32), Arg::I64(cols as i64), Arg::Ptr(xq), Arg::Ptr(xd), Arg::I32(kind)],
+        )
+    }
+
+    fn to_f16(&self, x: u64, cols: usize, n: usize, out: u64) -> Result<()> {
+        let vals = n * cols;
+        self.gpu.launch("to_f16", (vals.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(x), Arg::I32(cols as i32), Arg::I64(cols as i64), Arg::I32(n as i32), Arg::Ptr(out)])
+    }
+
+    /// y[t] = W·x[t] (+ res[t]) for n rows of x (as wide as W), y rows as wide as W is tall.
+    /// res, where given, is y (a residual added in place).
+    fn proj(&self, w: &DevMat, x: In, y: u64, res: Option<u64>, n: usize) -> Result<()> {
+        if n == 1 {
+            return mv(&self.gpu, w, None, x, w.cols, 1, y, 0, res, 1);
+        }
+        if let Some(blas) = &self.gpu.blas {
+            if n >= BLAS_MIN_TOKENS && res.is_none_or(|r| r == y) {
+                return self.proj_blas(blas, w, x, y, res.is_some(), n);
+            }
+        }
+        // mm_tc and mm take the same arguments; they differ in tile shape
+        let (kernel, grid) = if n >= TC_MIN_TOKENS && w.cols % 128 == 0 {
+            ("mm_tc", (w.rows.div_ceil(64) as u32, n.div_ceil(64) as u32))
+        } else {
+            ("mm", (w.rows.div_ceil(MV_WARPS) as u32, n.div_ceil(MM_T) as u32))
+        };
+        self.gpu.launch(
+            kernel,
+            grid,
+            (32 * MV_WARPS) as u32,
+            0,
+            &[
+                Arg::Ptr(w.buf.ptr),
+                Arg::I32(w.ty),
+                Arg::I32(w.rows as i32),
+                Arg::I32(w.cols as i32),
+                Arg::I64(w.row_bytes as i64),
+                Arg::Ptr(x.f),
+                Arg::I64(w.cols as i64),
+                Arg::I32(n as i32),
+                Arg::Ptr(y),
+                Arg::I64(w.rows as i64),
+                Arg::Ptr(res.unwrap_or(0)),
+            ],
+        )
+    }
+
+    /// Up to four row-by-row products of one input in one launch (`mv4`).
+    fn proj_many(&self, parts: &[(&DevMat, u64)], x: In) -> Result<()> {
+        let total: usize = parts.iter().map(|(m, _)| m.rows).sum();
+        let mut args = vec![Arg::I32(parts[0].0.cols as i32), Arg::Ptr(x.f), Arg::Ptr(x.q.qk), Arg::Ptr(x.q.dk), Arg::Ptr(x.q.qz), Arg::Ptr(x.q.dz)];
+        for i in 0..4 {
+            match parts.get(i) {
+                Some((m, y)) => args.extend([Arg::Ptr(m.buf.ptr), Arg::I32(m.ty), Arg::I32(m.rows as i32), Arg::I64(m.row_bytes as i64), Arg::Ptr(*y)]),
+                None => args.extend([Arg::Ptr(0), Arg::I32(0), Arg::I32(0), Arg::I64(0), Arg::Ptr(0)]),
+            }
+        }
+        self.gpu.launch("mv4", (total.div_ceil(MV_WARPS) as u32, 1), (32 * MV_WARPS) as u32, 0, &args)
+    }
+
+    /// A prompt product through cuBLAS: W to f16 rows, x to f16 (unless the input already is),
+    /// one GEMM (+= y where `accumulate`).
+    fn proj_blas(&self, blas: &crate::blas::Blas, w: &DevMat, x: In, y: u64, accumulate: bool, n: usize) -> Result<()> {
+        let (g, sc) = (&self.gpu, &self.sc);
+        let units = w.rows * units_per_row(w.ty, w.cols);
+        g.launch(
+            "dequant_f16",
+            (units.div_ceil(256) as u32, 1),
+            256,
+            0,
+            &[Arg::Ptr(w.buf.ptr), Arg::I32(w.ty), Arg::I32(w.rows as i32), Arg::I32(w.cols as i32), Arg::I64(w.row_bytes as i64), Arg::Ptr(sc.w_f16.ptr)],
+        )?;
+        let xh = if x.f16 != 0 {
+            x.f16
+        } else {
+            self.to_f16(x.f, w.cols, n, sc.x_f16.ptr)?;
+            sc.x_f16.ptr
+        };
+        blas.gemm_tn(w.rows, n, w.cols, sc.w_f16.ptr, w.cols, xh, w.cols, y, w.rows, accumulate)
+    }
+
+    /// h[t] = silu(gate·x[t]) ⊙ (up·x[t]) for n rows.
+    fn glu(&self, w: &Glu, x: In, h: u64, n: usize) -> Result<()> {
+        let (gm, um) = (&w.gate, &w.up);
+        if n >= TC_MIN_TOKENS && (gm.cols % 128 == 0 || self.gpu.blas.is_some()) {
+            // two tensor-core products, then the activation
+            let u = self.sc.ffn_u.ptr;
+            self.proj(gm, x, h, None, n)?;
+            self.proj(um, x, u, None, n)?;
+            let len = n * gm.rows;
+            return self.gpu.launch("silu_mul", (len.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(h), Arg::Ptr(u), Arg::I64(len as i64)]);
+        }
+        if n == 1 || gm.ty != um.ty || gm.row_bytes != um.row_bytes {
+            return mv_glu(&self.gpu, w, None, x, gm.cols, 1, h, gm.rows, n);
+        }
+        self.gpu.launch(
+            "mm_glu",
+            (gm.rows.div_ceil(MV_WARPS) as u32, n.div_ceil(MM_T) as u32),
+            (32 * MV_WARPS) as u32,
+            0,
+            &[
+                Arg::Ptr(gm.buf.ptr),
+                Arg::Ptr(um.buf.ptr),
+                Arg::I32(gm.ty),
+                Arg::I32(gm.rows as i32),
+                Arg::I32(gm.cols as i32),
+                Arg::I64(gm.row_bytes as i64),
+                Arg::Ptr(x.f),
+                Arg::I64(gm.cols as i64),
+                Arg::I32(n as i32),
+                Arg::Ptr(h),
+                Arg::I64(gm.rows as i64),
+            ],
+        )
+    }
+
+    fn delta(&self, w: &DeltaLayer, x: In, out_kinds: Kinds, n: usize) -> Result<()> {
+        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        if n == 1 {
+            self.proj_many(&[(&w.qkv, sc.qkv.ptr), (&w.z, sc.z.ptr), (&w.beta, sc.beta.ptr), (&w.alpha, sc.alpha.ptr)], x)?;
+        } else {
+            self.proj(&w.qkv, x, sc.qkv.ptr, None, n)?;
+            self.proj(&w.z, x, sc.z.ptr, None, n)?;
+            self.proj(&w.beta, x, sc.beta.ptr, None, n)?;
+            self.proj(&w.alpha, x, sc.alpha.ptr, None, n)?;
+        }
+        let cd = w.qkv.rows;
+        let conv_args = [
+            Arg::Ptr(sc.qkv.ptr),
+            Arg::Ptr(w.conv_state.ptr),
+            Arg::Ptr(w.taps.ptr),
+            Arg::Ptr(sc.conv.ptr),
+            Arg::I32(cd as i32),
+            Arg::I32(d.conv_kernel as i32),
+            Arg::I32(n as i32),
+        ];
+        if n == 1 {
+            g.launch("conv_step", (cd.div_ceil(256) as u32, 1), 256, 0, &conv_args)?;
+        } else {
+            // every (token, channel) at once, then the state moved on
+            g.launch("conv_prompt", ((n * cd).div_ceil(256) as u32, 1), 256, 0, &conv_args)?;
+            g.launch(
+                "conv_shift",
+                (cd.div_ceil(256) as u32, 1),
+                256,
+                0,
+                &[Arg::Ptr(sc.qkv.ptr), Arg::Ptr(w.conv_state.ptr), Arg::I32(cd as i32), Arg::I32(d.conv_kernel as i32), Arg::I32(n as i32)],
+            )?;
+        }
+        self.delta_scan(w, out_kinds, n)
+    }
+
+    /// The scan of a pass (a decode step too): gates and normed q / k per token, then S's rows
+    /// spread over blocks (8 a block, in registers through the pass), then the output norms;
+    /// the out projection. (delta_step, one block a head, is its single-kernel reference.)
+    fn delta_scan(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize) -> Result<()> {
+        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        if n == 1 {
+            // a decode step: the gates and norms inside the rows' kernel
+            g.launch(
+                "delta_step_rows",
+                (d.hv as u32, d.sd.div_ceil(8) as u32),
+                128,
+                0,
+                &[
+                    Arg::Ptr(sc.conv.ptr),
+                    Arg::Ptr(sc.beta.ptr),
+                    Arg::Ptr(sc.alpha.ptr),
+                    Arg::Ptr(w.dt_bias.ptr),
+                    Arg::Ptr(w.a.ptr),
+                    Arg::Ptr(w.s.ptr),
+                    Arg::Ptr(sc.o_raw.ptr),
+                    Arg::I32(d.hk as i32),
+                    Arg::I32(d.hv as i32),
+                    Arg::I32(d.sd as i32),
+                    Arg::I32(d.tiled as i32),
+                    Arg::F32(d.eps),
+                ],
+            )?;
+            return self.delta_finish(w, out_kinds, n);
+        }
+        g.launch(
+            "delta_prep",
+            (d.hk as u32, n as u32),
+            32,
+            0,
+            &[
+                Arg::Ptr(sc.conv.ptr),
+                Arg::Ptr(sc.beta.ptr),
+                Arg::Ptr(sc.alpha.ptr),
+                Arg::Ptr(w.dt_bias.ptr),
+                Arg::Ptr(w.a.ptr),
+                Arg::Ptr(sc.qn.ptr),
+                Arg::Ptr(sc.kn.ptr),
+                Arg::Ptr(sc.gb.ptr),
+                Arg::I32(d.hk as i32),
+                Arg::I32(d.hv as i32),
+                Arg::I32(d.sd as i32),
+                Arg::I32(d.tiled as i32),
+                Arg::F32(d.eps),
+            ],
+        )?;
+        g.launch(
+            "delta_rows",
+            (d.hv as u32, d.sd.div_ceil(8) as u32),
+            128,
+            0,
+            &[
+                Arg::Ptr(sc.qn.ptr),
+                Arg::Ptr(sc.kn.ptr),
+                Arg::Ptr(sc.conv.ptr),
+                Arg::Ptr(sc.gb.ptr),
+                Arg::Ptr(w.s.ptr),
+                Arg::Ptr(sc.o_raw.ptr),
+                Arg::I32(d.hk as i32),
+                Arg::I32(d.hv as i32),
+                Arg::I32(d.sd as i32),
+                Arg::I32(d.tiled as i32),
+                Arg::I32(n as i32),
+            ],
+        )?;
+        self.delta_finish(w, out_kinds, n)
+    }
+
+    /// The scan's gated output norms, then the out projection (and its residual).
+    fn delta_finish(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize) -> Result<()> {
+        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        g.launch(
+            "delta_out",
+            (d.hv as u32, n as u32),
+            128,
+            0,
+            &[Arg::Ptr(sc.o_raw.ptr), Arg::Ptr(sc.z.ptr), Arg::Ptr(w.norm.ptr), Arg::Ptr(sc.delta_o.ptr), Arg::I32(d.hv as i32), Arg::I32(d.sd as i32), Arg::F32(d.eps)],
+        )?;
+        let o = self.input(sc.delta_o.ptr, w.out.cols, n, self.decode_rows(n), out_kinds)?;
+        self.proj(&w.out, o, sc.x.ptr, Some(sc.x.ptr), n)
+    }
+
+    fn attention(&self, w: &AttnLayer, x: In, out_kinds: Kinds, n: usize) -> Result<()> {
+        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        if n == 1 {
+            self.proj_many(&[(&w.q, sc.qg.ptr), (&w.k, sc.k.ptr), (&w.v, sc.v.ptr)], x)?;
+        } else {
+            self.proj(&w.q, x, sc.qg.ptr, None, n)?;
+            self.proj(&w.k, x, sc.k.ptr, None, n)?;
+            self.proj(&w.v, x, sc.v.ptr, None, n)?;
+        }
+        let block = d.hd.div_ceil(32) * 32;
+        g.launch(
+            "attn_heads",
+            ((d.n_head + d.n_head_kv) as u32, n as u32),
+            block as u32,
+            (d.hd * 4) as u32,
+            &[
+                Arg::Ptr(sc.qg.ptr),
+                Arg::Ptr(sc.k.ptr),
+                Arg::Ptr(sc.v.ptr),
+                Arg::Ptr(w.q_norm.ptr),
+                Arg::Ptr(w.k_norm.ptr),
+                Arg::Ptr(self.still.as_ref().map_or(0, |s| s.ptr)),
+                Arg::Ptr(sc.step.ptr),
+                Arg::Ptr(sc.q.ptr),
+                Arg::Ptr(w.k_cache.ptr),
+                Arg::Ptr(w.v_cache.ptr),
+                Arg::I32(d.n_head as i32),
+                Arg::I32(d.n_head_kv as i32),
+                Arg::I32(d.hd as i32),
+                Arg::I32(d.n_rot as i32),
+                Arg::F32(d.theta_scale),
+                Arg::F32(d.eps),
+            ],
+        )?;
+        self.gpu.launch_3d(
+            "attn_split",
+            (d.n_head as u32, d.n_split as u32, n as u32),
+            128,
+            0,
+            &[
+                Arg::Ptr(sc.q.ptr),
+                Arg::Ptr(w.k_cache.ptr),
+                Arg::Ptr(w.v_cache.ptr),
+                Arg::Ptr(sc.step.ptr),
+                Arg::Ptr(sc.part_o.ptr),
+                Arg::Ptr(sc.part_ml.ptr),
+                Arg::I32(d.n_head as i32),
+                Arg::I32(d.n_head_kv as i32),
+                Arg::I32(d.hd as i32),
+                Arg::F32(1.0 / (d.hd as f32).sqrt()),
+            ],
+        )?;
+        g.launch(
+            "attn_merge",
+            (d.n_head as u32, n as u32),
+            block as u32,
+            0,
+            &[Arg::Ptr(sc.part_o.ptr), Arg::Ptr(sc.part_ml.ptr), Arg::Ptr(sc.qg.ptr), Arg::Ptr(sc.attn_o.ptr), Arg::I32(d.hd as i32), Arg::I32(d.n_split as i32)],
+        )?;
+        let o = self.input(sc.attn_o.ptr, w.o.cols, n, self.decode_rows(n), out_kinds)?;
+        self.proj(&w.o, o, sc.x.ptr, Some(sc.x.ptr), n)
+    }
+
+    fn moe(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize) -> Result<()> {
+        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
+        self.proj(&w.router, x, sc.router.ptr, None, n)?;
+        let route_args = [
+            Arg::Ptr(sc.router.ptr),
+            Arg::I32(d.n_expert as i32),
+            Arg::I32(k as i32),
+            Arg::I32(d.norm_w as i32),
+            Arg::F32(d.w_scale),
+            Arg::Ptr(sc.ids.ptr),
+            Arg::Ptr(sc.weights.ptr),
+        ];
+        if d.n_expert <= 512 && k <= 32 {
+            // a warp a token, the experts' probabilities in registers
+            g.launch("moe_route_warp", (n as u32, 1), 32, 0, &route_args)?;
+        } else {
+            g.launch("moe_route", (n as u32, 1), 256, (d.n_expert * 4) as u32, &route_args)?;
+        }
+        if self.grouped_experts(n) {
+            self.experts_grouped(&w.experts, n)?;
+        } else {
+            // every (token, slot) its expert's products: a token's k slots read its row of xn
+            mv_glu(g, &w.experts, Some(sc.ids.ptr), x, h, k, sc.ffn_h.ptr, eff, n * k)?;
+            let hin = self.input(sc.ffn_h.ptr, eff, n * k, true, kinds.ffn_mid)?;
+            mv(g, &w.experts.down, Some(sc.ids.ptr), hin, eff, 1, sc.ys.ptr, h, None, n * k)?;
+        }
+        let mut shared = 0u64;
+        let mut sg = 0u64;
+        if let Some(s) = &w.shared {
+            self.glu(s, x, sc.sh_h.ptr, n)?;
+            let hin = self.input(sc.sh_h.ptr, s.down.cols, n, self.decode_rows(n), kinds.shared_mid)?;
+            self.proj(&s.down, hin, sc.sh_y.ptr, None, n)?;
+            shared = sc.sh_y.ptr;
+            if let Some(gate) = &w.shared_gate {
+                self.proj(gate, x, sc.sg.ptr, None, n)?;
+                sg = sc.sg.ptr;
+            }
+        }
+        g.launch(
+            "moe_combine",
+            (h.div_ceil(256) as u32, n as u32),
+            256,
+            0,
+            &[Arg::Ptr(sc.x.ptr), Arg::Ptr(sc.ys.ptr), Arg::Ptr(sc.weights.ptr), Arg::I32(k as i32), Arg::I32(h as i32), Arg::Ptr(shared), Arg::Ptr(sg)],
+        )
+    }
+
+    /// A prompt pass's routed experts grouped per expert: the slots sorted by expert into tiles
+    /// of up to 16 (on the device, no host round trip), then gate, up and down products on
+    /// tensor cores, each expert's weights read once a tile.
+    fn experts_grouped(&self, ex: &Glu, n: usize) -> Result<()> {
+        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
+        let slots = n * k;
+        let tiles = max_tiles(slots, d.n_expert);
+        g.launch(
+            "moe_sort",
+            (1, 1),
+            1024,
+            (d.n_expert * 8) as u32,
+            &[
+                Arg::Ptr(sc.ids.ptr),
+                Arg::I32(slots as i32),
+                Arg::I32(d.n_expert as i32),
+                Arg::Ptr(sc.ex_counts.ptr),
+                Arg::Ptr(sc.ex_offsets.ptr),
+                Arg::Ptr(sc.ex_order.ptr),
+                Arg::Ptr(sc.ex_tiles.ptr),
+                Arg::I32(tiles as i32),
+            ],
+        )?;
+        let product = |m: &DevMat, x: u64, x_stride: usize, x_div: usize, y: u64, y_stride: usize| {
+            g.launch(
+                "mm_ex",
+                (m.rows.div_ceil(EX_ROWS) as u32, tiles as u32),
+                128,
+                0,
+                &[
+                    Arg::Ptr(m.buf.ptr),
+                    Arg::I32(m.ty),
+                    Arg::I32(m.rows as i32),
+                    Arg::I32(m.cols as i32),
+                    Arg::I64(m.row_bytes as i64),
+                    Arg::I64(m.mat_bytes() as i64),
+                    Arg::Ptr(sc.ex_tiles.ptr),
+                    Arg::Ptr(sc.ex_order.ptr),
+                    Arg::Ptr(x),
+                    Arg::I64(x_stride as i64),
+                    Arg::I32(x_div as i32),
+                    Arg::Ptr(y),
+                    Arg::I64(y_stride as i64),
+                ],
+            )
+        };
+        product(&ex.gate, sc.xn.ptr, h, k, sc.ffn_h.ptr, eff)?;
+        product(&ex.up, sc.xn.ptr, h, k, sc.ffn_u.ptr, eff)?;
+        let len = slots * eff;
+        g.launch("silu_mul", (len.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(sc.ffn_h.ptr), Arg::Ptr(sc.ffn_u.ptr), Arg::I64(len as i64)])?;
+        product(&ex.down, sc.ffn_h.ptr, eff, 1, sc.ys.ptr, h)
+    }
+}
+
+/// A product's input quantized for the decode products (kernels.cu quant_q8): q8_K for the
+/// k-quant weights, q8_0 for Q8_0; each int8 values and (scale, scale·Σq) per 32; 0 = absent.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Q8 {
+    qk: u64,
+    dk: u64,
+    qz: u64,
+    dz: u64,
+}
+
+/// A product's input: its f32 rows, their q8 copies for row-by-row products, and an f16 copy
+/// where a cuBLAS pass made one (0 = none).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct In {
+    f: u64,
+    q: Q8,
+    f16: u64,
+}
+
+pub(super) const MV_WARPS: usize = 4;
+/// Tokens a pass of the `mm` kernels (kernels.cu MM_T).
+pub(super) const MM_T: usize = 8;
+/// From this many tokens a product runs on tensor cores (`mm_tc`, 64-token tiles).
+pub(super) const TC_MIN_TOKENS: usize = 16;
+/// From this many tokens a prompt product goes through cuBLAS (where present): below it the
+/// f16 copy of the weight costs more than the GEMM saves.
+pub(super) const BLAS_MIN_TOKENS: usize = 32;
+/// Weight rows of an mm_ex block (kernels.cu EX_WARPS · EX_NT · 8).
+pub(super) const EX_ROWS: usize = 128;
+
+/// `unit`s of a row (kernels.cu `units`): one thread of dequant_f16 each.
+fn units_per_row(ty: i32, cols: usize) -> usize {
+    match ty {
+        12 | 13 => cols / 256 * 32,
+        14 => cols / 256 * 16,
+        8 => cols / 32 * 8,
+        2 => cols / 32 * 4,
+        _ => cols / 4,
+    }
+}
+
+/// y[s] = W_{ids[s]}·x[s / x_div] (+ res[s]) for `slots` slots.
+#[allow(clippy::too_many_arguments)]
+fn mv(g: &Gpu, w: &DevMat, ids: Option<u64>, x: In, x_stride: usize, x_div: usize, y: u64, y_stride: usize, res: Option<u64>, slots: usize) -> Result<()> {
+    g.launch(
+        "mv",
+        (w.rows.div_ceil(MV_WARPS) as u32, slots as u32),
+        (32 * MV_WARPS) as u32,
+        0,
+        &[
+            Arg::Ptr(w.buf.ptr),
+            Arg::I32(w.ty),
+            Arg::I32(w.rows as i32),
+            Arg::I32(w.cols as i32),
+            Arg::I64(w.row_bytes as i64),
+            Arg::I64(w.mat_bytes() as i64),
+            Arg::Ptr(ids.unwrap_or(0)),
+            Arg::Ptr(x.f),
+            Arg::Ptr(x.q.qk),
+            Arg::Ptr(x.q.dk),
+            Arg::Ptr(x.q.qz),
+            Arg::Ptr(x.q.dz),
+            Arg::I64(x_stride as i64),
+            Arg::I32(x_div.max(1) as i32),
+            Arg::Ptr(y),
+            Arg::I64(y_stride as i64),
+            Arg::Ptr(res.unwrap_or(0)),
+        ],
+    )
+}
+
+/// h[s] = silu(G_{ids[s]}·x[s / x_div]) ⊙ (U_{ids[s]}·x[s / x_div]) for `slots` slots.
+#[allow(clippy::too_many_arguments)]
+fn mv_glu(g: &Gpu, w: &Glu, ids: Option<u64>, x: In, x_stride: usize, x_div: usize, h: u64, h_stride: usize, slots: usize) -> Result<()> {
+    let (gm, um) = (&w.gate, &w.up);
+    g.launch(
+        "mv_glu",
+        (gm.rows.div_ceil(MV_WARPS) as u32, slots as u32),
+        (32 * MV_WARPS) as u32,
+        0,
+        &[
+            Arg::Ptr(gm.buf.ptr),
+            Arg::Ptr(um.buf.ptr),
+            Arg::I32(gm.ty),
+            Arg::I32(um.ty),
+            Arg::I32(gm.rows as i32),
+            Arg::I32(gm.cols as i32),
+            Arg::I64(gm.row_bytes as i64),
+            Arg::I64(um.row_bytes as i64),
+            Arg::I64(gm.mat_bytes() as i64),
+            Arg::I64(um.mat_bytes() as i64),
+            Arg::Ptr(ids.unwrap_or(0)),
+            Arg::Ptr(x.f),
+            Arg::Ptr(x.q.qk),
+            Arg::Ptr(x.q.dk),
+            Arg::Ptr(x.q.qz),
+            Arg::Ptr(x.q.dz),
+            Arg::I64(x_stride as i64),
+            Arg::I32(x_div.max(1) as i32),
+            Arg::Ptr(h),
+            Arg::I64(h_stride as i64),
+        ],
+    )
+}

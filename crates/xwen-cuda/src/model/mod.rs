@@ -1,0 +1,570 @@
+//! qwen35 / qwen35moe wholly on the GPU: the trunk's weights uploaded once in their GGUF block
+//! formats, the KV caches (f16) and recurrent states (f32) on the device, and one decode step —
+//! embedding to the sampled token — captured as one CUDA graph and replayed per token. The
+//! math is the engine's (`models/hybrid.rs`, `layers/`), step for step; what differs is the
+//! order of float sums inside a product (docs/parity.md "GPU").
+
+use crate::error::{CudaError, Result};
+use crate::gpu::{Arg, DevBuf, DeviceInfo, Gpu};
+use cudarc::driver::sys;
+use cudarc::driver::CudaGraph;
+use xwen_engine::layers::deltanet::DeltaProj;
+use xwen_engine::models::hybrid::{Ffn, Hybrid, Mixer};
+use xwen_engine::weights::Mat;
+use xwen_gguf::{GgmlType, GgufFile};
+
+mod forward;
+mod plan;
+mod upload;
+
+pub use plan::device_bytes_needed;
+use plan::{load_net, max_dense_values, max_tiles, plan_bytes, q8_width, scratch_bytes, ubatch_for};
+use upload::Uploader;
+
+/// Where and how big: the device and the context the KV caches hold.
+#[derive(Clone, Debug)]
+pub struct CudaOptions {
+    pub device: usize,
+    pub n_ctx: usize,
+    /// Replay the decode step as one CUDA graph (off: launch the kernels one by one, for
+    /// debugging and for the graph's own test).
+    pub graph: bool,
+    /// Tokens a prefill pass takes at most (llama.cpp's n_ubatch); fewer where the split
+    /// attention's partials at n_ctx would pass 256 MiB.
+    pub ubatch: usize,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions { device: 0, n_ctx: 4096, graph: true, ubatch: 512 }
+    }
+}
+
+/// A weight matrix (or a stack of experts) on the device, in its file's block format.
+struct DevMat {
+    buf: DevBuf,
+    ty: i32,
+    rows: usize,
+    cols: usize,
+    row_bytes: usize,
+}
+
+impl DevMat {
+    fn mat_bytes(&self) -> usize {
+        self.rows * self.row_bytes
+    }
+}
+
+struct DeltaLayer {
+    qkv: DevMat,
+    z: DevMat,
+    beta: DevMat,
+    alpha: DevMat,
+    taps: DevBuf,
+    dt_bias: DevBuf,
+    a: DevBuf,
+    norm: DevBuf,
+    out: DevMat,
+    conv_state: DevBuf,
+    s: DevBuf,
+}
+
+struct AttnLayer {
+    q: DevMat,
+    k: DevMat,
+    v: DevMat,
+    o: DevMat,
+    q_norm: DevBuf,
+    k_norm: DevBuf,
+    k_cache: DevBuf,
+    v_cache: DevBuf,
+}
+
+enum DevMixer {
+    Delta(DeltaLayer),
+    Attn(AttnLayer),
+}
+
+struct Glu {
+    gate: DevMat,
+    up: DevMat,
+    down: DevMat,
+}
+
+struct MoeLayer {
+    router: DevMat,
+    experts: Glu,
+    shared: Option<Glu>,
+    /// The shared expert's gate row (F32, 1 × hidden): sigmoid(gate·x) scales its output.
+    shared_gate: Option<DevMat>,
+}
+
+enum DevFfn {
+    Dense(Glu),
+    Moe(MoeLayer),
+}
+
+struct DevLayer {
+    attn_norm: DevBuf,
+    post_norm: DevBuf,
+    mixer: DevMixer,
+    ffn: DevFfn,
+    /// The q8 activations each input of the layer's decode products takes.
+    kinds: LayerKinds,
+}
+
+/// Which q8 activations an input's row-by-row products take: q8_K (some consumer a k-quant),
+/// q8_0 (some consumer a Q8_0 matrix big enough that quantizing its input pays; smaller Q8_0
+/// consumers take the f32 input).
+#[derive(Clone, Copy, Debug, Default)]
+struct Kinds {
+    k: bool,
+    z: bool,
+}
+
+impl Kinds {
+    fn of(mats: &[&DevMat]) -> Kinds {
+        let k = mats.iter().any(|m| matches!(m.ty, 12..=14));
+        let z = mats.iter().any(|m| m.ty == GgmlType::Q8_0.id() as i32 && m.rows * m.cols >= 1 << 20);
+        Kinds { k, z }
+    }
+}
+
+/// A layer's inputs: the mixer's (xn), its output's, the FFN's (xn), the FFN's or experts'
+/// hidden rows, the shared expert's hidden rows.
+#[derive(Clone, Copy, Debug, Default)]
+struct LayerKinds {
+    mix_in: Kinds,
+    mix_out: Kinds,
+    ffn_in: Kinds,
+    ffn_mid: Kinds,
+    shared_mid: Kinds,
+}
+
+impl LayerKinds {
+    fn of(mixer: &DevMixer, ffn: &DevFfn) -> LayerKinds {
+        let (mix_in, mix_out) = match mixer {
+            DevMixer::Delta(w) => (Kinds::of(&[&w.qkv, &w.z, &w.beta, &w.alpha]), Kinds::of(&[&w.out])),
+            DevMixer::Attn(w) => (Kinds::of(&[&w.q, &w.k, &w.v]), Kinds::of(&[&w.o])),
+        };
+        let (ffn_in, ffn_mid, shared_mid) = match ffn {
+            DevFfn::Dense(w) => (Kinds::of(&[&w.gate, &w.up]), Kinds::of(&[&w.down]), Kinds::default()),
+            DevFfn::Moe(w) => {
+                let mut ins = vec![&w.router, &w.experts.gate, &w.experts.up];
+                if let Some(s) = &w.shared {
+                    ins.extend([&s.gate, &s.up]);
+                }
+                (Kinds::of(&ins), Kinds::of(&[&w.experts.down]), w.shared.as_ref().map_or(Kinds::default(), |s| Kinds::of(&[&s.down])))
+            }
+        };
+        LayerKinds { mix_in, mix_out, ffn_in, ffn_mid, shared_mid }
+    }
+}
+
+/// The activations of a pass, rows for up to `ubatch` tokens.
+struct Scratch {
+    step: DevBuf, // [first position, token ids…]
+    x: DevBuf,
+    xn: DevBuf,
+    qkv: DevBuf,
+    z: DevBuf,
+    beta: DevBuf,
+    alpha: DevBuf,
+    conv: DevBuf,
+    delta_o: DevBuf,
+    qg: DevBuf,
+    k: DevBuf,
+    v: DevBuf,
+    q: DevBuf,
+    part_o: DevBuf,
+    part_ml: DevBuf,
+    attn_o: DevBuf,
+    ffn_h: DevBuf,
+    ys: DevBuf,
+    sh_h: DevBuf,
+    /// The up products beside ffn_h / sh_h's gate products on the tensor-core path.
+    ffn_u: DevBuf,
+    /// A prompt pass's DeltaNet scan: normed q and k, (β, decay) per (token, V-head), and the
+    /// outputs before their norm.
+    qn: DevBuf,
+    kn: DevBuf,
+    gb: DevBuf,
+    o_raw: DevBuf,
+    sh_y: DevBuf,
+    /// q8 copies of xn (rows of the hidden width) and of the other products' inputs
+    /// (quant_q8): the decode products' activations.
+    xq_n: DevBuf,
+    xd_n: DevBuf,
+    xq_nz: DevBuf,
+    xd_nz: DevBuf,
+    xq_b: DevBuf,
+    xd_b: DevBuf,
+    xq_bz: DevBuf,
+    xd_bz: DevBuf,
+    /// cuBLAS prompt products: a weight as f16 rows, a pass's xn and other inputs as f16.
+    w_f16: DevBuf,
+    xn_f16: DevBuf,
+    x_f16: DevBuf,
+    /// A prompt pass's routed slots grouped per expert (moe_sort → mm_ex).
+    ex_counts: DevBuf,
+    ex_offsets: DevBuf,
+    ex_order: DevBuf,
+    ex_tiles: DevBuf,
+    sg: DevBuf,
+    router: DevBuf,
+    ids: DevBuf,
+    weights: DevBuf,
+    logits: DevBuf,
+    token: DevBuf,
+}
+
+/// Geometry the step needs.
+#[derive(Clone, Copy, Debug)]
+struct Dims {
+    hidden: usize,
+    n_vocab: usize,
+    eps: f32,
+    // DeltaNet
+    hk: usize,
+    hv: usize,
+    sd: usize,
+    conv_kernel: usize,
+    tiled: bool,
+    // attention
+    n_head: usize,
+    n_head_kv: usize,
+    hd: usize,
+    n_rot: usize,
+    theta_scale: f32,
+    n_split: usize,
+    // MoE
+    n_expert: usize,
+    n_used: usize,
+    expert_ff: usize,
+    norm_w: bool,
+    w_scale: f32,
+}
+
+/// qwen35 / qwen35moe on one GPU.
+pub struct CudaModel {
+    gpu: Gpu,
+    d: Dims,
+    n_ctx: usize,
+    tok_embd: DevMat,
+    layers: Vec<DevLayer>,
+    output_norm: DevBuf,
+    output: DevMat,
+    still: Option<DevBuf>,
+    sc: Scratch,
+    graph: Option<CudaGraph>,
+    use_graph: bool,
+    /// The q8 activations the lm head takes.
+    head_kinds: Kinds,
+    /// Tokens a prefill pass takes (the scratch's rows).
+    ubatch: usize,
+    pos: usize,
+    device_bytes: u64,
+}
+
+impl CudaModel {
+    /// Uploads `file`'s model to device `opts.device`; refuses a model that does not fit.
+    pub fn load(file: &GgufFile, opts: &CudaOptions) -> Result<CudaModel> {
+        let (net, experts) = load_net(file)?;
+        let gpu = Gpu::new(opts.device)?;
+        let ubatch = ubatch_for(&net, opts);
+        let need = plan_bytes(file, &net, &experts, opts.n_ctx) + scratch_bytes(&net, opts.n_ctx, ubatch);
+        if need + (256 << 20) > gpu.info.free_bytes {
+            return Err(CudaError::TooBig {
+                need_mib: need >> 20,
+                free_mib: gpu.info.free_bytes >> 20,
+                device: format!("cuda:{} ({})", gpu.info.ordinal, gpu.info.name),
+                what: format!("weights, KV and state at -c {}", opts.n_ctx),
+            });
+        }
+        let cfg = &net.cfg;
+        let att = &cfg.attn;
+        let dd = &cfg.delta;
+        let (n_expert, n_used, expert_ff, norm_w, w_scale) = cfg.moe.as_ref().map_or((0, 0, 0, true, 1.0), |m| (m.n_expert, m.n_used, m.expert_ff, m.norm_w, m.w_scale));
+        if let Some(m) = &cfg.moe {
+            if m.latent > 0 || m.gating != xwen_engine::layers::moe::Gating::Softmax || !matches!(m.act, xwen_engine::layers::ffn::Act::SwiGlu) {
+                return Err(CudaError::Unsupported("the CUDA backend's MoE is the softmax-routed SwiGLU of qwen35moe".into()));
+            }
+        }
+        if att.head_dim % 32 != 0 || att.head_dim > 256 || dd.head_dim % 32 != 0 || dd.head_dim > 256 || n_used > 64 {
+            return Err(CudaError::Unsupported(format!(
+                "head dims {} (attention) / {} (DeltaNet), {n_used} experts a token: the CUDA kernels take multiples of 32 up to 256 and up to 64 experts",
+                att.head_dim, dd.head_dim
+            )));
+        }
+        let n_ctx = opts.n_ctx.max(1);
+        let d = Dims {
+            hidden: cfg.hidden,
+            n_vocab: cfg.n_vocab,
+            eps: cfg.eps,
+            hk: dd.n_k_heads,
+            hv: dd.n_v_heads,
+            sd: dd.head_dim,
+            conv_kernel: dd.conv_kernel,
+            tiled: dd.pairing == xwen_engine::backend::HeadPairing::Tiled,
+            n_head: att.n_head,
+            n_head_kv: att.n_head_kv,
+            hd: att.head_dim,
+            n_rot: att.n_rot,
+            theta_scale: att.rope_base.powf(-2.0 / att.n_rot as f32),
+            n_split: n_ctx.div_ceil(256),
+            n_expert,
+            n_used,
+            expert_ff,
+            norm_w,
+            w_scale,
+        };
+        let up = Uploader { gpu: &gpu, file };
+        let mut layers = Vec::with_capacity(net.layers.len());
+        for (il, l) in net.layers.iter().enumerate() {
+            let mixer = match &l.mixer {
+                Mixer::Delta(w) => {
+                    let DeltaProj::Split { qkv, gate, beta, alpha } = &w.proj else {
+                        return Err(CudaError::Unsupported("the CUDA backend takes qwen35's split DeltaNet projections".into()));
+                    };
+                    DevMixer::Delta(DeltaLayer {
+                        qkv: up.mat(qkv)?,
+                        z: up.mat(gate)?,
+                        beta: up.mat(beta)?,
+                        alpha: up.mat(alpha)?,
+                        taps: gpu.upload_f32(&w.conv)?,
+                        dt_bias: gpu.upload_f32(&w.dt_bias)?,
+                        a: gpu.upload_f32(&w.a)?,
+                        norm: gpu.upload_f32(&w.norm)?,
+                        out: up.mat(&w.out)?,
+                        conv_state: gpu.zeros(dd.conv_state_len() * 4)?,
+                        s: gpu.zeros(dd.state_len() * 4)?,
+                    })
+                }
+                Mixer::Attn(w) => DevMixer::Attn(AttnLayer {
+                    q: up.mat(&w.q)?,
+                    k: up.mat(&w.k)?,
+                    v: up.mat(&w.v)?,
+                    o: up.mat(&w.o)?,
+                    q_norm: gpu.upload_f32(&w.q_norm)?,
+                    k_norm: gpu.upload_f32(&w.k_norm)?,
+                    k_cache: gpu.zeros(n_ctx * att.kv_width() * 2)?,
+                    v_cache: gpu.zeros(n_ctx * att.kv_width() * 2)?,
+                }),
+                Mixer::Mla(_) => return Err(CudaError::Unsupported("MLA layers are not on the CUDA backend".into())),
+            };
+            let ffn = match &l.ffn {
+                Ffn::Dense(w) => DevFfn::Dense(Glu { gate: up.mat(&w.gate)?, up: up.mat(&w.up)?, down: up.mat(&w.down)? }),
+                Ffn::Moe(w) => {
+                    let ex = experts.get(il).and_then(|e| e.as_ref()).ok_or_else(|| CudaError::Unsupported(format!("layer {il}: an MoE layer without experts")))?;
+                    DevFfn::Moe(MoeLayer {
+                        router: up.mat(&w.router)?,
+                        experts: Glu { gate: up.mat(&ex[0])?, up: up.mat(&ex[1])?, down: up.mat(&ex[2])? },
+                        shared: match &w.shared {
+                            Some(s) => Some(Glu { gate: up.mat(&s.gate)?, up: up.mat(&s.up)?, down: up.mat(&s.down)? }),
+                            None => None,
+                        },
+                        shared_gate: match &w.shared_gate {
+                            Some(g) => Some(DevMat { buf: gpu.upload_f32(g)?, ty: 0, rows: 1, cols: g.len(), row_bytes: g.len() * 4 }),
+                            None => None,
+                        },
+                    })
+                }
+            };
+            let kinds = LayerKinds::of(&mixer, &ffn);
+            layers.push(DevLayer { attn_norm: gpu.upload_f32(&l.attn_norm)?, post_norm: gpu.upload_f32(&l.post_attn_norm)?, mixer, ffn, kinds });
+        }
+        let still =
+            att.rope_sections.map(|s| xwen_engine::ops::imrope_text_still(s, att.n_rot).iter().map(|&b| b as i32).collect::<Vec<i32>>()).map(|v| gpu.upload_i32(&v)).transpose()?;
+        let h = d.hidden;
+        let cd = dd.conv_dim();
+        let vd = dd.value_dim();
+        let hq = att.n_head * att.head_dim;
+        let shared_ff = cfg.moe.as_ref().map_or(0, |m| m.shared_ff);
+        let ffn_w = cfg.ff.max(n_used * expert_ff).max(1);
+        let t = ubatch;
+        let f = |n: usize| gpu.zeros(n * 4);
+        let sc = Scratch {
+            step: f(1 + t)?,
+            x: f(t * h)?,
+            xn: f(t * h)?,
+            qkv: f(t * cd)?,
+            z: f(t * vd)?,
+            beta: f(t * dd.n_v_heads)?,
+            alpha: f(t * dd.n_v_heads)?,
+            conv: f(t * cd)?,
+            delta_o: f(t * vd)?,
+            qg: f(t * 2 * hq)?,
+            k: f(t * att.kv_width())?,
+            v: f(t * att.kv_width())?,
+            q: f(t * hq)?,
+            part_o: f(t * att.n_head * d.n_split * att.head_dim)?,
+            part_ml: f(t * att.n_head * d.n_split * 2)?,
+            attn_o: f(t * hq)?,
+            ffn_h: f(t * ffn_w)?,
+            ys: f(t * n_used.max(1) * h)?,
+            sh_h: f(t * shared_ff.max(1))?,
+            ffn_u: f(t * ffn_w.max(shared_ff).max(1))?,
+            qn: f(t * dd.key_dim())?,
+            kn: f(t * dd.key_dim())?,
+            gb: f(t * 2 * dd.n_v_heads)?,
+            o_raw: f(t * vd)?,
+            sh_y: f(t * h)?,
+            xq_n: gpu.zeros(t * h)?,
+            xd_n: gpu.zeros(t * h.div_ceil(32) * 8)?,
+            xq_nz: gpu.zeros(t * h)?,
+            xd_nz: gpu.zeros(t * h.div_ceil(32) * 8)?,
+            xq_b: gpu.zeros(t * q8_width(&net))?,
+            xd_b: gpu.zeros(t * q8_width(&net).div_ceil(32) * 8)?,
+            xq_bz: gpu.zeros(t * q8_width(&net))?,
+            xd_bz: gpu.zeros(t * q8_width(&net).div_ceil(32) * 8)?,
+            w_f16: gpu.zeros(if gpu.blas.is_some() { 2 * max_dense_values(&net) } else { 4 })?,
+            xn_f16: gpu.zeros(if gpu.blas.is_some() { 2 * t * h } else { 4 })?,
+            x_f16: gpu.zeros(if gpu.blas.is_some() { 2 * t * q8_width(&net) } else { 4 })?,
+            ex_counts: f(n_expert.max(1))?,
+            ex_offsets: f(n_expert.max(1))?,
+            ex_order: f(t * n_used.max(1))?,
+            ex_tiles: gpu.zeros(16 * max_tiles(t * n_used.max(1), n_expert))?,
+            sg: f(t)?,
+            router: f(t * n_expert.max(1))?,
+            ids: f(t * n_used.max(1))?,
+            weights: f(t * n_used.max(1))?,
+            logits: f(d.n_vocab)?,
+            token: f(1)?,
+        };
+        let output = up.mat(&net.output)?;
+        let head_kinds = Kinds::of(&[&output]);
+        let model = CudaModel {
+            tok_embd: up.mat(&net.tok_embd)?,
+            output_norm: gpu.upload_f32(&net.output_norm)?,
+            output,
+            head_kinds,
+            layers,
+            still,
+            sc,
+            graph: None,
+            use_graph: opts.graph,
+            ubatch,
+            pos: 0,
+            n_ctx,
+            d,
+            device_bytes: need,
+            gpu,
+        };
+        model.gpu.sync()?;
+        Ok(model)
+    }
+
+    pub fn device(&self) -> &DeviceInfo {
+        &self.gpu.info
+    }
+
+    /// What the model holds on the device (weights, KV, state, scratch), as planned.
+    pub fn device_bytes(&self) -> u64 {
+        self.device_bytes
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        self.d.n_vocab
+    }
+
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+
+    /// Tokens the sequence holds.
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    /// Starts a new sequence: the recurrent states zeroed, the KV caches' positions free.
+    pub fn reset(&mut self) -> Result<()> {
+        for l in &mut self.layers {
+            if let DevMixer::Delta(dl) = &mut l.mixer {
+                self.gpu.zero(&mut dl.conv_state)?;
+                self.gpu.zero(&mut dl.s)?;
+            }
+        }
+        self.pos = 0;
+        self.gpu.sync()
+    }
+
+    /// Feeds `token` at the next position; returns the greedy next token (the argmax of its
+    /// logits, computed on the device: the step's one host sync). `logits()` reads the rest.
+    pub fn step(&mut self, token: u32) -> Result<u32> {
+        self.check(&[token])?;
+        self.write_step(&[token])?;
+        if self.use_graph {
+            if self.graph.is_none() {
+                self.gpu.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+                let recorded = self.record(1);
+                let graph = self.gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0))?;
+                recorded?;
+                self.graph = Some(graph.ok_or_else(|| CudaError::Unsupported("stream capture made no graph".into()))?);
+            }
+            if let Some(g) = &self.graph {
+                g.launch()?;
+            }
+        } else {
+            self.record(1)?;
+        }
+        self.pos += 1;
+        let t = self.gpu.read_i32(&self.sc.token, 1)?;
+        Ok(t[0] as u32)
+    }
+
+    /// Feeds a prompt in batches of up to `ubatch()` tokens (each weight read once a batch);
+    /// returns the greedy token after its last. The logits are the last token's.
+    pub fn prefill(&mut self, tokens: &[u32]) -> Result<u32> {
+        self.check(tokens)?;
+        if tokens.len() == 1 {
+            return self.step(tokens[0]);
+        }
+        for chunk in tokens.chunks(self.ubatch) {
+            self.write_step(chunk)?;
+            self.record(chunk.len())?;
+            self.pos += chunk.len();
+        }
+        let t = self.gpu.read_i32(&self.sc.token, 1)?;
+        Ok(t[0] as u32)
+    }
+
+    /// Device time per kernel of feeding `tokens` (one decode step for one token, prefill
+    /// passes for more), each launch timed alone: (kernel, ms, launches), by time.
+    pub fn profile(&mut self, tokens: &[u32]) -> Result<Vec<(String, f64, u64)>> {
+        self.check(tokens)?;
+        let n = tokens.len().min(self.ubatch);
+        self.write_step(&tokens[..n])?;
+        self.gpu.set_profiling(true);
+        let r = self.record(n);
+        let table = self.gpu.set_profiling(false);
+        r?;
+        self.pos += n;
+        Ok(table)
+    }
+
+    /// The most tokens one prefill pass takes.
+    pub fn ubatch(&self) -> usize {
+        self.ubatch
+    }
+
+    fn check(&self, tokens: &[u32]) -> Result<()> {
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.d.n_vocab) {
+            return Err(CudaError::TokenOutOfRange { id, n_vocab: self.d.n_vocab });
+        }
+        if self.pos + tokens.len() > self.n_ctx {
+            return Err(CudaError::ContextFull { pos: self.pos + tokens.len(), n_ctx: self.n_ctx });
+        }
+        Ok(())
+    }
+
+    /// The step's parameters: [first position, token ids…].
+    fn write_step(&mut self, tokens: &[u32]) -> Result<()> {
+        let params: Vec<u8> = std::iter::once(self.pos as i32).chain(tokens.iter().map(|&t| t as i32)).flat_map(|v| v.to_le_bytes()).collect();
+        self.gpu.write(&mut self.sc.step, &params)
+    }
+
+    /// The logits of the last token fed.
+    pub fn logits(&self) -> Result<Vec<f32>> {
+        self.gpu.read_f32(&self.sc.logits, self.d.n_vocab)
+    }
+}

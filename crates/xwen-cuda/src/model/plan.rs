@@ -1,0 +1,113 @@
+//! What a model takes on the device before it is loaded: the weights, KV and state at a
+//! context, the scratch of a prefill pass, and the pass's size.
+
+use super::*;
+
+/// The bytes `load` puts on the device for `file`'s trunk and experts, KV at `n_ctx` and state.
+pub fn device_bytes_needed(file: &GgufFile, opts: &CudaOptions) -> Result<u64> {
+    let (net, experts) = load_net(file)?;
+    let ub = ubatch_for(&net, opts);
+    Ok(plan_bytes(file, &net, &experts, opts.n_ctx) + scratch_bytes(&net, opts.n_ctx, ub))
+}
+
+/// The prefill batch: `opts.ubatch`, fewer where the split attention's partials would pass
+/// 256 MiB at this context.
+pub(super) fn ubatch_for(net: &Hybrid, opts: &CudaOptions) -> usize {
+    let a = &net.cfg.attn;
+    let per_token = a.n_head * opts.n_ctx.max(1).div_ceil(256) * (a.head_dim + 2) * 4;
+    opts.ubatch.clamp(1, ((256usize << 20) / per_token.max(1)).max(1))
+}
+
+/// The scratch of a pass of `ub` tokens.
+pub(super) fn scratch_bytes(net: &Hybrid, n_ctx: usize, ub: usize) -> u64 {
+    let c = &net.cfg;
+    let (a, d) = (&c.attn, &c.delta);
+    let (k, eff, sff, ne) = c.moe.as_ref().map_or((1, 0, 0, 0), |m| (m.n_used, m.expert_ff, m.shared_ff, m.n_expert));
+    let hq = a.n_head * a.head_dim;
+    let split = n_ctx.max(1).div_ceil(256);
+    let row = 2 * c.hidden
+        + 2 * d.conv_dim()
+        + 2 * d.value_dim()
+        + 2 * d.n_v_heads
+        + 4 * hq
+        + 2 * a.kv_width()
+        + a.n_head * split * (a.head_dim + 2)
+        + c.ff.max(k * eff)
+        + c.ff.max(k * eff).max(sff)
+        + k * c.hidden
+        + sff
+        + c.hidden
+        + 1
+        + ne
+        + 2 * k
+        + 2 * d.key_dim()
+        + 2 * d.n_v_heads
+        + d.value_dim();
+    let wide = q8_width(net);
+    // q8 copies (a byte a value, 8 bytes a 32), f16 inputs, grouped-expert lists
+    let q8 = (ub * (c.hidden + wide)) as u64 * 5 / 2;
+    let f16 = (2 * ub * (wide + c.hidden) + 2 * max_dense_values(net)) as u64;
+    let ex = if ne > 0 { (4 * (2 * ne + ub * k) + 16 * (ub * k).div_ceil(16) + 16 * ne) as u64 } else { 0 };
+    (ub * row + c.n_vocab + 2 + ub) as u64 * 4 + q8 + f16 + ex
+}
+
+/// The widest input of a product other than xn: DeltaNet / attention outputs, FFN and expert
+/// hidden rows (a token's k expert rows together).
+pub(super) fn q8_width(net: &Hybrid) -> usize {
+    let c = &net.cfg;
+    let (k, eff, sff) = c.moe.as_ref().map_or((1, 0, 0), |m| (m.n_used, m.expert_ff, m.shared_ff));
+    c.hidden.max(c.delta.value_dim()).max(c.attn.n_head * c.attn.head_dim).max(c.ff).max(k * eff).max(sff)
+}
+
+/// The most values of one trunk matrix a prompt pass multiplies (the f16 copy cuBLAS reads).
+pub(super) fn max_dense_values(net: &Hybrid) -> usize {
+    let mut m = 0;
+    for l in &net.layers {
+        let mats: Vec<&Mat> = match &l.mixer {
+            Mixer::Delta(w) => match &w.proj {
+                DeltaProj::Split { qkv, gate, beta, alpha } => vec![qkv, gate, beta, alpha, &w.out],
+                _ => vec![&w.out],
+            },
+            Mixer::Attn(w) => vec![&w.q, &w.k, &w.v, &w.o],
+            Mixer::Mla(_) => vec![],
+        };
+        let ffn: Vec<&Mat> = match &l.ffn {
+            Ffn::Dense(w) => vec![&w.gate, &w.up, &w.down],
+            Ffn::Moe(w) => {
+                let mut v = vec![&w.router];
+                if let Some(s) = &w.shared {
+                    v.extend([&s.gate, &s.up, &s.down]);
+                }
+                v
+            }
+        };
+        for mat in mats.into_iter().chain(ffn) {
+            m = m.max(mat.rows * mat.cols);
+        }
+    }
+    m
+}
+
+pub(super) fn load_net(file: &GgufFile) -> Result<(Hybrid, Vec<Option<[Mat; 3]>>)> {
+    let spec = match file.architecture() {
+        Some("qwen35") => &xwen_engine::models::qwen35::DENSE,
+        Some("qwen35moe") => &xwen_engine::models::qwen35::MOE,
+        Some(a) => return Err(CudaError::Unsupported(format!("the CUDA backend runs qwen35 and qwen35moe; this file is {a} (use -ngl 0 for the CPU)"))),
+        None => return Err(CudaError::Unsupported("the file names no architecture".into())),
+    };
+    Ok(Hybrid::load(file, spec)?)
+}
+
+pub(super) fn plan_bytes(file: &GgufFile, net: &Hybrid, experts: &[Option<[Mat; 3]>], n_ctx: usize) -> u64 {
+    let cfg = &net.cfg;
+    let weights: u64 = file.tensors().iter().map(|t| file.tensor_data(t).len() as u64).sum();
+    let _ = experts;
+    let state = xwen_engine::models::hybrid::state_bytes(cfg, n_ctx, (xwen_engine::KvType::F16, xwen_engine::KvType::F16));
+    weights + state
+}
+
+/// mm_ex tiles a pass of `slots` routed slots can need: a tile per 16 slots, plus a part-full
+/// one per expert used.
+pub(super) fn max_tiles(slots: usize, n_expert: usize) -> usize {
+    slots.div_ceil(16) + n_expert.min(slots)
+}
