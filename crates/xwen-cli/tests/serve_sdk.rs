@@ -1,7 +1,7 @@
 //! `xwen serve` driven by the official `openai` and `anthropic` Python SDKs (tests/server):
 //! chat, streaming, reasoning on and off, logprobs, the prefix cache across turns, every error
-//! status, disconnects, shutdown, 32 concurrent streams equal to each served alone, and bodies
-//! fuzzed from /openapi.json. The clients live in a venv at target/pyenv that `.ci/run` creates
+//! status, disconnects, shutdown, 32 concurrent streams equal to each served alone, bodies
+//! fuzzed from /openapi.json, and two replicas behind nginx with a conversation kept on one. The clients live in a venv at target/pyenv that `.ci/run` creates
 //! (`python3 -m venv target/pyenv && target/pyenv/bin/pip install -r tests/server/requirements.txt`);
 //! without it cargo lists this test as ignored (crates/prereqs.rs), and under XWEN_REQUIRE_ALL=1
 //! (CI) it fails.
