@@ -99,3 +99,38 @@ def test_anthropic_any_tool_gives_tool_use(an):
         final = s.get_final_message()
     assert final.stop_reason == "tool_use" and final.content[-1].type == "tool_use" and final.content[-1].name == "get_weather"
     assert set(final.content[-1].input) == {"city", "unit"}
+
+
+# a forced call's integer argument of any length is a JSON number (not a string, not a float):
+# a bias on the digit 7 (token 22 of the demo vocabulary) keeps the integer growing until the
+# token limit, past 42 digits
+SEVENS = {"22": 100}
+ID_TOOL = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]}}}
+
+
+def long_sevens(args):
+    assert set(args) == {"id"} and type(args["id"]) is int, args
+    digits = str(args["id"])
+    assert len(digits) >= 42 and set(digits) == {"7"}, digits
+
+
+def test_a_forced_calls_long_integer_comes_back_as_that_number(oa, an):
+    msgs = [{"role": "user", "content": "look it up"}]
+    r = oa.chat.completions.create(model="tiny-qwen35", messages=msgs, tools=[ID_TOOL], tool_choice="required", max_tokens=80, temperature=0, logit_bias=SEVENS)
+    long_sevens(json.loads(r.choices[0].message.tool_calls[0].function.arguments))
+    text = ""
+    for ch in oa.chat.completions.create(model="tiny-qwen35", messages=msgs, tools=[ID_TOOL], max_tokens=80, temperature=0, logit_bias=SEVENS, stream=True,
+                                         tool_choice={"type": "function", "function": {"name": "lookup"}}):
+        for c in ch.choices:
+            text += "".join(t.function.arguments or "" for t in c.delta.tool_calls or [])
+    long_sevens(json.loads(text))
+    tool = {"name": "lookup", "input_schema": ID_TOOL["function"]["parameters"]}
+    body = {"temperature": 0, "logit_bias": SEVENS}
+    m = an.messages.create(model="tiny-qwen35", max_tokens=80, messages=msgs, tools=[tool], tool_choice={"type": "any"}, extra_body=body)
+    uses = [b.input for b in m.content if b.type == "tool_use"]
+    assert len(uses) == 1, m
+    long_sevens(uses[0])
+    with an.messages.stream(model="tiny-qwen35", max_tokens=80, messages=msgs, tools=[tool], tool_choice={"type": "tool", "name": "lookup"}, extra_body=body) as s:
+        final = s.get_final_message()
+    assert final.content[-1].type == "tool_use", final
+    long_sevens(final.content[-1].input)

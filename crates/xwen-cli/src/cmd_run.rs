@@ -43,7 +43,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     let tok = &loaded.tokenizer;
     let mut prompt = a.prompt.clone().or(prompt_file);
     if prompt.is_none() && a.ids.is_none() && loaded.is_demo {
-        prompt = Some("def fibonacci(n):\n".to_string());
+        prompt = Some(xwen_embed::DEMO_PROMPT.to_string());
     }
     let prompt_ids = match (&prompt, &a.ids) {
         (_, Some(s)) => model_arg::parse_ids(s)?,

@@ -9,8 +9,8 @@ use xwen_engine::{EngineConfig, Model};
 use crate::opts::EngineOpts;
 use xwen_gguf::GgufFile;
 
-/// tiny-qwen35 (6 M parameters, trained on CPython's standard library), Q4_K_M.
-pub static DEMO_GGUF: &[u8] = include_bytes!("../../../models/demo/tiny-qwen35-q4_k_m.gguf");
+/// tiny-qwen35 (6 M parameters, trained on CPython's standard library), Q4_K_M: the library's.
+pub static DEMO_GGUF: &[u8] = xwen_embed::DEMO_GGUF;
 
 pub const DEMO_NOTE: &str = "xwen: no -m given: running the embedded demo model tiny-qwen35 (6M params, \
 writes Python). For a real checkpoint: xwen run -m path/to/model.gguf (e.g. Qwen3.6-35B-A3B Q4_K_M)";

@@ -6,7 +6,7 @@
 //!
 //! - `engine`: the engine thread, its queue and its slots (sessions kept for prefix reuse);
 //! - `generation`: one request's tokens → text pieces, stop strings, finish reasons;
-//! - `reply`, `tool_parse`: reasoning / content / tool-call splitting of the reply text;
+//! - `reply`, `tool_parse` (from xwen-chat): reasoning / content / tool-call splitting of the reply text;
 //! - `params`: strict reading of request fields; `error`: each dialect's error shape;
 //! - `routes`: the router, auth, limits and the small routes; `common`: what routes share;
 //!   `structured`: constrained decoding (llguidance); `metrics`: `/metrics`.
@@ -19,11 +19,11 @@ pub mod generation;
 pub mod metrics;
 pub mod openai;
 pub mod params;
-pub mod reply;
 pub mod responses;
 pub mod routes;
+// the reply parsers live with the templates whose markup they read; every front end uses them
+pub use xwen_chat::{reply, tool_parse};
 pub mod structured;
-pub mod tool_parse;
 
 use anyhow::{Context, Result};
 use error::{ApiError, ApiResult, Dialect, Kind};

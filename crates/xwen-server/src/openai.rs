@@ -294,7 +294,7 @@ fn logprob_json(e: &LogprobEntry) -> Value {
     })
 }
 
-fn call_json(c: &ParsedCall, index: Option<usize>) -> Value {
+pub(crate) fn call_json(c: &ParsedCall, index: Option<usize>) -> Value {
     let mut v = json!({
         "id": new_id("call_"),
         "type": "function",

@@ -465,6 +465,27 @@ mod tests {
         assert!(p.m.consume_tokens(&spelled).is_err());
     }
 
+    #[test]
+    fn a_forced_calls_long_integer_goes_back_as_that_number() {
+        let big = "123456789012345678901234567890123456789012";
+        let text = QWEN.replace("\n3\n", &format!("\n{big}\n"));
+        assert!(accepts(&Vocab::new(false), CallFormat::QwenXml, &text), "the grammar takes any length");
+        let pieces = parsed(CallSyntax::default(), &text);
+        let (_, args) = the_call(&pieces);
+        let Piece::ToolCall(call) = pieces.iter().find(|p| matches!(p, Piece::ToolCall(_))).unwrap() else { unreachable!() };
+        // OpenAI (streamed and not: one call_json), the arguments as a JSON string
+        let openai = crate::openai::call_json(call, Some(0));
+        assert_eq!(openai["function"]["arguments"], format!("{{\"city\":\"Paris\",\"days\":{big}}}"));
+        // Anthropic's tool_use input, as the body is written
+        let body = json!({"type": "tool_use", "input": args}).to_string();
+        assert!(body.contains(&format!("\"days\":{big}}}")), "{body}");
+        // Kimi's JSON arguments too
+        let kimi = KIMI.replace("\"days\": 3", &format!("\"days\": {big}"));
+        assert!(accepts(&Vocab::new(true), CallFormat::Kimi, &kimi));
+        let (_, args) = the_call(&parsed(CallSyntax::with_kimi(true), &kimi));
+        assert_eq!(args["days"].to_string(), big);
+    }
+
     /// Whether the grammar of `schema` takes `text` whole and ends there.
     fn json_accepts(schema: Value, text: &str) -> bool {
         let vocab = Vocab::new(false);

@@ -147,3 +147,50 @@ pub(crate) fn context(messages: &[ChatMessage], opts: &RenderOptions, bos: &str,
     }
     Json::Object(ctx)
 }
+
+/// `json` as a template value. serde_json keeps numbers as their literal text here
+/// (`arbitrary_precision`, so a 42-digit integer argument survives a round trip) and serializes
+/// them as a private struct, which minijinja would take for a map: numbers go over as integers
+/// (to 128 bits) or floats instead.
+pub(crate) fn template_value(json: &Json) -> minijinja::Value {
+    minijinja::Value::from(minijinja::value::Serde(Plain(json)))
+}
+
+struct Plain<'a>(&'a Json);
+
+impl serde::Serialize for Plain<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        match self.0 {
+            Json::Number(n) => {
+                let text = n.to_string();
+                if let Some(i) = n.as_i64() {
+                    s.serialize_i64(i)
+                } else if let Some(u) = n.as_u64() {
+                    s.serialize_u64(u)
+                } else if let Ok(i) = text.parse::<i128>() {
+                    s.serialize_i128(i)
+                } else if let Some(f) = n.as_f64().filter(|f| f.is_finite()) {
+                    s.serialize_f64(f)
+                } else {
+                    s.serialize_str(&text)
+                }
+            }
+            Json::Array(a) => {
+                let mut seq = s.serialize_seq(Some(a.len()))?;
+                for v in a {
+                    seq.serialize_element(&Plain(v))?;
+                }
+                seq.end()
+            }
+            Json::Object(o) => {
+                let mut map = s.serialize_map(Some(o.len()))?;
+                for (k, v) in o {
+                    map.serialize_entry(k, &Plain(v))?;
+                }
+                map.end()
+            }
+            other => other.serialize(s),
+        }
+    }
+}

@@ -62,7 +62,7 @@ mod tests {
 
     #[test]
     fn prints_like_python() {
-        let v = Value::from(minijinja::value::Serde(serde_json::json!({"a": [1, true, null, "x", "it's"], "b": 0.5})));
+        let v = crate::template::context::template_value(&serde_json::json!({"a": [1, true, null, "x", "it's"], "b": 0.5}));
         assert_eq!(py_str(&v), r#"{'a': [1, True, None, 'x', "it's"], 'b': 0.5}"#);
         assert_eq!(py_str(&Value::from(false)), "False");
         assert_eq!(py_str(&Value::from("plain")), "plain");

@@ -157,13 +157,13 @@ mod tests {
 
     #[test]
     fn formats_like_python_json_dumps() {
-        let v = Value::from(minijinja::value::Serde(serde_json::json!({"b": [1, 2.5, 1.0, 1e20, 1.5e-7], "a": {"x": "é\"\n"}, "c": null, "d": true, "e": []})));
+        let v = crate::template::context::template_value(&serde_json::json!({"b": [1, 2.5, 1.0, 1e20, 1.5e-7], "a": {"x": "é\"\n"}, "c": null, "d": true, "e": []}));
         let s = to_json(&v, &JsonStyle::new(None, None)).unwrap();
         // Insertion order is kept (serde_json's preserve_order is on for this crate).
         assert_eq!(s, r#"{"b": [1, 2.5, 1.0, 1e+20, 1.5e-07], "a": {"x": "é\"\n"}, "c": null, "d": true, "e": []}"#);
         let mut style = JsonStyle::new(Some("  ".into()), None);
         style.ensure_ascii = true;
-        assert_eq!(to_json(&Value::from(minijinja::value::Serde(serde_json::json!({"k": ["é", "😀"]}))), &style).unwrap(),
+        assert_eq!(to_json(&crate::template::context::template_value(&serde_json::json!({"k": ["é", "😀"]})), &style).unwrap(),
             "{\n  \"k\": [\n    \"\\u00e9\",\n    \"\\ud83d\\ude00\"\n  ]\n}");
     }
 }

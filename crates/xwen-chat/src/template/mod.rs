@@ -98,7 +98,7 @@ impl ChatTemplate {
     fn render_raw(&self, messages: &[ChatMessage], opts: &RenderOptions, marking: Marking) -> Result<String, ChatError> {
         let ctx = context::context(messages, opts, &self.bos_token, &self.eos_token, marking);
         let tmpl = self.env.get_template(NAME).map_err(template_error)?;
-        tmpl.render(minijinja::Value::from(minijinja::value::Serde(&ctx))).map_err(template_error)
+        tmpl.render(context::template_value(&ctx)).map_err(template_error)
     }
 }
 

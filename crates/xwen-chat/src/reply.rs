@@ -1,4 +1,4 @@
-//! The reply's text, as it streams: stop strings cut it (`xwen_chat::StopFilter`), then
+//! The reply's text, as it streams: stop strings cut it (`crate::StopFilter`), then
 //! `ReplyParser` splits it into reasoning (`<think>` … `</think>`), content and tool calls: Qwen's
 //! `<tool_call>` … `</tool_call>` always, and where the vocabulary has Kimi's markers
 //! (`CallSyntax::with_kimi`), Kimi's `<|tool_call_begin|>functions.NAME:i<|tool_call_argument_begin|>
@@ -11,7 +11,7 @@
 //! does not contain.
 
 use crate::tool_parse::{parse_call, parse_kimi_call, parse_xtml_call, ParsedCall, ToolSchemas};
-use xwen_chat::partial_suffix;
+use crate::partial_suffix;
 
 /// One part of the reply.
 #[derive(Clone, Debug, PartialEq)]
@@ -63,9 +63,9 @@ impl CallSyntax {
     /// The syntax of replies to prompts `template` renders, for a vocabulary that `has_kimi_calls`
     /// (Kimi's `<|tool_call_begin|>` token): XTML when the template's generation prompt opens
     /// an `<|open|>message` element.
-    pub fn detect(template: Option<&xwen_chat::ChatTemplate>, has_kimi_calls: bool) -> Self {
+    pub fn detect(template: Option<&crate::ChatTemplate>, has_kimi_calls: bool) -> Self {
         let xtml = template.is_some_and(|t| {
-            t.render_text(&[xwen_chat::ChatMessage::new("user", "hi")], &xwen_chat::RenderOptions::default())
+            t.render_text(&[crate::ChatMessage::new("user", "hi")], &crate::RenderOptions::default())
                 .is_ok_and(|s| s.contains("<|open|>message") && s.contains("<|sep|>"))
         });
         CallSyntax { kimi: has_kimi_calls, xtml }

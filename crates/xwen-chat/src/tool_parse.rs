@@ -98,7 +98,8 @@ pub fn tools_named(tools: &Option<Vec<Value>>, name: &str) -> Vec<Value> {
 
 fn type_allowed(v: &Value, types: &[&str]) -> bool {
     types.iter().any(|t| match *t {
-        "integer" => v.is_i64() || v.is_u64(),
+        // any length: a 42-digit id is an integer too (serde_json keeps its digits)
+        "integer" => v.as_number().is_some_and(|n| is_integer_literal(&n.to_string())),
         "number" => v.is_number(),
         "boolean" => v.is_boolean(),
         "object" => v.is_object(),
@@ -107,6 +108,12 @@ fn type_allowed(v: &Value, types: &[&str]) -> bool {
         "string" => v.is_string(),
         _ => false,
     })
+}
+
+/// A JSON integer as written: an optional minus and digits, no fraction or exponent.
+fn is_integer_literal(s: &str) -> bool {
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Parses the text inside one `<tool_call>` … `</tool_call>` (either tag may be missing).
@@ -313,6 +320,25 @@ mod tests {
         assert_eq!(Value::Object(c.arguments), json!({"n": 4}));
         assert!(parse_xtml_call("<|open|>call index=\"1\"<|sep|>").is_none());
         assert!(parse_xtml_call("<|open|>call mytool=\"x\"<|sep|>").is_none());
+    }
+
+    #[test]
+    fn integers_of_any_length_are_numbers_with_their_digits() {
+        let big = "123456789012345678901234567890123456789012";
+        let body = format!("<function=get_weather>\n<parameter=days>\n{big}\n</parameter>\n<parameter=zip>\n{big}\n</parameter>\n</function>");
+        let c = parse_call(&body, &schemas()).unwrap();
+        assert!(c.arguments["days"].is_number(), "{:?}", c.arguments["days"]);
+        assert_eq!(c.arguments["zip"], json!(big), "a string parameter stays text");
+        let text = Value::Object(c.arguments).to_string();
+        assert_eq!(text, format!("{{\"days\":{big},\"zip\":\"{big}\"}}"));
+        // negative, and not an integer: a fraction, an exponent
+        let days = |v: &str| parse_call(&format!("<function=get_weather>\n<parameter=days>\n{v}\n</parameter>\n</function>"), &schemas()).unwrap().arguments["days"].clone();
+        assert_eq!(days(&format!("-{big}")).to_string(), format!("-{big}"));
+        assert_eq!(days("2.5"), json!("2.5"));
+        assert_eq!(days("1e50"), json!("1e50"));
+        // the JSON forms keep the digits too
+        let c = parse_call(&format!("<tool_call>\n{{\"name\": \"f\", \"arguments\": {{\"x\": {big}}}}}\n</tool_call>"), &ToolSchemas::default()).unwrap();
+        assert_eq!(Value::Object(c.arguments).to_string(), format!("{{\"x\":{big}}}"));
     }
 
     #[test]
