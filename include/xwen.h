@@ -84,7 +84,8 @@ typedef struct xwen_event {
 } xwen_event;
 
 // Called on the generating thread for every event; return false to stop that sequence. It
-// must not call back into xwen with the same model (the model is busy: it would wait on itself).
+// may tokenize with the same model; generation, chat or logits on it from the callback return
+// `XWEN_ERR_INVALID_ARGUMENT` (the model is busy with the call the callback came from).
 typedef bool (*xwen_event_fn)(void *user_data, const struct xwen_event *event);
 
 // Tokens of the prompt and of the completion, and the seconds to the first token and after it.

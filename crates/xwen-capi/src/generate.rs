@@ -112,7 +112,8 @@ pub struct xwen_event {
 }
 
 /// Called on the generating thread for every event; return false to stop that sequence. It
-/// must not call back into xwen with the same model (the model is busy: it would wait on itself).
+/// may tokenize with the same model; generation, chat or logits on it from the callback return
+/// `XWEN_ERR_INVALID_ARGUMENT` (the model is busy with the call the callback came from).
 pub type xwen_event_fn = Option<unsafe extern "C" fn(user_data: *mut c_void, event: *const xwen_event) -> bool>;
 
 /// A finished sequence (opaque): its text, tokens, finish reason, usage, and for chat the split reply.
