@@ -84,7 +84,8 @@ typedef struct xwen_event {
 } xwen_event;
 
 // Called on the generating thread for every event; return false to stop that sequence. It
-// must not call back into xwen with the same model (the model is busy: it would wait on itself).
+// may tokenize with the same model; generation, chat or logits on it from the callback return
+// `XWEN_ERR_INVALID_ARGUMENT` (the model is busy with the call the callback came from).
 typedef bool (*xwen_event_fn)(void *user_data, const struct xwen_event *event);
 
 // Tokens of the prompt and of the completion, and the seconds to the first token and after it.
@@ -176,7 +177,7 @@ xwen_status xwen_generate(struct xwen_model *model,
                           void *user_data,
                           struct xwen_completion **out);
 
-// `xwen_generate` from `n` token ids.
+// `xwen_generate` from `n` token ids. Thread-safe; calls on one model take turns.
 xwen_status xwen_generate_ids(struct xwen_model *model,
                               const uint32_t *ids,
                               size_t n,
@@ -227,7 +228,8 @@ const char *xwen_completion_finish_reason(const struct xwen_completion *c);
 // The completion's usage into `*out`. Thread-safe for reading.
 xwen_status xwen_completion_usage(const struct xwen_completion *c, struct xwen_usage *out);
 
-// The sampler's seed (passing it back in the options repeats the sequence).
+// The sampler's seed (passing it back in the options repeats the sequence); 0 for NULL.
+// Thread-safe for reading.
 uint64_t xwen_completion_seed(const struct xwen_completion *c);
 
 // Everything as one JSON object: `text`, `tokens`, `finish_reason`, `stop_string`, `seed`,
@@ -235,7 +237,7 @@ uint64_t xwen_completion_seed(const struct xwen_completion *c);
 // "arguments"}]`). Valid until the completion is freed. Thread-safe for reading.
 const char *xwen_completion_json(const struct xwen_completion *c);
 
-// Frees a completion; null is ignored.
+// Frees a completion; null is ignored. No other call may be reading it.
 void xwen_completion_free(struct xwen_completion *c);
 
 // Defaults: what `xwen run` does with no flags. Thread-safe.

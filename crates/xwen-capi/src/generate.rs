@@ -112,7 +112,8 @@ pub struct xwen_event {
 }
 
 /// Called on the generating thread for every event; return false to stop that sequence. It
-/// must not call back into xwen with the same model (the model is busy: it would wait on itself).
+/// may tokenize with the same model; generation, chat or logits on it from the callback return
+/// `XWEN_ERR_INVALID_ARGUMENT` (the model is busy with the call the callback came from).
 pub type xwen_event_fn = Option<unsafe extern "C" fn(user_data: *mut c_void, event: *const xwen_event) -> bool>;
 
 /// A finished sequence (opaque): its text, tokens, finish reason, usage, and for chat the split reply.
@@ -217,7 +218,7 @@ pub unsafe extern "C" fn xwen_generate(model: *mut xwen_model, prompt: *const c_
     })
 }
 
-/// `xwen_generate` from `n` token ids.
+/// `xwen_generate` from `n` token ids. Thread-safe; calls on one model take turns.
 #[no_mangle]
 pub unsafe extern "C" fn xwen_generate_ids(model: *mut xwen_model, ids: *const u32, n: usize, opts: *const xwen_generate_options, callback: xwen_event_fn, user_data: *mut c_void, out: *mut *mut xwen_completion) -> xwen_status {
     boundary(|| {
@@ -341,7 +342,8 @@ pub unsafe extern "C" fn xwen_completion_usage(c: *const xwen_completion, out: *
     })
 }
 
-/// The sampler's seed (passing it back in the options repeats the sequence).
+/// The sampler's seed (passing it back in the options repeats the sequence); 0 for NULL.
+/// Thread-safe for reading.
 #[no_mangle]
 pub unsafe extern "C" fn xwen_completion_seed(c: *const xwen_completion) -> u64 {
     c.as_ref().map_or(0, |c| c.done.seed)
@@ -355,7 +357,7 @@ pub unsafe extern "C" fn xwen_completion_json(c: *const xwen_completion) -> *con
     c.as_ref().map_or(std::ptr::null(), |c| c.json.as_ptr())
 }
 
-/// Frees a completion; null is ignored.
+/// Frees a completion; null is ignored. No other call may be reading it.
 #[no_mangle]
 pub unsafe extern "C" fn xwen_completion_free(c: *mut xwen_completion) {
     if !c.is_null() {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use xwen_embed::{GenerateOptions, LoadOptions, Prompt, SamplerConfig, Xwen};
 
-/// target/<profile>/, where cargo put the static library beside this test's deps/ folder.
+/// target/<profile>/, above the deps/ folder this test runs from.
 fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     exe.parent().and_then(Path::parent).unwrap().to_path_buf()
@@ -15,7 +15,9 @@ fn profile_dir() -> PathBuf {
 #[test]
 fn the_c_example_generates_the_librarys_greedy_tokens() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let lib = profile_dir().join("libxwen_capi.a");
+    // cargo builds the static library with this test into deps/ (it is copied up to
+    // target/<profile>/ only by a build of the crate itself)
+    let lib = profile_dir().join("deps/libxwen_capi.a");
     assert!(lib.exists(), "{} is missing (cargo builds it with this test)", lib.display());
     let out_dir = profile_dir().join("../c-example");
     std::fs::create_dir_all(&out_dir).unwrap();

@@ -190,7 +190,7 @@ impl Xwen {
         let stop_ids = if opts.ignore_eos { Vec::new() } else { eos.clone() };
         let max_tokens = opts.max_tokens.unwrap_or(usize::MAX);
         let cancelled = || opts.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed));
-        let _turn = self.compute.lock().unwrap_or_else(|p| p.into_inner());
+        let _turn = self.turn()?;
         let t0 = Instant::now();
         let mut sched = Scheduler::new(seqs.len().min(self.model.max_sequences()).max(1));
         let mut next = 0;

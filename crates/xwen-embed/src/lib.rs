@@ -46,6 +46,9 @@ pub struct Xwen {
     cfg: EngineConfig,
     /// Held while the model computes: calls on one model take turns on its worker threads.
     compute: Mutex<()>,
+    /// The thread holding `compute`: a callback that calls back into the model on that thread
+    /// gets an error instead of waiting on itself.
+    computing_on: Mutex<Option<std::thread::ThreadId>>,
     load_secs: f64,
 }
 
@@ -115,7 +118,7 @@ impl Xwen {
         }
         self.check_ids(ids)?;
         self.check_fits(ids.len(), 0)?;
-        let _turn = self.compute.lock().unwrap_or_else(|p| p.into_inner());
+        let _turn = self.turn()?;
         let mut state = self.model.new_state();
         let mode = if all { LogitsMode::All } else { LogitsMode::Last };
         Ok(self.model.forward(&mut state, ids, mode)?)
@@ -127,6 +130,18 @@ impl Xwen {
             Some(p) => Ok(p.clone()),
             None => plan::plan_of(self.model.gguf(), &self.cfg),
         }
+    }
+
+    /// This call's turn on the model (released when dropped); an error on the thread that
+    /// holds it already (a callback calling back in).
+    pub(crate) fn turn(&self) -> Result<Turn<'_>> {
+        let me = std::thread::current().id();
+        if *self.computing_on.lock().unwrap_or_else(|p| p.into_inner()) == Some(me) {
+            return Err(Error::InvalidArgument("the model is busy with the call this callback came from: compute after it returns".into()));
+        }
+        let guard = self.compute.lock().unwrap_or_else(|p| p.into_inner());
+        *self.computing_on.lock().unwrap_or_else(|p| p.into_inner()) = Some(me);
+        Ok(Turn { x: self, _guard: guard })
     }
 
     fn check_ids(&self, ids: &[u32]) -> Result<()> {
@@ -147,6 +162,17 @@ impl Xwen {
             )));
         }
         Ok(())
+    }
+}
+
+pub(crate) struct Turn<'a> {
+    x: &'a Xwen,
+    _guard: std::sync::MutexGuard<'a, ()>,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        *self.x.computing_on.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 }
 

@@ -118,6 +118,7 @@ impl Xwen {
             is_demo: path_or_name.is_none(),
             cfg,
             compute: Mutex::new(()),
+            computing_on: Mutex::new(None),
             load_secs: t0.elapsed().as_secs_f64(),
         })
     }

@@ -72,6 +72,15 @@ fn stop_strings_callbacks_and_the_cancel_flag_end_a_sequence() {
     let cancel = Arc::new(AtomicBool::new(true));
     let c = x.generate(Prompt::Text("def fibonacci(n):\n"), &GenerateOptions { cancel: Some(cancel), ..greedy(40) }, &mut |_| true).unwrap();
     assert_eq!((c.finish, c.tokens.len()), (FinishReason::Cancelled, 0));
+    // a callback that calls back into the model: tokenizing works, computing is refused
+    let mut inner = None;
+    x.generate(Prompt::Text("x"), &greedy(1), &mut |_| {
+        assert!(!x.tokenize("y", false).is_empty());
+        inner = Some(x.logits(&[1], false).map(|_| ()));
+        true
+    })
+    .unwrap();
+    assert!(matches!(inner, Some(Err(Error::InvalidArgument(_)))), "{inner:?}");
     // max_tokens 0
     let c = x.generate(Prompt::Text("x"), &greedy(0), &mut |_| true).unwrap();
     assert_eq!((c.finish, c.tokens.len()), (FinishReason::Length, 0));

@@ -2,6 +2,7 @@
 
 import json
 import threading
+import time
 
 import pytest
 
@@ -48,6 +49,12 @@ def test_stop_strings_seeds_and_batches(m):
     batch = m.generate_batch([PROMPT, "class Stack:\n"], max_tokens=16)
     assert batch[0].tokens == full.tokens[:16]
     assert batch[1].tokens == m.generate("class Stack:\n", max_tokens=16).tokens
+    # streamed together: each piece says its prompt
+    s = m.stream([PROMPT, "class Stack:\n"], max_tokens=16)
+    texts = ["", ""]
+    for p in s:
+        texts[p.index] += p.text
+    assert texts == [c.text for c in batch] == [c.text for c in s.completions]
 
 
 def test_chat_through_the_template(m):
@@ -93,21 +100,25 @@ def test_errors_are_exceptions(m):
 
 
 def test_the_gil_is_released_while_the_engine_runs(m):
-    # a Python thread keeps running while another generates
+    # a Python thread keeps running while another generates: it ticks inside the generation's
+    # window (holding the GIL, the engine would leave it no tick there)
     ticks = []
     stop = threading.Event()
 
     def tick():
         while not stop.is_set():
-            ticks.append(1)
+            ticks.append(time.monotonic())
             stop.wait(0.001)
 
     t = threading.Thread(target=tick)
     t.start()
-    m.generate(PROMPT, max_tokens=200, ignore_eos=True)
+    start = time.monotonic()
+    r = m.generate(PROMPT, max_tokens=1500, ignore_eos=True)
+    end = time.monotonic()
     stop.set()
     t.join()
-    assert len(ticks) > 5
+    assert len(r.tokens) == 1500
+    assert sum(start < x < end for x in ticks) >= 3, (end - start, len(ticks))
 
 
 def test_numpy_logits_when_numpy_is_there(m):
