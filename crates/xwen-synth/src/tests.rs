@@ -238,3 +238,25 @@ fn the_synthetic_vocabulary_covers_every_byte() {
     assert_eq!(set.len(), toks.len(), "duplicate tokens");
     assert!(set.contains("Ġ") && set.contains("Ċ") && set.contains("A") && set.contains("<|im_end|>"));
 }
+
+/// A q8_0 cache holds QSA's indexer rows [raw | pooled] in blocks of 32; with an indexer head
+/// of another width (48 here) a block would hold both keys, which llama.cpp computes and xwen
+/// does not reproduce: the step is refused with the reason, never computed otherwise.
+#[test]
+fn a_q8_0_cache_refuses_an_indexer_head_that_is_not_whole_blocks() {
+    let mut g = Preset::Qwen4ExpTiny.geometry();
+    set_field(&mut g, "idx_dim=48").unwrap();
+    let path = temp_path("qwen4exp-idx48.gguf");
+    write_geometry(&g, "idx48", Mix::Q4KM, &path, None, 3, &mut |_| {}).unwrap();
+    let q8 = xwen_engine::KvType::Q8_0;
+    for (kv, ok) in [((q8, q8), false), ((xwen_engine::KvType::F16, xwen_engine::KvType::F16), true)] {
+        let m = xwen_engine::Model::load(&path, &xwen_engine::EngineConfig { threads: 2, max_ctx: 64, kv_types: kv, ..Default::default() }).unwrap();
+        let mut st = m.new_state();
+        let r = m.forward(&mut st, &[1, 2, 3, 4, 5], xwen_engine::LogitsMode::Last);
+        match r {
+            Ok(_) => assert!(ok, "a q8_0 cache with 48-wide indexer keys ran"),
+            Err(e) => assert!(!ok && e.to_string().contains("multiple of 32"), "{e}"),
+        }
+    }
+    std::fs::remove_file(&path).unwrap();
+}

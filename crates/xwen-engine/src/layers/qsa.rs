@@ -152,6 +152,11 @@ pub fn forward<'a>(ctx: &Ctx<'a>, w: &QsaWeights, a: &AttnDims, d: &QsaDims, x: 
     let n = rows.n;
     let (di, r) = (d.head_dim, d.ratio);
     let be = ctx.backend;
+    // a q8_0 cache holds [raw | pooled] rows in blocks of 32: an indexer head of another width
+    // would share blocks between the two keys
+    if !di.is_multiple_of(32) && idx.iter().any(|c| c.k.ty() == crate::config::KvType::Q8_0) {
+        return Err(EngineError::State(format!("QSA's indexer keys of {di} in a q8_0 cache: the width must be a multiple of 32")));
+    }
     let mut p = ctx.mm_rows(&[&w.k, &w.q], x, rows).into_iter();
     let (k_raw, mut q_idx) = (p.next().unwrap(), p.next().unwrap());
     for (s, c) in rows.spans.iter().zip(idx.iter_mut()) {
