@@ -535,12 +535,14 @@ pub struct BenchArgs {
 #[derive(clap::Args, Debug)]
 #[command(after_help = "\
 Presets: qwen35moe-35b-a3b (~20.4 GB), qwen35-27b (~19.1 GB), qwen35-4b (~3.5 GB),
-qwen3next-80b-a3b (~45 GB), kimi-linear-48b-a3b (~28 GB), qwen35moe-small and
-qwen3next-small, kimi-linear-small (~230-300 MB, nearly all routed experts: for --ram-budget
+qwen3next-80b-a3b (~45 GB), kimi-linear-48b-a3b (~28 GB), qwen4exp-flash-next (~75 GB: 512
+experts top-10, a 41B-parameter n-gram table) and qwen4exp-flash-next-scaled (~32 GB: the same
+per-token work, 256 experts, a quarter of the table), qwen35moe-small and qwen3next-small,
+kimi-linear-small, qwen4exp-small (~230-300 MB, nearly all routed experts: for --ram-budget
 runs),
-qwen35moe-tiny, qwen35-tiny, qwen3next-tiny, kimi-linear-tiny (a few MB); the small and tiny
-ones, and any whose vocabulary is smaller than Qwen3.5's, with a synthetic byte-level
-vocabulary.
+qwen35moe-tiny, qwen35-tiny, qwen3next-tiny, kimi-linear-tiny, qwen4exp-tiny (a few MB); the
+small and tiny ones, and any whose vocabulary is smaller than Qwen3.5's, with a synthetic
+byte-level vocabulary.
 
 --random SEED draws a tiny geometry of --family instead (widths, heads, ratios, layer pattern,
 rope, experts, tied embeddings, eps: the parity sweep of tools/oracle/random_sweep.sh) and
@@ -559,7 +561,7 @@ pub struct SynthArgs {
     /// Draw a random tiny geometry from this seed instead of a preset
     #[arg(long = "random", value_name = "SEED")]
     pub random: Option<u64>,
-    /// The family of a --random geometry: qwen35, qwen35moe, qwen3next, kimi-linear
+    /// The family of a --random geometry: qwen35, qwen35moe, qwen3next, kimi-linear, qwen4exp
     #[arg(long = "family", value_name = "ARCH", default_value = "qwen35", requires = "random")]
     pub family: xwen_synth::Family,
     /// Override a field of the geometry (n_embd=256, tied=false, rope_sections=11,11,10,0 ...; repeatable)

@@ -123,6 +123,8 @@ fn bit_identical_to_llama_cpp_at_its_defaults() {
         ("cond", "kimi_linear", "q4_k_m"),
         ("cond", "kimi_k3", "q8_0"),
         ("cond", "kimi_k3", "q4_k_m"),
+        ("cond", "qwen4exp", "q8_0"),
+        ("cond", "qwen4exp", "q4_k_m"),
     ] {
         let dir = r.join(set).join(arch);
         fails.extend(check(&format!("{set}-{arch}-model-{tier}"), &dir.join(format!("model-{tier}.gguf")), &dir.join("cases.txt")));
@@ -134,9 +136,12 @@ fn bit_identical_to_llama_cpp_at_its_defaults() {
     fails.extend(check("long-cond-qwen3_next-q8_0", &r.join("cond/qwen3_next/model-q8_0.gguf"), &long));
     fails.extend(check("long-cond-kimi_linear-q8_0", &r.join("cond/kimi_linear/model-q8_0.gguf"), &long));
     fails.extend(check("long-cond-kimi_k3-q8_0", &r.join("cond/kimi_k3/model-q8_0.gguf"), &long));
+    // QSA's selection under flash attention: the tiled path (70 and 300 rows) and, decoding
+    // past 512 cells, split-KV, each over the selected cells only
+    fails.extend(check("long-cond-qwen4exp-q8_0", &r.join("cond/qwen4exp/model-q8_0.gguf"), &long));
     let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../models/demo/tiny-qwen35-q4_k_m.gguf");
     fails.extend(check("demo", &demo, &fa.join("demo-prompt.txt")));
-    checked += 6;
+    checked += 7;
     assert!(fails.is_empty(), "{} of {checked} models differ from llama.cpp's f16 + flash-attention records:\n{}", fails.len(), fails.join("\n"));
 }
 
@@ -151,7 +156,7 @@ fn a_q8_0_cache_is_bit_identical_to_llama_cpp() {
     let q8 = (xwen_engine::KvType::Q8_0, xwen_engine::KvType::Q8_0);
     let mut fails = Vec::new();
     let mut checked = 0;
-    for (set, arch, tier) in [("cond", "qwen3_5", "f32"), ("cond", "qwen3_5", "q4_k_m"), ("cond", "qwen3_5_moe", "q8_0"), ("cond", "qwen3_next", "q4_k_m"), ("cond", "kimi_linear", "q8_0")] {
+    for (set, arch, tier) in [("cond", "qwen3_5", "f32"), ("cond", "qwen3_5", "q4_k_m"), ("cond", "qwen3_5_moe", "q8_0"), ("cond", "qwen3_next", "q4_k_m"), ("cond", "kimi_linear", "q8_0"), ("cond", "qwen4exp", "q4_k_m")] {
         let dir = r.join(set).join(arch);
         fails.extend(check_with(&format!("q8_0-{set}-{arch}-model-{tier}"), &dir.join(format!("model-{tier}.gguf")), &dir.join("cases.txt"), q8));
         checked += 1;

@@ -74,6 +74,7 @@ fn ngram_drafts_give_plain_greedy_output() {
     check(&Model::load(&fixture("cond/qwen3_next/model-q4_k_m.gguf"), &cfg(None)).unwrap(), "qwen3next q4_k_m");
     check(&Model::load(&fixture("cond/kimi_linear/model-q8_0.gguf"), &cfg(None)).unwrap(), "kimi-linear q8_0");
     check(&Model::load(&fixture("cond/kimi_k3/model-q4_k_m.gguf"), &cfg(None)).unwrap(), "kimi-k3 q4_k_m");
+    check(&Model::load(&fixture("cond/qwen4exp/model-q4_k_m.gguf"), &cfg(None)).unwrap(), "qwen4exp q4_k_m");
 }
 
 #[test]

@@ -46,8 +46,13 @@ fn plain_greedy(m: &Model, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<Vec<f32>>
 }
 
 fn check(m: &Model, what: &str) {
+    check_after(m, what, 12);
+}
+
+/// `check` after a prompt of `n_prompt` tokens.
+fn check_after(m: &Model, what: &str, n_prompt: u32) {
     let v = m.n_vocab() as u32;
-    let prompt: Vec<u32> = (0..12).map(|i| (i * 7919 + 11) % v).collect();
+    let prompt: Vec<u32> = (0..n_prompt).map(|i| (i * 7919 + 11) % v).collect();
     let (toks, logits) = plain_greedy(m, &prompt, 10);
     let p0 = prompt.len();
     let mut b = m.new_state();
@@ -88,6 +93,11 @@ fn verified_drafts_equal_plain_decode_and_rollback_needs_no_rerun() {
     }
     let moe = fixture("cond/qwen3_5_moe/model-q4_k_m.gguf");
     check(&Model::load(&moe, &cfg(None)).unwrap(), "moe q4_k_m mapped");
+    // qwen4exp: the PLE layer's n-gram window and dilated-conv history roll back with the
+    // DeltaNet states; after 24 tokens every verify row is past QSA's dense start (position 19)
+    let q4x = Model::load(&fixture("cond/qwen4exp/model-q8_0.gguf"), &cfg(None)).unwrap();
+    check(&q4x, "qwen4exp q8_0");
+    check_after(&q4x, "qwen4exp q8_0 sparse", 24);
     let plan = Model::load(&moe, &cfg(Some(1 << 50))).unwrap().memory_plan().unwrap().clone();
     check(&Model::load(&moe, &cfg(Some(plan.floor() + plan.record_bytes))).unwrap(), "moe q4_k_m streamed");
 }

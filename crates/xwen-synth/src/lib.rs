@@ -13,10 +13,12 @@
 //! a few MB whatever the file size (20 GB presets are streamed).
 
 mod mix;
+mod qwen4exp;
 mod random;
 mod vocab;
 
 pub use mix::Mix;
+pub use qwen4exp::{Ple, Qwen4x};
 pub use random::{describe, random_geometry, set_field, Family};
 
 /// What can go wrong writing a synthetic model.
@@ -65,10 +67,20 @@ pub enum Preset {
     KimiLinearTiny,
     /// ~250 MB, nearly all routed experts: kimi-linear's graph at qwen35moe-small's size.
     KimiLinearSmall,
+    /// Qwen3.8-Flash-Next as far as its geometry is known (`geometry` says which parts are our
+    /// choice): 48 layers, 512 experts top-10, a 41B-parameter n-gram table; about 75 GB.
+    Qwen4ExpFlashNext,
+    /// The same per-token work at a size these disks hold: every layer, width and top-k of
+    /// `Qwen4ExpFlashNext`, 256 experts and a quarter of the n-gram table; about 32 GB.
+    Qwen4ExpFlashNextScaled,
+    /// A few MB: qwen4exp's graph (hyper-connections, QSA, PLE, MoE) at toy size.
+    Qwen4ExpTiny,
+    /// ~270 MB, nearly all routed experts: qwen4exp at qwen35moe-small's size.
+    Qwen4ExpSmall,
 }
 
 impl Preset {
-    pub const ALL: [Preset; 12] = [
+    pub const ALL: [Preset; 16] = [
         Preset::Qwen35Moe35bA3b,
         Preset::Qwen35_27b,
         Preset::Qwen35_4b,
@@ -81,6 +93,10 @@ impl Preset {
         Preset::KimiLinear48bA3b,
         Preset::KimiLinearTiny,
         Preset::KimiLinearSmall,
+        Preset::Qwen4ExpFlashNext,
+        Preset::Qwen4ExpFlashNextScaled,
+        Preset::Qwen4ExpTiny,
+        Preset::Qwen4ExpSmall,
     ];
 
     pub fn name(self) -> &'static str {
@@ -97,6 +113,10 @@ impl Preset {
             Preset::KimiLinear48bA3b => "kimi-linear-48b-a3b",
             Preset::KimiLinearTiny => "kimi-linear-tiny",
             Preset::KimiLinearSmall => "kimi-linear-small",
+            Preset::Qwen4ExpFlashNext => "qwen4exp-flash-next",
+            Preset::Qwen4ExpFlashNextScaled => "qwen4exp-flash-next-scaled",
+            Preset::Qwen4ExpTiny => "qwen4exp-tiny",
+            Preset::Qwen4ExpSmall => "qwen4exp-small",
         }
     }
 
@@ -111,6 +131,8 @@ impl Preset {
                 | Preset::Qwen3NextSmall
                 | Preset::KimiLinearTiny
                 | Preset::KimiLinearSmall
+                | Preset::Qwen4ExpTiny
+                | Preset::Qwen4ExpSmall
         )
     }
 
@@ -141,6 +163,7 @@ impl Preset {
             ssm_dt_rank: 0,
             n_vocab: FULL_VOCAB,
             kimi: None,
+            q4x: None,
             tied: false,
             nextn: false,
         };
@@ -325,6 +348,9 @@ impl Preset {
                 kimi: Some(Kimi { kv_lora: 256, qk_nope: 64, v_head: 64, n_dense_lead: 1, w_scale: 2.446, mla_last: false }),
                 ..tiny
             },
+            Preset::Qwen4ExpFlashNext | Preset::Qwen4ExpFlashNextScaled | Preset::Qwen4ExpTiny | Preset::Qwen4ExpSmall => {
+                qwen4exp::preset_geometry(self, base, tiny)
+            }
         }
     }
 }
@@ -383,6 +409,9 @@ pub struct Geometry {
     /// as the head width, ssm_groups = ssm_dt_rank = n_head heads, ssm_conv the kernel; n_ff is
     /// the leading dense layers' width; head_dim is MLA's K row (kv_lora + rope).
     pub kimi: Option<Kimi>,
+    /// qwen4exp's hyper-connections, QSA indexer and PLE layer (None for the other families);
+    /// the rest of the geometry is qwen35moe's.
+    pub q4x: Option<Qwen4x>,
     /// Tied embeddings: no `output.weight`, llama.cpp and xwen use `token_embd` as the lm head.
     pub tied: bool,
     /// An MTP (NextN) block after the trunk, as the official "-MTP" GGUFs carry (qwen35 and
@@ -477,6 +506,9 @@ impl TensorPlan {
 pub fn tensor_plan(g: &Geometry) -> Vec<TensorPlan> {
     if let Some(k) = g.kimi {
         return kimi_tensor_plan(g, &k);
+    }
+    if let Some(q) = g.q4x {
+        return qwen4exp::tensor_plan(g, &q);
     }
     use GgmlType::{F32, Q4_K, Q8_0};
     let t = |name: String, ty, dims: &[usize], fill| TensorPlan {
@@ -657,8 +689,9 @@ fn kimi_metadata(g: &Geometry, k: &Kimi, name: &str) -> Vec<(String, Value)> {
     ]
 }
 
-/// Metadata keys of the architecture (no tokenizer), as convert_hf_to_gguf writes them.
-fn arch_metadata(g: &Geometry, name: &str) -> Vec<(String, Value)> {
+/// Metadata keys of the architecture (no tokenizer), as convert_hf_to_gguf writes them; `eos`
+/// is the vocabulary's end-of-sequence id.
+fn arch_metadata(g: &Geometry, name: &str, eos: u32) -> Vec<(String, Value)> {
     if let Some(k) = g.kimi {
         return kimi_metadata(g, &k, name);
     }
@@ -719,6 +752,9 @@ fn arch_metadata(g: &Geometry, name: &str) -> Vec<(String, Value)> {
     if g.nextn {
         kv.push((format!("{a}.nextn_predict_layers"), u(1)));
     }
+    if let Some(q) = &g.q4x {
+        kv.extend(qwen4exp::metadata(g, q, eos));
+    }
     kv
 }
 
@@ -772,19 +808,23 @@ pub fn write_geometry(
     seed: u64,
     progress: &mut dyn FnMut(&SynthProgress<'_>),
 ) -> Result<SynthReport> {
-    if g.nextn && (g.kimi.is_some() || g.is_qwen3next()) {
+    if g.nextn && (g.kimi.is_some() || g.is_qwen3next() || g.q4x.is_some()) {
         return Err(SynthError::Invalid(format!("{}: an MTP (nextn) block is written for qwen35 and qwen35moe only", g.arch)));
+    }
+    if let Some(q) = &g.q4x {
+        qwen4exp::validate(g, q).map_err(SynthError::Invalid)?;
     }
     let mut plan = tensor_plan(g);
     mix.apply(&mut plan);
-    let mut w = GgufWriter::new();
-    for (k, v) in arch_metadata(g, name) {
-        w.add_kv(&k, v);
-    }
     let tok = match vocab {
         Some(f) => vocab::from_gguf(f, g.n_vocab)?,
         None => vocab::synthetic(g.n_vocab),
     };
+    let eos = tok.iter().find(|(k, _)| k == "tokenizer.ggml.eos_token_id").and_then(|(_, v)| v.as_u64()).unwrap_or(0) as u32;
+    let mut w = GgufWriter::new();
+    for (k, v) in arch_metadata(g, name, eos) {
+        w.add_kv(&k, v);
+    }
     for (k, v) in tok {
         w.add_kv(&k, v);
     }

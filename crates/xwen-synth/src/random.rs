@@ -9,7 +9,7 @@
 //! KV heads, rope over an even part of the head, at least one attention and one recurrent
 //! layer, top-k no larger than the expert count.
 
-use crate::{Geometry, Kimi, Preset, Rng};
+use crate::{Geometry, Kimi, Ple, Preset, Qwen4x, Rng};
 
 /// The model families `random_geometry` draws.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -18,10 +18,11 @@ pub enum Family {
     Qwen35Moe,
     Qwen3Next,
     KimiLinear,
+    Qwen4Exp,
 }
 
 impl Family {
-    pub const ALL: [Family; 4] = [Family::Qwen35, Family::Qwen35Moe, Family::Qwen3Next, Family::KimiLinear];
+    pub const ALL: [Family; 5] = [Family::Qwen35, Family::Qwen35Moe, Family::Qwen3Next, Family::KimiLinear, Family::Qwen4Exp];
 
     /// llama.cpp's `general.architecture`.
     pub fn arch(self) -> &'static str {
@@ -30,6 +31,7 @@ impl Family {
             Family::Qwen35Moe => "qwen35moe",
             Family::Qwen3Next => "qwen3next",
             Family::KimiLinear => "kimi-linear",
+            Family::Qwen4Exp => "qwen4exp",
         }
     }
 }
@@ -82,6 +84,7 @@ pub fn random_geometry(family: Family, seed: u64) -> Geometry {
         Family::Qwen3Next => Preset::Qwen3NextTiny.geometry(),
         Family::Qwen35Moe => Preset::Qwen35MoeTiny.geometry(),
         Family::Qwen35 => Preset::Qwen35Tiny.geometry(),
+        Family::Qwen4Exp => Preset::Qwen4ExpTiny.geometry(),
     };
     let interval = d.range(2, 4);
     let n_layer = d.range(interval, 2 * interval + 1);
@@ -150,7 +153,7 @@ pub fn random_geometry(family: Family, seed: u64) -> Geometry {
         ssm_dt_rank: ssm_groups * d.range(1, 3),
         ..g
     };
-    if family != Family::Qwen35Moe {
+    if !matches!(family, Family::Qwen35Moe | Family::Qwen4Exp) {
         g.n_ff = d.width(64, 768, 0.15);
     }
     if family != Family::Qwen35 {
@@ -159,7 +162,33 @@ pub fn random_geometry(family: Family, seed: u64) -> Geometry {
         g.n_ff_exp = d.width(32, 384, 0.15);
         g.n_ff_shexp = d.width(32, 384, 0.15);
     }
+    if family == Family::Qwen4Exp {
+        g.q4x = Some(random_qwen4x(&mut d, &g));
+    }
     g
+}
+
+/// qwen4exp's additions: 2–4 streams, a mixer rank that k-quants may not divide, an indexer
+/// whose heads cover the rope, blocks of 2–8 with a budget of 1–6 blocks (so the random-id
+/// prompts of 30+ tokens select), now and then no QSA at all; a PLE layer on a random DeltaNet
+/// layer (mostly), 2- to 4-grams with heads that divide the width, small prime vocabularies.
+fn random_qwen4x(d: &mut Draw, g: &Geometry) -> Qwen4x {
+    let idx_ratio = if d.chance(0.1) { 0 } else { d.pick(&[2, 4, 8]) };
+    let blocks = d.range(1, 6);
+    let idx_budget = if idx_ratio == 0 { d.pick(&[8, 16, 32]) } else { idx_ratio * blocks };
+    let idx_dim = d.pick(&[32, 64, 128]).max(g.rope_dims);
+    let mut q = Qwen4x { hc: d.pick(&[2, 3, 4]), hc_rank: d.pick(&[16, 32, 64, 96]), idx_heads: d.pick(&[1, 2, 4]), idx_dim, idx_budget, idx_ratio, ple: None };
+    if d.chance(0.85) {
+        let recurrent: Vec<usize> = (0..g.n_layer).filter(|&il| g.is_recurrent(il)).collect();
+        let layer = d.pick(&recurrent);
+        let ngram = if g.n_embd.is_multiple_of(3) { d.pick(&[2, 3, 4]) } else { d.pick(&[2, 3]) };
+        let mut heads_per_ngram = d.pick(&[1, 2, 4, 8]);
+        while !g.n_embd.is_multiple_of((ngram - 1) * heads_per_ngram) {
+            heads_per_ngram /= 2;
+        }
+        q.ple = Some(Ple { layer, ngram, heads_per_ngram, kernel: d.pick(&[2, 3, 4]), vocab_base: d.range(100, 3000) as u64 });
+    }
+    q
 }
 
 /// Overrides one field of a geometry by its name (`n_embd=256`, `tied=false`, ...): to shrink
@@ -193,6 +222,30 @@ pub fn set_field(g: &mut Geometry, assignment: &str) -> Result<(), String> {
         "n_vocab" => g.n_vocab = num()?,
         "tied" => g.tied = value.parse().map_err(|e| format!("{key}: {e}"))?,
         "nextn" => g.nextn = value.parse().map_err(|e| format!("{key}: {e}"))?,
+        "hc" | "hc_rank" | "idx_heads" | "idx_dim" | "idx_budget" | "idx_ratio" => {
+            let q = g.q4x.as_mut().ok_or_else(|| format!("{key}: a qwen4exp field"))?;
+            let v = num()?;
+            match key {
+                "hc" => q.hc = v,
+                "hc_rank" => q.hc_rank = v,
+                "idx_heads" => q.idx_heads = v,
+                "idx_dim" => q.idx_dim = v,
+                "idx_budget" => q.idx_budget = v,
+                _ => q.idx_ratio = v,
+            }
+        }
+        "ple" if value == "none" => g.q4x.as_mut().ok_or_else(|| format!("{key}: a qwen4exp field"))?.ple = None,
+        "ple_layer" | "ple_ngram" | "ple_heads_per_ngram" | "ple_kernel" | "ple_vocab_base" => {
+            let p = g.q4x.as_mut().and_then(|q| q.ple.as_mut()).ok_or_else(|| format!("{key}: a qwen4exp geometry with a PLE layer"))?;
+            let v = num()?;
+            match key {
+                "ple_layer" => p.layer = v,
+                "ple_ngram" => p.ngram = v,
+                "ple_heads_per_ngram" => p.heads_per_ngram = v,
+                "ple_kernel" => p.kernel = v,
+                _ => p.vocab_base = v as u64,
+            }
+        }
         _ => return Err(format!("unknown geometry field `{key}`")),
     }
     Ok(())
@@ -232,6 +285,12 @@ pub fn describe(g: &Geometry) -> String {
             if k.mla_last { " mla-last" } else { "" }
         );
     }
+    if let Some(q) = &g.q4x {
+        s += &format!(" hc{}r{} qsa {}x{} budget{} ratio{}", q.hc, q.hc_rank, q.idx_heads, q.idx_dim, q.idx_budget, q.idx_ratio);
+        if let Some(p) = &q.ple {
+            s += &format!(" ple@{} {}-gram x{} k{} vocab{}", p.layer, p.ngram, p.heads_per_ngram, p.kernel, p.vocab_base);
+        }
+    }
     if g.nextn {
         s += " +mtp";
     }
@@ -257,6 +316,9 @@ mod tests {
                 assert!(recurrent > 0 && recurrent < g.n_layer, "{}", describe(&g));
                 assert!(g.n_expert_used <= g.n_expert);
                 assert!(g.n_vocab >= crate::vocab::MIN_SYNTHETIC_VOCAB);
+                if let Some(q) = &g.q4x {
+                    crate::qwen4exp::validate(&g, q).unwrap_or_else(|e| panic!("{}: {e}", describe(&g)));
+                }
             }
             assert!(seen.len() > 150, "{family}: {} distinct geometries of 200", seen.len());
         }

@@ -82,7 +82,7 @@ fn mean_std(x: &[f32]) -> (f64, f64) {
 
 #[test]
 fn tiny_presets_write_loadable_files_with_realistic_values() {
-    for p in [Preset::Qwen35Tiny, Preset::Qwen35MoeTiny, Preset::Qwen3NextTiny, Preset::KimiLinearTiny] {
+    for p in [Preset::Qwen35Tiny, Preset::Qwen35MoeTiny, Preset::Qwen3NextTiny, Preset::KimiLinearTiny, Preset::Qwen4ExpTiny] {
         let path = temp_path(&format!("{p}.gguf"));
         let rep = write_synthetic(p, &path, None, 7).unwrap();
         let f = GgufFile::open(&path).unwrap();
@@ -117,12 +117,15 @@ fn tiny_presets_write_loadable_files_with_realistic_values() {
             assert_eq!(rec.iter().map(|v| v.as_bool().unwrap()).collect::<Vec<_>>(), [true, true, true, false]);
         }
         let cfg = match g.arch {
-            "qwen3next" => xwen_engine::models::qwen3next::config(&f),
-            "kimi-linear" => xwen_engine::models::kimi_linear::config(&f),
-            _ => xwen_engine::models::qwen35::config(&f),
+            "qwen3next" => Some(xwen_engine::models::qwen3next::config(&f)),
+            "kimi-linear" => Some(xwen_engine::models::kimi_linear::config(&f)),
+            // qwen4exp's trunk is its own (the load below reads it)
+            "qwen4exp" => None,
+            _ => Some(xwen_engine::models::qwen35::config(&f)),
+        };
+        if let Some(cfg) = cfg.map(|c| c.unwrap()) {
+            assert_eq!((cfg.n_layer, cfg.hidden, cfg.n_vocab), (g.n_layer, g.n_embd, g.n_vocab));
         }
-        .unwrap();
-        assert_eq!((cfg.n_layer, cfg.hidden, cfg.n_vocab), (g.n_layer, g.n_embd, g.n_vocab));
         // the engine runs it: finite logits after a short prompt and a decode step
         let m = xwen_engine::Model::load(&path, &xwen_engine::EngineConfig { threads: 2, max_ctx: 64, ..Default::default() }).unwrap();
         let mut st = m.new_state();
@@ -130,6 +133,55 @@ fn tiny_presets_write_loadable_files_with_realistic_values() {
         let next = m.forward(&mut st, &[6], xwen_engine::LogitsMode::Last).unwrap();
         assert!(logits.iter().chain(&next).all(|v| v.is_finite()), "{p}: non-finite logits");
         std::fs::remove_file(&path).unwrap();
+    }
+}
+
+/// qwen4exp's additions as llama.cpp's loader names and shapes them (the parity fixture's file,
+/// tests/fixtures/parity/cond/qwen4exp, has the same names and shapes at its geometry), and the
+/// full-size preset's bulk where it is: the routed experts and the n-gram table.
+#[test]
+fn qwen4exp_plans_have_llama_cpp_shapes() {
+    let g = Preset::Qwen4ExpTiny.geometry();
+    let plan = tensor_plan(&g);
+    let get = |n: &str| plan.iter().find(|t| t.name == n).unwrap_or_else(|| panic!("{n} missing"));
+    let check = |n: &str, ty: GgmlType, dims: &[u64]| {
+        let t = get(n);
+        assert_eq!((t.ty, t.dims.as_slice()), (ty, dims), "{n}");
+    };
+    check("output_hc_down.weight", GgmlType::Q8_0, &[1024, 32]);
+    check("output_hc_up.weight", GgmlType::Q8_0, &[32, 1024]);
+    check("output_hc_norm.weight", GgmlType::F32, &[1024]);
+    check("per_layer_token_embd.weight", GgmlType::F16, &[16, 16896]);
+    check("blk.0.hc_attn_inject.weight", GgmlType::Q8_0, &[1024, 4]);
+    check("blk.0.hc_ffn_norm.weight", GgmlType::F32, &[1024]);
+    check("blk.1.ple_key.weight", GgmlType::Q8_0, &[256, 1024]);
+    check("blk.1.ple_value.weight", GgmlType::Q8_0, &[256, 256]);
+    check("blk.1.ple_conv1d.weight", GgmlType::F16, &[4, 1024]);
+    check("blk.1.ple_norm_conv.weight", GgmlType::F32, &[1024]);
+    check("blk.3.indexer.q_proj.weight", GgmlType::F32, &[256, 128]);
+    check("blk.3.indexer.k_proj.weight", GgmlType::F32, &[256, 64]);
+    check("blk.3.indexer.k_norm.weight", GgmlType::F32, &[64]);
+    check("blk.3.attn_q.weight", GgmlType::Q8_0, &[256, 512]);
+    let names: HashSet<_> = plan.iter().map(|t| t.name.as_str()).collect();
+    assert!(!names.contains("output_norm.weight") && !names.contains("blk.0.attn_norm.weight") && !names.contains("blk.0.ple_key.weight"));
+    // 6 globals; per layer 8 hc + 8 MoE + 9 DeltaNet or 10 attention (with the indexer); 6
+    // PLE: the fixture's 113
+    assert_eq!(plan.len(), 6 + 4 * 16 + 3 * 9 + 10 + 6);
+
+    let full = tensor_plan(&Preset::Qwen4ExpFlashNext.geometry());
+    let gb = |pred: &dyn Fn(&TensorPlan) -> bool| full.iter().filter(|t| pred(t)).map(TensorPlan::n_bytes).sum::<u64>() as f64 / 1e9;
+    let table = full.iter().find(|t| t.name == "per_layer_token_embd.weight").unwrap();
+    // 16 heads of 128 over ~320M rows: the "~45B" table (transformers' comment), Q5_0 where
+    // Q4_K's 256-blocks do not fit a 128-wide row
+    assert_eq!((table.ty, table.dims[0]), (GgmlType::Q5_0, 128));
+    assert!((320_000_000..320_010_000).contains(&table.dims[1]), "{:?}", table.dims);
+    let experts = gb(&|t| t.name.contains("_exps"));
+    assert!((43.0..44.0).contains(&experts), "routed experts {experts} GB");
+    assert!((27.5..28.5).contains(&gb(&|t| t.name.starts_with("per_layer"))));
+    // the sizes the presets' docs state (the scaled one: half the experts, a quarter of the table)
+    for (p, lo, hi) in [(Preset::Qwen4ExpFlashNext, 74.5, 75.5), (Preset::Qwen4ExpFlashNextScaled, 31.5, 32.5), (Preset::Qwen4ExpSmall, 0.2, 0.3)] {
+        let b = tensor_plan(&p.geometry()).iter().map(TensorPlan::n_bytes).sum::<u64>() as f64 / 1e9;
+        assert!((lo..hi).contains(&b), "{p}: {b} GB");
     }
 }
 
@@ -185,4 +237,26 @@ fn the_synthetic_vocabulary_covers_every_byte() {
     let set: HashSet<_> = toks.iter().map(|t| t.as_str().unwrap()).collect();
     assert_eq!(set.len(), toks.len(), "duplicate tokens");
     assert!(set.contains("Ġ") && set.contains("Ċ") && set.contains("A") && set.contains("<|im_end|>"));
+}
+
+/// A q8_0 cache holds QSA's indexer rows [raw | pooled] in blocks of 32; with an indexer head
+/// of another width (48 here) a block would hold both keys, which llama.cpp computes and xwen
+/// does not reproduce: the step is refused with the reason, never computed otherwise.
+#[test]
+fn a_q8_0_cache_refuses_an_indexer_head_that_is_not_whole_blocks() {
+    let mut g = Preset::Qwen4ExpTiny.geometry();
+    set_field(&mut g, "idx_dim=48").unwrap();
+    let path = temp_path("qwen4exp-idx48.gguf");
+    write_geometry(&g, "idx48", Mix::Q4KM, &path, None, 3, &mut |_| {}).unwrap();
+    let q8 = xwen_engine::KvType::Q8_0;
+    for (kv, ok) in [((q8, q8), false), ((xwen_engine::KvType::F16, xwen_engine::KvType::F16), true)] {
+        let m = xwen_engine::Model::load(&path, &xwen_engine::EngineConfig { threads: 2, max_ctx: 64, kv_types: kv, ..Default::default() }).unwrap();
+        let mut st = m.new_state();
+        let r = m.forward(&mut st, &[1, 2, 3, 4, 5], xwen_engine::LogitsMode::Last);
+        match r {
+            Ok(_) => assert!(ok, "a q8_0 cache with 48-wide indexer keys ran"),
+            Err(e) => assert!(!ok && e.to_string().contains("multiple of 32"), "{e}"),
+        }
+    }
+    std::fs::remove_file(&path).unwrap();
 }

@@ -264,10 +264,10 @@ pub trait Backend: Send + Sync {
     /// (kernel − 1)·dil history rows, then the new rows, `c` channels each); `taps` is
     /// [channel][kernel]; `out` takes the new rows.
     fn dilated_conv(&self, window: &[f32], taps: &[f32], kernel: usize, dil: usize, c: usize, out: &mut [f32]);
-    /// `attend` (llama.cpp's plain path, flash attention off, an f32 cache) where batch row t
-    /// sees only the cached positions p with `sel[t][p]` (within its causal range): sparse
+    /// `attend` (flash attention or the plain path with an f32 cache, as `mode` says) where batch
+    /// row t sees only the cached positions p with `sel[t][p]` (within its causal range): sparse
     /// attention's selection mask (QSA) added to the causal one.
-    fn attend_selected(&self, q: &[f32], caches: &[&KvCache], rows: &Rows, heads: &AttnHeads, sel: &[Vec<bool>], out: &mut [f32]);
+    fn attend_selected(&self, q: &[f32], caches: &[&KvCache], rows: &Rows, heads: &AttnHeads, mode: &AttnMode, sel: &[Vec<bool>], out: &mut [f32]);
 
     /// A MoE router's top-k: each `rule.n_expert`-wide row of `logits` (one per token) to its
     /// token's experts and weights (`RouteRule::apply`).

@@ -13,6 +13,7 @@
 use crate::batch::Rows;
 use crate::ctx::Ctx;
 use crate::error::{EngineError, Result};
+use crate::state::recurrent::PastState;
 use crate::state::DeltaState;
 use crate::weights::{Loader, Mat};
 
@@ -100,6 +101,26 @@ impl PleWeights {
     }
 }
 
+/// Keeps the PLE state before each of the span's last `st.keep` tokens (`SeqState::rollback`
+/// returns to any of them, as it does the DeltaNet layers'): the conv history then (the `hist`
+/// rows of `window` — the span's history rows, then its normed rows — before that token) and
+/// the n−1 tokens before it. `st` is still the state before the span.
+fn keep_states(st: &mut DeltaState, d: &PleDims, window: &[f32], span: &[u32], pos0: usize, wide: usize) {
+    let hist = d.hist();
+    let before: Vec<f32> = st.conv[hist * wide..].to_vec();
+    // states at or past this span's start belong to positions rolled back over
+    st.past.retain(|p| p.pos < pos0);
+    for j in span.len() - st.keep.min(span.len())..span.len() {
+        let mut conv = window[j * wide..(j + hist) * wide].to_vec();
+        let toks: Vec<f32> = before.iter().copied().chain(span[..j].iter().map(|&t| t as f32)).collect();
+        conv.extend_from_slice(&toks[toks.len() - (d.ngram - 1)..]);
+        st.past.push_back(PastState { pos: pos0 + j, conv, s: Vec::new() });
+    }
+    while st.past.len() > st.keep {
+        st.past.pop_front();
+    }
+}
+
 /// Adds the n-gram embedding to the streams x (rows.n × hc × n) of the batch whose tokens are
 /// `tokens` (row order); `states[i]` is span i's PLE state, advanced past its rows.
 #[allow(clippy::too_many_arguments)] // the batch, its tokens and the sequences' states
@@ -155,6 +176,9 @@ pub fn forward(ctx: &Ctx, w: &PleWeights, table: &Mat, d: &PleDims, x: &mut [f32
         window.extend_from_slice(&st.conv[..hstate]);
         window.extend_from_slice(&normed[s.start * wide..(s.start + s.len) * wide]);
         be.dilated_conv(&window, &w.conv, d.kernel, d.ngram, wide, &mut conv[s.start * wide..(s.start + s.len) * wide]);
+        if st.keep > 0 {
+            keep_states(st, d, &window, &tokens[s.start..s.start + s.len], s.pos0, wide);
+        }
         let total = hist + s.len;
         st.conv[..hstate].copy_from_slice(&window[(total - hist) * wide..]);
         // the last n−1 tokens, oldest first

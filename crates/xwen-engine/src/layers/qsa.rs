@@ -52,7 +52,7 @@ impl QsaWeights {
     }
 }
 
-/// Row `p` of an indexer cache, as f32.
+/// Row `p` of an indexer cache, as f32 (ggml_get_rows of the cache's type).
 fn raw_key(kv: &KvCache, p: usize, dim: usize, out: &mut [f32]) -> Result<()> {
     match &kv.k {
         KvBuf::F32(v) => out.copy_from_slice(&v[p * dim..(p + 1) * dim]),
@@ -61,7 +61,28 @@ fn raw_key(kv: &KvCache, p: usize, dim: usize, out: &mut [f32]) -> Result<()> {
                 *o = xwen_kernels::half::f16_to_f32(h);
             }
         }
-        _ => return Err(EngineError::State("QSA's indexer cache in a quantized KV type is not supported".into())),
+        KvBuf::Q8_0(v) => {
+            let rb = dim / 32 * 34;
+            xwen_kernels::dequantize(xwen_kernels::GgmlType::Q8_0, &v[p * rb..(p + 1) * rb], out).map_err(|e| EngineError::State(format!("QSA indexer cache: {e}")))?;
+        }
+    }
+    Ok(())
+}
+
+/// A pooled key as it comes back from llama.cpp's indexer cache: its row is [raw | pooled] in
+/// the K cache's type, so the pooled key is stored (rounded to f16, quantized to Q8_0) after
+/// its norm and rotation and read back before it is scored.
+fn through_cache(kv: &KvCache, key: &mut [f32]) -> Result<()> {
+    let mut row = KvBuf::empty(kv.k.ty());
+    row.extend(key);
+    match &row {
+        KvBuf::F32(_) => {}
+        KvBuf::F16(v) => {
+            for (o, &h) in key.iter_mut().zip(v) {
+                *o = xwen_kernels::half::f16_to_f32(h);
+            }
+        }
+        KvBuf::Q8_0(v) => xwen_kernels::dequantize(xwen_kernels::GgmlType::Q8_0, v, key).map_err(|e| EngineError::State(format!("QSA indexer cache: {e}")))?,
     }
     Ok(())
 }
@@ -131,6 +152,11 @@ pub fn forward<'a>(ctx: &Ctx<'a>, w: &QsaWeights, a: &AttnDims, d: &QsaDims, x: 
     let n = rows.n;
     let (di, r) = (d.head_dim, d.ratio);
     let be = ctx.backend;
+    // a q8_0 cache holds [raw | pooled] rows in blocks of 32: an indexer head of another width
+    // would share blocks between the two keys
+    if !di.is_multiple_of(32) && idx.iter().any(|c| c.k.ty() == crate::config::KvType::Q8_0) {
+        return Err(EngineError::State(format!("QSA's indexer keys of {di} in a q8_0 cache: the width must be a multiple of 32")));
+    }
     let mut p = ctx.mm_rows(&[&w.k, &w.q], x, rows).into_iter();
     let (k_raw, mut q_idx) = (p.next().unwrap(), p.next().unwrap());
     for (s, c) in rows.spans.iter().zip(idx.iter_mut()) {
@@ -171,6 +197,9 @@ pub fn forward<'a>(ctx: &Ctx<'a>, w: &QsaWeights, a: &AttnDims, d: &QsaDims, x: 
             // a text q / k at [p, p, p, 0]
             let rope = crate::backend::Rope { n_rot: rope_a.n_rot, base: rope_a.rope_base, still: None };
             be.norm_rope_heads(&mut heads, a.eps, &rope, &positions);
+            for pk in pooled.chunks_exact_mut(di) {
+                through_cache(c, pk)?;
+            }
         }
         // llama.cpp's pool count: the complete blocks padded past one spare to a multiple of 64
         let n_pool = 64usize.max((n_blocks + 1).next_multiple_of(64));
@@ -226,13 +255,7 @@ pub fn forward<'a>(ctx: &Ctx<'a>, w: &QsaWeights, a: &AttnDims, d: &QsaDims, x: 
     if dense {
         be.attend(&q, &caches, rows, &heads, &ctx.attn, &mut out);
     } else {
-        let plain_f32 = !ctx.attn.flash && caches.iter().all(|c| matches!((&c.k, &c.v), (KvBuf::F32(_), KvBuf::F32(_))));
-        if !plain_f32 {
-            return Err(EngineError::State(
-                "QSA's sparse selection runs on the plain attention path with an f32 KV cache (flash attention off) so far".into(),
-            ));
-        }
-        be.attend_selected(&q, &caches, rows, &heads, &sel, &mut out);
+        be.attend_selected(&q, &caches, rows, &heads, &ctx.attn, &sel, &mut out);
     }
     if let Some(rv) = rot_v {
         be.hadamard(&mut out, rv);

@@ -40,7 +40,7 @@ pub fn attend(pool: &Pool, q: &[f32], caches: &[&KvCache], rows: &Rows, a: &Attn
                 let qs: Vec<&[f32]> = (0..s.len).map(|i| q_of(s.start + i, h)).collect();
                 // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
                 let mut outs: Vec<&mut [f32]> = (0..s.len).map(|i| unsafe { out_p.slice(((s.start + i) * nh + h) * vd, vd) }).collect();
-                flash_attn::tiled_rows(&qs, kv.k.rows(), kv.v.rows(), at(h), s.pos0 + 1, n_kv, a.scale, &mut outs);
+                flash_attn::tiled_rows(&qs, kv.k.rows(), kv.v.rows(), at(h), s.pos0 + 1, n_kv, a.scale, None, &mut outs);
                 return;
             }
             // this task's heads h..h + per (the first of them), sharing one KV head
@@ -113,15 +113,38 @@ fn f32_caches<'c>(caches: &[&'c KvCache]) -> Vec<(&'c [f32], &'c [f32])> {
         .collect()
 }
 
-/// The plain path of `attend` with a selection mask: batch row t sees the positions p of its
-/// causal range with `sel[t][p]`; the others score −inf (llama.cpp adds QSA's 0 / −inf
-/// selection to the causal mask), so they take no weight and add exact zeros to kqv's lanes.
-pub fn attend_selected(pool: &Pool, q: &[f32], caches: &[&KvCache], rows: &Rows, a: &AttnHeads, sel: &[Vec<bool>], out: &mut [f32]) {
+/// `attend` with a selection mask: batch row t sees the positions p of its causal range with
+/// `sel[t][p]`; the others are −inf in the mask (llama.cpp adds QSA's 0 / −inf selection to the
+/// causal mask). On the plain path they take no weight and add exact zeros to kqv's lanes; on
+/// the flash path each row runs the path ggml picks for its ubatch over its unmasked cells.
+pub fn attend_selected(pool: &Pool, q: &[f32], caches: &[&KvCache], rows: &Rows, a: &AttnHeads, mode: &AttnMode, sel: &[Vec<bool>], out: &mut [f32]) {
     debug_assert_eq!(caches.len(), rows.spans.len(), "one KV cache per span");
     let (nh, kd, vd) = (a.n_head, a.k_dim, a.v_dim);
     let group = nh / a.n_head_kv.max(1);
     let q_of = |t: usize, h: usize| &q[(t * nh + h) * kd..][..kd];
     let out_p = SharedMut::new(out);
+    if mode.flash {
+        pool.run(rows.spans.len() * nh, &|task| {
+            let (si, h) = (task / nh, task % nh);
+            let (s, kv) = (&rows.spans[si], caches[si]);
+            let kvh = h / group;
+            let at = HeadAt { k_width: a.k_row, k_off: kvh * kd, v_width: a.v_row, v_off: kvh * vd };
+            let same = kv.k.ty() == kv.v.ty() && kv.k.ty() != KvType::Q8_0;
+            for i in 0..s.len {
+                let t = s.start + i;
+                let visible = s.pos0 + i + 1;
+                // a row in decode order runs as the one-row ubatch it stands for
+                let (rows_n, used) = if s.decode_order { (1, visible) } else { (s.len, s.pos0 + s.len) };
+                let kv_n = flash_attn::n_kv(used, mode.n_ctx);
+                let path = flash_attn::path(rows_n, kv_n, same, mode.threads);
+                let keep: Vec<bool> = (0..visible).map(|p| sel[t].get(p).copied().unwrap_or(false)).collect();
+                // SAFETY: task (si, h) writes only head h's slice of its own span's rows.
+                let oh = unsafe { out_p.slice((t * nh + h) * vd, vd) };
+                flash_attn::attend_masked(q_of(t, h), kv.k.rows(), kv.v.rows(), at, &keep, kv_n, a.scale, path, oh);
+            }
+        });
+        return;
+    }
     let f32_rows = f32_caches(caches);
     pool.run(rows.spans.len() * nh, &|task| {
         let (si, h) = (task / nh, task % nh);

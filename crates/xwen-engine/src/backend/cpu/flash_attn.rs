@@ -152,6 +152,54 @@ pub fn attend_rows(qs: &[&[f32]], visible: &[usize], k: KvRows, v: KvRows, at: H
     }
 }
 
+/// `attend` for one query that sees only the positions p < keep.len() with keep[p] (QSA's
+/// selection added to the causal mask): the other cells are −inf in the mask, which ggml's
+/// one-chunk path skips, its tiled path weighs 0 (a tile all masked for the row is skipped)
+/// and its split-KV path skips too (a chunk with nothing left adds nothing).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_masked(q: &[f32], k: KvRows, v: KvRows, at: HeadAt, keep: &[bool], n_kv: usize, scale: f32, path: Path, out: &mut [f32]) {
+    let visible = keep.len();
+    let dv = out.len();
+    let q16: Vec<u16> = match k {
+        KvRows::F16(_) => q.iter().map(|&x| f32_to_f16(x)).collect(),
+        _ => Vec::new(),
+    };
+    let kept = |r: std::ops::Range<usize>| r.filter(|&p| keep[p]);
+    match path {
+        Path::Tiled => tiled_rows(&[q], k, v, at, visible, n_kv, scale, Some(&[keep]), &mut [out]),
+        Path::OneChunk => {
+            let p = one_chunk_each(q, &q16, k, v, at, dv, kept(0..visible.min(n_kv)), scale, dot_f16);
+            let inv = if p.s == 0.0 { 0.0 } else { 1.0 / p.s };
+            for (o, &x) in out.iter_mut().zip(&p.vkq) {
+                *o = x * inv;
+            }
+        }
+        Path::Split { threads } => {
+            let chunk = n_kv.div_ceil(threads);
+            let (mut m, mut s) = (f32::NEG_INFINITY, 0.0f32);
+            let mut acc = vec![0.0f32; dv];
+            for start in (0..n_kv).step_by(chunk.max(1)) {
+                let end = (start + chunk).min(n_kv).min(visible).max(start);
+                let p = one_chunk_each(q, &q16, k, v, at, dv, kept(start..end), scale, dot_f16);
+                if p.s == 0.0 {
+                    continue;
+                }
+                let m_new = m.max(p.m);
+                let (so, sn) = ((m - m_new).exp(), (p.m - m_new).exp());
+                for (a, &c) in acc.iter_mut().zip(&p.vkq) {
+                    *a = a.mul_add(so, c * sn);
+                }
+                s = s.mul_add(so, p.s * sn);
+                m = m_new;
+            }
+            let inv = if s != 0.0 { 1.0 / s } else { 1.0 };
+            for (o, &x) in out.iter_mut().zip(&acc) {
+                *o = x * inv;
+            }
+        }
+    }
+}
+
 /// Online-softmax state of one row over a range of positions.
 struct Partial {
     m: f32,
@@ -195,9 +243,10 @@ fn one_chunk_heads(qs: &[&[f32]], k: KvRows, v: KvRows, at: HeadAt, dv: usize, s
 }
 
 /// `one_chunk` position by position through the dispatching helpers (`dot16` for an f16 K):
-/// every cache type and shape, and the reference the f16 fast path is tested against.
+/// every cache type and shape, and the reference the f16 fast path is tested against. The
+/// positions are the unmasked ones in order (ggml skips a −inf mask before the dot product).
 #[allow(clippy::too_many_arguments)]
-fn one_chunk_each(q: &[f32], q16: &[u16], k: KvRows, v: KvRows, at: HeadAt, dv: usize, range: std::ops::Range<usize>, scale: f32, dot16: fn(&[u16], &[u16]) -> f32) -> Partial {
+fn one_chunk_each(q: &[f32], q16: &[u16], k: KvRows, v: KvRows, at: HeadAt, dv: usize, range: impl Iterator<Item = usize>, scale: f32, dot16: fn(&[u16], &[u16]) -> f32) -> Partial {
     let dk = q.len();
     let mut q8 = Vec::new();
     if let KvRows::Q8_0(_) = k {
@@ -267,15 +316,16 @@ fn dequant_q8_0(blocks: &[u8], out: &mut [f32]) {
 #[allow(clippy::too_many_arguments)]
 fn tiled(q: &[f32], k: KvRows, v: KvRows, at: HeadAt, visible: usize, n_kv: usize, scale: f32, out: &mut [f32]) {
     let mut one = [out];
-    tiled_rows(&[q], k, v, at, visible, n_kv, scale, &mut one);
+    tiled_rows(&[q], k, v, at, visible, n_kv, scale, None, &mut one);
 }
 
 /// The tiled path for consecutive query rows of one head: row i sees positions
-/// `0..visible0 + i`. Each KV tile is widened (and K transposed) once for all rows, as ggml
+/// `0..visible0 + i`, or with `keep` only those p with keep[i][p] (a sparse selection added to
+/// the causal mask). Each KV tile is widened (and K transposed) once for all rows, as ggml
 /// does per query tile; every row keeps its own online-softmax state, so a row's bits do not
 /// depend on the rows beside it.
 #[allow(clippy::too_many_arguments)]
-pub fn tiled_rows(qs: &[&[f32]], k: KvRows, v: KvRows, at: HeadAt, visible0: usize, n_kv: usize, scale: f32, outs: &mut [&mut [f32]]) {
+pub fn tiled_rows(qs: &[&[f32]], k: KvRows, v: KvRows, at: HeadAt, visible0: usize, n_kv: usize, scale: f32, keep: Option<&[&[bool]]>, outs: &mut [&mut [f32]]) {
     let Some(dk) = qs.first().map(|q| q.len()) else { return };
     let hd = outs.first().map_or(dk, |o| o.len());
     let n = qs.len();
@@ -322,11 +372,15 @@ pub fn tiled_rows(qs: &[&[f32]], k: KvRows, v: KvRows, at: HeadAt, visible0: usi
             }
             let valid = (visible - c).min(TILE_KV);
             tile_scores(q, &kt, &mut kq);
+            let kept = |tk: usize| keep.is_none_or(|kp| kp[i].get(c + tk).copied().unwrap_or(false));
             for (tk, x) in kq.iter_mut().enumerate() {
                 // scale, then the mask: 0 for the row's cells, −inf past them
-                *x = if tk < valid { *x * scale + 0.0 } else { f32::NEG_INFINITY };
+                *x = if tk < valid && kept(tk) { *x * scale + 0.0 } else { f32::NEG_INFINITY };
             }
             let tile_max = kq.iter().fold(f32::NEG_INFINITY, |a, &b| if a > b { a } else { b });
+            if tile_max == f32::NEG_INFINITY {
+                continue; // ggml skips a row whose cells of the tile are all masked
+            }
             let m_new = m[i].max(tile_max);
             let acc = &mut vkq[i * hd..(i + 1) * hd];
             if m_new > m[i] {

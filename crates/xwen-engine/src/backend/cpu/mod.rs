@@ -186,8 +186,8 @@ impl Backend for Cpu {
         streams::dilated_conv(window, taps, kernel, dil, c, out);
     }
 
-    fn attend_selected(&self, q: &[f32], caches: &[&KvCache], rows: &Rows, heads: &AttnHeads, sel: &[Vec<bool>], out: &mut [f32]) {
-        attention::attend_selected(&self.pool, q, caches, rows, heads, sel, out);
+    fn attend_selected(&self, q: &[f32], caches: &[&KvCache], rows: &Rows, heads: &AttnHeads, mode: &AttnMode, sel: &[Vec<bool>], out: &mut [f32]) {
+        attention::attend_selected(&self.pool, q, caches, rows, heads, mode, sel, out);
     }
 
     fn route(&self, logits: &[f32], rule: &RouteRule) -> Vec<Route> {
