@@ -67,8 +67,10 @@ pub fn vram_plan(_file: &xwen_gguf::GgufFile, _ordinal: usize, _n_ctx: usize, _u
 pub fn version_line() -> String {
     #[cfg(feature = "cuda")]
     {
+        // prompts take cuBLAS where it opens, xwen's own tensor-core kernel (slower) elsewhere
+        let blas = if xwen_cuda::blas::available() { "cuBLAS found" } else { "cuBLAS not found: prompts use xwen's slower GEMM" };
         match xwen_cuda::device_info(0) {
-            Ok(d) => format!("cuda: {d}"),
+            Ok(d) => format!("cuda: {d}; {blas}"),
             Err(e) => format!("cuda: built in; {e}"),
         }
     }

@@ -8,6 +8,12 @@ use cudarc::cublas::{sys, CudaBlas};
 use cudarc::driver::CudaStream;
 use std::sync::Arc;
 
+/// Whether cuBLAS can be opened here (the prompt products' fast path), without a device.
+pub fn available() -> bool {
+    // SAFETY: only tries to open the library.
+    unsafe { sys::is_culib_present() }
+}
+
 pub struct Blas {
     inner: CudaBlas,
 }
