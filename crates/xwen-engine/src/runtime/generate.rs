@@ -30,6 +30,38 @@ pub enum StopReason {
     Constraint,
 }
 
+/// The one stop rule every decode loop applies after a sampled token (plain, session,
+/// speculative and batched decoding alike): a stop id ends generation first, then the caller or
+/// a grammar saying it is done (`ended`), then the token limit. Whether the next step still fits
+/// the context is [`fits_context`], asked before the step.
+#[derive(Clone, Copy, Debug)]
+pub struct StopRule<'a> {
+    pub stop_ids: &'a [u32],
+    /// Tokens to generate at most.
+    pub limit: usize,
+}
+
+impl StopRule<'_> {
+    /// Why generation ends with `token`, the `generated`-th sampled token, or None to go on.
+    pub fn after(&self, token: u32, generated: usize, ended: Option<StopReason>) -> Option<StopReason> {
+        if self.stop_ids.contains(&token) {
+            Some(StopReason::StopToken)
+        } else if ended.is_some() {
+            ended
+        } else if generated >= self.limit {
+            Some(StopReason::Length)
+        } else {
+            None
+        }
+    }
+}
+
+/// Whether `next` more positions fit a sequence holding `pos` under a context of `max_ctx`
+/// (otherwise it ends: [`StopReason::ContextFull`]).
+pub fn fits_context(pos: usize, next: usize, max_ctx: usize) -> bool {
+    pos + next <= max_ctx
+}
+
 impl GenStats {
     pub fn prefill_tps(&self) -> f64 {
         rate(self.prompt_tokens, self.prefill_secs)
@@ -157,24 +189,17 @@ pub fn generate_observed(
         return Ok(stats);
     };
     let t1 = Instant::now();
+    let rule = StopRule { stop_ids: req.stop_ids, limit };
     loop {
         let tok = sampler.sample(&mut logits);
         sampler.accept(tok);
         stats.generated += 1;
         let go_on = on_token(tok);
-        if req.stop_ids.contains(&tok) {
-            stats.stop = StopReason::StopToken;
+        if let Some(stop) = rule.after(tok, stats.generated, (!go_on).then_some(StopReason::Caller)) {
+            stats.stop = stop;
             break;
         }
-        if !go_on {
-            stats.stop = StopReason::Caller;
-            break;
-        }
-        if stats.generated >= limit {
-            stats.stop = StopReason::Length;
-            break;
-        }
-        if state.pos + 1 > model.max_context() {
+        if !fits_context(state.pos, 1, model.max_context()) {
             stats.stop = StopReason::ContextFull;
             break;
         }
@@ -182,4 +207,24 @@ pub fn generate_observed(
     }
     stats.decode_secs = t1.elapsed().as_secs_f64();
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stop_rule_takes_a_stop_id_then_the_caller_then_the_limit() {
+        let rule = StopRule { stop_ids: &[7, 9], limit: 3 };
+        assert_eq!(rule.after(1, 1, None), None);
+        assert_eq!(rule.after(9, 1, None), Some(StopReason::StopToken));
+        // a stop id wins over the caller and the limit at the same token
+        assert_eq!(rule.after(7, 3, Some(StopReason::Caller)), Some(StopReason::StopToken));
+        assert_eq!(rule.after(1, 3, Some(StopReason::Constraint)), Some(StopReason::Constraint));
+        assert_eq!(rule.after(1, 3, None), Some(StopReason::Length));
+        assert_eq!(rule.after(1, 2, Some(StopReason::Caller)), Some(StopReason::Caller));
+        assert!(fits_context(4095, 1, 4096));
+        assert!(!fits_context(4096, 1, 4096));
+        assert!(!fits_context(4000, 97, 4096));
+    }
 }

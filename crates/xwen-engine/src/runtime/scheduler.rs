@@ -12,7 +12,7 @@ use crate::memory_plan::PREFILL_BATCH;
 use crate::model::{LogitsMode, Model, SeqStep};
 use crate::models::SpanOut;
 use crate::runtime::cost_table::{shares, StepCosts};
-use crate::runtime::generate::StopReason;
+use crate::runtime::generate::{fits_context, StopReason, StopRule};
 use crate::runtime::sampler::Sampler;
 use crate::runtime::session::Session;
 use crate::runtime::speculative::{sample_verify_rows, Controller, DraftMemory, DraftTally, Drafter, ModelDrafter};
@@ -298,18 +298,13 @@ impl Scheduler {
         let pos0 = r.session.state().pos - n;
         let drafts = std::mem::take(&mut r.drafts);
         let span: Vec<u32> = r.pending.drain(..n).collect();
-        let (id, stop_ids, max_tokens) = (r.id, &r.stop_ids, r.max_tokens);
+        let id = r.id;
+        let rule = StopRule { stop_ids: &r.stop_ids, limit: r.max_tokens };
         let generated = &mut r.generated;
         let (i, tok, stop) = sample_verify_rows(rows, n_vocab, &drafts, &mut r.sampler, &mut |tok| {
             *generated += 1;
             events.push(Event::Token { id, token: tok, logprobs: None });
-            if stop_ids.contains(&tok) {
-                Some(StopReason::StopToken)
-            } else if *generated >= max_tokens {
-                Some(StopReason::Length)
-            } else {
-                None
-            }
+            rule.after(tok, *generated, None)
         });
         // keep span[..=i]: the tokens whose logits were used
         r.session.state_mut().rollback(pos0 + i + 1)?;
@@ -378,7 +373,7 @@ impl Scheduler {
             let next = if r.prompt_left { Self::chunk(r) } else { 1 };
             let stop = if r.max_tokens == 0 {
                 Some(StopReason::Length)
-            } else if r.session.state().pos + next > max_ctx {
+            } else if !fits_context(r.session.state().pos, next, max_ctx) {
                 Some(StopReason::ContextFull)
             } else {
                 None
@@ -591,15 +586,7 @@ impl Scheduler {
             r.generated += 1;
             let logprobs = raw.zip(r.logprobs).map(|(l, k)| Box::new(TokenLogprobs::of(&l, tok, k)));
             events.push(Event::Token { id: r.id, token: tok, logprobs });
-            let stop = if r.stop_ids.contains(&tok) {
-                Some(StopReason::StopToken)
-            } else if done {
-                Some(StopReason::Constraint)
-            } else if r.generated >= r.max_tokens {
-                Some(StopReason::Length)
-            } else {
-                None
-            };
+            let stop = StopRule { stop_ids: &r.stop_ids, limit: r.max_tokens }.after(tok, r.generated, done.then_some(StopReason::Constraint));
             match stop {
                 Some(stop) => {
                     events.push(Event::Done { id: r.id, stop, generated: r.generated });

@@ -296,24 +296,17 @@ impl Session {
             return Ok((stats, reuse));
         };
         let t1 = Instant::now();
+        let rule = crate::runtime::generate::StopRule { stop_ids, limit: max_tokens };
         while stats.generated < max_tokens {
             let tok = sampler.sample(&mut logits);
             sampler.accept(tok);
             stats.generated += 1;
             let go_on = on_token(tok);
-            if stop_ids.contains(&tok) {
-                stats.stop = StopReason::StopToken;
+            if let Some(stop) = rule.after(tok, stats.generated, (!go_on).then_some(StopReason::Caller)) {
+                stats.stop = stop;
                 break;
             }
-            if !go_on {
-                stats.stop = StopReason::Caller;
-                break;
-            }
-            if stats.generated >= max_tokens {
-                stats.stop = StopReason::Length;
-                break;
-            }
-            if self.state.pos + 1 > model.max_context() {
+            if !crate::runtime::generate::fits_context(self.state.pos, 1, model.max_context()) {
                 stats.stop = StopReason::ContextFull;
                 break;
             }

@@ -1007,18 +1007,11 @@ pub(crate) fn speculate(
     let t1 = Instant::now();
     let mut context: Vec<u32> = history.iter().chain(req.prompt).copied().collect();
     // `emit` a sampled token: Some(stop reason) when generation ends with it
+    let rule = crate::runtime::generate::StopRule { stop_ids: req.stop_ids, limit };
     let emit = |tok: u32, stats: &mut GenStats, on_token: &mut dyn FnMut(u32) -> bool| -> Option<StopReason> {
         stats.generated += 1;
         let go_on = on_token(tok);
-        if req.stop_ids.contains(&tok) {
-            Some(StopReason::StopToken)
-        } else if !go_on {
-            Some(StopReason::Caller)
-        } else if stats.generated >= limit {
-            Some(StopReason::Length)
-        } else {
-            None
-        }
+        rule.after(tok, stats.generated, (!go_on).then_some(StopReason::Caller))
     };
     let mut tok = sampler.sample(&mut logits);
     sampler.accept(tok);
@@ -1035,7 +1028,7 @@ pub(crate) fn speculate(
     let mut observe_secs = 0.0f64;
     loop {
         let pos = state.pos;
-        if pos + 1 > model.max_context() {
+        if !crate::runtime::generate::fits_context(pos, 1, model.max_context()) {
             stats.stop = StopReason::ContextFull;
             break;
         }
