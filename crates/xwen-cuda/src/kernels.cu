@@ -260,9 +260,7 @@ __device__ float dot_row(int ty, const u8* row, const float* __restrict__ x, int
 
 // Sub-blocks 2j and 2j + 1's 6-bit scales and mins of a Q4_K / Q5_K block (scale_min_k4), from
 // three aligned words and shifts (byte indexing of a local array would spill to memory).
-__device__ __forceinline__ void scales_k4(const u8* blk, int j, int* sc0, int* m0, int* sc1, int* m1) {
-    const u32* w = (const u32*)(blk + 4);
-    u32 s0 = w[0], s1 = w[1], s2 = w[2];
+__device__ __forceinline__ void scales_k4_words(u32 s0, u32 s1, u32 s2, int j, int* sc0, int* m0, int* sc1, int* m1) {
     if (j < 2) {
         int sh0 = 16 * j, sh1 = 16 * j + 8;
         *sc0 = (s0 >> sh0) & 63;
@@ -276,6 +274,11 @@ __device__ __forceinline__ void scales_k4(const u8* blk, int j, int* sc0, int* m
         *sc1 = ((s2 >> sh1) & 0xF) | (((s0 >> sh1) >> 6 & 3) << 4);
         *m1 = ((s2 >> sh1) >> 4 & 0xF) | (((s1 >> sh1) >> 6 & 3) << 4);
     }
+}
+
+__device__ __forceinline__ void scales_k4(const u8* blk, int j, int* sc0, int* m0, int* sc1, int* m1) {
+    const u32* w = (const u32*)(blk + 4);
+    scales_k4_words(w[0], w[1], w[2], j, sc0, m0, sc1, m1);
 }
 
 // One lane's share of row · x for the quantized types with a q8 path; `ok` false for the others.
@@ -724,21 +727,11 @@ extern "C" __global__ void conv_shift(const float* x, float* state, int cd, int 
     }
 }
 
-#define DELTA_WARPS 8
-
-// A token of Gated DeltaNet for V-head blockIdx.x: q and k of its K-head L2-normed, β =
-// sigmoid, g = softplus(α + dt)·a; S ← S·e^g; d = (v − S k)·β; S ← S + d kᵀ; o = S q / √sd; then
-// the gated output norm o ← rms_norm(o)·w ⊙ silu(z). S is [sd rows (value)][sd cols (key)].
-// sd ≤ 256, a multiple of 32.
-__device__ void delta_token(const float* conv, const float* z, const float* beta_in, const float* alpha_in,
-                            const float* dt_bias, const float* a, float* S, const float* norm_w, float* out,
-                            int hk, int hv, int sd, int tiled, float eps, float* s_o) {
-    int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, E = sd / 32;
-    int kh = tiled ? h % hk : h / (hv / hk);
-    const float* q = conv + (i64)kh * sd;
-    const float* k = conv + (i64)hk * sd + (i64)kh * sd;
-    const float* v = conv + 2 * (i64)hk * sd + (i64)h * sd;
-    float qr[8], kr[8];
+// q and k of a K-head L2-normed as build_gdn_l2_norm norms them (sums of squares in f64, eps
+// scaled by 1/sd) and scaled by 1/√sd, E = sd / 32 values a lane: the DeltaNet step, the prompt
+// scan's prep and the decode scan all take them from here, so their bits agree.
+__device__ __forceinline__ void delta_qk(const float* q, const float* k, int sd, float eps, int lane, float* qr, float* kr) {
+    int E = sd / 32;
     double sq = 0.0, sk = 0.0;
     EACH_E {
         qr[e] = q[lane + 32 * e];
@@ -754,11 +747,34 @@ __device__ void delta_token(const float* conv, const float* z, const float* beta
         qr[e] = (qr[e] * scq) * post;
         kr[e] = (kr[e] * sck) * post;
     }
-    float beta = 1.0f / (1.0f + expf(-beta_in[h]));
-    float gx = alpha_in[h] + dt_bias[h];
+}
+
+// A V-head's gates: β = sigmoid(β_in), decay = e^g with g = softplus(α + dt)·a.
+__device__ __forceinline__ void delta_gates(float beta_in, float alpha_in, float dt, float a, float* beta, float* decay) {
+    *beta = 1.0f / (1.0f + expf(-beta_in));
+    float gx = alpha_in + dt;
     float sp = gx > 20.0f ? gx : logf(1.0f + expf(gx));
-    float decay = expf(sp * a[h]);
-    float oscale = 1.0f / sqrtf(n);
+    *decay = expf(sp * a);
+}
+
+#define DELTA_WARPS 8
+
+// A token of Gated DeltaNet for V-head blockIdx.x: q and k of its K-head L2-normed, β =
+// sigmoid, g = softplus(α + dt)·a; S ← S·e^g; d = (v − S k)·β; S ← S + d kᵀ; o = S q / √sd; then
+// the gated output norm o ← rms_norm(o)·w ⊙ silu(z). S is [sd rows (value)][sd cols (key)].
+// sd ≤ 256, a multiple of 32.
+__device__ void delta_token(const float* conv, const float* z, const float* beta_in, const float* alpha_in,
+                            const float* dt_bias, const float* a, float* S, const float* norm_w, float* out,
+                            int hk, int hv, int sd, int tiled, float eps, float* s_o) {
+    int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, E = sd / 32;
+    int kh = tiled ? h % hk : h / (hv / hk);
+    const float* q = conv + (i64)kh * sd;
+    const float* k = conv + (i64)hk * sd + (i64)kh * sd;
+    const float* v = conv + 2 * (i64)hk * sd + (i64)h * sd;
+    float qr[8], kr[8], beta, decay;
+    delta_qk(q, k, sd, eps, lane, qr, kr);
+    delta_gates(beta_in[h], alpha_in[h], dt_bias[h], a[h], &beta, &decay);
+    float n = (float)sd, oscale = 1.0f / sqrtf(n);
     float* Sh = S + (i64)h * sd * sd;
     for (int j = warp; j < sd; j += DELTA_WARPS) {
         float* row = Sh + (i64)j * sd;
@@ -1278,30 +1294,17 @@ extern "C" __global__ void delta_prep(const float* conv, const float* beta_in, c
     int cd = 2 * hk * sd + hv * sd;
     const float* q = conv + (i64)t * cd + (i64)kh * sd;
     const float* k = conv + (i64)t * cd + (i64)hk * sd + (i64)kh * sd;
-    double sq = 0.0, sk = 0.0;
     float qr[8], kr[8];
+    delta_qk(q, k, sd, eps, lane, qr, kr);
     EACH_E {
-        qr[e] = q[lane + 32 * e];
-        kr[e] = k[lane + 32 * e];
-        sq += (double)(qr[e] * qr[e]);
-        sk += (double)(kr[e] * kr[e]);
-    }
-    sq = warp_sum_d(sq);
-    sk = warp_sum_d(sk);
-    float n = (float)sd, post = 1.0f / sqrtf(n);
-    float scq = 1.0f / sqrtf((float)(sq / sd) + eps / n), sck = 1.0f / sqrtf((float)(sk / sd) + eps / n);
-    EACH_E {
-        qn[((i64)t * hk + kh) * sd + lane + 32 * e] = (qr[e] * scq) * post;
-        kn[((i64)t * hk + kh) * sd + lane + 32 * e] = (kr[e] * sck) * post;
+        qn[((i64)t * hk + kh) * sd + lane + 32 * e] = qr[e];
+        kn[((i64)t * hk + kh) * sd + lane + 32 * e] = kr[e];
     }
     int r = hv / hk;
     for (int i = lane; i < r; i += 32) {
         int h = tiled ? kh + i * hk : kh * r + i;
-        float beta = 1.0f / (1.0f + expf(-beta_in[(i64)t * hv + h]));
-        float gx = alpha_in[(i64)t * hv + h] + dt_bias[h];
-        float sp = gx > 20.0f ? gx : logf(1.0f + expf(gx));
-        gb[((i64)t * hv + h) * 2] = beta;
-        gb[((i64)t * hv + h) * 2 + 1] = expf(sp * a[h]);
+        i64 th = (i64)t * hv + h;
+        delta_gates(beta_in[th], alpha_in[th], dt_bias[h], a[h], &gb[th * 2], &gb[th * 2 + 1]);
     }
 }
 
@@ -1381,27 +1384,10 @@ extern "C" __global__ void __launch_bounds__(128) delta_step_rows(const float* c
     const float* q = conv + (i64)kh * sd;
     const float* k = conv + (i64)hk * sd + (i64)kh * sd;
     const float* v = conv + 2 * (i64)hk * sd + (i64)h * sd;
-    double sq = 0.0, sk = 0.0;
-    float qr[8], kr[8];
-    EACH_E {
-        qr[e] = q[lane + 32 * e];
-        kr[e] = k[lane + 32 * e];
-        sq += (double)(qr[e] * qr[e]);
-        sk += (double)(kr[e] * kr[e]);
-    }
-    sq = warp_sum_d(sq);
-    sk = warp_sum_d(sk);
-    float n = (float)sd, post = 1.0f / sqrtf(n);
-    float scq = 1.0f / sqrtf((float)(sq / sd) + eps / n), sck = 1.0f / sqrtf((float)(sk / sd) + eps / n);
-    EACH_E {
-        qr[e] = (qr[e] * scq) * post;
-        kr[e] = (kr[e] * sck) * post;
-    }
-    float beta = 1.0f / (1.0f + expf(-beta_in[h]));
-    float gx = alpha_in[h] + dt_bias[h];
-    float sp = gx > 20.0f ? gx : logf(1.0f + expf(gx));
-    float decay = expf(sp * a[h]);
-    float oscale = 1.0f / sqrtf(n);
+    float qr[8], kr[8], beta, decay;
+    delta_qk(q, k, sd, eps, lane, qr, kr);
+    delta_gates(beta_in[h], alpha_in[h], dt_bias[h], a[h], &beta, &decay);
+    float oscale = 1.0f / sqrtf((float)sd);
     float* Sh = S + (i64)h * sd * sd;
     #pragma unroll
     for (int r = 0; r < DR_ROWS; r++) {
@@ -1590,19 +1576,7 @@ __device__ __forceinline__ void ex_deq(int ty, const u8* row, int kc, int tig, c
         for (int jl = 0; jl < 2; jl++) {
             int j = 2 * (kc & 1) + jl;
             int sc0, m0, sc1, m1;
-            {
-                u32 s0 = r[1], s1 = r[2], s2 = r[3];
-                if (j < 2) {
-                    int sh0 = 16 * j, sh1 = 16 * j + 8;
-                    sc0 = (s0 >> sh0) & 63; m0 = (s1 >> sh0) & 63; sc1 = (s0 >> sh1) & 63; m1 = (s1 >> sh1) & 63;
-                } else {
-                    int sh0 = 16 * (j - 2), sh1 = sh0 + 8;
-                    sc0 = ((s2 >> sh0) & 0xF) | (((s0 >> sh0) >> 6 & 3) << 4);
-                    m0 = ((s2 >> sh0) >> 4 & 0xF) | (((s1 >> sh0) >> 6 & 3) << 4);
-                    sc1 = ((s2 >> sh1) & 0xF) | (((s0 >> sh1) >> 6 & 3) << 4);
-                    m1 = ((s2 >> sh1) >> 4 & 0xF) | (((s1 >> sh1) >> 6 & 3) << 4);
-                }
-            }
+            scales_k4_words(r[1], r[2], r[3], j, &sc0, &m0, &sc1, &m1);
             float a0 = d * sc0, c0 = dm * m0, a1 = d * sc1, c1 = dm * m1;
             #pragma unroll
             for (int s4 = 0; s4 < 4; s4++) {
