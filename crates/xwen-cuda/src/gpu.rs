@@ -3,7 +3,7 @@
 //! "CUDA backend: dynamic loading and NVRTC").
 
 use crate::error::{CudaError, Result};
-use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -40,6 +40,9 @@ const KERNELS: &[&str] = &[
     "conv_shift",
     "delta_step_rows",
     "moe_route_warp",
+    "moe_down_combine",
+    "quant_q8_2",
+    "moe_glu",
 ];
 
 /// A kernel argument: device pointers travel as plain 64-bit values.
@@ -115,6 +118,9 @@ pub struct Gpu {
     pub blas: Option<crate::blas::Blas>,
     /// Per-kernel device time while profiling (`set_profiling`): name → (ms, launches).
     profile: std::sync::Mutex<Option<HashMap<String, (f64, u64)>>>,
+    /// Launch each kernel as a programmatic dependent of the one before it (sm_90 and later;
+    /// `XWEN_PDL=0` turns it off): see `launch_3d`.
+    pdl: bool,
 }
 
 impl Gpu {
@@ -139,7 +145,8 @@ impl Gpu {
         unsafe { ctx.disable_event_tracking() };
         let stream = ctx.new_stream()?;
         let blas = crate::blas::Blas::open(&stream);
-        Ok(Gpu { ctx, stream, _module: module, funcs, info, blas, profile: std::sync::Mutex::new(None) })
+        let pdl = maj >= 9 && std::env::var("XWEN_PDL").map_or(true, |v| v != "0");
+        Ok(Gpu { ctx, stream, _module: module, funcs, info, blas, profile: std::sync::Mutex::new(None), pdl })
     }
 
     /// Launches `name` on the stream with `args` in the kernel's parameter order.
@@ -148,36 +155,66 @@ impl Gpu {
     }
 
     /// `launch` over a three-dimensional grid.
+    ///
+    /// On sm_90 and later each kernel is launched as a programmatic dependent of the one before
+    /// it on the stream: the driver starts it while its predecessor's last blocks still run, and
+    /// every kernel begins with `pdl_start` (kernels.cu), which waits until the predecessor has
+    /// finished and its writes are visible before reading or writing anything. A decode step is
+    /// hundreds of short kernels, and this hides most of the launch gap between them.
     pub fn launch_3d(&self, name: &str, grid: (u32, u32, u32), block: u32, smem: u32, args: &[Arg]) -> Result<()> {
         let f = self.funcs.get(name).ok_or_else(|| CudaError::Unsupported(format!("no kernel {name}")))?;
-        let mut b = self.stream.launch_builder(f);
-        for a in args {
-            match a {
-                Arg::Ptr(p) => b.arg(p),
-                Arg::I32(v) => b.arg(v),
-                Arg::I64(v) => b.arg(v),
-                Arg::F32(v) => b.arg(v),
-            };
-        }
-        let cfg = LaunchConfig { grid_dim: grid, block_dim: (block, 1, 1), shared_mem_bytes: smem };
         let mut prof = self.profile.lock().unwrap_or_else(|e| e.into_inner());
         let Some(table) = prof.as_mut() else {
-            // SAFETY: the argument lists match kernels.cu's signatures (tests/ops.rs runs each).
-            unsafe { b.launch(cfg) }?;
-            return Ok(());
+            return self.launch_pdl(f, grid, block, smem, args, self.pdl);
         };
         // profiling: each launch between two events, waited for (so never under capture)
         let timed = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
         let (t0, t1) = (self.ctx.new_event(timed)?, self.ctx.new_event(timed)?);
         t0.record(&self.stream)?;
-        // SAFETY: as above.
-        unsafe { b.launch(cfg) }?;
+        self.launch_pdl(f, grid, block, smem, args, false)?;
         t1.record(&self.stream)?;
         t1.synchronize()?;
         let ms = t0.elapsed_ms(&t1)? as f64;
         let e = table.entry(name.to_string()).or_insert((0.0, 0));
         e.0 += ms;
         e.1 += 1;
+        Ok(())
+    }
+
+    fn launch_pdl(&self, f: &CudaFunction, grid: (u32, u32, u32), block: u32, smem: u32, args: &[Arg], pdl: bool) -> Result<()> {
+        use cudarc::driver::sys;
+        // each argument in an 8-byte slot; the driver reads the parameter's own size from it
+        // (little-endian, so a 4-byte value sits at the slot's start)
+        let mut slots: Vec<u64> = args
+            .iter()
+            .map(|a| match *a {
+                Arg::Ptr(p) => p,
+                Arg::I32(v) => v as u32 as u64,
+                Arg::I64(v) => v as u64,
+                Arg::F32(v) => v.to_bits() as u64,
+            })
+            .collect();
+        let mut params: Vec<*mut std::ffi::c_void> = slots.iter_mut().map(|s| (s as *mut u64).cast()).collect();
+        // SAFETY: a zeroed attribute value is a valid union of plain integers.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let cfg = sys::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: smem,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: pdl as u32,
+        };
+        self.ctx.bind_to_thread()?;
+        // SAFETY: the argument lists match kernels.cu's signatures (tests/ops.rs runs each);
+        // `slots` outlives the call, which copies the parameters.
+        unsafe { sys::cuLaunchKernelEx(&cfg, f.cu_function(), params.as_mut_ptr(), std::ptr::null_mut()) }.result()?;
         Ok(())
     }
 

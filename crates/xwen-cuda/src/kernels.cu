@@ -44,6 +44,25 @@ __device__ __forceinline__ float bf2f(u16 h) { return __uint_as_float(((u32)h) <
 __device__ __forceinline__ u16 ld16(const u8* p) { return *(const u16*)p; }
 __device__ __forceinline__ u32 ld32_2(const u8* p) { return (u32)ld16(p) | ((u32)ld16(p + 2) << 16); }
 
+// Programmatic dependent launch (gpu.rs `launch_3d`): on sm_90 and later a kernel may start while
+// the one before it on the stream still runs. Every kernel calls this first, before it reads or
+// writes any buffer: it waits until the predecessor has finished and its writes are visible, then
+// lets the next kernel start (its blocks wait here in turn). Without the launch attribute, or
+// before sm_90, both are no-ops.
+__device__ __forceinline__ void pdl_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Pulls [p, p + bytes) into L2, a warp's lanes a 128-byte line each. A kernel calls it before
+// pdl_start for what it reads that no kernel before it writes (weights, a layer's recurrent
+// state): the loads then overlap the predecessor's tail. Only a hint: values are unaffected.
+__device__ __forceinline__ void prefetch_l2(const void* p, i64 bytes, int lane) {
+    for (i64 o = (i64)lane * 128; o < bytes; o += 32 * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"((const char*)p + o));
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
@@ -442,11 +461,10 @@ __device__ __forceinline__ void quant_block_z(float v, int lane, i8* q, float2* 
 
 // xq/xd ← rows of x quantized for the products: kind 0 q8_K (a warp a 256; cols % 256 == 0),
 // kind 1 q8_0 (a warp a 32; cols % 32 == 0). blockIdx.y a row.
-extern "C" __global__ void quant_q8(const float* x, int cols, i64 x_stride, i8* xq, float2* xd, int kind) {
+__device__ __forceinline__ void quant_row(const float* x, int cols, i64 x_stride, i8* xq, float2* xd, int kind, i64 r) {
     int blk = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     int bw = kind == 0 ? 256 : 32;
     if (blk * bw >= cols) return;
-    i64 r = blockIdx.y;
     const float* xr = x + r * x_stride + blk * bw;
     i8* q = xq + r * x_stride + blk * bw;
     float2* d = xd + r * (x_stride / 32) + blk * (bw / 32);
@@ -457,6 +475,34 @@ extern "C" __global__ void quant_q8(const float* x, int cols, i64 x_stride, i8* 
     } else {
         quant_block_z(xr[lane], lane, q, d);
     }
+}
+
+extern "C" __global__ void quant_q8(const float* x, int cols, i64 x_stride, i8* xq, float2* xd, int kind) {
+    pdl_start();
+    quant_row(x, cols, x_stride, xq, xd, kind, blockIdx.y);
+}
+
+// A block's 256 outputs (s_y, `first` values into the row) quantized for the next product, as
+// quant_q8 makes them: q8_K by the first warp (yq), q8_0 a warp a 32 (yqz); either may be null.
+__device__ void quant_256(const float* s_y, i64 first, i8* yq, float2* yd, i8* yqz, float2* ydz) {
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (yq && warp == 0) {
+        float v8[8];
+        #pragma unroll
+        for (int e = 0; e < 8; e++) v8[e] = s_y[8 * lane + e];
+        quant_block_k(v8, lane, yq + first, yd + first / 32);
+    }
+    if (yqz)
+        for (int c = warp; c < 8; c += nw) quant_block_z(s_y[32 * c + lane], lane, yqz + first + 32 * c, ydz + first / 32 + c);
+}
+
+// quant_q8 of two inputs in one launch: gridDim.y − 1 rows of x (kind), then one row of x2
+// (kind2) in the last blockIdx.y (a decode step's routed experts' hidden rows and the shared
+// expert's, which their down products take in different kinds).
+extern "C" __global__ void quant_q8_2(const float* x, int cols, i8* xq, float2* xd, int kind, const float* x2, int cols2, i8* xq2, float2* xd2, int kind2) {
+    pdl_start();
+    if (blockIdx.y + 1 < gridDim.y) quant_row(x, cols, cols, xq, xd, kind, blockIdx.y);
+    else quant_row(x2, cols2, cols2, xq2, xd2, kind2, 0);
 }
 
 #define MV_WARPS 4
@@ -470,6 +516,8 @@ extern "C" __global__ void mv(const u8* W, int ty, int rows, int cols, i64 row_b
                               float* y, i64 y_stride, const float* res) {
     int slot = blockIdx.y;
     int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (!ids && row < rows) prefetch_l2(W + (i64)row * row_bytes, row_bytes, lane);
+    pdl_start();
     if (row >= rows) return;
     i64 e = ids ? ids[slot] : 0;
     const u8* w = W + e * mat_bytes + (i64)row * row_bytes;
@@ -487,6 +535,11 @@ extern "C" __global__ void mv_glu(const u8* G, const u8* U, int ty_g, int ty_u, 
                                   const float2* dz, i64 x_stride, int x_div, float* h, i64 h_stride) {
     int slot = blockIdx.y;
     int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (!ids && row < rows) {
+        prefetch_l2(G + (i64)row * rb_g, rb_g, lane);
+        prefetch_l2(U + (i64)row * rb_u, rb_u, lane);
+    }
+    pdl_start();
     if (row >= rows) return;
     i64 e = ids ? ids[slot] : 0;
     i64 xr = (slot / x_div) * x_stride;
@@ -499,6 +552,35 @@ extern "C" __global__ void mv_glu(const u8* G, const u8* U, int ty_g, int ty_u, 
     if (lane == 0) h[slot * h_stride + row] = g / (1.0f + expf(-g)) * u;
 }
 
+// A decode step's routed experts' gate, up and SwiGLU (slots blockIdx.y < k, expert ids[slot],
+// rows into h[slot]) and the shared expert's (slot k, into hs) in one launch, each row as
+// mv_glu computes it. One token: every slot reads the same x.
+extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u, int rows, i64 rb_g, i64 rb_u, i64 mb_g, i64 mb_u, const int* ids, int k,
+                                   const u8* SG, const u8* SU, int ty_sg, int ty_su, int rows_s, i64 rb_sg, i64 rb_su, int cols, const float* x,
+                                   const i8* qk, const float2* dk, const i8* qz, const float2* dz, float* h, float* hs) {
+    int slot = blockIdx.y;
+    int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    bool shared = slot == k;
+    if (shared && row < rows_s) {
+        prefetch_l2(SG + (i64)row * rb_sg, rb_sg, lane);
+        prefetch_l2(SU + (i64)row * rb_su, rb_su, lane);
+    }
+    pdl_start();
+    if (row >= (shared ? rows_s : rows)) return;
+    const u8 *g_row, *u_row;
+    if (shared) {
+        g_row = SG + (i64)row * rb_sg;
+        u_row = SU + (i64)row * rb_su;
+    } else {
+        i64 e = ids[slot];
+        g_row = G + e * mb_g + (i64)row * rb_g;
+        u_row = U + e * mb_u + (i64)row * rb_u;
+    }
+    float g = warp_sum(dot_any(shared ? ty_sg : ty_g, g_row, x, qk, dk, qz, dz, cols, lane));
+    float u = warp_sum(dot_any(shared ? ty_su : ty_u, u_row, x, qk, dk, qz, dz, cols, lane));
+    if (lane == 0) (shared ? hs : h + (i64)slot * rows)[row] = g / (1.0f + expf(-g)) * u;
+}
+
 // Up to four products of one input in one launch (a DeltaNet layer's qkv, z, β and α; an
 // attention layer's q, k and v): the rows of the parts one after another, a warp a row, each
 // row as `mv` computes it. A part with rows = 0 is absent.
@@ -506,33 +588,42 @@ extern "C" __global__ void mv4(int cols, const float* x, const i8* qk, const flo
                                const u8* W0, int ty0, int rows0, i64 rb0, float* y0, const u8* W1, int ty1, int rows1, i64 rb1, float* y1,
                                const u8* W2, int ty2, int rows2, i64 rb2, float* y2, const u8* W3, int ty3, int rows3, i64 rb3, float* y3) {
     int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    const u8* W;
-    int ty;
-    i64 rb;
-    float* y;
+    const u8* W = nullptr;
+    int ty = 0;
+    i64 rb = 0;
+    float* y = nullptr;
     if (row < rows0) { W = W0; ty = ty0; rb = rb0; y = y0; }
     else if ((row -= rows0) < rows1) { W = W1; ty = ty1; rb = rb1; y = y1; }
     else if ((row -= rows1) < rows2) { W = W2; ty = ty2; rb = rb2; y = y2; }
     else if ((row -= rows2) < rows3) { W = W3; ty = ty3; rb = rb3; y = y3; }
-    else return;
+    if (W) prefetch_l2(W + (i64)row * rb, rb, lane);
+    pdl_start();
+    if (!W) return;
     float s = warp_sum(dot_any(ty, W + (i64)row * rb, x, qk, dk, qz, dz, cols, lane));
     if (lane == 0) y[row] = s;
 }
 
 // y = x / sqrt(mean(x²) + eps) · w, one block a row (ops::rms_norm); where yq is given, y
 // quantized as q8_K for the decode products too (quant_q8 kind 0; n % 256 == 0).
-extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, int n, float eps, i8* yq, float2* yd) {
+extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, int n, float eps, i8* yq, float2* yd, i8* yqz, float2* ydz) {
+    pdl_start();
     const float* xr = x + (i64)blockIdx.x * n;
     float* yr = y + (i64)blockIdx.x * n;
     double s = 0.0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) s += (double)(xr[i] * xr[i]);
     s = block_sum_d(s);
     float scale = 1.0f / sqrtf((float)(s / n) + eps);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    // where yqz is given, y quantized as q8_0 too (quant_q8 kind 1; n % 32 == 0)
+    if (yqz)
+        for (int b = warp; b < n / 32; b += nw) {
+            int i = 32 * b + lane;
+            quant_block_z((xr[i] * scale) * w[i], lane, yqz + (i64)blockIdx.x * n + 32 * b, ydz + (i64)blockIdx.x * (n / 32) + b);
+        }
     if (!yq) {
         for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = (xr[i] * scale) * w[i];
         return;
     }
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     for (int b = warp; b < n / 256; b += nw) {
         int i0 = 256 * b + 8 * lane;
         float v8[8];
@@ -547,6 +638,7 @@ extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, in
 
 // x[t] = row ids[t] of the embedding matrix, dequantized; blockIdx.y = t.
 extern "C" __global__ void embed(const u8* E, int ty, int cols, i64 row_bytes, const int* ids, float* x) {
+    pdl_start();
     const u8* row = E + (i64)ids[blockIdx.y] * row_bytes;
     float* xt = x + (i64)blockIdx.y * cols;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < cols; i += gridDim.x * blockDim.x) xt[i] = deq1(ty, row, i);
@@ -558,6 +650,7 @@ extern "C" __global__ void embed(const u8* E, int ty, int cols, i64 row_bytes, c
 extern "C" __global__ void attn_heads(const float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
                                       const int* still, const int* step, float* q_out, u16* k_cache, u16* v_cache,
                                       int n_head, int n_head_kv, int hd, int n_rot, float theta_scale, float eps) {
+    pdl_start();
     extern __shared__ float sh[];
     int b = blockIdx.x, i = threadIdx.x, t = blockIdx.y, pos = step[0] + t;
     int kvw = n_head_kv * hd;
@@ -604,6 +697,7 @@ extern "C" __global__ void attn_heads(const float* qg, const float* k, const flo
 // the partial (max, sum, unnormalized output) goes to `part` for attn_merge. hd ≤ 256.
 extern "C" __global__ void attn_split(const float* q, const u16* k_cache, const u16* v_cache, const int* step, float* part_o,
                                       float* part_ml, int n_head, int n_head_kv, int hd, float scale) {
+    pdl_start();
     __shared__ float s_o[ATTN_WARPS][256];
     __shared__ float s_m[ATTN_WARPS], s_l[ATTN_WARPS];
     int h = blockIdx.x, sp = blockIdx.y, n_split = gridDim.y, t = blockIdx.z;
@@ -662,13 +756,21 @@ extern "C" __global__ void attn_split(const float* q, const u16* k_cache, const 
 }
 
 // Merges a head's splits and applies the output gate: out = softmax·V ⊙ sigmoid(gate), the gate
-// the second half of qg's per-head [q | gate]. One block a (head, token).
-extern "C" __global__ void attn_merge(const float* part_o, const float* part_ml, const float* qg, float* out, int hd, int n_split) {
-    int t = blockIdx.y, n_head = gridDim.x;
-    int h = t * n_head + blockIdx.x;  // (token, head) as one index: parts, qg rows and out rows follow it
+// the second half of qg's per-head [q | gate]. One block a (head, token); where yq is given, a
+// block of 256 threads takes 256 / hd heads and also quantizes their 256 outputs for the output
+// projection (q8_K, as quant_q8 kind 0).
+extern "C" __global__ void attn_merge(const float* part_o, const float* part_ml, const float* qg, float* out, int hd, int n_split, i8* yq, float2* yd,
+                                      i8* yqz, float2* ydz) {
+    pdl_start();
+    __shared__ __align__(16) float s_y[256];
+    bool quant = yq || yqz;
+    int G = quant ? 256 / hd : 1;
+    int g = quant ? threadIdx.x / hd : 0, tl = quant ? threadIdx.x % hd : threadIdx.x, stride = quant ? hd : blockDim.x;
+    int t = blockIdx.y, n_head = gridDim.x * G;
+    int h = t * n_head + blockIdx.x * G + g;  // (token, head) as one index: parts, qg rows and out rows follow it
     float mm = NEG_INF;
     for (int s = 0; s < n_split; s++) mm = fmaxf(mm, part_ml[2 * ((i64)h * n_split + s)]);
-    for (int i = threadIdx.x; i < hd; i += blockDim.x) {
+    for (int i = tl; i < hd; i += stride) {
         float o = 0.0f, l = 0.0f;
         for (int s = 0; s < n_split; s++) {
             i64 pi = (i64)h * n_split + s;
@@ -678,14 +780,20 @@ extern "C" __global__ void attn_merge(const float* part_o, const float* part_ml,
             o += part_o[pi * hd + i] * f;
             l += part_ml[2 * pi + 1] * f;
         }
-        float g = qg[(i64)h * 2 * hd + hd + i];
-        out[(i64)h * hd + i] = (o / l) * (1.0f / (1.0f + expf(-g)));
+        float gt = qg[(i64)h * 2 * hd + hd + i];
+        float v = (o / l) * (1.0f / (1.0f + expf(-gt)));
+        out[(i64)h * hd + i] = v;
+        if (quant) s_y[g * hd + i] = v;
     }
+    if (!quant) return;
+    __syncthreads();
+    quant_256(s_y, ((i64)t * n_head + (i64)blockIdx.x * G) * hd, yq, yd, yqz, ydz);
 }
 
 // The causal depthwise convolution of n_tok new rows against the conv state, then SiLU, token
 // after token; the state shifts a row each (rowwise::conv_silu). taps are tap-major [kernel][cd].
 extern "C" __global__ void conv_step(const float* x, float* state, const float* taps, float* out, int cd, int kernel, int n_tok) {
+    pdl_start();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cd) return;
     for (int t = 0; t < n_tok; t++) {
@@ -703,6 +811,7 @@ extern "C" __global__ void conv_step(const float* x, float* state, const float* 
 // t − (kernel − 1) … t, those before the pass from the state; the same sums in the same order
 // as conv_step's. conv_shift then moves the pass's last kernel − 1 inputs into the state.
 extern "C" __global__ void conv_prompt(const float* x, const float* state, const float* taps, float* out, int cd, int kernel, int n_tok) {
+    pdl_start();
     i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (i64)n_tok * cd) return;
     int t = (int)(i / cd), c = (int)(i % cd);
@@ -719,6 +828,7 @@ extern "C" __global__ void conv_prompt(const float* x, const float* state, const
 // state[j] ← input n_tok − (kernel − 1) + j of the pass (or the older state row where that is
 // before it); row j is written after every read of rows above it, so in place.
 extern "C" __global__ void conv_shift(const float* x, float* state, int cd, int kernel, int n_tok) {
+    pdl_start();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cd) return;
     for (int j = 0; j < kernel - 1; j++) {
@@ -810,6 +920,7 @@ __device__ void delta_token(const float* conv, const float* z, const float* beta
 extern "C" __global__ void delta_step(const float* conv, const float* z, const float* beta_in, const float* alpha_in,
                                       const float* dt_bias, const float* a, float* S, const float* norm_w, float* out,
                                       int hk, int hv, int sd, int tiled, float eps, int n_tok) {
+    pdl_start();
     __shared__ float s_o[256];
     int cd = 2 * hk * sd + hv * sd;
     for (int t = 0; t < n_tok; t++) {
@@ -822,6 +933,7 @@ extern "C" __global__ void delta_step(const float* conv, const float* z, const f
 // A softmax router's top-k (route::route_with, softmax, no bias): probabilities, the k largest
 // (ties to the lower id), renormalized (f64 sum, clamped) and scaled. One block a token.
 extern "C" __global__ void moe_route(const float* logits, int n_expert, int k, int norm_w, float w_scale, int* ids, float* weights) {
+    pdl_start();
     extern __shared__ float p[];
     logits += (i64)blockIdx.x * n_expert;
     ids += (i64)blockIdx.x * k;
@@ -892,6 +1004,7 @@ extern "C" __global__ void moe_route(const float* logits, int n_expert, int k, i
 // between the k picks. The same picks (ties to the lower id) and weights up to the order of
 // the softmax's double sum. One warp a token.
 extern "C" __global__ void moe_route_warp(const float* logits, int n_expert, int k, int norm_w, float w_scale, int* ids, float* weights) {
+    pdl_start();
     int lane = threadIdx.x;
     logits += (i64)blockIdx.x * n_expert;
     ids += (i64)blockIdx.x * k;
@@ -949,6 +1062,7 @@ extern "C" __global__ void moe_route_warp(const float* logits, int n_expert, int
 // product rounded), its shared expert's gate and the residual add, token blockIdx.y. shared may
 // be null.
 extern "C" __global__ void moe_combine(float* x, const float* ys, const float* weights, int k, int n, const float* shared, const float* sg) {
+    pdl_start();
     int i = blockIdx.x * blockDim.x + threadIdx.x, t = blockIdx.y;
     if (i >= n) return;
     x += (i64)t * n;
@@ -965,28 +1079,83 @@ extern "C" __global__ void moe_combine(float* x, const float* ys, const float* w
     x[i] = __fadd_rn(x[i], f);
 }
 
-// The first index of the largest value (greedy sampling), into out[0]. One block of 1024.
-extern "C" __global__ void argmax(const float* v, int n, int* out) {
+// A decode step's MoE output in one launch: x[r] ← x[r] + (Σ_s w_s·(D_{ids[s]}[r]·h[s]) +
+// sigmoid(sg)·(S[r]·hs)) — the routed experts' down products, the shared expert's, the weighted
+// sum and the residual, each term computed and rounded as `mv` and moe_combine compute them
+// (the same bits). A warp a row; h holds the k slots' rows (cols values each), hs the shared
+// expert's (S null: none; sg null: ungated).
+extern "C" __global__ void moe_down_combine(const u8* D, int ty, int rows, int cols, i64 rb, i64 mb, const int* ids, const float* weights, int k,
+                                            const float* h, const i8* qk, const float2* dk, const i8* qz, const float2* dz, const u8* S, int ty_s,
+                                            int cols_s, i64 rb_s, const float* hs, const i8* qks, const float2* dks, const i8* qzs, const float2* dzs,
+                                            const float* sg, float* x) {
+    int r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (S && r < rows) prefetch_l2(S + (i64)r * rb_s, rb_s, lane);
+    pdl_start();
+    if (r >= rows) return;
+    float f = 0.0f;
+    for (int s = 0; s < k; s++) {
+        i64 xr = (i64)s * cols;
+        const u8* w = D + (i64)ids[s] * mb + (i64)r * rb;
+        float y = warp_sum(dot_any(ty, w, h + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, cols, lane));
+        f = s == 0 ? __fmul_rn(weights[0], y) : __fadd_rn(f, __fmul_rn(weights[s], y));
+    }
+    if (S) {
+        float y = warp_sum(dot_any(ty_s, S + (i64)r * rb_s, hs, qks, dks, qzs, dzs, cols_s, lane));
+        float gt = sg ? 1.0f / (1.0f + expf(-sg[0])) : 1.0f;
+        f = __fadd_rn(f, __fmul_rn(gt, y));
+    }
+    if (lane == 0) x[r] = __fadd_rn(x[r], f);
+}
+
+// (v, i) ← the better of (v, i) and (ov, oi): the larger value, the first index of equals.
+__device__ __forceinline__ void arg_better(float* v, int* i, float ov, int oi) {
+    if (ov > *v || (ov == *v && oi < *i)) { *v = ov; *i = oi; }
+}
+
+// A block's best (value, index) of its threads' (bv, bi), to thread 0.
+__device__ void block_argmax(float* bv, int* bi) {
     __shared__ float s_v[32];
     __shared__ int s_i[32];
     int t = threadIdx.x, lane = t & 31, w = t >> 5, nw = (blockDim.x + 31) >> 5;
+    for (int o = 16; o > 0; o >>= 1) arg_better(bv, bi, __shfl_xor_sync(0xffffffffu, *bv, o), __shfl_xor_sync(0xffffffffu, *bi, o));
+    if (lane == 0) { s_v[w] = *bv; s_i[w] = *bi; }
+    __syncthreads();
+    if (t == 0)
+        for (int i = 1; i < nw; i++) arg_better(bv, bi, s_v[i], s_i[i]);
+}
+
+// The first index of the largest value (greedy sampling), into out[0]. Each block takes a
+// stretch of v; with more than one block, each writes its best to part_v/part_i, and the last
+// block to finish (count, zero before and after) picks among them in block order — the same
+// answer for any grid, as ties go to the first index.
+extern "C" __global__ void argmax(const float* v, int n, int* out, float* part_v, int* part_i, u32* count) {
+    pdl_start();
+    __shared__ bool last;
+    int per = (n + gridDim.x - 1) / gridDim.x, lo = blockIdx.x * per, hi = min(n, lo + per);
     float bv = NEG_INF;
     int bi = 0x7fffffff;
-    for (int i = t; i < n; i += blockDim.x) {
-        float x = v[i];
-        if (x > bv || (x == bv && i < bi)) { bv = x; bi = i; }
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) arg_better(&bv, &bi, v[i], i);
+    block_argmax(&bv, &bi);
+    if (gridDim.x == 1) {
+        if (threadIdx.x == 0) out[0] = bi == 0x7fffffff ? 0 : bi;
+        return;
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+    if (threadIdx.x == 0) {
+        part_v[blockIdx.x] = bv;
+        part_i[blockIdx.x] = bi;
+        __threadfence();
+        last = atomicAdd(count, 1u) == gridDim.x - 1;
     }
-    if (lane == 0) { s_v[w] = bv; s_i[w] = bi; }
     __syncthreads();
-    if (t == 0) {
-        for (int i = 1; i < nw; i++)
-            if (s_v[i] > bv || (s_v[i] == bv && s_i[i] < bi)) { bv = s_v[i]; bi = s_i[i]; }
+    if (!last) return;
+    __threadfence();
+    bv = NEG_INF;
+    bi = 0x7fffffff;
+    for (int b = threadIdx.x; b < gridDim.x; b += blockDim.x) arg_better(&bv, &bi, ((volatile float*)part_v)[b], ((volatile int*)part_i)[b]);
+    block_argmax(&bv, &bi);
+    if (threadIdx.x == 0) {
         out[0] = bi == 0x7fffffff ? 0 : bi;
+        *count = 0;
     }
 }
 
@@ -1099,6 +1268,7 @@ __device__ __forceinline__ int unit(int ty, const u8* row, int u, float* w, int*
 // MM_T tokens. y may alias res.
 extern "C" __global__ void mm(const u8* W, int ty, int rows, int cols, i64 row_bytes, const float* x, i64 x_stride, int n_tok,
                               float* y, i64 y_stride, const float* res) {
+    pdl_start();
     int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     int t0 = blockIdx.y * MM_T, nt = min(MM_T, n_tok - t0);
     if (row >= rows || nt <= 0) return;
@@ -1138,6 +1308,7 @@ extern "C" __global__ void mm(const u8* W, int ty, int rows, int cols, i64 row_b
 // h[t][r] = silu(G[r]·x[t]) · (U[r]·x[t]) for the n_tok rows of x (gate and up of one type).
 extern "C" __global__ void mm_glu(const u8* G, const u8* U, int ty, int rows, int cols, i64 row_bytes, const float* x, i64 x_stride,
                                   int n_tok, float* h, i64 h_stride) {
+    pdl_start();
     int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     int t0 = blockIdx.y * MM_T, nt = min(MM_T, n_tok - t0);
     if (row >= rows || nt <= 0) return;
@@ -1202,6 +1373,7 @@ __device__ __forceinline__ void mma16816(float* c, const u32* a, const u32* b) {
 // memory, four warps each 32 × 32 of the tile on tensor cores. cols % 128 == 0. y may alias res.
 extern "C" __global__ void __launch_bounds__(128) mm_tc(const u8* W, int ty, int rows, int cols, i64 row_bytes, const float* x, i64 x_stride,
                                                         int n_tok, float* y, i64 y_stride, const float* res) {
+    pdl_start();
     __shared__ __align__(16) u16 xs[TC_M][TC_LD];
     __shared__ __align__(16) u16 ws[TC_N][TC_LD];
     int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, tig = lane & 3;
@@ -1275,6 +1447,7 @@ extern "C" __global__ void __launch_bounds__(128) mm_tc(const u8* W, int ty, int
 
 // h ← silu(h) · u, element-wise over n values (a GLU after two tensor-core products).
 extern "C" __global__ void silu_mul(float* h, const float* u, i64 n) {
+    pdl_start();
     i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         float g = h[i];
@@ -1290,6 +1463,7 @@ extern "C" __global__ void silu_mul(float* h, const float* u, i64 n) {
 // g = softplus(α + dt)·a, into gb[t][h] = (β, decay). One warp.
 extern "C" __global__ void delta_prep(const float* conv, const float* beta_in, const float* alpha_in, const float* dt_bias, const float* a,
                                       float* qn, float* kn, float* gb, int hk, int hv, int sd, int tiled, float eps) {
+    pdl_start();
     int kh = blockIdx.x, t = blockIdx.y, lane = threadIdx.x, E = sd / 32;
     int cd = 2 * hk * sd + hv * sd;
     const float* q = conv + (i64)t * cd + (i64)kh * sd;
@@ -1316,6 +1490,7 @@ extern "C" __global__ void delta_prep(const float* conv, const float* beta_in, c
 // into o (before the output norm, delta_out).
 extern "C" __global__ void __launch_bounds__(128) delta_rows(const float* qn, const float* kn, const float* conv, const float* gb, float* S,
                                                              float* o, int hk, int hv, int sd, int tiled, int n_tok) {
+    pdl_start();
     int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, E = sd / 32;
     int kh = tiled ? h % hk : h / (hv / hk);
     int j0 = (blockIdx.y * DR_WARPS + warp) * DR_ROWS;
@@ -1380,6 +1555,9 @@ extern "C" __global__ void __launch_bounds__(128) delta_step_rows(const float* c
     int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, E = sd / 32;
     int kh = tiled ? h % hk : h / (hv / hk);
     int j0 = (blockIdx.y * DR_WARPS + warp) * DR_ROWS;
+    // the state's rows were last written by this layer's previous step, long finished
+    if (j0 < sd) prefetch_l2(S + ((i64)h * sd + j0) * sd, (i64)min(DR_ROWS, sd - j0) * sd * 4, lane);
+    pdl_start();
     if (j0 >= sd) return;
     const float* q = conv + (i64)kh * sd;
     const float* k = conv + (i64)hk * sd + (i64)kh * sd;
@@ -1410,24 +1588,43 @@ extern "C" __global__ void __launch_bounds__(128) delta_step_rows(const float* c
     }
 }
 
-// The gated output norm of (V-head blockIdx.x, token blockIdx.y): out = rms_norm(o)·w ⊙ silu(z).
-extern "C" __global__ void delta_out(const float* o, const float* z, const float* norm_w, float* out, int hv, int sd, float eps) {
-    int h = blockIdx.x, t = blockIdx.y;
+// The gated output norm of V-heads (token blockIdx.y): out = rms_norm(o)·w ⊙ silu(z), 128
+// threads a head, blockDim / 128 heads a block. Where yq is given the block's outputs are 256
+// values (blockDim / 128 · sd = 256) and are also quantized for the out projection (q8_K, as
+// quant_q8 kind 0), saving that launch.
+extern "C" __global__ void delta_out(const float* o, const float* z, const float* norm_w, float* out, int hv, int sd, float eps, i8* yq, float2* yd,
+                                     i8* yqz, float2* ydz) {
+    pdl_start();
+    __shared__ double red[8][4];
+    __shared__ __align__(16) float s_y[256];
+    int G = blockDim.x >> 7, g = threadIdx.x >> 7, tl = threadIdx.x & 127, lane = threadIdx.x & 31;
+    int h = blockIdx.x * G + g, t = blockIdx.y;
     i64 base = ((i64)t * hv + h) * sd;
     double ss = 0.0;
-    for (int i = threadIdx.x; i < sd; i += blockDim.x) ss += (double)(o[base + i] * o[base + i]);
-    ss = block_sum_d(ss);
-    float scale = 1.0f / sqrtf((float)(ss / sd) + eps);
-    for (int i = threadIdx.x; i < sd; i += blockDim.x) {
+    for (int i = tl; i < sd; i += 128) ss += (double)(o[base + i] * o[base + i]);
+    // the head's sum as block_sum_d over a block of 128 sums it: its four warps in order
+    ss = warp_sum_d(ss);
+    if (lane == 0) red[g][tl >> 5] = ss;
+    __syncthreads();
+    double tot = 0.0;
+    for (int w = 0; w < 4; w++) tot += red[g][w];
+    float scale = 1.0f / sqrtf((float)(tot / sd) + eps);
+    for (int i = tl; i < sd; i += 128) {
         float zv = z[base + i];
-        out[base + i] = ((o[base + i] * scale) * norm_w[i]) * (zv / (1.0f + expf(-zv)));
+        float v = ((o[base + i] * scale) * norm_w[i]) * (zv / (1.0f + expf(-zv)));
+        out[base + i] = v;
+        if (yq || yqz) s_y[g * sd + i] = v;
     }
+    if (!yq && !yqz) return;
+    __syncthreads();
+    quant_256(s_y, (i64)t * hv * sd + (i64)blockIdx.x * 256, yq, yd, yqz, ydz);
 }
 
 // ---- prompt batches through cuBLAS: weights dequantized to f16 rows, activations to f16 ----
 
 // out[r][c] = W[r][c] as f16, for rows × cols (each thread one `unit` of a row).
 extern "C" __global__ void dequant_f16(const u8* W, int ty, int rows, int cols, i64 row_bytes, u16* out) {
+    pdl_start();
     int upr = units(ty, cols);
     i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (i64)rows * upr) return;
@@ -1445,6 +1642,7 @@ extern "C" __global__ void dequant_f16(const u8* W, int ty, int rows, int cols, 
 
 // out[t][c] = x[t][c] as f16 for n_tok rows of cols values (x rows x_stride apart).
 extern "C" __global__ void to_f16(const float* x, int cols, i64 x_stride, int n_tok, u16* out) {
+    pdl_start();
     i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (i64)n_tok * cols) return;
     i64 t = i / cols, c = i % cols;
@@ -1459,6 +1657,7 @@ extern "C" __global__ void to_f16(const float* x, int cols, i64 x_stride, int n_
 // expert's slots, padded with empty tiles to max_tiles (the grid is sized on the host without
 // reading the counts back). One block; 2·n_expert ints of shared memory.
 extern "C" __global__ void moe_sort(const int* ids, int n_slots, int n_expert, int* counts, int* offsets, int* order, int4* tiles, int max_tiles) {
+    pdl_start();
     // an expert's slots land in any order (atomics): each slot's products do not depend on
     // its place in a tile
     extern __shared__ int s_sort[];
@@ -1652,6 +1851,7 @@ __device__ __forceinline__ void ex_deq(int ty, const u8* row, int kc, int tig, c
 // start in order[], count ≤ 16); rows [blockIdx.x·128, +128). cols % 128 == 0.
 extern "C" __global__ void __launch_bounds__(128) mm_ex(const u8* W, int ty, int rows, int cols, i64 row_bytes, i64 mat_bytes, const int4* tiles,
                                                         const int* order, const float* x, i64 x_stride, int x_div, float* y, i64 y_stride) {
+    pdl_start();
     __shared__ __align__(16) u16 xs[EX_M][EX_LD];
     __shared__ int s_slot[EX_M];
     int4 tile = tiles[blockIdx.y];

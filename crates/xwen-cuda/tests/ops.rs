@@ -103,7 +103,7 @@ fn rms_norm_matches_the_cpu() {
         let x = noise(n, n as u64);
         let w = noise(n, n as u64 + 1);
         let (xd, wd, yd) = (g.upload_f32(&x).unwrap(), g.upload_f32(&w).unwrap(), g.zeros(n * 4).unwrap());
-        g.launch("rms_norm", (1, 1), 1024, 0, &[Arg::Ptr(xd.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(yd.ptr), Arg::I32(n as i32), Arg::F32(1e-6), Arg::Ptr(0), Arg::Ptr(0)]).unwrap();
+        g.launch("rms_norm", (1, 1), 1024, 0, &[Arg::Ptr(xd.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(yd.ptr), Arg::I32(n as i32), Arg::F32(1e-6), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0)]).unwrap();
         let y = g.read_f32(&yd, n).unwrap();
         let mut want = vec![0.0f32; n];
         xwen_engine::ops::rms_norm(&x, &w, 1e-6, &mut want);
@@ -143,9 +143,17 @@ fn argmax_takes_the_first_largest() {
     let mut v = noise(248_320, 5);
     v[1000] = 3.0;
     v[200_000] = 3.0;
-    let (vd, od) = (g.upload_f32(&v).unwrap(), g.zeros(4).unwrap());
-    g.launch("argmax", (1, 1), 1024, 0, &[Arg::Ptr(vd.ptr), Arg::I32(v.len() as i32), Arg::Ptr(od.ptr)]).unwrap();
-    assert_eq!(g.read_i32(&od, 1).unwrap()[0], 1000);
+    v[150_000] = 3.0;
+    let (vd, od, part) = (g.upload_f32(&v).unwrap(), g.zeros(4).unwrap(), g.zeros(8 * 128 + 4).unwrap());
+    // one block, and many (the first largest lies in a block other than the last to finish);
+    // again, to see the finish counter reset
+    for &blocks in &[1u32, 61, 61, 128, 7] {
+        let args = [Arg::Ptr(vd.ptr), Arg::I32(v.len() as i32), Arg::Ptr(od.ptr), Arg::Ptr(part.ptr), Arg::Ptr(part.at(4 * 128)), Arg::Ptr(part.at(8 * 128))];
+        g.launch("argmax", (blocks, 1), 1024, 0, &args).unwrap();
+        assert_eq!(g.read_i32(&od, 1).unwrap()[0], 1000, "argmax over {blocks} blocks");
+        assert_eq!(g.read_i32(&part, 8 * 128 / 4 + 1).unwrap()[8 * 128 / 4], 0, "argmax over {blocks} blocks: the counter is reset");
+    }
+    println!("argmax over 1, 61, 128 and 7 blocks: the first largest");
 }
 
 /// The causal conv + SiLU of one row and the state shift, against the definition in f64.
@@ -365,7 +373,7 @@ fn attention_at_a_position_matches_the_definition() {
             (n_head as u32, 1),
             hd as u32,
             0,
-            &[Arg::Ptr(po.ptr), Arg::Ptr(pml.ptr), Arg::Ptr(qgd.ptr), Arg::Ptr(out.ptr), Arg::I32(hd as i32), Arg::I32(n_split as i32)],
+            &[Arg::Ptr(po.ptr), Arg::Ptr(pml.ptr), Arg::Ptr(qgd.ptr), Arg::Ptr(out.ptr), Arg::I32(hd as i32), Arg::I32(n_split as i32), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0)],
         )
         .unwrap();
         let mut krow = Vec::new();
@@ -567,7 +575,7 @@ fn the_prompt_scan_follows_the_token_steps() {
             (hv as u32, n as u32),
             128,
             0,
-            &[Arg::Ptr(oraw.ptr), Arg::Ptr(zd.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(out.ptr), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(eps)],
+            &[Arg::Ptr(oraw.ptr), Arg::Ptr(zd.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(out.ptr), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(eps), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0)],
         )
         .unwrap();
         let got = g.read_f32(&out, n * hv * sd).unwrap();
@@ -603,7 +611,7 @@ fn the_prompt_scan_follows_the_token_steps() {
                 (hv as u32, 1),
                 128,
                 0,
-                &[Arg::Ptr(o3.ptr), at(&zd, hv * sd), Arg::Ptr(wd.ptr), Arg::Ptr(out3.ptr), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(eps)],
+                &[Arg::Ptr(o3.ptr), at(&zd, hv * sd), Arg::Ptr(wd.ptr), Arg::Ptr(out3.ptr), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(eps), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0)],
             )
             .unwrap();
             got3.extend(g.read_f32(&out3, hv * sd).unwrap());
@@ -1009,5 +1017,466 @@ fn cublas_prompt_products_match_the_dequantized_reference() {
             }
             println!("cublas {:>5} {rows}x{cols} {n} tokens{}: worst |err|/Σ|wx| {worst:.2e}", ty.name(), if acc { " +=" } else { "" });
         }
+    }
+}
+
+/// The producers that quantize their own outputs for the next product (delta_out, attn_merge
+/// with yq) write the same outputs as without, and the same q8_K values and scales quant_q8
+/// makes of them, bit for bit.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn fused_quantization_equals_the_quantizer() {
+    let g = gpu();
+    // q8 values and scales of the same outputs by quant_q8 (kind 0 q8_K, 1 q8_0)
+    let quant = |y: &xwen_cuda::gpu::DevBuf, n: usize, rows: usize, kind: i32| {
+        let (q, d) = (g.zeros(rows * n).unwrap(), g.zeros(rows * n / 32 * 8).unwrap());
+        let per = if kind == 0 { 256 } else { 32 };
+        g.launch(
+            "quant_q8",
+            ((n / per).div_ceil(8) as u32, rows as u32),
+            256,
+            0,
+            &[Arg::Ptr(y.ptr), Arg::I32(n as i32), Arg::I64(n as i64), Arg::Ptr(q.ptr), Arg::Ptr(d.ptr), Arg::I32(kind)],
+        )
+        .unwrap();
+        (g.read_i32(&q, rows * n / 4).unwrap(), g.read_i32(&d, rows * n / 16).unwrap())
+    };
+    let read = |b: &xwen_cuda::gpu::DevBuf, len: usize| g.read_i32(b, len).unwrap();
+    // rms_norm quantizing both kinds at once, over 2 rows
+    for &n in &[2048usize, 5120, 256] {
+        let rows = 2;
+        let (x, w) = (g.upload_f32(&noise(rows * n, 11)).unwrap(), g.upload_f32(&noise(n, 12)).unwrap());
+        let (y1, y2) = (g.zeros(rows * n * 4).unwrap(), g.zeros(rows * n * 4).unwrap());
+        let (qk, dk, qz, dz) = (g.zeros(rows * n).unwrap(), g.zeros(rows * n / 32 * 8).unwrap(), g.zeros(rows * n).unwrap(), g.zeros(rows * n / 32 * 8).unwrap());
+        let args = |y: u64, p: [u64; 4]| {
+            [Arg::Ptr(x.ptr), Arg::Ptr(w.ptr), Arg::Ptr(y), Arg::I32(n as i32), Arg::F32(1e-6), Arg::Ptr(p[0]), Arg::Ptr(p[1]), Arg::Ptr(p[2]), Arg::Ptr(p[3])]
+        };
+        g.launch("rms_norm", (rows as u32, 1), 1024, 0, &args(y1.ptr, [0; 4])).unwrap();
+        g.launch("rms_norm", (rows as u32, 1), 1024, 0, &args(y2.ptr, [qk.ptr, dk.ptr, qz.ptr, dz.ptr])).unwrap();
+        assert_eq!(read(&y1, rows * n), read(&y2, rows * n), "rms_norm {n}: outputs");
+        let ((wk, wdk), (wz, wdz)) = (quant(&y1, n, rows, 0), quant(&y1, n, rows, 1));
+        assert_eq!((read(&qk, rows * n / 4), read(&dk, rows * n / 16)), (wk, wdk), "rms_norm {n}: q8_K");
+        assert_eq!((read(&qz, rows * n / 4), read(&dz, rows * n / 16)), (wz, wdz), "rms_norm {n}: q8_0");
+        println!("rms_norm {n} quantizing (q8_K and q8_0): equal to rms_norm then quant_q8, bit for bit");
+    }
+    // delta_out and attn_merge quantizing as q8_0 (and both kinds at once)
+    for &(hv, sd) in &[(32usize, 128usize), (16, 64), (8, 256)] {
+        let n = hv * sd;
+        let (o, z, w) = (g.upload_f32(&noise(n, 21)).unwrap(), g.upload_f32(&noise(n, 22)).unwrap(), g.upload_f32(&noise(sd, 23)).unwrap());
+        let (y1, y2) = (g.zeros(n * 4).unwrap(), g.zeros(n * 4).unwrap());
+        let (qk, dk, qz, dz) = (g.zeros(n).unwrap(), g.zeros(n / 32 * 8).unwrap(), g.zeros(n).unwrap(), g.zeros(n / 32 * 8).unwrap());
+        let base = |y: u64, p: [u64; 4]| {
+            vec![
+                Arg::Ptr(o.ptr),
+                Arg::Ptr(z.ptr),
+                Arg::Ptr(w.ptr),
+                Arg::Ptr(y),
+                Arg::I32(hv as i32),
+                Arg::I32(sd as i32),
+                Arg::F32(1e-6),
+                Arg::Ptr(p[0]),
+                Arg::Ptr(p[1]),
+                Arg::Ptr(p[2]),
+                Arg::Ptr(p[3]),
+            ]
+        };
+        g.launch("delta_out", (hv as u32, 1), 128, 0, &base(y1.ptr, [0; 4])).unwrap();
+        let heads = 256 / sd;
+        for p in [[0, 0, qz.ptr, dz.ptr], [qk.ptr, dk.ptr, qz.ptr, dz.ptr]] {
+            g.launch("delta_out", ((hv / heads) as u32, 1), (128 * heads) as u32, 0, &base(y2.ptr, p)).unwrap();
+            assert_eq!(read(&y1, n), read(&y2, n), "delta_out sd {sd}: outputs");
+            assert_eq!((read(&qz, n / 4), read(&dz, n / 16)), quant(&y1, n, 1, 1), "delta_out sd {sd}: q8_0");
+            if p[0] != 0 {
+                assert_eq!((read(&qk, n / 4), read(&dk, n / 16)), quant(&y1, n, 1, 0), "delta_out sd {sd}: q8_K");
+            }
+        }
+        println!("delta_out sd {sd} quantizing as q8_0 (alone, and with q8_K): equal to quant_q8's, bit for bit");
+    }
+    for &(n_head, hd) in &[(16usize, 256usize), (8, 128)] {
+        let n_split = 2;
+        let n = n_head * hd;
+        let ml: Vec<f32> = noise(n_head * n_split * 2, 31).iter().enumerate().map(|(i, v)| if i % 2 == 1 { v.abs() + 0.5 } else { *v }).collect();
+        let (po, pml, qg) = (g.upload_f32(&noise(n * n_split, 32)).unwrap(), g.upload_f32(&ml).unwrap(), g.upload_f32(&noise(2 * n, 33)).unwrap());
+        let (y1, y2) = (g.zeros(n * 4).unwrap(), g.zeros(n * 4).unwrap());
+        let (qk, dk, qz, dz) = (g.zeros(n).unwrap(), g.zeros(n / 32 * 8).unwrap(), g.zeros(n).unwrap(), g.zeros(n / 32 * 8).unwrap());
+        let args = |y: u64, p: [u64; 4]| {
+            vec![
+                Arg::Ptr(po.ptr),
+                Arg::Ptr(pml.ptr),
+                Arg::Ptr(qg.ptr),
+                Arg::Ptr(y),
+                Arg::I32(hd as i32),
+                Arg::I32(n_split as i32),
+                Arg::Ptr(p[0]),
+                Arg::Ptr(p[1]),
+                Arg::Ptr(p[2]),
+                Arg::Ptr(p[3]),
+            ]
+        };
+        g.launch("attn_merge", (n_head as u32, 1), hd as u32, 0, &args(y1.ptr, [0; 4])).unwrap();
+        g.launch("attn_merge", ((n / 256) as u32, 1), 256, 0, &args(y2.ptr, [qk.ptr, dk.ptr, qz.ptr, dz.ptr])).unwrap();
+        assert_eq!(read(&y1, n), read(&y2, n), "attn_merge hd {hd}: outputs");
+        assert_eq!((read(&qz, n / 4), read(&dz, n / 16)), quant(&y1, n, 1, 1), "attn_merge hd {hd}: q8_0");
+        assert_eq!((read(&qk, n / 4), read(&dk, n / 16)), quant(&y1, n, 1, 0), "attn_merge hd {hd}: q8_K");
+        println!("attn_merge hd {hd} quantizing both kinds: equal to quant_q8's, bit for bit");
+    }
+    let bits = |b: &xwen_cuda::gpu::DevBuf, len: usize| g.read_i32(b, len).unwrap();
+    // delta_out: sd 128 (two heads a block), 64 (four), 256 (one)
+    for &(hv, sd) in &[(32usize, 128usize), (16, 64), (8, 256)] {
+        let n = hv * sd;
+        let (o, z, w) = (g.upload_f32(&noise(n, 1)).unwrap(), g.upload_f32(&noise(n, 2)).unwrap(), g.upload_f32(&noise(sd, 3)).unwrap());
+        let (y1, y2, q1, d1, q2, d2) =
+            (g.zeros(n * 4).unwrap(), g.zeros(n * 4).unwrap(), g.zeros(n).unwrap(), g.zeros(n / 32 * 8).unwrap(), g.zeros(n).unwrap(), g.zeros(n / 32 * 8).unwrap());
+        let base = |y: u64, q: u64, d: u64| {
+            vec![Arg::Ptr(o.ptr), Arg::Ptr(z.ptr), Arg::Ptr(w.ptr), Arg::Ptr(y), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(1e-6), Arg::Ptr(q), Arg::Ptr(d), Arg::Ptr(0), Arg::Ptr(0)]
+        };
+        g.launch("delta_out", (hv as u32, 1), 128, 0, &base(y1.ptr, 0, 0)).unwrap();
+        g.launch(
+            "quant_q8",
+            ((n / 256).div_ceil(8) as u32, 1),
+            256,
+            0,
+            &[Arg::Ptr(y1.ptr), Arg::I32(n as i32), Arg::I64(n as i64), Arg::Ptr(q1.ptr), Arg::Ptr(d1.ptr), Arg::I32(0)],
+        )
+        .unwrap();
+        let heads = 256 / sd;
+        g.launch("delta_out", ((hv / heads) as u32, 1), (128 * heads) as u32, 0, &base(y2.ptr, q2.ptr, d2.ptr)).unwrap();
+        assert_eq!(bits(&y1, n), bits(&y2, n), "delta_out sd {sd}: outputs");
+        assert_eq!(bits(&q1, n / 4), bits(&q2, n / 4), "delta_out sd {sd}: q8 values");
+        assert_eq!(bits(&d1, n / 16), bits(&d2, n / 16), "delta_out sd {sd}: q8 scales");
+        println!("delta_out sd {sd} quantizing: equal to delta_out then quant_q8, bit for bit");
+    }
+    // attn_merge: hd 256 (a head a block), 128 (two), over 3 splits
+    for &(n_head, hd) in &[(16usize, 256usize), (8, 128)] {
+        let n_split = 3;
+        let n = n_head * hd;
+        let mut ml = noise(n_head * n_split * 2, 4);
+        for (i, v) in ml.iter_mut().enumerate() {
+            if i % 2 == 1 {
+                *v = v.abs() + 0.5; // sums positive
+            }
+        }
+        ml[2] = f32::NEG_INFINITY; // a split with no positions
+        let (po, pml, qg) = (g.upload_f32(&noise(n * n_split, 5)).unwrap(), g.upload_f32(&ml).unwrap(), g.upload_f32(&noise(2 * n, 6)).unwrap());
+        let (y1, y2, q1, d1, q2, d2) =
+            (g.zeros(n * 4).unwrap(), g.zeros(n * 4).unwrap(), g.zeros(n).unwrap(), g.zeros(n / 32 * 8).unwrap(), g.zeros(n).unwrap(), g.zeros(n / 32 * 8).unwrap());
+        let args = |y: u64, q: u64, d: u64| {
+            vec![
+                Arg::Ptr(po.ptr),
+                Arg::Ptr(pml.ptr),
+                Arg::Ptr(qg.ptr),
+                Arg::Ptr(y),
+                Arg::I32(hd as i32),
+                Arg::I32(n_split as i32),
+                Arg::Ptr(q),
+                Arg::Ptr(d),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+            ]
+        };
+        g.launch("attn_merge", (n_head as u32, 1), hd as u32, 0, &args(y1.ptr, 0, 0)).unwrap();
+        g.launch(
+            "quant_q8",
+            ((n / 256).div_ceil(8) as u32, 1),
+            256,
+            0,
+            &[Arg::Ptr(y1.ptr), Arg::I32(n as i32), Arg::I64(n as i64), Arg::Ptr(q1.ptr), Arg::Ptr(d1.ptr), Arg::I32(0)],
+        )
+        .unwrap();
+        g.launch("attn_merge", ((n_head * hd / 256) as u32, 1), 256, 0, &args(y2.ptr, q2.ptr, d2.ptr)).unwrap();
+        assert_eq!(bits(&y1, n), bits(&y2, n), "attn_merge hd {hd}: outputs");
+        assert_eq!(bits(&q1, n / 4), bits(&q2, n / 4), "attn_merge hd {hd}: q8 values");
+        assert_eq!(bits(&d1, n / 16), bits(&d2, n / 16), "attn_merge hd {hd}: q8 scales");
+        println!("attn_merge hd {hd} quantizing: equal to attn_merge then quant_q8, bit for bit");
+    }
+}
+
+/// moe_down_combine (a decode step's expert and shared down products, weighted sum and
+/// residual in one launch) equals `mv` per slot, `mv` of the shared expert and moe_combine,
+/// bit for bit, with and without a shared expert and its gate.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn the_fused_moe_output_equals_its_three_steps() {
+    let g = gpu();
+    for (i, &(ty, n_expert, k, rows, cols, shared)) in
+        [(GgmlType::Q4_K, 16usize, 8usize, 300usize, 512usize, 2), (GgmlType::Q6_K, 8, 2, 256, 768, 1), (GgmlType::Q8_0, 8, 4, 64, 256, 0)].iter().enumerate()
+    {
+        let seed = 900 + i as u64;
+        let data = xwen_kernels::quantize(ty, &noise(n_expert * rows * cols, seed)).unwrap();
+        let rb = device_row_bytes(ty, cols);
+        let wd = g.upload(&device_layout(ty, &data)).unwrap();
+        let sdata = xwen_kernels::quantize(ty, &noise(rows * cols, seed + 1)).unwrap();
+        let sd = g.upload(&device_layout(ty, &sdata)).unwrap();
+        let ids: Vec<i32> = (0..k).map(|s| ((s * 5 + 1) % n_expert) as i32).collect();
+        let wts: Vec<f32> = noise(k, seed + 2).iter().map(|v| v.abs() + 0.01).collect();
+        let h = noise(k * cols, seed + 3);
+        let hs = noise(cols, seed + 4);
+        let x0 = noise(rows, seed + 5);
+        let sg = [0.3f32];
+        let (idd, wtd, hd, hsd, sgd) =
+            (g.upload_i32(&ids).unwrap(), g.upload_f32(&wts).unwrap(), g.upload_f32(&h).unwrap(), g.upload_f32(&hs).unwrap(), g.upload_f32(&sg).unwrap());
+        // q8 activations as decode makes them (both kinds)
+        let kind = if ty == GgmlType::Q8_0 { 1 } else { 0 };
+        let quant = |x: &xwen_cuda::gpu::DevBuf, rows_: usize| {
+            let (q, d) = (g.zeros(rows_ * cols).unwrap(), g.zeros(rows_ * cols / 32 * 8).unwrap());
+            let per = if kind == 0 { 256 } else { 32 };
+            g.launch(
+                "quant_q8",
+                ((cols / per).div_ceil(8) as u32, rows_ as u32),
+                256,
+                0,
+                &[Arg::Ptr(x.ptr), Arg::I32(cols as i32), Arg::I64(cols as i64), Arg::Ptr(q.ptr), Arg::Ptr(d.ptr), Arg::I32(kind)],
+            )
+            .unwrap();
+            (q, d)
+        };
+        let (hq, hdq) = quant(&hd, k);
+        let (sq, sdq) = quant(&hsd, 1);
+        let q4 = |q: u64, d: u64| if kind == 0 { [q, d, 0, 0] } else { [0, 0, q, d] };
+        let (hk, sk) = (q4(hq.ptr, hdq.ptr), q4(sq.ptr, sdq.ptr));
+        // three steps
+        let x1 = g.upload_f32(&x0).unwrap();
+        let (ys, shy) = (g.zeros(k * rows * 4).unwrap(), g.zeros(rows * 4).unwrap());
+        g.launch(
+            "mv",
+            (rows.div_ceil(4) as u32, k as u32),
+            128,
+            0,
+            &[
+                Arg::Ptr(wd.ptr),
+                Arg::I32(ty.id() as i32),
+                Arg::I32(rows as i32),
+                Arg::I32(cols as i32),
+                Arg::I64(rb as i64),
+                Arg::I64((rows * rb) as i64),
+                Arg::Ptr(idd.ptr),
+                Arg::Ptr(hd.ptr),
+                Arg::Ptr(hk[0]),
+                Arg::Ptr(hk[1]),
+                Arg::Ptr(hk[2]),
+                Arg::Ptr(hk[3]),
+                Arg::I64(cols as i64),
+                Arg::I32(1),
+                Arg::Ptr(ys.ptr),
+                Arg::I64(rows as i64),
+                Arg::Ptr(0),
+            ],
+        )
+        .unwrap();
+        if shared > 0 {
+            g.launch(
+                "mv",
+                (rows.div_ceil(4) as u32, 1),
+                128,
+                0,
+                &[
+                    Arg::Ptr(sd.ptr),
+                    Arg::I32(ty.id() as i32),
+                    Arg::I32(rows as i32),
+                    Arg::I32(cols as i32),
+                    Arg::I64(rb as i64),
+                    Arg::I64((rows * rb) as i64),
+                    Arg::Ptr(0),
+                    Arg::Ptr(hsd.ptr),
+                    Arg::Ptr(sk[0]),
+                    Arg::Ptr(sk[1]),
+                    Arg::Ptr(sk[2]),
+                    Arg::Ptr(sk[3]),
+                    Arg::I64(cols as i64),
+                    Arg::I32(1),
+                    Arg::Ptr(shy.ptr),
+                    Arg::I64(rows as i64),
+                    Arg::Ptr(0),
+                ],
+            )
+            .unwrap();
+        }
+        let (sh_ptr, sg_ptr) = match shared {
+            0 => (0, 0),
+            1 => (shy.ptr, 0),
+            _ => (shy.ptr, sgd.ptr),
+        };
+        g.launch(
+            "moe_combine",
+            (rows.div_ceil(256) as u32, 1),
+            256,
+            0,
+            &[Arg::Ptr(x1.ptr), Arg::Ptr(ys.ptr), Arg::Ptr(wtd.ptr), Arg::I32(k as i32), Arg::I32(rows as i32), Arg::Ptr(sh_ptr), Arg::Ptr(sg_ptr)],
+        )
+        .unwrap();
+        // one launch
+        let x2 = g.upload_f32(&x0).unwrap();
+        let s_ptr = if shared > 0 { sd.ptr } else { 0 };
+        g.launch(
+            "moe_down_combine",
+            (rows.div_ceil(4) as u32, 1),
+            128,
+            0,
+            &[
+                Arg::Ptr(wd.ptr),
+                Arg::I32(ty.id() as i32),
+                Arg::I32(rows as i32),
+                Arg::I32(cols as i32),
+                Arg::I64(rb as i64),
+                Arg::I64((rows * rb) as i64),
+                Arg::Ptr(idd.ptr),
+                Arg::Ptr(wtd.ptr),
+                Arg::I32(k as i32),
+                Arg::Ptr(hd.ptr),
+                Arg::Ptr(hk[0]),
+                Arg::Ptr(hk[1]),
+                Arg::Ptr(hk[2]),
+                Arg::Ptr(hk[3]),
+                Arg::Ptr(s_ptr),
+                Arg::I32(ty.id() as i32),
+                Arg::I32(cols as i32),
+                Arg::I64(rb as i64),
+                Arg::Ptr(hsd.ptr),
+                Arg::Ptr(sk[0]),
+                Arg::Ptr(sk[1]),
+                Arg::Ptr(sk[2]),
+                Arg::Ptr(sk[3]),
+                Arg::Ptr(sg_ptr),
+                Arg::Ptr(x2.ptr),
+            ],
+        )
+        .unwrap();
+        assert_eq!(g.read_i32(&x1, rows).unwrap(), g.read_i32(&x2, rows).unwrap(), "{} k {k} shared {shared}: fused differs", ty.name());
+        println!("moe_down_combine {} {n_expert} experts top {k}, shared {shared}: equal to mv + mv + moe_combine, bit for bit", ty.name());
+    }
+}
+
+/// moe_glu (a decode step's routed experts' and shared expert's gate, up and SwiGLU in one
+/// launch) equals mv_glu over the k slots and mv_glu of the shared expert; quant_q8_2 (their
+/// hidden rows quantized in one launch, each in its own kind) equals two quant_q8 launches;
+/// bit for bit, for experts and shared experts of different types and widths.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn the_fused_expert_launches_equal_their_parts() {
+    let g = gpu();
+    let cases = [(GgmlType::Q4_K, GgmlType::Q8_0, 16usize, 8usize, 512usize, 512usize, 2048usize), (GgmlType::Q6_K, GgmlType::Q4_K, 8, 2, 256, 768, 512)];
+    for (i, &(ty, sty, n_expert, k, eff, s_ff, cols)) in cases.iter().enumerate() {
+        let seed = 1200 + 10 * i as u64;
+        let up = |t: GgmlType, n: usize, rows: usize, seed: u64| g.upload(&device_layout(t, &xwen_kernels::quantize(t, &noise(n * rows * cols, seed)).unwrap())).unwrap();
+        let (eg, eu, sg, su) = (up(ty, n_expert, eff, seed), up(ty, n_expert, eff, seed + 1), up(sty, 1, s_ff, seed + 2), up(sty, 1, s_ff, seed + 3));
+        let (rb, srb) = (device_row_bytes(ty, cols), device_row_bytes(sty, cols));
+        let ids: Vec<i32> = (0..k).map(|s| ((s * 3 + 2) % n_expert) as i32).collect();
+        let idd = g.upload_i32(&ids).unwrap();
+        let x = noise(cols, seed + 4);
+        let xd = g.upload_f32(&x).unwrap();
+        // x as both q8 kinds
+        let q8 = |kind: i32, xb: &xwen_cuda::gpu::DevBuf, n: usize, rows: usize| {
+            let (q, d) = (g.zeros(rows * n).unwrap(), g.zeros(rows * n / 32 * 8).unwrap());
+            let per = if kind == 0 { 256 } else { 32 };
+            g.launch(
+                "quant_q8",
+                ((n / per).div_ceil(8) as u32, rows as u32),
+                256,
+                0,
+                &[Arg::Ptr(xb.ptr), Arg::I32(n as i32), Arg::I64(n as i64), Arg::Ptr(q.ptr), Arg::Ptr(d.ptr), Arg::I32(kind)],
+            )
+            .unwrap();
+            (q, d)
+        };
+        let ((xk, xdk), (xz, xdz)) = (q8(0, &xd, cols, 1), q8(1, &xd, cols, 1));
+        let glu = |gp: u64, upp: u64, t: GgmlType, rows: usize, rbb: usize, ids: u64, slots: usize, h: u64| {
+            g.launch(
+                "mv_glu",
+                (rows.div_ceil(4) as u32, slots as u32),
+                128,
+                0,
+                &[
+                    Arg::Ptr(gp),
+                    Arg::Ptr(upp),
+                    Arg::I32(t.id() as i32),
+                    Arg::I32(t.id() as i32),
+                    Arg::I32(rows as i32),
+                    Arg::I32(cols as i32),
+                    Arg::I64(rbb as i64),
+                    Arg::I64(rbb as i64),
+                    Arg::I64((rows * rbb) as i64),
+                    Arg::I64((rows * rbb) as i64),
+                    Arg::Ptr(ids),
+                    Arg::Ptr(xd.ptr),
+                    Arg::Ptr(xk.ptr),
+                    Arg::Ptr(xdk.ptr),
+                    Arg::Ptr(xz.ptr),
+                    Arg::Ptr(xdz.ptr),
+                    Arg::I64(cols as i64),
+                    Arg::I32(k as i32),
+                    Arg::Ptr(h),
+                    Arg::I64(rows as i64),
+                ],
+            )
+            .unwrap();
+        };
+        let (h1, hs1, h2, hs2) = (g.zeros(k * eff * 4).unwrap(), g.zeros(s_ff * 4).unwrap(), g.zeros(k * eff * 4).unwrap(), g.zeros(s_ff * 4).unwrap());
+        glu(eg.ptr, eu.ptr, ty, eff, rb, idd.ptr, k, h1.ptr);
+        glu(sg.ptr, su.ptr, sty, s_ff, srb, 0, 1, hs1.ptr);
+        g.launch(
+            "moe_glu",
+            (eff.max(s_ff).div_ceil(4) as u32, k as u32 + 1),
+            128,
+            0,
+            &[
+                Arg::Ptr(eg.ptr),
+                Arg::Ptr(eu.ptr),
+                Arg::I32(ty.id() as i32),
+                Arg::I32(ty.id() as i32),
+                Arg::I32(eff as i32),
+                Arg::I64(rb as i64),
+                Arg::I64(rb as i64),
+                Arg::I64((eff * rb) as i64),
+                Arg::I64((eff * rb) as i64),
+                Arg::Ptr(idd.ptr),
+                Arg::I32(k as i32),
+                Arg::Ptr(sg.ptr),
+                Arg::Ptr(su.ptr),
+                Arg::I32(sty.id() as i32),
+                Arg::I32(sty.id() as i32),
+                Arg::I32(s_ff as i32),
+                Arg::I64(srb as i64),
+                Arg::I64(srb as i64),
+                Arg::I32(cols as i32),
+                Arg::Ptr(xd.ptr),
+                Arg::Ptr(xk.ptr),
+                Arg::Ptr(xdk.ptr),
+                Arg::Ptr(xz.ptr),
+                Arg::Ptr(xdz.ptr),
+                Arg::Ptr(h2.ptr),
+                Arg::Ptr(hs2.ptr),
+            ],
+        )
+        .unwrap();
+        assert_eq!(g.read_i32(&h1, k * eff).unwrap(), g.read_i32(&h2, k * eff).unwrap(), "moe_glu {}: the experts' rows", ty.name());
+        assert_eq!(g.read_i32(&hs1, s_ff).unwrap(), g.read_i32(&hs2, s_ff).unwrap(), "moe_glu {}: the shared expert's rows", sty.name());
+        // the hidden rows: experts' in one kind, the shared row in the other, after them
+        let (ka, kb) = if sty == GgmlType::Q8_0 { (0, 1) } else { (1, 0) };
+        let ((qa, da), (qb, db)) = (q8(ka, &h1, eff, k), q8(kb, &hs1, s_ff, 1));
+        let (q2a, d2a, q2b, d2b) = (g.zeros(k * eff).unwrap(), g.zeros(k * eff / 32 * 8).unwrap(), g.zeros(s_ff).unwrap(), g.zeros(s_ff / 32 * 8).unwrap());
+        let per = |kind: i32| if kind == 0 { 256 } else { 32 };
+        g.launch(
+            "quant_q8_2",
+            ((eff / per(ka)).max(s_ff / per(kb)).div_ceil(8) as u32, k as u32 + 1),
+            256,
+            0,
+            &[
+                Arg::Ptr(h1.ptr),
+                Arg::I32(eff as i32),
+                Arg::Ptr(q2a.ptr),
+                Arg::Ptr(d2a.ptr),
+                Arg::I32(ka),
+                Arg::Ptr(hs1.ptr),
+                Arg::I32(s_ff as i32),
+                Arg::Ptr(q2b.ptr),
+                Arg::Ptr(d2b.ptr),
+                Arg::I32(kb),
+            ],
+        )
+        .unwrap();
+        let rd = |b: &xwen_cuda::gpu::DevBuf, n: usize| g.read_i32(b, n).unwrap();
+        assert_eq!((rd(&qa, k * eff / 4), rd(&da, k * eff / 16)), (rd(&q2a, k * eff / 4), rd(&d2a, k * eff / 16)), "quant_q8_2: the experts' rows");
+        assert_eq!((rd(&qb, s_ff / 4), rd(&db, s_ff / 16)), (rd(&q2b, s_ff / 4), rd(&d2b, s_ff / 16)), "quant_q8_2: the shared row");
+        println!("moe_glu {} experts top {k} + shared {}, quant_q8_2: equal to their separate launches, bit for bit", ty.name(), sty.name());
     }
 }

@@ -48,7 +48,22 @@ impl CudaModel {
         let last = sc.x.at((n - 1) * h * 4);
         let xn = self.rms_norm(last, self.output_norm.ptr, 1, true, self.head_kinds)?;
         self.proj(&self.output, xn, sc.logits.ptr, None, 1)?;
-        g.launch("argmax", (1, 1), 1024, 0, &[Arg::Ptr(sc.logits.ptr), Arg::I32(d.n_vocab as i32), Arg::Ptr(sc.token.ptr)])
+        // over many blocks: one block reading a 248k vocabulary's logits takes ~0.1 ms
+        let blocks = d.n_vocab.div_ceil(4096).min(ARGMAX_BLOCKS);
+        g.launch(
+            "argmax",
+            (blocks as u32, 1),
+            1024,
+            0,
+            &[
+                Arg::Ptr(sc.logits.ptr),
+                Arg::I32(d.n_vocab as i32),
+                Arg::Ptr(sc.token.ptr),
+                Arg::Ptr(sc.argmax_part.ptr),
+                Arg::Ptr(sc.argmax_part.at(4 * ARGMAX_BLOCKS)),
+                Arg::Ptr(sc.argmax_part.at(8 * ARGMAX_BLOCKS)),
+            ],
+        )
     }
 
     /// Whether a pass of n tokens multiplies row by row (the decode products, on q8 inputs).
@@ -68,21 +83,22 @@ impl CudaModel {
     fn rms_norm(&self, x: u64, w: u64, n: usize, rows: bool, kinds: Kinds) -> Result<In> {
         let (sc, hd) = (&self.sc, self.d.hidden);
         let fused = rows && kinds.k && hd % 256 == 0;
+        let fused_z = rows && kinds.z && hd % 32 == 0;
         let (yq, yd) = if fused { (sc.xq_n.ptr, sc.xd_n.ptr) } else { (0, 0) };
+        let (yqz, ydz) = if fused_z { (sc.xq_nz.ptr, sc.xd_nz.ptr) } else { (0, 0) };
         self.gpu.launch(
             "rms_norm",
             (n as u32, 1),
             1024,
             0,
-            &[Arg::Ptr(x), Arg::Ptr(w), Arg::Ptr(sc.xn.ptr), Arg::I32(hd as i32), Arg::F32(self.d.eps), Arg::Ptr(yq), Arg::Ptr(yd)],
+            &[Arg::Ptr(x), Arg::Ptr(w), Arg::Ptr(sc.xn.ptr), Arg::I32(hd as i32), Arg::F32(self.d.eps), Arg::Ptr(yq), Arg::Ptr(yd), Arg::Ptr(yqz), Arg::Ptr(ydz)],
         )?;
         let mut q = Q8::default();
         if fused {
             q.qk = sc.xq_n.ptr;
             q.dk = sc.xd_n.ptr;
         }
-        if rows && kinds.z && hd % 32 == 0 {
-            self.quant(sc.xn.ptr, hd, n, 1, sc.xq_nz.ptr, sc.xd_nz.ptr)?;
+        if fused_z {
             q.qz = sc.xq_nz.ptr;
             q.dz = sc.xd_nz.ptr;
         }
@@ -109,6 +125,32 @@ impl CudaModel {
             q.dz = sc.xd_bz.ptr;
         }
         Ok(In { f: x, q, f16: 0 })
+    }
+
+    /// `input` for an output its producer already quantized (`fused`: the kinds `kinds` asks
+    /// for, q8_K into xq_b, q8_0 into xq_bz).
+    fn input_after(&self, x: u64, cols: usize, rows: usize, rows_path: bool, kinds: Kinds, fused: bool) -> Result<In> {
+        if !fused {
+            return self.input(x, cols, rows, rows_path, kinds);
+        }
+        let sc = &self.sc;
+        let mut q = Q8::default();
+        if kinds.k {
+            (q.qk, q.dk) = (sc.xq_b.ptr, sc.xd_b.ptr);
+        }
+        if kinds.z {
+            (q.qz, q.dz) = (sc.xq_bz.ptr, sc.xd_bz.ptr);
+        }
+        Ok(In { f: x, q, f16: 0 })
+    }
+
+    /// The q8 outputs a decode producer that quantizes whole 256-value blocks writes for its
+    /// consumer's `kinds`: (xq_b, xd_b) for q8_K, (xq_bz, xd_bz) for q8_0; 0 = not wanted.
+    fn fused_outputs(&self, kinds: Kinds) -> [Arg; 4] {
+        let sc = &self.sc;
+        let (yq, yd) = if kinds.k { (sc.xq_b.ptr, sc.xd_b.ptr) } else { (0, 0) };
+        let (yqz, ydz) = if kinds.z { (sc.xq_bz.ptr, sc.xd_bz.ptr) } else { (0, 0) };
+        [Arg::Ptr(yq), Arg::Ptr(yd), Arg::Ptr(yqz), Arg::Ptr(ydz)]
     }
 
     fn quant(&self, x: u64, cols: usize, rows: usize, kind: i32, xq: u64, xd: u64) -> Result<()> {
@@ -345,14 +387,21 @@ impl CudaModel {
     /// The scan's gated output norms, then the out projection (and its residual).
     fn delta_finish(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        g.launch(
-            "delta_out",
-            (d.hv as u32, n as u32),
-            128,
-            0,
-            &[Arg::Ptr(sc.o_raw.ptr), Arg::Ptr(sc.z.ptr), Arg::Ptr(w.norm.ptr), Arg::Ptr(sc.delta_o.ptr), Arg::I32(d.hv as i32), Arg::I32(d.sd as i32), Arg::F32(d.eps)],
-        )?;
-        let o = self.input(sc.delta_o.ptr, w.out.cols, n, self.decode_rows(n), out_kinds)?;
+        // a decode step's norm also quantizes where 256 values are whole heads
+        let fuse = self.decode_rows(n) && (out_kinds.k || out_kinds.z) && 256 % d.sd == 0 && (d.hv * d.sd) % 256 == 0;
+        let heads = if fuse { 256 / d.sd } else { 1 };
+        let mut args = vec![
+            Arg::Ptr(sc.o_raw.ptr),
+            Arg::Ptr(sc.z.ptr),
+            Arg::Ptr(w.norm.ptr),
+            Arg::Ptr(sc.delta_o.ptr),
+            Arg::I32(d.hv as i32),
+            Arg::I32(d.sd as i32),
+            Arg::F32(d.eps),
+        ];
+        args.extend(if fuse { self.fused_outputs(out_kinds) } else { [Arg::Ptr(0); 4] });
+        g.launch("delta_out", ((d.hv / heads) as u32, n as u32), (128 * heads) as u32, 0, &args)?;
+        let o = self.input_after(sc.delta_o.ptr, w.out.cols, n, self.decode_rows(n), out_kinds, fuse)?;
         self.proj(&w.out, o, sc.x.ptr, Some(sc.x.ptr), n)
     }
 
@@ -408,21 +457,26 @@ impl CudaModel {
                 Arg::F32(1.0 / (d.hd as f32).sqrt()),
             ],
         )?;
-        g.launch(
-            "attn_merge",
-            (d.n_head as u32, n as u32),
-            block as u32,
-            0,
-            &[Arg::Ptr(sc.part_o.ptr), Arg::Ptr(sc.part_ml.ptr), Arg::Ptr(sc.qg.ptr), Arg::Ptr(sc.attn_o.ptr), Arg::I32(d.hd as i32), Arg::I32(d.n_split as i32)],
-        )?;
-        let o = self.input(sc.attn_o.ptr, w.o.cols, n, self.decode_rows(n), out_kinds)?;
+        // a decode step's merge also quantizes where 256 values are whole heads
+        let fuse = self.decode_rows(n) && (out_kinds.k || out_kinds.z) && 256 % d.hd == 0 && (d.n_head * d.hd) % 256 == 0;
+        let (grid_x, merge_block) = if fuse { (d.n_head * d.hd / 256, 256) } else { (d.n_head, block) };
+        let mut args =
+            vec![Arg::Ptr(sc.part_o.ptr), Arg::Ptr(sc.part_ml.ptr), Arg::Ptr(sc.qg.ptr), Arg::Ptr(sc.attn_o.ptr), Arg::I32(d.hd as i32), Arg::I32(d.n_split as i32)];
+        args.extend(if fuse { self.fused_outputs(out_kinds) } else { [Arg::Ptr(0); 4] });
+        g.launch("attn_merge", (grid_x as u32, n as u32), merge_block as u32, 0, &args)?;
+        let o = self.input_after(sc.attn_o.ptr, w.o.cols, n, self.decode_rows(n), out_kinds, fuse)?;
         self.proj(&w.o, o, sc.x.ptr, Some(sc.x.ptr), n)
     }
 
     fn moe(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
-        self.proj(&w.router, x, sc.router.ptr, None, n)?;
+        let decode = self.decode_rows(n);
+        match &w.shared_gate {
+            // the router and the shared expert's gate read the same input: one launch
+            Some(gate) if decode => self.proj_many(&[(&w.router, sc.router.ptr), (gate, sc.sg.ptr)], x)?,
+            _ => self.proj(&w.router, x, sc.router.ptr, None, n)?,
+        }
         let route_args = [
             Arg::Ptr(sc.router.ptr),
             Arg::I32(d.n_expert as i32),
@@ -437,6 +491,9 @@ impl CudaModel {
             g.launch("moe_route_warp", (n as u32, 1), 32, 0, &route_args)?;
         } else {
             g.launch("moe_route", (n as u32, 1), 256, (d.n_expert * 4) as u32, &route_args)?;
+        }
+        if decode {
+            return self.moe_decode(w, x, kinds);
         }
         if self.grouped_experts(n) {
             self.experts_grouped(&w.experts, n)?;
@@ -465,6 +522,172 @@ impl CudaModel {
             0,
             &[Arg::Ptr(sc.x.ptr), Arg::Ptr(sc.ys.ptr), Arg::Ptr(sc.weights.ptr), Arg::I32(k as i32), Arg::I32(h as i32), Arg::Ptr(shared), Arg::Ptr(sg)],
         )
+    }
+
+    /// A decode step's experts after routing: gate, up and SwiGLU of the k slots and of the
+    /// shared expert, then every down product, the weighted sum and the residual in one launch
+    /// (moe_down_combine: the bits of mv + mv + moe_combine).
+    fn moe_decode(&self, w: &MoeLayer, x: In, kinds: &LayerKinds) -> Result<()> {
+        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
+        let ex = &w.experts;
+        let (mut s_ptr, mut s_ty, mut s_cols, mut s_rb) = (0u64, 0i32, 0usize, 0usize);
+        let (hin, sin) = match &w.shared {
+            Some(s) => {
+                (s_ptr, s_ty, s_cols, s_rb) = (s.down.buf.ptr, s.down.ty, s.down.cols, s.down.row_bytes);
+                self.moe_glu(ex, s, x)?;
+                match self.quant_mids(kinds, s.down.cols)? {
+                    Some(pair) => pair,
+                    None => {
+                        let hin = self.input(sc.ffn_h.ptr, eff, k, true, kinds.ffn_mid)?;
+                        // the shared expert's hidden row goes to the other q8 scratch rows: ffn_h's stay
+                        (hin, self.input_at(sc.sh_h.ptr, s.down.cols, kinds.shared_mid, k * eff)?)
+                    }
+                }
+            }
+            None => {
+                mv_glu(g, ex, Some(sc.ids.ptr), x, h, k, sc.ffn_h.ptr, eff, k)?;
+                (self.input(sc.ffn_h.ptr, eff, k, true, kinds.ffn_mid)?, In { f: 0, q: Q8::default(), f16: 0 })
+            }
+        };
+        let sg = if w.shared.is_some() && w.shared_gate.is_some() { sc.sg.ptr } else { 0 };
+        let dm = &w.experts.down;
+        g.launch(
+            "moe_down_combine",
+            (dm.rows.div_ceil(MV_WARPS) as u32, 1),
+            (32 * MV_WARPS) as u32,
+            0,
+            &[
+                Arg::Ptr(dm.buf.ptr),
+                Arg::I32(dm.ty),
+                Arg::I32(dm.rows as i32),
+                Arg::I32(dm.cols as i32),
+                Arg::I64(dm.row_bytes as i64),
+                Arg::I64(dm.mat_bytes() as i64),
+                Arg::Ptr(sc.ids.ptr),
+                Arg::Ptr(sc.weights.ptr),
+                Arg::I32(k as i32),
+                Arg::Ptr(hin.f),
+                Arg::Ptr(hin.q.qk),
+                Arg::Ptr(hin.q.dk),
+                Arg::Ptr(hin.q.qz),
+                Arg::Ptr(hin.q.dz),
+                Arg::Ptr(s_ptr),
+                Arg::I32(s_ty),
+                Arg::I32(s_cols as i32),
+                Arg::I64(s_rb as i64),
+                Arg::Ptr(sin.f),
+                Arg::Ptr(sin.q.qk),
+                Arg::Ptr(sin.q.dk),
+                Arg::Ptr(sin.q.qz),
+                Arg::Ptr(sin.q.dz),
+                Arg::Ptr(sg),
+                Arg::Ptr(sc.x.ptr),
+            ],
+        )
+    }
+
+    /// The routed experts' gate, up and SwiGLU (k slots into ffn_h) and the shared expert's
+    /// (into sh_h) of a decode step in one launch.
+    fn moe_glu(&self, ex: &Glu, s: &Glu, x: In) -> Result<()> {
+        let (d, sc) = (&self.d, &self.sc);
+        let (eg, eu, sg, su) = (&ex.gate, &ex.up, &s.gate, &s.up);
+        self.gpu.launch(
+            "moe_glu",
+            (eg.rows.max(sg.rows).div_ceil(MV_WARPS) as u32, d.n_used as u32 + 1),
+            (32 * MV_WARPS) as u32,
+            0,
+            &[
+                Arg::Ptr(eg.buf.ptr),
+                Arg::Ptr(eu.buf.ptr),
+                Arg::I32(eg.ty),
+                Arg::I32(eu.ty),
+                Arg::I32(eg.rows as i32),
+                Arg::I64(eg.row_bytes as i64),
+                Arg::I64(eu.row_bytes as i64),
+                Arg::I64(eg.mat_bytes() as i64),
+                Arg::I64(eu.mat_bytes() as i64),
+                Arg::Ptr(sc.ids.ptr),
+                Arg::I32(d.n_used as i32),
+                Arg::Ptr(sg.buf.ptr),
+                Arg::Ptr(su.buf.ptr),
+                Arg::I32(sg.ty),
+                Arg::I32(su.ty),
+                Arg::I32(sg.rows as i32),
+                Arg::I64(sg.row_bytes as i64),
+                Arg::I64(su.row_bytes as i64),
+                Arg::I32(eg.cols as i32),
+                Arg::Ptr(x.f),
+                Arg::Ptr(x.q.qk),
+                Arg::Ptr(x.q.dk),
+                Arg::Ptr(x.q.qz),
+                Arg::Ptr(x.q.dz),
+                Arg::Ptr(sc.ffn_h.ptr),
+                Arg::Ptr(sc.sh_h.ptr),
+            ],
+        )
+    }
+
+    /// A decode step's experts' hidden rows and the shared expert's quantized for their down
+    /// products in one launch (quant_q8_2), where each takes one q8 kind: the shared row goes
+    /// after the k slots' rows in its kind's scratch. None where that does not hold.
+    fn quant_mids(&self, kinds: &LayerKinds, s_cols: usize) -> Result<Option<(In, In)>> {
+        let (d, sc) = (&self.d, &self.sc);
+        let (k, eff) = (d.n_used, d.expert_ff);
+        // (kind, block width, scratch values, scratch scales)
+        let one = |kd: Kinds| match (kd.k, kd.z) {
+            (true, false) => Some((0, 256, sc.xq_b.ptr, sc.xd_b.ptr)),
+            (false, true) => Some((1, 32, sc.xq_bz.ptr, sc.xd_bz.ptr)),
+            _ => None,
+        };
+        let (Some((ka, wa, qa, da)), Some((kb, wb, qb, db))) = (one(kinds.ffn_mid), one(kinds.shared_mid)) else {
+            return Ok(None);
+        };
+        let off = k * eff;
+        if eff % wa != 0 || s_cols % wb != 0 || off % wb != 0 {
+            return Ok(None);
+        }
+        let (qb, db) = (qb + off as u64, db + (off / 32 * 8) as u64);
+        let per_block = 8; // warps of 256 threads, a q8 block each
+        let blocks = (eff / wa).max(s_cols / wb).div_ceil(per_block);
+        self.gpu.launch(
+            "quant_q8_2",
+            (blocks as u32, k as u32 + 1),
+            256,
+            0,
+            &[
+                Arg::Ptr(sc.ffn_h.ptr),
+                Arg::I32(eff as i32),
+                Arg::Ptr(qa),
+                Arg::Ptr(da),
+                Arg::I32(ka),
+                Arg::Ptr(sc.sh_h.ptr),
+                Arg::I32(s_cols as i32),
+                Arg::Ptr(qb),
+                Arg::Ptr(db),
+                Arg::I32(kb),
+            ],
+        )?;
+        let q = |kind: i32, q: u64, dq: u64| if kind == 0 { Q8 { qk: q, dk: dq, qz: 0, dz: 0 } } else { Q8 { qk: 0, dk: 0, qz: q, dz: dq } };
+        Ok(Some((In { f: sc.ffn_h.ptr, q: q(ka, qa, da), f16: 0 }, In { f: sc.sh_h.ptr, q: q(kb, qb, db), f16: 0 })))
+    }
+
+    /// One row of `cols` values at x quantized into the q8 scratch `offset` values in (past
+    /// rows another input of the same product still holds there).
+    fn input_at(&self, x: u64, cols: usize, kinds: Kinds, offset: usize) -> Result<In> {
+        let sc = &self.sc;
+        let mut q = Q8::default();
+        if kinds.k && cols % 256 == 0 && offset % 256 == 0 {
+            let (xq, xd) = (sc.xq_b.ptr + offset as u64, sc.xd_b.ptr + (offset / 32 * 8) as u64);
+            self.quant(x, cols, 1, 0, xq, xd)?;
+            (q.qk, q.dk) = (xq, xd);
+        }
+        if kinds.z && cols % 32 == 0 && offset % 32 == 0 {
+            let (xq, xd) = (sc.xq_bz.ptr + offset as u64, sc.xd_bz.ptr + (offset / 32 * 8) as u64);
+            self.quant(x, cols, 1, 1, xq, xd)?;
+            (q.qz, q.dz) = (xq, xd);
+        }
+        Ok(In { f: x, q, f16: 0 })
     }
 
     /// A prompt pass's routed experts grouped per expert: the slots sorted by expert into tiles
@@ -542,6 +765,8 @@ pub(super) struct In {
 }
 
 pub(super) const MV_WARPS: usize = 4;
+/// Blocks of the greedy argmax at most (its scratch: a value and an index each, a counter).
+pub(super) const ARGMAX_BLOCKS: usize = 128;
 /// Tokens a pass of the `mm` kernels (kernels.cu MM_T).
 pub(super) const MM_T: usize = 8;
 /// From this many tokens a product runs on tensor cores (`mm_tc`, 64-token tiles).

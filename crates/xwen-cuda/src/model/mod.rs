@@ -216,6 +216,8 @@ struct Scratch {
     weights: DevBuf,
     logits: DevBuf,
     token: DevBuf,
+    /// The argmax blocks' (value, index) and their finish counter (zero between launches).
+    argmax_part: DevBuf,
 }
 
 /// Geometry the step needs.
@@ -413,10 +415,10 @@ impl CudaModel {
             xd_n: gpu.zeros(t * h.div_ceil(32) * 8)?,
             xq_nz: gpu.zeros(t * h)?,
             xd_nz: gpu.zeros(t * h.div_ceil(32) * 8)?,
-            xq_b: gpu.zeros(t * q8_width(&net))?,
-            xd_b: gpu.zeros(t * q8_width(&net).div_ceil(32) * 8)?,
-            xq_bz: gpu.zeros(t * q8_width(&net))?,
-            xd_bz: gpu.zeros(t * q8_width(&net).div_ceil(32) * 8)?,
+            xq_b: gpu.zeros(t.max(2) * q8_width(&net))?,
+            xd_b: gpu.zeros(t.max(2) * q8_width(&net).div_ceil(32) * 8)?,
+            xq_bz: gpu.zeros(t.max(2) * q8_width(&net))?,
+            xd_bz: gpu.zeros(t.max(2) * q8_width(&net).div_ceil(32) * 8)?,
             w_f16: gpu.zeros(if gpu.blas.is_some() { 2 * max_dense_values(&net) } else { 4 })?,
             xn_f16: gpu.zeros(if gpu.blas.is_some() { 2 * t * h } else { 4 })?,
             x_f16: gpu.zeros(if gpu.blas.is_some() { 2 * t * q8_width(&net) } else { 4 })?,
@@ -430,6 +432,7 @@ impl CudaModel {
             weights: f(t * n_used.max(1))?,
             logits: f(d.n_vocab)?,
             token: f(1)?,
+            argmax_part: f(2 * forward::ARGMAX_BLOCKS + 1)?,
         };
         let output = up.mat(&net.output)?;
         let head_kinds = Kinds::of(&[&output]);
