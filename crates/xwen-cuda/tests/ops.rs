@@ -1309,8 +1309,8 @@ fn the_fused_moe_output_equals_its_three_steps() {
         let s_ptr = if shared > 0 { sd.ptr } else { 0 };
         g.launch(
             "moe_down_combine",
-            (rows.div_ceil(4) as u32, 1),
-            128,
+            (rows.div_ceil(2) as u32, 1),
+            (32 * (k + usize::from(shared > 0))) as u32,
             0,
             &[
                 Arg::Ptr(wd.ptr),
@@ -1338,6 +1338,14 @@ fn the_fused_moe_output_equals_its_three_steps() {
                 Arg::Ptr(sk[3]),
                 Arg::Ptr(sg_ptr),
                 Arg::Ptr(x2.ptr),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::F32(0.0),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
             ],
         )
         .unwrap();
@@ -1445,6 +1453,13 @@ fn the_fused_expert_launches_equal_their_parts() {
                 Arg::Ptr(xdz.ptr),
                 Arg::Ptr(h2.ptr),
                 Arg::Ptr(hs2.ptr),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::I32(0),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::I32(0),
             ],
         )
         .unwrap();
@@ -1479,4 +1494,262 @@ fn the_fused_expert_launches_equal_their_parts() {
         assert_eq!((rd(&qb, s_ff / 4), rd(&db, s_ff / 16)), (rd(&q2b, s_ff / 4), rd(&d2b, s_ff / 16)), "quant_q8_2: the shared row");
         println!("moe_glu {} experts top {k} + shared {}, quant_q8_2: equal to their separate launches, bit for bit", ty.name(), sty.name());
     }
+}
+
+/// The kernels whose last block runs the next small step (kernels.cu `last_block`) equal the
+/// launches they replace, bit for bit, and leave their finish counter at zero (each run twice):
+/// mv_norm = mv (+= residual) then rms_norm (both q8 kinds); router_route = mv4 then
+/// moe_route_warp; moe_glu's tail = quant_q8_2; moe_down_combine's tail = rms_norm.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn the_kernel_tails_equal_their_launches() {
+    let g = gpu();
+    let rd = |b: &xwen_cuda::gpu::DevBuf, n: usize| g.read_i32(b, n).unwrap();
+    let count = g.zeros(16).unwrap();
+    let counter_is_zero = || rd(&count, 1)[0] == 0;
+    let q8 = |kind: i32, xb: &xwen_cuda::gpu::DevBuf, n: usize, rows: usize| {
+        let (q, d) = (g.zeros(rows * n).unwrap(), g.zeros(rows * n / 32 * 8).unwrap());
+        let per = if kind == 0 { 256 } else { 32 };
+        g.launch(
+            "quant_q8",
+            ((n / per).div_ceil(8) as u32, rows as u32),
+            256,
+            0,
+            &[Arg::Ptr(xb.ptr), Arg::I32(n as i32), Arg::I64(n as i64), Arg::Ptr(q.ptr), Arg::Ptr(d.ptr), Arg::I32(kind)],
+        )
+        .unwrap();
+        (q, d)
+    };
+    // the norm both ways: xn and its q8 copies
+    struct Normed {
+        y: xwen_cuda::gpu::DevBuf,
+        qk: xwen_cuda::gpu::DevBuf,
+        dk: xwen_cuda::gpu::DevBuf,
+        qz: xwen_cuda::gpu::DevBuf,
+        dz: xwen_cuda::gpu::DevBuf,
+    }
+    let normed = |n: usize| Normed {
+        y: g.zeros(n * 4).unwrap(),
+        qk: g.zeros(n).unwrap(),
+        dk: g.zeros(n / 32 * 8).unwrap(),
+        qz: g.zeros(n).unwrap(),
+        dz: g.zeros(n / 32 * 8).unwrap(),
+    };
+    let same_norm = |a: &Normed, b: &Normed, n: usize, what: &str| {
+        assert_eq!(rd(&a.y, n), rd(&b.y, n), "{what}: xn");
+        assert_eq!((rd(&a.qk, n / 4), rd(&a.dk, n / 16)), (rd(&b.qk, n / 4), rd(&b.dk, n / 16)), "{what}: q8_K");
+        assert_eq!((rd(&a.qz, n / 4), rd(&a.dz, n / 16)), (rd(&b.qz, n / 4), rd(&b.dz, n / 16)), "{what}: q8_0");
+    };
+    let rms = |x: u64, w: u64, n: usize, o: &Normed| {
+        g.launch(
+            "rms_norm",
+            (1, 1),
+            1024,
+            0,
+            &[Arg::Ptr(x), Arg::Ptr(w), Arg::Ptr(o.y.ptr), Arg::I32(n as i32), Arg::F32(1e-6), Arg::Ptr(o.qk.ptr), Arg::Ptr(o.dk.ptr), Arg::Ptr(o.qz.ptr), Arg::Ptr(o.dz.ptr)],
+        )
+        .unwrap();
+    };
+    let tail = |o: &Normed, w: u64| vec![Arg::Ptr(count.ptr), Arg::Ptr(w), Arg::Ptr(o.y.ptr), Arg::F32(1e-6), Arg::Ptr(o.qk.ptr), Arg::Ptr(o.dk.ptr), Arg::Ptr(o.qz.ptr), Arg::Ptr(o.dz.ptr)];
+
+    // mv_norm
+    for (i, &(ty, rows, cols)) in [(GgmlType::Q8_0, 2048usize, 4096usize), (GgmlType::Q4_K, 2560, 9728), (GgmlType::Q6_K, 256, 512)].iter().enumerate() {
+        let seed = 1500 + 10 * i as u64;
+        let wd = g.upload(&device_layout(ty, &xwen_kernels::quantize(ty, &noise(rows * cols, seed)).unwrap())).unwrap();
+        let rb = device_row_bytes(ty, cols);
+        let xin = g.upload_f32(&noise(cols, seed + 1)).unwrap();
+        let kind = if ty == GgmlType::Q8_0 { 1 } else { 0 };
+        let (xq, xdq) = q8(kind, &xin, cols, 1);
+        let xq4 = if kind == 0 { [xq.ptr, xdq.ptr, 0, 0] } else { [0, 0, xq.ptr, xdq.ptr] };
+        let res0 = noise(rows, seed + 2);
+        let nw = g.upload_f32(&noise(rows, seed + 3)).unwrap();
+        let (x1, a) = (g.upload_f32(&res0).unwrap(), normed(rows));
+        g.launch(
+            "mv",
+            (rows.div_ceil(4) as u32, 1),
+            128,
+            0,
+            &[
+                Arg::Ptr(wd.ptr),
+                Arg::I32(ty.id() as i32),
+                Arg::I32(rows as i32),
+                Arg::I32(cols as i32),
+                Arg::I64(rb as i64),
+                Arg::I64((rows * rb) as i64),
+                Arg::Ptr(0),
+                Arg::Ptr(xin.ptr),
+                Arg::Ptr(xq4[0]),
+                Arg::Ptr(xq4[1]),
+                Arg::Ptr(xq4[2]),
+                Arg::Ptr(xq4[3]),
+                Arg::I64(cols as i64),
+                Arg::I32(1),
+                Arg::Ptr(x1.ptr),
+                Arg::I64(rows as i64),
+                Arg::Ptr(x1.ptr),
+            ],
+        )
+        .unwrap();
+        rms(x1.ptr, nw.ptr, rows, &a);
+        for _ in 0..2 {
+            let (x2, b) = (g.upload_f32(&res0).unwrap(), normed(rows));
+            let mut args = vec![
+                Arg::Ptr(wd.ptr),
+                Arg::I32(ty.id() as i32),
+                Arg::I32(rows as i32),
+                Arg::I32(cols as i32),
+                Arg::I64(rb as i64),
+                Arg::Ptr(xin.ptr),
+                Arg::Ptr(xq4[0]),
+                Arg::Ptr(xq4[1]),
+                Arg::Ptr(xq4[2]),
+                Arg::Ptr(xq4[3]),
+                Arg::Ptr(x2.ptr),
+            ];
+            args.extend(tail(&b, nw.ptr));
+            g.launch("mv_norm", (rows.div_ceil(4) as u32, 1), 128, 0, &args).unwrap();
+            assert_eq!(rd(&x1, rows), rd(&x2, rows), "mv_norm {}: x", ty.name());
+            same_norm(&a, &b, rows, &format!("mv_norm {} {rows}x{cols}", ty.name()));
+            assert!(counter_is_zero(), "mv_norm: the counter is reset");
+        }
+        println!("mv_norm {} {rows}x{cols}: equal to mv then rms_norm, bit for bit", ty.name());
+    }
+
+    // router_route
+    for &(n_expert, k, gated) in &[(256usize, 8usize, true), (512, 10, false), (64, 4, true)] {
+        let cols = 2048;
+        let seed = 1600 + n_expert as u64;
+        let rw = g.upload_f32(&noise(n_expert * cols, seed).iter().map(|v| v * 0.05).collect::<Vec<_>>()).unwrap();
+        let gw = g.upload_f32(&noise(cols, seed + 1)).unwrap();
+        let x = g.upload_f32(&noise(cols, seed + 2)).unwrap();
+        let (lg1, sg1, ids1, wt1) = (g.zeros(n_expert * 4).unwrap(), g.zeros(4).unwrap(), g.zeros(k * 4).unwrap(), g.zeros(k * 4).unwrap());
+        let gate = |sg: u64| if gated { [Arg::Ptr(gw.ptr), Arg::I32(0), Arg::I32(1), Arg::I64(cols as i64 * 4), Arg::Ptr(sg)] } else { [Arg::Ptr(0), Arg::I32(0), Arg::I32(0), Arg::I64(0), Arg::Ptr(0)] };
+        let mut a = vec![Arg::I32(cols as i32), Arg::Ptr(x.ptr), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0)];
+        a.extend([Arg::Ptr(rw.ptr), Arg::I32(0), Arg::I32(n_expert as i32), Arg::I64(cols as i64 * 4), Arg::Ptr(lg1.ptr)]);
+        a.extend(gate(sg1.ptr));
+        a.extend([Arg::Ptr(0), Arg::I32(0), Arg::I32(0), Arg::I64(0), Arg::Ptr(0), Arg::Ptr(0), Arg::I32(0), Arg::I32(0), Arg::I64(0), Arg::Ptr(0)]);
+        let rows = n_expert + usize::from(gated);
+        g.launch("mv4", (rows.div_ceil(4) as u32, 1), 128, 0, &a).unwrap();
+        let route = [Arg::Ptr(lg1.ptr), Arg::I32(n_expert as i32), Arg::I32(k as i32), Arg::I32(1), Arg::F32(1.0), Arg::Ptr(ids1.ptr), Arg::Ptr(wt1.ptr)];
+        g.launch("moe_route_warp", (1, 1), 32, 0, &route).unwrap();
+        for _ in 0..2 {
+            let (lg2, sg2, ids2, wt2) = (g.zeros(n_expert * 4).unwrap(), g.zeros(4).unwrap(), g.zeros(k * 4).unwrap(), g.zeros(k * 4).unwrap());
+            let mut b = vec![Arg::I32(cols as i32), Arg::Ptr(x.ptr), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0)];
+            b.extend([Arg::Ptr(rw.ptr), Arg::I32(0), Arg::I32(n_expert as i32), Arg::I64(cols as i64 * 4), Arg::Ptr(lg2.ptr)]);
+            b.extend(gate(sg2.ptr));
+            b.extend([Arg::Ptr(count.ptr), Arg::I32(k as i32), Arg::I32(1), Arg::F32(1.0), Arg::Ptr(ids2.ptr), Arg::Ptr(wt2.ptr)]);
+            g.launch("router_route", (rows.div_ceil(4) as u32, 1), 128, 0, &b).unwrap();
+            assert_eq!(rd(&lg1, n_expert), rd(&lg2, n_expert), "router_route: logits");
+            assert_eq!(rd(&sg1, 1), rd(&sg2, 1), "router_route: the shared gate");
+            assert_eq!((rd(&ids1, k), rd(&wt1, k)), (rd(&ids2, k), rd(&wt2, k)), "router_route {n_expert}/{k}: experts and weights");
+            assert!(counter_is_zero(), "router_route: the counter is reset");
+        }
+        println!("router_route {n_expert}/{k}{}: equal to mv4 then moe_route_warp, bit for bit", if gated { " + shared gate" } else { "" });
+    }
+
+    // moe_glu's tail and moe_down_combine's tail
+    let (ty, sty, n_expert, k, eff, s_ff, cols) = (GgmlType::Q4_K, GgmlType::Q8_0, 16usize, 8usize, 512usize, 512usize, 2048usize);
+    let up = |t: GgmlType, n: usize, rows: usize, c: usize, seed: u64| g.upload(&device_layout(t, &xwen_kernels::quantize(t, &noise(n * rows * c, seed)).unwrap())).unwrap();
+    let (eg, eu, sgw, suw) = (up(ty, n_expert, eff, cols, 1700), up(ty, n_expert, eff, cols, 1701), up(sty, 1, s_ff, cols, 1702), up(sty, 1, s_ff, cols, 1703));
+    let (rb, srb) = (device_row_bytes(ty, cols), device_row_bytes(sty, cols));
+    let ids = g.upload_i32(&(0..k).map(|s| ((s * 7 + 3) % n_expert) as i32).collect::<Vec<_>>()).unwrap();
+    let x = g.upload_f32(&noise(cols, 1704)).unwrap();
+    let (xk, xdk) = q8(0, &x, cols, 1);
+    let (xz, xdz) = q8(1, &x, cols, 1);
+    let glu_args = |h: u64, hs: u64, t: [Arg; 7]| {
+        let mut a = vec![
+            Arg::Ptr(eg.ptr),
+            Arg::Ptr(eu.ptr),
+            Arg::I32(ty.id() as i32),
+            Arg::I32(ty.id() as i32),
+            Arg::I32(eff as i32),
+            Arg::I64(rb as i64),
+            Arg::I64(rb as i64),
+            Arg::I64((eff * rb) as i64),
+            Arg::I64((eff * rb) as i64),
+            Arg::Ptr(ids.ptr),
+            Arg::I32(k as i32),
+            Arg::Ptr(sgw.ptr),
+            Arg::Ptr(suw.ptr),
+            Arg::I32(sty.id() as i32),
+            Arg::I32(sty.id() as i32),
+            Arg::I32(s_ff as i32),
+            Arg::I64(srb as i64),
+            Arg::I64(srb as i64),
+            Arg::I32(cols as i32),
+            Arg::Ptr(x.ptr),
+            Arg::Ptr(xk.ptr),
+            Arg::Ptr(xdk.ptr),
+            Arg::Ptr(xz.ptr),
+            Arg::Ptr(xdz.ptr),
+            Arg::Ptr(h),
+            Arg::Ptr(hs),
+        ];
+        a.extend(t);
+        a
+    };
+    let (h1, hs1) = (g.zeros(k * eff * 4).unwrap(), g.zeros(s_ff * 4).unwrap());
+    let none = [Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::I32(0), Arg::Ptr(0), Arg::Ptr(0), Arg::I32(0)];
+    let grid = (eff.max(s_ff).div_ceil(4) as u32, k as u32 + 1);
+    g.launch("moe_glu", grid, 128, 0, &glu_args(h1.ptr, hs1.ptr, none)).unwrap();
+    let ((qa, da), (qb, db)) = (q8(0, &h1, eff, k), q8(1, &hs1, s_ff, 1));
+    for _ in 0..2 {
+        let (h2, hs2) = (g.zeros(k * eff * 4).unwrap(), g.zeros(s_ff * 4).unwrap());
+        let (q2a, d2a, q2b, d2b) = (g.zeros(k * eff).unwrap(), g.zeros(k * eff / 32 * 8).unwrap(), g.zeros(s_ff).unwrap(), g.zeros(s_ff / 32 * 8).unwrap());
+        let t = [Arg::Ptr(count.ptr), Arg::Ptr(q2a.ptr), Arg::Ptr(d2a.ptr), Arg::I32(0), Arg::Ptr(q2b.ptr), Arg::Ptr(d2b.ptr), Arg::I32(1)];
+        g.launch("moe_glu", grid, 128, 0, &glu_args(h2.ptr, hs2.ptr, t)).unwrap();
+        assert_eq!((rd(&h1, k * eff), rd(&hs1, s_ff)), (rd(&h2, k * eff), rd(&hs2, s_ff)), "moe_glu tail: hidden rows");
+        assert_eq!((rd(&qa, k * eff / 4), rd(&da, k * eff / 16)), (rd(&q2a, k * eff / 4), rd(&d2a, k * eff / 16)), "moe_glu tail: the experts' q8_K");
+        assert_eq!((rd(&qb, s_ff / 4), rd(&db, s_ff / 16)), (rd(&q2b, s_ff / 4), rd(&d2b, s_ff / 16)), "moe_glu tail: the shared q8_0");
+        assert!(counter_is_zero(), "moe_glu: the counter is reset");
+    }
+    println!("moe_glu's tail: equal to quant_q8 of its hidden rows, bit for bit");
+    let (dw, sdw) = (up(ty, n_expert, cols, eff, 1705), up(sty, 1, cols, s_ff, 1706));
+    let (drb, sdrb) = (device_row_bytes(ty, eff), device_row_bytes(sty, s_ff));
+    let wts = g.upload_f32(&noise(k, 1707).iter().map(|v| v.abs() + 0.01).collect::<Vec<_>>()).unwrap();
+    let sg = g.upload_f32(&[0.2]).unwrap();
+    let nw = g.upload_f32(&noise(cols, 1708)).unwrap();
+    let x0 = noise(cols, 1709);
+    let down = |xo: u64, t: Vec<Arg>| {
+        let mut a = vec![
+            Arg::Ptr(dw.ptr),
+            Arg::I32(ty.id() as i32),
+            Arg::I32(cols as i32),
+            Arg::I32(eff as i32),
+            Arg::I64(drb as i64),
+            Arg::I64((cols * drb) as i64),
+            Arg::Ptr(ids.ptr),
+            Arg::Ptr(wts.ptr),
+            Arg::I32(k as i32),
+            Arg::Ptr(h1.ptr),
+            Arg::Ptr(qa.ptr),
+            Arg::Ptr(da.ptr),
+            Arg::Ptr(0),
+            Arg::Ptr(0),
+            Arg::Ptr(sdw.ptr),
+            Arg::I32(sty.id() as i32),
+            Arg::I32(s_ff as i32),
+            Arg::I64(sdrb as i64),
+            Arg::Ptr(hs1.ptr),
+            Arg::Ptr(0),
+            Arg::Ptr(0),
+            Arg::Ptr(qb.ptr),
+            Arg::Ptr(db.ptr),
+            Arg::Ptr(sg.ptr),
+            Arg::Ptr(xo),
+        ];
+        a.extend(t);
+        g.launch("moe_down_combine", (cols.div_ceil(2) as u32, 1), (32 * (k + 1)) as u32, 0, &a).unwrap();
+    };
+    let (x1, a) = (g.upload_f32(&x0).unwrap(), normed(cols));
+    down(x1.ptr, vec![Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::F32(0.0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0)]);
+    rms(x1.ptr, nw.ptr, cols, &a);
+    for _ in 0..2 {
+        let (x2, b) = (g.upload_f32(&x0).unwrap(), normed(cols));
+        down(x2.ptr, tail(&b, nw.ptr));
+        assert_eq!(rd(&x1, cols), rd(&x2, cols), "moe_down_combine tail: x");
+        same_norm(&a, &b, cols, "moe_down_combine tail");
+        assert!(counter_is_zero(), "moe_down_combine: the counter is reset");
+    }
+    println!("moe_down_combine's tail: equal to moe_down_combine then rms_norm, bit for bit");
 }
