@@ -130,12 +130,10 @@ pub fn forward(ctx: &Ctx, w: &PleWeights, table: &Mat, d: &PleDims, x: &mut [f32
     let be = ctx.backend;
     let hist = d.hist();
     let hstate = hist * wide;
-    // the table rows of every token, then e (rows.n × n)
-    let tq = ctx.q(table);
-    let rb = table.row_bytes();
+    // the table rows of every token (one per head, in head order), gathered for the whole
+    // step: a streamed table reads them together, each distinct row once
     let n_rows_table = table.rows;
-    let mut e = ctx.zeros(rows.n * n);
-    let mut idx = Vec::with_capacity(d.n_heads());
+    let mut idx = Vec::with_capacity(rows.n * d.n_heads());
     for (s, st) in rows.spans.iter().zip(states.iter()) {
         let prev: Vec<Option<u32>> = st.conv[hstate..].iter().map(|&v| if v < 0.0 { None } else { Some(v as u32) }).collect();
         for i in 0..s.len {
@@ -144,17 +142,23 @@ pub fn forward(ctx: &Ctx, w: &PleWeights, table: &Mat, d: &PleDims, x: &mut [f32
             for j in 0..d.ngram {
                 c.push(if j <= i { Some(tokens[s.start + i - j]) } else { prev[prev.len() - (j - i)] });
             }
-            idx.clear();
             d.rows_of(&c, &mut idx);
-            let t = s.start + i;
-            for (h, &r) in idx.iter().enumerate() {
-                if r >= n_rows_table {
-                    return Err(EngineError::BadHparams(format!("PLE row {r} past the table's {n_rows_table}")));
-                }
-                xwen_kernels::dequantize(tq.ty, &tq.data[r * rb..(r + 1) * rb], &mut e[t * n + h * d.head_dim..][..d.head_dim])
-                    .map_err(|err| EngineError::State(format!("PLE table: {err}")))?;
-            }
         }
+    }
+    if let Some(&r) = idx.iter().find(|&&r| r >= n_rows_table) {
+        return Err(EngineError::BadHparams(format!("PLE row {r} past the table's {n_rows_table}")));
+    }
+    // e (rows.n × n): token t's head h at t·n + h·head_dim, which is idx's order
+    let mut e = ctx.zeros(rows.n * n);
+    if let Some(f) = ctx.table_rows(table, &idx, &mut e)? {
+        // the tokens whose rows were not read take zeros; their sequences fail at the end
+        let mut bad: Vec<usize> = f.positions.iter().map(|&p| p / d.n_heads()).collect();
+        bad.sort_unstable();
+        bad.dedup();
+        for &t in &bad {
+            e[t * n..(t + 1) * n].fill(0.0);
+        }
+        ctx.expert_failed(bad, f.error)?;
     }
     ctx.tap("ple_embd", None, &e, n);
     let mut p = ctx.mm_rows(&[&w.key, &w.value], &e, rows).into_iter();

@@ -84,12 +84,7 @@ impl Qwen4Exp {
         }
         let ratios = u64s(f, &k("attention.compress_ratios"), cfg.n_layer)?;
         let ratio = ratios.iter().copied().find(|&r| r > 0).unwrap_or(0) as usize;
-        let qsa = QsaDims {
-            n_head: req("attention.indexer.head_count")?,
-            head_dim: req("attention.indexer.key_length")?,
-            budget: req("attention.indexer.top_k")?,
-            ratio,
-        };
+        let qsa = QsaDims { n_head: req("attention.indexer.head_count")?, head_dim: req("attention.indexer.key_length")?, budget: req("attention.indexer.top_k")?, ratio };
         if ratios.iter().any(|&r| r != 0 && r as usize != ratio) || ratio == 1 || (ratio > 0 && !qsa.budget.is_multiple_of(ratio)) {
             return Err(EngineError::BadHparams(format!("QSA compress ratios {ratios:?} with a budget of {}", qsa.budget)));
         }
@@ -184,8 +179,7 @@ impl Qwen4Exp {
             if id >= self.cfg.n_vocab {
                 return Err(EngineError::TokenOutOfRange { id: id as u32, n_vocab: self.cfg.n_vocab });
             }
-            xwen_kernels::dequantize(emb.ty, &emb.data[id * rb..(id + 1) * rb], &mut x[t * h..(t + 1) * h])
-                .map_err(|e| EngineError::State(format!("embedding: {e}")))?;
+            xwen_kernels::dequantize(emb.ty, &emb.data[id * rb..(id + 1) * rb], &mut x[t * h..(t + 1) * h]).map_err(|e| EngineError::State(format!("embedding: {e}")))?;
         }
         Ok(x)
     }
@@ -377,6 +371,14 @@ impl Network for Qwen4Exp {
             wave_row_bytes: hybrid::wave_row_bytes(&self.cfg) + 3 * wide * 4,
             n_expert: md.map_or(0, |m| m.n_expert),
             n_used: md.map_or(0, |m| m.n_used),
+        }
+    }
+
+    /// The PLE n-gram table: a token reads one row per head.
+    fn row_tables(&self) -> Vec<crate::experts::rows::RowTable> {
+        match (&self.ple_table, &self.ple) {
+            (Some(t), Some(d)) => vec![crate::experts::rows::RowTable { mat: t.clone(), per_token: d.n_heads() }],
+            _ => Vec::new(),
         }
     }
 }
