@@ -381,16 +381,17 @@ impl ModelDesc {
             model_type: format!("{arch} {size} {ftype}"),
             size: model.weight_bytes(),
             n_params: f.tensors().iter().map(|t| t.n_elements()).sum(),
-            decode_bytes: decode_weight_bytes(f),
+            decode_bytes: decode_weight_bytes(f, &model.row_tables()),
         }
     }
 }
 
 /// Weight bytes a decode step must read: every tensor, except that token_embd contributes one
-/// row (unless it is also the lm_head: no output.weight) and each routed-expert tensor (`*_exps`)
-/// only `expert_used_count / expert_count` of itself. Divided by the memory bandwidth this is
+/// row (unless it is also the lm_head: no output.weight), a lookup table (`tables`: qwen4exp's
+/// PLE table) the rows a token reads, and each routed-expert tensor (`*_exps`) only
+/// `expert_used_count / expert_count` of itself. Divided by the memory bandwidth this is
 /// the decode floor (docs/bench.md "Floors").
-fn decode_weight_bytes(f: &xwen_gguf::GgufFile) -> u64 {
+fn decode_weight_bytes(f: &xwen_gguf::GgufFile, tables: &[xwen_engine::experts::rows::RowTable]) -> u64 {
     let n_expert = f.get_u64(&f.arch_key("expert_count")).unwrap_or(0);
     let n_used = f.get_u64(&f.arch_key("expert_used_count")).unwrap_or(0);
     let tied = f.tensor("output.weight").is_none();
@@ -399,6 +400,9 @@ fn decode_weight_bytes(f: &xwen_gguf::GgufFile) -> u64 {
         .map(|t| {
             if t.name == "token_embd.weight" && !tied {
                 t.n_bytes / t.rows().max(1)
+            } else if let Some(r) = tables.iter().find(|r| r.mat.info.name == t.name) {
+                // a lookup table: the rows a token reads (qwen4exp's PLE: one per head)
+                (r.mat.row_bytes() * r.per_token) as u64
             } else if t.name.contains("_exps.") && n_expert > 0 {
                 t.n_bytes / n_expert * n_used
             } else {

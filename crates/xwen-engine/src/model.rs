@@ -324,6 +324,12 @@ impl Model {
         }
     }
 
+    /// The lookup tables a token reads a few rows of (`Network::row_tables`), which a budgeted
+    /// model streams.
+    pub fn row_tables(&self) -> Vec<crate::experts::rows::RowTable> {
+        self.net.row_tables()
+    }
+
     /// Whether the tensor `name` is read from disk on demand, never through the mapping: a
     /// routed expert stack while experts stream, a streamed table.
     pub fn streams_tensor(&self, name: &str) -> bool {
