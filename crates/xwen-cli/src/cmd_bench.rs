@@ -591,14 +591,14 @@ mod tests {
         add("output.weight", &[8, 100]); // 3200 B
         add("blk.0.ffn_up_exps.weight", &[8, 16, 4]); // 2048 B, one expert 512 B
         let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
-        assert_eq!(decode_weight_bytes(&f), 32 + 3200 + 512);
+        assert_eq!(decode_weight_bytes(&f, &[]), 32 + 3200 + 512);
 
         // Tied embeddings: token_embd is the lm_head too, read whole.
         let mut w = GgufWriter::new();
         w.add_kv("general.architecture", "qwen35".into());
         w.add_tensor("token_embd.weight", GgmlType::F32, &[8, 100], vec![0; 3200]).unwrap();
         let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
-        assert_eq!(decode_weight_bytes(&f), 3200);
+        assert_eq!(decode_weight_bytes(&f, &[]), 3200);
     }
 
     #[test]
