@@ -6,8 +6,8 @@
 //! empty state; each repetition starts fresh; before the timed repetitions one warm-up runs (the
 //! whole prompt for pp, a single token for tg). `--json` prints llama-bench's `-o json` fields.
 
-use crate::lcg::Lcg;
 use crate::cli::BenchArgs;
+use crate::lcg::Lcg;
 use crate::model_arg;
 use crate::stats::{mean, median, stddev};
 use anyhow::{bail, Result};
@@ -114,8 +114,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             bail!("--draft none: nothing to compare; give a drafter (ngram, mtp, model:FILE, replay:FILE)");
         };
         let kind = drafter.name();
-        let (prompt, prompt_desc) =
-            crate::bench_draft::prompt(&loaded.tokenizer, a.draft_file.as_deref(), a.draft_prompt.as_deref(), prompts[0], model.n_vocab())?;
+        let (prompt, prompt_desc) = crate::bench_draft::prompt(&loaded.tokenizer, a.draft_file.as_deref(), a.draft_prompt.as_deref(), prompts[0], model.n_vocab())?;
         for &n_gen in gens.iter().filter(|&&n| n > 0) {
             let c = crate::bench_draft::Config {
                 prompt: prompt.clone(),
@@ -135,14 +134,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         return Ok(());
     }
     if let Some(parallel) = a.parallel.clone().map(|l| l.0) {
-        let c = crate::bench_parallel::Config {
-            prompts: prompts.clone(),
-            gens: gens.clone(),
-            parallel,
-            reps,
-            json: output == Output::Json,
-            warmup: !no_warmup,
-        };
+        let c = crate::bench_parallel::Config { prompts: prompts.clone(), gens: gens.clone(), parallel, reps, json: output == Output::Json, warmup: !no_warmup };
         crate::bench_parallel::run(model, &c)?;
         model_arg::print_profile(model);
         model_arg::print_expert_cache(model);
@@ -196,11 +188,23 @@ pub fn run(a: BenchArgs) -> Result<()> {
         };
         let mut r = TestResult { n_prompt, n_gen, n_depth, samples_ns: Vec::new(), test_time: rfc3339_now(), cache: None };
         model.reset_expert_cache_stats();
+        model.reset_row_cache_stats();
         for _ in 0..reps {
             let ns = if n_prompt > 0 { run_prompt(model, start(), n_prompt, &mut rng)? } else { run_gen(model, start(), n_gen, &mut rng)? };
             r.samples_ns.push(ns);
         }
         r.cache = model.expert_cache_stats();
+        if let Some(c) = model.row_cache_stats() {
+            // a streamed table's reads over this test's timed repetitions, per token
+            let tokens = ((n_prompt + n_gen) * reps).max(1) as f64;
+            eprintln!(
+                "xwen bench: {}: table rows {:.1} KB read per token ({:.1} reads), {:.1}% of distinct rows cached",
+                if n_prompt > 0 { format!("pp{n_prompt}") } else { format!("tg{n_gen}") },
+                c.bytes_read as f64 / tokens / 1e3,
+                c.reads as f64 / tokens,
+                100.0 * c.hit_rate()
+            );
+        }
         match output {
             Output::Markdown => print_md_row(&desc, model.threads(), &r),
             Output::Json => json_tests.push(json_test(&desc, model.threads(), &r)),
@@ -218,12 +222,24 @@ pub fn run(a: BenchArgs) -> Result<()> {
         }
     }
     model_arg::print_expert_cache(model);
+    model_arg::print_row_cache(model);
     Ok(())
 }
 
 /// The pp / tg tests on the CUDA backend (`-ngl 99`), printed as the CPU's are.
 #[allow(clippy::too_many_arguments)]
-fn bench_gpu(model: &Model, desc: &ModelDesc, ordinal: usize, prompts: &[usize], gens: &[usize], reps: usize, warmup: bool, output: Output, ubatch: usize, a_profile: bool) -> Result<()> {
+fn bench_gpu(
+    model: &Model,
+    desc: &ModelDesc,
+    ordinal: usize,
+    prompts: &[usize],
+    gens: &[usize],
+    reps: usize,
+    warmup: bool,
+    output: Output,
+    ubatch: usize,
+    a_profile: bool,
+) -> Result<()> {
     #[cfg(not(feature = "cuda"))]
     {
         let _ = (model, desc, ordinal, prompts, gens, reps, warmup, output, ubatch, a_profile);
@@ -275,9 +291,7 @@ fn bench_membw(threads: usize, mib: usize, passes: usize, output: Output) -> Res
     let best = samples.iter().cloned().fold(0.0, f64::max);
     let med = median(&samples);
     match output {
-        Output::Markdown => println!(
-            "memory read bandwidth: {threads} threads, {mib} MiB, {passes} passes: best {best:.2} GB/s, median {med:.2} GB/s"
-        ),
+        Output::Markdown => println!("memory read bandwidth: {threads} threads, {mib} MiB, {passes} passes: best {best:.2} GB/s, median {med:.2} GB/s"),
         Output::Json => println!(
             "{}",
             serde_json::to_string_pretty(&json!({
@@ -298,10 +312,9 @@ fn bench_membw(threads: usize, mib: usize, passes: usize, output: Output) -> Res
 fn prefault(model: &Model) -> u64 {
     const PAGE: usize = 4096;
     let f = model.gguf();
-    let streamed = model.streams_experts();
     let mut sum = 0u8;
     let mut bytes = 0u64;
-    for t in f.tensors().iter().filter(|t| !(streamed && t.name.contains("_exps."))) {
+    for t in f.tensors().iter().filter(|t| !model.streams_tensor(&t.name)) {
         let d = f.tensor_data(t);
         bytes += d.len() as u64;
         for i in (0..d.len()).step_by(PAGE) {
@@ -348,10 +361,7 @@ impl ModelDesc {
     fn of(model: &Model, filename: &str) -> ModelDesc {
         let f = model.gguf();
         let arch = model.architecture();
-        let n_layer = f
-            .get_u64(&f.arch_key("block_count"))
-            .unwrap_or(0)
-            .saturating_sub(f.get_u64(&f.arch_key("nextn_predict_layers")).unwrap_or(0));
+        let n_layer = f.get_u64(&f.arch_key("block_count")).unwrap_or(0).saturating_sub(f.get_u64(&f.arch_key("nextn_predict_layers")).unwrap_or(0));
         let n_embd = f.get_u64(&f.arch_key("embedding_length")).unwrap_or(0);
         // llama.cpp's load_arch_hparams size names for these architectures.
         let size = match (arch, n_layer, n_embd) {
@@ -371,16 +381,17 @@ impl ModelDesc {
             model_type: format!("{arch} {size} {ftype}"),
             size: model.weight_bytes(),
             n_params: f.tensors().iter().map(|t| t.n_elements()).sum(),
-            decode_bytes: decode_weight_bytes(f),
+            decode_bytes: decode_weight_bytes(f, &model.row_tables()),
         }
     }
 }
 
 /// Weight bytes a decode step must read: every tensor, except that token_embd contributes one
-/// row (unless it is also the lm_head: no output.weight) and each routed-expert tensor (`*_exps`)
-/// only `expert_used_count / expert_count` of itself. Divided by the memory bandwidth this is
+/// row (unless it is also the lm_head: no output.weight), a lookup table (`tables`: qwen4exp's
+/// PLE table) the rows a token reads, and each routed-expert tensor (`*_exps`) only
+/// `expert_used_count / expert_count` of itself. Divided by the memory bandwidth this is
 /// the decode floor (docs/bench.md "Floors").
-fn decode_weight_bytes(f: &xwen_gguf::GgufFile) -> u64 {
+fn decode_weight_bytes(f: &xwen_gguf::GgufFile, tables: &[xwen_engine::experts::rows::RowTable]) -> u64 {
     let n_expert = f.get_u64(&f.arch_key("expert_count")).unwrap_or(0);
     let n_used = f.get_u64(&f.arch_key("expert_used_count")).unwrap_or(0);
     let tied = f.tensor("output.weight").is_none();
@@ -389,6 +400,9 @@ fn decode_weight_bytes(f: &xwen_gguf::GgufFile) -> u64 {
         .map(|t| {
             if t.name == "token_embd.weight" && !tied {
                 t.n_bytes / t.rows().max(1)
+            } else if let Some(r) = tables.iter().find(|r| r.mat.info.name == t.name) {
+                // a lookup table: the rows a token reads (qwen4exp's PLE: one per head)
+                (r.mat.row_bytes() * r.per_token) as u64
             } else if t.name.contains("_exps.") && n_expert > 0 {
                 t.n_bytes / n_expert * n_used
             } else {
@@ -478,8 +492,7 @@ fn json_test(d: &ModelDesc, threads: usize, r: &TestResult) -> Value {
 }
 
 /// (header, width): negative widths are left-aligned, as in llama-bench's markdown printer.
-const COLUMNS: [(&str, i32); 6] =
-    [("model", -30), ("size", 10), ("params", 10), ("backend", -10), ("threads", 7), ("test", 15)];
+const COLUMNS: [(&str, i32); 6] = [("model", -30), ("size", 10), ("params", 10), ("backend", -10), ("threads", 7), ("test", 15)];
 
 fn print_md_header() {
     let mut head = String::from("|");
@@ -496,16 +509,8 @@ fn print_md_row(d: &ModelDesc, threads: usize, r: &TestResult) {
 }
 
 fn print_md_row_on(d: &ModelDesc, backend: &str, threads: usize, r: &TestResult) {
-    let size = if d.size < 1 << 30 {
-        format!("{:.2} MiB", d.size as f64 / (1u64 << 20) as f64)
-    } else {
-        format!("{:.2} GiB", d.size as f64 / (1u64 << 30) as f64)
-    };
-    let params = if d.n_params < 1_000_000_000 {
-        format!("{:.2} M", d.n_params as f64 / 1e6)
-    } else {
-        format!("{:.2} B", d.n_params as f64 / 1e9)
-    };
+    let size = if d.size < 1 << 30 { format!("{:.2} MiB", d.size as f64 / (1u64 << 20) as f64) } else { format!("{:.2} GiB", d.size as f64 / (1u64 << 30) as f64) };
+    let params = if d.n_params < 1_000_000_000 { format!("{:.2} M", d.n_params as f64 / 1e6) } else { format!("{:.2} B", d.n_params as f64 / 1e9) };
     let ts = r.samples_ts();
     let values = [d.model_type.clone(), size, params, backend.into(), threads.to_string(), r.name()];
     let mut line = String::from("|");
@@ -586,14 +591,14 @@ mod tests {
         add("output.weight", &[8, 100]); // 3200 B
         add("blk.0.ffn_up_exps.weight", &[8, 16, 4]); // 2048 B, one expert 512 B
         let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
-        assert_eq!(decode_weight_bytes(&f), 32 + 3200 + 512);
+        assert_eq!(decode_weight_bytes(&f, &[]), 32 + 3200 + 512);
 
         // Tied embeddings: token_embd is the lm_head too, read whole.
         let mut w = GgufWriter::new();
         w.add_kv("general.architecture", "qwen35".into());
         w.add_tensor("token_embd.weight", GgmlType::F32, &[8, 100], vec![0; 3200]).unwrap();
         let f = GgufFile::from_bytes(w.to_bytes()).unwrap();
-        assert_eq!(decode_weight_bytes(&f), 3200);
+        assert_eq!(decode_weight_bytes(&f, &[]), 3200);
     }
 
     #[test]

@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 
 use anyhow::{anyhow, Result};
 use serde_json::{json, Map, Value as Json};
-use xwen_gguf::{GgufError, GgufFile, Value};
 use xwen_engine::memory_plan::human_bytes;
+use xwen_gguf::{GgufError, GgufFile, Value};
 
 use crate::cli::InspectArgs;
 
@@ -47,9 +47,7 @@ pub fn run(a: InspectArgs) -> Result<()> {
 
 /// The named special tokens llama.cpp reads (`tokenizer.ggml.*_token_id`), as
 /// (name, id, text), in llama.cpp's order.
-const SPECIAL_KEYS: &[&str] = &[
-    "bos", "eos", "eot", "eom", "unknown", "seperator", "padding", "cls", "mask", "fim_pre", "fim_suf", "fim_mid", "fim_pad", "fim_rep", "fim_sep",
-];
+const SPECIAL_KEYS: &[&str] = &["bos", "eos", "eot", "eom", "unknown", "seperator", "padding", "cls", "mask", "fim_pre", "fim_suf", "fim_mid", "fim_pad", "fim_rep", "fim_sep"];
 
 fn special_tokens(f: &GgufFile) -> Vec<(&'static str, u64, Option<String>)> {
     let texts = f.get_array("tokenizer.ggml.tokens");
@@ -68,12 +66,7 @@ fn control_tokens(f: &GgufFile) -> Vec<(usize, String)> {
     let (Some(texts), Some(types)) = (f.get_array("tokenizer.ggml.tokens"), f.get_array("tokenizer.ggml.token_type")) else {
         return Vec::new();
     };
-    types
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| matches!(t, Value::I32(3) | Value::U32(3)))
-        .filter_map(|(i, _)| Some((i, texts.get(i)?.as_str()?.to_string())))
-        .collect()
+    types.iter().enumerate().filter(|(_, t)| matches!(t, Value::I32(3) | Value::U32(3))).filter_map(|(i, _)| Some((i, texts.get(i)?.as_str()?.to_string()))).collect()
 }
 
 fn special_text(f: &GgufFile) -> String {
@@ -214,24 +207,12 @@ impl MemoryEstimate {
         let v_len = hp("attention.value_length").unwrap_or(default_head_dim);
         // K and V in f16 (the default; `-ctk f32 -ctv f32 -fa off` doubles this)
         let kv_bytes_per_token = attn_layers * n_head_kv * (k_len + v_len) * 2;
-        let (d_state, inner) = (
-            hp("ssm.state_size").unwrap_or(0),
-            hp("ssm.inner_size").unwrap_or(0),
-        );
+        let (d_state, inner) = (hp("ssm.state_size").unwrap_or(0), hp("ssm.inner_size").unwrap_or(0));
         let conv_channels = inner + 2 * hp("ssm.group_count").unwrap_or(0) * d_state;
         let conv = hp("ssm.conv_kernel").unwrap_or(1).saturating_sub(1) * conv_channels * 4;
         let delta = d_state * inner * 4;
-        let n_ctx = hp("context_length")
-            .unwrap_or(ESTIMATE_CTX)
-            .min(ESTIMATE_CTX);
-        MemoryEstimate {
-            n_ctx,
-            attn_layers,
-            recurrent_layers,
-            kv_bytes_per_token,
-            recurrent_bytes: recurrent_layers * (conv + delta),
-            tensor_bytes: f.tensor_bytes(),
-        }
+        let n_ctx = hp("context_length").unwrap_or(ESTIMATE_CTX).min(ESTIMATE_CTX);
+        MemoryEstimate { n_ctx, attn_layers, recurrent_layers, kv_bytes_per_token, recurrent_bytes: recurrent_layers * (conv + delta), tensor_bytes: f.tensor_bytes() }
     }
 
     fn total(&self) -> u64 {
@@ -307,22 +288,10 @@ fn to_text(path: &str, f: &GgufFile) -> String {
     let ft = f.get_u64("general.file_type");
     let _ = writeln!(o, "file:          {path} ({})", human_bytes(f.file_len()));
     let _ = writeln!(o, "architecture:  {arch}");
-    let _ = writeln!(
-        o,
-        "name:          {}",
-        f.get_str("general.name").unwrap_or("(none)")
-    );
-    let ft_text = ft.map_or("(not stated)".to_string(), |ft| {
-        format!("{} ({ft})", file_type_name(ft))
-    });
+    let _ = writeln!(o, "name:          {}", f.get_str("general.name").unwrap_or("(none)"));
+    let ft_text = ft.map_or("(not stated)".to_string(), |ft| format!("{} ({ft})", file_type_name(ft)));
     let _ = writeln!(o, "file type:     {ft_text}");
-    let _ = writeln!(
-        o,
-        "GGUF version:  {} (alignment {}, tensor data at offset {})",
-        f.version(),
-        f.alignment(),
-        f.data_offset()
-    );
+    let _ = writeln!(o, "GGUF version:  {} (alignment {}, tensor data at offset {})", f.version(), f.alignment(), f.data_offset());
     let _ = writeln!(o, "tensors:       {}", f.tensors().len());
 
     let prefix = format!("{arch}.");
@@ -341,26 +310,12 @@ fn to_text(path: &str, f: &GgufFile) -> String {
     }
 
     let _ = writeln!(o, "\ntensors by type:");
-    let _ = writeln!(
-        o,
-        "  {:<8} {:>7} {:>16} {:>12}",
-        "type", "count", "bytes", ""
-    );
+    let _ = writeln!(o, "  {:<8} {:>7} {:>16} {:>12}", "type", "count", "bytes", "");
     for (ty, (count, bytes)) in tensor_types(f) {
-        let _ = writeln!(
-            o,
-            "  {ty:<8} {count:>7} {bytes:>16} {:>12}",
-            human_bytes(bytes)
-        );
+        let _ = writeln!(o, "  {ty:<8} {count:>7} {bytes:>16} {:>12}", human_bytes(bytes));
     }
     let total = f.tensor_bytes();
-    let _ = writeln!(
-        o,
-        "  {:<8} {:>7} {total:>16} {:>12}",
-        "total",
-        f.tensors().len(),
-        human_bytes(total)
-    );
+    let _ = writeln!(o, "  {:<8} {:>7} {total:>16} {:>12}", "total", f.tensors().len(), human_bytes(total));
 
     o += &special_text(f);
 
@@ -400,7 +355,18 @@ fn to_text(path: &str, f: &GgufFile) -> String {
 fn streaming_plan(f: &GgufFile, n_ctx: u64) -> Option<xwen_engine::MemoryPlan> {
     let xwen_engine::models::Loaded { net, experts } = xwen_engine::models::load(f).ok()?;
     experts.iter().any(|e| e.is_some()).then_some(())?;
-    xwen_engine::MemoryPlan::new(f, &net.plan_figures(n_ctx as usize, (xwen_engine::KvType::F16, xwen_engine::KvType::F16)), &experts, n_ctx as usize, 1, u64::MAX, xwen_engine::Reserved::default(), None).ok()
+    xwen_engine::MemoryPlan::new(
+        f,
+        &net.plan_figures(n_ctx as usize, (xwen_engine::KvType::F16, xwen_engine::KvType::F16)),
+        &experts,
+        &net.row_tables(),
+        n_ctx as usize,
+        1,
+        u64::MAX,
+        xwen_engine::Reserved::default(),
+        None,
+    )
+    .ok()
 }
 
 // ---- json -------------------------------------------------------------------------------
@@ -431,20 +397,9 @@ fn value_json(v: &Value) -> Json {
 
 fn to_json(f: &GgufFile) -> Json {
     let estimate = MemoryEstimate::of(f);
-    let metadata: Map<String, Json> = f
-        .metadata()
-        .iter()
-        .map(|(k, v)| (k.clone(), value_json(v)))
-        .collect();
-    let tensors: Vec<Json> = f
-        .tensors()
-        .iter()
-        .map(|t| json!({"name": t.name, "type": t.ty.name(), "shape": t.dims, "offset": t.offset, "bytes": t.n_bytes}))
-        .collect();
-    let types: Map<String, Json> = tensor_types(f)
-        .into_iter()
-        .map(|(ty, (count, bytes))| (ty.to_string(), json!({"count": count, "bytes": bytes})))
-        .collect();
+    let metadata: Map<String, Json> = f.metadata().iter().map(|(k, v)| (k.clone(), value_json(v))).collect();
+    let tensors: Vec<Json> = f.tensors().iter().map(|t| json!({"name": t.name, "type": t.ty.name(), "shape": t.dims, "offset": t.offset, "bytes": t.n_bytes})).collect();
+    let types: Map<String, Json> = tensor_types(f).into_iter().map(|(ty, (count, bytes))| (ty.to_string(), json!({"count": count, "bytes": bytes}))).collect();
     let ft = f.get_u64("general.file_type");
     json!({
         "architecture": f.architecture(),

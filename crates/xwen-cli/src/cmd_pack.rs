@@ -22,13 +22,16 @@ pub fn run(a: PackArgs) -> Result<()> {
     crate::opts::refuse_non_regular_out(&out)?;
     let t0 = std::time::Instant::now();
     let rep = pack::write(&f, &loaded.experts, &out)?;
-    println!(
-        "wrote {}: {} records, {:.2} GB, in {:.1} s",
-        rep.path.display(),
-        rep.records,
-        rep.bytes as f64 / 1e9,
-        t0.elapsed().as_secs_f64()
-    );
+    println!("wrote {}: {} records, {:.2} GB, in {:.1} s", rep.path.display(), rep.records, rep.bytes as f64 / 1e9, t0.elapsed().as_secs_f64());
+    for t in loaded.net.row_tables() {
+        // a table row is one contiguous range of the GGUF already: the sidecar leaves it there
+        println!(
+            "{}: not packed: a row ({} bytes) is one read from the GGUF already, {:.3} blocks of 4 KiB on average",
+            t.mat.info.name,
+            t.mat.row_bytes(),
+            xwen_engine::experts::rows::blocks_per_row(&t.mat, f.data_offset())
+        );
+    }
     if a.out.is_some() && rep.path != pack::sidecar_path(&a.model) {
         eprintln!("xwen pack: note: only a sidecar at {} is found by --ram-budget runs", pack::sidecar_path(&a.model).display());
     }

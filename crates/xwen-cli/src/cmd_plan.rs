@@ -1,12 +1,13 @@
 //! `xwen plan -m MODEL [--ram-budget X] [-c N] [--parallel N] [--trace T]`: the RAM plan the
 //! engine would run under — floor, trunk, state, scratch, experts in flight, the expert cache
-//! (bytes, records, per layer) — and, given a routing trace, the hit rate to expect from it.
+//! (bytes, records, per layer), a streamed table's rows in flight and row cache (qwen4exp's
+//! PLE table) — and, given a routing trace, the hit rate to expect from it.
 //! Nothing is computed: the file is read, not run.
 
 use crate::cli::PlanArgs;
 use anyhow::{anyhow, Context, Result};
-use xwen_engine::memory_plan::{human_bytes, ram_limit};
 use xwen_engine::experts::replay::Policy;
+use xwen_engine::memory_plan::{human_bytes, ram_limit};
 use xwen_engine::MemoryPlan;
 use xwen_gguf::GgufFile;
 
@@ -30,7 +31,17 @@ pub fn run(a: PlanArgs) -> Result<()> {
     let figures = loaded.net.plan_figures(cfg.max_ctx, kv);
     // without a budget: the plan under no ceiling, which states the floor and the sizes
     let budget = cfg.ram_budget.unwrap_or(u64::MAX);
-    let mut plan = MemoryPlan::new(&file, &figures, &loaded.experts, cfg.max_ctx, n_seq, budget, xwen_engine::Reserved { prefix_cache: cfg.reserved_ram, draft: cfg.draft_ram.saturating_add(head_bytes) }, ram_limit())?;
+    let mut plan = MemoryPlan::new(
+        &file,
+        &figures,
+        &loaded.experts,
+        &loaded.net.row_tables(),
+        cfg.max_ctx,
+        n_seq,
+        budget,
+        xwen_engine::Reserved { prefix_cache: cfg.reserved_ram, draft: cfg.draft_ram.saturating_add(head_bytes) },
+        ram_limit(),
+    )?;
     if let Some(w) = cfg.prefill_wave {
         plan.set_wave_batches(w)?;
     }
@@ -43,19 +54,12 @@ pub fn run(a: PlanArgs) -> Result<()> {
     let trace = a.trace.as_deref().map(crate::cmd_trace::read).transpose()?;
     if let Some(t) = &trace {
         if (t.n_expert, t.moe_layers) != (figures.n_expert, moe_layers) {
-            anyhow::bail!(
-                "the trace is of a model with {} MoE layers × {} experts, this one has {} × {}",
-                t.moe_layers,
-                t.n_expert,
-                moe_layers,
-                figures.n_expert
-            );
+            anyhow::bail!("the trace is of a model with {} MoE layers × {} experts, this one has {} × {}", t.moe_layers, t.n_expert, moe_layers, figures.n_expert);
         }
     }
     // the prefetching decode's figure only where the trace holds the guesses it reads ahead
-    let rates: Option<Vec<(Policy, f64)>> = trace.as_ref().map(|t| {
-        Policy::ALL.iter().filter(|&&p| p != Policy::ShippedPrefetch || t.has_guesses()).map(|&p| (p, t.hit_rate(p, share))).collect()
-    });
+    let rates: Option<Vec<(Policy, f64)>> =
+        trace.as_ref().map(|t| Policy::ALL.iter().filter(|&&p| p != Policy::ShippedPrefetch || t.has_guesses()).map(|&p| (p, t.hit_rate(p, share))).collect());
     let given = cfg.ram_budget.is_some();
     // -ngl 99: the GPU's share, as the CUDA backend would hold it
     let n_layer = file.architecture().and_then(|ar| file.get_u64(&format!("{ar}.block_count"))).unwrap_or(0) as usize;
@@ -65,12 +69,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
     };
     if let (Some(v), false) = (&vram, a.json) {
         match &v.device {
-            Ok((name, free)) => println!(
-                "VRAM (-ngl 99): {} on {name}, {} free{}",
-                human_bytes(v.bytes),
-                human_bytes(*free),
-                if v.bytes > *free { " — does not fit" } else { "" }
-            ),
+            Ok((name, free)) => println!("VRAM (-ngl 99): {} on {name}, {} free{}", human_bytes(v.bytes), human_bytes(*free), if v.bytes > *free { " — does not fit" } else { "" }),
             Err(why) => println!("VRAM (-ngl 99): {} (weights, KV and state at -c {}, scratch); {why}", human_bytes(v.bytes), cfg.max_ctx),
         }
     }
@@ -99,6 +98,13 @@ pub fn run(a: PlanArgs) -> Result<()> {
             "cache_records_per_layer": if moe_layers > 0 { records as f64 / moe_layers as f64 } else { 0.0 },
             "cached_share": share,
             "token_set_bytes": plan.token_set_bytes,
+            "table_bytes": plan.table_bytes,
+            "table_rows": plan.table_rows,
+            "table_rows_per_token": plan.rows_per_token,
+            "row_slot_bytes": plan.row_slot_bytes,
+            "row_in_flight_bytes": plan.row_in_flight_bytes,
+            "row_cache_bytes": plan.row_cache_bytes,
+            "row_cache_rows": plan.row_cache_rows(),
         });
         if let Some(r) = &rates {
             j["trace_hit_rates"] = r.iter().map(|(p, v)| (p.key().to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>().into();
@@ -106,14 +112,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&j)?);
         return Ok(());
     }
-    println!(
-        "{} at {} positions (-c), {} sequence(s), KV {}/{}",
-        loaded.net.arch(),
-        cfg.max_ctx,
-        n_seq,
-        kv.0.name(),
-        kv.1.name()
-    );
+    println!("{} at {} positions (-c), {} sequence(s), KV {}/{}", loaded.net.arch(), cfg.max_ctx, n_seq, kv.0.name(), kv.1.name());
     println!("  trunk            {}", human_bytes(plan.trunk_bytes));
     println!("  state            {}", human_bytes(plan.state_bytes));
     println!("  scratch          {}", human_bytes(plan.scratch_bytes));
@@ -128,7 +127,14 @@ pub fn run(a: PlanArgs) -> Result<()> {
         return Ok(());
     }
     println!("  experts in flight {}", human_bytes(plan.in_flight_bytes));
-    println!("  floor            {} (the smallest --ram-budget: all of the above + one token's experts of one layer)", human_bytes(plan.floor()));
+    if plan.table_bytes > 0 {
+        println!("  table rows in flight {} (the reads of one step's rows)", human_bytes(plan.row_in_flight_bytes));
+    }
+    println!(
+        "  floor            {} (the smallest --ram-budget: all of the above + one token's experts of one layer{})",
+        human_bytes(plan.floor()),
+        if plan.table_bytes > 0 { " + one token's table rows" } else { "" }
+    );
     if plan.wave_rows > xwen_engine::memory_plan::PREFILL_BATCH {
         println!("  prefill wave     {} (a long prompt passes each layer {} tokens at a time: an expert read once for them all)", human_bytes(plan.wave_bytes), plan.wave_rows);
     }
@@ -142,6 +148,16 @@ pub fn run(a: PlanArgs) -> Result<()> {
         figures.n_used,
         human_bytes(plan.token_set_bytes)
     );
+    if plan.table_bytes > 0 {
+        println!(
+            "  streamed table   {} in {} rows; a token reads {} of them (deduplicated per step, each one read of {:.2} blocks of 4 KiB on average), a cached row takes {}",
+            human_bytes(plan.table_bytes),
+            plan.table_rows,
+            plan.rows_per_token,
+            loaded.net.row_tables().iter().map(|t| xwen_engine::experts::rows::blocks_per_row(&t.mat, file.data_offset())).fold(0.0, f64::max),
+            human_bytes(plan.row_slot_bytes)
+        );
+    }
     if let Some(p) = &path {
         let side = xwen_engine::experts::pack::sidecar_path(p);
         if side.exists() {
@@ -162,6 +178,14 @@ pub fn run(a: PlanArgs) -> Result<()> {
             records as f64 / moe_layers.max(1) as f64,
             100.0 * share
         );
+        if plan.table_bytes > 0 {
+            println!(
+                "  row cache        {} = {} rows ({:.2}% of the table)",
+                human_bytes(plan.row_cache_bytes),
+                plan.row_cache_rows(),
+                100.0 * plan.row_cache_rows() as f64 / plan.table_rows.max(1) as f64
+            );
+        }
     } else {
         println!("  no --ram-budget: the experts stay mapped (the page cache decides); with one, the cache gets the budget less the fixed parts above");
     }

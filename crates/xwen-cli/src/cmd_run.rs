@@ -3,13 +3,13 @@
 //! line when it is long; the run ends with its rates and why it stopped.
 
 use crate::cli::RunArgs;
+use crate::draft_arg::draft_line;
 use crate::prefill_progress::PrefillProgress;
 use crate::{model_arg, opts};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::io::Write;
 use xwen_chat::{StopFilter, StreamDecoder};
-use crate::draft_arg::draft_line;
 use xwen_engine::{generate_speculative, Drafter, GenerateRequest, NgramDrafter, Sampler, StopReason};
 
 pub fn run(mut a: RunArgs) -> Result<()> {
@@ -90,12 +90,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     let mut text = String::new();
     let mut dec = StreamDecoder::new();
     let mut stops = StopFilter::new(a.stop.clone());
-    let req = GenerateRequest {
-        prompt: &prompt_ids,
-        max_tokens: opts::token_limit(a.n_predict),
-        stop_ids: &stop_ids,
-        prefill_chunk: a.engine.prefill_chunk(),
-    };
+    let req = GenerateRequest { prompt: &prompt_ids, max_tokens: opts::token_limit(a.n_predict), stop_ids: &stop_ids, prefill_chunk: a.engine.prefill_chunk() };
     let mut progress = PrefillProgress::new(quiet);
     let mut write_err = None;
     let mut emit = |s: &str, text: &mut String, out: &mut std::io::StdoutLock| {
@@ -205,6 +200,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     model_arg::print_profile(&loaded.model);
     if !quiet {
         model_arg::print_expert_cache(&loaded.model);
+        model_arg::print_row_cache(&loaded.model);
     }
     Ok(())
 }
@@ -238,7 +234,16 @@ fn write_reply(out: &mut impl Write, a: &RunArgs, json_reply: impl FnOnce() -> s
 /// (greedy: the device's argmax), stop tokens and stop strings as on the CPU. Drafting is not on
 /// the GPU yet.
 #[allow(clippy::too_many_arguments)]
-fn run_on_gpu(a: &RunArgs, loaded: &model_arg::Loaded, ordinal: usize, prompt: &Option<String>, prompt_ids: &[u32], sampler: &mut Sampler, stop_ids: &[u32], max_ctx: usize) -> Result<()> {
+fn run_on_gpu(
+    a: &RunArgs,
+    loaded: &model_arg::Loaded,
+    ordinal: usize,
+    prompt: &Option<String>,
+    prompt_ids: &[u32],
+    sampler: &mut Sampler,
+    stop_ids: &[u32],
+    max_ctx: usize,
+) -> Result<()> {
     #[cfg(not(feature = "cuda"))]
     {
         let _ = (a, loaded, ordinal, prompt, prompt_ids, sampler, stop_ids, max_ctx);
@@ -312,7 +317,12 @@ fn run_on_gpu(a: &RunArgs, loaded: &model_arg::Loaded, ordinal: usize, prompt: &
         };
         write_reply(&mut out, a, json_reply, &generated)?;
         if !a.engine.quiet {
-            eprintln!("xwen: prefill {} tok at {:.1} tok/s, decode {n} tok at {:.1} tok/s on the GPU; stopped at {why}", prompt_ids.len(), prompt_ids.len() as f64 / prefill_s.max(1e-9), n as f64 / decode_s.max(1e-9));
+            eprintln!(
+                "xwen: prefill {} tok at {:.1} tok/s, decode {n} tok at {:.1} tok/s on the GPU; stopped at {why}",
+                prompt_ids.len(),
+                prompt_ids.len() as f64 / prefill_s.max(1e-9),
+                n as f64 / decode_s.max(1e-9)
+            );
         }
         Ok(())
     }

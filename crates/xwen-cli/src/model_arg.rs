@@ -49,9 +49,7 @@ pub fn load(model: Option<&str>, mut cfg: EngineConfig, opts: &EngineOpts) -> Re
             opts.note(&format!("-c 0: the model states no trained context; using {}", EngineConfig::default().max_ctx));
             cfg.max_ctx = EngineConfig::default().max_ctx;
         }
-        (Some(c), Some(t)) if c as u64 > t => {
-            opts.note(&format!("warning: -c {c} is beyond the {t} positions the model was trained on; quality may fall past them"))
-        }
+        (Some(c), Some(t)) if c as u64 > t => opts.note(&format!("warning: -c {c} is beyond the {t} positions the model was trained on; quality may fall past them")),
         // the default context stops at the trained one: going past it takes an explicit -c
         (None, Some(t)) if cfg.max_ctx as u64 > t && t > 0 => {
             if opts.verbose {
@@ -65,7 +63,13 @@ pub fn load(model: Option<&str>, mut cfg: EngineConfig, opts: &EngineOpts) -> Re
     let tokenizer = xwen_chat::Tokenizer::from_gguf(&file).context("tokenizer")?;
     let model = Model::from_gguf_at(file, path.as_deref(), &cfg)?;
     if opts.verbose {
-        eprintln!("xwen: kernels {:?} (CPU offers {:?}), {} threads, context {} positions", xwen_kernels::dispatch::active(), xwen_kernels::dispatch::detected(), model.threads(), model.max_context());
+        eprintln!(
+            "xwen: kernels {:?} (CPU offers {:?}), {} threads, context {} positions",
+            xwen_kernels::dispatch::active(),
+            xwen_kernels::dispatch::detected(),
+            model.threads(),
+            model.max_context()
+        );
     }
     if let (Some(plan), false) = (model.memory_plan(), quiet) {
         eprintln!("xwen: {}", plan.summary());
@@ -88,11 +92,7 @@ pub fn load(model: Option<&str>, mut cfg: EngineConfig, opts: &EngineOpts) -> Re
     if !quiet && !is_demo {
         match checkpoint {
             Some(c) => eprintln!("xwen: checkpoint {}", c.full_name()),
-            None if opts.verbose => eprintln!(
-                "xwen: `{}` is not an official checkpoint; running it as {}",
-                model.name().unwrap_or("(unnamed)"),
-                model.architecture()
-            ),
+            None if opts.verbose => eprintln!("xwen: `{}` is not an official checkpoint; running it as {}", model.name().unwrap_or("(unnamed)"), model.architecture()),
             None => {}
         }
     }
@@ -166,11 +166,27 @@ pub fn print_expert_cache(model: &xwen_engine::Model) {
     }
 }
 
+/// The row cache's counters after a run that streamed a table's rows (stderr), else nothing.
+pub fn print_row_cache(model: &xwen_engine::Model) {
+    if let Some(s) = model.row_cache_stats() {
+        eprintln!(
+            "xwen: row cache: {} rows asked, {} distinct: {} hits, {} misses ({:.1}% hit rate); {} evictions, {:.2} MB read from disk in {} reads, {:.1} of {:.1} MB held",
+            s.rows_asked,
+            s.hits + s.misses,
+            s.hits,
+            s.misses,
+            100.0 * s.hit_rate(),
+            s.evictions,
+            s.bytes_read as f64 / 1e6,
+            s.reads,
+            s.cached_bytes as f64 / 1e6,
+            s.capacity_bytes as f64 / 1e6
+        );
+    }
+}
+
 pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
-    s.split(|c: char| c == ',' || c.is_whitespace())
-        .filter(|x| !x.is_empty())
-        .map(|x| x.parse::<u32>().with_context(|| format!("--ids: `{x}` is not a token id")))
-        .collect()
+    s.split(|c: char| c == ',' || c.is_whitespace()).filter(|x| !x.is_empty()).map(|x| x.parse::<u32>().with_context(|| format!("--ids: `{x}` is not a token id"))).collect()
 }
 
 /// Prints the per-op profile (if enabled) to stderr, largest first.

@@ -25,7 +25,7 @@ pub struct EngineOpts {
     /// Physical batch: prompt tokens per forward step (also -ub; llama.cpp's n_ubatch, default 512)
     #[arg(long = "ubatch-size", value_name = "N", allow_negative_numbers = true, value_parser = batch)]
     pub ubatch_size: Option<usize>,
-    /// Hard RAM ceiling; MoE experts stream from disk into a bounded cache (e.g. 12G, 800M, auto = 3/4 of what this process may use: the cgroup limit, else MemAvailable)
+    /// Hard RAM ceiling; MoE experts (and qwen4exp's PLE table rows) stream from disk into bounded caches (e.g. 12G, 800M, auto = 3/4 of what this process may use: the cgroup limit, else MemAvailable)
     #[arg(long = "ram-budget", value_name = "SIZE", allow_hyphen_values = true, value_parser = ram_budget)]
     pub ram_budget: Option<u64>,
     /// With --ram-budget: do not read the next layer's likely experts ahead while a layer
@@ -120,13 +120,8 @@ impl EngineOpts {
             // rank (NEON's is AVX2's), which is worth saying
             let on_x86 = cfg!(any(target_arch = "x86_64", target_arch = "x86"));
             match cfg.max_isa {
-                Some(Isa::Neon) if on_x86 => self.note(&format!(
-                    "warning: --isa neon: an x86 CPU has no NEON kernels; capped as --isa avx2 instead (this CPU: {:?})",
-                    detected()
-                )),
-                Some(Isa::Avx2 | Isa::Avx512) if !on_x86 => {
-                    self.note(&format!("warning: --isa {isa}: this CPU has no x86 kernels; it runs {:?}", detected()))
-                }
+                Some(Isa::Neon) if on_x86 => self.note(&format!("warning: --isa neon: an x86 CPU has no NEON kernels; capped as --isa avx2 instead (this CPU: {:?})", detected())),
+                Some(Isa::Avx2 | Isa::Avx512) if !on_x86 => self.note(&format!("warning: --isa {isa}: this CPU has no x86 kernels; it runs {:?}", detected())),
                 _ => {}
             }
         }
@@ -420,7 +415,6 @@ pub fn llama_lossy_utf8(bytes: &[u8]) -> String {
     }
     out
 }
-
 
 /// `-e` / `--no-escape` (llama.cpp's): escapes in the text flags are processed unless
 /// `--no-escape` is given.

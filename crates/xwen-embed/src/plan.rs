@@ -23,7 +23,7 @@ pub(crate) fn plan_of(file: &GgufFile, cfg: &EngineConfig) -> Result<MemoryPlan>
     let figures = loaded.net.plan_figures(cfg.max_ctx, cfg.effective_kv_types());
     let budget = cfg.ram_budget.unwrap_or(u64::MAX);
     let reserved = Reserved { prefix_cache: cfg.reserved_ram, draft: cfg.draft_ram };
-    MemoryPlan::new(file, &figures, &loaded.experts, cfg.max_ctx, cfg.n_seq, budget, reserved, ram_limit())
+    MemoryPlan::new(file, &figures, &loaded.experts, &loaded.net.row_tables(), cfg.max_ctx, cfg.n_seq, budget, reserved, ram_limit())
         .map_err(|e| Error::InvalidArgument(e.to_string()))
 }
 
@@ -48,6 +48,13 @@ pub fn plan_json(p: &MemoryPlan) -> Value {
         "expert_record_bytes": p.record_bytes,
         "all_experts_bytes": p.all_experts_bytes,
         "token_set_bytes": p.token_set_bytes,
+        "table_bytes": p.table_bytes,
+        "table_rows": p.table_rows,
+        "table_rows_per_token": p.rows_per_token,
+        "row_slot_bytes": p.row_slot_bytes,
+        "row_in_flight_bytes": p.row_in_flight_bytes,
+        "row_cache_bytes": p.row_cache_bytes,
+        "row_cache_rows": p.row_cache_rows(),
         "summary": budget.map(|_| p.summary()),
     })
 }

@@ -27,10 +27,13 @@ pub struct Ctx<'a> {
     /// Where a batched forward collects failed expert reads so only the sequences that needed
     /// them fail (`Model::forward_batch_each`); None: a failed read fails the forward.
     pub faults: Option<&'a std::sync::Mutex<Vec<ReadFault>>>,
+    /// The tables whose rows stream from disk under a RAM budget (`experts::rows`); None, or a
+    /// table it does not hold: rows come from the mapping.
+    pub rows: Option<&'a crate::experts::rows::StreamedRows>,
 }
 
-/// An expert read that failed during a batched forward, and the batch rows that needed it.
-/// Those rows take zeros for that expert and their sequences fail when the forward ends; every
+/// An expert read (or a streamed table rows' read) that failed during a batched forward, and the
+/// batch rows that needed it. Those rows take zeros for that expert (those rows) and their sequences fail when the forward ends; every
 /// other row is computed as if it never happened (a row's result depends on its own experts
 /// only: batch invariance).
 #[derive(Debug)]
@@ -63,7 +66,7 @@ pub struct RouteRecord {
 }
 
 impl<'a> Ctx<'a> {
-    /// An expert read that batch rows `rows` needed failed: recorded where the forward isolates
+    /// An expert read (or a table rows' read) that batch rows `rows` needed failed: recorded where the forward isolates
     /// failures (`faults`), else the forward's error.
     pub fn expert_failed(&self, rows: Vec<usize>, error: crate::error::EngineError) -> crate::error::Result<()> {
         match self.faults {
@@ -107,6 +110,24 @@ impl<'a> Ctx<'a> {
     /// bytes a backend multiplies (a device backend would resolve it to its own copy).
     pub fn q(&self, w: &Mat) -> QMatrix<'a> {
         w.q(self.file)
+    }
+
+    /// Rows `ids` of the lookup table `table` (each below `table.rows`), dequantized into
+    /// `out` (row i at `out[i·cols..]`): streamed where the table streams (`experts::rows`: the
+    /// step's rows deduplicated and read together), else from the mapping — the same bytes
+    /// either way. A failed read leaves its rows as they were and comes back with their places
+    /// in `ids`; an error is of the forward as a whole.
+    pub fn table_rows(&self, table: &Mat, ids: &[usize], out: &mut [f32]) -> crate::error::Result<Option<crate::experts::rows::RowsFailed>> {
+        if let Some((s, t)) = self.rows.and_then(|s| s.table_of(table).map(|t| (s, t))) {
+            return s.gather(t, ids, out);
+        }
+        let q = self.q(table);
+        let rb = table.row_bytes();
+        for (i, &r) in ids.iter().enumerate() {
+            xwen_kernels::dequantize(q.ty, &q.data[r * rb..(r + 1) * rb], &mut out[i * table.cols..(i + 1) * table.cols])
+                .map_err(|e| crate::error::EngineError::State(format!("table {}: {e}", table.info.name)))?;
+        }
+        Ok(None)
     }
 
     /// y = x · Wᵀ for `n` rows of x (each `w.cols` long) of one sequence; returns n × w.rows.

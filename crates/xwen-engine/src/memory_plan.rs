@@ -1,13 +1,15 @@
 //! The RAM plan of a model under a budget (`EngineConfig::ram_budget`): what must stay resident
-//! (the trunk: every tensor but the routed experts, mapped from the file), one sequence's state
-//! at `max_ctx`, scratch for a prompt batch, the experts a layer holds while it computes, and
-//! what is left for the expert cache. A budget under the floor is refused before anything is
+//! (the trunk: every tensor but the routed experts and the streamed lookup tables, mapped from
+//! the file), one sequence's state at `max_ctx`, scratch for a prompt batch, the experts a
+//! layer holds while it computes and the table rows a step reads, and what is left for the
+//! expert cache and the row cache. A budget under the floor is refused before anything is
 //! allocated, with the parts named (docs/architecture.md "A streamed expert's path").
 //!
 //! The plan bounds what the engine itself holds: the states of `n_seq` sequences
 //! (`EngineConfig::n_seq`; each further `SeqState` would add `state_bytes / n_seq`).
 
 use crate::error::{EngineError, Result};
+use crate::experts::rows::{self, RowTable};
 use crate::experts::streamed::StreamedExperts;
 use crate::weights::Mat;
 use xwen_gguf::GgufFile;
@@ -26,6 +28,12 @@ pub const PREFILL_WAVE_BATCHES: usize = 4;
 /// (1 / n): decode's speed is the cache's, a long prompt's the wave's.
 const WAVE_CACHE_SHARE: u64 = 8;
 
+/// The row cache's share (1 / n) of what the budget leaves for the caches, where the model has
+/// experts too: a token reads a few dozen table rows (16 × 4 KiB blocks on qwen4exp, read at
+/// once) against hundreds of MB of experts (10 of 512 per layer × 48 layers at full size), so
+/// a byte of expert cache saves far more disk than a byte of row cache.
+const ROW_CACHE_SHARE: u64 = 64;
+
 /// Experts a streamed prefill reads ahead of the ones it computes (`moe::forward`): a batch of
 /// them is read while the previous batch computes, so two batches are in flight.
 pub const PREFILL_READ_AHEAD: usize = 8;
@@ -38,7 +46,6 @@ pub fn in_flight_records(n_used: usize, n_expert: usize) -> usize {
     n_used.max(2 * PREFILL_READ_AHEAD).min(n_expert) + crate::experts::prefetch::PREFETCH_READERS
 }
 
-
 /// The span of the largest page a file mapping maps at once: a 2 MiB folio of the page cache
 /// (ext4 and xfs fill the cache with them; Linux maps one with a 2 MiB entry where the
 /// mapping asks for huge pages, and since 6.18 a fault maps a whole folio even with 4 KiB
@@ -46,13 +53,12 @@ pub fn in_flight_records(n_used: usize, n_expert: usize) -> usize {
 pub const MAPPED_PAGE: u64 = 2 << 20;
 
 /// What the mapped trunk keeps resident: the file's header (metadata, the tokenizer) and every
-/// tensor but the routed experts, as the 2 MiB pages they fall in. A page a trunk tensor
+/// tensor but the routed experts and the streamed tables, as the 2 MiB pages they fall in. A page a trunk tensor
 /// shares with a routed expert maps that expert's bytes too: measured on the synthetic
 /// 35B-A3B, 2.13 GiB of trunk tensors kept 2.37 GiB of the file resident (both ends of each
 /// of the 120 expert stacks), which the plan must count for peak RSS to stay under the budget.
-pub fn resident_trunk_bytes(file: &GgufFile, experts: &[Option<[Mat; 3]>]) -> u64 {
-    let is_expert: std::collections::HashSet<&str> =
-        experts.iter().flatten().flat_map(|m| m.iter()).map(|m| m.info.name.as_str()).collect();
+pub fn resident_trunk_bytes(file: &GgufFile, experts: &[Option<[Mat; 3]>], tables: &[RowTable]) -> u64 {
+    let is_expert: std::collections::HashSet<&str> = experts.iter().flatten().flat_map(|m| m.iter()).chain(tables.iter().map(|t| &t.mat)).map(|m| m.info.name.as_str()).collect();
     let base = file.data_offset();
     let mut ranges: Vec<(u64, u64)> = vec![(0, base)];
     ranges.extend(
@@ -137,12 +143,26 @@ pub struct MemoryPlan {
     /// One token's working set across layers (n_used experts × MoE layers): a cache below it
     /// serves decode almost no hits.
     pub token_set_bytes: u64,
+    /// Bytes of the lookup tables whose rows stream (qwen4exp's PLE table; 0: none), their
+    /// rows, and the rows one token reads from them.
+    pub table_bytes: u64,
+    pub table_rows: u64,
+    pub rows_per_token: usize,
+    /// RAM one cached row takes (the largest table's row and its slot's overhead).
+    pub row_slot_bytes: u64,
+    /// The buffers a step's row reads hold at once (`experts::rows::in_flight_bytes`).
+    pub row_in_flight_bytes: u64,
+    /// The smallest row cache: one token's rows.
+    pub min_row_cache_bytes: u64,
+    /// What the row cache gets: its share of what the budget leaves (`ROW_CACHE_SHARE`), and
+    /// what the expert cache cannot use, capped at every row.
+    pub row_cache_bytes: u64,
 }
 
 impl MemoryPlan {
     /// Everything but the cache, plus the smallest cache: a budget under this is refused.
     pub fn floor(&self) -> u64 {
-        self.fixed_bytes().saturating_add(self.min_cache_bytes)
+        self.fixed_bytes().saturating_add(self.min_cache_bytes).saturating_add(self.min_row_cache_bytes)
     }
 
     fn fixed_bytes(&self) -> u64 {
@@ -152,6 +172,23 @@ impl MemoryPlan {
             .saturating_add(self.in_flight_bytes)
             .saturating_add(self.reserved_bytes)
             .saturating_add(self.draft_bytes)
+            .saturating_add(self.row_in_flight_bytes)
+    }
+
+    /// The most row cache the model can use: every row (at least the smallest cache).
+    fn usable_row_cache_bytes(&self) -> u64 {
+        self.table_rows.saturating_mul(self.row_slot_bytes).max(self.min_row_cache_bytes)
+    }
+
+    /// `avail` bytes split between the expert cache and the row cache: the rows their share
+    /// (at least their smallest cache, leaving the experts at least theirs), the experts the
+    /// rest they can use, the rows what is still left; each capped at all it could hold.
+    fn split_caches(&self, avail: u64) -> (u64, u64) {
+        let usable_rows = self.usable_row_cache_bytes();
+        let share = if self.record_bytes > 0 { avail / ROW_CACHE_SHARE } else { avail };
+        let rows = share.clamp(self.min_row_cache_bytes, usable_rows).min(avail.saturating_sub(self.min_cache_bytes));
+        let experts = (avail - rows).min(self.usable_cache_bytes());
+        (experts, (avail - experts).min(usable_rows))
     }
 
     /// The most cache the model can use: every expert (at least the smallest cache).
@@ -167,6 +204,7 @@ impl MemoryPlan {
         file: &GgufFile,
         figures: &PlanFigures,
         experts: &[Option<[Mat; 3]>],
+        tables: &[RowTable],
         max_ctx: usize,
         n_seq: usize,
         budget: u64,
@@ -174,7 +212,7 @@ impl MemoryPlan {
         machine_ram: Option<(u64, &'static str)>,
     ) -> Result<MemoryPlan> {
         let n_seq = n_seq.max(1);
-        let trunk_bytes = resident_trunk_bytes(file, experts);
+        let trunk_bytes = resident_trunk_bytes(file, experts, tables);
         let state_bytes = figures.state_bytes.saturating_mul(n_seq as u64);
         let scratch_bytes = figures.scratch_bytes;
         // layers may quantize their experts differently (Q4_K_M gives some down stacks Q6_K):
@@ -187,6 +225,8 @@ impl MemoryPlan {
         let min_cache_bytes = record_bytes * n_used;
         let all_experts_bytes = per_layer_sum * n_expert;
         let token_set_bytes = per_layer_sum * n_used;
+        let row_slot_bytes = rows::slot_bytes(tables);
+        let rows_per_token: usize = tables.iter().map(|t| t.per_token).sum();
         let mut plan = MemoryPlan {
             budget,
             auto: budget == 0,
@@ -208,20 +248,26 @@ impl MemoryPlan {
             cache_bytes: 0,
             all_experts_bytes,
             token_set_bytes,
+            table_bytes: tables.iter().map(|t| t.mat.info.n_bytes).sum(),
+            table_rows: tables.iter().map(|t| t.mat.rows as u64).sum(),
+            rows_per_token,
+            row_slot_bytes,
+            row_in_flight_bytes: rows::in_flight_bytes(tables),
+            min_row_cache_bytes: row_slot_bytes * rows_per_token as u64,
+            row_cache_bytes: 0,
         };
         if plan.auto {
-            let (ram, source) = machine_ram.ok_or_else(|| {
-                EngineError::RamBudget("an automatic budget needs the machine's RAM, which this system does not report; give the budget in bytes".into())
-            })?;
+            let (ram, source) = machine_ram
+                .ok_or_else(|| EngineError::RamBudget("an automatic budget needs the machine's RAM, which this system does not report; give the budget in bytes".into()))?;
             plan.machine_ram = ram;
             plan.ram_source = source;
             plan.budget = ram / AUTO_SHARE.1 * AUTO_SHARE.0;
             // no more than the model can use
-            plan.budget = plan.budget.min(plan.fixed_bytes().saturating_add(plan.usable_cache_bytes()));
+            plan.budget = plan.budget.min(plan.fixed_bytes().saturating_add(plan.usable_cache_bytes()).saturating_add(plan.usable_row_cache_bytes()));
         }
         if plan.budget < plan.floor() {
             return Err(EngineError::RamBudget(format!(
-                "{} is under this model's floor of {}: trunk {} + state of {} at {max_ctx} positions (-c) {} + scratch {} + experts in flight {}{} + smallest expert cache {}{}",
+                "{} is under this model's floor of {}: trunk {} + state of {} at {max_ctx} positions (-c) {} + scratch {} + experts in flight {}{} + smallest expert cache {}{}{}",
                 human_bytes(plan.budget),
                 human_bytes(plan.floor()),
                 human_bytes(plan.trunk_bytes),
@@ -231,6 +277,7 @@ impl MemoryPlan {
                 human_bytes(plan.in_flight_bytes),
                 plan.reserved_text(),
                 human_bytes(plan.min_cache_bytes),
+                plan.rows_text(),
                 if plan.auto { format!(" (the automatic budget is 3/4 of {}, {})", human_bytes(plan.machine_ram), plan.ram_source) } else { String::new() }
             )));
         }
@@ -258,19 +305,39 @@ impl MemoryPlan {
         let batches = batches.max(1);
         let extra = self.wave_row_bytes.saturating_mul(((batches - 1) * PREFILL_BATCH) as u64);
         let free = self.budget.saturating_sub(self.fixed_bytes());
-        if free < extra.saturating_add(self.min_cache_bytes) {
+        let min_caches = self.min_cache_bytes.saturating_add(self.min_row_cache_bytes);
+        if free < extra.saturating_add(min_caches) {
             return Err(EngineError::RamBudget(format!(
-                "a prefill wave of {batches} batches needs {} beside the smallest expert cache ({}); {} is left of {}",
+                "a prefill wave of {batches} batches needs {} beside the smallest caches ({}); {} is left of {}",
                 human_bytes(extra),
-                human_bytes(self.min_cache_bytes),
+                human_bytes(min_caches),
                 human_bytes(free),
                 human_bytes(self.budget)
             )));
         }
         self.wave_rows = batches * PREFILL_BATCH;
         self.wave_bytes = extra;
-        self.cache_bytes = (free - extra).min(self.usable_cache_bytes());
+        (self.cache_bytes, self.row_cache_bytes) = self.split_caches(free - extra);
         Ok(())
+    }
+
+    /// " + table rows in flight X + smallest row cache Y" where the model streams a table;
+    /// empty otherwise.
+    fn rows_text(&self) -> String {
+        if self.table_bytes == 0 {
+            return String::new();
+        }
+        format!(
+            " + table rows in flight {} + smallest row cache {} ({} rows: one token's)",
+            human_bytes(self.row_in_flight_bytes),
+            human_bytes(self.min_row_cache_bytes),
+            self.rows_per_token
+        )
+    }
+
+    /// Rows the row cache holds when full.
+    pub fn row_cache_rows(&self) -> u64 {
+        self.row_cache_bytes.checked_div(self.row_slot_bytes).unwrap_or(0)
     }
 
     /// " + prefix cache X" and " + draft Y" where the budget holds them; empty otherwise.
@@ -325,6 +392,17 @@ impl MemoryPlan {
             if self.cache_bytes < self.token_set_bytes {
                 s += &format!(", under one token's working set ({}): decode will read most experts from disk", human_bytes(self.token_set_bytes));
             }
+        }
+        if self.table_bytes > 0 {
+            s += &format!(
+                "; table rows in flight {}; row cache {} = {} of {} rows ({:.2}%) of a {} table",
+                human_bytes(self.row_in_flight_bytes),
+                human_bytes(self.row_cache_bytes),
+                self.row_cache_rows(),
+                self.table_rows,
+                100.0 * self.row_cache_rows() as f64 / self.table_rows.max(1) as f64,
+                human_bytes(self.table_bytes)
+            );
         }
         s
     }
@@ -489,11 +567,7 @@ mod tests {
             ("/sys/fs/cgroup/memory/a/b/memory.limit_in_bytes", "4294967296\n"),
         ]);
         assert_eq!(ram_limit_from(nested, Some(20 * gib), Some(24 * gib)), Some((2 * gib, "the cgroup's memory.limit_in_bytes")));
-        let nested_v2 = fake(&[
-            ("/proc/self/cgroup", "0::/x/y\n"),
-            ("/sys/fs/cgroup/x/memory.max", "3221225472\n"),
-            ("/sys/fs/cgroup/x/y/memory.max", "max\n"),
-        ]);
+        let nested_v2 = fake(&[("/proc/self/cgroup", "0::/x/y\n"), ("/sys/fs/cgroup/x/memory.max", "3221225472\n"), ("/sys/fs/cgroup/x/y/memory.max", "max\n")]);
         assert_eq!(ram_limit_from(nested_v2, Some(20 * gib), Some(24 * gib)), Some((3 * gib, "the cgroup's memory.max")));
     }
 }

@@ -1,20 +1,20 @@
 //! The public model handle: load a GGUF, create sequence states, run forward passes.
 
-use crate::ctx::Ctx;
+use crate::backend::cpu::Cpu;
+use crate::backend::Backend;
 use crate::config::EngineConfig;
+use crate::ctx::Ctx;
 use crate::error::{EngineError, Result};
-use crate::experts::store::{ExpertStore, ResidentExperts};
-use crate::memory_plan::{MemoryPlan, PREFILL_BATCH};
 use crate::experts::replay::Route;
+use crate::experts::store::{ExpertStore, ResidentExperts};
 use crate::experts::streamed::{ExpertCacheStats, StreamedExperts};
+use crate::memory_plan::{MemoryPlan, PREFILL_BATCH};
 use crate::models::{self, Network};
 use crate::profile::Profiler;
 use crate::state::SeqState;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use xwen_gguf::GgufFile;
-use crate::backend::cpu::Cpu;
-use crate::backend::Backend;
 use xwen_kernels::Pool;
 
 /// Which logits a forward pass returns.
@@ -154,6 +154,9 @@ pub struct Model {
     file: Arc<GgufFile>,
     net: Box<dyn Network>,
     store: Arc<dyn ExpertStore>,
+    /// The lookup tables whose rows stream from disk (a budgeted qwen4exp's PLE table); None:
+    /// every table is mapped.
+    rows: Option<crate::experts::rows::StreamedRows>,
     /// Stops the background read-in of a cache that holds every expert (set on drop).
     read_in_stop: Arc<std::sync::atomic::AtomicBool>,
     /// What the forward passes compute on (its worker pool runs one parallel job at a time).
@@ -216,13 +219,14 @@ impl Model {
         let models::Loaded { net, experts } = models::load(&file)?;
         let threads = cfg.resolved_threads();
         let figures = net.plan_figures(cfg.max_ctx, cfg.effective_kv_types());
+        let tables = net.row_tables();
         let mtp = load_mtp(&file, &*net, cfg)?;
         let plan = match cfg.ram_budget {
             None => None,
             Some(b) => {
                 let draft = cfg.draft_ram.saturating_add(mtp_reserve(mtp.as_ref(), cfg)).saturating_add(verify_history_reserve(&*net, mtp.is_some(), cfg));
                 let reserved = crate::memory_plan::Reserved { prefix_cache: cfg.reserved_ram, draft };
-                let mut plan = MemoryPlan::new(&file, &figures, &experts, cfg.max_ctx, cfg.n_seq, b, reserved, crate::memory_plan::ram_limit())?;
+                let mut plan = MemoryPlan::new(&file, &figures, &experts, &tables, cfg.max_ctx, cfg.n_seq, b, reserved, crate::memory_plan::ram_limit())?;
                 if let Some(w) = cfg.prefill_wave {
                     plan.set_wave_batches(w)?;
                 }
@@ -232,11 +236,7 @@ impl Model {
         let has_experts = experts.iter().any(|e| e.is_some());
         let store: Arc<dyn ExpertStore> = match (&plan, has_experts) {
             (Some(p), true) => {
-                let path = path.ok_or_else(|| {
-                    EngineError::RamBudget(
-                        "streaming experts needs the model file's path (this model was opened from memory)".into(),
-                    )
-                })?;
+                let path = path.ok_or_else(|| EngineError::RamBudget("streaming experts needs the model file's path (this model was opened from memory)".into()))?;
                 {
                     // as many finished reads' buffers kept for reuse as the plan counts in flight
                     let n_expert = experts.iter().flatten().map(|m| m[0].n_mats).max().unwrap_or(0);
@@ -245,6 +245,13 @@ impl Model {
                 }
             }
             _ => Arc::new(ResidentExperts::new(file.clone(), experts)),
+        };
+        let rows = match (&plan, tables.is_empty()) {
+            (Some(p), false) => {
+                let path = path.ok_or_else(|| EngineError::RamBudget("streaming table rows needs the model file's path (this model was opened from memory)".into()))?;
+                Some(crate::experts::rows::StreamedRows::open(path, &file, &tables, p.row_cache_bytes)?)
+            }
+            _ => None,
         };
         // a cache that holds every expert: read them all in once, in the background, so decode
         // stops going to the disk after its first pass instead of after every expert's first use
@@ -264,7 +271,21 @@ impl Model {
         }
         let pool = Pool::try_new(threads).map_err(|e| EngineError::Threads(format!("the system refused to start {threads} threads: {e}")))?;
         let prof = Profiler::new(cfg.profile);
-        Ok(Model { file, net, store, read_in_stop, backend: Cpu::new(pool), pool_lock: Mutex::new(()), cfg: cfg.clone(), prof, plan, routes: Mutex::new(Vec::new()), taps: Mutex::new(Vec::new()), mtp })
+        Ok(Model {
+            file,
+            net,
+            store,
+            rows,
+            read_in_stop,
+            backend: Cpu::new(pool),
+            pool_lock: Mutex::new(()),
+            cfg: cfg.clone(),
+            prof,
+            plan,
+            routes: Mutex::new(Vec::new()),
+            taps: Mutex::new(Vec::new()),
+            mtp,
+        })
     }
 
     /// The RAM plan in force, if a budget was given.
@@ -292,6 +313,29 @@ impl Model {
         self.store.reset_cache_stats()
     }
 
+    /// Counters of the row cache (None unless a table streams: a budgeted qwen4exp's PLE table).
+    pub fn row_cache_stats(&self) -> Option<crate::experts::rows::RowCacheStats> {
+        self.rows.as_ref().map(|r| r.stats())
+    }
+
+    pub fn reset_row_cache_stats(&self) {
+        if let Some(r) = &self.rows {
+            r.reset_stats()
+        }
+    }
+
+    /// The lookup tables a token reads a few rows of (`Network::row_tables`), which a budgeted
+    /// model streams.
+    pub fn row_tables(&self) -> Vec<crate::experts::rows::RowTable> {
+        self.net.row_tables()
+    }
+
+    /// Whether the tensor `name` is read from disk on demand, never through the mapping: a
+    /// routed expert stack while experts stream, a streamed table.
+    pub fn streams_tensor(&self, name: &str) -> bool {
+        (self.streams_experts() && is_routed_expert(name)) || self.rows.as_ref().is_some_and(|r| r.streams(name))
+    }
+
     pub fn architecture(&self) -> &str {
         self.net.arch()
     }
@@ -307,7 +351,7 @@ impl Model {
         crate::release::identify(self.name(), file_name)
     }
 
-    /// Touch every page of the mapped weights (the trunk only, when experts stream) so the
+    /// Touch every page of the mapped weights (the trunk only, when experts and tables stream) so the
     /// first tokens do not pay for page faults; `progress(done, total)` is called every ~1%
     /// (load progress for large files).
     pub fn prefault(&self, progress: &mut dyn FnMut(u64, u64)) -> u64 {
@@ -315,7 +359,7 @@ impl Model {
         let mut done = 0u64;
         let mut next_report = 0u64;
         let mut sink = 0u8;
-        for t in self.file.tensors().iter().filter(|t| !(self.streams_experts() && is_routed_expert(&t.name))) {
+        for t in self.file.tensors().iter().filter(|t| !self.streams_tensor(&t.name)) {
             let data = self.file.tensor_data(t);
             for chunk in data.chunks(4096) {
                 sink ^= chunk[0];
@@ -513,15 +557,10 @@ impl Model {
             )));
         }
         if rows > self.max_batch_rows() {
-            return Err(EngineError::State(format!(
-                "a batch of {rows} rows exceeds the {} rows the RAM plan's scratch holds: split the prompt",
-                self.max_batch_rows()
-            )));
+            return Err(EngineError::State(format!("a batch of {rows} rows exceeds the {} rows the RAM plan's scratch holds: split the prompt", self.max_batch_rows())));
         }
-        let spans: Vec<models::SpanIn> = steps
-            .iter()
-            .map(|s| models::SpanIn { tokens: s.tokens, logits: s.logits.rows(s.tokens.len()), decode_order: s.decode_order, hidden: s.hidden })
-            .collect();
+        let spans: Vec<models::SpanIn> =
+            steps.iter().map(|s| models::SpanIn { tokens: s.tokens, logits: s.logits.rows(s.tokens.len()), decode_order: s.decode_order, hidden: s.hidden }).collect();
         let mut states: Vec<&mut SeqState> = steps.iter_mut().map(|s| &mut *s.state).collect();
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
         let sink = Mutex::new(Vec::new());
@@ -568,10 +607,14 @@ impl Model {
                 }
             }
         }
-        Ok(out.into_iter().zip(failed).map(|(o, f)| match f {
-            Some(e) => Err(e),
-            None => Ok(o),
-        }).collect())
+        Ok(out
+            .into_iter()
+            .zip(failed)
+            .map(|(o, f)| match f {
+                Some(e) => Err(e),
+                None => Ok(o),
+            })
+            .collect())
     }
 
     /// The context a forward runs in, recording its routes into `sink` (where the config asks)
@@ -586,6 +629,7 @@ impl Model {
             attn: crate::backend::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.backend.threads(), n_ctx: self.cfg.max_ctx },
             taps: self.cfg.record_taps.then_some(&self.taps),
             faults: Some(faults),
+            rows: self.rows.as_ref(),
         }
     }
 
@@ -601,15 +645,7 @@ impl Model {
         for r in recs {
             let seq = starts.iter().position(|&(s, n, _)| r.row >= s && r.row < s + n).expect("a row of the batch");
             let (s0, _, p0) = starts[seq];
-            all.push(Route {
-                seq,
-                pos: p0 + r.row - s0,
-                layer: r.layer,
-                experts: r.experts,
-                weights: r.weights,
-                margin: r.margin,
-                next_guess: r.next_guess,
-            });
+            all.push(Route { seq, pos: p0 + r.row - s0, layer: r.layer, experts: r.experts, weights: r.weights, margin: r.margin, next_guess: r.next_guess });
         }
     }
 
@@ -717,6 +753,7 @@ impl Model {
             attn: crate::backend::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.backend.threads(), n_ctx: self.cfg.max_ctx },
             taps: None,
             faults: None,
+            rows: None,
         }
     }
 
@@ -765,9 +802,9 @@ impl Model {
     }
 
     /// Bytes of weights read through the mapping (page-cache backed): all of them, or the
-    /// trunk alone when experts stream.
+    /// trunk alone when experts and tables stream.
     pub fn mapped_weight_bytes(&self) -> u64 {
-        self.file.tensors().iter().filter(|t| !(self.streams_experts() && is_routed_expert(&t.name))).map(|t| t.n_bytes).sum()
+        self.file.tensors().iter().filter(|t| !self.streams_tensor(&t.name)).map(|t| t.n_bytes).sum()
     }
 }
 

@@ -13,6 +13,7 @@
 use crate::batch::Rows;
 use crate::ctx::Ctx;
 use crate::error::{EngineError, Result};
+use crate::experts::rows::RowsFailed;
 use crate::state::recurrent::PastState;
 use crate::state::DeltaState;
 use crate::weights::{Loader, Mat};
@@ -121,22 +122,13 @@ fn keep_states(st: &mut DeltaState, d: &PleDims, window: &[f32], span: &[u32], p
     }
 }
 
-/// Adds the n-gram embedding to the streams x (rows.n × hc × n) of the batch whose tokens are
-/// `tokens` (row order); `states[i]` is span i's PLE state, advanced past its rows.
-#[allow(clippy::too_many_arguments)] // the batch, its tokens and the sequences' states
-pub fn forward(ctx: &Ctx, w: &PleWeights, table: &Mat, d: &PleDims, x: &mut [f32], tokens: &[u32], rows: &Rows, states: &mut [&mut DeltaState]) -> Result<()> {
-    let (hc, n) = (d.hc, d.n);
-    let wide = hc * n;
-    let be = ctx.backend;
-    let hist = d.hist();
-    let hstate = hist * wide;
-    // the table rows of every token, then e (rows.n × n)
-    let tq = ctx.q(table);
-    let rb = table.row_bytes();
-    let n_rows_table = table.rows;
-    let mut e = ctx.zeros(rows.n * n);
-    let mut idx = Vec::with_capacity(d.n_heads());
-    for (s, st) in rows.spans.iter().zip(states.iter()) {
+/// The table rows every token of the batch reads (`tokens` in row order; `states[i]` span i's
+/// PLE state before the step): token t's head h at t·n_heads + h. They depend on the tokens
+/// alone, so a streamed table's can be read before the layers ahead of the PLE layer run.
+pub fn row_ids(d: &PleDims, table_rows: usize, tokens: &[u32], rows: &Rows, states: &[&DeltaState]) -> Result<Vec<usize>> {
+    let hstate = d.hist() * d.hc * d.n;
+    let mut idx = Vec::with_capacity(rows.n * d.n_heads());
+    for (s, st) in rows.spans.iter().zip(states) {
         let prev: Vec<Option<u32>> = st.conv[hstate..].iter().map(|&v| if v < 0.0 { None } else { Some(v as u32) }).collect();
         for i in 0..s.len {
             // the token, then its predecessors nearest first
@@ -144,20 +136,53 @@ pub fn forward(ctx: &Ctx, w: &PleWeights, table: &Mat, d: &PleDims, x: &mut [f32
             for j in 0..d.ngram {
                 c.push(if j <= i { Some(tokens[s.start + i - j]) } else { prev[prev.len() - (j - i)] });
             }
-            idx.clear();
             d.rows_of(&c, &mut idx);
-            let t = s.start + i;
-            for (h, &r) in idx.iter().enumerate() {
-                if r >= n_rows_table {
-                    return Err(EngineError::BadHparams(format!("PLE row {r} past the table's {n_rows_table}")));
-                }
-                xwen_kernels::dequantize(tq.ty, &tq.data[r * rb..(r + 1) * rb], &mut e[t * n + h * d.head_dim..][..d.head_dim])
-                    .map_err(|err| EngineError::State(format!("PLE table: {err}")))?;
-            }
         }
     }
-    ctx.tap("ple_embd", None, &e, n);
-    let mut p = ctx.mm_rows(&[&w.key, &w.value], &e, rows).into_iter();
+    if let Some(&r) = idx.iter().find(|&&r| r >= table_rows) {
+        return Err(EngineError::BadHparams(format!("PLE row {r} past the table's {table_rows}")));
+    }
+    Ok(idx)
+}
+
+/// e (rows × n) from the rows `row_ids` named, as `Ctx::table_rows` (or a read started early)
+/// delivered them: the tokens whose rows were not read take zeros, and their sequences fail
+/// when the forward ends (`Ctx::expert_failed`).
+pub fn settle_rows(ctx: &Ctx, d: &PleDims, e: &mut [f32], failed: Option<RowsFailed>) -> Result<()> {
+    let Some(f) = failed else { return Ok(()) };
+    let mut bad: Vec<usize> = f.positions.iter().map(|&p| p / d.n_heads()).collect();
+    bad.sort_unstable();
+    bad.dedup();
+    for &t in &bad {
+        e[t * d.n..(t + 1) * d.n].fill(0.0);
+    }
+    ctx.expert_failed(bad, f.error)
+}
+
+/// The rows of `idx` read now (the mapping, or the streamed table), as `settle_rows` leaves
+/// them.
+pub fn read_rows(ctx: &Ctx, table: &Mat, d: &PleDims, idx: &[usize]) -> Result<Vec<f32>> {
+    let mut e = vec![0.0f32; idx.len() * d.head_dim];
+    let failed = ctx.table_rows(table, idx, &mut e)?;
+    settle_rows(ctx, d, &mut e, failed)?;
+    Ok(e)
+}
+
+/// Adds the n-gram embedding to the streams x (rows.n × hc × n) of the batch whose tokens are
+/// `tokens` (row order), its table rows `e` (rows.n × n, `read_rows`); `states[i]` is span i's
+/// PLE state, advanced past its rows.
+#[allow(clippy::too_many_arguments)] // the batch, its tokens and rows and the sequences' states
+pub fn forward(ctx: &Ctx, w: &PleWeights, d: &PleDims, e: &[f32], x: &mut [f32], tokens: &[u32], rows: &Rows, states: &mut [&mut DeltaState]) -> Result<()> {
+    let (hc, n) = (d.hc, d.n);
+    let wide = hc * n;
+    let be = ctx.backend;
+    let hist = d.hist();
+    let hstate = hist * wide;
+    if e.len() != rows.n * n {
+        return Err(EngineError::State(format!("PLE: {} embedding values for {} rows of {n}", e.len(), rows.n)));
+    }
+    ctx.tap("ple_embd", None, e, n);
+    let mut p = ctx.mm_rows(&[&w.key, &w.value], e, rows).into_iter();
     let (key, value) = (p.next().unwrap(), p.next().unwrap());
     let mut kn = ctx.zeros(rows.n * wide);
     be.rms_norm_streams(&key, &w.norm_key, n, d.eps, &mut kn);

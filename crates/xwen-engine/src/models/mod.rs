@@ -43,6 +43,12 @@ pub trait Network: Send + Sync {
     fn forward_wave(&self, ctx: &Ctx, store: &dyn ExpertStore, state: &mut SeqState, chunks: &[SpanIn]) -> Result<Option<Vec<SpanOut>>>;
     /// Memory-plan figures at `max_ctx` positions per sequence, KV caches of `kv_types`.
     fn plan_figures(&self, max_ctx: usize, kv_types: (crate::config::KvType, crate::config::KvType)) -> PlanFigures;
+    /// The lookup tables whose rows a budgeted model reads from disk on demand instead of
+    /// keeping them resident (qwen4exp's PLE n-gram table), each with the rows a token reads;
+    /// the forward asks for their rows through `Ctx::table_rows`.
+    fn row_tables(&self) -> Vec<crate::experts::rows::RowTable> {
+        Vec::new()
+    }
 }
 
 /// A network and its routed-expert stacks per layer (None for layers without), which the

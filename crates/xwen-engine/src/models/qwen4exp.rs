@@ -84,12 +84,7 @@ impl Qwen4Exp {
         }
         let ratios = u64s(f, &k("attention.compress_ratios"), cfg.n_layer)?;
         let ratio = ratios.iter().copied().find(|&r| r > 0).unwrap_or(0) as usize;
-        let qsa = QsaDims {
-            n_head: req("attention.indexer.head_count")?,
-            head_dim: req("attention.indexer.key_length")?,
-            budget: req("attention.indexer.top_k")?,
-            ratio,
-        };
+        let qsa = QsaDims { n_head: req("attention.indexer.head_count")?, head_dim: req("attention.indexer.key_length")?, budget: req("attention.indexer.top_k")?, ratio };
         if ratios.iter().any(|&r| r != 0 && r as usize != ratio) || ratio == 1 || (ratio > 0 && !qsa.budget.is_multiple_of(ratio)) {
             return Err(EngineError::BadHparams(format!("QSA compress ratios {ratios:?} with a budget of {}", qsa.budget)));
         }
@@ -184,8 +179,7 @@ impl Qwen4Exp {
             if id >= self.cfg.n_vocab {
                 return Err(EngineError::TokenOutOfRange { id: id as u32, n_vocab: self.cfg.n_vocab });
             }
-            xwen_kernels::dequantize(emb.ty, &emb.data[id * rb..(id + 1) * rb], &mut x[t * h..(t + 1) * h])
-                .map_err(|e| EngineError::State(format!("embedding: {e}")))?;
+            xwen_kernels::dequantize(emb.ty, &emb.data[id * rb..(id + 1) * rb], &mut x[t * h..(t + 1) * h]).map_err(|e| EngineError::State(format!("embedding: {e}")))?;
         }
         Ok(x)
     }
@@ -211,41 +205,76 @@ impl Qwen4Exp {
                 res[(t * hc + s) * h..][..h].copy_from_slice(&x0[t * h..(t + 1) * h]);
             }
         }
-        for (il, l) in self.layers.iter().enumerate() {
-            if let (Some(w), Some(d), Some(tab), Some(e)) = (&l.ple, &self.ple, &self.ple_table, l.extra) {
-                let mut ps = pick(states, e, |s| match s {
-                    LayerState::Delta(d) => Some(d),
-                    _ => None,
-                })?;
-                ple::forward(ctx, w, tab, d, &mut res, &tokens, &rows, &mut ps)?;
+        // the PLE layer's table rows depend on the tokens alone: a streamed table's are read
+        // while the layers before the PLE layer compute (the mapped table's when it comes)
+        let ple_ids = match (&self.ple, &self.ple_table, self.layers.iter().find(|l| l.ple.is_some()).and_then(|l| l.extra)) {
+            (Some(d), Some(tab), Some(e)) => {
+                let ps: Vec<&DeltaState> = states
+                    .iter()
+                    .map(|st| match &st.layers[e] {
+                        LayerState::Delta(p) => Ok(p),
+                        _ => Err(EngineError::State(format!("state {e}: not the PLE layer's"))),
+                    })
+                    .collect::<Result<_>>()?;
+                Some(ple::row_ids(d, tab.rows, &tokens, &rows, &ps)?)
             }
-            let (input, inj) = hyper_conn::mix(ctx, &l.hc_attn, &self.hc, &res, &rows);
-            ctx.tap("attn_norm", Some(il), &input, h);
-            let out = match &l.mixer {
-                Mixer::Delta(w) => {
-                    let mut ds = pick(states, il, delta_of)?;
-                    deltanet::forward(ctx, w, &self.cfg.delta, &input, &rows, &mut ds, il)
-                }
-                Mixer::Attn(w) => {
-                    let mut kvs = pick(states, il, kv_of)?;
-                    attention::forward(ctx, w, &self.cfg.attn, &input, &rows, &mut kvs, il)
-                }
-                Mixer::Qsa(w) => {
-                    let e = l.extra.expect("a QSA layer has its indexer cache");
-                    let (mut kvs, mut idx) = pick2(states, il, e)?;
-                    qsa::forward(ctx, w, &self.cfg.attn, &self.qsa, &input, &rows, &mut kvs, &mut idx, il)?
-                }
+            _ => None,
+        };
+        let streamed = ctx.rows.zip(self.ple_table.as_ref()).and_then(|(s, tab)| s.table_of(tab).map(|t| (s, t)));
+        std::thread::scope(|sc| -> Result<()> {
+            let mut early = match (streamed, &ple_ids, &self.ple) {
+                (Some((s, t)), Some(idx), Some(d)) => Some(sc.spawn(move || {
+                    let mut e = vec![0.0f32; idx.len() * d.head_dim];
+                    let failed = s.gather(t, idx, &mut e);
+                    (e, failed)
+                })),
+                _ => None,
             };
-            ctx.tap("attn_output", Some(il), &out, h);
-            hyper_conn::combine(ctx, &self.hc, &mut res, &out, inj.as_deref().expect("a layer's mixer injects"));
-            let (input, inj) = hyper_conn::mix(ctx, &l.hc_ffn, &self.hc, &res, &rows);
-            let md = self.cfg.moe.as_ref().expect("moe dims");
-            let next = self.layers.get(il + 1).map(|n| moe::Lookahead { layer: il + 1, weights: &n.moe });
-            let f = moe::forward_rows(ctx, &l.moe, md, store, il, &input, &rows, h, next)?;
-            ctx.tap("ffn_out", Some(il), &f, h);
-            hyper_conn::combine(ctx, &self.hc, &mut res, &f, inj.as_deref().expect("a layer's mixer injects"));
-            ctx.tap("l_out", Some(il), &res, hc * h);
-        }
+            for (il, l) in self.layers.iter().enumerate() {
+                if let (Some(w), Some(d), Some(tab), Some(e), Some(idx)) = (&l.ple, &self.ple, &self.ple_table, l.extra, &ple_ids) {
+                    let emb = match early.take() {
+                        Some(h) => {
+                            let (mut emb, failed) = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                            ple::settle_rows(ctx, d, &mut emb, failed?)?;
+                            emb
+                        }
+                        None => ple::read_rows(ctx, tab, d, idx)?,
+                    };
+                    let mut ps = pick(states, e, |s| match s {
+                        LayerState::Delta(d) => Some(d),
+                        _ => None,
+                    })?;
+                    ple::forward(ctx, w, d, &emb, &mut res, &tokens, &rows, &mut ps)?;
+                }
+                let (input, inj) = hyper_conn::mix(ctx, &l.hc_attn, &self.hc, &res, &rows);
+                ctx.tap("attn_norm", Some(il), &input, h);
+                let out = match &l.mixer {
+                    Mixer::Delta(w) => {
+                        let mut ds = pick(states, il, delta_of)?;
+                        deltanet::forward(ctx, w, &self.cfg.delta, &input, &rows, &mut ds, il)
+                    }
+                    Mixer::Attn(w) => {
+                        let mut kvs = pick(states, il, kv_of)?;
+                        attention::forward(ctx, w, &self.cfg.attn, &input, &rows, &mut kvs, il)
+                    }
+                    Mixer::Qsa(w) => {
+                        let e = l.extra.expect("a QSA layer has its indexer cache");
+                        let (mut kvs, mut idx) = pick2(states, il, e)?;
+                        qsa::forward(ctx, w, &self.cfg.attn, &self.qsa, &input, &rows, &mut kvs, &mut idx, il)?
+                    }
+                };
+                ctx.tap("attn_output", Some(il), &out, h);
+                hyper_conn::combine(ctx, &self.hc, &mut res, &out, inj.as_deref().expect("a layer's mixer injects"));
+                let (input, inj) = hyper_conn::mix(ctx, &l.hc_ffn, &self.hc, &res, &rows);
+                let md = self.cfg.moe.as_ref().expect("moe dims");
+                let next = self.layers.get(il + 1).map(|n| moe::Lookahead { layer: il + 1, weights: &n.moe });
+                let f = moe::forward_rows(ctx, &l.moe, md, store, il, &input, &rows, h, next)?;
+                ctx.tap("ffn_out", Some(il), &f, h);
+                hyper_conn::combine(ctx, &self.hc, &mut res, &f, inj.as_deref().expect("a layer's mixer injects"));
+                ctx.tap("l_out", Some(il), &res, hc * h);
+            }
+            Ok(())
+        })?;
         for (st, sp) in states.iter_mut().zip(spans) {
             st.pos += sp.tokens.len();
         }
@@ -377,6 +406,14 @@ impl Network for Qwen4Exp {
             wave_row_bytes: hybrid::wave_row_bytes(&self.cfg) + 3 * wide * 4,
             n_expert: md.map_or(0, |m| m.n_expert),
             n_used: md.map_or(0, |m| m.n_used),
+        }
+    }
+
+    /// The PLE n-gram table: a token reads one row per head.
+    fn row_tables(&self) -> Vec<crate::experts::rows::RowTable> {
+        match (&self.ple_table, &self.ple) {
+            (Some(t), Some(d)) => vec![crate::experts::rows::RowTable { mat: t.clone(), per_token: d.n_heads() }],
+            _ => Vec::new(),
         }
     }
 }
