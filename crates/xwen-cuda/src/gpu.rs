@@ -43,8 +43,6 @@ const KERNELS: &[&str] = &[
     "moe_down_combine",
     "quant_q8_2",
     "moe_glu",
-    "mv_norm",
-    "router_route",
 ];
 
 /// A kernel argument: device pointers travel as plain 64-bit values.

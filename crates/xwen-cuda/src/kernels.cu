@@ -505,63 +505,6 @@ extern "C" __global__ void quant_q8_2(const float* x, int cols, i8* xq, float2* 
     else quant_row(x2, cols2, cols2, xq2, xd2, kind2, 0);
 }
 
-// Whether the calling block is the last of its grid to get here: every thread of every block
-// calls it once, after its writes; the last block then sees all of them (and count is zero
-// again for the next launch). Lets a kernel's last block run the small step that needs the
-// whole of its output (a norm, a top-k, a quantization) instead of a launch of its own.
-__device__ bool last_block(u32* count) {
-    __shared__ bool s_last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        s_last = atomicAdd(count, 1u) == gridDim.x * gridDim.y * gridDim.z - 1;
-        if (s_last) *count = 0;
-    }
-    __syncthreads();
-    if (s_last) __threadfence();
-    return s_last;
-}
-
-// y = x / sqrt(mean(x²) + eps) · w for one row of n values by the calling block (ops::rms_norm),
-// and y quantized for the decode products where yq (q8_K, n % 256 == 0) or yqz (q8_0, n % 32
-// == 0) is given, as quant_q8 makes them. The squares are summed (in double, as ggml's
-// ggml_float) by the first warp in a fixed order, so the bits do not depend on the block's size.
-// x is read through L2 (__ldcg): in a kernel's tail other blocks wrote it.
-__device__ void rms_row(const float* xr, const float* w, float* yr, int n, float eps, i8* yq, float2* yd, i8* yqz, float2* ydz) {
-    __shared__ float s_scale;
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    if (warp == 0) {
-        double s = 0.0;
-        for (int i = lane; i < n; i += 32) {
-            float v = __ldcg(xr + i);
-            s += (double)(v * v);
-        }
-        s = warp_sum_d(s);
-        if (lane == 0) s_scale = 1.0f / sqrtf((float)(s / n) + eps);
-    }
-    __syncthreads();
-    float scale = s_scale;
-    if (yqz)
-        for (int b = warp; b < n / 32; b += nw) {
-            int i = 32 * b + lane;
-            quant_block_z((__ldcg(xr + i) * scale) * w[i], lane, yqz + 32 * b, ydz + b);
-        }
-    if (!yq) {
-        for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = (__ldcg(xr + i) * scale) * w[i];
-        return;
-    }
-    for (int b = warp; b < n / 256; b += nw) {
-        int i0 = 256 * b + 8 * lane;
-        float v8[8];
-        #pragma unroll
-        for (int e = 0; e < 8; e++) {
-            v8[e] = (__ldcg(xr + i0 + e) * scale) * w[i0 + e];
-            yr[i0 + e] = v8[e];
-        }
-        quant_block_k(v8, lane, yq + 256 * b, yd + 8 * b);
-    }
-}
-
 #define MV_WARPS 4
 
 // y[slot][r] = W_e[r]·x[slot / x_div] (+ res[slot][r]) where e = ids[slot] (an expert of a stack)
@@ -584,21 +527,6 @@ extern "C" __global__ void mv(const u8* W, int ty, int rows, int cols, i64 row_b
         i64 o = slot * y_stride + row;
         y[o] = res ? res[o] + s : s;
     }
-}
-
-// y[r] += W[r]·x (a decode step's residual projection), then, in the last block, xn = the
-// norm of the whole of y (rms_row with its q8 copies): mv + rms_norm in one launch, the same bits.
-extern "C" __global__ void mv_norm(const u8* W, int ty, int rows, int cols, i64 row_bytes, const float* x, const i8* qk, const float2* dk, const i8* qz,
-                                   const float2* dz, float* y, u32* count, const float* norm_w, float* xn, float eps, i8* yq, float2* yd, i8* yqz,
-                                   float2* ydz) {
-    int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (row < rows) prefetch_l2(W + (i64)row * row_bytes, row_bytes, lane);
-    pdl_start();
-    if (row < rows) {
-        float s = warp_sum(dot_any(ty, W + (i64)row * row_bytes, x, qk, dk, qz, dz, cols, lane));
-        if (lane == 0) y[row] = y[row] + s;
-    }
-    if (last_block(count)) rms_row(y, norm_w, xn, rows, eps, yq, yd, yqz, ydz);
 }
 
 // h[slot][r] = silu(G_e[r]·x) · (U_e[r]·x): an FFN's or expert's gate, up and SwiGLU in one pass.
@@ -624,10 +552,21 @@ extern "C" __global__ void mv_glu(const u8* G, const u8* U, int ty_g, int ty_u, 
     if (lane == 0) h[slot * h_stride + row] = g / (1.0f + expf(-g)) * u;
 }
 
-// One row of moe_glu's.
-__device__ __forceinline__ void moe_glu_row(const u8* G, const u8* U, int ty_g, int ty_u, int rows, i64 rb_g, i64 rb_u, i64 mb_g, i64 mb_u, const int* ids,
-                                            const u8* SG, const u8* SU, int ty_sg, int ty_su, i64 rb_sg, i64 rb_su, int cols, const float* x, const i8* qk,
-                                            const float2* dk, const i8* qz, const float2* dz, float* h, float* hs, int slot, int row, bool shared, int lane) {
+// A decode step's routed experts' gate, up and SwiGLU (slots blockIdx.y < k, expert ids[slot],
+// rows into h[slot]) and the shared expert's (slot k, into hs) in one launch, each row as
+// mv_glu computes it. One token: every slot reads the same x.
+extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u, int rows, i64 rb_g, i64 rb_u, i64 mb_g, i64 mb_u, const int* ids, int k,
+                                   const u8* SG, const u8* SU, int ty_sg, int ty_su, int rows_s, i64 rb_sg, i64 rb_su, int cols, const float* x,
+                                   const i8* qk, const float2* dk, const i8* qz, const float2* dz, float* h, float* hs) {
+    int slot = blockIdx.y;
+    int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    bool shared = slot == k;
+    if (shared && row < rows_s) {
+        prefetch_l2(SG + (i64)row * rb_sg, rb_sg, lane);
+        prefetch_l2(SU + (i64)row * rb_su, rb_su, lane);
+    }
+    pdl_start();
+    if (row >= (shared ? rows_s : rows)) return;
     const u8 *g_row, *u_row;
     if (shared) {
         g_row = SG + (i64)row * rb_sg;
@@ -642,53 +581,12 @@ __device__ __forceinline__ void moe_glu_row(const u8* G, const u8* U, int ty_g, 
     if (lane == 0) (shared ? hs : h + (i64)slot * rows)[row] = g / (1.0f + expf(-g)) * u;
 }
 
-// A decode step's routed experts' gate, up and SwiGLU (slots blockIdx.y < k, expert ids[slot],
-// rows into h[slot]) and the shared expert's (slot k, into hs) in one launch, each row as
-// mv_glu computes it. One token: every slot reads the same x.
-extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u, int rows, i64 rb_g, i64 rb_u, i64 mb_g, i64 mb_u, const int* ids, int k,
-                                   const u8* SG, const u8* SU, int ty_sg, int ty_su, int rows_s, i64 rb_sg, i64 rb_su, int cols, const float* x,
-                                   const i8* qk, const float2* dk, const i8* qz, const float2* dz, float* h, float* hs, u32* count, i8* qa,
-                                   float2* da, int ka, i8* qb, float2* db, int kb) {
-    int slot = blockIdx.y;
-    int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    bool shared = slot == k;
-    if (shared && row < rows_s) {
-        prefetch_l2(SG + (i64)row * rb_sg, rb_sg, lane);
-        prefetch_l2(SU + (i64)row * rb_su, rb_su, lane);
-    }
-    pdl_start();
-    if (row < (shared ? rows_s : rows)) moe_glu_row(G, U, ty_g, ty_u, rows, rb_g, rb_u, mb_g, mb_u, ids, SG, SU, ty_sg, ty_su, rb_sg, rb_su, cols, x, qk, dk, qz,
-                                                    dz, h, hs, slot, row, shared, lane);
-    // where count is given, the last block quantizes the hidden rows for the down products
-    // (quant_q8_2's work: the k slots' rows in kind ka, the shared row in kind kb)
-    if (!count || !last_block(count)) return;
-    int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    int wa = ka == 0 ? 256 : 32, wb = kb == 0 ? 256 : 32, na = k * rows / wa;
-    for (int b = warp; b < na + rows_s / wb; b += nw) {
-        bool first = b < na;
-        int bi = first ? b : b - na, kind = first ? ka : kb, bw = first ? wa : wb;
-        const float* src = (first ? h : hs) + (i64)bi * bw;
-        i8* q = (first ? qa : qb) + (i64)bi * bw;
-        float2* d = (first ? da : db) + (i64)bi * bw / 32;
-        if (kind == 0) {
-            float v8[8];
-            #pragma unroll
-            for (int e = 0; e < 8; e++) v8[e] = __ldcg(src + 8 * lane + e);
-            quant_block_k(v8, lane, q, d);
-        } else {
-            quant_block_z(__ldcg(src + lane), lane, q, d);
-        }
-    }
-}
-
 // Up to four products of one input in one launch (a DeltaNet layer's qkv, z, β and α; an
 // attention layer's q, k and v): the rows of the parts one after another, a warp a row, each
 // row as `mv` computes it. A part with rows = 0 is absent.
-__device__ void route_token(const float* logits, int n_expert, int k, int norm_w, float w_scale, int* ids, float* weights, int lane);
-
-__device__ __forceinline__ void mv4_body(int cols, const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz, const u8* W0, int ty0,
-                                         int rows0, i64 rb0, float* y0, const u8* W1, int ty1, int rows1, i64 rb1, float* y1, const u8* W2, int ty2,
-                                         int rows2, i64 rb2, float* y2, const u8* W3, int ty3, int rows3, i64 rb3, float* y3) {
+extern "C" __global__ void mv4(int cols, const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz,
+                               const u8* W0, int ty0, int rows0, i64 rb0, float* y0, const u8* W1, int ty1, int rows1, i64 rb1, float* y1,
+                               const u8* W2, int ty2, int rows2, i64 rb2, float* y2, const u8* W3, int ty3, int rows3, i64 rb3, float* y3) {
     int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     const u8* W = nullptr;
     int ty = 0;
@@ -700,33 +598,42 @@ __device__ __forceinline__ void mv4_body(int cols, const float* x, const i8* qk,
     else if ((row -= rows2) < rows3) { W = W3; ty = ty3; rb = rb3; y = y3; }
     if (W) prefetch_l2(W + (i64)row * rb, rb, lane);
     pdl_start();
-    if (W) {
-        float s = warp_sum(dot_any(ty, W + (i64)row * rb, x, qk, dk, qz, dz, cols, lane));
-        if (lane == 0) y[row] = s;
-    }
+    if (!W) return;
+    float s = warp_sum(dot_any(ty, W + (i64)row * rb, x, qk, dk, qz, dz, cols, lane));
+    if (lane == 0) y[row] = s;
 }
 
-extern "C" __global__ void mv4(int cols, const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz,
-                               const u8* W0, int ty0, int rows0, i64 rb0, float* y0, const u8* W1, int ty1, int rows1, i64 rb1, float* y1,
-                               const u8* W2, int ty2, int rows2, i64 rb2, float* y2, const u8* W3, int ty3, int rows3, i64 rb3, float* y3) {
-    mv4_body(cols, x, qk, dk, qz, dz, W0, ty0, rows0, rb0, y0, W1, ty1, rows1, rb1, y1, W2, ty2, rows2, rb2, y2, W3, ty3, rows3, rb3, y3);
-}
-
-// A decode step's router logits (W0 → y0) and, where W1 is given, the shared expert's gate
-// (→ y1), as mv4; then the last block's first warp picks the experts (moe_route_warp's top-k)
-// from y0: the router and the routing in one launch, the same bits.
-extern "C" __global__ void router_route(int cols, const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz, const u8* W0, int ty0,
-                                        int rows0, i64 rb0, float* y0, const u8* W1, int ty1, int rows1, i64 rb1, float* y1, u32* count, int k,
-                                        int norm_w, float w_scale, int* ids, float* weights) {
-    mv4_body(cols, x, qk, dk, qz, dz, W0, ty0, rows0, rb0, y0, W1, ty1, rows1, rb1, y1, nullptr, 0, 0, 0, nullptr, nullptr, 0, 0, 0, nullptr);
-    if (last_block(count) && threadIdx.x < 32) route_token(y0, rows0, k, norm_w, w_scale, ids, weights, threadIdx.x);
-}
-
-// rms_row of row blockIdx.x (yq/yd, yqz/ydz: the rows' q8 copies, may be null).
+// y = x / sqrt(mean(x²) + eps) · w, one block a row (ops::rms_norm); where yq is given, y
+// quantized as q8_K for the decode products too (quant_q8 kind 0; n % 256 == 0).
 extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, int n, float eps, i8* yq, float2* yd, i8* yqz, float2* ydz) {
     pdl_start();
-    i64 r = blockIdx.x;
-    rms_row(x + r * n, w, y + r * n, n, eps, yq ? yq + r * n : yq, yd + r * (n / 32), yqz ? yqz + r * n : yqz, ydz + r * (n / 32));
+    const float* xr = x + (i64)blockIdx.x * n;
+    float* yr = y + (i64)blockIdx.x * n;
+    double s = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += (double)(xr[i] * xr[i]);
+    s = block_sum_d(s);
+    float scale = 1.0f / sqrtf((float)(s / n) + eps);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    // where yqz is given, y quantized as q8_0 too (quant_q8 kind 1; n % 32 == 0)
+    if (yqz)
+        for (int b = warp; b < n / 32; b += nw) {
+            int i = 32 * b + lane;
+            quant_block_z((xr[i] * scale) * w[i], lane, yqz + (i64)blockIdx.x * n + 32 * b, ydz + (i64)blockIdx.x * (n / 32) + b);
+        }
+    if (!yq) {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = (xr[i] * scale) * w[i];
+        return;
+    }
+    for (int b = warp; b < n / 256; b += nw) {
+        int i0 = 256 * b + 8 * lane;
+        float v8[8];
+        #pragma unroll
+        for (int e = 0; e < 8; e++) {
+            v8[e] = (xr[i0 + e] * scale) * w[i0 + e];
+            yr[i0 + e] = v8[e];
+        }
+        quant_block_k(v8, lane, yq + (i64)blockIdx.x * n + 256 * b, yd + (i64)blockIdx.x * (n / 32) + 8 * b);
+    }
 }
 
 // x[t] = row ids[t] of the embedding matrix, dequantized; blockIdx.y = t.
@@ -1098,19 +1005,16 @@ extern "C" __global__ void moe_route(const float* logits, int n_expert, int k, i
 // the softmax's double sum. One warp a token.
 extern "C" __global__ void moe_route_warp(const float* logits, int n_expert, int k, int norm_w, float w_scale, int* ids, float* weights) {
     pdl_start();
-    i64 t = blockIdx.x;
-    route_token(logits + t * n_expert, n_expert, k, norm_w, w_scale, ids + t * k, weights + t * k, threadIdx.x);
-}
-
-// moe_route_warp's top-k of one token, by one warp (lane = its lane); logits read through L2
-// (in router_route's tail other blocks wrote them).
-__device__ void route_token(const float* logits, int n_expert, int k, int norm_w, float w_scale, int* ids, float* weights, int lane) {
+    int lane = threadIdx.x;
+    logits += (i64)blockIdx.x * n_expert;
+    ids += (i64)blockIdx.x * k;
+    weights += (i64)blockIdx.x * k;
     float p[16];
     float mx = NEG_INF;
     #pragma unroll
     for (int e = 0; e < 16; e++) {
         int i = lane + 32 * e;
-        p[e] = i < n_expert ? __ldcg(logits + i) : NEG_INF;
+        p[e] = i < n_expert ? logits[i] : NEG_INF;
         mx = fmaxf(mx, p[e]);
     }
     mx = warp_max(mx);
@@ -1178,49 +1082,30 @@ extern "C" __global__ void moe_combine(float* x, const float* ys, const float* w
 // A decode step's MoE output in one launch: x[r] ← x[r] + (Σ_s w_s·(D_{ids[s]}[r]·h[s]) +
 // sigmoid(sg)·(S[r]·hs)) — the routed experts' down products, the shared expert's, the weighted
 // sum and the residual, each term computed and rounded as `mv` and moe_combine compute them
-// (the same bits). A warp a slot (k + 1 with a shared expert: S null, none; sg null, ungated),
-// MDC_ROWS rows a block, so a warp's products of different rows are the only ones it waits for
-// in turn; h holds the k slots' rows (cols values each), hs the shared expert's. Where count
-// is given, the last block norms the new x for the next layer (mv_norm's tail).
-#define MDC_ROWS 2
+// (the same bits). A warp a row; h holds the k slots' rows (cols values each), hs the shared
+// expert's (S null: none; sg null: ungated).
 extern "C" __global__ void moe_down_combine(const u8* D, int ty, int rows, int cols, i64 rb, i64 mb, const int* ids, const float* weights, int k,
                                             const float* h, const i8* qk, const float2* dk, const i8* qz, const float2* dz, const u8* S, int ty_s,
                                             int cols_s, i64 rb_s, const float* hs, const i8* qks, const float2* dks, const i8* qzs, const float2* dzs,
-                                            const float* sg, float* x, u32* count, const float* norm_w, float* xn, float eps, i8* yq, float2* yd, i8* yqz,
-                                            float2* ydz) {
-    __shared__ float s_y[MDC_ROWS][33];
-    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r0 = blockIdx.x * MDC_ROWS;
-    bool shared = warp == k;
-    if (shared)
-        for (int j = 0; j < MDC_ROWS && r0 + j < rows; j++) prefetch_l2(S + (i64)(r0 + j) * rb_s, rb_s, lane);
+                                            const float* sg, float* x) {
+    int r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (S && r < rows) prefetch_l2(S + (i64)r * rb_s, rb_s, lane);
     pdl_start();
-    for (int j = 0; j < MDC_ROWS; j++) {
-        int r = r0 + j;
-        if (r >= rows) break;
-        float y;
-        if (shared) {
-            y = warp_sum(dot_any(ty_s, S + (i64)r * rb_s, hs, qks, dks, qzs, dzs, cols_s, lane));
-        } else {
-            i64 xr = (i64)warp * cols;
-            const u8* w = D + (i64)ids[warp] * mb + (i64)r * rb;
-            y = warp_sum(dot_any(ty, w, h + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, cols, lane));
-        }
-        if (lane == 0) s_y[j][warp] = y;
+    if (r >= rows) return;
+    float f = 0.0f;
+    for (int s = 0; s < k; s++) {
+        i64 xr = (i64)s * cols;
+        const u8* w = D + (i64)ids[s] * mb + (i64)r * rb;
+        float y = warp_sum(dot_any(ty, w, h + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, cols, lane));
+        f = s == 0 ? __fmul_rn(weights[0], y) : __fadd_rn(f, __fmul_rn(weights[s], y));
     }
-    __syncthreads();
-    if (threadIdx.x < MDC_ROWS && r0 + (int)threadIdx.x < rows) {
-        int j = threadIdx.x, r = r0 + j;
-        float f = 0.0f;
-        for (int s = 0; s < k; s++) f = s == 0 ? __fmul_rn(weights[0], s_y[j][0]) : __fadd_rn(f, __fmul_rn(weights[s], s_y[j][s]));
-        if (S) {
-            float gt = sg ? 1.0f / (1.0f + expf(-sg[0])) : 1.0f;
-            f = __fadd_rn(f, __fmul_rn(gt, s_y[j][k]));
-        }
-        x[r] = __fadd_rn(x[r], f);
+    if (S) {
+        float y = warp_sum(dot_any(ty_s, S + (i64)r * rb_s, hs, qks, dks, qzs, dzs, cols_s, lane));
+        float gt = sg ? 1.0f / (1.0f + expf(-sg[0])) : 1.0f;
+        f = __fadd_rn(f, __fmul_rn(gt, y));
     }
-    if (count && last_block(count)) rms_row(x, norm_w, xn, rows, eps, yq, yd, yqz, ydz);
+    if (lane == 0) x[r] = __fadd_rn(x[r], f);
 }
-
 
 // (v, i) ← the better of (v, i) and (ov, oi): the larger value, the first index of equals.
 __device__ __forceinline__ void arg_better(float* v, int* i, float ov, int oi) {

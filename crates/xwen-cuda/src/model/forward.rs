@@ -26,45 +26,27 @@ impl CudaModel {
                 Arg::Ptr(sc.x.ptr),
             ],
         )?;
-        // a decode step's residual products norm their output for the next consumer in their
-        // last block (`ready`: that norm, done) instead of an rms_norm launch
-        let tail = |w: u64, kinds: Kinds| (self.decode_rows(n) && fuse_tails()).then_some(NormTail { w, kinds });
-        let mut ready: Option<In> = None;
-        for (i, l) in self.layers.iter().enumerate() {
+        for l in &self.layers {
             let kinds = &l.kinds;
-            let xn = match ready.take() {
-                Some(xn) => xn,
-                None => self.rms_norm(sc.x.ptr, l.attn_norm.ptr, n, self.decode_rows(n), kinds.mix_in)?,
-            };
-            let post = tail(l.post_norm.ptr, kinds.ffn_in);
-            ready = match &l.mixer {
-                DevMixer::Delta(w) => self.delta(w, xn, kinds.mix_out, n, post)?,
-                DevMixer::Attn(w) => self.attention(w, xn, kinds.mix_out, n, post)?,
-            };
+            let xn = self.rms_norm(sc.x.ptr, l.attn_norm.ptr, n, self.decode_rows(n), kinds.mix_in)?;
+            match &l.mixer {
+                DevMixer::Delta(w) => self.delta(w, xn, kinds.mix_out, n)?,
+                DevMixer::Attn(w) => self.attention(w, xn, kinds.mix_out, n)?,
+            }
             let moe_rows = matches!(l.ffn, DevFfn::Moe(_)) && !self.grouped_experts(n);
-            let xn = match ready.take() {
-                Some(xn) => xn,
-                None => self.rms_norm(sc.x.ptr, l.post_norm.ptr, n, self.decode_rows(n) || moe_rows, kinds.ffn_in)?,
-            };
-            let next = match self.layers.get(i + 1) {
-                Some(nl) => tail(nl.attn_norm.ptr, nl.kinds.mix_in),
-                None => tail(self.output_norm.ptr, self.head_kinds),
-            };
-            ready = match &l.ffn {
+            let xn = self.rms_norm(sc.x.ptr, l.post_norm.ptr, n, self.decode_rows(n) || moe_rows, kinds.ffn_in)?;
+            match &l.ffn {
                 DevFfn::Dense(w) => {
                     self.glu(w, xn, sc.ffn_h.ptr, n)?;
                     let hin = self.input(sc.ffn_h.ptr, w.down.cols, n, self.decode_rows(n), kinds.ffn_mid)?;
-                    self.proj_res(&w.down, hin, n, next)?
+                    self.proj(&w.down, hin, sc.x.ptr, Some(sc.x.ptr), n)?;
                 }
-                DevFfn::Moe(w) => self.moe(w, xn, kinds, n, next)?,
-            };
+                DevFfn::Moe(w) => self.moe(w, xn, kinds, n)?,
+            }
         }
         // the head reads the last token only
         let last = sc.x.at((n - 1) * h * 4);
-        let xn = match ready.take() {
-            Some(xn) => xn,
-            None => self.rms_norm(last, self.output_norm.ptr, 1, true, self.head_kinds)?,
-        };
+        let xn = self.rms_norm(last, self.output_norm.ptr, 1, true, self.head_kinds)?;
         self.proj(&self.output, xn, sc.logits.ptr, None, 1)?;
         // over many blocks: one block reading a 248k vocabulary's logits takes ~0.1 ms
         let blocks = d.n_vocab.div_ceil(4096).min(ARGMAX_BLOCKS);
@@ -100,67 +82,32 @@ impl CudaModel {
     /// quantized as their weights need; for a cuBLAS pass, xn in f16 once for all its products.
     fn rms_norm(&self, x: u64, w: u64, n: usize, rows: bool, kinds: Kinds) -> Result<In> {
         let (sc, hd) = (&self.sc, self.d.hidden);
-        let (q, q_args) = self.norm_q8(if rows { kinds } else { Kinds::default() });
-        let mut args = vec![Arg::Ptr(x), Arg::Ptr(w), Arg::Ptr(sc.xn.ptr), Arg::I32(hd as i32), Arg::F32(self.d.eps)];
-        args.extend(q_args);
-        self.gpu.launch("rms_norm", (n as u32, 1), 1024, 0, &args)?;
+        let fused = rows && kinds.k && hd % 256 == 0;
+        let fused_z = rows && kinds.z && hd % 32 == 0;
+        let (yq, yd) = if fused { (sc.xq_n.ptr, sc.xd_n.ptr) } else { (0, 0) };
+        let (yqz, ydz) = if fused_z { (sc.xq_nz.ptr, sc.xd_nz.ptr) } else { (0, 0) };
+        self.gpu.launch(
+            "rms_norm",
+            (n as u32, 1),
+            1024,
+            0,
+            &[Arg::Ptr(x), Arg::Ptr(w), Arg::Ptr(sc.xn.ptr), Arg::I32(hd as i32), Arg::F32(self.d.eps), Arg::Ptr(yq), Arg::Ptr(yd), Arg::Ptr(yqz), Arg::Ptr(ydz)],
+        )?;
+        let mut q = Q8::default();
+        if fused {
+            q.qk = sc.xq_n.ptr;
+            q.dk = sc.xd_n.ptr;
+        }
+        if fused_z {
+            q.qz = sc.xq_nz.ptr;
+            q.dz = sc.xd_nz.ptr;
+        }
         let mut f16 = 0;
         if !rows && n >= BLAS_MIN_TOKENS && self.gpu.blas.is_some() {
             self.to_f16(sc.xn.ptr, hd, n, sc.xn_f16.ptr)?;
             f16 = sc.xn_f16.ptr;
         }
         Ok(In { f: sc.xn.ptr, q, f16 })
-    }
-
-    /// The q8 copies of xn a norm writes for consumers of `kinds` (q8_K where the width is
-    /// whole 256-blocks, q8_0 where 32-blocks): the norm kernels' last four arguments.
-    fn norm_q8(&self, kinds: Kinds) -> (Q8, [Arg; 4]) {
-        let (sc, hd) = (&self.sc, self.d.hidden);
-        let mut q = Q8::default();
-        if kinds.k && hd % 256 == 0 {
-            (q.qk, q.dk) = (sc.xq_n.ptr, sc.xd_n.ptr);
-        }
-        if kinds.z && hd % 32 == 0 {
-            (q.qz, q.dz) = (sc.xq_nz.ptr, sc.xd_nz.ptr);
-        }
-        (q, [Arg::Ptr(q.qk), Arg::Ptr(q.dk), Arg::Ptr(q.qz), Arg::Ptr(q.dz)])
-    }
-
-    /// A norm's arguments for a kernel's tail (`mv_norm`, `moe_down_combine`): the finish
-    /// counter, the weights, xn, eps, the q8 copies; and the input it leaves in xn.
-    fn tail_args(&self, t: NormTail, counter: usize) -> (Vec<Arg>, In) {
-        let sc = &self.sc;
-        let (q, q_args) = self.norm_q8(t.kinds);
-        let mut args = vec![Arg::Ptr(sc.counts.at(4 * counter)), Arg::Ptr(t.w), Arg::Ptr(sc.xn.ptr), Arg::F32(self.d.eps)];
-        args.extend(q_args);
-        (args, In { f: sc.xn.ptr, q, f16: 0 })
-    }
-
-    /// x += W·xin (a residual product); in a decode step with a `tail`, also the norm of the
-    /// new x in the same launch (mv_norm), which it returns.
-    fn proj_res(&self, w: &DevMat, x: In, n: usize, tail: Option<NormTail>) -> Result<Option<In>> {
-        let sc = &self.sc;
-        let Some(t) = tail.filter(|_| n == 1 && w.rows == self.d.hidden) else {
-            self.proj(w, x, sc.x.ptr, Some(sc.x.ptr), n)?;
-            return Ok(None);
-        };
-        let (targs, xn) = self.tail_args(t, COUNT_MV_NORM);
-        let mut args = vec![
-            Arg::Ptr(w.buf.ptr),
-            Arg::I32(w.ty),
-            Arg::I32(w.rows as i32),
-            Arg::I32(w.cols as i32),
-            Arg::I64(w.row_bytes as i64),
-            Arg::Ptr(x.f),
-            Arg::Ptr(x.q.qk),
-            Arg::Ptr(x.q.dk),
-            Arg::Ptr(x.q.qz),
-            Arg::Ptr(x.q.dz),
-            Arg::Ptr(sc.x.ptr),
-        ];
-        args.extend(targs);
-        self.gpu.launch("mv_norm", (w.rows.div_ceil(MV_WARPS) as u32, 1), (32 * MV_WARPS) as u32, 0, &args)?;
-        Ok(Some(xn))
     }
 
     /// An input other than xn (`rows` rows of `cols` values at x), quantized where `rows_path`.
@@ -329,7 +276,7 @@ impl CudaModel {
         )
     }
 
-    fn delta(&self, w: &DeltaLayer, x: In, out_kinds: Kinds, n: usize, tail: Option<NormTail>) -> Result<Option<In>> {
+    fn delta(&self, w: &DeltaLayer, x: In, out_kinds: Kinds, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         if n == 1 {
             self.proj_many(&[(&w.qkv, sc.qkv.ptr), (&w.z, sc.z.ptr), (&w.beta, sc.beta.ptr), (&w.alpha, sc.alpha.ptr)], x)?;
@@ -362,13 +309,13 @@ impl CudaModel {
                 &[Arg::Ptr(sc.qkv.ptr), Arg::Ptr(w.conv_state.ptr), Arg::I32(cd as i32), Arg::I32(d.conv_kernel as i32), Arg::I32(n as i32)],
             )?;
         }
-        self.delta_scan(w, out_kinds, n, tail)
+        self.delta_scan(w, out_kinds, n)
     }
 
     /// The scan of a pass (a decode step too): gates and normed q / k per token, then S's rows
     /// spread over blocks (8 a block, in registers through the pass), then the output norms;
     /// the out projection. (delta_step, one block a head, is its single-kernel reference.)
-    fn delta_scan(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize, tail: Option<NormTail>) -> Result<Option<In>> {
+    fn delta_scan(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         if n == 1 {
             // a decode step: the gates and norms inside the rows' kernel
@@ -392,7 +339,7 @@ impl CudaModel {
                     Arg::F32(d.eps),
                 ],
             )?;
-            return self.delta_finish(w, out_kinds, n, tail);
+            return self.delta_finish(w, out_kinds, n);
         }
         g.launch(
             "delta_prep",
@@ -434,11 +381,11 @@ impl CudaModel {
                 Arg::I32(n as i32),
             ],
         )?;
-        self.delta_finish(w, out_kinds, n, tail)
+        self.delta_finish(w, out_kinds, n)
     }
 
     /// The scan's gated output norms, then the out projection (and its residual).
-    fn delta_finish(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize, tail: Option<NormTail>) -> Result<Option<In>> {
+    fn delta_finish(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         // a decode step's norm also quantizes where 256 values are whole heads
         let fuse = self.decode_rows(n) && (out_kinds.k || out_kinds.z) && 256 % d.sd == 0 && (d.hv * d.sd) % 256 == 0;
@@ -455,10 +402,10 @@ impl CudaModel {
         args.extend(if fuse { self.fused_outputs(out_kinds) } else { [Arg::Ptr(0); 4] });
         g.launch("delta_out", ((d.hv / heads) as u32, n as u32), (128 * heads) as u32, 0, &args)?;
         let o = self.input_after(sc.delta_o.ptr, w.out.cols, n, self.decode_rows(n), out_kinds, fuse)?;
-        self.proj_res(&w.out, o, n, tail)
+        self.proj(&w.out, o, sc.x.ptr, Some(sc.x.ptr), n)
     }
 
-    fn attention(&self, w: &AttnLayer, x: In, out_kinds: Kinds, n: usize, tail: Option<NormTail>) -> Result<Option<In>> {
+    fn attention(&self, w: &AttnLayer, x: In, out_kinds: Kinds, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         if n == 1 {
             self.proj_many(&[(&w.q, sc.qg.ptr), (&w.k, sc.k.ptr), (&w.v, sc.v.ptr)], x)?;
@@ -518,22 +465,36 @@ impl CudaModel {
         args.extend(if fuse { self.fused_outputs(out_kinds) } else { [Arg::Ptr(0); 4] });
         g.launch("attn_merge", (grid_x as u32, n as u32), merge_block as u32, 0, &args)?;
         let o = self.input_after(sc.attn_o.ptr, w.o.cols, n, self.decode_rows(n), out_kinds, fuse)?;
-        self.proj_res(&w.o, o, n, tail)
+        self.proj(&w.o, o, sc.x.ptr, Some(sc.x.ptr), n)
     }
 
-    fn moe(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, tail: Option<NormTail>) -> Result<Option<In>> {
+    fn moe(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
-        // a decode step: a warp a slot in moe_down_combine, the router's top-k one warp's
-        if self.decode_rows(n) && k < 32 && d.n_expert <= 512 {
-            if fuse_tails() {
-                self.router_route(w, x)?;
-            } else {
-                self.route(w, x, n)?;
-            }
-            return self.moe_decode(w, x, kinds, tail);
+        let decode = self.decode_rows(n);
+        match &w.shared_gate {
+            // the router and the shared expert's gate read the same input: one launch
+            Some(gate) if decode => self.proj_many(&[(&w.router, sc.router.ptr), (gate, sc.sg.ptr)], x)?,
+            _ => self.proj(&w.router, x, sc.router.ptr, None, n)?,
         }
-        self.route(w, x, n)?;
+        let route_args = [
+            Arg::Ptr(sc.router.ptr),
+            Arg::I32(d.n_expert as i32),
+            Arg::I32(k as i32),
+            Arg::I32(d.norm_w as i32),
+            Arg::F32(d.w_scale),
+            Arg::Ptr(sc.ids.ptr),
+            Arg::Ptr(sc.weights.ptr),
+        ];
+        if d.n_expert <= 512 && k <= 32 {
+            // a warp a token, the experts' probabilities in registers
+            g.launch("moe_route_warp", (n as u32, 1), 32, 0, &route_args)?;
+        } else {
+            g.launch("moe_route", (n as u32, 1), 256, (d.n_expert * 4) as u32, &route_args)?;
+        }
+        if decode {
+            return self.moe_decode(w, x, kinds);
+        }
         if self.grouped_experts(n) {
             self.experts_grouped(&w.experts, n)?;
         } else {
@@ -560,78 +521,13 @@ impl CudaModel {
             256,
             0,
             &[Arg::Ptr(sc.x.ptr), Arg::Ptr(sc.ys.ptr), Arg::Ptr(sc.weights.ptr), Arg::I32(k as i32), Arg::I32(h as i32), Arg::Ptr(shared), Arg::Ptr(sg)],
-        )?;
-        Ok(None)
-    }
-
-    /// The router's logits (and, in a decode step, the shared expert's gate), then the top-k.
-    fn route(&self, w: &MoeLayer, x: In, n: usize) -> Result<()> {
-        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        let k = d.n_used;
-        let decode = self.decode_rows(n);
-        match &w.shared_gate {
-            // the router and the shared expert's gate read the same input: one launch
-            Some(gate) if decode => self.proj_many(&[(&w.router, sc.router.ptr), (gate, sc.sg.ptr)], x)?,
-            _ => self.proj(&w.router, x, sc.router.ptr, None, n)?,
-        }
-        let route_args = [
-            Arg::Ptr(sc.router.ptr),
-            Arg::I32(d.n_expert as i32),
-            Arg::I32(k as i32),
-            Arg::I32(d.norm_w as i32),
-            Arg::F32(d.w_scale),
-            Arg::Ptr(sc.ids.ptr),
-            Arg::Ptr(sc.weights.ptr),
-        ];
-        if d.n_expert <= 512 && k <= 32 {
-            // a warp a token, the experts' probabilities in registers
-            g.launch("moe_route_warp", (n as u32, 1), 32, 0, &route_args)?;
-        } else {
-            g.launch("moe_route", (n as u32, 1), 256, (d.n_expert * 4) as u32, &route_args)?;
-        }
-        Ok(())
-    }
-
-    /// A decode step's router logits (and the shared expert's gate) and top-k in one launch.
-    fn router_route(&self, w: &MoeLayer, x: In) -> Result<()> {
-        let (d, sc) = (&self.d, &self.sc);
-        let r = &w.router;
-        let gate = w.shared_gate.as_ref();
-        let rows = r.rows + gate.map_or(0, |m| m.rows);
-        let mut args = vec![
-            Arg::I32(r.cols as i32),
-            Arg::Ptr(x.f),
-            Arg::Ptr(x.q.qk),
-            Arg::Ptr(x.q.dk),
-            Arg::Ptr(x.q.qz),
-            Arg::Ptr(x.q.dz),
-            Arg::Ptr(r.buf.ptr),
-            Arg::I32(r.ty),
-            Arg::I32(r.rows as i32),
-            Arg::I64(r.row_bytes as i64),
-            Arg::Ptr(sc.router.ptr),
-        ];
-        match gate {
-            Some(m) => args.extend([Arg::Ptr(m.buf.ptr), Arg::I32(m.ty), Arg::I32(m.rows as i32), Arg::I64(m.row_bytes as i64), Arg::Ptr(sc.sg.ptr)]),
-            None => args.extend([Arg::Ptr(0), Arg::I32(0), Arg::I32(0), Arg::I64(0), Arg::Ptr(0)]),
-        }
-        args.extend([
-            Arg::Ptr(sc.counts.at(4 * COUNT_ROUTER)),
-            Arg::I32(d.n_used as i32),
-            Arg::I32(d.norm_w as i32),
-            Arg::F32(d.w_scale),
-            Arg::Ptr(sc.ids.ptr),
-            Arg::Ptr(sc.weights.ptr),
-        ]);
-        self.gpu.launch("router_route", (rows.div_ceil(MV_WARPS) as u32, 1), (32 * MV_WARPS) as u32, 0, &args)
+        )
     }
 
     /// A decode step's experts after routing: gate, up and SwiGLU of the k slots and of the
-    /// shared expert in one launch (moe_glu, whose last block quantizes their hidden rows),
-    /// then every down product, the weighted sum and the residual in one launch
-    /// (moe_down_combine: the bits of mv + mv + moe_combine), whose last block norms x for the
-    /// next consumer where `tail` asks.
-    fn moe_decode(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, tail: Option<NormTail>) -> Result<Option<In>> {
+    /// shared expert, then every down product, the weighted sum and the residual in one launch
+    /// (moe_down_combine: the bits of mv + mv + moe_combine).
+    fn moe_decode(&self, w: &MoeLayer, x: In, kinds: &LayerKinds) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
         let ex = &w.experts;
@@ -639,10 +535,9 @@ impl CudaModel {
         let (hin, sin) = match &w.shared {
             Some(s) => {
                 (s_ptr, s_ty, s_cols, s_rb) = (s.down.buf.ptr, s.down.ty, s.down.cols, s.down.row_bytes);
-                let mids = if fuse_tails() { self.mids_plan(kinds, s.down.cols) } else { None };
-                self.moe_glu(ex, s, x, mids.as_ref())?;
-                match mids {
-                    Some(m) => (m.experts, m.shared),
+                self.moe_glu(ex, s, x)?;
+                match self.quant_mids(kinds, s.down.cols)? {
+                    Some(pair) => pair,
                     None => {
                         let hin = self.input(sc.ffn_h.ptr, eff, k, true, kinds.ffn_mid)?;
                         // the shared expert's hidden row goes to the other q8 scratch rows: ffn_h's stay
@@ -657,115 +552,124 @@ impl CudaModel {
         };
         let sg = if w.shared.is_some() && w.shared_gate.is_some() { sc.sg.ptr } else { 0 };
         let dm = &w.experts.down;
-        let mut args = vec![
-            Arg::Ptr(dm.buf.ptr),
-            Arg::I32(dm.ty),
-            Arg::I32(dm.rows as i32),
-            Arg::I32(dm.cols as i32),
-            Arg::I64(dm.row_bytes as i64),
-            Arg::I64(dm.mat_bytes() as i64),
-            Arg::Ptr(sc.ids.ptr),
-            Arg::Ptr(sc.weights.ptr),
-            Arg::I32(k as i32),
-            Arg::Ptr(hin.f),
-            Arg::Ptr(hin.q.qk),
-            Arg::Ptr(hin.q.dk),
-            Arg::Ptr(hin.q.qz),
-            Arg::Ptr(hin.q.dz),
-            Arg::Ptr(s_ptr),
-            Arg::I32(s_ty),
-            Arg::I32(s_cols as i32),
-            Arg::I64(s_rb as i64),
-            Arg::Ptr(sin.f),
-            Arg::Ptr(sin.q.qk),
-            Arg::Ptr(sin.q.dk),
-            Arg::Ptr(sin.q.qz),
-            Arg::Ptr(sin.q.dz),
-            Arg::Ptr(sg),
-            Arg::Ptr(sc.x.ptr),
-        ];
-        let xn = match tail.filter(|_| dm.rows == h) {
-            Some(t) => {
-                let (targs, xn) = self.tail_args(t, COUNT_MOE_DOWN);
-                args.extend(targs);
-                Some(xn)
-            }
-            None => {
-                args.extend([Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::F32(0.0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0)]);
-                None
-            }
-        };
-        let warps = k + usize::from(s_ptr != 0);
-        g.launch("moe_down_combine", (dm.rows.div_ceil(MDC_ROWS) as u32, 1), (32 * warps) as u32, 0, &args)?;
-        Ok(xn)
+        g.launch(
+            "moe_down_combine",
+            (dm.rows.div_ceil(MV_WARPS) as u32, 1),
+            (32 * MV_WARPS) as u32,
+            0,
+            &[
+                Arg::Ptr(dm.buf.ptr),
+                Arg::I32(dm.ty),
+                Arg::I32(dm.rows as i32),
+                Arg::I32(dm.cols as i32),
+                Arg::I64(dm.row_bytes as i64),
+                Arg::I64(dm.mat_bytes() as i64),
+                Arg::Ptr(sc.ids.ptr),
+                Arg::Ptr(sc.weights.ptr),
+                Arg::I32(k as i32),
+                Arg::Ptr(hin.f),
+                Arg::Ptr(hin.q.qk),
+                Arg::Ptr(hin.q.dk),
+                Arg::Ptr(hin.q.qz),
+                Arg::Ptr(hin.q.dz),
+                Arg::Ptr(s_ptr),
+                Arg::I32(s_ty),
+                Arg::I32(s_cols as i32),
+                Arg::I64(s_rb as i64),
+                Arg::Ptr(sin.f),
+                Arg::Ptr(sin.q.qk),
+                Arg::Ptr(sin.q.dk),
+                Arg::Ptr(sin.q.qz),
+                Arg::Ptr(sin.q.dz),
+                Arg::Ptr(sg),
+                Arg::Ptr(sc.x.ptr),
+            ],
+        )
     }
 
     /// The routed experts' gate, up and SwiGLU (k slots into ffn_h) and the shared expert's
-    /// (into sh_h) of a decode step in one launch; where `mids` is given its last block
-    /// quantizes both hidden rows as `mids` says.
-    fn moe_glu(&self, ex: &Glu, s: &Glu, x: In, mids: Option<&Mids>) -> Result<()> {
+    /// (into sh_h) of a decode step in one launch.
+    fn moe_glu(&self, ex: &Glu, s: &Glu, x: In) -> Result<()> {
         let (d, sc) = (&self.d, &self.sc);
         let (eg, eu, sg, su) = (&ex.gate, &ex.up, &s.gate, &s.up);
-        let mut args = vec![
-            Arg::Ptr(eg.buf.ptr),
-            Arg::Ptr(eu.buf.ptr),
-            Arg::I32(eg.ty),
-            Arg::I32(eu.ty),
-            Arg::I32(eg.rows as i32),
-            Arg::I64(eg.row_bytes as i64),
-            Arg::I64(eu.row_bytes as i64),
-            Arg::I64(eg.mat_bytes() as i64),
-            Arg::I64(eu.mat_bytes() as i64),
-            Arg::Ptr(sc.ids.ptr),
-            Arg::I32(d.n_used as i32),
-            Arg::Ptr(sg.buf.ptr),
-            Arg::Ptr(su.buf.ptr),
-            Arg::I32(sg.ty),
-            Arg::I32(su.ty),
-            Arg::I32(sg.rows as i32),
-            Arg::I64(sg.row_bytes as i64),
-            Arg::I64(su.row_bytes as i64),
-            Arg::I32(eg.cols as i32),
-            Arg::Ptr(x.f),
-            Arg::Ptr(x.q.qk),
-            Arg::Ptr(x.q.dk),
-            Arg::Ptr(x.q.qz),
-            Arg::Ptr(x.q.dz),
-            Arg::Ptr(sc.ffn_h.ptr),
-            Arg::Ptr(sc.sh_h.ptr),
-        ];
-        match mids {
-            Some(m) => {
-                let kind = |q: &Q8| if q.qk != 0 { (0, q.qk, q.dk) } else { (1, q.qz, q.dz) };
-                let ((ka, qa, da), (kb, qb, db)) = (kind(&m.experts.q), kind(&m.shared.q));
-                args.extend([Arg::Ptr(sc.counts.at(4 * COUNT_MOE_GLU)), Arg::Ptr(qa), Arg::Ptr(da), Arg::I32(ka), Arg::Ptr(qb), Arg::Ptr(db), Arg::I32(kb)]);
-            }
-            None => args.extend([Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::I32(0), Arg::Ptr(0), Arg::Ptr(0), Arg::I32(0)]),
-        }
-        self.gpu.launch("moe_glu", (eg.rows.max(sg.rows).div_ceil(MV_WARPS) as u32, d.n_used as u32 + 1), (32 * MV_WARPS) as u32, 0, &args)
+        self.gpu.launch(
+            "moe_glu",
+            (eg.rows.max(sg.rows).div_ceil(MV_WARPS) as u32, d.n_used as u32 + 1),
+            (32 * MV_WARPS) as u32,
+            0,
+            &[
+                Arg::Ptr(eg.buf.ptr),
+                Arg::Ptr(eu.buf.ptr),
+                Arg::I32(eg.ty),
+                Arg::I32(eu.ty),
+                Arg::I32(eg.rows as i32),
+                Arg::I64(eg.row_bytes as i64),
+                Arg::I64(eu.row_bytes as i64),
+                Arg::I64(eg.mat_bytes() as i64),
+                Arg::I64(eu.mat_bytes() as i64),
+                Arg::Ptr(sc.ids.ptr),
+                Arg::I32(d.n_used as i32),
+                Arg::Ptr(sg.buf.ptr),
+                Arg::Ptr(su.buf.ptr),
+                Arg::I32(sg.ty),
+                Arg::I32(su.ty),
+                Arg::I32(sg.rows as i32),
+                Arg::I64(sg.row_bytes as i64),
+                Arg::I64(su.row_bytes as i64),
+                Arg::I32(eg.cols as i32),
+                Arg::Ptr(x.f),
+                Arg::Ptr(x.q.qk),
+                Arg::Ptr(x.q.dk),
+                Arg::Ptr(x.q.qz),
+                Arg::Ptr(x.q.dz),
+                Arg::Ptr(sc.ffn_h.ptr),
+                Arg::Ptr(sc.sh_h.ptr),
+            ],
+        )
     }
 
-    /// Where a decode step's experts' hidden rows and the shared expert's each take one q8 kind,
-    /// the inputs their down products read once moe_glu's tail has quantized them: the shared
-    /// row after the k slots' rows in its kind's scratch. None where that does not hold.
-    fn mids_plan(&self, kinds: &LayerKinds, s_cols: usize) -> Option<Mids> {
+    /// A decode step's experts' hidden rows and the shared expert's quantized for their down
+    /// products in one launch (quant_q8_2), where each takes one q8 kind: the shared row goes
+    /// after the k slots' rows in its kind's scratch. None where that does not hold.
+    fn quant_mids(&self, kinds: &LayerKinds, s_cols: usize) -> Result<Option<(In, In)>> {
         let (d, sc) = (&self.d, &self.sc);
         let (k, eff) = (d.n_used, d.expert_ff);
-        // (q8_K?, block width, values, scales) of a kind's scratch
+        // (kind, block width, scratch values, scratch scales)
         let one = |kd: Kinds| match (kd.k, kd.z) {
-            (true, false) => Some((true, 256, sc.xq_b.ptr, sc.xd_b.ptr)),
-            (false, true) => Some((false, 32, sc.xq_bz.ptr, sc.xd_bz.ptr)),
+            (true, false) => Some((0, 256, sc.xq_b.ptr, sc.xd_b.ptr)),
+            (false, true) => Some((1, 32, sc.xq_bz.ptr, sc.xd_bz.ptr)),
             _ => None,
         };
-        let (ka, wa, qa, da) = one(kinds.ffn_mid)?;
-        let (kb, wb, qb, db) = one(kinds.shared_mid)?;
+        let (Some((ka, wa, qa, da)), Some((kb, wb, qb, db))) = (one(kinds.ffn_mid), one(kinds.shared_mid)) else {
+            return Ok(None);
+        };
         let off = k * eff;
         if eff % wa != 0 || s_cols % wb != 0 || off % wb != 0 {
-            return None;
+            return Ok(None);
         }
-        let q = |is_k: bool, q: u64, dq: u64| if is_k { Q8 { qk: q, dk: dq, qz: 0, dz: 0 } } else { Q8 { qk: 0, dk: 0, qz: q, dz: dq } };
         let (qb, db) = (qb + off as u64, db + (off / 32 * 8) as u64);
-        Some(Mids { experts: In { f: sc.ffn_h.ptr, q: q(ka, qa, da), f16: 0 }, shared: In { f: sc.sh_h.ptr, q: q(kb, qb, db), f16: 0 } })
+        let per_block = 8; // warps of 256 threads, a q8 block each
+        let blocks = (eff / wa).max(s_cols / wb).div_ceil(per_block);
+        self.gpu.launch(
+            "quant_q8_2",
+            (blocks as u32, k as u32 + 1),
+            256,
+            0,
+            &[
+                Arg::Ptr(sc.ffn_h.ptr),
+                Arg::I32(eff as i32),
+                Arg::Ptr(qa),
+                Arg::Ptr(da),
+                Arg::I32(ka),
+                Arg::Ptr(sc.sh_h.ptr),
+                Arg::I32(s_cols as i32),
+                Arg::Ptr(qb),
+                Arg::Ptr(db),
+                Arg::I32(kb),
+            ],
+        )?;
+        let q = |kind: i32, q: u64, dq: u64| if kind == 0 { Q8 { qk: q, dk: dq, qz: 0, dz: 0 } } else { Q8 { qk: 0, dk: 0, qz: q, dz: dq } };
+        Ok(Some((In { f: sc.ffn_h.ptr, q: q(ka, qa, da), f16: 0 }, In { f: sc.sh_h.ptr, q: q(kb, qb, db), f16: 0 })))
     }
 
     /// One row of `cols` values at x quantized into the q8 scratch `offset` values in (past
@@ -861,35 +765,6 @@ pub(super) struct In {
 }
 
 pub(super) const MV_WARPS: usize = 4;
-/// Rows of a moe_down_combine block (kernels.cu MDC_ROWS).
-pub(super) const MDC_ROWS: usize = 2;
-/// The finish counters of the kernels whose last block runs a tail (Scratch::counts).
-const COUNT_MV_NORM: usize = 0;
-const COUNT_MOE_DOWN: usize = 1;
-const COUNT_ROUTER: usize = 2;
-const COUNT_MOE_GLU: usize = 3;
-pub(super) const COUNTERS: usize = 4;
-
-/// A norm a decode producer of x runs in its last block for x's next consumer: its weights
-/// and the q8 kinds that consumer takes.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct NormTail {
-    w: u64,
-    kinds: Kinds,
-}
-
-/// A decode step's experts' and shared expert's hidden rows as their down products take them.
-pub(super) struct Mids {
-    experts: In,
-    shared: In,
-}
-
-/// Whether decode producers run the next norm, the routing and the quantization in their last
-/// block (default) or leave them to launches of their own (`XWEN_CUDA_TAILS=0`, for A/B runs).
-fn fuse_tails() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var("XWEN_CUDA_TAILS").map_or(true, |v| v != "0"))
-}
 /// Blocks of the greedy argmax at most (its scratch: a value and an index each, a counter).
 pub(super) const ARGMAX_BLOCKS: usize = 128;
 /// Tokens a pass of the `mm` kernels (kernels.cu MM_T).

@@ -218,9 +218,6 @@ struct Scratch {
     token: DevBuf,
     /// The argmax blocks' (value, index) and their finish counter (zero between launches).
     argmax_part: DevBuf,
-    /// The finish counters of kernels whose last block runs a tail (forward.rs), zero between
-    /// launches.
-    counts: DevBuf,
 }
 
 /// Geometry the step needs.
@@ -436,7 +433,6 @@ impl CudaModel {
             logits: f(d.n_vocab)?,
             token: f(1)?,
             argmax_part: f(2 * forward::ARGMAX_BLOCKS + 1)?,
-            counts: f(forward::COUNTERS)?,
         };
         let output = up.mat(&net.output)?;
         let head_kinds = Kinds::of(&[&output]);
