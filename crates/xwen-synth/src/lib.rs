@@ -872,9 +872,20 @@ fn stream_tensors(
         let mut rng = Rng::new(seed ^ fnv1a(t.name.as_bytes()));
         let n = t.n_bytes();
         if t.fill == Fill::Matrix && pools.get(t.ty).is_none() {
-            let x: Vec<f32> = (0..t.n_elements()).map(|_| WEIGHT_STD * rng.normal()).collect();
-            let q = xwen_kernels::quantize(t.ty, &x).map_err(|e| SynthError::Invalid(format!("{} as {}: {e}", t.name, t.ty)))?;
-            stream.write_data(&q)?;
+            // whole rows at a time (a quantizer's blocks never cross a row), so that a table of
+            // billions of values is not held in f32 at once; the same bytes as one call
+            let row = t.dims.first().copied().unwrap_or(1).max(1) as usize;
+            let rows_per_chunk = (CHUNK_BYTES / 4 / row).max(1);
+            let mut left = t.n_elements() as usize / row;
+            let mut x = Vec::with_capacity(rows_per_chunk * row);
+            while left > 0 {
+                let k = left.min(rows_per_chunk);
+                x.clear();
+                x.extend((0..k * row).map(|_| WEIGHT_STD * rng.normal()));
+                let q = xwen_kernels::quantize(t.ty, &x).map_err(|e| SynthError::Invalid(format!("{} as {}: {e}", t.name, t.ty)))?;
+                stream.write_data(&q)?;
+                left -= k;
+            }
         } else if let (Fill::Matrix, Some(pool)) = (t.fill, pools.get(t.ty)) {
             let bs = t.ty.type_size();
             let pool_blocks = pool.len() / bs;
