@@ -1,7 +1,7 @@
 //! xwen-engine: `models/` (the architecture registry, one file per architecture), `layers/`
 //! (attention, delta rule, FFN, MoE: the math), `backend/` (the ops they run on: `cpu`), the batched forward (`batch`, `ctx`), the RAM plan (`memory_plan`), sequence state and
-//! checkpoints (`state/`: KV caches, recurrent states, their byte codec), `experts/` (store, streaming, cache) and `runtime/` (scheduler,
-//! session, generate, sampler). The library never prints, exits or reads environment variables; errors are returned.
+//! checkpoints (`state/`: KV caches, recurrent states, their byte codec), `experts/` (store, streaming, cache) and `runtime/` (the engine
+//! object, scheduler, session, generate, sampler, drafting). The library never prints, exits or reads environment variables; errors are returned.
 
 pub mod backend;
 pub mod batch;
