@@ -1,7 +1,7 @@
 //! xwen-engine: `models/` (the architecture registry, one file per architecture), `layers/`
 //! (attention, delta rule, FFN, MoE: the math), `backend/` (the ops they run on: `cpu`), the batched forward (`batch`, `ctx`), the RAM plan (`memory_plan`), sequence state and
-//! checkpoints (`state/`: KV caches, recurrent states, their byte codec), `experts/` (store, streaming, cache) and `runtime/` (scheduler,
-//! session, generate, sampler). The library never prints, exits or reads environment variables; errors are returned.
+//! checkpoints (`state/`: KV caches, recurrent states, their byte codec), `experts/` (store, streaming, cache) and `runtime/` (the engine
+//! object, scheduler, session, generate, sampler, drafting). The library never prints, exits or reads environment variables; errors are returned.
 
 pub mod backend;
 pub mod batch;
@@ -28,6 +28,9 @@ pub use experts::streamed::StreamedExperts;
 pub use experts::replay::Route;
 pub use model::{mtp_plan_bytes, supported_archs, LogitsMode, Model, SeqStep, KNOWN_UNIMPLEMENTED_ARCHS};
 pub use state::{SeqCheckpoint, SeqState, Snapshot};
+pub use runtime::engine::{Engine, EngineObserver, EngineOptions, EngineRequest, Output, RequestId, Usage};
+pub use runtime::engine_thread::{EngineHandle, OutputSink, SubmitError};
+pub use runtime::slots::{DraftSettings, DraftSource};
 pub use runtime::prefix_cache::{Hit as PrefixHit, PrefixCache};
 pub use runtime::generate::{self, generate, generate_observed, GenStats, GenerateRequest, StopReason};
 pub use runtime::sampler;

@@ -3,7 +3,7 @@
 //! stop strings, ending with a finish reason. Both dialects and both modes (streamed or not)
 //! read the same `Gen`, so a streamed reply concatenates to exactly the non-streamed one.
 
-use crate::engine::{Job, Out, SubmitError};
+use crate::engine::{ChannelSink, Out, SubmitError};
 use crate::error::{ApiError, ApiResult, Dialect, Kind};
 use crate::reply::{Piece, ReplyParser};
 use xwen_chat::StopFilter;
@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
 use xwen_chat::{StreamDecoder, Tokenizer};
-use xwen_engine::{SamplingParams, StopReason};
+use xwen_engine::{EngineRequest, SamplingParams, StopReason};
 
 /// A request ready for the engine.
 pub struct Prepared {
@@ -112,19 +112,14 @@ impl App {
             sampling.logit_bias.extend(self.eog.iter().map(|&t| (t, f32::NEG_INFINITY)));
         }
         let cancel = Arc::new(AtomicBool::new(false));
-        let job = Job {
-            prompt: p.prompt,
-            max_tokens,
-            stop_ids: if p.ignore_eos { Vec::new() } else { self.eog.clone() },
-            sampling,
+        let req = EngineRequest {
             logprobs: p.logprobs,
             processor: p.processor,
             checkpoints: p.checkpoints,
-            out: tx,
-            cancel: cancel.clone(),
+            ..EngineRequest::new(p.prompt, max_tokens, if p.ignore_eos { Vec::new() } else { self.eog.clone() }, sampling)
         };
         self.metrics.prompt_tokens.inc_by(n as u64);
-        match self.engine.submit(job) {
+        match self.engine.submit(req, Box::new(ChannelSink(tx)), cancel.clone()) {
             Ok(()) => {}
             Err(SubmitError::QueueFull) => {
                 return Err(ApiError::new(d, Kind::QueueFull, format!("all {} slots are busy and {} requests wait; retry later", self.parallel, self.queue_limit)))
@@ -227,7 +222,7 @@ impl Gen {
                         self.text(&t, &mut out);
                     }
                 }
-                Some(Out::Done { stop }) => {
+                Some(Out::Done { stop, .. }) => {
                     let fin = match stop {
                         StopReason::StopToken | StopReason::Constraint | StopReason::Caller => Finish::Stop,
                         StopReason::Length | StopReason::ContextFull => Finish::Length,

@@ -1,10 +1,10 @@
-//! xwen-server: OpenAI- and Anthropic-compatible HTTP over the engine's continuous-batching
-//! scheduler. One engine thread (`engine`) owns the model and steps all running sequences
+//! xwen-server: OpenAI- and Anthropic-compatible HTTP over the library's engine
+//! (`xwen_engine::Engine`). One engine thread owns the model and steps all running sequences
 //! together; the HTTP side (axum on tokio) renders prompts, queues jobs and turns tokens back
 //! into each dialect's replies (`openai`, `anthropic`), streamed or not. The crate calls only
 //! the public API of xwen-engine and xwen-chat.
 //!
-//! - `engine`: the engine thread, its queue and its slots (sessions kept for prefix reuse);
+//! - `engine`: starts the library's engine thread, delivers outputs to the routes, counts metrics;
 //! - `generation`: one request's tokens → text pieces, stop strings, finish reasons;
 //! - `reply`, `tool_parse` (from xwen-chat): reasoning / content / tool-call splitting of the reply text;
 //! - `params`: strict reading of request fields; `error`: each dialect's error shape;
@@ -62,36 +62,8 @@ impl Default for ServerConfig {
     }
 }
 
-/// How the slots draft: with what, at most how many tokens a step, and below which top
-/// probability a model drafter (a draft model, the MTP head) stops (llama.cpp's p_min).
-#[derive(Clone, Debug)]
-pub struct DraftConfig {
-    pub source: DraftSource,
-    pub max: usize,
-    pub p_min: f32,
-}
-
-/// Where drafts come from.
-#[derive(Clone)]
-pub enum DraftSource {
-    /// Prompt lookup (n-gram): no model.
-    Ngram,
-    /// The served model's own MTP head (its nextn block, or a sidecar attached to it).
-    Mtp,
-    /// A smaller model with the served model's vocabulary, shared by every slot; each slot's
-    /// drafter keeps its own state of it.
-    Model(Arc<Model>),
-}
-
-impl std::fmt::Debug for DraftSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DraftSource::Ngram => f.write_str("Ngram"),
-            DraftSource::Mtp => f.write_str("Mtp"),
-            DraftSource::Model(m) => write!(f, "Model({})", m.name().unwrap_or(m.architecture())),
-        }
-    }
-}
+/// How the slots draft and where drafts come from: the engine's (`xwen_engine::DraftSettings`).
+pub use xwen_engine::{DraftSettings as DraftConfig, DraftSource};
 
 /// What is served: the model, its tokenizer and chat template, and the names it answers to
 /// (the first is the id `/v1/models` lists).

@@ -1,4 +1,7 @@
 //! The runtime over the model: what `xwen chat`, `xwen bench --parallel` and a server call.
+//! - `engine`: the engine object (model, slots, step loop; requests in, outputs out), and
+//!   `engine_thread`, the engine on a thread of its own with a handle to submit through;
+//!   `slots`: the sessions kept between requests, the prefix cache, the drafters they keep;
 //! - `session`: one conversation's sequence with prefix reuse (longest common prefix, then a
 //!   checkpoint restore — recurrent state cannot be rewound);
 //! - `scheduler`: many sequences stepped together through the batched forward;
@@ -8,9 +11,12 @@
 //!   their sequences.
 
 pub(crate) mod cost_table;
+pub mod engine;
+pub mod engine_thread;
 pub mod generate;
 pub mod prefix_cache;
 pub mod sampler;
 pub mod scheduler;
 pub mod session;
+pub mod slots;
 pub mod speculative;

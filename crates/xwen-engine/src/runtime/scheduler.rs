@@ -362,10 +362,23 @@ impl Scheduler {
         (n > Self::chunk(r)).then_some((k, n))
     }
 
-    /// One batched forward over the running sequences; returns what happened.
+    /// One batched forward over the running sequences; returns what happened. The phases, in
+    /// order: sequences that cannot run end, drafting sequences propose, the step's rows are
+    /// chosen, the forward runs, its time is shared out, and each sequence's logits become its
+    /// tokens.
     pub fn step(&mut self, model: &Model) -> Result<Vec<Event>> {
         let mut events = Vec::new();
-        // sequences with nothing to generate or no room left end before the step
+        self.end_unrunnable(model, &mut events);
+        self.propose_drafts(model)?;
+        let (take, wave) = self.schedule_rows(model);
+        let Some(ran) = self.run(model, &take, wave)? else { return Ok(events) };
+        self.share_step_cost(&ran);
+        self.postprocess(model, ran, &mut events)?;
+        Ok(events)
+    }
+
+    /// Sequences with nothing to generate or no room left end before the step.
+    fn end_unrunnable(&mut self, model: &Model, events: &mut Vec<Event>) {
         let max_ctx = model.max_context();
         let mut i = 0;
         while i < self.running.len() {
@@ -386,11 +399,13 @@ impl Scheduler {
                 None => i += 1,
             }
         }
-        // decode rows first (one row each), then whole prefill chunks while rows remain: a
-        // chunk never shrinks to fit, so a sequence's spans do not depend on the others
-        let budget = model.max_batch_rows().min(MAX_STEP_ROWS);
-        // drafting sequences propose this step's drafts (within the context and the token
-        // limit); draft models' drafters together, their forwards batched across sequences
+    }
+
+    /// Drafting sequences propose this step's drafts (within the context and the token limit);
+    /// draft models' drafters together, their forwards batched across sequences. Each
+    /// controller learns what its proposal cost.
+    fn propose_drafts(&mut self, model: &Model) -> Result<()> {
+        let max_ctx = model.max_context();
         let mut asks: Vec<(usize, Vec<u32>, usize)> = Vec::new(); // (running index, context, depth)
         for (i, r) in self.running.iter_mut().enumerate() {
             r.drafts.clear();
@@ -457,6 +472,14 @@ impl Scheduler {
                 ctl.observe_empty();
             }
         }
+        Ok(())
+    }
+
+    /// The rows each sequence runs this step (0: it waits): decode rows first (one row each,
+    /// plus its drafts), then whole prefill chunks while rows remain — a chunk never shrinks to
+    /// fit, so a sequence's spans do not depend on the others — and a lone prompt's wave.
+    fn schedule_rows(&self, model: &Model) -> (Vec<usize>, Option<(usize, usize)>) {
+        let budget = model.max_batch_rows().min(MAX_STEP_ROWS);
         let mut rows = self.running.iter().filter(|r| !r.prompt_left).map(|r| 1 + r.drafts.len()).sum::<usize>();
         let mut take: Vec<usize> = self.running.iter().map(|r| usize::from(!r.prompt_left)).collect();
         for (t, r) in take.iter_mut().zip(&self.running) {
@@ -472,6 +495,12 @@ impl Scheduler {
         if let Some((k, n)) = wave {
             take[k] = n;
         }
+        (take, wave)
+    }
+
+    /// The forward over the scheduled rows: a drafted sequence's verify span (the pending token,
+    /// then its drafts), a decode row, or a prompt chunk each. None when nothing runs.
+    fn run(&mut self, model: &Model, take: &[usize], wave: Option<(usize, usize)>) -> Result<Option<Ran>> {
         let mut idx = Vec::new();
         let mut steps = Vec::new();
         for r in self.running.iter_mut() {
@@ -482,7 +511,7 @@ impl Scheduler {
                 r.drafts = d;
             }
         }
-        for (k, (r, &n)) in self.running.iter_mut().zip(&take).enumerate() {
+        for (k, (r, &n)) in self.running.iter_mut().zip(take).enumerate() {
             if n == 0 {
                 continue;
             }
@@ -507,11 +536,11 @@ impl Scheduler {
             steps.push(step);
         }
         if steps.is_empty() {
-            return Ok(events);
+            return Ok(None);
         }
         let positions: Vec<usize> = steps.iter().map(|s| s.state.pos).collect();
         let t_step = std::time::Instant::now();
-        let mut outs = match wave {
+        let outs = match wave {
             // the wave's chunks one after another through each layer (their bits are the
             // steps' one by one); a failed read fails this sequence alone, as in a batch
             Some(_) => {
@@ -520,19 +549,22 @@ impl Scheduler {
             }
             None => model.forward_batch_each(&mut steps)?,
         };
-        let step_secs = t_step.elapsed().as_secs_f64();
-        drop(steps);
-        // what this step cost each decoding sequence: all of it when it ran alone, else its
-        // share (`cost_table::shares`) once a row's time is known from the steps so far
-        let total_rows: usize = idx.iter().map(|&(_, n)| n).sum();
-        self.step_costs.observe(total_rows, step_secs);
-        let decoding: Vec<(usize, usize)> = idx.iter().copied().filter(|&(k, _)| !self.running[k].prompt_left).collect();
-        let costs: Vec<(usize, usize, f64)> = if idx.len() == 1 {
-            decoding.iter().map(|&(k, n)| (k, n, step_secs)).collect()
+        Ok(Some(Ran { idx, outs, positions, secs: t_step.elapsed().as_secs_f64() }))
+    }
+
+    /// What the step cost each decoding sequence, for its drafting controller: all of it when
+    /// it ran alone, else its share (`cost_table::shares`) once a row's time is known from the
+    /// steps so far.
+    fn share_step_cost(&mut self, ran: &Ran) {
+        let total_rows: usize = ran.idx.iter().map(|&(_, n)| n).sum();
+        self.step_costs.observe(total_rows, ran.secs);
+        let decoding: Vec<(usize, usize)> = ran.idx.iter().copied().filter(|&(k, _)| !self.running[k].prompt_left).collect();
+        let costs: Vec<(usize, usize, f64)> = if ran.idx.len() == 1 {
+            decoding.iter().map(|&(k, n)| (k, n, ran.secs)).collect()
         } else if let Some(row_secs) = self.step_costs.row_secs() {
             let extra: Vec<usize> = decoding.iter().map(|&(_, n)| n - 1).collect();
             let other = total_rows - decoding.iter().map(|&(_, n)| n).sum::<usize>();
-            decoding.iter().zip(shares(step_secs, row_secs, &extra, other)).map(|(&(k, n), c)| (k, n, c)).collect()
+            decoding.iter().zip(shares(ran.secs, row_secs, &extra, other)).map(|(&(k, n), c)| (k, n, c)).collect()
         } else {
             Vec::new()
         };
@@ -541,6 +573,14 @@ impl Scheduler {
                 ctl.observe_cost(n, secs);
             }
         }
+    }
+
+    /// Each sequence's logits become its tokens: a verify's rows sampled against its drafts, a
+    /// finished prompt's or a decode row's last row sampled (after its processor), checkpoints
+    /// taken, the stop rule applied. Ended sequences leave; failed ones leave without their
+    /// session.
+    fn postprocess(&mut self, model: &Model, ran: Ran, events: &mut Vec<Event>) -> Result<()> {
+        let Ran { idx, mut outs, positions, .. } = ran;
         let mut finished = Vec::new();
         let mut failed = Vec::new();
         for (((k, n), out), pos) in idx.into_iter().zip(outs.iter_mut()).zip(positions) {
@@ -555,7 +595,7 @@ impl Scheduler {
             };
             let lg = &mut out.logits;
             if !r.drafts.is_empty() {
-                let (stop, drafted, accepted) = Self::verify(model, r, n, lg, &out.hidden, &mut events)?;
+                let (stop, drafted, accepted) = Self::verify(model, r, n, lg, &out.hidden, events)?;
                 self.tally.record(drafted, accepted);
                 if let Some(stop) = stop {
                     events.push(Event::Done { id: r.id, stop, generated: r.generated });
@@ -604,8 +644,17 @@ impl Scheduler {
             // its session's state holds part of a step: not for another request
             self.running.retain(|r| r.id != id);
         }
-        Ok(events)
+        Ok(())
     }
+}
+
+/// What a step's forward gave: per sequence that ran, (running index, rows), its output and
+/// its position before the step; the forward's seconds.
+struct Ran {
+    idx: Vec<(usize, usize)>,
+    outs: Vec<Result<SpanOut>>,
+    positions: Vec<usize>,
+    secs: f64,
 }
 
 #[cfg(test)]

@@ -1,0 +1,342 @@
+//! The engine: one object that owns the model, the slots and the step loop. Requests (token
+//! ids, sampling, stop ids, a token limit, a logits processor, message boundaries to cache) are
+//! queued with `submit`; each `step` admits queued requests into free slots, runs one batched
+//! forward of every running sequence (`Scheduler::step`: plain, drafted and prefill rows
+//! together) and turns what happened into each request's outputs, in order: `Started`,
+//! `Token`…, then `Done` (with its usage) or `Failed`. `xwen serve` drives it from one thread
+//! (`engine_thread`); text (detokenizing, stop strings, the reply's split) is the caller's, in
+//! xwen-chat, so the engine needs no tokenizer.
+
+use crate::model::Model;
+use crate::runtime::generate::StopReason;
+use crate::runtime::prefix_cache::PrefixCache;
+use crate::runtime::sampler::{Sampler, SamplingParams};
+use crate::runtime::scheduler::{Event, LogitsProcessor, Request, Scheduler, SeqId, TokenLogprobs};
+use crate::runtime::slots::{request_drafter, DraftSettings, Picked, Slots};
+use crate::runtime::speculative::DraftTally;
+use std::collections::VecDeque;
+use std::time::Instant;
+
+/// A request's handle in the engine.
+pub type RequestId = u64;
+
+/// One generation request: token ids in, token ids out.
+pub struct EngineRequest {
+    pub prompt: Vec<u32>,
+    pub max_tokens: usize,
+    pub stop_ids: Vec<u32>,
+    pub sampling: SamplingParams,
+    /// Report each token's log-probability and this many alternatives.
+    pub logprobs: Option<usize>,
+    /// A grammar or other constraint on the logits (no drafting with one).
+    pub processor: Option<Box<dyn LogitsProcessor>>,
+    /// Prompt positions to checkpoint the slot's state at (message boundaries); the last of
+    /// them is where the prefix cache keeps the state when the request ends.
+    pub checkpoints: Vec<usize>,
+}
+
+impl EngineRequest {
+    pub fn new(prompt: Vec<u32>, max_tokens: usize, stop_ids: Vec<u32>, sampling: SamplingParams) -> EngineRequest {
+        EngineRequest { prompt, max_tokens, stop_ids, sampling, logprobs: None, processor: None, checkpoints: Vec::new() }
+    }
+}
+
+/// What one request consumed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    /// Prompt tokens the slot's state already held (not computed again).
+    pub cached_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+/// What a request hears back, in order: Started, Token…, then Done, Failed or Shutdown.
+#[derive(Debug)]
+pub enum Output {
+    /// Admitted into a slot; `cached` prompt tokens were already in its state.
+    Started {
+        cached: usize,
+    },
+    Token {
+        id: u32,
+        logprobs: Option<Box<TokenLogprobs>>,
+    },
+    Done {
+        stop: StopReason,
+        usage: Usage,
+    },
+    /// The engine is shutting down: the reply ends here.
+    Shutdown,
+    Failed(String),
+}
+
+impl Output {
+    /// The request's last output.
+    pub fn is_last(&self) -> bool {
+        matches!(self, Output::Done { .. } | Output::Shutdown | Output::Failed(_))
+    }
+}
+
+/// What an engine's host may count (a server's metrics); every method has a default that
+/// ignores it.
+pub trait EngineObserver: Send {
+    /// Requests waiting for a slot, and running.
+    fn load(&mut self, _queued: usize, _running: usize) {}
+    /// One step: the sequences it ran, the tokens it sampled, its seconds.
+    fn step(&mut self, _sequences: usize, _tokens: u64, _secs: f64) {}
+    /// A request's prompt found its prefix in the prefix cache.
+    fn prefix_hit(&mut self, _from_disk: bool) {}
+    /// Prompt tokens a request found in its slot's state.
+    fn cached_tokens(&mut self, _n: usize) {}
+    /// A request was cancelled (running or queued).
+    fn cancelled(&mut self) {}
+    /// The drafting tally so far (when the slots draft).
+    fn drafts(&mut self, _tally: &DraftTally) {}
+    /// The expert cache's hits and misses so far (a streamed model).
+    fn expert_cache(&mut self, _hits: u64, _misses: u64) {}
+}
+
+/// An observer that counts nothing.
+pub struct NoObserver;
+impl EngineObserver for NoObserver {}
+
+/// How an engine serves: its slots, how they draft and the prefix cache beyond them.
+pub struct EngineOptions {
+    /// Sequences decoded together (capped by the sequences the model's RAM plan holds).
+    pub parallel: usize,
+    /// How the slots draft, for requests without a processor or logprobs (None: they do not).
+    pub draft: Option<DraftSettings>,
+    /// States at message boundaries, beyond the slots' own.
+    pub prefix: Option<PrefixCache>,
+}
+
+struct Running {
+    req: RequestId,
+    seq: SeqId,
+    /// The prompt's message boundary (its last checkpoint position), where the prefix cache
+    /// keeps the state when the request ends.
+    boundary: Option<usize>,
+    usage: Usage,
+}
+
+pub struct Engine {
+    model: Model,
+    parallel: usize,
+    sched: Scheduler,
+    queue: VecDeque<(RequestId, EngineRequest)>,
+    running: Vec<Running>,
+    slots: Slots,
+    draft: Option<DraftSettings>,
+    next_id: RequestId,
+    observer: Box<dyn EngineObserver>,
+}
+
+impl Engine {
+    pub fn new(model: Model, opts: EngineOptions) -> Engine {
+        let parallel = opts.parallel.max(1).min(model.max_sequences().max(1));
+        Engine {
+            sched: Scheduler::new(parallel),
+            model,
+            parallel,
+            queue: VecDeque::new(),
+            running: Vec::new(),
+            slots: Slots::new(parallel, opts.prefix),
+            draft: opts.draft.filter(|d| d.max > 0),
+            next_id: 1,
+            observer: Box::new(NoObserver),
+        }
+    }
+
+    /// Counts go to `observer` from now on.
+    pub fn set_observer(&mut self, observer: Box<dyn EngineObserver>) {
+        self.observer = observer;
+    }
+
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// Slots: the options' `parallel`, capped by the sequences the model's RAM plan holds.
+    pub fn parallel(&self) -> usize {
+        self.parallel
+    }
+
+    pub fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    pub fn running(&self) -> usize {
+        self.running.len()
+    }
+
+    /// Whether a `step` has anything to do.
+    pub fn has_work(&self) -> bool {
+        !self.running.is_empty() || !self.queue.is_empty()
+    }
+
+    /// Queue a request; it is admitted at a step when a slot is free.
+    pub fn submit(&mut self, req: EngineRequest) -> RequestId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.queue.push_back((id, req));
+        id
+    }
+
+    /// Stop a request: a running one ends with `Done { stop: Caller }` (returned, its slot is
+    /// free at once), a queued one leaves the queue (None). None too for one that already ended.
+    pub fn cancel(&mut self, id: RequestId) -> Option<Output> {
+        if let Some(i) = self.running.iter().position(|r| r.req == id) {
+            let r = self.running.remove(i);
+            self.sched.cancel(r.seq);
+            let ended = self.sched.take_ended(r.seq);
+            self.slots.release(ended, None);
+            self.observer.cancelled();
+            return Some(Output::Done { stop: StopReason::Caller, usage: r.usage });
+        }
+        let before = self.queue.len();
+        self.queue.retain(|(q, _)| *q != id);
+        if self.queue.len() < before {
+            self.observer.cancelled();
+        }
+        None
+    }
+
+    /// One turn of the loop: admit queued requests into free slots, run one batched forward,
+    /// and return each request's outputs in order.
+    pub fn step(&mut self) -> Vec<(RequestId, Output)> {
+        let mut out = Vec::new();
+        self.admit(&mut out);
+        self.publish();
+        if !self.sched.is_empty() {
+            self.run(&mut out);
+            self.publish();
+        }
+        out
+    }
+
+    /// Every running and queued request ends with `Output::Shutdown`; the prefix cache's
+    /// states reach the disk.
+    pub fn shutdown(&mut self) -> Vec<(RequestId, Output)> {
+        let mut out = Vec::new();
+        for r in std::mem::take(&mut self.running) {
+            self.sched.cancel(r.seq);
+            out.push((r.req, Output::Shutdown));
+        }
+        for (id, _) in std::mem::take(&mut self.queue) {
+            out.push((id, Output::Shutdown));
+        }
+        self.publish();
+        self.slots.flush();
+        out
+    }
+
+    fn publish(&mut self) {
+        self.observer.load(self.queue.len(), self.running.len());
+    }
+
+    fn admit(&mut self, out: &mut Vec<(RequestId, Output)>) {
+        while self.running.len() < self.parallel {
+            let Some((id, req)) = self.queue.pop_front() else { break };
+            let (session, kept_drafter, picked) = self.slots.pick(&self.model, &req.prompt);
+            if let Picked::Cache { from_disk } = picked {
+                self.observer.prefix_hit(from_disk);
+            }
+            // the scheduler checkpoints the boundaries before the prompt's last token, and that
+            // last position itself (a boundary at the prompt's end is taken there)
+            let last = req.prompt.len().saturating_sub(1);
+            let boundary = req.checkpoints.iter().map(|&b| b.min(last)).filter(|&b| b > 0).max();
+            // drafting where nothing watches each token's logits (a grammar, logprobs)
+            let (draft, draft_memory) = match req.processor.is_none() && req.logprobs.is_none() {
+                true => request_drafter(self.draft.as_ref(), kept_drafter).map_or((None, None), |(d, m)| (Some(d), m)),
+                false => (None, None),
+            };
+            let prompt_tokens = req.prompt.len();
+            let sreq = Request {
+                session: Some(session),
+                logprobs: req.logprobs,
+                processor: req.processor,
+                checkpoint_at: req.checkpoints,
+                draft,
+                draft_memory,
+                ..Request::new(req.prompt, req.max_tokens, req.stop_ids, Sampler::new(req.sampling))
+            };
+            match self.sched.add(&self.model, sreq) {
+                Ok(seq) => {
+                    let cached = self.sched.cached_tokens(seq).unwrap_or(0);
+                    self.observer.cached_tokens(cached);
+                    out.push((id, Output::Started { cached }));
+                    let usage = Usage { prompt_tokens, cached_tokens: cached, completion_tokens: 0 };
+                    self.running.push(Running { req: id, seq, boundary, usage });
+                }
+                Err(e) => {
+                    // the session went with the request; a fresh one is made when needed
+                    self.slots.lost();
+                    out.push((id, Output::Failed(e.to_string())));
+                }
+            }
+        }
+    }
+
+    fn run(&mut self, out: &mut Vec<(RequestId, Output)>) {
+        let t0 = Instant::now();
+        let sequences = self.running.len();
+        let events = match self.sched.step(&self.model) {
+            Ok(events) => events,
+            Err(e) => {
+                // an engine error fails every sequence of the step; the slots are rebuilt
+                let msg = e.to_string();
+                for r in std::mem::take(&mut self.running) {
+                    self.sched.cancel(r.seq);
+                    let _ = self.sched.take_session(r.seq);
+                    self.slots.lost();
+                    out.push((r.req, Output::Failed(msg.clone())));
+                }
+                return;
+            }
+        };
+        if self.draft.is_some() {
+            self.observer.drafts(self.sched.draft_tally());
+        }
+        let mut tokens = 0u64;
+        for e in events {
+            self.postprocess(e, out, &mut tokens);
+        }
+        self.observer.step(sequences, tokens, t0.elapsed().as_secs_f64());
+        if let Some(s) = self.model.expert_cache_stats() {
+            self.observer.expert_cache(s.hits, s.misses);
+        }
+    }
+
+    /// One scheduler event as its request's output; an ended sequence's slot goes back.
+    fn postprocess(&mut self, e: Event, out: &mut Vec<(RequestId, Output)>, tokens: &mut u64) {
+        match e {
+            Event::Token { id, token, logprobs } => {
+                *tokens += 1;
+                if let Some(r) = self.running.iter_mut().find(|r| r.seq == id) {
+                    r.usage.completion_tokens += 1;
+                    out.push((r.req, Output::Token { id: token, logprobs }));
+                }
+            }
+            Event::Done { id, stop, .. } => {
+                let mut boundary = None;
+                if let Some(i) = self.running.iter().position(|r| r.seq == id) {
+                    let r = self.running.remove(i);
+                    boundary = r.boundary;
+                    out.push((r.req, Output::Done { stop, usage: r.usage }));
+                }
+                let ended = self.sched.take_ended(id);
+                self.slots.release(ended, boundary);
+            }
+            Event::Failed { id, error } => {
+                // an expert read this request needed failed: it fails alone, the step's other
+                // requests went on (its slot is rebuilt)
+                if let Some(i) = self.running.iter().position(|r| r.seq == id) {
+                    let r = self.running.remove(i);
+                    out.push((r.req, Output::Failed(error)));
+                }
+                let ended = self.sched.take_ended(id);
+                self.slots.release(ended, None);
+            }
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! The engine's slots: the sessions kept between requests, so a conversation's next turn
+//! prefills only its new tokens, the prefix cache of states at message boundaries beyond them,
+//! and the drafter that followed each slot's session. A new request takes the idle session
+//! holding the longest prefix of its prompt (or the cache's state where that holds more).
+
+use crate::model::Model;
+use crate::runtime::prefix_cache::PrefixCache;
+use crate::runtime::scheduler::Ended;
+use crate::runtime::session::Session;
+use crate::runtime::speculative::{DraftMemory, Drafter, ModelDrafter, MtpDrafter, NgramDrafter};
+use std::sync::Arc;
+
+/// How the slots draft: with what, at most how many tokens a step, and below which top
+/// probability a model drafter (a draft model, the MTP head) stops (llama.cpp's p_min).
+#[derive(Clone, Debug)]
+pub struct DraftSettings {
+    pub source: DraftSource,
+    pub max: usize,
+    pub p_min: f32,
+}
+
+/// Where drafts come from.
+#[derive(Clone)]
+pub enum DraftSource {
+    /// Prompt lookup (n-gram): no model.
+    Ngram,
+    /// The served model's own MTP head (its nextn block, or a sidecar attached to it).
+    Mtp,
+    /// A smaller model with the served model's vocabulary, shared by every slot; each slot's
+    /// drafter keeps its own state of it.
+    Model(Arc<Model>),
+}
+
+impl std::fmt::Debug for DraftSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DraftSource::Ngram => f.write_str("Ngram"),
+            DraftSource::Mtp => f.write_str("Mtp"),
+            DraftSource::Model(m) => write!(f, "Model({})", m.name().unwrap_or(m.architecture())),
+        }
+    }
+}
+
+/// A drafter that followed a slot's session, with what its controller learned there.
+pub(crate) type KeptDrafter = (Box<dyn Drafter>, Option<DraftMemory>);
+
+/// A request's drafter with its greatest depth, and what a controller learned before (None:
+/// a new drafter).
+pub(crate) type RequestDrafter = ((Box<dyn Drafter>, usize), Option<DraftMemory>);
+
+struct Slot {
+    session: Session,
+    /// The drafter of the slot's last request, which followed its session, with what its
+    /// controller learned.
+    drafter: Option<KeptDrafter>,
+    last_used: u64,
+}
+
+/// Where a request's session came from (for the observer's counts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Picked {
+    Idle,
+    Fresh,
+    /// The prefix cache's state (from disk or RAM).
+    Cache {
+        from_disk: bool,
+    },
+}
+
+pub(crate) struct Slots {
+    idle: Vec<Slot>,
+    /// Sessions in existence (idle or running), at most `parallel`.
+    sessions: usize,
+    parallel: usize,
+    clock: u64,
+    /// States at message boundaries, beyond the slots' own (RAM, and disk across restarts).
+    prefix: Option<PrefixCache>,
+}
+
+impl Slots {
+    pub(crate) fn new(parallel: usize, prefix: Option<PrefixCache>) -> Slots {
+        Slots { idle: Vec::new(), sessions: 0, parallel, clock: 0, prefix }
+    }
+
+    /// The idle session sharing the longest prefix with `prompt`, or the prefix cache's state
+    /// where that holds more of it; on a tie (or none shared), the least recently used, so a long
+    /// conversation's slot survives short one-off requests. An idle slot comes with the drafter
+    /// that followed its session.
+    pub(crate) fn pick(&mut self, model: &Model, prompt: &[u32]) -> (Session, Option<KeptDrafter>, Picked) {
+        let common = |s: &Session| s.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        let best_idle = self.idle.iter().map(|s| common(&s.session)).max().unwrap_or(0);
+        if let Some(hit) = self.prefix.as_mut().and_then(|c| c.lookup(model, prompt, best_idle)) {
+            if let Ok(session) = Session::resume(prompt[..hit.len].to_vec(), hit.state) {
+                // the resumed state takes a fresh slot, or the least recently used idle one
+                if self.sessions < self.parallel {
+                    self.sessions += 1;
+                } else if let Some(lru) = self.idle.iter().enumerate().min_by_key(|(_, s)| s.last_used).map(|(i, _)| i) {
+                    self.idle.swap_remove(lru);
+                }
+                return (session, None, Picked::Cache { from_disk: hit.from_disk });
+            }
+        }
+        if self.idle.is_empty() {
+            self.sessions += 1;
+            return (Session::new(model), None, Picked::Fresh);
+        }
+        let mut best = 0;
+        let mut key = (0, u64::MAX);
+        for (i, slot) in self.idle.iter().enumerate() {
+            let c = common(&slot.session);
+            let k = (c, u64::MAX - slot.last_used);
+            if i == 0 || k > key {
+                best = i;
+                key = k;
+            }
+        }
+        // nothing shared: a fresh session if one more fits, so cached conversations stay
+        if key.0 == 0 && self.sessions < self.parallel {
+            self.sessions += 1;
+            return (Session::new(model), None, Picked::Fresh);
+        }
+        let slot = self.idle.swap_remove(best);
+        (slot.session, slot.drafter, Picked::Idle)
+    }
+
+    /// The session of an ended sequence goes back to the idle slots; its state at the prompt's
+    /// message `boundary` goes to the prefix cache. None: the sequence left without its
+    /// session (failed), so its slot is rebuilt when needed.
+    pub(crate) fn release(&mut self, ended: Option<Ended>, boundary: Option<usize>) {
+        match ended {
+            Some(Ended { session, drafter, draft_memory }) => {
+                let drafter = drafter.map(|d| (d, draft_memory));
+                if let (Some(cache), Some(b)) = (self.prefix.as_mut(), boundary) {
+                    if let Some((tokens, state)) = session.state_at(b) {
+                        cache.insert(&tokens, state);
+                    }
+                }
+                self.clock += 1;
+                self.idle.push(Slot { session, drafter, last_used: self.clock });
+            }
+            None => self.lost(),
+        }
+    }
+
+    /// A session went away with its request (refused, or its state is past repair).
+    pub(crate) fn lost(&mut self) {
+        self.sessions -= 1;
+    }
+
+    /// The prefix cache's states written so far reach the disk.
+    pub(crate) fn flush(&self) {
+        if let Some(p) = &self.prefix {
+            p.flush();
+        }
+    }
+}
+
+/// A drafter for a new request: the slot's own where it has one, else a new one of `cfg`'s kind.
+pub(crate) fn request_drafter(cfg: Option<&DraftSettings>, kept: Option<KeptDrafter>) -> Option<RequestDrafter> {
+    let cfg = cfg?;
+    let d: Box<dyn Drafter> = match (&cfg.source, kept) {
+        (_, Some((d, memory))) => return Some(((d, cfg.max), memory)),
+        (DraftSource::Ngram, None) => Box::new(NgramDrafter::default()),
+        (DraftSource::Mtp, None) => {
+            let mut d = MtpDrafter::new();
+            d.p_min = cfg.p_min;
+            Box::new(d)
+        }
+        (DraftSource::Model(m), None) => {
+            let mut d = ModelDrafter::new(m.clone(), cfg.max);
+            d.p_min = cfg.p_min;
+            Box::new(d)
+        }
+    };
+    Some(((d, cfg.max), None))
+}

@@ -1,0 +1,138 @@
+//! The engine object: requests queued beyond the slots are admitted as slots free up, each
+//! gets the tokens it gets alone (`Session::generate`), a conversation's next turn finds its
+//! prefix in the slot it left, a cancelled request frees its slot at once, and the engine on
+//! its own thread delivers the same outputs through a handle.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{mpsc, Arc};
+use xwen_engine::runtime::engine_thread;
+use xwen_engine::{Engine, EngineConfig, EngineOptions, EngineRequest, Model, Output, Sampler, SamplerConfig, Session, StopReason};
+
+fn model() -> Model {
+    let p: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity/cond/qwen3_5/model-q4_k_m.gguf");
+    assert!(p.exists(), "committed fixture {} is missing", p.display());
+    Model::load(&p, &EngineConfig { threads: 2, max_ctx: 1024, ..Default::default() }).unwrap()
+}
+
+fn prompt(seed: usize, n: usize, vocab: usize) -> Vec<u32> {
+    (0..n).map(|i| ((seed * 7919 + i * 104_729 + 5) % vocab) as u32).collect()
+}
+
+fn greedy_request(p: Vec<u32>, n: usize) -> EngineRequest {
+    EngineRequest::new(p, n, Vec::new(), SamplerConfig::greedy().resolve(false))
+}
+
+fn alone(m: &Model, p: &[u32], n: usize) -> Vec<u32> {
+    let mut toks = Vec::new();
+    Session::new(m)
+        .generate(m, p, n, &[], &mut Sampler::new(SamplerConfig::greedy().resolve(false)), &mut |t| {
+            toks.push(t);
+            true
+        })
+        .unwrap();
+    toks
+}
+
+/// Steps until nothing is left; every request's outputs in order.
+fn drain(e: &mut Engine, n: usize) -> Vec<Vec<Output>> {
+    let mut outs: Vec<Vec<Output>> = (0..n).map(|_| Vec::new()).collect();
+    let mut steps = 0;
+    while e.has_work() {
+        for (id, o) in e.step() {
+            outs[id as usize - 1].push(o);
+        }
+        steps += 1;
+        assert!(steps < 10_000, "the engine never drains");
+    }
+    outs
+}
+
+fn tokens(outs: &[Output]) -> Vec<u32> {
+    outs.iter().filter_map(|o| if let Output::Token { id, .. } = o { Some(*id) } else { None }).collect()
+}
+
+#[test]
+fn queued_requests_get_their_tokens_alone_and_a_next_turn_reuses_its_slot() {
+    let m = model();
+    let v = m.n_vocab();
+    let reqs: Vec<(Vec<u32>, usize)> = vec![(prompt(0, 9, v), 7), (prompt(1, 30, v), 5), (prompt(2, 3, v), 9), (prompt(3, 14, v), 4)];
+    let want: Vec<Vec<u32>> = reqs.iter().map(|(p, n)| alone(&m, p, *n)).collect();
+    let mut e = Engine::new(m, EngineOptions { parallel: 2, draft: None, prefix: None });
+    for (p, n) in &reqs {
+        e.submit(greedy_request(p.clone(), *n));
+    }
+    assert_eq!(e.queued(), 4);
+    let outs = drain(&mut e, reqs.len());
+    for (s, o) in outs.iter().enumerate() {
+        assert!(matches!(o.first(), Some(Output::Started { cached: 0 })), "request {s} starts first: {:?}", o.first());
+        assert_eq!(tokens(o), want[s], "request {s} differs from Session::generate");
+        match o.last() {
+            Some(Output::Done { stop: StopReason::Length, usage }) => {
+                assert_eq!((usage.prompt_tokens, usage.completion_tokens), (reqs[s].0.len(), reqs[s].1), "request {s}'s usage")
+            }
+            other => panic!("request {s} ends with {other:?}"),
+        }
+    }
+    // the last conversation's next turn (its slot is still idle): its prompt and reply, then more
+    let mut next = reqs[3].0.clone();
+    next.extend(&want[3]);
+    next.extend(prompt(9, 5, v));
+    let id = e.submit(greedy_request(next.clone(), 6));
+    let outs = drain(&mut e, id as usize);
+    let turn = &outs[id as usize - 1];
+    match turn.first() {
+        Some(Output::Started { cached }) => assert!(*cached >= reqs[3].0.len(), "the next turn found {cached} tokens of its prefix"),
+        other => panic!("the next turn starts with {other:?}"),
+    }
+    assert_eq!(tokens(turn), alone(e.model(), &next, 6), "the next turn differs from a fresh run of its transcript");
+}
+
+#[test]
+fn a_cancelled_request_ends_at_once_and_frees_its_slot() {
+    let m = model();
+    let v = m.n_vocab();
+    let mut e = Engine::new(m, EngineOptions { parallel: 1, draft: None, prefix: None });
+    let a = e.submit(greedy_request(prompt(0, 9, v), 50));
+    let b = e.submit(greedy_request(prompt(1, 9, v), 3));
+    let c = e.submit(greedy_request(prompt(2, 9, v), 3));
+    let mut seen = 0;
+    while seen < 2 {
+        seen += e.step().iter().filter(|(id, o)| *id == a && matches!(o, Output::Token { .. })).count();
+    }
+    assert_eq!((e.running(), e.queued()), (1, 2));
+    assert!(e.cancel(c).is_none(), "a queued request leaves the queue without output");
+    match e.cancel(a) {
+        Some(Output::Done { stop: StopReason::Caller, usage }) => assert_eq!(usage.completion_tokens, seen),
+        other => panic!("a running request's cancel is {other:?}"),
+    }
+    let outs = e.step();
+    assert!(outs.iter().any(|(id, o)| *id == b && matches!(o, Output::Started { .. })), "the freed slot takes the next request");
+    while e.has_work() {
+        e.step();
+    }
+}
+
+#[test]
+fn the_engine_thread_delivers_what_the_engine_gives() {
+    let m = model();
+    let v = m.n_vocab();
+    let p = prompt(4, 11, v);
+    let want = alone(&m, &p, 6);
+    let (handle, thread) = engine_thread::start(Engine::new(m, EngineOptions { parallel: 2, draft: None, prefix: None }), 4, None).unwrap();
+    let (tx, rx) = mpsc::channel();
+    handle.submit(greedy_request(p, 6), Box::new(tx), Arc::new(AtomicBool::new(false))).unwrap();
+    let mut got = Vec::new();
+    loop {
+        let o = rx.recv().unwrap();
+        let last = o.is_last();
+        got.push(o);
+        if last {
+            break;
+        }
+    }
+    assert_eq!(tokens(&got), want);
+    assert!(matches!(got.last(), Some(Output::Done { stop: StopReason::Length, .. })));
+    handle.shutdown();
+    thread.join().unwrap();
+}
