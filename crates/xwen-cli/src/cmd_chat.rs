@@ -1,5 +1,5 @@
-//! `xwen chat -m MODEL`: multi-turn chat on stdin/stdout. The sequence state persists between
-//! turns (the library's `Session`): each turn renders the whole conversation with the GGUF's
+//! `xwen chat -m MODEL`: multi-turn chat on stdin/stdout, a client of the library's `Engine`
+//! with one slot. The sequence state persists between turns (the slot's `Session`): each turn renders the whole conversation with the GGUF's
 //! chat template, keeps the longest prefix already in the state, and prefills only the rest;
 //! templates that re-render history differently (Qwen3.6 drops old reasoning) are handled by
 //! restoring the checkpoint taken before the last reply. So every turn's state holds exactly the
@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 use xwen_chat::{encode_segments, ChatMessage, ChatTemplate, RenderOptions, StreamDecoder};
-use xwen_engine::{Sampler, Session, StopReason};
+use xwen_engine::{Engine, EngineOptions, EngineRequest, Output, RequestStats, Sampler, StopReason, Usage};
 
 const HELP: &str = "commands: /exit (also exit, quit, Ctrl-D), /reset (clear the conversation), /system TEXT (set the \
 system prompt; empty removes it), /save FILE and /load FILE (the conversation as JSON), /help; Ctrl-C stops a reply; \
@@ -44,16 +44,20 @@ pub fn run(a: ChatArgs) -> Result<()> {
     if params.temperature > 0.0 && !a.engine.quiet {
         eprintln!("xwen: seed {} (--seed {} repeats this chat)", params.seed, params.seed);
     }
-    let mut sampler = Sampler::new(params);
-    let mut drafter = draft.drafter(&loaded.model)?;
+    // one sampler for the whole chat: each turn's sampling goes on from the last's
+    let mut sampler = Some(Sampler::new(params.clone()));
+    let drafter = draft.drafter(&loaded.model)?;
+    let draft_name = drafter.as_ref().map_or("none", |d| d.name());
+    // handed to the first turn; it then follows the slot's session from turn to turn
+    let mut drafter = drafter.map(|d| (d, a.draft.draft_max as usize));
 
     let stop = tok.eos_ids();
-    // the state, exactly the tokens it holds, and checkpoints: prefix reuse lives in the library
-    let mut session = Session::new(&loaded.model);
-    session.set_prefill_chunk(a.engine.prefill_chunk());
     let opts = RenderOptions { add_generation_prompt: true, enable_thinking: !a.no_think, ..Default::default() };
     let limit = opts::token_limit(a.n_predict).unwrap_or(usize::MAX);
     let max_ctx = loaded.model.max_context();
+    // one slot, whose session holds exactly the transcript's tokens and checkpoints between
+    // turns: prefix reuse lives in the library
+    let mut engine = Engine::new(loaded.model, EngineOptions { parallel: 1, draft: None, prefix: None });
     interrupt::install();
     let stdin = std::io::stdin();
     let mut out = std::io::stdout();
@@ -77,7 +81,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
                 "exit" | "quit" | "bye" => return Ok(()),
                 "reset" | "clear" => {
                     messages.retain(|m| m.role == "system");
-                    session.reset(&loaded.model);
+                    engine.reset_sessions();
                     eprintln!("xwen: conversation cleared");
                 }
                 "system" => {
@@ -126,34 +130,51 @@ pub fn run(a: ChatArgs) -> Result<()> {
         }
         let mut reply_ids = Vec::new();
         let mut dec = StreamDecoder::new();
-        let progress = std::cell::RefCell::new(PrefillProgress::new(a.engine.quiet));
+        let mut progress = PrefillProgress::new(a.engine.quiet);
         interrupt::begin_reply();
-        let mut on_prefill = |done, total| {
-            progress.borrow_mut().update(done, total);
-            !interrupt::stop_requested()
+        let req = EngineRequest {
+            prefill_chunk: a.engine.prefill_chunk(),
+            progress: true,
+            draft: drafter.take(),
+            sampler: sampler.take(),
+            ..EngineRequest::new(ids.clone(), limit, stop.clone(), params.clone())
         };
-        let mut on_token = |t| {
-            progress.borrow_mut().finish();
-            reply_ids.push(t);
-            if !stop.contains(&t) {
-                print!("{}", dec.push(tok, t));
-                let _ = std::io::stdout().flush();
+        let id = engine.submit(req);
+        let mut on_output = |o: Output, end: &mut Option<Result<(StopReason, Usage, RequestStats), String>>| match o {
+            Output::Started { .. } => {}
+            Output::Prefill { done, total } => progress.update(done, total),
+            Output::Token { id: t, .. } => {
+                progress.finish();
+                reply_ids.push(t);
+                if !stop.contains(&t) {
+                    print!("{}", dec.push(tok, t));
+                    let _ = std::io::stdout().flush();
+                }
             }
-            !interrupt::stop_requested()
+            Output::Done { stop: why, usage, stats } => *end = Some(Ok((why, usage, stats))),
+            Output::Failed(e) => *end = Some(Err(e)),
+            Output::Shutdown => *end = Some(Err("the engine shut down".into())),
         };
-        let mut spec = None;
-        let result = match drafter.as_deref_mut() {
-            Some(d) => session
-                .generate_drafted(&loaded.model, &ids, limit, &stop, &mut sampler, d, a.draft.draft_max as usize, &mut on_prefill, &mut on_token)
-                .map(|(g, r, s)| {
-                    spec = Some(s);
-                    (g, r)
-                }),
-            None => session.generate_observed(&loaded.model, &ids, limit, &stop, &mut sampler, &mut on_prefill, &mut on_token),
-        };
-        progress.borrow_mut().finish();
+        let mut end = None;
+        while end.is_none() {
+            if !engine.has_work() {
+                end = Some(Err("the engine dropped the request".into()));
+                break;
+            }
+            for (_, o) in engine.step() {
+                on_output(o, &mut end);
+            }
+            // Ctrl-C: the reply ends after the tokens it has (before any, in the prefill)
+            if end.is_none() && interrupt::stop_requested() {
+                if let Some(o) = engine.cancel(id) {
+                    on_output(o, &mut end);
+                }
+            }
+        }
+        progress.finish();
         let interrupted = interrupt::end_reply();
-        let (stats, reuse) = match result {
+        sampler = Some(engine.take_sampler(id).unwrap_or_else(|| Sampler::new(params.clone())));
+        let (stop_reason, usage, stats) = match end.expect("the loop ends with an end") {
             Ok(r) => r,
             Err(e) => {
                 messages.pop();
@@ -170,7 +191,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
         }
         let text = tok.decode(reply_ids.iter().copied().filter(|t| !stop.contains(t)).collect::<Vec<_>>().as_slice());
         messages.push(msg("assistant", text));
-        match stats.stop {
+        match stop_reason {
             StopReason::ContextFull => eprintln!("xwen: the reply reached the end of the context (-c {max_ctx}); /reset to start over"),
             StopReason::Caller if interrupted => eprintln!("xwen: reply stopped (Ctrl-C); the chat goes on"),
             _ => {}
@@ -179,16 +200,16 @@ pub fn run(a: ChatArgs) -> Result<()> {
             eprintln!(
                 "xwen: prompt {} tokens: {} reused from the state{}, {} computed at {:.1} tok/s",
                 ids.len(),
-                reuse.reused,
-                if reuse.restored { " (after restoring a checkpoint)" } else { "" },
-                reuse.computed,
-                stats.prefill_tps()
+                usage.cached_tokens,
+                if stats.restored { " (after restoring a checkpoint)" } else { "" },
+                usage.prompt_tokens - usage.cached_tokens,
+                stats.prefill_tps(&usage)
             );
         }
         if !a.engine.quiet {
-            let name = drafter.as_ref().map_or("none", |d| d.name());
-            let draft = spec.map(|s| crate::draft_arg::draft_line(name, &s, stats.generated)).unwrap_or_default();
-            eprintln!("[{} tok, {}{draft}]", stats.generated, crate::cmd_run::rate_text(stats.generated.saturating_sub(1), stats.decode_tps()));
+            let generated = usage.completion_tokens;
+            let draft = stats.drafts.as_ref().map(|s| crate::draft_arg::draft_line(draft_name, s, generated)).unwrap_or_default();
+            eprintln!("[{generated} tok, {}{draft}]", crate::cmd_run::rate_text(generated.saturating_sub(1), stats.decode_tps(&usage)));
         }
     }
 }

@@ -28,7 +28,7 @@ pub use experts::streamed::StreamedExperts;
 pub use experts::replay::Route;
 pub use model::{mtp_plan_bytes, supported_archs, LogitsMode, Model, SeqStep, KNOWN_UNIMPLEMENTED_ARCHS};
 pub use state::{SeqCheckpoint, SeqState, Snapshot};
-pub use runtime::engine::{Engine, EngineObserver, EngineOptions, EngineRequest, Output, RequestId, Usage};
+pub use runtime::engine::{Engine, EngineObserver, EngineOptions, EngineRequest, Output, RequestId, RequestStats, Usage};
 pub use runtime::engine_thread::{EngineHandle, OutputSink, SubmitError};
 pub use runtime::slots::{DraftSettings, DraftSource};
 pub use runtime::prefix_cache::{Hit as PrefixHit, PrefixCache};

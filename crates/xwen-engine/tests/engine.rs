@@ -68,7 +68,7 @@ fn queued_requests_get_their_tokens_alone_and_a_next_turn_reuses_its_slot() {
         assert!(matches!(o.first(), Some(Output::Started { cached: 0 })), "request {s} starts first: {:?}", o.first());
         assert_eq!(tokens(o), want[s], "request {s} differs from Session::generate");
         match o.last() {
-            Some(Output::Done { stop: StopReason::Length, usage }) => {
+            Some(Output::Done { stop: StopReason::Length, usage, .. }) => {
                 assert_eq!((usage.prompt_tokens, usage.completion_tokens), (reqs[s].0.len(), reqs[s].1), "request {s}'s usage")
             }
             other => panic!("request {s} ends with {other:?}"),
@@ -103,7 +103,7 @@ fn a_cancelled_request_ends_at_once_and_frees_its_slot() {
     assert_eq!((e.running(), e.queued()), (1, 2));
     assert!(e.cancel(c).is_none(), "a queued request leaves the queue without output");
     match e.cancel(a) {
-        Some(Output::Done { stop: StopReason::Caller, usage }) => assert_eq!(usage.completion_tokens, seen),
+        Some(Output::Done { stop: StopReason::Caller, usage, .. }) => assert_eq!(usage.completion_tokens, seen),
         other => panic!("a running request's cancel is {other:?}"),
     }
     let outs = e.step();
@@ -135,4 +135,67 @@ fn the_engine_thread_delivers_what_the_engine_gives() {
     assert!(matches!(got.last(), Some(Output::Done { stop: StopReason::Length, .. })));
     handle.shutdown();
     thread.join().unwrap();
+}
+
+/// What `xwen chat` asks of the engine: its own prompt chunks (`-ub`), one sampler across
+/// turns, its own drafter kept with the slot, the prefill's progress and the turn's stats —
+/// and the tokens a `Session` gives with the same chunks and sampler, turn after turn.
+#[test]
+fn a_callers_chunks_sampler_and_drafter_give_a_sessions_tokens() {
+    let m = model();
+    let v = m.n_vocab();
+    let params = SamplerConfig { temperature: Some(0.8), seed: Some(5), ..Default::default() }.resolve(false);
+    let p1 = prompt(4, 30, v);
+    let mut session = Session::new(&m);
+    session.set_prefill_chunk(7);
+    let mut sampler = Sampler::new(params.clone());
+    let mut want1 = Vec::new();
+    session
+        .generate(&m, &p1, 12, &[], &mut sampler, &mut |t| {
+            want1.push(t);
+            true
+        })
+        .unwrap();
+    let mut p2 = p1.clone();
+    p2.extend_from_slice(&want1);
+    p2.extend_from_slice(&prompt(5, 9, v));
+    let mut want2 = Vec::new();
+    session
+        .generate(&m, &p2, 12, &[], &mut sampler, &mut |t| {
+            want2.push(t);
+            true
+        })
+        .unwrap();
+
+    let mut e = Engine::new(model(), EngineOptions { parallel: 1, draft: None, prefix: None });
+    let drafter: Box<dyn xwen_engine::Drafter> = Box::new(xwen_engine::NgramDrafter::default());
+    let req = EngineRequest {
+        prefill_chunk: 7,
+        progress: true,
+        draft: Some((drafter, 4)),
+        sampler: Some(Sampler::new(params.clone())),
+        ..EngineRequest::new(p1, 12, Vec::new(), params.clone())
+    };
+    let id1 = e.submit(req);
+    let outs = drain(&mut e, 1).remove(0);
+    assert_eq!(tokens(&outs), want1, "turn 1");
+    let progress: Vec<(usize, usize)> = outs.iter().filter_map(|o| if let Output::Prefill { done, total } = o { Some((*done, *total)) } else { None }).collect();
+    // the head in chunks of 7, cut where the checkpoint before the last token falls
+    assert_eq!(progress, [(7, 30), (14, 30), (21, 30), (28, 30), (29, 30)]);
+    match outs.last() {
+        Some(Output::Done { stats, usage, .. }) => {
+            let d = stats.drafts.as_ref().expect("it drafted");
+            assert!(d.active && d.steps > 0 && d.steps <= usage.completion_tokens, "{d:?}");
+            assert!(stats.prefill_secs > 0.0 && !stats.restored);
+        }
+        other => panic!("turn 1 ended with {other:?}"),
+    }
+    let sampler = e.take_sampler(id1).expect("the caller's sampler comes back");
+    // turn 2 brings no drafter: the one that followed the slot drafts on
+    let req = EngineRequest { prefill_chunk: 7, sampler: Some(sampler), ..EngineRequest::new(p2, 12, Vec::new(), params) };
+    e.submit(req);
+    let outs = drain(&mut e, 2).remove(1);
+    assert_eq!(tokens(&outs), want2, "turn 2");
+    assert!(matches!(outs.first(), Some(Output::Started { cached }) if *cached >= 30), "{:?}", outs.first());
+    assert!(matches!(outs.last(), Some(Output::Done { stats, .. }) if stats.drafts.is_some()), "{:?}", outs.last());
 }

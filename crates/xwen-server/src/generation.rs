@@ -231,7 +231,7 @@ impl Gen {
                 }
                 Some(Out::Shutdown) => self.flush(&mut out, Finish::Shutdown),
                 Some(Out::Failed(e)) => self.flush(&mut out, Finish::Error(e)),
-                Some(Out::Started { .. }) => continue,
+                Some(Out::Started { .. } | Out::Prefill { .. }) => continue,
                 None => self.flush(&mut out, Finish::Error("the engine thread ended".into())),
             }
             if !out.pieces.is_empty() || !out.logprobs.is_empty() || self.finish.is_some() {

@@ -13,8 +13,8 @@ use crate::runtime::prefix_cache::PrefixCache;
 use crate::runtime::sampler::{Sampler, SamplingParams};
 use crate::runtime::scheduler::{Event, LogitsProcessor, Request, Scheduler, SeqId, TokenLogprobs};
 use crate::runtime::slots::{request_drafter, DraftSettings, Picked, Slots};
-use crate::runtime::speculative::DraftTally;
-use std::collections::VecDeque;
+use crate::runtime::speculative::{DraftTally, Drafter, SpecStats};
+use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 /// A request's handle in the engine.
@@ -33,11 +33,68 @@ pub struct EngineRequest {
     /// Prompt positions to checkpoint the slot's state at (message boundaries); the last of
     /// them is where the prefix cache keeps the state when the request ends.
     pub checkpoints: Vec<usize>,
+    /// Prompt tokens per forward step (a caller's `-ub`); 0: the engine's `PREFILL_CHUNK`.
+    pub prefill_chunk: usize,
+    /// Report the prompt's progress after each step (`Output::Prefill`).
+    pub progress: bool,
+    /// The caller's own drafter and the most tokens it drafts a step (None: the engine's
+    /// `EngineOptions::draft`, if any). It then follows the slot's session like the engine's
+    /// own, and drafts on for later requests that bring none.
+    pub draft: Option<(Box<dyn Drafter>, usize)>,
+    /// The caller's sampler, continued (a conversation whose sampling goes on from its last
+    /// turn) instead of a new one of `sampling`; `Engine::take_sampler` gives it back.
+    pub sampler: Option<Sampler>,
 }
 
 impl EngineRequest {
     pub fn new(prompt: Vec<u32>, max_tokens: usize, stop_ids: Vec<u32>, sampling: SamplingParams) -> EngineRequest {
-        EngineRequest { prompt, max_tokens, stop_ids, sampling, logprobs: None, processor: None, checkpoints: Vec::new() }
+        EngineRequest {
+            prompt,
+            max_tokens,
+            stop_ids,
+            sampling,
+            logprobs: None,
+            processor: None,
+            checkpoints: Vec::new(),
+            prefill_chunk: 0,
+            progress: false,
+            draft: None,
+            sampler: None,
+        }
+    }
+}
+
+/// How one request ran: its times and how its prompt met the slot's state.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RequestStats {
+    /// From admission to the first token (the prompt's computed part and the first sample).
+    pub prefill_secs: f64,
+    /// From the first token to the last.
+    pub decode_secs: f64,
+    /// The slot's state held tokens past what the prompt shares with it and was rolled back
+    /// (to a checkpoint, or to nothing).
+    pub restored: bool,
+    /// Its drafting, if it drafted.
+    pub drafts: Option<SpecStats>,
+}
+
+impl RequestStats {
+    /// Prompt tokens a second over the prefill (the whole prompt, as `GenStats::prefill_tps`).
+    pub fn prefill_tps(&self, usage: &Usage) -> f64 {
+        rate(usage.prompt_tokens, self.prefill_secs)
+    }
+
+    /// Tokens a second after the first (which comes out of the prefill).
+    pub fn decode_tps(&self, usage: &Usage) -> f64 {
+        rate(usage.completion_tokens.saturating_sub(1), self.decode_secs)
+    }
+}
+
+fn rate(n: usize, secs: f64) -> f64 {
+    if secs > 0.0 {
+        n as f64 / secs
+    } else {
+        0.0
     }
 }
 
@@ -57,6 +114,12 @@ pub enum Output {
     Started {
         cached: usize,
     },
+    /// `done` of the `total` prompt tokens to compute are in (only for requests that ask:
+    /// `EngineRequest::progress`; after each step that leaves some still to feed).
+    Prefill {
+        done: usize,
+        total: usize,
+    },
     Token {
         id: u32,
         logprobs: Option<Box<TokenLogprobs>>,
@@ -64,6 +127,7 @@ pub enum Output {
     Done {
         stop: StopReason,
         usage: Usage,
+        stats: RequestStats,
     },
     /// The engine is shutting down: the reply ends here.
     Shutdown,
@@ -117,6 +181,20 @@ struct Running {
     /// keeps the state when the request ends.
     boundary: Option<usize>,
     usage: Usage,
+    admitted: Instant,
+    first_token: Option<Instant>,
+    restored: bool,
+    progress: bool,
+    /// The caller's sampler goes back to it (`take_sampler`).
+    keep_sampler: bool,
+}
+
+impl Running {
+    fn stats(&self, drafts: Option<SpecStats>) -> RequestStats {
+        let now = Instant::now();
+        let first = self.first_token.unwrap_or(now);
+        RequestStats { prefill_secs: first.duration_since(self.admitted).as_secs_f64(), decode_secs: now.duration_since(first).as_secs_f64(), restored: self.restored, drafts }
+    }
 }
 
 pub struct Engine {
@@ -129,6 +207,8 @@ pub struct Engine {
     draft: Option<DraftSettings>,
     next_id: RequestId,
     observer: Box<dyn EngineObserver>,
+    /// Callers' samplers of ended requests, until taken back.
+    samplers: HashMap<RequestId, Sampler>,
 }
 
 impl Engine {
@@ -144,6 +224,7 @@ impl Engine {
             draft: opts.draft.filter(|d| d.max > 0),
             next_id: 1,
             observer: Box::new(NoObserver),
+            samplers: HashMap::new(),
         }
     }
 
@@ -182,16 +263,30 @@ impl Engine {
         id
     }
 
+    /// The sampler a caller gave request `id` (`EngineRequest::sampler`), as it was when the
+    /// request ended.
+    pub fn take_sampler(&mut self, id: RequestId) -> Option<Sampler> {
+        self.samplers.remove(&id)
+    }
+
+    /// The idle slots' sessions forget what they hold (a caller starting a new conversation);
+    /// drafters that followed them stay.
+    pub fn reset_sessions(&mut self) {
+        self.slots.reset_sessions(&self.model);
+    }
+
     /// Stop a request: a running one ends with `Done { stop: Caller }` (returned, its slot is
     /// free at once), a queued one leaves the queue (None). None too for one that already ended.
     pub fn cancel(&mut self, id: RequestId) -> Option<Output> {
         if let Some(i) = self.running.iter().position(|r| r.req == id) {
             let r = self.running.remove(i);
             self.sched.cancel(r.seq);
-            let ended = self.sched.take_ended(r.seq);
+            let mut ended = self.sched.take_ended(r.seq);
+            let stats = r.stats(ended.as_mut().and_then(|e| e.spec.take()));
+            self.keep_sampler(&r, ended.as_ref());
             self.slots.release(ended, None);
             self.observer.cancelled();
-            return Some(Output::Done { stop: StopReason::Caller, usage: r.usage });
+            return Some(Output::Done { stop: StopReason::Caller, usage: r.usage, stats });
         }
         let before = self.queue.len();
         self.queue.retain(|(q, _)| *q != id);
@@ -230,6 +325,12 @@ impl Engine {
         out
     }
 
+    fn keep_sampler(&mut self, r: &Running, ended: Option<&crate::runtime::scheduler::Ended>) {
+        if let (true, Some(e)) = (r.keep_sampler, ended) {
+            self.samplers.insert(r.req, e.sampler.clone());
+        }
+    }
+
     fn publish(&mut self) {
         self.observer.load(self.queue.len(), self.running.len());
     }
@@ -238,6 +339,9 @@ impl Engine {
         while self.running.len() < self.parallel {
             let Some((id, req)) = self.queue.pop_front() else { break };
             let (session, kept_drafter, picked) = self.slots.pick(&self.model, &req.prompt);
+            // as `Session::prefill` counts it: the state held more than the prompt's head shares
+            let head = &req.prompt[..req.prompt.len().saturating_sub(1)];
+            let restored = session.tokens().iter().zip(head).take_while(|(a, b)| a == b).count() < session.tokens().len();
             if let Picked::Cache { from_disk } = picked {
                 self.observer.prefix_hit(from_disk);
             }
@@ -246,11 +350,14 @@ impl Engine {
             let last = req.prompt.len().saturating_sub(1);
             let boundary = req.checkpoints.iter().map(|&b| b.min(last)).filter(|&b| b > 0).max();
             // drafting where nothing watches each token's logits (a grammar, logprobs)
-            let (draft, draft_memory) = match req.processor.is_none() && req.logprobs.is_none() {
-                true => request_drafter(self.draft.as_ref(), kept_drafter).map_or((None, None), |(d, m)| (Some(d), m)),
-                false => (None, None),
+            let (draft, draft_memory) = match (req.processor.is_none() && req.logprobs.is_none(), req.draft) {
+                (true, Some(d)) => (Some(d), None),
+                (true, None) => request_drafter(self.draft.as_ref(), kept_drafter).map_or((None, None), |(d, m)| (Some(d), m)),
+                (false, _) => (None, None),
             };
             let prompt_tokens = req.prompt.len();
+            let keep_sampler = req.sampler.is_some();
+            let sampler = req.sampler.unwrap_or_else(|| Sampler::new(req.sampling));
             let sreq = Request {
                 session: Some(session),
                 logprobs: req.logprobs,
@@ -258,7 +365,8 @@ impl Engine {
                 checkpoint_at: req.checkpoints,
                 draft,
                 draft_memory,
-                ..Request::new(req.prompt, req.max_tokens, req.stop_ids, Sampler::new(req.sampling))
+                prefill_chunk: req.prefill_chunk,
+                ..Request::new(req.prompt, req.max_tokens, req.stop_ids, sampler)
             };
             match self.sched.add(&self.model, sreq) {
                 Ok(seq) => {
@@ -266,7 +374,8 @@ impl Engine {
                     self.observer.cached_tokens(cached);
                     out.push((id, Output::Started { cached }));
                     let usage = Usage { prompt_tokens, cached_tokens: cached, completion_tokens: 0 };
-                    self.running.push(Running { req: id, seq, boundary, usage });
+                    let (admitted, progress) = (Instant::now(), req.progress);
+                    self.running.push(Running { req: id, seq, boundary, usage, admitted, first_token: None, restored, progress, keep_sampler });
                 }
                 Err(e) => {
                     // the session went with the request; a fresh one is made when needed
@@ -301,6 +410,12 @@ impl Engine {
         for e in events {
             self.postprocess(e, out, &mut tokens);
         }
+        for r in self.running.iter().filter(|r| r.progress) {
+            if let Some(left) = self.sched.prompt_left(r.seq).filter(|&n| n > 0) {
+                let total = r.usage.prompt_tokens - r.usage.cached_tokens;
+                out.push((r.req, Output::Prefill { done: total.saturating_sub(left), total }));
+            }
+        }
         self.observer.step(sequences, tokens, t0.elapsed().as_secs_f64());
         if let Some(s) = self.model.expert_cache_stats() {
             self.observer.expert_cache(s.hits, s.misses);
@@ -314,17 +429,20 @@ impl Engine {
                 *tokens += 1;
                 if let Some(r) = self.running.iter_mut().find(|r| r.seq == id) {
                     r.usage.completion_tokens += 1;
+                    r.first_token.get_or_insert_with(Instant::now);
                     out.push((r.req, Output::Token { id: token, logprobs }));
                 }
             }
             Event::Done { id, stop, .. } => {
                 let mut boundary = None;
+                let mut ended = self.sched.take_ended(id);
                 if let Some(i) = self.running.iter().position(|r| r.seq == id) {
                     let r = self.running.remove(i);
                     boundary = r.boundary;
-                    out.push((r.req, Output::Done { stop, usage: r.usage }));
+                    let stats = r.stats(ended.as_mut().and_then(|e| e.spec.take()));
+                    self.keep_sampler(&r, ended.as_ref());
+                    out.push((r.req, Output::Done { stop, usage: r.usage, stats }));
                 }
-                let ended = self.sched.take_ended(id);
                 self.slots.release(ended, boundary);
             }
             Event::Failed { id, error } => {

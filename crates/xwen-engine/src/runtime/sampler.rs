@@ -56,6 +56,7 @@ impl SamplerConfig {
     }
 }
 
+#[derive(Clone)]
 pub struct Sampler {
     p: SamplingParams,
     rng: SplitMix64,
@@ -217,6 +218,7 @@ fn softmax(cand: &[(u32, f32)], temp: f32) -> Vec<f32> {
 }
 
 /// Small, seedable, reproducible generator (SplitMix64).
+#[derive(Clone)]
 struct SplitMix64(u64);
 
 impl SplitMix64 {

@@ -15,7 +15,7 @@ use crate::runtime::cost_table::{shares, StepCosts};
 use crate::runtime::generate::{fits_context, StopReason, StopRule};
 use crate::runtime::sampler::Sampler;
 use crate::runtime::session::Session;
-use crate::runtime::speculative::{sample_verify_rows, Controller, DraftMemory, DraftTally, Drafter, ModelDrafter};
+use crate::runtime::speculative::{sample_verify_rows, Controller, DraftMemory, DraftTally, Drafter, ModelDrafter, SpecStats};
 use std::collections::HashMap;
 
 /// Prompt tokens one sequence feeds per step (llama.cpp's micro-batch).
@@ -55,12 +55,27 @@ pub struct Request {
     /// What the drafter's controller learned on an earlier request (`Ended::draft_memory`);
     /// used when it drafted to the same depth.
     pub draft_memory: Option<DraftMemory>,
+    /// Prompt tokens per forward step (llama.cpp's n_ubatch, a caller's `-ub`); 0: `PREFILL_CHUNK`.
+    /// The chunks decide a prompt's bits, so a caller matching another path's chunks sets them.
+    pub prefill_chunk: usize,
 }
 
 impl Request {
     /// A fresh sequence (no session), no logprobs, no processor, no drafter.
     pub fn new(prompt: Vec<u32>, max_tokens: usize, stop_ids: Vec<u32>, sampler: Sampler) -> Request {
-        Request { prompt, max_tokens, stop_ids, sampler, session: None, logprobs: None, processor: None, checkpoint_at: Vec::new(), draft: None, draft_memory: None }
+        Request {
+            prompt,
+            max_tokens,
+            stop_ids,
+            sampler,
+            session: None,
+            logprobs: None,
+            processor: None,
+            checkpoint_at: Vec::new(),
+            draft: None,
+            draft_memory: None,
+            prefill_chunk: 0,
+        }
     }
 }
 
@@ -132,6 +147,10 @@ struct Running {
     draft: Option<(Box<dyn Drafter>, Controller)>,
     /// This step's drafts (verified with the pending token).
     drafts: Vec<u32>,
+    /// Prompt tokens per forward step (`Request::prefill_chunk`, within a batch's rows).
+    chunk: usize,
+    /// This sequence's drafting: its decode steps and its drafts per position.
+    spec: SpecStats,
 }
 
 /// What an ended sequence that came with a session leaves (`take_ended`).
@@ -142,6 +161,10 @@ pub struct Ended {
     pub drafter: Option<Box<dyn Drafter>>,
     /// What its drafting controller learned, for the drafter's next request.
     pub draft_memory: Option<DraftMemory>,
+    /// Its sampler, as the last token left it (a caller continuing a conversation's sampling).
+    pub sampler: Sampler,
+    /// Its drafting, if it drafted.
+    pub spec: Option<SpecStats>,
 }
 
 pub struct Scheduler {
@@ -213,6 +236,11 @@ impl Scheduler {
             }
             _ => None,
         };
+        let chunk = match req.prefill_chunk {
+            0 => PREFILL_CHUNK,
+            n => n.min(model.max_batch_rows()),
+        };
+        let spec = SpecStats { active: draft.is_some(), ..Default::default() };
         self.running.push(Running {
             id,
             session,
@@ -229,6 +257,8 @@ impl Scheduler {
             cached,
             draft,
             drafts: Vec::new(),
+            chunk,
+            spec,
         });
         Ok(id)
     }
@@ -247,6 +277,12 @@ impl Scheduler {
     /// admitted (the prefix reused, not computed again).
     pub fn cached_tokens(&self, id: SeqId) -> Option<usize> {
         self.running.iter().find(|r| r.id == id).map(|r| r.cached)
+    }
+
+    /// Prompt tokens a running sequence has still to feed (None once its prompt is in, or
+    /// when it is not running): a caller's prefill progress.
+    pub fn prompt_left(&self, id: SeqId) -> Option<usize> {
+        self.running.iter().find(|r| r.id == id).filter(|r| r.prompt_left).map(|r| r.pending.len())
     }
 
     /// Drop a sequence (a client that went away); false if it is not running. Its session,
@@ -285,7 +321,8 @@ impl Scheduler {
                 Some((d, c)) => (Some(d), Some(DraftMemory(c))),
                 None => (None, None),
             };
-            self.ended.insert(r.id, Ended { session: r.session, drafter, draft_memory });
+            let spec = drafter.is_some().then_some(r.spec);
+            self.ended.insert(r.id, Ended { session: r.session, drafter, draft_memory, sampler: r.sampler, spec });
         }
     }
 
@@ -324,7 +361,7 @@ impl Scheduler {
 
     /// Prompt tokens sequence `r` feeds next: a whole chunk, cut at the checkpoint position.
     fn chunk(r: &Running) -> usize {
-        Self::prompt_piece(r, PREFILL_CHUNK)
+        Self::prompt_piece(r, r.chunk)
     }
 
     /// Up to `most` of sequence `r`'s pending prompt tokens, cut at its next checkpoint position.
@@ -344,16 +381,16 @@ impl Scheduler {
     /// Only with nothing else to run: a wave takes several chunks' time, and a decoding
     /// sequence would wait through it for one token. Not for a drafter that reads hidden rows.
     fn lone_prompt_wave(&self, model: &Model, take: &[usize]) -> Option<(usize, usize)> {
-        let per_wave = model.wave_tokens(PREFILL_CHUNK);
-        if per_wave <= PREFILL_CHUNK {
-            return None;
-        }
         let mut busy = take.iter().enumerate().filter(|&(_, &n)| n > 0);
         let (k, _) = busy.next()?;
         if busy.next().is_some() {
             return None;
         }
         let r = &self.running[k];
+        let per_wave = model.wave_tokens(r.chunk);
+        if per_wave <= r.chunk {
+            return None;
+        }
         if !r.prompt_left || r.draft.as_ref().is_some_and(|(d, _)| d.wants_hidden()) {
             return None;
         }
@@ -501,6 +538,7 @@ impl Scheduler {
     /// The forward over the scheduled rows: a drafted sequence's verify span (the pending token,
     /// then its drafts), a decode row, or a prompt chunk each. None when nothing runs.
     fn run(&mut self, model: &Model, take: &[usize], wave: Option<(usize, usize)>) -> Result<Option<Ran>> {
+        let wave_chunk = wave.map_or(PREFILL_CHUNK, |(k, _)| self.running[k].chunk);
         let mut idx = Vec::new();
         let mut steps = Vec::new();
         for r in self.running.iter_mut() {
@@ -545,7 +583,7 @@ impl Scheduler {
             // steps' one by one); a failed read fails this sequence alone, as in a batch
             Some(_) => {
                 let s = &mut steps[0];
-                vec![model.forward_chunks(&mut *s.state, s.tokens, PREFILL_CHUNK, s.logits).map(|logits| SpanOut { logits, hidden: Vec::new() })]
+                vec![model.forward_chunks(&mut *s.state, s.tokens, wave_chunk, s.logits).map(|logits| SpanOut { logits, hidden: Vec::new() })]
             }
             None => model.forward_batch_each(&mut steps)?,
         };
@@ -597,11 +635,17 @@ impl Scheduler {
             if !r.drafts.is_empty() {
                 let (stop, drafted, accepted) = Self::verify(model, r, n, lg, &out.hidden, events)?;
                 self.tally.record(drafted, accepted);
+                r.spec.steps += 1;
+                r.spec.tally.record(drafted, accepted);
                 if let Some(stop) = stop {
                     events.push(Event::Done { id: r.id, stop, generated: r.generated });
                     finished.push(r.id);
                 }
                 continue;
+            }
+            if r.draft.is_some() && !r.prompt_left {
+                // a decode step without drafts counts as one of its verify steps
+                r.spec.steps += 1;
             }
             if let Some((d, _)) = r.draft.as_mut().filter(|(d, _)| d.wants_hidden()) {
                 d.observe(model, pos, &r.pending[..n], &out.hidden)?;

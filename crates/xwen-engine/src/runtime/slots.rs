@@ -128,7 +128,7 @@ impl Slots {
     /// session (failed), so its slot is rebuilt when needed.
     pub(crate) fn release(&mut self, ended: Option<Ended>, boundary: Option<usize>) {
         match ended {
-            Some(Ended { session, drafter, draft_memory }) => {
+            Some(Ended { session, drafter, draft_memory, .. }) => {
                 let drafter = drafter.map(|d| (d, draft_memory));
                 if let (Some(cache), Some(b)) = (self.prefix.as_mut(), boundary) {
                     if let Some((tokens, state)) = session.state_at(b) {
@@ -139,6 +139,14 @@ impl Slots {
                 self.idle.push(Slot { session, drafter, last_used: self.clock });
             }
             None => self.lost(),
+        }
+    }
+
+    /// Every idle session forgets what it holds (a caller's new conversation); the drafters
+    /// that followed them stay.
+    pub(crate) fn reset_sessions(&mut self, model: &Model) {
+        for slot in &mut self.idle {
+            slot.session.reset(model);
         }
     }
 
@@ -156,8 +164,14 @@ impl Slots {
 }
 
 /// A drafter for a new request: the slot's own where it has one, else a new one of `cfg`'s kind.
+/// Without settings a slot's drafter is one a caller gave an earlier request
+/// (`EngineRequest::draft`): it drafts on, to the depth it was given.
 pub(crate) fn request_drafter(cfg: Option<&DraftSettings>, kept: Option<KeptDrafter>) -> Option<RequestDrafter> {
-    let cfg = cfg?;
+    let Some(cfg) = cfg else {
+        let (d, memory) = kept?;
+        let depth = memory.as_ref()?.0.max_depth();
+        return Some(((d, depth), memory));
+    };
     let d: Box<dyn Drafter> = match (&cfg.source, kept) {
         (_, Some((d, memory))) => return Some(((d, cfg.max), memory)),
         (DraftSource::Ngram, None) => Box::new(NgramDrafter::default()),
