@@ -139,7 +139,8 @@ fn the_engine_thread_delivers_what_the_engine_gives() {
 
 /// What `xwen chat` asks of the engine: its own prompt chunks (`-ub`), one sampler across
 /// turns, its own drafter kept with the slot, the prefill's progress and the turn's stats —
-/// and the tokens a `Session` gives with the same chunks and sampler, turn after turn.
+/// and the tokens a drafted `Session` gives with the same chunks, sampler and drafter, turn
+/// after turn (sampled, so the drafts' verify draws what the session's draws).
 #[test]
 fn a_callers_chunks_sampler_and_drafter_give_a_sessions_tokens() {
     let m = model();
@@ -149,9 +150,10 @@ fn a_callers_chunks_sampler_and_drafter_give_a_sessions_tokens() {
     let mut session = Session::new(&m);
     session.set_prefill_chunk(7);
     let mut sampler = Sampler::new(params.clone());
+    let mut ngram = xwen_engine::NgramDrafter::default();
     let mut want1 = Vec::new();
     session
-        .generate(&m, &p1, 12, &[], &mut sampler, &mut |t| {
+        .generate_drafted(&m, &p1, 12, &[], &mut sampler, &mut ngram, 4, &mut |_, _| true, &mut |t| {
             want1.push(t);
             true
         })
@@ -161,7 +163,7 @@ fn a_callers_chunks_sampler_and_drafter_give_a_sessions_tokens() {
     p2.extend_from_slice(&prompt(5, 9, v));
     let mut want2 = Vec::new();
     session
-        .generate(&m, &p2, 12, &[], &mut sampler, &mut |t| {
+        .generate_drafted(&m, &p2, 12, &[], &mut sampler, &mut ngram, 4, &mut |_, _| true, &mut |t| {
             want2.push(t);
             true
         })
