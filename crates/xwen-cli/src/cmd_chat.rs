@@ -1,9 +1,10 @@
 //! `xwen chat -m MODEL`: multi-turn chat on stdin/stdout, a client of the library's `Engine`
-//! with one slot. The sequence state persists between turns (the slot's `Session`): each turn renders the whole conversation with the GGUF's
-//! chat template, keeps the longest prefix already in the state, and prefills only the rest;
-//! templates that re-render history differently (Qwen3.6 drops old reasoning) are handled by
-//! restoring the checkpoint taken before the last reply. So every turn's state holds exactly the
-//! tokens of the rendered transcript.
+//! with one slot. The sequence state persists between turns (the slot's `Session`): each turn
+//! renders the whole conversation with the GGUF's chat template, keeps the longest prefix
+//! already in the state, and prefills only the rest; templates that re-render history
+//! differently (Qwen3.6 drops old reasoning) are handled by restoring the checkpoint taken
+//! before the last reply. So every turn's state holds exactly the tokens of the rendered
+//! transcript.
 //!
 //! Lines starting with `/` are commands (`/exit`, `/reset`, `/system TEXT`, `/save FILE`,
 //! `/load FILE`, `/help`); `exit` and `quit` alone leave too. A line ending in `\` continues

@@ -1,5 +1,5 @@
-//! `xwen run`: complete a prompt (text, a file, or token ids) and stream the continuation.
-//! The prompt runs in forward steps of `-ub` tokens (llama.cpp's n_ubatch), with a progress
+//! `xwen run`: complete a prompt (text, a file, or token ids) and stream the continuation, one
+//! request to the library's `Engine` (on the CPU; `--device cuda` runs the CUDA model). The prompt runs in forward steps of `-ub` tokens (llama.cpp's n_ubatch), with a progress
 //! line when it is long; the run ends with its rates and why it stopped.
 
 use crate::cli::RunArgs;
@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::io::Write;
 use xwen_chat::{StopFilter, StreamDecoder};
-use xwen_engine::{generate_speculative, Drafter, GenerateRequest, NgramDrafter, Sampler, StopReason};
+use xwen_engine::{Engine, EngineOptions, EngineRequest, GenStats, Output, Sampler, SpecStats, StopReason};
 
 pub fn run(mut a: RunArgs) -> Result<()> {
     let quiet = a.engine.quiet;
@@ -71,14 +71,13 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     }
     let seed = params.seed;
     let mut sampler = Sampler::new(params);
-    let mut state = loaded.model.new_state();
     let stop_ids = if a.ignore_eos { Vec::new() } else { tok.eos_ids() };
     let eos = tok.eos_ids();
     if let crate::gpu::Placement::Cuda(ordinal) = crate::gpu::placement(a.engine.n_gpu_layers.as_deref(), a.engine.device.as_deref(), model_arg::n_layer(&loaded.model))? {
         return run_on_gpu(&a, &loaded, ordinal, &prompt, &prompt_ids, &mut sampler, &stop_ids, max_ctx);
     }
     // the drafter first: a refused --draft says so before any text is written
-    let mut drafter = draft.drafter(&loaded.model)?;
+    let drafter = draft.drafter(&loaded.model)?;
     let draft_name: &'static str = drafter.as_ref().map_or("none", |d| d.name());
     let mut out = std::io::stdout().lock();
     let stream_text = !a.print_ids && !a.json;
@@ -90,7 +89,6 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     let mut text = String::new();
     let mut dec = StreamDecoder::new();
     let mut stops = StopFilter::new(a.stop.clone());
-    let req = GenerateRequest { prompt: &prompt_ids, max_tokens: opts::token_limit(a.n_predict), stop_ids: &stop_ids, prefill_chunk: a.engine.prefill_chunk() };
     let mut progress = PrefillProgress::new(quiet);
     let mut write_err = None;
     let mut emit = |s: &str, text: &mut String, out: &mut std::io::StdoutLock| {
@@ -101,37 +99,55 @@ pub fn run(mut a: RunArgs) -> Result<()> {
             }
         }
     };
-    let mut plain = NgramDrafter::default();
-    let (d, k): (&mut dyn Drafter, usize) = match drafter.as_deref_mut() {
-        Some(d) => (d, a.draft.draft_max as usize),
-        None => (&mut plain, 0),
+    // one request to an engine of one slot; it runs the prompt in the -ub chunks the
+    // one-sequence loop used, its last token with the rest (nothing continues it)
+    let req = EngineRequest {
+        prefill_chunk: a.engine.prefill_chunk(),
+        progress: true,
+        one_shot: true,
+        draft: drafter.map(|d| (d, a.draft.draft_max as usize)),
+        ..EngineRequest::new(prompt_ids.clone(), opts::token_limit(a.n_predict).unwrap_or(usize::MAX), stop_ids.clone(), sampler.params().clone())
     };
-    let (stats, spec) = generate_speculative(
-        &loaded.model,
-        &mut state,
-        &req,
-        d,
-        k,
-        &mut sampler,
-        &mut |done, total| {
-            progress.update(done, total);
-            if done == total {
-                progress.finish();
+    let mut engine = Engine::new(loaded.model, EngineOptions { parallel: 1, draft: None, prefix: None });
+    let id = engine.submit(req);
+    let mut end = None;
+    // a stop string ends the reply at the token that completes it: later tokens of the same
+    // (drafted) step are not the reply's
+    let mut cut = false;
+    while end.is_none() {
+        if !engine.has_work() {
+            bail!("the engine dropped the request");
+        }
+        for (_, o) in engine.step() {
+            match o {
+                Output::Started { .. } => {}
+                Output::Prefill { done, total } => progress.update(done, total),
+                Output::Token { id: t, .. } if !cut => {
+                    progress.finish();
+                    generated.push(t);
+                    if eos.contains(&t) && !a.ignore_eos {
+                        continue;
+                    }
+                    let piece = dec.push(tok, t);
+                    let kept = stops.push(&piece);
+                    emit(&kept, &mut text, &mut out);
+                    cut = stops.hit().is_some();
+                }
+                Output::Token { .. } => {}
+                Output::Done { stop, stats, .. } => end = Some((if cut { StopReason::Caller } else { stop }, stats)),
+                Output::Failed(e) => bail!("{e}"),
+                Output::Shutdown => bail!("the engine shut down"),
             }
-            true
-        },
-        &mut |t| {
-            generated.push(t);
-            if eos.contains(&t) && !a.ignore_eos {
-                return true;
+        }
+        if cut && end.is_none() {
+            if let Some(Output::Done { stats, .. }) = engine.cancel(id) {
+                end = Some((StopReason::Caller, stats));
             }
-            let piece = dec.push(tok, t);
-            let kept = stops.push(&piece);
-            emit(&kept, &mut text, &mut out);
-            stops.hit().is_none()
-        },
-    )
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+    }
+    let (stop, rstats) = end.expect("the loop ends with an end");
+    let stats = GenStats { prompt_tokens: prompt_ids.len(), prefill_secs: rstats.prefill_secs, generated: generated.len(), decode_secs: rstats.decode_secs, stop };
+    let spec: SpecStats = rstats.drafts.unwrap_or_default();
     progress.finish();
     if stops.hit().is_none() {
         let tail = stops.push(&dec.finish());
@@ -197,10 +213,10 @@ pub fn run(mut a: RunArgs) -> Result<()> {
             draft_line(draft_name, &spec, stats.generated)
         );
     }
-    model_arg::print_profile(&loaded.model);
+    model_arg::print_profile(engine.model());
     if !quiet {
-        model_arg::print_expert_cache(&loaded.model);
-        model_arg::print_row_cache(&loaded.model);
+        model_arg::print_expert_cache(engine.model());
+        model_arg::print_row_cache(engine.model());
     }
     Ok(())
 }

@@ -23,6 +23,7 @@ pub type RequestId = u64;
 /// One generation request: token ids in, token ids out.
 pub struct EngineRequest {
     pub prompt: Vec<u32>,
+    /// Tokens to sample at most; 0 runs the prompt and samples nothing.
     pub max_tokens: usize,
     pub stop_ids: Vec<u32>,
     pub sampling: SamplingParams,
@@ -44,6 +45,10 @@ pub struct EngineRequest {
     /// The caller's sampler, continued (a conversation whose sampling goes on from its last
     /// turn) instead of a new one of `sampling`; `Engine::take_sampler` gives it back.
     pub sampler: Option<Sampler>,
+    /// No later request continues this prompt: no checkpoint before its last token, so the
+    /// prompt runs in whole chunks with its last token in the last one, as the one-sequence
+    /// loop (`generate`) runs it — the same bits as `xwen run` before the engine.
+    pub one_shot: bool,
 }
 
 impl EngineRequest {
@@ -60,6 +65,7 @@ impl EngineRequest {
             progress: false,
             draft: None,
             sampler: None,
+            one_shot: false,
         }
     }
 }
@@ -366,6 +372,7 @@ impl Engine {
                 draft,
                 draft_memory,
                 prefill_chunk: req.prefill_chunk,
+                checkpoint_last: !req.one_shot,
                 ..Request::new(req.prompt, req.max_tokens, req.stop_ids, sampler)
             };
             match self.sched.add(&self.model, sreq) {

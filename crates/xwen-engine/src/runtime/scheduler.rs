@@ -58,6 +58,10 @@ pub struct Request {
     /// Prompt tokens per forward step (llama.cpp's n_ubatch, a caller's `-ub`); 0: `PREFILL_CHUNK`.
     /// The chunks decide a prompt's bits, so a caller matching another path's chunks sets them.
     pub prefill_chunk: usize,
+    /// With a session: checkpoint before the prompt's last token, where a next turn most often
+    /// departs (the last token then runs alone). False for a prompt no turn continues: it
+    /// runs in whole chunks, its last token in the last, as `generate` runs a prompt.
+    pub checkpoint_last: bool,
 }
 
 impl Request {
@@ -75,6 +79,7 @@ impl Request {
             draft: None,
             draft_memory: None,
             prefill_chunk: 0,
+            checkpoint_last: true,
         }
     }
 }
@@ -211,7 +216,7 @@ impl Scheduler {
             Some(mut s) => {
                 let held = s.prepare(model, &req.prompt)?;
                 let last = req.prompt.len() - 1;
-                let mut at: Vec<usize> = req.checkpoint_at.iter().copied().filter(|&p| p >= held && p < last).chain([last]).collect();
+                let mut at: Vec<usize> = req.checkpoint_at.iter().copied().filter(|&p| p >= held && p < last).chain(req.checkpoint_last.then_some(last)).collect();
                 at.sort_unstable();
                 at.dedup();
                 if at.first() == Some(&held) {
@@ -421,7 +426,7 @@ impl Scheduler {
         while i < self.running.len() {
             let r = &self.running[i];
             let next = if r.prompt_left { Self::chunk(r) } else { 1 };
-            let stop = if r.max_tokens == 0 {
+            let stop = if r.max_tokens == 0 && !r.prompt_left {
                 Some(StopReason::Length)
             } else if !fits_context(r.session.state().pos, next, max_ctx) {
                 Some(StopReason::ContextFull)
@@ -569,7 +574,7 @@ impl Scheduler {
             }
             let last_chunk = !r.prompt_left || n == r.pending.len();
             idx.push((k, n));
-            let mut step = SeqStep::new(r.session.state_mut(), &r.pending[..n], if last_chunk { LogitsMode::Last } else { LogitsMode::None });
+            let mut step = SeqStep::new(r.session.state_mut(), &r.pending[..n], if last_chunk && r.max_tokens > 0 { LogitsMode::Last } else { LogitsMode::None });
             step.hidden = hidden;
             steps.push(step);
         }
@@ -660,6 +665,12 @@ impl Scheduler {
                 continue;
             }
             r.prompt_left = false;
+            if r.max_tokens == 0 {
+                // the prompt was all there was to run (a prefill measured, a state warmed)
+                events.push(Event::Done { id: r.id, stop: StopReason::Length, generated: 0 });
+                finished.push(r.id);
+                continue;
+            }
             if let Some(p) = r.processor.as_mut() {
                 p.process(lg);
             }
