@@ -519,11 +519,6 @@ pub fn tensor_plan(g: &Geometry) -> Vec<TensorPlan> {
     };
     let e = g.n_embd;
     let mut out = head_tensors(g);
-    let key_dim = g.ssm_state * g.ssm_groups;
-    let value_dim = g.ssm_inner();
-    let conv_dim = 2 * key_dim + value_dim;
-    let q_dim = g.head_dim * g.n_head;
-    let kv_dim = g.head_dim * g.n_head_kv;
     for il in 0..g.n_blocks() {
         let mut layer = Vec::new();
         let mut add = |suffix: &str, ty, dims: &[usize], fill| layer.push(t(format!("blk.{il}.{suffix}"), ty, dims, fill));
@@ -536,39 +531,9 @@ pub fn tensor_plan(g: &Geometry) -> Vec<TensorPlan> {
         }
         add("attn_norm.weight", F32, &[e], Fill::Norm);
         add("post_attention_norm.weight", F32, &[e], Fill::Norm);
-        if g.is_recurrent(il) {
-            add("attn_qkv.weight", Q8_0, &[e, conv_dim], Fill::Matrix);
-            add("attn_gate.weight", Q8_0, &[e, value_dim], Fill::Matrix);
-            add("ssm_conv1d.weight", F32, &[g.ssm_conv, conv_dim], Fill::Normal(0.2));
-            add("ssm_dt.bias", F32, &[g.ssm_dt_rank], Fill::Uniform);
-            add("ssm_a", F32, &[g.ssm_dt_rank], Fill::SsmA);
-            if g.is_qwen3next() {
-                add("ssm_ba.weight", Q8_0, &[e, 2 * g.ssm_dt_rank], Fill::Matrix);
-            } else {
-                add("ssm_beta.weight", Q8_0, &[e, g.ssm_dt_rank], Fill::Matrix);
-                add("ssm_alpha.weight", Q8_0, &[e, g.ssm_dt_rank], Fill::Matrix);
-            }
-            add("ssm_norm.weight", F32, &[g.ssm_state], Fill::Norm);
-            add("ssm_out.weight", Q8_0, &[value_dim, e], Fill::Matrix);
-        } else {
-            // attn_q is double width: per head [q(head_dim), gate(head_dim)].
-            add("attn_q.weight", Q8_0, &[e, 2 * q_dim], Fill::Matrix);
-            add("attn_k.weight", Q8_0, &[e, kv_dim], Fill::Matrix);
-            add("attn_v.weight", Q8_0, &[e, kv_dim], Fill::Matrix);
-            add("attn_output.weight", Q8_0, &[q_dim, e], Fill::Matrix);
-            add("attn_q_norm.weight", F32, &[g.head_dim], Fill::Norm);
-            add("attn_k_norm.weight", F32, &[g.head_dim], Fill::Norm);
-        }
+        mixer_tensors(g, il, &mut add);
         if g.is_moe() {
-            let (n, f, s) = (g.n_expert, g.n_ff_exp, g.n_ff_shexp);
-            add("ffn_gate_inp.weight", F32, &[e, n], Fill::Normal(0.02));
-            add("ffn_gate_exps.weight", Q4_K, &[e, f, n], Fill::Matrix);
-            add("ffn_up_exps.weight", Q4_K, &[e, f, n], Fill::Matrix);
-            add("ffn_down_exps.weight", Q4_K, &[f, e, n], Fill::Matrix);
-            add("ffn_gate_inp_shexp.weight", F32, &[e], Fill::Normal(0.02));
-            add("ffn_gate_shexp.weight", Q8_0, &[e, s], Fill::Matrix);
-            add("ffn_up_shexp.weight", Q8_0, &[e, s], Fill::Matrix);
-            add("ffn_down_shexp.weight", Q8_0, &[s, e], Fill::Matrix);
+            moe_tensors(g, &mut add);
         } else {
             add("ffn_gate.weight", Q4_K, &[e, g.n_ff], Fill::Matrix);
             add("ffn_up.weight", Q4_K, &[e, g.n_ff], Fill::Matrix);
@@ -578,6 +543,53 @@ pub fn tensor_plan(g: &Geometry) -> Vec<TensorPlan> {
         out.extend(layer);
     }
     out
+}
+
+/// A layer's mixer tensors (a DeltaNet layer's or a gated-attention layer's), as qwen35,
+/// qwen35moe, qwen3next and qwen4exp files carry them; `add` takes the name after `blk.{il}.`.
+pub(crate) fn mixer_tensors(g: &Geometry, il: usize, add: &mut dyn FnMut(&str, GgmlType, &[usize], Fill)) {
+    use GgmlType::{F32, Q8_0};
+    let e = g.n_embd;
+    if g.is_recurrent(il) {
+        let value_dim = g.ssm_inner();
+        let conv_dim = 2 * g.ssm_state * g.ssm_groups + value_dim;
+        add("attn_qkv.weight", Q8_0, &[e, conv_dim], Fill::Matrix);
+        add("attn_gate.weight", Q8_0, &[e, value_dim], Fill::Matrix);
+        add("ssm_conv1d.weight", F32, &[g.ssm_conv, conv_dim], Fill::Normal(0.2));
+        add("ssm_dt.bias", F32, &[g.ssm_dt_rank], Fill::Uniform);
+        add("ssm_a", F32, &[g.ssm_dt_rank], Fill::SsmA);
+        if g.is_qwen3next() {
+            add("ssm_ba.weight", Q8_0, &[e, 2 * g.ssm_dt_rank], Fill::Matrix);
+        } else {
+            add("ssm_beta.weight", Q8_0, &[e, g.ssm_dt_rank], Fill::Matrix);
+            add("ssm_alpha.weight", Q8_0, &[e, g.ssm_dt_rank], Fill::Matrix);
+        }
+        add("ssm_norm.weight", F32, &[g.ssm_state], Fill::Norm);
+        add("ssm_out.weight", Q8_0, &[value_dim, e], Fill::Matrix);
+    } else {
+        let (q_dim, kv_dim) = (g.head_dim * g.n_head, g.head_dim * g.n_head_kv);
+        // attn_q is double width: per head [q(head_dim), gate(head_dim)].
+        add("attn_q.weight", Q8_0, &[e, 2 * q_dim], Fill::Matrix);
+        add("attn_k.weight", Q8_0, &[e, kv_dim], Fill::Matrix);
+        add("attn_v.weight", Q8_0, &[e, kv_dim], Fill::Matrix);
+        add("attn_output.weight", Q8_0, &[q_dim, e], Fill::Matrix);
+        add("attn_q_norm.weight", F32, &[g.head_dim], Fill::Norm);
+        add("attn_k_norm.weight", F32, &[g.head_dim], Fill::Norm);
+    }
+}
+
+/// A MoE layer's router, routed experts and shared expert (qwen35moe, qwen3next, qwen4exp).
+pub(crate) fn moe_tensors(g: &Geometry, add: &mut dyn FnMut(&str, GgmlType, &[usize], Fill)) {
+    use GgmlType::{F32, Q4_K, Q8_0};
+    let (e, n, f, s) = (g.n_embd, g.n_expert, g.n_ff_exp, g.n_ff_shexp);
+    add("ffn_gate_inp.weight", F32, &[e, n], Fill::Normal(0.02));
+    add("ffn_gate_exps.weight", Q4_K, &[e, f, n], Fill::Matrix);
+    add("ffn_up_exps.weight", Q4_K, &[e, f, n], Fill::Matrix);
+    add("ffn_down_exps.weight", Q4_K, &[f, e, n], Fill::Matrix);
+    add("ffn_gate_inp_shexp.weight", F32, &[e], Fill::Normal(0.02));
+    add("ffn_gate_shexp.weight", Q8_0, &[e, s], Fill::Matrix);
+    add("ffn_up_shexp.weight", Q8_0, &[e, s], Fill::Matrix);
+    add("ffn_down_shexp.weight", Q8_0, &[s, e], Fill::Matrix);
 }
 
 /// output (unless tied), output_norm and token_embd: llama-quantize's first three.

@@ -212,12 +212,6 @@ pub(crate) fn tensor_plan(g: &Geometry, q: &Qwen4x) -> Vec<TensorPlan> {
     }
     head("token_embd.weight", if g.tied { Q6_K } else { Q4_K }, &[e, g.n_vocab], Fill::Matrix);
 
-    let key_dim = g.ssm_state * g.ssm_groups;
-    let value_dim = g.ssm_inner();
-    let conv_dim = 2 * key_dim + value_dim;
-    let q_dim = g.head_dim * g.n_head;
-    let kv_dim = g.head_dim * g.n_head_kv;
-    let (n, f, s) = (g.n_expert, g.n_ff_exp, g.n_ff_shexp);
     for il in 0..g.n_layer {
         let mut layer = Vec::new();
         let mut add = |suffix: &str, ty, dims: &[usize], fill| layer.push(t(format!("blk.{il}.{suffix}"), ty, dims, fill));
@@ -227,24 +221,8 @@ pub(crate) fn tensor_plan(g: &Geometry, q: &Qwen4x) -> Vec<TensorPlan> {
             add(&format!("hc_{m}_inject.weight"), Q8_0, &[wide, q.hc], Fill::Matrix);
             add(&format!("hc_{m}_norm.weight"), F32, &[wide], Fill::Norm);
         }
-        if g.is_recurrent(il) {
-            add("attn_qkv.weight", Q8_0, &[e, conv_dim], Fill::Matrix);
-            add("attn_gate.weight", Q8_0, &[e, value_dim], Fill::Matrix);
-            add("ssm_conv1d.weight", F32, &[g.ssm_conv, conv_dim], Fill::Normal(0.2));
-            add("ssm_dt.bias", F32, &[g.ssm_dt_rank], Fill::Uniform);
-            add("ssm_a", F32, &[g.ssm_dt_rank], Fill::SsmA);
-            add("ssm_beta.weight", Q8_0, &[e, g.ssm_dt_rank], Fill::Matrix);
-            add("ssm_alpha.weight", Q8_0, &[e, g.ssm_dt_rank], Fill::Matrix);
-            add("ssm_norm.weight", F32, &[g.ssm_state], Fill::Norm);
-            add("ssm_out.weight", Q8_0, &[value_dim, e], Fill::Matrix);
-        } else {
-            // attn_q is double width: per head [q(head_dim), gate(head_dim)]
-            add("attn_q.weight", Q8_0, &[e, 2 * q_dim], Fill::Matrix);
-            add("attn_k.weight", Q8_0, &[e, kv_dim], Fill::Matrix);
-            add("attn_v.weight", Q8_0, &[e, kv_dim], Fill::Matrix);
-            add("attn_output.weight", Q8_0, &[q_dim, e], Fill::Matrix);
-            add("attn_q_norm.weight", F32, &[g.head_dim], Fill::Norm);
-            add("attn_k_norm.weight", F32, &[g.head_dim], Fill::Norm);
+        crate::mixer_tensors(g, il, &mut add);
+        if !g.is_recurrent(il) {
             // llama.cpp loads the indexer on every full-attention layer, sparse or not
             add("indexer.q_proj.weight", F32, &[e, q.idx_heads * q.idx_dim], Fill::Normal(crate::WEIGHT_STD));
             add("indexer.k_proj.weight", F32, &[e, q.idx_dim], Fill::Normal(crate::WEIGHT_STD));
@@ -259,14 +237,7 @@ pub(crate) fn tensor_plan(g: &Geometry, q: &Qwen4x) -> Vec<TensorPlan> {
             add("ple_norm_conv.weight", F32, &[wide], Fill::Norm);
             add("ple_conv1d.weight", Q8_0, &[p.kernel, wide], Fill::Matrix);
         }
-        add("ffn_gate_inp.weight", F32, &[e, n], Fill::Normal(0.02));
-        add("ffn_gate_exps.weight", Q4_K, &[e, f, n], Fill::Matrix);
-        add("ffn_up_exps.weight", Q4_K, &[e, f, n], Fill::Matrix);
-        add("ffn_down_exps.weight", Q4_K, &[f, e, n], Fill::Matrix);
-        add("ffn_gate_inp_shexp.weight", F32, &[e], Fill::Normal(0.02));
-        add("ffn_gate_shexp.weight", Q8_0, &[e, s], Fill::Matrix);
-        add("ffn_up_shexp.weight", Q8_0, &[e, s], Fill::Matrix);
-        add("ffn_down_shexp.weight", Q8_0, &[s, e], Fill::Matrix);
+        crate::moe_tensors(g, &mut add);
         layer.sort_by(|a, b| a.name.cmp(&b.name));
         out.extend(layer);
     }
