@@ -96,12 +96,7 @@ pub struct RowCacheStats {
 
 impl RowCacheStats {
     pub fn hit_rate(&self) -> f64 {
-        let n = self.hits + self.misses;
-        if n == 0 {
-            0.0
-        } else {
-            self.hits as f64 / n as f64
-        }
+        super::store::hit_rate(self.hits, self.misses)
     }
 }
 

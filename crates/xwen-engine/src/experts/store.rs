@@ -75,12 +75,17 @@ pub struct ExpertCacheStats {
 
 impl ExpertCacheStats {
     pub fn hit_rate(&self) -> f64 {
-        let n = self.hits + self.misses;
-        if n == 0 {
-            0.0
-        } else {
-            self.hits as f64 / n as f64
-        }
+        hit_rate(self.hits, self.misses)
+    }
+}
+
+/// hits / (hits + misses), 0 before any lookup: the expert cache's and the row cache's.
+pub(crate) fn hit_rate(hits: u64, misses: u64) -> f64 {
+    let n = hits + misses;
+    if n == 0 {
+        0.0
+    } else {
+        hits as f64 / n as f64
     }
 }
 

@@ -8,7 +8,7 @@
 //! xwen-chat, so the engine needs no tokenizer.
 
 use crate::model::Model;
-use crate::runtime::generate::StopReason;
+use crate::runtime::generate::{rate, StopReason};
 use crate::runtime::prefix_cache::PrefixCache;
 use crate::runtime::sampler::{Sampler, SamplingParams};
 use crate::runtime::scheduler::{Event, LogitsProcessor, Request, Scheduler, SeqId, TokenLogprobs};
@@ -96,13 +96,6 @@ impl RequestStats {
     }
 }
 
-fn rate(n: usize, secs: f64) -> f64 {
-    if secs > 0.0 {
-        n as f64 / secs
-    } else {
-        0.0
-    }
-}
 
 /// What one request consumed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

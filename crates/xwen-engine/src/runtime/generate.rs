@@ -72,7 +72,8 @@ impl GenStats {
     }
 }
 
-fn rate(n: usize, s: f64) -> f64 {
+/// n per second, 0 where no time passed.
+pub(crate) fn rate(n: usize, s: f64) -> f64 {
     if s > 0.0 {
         n as f64 / s
     } else {
