@@ -129,7 +129,18 @@ impl Gpu {
         let ctx = open(ordinal)?;
         let info = info_of(&ctx)?;
         let (maj, min) = info.compute_capability;
-        let opts = cudarc::nvrtc::CompileOptions { options: vec![format!("--gpu-architecture=compute_{maj}{min}"), "--std=c++17".into()], ..Default::default() };
+        let mut options = vec![format!("--gpu-architecture=compute_{maj}{min}"), "--std=c++17".into()];
+        // tuning knobs of kernels.cu (its `#ifndef` defaults), for A/B runs without a rebuild:
+        // XWEN_CUDA_DEFINES="-DQ4K_UNROLL=4"; anything but -D definitions is refused
+        if let Ok(defs) = std::env::var("XWEN_CUDA_DEFINES") {
+            for d in defs.split_whitespace() {
+                if !d.starts_with("-D") {
+                    return Err(CudaError::Compile(format!("XWEN_CUDA_DEFINES: '{d}' is not a -DNAME=VALUE definition")));
+                }
+                options.push(d.to_string());
+            }
+        }
+        let opts = cudarc::nvrtc::CompileOptions { options, ..Default::default() };
         // SAFETY: only tries to open the library.
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
             return Err(CudaError::Compile("the NVRTC library (libnvrtc.so, CUDA 12 or 13) is not installed".into()));

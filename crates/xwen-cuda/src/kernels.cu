@@ -26,6 +26,14 @@ typedef long long i64;
 #define Q8_0_QS 4
 #define Q6_K_BYTES 224
 
+// Tuning knobs (gpu.rs passes XWEN_CUDA_DEFINES' -D definitions to NVRTC, for A/B runs).
+// Q4K_UNROLL: how many of a lane's Q4_K / Q5_K blocks a row product loads before it computes.
+#ifndef Q4K_UNROLL
+#define Q4K_UNROLL 2
+#endif
+#define XW_STR(x) #x
+#define UNROLL_BY(n) _Pragma(XW_STR(unroll n))
+
 // e over a head's E = dim / 32 (≤ 8) values a lane: unrolled to 8 and guarded, so per-lane
 // arrays indexed by e stay in registers (a loop to a run-time E would put them in memory).
 #define EACH_E _Pragma("unroll") for (int e = 0; e < 8; e++) if (e < E)
@@ -156,6 +164,9 @@ __device__ float dot_row(int ty, const u8* row, const float* __restrict__ x, int
         if ((cols & 3) == 0) {
             const float4* w4 = (const float4*)row;
             const float4* x4 = (const float4*)x;
+            // unrolled so eight loads are in flight (a MoE router's f32 rows are a step's
+            // longest of their few): the sum's order is the loop's either way
+            #pragma unroll 8
             for (int i = lane; i < cols / 4; i += 32) {
                 float4 a = w4[i], b = x4[i];
                 sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
@@ -167,6 +178,7 @@ __device__ float dot_row(int ty, const u8* row, const float* __restrict__ x, int
     case T_BF16:
         if ((cols & 1) == 0) {
             const u32* w2 = (const u32*)row;
+            #pragma unroll 8
             for (int i = lane; i < cols / 2; i += 32) {
                 u32 p = w2[i];
                 float a = ty == T_F16 ? h2f((u16)p) : bf2f((u16)p);
@@ -311,7 +323,7 @@ __device__ __forceinline__ float dot_row_q8(int ty, const u8* row, const i8* __r
         // and 16 of 2j + 1 (high); the half hh of each sub-block
         bool q5 = ty == T_Q5_K;
         int nb = cols / 256, j = (lane & 7) >> 1, hh = lane & 1, bs = q5 ? 176 : 144;
-        #pragma unroll 2
+        UNROLL_BY(Q4K_UNROLL)
         for (int b = lane >> 3; b < nb; b += 4) {
             const u8* blk = row + (i64)b * bs;
             int4 q = *(const int4*)(blk + (q5 ? 48 : 16) + 32 * j + 16 * hh);
@@ -554,31 +566,36 @@ extern "C" __global__ void mv_glu(const u8* G, const u8* U, int ty_g, int ty_u, 
 
 // A decode step's routed experts' gate, up and SwiGLU (slots blockIdx.y < k, expert ids[slot],
 // rows into h[slot]) and the shared expert's (slot k, into hs) in one launch, each row as
-// mv_glu computes it. One token: every slot reads the same x.
+// mv_glu computes it. One token: every slot reads the same x. A warp a (row, matrix): warps 2i
+// and 2i + 1 take row 2·blockIdx.x + i's gate and up product, so a warp has one row's loads in
+// flight rather than two one after the other; the gate's warp applies the SwiGLU.
 extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u, int rows, i64 rb_g, i64 rb_u, i64 mb_g, i64 mb_u, const int* ids, int k,
                                    const u8* SG, const u8* SU, int ty_sg, int ty_su, int rows_s, i64 rb_sg, i64 rb_su, int cols, const float* x,
                                    const i8* qk, const float2* dk, const i8* qz, const float2* dz, float* h, float* hs) {
-    int slot = blockIdx.y;
-    int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    bool shared = slot == k;
-    if (shared && row < rows_s) {
-        prefetch_l2(SG + (i64)row * rb_sg, rb_sg, lane);
-        prefetch_l2(SU + (i64)row * rb_su, rb_su, lane);
+    __shared__ float s_up[2];
+    int slot = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int row = blockIdx.x * 2 + (warp >> 1);
+    bool up = warp & 1, shared = slot == k, live = row < (shared ? rows_s : rows);
+    const u8* m_row = nullptr;
+    int ty = 0;
+    if (shared && live) {
+        m_row = up ? SU + (i64)row * rb_su : SG + (i64)row * rb_sg;
+        ty = up ? ty_su : ty_sg;
+        prefetch_l2(m_row, up ? rb_su : rb_sg, lane);
     }
     pdl_start();
-    if (row >= (shared ? rows_s : rows)) return;
-    const u8 *g_row, *u_row;
-    if (shared) {
-        g_row = SG + (i64)row * rb_sg;
-        u_row = SU + (i64)row * rb_su;
-    } else {
-        i64 e = ids[slot];
-        g_row = G + e * mb_g + (i64)row * rb_g;
-        u_row = U + e * mb_u + (i64)row * rb_u;
+    float v = 0.0f;
+    if (live) {
+        if (!shared) {
+            i64 e = ids[slot];
+            m_row = up ? U + e * mb_u + (i64)row * rb_u : G + e * mb_g + (i64)row * rb_g;
+            ty = up ? ty_u : ty_g;
+        }
+        v = warp_sum(dot_any(ty, m_row, x, qk, dk, qz, dz, cols, lane));
     }
-    float g = warp_sum(dot_any(shared ? ty_sg : ty_g, g_row, x, qk, dk, qz, dz, cols, lane));
-    float u = warp_sum(dot_any(shared ? ty_su : ty_u, u_row, x, qk, dk, qz, dz, cols, lane));
-    if (lane == 0) (shared ? hs : h + (i64)slot * rows)[row] = g / (1.0f + expf(-g)) * u;
+    if (up && lane == 0) s_up[warp >> 1] = v;
+    __syncthreads();
+    if (!up && live && lane == 0) (shared ? hs : h + (i64)slot * rows)[row] = v / (1.0f + expf(-v)) * s_up[warp >> 1];
 }
 
 // Up to four products of one input in one launch (a DeltaNet layer's qkv, z, β and α; an
@@ -603,18 +620,66 @@ extern "C" __global__ void mv4(int cols, const float* x, const i8* qk, const flo
     if (lane == 0) y[row] = s;
 }
 
+// Eight consecutive values a lane (lane l of the warp: values 8l..8l+7 of its 256) quantized as
+// q8_0, four lanes a 32-value block: the bits of quant_block_z (a block's max and Σq do not
+// depend on which lane holds which value).
+__device__ __forceinline__ void quant_8_z(const float* v8, int lane, i8* q8, float2* d1) {
+    float amax = 0.0f;
+    #pragma unroll
+    for (int e = 0; e < 8; e++) amax = fmaxf(amax, fabsf(v8[e]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int qs[8], sum = 0;
+    #pragma unroll
+    for (int e = 0; e < 8; e++) {
+        qs[e] = (int)roundf(v8[e] * id);
+        sum += qs[e];
+    }
+    u32 lo = (qs[0] & 0xFF) | ((qs[1] & 0xFF) << 8) | ((qs[2] & 0xFF) << 16) | ((u32)(qs[3] & 0xFF) << 24);
+    u32 hi = (qs[4] & 0xFF) | ((qs[5] & 0xFF) << 8) | ((qs[6] & 0xFF) << 16) | ((u32)(qs[7] & 0xFF) << 24);
+    *(uint2*)q8 = make_uint2(lo, hi);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    float dh = h2f(f2h(d));
+    if ((lane & 3) == 0) *d1 = make_float2(dh, dh * (float)sum);
+}
+
 // y = x / sqrt(mean(x²) + eps) · w, one block a row (ops::rms_norm); where yq is given, y
-// quantized as q8_K for the decode products too (quant_q8 kind 0; n % 256 == 0).
+// quantized as q8_K for the decode products too (quant_q8 kind 0; n % 256 == 0), where yqz is
+// given as q8_0 (kind 1). With n / 8 threads (n % 256 == 0, rms_norm_threads) a thread holds
+// eight values in registers from its one load to its stores: a decode step's norms are a chain
+// of dependent latencies, not of bytes, and this one has no second pass over x.
 extern "C" __global__ void rms_norm(const float* x, const float* w, float* y, int n, float eps, i8* yq, float2* yd, i8* yqz, float2* ydz) {
     pdl_start();
     const float* xr = x + (i64)blockIdx.x * n;
     float* yr = y + (i64)blockIdx.x * n;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (n % 256 == 0 && (int)blockDim.x * 8 == n) {
+        int i0 = 8 * threadIdx.x;
+        float4 a = *(const float4*)(xr + i0), b = *(const float4*)(xr + i0 + 4);
+        float4 wa = *(const float4*)(w + i0), wb = *(const float4*)(w + i0 + 4);
+        float v8[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        float w8[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+        double s = 0.0;
+        #pragma unroll
+        for (int e = 0; e < 8; e++) s += (double)(v8[e] * v8[e]);
+        s = block_sum_d(s);
+        float scale = 1.0f / sqrtf((float)(s / n) + eps);
+        #pragma unroll
+        for (int e = 0; e < 8; e++) v8[e] = (v8[e] * scale) * w8[e];
+        *(float4*)(yr + i0) = make_float4(v8[0], v8[1], v8[2], v8[3]);
+        *(float4*)(yr + i0 + 4) = make_float4(v8[4], v8[5], v8[6], v8[7]);
+        i64 q0 = (i64)blockIdx.x * n;
+        if (yq) quant_block_k(v8, lane, yq + q0 + 256 * warp, yd + q0 / 32 + 8 * warp);
+        if (yqz) quant_8_z(v8, lane, yqz + q0 + i0, ydz + q0 / 32 + i0 / 32);
+        return;
+    }
     double s = 0.0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) s += (double)(xr[i] * xr[i]);
     s = block_sum_d(s);
     float scale = 1.0f / sqrtf((float)(s / n) + eps);
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    // where yqz is given, y quantized as q8_0 too (quant_q8 kind 1; n % 32 == 0)
     if (yqz)
         for (int b = warp; b < n / 32; b += nw) {
             int i = 32 * b + lane;
@@ -1082,29 +1147,45 @@ extern "C" __global__ void moe_combine(float* x, const float* ys, const float* w
 // A decode step's MoE output in one launch: x[r] ← x[r] + (Σ_s w_s·(D_{ids[s]}[r]·h[s]) +
 // sigmoid(sg)·(S[r]·hs)) — the routed experts' down products, the shared expert's, the weighted
 // sum and the residual, each term computed and rounded as `mv` and moe_combine compute them
-// (the same bits). A warp a row; h holds the k slots' rows (cols values each), hs the shared
-// expert's (S null: none; sg null: ungated).
+// (the same bits). A block a row r: warp s < k dots slot s's expert row, warp k the shared
+// expert's (S null: none; sg null: ungated), so every row a step reads is in flight at once (a
+// warp a row walking the k slots one after another kept one in flight and reached a sixth of the
+// bandwidth); thread 0 sums the k + 1 in slot order. h holds the k slots' rows (cols values
+// each), hs the shared expert's.
+// ids is read before pdl_start, through L2: the router wrote it at least two launches before
+// this one (the expert gate/up launch sits between), and that launch's blocks all passed their
+// wait — the router had finished — before this grid could start. So the rows this step reads
+// are pulled into L2 while its predecessor still runs.
 extern "C" __global__ void moe_down_combine(const u8* D, int ty, int rows, int cols, i64 rb, i64 mb, const int* ids, const float* weights, int k,
                                             const float* h, const i8* qk, const float2* dk, const i8* qz, const float2* dz, const u8* S, int ty_s,
                                             int cols_s, i64 rb_s, const float* hs, const i8* qks, const float2* dks, const i8* qzs, const float2* dzs,
                                             const float* sg, float* x) {
-    int r = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (S && r < rows) prefetch_l2(S + (i64)r * rb_s, rb_s, lane);
+    __shared__ float ys[33];
+    int r = blockIdx.x, s = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const u8* w = nullptr;
+    if (s < k) w = D + (i64)__ldcg(ids + s) * mb + (i64)r * rb;
+    else if (s == k && S) w = S + (i64)r * rb_s;
+    if (w) prefetch_l2(w, s < k ? rb : rb_s, lane);
     pdl_start();
-    if (r >= rows) return;
+    if (w) {
+        float y;
+        if (s < k) {
+            i64 xr = (i64)s * cols;
+            y = warp_sum(dot_any(ty, w, h + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, cols, lane));
+        } else {
+            y = warp_sum(dot_any(ty_s, w, hs, qks, dks, qzs, dzs, cols_s, lane));
+        }
+        if (lane == 0) ys[s] = y;
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
     float f = 0.0f;
-    for (int s = 0; s < k; s++) {
-        i64 xr = (i64)s * cols;
-        const u8* w = D + (i64)ids[s] * mb + (i64)r * rb;
-        float y = warp_sum(dot_any(ty, w, h + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, cols, lane));
-        f = s == 0 ? __fmul_rn(weights[0], y) : __fadd_rn(f, __fmul_rn(weights[s], y));
-    }
+    for (int t = 0; t < k; t++) f = t == 0 ? __fmul_rn(weights[0], ys[0]) : __fadd_rn(f, __fmul_rn(weights[t], ys[t]));
     if (S) {
-        float y = warp_sum(dot_any(ty_s, S + (i64)r * rb_s, hs, qks, dks, qzs, dzs, cols_s, lane));
         float gt = sg ? 1.0f / (1.0f + expf(-sg[0])) : 1.0f;
-        f = __fadd_rn(f, __fmul_rn(gt, y));
+        f = __fadd_rn(f, __fmul_rn(gt, ys[k]));
     }
-    if (lane == 0) x[r] = __fadd_rn(x[r], f);
+    x[r] = __fadd_rn(x[r], f);
 }
 
 // (v, i) ← the better of (v, i) and (ov, oi): the larger value, the first index of equals.

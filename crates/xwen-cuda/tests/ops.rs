@@ -99,17 +99,20 @@ fn products_of_every_weight_type_match_the_dequantized_reference() {
 #[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
 fn rms_norm_matches_the_cpu() {
     let g = gpu();
-    for &n in &[64usize, 1000, 2048, 5120] {
+    for &n in &[64usize, 1000, 2048, 5120, 2560, 8192] {
         let x = noise(n, n as u64);
         let w = noise(n, n as u64 + 1);
-        let (xd, wd, yd) = (g.upload_f32(&x).unwrap(), g.upload_f32(&w).unwrap(), g.zeros(n * 4).unwrap());
-        g.launch("rms_norm", (1, 1), 1024, 0, &[Arg::Ptr(xd.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(yd.ptr), Arg::I32(n as i32), Arg::F32(1e-6), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0)]).unwrap();
-        let y = g.read_f32(&yd, n).unwrap();
         let mut want = vec![0.0f32; n];
         xwen_engine::ops::rms_norm(&x, &w, 1e-6, &mut want);
-        let worst = y.iter().zip(&want).map(|(a, b)| ((a - b).abs() / b.abs().max(1e-6)) as f64).fold(0.0, f64::max);
-        println!("rms_norm {n}: worst rel err {worst:.2e}");
-        assert!(worst < 1e-5, "rms_norm {n}: {worst}");
+        for threads in [1024, xwen_cuda::rms_norm_threads(n)] {
+            let (xd, wd, yd) = (g.upload_f32(&x).unwrap(), g.upload_f32(&w).unwrap(), g.zeros(n * 4).unwrap());
+            let args = [Arg::Ptr(xd.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(yd.ptr), Arg::I32(n as i32), Arg::F32(1e-6), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0)];
+            g.launch("rms_norm", (1, 1), threads, 0, &args).unwrap();
+            let y = g.read_f32(&yd, n).unwrap();
+            let worst = y.iter().zip(&want).map(|(a, b)| ((a - b).abs() / b.abs().max(1e-6)) as f64).fold(0.0, f64::max);
+            println!("rms_norm {n} ({threads} threads): worst rel err {worst:.2e}");
+            assert!(worst < 1e-5, "rms_norm {n} ({threads} threads): {worst}");
+        }
     }
 }
 
@@ -1043,21 +1046,24 @@ fn fused_quantization_equals_the_quantizer() {
     };
     let read = |b: &xwen_cuda::gpu::DevBuf, len: usize| g.read_i32(b, len).unwrap();
     // rms_norm quantizing both kinds at once, over 2 rows
-    for &n in &[2048usize, 5120, 256] {
-        let rows = 2;
-        let (x, w) = (g.upload_f32(&noise(rows * n, 11)).unwrap(), g.upload_f32(&noise(n, 12)).unwrap());
-        let (y1, y2) = (g.zeros(rows * n * 4).unwrap(), g.zeros(rows * n * 4).unwrap());
-        let (qk, dk, qz, dz) = (g.zeros(rows * n).unwrap(), g.zeros(rows * n / 32 * 8).unwrap(), g.zeros(rows * n).unwrap(), g.zeros(rows * n / 32 * 8).unwrap());
-        let args = |y: u64, p: [u64; 4]| {
-            [Arg::Ptr(x.ptr), Arg::Ptr(w.ptr), Arg::Ptr(y), Arg::I32(n as i32), Arg::F32(1e-6), Arg::Ptr(p[0]), Arg::Ptr(p[1]), Arg::Ptr(p[2]), Arg::Ptr(p[3])]
-        };
-        g.launch("rms_norm", (rows as u32, 1), 1024, 0, &args(y1.ptr, [0; 4])).unwrap();
-        g.launch("rms_norm", (rows as u32, 1), 1024, 0, &args(y2.ptr, [qk.ptr, dk.ptr, qz.ptr, dz.ptr])).unwrap();
-        assert_eq!(read(&y1, rows * n), read(&y2, rows * n), "rms_norm {n}: outputs");
-        let ((wk, wdk), (wz, wdz)) = (quant(&y1, n, rows, 0), quant(&y1, n, rows, 1));
-        assert_eq!((read(&qk, rows * n / 4), read(&dk, rows * n / 16)), (wk, wdk), "rms_norm {n}: q8_K");
-        assert_eq!((read(&qz, rows * n / 4), read(&dz, rows * n / 16)), (wz, wdz), "rms_norm {n}: q8_0");
-        println!("rms_norm {n} quantizing (q8_K and q8_0): equal to rms_norm then quant_q8, bit for bit");
+    // (the block of 1024 threads walks the row; rms_norm_threads' block holds it in registers)
+    for &n in &[2048usize, 5120, 256, 2560] {
+        for threads in [1024, xwen_cuda::rms_norm_threads(n)] {
+            let rows = 2;
+            let (x, w) = (g.upload_f32(&noise(rows * n, 11)).unwrap(), g.upload_f32(&noise(n, 12)).unwrap());
+            let (y1, y2) = (g.zeros(rows * n * 4).unwrap(), g.zeros(rows * n * 4).unwrap());
+            let (qk, dk, qz, dz) = (g.zeros(rows * n).unwrap(), g.zeros(rows * n / 32 * 8).unwrap(), g.zeros(rows * n).unwrap(), g.zeros(rows * n / 32 * 8).unwrap());
+            let args = |y: u64, p: [u64; 4]| {
+                [Arg::Ptr(x.ptr), Arg::Ptr(w.ptr), Arg::Ptr(y), Arg::I32(n as i32), Arg::F32(1e-6), Arg::Ptr(p[0]), Arg::Ptr(p[1]), Arg::Ptr(p[2]), Arg::Ptr(p[3])]
+            };
+            g.launch("rms_norm", (rows as u32, 1), threads, 0, &args(y1.ptr, [0; 4])).unwrap();
+            g.launch("rms_norm", (rows as u32, 1), threads, 0, &args(y2.ptr, [qk.ptr, dk.ptr, qz.ptr, dz.ptr])).unwrap();
+            assert_eq!(read(&y1, rows * n), read(&y2, rows * n), "rms_norm {n} ({threads} threads): outputs");
+            let ((wk, wdk), (wz, wdz)) = (quant(&y1, n, rows, 0), quant(&y1, n, rows, 1));
+            assert_eq!((read(&qk, rows * n / 4), read(&dk, rows * n / 16)), (wk, wdk), "rms_norm {n} ({threads} threads): q8_K");
+            assert_eq!((read(&qz, rows * n / 4), read(&dz, rows * n / 16)), (wz, wdz), "rms_norm {n} ({threads} threads): q8_0");
+            println!("rms_norm {n} ({threads} threads) quantizing (q8_K and q8_0): equal to rms_norm then quant_q8, bit for bit");
+        }
     }
     // delta_out and attn_merge quantizing as q8_0 (and both kinds at once)
     for &(hv, sd) in &[(32usize, 128usize), (16, 64), (8, 256)] {
@@ -1199,7 +1205,9 @@ fn fused_quantization_equals_the_quantizer() {
 fn the_fused_moe_output_equals_its_three_steps() {
     let g = gpu();
     for (i, &(ty, n_expert, k, rows, cols, shared)) in
-        [(GgmlType::Q4_K, 16usize, 8usize, 300usize, 512usize, 2), (GgmlType::Q6_K, 8, 2, 256, 768, 1), (GgmlType::Q8_0, 8, 4, 64, 256, 0)].iter().enumerate()
+        [(GgmlType::Q4_K, 16usize, 8usize, 300usize, 512usize, 2), (GgmlType::Q6_K, 8, 2, 256, 768, 1), (GgmlType::Q8_0, 8, 4, 64, 256, 0), (GgmlType::Q4_K, 64, 10, 96, 1024, 2)]
+            .iter()
+            .enumerate()
     {
         let seed = 900 + i as u64;
         let data = xwen_kernels::quantize(ty, &noise(n_expert * rows * cols, seed)).unwrap();
@@ -1309,8 +1317,8 @@ fn the_fused_moe_output_equals_its_three_steps() {
         let s_ptr = if shared > 0 { sd.ptr } else { 0 };
         g.launch(
             "moe_down_combine",
-            (rows.div_ceil(4) as u32, 1),
-            128,
+            (rows as u32, 1),
+            32 * (k as u32 + u32::from(shared > 0)),
             0,
             &[
                 Arg::Ptr(wd.ptr),
@@ -1415,7 +1423,7 @@ fn the_fused_expert_launches_equal_their_parts() {
         glu(sg.ptr, su.ptr, sty, s_ff, srb, 0, 1, hs1.ptr);
         g.launch(
             "moe_glu",
-            (eff.max(s_ff).div_ceil(4) as u32, k as u32 + 1),
+            (eff.max(s_ff).div_ceil(2) as u32, k as u32 + 1),
             128,
             0,
             &[

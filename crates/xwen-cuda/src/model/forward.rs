@@ -89,7 +89,7 @@ impl CudaModel {
         self.gpu.launch(
             "rms_norm",
             (n as u32, 1),
-            1024,
+            rms_norm_threads(hd),
             0,
             &[Arg::Ptr(x), Arg::Ptr(w), Arg::Ptr(sc.xn.ptr), Arg::I32(hd as i32), Arg::F32(self.d.eps), Arg::Ptr(yq), Arg::Ptr(yd), Arg::Ptr(yqz), Arg::Ptr(ydz)],
         )?;
@@ -492,7 +492,8 @@ impl CudaModel {
         } else {
             g.launch("moe_route", (n as u32, 1), 256, (d.n_expert * 4) as u32, &route_args)?;
         }
-        if decode {
+        // moe_down_combine's block holds a warp a slot and the shared expert's
+        if decode && k < 32 {
             return self.moe_decode(w, x, kinds);
         }
         if self.grouped_experts(n) {
@@ -552,10 +553,12 @@ impl CudaModel {
         };
         let sg = if w.shared.is_some() && w.shared_gate.is_some() { sc.sg.ptr } else { 0 };
         let dm = &w.experts.down;
+        // a block a row, a warp a slot's product (k routed, then the shared expert's)
+        let warps = k + usize::from(s_ptr != 0);
         g.launch(
             "moe_down_combine",
-            (dm.rows.div_ceil(MV_WARPS) as u32, 1),
-            (32 * MV_WARPS) as u32,
+            (dm.rows as u32, 1),
+            (32 * warps) as u32,
             0,
             &[
                 Arg::Ptr(dm.buf.ptr),
@@ -594,7 +597,8 @@ impl CudaModel {
         let (eg, eu, sg, su) = (&ex.gate, &ex.up, &s.gate, &s.up);
         self.gpu.launch(
             "moe_glu",
-            (eg.rows.max(sg.rows).div_ceil(MV_WARPS) as u32, d.n_used as u32 + 1),
+            // two rows a block of four warps: a warp a row's gate or up product
+            (eg.rows.max(sg.rows).div_ceil(2) as u32, d.n_used as u32 + 1),
             (32 * MV_WARPS) as u32,
             0,
             &[

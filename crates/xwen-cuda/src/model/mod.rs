@@ -21,6 +21,16 @@ pub use plan::device_bytes_needed;
 use plan::{load_net, max_dense_values, max_tiles, plan_bytes, q8_width, scratch_bytes, ubatch_for};
 use upload::Uploader;
 
+/// The threads an rms_norm launch of rows of `n` values takes: n / 8 where a thread can hold
+/// eight values (the kernel's register path: n % 256 == 0, at most 1024 threads), else 1024.
+pub fn rms_norm_threads(n: usize) -> u32 {
+    if n.is_multiple_of(256) && n / 8 <= 1024 {
+        (n / 8) as u32
+    } else {
+        1024
+    }
+}
+
 /// Where and how big: the device and the context the KV caches hold.
 #[derive(Clone, Debug)]
 pub struct CudaOptions {
