@@ -121,6 +121,50 @@ pub struct Gpu {
     /// Launch each kernel as a programmatic dependent of the one before it (sm_90 and later;
     /// `XWEN_PDL=0` turns it off): see `launch_3d`.
     pdl: bool,
+    /// The kernels' shape knobs they were compiled with (launch grids follow them).
+    pub knobs: Knobs,
+}
+
+/// Shape knobs of kernels.cu that both the kernels and their launches' grids depend on, passed
+/// to NVRTC as definitions. `XWEN_CUDA_DEFINES` overrides them for A/B runs without a rebuild
+/// (e.g. "-DMOE_DOWN_ROWS=4 -DMV_ROWS=2"); other -D definitions there pass through to the
+/// kernels (their `#ifndef` defaults: Q4K_UNROLL), anything else is refused.
+#[derive(Clone, Debug)]
+pub struct Knobs {
+    /// Rows a warp of `mv` takes.
+    pub mv_rows: usize,
+    /// Rows a block (a warp a slot) of `moe_down_combine` takes.
+    pub moe_down_rows: usize,
+    /// Other -D definitions from the environment.
+    extra: Vec<String>,
+}
+
+impl Knobs {
+    fn from_env() -> Result<Knobs> {
+        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, extra: Vec::new() };
+        let Ok(defs) = std::env::var("XWEN_CUDA_DEFINES") else { return Ok(k) };
+        for d in defs.split_whitespace() {
+            let Some(def) = d.strip_prefix("-D") else {
+                return Err(CudaError::Compile(format!("XWEN_CUDA_DEFINES: '{d}' is not a -DNAME=VALUE definition")));
+            };
+            let rows = |v: &str| match v.parse::<usize>() {
+                Ok(n @ (1 | 2 | 4)) => Ok(n),
+                _ => Err(CudaError::Compile(format!("XWEN_CUDA_DEFINES: {d}: rows are 1, 2 or 4"))),
+            };
+            match def.split_once('=') {
+                Some(("MV_ROWS", v)) => k.mv_rows = rows(v)?,
+                Some(("MOE_DOWN_ROWS", v)) => k.moe_down_rows = rows(v)?,
+                _ => k.extra.push(d.to_string()),
+            }
+        }
+        Ok(k)
+    }
+
+    fn defines(&self) -> Vec<String> {
+        let mut v = vec![format!("-DMV_ROWS={}", self.mv_rows), format!("-DMOE_DOWN_ROWS={}", self.moe_down_rows)];
+        v.extend(self.extra.iter().cloned());
+        v
+    }
 }
 
 impl Gpu {
@@ -129,17 +173,9 @@ impl Gpu {
         let ctx = open(ordinal)?;
         let info = info_of(&ctx)?;
         let (maj, min) = info.compute_capability;
+        let knobs = Knobs::from_env()?;
         let mut options = vec![format!("--gpu-architecture=compute_{maj}{min}"), "--std=c++17".into()];
-        // tuning knobs of kernels.cu (its `#ifndef` defaults), for A/B runs without a rebuild:
-        // XWEN_CUDA_DEFINES="-DQ4K_UNROLL=4"; anything but -D definitions is refused
-        if let Ok(defs) = std::env::var("XWEN_CUDA_DEFINES") {
-            for d in defs.split_whitespace() {
-                if !d.starts_with("-D") {
-                    return Err(CudaError::Compile(format!("XWEN_CUDA_DEFINES: '{d}' is not a -DNAME=VALUE definition")));
-                }
-                options.push(d.to_string());
-            }
-        }
+        options.extend(knobs.defines());
         let opts = cudarc::nvrtc::CompileOptions { options, ..Default::default() };
         // SAFETY: only tries to open the library.
         if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
@@ -157,7 +193,7 @@ impl Gpu {
         let stream = ctx.new_stream()?;
         let blas = crate::blas::Blas::open(&stream);
         let pdl = maj >= 9 && std::env::var("XWEN_PDL").map_or(true, |v| v != "0");
-        Ok(Gpu { ctx, stream, _module: module, funcs, info, blas, profile: std::sync::Mutex::new(None), pdl })
+        Ok(Gpu { ctx, stream, _module: module, funcs, info, blas, profile: std::sync::Mutex::new(None), pdl, knobs })
     }
 
     /// Launches `name` on the stream with `args` in the kernel's parameter order.

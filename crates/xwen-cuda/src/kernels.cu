@@ -169,7 +169,7 @@ __device__ float dot_row(int ty, const u8* row, const float* __restrict__ x, int
             #pragma unroll 8
             for (int i = lane; i < cols / 4; i += 32) {
                 float4 a = w4[i], b = x4[i];
-                sum += a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+                sum = __fmaf_rn(a.w, b.w, __fmaf_rn(a.z, b.z, __fmaf_rn(a.y, b.y, __fmaf_rn(a.x, b.x, sum))));
             }
             return sum;
         }
@@ -183,7 +183,7 @@ __device__ float dot_row(int ty, const u8* row, const float* __restrict__ x, int
                 u32 p = w2[i];
                 float a = ty == T_F16 ? h2f((u16)p) : bf2f((u16)p);
                 float b = ty == T_F16 ? h2f((u16)(p >> 16)) : bf2f((u16)(p >> 16));
-                sum += a * x[2 * i] + b * x[2 * i + 1];
+                sum = __fmaf_rn(b, x[2 * i + 1], __fmaf_rn(a, x[2 * i], sum));
             }
             return sum;
         }
@@ -195,8 +195,8 @@ __device__ float dot_row(int ty, const u8* row, const float* __restrict__ x, int
             const u8* blk = row + b * Q8_0_BYTES;
             u32 q = *(const u32*)(blk + Q8_0_QS + 4 * g);
             float4 xv = *(const float4*)(x + b * 32 + 4 * g);
-            float s = (float)(i8)(q) * xv.x + (float)(i8)(q >> 8) * xv.y + (float)(i8)(q >> 16) * xv.z + (float)(i8)(q >> 24) * xv.w;
-            sum += h2f(ld16(blk)) * s;
+            float s = __fmaf_rn((float)(i8)(q >> 24), xv.w, __fmaf_rn((float)(i8)(q >> 16), xv.z, __fmaf_rn((float)(i8)(q >> 8), xv.y, __fmul_rn((float)(i8)(q), xv.x))));
+            sum = __fmaf_rn(h2f(ld16(blk)), s, sum);
         }
         return sum;
     }
@@ -283,6 +283,9 @@ __device__ float dot_row(int ty, const u8* row, const float* __restrict__ x, int
     return sum;
 }
 
+// dot_row behind a call: see dot_any_rows.
+__device__ __noinline__ float dot_row_call(int ty, const u8* row, const float* x, int cols, int lane) { return dot_row(ty, row, x, cols, lane); }
+
 // ---- decode products on q8 activations, weights dotted four quants an instruction (dp4a).
 // The activations are quantized as the CPU quantizes them for the same weight (ggml's
 // quantize_row_q8_K for the k-quants, one scale a 256; quantize_row_q8_0 for Q8_0, one f16
@@ -312,115 +315,191 @@ __device__ __forceinline__ void scales_k4(const u8* blk, int j, int* sc0, int* m
     scales_k4_words(w[0], w[1], w[2], j, sc0, m0, sc1, m1);
 }
 
-// One lane's share of row · x for the quantized types with a q8 path; `ok` false for the others.
-__device__ __forceinline__ float dot_row_q8(int ty, const u8* row, const i8* __restrict__ xq, const float2* __restrict__ xd, int cols, int lane, bool* ok) {
-    float sum = 0.0f;
-    *ok = true;
-    switch (ty) {
-    case T_Q4_K:
-    case T_Q5_K: {
-        // lane (j, hh) of a block's 8: 16 quant bytes = 16 values of sub-block 2j (low nibbles)
-        // and 16 of 2j + 1 (high); the half hh of each sub-block
-        bool q5 = ty == T_Q5_K;
-        int nb = cols / 256, j = (lane & 7) >> 1, hh = lane & 1, bs = q5 ? 176 : 144;
-        UNROLL_BY(Q4K_UNROLL)
-        for (int b = lane >> 3; b < nb; b += 4) {
-            const u8* blk = row + (i64)b * bs;
-            int4 q = *(const int4*)(blk + (q5 ? 48 : 16) + 32 * j + 16 * hh);
-            int4 qh = q5 ? *(const int4*)(blk + 16 + 16 * hh) : make_int4(0, 0, 0, 0);
-            u32 dd = *(const u32*)blk;
-            const i8* xb = xq + b * 256 + 64 * j + 16 * hh;
-            int4 xa = *(const int4*)xb, xh = *(const int4*)(xb + 32);
-            int qw[4] = {q.x, q.y, q.z, q.w}, hw[4] = {qh.x, qh.y, qh.z, qh.w};
-            int xaw[4] = {xa.x, xa.y, xa.z, xa.w}, xhw[4] = {xh.x, xh.y, xh.z, xh.w};
+// Row r of R rows rstride bytes apart, of which the first nrows are real: the others repeat the
+// last real one (a block's tail), so a product's loads stay in the matrix.
+__device__ __forceinline__ const u8* row_at(const u8* row, i64 rstride, int r, int nrows) { return row + (i64)min(r, nrows - 1) * rstride; }
+
+// One lane's shares of R rows · x for Q4_K (Q5: Q5_K): see dot_rows_q8.
+template <int R, bool Q5>
+__device__ __forceinline__ void dot_rows_k4(const u8* row, i64 rstride, int nrows, const i8* __restrict__ xq, const float2* __restrict__ xd, int cols, int lane, float* sum) {
+    constexpr int UN = R == 1 ? 2 : 1;
+    // lane (j, hh) of a block's 8: 16 quant bytes = 16 values of sub-block 2j (low nibbles)
+    // and 16 of 2j + 1 (high); the half hh of each sub-block
+    constexpr int bs = Q5 ? 176 : 144;
+    int nb = cols / 256, j = (lane & 7) >> 1, hh = lane & 1;
+    #pragma unroll UN
+    for (int b = lane >> 3; b < nb; b += 4) {
+        int4 q[R], qh[R];
+        u32 dd[R], s0[R], s1[R], s2[R];
+        #pragma unroll
+        for (int r = 0; r < R; r++) {
+            const u8* blk = row_at(row, rstride, r, nrows) + (i64)b * bs;
+            q[r] = *(const int4*)(blk + (Q5 ? 48 : 16) + 32 * j + 16 * hh);
+            if (Q5) qh[r] = *(const int4*)(blk + 16 + 16 * hh);
+            dd[r] = *(const u32*)blk;
+            const u32* w = (const u32*)(blk + 4);
+            s0[r] = w[0];
+            s1[r] = w[1];
+            s2[r] = w[2];
+        }
+        const i8* xb = xq + b * 256 + 64 * j + 16 * hh;
+        int4 xa = *(const int4*)xb, xh = *(const int4*)(xb + 32);
+        int xaw[4] = {xa.x, xa.y, xa.z, xa.w}, xhw[4] = {xh.x, xh.y, xh.z, xh.w};
+        float2 d0 = xd[b * 8 + 2 * j], d1 = xd[b * 8 + 2 * j + 1];
+        #pragma unroll
+        for (int r = 0; r < R; r++) {
+            int qw[4] = {q[r].x, q[r].y, q[r].z, q[r].w};
             int lo = 0, hi = 0;
             #pragma unroll
             for (int w = 0; w < 4; w++) {
                 int vl = qw[w] & 0x0F0F0F0F, vh = (qw[w] >> 4) & 0x0F0F0F0F;
-                if (q5) {
-                    vl |= ((hw[w] >> (2 * j)) & 0x01010101) << 4;
-                    vh |= ((hw[w] >> (2 * j + 1)) & 0x01010101) << 4;
+                if (Q5) {
+                    int hw = w == 0 ? qh[r].x : w == 1 ? qh[r].y : w == 2 ? qh[r].z : qh[r].w;
+                    vl |= ((hw >> (2 * j)) & 0x01010101) << 4;
+                    vh |= ((hw >> (2 * j + 1)) & 0x01010101) << 4;
                 }
                 lo = __dp4a(vl, xaw[w], lo);
                 hi = __dp4a(vh, xhw[w], hi);
             }
             int sc0, m0, sc1, m1;
-            scales_k4(blk, j, &sc0, &m0, &sc1, &m1);
-            float2 d0 = xd[b * 8 + 2 * j], d1 = xd[b * 8 + 2 * j + 1];
-            float d = h2f((u16)dd), dm = h2f((u16)(dd >> 16));
-            sum += d * ((float)(sc0 * lo) * d0.x + (float)(sc1 * hi) * d1.x);
+            scales_k4_words(s0[r], s1[r], s2[r], j, &sc0, &m0, &sc1, &m1);
+            float d = h2f((u16)dd[r]), dm = h2f((u16)(dd[r] >> 16));
+            // (explicit fused multiply-adds: the compiler may not contract them differently in
+            // different kernels, so a row's bits are the same in every kernel that dots it)
+            sum[r] = __fmaf_rn(d, __fmaf_rn((float)(sc1 * hi), d1.x, __fmul_rn((float)(sc0 * lo), d0.x)), sum[r]);
             // the mins' term takes each sub-block's Σx once: the hh = 0 lane adds it
-            if (hh == 0) sum -= dm * ((float)m0 * d0.y + (float)m1 * d1.y);
+            if (hh == 0) sum[r] = __fmaf_rn(-dm, __fmaf_rn((float)m1, d1.y, __fmul_rn((float)m0, d0.y)), sum[r]);
         }
-        return sum;
     }
+}
+
+// One lane's shares of R rows · x (rows rstride bytes apart, the first nrows real: row_at) for
+// the quantized types with a q8 path, into sum[0..R); `ok` false for the other types. Each step
+// loads the R rows' words before it computes, so a warp has R rows' loads in flight where one
+// row would leave the memory system idle between them, and the activations' words are loaded
+// once for all R. A row's sum is the same expression, in the same order, for any R: the bits
+// do not depend on R.
+template <int R>
+__device__ __forceinline__ void dot_rows_q8(int ty, const u8* row, i64 rstride, int nrows, const i8* __restrict__ xq, const float2* __restrict__ xd, int cols,
+                                            int lane, bool* ok, float* sum) {
+    constexpr int UN = R == 1 ? 2 : 1;
+    #pragma unroll
+    for (int r = 0; r < R; r++) sum[r] = 0.0f;
+    *ok = true;
+    switch (ty) {
+    case T_Q4_K:
+        dot_rows_k4<R, false>(row, rstride, nrows, xq, xd, cols, lane, sum);
+        return;
+    case T_Q5_K:
+        dot_rows_k4<R, true>(row, rstride, nrows, xq, xd, cols, lane, sum);
+        return;
     case T_Q6_K: {
         // lane (n, c) of a block's 8: ql bytes [64n + 8c, +8) and [64n + 32 + 8c, +8) and qh
         // bytes [32n + 8c, +8): 8 values of each of the half's four quarters
         int nb = cols / 256, n = (lane & 7) >> 2, c = lane & 3;
-        #pragma unroll 2
+        #pragma unroll UN
         for (int b = lane >> 3; b < nb; b += 4) {
-            const u8* blk = row + (i64)b * Q6_K_BYTES;
-            int2 la = *(const int2*)(blk + 64 * n + 8 * c);
-            int2 lb = *(const int2*)(blk + 64 * n + 32 + 8 * c);
-            int2 hq = *(const int2*)(blk + 128 + 32 * n + 8 * c);
-            const i8* sc = (const i8*)(blk + 192) + 8 * n + (c >> 1);
-            float d = h2f(ld16(blk + 208));
-            int law[2] = {la.x, la.y}, lbw[2] = {lb.x, lb.y}, hw[2] = {hq.x, hq.y};
-            float acc = 0.0f;
+            int2 la[R], lb[R], hq[R];
+            u16 dh[R];
+            u32 scw[R];
             #pragma unroll
-            for (int s = 0; s < 4; s++) {
-                const i8* xs = xq + b * 256 + 128 * n + 32 * s + 8 * c;
-                int2 xv = *(const int2*)xs;
-                int xw[2] = {xv.x, xv.y};
-                int isum = 0;
-                #pragma unroll
-                for (int w = 0; w < 2; w++) {
-                    int l = (s & 1) ? lbw[w] : law[w];
-                    int v = ((s >= 2) ? (l >> 4) : l) & 0x0F0F0F0F;
-                    v |= ((hw[w] >> (2 * s)) & 0x03030303) << 4;
-                    isum = __dp4a((int)__vsubss4((unsigned)v, 0x20202020u), xw[w], isum);
-                }
-                acc += (float)(sc[2 * s] * isum) * xd[b * 8 + 4 * n + s].x;
+            for (int r = 0; r < R; r++) {
+                const u8* blk = row_at(row, rstride, r, nrows) + (i64)b * Q6_K_BYTES;
+                la[r] = *(const int2*)(blk + 64 * n + 8 * c);
+                lb[r] = *(const int2*)(blk + 64 * n + 32 + 8 * c);
+                hq[r] = *(const int2*)(blk + 128 + 32 * n + 8 * c);
+                dh[r] = ld16(blk + 208);
+                // the scales sc[2s] for s < 4 at bytes 192 + 8n + (c >> 1) + 2s: in two words
+                const u8* scp = blk + 192 + 8 * n + (c >> 1);
+                scw[r] = (u32)scp[0] | ((u32)scp[2] << 8) | ((u32)scp[4] << 16) | ((u32)scp[6] << 24);
             }
-            sum += d * acc;
+            #pragma unroll
+            for (int r = 0; r < R; r++) {
+                float d = h2f(dh[r]);
+                int law[2] = {la[r].x, la[r].y}, lbw[2] = {lb[r].x, lb[r].y}, hw[2] = {hq[r].x, hq[r].y};
+                float acc = 0.0f;
+                #pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    const i8* xs = xq + b * 256 + 128 * n + 32 * s + 8 * c;
+                    int2 xv = *(const int2*)xs;
+                    int xw[2] = {xv.x, xv.y};
+                    int isum = 0;
+                    #pragma unroll
+                    for (int w = 0; w < 2; w++) {
+                        int l = (s & 1) ? lbw[w] : law[w];
+                        int v = ((s >= 2) ? (l >> 4) : l) & 0x0F0F0F0F;
+                        v |= ((hw[w] >> (2 * s)) & 0x03030303) << 4;
+                        isum = __dp4a((int)__vsubss4((unsigned)v, 0x20202020u), xw[w], isum);
+                    }
+                    int sc = (int)(i8)(scw[r] >> (8 * s));
+                    acc = __fmaf_rn((float)(sc * isum), xd[b * 8 + 4 * n + s].x, acc);
+                }
+                sum[r] = __fmaf_rn(d, acc, sum[r]);
+            }
         }
-        return sum;
+        return;
     }
     case T_Q8_0: {
         // lane: half a block (16 quants)
         int nh = cols / 16;
-        #pragma unroll 2
+        #pragma unroll UN
         for (int u = lane; u < nh; u += 32) {
             int b = u >> 1, hh = u & 1;
-            const u8* blk = row + (i64)b * Q8_0_BYTES;
-            const int* q = (const int*)(blk + Q8_0_QS + 16 * hh);
             int4 xv = *(const int4*)(xq + 16 * u);
-            int isum = __dp4a(q[0], xv.x, 0);
-            isum = __dp4a(q[1], xv.y, isum);
-            isum = __dp4a(q[2], xv.z, isum);
-            isum = __dp4a(q[3], xv.w, isum);
-            sum += h2f(ld16(blk)) * ((float)isum * xd[b].x);
+            float xs = xd[b].x;
+            #pragma unroll
+            for (int r = 0; r < R; r++) {
+                const u8* blk = row_at(row, rstride, r, nrows) + (i64)b * Q8_0_BYTES;
+                const int* q = (const int*)(blk + Q8_0_QS + 16 * hh);
+                int isum = __dp4a(q[0], xv.x, 0);
+                isum = __dp4a(q[1], xv.y, isum);
+                isum = __dp4a(q[2], xv.z, isum);
+                isum = __dp4a(q[3], xv.w, isum);
+                sum[r] = __fmaf_rn(h2f(ld16(blk)), __fmul_rn((float)isum, xs), sum[r]);
+            }
         }
-        return sum;
+        return;
     }
     }
     *ok = false;
-    return 0.0f;
+}
+
+__device__ __forceinline__ float dot_row_q8(int ty, const u8* row, const i8* __restrict__ xq, const float2* __restrict__ xd, int cols, int lane, bool* ok) {
+    float s[1];
+    dot_rows_q8<1>(ty, row, 0, 1, xq, xd, cols, lane, ok, s);
+    return s[0];
+}
+
+// R rows · x (rstride bytes apart), one lane's shares into sum[0..R): the q8 path where the type
+// has one and its activations are given (k: q8_K for the k-quants, z: q8_0 for Q8_0), else the
+// f32 one, a row at a time.
+template <int R>
+__device__ __forceinline__ void dot_any_rows(int ty, const u8* row, i64 rstride, int nrows, const float* x, const i8* qk, const float2* dk, const i8* qz,
+                                             const float2* dz, int cols, int lane, float* sum) {
+    bool kq = ty == T_Q4_K || ty == T_Q5_K || ty == T_Q6_K;
+    const i8* q = kq ? qk : (ty == T_Q8_0 ? qz : nullptr);
+    if (q) {
+        bool ok;
+        dot_rows_q8<R>(ty, row, rstride, nrows, q, kq ? dk : dz, cols, lane, &ok, sum);
+        if (ok) return;
+    }
+    if constexpr (R == 1) {
+        sum[0] = dot_row(ty, row, x, cols, lane);
+    } else {
+        // the types without a q8 path a row at a time, through one call (R inlined copies of
+        // dot_row's every case would hold registers the fast path then lacks)
+        #pragma unroll
+        for (int r = 0; r < R; r++) sum[r] = dot_row_call(ty, row_at(row, rstride, r, nrows), x, cols, lane);
+    }
 }
 
 // row · x: the q8 path where the type has one and its activations are given (k: q8_K for the
 // k-quants, z: q8_0 for Q8_0), else the f32 one.
 __device__ __forceinline__ float dot_any(int ty, const u8* row, const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz,
                                          int cols, int lane) {
-    bool kq = ty == T_Q4_K || ty == T_Q5_K || ty == T_Q6_K;
-    const i8* q = kq ? qk : (ty == T_Q8_0 ? qz : nullptr);
-    if (q) {
-        bool ok;
-        float s = dot_row_q8(ty, row, q, kq ? dk : dz, cols, lane, &ok);
-        if (ok) return s;
-    }
-    return dot_row(ty, row, x, cols, lane);
+    float s[1];
+    dot_any_rows<1>(ty, row, 0, 1, x, qk, dk, qz, dz, cols, lane, s);
+    return s[0];
 }
 
 // The first index of the largest |v| over a warp's (|v|, v, index) triples, to every lane.
@@ -519,25 +598,39 @@ extern "C" __global__ void quant_q8_2(const float* x, int cols, i8* xq, float2* 
 
 #define MV_WARPS 4
 
+// Rows a warp of mv takes (gpu.rs `Knobs` defines it; the launches' grids follow).
+#ifndef MV_ROWS
+#define MV_ROWS 1
+#endif
+
 // y[slot][r] = W_e[r]·x[slot / x_div] (+ res[slot][r]) where e = ids[slot] (an expert of a stack)
-// or 0: one warp a row, blockIdx.y a slot (x_div = k: a token's k routed slots share its input). y may alias res (each row read, then written, by one lane).
+// or 0: a warp MV_ROWS rows, blockIdx.y a slot (x_div = k: a token's k routed slots share its
+// input). y may alias res (each row read, then written, by one lane).
 // qk/dk, qz/dz (may be null): x quantized by quant_q8 (q8_K, q8_0), rows x_stride bytes /
 // x_stride / 32 scales apart.
 extern "C" __global__ void mv(const u8* W, int ty, int rows, int cols, i64 row_bytes, i64 mat_bytes, const int* ids,
                               const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz, i64 x_stride, int x_div,
                               float* y, i64 y_stride, const float* res) {
-    int slot = blockIdx.y;
-    int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (!ids && row < rows) prefetch_l2(W + (i64)row * row_bytes, row_bytes, lane);
+    int slot = blockIdx.y, lane = threadIdx.x & 31;
+    int g = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
+    if (!ids && g * MV_ROWS < rows) prefetch_l2(W + (i64)g * MV_ROWS * row_bytes, min(MV_ROWS, rows - g * MV_ROWS) * row_bytes, lane);
     pdl_start();
-    if (row >= rows) return;
     i64 e = ids ? ids[slot] : 0;
-    const u8* w = W + e * mat_bytes + (i64)row * row_bytes;
     i64 xr = (slot / x_div) * x_stride;
-    float s = warp_sum(dot_any(ty, w, x + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, cols, lane));
-    if (lane == 0) {
-        i64 o = slot * y_stride + row;
-        y[o] = res ? res[o] + s : s;
+    // (one row group a warp: a loop over groups here doubles the registers the product holds)
+    if (g * MV_ROWS < rows) {
+        int r0 = g * MV_ROWS, live = min(MV_ROWS, rows - r0);
+        float sum[MV_ROWS];
+        dot_any_rows<MV_ROWS>(ty, W + e * mat_bytes + (i64)r0 * row_bytes, row_bytes, live, x + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz,
+                              dz + xr / 32, cols, lane, sum);
+        #pragma unroll
+        for (int r = 0; r < MV_ROWS; r++) {
+            float v = warp_sum(sum[r]);
+            if (lane == 0 && r < live) {
+                i64 o = slot * y_stride + r0 + r;
+                y[o] = res ? res[o] + v : v;
+            }
+        }
     }
 }
 
@@ -1144,14 +1237,18 @@ extern "C" __global__ void moe_combine(float* x, const float* ys, const float* w
     x[i] = __fadd_rn(x[i], f);
 }
 
+// Rows a block of moe_down_combine takes (gpu.rs `Knobs` defines it; the launch's grid follows).
+#ifndef MOE_DOWN_ROWS
+#define MOE_DOWN_ROWS 2
+#endif
+
 // A decode step's MoE output in one launch: x[r] ← x[r] + (Σ_s w_s·(D_{ids[s]}[r]·h[s]) +
 // sigmoid(sg)·(S[r]·hs)) — the routed experts' down products, the shared expert's, the weighted
 // sum and the residual, each term computed and rounded as `mv` and moe_combine compute them
-// (the same bits). A block a row r: warp s < k dots slot s's expert row, warp k the shared
-// expert's (S null: none; sg null: ungated), so every row a step reads is in flight at once (a
-// warp a row walking the k slots one after another kept one in flight and reached a sixth of the
-// bandwidth); thread 0 sums the k + 1 in slot order. h holds the k slots' rows (cols values
-// each), hs the shared expert's.
+// (the same bits). A block MOE_DOWN_ROWS rows: warp s < k takes slot s's expert rows, warp k
+// the shared expert's (S null: none; sg null: ungated), each warp all its rows' loads in flight
+// at once (dot_rows_q8); thread t then sums row t's k + 1 terms in slot order. h holds the k
+// slots' rows (cols values each), hs the shared expert's.
 // ids is read before pdl_start, through L2: the router wrote it at least two launches before
 // this one (the expert gate/up launch sits between), and that launch's blocks all passed their
 // wait — the router had finished — before this grid could start. So the rows this step reads
@@ -1160,32 +1257,47 @@ extern "C" __global__ void moe_down_combine(const u8* D, int ty, int rows, int c
                                             const float* h, const i8* qk, const float2* dk, const i8* qz, const float2* dz, const u8* S, int ty_s,
                                             int cols_s, i64 rb_s, const float* hs, const i8* qks, const float2* dks, const i8* qzs, const float2* dzs,
                                             const float* sg, float* x) {
-    __shared__ float ys[33];
-    int r = blockIdx.x, s = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    constexpr int RD = MOE_DOWN_ROWS;
+    __shared__ float ys[33][RD];
+    int r0 = blockIdx.x * RD, s = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int live = min(RD, rows - r0);
     const u8* w = nullptr;
-    if (s < k) w = D + (i64)__ldcg(ids + s) * mb + (i64)r * rb;
-    else if (s == k && S) w = S + (i64)r * rb_s;
-    if (w) prefetch_l2(w, s < k ? rb : rb_s, lane);
+    i64 wb = 0;
+    if (s < k) {
+        w = D + (i64)__ldcg(ids + s) * mb + (i64)r0 * rb;
+        wb = rb;
+    } else if (s == k && S) {
+        w = S + (i64)r0 * rb_s;
+        wb = rb_s;
+    }
+    if (w) prefetch_l2(w, live * wb, lane);
     pdl_start();
     if (w) {
-        float y;
-        if (s < k) {
-            i64 xr = (i64)s * cols;
-            y = warp_sum(dot_any(ty, w, h + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, cols, lane));
-        } else {
-            y = warp_sum(dot_any(ty_s, w, hs, qks, dks, qzs, dzs, cols_s, lane));
+        i64 xr = (i64)s * cols;
+        const float* xf = s < k ? h + xr : hs;
+        const i8* xk = s < k ? (qk ? qk + xr : qk) : qks;
+        const float2* xdk = s < k ? dk + xr / 32 : dks;
+        const i8* xz = s < k ? (qz ? qz + xr : qz) : qzs;
+        const float2* xdz = s < k ? dz + xr / 32 : dzs;
+        int t = s < k ? ty : ty_s, c = s < k ? cols : cols_s;
+        float y[RD];
+        dot_any_rows<RD>(t, w, wb, live, xf, xk, xdk, xz, xdz, c, lane, y);
+        #pragma unroll
+        for (int r = 0; r < RD; r++) {
+            float v = warp_sum(y[r]);
+            if (lane == 0) ys[s][r] = v;
         }
-        if (lane == 0) ys[s] = y;
     }
     __syncthreads();
-    if (threadIdx.x != 0) return;
+    int t = threadIdx.x;
+    if (t >= live) return;
     float f = 0.0f;
-    for (int t = 0; t < k; t++) f = t == 0 ? __fmul_rn(weights[0], ys[0]) : __fadd_rn(f, __fmul_rn(weights[t], ys[t]));
+    for (int q = 0; q < k; q++) f = q == 0 ? __fmul_rn(weights[0], ys[0][t]) : __fadd_rn(f, __fmul_rn(weights[q], ys[q][t]));
     if (S) {
         float gt = sg ? 1.0f / (1.0f + expf(-sg[0])) : 1.0f;
-        f = __fadd_rn(f, __fmul_rn(gt, ys[k]));
+        f = __fadd_rn(f, __fmul_rn(gt, ys[k][t]));
     }
-    x[r] = __fadd_rn(x[r], f);
+    x[r0 + t] = __fadd_rn(x[r0 + t], f);
 }
 
 // (v, i) ← the better of (v, i) and (ov, oi): the larger value, the first index of equals.

@@ -38,7 +38,7 @@ fn check_mv(g: &Gpu, ty: GgmlType, rows: usize, cols: usize, n_mat: usize, slots
     for with_res in [false, true] {
         g.launch(
             "mv",
-            (rows.div_ceil(4) as u32, slots as u32),
+            (rows.div_ceil(4 * g.knobs.mv_rows) as u32, slots as u32),
             128,
             0,
             &[
@@ -707,7 +707,7 @@ fn decode_products_on_q8_activations_match_the_reference() {
             }
             g.launch(
                 "mv",
-                (rows.div_ceil(4) as u32, slots as u32),
+                (rows.div_ceil(4 * g.knobs.mv_rows) as u32, slots as u32),
                 128,
                 0,
                 &[
@@ -783,7 +783,7 @@ fn fused_input_projections_equal_one_product_each() {
         let rb = device_row_bytes(*ty, cols);
         g.launch(
             "mv",
-            (rows.div_ceil(4) as u32, 1),
+            (rows.div_ceil(4 * g.knobs.mv_rows) as u32, 1),
             128,
             0,
             &[
@@ -1205,7 +1205,7 @@ fn fused_quantization_equals_the_quantizer() {
 fn the_fused_moe_output_equals_its_three_steps() {
     let g = gpu();
     for (i, &(ty, n_expert, k, rows, cols, shared)) in
-        [(GgmlType::Q4_K, 16usize, 8usize, 300usize, 512usize, 2), (GgmlType::Q6_K, 8, 2, 256, 768, 1), (GgmlType::Q8_0, 8, 4, 64, 256, 0), (GgmlType::Q4_K, 64, 10, 96, 1024, 2)]
+        [(GgmlType::Q4_K, 16usize, 8usize, 301usize, 512usize, 2), (GgmlType::Q6_K, 8, 2, 256, 768, 1), (GgmlType::Q8_0, 8, 4, 64, 256, 0), (GgmlType::Q4_K, 64, 10, 96, 1024, 2)]
             .iter()
             .enumerate()
     {
@@ -1247,7 +1247,7 @@ fn the_fused_moe_output_equals_its_three_steps() {
         let (ys, shy) = (g.zeros(k * rows * 4).unwrap(), g.zeros(rows * 4).unwrap());
         g.launch(
             "mv",
-            (rows.div_ceil(4) as u32, k as u32),
+            (rows.div_ceil(4 * g.knobs.mv_rows) as u32, k as u32),
             128,
             0,
             &[
@@ -1274,7 +1274,7 @@ fn the_fused_moe_output_equals_its_three_steps() {
         if shared > 0 {
             g.launch(
                 "mv",
-                (rows.div_ceil(4) as u32, 1),
+                (rows.div_ceil(4 * g.knobs.mv_rows) as u32, 1),
                 128,
                 0,
                 &[
@@ -1317,7 +1317,7 @@ fn the_fused_moe_output_equals_its_three_steps() {
         let s_ptr = if shared > 0 { sd.ptr } else { 0 };
         g.launch(
             "moe_down_combine",
-            (rows as u32, 1),
+            (rows.div_ceil(g.knobs.moe_down_rows) as u32, 1),
             32 * (k as u32 + u32::from(shared > 0)),
             0,
             &[

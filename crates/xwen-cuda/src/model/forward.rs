@@ -557,7 +557,7 @@ impl CudaModel {
         let warps = k + usize::from(s_ptr != 0);
         g.launch(
             "moe_down_combine",
-            (dm.rows as u32, 1),
+            (dm.rows.div_ceil(g.knobs.moe_down_rows) as u32, 1),
             (32 * warps) as u32,
             0,
             &[
@@ -797,7 +797,7 @@ fn units_per_row(ty: i32, cols: usize) -> usize {
 fn mv(g: &Gpu, w: &DevMat, ids: Option<u64>, x: In, x_stride: usize, x_div: usize, y: u64, y_stride: usize, res: Option<u64>, slots: usize) -> Result<()> {
     g.launch(
         "mv",
-        (w.rows.div_ceil(MV_WARPS) as u32, slots as u32),
+        (w.rows.div_ceil(MV_WARPS * g.knobs.mv_rows) as u32, slots as u32),
         (32 * MV_WARPS) as u32,
         0,
         &[
