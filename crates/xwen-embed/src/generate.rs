@@ -1,6 +1,7 @@
 //! Generation: prompts through the engine's scheduler (one sequence or several decoded
 //! together; each sequence's tokens are those it gets alone), each sequence's text decoded as
-//! it streams, cut at a stop string, handed to the caller token by token. A sequence ends at an
+//! it streams, cut at a stop string (xwen-chat's `TextStream`), handed to the caller token by
+//! token. A sequence ends at an
 //! end-of-text id, a stop string, the token limit, the context's end, the caller's callback
 //! returning false, or the cancel flag.
 
@@ -9,7 +10,7 @@ use crate::Xwen;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-use xwen_chat::{StopFilter, StreamDecoder};
+use xwen_chat::TextStream;
 use xwen_engine::{Request, Sampler, SamplerConfig, Scheduler, StopReason};
 
 /// A prompt: text (tokenized as user text: special-token spellings stay text) or token ids.
@@ -111,8 +112,7 @@ struct Seq {
     prompt: Vec<u32>,
     sampler: Option<Sampler>,
     seed: u64,
-    dec: StreamDecoder,
-    stops: StopFilter,
+    text_stream: TextStream,
     text: String,
     tokens: Vec<u32>,
     finish: Option<FinishReason>,
@@ -176,8 +176,7 @@ impl Xwen {
                     prompt,
                     sampler: Some(Sampler::new(params)),
                     seed,
-                    dec: StreamDecoder::new(),
-                    stops: StopFilter::new(opts.stop.clone()),
+                    text_stream: TextStream::new(opts.stop.clone()),
                     text: String::new(),
                     tokens: Vec::new(),
                     finish: None,
@@ -231,10 +230,10 @@ impl Xwen {
                         if stop_ids.contains(&token) {
                             continue;
                         }
-                        let kept = s.stops.push(&s.dec.push(&self.tok, token));
+                        let kept = s.text_stream.push(&self.tok, token);
                         s.text.push_str(&kept);
                         let go_on = on_event(&Event::Token { index: i, token: Some(token), text: &kept });
-                        let stop = if s.stops.hit().is_some() {
+                        let stop = if s.text_stream.stop().is_some() {
                             Some(FinishReason::StopString)
                         } else if !go_on || cancelled() {
                             Some(FinishReason::Cancelled)
@@ -266,13 +265,14 @@ impl Xwen {
         }
         let mut out = Vec::with_capacity(seqs.len());
         for (i, mut s) in seqs.into_iter().enumerate() {
-            if s.stops.hit().is_none() {
-                // the text a decoder or a stop filter still held: no stop string came
-                let tail = s.stops.push(&s.dec.finish()) + &s.stops.finish();
-                if !tail.is_empty() {
-                    s.text.push_str(&tail);
-                    on_event(&Event::Token { index: i, token: None, text: &tail });
-                }
+            // the text the stream still held: no stop string came (or the held text completes one)
+            let tail = s.text_stream.finish();
+            if !tail.is_empty() {
+                s.text.push_str(&tail);
+                on_event(&Event::Token { index: i, token: None, text: &tail });
+            }
+            if s.text_stream.stop().is_some() {
+                s.finish = Some(FinishReason::StopString);
             }
             let end = s.end_at.unwrap_or_else(Instant::now);
             let first = s.first_at.unwrap_or(end);
@@ -286,7 +286,7 @@ impl Xwen {
                 },
                 tokens: s.tokens,
                 finish: s.finish.unwrap_or(FinishReason::Cancelled),
-                stop_string: s.stops.hit().map(str::to_string),
+                stop_string: s.text_stream.stop().map(str::to_string),
                 seed: s.seed,
             });
         }
