@@ -1,8 +1,9 @@
 //! xwen-chat: the text side of a chat request. A byte-level BPE tokenizer built from a GGUF's
 //! `tokenizer.ggml.*` metadata (token-for-token identical to llama.cpp), the incremental
-//! detokenizer with its stop strings (`TextStream`), and Jinja chat templates rendered into markup/content segments so that text a
-//! user or tool wrote can never turn into control tokens. On the way back, `reply` splits a
-//! reply's text into reasoning, content and tool calls (`tool_parse`), for every front end.
+//! detokenizer with its stop strings (`TextStream`), and Jinja chat templates rendered into
+//! markup/content segments so that text a user or tool wrote can never turn into control
+//! tokens. On the way back, `reply` splits a reply's text into reasoning, content and tool
+//! calls (`tool_parse`), for every front end.
 
 mod bpe;
 mod pretok;
