@@ -5,8 +5,8 @@
 //!   `slots`: the sessions kept between requests, the prefix cache, the drafters they keep;
 //! - `session`: one conversation's sequence with prefix reuse (longest common prefix, then a
 //!   checkpoint restore — recurrent state cannot be rewound);
-//! - `scheduler`: many sequences stepped together through the batched forward (the engine's
-//!   step loop runs it; only the crate's tests drive it directly);
+//! - `scheduler`: many sequences stepped together through the batched forward; the engine's
+//!   own, so every caller decodes through one loop (`Engine::step`);
 //! - `generate`: the one-sequence generate loop; `sampler`: token choice;
 //! - `speculative`: drafters and the verify loop (greedy output identical to `generate`);
 //!   `cost_table`: the timings its controller weighs depths by, shared steps divided among
@@ -18,7 +18,7 @@ pub mod engine_thread;
 pub mod generate;
 pub mod prefix_cache;
 pub mod sampler;
-pub mod scheduler;
+pub(crate) mod scheduler;
 pub mod session;
 pub mod slots;
 pub mod speculative;
