@@ -1,8 +1,9 @@
 //! xwen-chat: the text side of a chat request. A byte-level BPE tokenizer built from a GGUF's
-//! `tokenizer.ggml.*` metadata (token-for-token identical to llama.cpp), an incremental
-//! detokenizer, and Jinja chat templates rendered into markup/content segments so that text a
-//! user or tool wrote can never turn into control tokens. On the way back, `reply` splits a
-//! reply's text into reasoning, content and tool calls (`tool_parse`), for every front end.
+//! `tokenizer.ggml.*` metadata (token-for-token identical to llama.cpp), the incremental
+//! detokenizer with its stop strings (`TextStream`), and Jinja chat templates rendered into
+//! markup/content segments so that text a user or tool wrote can never turn into control
+//! tokens. On the way back, `reply` splits a reply's text into reasoning, content and tool
+//! calls (`tool_parse`), for every front end.
 
 mod bpe;
 mod pretok;
@@ -18,8 +19,8 @@ mod unicode_data;
 mod vocab;
 
 pub use segments::{encode_segments, segments_text, Segment};
-pub use stop::{partial_suffix, StopFilter};
-pub use stream::StreamDecoder;
+pub use stop::partial_suffix;
+pub use stream::TextStream;
 pub use template::{ChatMessage, ChatTemplate, RenderOptions, ToolCall};
 pub use tokenizer::Tokenizer;
 pub use unicode::byte_to_char;

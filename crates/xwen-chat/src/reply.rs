@@ -1,4 +1,4 @@
-//! The reply's text, as it streams: stop strings cut it (`crate::StopFilter`), then
+//! The reply's text, as it streams: stop strings cut it (`crate::TextStream`), then
 //! `ReplyParser` splits it into reasoning (`<think>` … `</think>`), content and tool calls: Qwen's
 //! `<tool_call>` … `</tool_call>` always, and where the vocabulary has Kimi's markers
 //! (`CallSyntax::with_kimi`), Kimi's `<|tool_call_begin|>functions.NAME:i<|tool_call_argument_begin|>

@@ -1,9 +1,11 @@
 //! Stop strings on streamed text: `StopFilter` cuts the text at the first stop string and
 //! holds back a tail that may be the start of one, so streamed text never shows what the
-//! final text does not contain. Shared by the CLI (`xwen run --stop`) and the server.
+//! final text does not contain. Front ends reach it through `TextStream` (`stream.rs`);
+//! `partial_suffix` also serves the reply parser's tags.
 
 /// Cuts the text at the first stop string.
-pub struct StopFilter {
+#[derive(Clone, Debug, Default)]
+pub(crate) struct StopFilter {
     stops: Vec<String>,
     held: String,
     hit: Option<String>,
@@ -16,12 +18,12 @@ pub fn partial_suffix(s: &str, tag: &str) -> usize {
 }
 
 impl StopFilter {
-    pub fn new(stops: Vec<String>) -> Self {
+    pub(crate) fn new(stops: Vec<String>) -> Self {
         StopFilter { stops: stops.into_iter().filter(|s| !s.is_empty()).collect(), held: String::new(), hit: None }
     }
 
     /// Adds text; returns what is certainly before any stop string.
-    pub fn push(&mut self, text: &str) -> String {
+    pub(crate) fn push(&mut self, text: &str) -> String {
         if self.hit.is_some() {
             return String::new();
         }
@@ -40,12 +42,12 @@ impl StopFilter {
     }
 
     /// The stop string that matched, if one did.
-    pub fn hit(&self) -> Option<&str> {
+    pub(crate) fn hit(&self) -> Option<&str> {
         self.hit.as_deref()
     }
 
     /// The text still held (the reply ended without completing a stop string).
-    pub fn finish(&mut self) -> String {
+    pub(crate) fn finish(&mut self) -> String {
         std::mem::take(&mut self.held)
     }
 }

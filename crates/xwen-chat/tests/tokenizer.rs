@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use xwen_chat::{encode_segments, Segment, StreamDecoder, Tokenizer};
+use xwen_chat::{encode_segments, Segment, TextStream, Tokenizer};
 use xwen_gguf::GgufFile;
 
 fn repo() -> PathBuf {
@@ -93,13 +93,13 @@ fn user_typed_specials_never_become_control_tokens() {
 }
 
 #[test]
-fn stream_decoder_emits_only_whole_characters() {
+fn the_text_stream_emits_only_whole_characters() {
     let tok = qwen_vocab();
     let text = "héllo 世界 🚀😶‍🌫️ ✅ Ελληνικά ꙮ 𝟙 end";
     let ids = tok.encode(text);
     // The test means something only if some token ends inside a character.
     assert!(ids.iter().any(|&id| std::str::from_utf8(tok.token_bytes(id)).is_err()));
-    let mut dec = StreamDecoder::new();
+    let mut dec = TextStream::default();
     let mut out = String::new();
     for &id in &ids {
         let piece = dec.push(&tok, id);
@@ -111,7 +111,7 @@ fn stream_decoder_emits_only_whole_characters() {
 
     // A dangling partial character is flushed lossily at the end, never mid-stream.
     let rare = ["ꙮ", "𝟙", "🂡"].into_iter().map(|c| tok.encode(c)).find(|ids| ids.len() >= 2).unwrap();
-    let mut dec = StreamDecoder::new();
+    let mut dec = TextStream::default();
     let partial: String = rare[..rare.len() - 1].iter().map(|&id| dec.push(&tok, id)).collect();
     assert_eq!(partial, "");
     assert_eq!(dec.finish(), "\u{FFFD}");
@@ -135,5 +135,5 @@ fn shareable_across_threads() {
     fn assert_send_sync<T: Send + Sync>() {}
     assert_send_sync::<Tokenizer>();
     assert_send_sync::<xwen_chat::ChatTemplate>();
-    assert_send_sync::<StreamDecoder>();
+    assert_send_sync::<TextStream>();
 }

@@ -3,8 +3,8 @@
 //! (scripts/bench-batched-vs-llamacpp). For each (pp, tg, pl): pl sequences, each from an empty
 //! state, prefill pp tokens (together: the scheduler's steps of at most 2048 rows — llama's
 //! n_batch — or the RAM plan's rows, whole 512-token chunks per sequence), then decode tg tokens
-//! together, one row per sequence per step, greedy — all through the library's `Scheduler`,
-//! what a server runs. Reported as llama-batched-bench does (PP, TG, B, N_KV, T_PP, S_PP,
+//! together, one row per sequence per step, greedy — all through the library's `Engine`, what
+//! a server runs. Reported as llama-batched-bench does (PP, TG, B, N_KV, T_PP, S_PP,
 //! T_TG, S_TG, T, S) plus the decode rate per sequence; `--json` prints its jsonl fields.
 
 use crate::lcg::Lcg;
@@ -12,8 +12,9 @@ use crate::stats::median;
 use anyhow::Result;
 use serde_json::json;
 use std::io::Write;
+use std::sync::Arc;
 use std::time::Instant;
-use xwen_engine::{Event, Model, Request, Sampler, SamplerConfig, Scheduler};
+use xwen_engine::{Engine, EngineOptions, EngineRequest, Model, Output, SamplerConfig};
 
 /// llama-batched-bench's default logical batch (-b 2048).
 const N_BATCH: usize = 2048;
@@ -32,29 +33,31 @@ struct Run {
     t_tg: f64,
 }
 
-/// One configuration through the library's scheduler (continuous batching, as a server runs
-/// it): pl requests of pp prompt tokens and tg + 1 greedy tokens each — the first comes out of
-/// the prefill, as in llama-batched-bench, then tg batched decode steps. T_PP ends with the
-/// step in which the last sequence got its first token.
-fn one_run(model: &Model, pp: usize, tg: usize, pl: usize, toks: &mut Lcg) -> Result<Run> {
-    let mut sch = Scheduler::new(pl);
+/// One configuration through the library's engine (continuous batching, as a server runs it):
+/// pl one-shot requests of pp prompt tokens and tg + 1 greedy tokens each — the first comes out
+/// of the prefill, as in llama-batched-bench, then tg batched decode steps. The sequences'
+/// states are allocated (admitted) before the clock starts, as llama-batched-bench allocates
+/// its context first. T_PP ends with the step in which the last sequence got its first token.
+fn one_run(model: &Arc<Model>, pp: usize, tg: usize, pl: usize, toks: &mut Lcg) -> Result<Run> {
+    let mut engine = Engine::new(model.clone(), EngineOptions { parallel: pl, draft: None, prefix: None });
     let greedy = SamplerConfig::greedy().resolve(false);
     for _ in 0..pl {
         let prompt: Vec<u32> = (0..pp).map(|_| toks.below(model.n_vocab() as u32)).collect();
-        sch.add(model, Request::new(prompt, tg + 1, Vec::new(), Sampler::new(greedy.clone())))?;
+        engine.submit(EngineRequest { one_shot: true, ..EngineRequest::new(prompt, tg + 1, Vec::new(), greedy.clone()) });
     }
+    let admitted = engine.admit();
     let t0 = Instant::now();
     let mut started = std::collections::HashSet::new();
     let mut t_pp = None;
-    while !sch.is_empty() {
-        for e in sch.step(model)? {
-            match e {
-                Event::Token { id, .. } => {
-                    started.insert(id);
-                }
-                Event::Failed { error, .. } => return Err(xwen_engine::EngineError::ExpertStore(error).into()),
-                Event::Done { .. } => {}
+    for (_, out) in admitted {
+        check(out)?;
+    }
+    while engine.has_work() {
+        for (id, out) in engine.step() {
+            if matches!(out, Output::Token { .. }) {
+                started.insert(id);
             }
+            check(out)?;
         }
         if t_pp.is_none() && started.len() == pl {
             t_pp = Some(t0.elapsed().as_secs_f64());
@@ -65,7 +68,16 @@ fn one_run(model: &Model, pp: usize, tg: usize, pl: usize, toks: &mut Lcg) -> Re
     Ok(Run { t_pp, t_tg: total - t_pp })
 }
 
-pub fn run(model: &Model, c: &Config) -> Result<()> {
+/// A request that failed (an expert read, a refused admission) fails the bench.
+fn check(out: Output) -> Result<()> {
+    match out {
+        Output::Failed(error) => Err(anyhow::anyhow!("{error}")),
+        Output::Shutdown => Err(anyhow::anyhow!("the engine shut down")),
+        _ => Ok(()),
+    }
+}
+
+pub fn run(model: &Arc<Model>, c: &Config) -> Result<()> {
     let mut toks = Lcg(7);
     let max_ctx = model.max_context();
     let mut out = std::io::stdout().lock();

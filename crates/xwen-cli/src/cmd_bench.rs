@@ -13,6 +13,7 @@ use crate::stats::{mean, median, stddev};
 use anyhow::{bail, Result};
 use serde_json::{json, Value};
 use std::io::Write;
+use std::sync::Arc;
 use std::time::Instant;
 use xwen_engine::{LogitsMode, Model};
 
@@ -88,7 +89,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     let draft = crate::draft_arg::prepare(&draft_opts, &mut cfg, 1)?;
     let loaded = model_arg::load(Some(&model_path), cfg, &a.engine)?;
-    let model = &loaded.model;
+    // shared with the engine `--parallel` runs its requests through
+    let shared = Arc::new(loaded.model);
+    let model: &Model = &shared;
     let t0 = Instant::now();
     let touched = if a.no_prefault { 0 } else { prefault(model) };
     eprintln!(
@@ -135,7 +138,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     if let Some(parallel) = a.parallel.clone().map(|l| l.0) {
         let c = crate::bench_parallel::Config { prompts: prompts.clone(), gens: gens.clone(), parallel, reps, json: output == Output::Json, warmup: !no_warmup };
-        crate::bench_parallel::run(model, &c)?;
+        crate::bench_parallel::run(&shared, &c)?;
         model_arg::print_profile(model);
         model_arg::print_expert_cache(model);
         return Ok(());

@@ -18,7 +18,7 @@ use crate::{interrupt, model_arg, opts};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
-use xwen_chat::{encode_segments, ChatMessage, ChatTemplate, RenderOptions, StreamDecoder};
+use xwen_chat::{encode_segments, ChatMessage, ChatTemplate, RenderOptions, TextStream};
 use xwen_engine::{Engine, EngineOptions, EngineRequest, Output, RequestStats, Sampler, StopReason, Usage};
 
 const HELP: &str = "commands: /exit (also exit, quit, Ctrl-D), /reset (clear the conversation), /system TEXT (set the \
@@ -130,7 +130,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
             continue;
         }
         let mut reply_ids = Vec::new();
-        let mut dec = StreamDecoder::new();
+        let mut stream = TextStream::default();
         let mut progress = PrefillProgress::new(a.engine.quiet);
         interrupt::begin_reply();
         let req = EngineRequest {
@@ -148,7 +148,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
                 progress.finish();
                 reply_ids.push(t);
                 if !stop.contains(&t) {
-                    print!("{}", dec.push(tok, t));
+                    print!("{}", stream.push(tok, t));
                     let _ = std::io::stdout().flush();
                 }
             }
@@ -183,7 +183,7 @@ pub fn run(a: ChatArgs) -> Result<()> {
                 continue;
             }
         };
-        println!("{}", dec.finish());
+        println!("{}", stream.finish());
         if reply_ids.is_empty() {
             // stopped during the prefill: the turn is dropped, as if not sent
             messages.pop();

@@ -9,7 +9,7 @@ use crate::{model_arg, opts};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 use std::io::Write;
-use xwen_chat::{StopFilter, StreamDecoder};
+use xwen_chat::TextStream;
 use xwen_engine::{Engine, EngineOptions, EngineRequest, GenStats, Output, Sampler, SpecStats, StopReason};
 
 pub fn run(mut a: RunArgs) -> Result<()> {
@@ -87,8 +87,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     }
     let mut generated = Vec::new();
     let mut text = String::new();
-    let mut dec = StreamDecoder::new();
-    let mut stops = StopFilter::new(a.stop.clone());
+    let mut stream = TextStream::new(a.stop.clone());
     let mut progress = PrefillProgress::new(quiet);
     let mut write_err = None;
     let mut emit = |s: &str, text: &mut String, out: &mut std::io::StdoutLock| {
@@ -128,10 +127,9 @@ pub fn run(mut a: RunArgs) -> Result<()> {
                     if eos.contains(&t) && !a.ignore_eos {
                         continue;
                     }
-                    let piece = dec.push(tok, t);
-                    let kept = stops.push(&piece);
+                    let kept = stream.push(tok, t);
                     emit(&kept, &mut text, &mut out);
-                    cut = stops.hit().is_some();
+                    cut = stream.stop().is_some();
                 }
                 Output::Token { .. } => {}
                 Output::Done { stop, stats, .. } => end = Some((if cut { StopReason::Caller } else { stop }, stats)),
@@ -149,12 +147,8 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     let stats = GenStats { prompt_tokens: prompt_ids.len(), prefill_secs: rstats.prefill_secs, generated: generated.len(), decode_secs: rstats.decode_secs, stop };
     let spec: SpecStats = rstats.drafts.unwrap_or_default();
     progress.finish();
-    if stops.hit().is_none() {
-        let tail = stops.push(&dec.finish());
-        emit(&tail, &mut text, &mut out);
-        let held = stops.finish();
-        emit(&held, &mut text, &mut out);
-    }
+    let tail = stream.finish();
+    emit(&tail, &mut text, &mut out);
     if let Some(e) = write_err {
         return Err(e.into());
     }
@@ -162,7 +156,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         StopReason::StopToken => "eos",
         StopReason::Length => "length",
         StopReason::ContextFull => "context_full",
-        StopReason::Caller if stops.hit().is_some() => "stop_string",
+        StopReason::Caller if stream.stop().is_some() => "stop_string",
         StopReason::Caller | StopReason::Constraint => "stopped",
     };
     let json_reply = || {
@@ -172,7 +166,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
             "prompt_tokens": stats.prompt_tokens,
             "generated_tokens": stats.generated,
             "stop": stop,
-            "stop_string": stops.hit(),
+            "stop_string": stream.stop(),
             "seed": seed,
             "draft": spec.active.then(|| json!({
                 "kind": draft_name,
@@ -201,7 +195,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
             StopReason::StopToken => "end of text".to_string(),
             StopReason::Length => format!("the token limit (-n {})", a.n_predict),
             StopReason::ContextFull => format!("the end of the context (-c {max_ctx}; recurrent state cannot be shifted: raise -c)"),
-            StopReason::Caller if stops.hit().is_some() => format!("the stop string {:?}", stops.hit().unwrap_or_default()),
+            StopReason::Caller if stream.stop().is_some() => format!("the stop string {:?}", stream.stop().unwrap_or_default()),
             StopReason::Caller | StopReason::Constraint => "stopped".into(),
         };
         eprintln!(
@@ -282,8 +276,7 @@ fn run_on_gpu(
         let prefill_s = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
         let limit = opts::token_limit(a.n_predict);
-        let mut dec = StreamDecoder::new();
-        let mut stops = StopFilter::new(a.stop.clone());
+        let mut stream = TextStream::new(a.stop.clone());
         let (mut generated, mut text) = (Vec::new(), String::new());
         let mut why = "length";
         loop {
@@ -302,12 +295,12 @@ fn run_on_gpu(
                 why = "eos";
                 break;
             }
-            let kept = stops.push(&dec.push(tok, t));
+            let kept = stream.push(tok, t);
             text.push_str(&kept);
             if stream_text {
                 write!(out, "{kept}").and_then(|_| out.flush())?;
             }
-            if stops.hit().is_some() {
+            if stream.stop().is_some() {
                 why = "stop_string";
                 break;
             }
@@ -317,12 +310,10 @@ fn run_on_gpu(
             }
             next = m.step(t).map_err(|e| anyhow::anyhow!("{e}"))?;
         }
-        if stops.hit().is_none() {
-            let tail = stops.push(&dec.finish()) + &stops.finish();
-            text.push_str(&tail);
-            if stream_text {
-                write!(out, "{tail}")?;
-            }
+        let tail = stream.finish();
+        text.push_str(&tail);
+        if stream_text {
+            write!(out, "{tail}")?;
         }
         let decode_s = t1.elapsed().as_secs_f64();
         let n = generated.len();

@@ -1,16 +1,16 @@
-//! Generation: prompts through the engine's scheduler (one sequence or several decoded
-//! together; each sequence's tokens are those it gets alone), each sequence's text decoded as
-//! it streams, cut at a stop string, handed to the caller token by token. A sequence ends at an
-//! end-of-text id, a stop string, the token limit, the context's end, the caller's callback
-//! returning false, or the cancel flag.
+//! Generation: prompts as requests to the engine (one sequence or several decoded together;
+//! each sequence's tokens are those it gets alone), each sequence's text decoded as it streams,
+//! cut at a stop string (xwen-chat's `TextStream`), handed to the caller token by token. A
+//! sequence ends at an end-of-text id, a stop string, the token limit, the context's end, the
+//! caller's callback returning false, or the cancel flag.
 
 use crate::error::{Error, Result};
 use crate::Xwen;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-use xwen_chat::{StopFilter, StreamDecoder};
-use xwen_engine::{Request, Sampler, SamplerConfig, Scheduler, StopReason};
+use xwen_chat::TextStream;
+use xwen_engine::{Engine, EngineError, EngineOptions, EngineRequest, Output, RequestId, SamplerConfig, StopReason};
 
 /// A prompt: text (tokenized as user text: special-token spellings stay text) or token ids.
 #[derive(Clone, Copy, Debug)]
@@ -107,12 +107,11 @@ pub enum Event<'a> {
 
 /// One sequence while it runs.
 struct Seq {
-    id: Option<u64>,
-    prompt: Vec<u32>,
-    sampler: Option<Sampler>,
+    /// Its request in the engine (None: nothing to run, `max_tokens` 0).
+    id: Option<RequestId>,
+    prompt_tokens: usize,
     seed: u64,
-    dec: StreamDecoder,
-    stops: StopFilter,
+    text_stream: TextStream,
     text: String,
     tokens: Vec<u32>,
     finish: Option<FinishReason>,
@@ -161,68 +160,53 @@ impl Xwen {
         s
     }
 
+    /// The prompts as one-shot requests to an engine over the model (each sequence's tokens
+    /// those it gets alone, whatever ran before), their tokens turned into text as they stream.
     pub(crate) fn run(&self, prompts: Vec<Vec<u32>>, opts: &GenerateOptions, on_event: &mut dyn FnMut(&Event) -> bool) -> Result<Vec<Completion>> {
         let scfg = self.sampler_config(opts);
         let base_seed = scfg.seed.unwrap_or_default();
         let thinking = opts.thinking.unwrap_or(true);
-        let mut seqs: Vec<Seq> = prompts
-            .into_iter()
-            .enumerate()
-            .map(|(i, prompt)| {
-                let seed = base_seed.wrapping_add(i as u64);
-                let params = SamplerConfig { seed: Some(seed), ..scfg.clone() }.resolve(thinking);
-                Seq {
-                    id: None,
-                    prompt,
-                    sampler: Some(Sampler::new(params)),
-                    seed,
-                    dec: StreamDecoder::new(),
-                    stops: StopFilter::new(opts.stop.clone()),
-                    text: String::new(),
-                    tokens: Vec::new(),
-                    finish: None,
-                    first_at: None,
-                    end_at: None,
-                }
-            })
-            .collect();
-        let eos = self.tok.eos_ids();
-        let stop_ids = if opts.ignore_eos { Vec::new() } else { eos.clone() };
+        let stop_ids = if opts.ignore_eos { Vec::new() } else { self.tok.eos_ids() };
         let max_tokens = opts.max_tokens.unwrap_or(usize::MAX);
         let cancelled = || opts.cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed));
         let _turn = self.turn()?;
         let t0 = Instant::now();
-        let mut sched = Scheduler::new(seqs.len().min(self.model.max_sequences()).max(1));
-        let mut next = 0;
-        loop {
-            // admit what the scheduler has room for, in order
-            while next < seqs.len() && sched.len() < self.model.max_sequences().max(1) {
-                let s = &mut seqs[next];
-                let sampler = s.sampler.take().expect("admitted once");
-                if max_tokens == 0 {
-                    s.finish = Some(FinishReason::Length);
-                } else {
-                    s.id = Some(sched.add(&self.model, Request::new(s.prompt.clone(), max_tokens, stop_ids.clone(), sampler))?);
-                }
-                next += 1;
-            }
-            if sched.is_empty() {
-                break;
-            }
+        let mut engine = Engine::new(self.model.clone(), EngineOptions { parallel: prompts.len(), draft: None, prefix: None });
+        let mut seqs: Vec<Seq> = Vec::with_capacity(prompts.len());
+        for (i, prompt) in prompts.into_iter().enumerate() {
+            let seed = base_seed.wrapping_add(i as u64);
+            let params = SamplerConfig { seed: Some(seed), ..scfg.clone() }.resolve(thinking);
+            let prompt_tokens = prompt.len();
+            // max_tokens 0: the prompt is not run (the engine would run it and sample nothing)
+            let id = (max_tokens > 0).then(|| engine.submit(EngineRequest { one_shot: true, ..EngineRequest::new(prompt, max_tokens, stop_ids.clone(), params) }));
+            let finish = id.is_none().then_some(FinishReason::Length);
+            seqs.push(Seq {
+                id,
+                prompt_tokens,
+                seed,
+                text_stream: TextStream::new(opts.stop.clone()),
+                text: String::new(),
+                tokens: Vec::new(),
+                finish,
+                first_at: None,
+                end_at: None,
+            });
+        }
+        while engine.has_work() {
             if cancelled() {
                 for s in seqs.iter_mut().filter(|s| s.finish.is_none()) {
                     if let Some(id) = s.id {
-                        sched.cancel(id);
+                        engine.cancel(id);
                     }
                     s.finish = Some(FinishReason::Cancelled);
                 }
                 break;
             }
-            for ev in sched.step(&self.model)? {
-                match ev {
-                    xwen_engine::Event::Token { id, token, .. } => {
-                        let Some(i) = seqs.iter().position(|s| s.id == Some(id)) else { continue };
-                        let s = &mut seqs[i];
+            for (id, out) in engine.step() {
+                let Some(i) = seqs.iter().position(|s| s.id == Some(id)) else { continue };
+                let s = &mut seqs[i];
+                match out {
+                    Output::Token { id: token, .. } => {
                         if s.finish.is_some() {
                             continue;
                         }
@@ -231,10 +215,10 @@ impl Xwen {
                         if stop_ids.contains(&token) {
                             continue;
                         }
-                        let kept = s.stops.push(&s.dec.push(&self.tok, token));
+                        let kept = s.text_stream.push(&self.tok, token);
                         s.text.push_str(&kept);
                         let go_on = on_event(&Event::Token { index: i, token: Some(token), text: &kept });
-                        let stop = if s.stops.hit().is_some() {
+                        let stop = if s.text_stream.stop().is_some() {
                             Some(FinishReason::StopString)
                         } else if !go_on || cancelled() {
                             Some(FinishReason::Cancelled)
@@ -244,49 +228,48 @@ impl Xwen {
                         if let Some(f) = stop {
                             s.finish = Some(f);
                             s.end_at = Some(Instant::now());
-                            sched.cancel(id);
+                            engine.cancel(id);
                         }
                     }
-                    xwen_engine::Event::Done { id, stop, .. } => {
-                        if let Some(s) = seqs.iter_mut().find(|s| s.id == Some(id)) {
-                            s.end_at.get_or_insert_with(Instant::now);
-                            s.finish.get_or_insert(match stop {
-                                StopReason::StopToken => FinishReason::Eos,
-                                StopReason::Length => FinishReason::Length,
-                                StopReason::ContextFull => FinishReason::ContextFull,
-                                StopReason::Caller | StopReason::Constraint => FinishReason::Cancelled,
-                            });
-                        }
+                    Output::Done { stop, .. } => {
+                        s.end_at.get_or_insert_with(Instant::now);
+                        s.finish.get_or_insert(match stop {
+                            StopReason::StopToken => FinishReason::Eos,
+                            StopReason::Length => FinishReason::Length,
+                            StopReason::ContextFull => FinishReason::ContextFull,
+                            StopReason::Caller | StopReason::Constraint => FinishReason::Cancelled,
+                        });
                     }
-                    xwen_engine::Event::Failed { error, .. } => {
-                        return Err(Error::Engine(xwen_engine::EngineError::State(error)));
-                    }
+                    Output::Failed(error) => return Err(Error::Engine(EngineError::State(error))),
+                    Output::Shutdown => return Err(Error::Engine(EngineError::State("the engine shut down".into()))),
+                    Output::Started { .. } | Output::Prefill { .. } => {}
                 }
             }
         }
         let mut out = Vec::with_capacity(seqs.len());
         for (i, mut s) in seqs.into_iter().enumerate() {
-            if s.stops.hit().is_none() {
-                // the text a decoder or a stop filter still held: no stop string came
-                let tail = s.stops.push(&s.dec.finish()) + &s.stops.finish();
-                if !tail.is_empty() {
-                    s.text.push_str(&tail);
-                    on_event(&Event::Token { index: i, token: None, text: &tail });
-                }
+            // the text the stream still held: no stop string came (or the held text completes one)
+            let tail = s.text_stream.finish();
+            if !tail.is_empty() {
+                s.text.push_str(&tail);
+                on_event(&Event::Token { index: i, token: None, text: &tail });
+            }
+            if s.text_stream.stop().is_some() {
+                s.finish = Some(FinishReason::StopString);
             }
             let end = s.end_at.unwrap_or_else(Instant::now);
             let first = s.first_at.unwrap_or(end);
             out.push(Completion {
                 text: s.text,
                 usage: Usage {
-                    prompt_tokens: s.prompt.len(),
+                    prompt_tokens: s.prompt_tokens,
                     completion_tokens: s.tokens.len(),
                     prefill_secs: first.duration_since(t0).as_secs_f64(),
                     decode_secs: end.duration_since(first).as_secs_f64(),
                 },
                 tokens: s.tokens,
                 finish: s.finish.unwrap_or(FinishReason::Cancelled),
-                stop_string: s.stops.hit().map(str::to_string),
+                stop_string: s.text_stream.stop().map(str::to_string),
                 seed: s.seed,
             });
         }

@@ -6,7 +6,7 @@
 //! - `tokenize` / `detokenize`, `logits`, `plan` (the RAM plan, `plan.rs`);
 //! - `generate` / `generate_batch` (`generate.rs`): sampling, stop strings and ids, a token
 //!   limit, a per-token callback that may stop a sequence, a cancel flag; several prompts are
-//!   decoded together by the engine's scheduler, each sequence's tokens those it gets alone;
+//!   decoded together as the engine's requests, each sequence's tokens those it gets alone;
 //! - `chat` (`chat.rs`): messages (and tools) through the chat template, the reply split into
 //!   reasoning, content and tool calls.
 //!
@@ -32,13 +32,14 @@ pub use xwen_chat::tool_parse::ParsedCall;
 pub use xwen_chat::ChatMessage;
 pub use xwen_engine::{KvType, MemoryPlan, SamplerConfig};
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use xwen_chat::reply::CallSyntax;
 use xwen_chat::{ChatTemplate, Tokenizer};
 use xwen_engine::{EngineConfig, LogitsMode, Model};
 
 pub struct Xwen {
-    model: Model,
+    /// Shared with the engine each generation call runs.
+    model: Arc<Model>,
     tok: Tokenizer,
     template: Option<ChatTemplate>,
     syntax: CallSyntax,

@@ -111,7 +111,7 @@ impl Xwen {
         let model = Model::from_gguf_at(file, path.as_deref(), &cfg).map_err(|e| Error::Load(e.to_string()))?;
         let syntax = CallSyntax::detect(template.as_ref(), tok.token_id(KIMI_CALL_OPEN).is_some());
         Ok(Xwen {
-            model,
+            model: Arc::new(model),
             tok,
             template,
             syntax,

@@ -34,7 +34,7 @@ pub use runtime::slots::{DraftSettings, DraftSource};
 pub use runtime::prefix_cache::{Hit as PrefixHit, PrefixCache};
 pub use runtime::generate::{self, generate, generate_observed, GenStats, GenerateRequest, StopReason};
 pub use runtime::sampler;
-pub use runtime::scheduler::{Ended, Event, LogitsProcessor, Request, Scheduler, SeqId, TokenLogprobs};
+pub use runtime::scheduler::{LogitsProcessor, TokenLogprobs};
 pub use runtime::session::{Reuse, Session};
 pub use runtime::speculative::{generate_speculative, ContraryDrafter, DraftMemory, DraftTally, Drafter, ModelDrafter, MtpDrafter, NgramDrafter, ReplayDrafter, SpecStats};
 pub use runtime::sampler::{Sampler, SamplerConfig, SamplingParams};

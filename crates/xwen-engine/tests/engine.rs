@@ -1,7 +1,8 @@
 //! The engine object: requests queued beyond the slots are admitted as slots free up, each
 //! gets the tokens it gets alone (`Session::generate`), a conversation's next turn finds its
-//! prefix in the slot it left, a cancelled request frees its slot at once, and the engine on
-//! its own thread delivers the same outputs through a handle.
+//! prefix in the slot it left while a one-shot request starts from nothing, a cancelled request
+//! frees its slot at once, and the engine on its own thread delivers the same outputs through a
+//! handle.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -86,6 +87,30 @@ fn queued_requests_get_their_tokens_alone_and_a_next_turn_reuses_its_slot() {
         other => panic!("the next turn starts with {other:?}"),
     }
     assert_eq!(tokens(turn), alone(e.model(), &next, 6), "the next turn differs from a fresh run of its transcript");
+}
+
+#[test]
+fn a_one_shot_request_starts_empty_whatever_its_slot_held() {
+    let m = Arc::new(model());
+    let v = m.n_vocab();
+    let one_shot = |p: Vec<u32>, n| EngineRequest { one_shot: true, ..greedy_request(p, n) };
+    let first = prompt(5, 12, v);
+    let mut e = Engine::new(m.clone(), EngineOptions { parallel: 1, draft: None, prefix: None });
+    e.submit(greedy_request(first.clone(), 6));
+    let reply = tokens(&drain(&mut e, 1)[0]);
+    // the idle slot holds `first` and its reply: a one-shot prompt that extends them takes none
+    // of it, and gets the tokens it gets on an engine that never ran anything
+    let mut next = first;
+    next.extend(&reply);
+    next.extend(prompt(6, 4, v));
+    let id = e.submit(one_shot(next.clone(), 5));
+    let admitted = e.admit();
+    assert!(matches!(admitted.as_slice(), [(i, Output::Started { cached: 0 })] if *i == id), "admitted alone, from nothing: {admitted:?}");
+    assert_eq!((e.running(), e.queued()), (1, 0), "admitting runs nothing");
+    let got = tokens(&drain(&mut e, id as usize)[id as usize - 1]);
+    let mut fresh = Engine::new(m, EngineOptions { parallel: 1, draft: None, prefix: None });
+    fresh.submit(one_shot(next, 5));
+    assert_eq!(got, tokens(&drain(&mut fresh, 1)[0]), "a one-shot request's tokens depend on what its slot held");
 }
 
 #[test]

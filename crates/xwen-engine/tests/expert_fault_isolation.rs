@@ -1,13 +1,13 @@
 //! A failed expert read fails only the sequences whose rows needed that expert: in a batched
-//! decode step (`Model::forward_batch_each`) and through the scheduler (`Event::Failed`), the
+//! decode step (`Model::forward_batch_each`) and through the engine (`Output::Failed`), the
 //! step's other sequences get the bits they get without the fault, and go on. The fault is a
 //! bad stretch of the file under one expert (`faults::fail_bytes`): every read of it fails, the
 //! other experts read. One test in its own binary: the faults are process-wide.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use xwen_engine::experts::direct_read::faults;
-use xwen_engine::runtime::scheduler::{Event, Request, Scheduler};
-use xwen_engine::{EngineConfig, LogitsMode, Model, Sampler, SamplerConfig, SeqStep};
+use xwen_engine::{Engine, EngineConfig, EngineOptions, EngineRequest, LogitsMode, Model, Output, PrefixCache, SamplerConfig, SeqState, SeqStep};
 
 fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity/cond/qwen3_5_moe/model-q8_0.gguf")
@@ -37,19 +37,32 @@ fn routes_from(m: &Model, from: usize) -> Vec<(usize, Vec<usize>)> {
     m.take_routes().into_iter().filter(|r| r.pos >= from).map(|r| (r.layer, r.experts)).collect()
 }
 
-fn greedy() -> Sampler {
-    Sampler::new(SamplerConfig::greedy().resolve(false))
+fn greedy_request(prompt: Vec<u32>, n: usize) -> EngineRequest {
+    EngineRequest::new(prompt, n, Vec::new(), SamplerConfig::greedy().resolve(false))
 }
 
-/// What the scheduler generates for `req` alone on `m`.
-fn alone(m: &Model, req: Request) -> Vec<u32> {
-    let mut s = Scheduler::new(1);
-    s.add(m, req).unwrap();
+/// An engine of `slots` over `m` whose requests start from `states` (a prompt's prefilled
+/// state, found by the prefix cache), so a streamed model's expert cache sees only their rows.
+fn engine_from(m: &Arc<Model>, slots: usize, states: &[(&[u32], SeqState)]) -> Engine {
+    let mut cache = PrefixCache::new(m, 1 << 40, None).unwrap();
+    for (tokens, state) in states {
+        cache.insert(tokens, state.clone());
+    }
+    Engine::new(m.clone(), EngineOptions { parallel: slots, draft: None, prefix: Some(cache) })
+}
+
+/// What the engine generates for `req` alone on `m`, from `start`'s state.
+fn alone(m: &Arc<Model>, start: (&[u32], SeqState), req: EngineRequest) -> Vec<u32> {
+    let mut e = engine_from(m, 1, &[start]);
+    e.submit(req);
     let mut out = Vec::new();
-    while !s.is_empty() {
-        for e in s.step(m).unwrap() {
-            if let Event::Token { token, .. } = e {
-                out.push(token);
+    while e.has_work() {
+        for (_, o) in e.step() {
+            match o {
+                Output::Started { cached } => assert!(cached > 0, "the request starts from its state"),
+                Output::Token { id, .. } => out.push(id),
+                Output::Failed(error) => panic!("{error}"),
+                _ => {}
             }
         }
     }
@@ -59,7 +72,7 @@ fn alone(m: &Model, req: Request) -> Vec<u32> {
 #[test]
 fn a_failed_expert_read_fails_only_the_sequences_that_needed_it() {
     let path = fixture();
-    let mapped = Model::load(&path, &cfg(None, true)).unwrap();
+    let mapped = Arc::new(Model::load(&path, &cfg(None, true)).unwrap());
     let v = mapped.n_vocab() as u32;
     let pa: Vec<u32> = (0..9).map(|i| (i * 7919 + 13) % v).collect();
     let ta = 3 % v;
@@ -76,19 +89,17 @@ fn a_failed_expert_read_fails_only_the_sequences_that_needed_it() {
     mapped.take_routes();
     mapped.forward(&mut sa, &[ta], LogitsMode::Last).unwrap();
     let ra = routes_from(&mapped, pa.len());
-    // a B whose rows from `tb` on, as the scheduler generates them, never need an expert A's
-    // row needs (4 experts, 2 a row: a few tries)
+    // a B whose rows from `tb` on, as the engine generates them, never need an expert A's row
+    // needs (4 experts, 2 a row: a few tries)
     const B_TOKENS: usize = 3;
-    let b_session = |pb: &[u32]| xwen_engine::Session::resume(pb.to_vec(), prefilled(pb)).unwrap();
     let (pb, tb, want_tokens, layer, bad) = (0..64u32)
         .find_map(|seed| {
             let pb: Vec<u32> = (0..11).map(|i| (i * 104_729 + 5 + seed * 7_907) % v).collect();
             let tb = (7 + seed * 31) % v;
             let qb: Vec<u32> = pb.iter().chain([&tb]).copied().collect();
+            let start = prefilled(&pb);
             mapped.take_routes();
-            let mut r = Request::new(qb, B_TOKENS, Vec::new(), greedy());
-            r.session = Some(b_session(&pb));
-            let toks = alone(&mapped, r);
+            let toks = alone(&mapped, (&pb, start), greedy_request(qb, B_TOKENS));
             let rb = routes_from(&mapped, pb.len());
             let (l, e) = ra.iter().find_map(|(l, ea)| ea.iter().find(|e| !rb.iter().any(|(lb, eb)| lb == l && eb.contains(e))).map(|&e| (*l, e)))?;
             Some((pb, tb, toks, l, e))
@@ -104,7 +115,7 @@ fn a_failed_expert_read_fails_only_the_sequences_that_needed_it() {
     // streamed through a cache of one expert over the smallest; the bad stretch under the
     // expert's gate fails every read of it
     let plan = Model::load(&path, &cfg(Some(1 << 50), false)).unwrap().memory_plan().unwrap().clone();
-    let streamed = || Model::load(&path, &cfg(Some(plan.floor() + plan.record_bytes), false)).unwrap();
+    let streamed = || Arc::new(Model::load(&path, &cfg(Some(plan.floor() + plan.record_bytes), false)).unwrap());
     // decode rows (one-token order, the experts' union read at once) and 1-token prefill
     // chunks (grouped by expert, read in batches) alike
     for decode_order in [true, false] {
@@ -139,33 +150,29 @@ fn a_failed_expert_read_fails_only_the_sequences_that_needed_it() {
         assert!(m.forward_batch_out(&mut steps).is_err());
     }
 
-    // through the scheduler: A fails with the error, B generates what it generates alone
+    // through the engine: A fails with the error, B generates what it generates alone
     let m = streamed();
-    let mut s = Scheduler::new(2);
-    let mut ra = Request::new(qa.clone(), B_TOKENS, Vec::new(), greedy());
-    ra.session = Some(xwen_engine::Session::resume(pa.clone(), prefilled(&pa)).unwrap());
-    let mut rb = Request::new(qb.clone(), B_TOKENS, Vec::new(), greedy());
-    rb.session = Some(b_session(&pb));
-    let ida = s.add(&m, ra).unwrap();
-    let idb = s.add(&m, rb).unwrap();
+    let mut e = engine_from(&m, 2, &[(&pa, prefilled(&pa)), (&pb, prefilled(&pb))]);
+    let ida = e.submit(greedy_request(qa.clone(), B_TOKENS));
+    let idb = e.submit(greedy_request(qb.clone(), B_TOKENS));
     let (mut failed, mut toks_b, mut done_b) = (None, Vec::new(), false);
     for _ in 0..100 {
-        if s.is_empty() {
+        if !e.has_work() {
             break;
         }
-        for e in s.step(&m).unwrap() {
-            match e {
-                Event::Failed { id, error } if id == ida => failed = Some(error),
-                Event::Token { id, token, .. } if id == idb => toks_b.push(token),
-                Event::Done { id, .. } if id == idb => done_b = true,
-                other => panic!("unexpected {other:?}"),
+        for (id, o) in e.step() {
+            match o {
+                Output::Started { cached } => assert!(cached > 0, "request {id} starts from its state"),
+                Output::Failed(error) if id == ida => failed = Some(error),
+                Output::Token { id: token, .. } if id == idb => toks_b.push(token),
+                Output::Done { .. } if id == idb => done_b = true,
+                other => panic!("unexpected {other:?} for request {id}"),
             }
         }
     }
     faults::clear();
     let failed = failed.expect("A's request failed");
     assert!(failed.contains(&format!("expert {bad} of layer {layer}")), "{failed}");
-    assert!(done_b && s.is_empty(), "B finished, A left");
+    assert!(done_b && !e.has_work(), "B finished, A left");
     assert_eq!(toks_b, want_tokens, "B's tokens differ from B alone");
-    assert!(s.take_session(ida).is_none(), "a failed sequence's session is not handed back");
 }

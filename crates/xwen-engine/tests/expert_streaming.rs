@@ -412,50 +412,49 @@ fn a_wave_of_smaller_chunks_keeps_each_chunks_bits() {
     assert!(last == want_last && last.len() == m.n_vocab());
 }
 
-/// The scheduler (what `xwen serve` steps) feeds a long prompt that has the step to itself as
+/// The engine (what `xwen serve` steps) feeds a long prompt that has the step to itself as
 /// prefill waves: the tokens are those of the mapped model fed chunk by chunk, and the experts
 /// are read fewer times than with one chunk a step (`--prefill-wave 1`). Two long prompts
 /// queued together each get their waves in turn, and the same tokens as alone.
 #[test]
 fn the_scheduler_feeds_a_lone_long_prompt_as_prefill_waves() {
+    use std::sync::Arc;
     use xwen_engine::memory_plan::{PREFILL_BATCH, PREFILL_WAVE_BATCHES};
-    use xwen_engine::{Event, Request, Sampler, SamplerConfig, Scheduler};
+    use xwen_engine::{Engine, EngineOptions, EngineRequest, Output, SamplerConfig};
     let path = &moe_files()[0];
-    let resident = Model::load(path, &cfg(None)).unwrap();
+    let resident = Arc::new(Model::load(path, &cfg(None)).unwrap());
     let v = resident.n_vocab() as u32;
     let prompts: Vec<Vec<u32>> = [PREFILL_WAVE_BATCHES * PREFILL_BATCH + 300, 3 * PREFILL_BATCH / 2 + 7]
         .iter()
         .enumerate()
         .map(|(i, &n)| prompt(n, v as usize).into_iter().map(|t| (t + 97 * i as u32) % v).collect())
         .collect();
-    // every request's tokens (up to `max_tokens`) and the step count, all added before the
+    // every request's tokens (up to `max_tokens`) and the step count, all submitted before the
     // first step
-    let run_for = |m: &Model, ps: &[Vec<u32>], max_tokens: usize| -> (Vec<Vec<u32>>, usize) {
-        let mut sch = Scheduler::new(4);
-        let ids: Vec<u64> = ps
-            .iter()
-            .map(|p| sch.add(m, Request::new(p.clone(), max_tokens, vec![], Sampler::new(SamplerConfig::greedy().resolve(false)))).unwrap())
-            .collect();
+    let run_for = |m: &Arc<Model>, ps: &[Vec<u32>], max_tokens: usize| -> (Vec<Vec<u32>>, usize) {
+        let mut e = Engine::new(m.clone(), EngineOptions { parallel: 4, draft: None, prefix: None });
+        let ids: Vec<u64> =
+            ps.iter().map(|p| e.submit(EngineRequest { one_shot: true, ..EngineRequest::new(p.clone(), max_tokens, vec![], SamplerConfig::greedy().resolve(false)) })).collect();
         let mut out = vec![Vec::new(); ps.len()];
         let mut steps = 0;
-        while !sch.is_empty() {
-            for e in sch.step(m).unwrap() {
-                match e {
-                    Event::Token { id, token, .. } => out[ids.iter().position(|&i| i == id).unwrap()].push(token),
-                    Event::Failed { error, .. } => panic!("{error}"),
-                    Event::Done { .. } => {}
+        while e.has_work() {
+            for (id, o) in e.step() {
+                match o {
+                    Output::Token { id: token, .. } => out[ids.iter().position(|&i| i == id).unwrap()].push(token),
+                    Output::Failed(error) => panic!("{error}"),
+                    _ => {}
                 }
             }
             steps += 1;
         }
         (out, steps)
     };
-    let run = |m: &Model, ps: &[Vec<u32>]| run_for(m, ps, 5);
+    let run = |m: &Arc<Model>, ps: &[Vec<u32>]| run_for(m, ps, 5);
     let alone: Vec<Vec<u32>> = prompts.iter().map(|p| run(&resident, std::slice::from_ref(p)).0.remove(0)).collect();
     let two = |b| EngineConfig { n_seq: 2, ..cfg(b) };
     let ample = Model::load(path, &two(Some(1 << 50))).unwrap().memory_plan().unwrap().clone();
     let budget = ample.floor() + ample.wave_bytes + ample.all_experts_bytes / 3;
-    let load = |w| Model::load(path, &EngineConfig { prefill_wave: Some(w), ..two(Some(budget)) }).unwrap();
+    let load = |w| Arc::new(Model::load(path, &EngineConfig { prefill_wave: Some(w), ..two(Some(budget)) }).unwrap());
     let (waved, chunked) = (load(PREFILL_WAVE_BATCHES), load(1));
     assert!(waved.wave_tokens(PREFILL_BATCH) == PREFILL_WAVE_BATCHES * PREFILL_BATCH && chunked.wave_tokens(PREFILL_BATCH) == PREFILL_BATCH);
     for (m, waves) in [(&waved, true), (&chunked, false)] {
@@ -472,14 +471,14 @@ fn the_scheduler_feeds_a_lone_long_prompt_as_prefill_waves() {
     let wave_bytes = waved.memory_plan().unwrap().wave_bytes;
     drop((waved, chunked));
     let waved = load(PREFILL_WAVE_BATCHES);
-    let chunked = Model::load(path, &EngineConfig { prefill_wave: Some(1), ..two(Some(budget - wave_bytes)) }).unwrap();
+    let chunked = Arc::new(Model::load(path, &EngineConfig { prefill_wave: Some(1), ..two(Some(budget - wave_bytes)) }).unwrap());
     assert_eq!(waved.memory_plan().unwrap().cache_bytes, chunked.memory_plan().unwrap().cache_bytes);
     // the prompt alone (one token sampled after it)
-    let reads = |m: &Model| {
+    let reads = |m: &Arc<Model>| {
         run_for(m, &prompts[..1], 1);
         m.expert_cache_stats().unwrap().reads
     };
     let (w, c) = (reads(&waved), reads(&chunked));
-    eprintln!("scheduler prefill: {w} expert reads as waves, {c} one chunk a step");
+    eprintln!("engine prefill: {w} expert reads as waves, {c} one chunk a step");
     assert!(w < c, "{w} reads as waves, {c} chunk by chunk");
 }

@@ -1,11 +1,12 @@
-//! The runtime layer: the scheduler's continuous batching gives every sequence the tokens it
+//! The runtime layer: the engine's continuous batching gives every sequence the tokens it
 //! gets alone (sequences joining, leaving, cancelled, stopped by a stop id, prompts longer than
 //! a prefill chunk), and a session's turns equal a fresh greedy run of the whole transcript
 //! (continuing, and restoring a checkpoint when the transcript departs from what the state
 //! holds). State checkpoints restore without copying KV rows and refuse what they cannot prove.
 
 use std::path::{Path, PathBuf};
-use xwen_engine::{EngineConfig, Event, LogitsMode, Model, Request, Sampler, SamplerConfig, Scheduler, SeqStep, Session, StopReason};
+use std::sync::Arc;
+use xwen_engine::{Engine, EngineConfig, EngineOptions, EngineRequest, LogitsMode, Model, Output, Sampler, SamplerConfig, SeqStep, Session, StopReason};
 
 fn fixture(rel: &str) -> PathBuf {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity").join(rel);
@@ -21,47 +22,55 @@ fn prompt(seed: usize, n: usize, vocab: usize) -> Vec<u32> {
     (0..n).map(|i| ((seed * 7919 + i * 104_729 + 5) % vocab) as u32).collect()
 }
 
-fn request(p: Vec<u32>, max_tokens: usize, stop_ids: Vec<u32>) -> Request {
-    Request::new(p, max_tokens, stop_ids, Sampler::new(SamplerConfig::greedy().resolve(false)))
+/// A greedy prompt on its own (no slot's prefix), as a fresh scheduled sequence runs.
+fn request(p: Vec<u32>, max_tokens: usize, stop_ids: Vec<u32>) -> EngineRequest {
+    EngineRequest { one_shot: true, ..EngineRequest::new(p, max_tokens, stop_ids, SamplerConfig::greedy().resolve(false)) }
 }
 
-/// Runs the scheduler until empty; (tokens, stop) per id. `joins[s]` = step at which request s joins.
-fn drive(m: &Model, reqs: &[(Vec<u32>, usize, Vec<u32>)], joins: &[usize], cancel: Option<(usize, usize)>) -> Vec<(Vec<u32>, Option<StopReason>)> {
-    let mut sch = Scheduler::new(8);
+/// Runs an engine of 8 slots until it drains; (tokens, stop) per request. `joins[s]` = step at
+/// which request s joins; `cancel` (s, step) cancels request s before that step.
+fn drive(m: &Arc<Model>, reqs: &[(Vec<u32>, usize, Vec<u32>)], joins: &[usize], cancel: Option<(usize, usize)>) -> Vec<(Vec<u32>, Option<StopReason>)> {
+    let mut e = Engine::new(m.clone(), EngineOptions { parallel: 8, draft: None, prefix: None });
     let mut ids = vec![0u64; reqs.len()];
     let mut out: Vec<(Vec<u32>, Option<StopReason>)> = vec![(Vec::new(), None); reqs.len()];
     let mut step = 0;
+    let record = |ids: &[u64], id: u64, o: Output, out: &mut Vec<(Vec<u32>, Option<StopReason>)>| {
+        let s = ids.iter().position(|&i| i == id).unwrap();
+        match o {
+            Output::Token { id: token, .. } => out[s].0.push(token),
+            Output::Done { stop, usage, .. } => {
+                assert_eq!(usage.completion_tokens, out[s].0.len());
+                out[s].1 = Some(stop);
+            }
+            Output::Failed(error) => panic!("sequence {s} failed: {error}"),
+            Output::Shutdown => panic!("sequence {s} shut down"),
+            Output::Started { .. } | Output::Prefill { .. } => {}
+        }
+    };
     loop {
         for (s, r) in reqs.iter().enumerate() {
             if joins[s] == step {
-                ids[s] = sch.add(m, request(r.0.clone(), r.1, r.2.clone())).unwrap();
+                ids[s] = e.submit(request(r.0.clone(), r.1, r.2.clone()));
             }
         }
         if let Some((s, at)) = cancel {
             if at == step {
-                assert!(sch.cancel(ids[s]));
+                let done = e.cancel(ids[s]);
+                assert!(matches!(done, Some(Output::Done { stop: StopReason::Caller, .. })), "a running request's cancel: {done:?}");
             }
         }
-        if sch.is_empty() && joins.iter().all(|&j| j < step) {
+        if !e.has_work() && joins.iter().all(|&j| j < step) {
             return out;
         }
-        for e in sch.step(m).unwrap() {
-            let s = ids.iter().position(|&i| i == match e { Event::Token { id, .. } | Event::Done { id, .. } | Event::Failed { id, .. } => id }).unwrap();
-            match e {
-                Event::Token { token, .. } => out[s].0.push(token),
-                Event::Done { stop, generated, .. } => {
-                    assert_eq!(generated, out[s].0.len());
-                    out[s].1 = Some(stop);
-                }
-                Event::Failed { error, .. } => panic!("sequence {s} failed: {error}"),
-            }
+        for (id, o) in e.step() {
+            record(&ids, id, o, &mut out);
         }
         step += 1;
-        assert!(step < 10_000, "the scheduler never drains");
+        assert!(step < 10_000, "the engine never drains");
     }
 }
 
-fn check_scheduler(m: &Model, what: &str) {
+fn check_scheduler(m: &Arc<Model>, what: &str) {
     let v = m.n_vocab();
     let mut reqs: Vec<(Vec<u32>, usize, Vec<u32>)> = vec![
         (prompt(0, 9, v), 12, vec![]),
@@ -79,7 +88,8 @@ fn check_scheduler(m: &Model, what: &str) {
     for (s, r) in reqs.iter().enumerate() {
         let alone = drive(m, std::slice::from_ref(r), &[0], None);
         if s == 4 {
-            // cancelled at step 6, two steps after joining: a prefix of its own tokens, no Done
+            // cancelled at step 6, two steps after joining: a prefix of its own tokens, its Done
+            // the cancel's (not recorded)
             assert!(together[s].1.is_none() && alone[0].0.starts_with(&together[s].0), "{what}: cancelled request");
             continue;
         }
@@ -103,13 +113,13 @@ fn check_scheduler(m: &Model, what: &str) {
 
 #[test]
 fn scheduled_sequences_get_the_tokens_they_get_alone() {
-    check_scheduler(&Model::load(&fixture("cond/qwen3_5/model-q4_k_m.gguf"), &cfg(None)).unwrap(), "dense q4_k_m");
+    check_scheduler(&Arc::new(Model::load(&fixture("cond/qwen3_5/model-q4_k_m.gguf"), &cfg(None)).unwrap()), "dense q4_k_m");
     let moe = fixture("cond/qwen3_5_moe/model-q8_0.gguf");
-    check_scheduler(&Model::load(&moe, &cfg(None)).unwrap(), "moe q8_0");
+    check_scheduler(&Arc::new(Model::load(&moe, &cfg(None)).unwrap()), "moe q8_0");
     // a budget that holds 8 sequences' states and one expert above the smallest cache
     let streamed = |budget| EngineConfig { n_seq: 8, ..cfg(Some(budget)) };
     let plan = Model::load(&moe, &streamed(1 << 50)).unwrap().memory_plan().unwrap().clone();
-    check_scheduler(&Model::load(&moe, &streamed(plan.floor() + plan.record_bytes)).unwrap(), "moe q8_0 streamed");
+    check_scheduler(&Arc::new(Model::load(&moe, &streamed(plan.floor() + plan.record_bytes)).unwrap()), "moe q8_0 streamed");
 }
 
 fn greedy(m: &Model, sess: &mut Session, p: &[u32], n: usize) -> Vec<u32> {
@@ -227,7 +237,7 @@ fn kv_caches_reserve_the_context_once_and_never_move() {
 }
 
 #[test]
-fn a_budget_plans_the_state_of_n_sequences_and_the_scheduler_admits_no_more() {
+fn a_budget_plans_the_state_of_n_sequences_and_the_engine_admits_no_more() {
     let moe = fixture("cond/qwen3_5_moe/model-q8_0.gguf");
     let plan = |n_seq: usize, budget: u64| Model::load(&moe, &EngineConfig { n_seq, ..cfg(Some(budget)) }).map(|m| m.memory_plan().unwrap().clone());
     let one = plan(1, 1 << 50).unwrap();
@@ -241,11 +251,14 @@ fn a_budget_plans_the_state_of_n_sequences_and_the_scheduler_admits_no_more() {
     assert!(err.contains("4 sequences"), "{err}");
     let m = Model::load(&moe, &EngineConfig { n_seq: 2, ..cfg(Some(1 << 50)) }).unwrap();
     assert_eq!(m.max_sequences(), 2);
-    let mut sch = Scheduler::new(8);
     let v = m.n_vocab();
-    sch.add(&m, request(prompt(1, 4, v), 2, vec![])).unwrap();
-    sch.add(&m, request(prompt(2, 4, v), 2, vec![])).unwrap();
-    assert!(sch.add(&m, request(prompt(3, 4, v), 2, vec![])).is_err(), "a third sequence over the plan's two");
+    let mut e = Engine::new(m, EngineOptions { parallel: 8, draft: None, prefix: None });
+    assert_eq!(e.parallel(), 2, "the slots are the plan's two");
+    for seed in 1..=3 {
+        e.submit(request(prompt(seed, 4, v), 2, vec![]));
+    }
+    e.admit();
+    assert_eq!((e.running(), e.queued()), (2, 1), "a third sequence over the plan's two waits");
     assert_eq!(Model::load(&moe, &cfg(None)).unwrap().max_sequences(), usize::MAX);
 }
 
@@ -287,15 +300,15 @@ fn routes_are_recorded_per_sequence_position_and_layer() {
 }
 
 /// A conversation continued through the scheduler (a server's slot) beside other requests:
-/// each turn's tokens are `Session::generate`'s on the same conversation, its prefix reused,
-/// and the session comes back holding exactly what was fed.
+/// each turn's tokens are `Session::generate`'s on the same conversation, its prefix reused as
+/// much as the session reuses it.
 #[test]
 fn scheduled_sessions_reuse_their_prefix_and_equal_session_generate() {
-    let m = Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap();
+    let m = Arc::new(Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap());
     let v = m.n_vocab();
     let greedy = || Sampler::new(SamplerConfig::greedy().resolve(false));
     let mut reference = Session::new(&m);
-    let mut slot = Some(Session::new(&m));
+    let mut e = Engine::new(m.clone(), EngineOptions { parallel: 4, draft: None, prefix: None });
     let mut transcript = prompt(40, 20, v);
     for turn in 0..3 {
         let mut want = Vec::new();
@@ -305,29 +318,24 @@ fn scheduled_sessions_reuse_their_prefix_and_equal_session_generate() {
                 true
             })
             .unwrap();
-        let mut sch = Scheduler::new(4);
-        let other = sch.add(&m, request(prompt(50 + turn, 9, v), 8, vec![])).unwrap();
-        let id = sch
-            .add(&m, Request { session: slot.take(), ..Request::new(transcript.clone(), 6, vec![], greedy()) })
-            .unwrap();
-        let mut got = Vec::new();
-        while !sch.is_empty() {
-            for e in sch.step(&m).unwrap() {
-                if let Event::Token { id: i, token, .. } = e {
-                    if i == id {
-                        got.push(token);
-                    }
+        // another conversation shares the steps; the transcript finds its slot by its prefix
+        e.submit(EngineRequest::new(prompt(50 + turn, 9, v), 8, vec![], SamplerConfig::greedy().resolve(false)));
+        let id = e.submit(EngineRequest::new(transcript.clone(), 6, vec![], SamplerConfig::greedy().resolve(false)));
+        let (mut got, mut cached) = (Vec::new(), None);
+        while e.has_work() {
+            for (i, o) in e.step() {
+                match o {
+                    Output::Started { cached: c } if i == id => cached = Some(c),
+                    Output::Token { id: token, .. } if i == id => got.push(token),
+                    _ => {}
                 }
             }
         }
-        assert!(sch.take_session(other).is_none(), "a plain request has no session to give back");
-        let sess = sch.take_session(id).expect("the session comes back");
         assert_eq!(got, want, "turn {turn}");
-        assert_eq!(sess.tokens(), reference.tokens(), "turn {turn}: the same tokens held");
+        assert_eq!(cached, Some(reuse.reused), "turn {turn}: the prefix reused, as the session reuses it");
         if turn > 0 {
             assert!(reuse.reused > 0);
         }
-        slot = Some(sess);
         transcript.extend_from_slice(&want);
         transcript.extend(prompt(60 + turn, 4, v));
     }

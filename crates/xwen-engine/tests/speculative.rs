@@ -235,18 +235,18 @@ fn a_drafter_that_never_agrees_is_paused() {
     assert!(drafted_steps_at_most < 40, "the controller did not pause a drafter that never agrees: {s:?}");
 }
 
-/// The scheduler with drafting sequences (a server's slots): each sequence's tokens are the ones
+/// The engine with drafting sequences (a server's slots): each sequence's tokens are the ones
 /// it gets without drafts, whatever else shares the steps — drafted and plain sequences mixed,
 /// joining at different steps, greedy and sampled.
-/// Runs `prompts` through one scheduler, each joining a step after the one before; those
+/// Runs `prompts` through one engine, each joining a step after the one before; those
 /// `drafted` draft with `make()`. Returns each one's tokens and the most one took in a step.
-fn scheduled(m: &Model, prompts: &[Vec<u32>], drafted: &[bool], make: &dyn Fn() -> Box<dyn Drafter>) -> (Vec<Vec<u32>>, usize) {
-    use xwen_engine::{Event, Request, Scheduler};
-    let sampler = |i: usize| {
+fn scheduled(m: &std::sync::Arc<Model>, prompts: &[Vec<u32>], drafted: &[bool], make: &dyn Fn() -> Box<dyn Drafter>) -> (Vec<Vec<u32>>, usize) {
+    use xwen_engine::{Engine, EngineOptions, EngineRequest, Output};
+    let sampling = |i: usize| {
         let t = if i == 3 { Some(0.8) } else { Some(0.0) };
-        Sampler::new(SamplerConfig { temperature: t, seed: Some(11), ..Default::default() }.resolve(false))
+        SamplerConfig { temperature: t, seed: Some(11), ..Default::default() }.resolve(false)
     };
-    let mut sch = Scheduler::new(8);
+    let mut e = Engine::new(m.clone(), EngineOptions { parallel: 8, draft: None, prefix: None });
     let mut ids = vec![0u64; prompts.len()];
     let mut out = vec![Vec::new(); prompts.len()];
     let mut step = 0;
@@ -254,19 +254,16 @@ fn scheduled(m: &Model, prompts: &[Vec<u32>], drafted: &[bool], make: &dyn Fn() 
     loop {
         for (i, p) in prompts.iter().enumerate() {
             if i == step {
-                let mut r = Request::new(p.clone(), 30, vec![], sampler(i));
-                if drafted[i] {
-                    r.draft = Some((make(), 4));
-                }
-                ids[i] = sch.add(m, r).unwrap();
+                let draft = drafted[i].then(|| (make(), 4));
+                ids[i] = e.submit(EngineRequest { one_shot: true, draft, ..EngineRequest::new(p.clone(), 30, vec![], sampling(i)) });
             }
         }
-        if sch.is_empty() && step >= prompts.len() {
+        if !e.has_work() && step >= prompts.len() {
             return (out, most_per_step);
         }
         let mut per = vec![0usize; prompts.len()];
-        for e in sch.step(m).unwrap() {
-            if let Event::Token { id, token, .. } = e {
+        for (id, o) in e.step() {
+            if let Output::Token { id: token, .. } = o {
                 let i = ids.iter().position(|&x| x == id).unwrap();
                 out[i].push(token);
                 per[i] += 1;
@@ -280,7 +277,7 @@ fn scheduled(m: &Model, prompts: &[Vec<u32>], drafted: &[bool], make: &dyn Fn() 
 
 #[test]
 fn scheduled_drafting_gives_the_undrafted_tokens() {
-    let m = Model::load(&fixture("cond/qwen3_5_moe/model-q8_0.gguf"), &cfg(None)).unwrap();
+    let m = std::sync::Arc::new(Model::load(&fixture("cond/qwen3_5_moe/model-q8_0.gguf"), &cfg(None)).unwrap());
     let v = m.n_vocab() as u32;
     let prompts: Vec<Vec<u32>> = vec![repetitive(v), (0..14).map(|i| (i * 7919 + 11) % v).collect(), repetitive(v)[3..].to_vec(), vec![5, 6, 7]];
     let ngram = || Box::new(NgramDrafter::default()) as Box<dyn Drafter>;
@@ -303,7 +300,7 @@ fn scheduled_drafting_gives_the_undrafted_tokens() {
 fn scheduled_mtp_drafting_gives_the_undrafted_tokens() {
     // the MTP head reads the hidden rows of every prefill chunk and kept verify row of its own
     // sequence, whatever shares the step
-    let m = Model::load(&fixture("rand/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap();
+    let m = std::sync::Arc::new(Model::load(&fixture("rand/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap());
     let v = m.n_vocab() as u32;
     let prompts: Vec<Vec<u32>> = vec![repetitive(v), (0..14).map(|i| (i * 7919 + 11) % v).collect(), (0..300).map(|i| (i * 31 + 7) % v).collect(), vec![5, 6, 7]];
     let mtp = || Box::new(MtpDrafter::new()) as Box<dyn Drafter>;
@@ -428,50 +425,49 @@ impl Drafter for CountingContrary {
 }
 
 /// What a slot's drafting controller learned follows its drafter to the slot's next request
-/// (`Ended::draft_memory` → `Request::draft_memory`): a drafter that never agreed on the first
-/// request stays paused on the second, where a fresh controller drafts again from the start.
-/// The tokens are plain greedy's either way.
+/// (the engine keeps both with the slot; a request that brings no drafter drafts on with
+/// them): a drafter that never agreed on the first request stays paused on the second, where
+/// a fresh controller drafts again from the start. The tokens are plain greedy's either way.
 #[test]
 fn a_controller_follows_its_drafter_to_the_next_request() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    use xwen_engine::{Event, Request, Scheduler, Session};
-    let m = Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap();
+    use xwen_engine::{Engine, EngineOptions, EngineRequest, Output, SpecStats};
+    let m = Arc::new(Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap());
     let v = m.n_vocab() as u32;
     let first: Vec<u32> = (0..14).map(|i| (i * 7919 + 11) % v).collect();
     let second: Vec<u32> = (0..9).map(|i| (i * 104729 + 3) % v).collect();
-    let run = |sch: &mut Scheduler, req: Request| -> (Vec<u32>, xwen_engine::Ended) {
-        let id = sch.add(&m, req).unwrap();
-        let mut out = Vec::new();
-        while !sch.is_empty() {
-            for e in sch.step(&m).unwrap() {
-                if let Event::Token { token, .. } = e {
-                    out.push(token);
+    // one slot: every request takes it, with the drafter that followed it
+    let mut e = Engine::new(m.clone(), EngineOptions { parallel: 1, draft: None, prefix: None });
+    let mut run = |req: EngineRequest| -> (Vec<u32>, Option<SpecStats>) {
+        let id = e.submit(req);
+        let (mut out, mut drafts) = (Vec::new(), None);
+        while e.has_work() {
+            for (i, o) in e.step() {
+                match o {
+                    Output::Token { id: token, .. } if i == id => out.push(token),
+                    Output::Done { stats, .. } if i == id => drafts = stats.drafts,
+                    _ => {}
                 }
             }
         }
-        (out, sch.take_ended(id).expect("a sequence with a session leaves it"))
+        (out, drafts)
     };
+    let greedy_request = |p: &[u32], n| EngineRequest::new(p.to_vec(), n, vec![], SamplerConfig::greedy().resolve(false));
     let count = Arc::new(AtomicUsize::new(0));
-    let mut sch = Scheduler::new(2);
-    let mut r = Request { session: Some(Session::new(&m)), ..Request::new(first.clone(), 60, vec![], greedy()) };
-    r.draft = Some((Box::new(CountingContrary(count.clone())), 8));
-    let (out, ended) = run(&mut sch, r);
+    let (out, drafts) = run(EngineRequest { draft: Some((Box::new(CountingContrary(count.clone())), 8)), ..greedy_request(&first, 60) });
     assert_eq!(out, plain(&m, &first, 60));
-    let (drafter, memory) = (ended.drafter.expect("the drafter comes back"), ended.draft_memory.expect("and its controller's memory"));
-    // the second request, with and without what the first one learned
+    assert!(drafts.is_some(), "the first request drafted");
+    // the second request, with the first's drafter and what its controller learned, then with
+    // a fresh drafter
     let second_plain = plain(&m, &second, 20);
     count.store(0, Ordering::Relaxed);
-    let mut r = Request::new(second.clone(), 20, vec![], greedy());
-    r.draft = Some((drafter, 8));
-    r.draft_memory = Some(memory);
-    let (out, _) = run(&mut sch, Request { session: Some(Session::new(&m)), ..r });
+    let (out, drafts) = run(greedy_request(&second, 20));
     assert_eq!(out, second_plain);
+    assert!(drafts.is_some(), "the slot's drafter drafts the next request");
     let with_memory = count.load(Ordering::Relaxed);
     count.store(0, Ordering::Relaxed);
-    let mut r = Request { session: Some(Session::new(&m)), ..Request::new(second.clone(), 20, vec![], greedy()) };
-    r.draft = Some((Box::new(CountingContrary(count.clone())), 8));
-    let (out, _) = run(&mut sch, r);
+    let (out, _) = run(EngineRequest { draft: Some((Box::new(CountingContrary(count.clone())), 8)), ..greedy_request(&second, 20) });
     assert_eq!(out, second_plain);
     let fresh = count.load(Ordering::Relaxed);
     assert!(fresh >= 2 && with_memory < fresh, "proposals on the second request: {with_memory} with the first's memory, {fresh} fresh");

@@ -6,13 +6,12 @@
 use crate::engine::{ChannelSink, Out, SubmitError};
 use crate::error::{ApiError, ApiResult, Dialect, Kind};
 use crate::reply::{Piece, ReplyParser};
-use xwen_chat::StopFilter;
 use crate::tool_parse::ToolSchemas;
 use crate::App;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
-use xwen_chat::{StreamDecoder, Tokenizer};
+use xwen_chat::{TextStream, Tokenizer};
 use xwen_engine::{EngineRequest, SamplingParams, StopReason};
 
 /// A request ready for the engine.
@@ -73,8 +72,8 @@ pub struct Gen {
     cancel: Arc<AtomicBool>,
     tok: Arc<Tokenizer>,
     eog: Vec<u32>,
-    dec: StreamDecoder,
-    stop: StopFilter,
+    /// The reply's tokens as text, cut at a stop string.
+    stream: TextStream,
     parser: ReplyParser,
     pub prompt_tokens: usize,
     pub cached: usize,
@@ -131,8 +130,7 @@ impl App {
             cancel,
             tok: self.tok.clone(),
             eog: self.eog.clone(),
-            dec: StreamDecoder::new(),
-            stop: StopFilter::new(p.stops),
+            stream: TextStream::new(p.stops),
             parser: ReplyParser::with_syntax(p.in_reasoning, p.reasoning, p.tools, self.syntax),
             prompt_tokens: n,
             cached: 0,
@@ -179,11 +177,10 @@ impl Gen {
         LogprobEntry { token, bytes, logprob: lp.logprob, top }
     }
 
-    /// Text through the stop filter and the parser.
-    fn text(&mut self, t: &str, out: &mut Chunk) {
-        let safe = self.stop.push(t);
-        out.pieces.extend(self.parser.push(&safe));
-        if let Some(s) = self.stop.hit() {
+    /// The stream's text through the parser; a stop string ends the reply (and its request).
+    fn text(&mut self, safe: &str, out: &mut Chunk) {
+        out.pieces.extend(self.parser.push(safe));
+        if let Some(s) = self.stream.stop() {
             let s = s.to_string();
             self.cancel.store(true, Ordering::Release);
             out.pieces.extend(self.parser.finish());
@@ -192,13 +189,11 @@ impl Gen {
     }
 
     fn flush(&mut self, out: &mut Chunk, fin: Finish) {
-        let tail = self.dec.finish();
+        let tail = self.stream.finish();
         self.text(&tail, out);
         if self.finish.is_some() {
             return;
         }
-        let held = self.stop.finish();
-        out.pieces.extend(self.parser.push(&held));
         out.pieces.extend(self.parser.finish());
         let fin = if fin == Finish::Stop && self.parser.calls() > 0 { Finish::ToolCalls } else { fin };
         self.finish = Some(fin);
@@ -218,7 +213,7 @@ impl Gen {
                         out.logprobs.push(self.entry(id, lp));
                     }
                     if !self.eog.contains(&id) {
-                        let t = self.dec.push(&self.tok, id);
+                        let t = self.stream.push(&self.tok, id);
                         self.text(&t, &mut out);
                     }
                 }

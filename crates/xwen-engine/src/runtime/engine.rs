@@ -4,8 +4,9 @@
 //! forward of every running sequence (`Scheduler::step`: plain, drafted and prefill rows
 //! together) and turns what happened into each request's outputs, in order: `Started`,
 //! `Token`…, then `Done` (with its usage) or `Failed`. `xwen serve` drives it from one thread
-//! (`engine_thread`); text (detokenizing, stop strings, the reply's split) is the caller's, in
-//! xwen-chat, so the engine needs no tokenizer.
+//! (`engine_thread`); `xwen chat`, `xwen run`, `xwen bench --parallel` and xwen-embed's
+//! `generate_batch` step it themselves. Text (detokenizing, stop strings, the reply's split) is
+//! the caller's, in xwen-chat, so the engine needs no tokenizer.
 
 use crate::model::Model;
 use crate::runtime::generate::{rate, StopReason};
@@ -15,6 +16,7 @@ use crate::runtime::scheduler::{Event, LogitsProcessor, Request, Scheduler, SeqI
 use crate::runtime::slots::{request_drafter, DraftSettings, Picked, Slots};
 use crate::runtime::speculative::{DraftTally, Drafter, SpecStats};
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// A request's handle in the engine.
@@ -45,9 +47,10 @@ pub struct EngineRequest {
     /// The caller's sampler, continued (a conversation whose sampling goes on from its last
     /// turn) instead of a new one of `sampling`; `Engine::take_sampler` gives it back.
     pub sampler: Option<Sampler>,
-    /// No later request continues this prompt: no checkpoint before its last token, so the
-    /// prompt runs in whole chunks with its last token in the last one, as the one-sequence
-    /// loop (`generate`) runs it — the same bits as `xwen run` before the engine.
+    /// A prompt on its own: it starts from an empty state (no slot's or cache's prefix) and no
+    /// later request continues it (no checkpoint before its last token), so the prompt runs in
+    /// whole chunks with its last token in the last one, as the one-sequence loop (`generate`)
+    /// runs it — the same bits as `xwen run` before the engine, whatever the slots held.
     pub one_shot: bool,
 }
 
@@ -197,7 +200,9 @@ impl Running {
 }
 
 pub struct Engine {
-    model: Model,
+    /// Shared where a host keeps using the model between engines (a binding's calls, a bench's
+    /// runs); the engine only reads it.
+    model: Arc<Model>,
     parallel: usize,
     sched: Scheduler,
     queue: VecDeque<(RequestId, EngineRequest)>,
@@ -211,7 +216,9 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(model: Model, opts: EngineOptions) -> Engine {
+    /// An engine over `model` (a `Model`, or an `Arc` the host keeps a handle to).
+    pub fn new(model: impl Into<Arc<Model>>, opts: EngineOptions) -> Engine {
+        let model = model.into();
         let parallel = opts.parallel.max(1).min(model.max_sequences().max(1));
         Engine {
             sched: Scheduler::new(parallel),
@@ -298,13 +305,22 @@ impl Engine {
     /// One turn of the loop: admit queued requests into free slots, run one batched forward,
     /// and return each request's outputs in order.
     pub fn step(&mut self) -> Vec<(RequestId, Output)> {
-        let mut out = Vec::new();
-        self.admit(&mut out);
-        self.publish();
+        let mut out = self.admit();
         if !self.sched.is_empty() {
             self.run(&mut out);
             self.publish();
         }
+        out
+    }
+
+    /// Admit queued requests into free slots without running them (their `Started` or
+    /// `Failed`): a caller that times its requests' run apart from their states' allocation
+    /// (`xwen bench --parallel`, as llama-batched-bench allocates before its clock starts).
+    /// `step` admits too.
+    pub fn admit(&mut self) -> Vec<(RequestId, Output)> {
+        let mut out = Vec::new();
+        self.admit_into(&mut out);
+        self.publish();
         out
     }
 
@@ -334,10 +350,10 @@ impl Engine {
         self.observer.load(self.queue.len(), self.running.len());
     }
 
-    fn admit(&mut self, out: &mut Vec<(RequestId, Output)>) {
+    fn admit_into(&mut self, out: &mut Vec<(RequestId, Output)>) {
         while self.running.len() < self.parallel {
             let Some((id, req)) = self.queue.pop_front() else { break };
-            let (session, kept_drafter, picked) = self.slots.pick(&self.model, &req.prompt);
+            let (session, kept_drafter, picked) = if req.one_shot { self.slots.pick_empty(&self.model) } else { self.slots.pick(&self.model, &req.prompt) };
             // as `Session::prefill` counts it: the state held more than the prompt's head shares
             let head = &req.prompt[..req.prompt.len().saturating_sub(1)];
             let restored = session.tokens().iter().zip(head).take_while(|(a, b)| a == b).count() < session.tokens().len();

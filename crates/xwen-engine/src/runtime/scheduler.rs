@@ -190,10 +190,6 @@ impl Scheduler {
         Scheduler { running: Vec::new(), max_seqs: max_seqs.max(1), next_id: 1, ended: HashMap::new(), tally: DraftTally::default(), step_costs: StepCosts::new(DECODE_STEP_ROWS) }
     }
 
-    pub fn len(&self) -> usize {
-        self.running.len()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.running.is_empty()
     }
@@ -266,11 +262,6 @@ impl Scheduler {
             spec,
         });
         Ok(id)
-    }
-
-    /// Draft tokens verified and accepted so far, over every drafting sequence.
-    pub fn draft_counts(&self) -> (u64, u64) {
-        (self.tally.drafted(), self.tally.accepted())
     }
 
     /// Verify steps and the drafted / accepted tokens per draft position so far.

@@ -123,6 +123,24 @@ impl Slots {
         (slot.session, slot.drafter, Picked::Idle)
     }
 
+    /// An empty session for a prompt on its own (`EngineRequest::one_shot`): a fresh one where
+    /// one more fits, else the least recently used idle slot's, emptied, without the drafter
+    /// that followed it (that drafter's state holds the conversation the session forgot).
+    pub(crate) fn pick_empty(&mut self, model: &Model) -> (Session, Option<KeptDrafter>, Picked) {
+        let lru = self.idle.iter().enumerate().min_by_key(|(_, s)| s.last_used).map(|(i, _)| i);
+        match lru {
+            Some(i) if self.sessions >= self.parallel => {
+                let mut slot = self.idle.swap_remove(i);
+                slot.session.reset(model);
+                (slot.session, None, Picked::Fresh)
+            }
+            _ => {
+                self.sessions += 1;
+                (Session::new(model), None, Picked::Fresh)
+            }
+        }
+    }
+
     /// The session of an ended sequence goes back to the idle slots; its state at the prompt's
     /// message `boundary` goes to the prefix cache. None: the sequence left without its
     /// session (failed), so its slot is rebuilt when needed.
