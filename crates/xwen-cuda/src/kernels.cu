@@ -587,6 +587,15 @@ __device__ void quant_256(const float* s_y, i64 first, i8* yq, float2* yd, i8* y
         for (int c = warp; c < 8; c += nw) quant_block_z(s_y[32 * c + lane], lane, yqz + first + 32 * c, ydz + first / 32 + c);
 }
 
+// quant_q8 of two inputs in one launch: gridDim.y − 1 rows of x (kind), then one row of x2
+// (kind2) in the last blockIdx.y (a decode step's routed experts' hidden rows and the shared
+// expert's, which their down products take in different kinds).
+extern "C" __global__ void quant_q8_2(const float* x, int cols, i8* xq, float2* xd, int kind, const float* x2, int cols2, i8* xq2, float2* xd2, int kind2) {
+    pdl_start();
+    if (blockIdx.y + 1 < gridDim.y) quant_row(x, cols, cols, xq, xd, kind, blockIdx.y);
+    else quant_row(x2, cols2, cols2, xq2, xd2, kind2, 0);
+}
+
 #define MV_WARPS 4
 
 // Rows a warp of mv takes (gpu.rs `Knobs` defines it; the launches' grids follow).
@@ -648,57 +657,38 @@ extern "C" __global__ void mv_glu(const u8* G, const u8* U, int ty_g, int ty_u, 
     if (lane == 0) h[slot * h_stride + row] = g / (1.0f + expf(-g)) * u;
 }
 
-// Rows a warp of moe_glu takes (gpu.rs `Knobs` defines it; the launch's grid follows).
-#ifndef MOE_GLU_ROWS
-#define MOE_GLU_ROWS 2
-#endif
-
 // A decode step's routed experts' gate, up and SwiGLU (slots blockIdx.y < k, expert ids[slot],
 // rows into h[slot]) and the shared expert's (slot k, into hs) in one launch, each row as
-// mv_glu computes it. One token: every slot reads the same x. A warp a (row group, matrix):
-// warps 2i and 2i + 1 take row group 2·blockIdx.x + i (MOE_GLU_ROWS rows) of the gate and of the
-// up matrix, every row's loads in flight at once (dot_rows_q8); the gate's warp applies the
-// SwiGLU.
+// mv_glu computes it. One token: every slot reads the same x. A warp a (row, matrix): warps 2i
+// and 2i + 1 take row 2·blockIdx.x + i's gate and up product, so a warp has one row's loads in
+// flight rather than two one after the other; the gate's warp applies the SwiGLU.
 extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u, int rows, i64 rb_g, i64 rb_u, i64 mb_g, i64 mb_u, const int* ids, int k,
                                    const u8* SG, const u8* SU, int ty_sg, int ty_su, int rows_s, i64 rb_sg, i64 rb_su, int cols, const float* x,
                                    const i8* qk, const float2* dk, const i8* qz, const float2* dz, float* h, float* hs) {
-    constexpr int R = MOE_GLU_ROWS;
-    __shared__ float s_up[2][R];
+    __shared__ float s_up[2];
     int slot = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int r0 = (blockIdx.x * 2 + (warp >> 1)) * R;
-    bool up = warp & 1, shared = slot == k;
-    int live = min(R, (shared ? rows_s : rows) - r0);
-    i64 rb = shared ? (up ? rb_su : rb_sg) : (up ? rb_u : rb_g);
+    int row = blockIdx.x * 2 + (warp >> 1);
+    bool up = warp & 1, shared = slot == k, live = row < (shared ? rows_s : rows);
     const u8* m_row = nullptr;
     int ty = 0;
-    if (shared && live > 0) {
-        m_row = (up ? SU : SG) + (i64)r0 * rb;
+    if (shared && live) {
+        m_row = up ? SU + (i64)row * rb_su : SG + (i64)row * rb_sg;
         ty = up ? ty_su : ty_sg;
-        prefetch_l2(m_row, live * rb, lane);
+        prefetch_l2(m_row, up ? rb_su : rb_sg, lane);
     }
     pdl_start();
-    float v[R];
-    #pragma unroll
-    for (int r = 0; r < R; r++) v[r] = 0.0f;
-    if (live > 0) {
+    float v = 0.0f;
+    if (live) {
         if (!shared) {
             i64 e = ids[slot];
-            m_row = up ? U + e * mb_u + (i64)r0 * rb : G + e * mb_g + (i64)r0 * rb;
+            m_row = up ? U + e * mb_u + (i64)row * rb_u : G + e * mb_g + (i64)row * rb_g;
             ty = up ? ty_u : ty_g;
         }
-        dot_any_rows<R>(ty, m_row, rb, live, x, qk, dk, qz, dz, cols, lane, v);
-        #pragma unroll
-        for (int r = 0; r < R; r++) v[r] = warp_sum(v[r]);
+        v = warp_sum(dot_any(ty, m_row, x, qk, dk, qz, dz, cols, lane));
     }
-    if (up && lane == 0)
-        #pragma unroll
-        for (int r = 0; r < R; r++) s_up[warp >> 1][r] = v[r];
+    if (up && lane == 0) s_up[warp >> 1] = v;
     __syncthreads();
-    if (up || lane != 0) return;
-    float* out = shared ? hs : h + (i64)slot * rows;
-    #pragma unroll
-    for (int r = 0; r < R; r++)
-        if (r < live) out[r0 + r] = v[r] / (1.0f + expf(-v[r])) * s_up[warp >> 1][r];
+    if (!up && live && lane == 0) (shared ? hs : h + (i64)slot * rows)[row] = v / (1.0f + expf(-v)) * s_up[warp >> 1];
 }
 
 // Up to four products of one input in one launch (a DeltaNet layer's qkv, z, β and α; an
@@ -1207,21 +1197,11 @@ extern "C" __global__ void moe_route_warp(const float* logits, int n_expert, int
             int i = lane + 32 * e;
             if (p[e] > bv || (p[e] == bv && i < bi)) { bv = p[e]; bi = i; }
         }
-        // the warp's best in two reductions instead of five shuffle rounds: probabilities are
-        // ≥ 0, so their bits order as they do (+1: a taken or absent entry ranks below 0.0),
-        // then the lowest index among the lanes that hold that value
-#if __CUDA_ARCH__ >= 800
-        u32 key = bv >= 0.0f ? __float_as_uint(bv) + 1u : 0u;
-        u32 top = __reduce_max_sync(0xffffffffu, key);
-        bi = (int)__reduce_min_sync(0xffffffffu, key == top ? (u32)bi : 0xffffffffu);
-        bv = top ? __uint_as_float(top - 1u) : NEG_INF;
-#else
         for (int o = 16; o > 0; o >>= 1) {
             float ov = __shfl_xor_sync(0xffffffffu, bv, o);
             int oi = __shfl_xor_sync(0xffffffffu, bi, o);
             if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
         }
-#endif
         #pragma unroll
         for (int e = 0; e < 16; e++)
             if (lane + 32 * e == bi) p[e] = NEG_INF;
@@ -1262,39 +1242,22 @@ extern "C" __global__ void moe_combine(float* x, const float* ys, const float* w
 #define MOE_DOWN_ROWS 2
 #endif
 
-// One warp quantizes a row of `cols` values for a product: kind 0 q8_K (cols % 256 == 0), kind
-// 1 q8_0 (cols % 32 == 0), as quant_q8 does (the same bits), into q / d.
-__device__ __forceinline__ void quant_row_warp(const float* x, int cols, int kind, i8* q, float2* d, int lane) {
-    if (kind == 0) {
-        for (int c = 0; c < cols / 256; c++) {
-            float4 a = *(const float4*)(x + 256 * c + 8 * lane), b = *(const float4*)(x + 256 * c + 8 * lane + 4);
-            float v8[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-            quant_block_k(v8, lane, q + 256 * c, d + 8 * c);
-        }
-    } else {
-        for (int c = 0; c < cols / 32; c++) quant_block_z(x[32 * c + lane], lane, q + 32 * c, d + c);
-    }
-}
-
 // A decode step's MoE output in one launch: x[r] ← x[r] + (Σ_s w_s·(D_{ids[s]}[r]·h[s]) +
 // sigmoid(sg)·(S[r]·hs)) — the routed experts' down products, the shared expert's, the weighted
-// sum and the residual, each term computed and rounded as quant_q8, `mv` and moe_combine compute
-// them (the same bits). A block MOE_DOWN_ROWS rows: warp s < k takes slot s's expert rows, warp
-// k the shared expert's (S null: none; sg null: ungated). Each warp first quantizes its own
-// input row into shared memory (kind_r for the experts' rows, kind_s for the shared one: 0 q8_K,
-// 1 q8_0, -1 none: f32 products), `qstride` bytes a warp (values, then a float2 a 32) — every
-// block redoes it for its rows, which costs less than the launch it replaces — then takes all
-// its rows' loads in flight at once (dot_rows_q8); thread t sums row t's k + 1 terms in slot
-// order. h holds the k slots' rows (cols values each), hs the shared expert's.
+// sum and the residual, each term computed and rounded as `mv` and moe_combine compute them
+// (the same bits). A block MOE_DOWN_ROWS rows: warp s < k takes slot s's expert rows, warp k
+// the shared expert's (S null: none; sg null: ungated), each warp all its rows' loads in flight
+// at once (dot_rows_q8); thread t then sums row t's k + 1 terms in slot order. h holds the k
+// slots' rows (cols values each), hs the shared expert's.
 // ids is read before pdl_start, through L2: the router wrote it at least two launches before
 // this one (the expert gate/up launch sits between), and that launch's blocks all passed their
 // wait — the router had finished — before this grid could start. So the rows this step reads
 // are pulled into L2 while its predecessor still runs.
 extern "C" __global__ void moe_down_combine(const u8* D, int ty, int rows, int cols, i64 rb, i64 mb, const int* ids, const float* weights, int k,
-                                            const float* h, int kind_r, const u8* S, int ty_s, int cols_s, i64 rb_s, const float* hs, int kind_s,
-                                            const float* sg, float* x, int qstride) {
+                                            const float* h, const i8* qk, const float2* dk, const i8* qz, const float2* dz, const u8* S, int ty_s,
+                                            int cols_s, i64 rb_s, const float* hs, const i8* qks, const float2* dks, const i8* qzs, const float2* dzs,
+                                            const float* sg, float* x) {
     constexpr int RD = MOE_DOWN_ROWS;
-    extern __shared__ __align__(16) u8 q_smem[];
     __shared__ float ys[33][RD];
     int r0 = blockIdx.x * RD, s = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int live = min(RD, rows - r0);
@@ -1310,16 +1273,15 @@ extern "C" __global__ void moe_down_combine(const u8* D, int ty, int rows, int c
     if (w) prefetch_l2(w, live * wb, lane);
     pdl_start();
     if (w) {
-        const float* xf = s < k ? h + (i64)s * cols : hs;
-        int t = s < k ? ty : ty_s, c = s < k ? cols : cols_s, kind = s < k ? kind_r : kind_s;
-        i8* xq = (i8*)(q_smem + (i64)s * qstride);
-        float2* xd = (float2*)(xq + c);
-        if (kind >= 0) {
-            quant_row_warp(xf, c, kind, xq, xd, lane);
-            __syncwarp();
-        }
+        i64 xr = (i64)s * cols;
+        const float* xf = s < k ? h + xr : hs;
+        const i8* xk = s < k ? (qk ? qk + xr : qk) : qks;
+        const float2* xdk = s < k ? dk + xr / 32 : dks;
+        const i8* xz = s < k ? (qz ? qz + xr : qz) : qzs;
+        const float2* xdz = s < k ? dz + xr / 32 : dzs;
+        int t = s < k ? ty : ty_s, c = s < k ? cols : cols_s;
         float y[RD];
-        dot_any_rows<RD>(t, w, wb, live, xf, kind == 0 ? xq : nullptr, xd, kind == 1 ? xq : nullptr, xd, c, lane, y);
+        dot_any_rows<RD>(t, w, wb, live, xf, xk, xdk, xz, xdz, c, lane, y);
         #pragma unroll
         for (int r = 0; r < RD; r++) {
             float v = warp_sum(y[r]);

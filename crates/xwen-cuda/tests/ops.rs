@@ -1205,13 +1205,7 @@ fn fused_quantization_equals_the_quantizer() {
 fn the_fused_moe_output_equals_its_three_steps() {
     let g = gpu();
     for (i, &(ty, n_expert, k, rows, cols, shared)) in
-        [
-            (GgmlType::Q4_K, 16usize, 8usize, 301usize, 512usize, 2),
-            (GgmlType::Q6_K, 8, 2, 256, 768, 1),
-            (GgmlType::Q8_0, 8, 4, 64, 256, 0),
-            (GgmlType::Q4_K, 64, 10, 96, 1024, 2),
-            (GgmlType::BF16, 8, 3, 33, 256, 2),
-        ]
+        [(GgmlType::Q4_K, 16usize, 8usize, 301usize, 512usize, 2), (GgmlType::Q6_K, 8, 2, 256, 768, 1), (GgmlType::Q8_0, 8, 4, 64, 256, 0), (GgmlType::Q4_K, 64, 10, 96, 1024, 2)]
             .iter()
             .enumerate()
     {
@@ -1318,17 +1312,14 @@ fn the_fused_moe_output_equals_its_three_steps() {
             &[Arg::Ptr(x1.ptr), Arg::Ptr(ys.ptr), Arg::Ptr(wtd.ptr), Arg::I32(k as i32), Arg::I32(rows as i32), Arg::Ptr(sh_ptr), Arg::Ptr(sg_ptr)],
         )
         .unwrap();
-        // one launch, each warp quantizing its own input row
+        // one launch
         let x2 = g.upload_f32(&x0).unwrap();
         let s_ptr = if shared > 0 { sd.ptr } else { 0 };
-        let kind_f = if matches!(ty, GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::Q8_0) { kind } else { -1 };
-        let warps = k + usize::from(shared > 0);
-        let qstride = (cols + cols / 32 * 8).next_multiple_of(16);
         g.launch(
             "moe_down_combine",
             (rows.div_ceil(g.knobs.moe_down_rows) as u32, 1),
-            32 * warps as u32,
-            (warps * qstride) as u32,
+            32 * (k as u32 + u32::from(shared > 0)),
+            0,
             &[
                 Arg::Ptr(wd.ptr),
                 Arg::I32(ty.id() as i32),
@@ -1340,16 +1331,21 @@ fn the_fused_moe_output_equals_its_three_steps() {
                 Arg::Ptr(wtd.ptr),
                 Arg::I32(k as i32),
                 Arg::Ptr(hd.ptr),
-                Arg::I32(kind_f),
+                Arg::Ptr(hk[0]),
+                Arg::Ptr(hk[1]),
+                Arg::Ptr(hk[2]),
+                Arg::Ptr(hk[3]),
                 Arg::Ptr(s_ptr),
                 Arg::I32(ty.id() as i32),
                 Arg::I32(cols as i32),
                 Arg::I64(rb as i64),
                 Arg::Ptr(hsd.ptr),
-                Arg::I32(kind_f),
+                Arg::Ptr(sk[0]),
+                Arg::Ptr(sk[1]),
+                Arg::Ptr(sk[2]),
+                Arg::Ptr(sk[3]),
                 Arg::Ptr(sg_ptr),
                 Arg::Ptr(x2.ptr),
-                Arg::I32(qstride as i32),
             ],
         )
         .unwrap();
@@ -1359,7 +1355,7 @@ fn the_fused_moe_output_equals_its_three_steps() {
 }
 
 /// moe_glu (a decode step's routed experts' and shared expert's gate, up and SwiGLU in one
-/// launch) equals mv_glu over the k slots and mv_glu of the shared expert
+/// launch) equals mv_glu over the k slots and mv_glu of the shared expert; quant_q8_2 (their
 /// hidden rows quantized in one launch, each in its own kind) equals two quant_q8 launches;
 /// bit for bit, for experts and shared experts of different types and widths.
 #[test]
@@ -1427,7 +1423,7 @@ fn the_fused_expert_launches_equal_their_parts() {
         glu(sg.ptr, su.ptr, sty, s_ff, srb, 0, 1, hs1.ptr);
         g.launch(
             "moe_glu",
-            (eff.max(s_ff).div_ceil(2 * g.knobs.moe_glu_rows) as u32, k as u32 + 1),
+            (eff.max(s_ff).div_ceil(2) as u32, k as u32 + 1),
             128,
             0,
             &[
@@ -1462,6 +1458,33 @@ fn the_fused_expert_launches_equal_their_parts() {
         .unwrap();
         assert_eq!(g.read_i32(&h1, k * eff).unwrap(), g.read_i32(&h2, k * eff).unwrap(), "moe_glu {}: the experts' rows", ty.name());
         assert_eq!(g.read_i32(&hs1, s_ff).unwrap(), g.read_i32(&hs2, s_ff).unwrap(), "moe_glu {}: the shared expert's rows", sty.name());
-        println!("moe_glu {} experts top {k} + shared {}: equal to their separate launches, bit for bit", ty.name(), sty.name());
+        // the hidden rows: experts' in one kind, the shared row in the other, after them
+        let (ka, kb) = if sty == GgmlType::Q8_0 { (0, 1) } else { (1, 0) };
+        let ((qa, da), (qb, db)) = (q8(ka, &h1, eff, k), q8(kb, &hs1, s_ff, 1));
+        let (q2a, d2a, q2b, d2b) = (g.zeros(k * eff).unwrap(), g.zeros(k * eff / 32 * 8).unwrap(), g.zeros(s_ff).unwrap(), g.zeros(s_ff / 32 * 8).unwrap());
+        let per = |kind: i32| if kind == 0 { 256 } else { 32 };
+        g.launch(
+            "quant_q8_2",
+            ((eff / per(ka)).max(s_ff / per(kb)).div_ceil(8) as u32, k as u32 + 1),
+            256,
+            0,
+            &[
+                Arg::Ptr(h1.ptr),
+                Arg::I32(eff as i32),
+                Arg::Ptr(q2a.ptr),
+                Arg::Ptr(d2a.ptr),
+                Arg::I32(ka),
+                Arg::Ptr(hs1.ptr),
+                Arg::I32(s_ff as i32),
+                Arg::Ptr(q2b.ptr),
+                Arg::Ptr(d2b.ptr),
+                Arg::I32(kb),
+            ],
+        )
+        .unwrap();
+        let rd = |b: &xwen_cuda::gpu::DevBuf, n: usize| g.read_i32(b, n).unwrap();
+        assert_eq!((rd(&qa, k * eff / 4), rd(&da, k * eff / 16)), (rd(&q2a, k * eff / 4), rd(&d2a, k * eff / 16)), "quant_q8_2: the experts' rows");
+        assert_eq!((rd(&qb, s_ff / 4), rd(&db, s_ff / 16)), (rd(&q2b, s_ff / 4), rd(&d2b, s_ff / 16)), "quant_q8_2: the shared row");
+        println!("moe_glu {} experts top {k} + shared {}, quant_q8_2: equal to their separate launches, bit for bit", ty.name(), sty.name());
     }
 }

@@ -492,7 +492,8 @@ impl CudaModel {
         } else {
             g.launch("moe_route", (n as u32, 1), 256, (d.n_expert * 4) as u32, &route_args)?;
         }
-        if decode && self.moe_decode_fits(w) {
+        // moe_down_combine's block holds a warp a slot and the shared expert's
+        if decode && k < 32 {
             return self.moe_decode(w, x, kinds);
         }
         if self.grouped_experts(n) {
@@ -525,33 +526,40 @@ impl CudaModel {
     }
 
     /// A decode step's experts after routing: gate, up and SwiGLU of the k slots and of the
-    /// shared expert in one launch, then every down product (each warp quantizing its own input
-    /// row), the weighted sum and the residual in one (moe_down_combine: the bits of quant_q8 +
-    /// mv + mv + moe_combine).
+    /// shared expert, then every down product, the weighted sum and the residual in one launch
+    /// (moe_down_combine: the bits of mv + mv + moe_combine).
     fn moe_decode(&self, w: &MoeLayer, x: In, kinds: &LayerKinds) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
         let ex = &w.experts;
-        let (mut s_ptr, mut s_ty, mut s_cols, mut s_rb, mut kind_s) = (0u64, 0i32, 0usize, 0usize, -1i32);
-        match &w.shared {
+        let (mut s_ptr, mut s_ty, mut s_cols, mut s_rb) = (0u64, 0i32, 0usize, 0usize);
+        let (hin, sin) = match &w.shared {
             Some(s) => {
                 (s_ptr, s_ty, s_cols, s_rb) = (s.down.buf.ptr, s.down.ty, s.down.cols, s.down.row_bytes);
-                kind_s = q8_kind(kinds.shared_mid, s_cols);
                 self.moe_glu(ex, s, x)?;
+                match self.quant_mids(kinds, s.down.cols)? {
+                    Some(pair) => pair,
+                    None => {
+                        let hin = self.input(sc.ffn_h.ptr, eff, k, true, kinds.ffn_mid)?;
+                        // the shared expert's hidden row goes to the other q8 scratch rows: ffn_h's stay
+                        (hin, self.input_at(sc.sh_h.ptr, s.down.cols, kinds.shared_mid, k * eff)?)
+                    }
+                }
             }
-            None => mv_glu(g, ex, Some(sc.ids.ptr), x, h, k, sc.ffn_h.ptr, eff, k)?,
-        }
+            None => {
+                mv_glu(g, ex, Some(sc.ids.ptr), x, h, k, sc.ffn_h.ptr, eff, k)?;
+                (self.input(sc.ffn_h.ptr, eff, k, true, kinds.ffn_mid)?, In { f: 0, q: Q8::default(), f16: 0 })
+            }
+        };
         let sg = if w.shared.is_some() && w.shared_gate.is_some() { sc.sg.ptr } else { 0 };
         let dm = &w.experts.down;
-        // a block a row group, a warp a slot's products (k routed, then the shared expert's),
-        // each warp's quantized input row in shared memory
+        // a block a row, a warp a slot's product (k routed, then the shared expert's)
         let warps = k + usize::from(s_ptr != 0);
-        let qstride = down_q_stride(eff, s_cols);
         g.launch(
             "moe_down_combine",
             (dm.rows.div_ceil(g.knobs.moe_down_rows) as u32, 1),
             (32 * warps) as u32,
-            (warps * qstride) as u32,
+            0,
             &[
                 Arg::Ptr(dm.buf.ptr),
                 Arg::I32(dm.ty),
@@ -562,27 +570,24 @@ impl CudaModel {
                 Arg::Ptr(sc.ids.ptr),
                 Arg::Ptr(sc.weights.ptr),
                 Arg::I32(k as i32),
-                Arg::Ptr(sc.ffn_h.ptr),
-                Arg::I32(q8_kind(kinds.ffn_mid, eff)),
+                Arg::Ptr(hin.f),
+                Arg::Ptr(hin.q.qk),
+                Arg::Ptr(hin.q.dk),
+                Arg::Ptr(hin.q.qz),
+                Arg::Ptr(hin.q.dz),
                 Arg::Ptr(s_ptr),
                 Arg::I32(s_ty),
                 Arg::I32(s_cols as i32),
                 Arg::I64(s_rb as i64),
-                Arg::Ptr(sc.sh_h.ptr),
-                Arg::I32(kind_s),
+                Arg::Ptr(sin.f),
+                Arg::Ptr(sin.q.qk),
+                Arg::Ptr(sin.q.dk),
+                Arg::Ptr(sin.q.qz),
+                Arg::Ptr(sin.q.dz),
                 Arg::Ptr(sg),
                 Arg::Ptr(sc.x.ptr),
-                Arg::I32(qstride as i32),
             ],
         )
-    }
-
-    /// Whether a decode step's experts fit moe_down_combine: a warp a slot (k routed and the
-    /// shared one) in one block, their quantized input rows in its shared memory.
-    fn moe_decode_fits(&self, w: &MoeLayer) -> bool {
-        let (k, eff) = (self.d.n_used, self.d.expert_ff);
-        let s_cols = w.shared.as_ref().map_or(0, |s| s.down.cols);
-        k < 32 && (k + 1) * down_q_stride(eff, s_cols) <= 48 << 10
     }
 
     /// The routed experts' gate, up and SwiGLU (k slots into ffn_h) and the shared expert's
@@ -592,8 +597,8 @@ impl CudaModel {
         let (eg, eu, sg, su) = (&ex.gate, &ex.up, &s.gate, &s.up);
         self.gpu.launch(
             "moe_glu",
-            // two row groups a block of four warps: a warp a group's gate or up products
-            (eg.rows.max(sg.rows).div_ceil(2 * self.gpu.knobs.moe_glu_rows) as u32, d.n_used as u32 + 1),
+            // two rows a block of four warps: a warp a row's gate or up product
+            (eg.rows.max(sg.rows).div_ceil(2) as u32, d.n_used as u32 + 1),
             (32 * MV_WARPS) as u32,
             0,
             &[
@@ -625,6 +630,68 @@ impl CudaModel {
                 Arg::Ptr(sc.sh_h.ptr),
             ],
         )
+    }
+
+    /// A decode step's experts' hidden rows and the shared expert's quantized for their down
+    /// products in one launch (quant_q8_2), where each takes one q8 kind: the shared row goes
+    /// after the k slots' rows in its kind's scratch. None where that does not hold.
+    fn quant_mids(&self, kinds: &LayerKinds, s_cols: usize) -> Result<Option<(In, In)>> {
+        let (d, sc) = (&self.d, &self.sc);
+        let (k, eff) = (d.n_used, d.expert_ff);
+        // (kind, block width, scratch values, scratch scales)
+        let one = |kd: Kinds| match (kd.k, kd.z) {
+            (true, false) => Some((0, 256, sc.xq_b.ptr, sc.xd_b.ptr)),
+            (false, true) => Some((1, 32, sc.xq_bz.ptr, sc.xd_bz.ptr)),
+            _ => None,
+        };
+        let (Some((ka, wa, qa, da)), Some((kb, wb, qb, db))) = (one(kinds.ffn_mid), one(kinds.shared_mid)) else {
+            return Ok(None);
+        };
+        let off = k * eff;
+        if eff % wa != 0 || s_cols % wb != 0 || off % wb != 0 {
+            return Ok(None);
+        }
+        let (qb, db) = (qb + off as u64, db + (off / 32 * 8) as u64);
+        let per_block = 8; // warps of 256 threads, a q8 block each
+        let blocks = (eff / wa).max(s_cols / wb).div_ceil(per_block);
+        self.gpu.launch(
+            "quant_q8_2",
+            (blocks as u32, k as u32 + 1),
+            256,
+            0,
+            &[
+                Arg::Ptr(sc.ffn_h.ptr),
+                Arg::I32(eff as i32),
+                Arg::Ptr(qa),
+                Arg::Ptr(da),
+                Arg::I32(ka),
+                Arg::Ptr(sc.sh_h.ptr),
+                Arg::I32(s_cols as i32),
+                Arg::Ptr(qb),
+                Arg::Ptr(db),
+                Arg::I32(kb),
+            ],
+        )?;
+        let q = |kind: i32, q: u64, dq: u64| if kind == 0 { Q8 { qk: q, dk: dq, qz: 0, dz: 0 } } else { Q8 { qk: 0, dk: 0, qz: q, dz: dq } };
+        Ok(Some((In { f: sc.ffn_h.ptr, q: q(ka, qa, da), f16: 0 }, In { f: sc.sh_h.ptr, q: q(kb, qb, db), f16: 0 })))
+    }
+
+    /// One row of `cols` values at x quantized into the q8 scratch `offset` values in (past
+    /// rows another input of the same product still holds there).
+    fn input_at(&self, x: u64, cols: usize, kinds: Kinds, offset: usize) -> Result<In> {
+        let sc = &self.sc;
+        let mut q = Q8::default();
+        if kinds.k && cols % 256 == 0 && offset % 256 == 0 {
+            let (xq, xd) = (sc.xq_b.ptr + offset as u64, sc.xd_b.ptr + (offset / 32 * 8) as u64);
+            self.quant(x, cols, 1, 0, xq, xd)?;
+            (q.qk, q.dk) = (xq, xd);
+        }
+        if kinds.z && cols % 32 == 0 && offset % 32 == 0 {
+            let (xq, xd) = (sc.xq_bz.ptr + offset as u64, sc.xd_bz.ptr + (offset / 32 * 8) as u64);
+            self.quant(x, cols, 1, 1, xq, xd)?;
+            (q.qz, q.dz) = (xq, xd);
+        }
+        Ok(In { f: x, q, f16: 0 })
     }
 
     /// A prompt pass's routed experts grouped per expert: the slots sorted by expert into tiles
@@ -723,25 +790,6 @@ fn units_per_row(ty: i32, cols: usize) -> usize {
         2 => cols / 32 * 4,
         _ => cols / 4,
     }
-}
-
-/// The q8 kind moe_down_combine quantizes a row of `cols` values into for a product of `kinds`:
-/// 0 q8_K, 1 q8_0, -1 none (f32 products).
-fn q8_kind(kinds: Kinds, cols: usize) -> i32 {
-    if kinds.k && cols.is_multiple_of(256) {
-        0
-    } else if kinds.z && cols.is_multiple_of(32) {
-        1
-    } else {
-        -1
-    }
-}
-
-/// Bytes a warp of moe_down_combine holds its quantized input row in: the values, then a float2
-/// a 32, for the wider of the experts' and the shared expert's rows; 16-byte aligned.
-fn down_q_stride(eff: usize, s_cols: usize) -> usize {
-    let c = eff.max(s_cols);
-    (c + c.div_ceil(32) * 8).next_multiple_of(16)
 }
 
 /// y[s] = W_{ids[s]}·x[s / x_div] (+ res[s]) for `slots` slots.
