@@ -52,6 +52,10 @@ impl EngineObserver for MetricsObserver {
     fn expert_cache(&mut self, hits: u64, misses: u64) {
         self.0.set_expert_cache(hits, misses);
     }
+    fn note(&mut self, msg: &str) {
+        // the server's log is its stderr
+        eprintln!("xwen serve: {msg}");
+    }
 }
 
 /// Starts the engine thread with `parallel` slots; returns its handle and the thread (an error

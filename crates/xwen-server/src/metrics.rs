@@ -61,7 +61,7 @@ impl Metrics {
         }
     }
 
-    /// The drafting tally so far (`Scheduler::draft_tally`).
+    /// The drafting tally so far (the engine observer's `drafts`).
     pub fn set_drafts(&self, tally: &DraftTally) {
         self.drafts.lock().unwrap_or_else(|p| p.into_inner()).clone_from(tally);
     }

@@ -160,6 +160,9 @@ pub trait EngineObserver: Send {
     fn drafts(&mut self, _tally: &DraftTally) {}
     /// The expert cache's hits and misses so far (a streamed model).
     fn expert_cache(&mut self, _hits: u64, _misses: u64) {}
+    /// Something went wrong that cost nothing but a cache entry (a prefix-cache file that could
+    /// not be written, or was dropped as damaged): the library never prints it, its host may.
+    fn note(&mut self, _msg: &str) {}
 }
 
 /// An observer that counts nothing.
@@ -348,6 +351,9 @@ impl Engine {
 
     fn publish(&mut self) {
         self.observer.load(self.queue.len(), self.running.len());
+        for n in self.slots.take_notes() {
+            self.observer.note(&n);
+        }
     }
 
     fn admit_into(&mut self, out: &mut Vec<(RequestId, Output)>) {

@@ -17,7 +17,7 @@ use crate::model::Model;
 use crate::state::SeqState;
 use crate::state::codec as state_codec;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{mpsc, Mutex};
 use std::sync::Arc;
 
 const MAGIC: &[u8; 8] = b"XWENPFX\0";
@@ -50,12 +50,25 @@ pub struct PrefixCache {
     dir: Option<PathBuf>,
     clock: u64,
     writer: Option<mpsc::Sender<WriterMsg>>,
+    /// What went wrong on the way that loses nothing but a cache entry (a file that could not be
+    /// written, one dropped as damaged): the library never prints, its host takes these
+    /// (`take_notes`; the engine hands them to its observer).
+    notes: Arc<Mutex<Vec<String>>>,
 }
 
 enum WriterMsg {
     Write(PathBuf, Arc<Vec<u32>>, Arc<SeqState>),
     /// Answered once every write queued before it is done.
     Barrier(mpsc::Sender<()>),
+}
+
+/// Keeps `msg` for the host, a bounded number of them (a full disk would otherwise grow the list
+/// with every write until someone reads it).
+fn note(notes: &Mutex<Vec<String>>, msg: String) {
+    let mut n = notes.lock().unwrap_or_else(|p| p.into_inner());
+    if n.len() < 64 {
+        n.push(msg);
+    }
 }
 
 fn fnv(tokens: &[u32]) -> u64 {
@@ -135,7 +148,8 @@ impl PrefixCache {
     /// are indexed now and read when first used.
     pub fn new(model: &Model, ram_limit: u64, dir: Option<&Path>) -> Result<PrefixCache> {
         let fingerprint = model.state_fingerprint();
-        let mut c = PrefixCache { fingerprint, ram_limit, ram_bytes: 0, entries: Vec::new(), dir: dir.map(Path::to_path_buf), clock: 0, writer: None };
+        let notes = Arc::new(Mutex::new(Vec::new()));
+        let mut c = PrefixCache { fingerprint, ram_limit, ram_bytes: 0, entries: Vec::new(), dir: dir.map(Path::to_path_buf), clock: 0, writer: None, notes: notes.clone() };
         if let Some(d) = dir {
             std::fs::create_dir_all(d).map_err(|e| EngineError::State(format!("prefix cache directory {}: {e}", d.display())))?;
             let prefix = format!("{fingerprint:016x}-");
@@ -157,7 +171,7 @@ impl PrefixCache {
                         match m {
                             WriterMsg::Write(path, tokens, state) => {
                                 if let Err(e) = write_entry(&path, fingerprint, &tokens, &state) {
-                                    eprintln!("xwen: prefix cache: could not write {}: {e}", path.display());
+                                    note(&notes, format!("prefix cache: could not write {}: {e}", path.display()));
                                 }
                             }
                             WriterMsg::Barrier(done) => {
@@ -170,6 +184,11 @@ impl PrefixCache {
             c.writer = Some(tx);
         }
         Ok(c)
+    }
+
+    /// The notes gathered since the last call (see `notes`), oldest first.
+    pub fn take_notes(&self) -> Vec<String> {
+        std::mem::take(&mut *self.notes.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Entries known (in RAM or on disk).
@@ -216,7 +235,7 @@ impl PrefixCache {
                     return Some(Hit { len, state: out, from_disk: true });
                 }
                 Ok(_) | Err(_) => {
-                    eprintln!("xwen: prefix cache: ignoring {} (damaged or not this model's)", path.display());
+                    note(&self.notes, format!("prefix cache: ignoring {} (damaged or not this model's)", path.display()));
                     self.entries.swap_remove(best);
                 }
             }

@@ -174,6 +174,11 @@ impl Slots {
     }
 
     /// The prefix cache's states written so far reach the disk.
+    /// The prefix cache's notes since the last call (`PrefixCache::take_notes`).
+    pub(crate) fn take_notes(&self) -> Vec<String> {
+        self.prefix.as_ref().map(PrefixCache::take_notes).unwrap_or_default()
+    }
+
     pub(crate) fn flush(&self) {
         if let Some(p) = &self.prefix {
             p.flush();
