@@ -93,7 +93,7 @@ fn load_mtp(file: &Arc<GgufFile>, net: &dyn models::Network, cfg: &EngineConfig)
         return Ok(Some(load_mtp_sidecar(p, net.hidden(), net.n_vocab())?));
     }
     Ok(match file.architecture() {
-        Some("qwen35" | "qwen35moe") if cfg.load_mtp => models::mtp::MtpHead::load(file, &models::qwen35::config(file)?)?,
+        Some("qwen35" | "qwen35moe" | "qwen4exp") if cfg.load_mtp => models::mtp::MtpHead::load_any(file)?,
         _ => None,
     })
 }
@@ -133,12 +133,9 @@ pub fn mtp_plan_bytes(file: &Arc<GgufFile>, cfg: &EngineConfig) -> Result<u64> {
 /// The MTP head of the GGUF at `path` for a trunk of width `hidden` and vocabulary `n_vocab`.
 fn load_mtp_sidecar(path: &Path, hidden: usize, n_vocab: usize) -> Result<models::mtp::MtpHead> {
     let f = Arc::new(GgufFile::open(path)?);
-    let arch = f.architecture().unwrap_or("");
-    if !matches!(arch, "qwen35" | "qwen35moe") {
-        return Err(EngineError::Config(format!("{}: an MTP head of architecture '{arch}' (xwen reads qwen35 / qwen35moe heads)", path.display())));
-    }
-    let cfg = crate::models::qwen35::config(&f)?;
-    let head = models::mtp::MtpHead::load(&f, &cfg)?.ok_or_else(|| EngineError::Config(format!("{}: no MTP (nextn) block in this file", path.display())))?;
+    let head = models::mtp::MtpHead::load_any(&f)
+        .map_err(|e| EngineError::Config(format!("{}: {e}", path.display())))?
+        .ok_or_else(|| EngineError::Config(format!("{}: no MTP (nextn) block in this file", path.display())))?;
     if !head.fits(hidden, n_vocab) {
         return Err(EngineError::Config(format!(
             "{}: an MTP head of width {} and vocabulary {} for a model of {hidden} and {n_vocab}",

@@ -63,6 +63,28 @@ fn mtp_head_is_bit_identical_to_llama_cpp() {
     check("mtp/cond-qwen35moe", moe, Some("mtp/cond-qwen35moe/mtp-q8_0.gguf"), Some(200 << 20));
 }
 
+/// qwen4exp's head reads (and chains) the trunk's hc-wide residual before the final mixer, and
+/// runs a QSA layer with hyper-connections and MoE: a sidecar converted by llama.cpp's converter
+/// from an MTP block added to cond/qwen4exp's checkpoint (tools/oracle/qwen4exp_mtp.py), beside
+/// the committed trunk, mapped and with the trunk's experts and PLE rows streamed. The 64-token
+/// prompt makes the head's own QSA select.
+#[test]
+fn qwen4exp_mtp_head_is_bit_identical_to_llama_cpp() {
+    reproduce_the_fixtures_build();
+    let trunk = "parity/cond/qwen4exp/model-q8_0.gguf";
+    let sidecar = Some("mtp/cond-qwen4exp/mtp-q8_0.gguf");
+    check("mtp/cond-qwen4exp", trunk, sidecar, None);
+    check("mtp/cond-qwen4exp", trunk, sidecar, Some(200 << 20));
+    // the same head inside a full file (trunk + nextn block; 9 MB, not committed): the same records
+    let cache = std::env::var_os("XWEN_CACHE").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/xwen"));
+    let full = cache.join("oracle/cond/qwen4exp/full-q8_0.gguf");
+    if full.exists() {
+        check("mtp/cond-qwen4exp", full.to_str().unwrap(), None, None);
+    } else {
+        eprintln!("SKIP the in-file qwen4exp head: {} is missing (tools/oracle/qwen4exp_mtp.py --full makes it)", full.display());
+    }
+}
+
 #[test]
 fn bad_sidecars_are_refused_and_leave_the_model_as_it_was() {
     let cfg = EngineConfig { threads: 1, max_ctx: 64, ..Default::default() };

@@ -77,6 +77,29 @@ fn ngram_drafts_give_plain_greedy_output() {
     check(&Model::load(&fixture("cond/qwen4exp/model-q4_k_m.gguf"), &cfg(None)).unwrap(), "qwen4exp q4_k_m");
 }
 
+/// qwen4exp's head (tests/fixtures/mtp/cond-qwen4exp: a sidecar beside the committed trunk)
+/// drafts from the trunk's hc-wide residual; 72 greedy tokens each way, mapped and with the
+/// experts and PLE rows streamed. The head is random, so few drafts agree: the gate is equality.
+#[test]
+fn qwen4exp_mtp_drafts_give_plain_greedy_output() {
+    let trunk = fixture("cond/qwen4exp/model-q8_0.gguf");
+    let sidecar = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/mtp/cond-qwen4exp/mtp-q8_0.gguf");
+    for budget in [None, Some(200u64 << 20)] {
+        let m = Model::load(&trunk, &EngineConfig { mtp_sidecar: Some(sidecar.clone()), ..cfg(budget) }).unwrap();
+        assert!(m.has_mtp());
+        let v = m.n_vocab() as u32;
+        for prompt in [repetitive(v), (0..14).map(|i| (i * 7919 + 11) % v).collect::<Vec<_>>()] {
+            let want = plain(&m, &prompt, 72);
+            for k in [1, 3, 8] {
+                let (got, s) = drafted(&m, &prompt, 72, &mut MtpDrafter::new(), k, &[]);
+                assert_eq!(got, want, "qwen4exp mtp k={k} (budget {budget:?}) differs from plain greedy");
+                assert!(s.active && s.drafted() > 0 && s.accepted() <= s.drafted(), "qwen4exp mtp k={k}: {s:?}");
+                eprintln!("qwen4exp mtp k={k} budget {budget:?}: accepted {} of {} drafted", s.accepted(), s.drafted());
+            }
+        }
+    }
+}
+
 #[test]
 fn mtp_drafts_give_plain_greedy_output() {
     // the random qwen35 fixture carries a nextn block (its head is random: few drafts agree)

@@ -8,11 +8,13 @@
 //! and after it the *combine* adds the block's output o to every stream, weighted:
 //!   x_s += 2·sigmoid(inject_s / hc) · o              (build_hc_combine)
 //! The layers' mixers and combines run as llama.cpp's fused ops (`ggml_dsv4_hc_pre_gated`,
-//! `ggml_dsv4_hc_post`); the final mixer, the output norm, as its plain ops (sigmoid, mul,
-//! the streams added in order, scaled) — the two sum in different orders.
+//! `ggml_dsv4_hc_post`); the trunk's final mixer, the output norm, as its plain ops (sigmoid,
+//! mul, the streams added in order, scaled) — the two sum in different orders. The MTP head's
+//! final mixer has no injection but is a layer's (llama.cpp builds it with the head's layer
+//! index), so it collapses with the fused op.
 
-use crate::batch::Rows;
 use crate::backend::Buf;
+use crate::batch::Rows;
 use crate::ctx::Ctx;
 use crate::error::Result;
 use crate::weights::{Loader, Mat};
@@ -22,8 +24,11 @@ pub struct HcMixer {
     pub norm: Vec<f32>,
     pub down: Mat,
     pub up: Mat,
-    /// None for the final mixer (the output norm).
+    /// None for a final mixer (the output norm).
     pub inject: Option<Mat>,
+    /// Collapse the streams with the fused op (a layer's mixer, the MTP head's final one), not
+    /// with the plain ops (the trunk's output norm).
+    pub fused: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -43,6 +48,7 @@ impl HcMixer {
             down: ld.mat(&format!("{prefix}_down.weight"), d.rank, w)?,
             up: ld.mat(&format!("{prefix}_up.weight"), w, d.rank)?,
             inject: if inject { Some(ld.mat(&format!("{prefix}_inject.weight"), d.hc, w)?) } else { None },
+            fused: inject,
         })
     }
 }
@@ -59,29 +65,27 @@ pub fn mix<'a>(ctx: &Ctx<'a>, m: &HcMixer, d: &HcDims, x: &[f32], rows: &Rows) -
     be.silu_rows(&mut lo, d.rank);
     let gate = ctx.mm_rows1(&m.up, &lo, rows);
     let mut input = ctx.zeros(rows.n * n);
-    let weights = match &m.inject {
-        Some(inj) => {
-            be.hc_pre(&xn, &gate, hc, n, 1.0 / hc as f32, &mut input);
-            let mut w = ctx.mm_rows1(inj, &xn, rows);
-            be.scale(&mut w, 1.0 / hc as f32);
-            be.sigmoid(&mut w);
-            be.scale(&mut w, 2.0);
-            Some(w)
-        }
-        None => {
-            // the output norm: plain ops, the streams summed in order, then scaled
-            be.mul_sigmoid(&mut xn, &gate);
-            for t in 0..rows.n {
-                let row = &mut input[t * n..(t + 1) * n];
-                row.copy_from_slice(&xn[t * hc * n..][..n]);
-                for s in 1..hc {
-                    be.add(row, &xn[(t * hc + s) * n..][..n]);
-                }
+    let weights = m.inject.as_ref().map(|inj| {
+        let mut w = ctx.mm_rows1(inj, &xn, rows);
+        be.scale(&mut w, 1.0 / hc as f32);
+        be.sigmoid(&mut w);
+        be.scale(&mut w, 2.0);
+        w
+    });
+    if m.fused {
+        be.hc_pre(&xn, &gate, hc, n, 1.0 / hc as f32, &mut input);
+    } else {
+        // the output norm: plain ops, the streams summed in order, then scaled
+        be.mul_sigmoid(&mut xn, &gate);
+        for t in 0..rows.n {
+            let row = &mut input[t * n..(t + 1) * n];
+            row.copy_from_slice(&xn[t * hc * n..][..n]);
+            for s in 1..hc {
+                be.add(row, &xn[(t * hc + s) * n..][..n]);
             }
-            be.scale(&mut input, 1.0 / hc as f32);
-            None
         }
-    };
+        be.scale(&mut input, 1.0 / hc as f32);
+    }
     (input, weights)
 }
 

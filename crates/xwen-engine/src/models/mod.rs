@@ -12,6 +12,7 @@ pub mod mtp;
 pub mod qwen35;
 pub mod qwen3next;
 pub mod qwen4exp;
+pub mod qwen4exp_mtp;
 
 use crate::batch::Rows;
 use crate::ctx::Ctx;

@@ -1,3 +1,6 @@
+//! The MTP (NextN) draft heads: [`MtpHead`] is the one the drafter drives, whichever family's
+//! head a file carries (qwen4exp's is `models::qwen4exp_mtp`, on the hc-wide residual).
+//!
 //! The MTP (NextN) draft head of Qwen3.5 / 3.6 (`qwen35`, `qwen35moe`): the "-MTP" GGUFs carry
 //! one extra block after the trunk (`nextn_predict_layers` 1, `blk.{n_layer}.*`), or a sidecar
 //! GGUF carries it alone (`convert_hf_to_gguf.py --mtp`).
@@ -32,7 +35,8 @@ use std::ops::Range;
 use std::sync::Arc;
 use xwen_gguf::GgufFile;
 
-pub struct MtpHead {
+/// The qwen35 / qwen35moe head.
+pub struct Qwen35Mtp {
     /// The trunk's geometry (the head's attention and FFN have the trunk's dims).
     cfg: Config,
     /// `n_layer`: the block index its tensors (and routed experts) carry.
@@ -50,10 +54,10 @@ pub struct MtpHead {
     head: Mat,
 }
 
-impl MtpHead {
+impl Qwen35Mtp {
     /// The head of `f` (a full "-MTP" GGUF or an MTP-only sidecar) for the trunk geometry `cfg`
     /// of `f`'s own metadata; None when `f` has no nextn block.
-    pub fn load(f: &Arc<GgufFile>, cfg: &Config) -> Result<Option<MtpHead>> {
+    pub fn load(f: &Arc<GgufFile>, cfg: &Config) -> Result<Option<Qwen35Mtp>> {
         let il = cfg.n_layer;
         let p = |s: &str| format!("blk.{il}.{s}");
         let ld = Loader::new(f);
@@ -91,7 +95,7 @@ impl MtpHead {
         };
         let mut stacks: Vec<Option<[Mat; 3]>> = vec![None; il + 1];
         stacks[il] = experts;
-        Ok(Some(MtpHead {
+        Ok(Some(Qwen35Mtp {
             cfg: cfg.clone(),
             il,
             store: ResidentExperts::new(Arc::clone(f), stacks),
@@ -149,15 +153,8 @@ impl MtpHead {
         // c = eh_proj · concat   [n × hidden]
         let mut x = ctx.mm_rows1(&self.eh_proj, &cat, &rows);
         let mut xn = vec![0.0f32; n * h];
-        let pass = hybrid::LayerPass {
-            ctx,
-            cfg: &self.cfg,
-            attn_res: None,
-            store: &self.store,
-            at: Placed { store_layer: self.il, state_layer: 0 },
-            layer: &self.layer,
-            next_moe: None,
-        };
+        let pass =
+            hybrid::LayerPass { ctx, cfg: &self.cfg, attn_res: None, store: &self.store, at: Placed { store_layer: self.il, state_layer: 0 }, layer: &self.layer, next_moe: None };
         pass.forward(&mut x, &mut xn, &mut [&mut *state], &rows, &mut Bank::default())?;
         state.pos += n;
         let span = SpanIn { tokens, logits, decode_order: false, hidden: true };
@@ -221,5 +218,84 @@ impl MtpHead {
             ctx.backend.gather_columns(part, n, &[Cols { from: 0, out: 0, to, len: h }], &mut [&mut cat]);
         }
         Ok(cat)
+    }
+}
+
+/// An MTP draft head of any family that has one.
+pub enum MtpHead {
+    Qwen35(Qwen35Mtp),
+    Qwen4Exp(super::qwen4exp_mtp::Qwen4ExpMtp),
+}
+
+impl MtpHead {
+    /// The head `f` carries (a full file with a nextn block or an MTP-only sidecar), by its
+    /// architecture; None when it has none, an error for an architecture without MTP heads.
+    pub fn load_any(f: &Arc<GgufFile>) -> Result<Option<MtpHead>> {
+        match f.architecture().unwrap_or("") {
+            "qwen35" | "qwen35moe" => Ok(Qwen35Mtp::load(f, &super::qwen35::config(f)?)?.map(MtpHead::Qwen35)),
+            "qwen4exp" => Ok(super::qwen4exp_mtp::Qwen4ExpMtp::load(f)?.map(MtpHead::Qwen4Exp)),
+            arch => Err(EngineError::Config(format!("an MTP head of architecture '{arch}' (xwen reads qwen35, qwen35moe and qwen4exp heads)"))),
+        }
+    }
+
+    /// The file the head's weights live in.
+    pub fn file(&self) -> &GgufFile {
+        match self {
+            MtpHead::Qwen35(m) => m.file(),
+            MtpHead::Qwen4Exp(m) => m.file(),
+        }
+    }
+
+    /// The width of the hidden rows it reads and chains (the trunk's `Network::hidden`).
+    pub fn hidden(&self) -> usize {
+        match self {
+            MtpHead::Qwen35(m) => m.hidden(),
+            MtpHead::Qwen4Exp(m) => m.hidden(),
+        }
+    }
+
+    pub fn n_vocab(&self) -> usize {
+        match self {
+            MtpHead::Qwen35(m) => m.n_vocab(),
+            MtpHead::Qwen4Exp(m) => m.n_vocab(),
+        }
+    }
+
+    /// Whether a trunk whose hidden rows are `trunk_hidden` wide, of vocabulary `trunk_vocab`,
+    /// can take this head's drafts.
+    pub fn fits(&self, trunk_hidden: usize, trunk_vocab: usize) -> bool {
+        self.hidden() == trunk_hidden && self.n_vocab() == trunk_vocab
+    }
+
+    pub fn state_bytes(&self, max_ctx: usize, kv_types: (crate::config::KvType, crate::config::KvType)) -> u64 {
+        match self {
+            MtpHead::Qwen35(m) => m.state_bytes(max_ctx, kv_types),
+            MtpHead::Qwen4Exp(m) => m.state_bytes(max_ctx, kv_types),
+        }
+    }
+
+    pub fn new_state(&self, kv_types: (crate::config::KvType, crate::config::KvType)) -> SeqState {
+        match self {
+            MtpHead::Qwen35(m) => m.new_state(kv_types),
+            MtpHead::Qwen4Exp(m) => m.new_state(kv_types),
+        }
+    }
+
+    /// `Qwen35Mtp::forward`, `Qwen4ExpMtp::forward`.
+    pub fn forward(&self, ctx: &Ctx, state: &mut SeqState, tokens: &[u32], h_in: &[f32], logits: Range<usize>) -> Result<SpanOut> {
+        match self {
+            MtpHead::Qwen35(m) => m.forward(ctx, state, tokens, h_in, logits),
+            MtpHead::Qwen4Exp(m) => m.forward(ctx, state, tokens, h_in, logits),
+        }
+    }
+
+    /// The head's state over `tokens` as `forward` leaves it, without the logits: qwen35's
+    /// writes the KV rows alone; qwen4exp's QSA layer keeps pooled indexer keys beside its KV,
+    /// so its rows run the whole layer.
+    pub fn write_kv(&self, ctx: &Ctx, state: &mut SeqState, tokens: &[u32], h_in: &[f32]) -> Result<()> {
+        match self {
+            MtpHead::Qwen35(m) => m.write_kv(ctx, state, tokens, h_in),
+            MtpHead::Qwen4Exp(m) => m.forward(ctx, state, tokens, h_in, 0..0).map(|_| ()),
+        }
     }
 }

@@ -70,24 +70,34 @@ fn u64s(f: &GgufFile, key: &str, n: usize) -> Result<Vec<u64>> {
     Ok(v)
 }
 
+/// The trunk's geometry of a qwen4exp file (a full one or an MTP-only sidecar): the hybrid
+/// config, the hyper-connections, QSA, and every block's compress ratio (the MTP block's last).
+pub(super) fn dims(f: &GgufFile) -> Result<(Config, HcDims, QsaDims, Vec<u64>)> {
+    let mut cfg = Config::from_gguf(f, &SPEC)?;
+    cfg.delta.variant = DeltaVariant::GdnSigmoid;
+    let k = |s: &str| format!("qwen4exp.{s}");
+    let req = |s: &str| f.get_u64(&k(s)).map(|v| v as usize).ok_or_else(|| EngineError::MissingKey(k(s)));
+    let h = cfg.hidden;
+    let hc = HcDims { hc: req("hyper_connection.count")?, rank: req("hyper_connection.low_rank")?, n: h, eps: cfg.eps };
+    if hc.hc <= 1 || hc.rank == 0 {
+        return Err(EngineError::BadHparams(format!("hyper-connections: {} streams of rank {}", hc.hc, hc.rank)));
+    }
+    let ratios = u64s(f, &k("attention.compress_ratios"), cfg.n_layer)?;
+    let ratio = ratios.iter().copied().find(|&r| r > 0).unwrap_or(0) as usize;
+    let qsa = QsaDims { n_head: req("attention.indexer.head_count")?, head_dim: req("attention.indexer.key_length")?, budget: req("attention.indexer.top_k")?, ratio };
+    if ratios.iter().any(|&r| r != 0 && r as usize != ratio) || ratio == 1 || (ratio > 0 && !qsa.budget.is_multiple_of(ratio)) {
+        return Err(EngineError::BadHparams(format!("QSA compress ratios {ratios:?} with a budget of {}", qsa.budget)));
+    }
+    Ok((cfg, hc, qsa, ratios))
+}
+
 impl Qwen4Exp {
     #[allow(clippy::needless_range_loop)] // layer il's entries of several per-layer lists
     pub fn load(f: &GgufFile) -> Result<(Qwen4Exp, Vec<Option<[Mat; 3]>>)> {
-        let mut cfg = Config::from_gguf(f, &SPEC)?;
-        cfg.delta.variant = DeltaVariant::GdnSigmoid;
+        let (cfg, hc, qsa, ratios) = dims(f)?;
         let k = |s: &str| format!("qwen4exp.{s}");
         let req = |s: &str| f.get_u64(&k(s)).map(|v| v as usize).ok_or_else(|| EngineError::MissingKey(k(s)));
         let h = cfg.hidden;
-        let hc = HcDims { hc: req("hyper_connection.count")?, rank: req("hyper_connection.low_rank")?, n: h, eps: cfg.eps };
-        if hc.hc <= 1 || hc.rank == 0 {
-            return Err(EngineError::BadHparams(format!("hyper-connections: {} streams of rank {}", hc.hc, hc.rank)));
-        }
-        let ratios = u64s(f, &k("attention.compress_ratios"), cfg.n_layer)?;
-        let ratio = ratios.iter().copied().find(|&r| r > 0).unwrap_or(0) as usize;
-        let qsa = QsaDims { n_head: req("attention.indexer.head_count")?, head_dim: req("attention.indexer.key_length")?, budget: req("attention.indexer.top_k")?, ratio };
-        if ratios.iter().any(|&r| r != 0 && r as usize != ratio) || ratio == 1 || (ratio > 0 && !qsa.budget.is_multiple_of(ratio)) {
-            return Err(EngineError::BadHparams(format!("QSA compress ratios {ratios:?} with a budget of {}", qsa.budget)));
-        }
         let ple_layers: Vec<usize> = f.get_array(&k("ple.layers")).map(|a| a.iter().filter_map(|v| v.as_u64()).map(|v| v as usize).collect()).unwrap_or_default();
         let ple = if ple_layers.is_empty() {
             None
@@ -192,9 +202,6 @@ impl Qwen4Exp {
                 return Err(EngineError::State(format!("sequence {i}: a state of {} layers for a model of {n_state}", st.layers.len())));
             }
         }
-        if spans.iter().any(|sp| sp.hidden) {
-            return Err(EngineError::State("qwen4exp: the MTP head's hidden rows are not served yet".into()));
-        }
         let rows = super::batch_rows(states, spans);
         let tokens: Vec<u32> = spans.iter().flat_map(|sp| sp.tokens.iter().copied()).collect();
         let x0 = self.embed(ctx, &tokens)?;
@@ -278,6 +285,9 @@ impl Qwen4Exp {
         for (st, sp) in states.iter_mut().zip(spans) {
             st.pos += sp.tokens.len();
         }
+        // the MTP head reads the hc-wide residual before the final mixer (llama.cpp's h_nextn)
+        let w = hc * h;
+        let hidden: Vec<Vec<f32>> = rows.spans.iter().zip(spans).map(|(s, sp)| if sp.hidden { res[s.start * w..(s.start + s.len) * w].to_vec() } else { Vec::new() }).collect();
         // the lm head over the rows asked for, after the final mixer (the output norm)
         let _sp = ctx.span(Op::LmHead);
         let wanted: Vec<usize> = rows.spans.iter().zip(spans).flat_map(|(s, sp)| sp.logits.clone().map(move |i| s.start + i)).collect();
@@ -294,11 +304,12 @@ impl Qwen4Exp {
         let mut at = 0;
         Ok(spans
             .iter()
-            .map(|sp| {
+            .zip(hidden)
+            .map(|(sp, hidden)| {
                 let n = sp.logits.len();
                 let part = logits.get(at * v..(at + n) * v).map(<[f32]>::to_vec).unwrap_or_default();
                 at += n;
-                SpanOut { logits: part, hidden: Vec::new() }
+                SpanOut { logits: part, hidden }
             })
             .collect())
     }
