@@ -173,6 +173,13 @@ impl Gpu {
         let ctx = open(ordinal)?;
         let info = info_of(&ctx)?;
         let (maj, min) = info.compute_capability;
+        // the kernels use Ampere's warp reductions (__reduce_add_sync) and bf16 conversions
+        if maj < 8 {
+            return Err(CudaError::Compile(format!(
+                "{} has compute capability {maj}.{min}; xwen's CUDA kernels need 8.0 (Ampere) or newer: run with -ngl 0 (the CPU)",
+                info.name
+            )));
+        }
         let knobs = Knobs::from_env()?;
         let mut options = vec![format!("--gpu-architecture=compute_{maj}{min}"), "--std=c++17".into()];
         options.extend(knobs.defines());
