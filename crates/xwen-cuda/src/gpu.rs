@@ -128,20 +128,22 @@ pub struct Gpu {
 /// Shape knobs of kernels.cu that both the kernels and their launches' grids depend on, passed
 /// to NVRTC as definitions. `XWEN_CUDA_DEFINES` overrides them for A/B runs without a rebuild
 /// (e.g. "-DMOE_DOWN_ROWS=4 -DMV_ROWS=2"); other -D definitions there pass through to the
-/// kernels (their `#ifndef` defaults: Q4K_UNROLL), anything else is refused.
+/// kernels (their `#ifndef` defaults: Q4K_UNROLL; ROUTE_REDUX), anything else is refused.
 #[derive(Clone, Debug)]
 pub struct Knobs {
     /// Rows a warp of `mv` takes.
     pub mv_rows: usize,
     /// Rows a block (a warp a slot) of `moe_down_combine` takes.
     pub moe_down_rows: usize,
+    /// Rows a warp of `moe_glu` takes (of its gate or of its up matrix).
+    pub moe_glu_rows: usize,
     /// Other -D definitions from the environment.
     extra: Vec<String>,
 }
 
 impl Knobs {
     fn from_env() -> Result<Knobs> {
-        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, extra: Vec::new() };
+        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 1, extra: Vec::new() };
         let Ok(defs) = std::env::var("XWEN_CUDA_DEFINES") else { return Ok(k) };
         for d in defs.split_whitespace() {
             let Some(def) = d.strip_prefix("-D") else {
@@ -154,6 +156,7 @@ impl Knobs {
             match def.split_once('=') {
                 Some(("MV_ROWS", v)) => k.mv_rows = rows(v)?,
                 Some(("MOE_DOWN_ROWS", v)) => k.moe_down_rows = rows(v)?,
+                Some(("MOE_GLU_ROWS", v)) => k.moe_glu_rows = rows(v)?,
                 _ => k.extra.push(d.to_string()),
             }
         }
@@ -161,7 +164,7 @@ impl Knobs {
     }
 
     fn defines(&self) -> Vec<String> {
-        let mut v = vec![format!("-DMV_ROWS={}", self.mv_rows), format!("-DMOE_DOWN_ROWS={}", self.moe_down_rows)];
+        let mut v = vec![format!("-DMV_ROWS={}", self.mv_rows), format!("-DMOE_DOWN_ROWS={}", self.moe_down_rows), format!("-DMOE_GLU_ROWS={}", self.moe_glu_rows)];
         v.extend(self.extra.iter().cloned());
         v
     }

@@ -657,38 +657,57 @@ extern "C" __global__ void mv_glu(const u8* G, const u8* U, int ty_g, int ty_u, 
     if (lane == 0) h[slot * h_stride + row] = g / (1.0f + expf(-g)) * u;
 }
 
+// Rows a warp of moe_glu takes (gpu.rs `Knobs` defines it; the launch's grid follows).
+#ifndef MOE_GLU_ROWS
+#define MOE_GLU_ROWS 1
+#endif
+
 // A decode step's routed experts' gate, up and SwiGLU (slots blockIdx.y < k, expert ids[slot],
 // rows into h[slot]) and the shared expert's (slot k, into hs) in one launch, each row as
-// mv_glu computes it. One token: every slot reads the same x. A warp a (row, matrix): warps 2i
-// and 2i + 1 take row 2·blockIdx.x + i's gate and up product, so a warp has one row's loads in
-// flight rather than two one after the other; the gate's warp applies the SwiGLU.
+// mv_glu computes it. One token: every slot reads the same x. A warp a (row group, matrix):
+// warps 2i and 2i + 1 take row group 2·blockIdx.x + i (MOE_GLU_ROWS rows) of the gate and of the
+// up matrix, every row's loads in flight at once (dot_rows_q8); the gate's warp applies the
+// SwiGLU.
 extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u, int rows, i64 rb_g, i64 rb_u, i64 mb_g, i64 mb_u, const int* ids, int k,
                                    const u8* SG, const u8* SU, int ty_sg, int ty_su, int rows_s, i64 rb_sg, i64 rb_su, int cols, const float* x,
                                    const i8* qk, const float2* dk, const i8* qz, const float2* dz, float* h, float* hs) {
-    __shared__ float s_up[2];
+    constexpr int R = MOE_GLU_ROWS;
+    __shared__ float s_up[2][R];
     int slot = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int row = blockIdx.x * 2 + (warp >> 1);
-    bool up = warp & 1, shared = slot == k, live = row < (shared ? rows_s : rows);
+    int r0 = (blockIdx.x * 2 + (warp >> 1)) * R;
+    bool up = warp & 1, shared = slot == k;
+    int live = min(R, (shared ? rows_s : rows) - r0);
+    i64 rb = shared ? (up ? rb_su : rb_sg) : (up ? rb_u : rb_g);
     const u8* m_row = nullptr;
     int ty = 0;
-    if (shared && live) {
-        m_row = up ? SU + (i64)row * rb_su : SG + (i64)row * rb_sg;
+    if (shared && live > 0) {
+        m_row = (up ? SU : SG) + (i64)r0 * rb;
         ty = up ? ty_su : ty_sg;
-        prefetch_l2(m_row, up ? rb_su : rb_sg, lane);
+        prefetch_l2(m_row, live * rb, lane);
     }
     pdl_start();
-    float v = 0.0f;
-    if (live) {
+    float v[R];
+    #pragma unroll
+    for (int r = 0; r < R; r++) v[r] = 0.0f;
+    if (live > 0) {
         if (!shared) {
             i64 e = ids[slot];
-            m_row = up ? U + e * mb_u + (i64)row * rb_u : G + e * mb_g + (i64)row * rb_g;
+            m_row = up ? U + e * mb_u + (i64)r0 * rb : G + e * mb_g + (i64)r0 * rb;
             ty = up ? ty_u : ty_g;
         }
-        v = warp_sum(dot_any(ty, m_row, x, qk, dk, qz, dz, cols, lane));
+        dot_any_rows<R>(ty, m_row, rb, live, x, qk, dk, qz, dz, cols, lane, v);
+        #pragma unroll
+        for (int r = 0; r < R; r++) v[r] = warp_sum(v[r]);
     }
-    if (up && lane == 0) s_up[warp >> 1] = v;
+    if (up && lane == 0)
+        #pragma unroll
+        for (int r = 0; r < R; r++) s_up[warp >> 1][r] = v[r];
     __syncthreads();
-    if (!up && live && lane == 0) (shared ? hs : h + (i64)slot * rows)[row] = v / (1.0f + expf(-v)) * s_up[warp >> 1];
+    if (up || lane != 0) return;
+    float* out = shared ? hs : h + (i64)slot * rows;
+    #pragma unroll
+    for (int r = 0; r < R; r++)
+        if (r < live) out[r0 + r] = v[r] / (1.0f + expf(-v[r])) * s_up[warp >> 1][r];
 }
 
 // Up to four products of one input in one launch (a DeltaNet layer's qkv, z, β and α; an
@@ -1197,11 +1216,22 @@ extern "C" __global__ void moe_route_warp(const float* logits, int n_expert, int
             int i = lane + 32 * e;
             if (p[e] > bv || (p[e] == bv && i < bi)) { bv = p[e]; bi = i; }
         }
+#if defined(ROUTE_REDUX) && __CUDA_ARCH__ >= 800
+        // (a knob, off by default until measured: XWEN_CUDA_DEFINES=-DROUTE_REDUX) the warp's
+        // best in two reductions instead of five shuffle rounds: probabilities are ≥ 0, so their
+        // bits order as they do (+1: a taken or absent entry ranks below 0.0), then the lowest
+        // index among the lanes that hold that value
+        u32 key = bv >= 0.0f ? __float_as_uint(bv) + 1u : 0u;
+        u32 top = __reduce_max_sync(0xffffffffu, key);
+        bi = (int)__reduce_min_sync(0xffffffffu, key == top ? (u32)bi : 0xffffffffu);
+        bv = top ? __uint_as_float(top - 1u) : NEG_INF;
+#else
         for (int o = 16; o > 0; o >>= 1) {
             float ov = __shfl_xor_sync(0xffffffffu, bv, o);
             int oi = __shfl_xor_sync(0xffffffffu, bi, o);
             if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
         }
+#endif
         #pragma unroll
         for (int e = 0; e < 16; e++)
             if (lane + 32 * e == bi) p[e] = NEG_INF;

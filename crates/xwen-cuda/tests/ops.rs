@@ -1423,7 +1423,7 @@ fn the_fused_expert_launches_equal_their_parts() {
         glu(sg.ptr, su.ptr, sty, s_ff, srb, 0, 1, hs1.ptr);
         g.launch(
             "moe_glu",
-            (eff.max(s_ff).div_ceil(2) as u32, k as u32 + 1),
+            (eff.max(s_ff).div_ceil(2 * g.knobs.moe_glu_rows) as u32, k as u32 + 1),
             128,
             0,
             &[

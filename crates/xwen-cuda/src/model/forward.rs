@@ -597,8 +597,8 @@ impl CudaModel {
         let (eg, eu, sg, su) = (&ex.gate, &ex.up, &s.gate, &s.up);
         self.gpu.launch(
             "moe_glu",
-            // two rows a block of four warps: a warp a row's gate or up product
-            (eg.rows.max(sg.rows).div_ceil(2) as u32, d.n_used as u32 + 1),
+            // two row groups a block of four warps: a warp a group's gate or up products
+            (eg.rows.max(sg.rows).div_ceil(2 * self.gpu.knobs.moe_glu_rows) as u32, d.n_used as u32 + 1),
             (32 * MV_WARPS) as u32,
             0,
             &[
