@@ -130,6 +130,8 @@ impl StreamedRows {
     pub fn open(path: &Path, gguf: &GgufFile, tables: &[RowTable], capacity: u64) -> Result<StreamedRows> {
         let mut file = DirectFile::open(path).map_err(|e| EngineError::ExpertStore(format!("cannot open {} to stream table rows: {e}", path.display())))?;
         file.recycle(2 * ROW_READERS + 1);
+        // a row is a few hundred bytes: read it at the device's own grain, not in 4 KiB blocks
+        file.use_device_grain();
         let slot = tables.iter().map(|t| t.mat.row_bytes()).max().unwrap_or(0);
         Ok(StreamedRows {
             file,
@@ -217,7 +219,7 @@ impl StreamedRows {
             return Ok(None);
         }
         let base = self.data_offset + m.info.offset;
-        let extents = extents(&missed, base, rb as u64);
+        let extents = extents(&missed, base, rb as u64, self.file.grain());
         let batches = batches(&extents);
         // each landed read: its rows dequantized and offered to the cache
         let mut failed: Option<RowsFailed> = None;
@@ -290,13 +292,14 @@ impl StreamedRows {
     }
 }
 
-/// The missed rows (sorted by row) as extents of whole blocks: a row's blocks merged into the
-/// previous extent where they touch or overlap it and the extent stays within a read chunk.
-fn extents(missed: &[(usize, Range<usize>)], base: u64, rb: u64) -> Vec<Extent> {
+/// The missed rows (sorted by row) as extents of whole blocks of the file's read grain
+/// (`DirectFile::grain`): a row's blocks merged into the previous extent where they touch or
+/// overlap it and the extent stays within a read chunk.
+fn extents(missed: &[(usize, Range<usize>)], base: u64, rb: u64, grain: u64) -> Vec<Extent> {
     let mut out: Vec<Extent> = Vec::new();
     for (k, (row, _)) in missed.iter().enumerate() {
         let start = base + *row as u64 * rb;
-        let blocks = start / BLOCK * BLOCK..(start + rb).div_ceil(BLOCK) * BLOCK;
+        let blocks = start / grain * grain..(start + rb).div_ceil(grain) * grain;
         match out.last_mut() {
             Some(x) if blocks.start <= x.blocks.end && blocks.end - x.blocks.start <= ROW_READ_CHUNK => {
                 x.blocks.end = x.blocks.end.max(blocks.end);
@@ -341,14 +344,19 @@ mod tests {
         let rb = 1000u64;
         // rows 0..=4 share blocks 0..2 (bytes 0..5000); row 4100 starts at 4_100_000
         let missed: Vec<(usize, Range<usize>)> = [0usize, 1, 2, 4, 4100, 4101].iter().map(|&r| (r, 0..1)).collect();
-        let x = extents(&missed, 0, rb);
+        let x = extents(&missed, 0, rb, BLOCK);
         assert_eq!(x.len(), 2);
         assert_eq!((x[0].blocks.clone(), x[0].rows.clone()), (0..8192, 0..4));
         assert_eq!(x[1].rows, 4..6);
         assert_eq!(x[1].blocks.start % BLOCK, 0);
+        // at a 512 B grain rows 0..=2 read 3 KiB, row 4 (bytes 4000..5000) 1.5 KiB of its own,
+        // rows 4100..=4101 2.5 KiB: 7 KiB where the 4 KiB grain reads 12
+        let x = extents(&missed, 0, rb, 512);
+        let got: Vec<_> = x.iter().map(|e| (e.blocks.clone(), e.rows.clone())).collect();
+        assert_eq!(got, vec![(0..3072, 0..3), (3584..5120, 3..4), (4_099_584..4_102_144, 4..6)]);
         // one block each: a read per reader, not one read for all
         let one: Vec<(usize, Range<usize>)> = (0..8usize).map(|i| (i * 2000, 0..1)).collect();
-        let b = batches(&extents(&one, 0, 8));
+        let b = batches(&extents(&one, 0, 8, BLOCK));
         assert_eq!(b.len(), ROW_READERS);
         assert_eq!(b.iter().map(|r| r.len()).sum::<usize>(), 8);
     }
