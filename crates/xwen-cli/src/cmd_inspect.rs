@@ -3,7 +3,9 @@
 //!
 //! `--json` prints one object: `architecture`, `name`, `version`, `alignment`, `file_type`,
 //! `file_bytes`, `data_offset`, `tensor_count`, `tensor_bytes`, `metadata` (key → value),
-//! `tensor_types` (type → {count, bytes}), `memory_estimate`, and `tensors` (array of
+//! `tensor_types` (type → {count, bytes}), `memory_estimate`, `ram_budget_floor_bytes`,
+//! `vram_bytes` (what `-ngl 99` holds on the device; null where the CUDA backend cannot say: a
+//! build without it, an architecture it does not run), and `tensors` (array of
 //! {name, type, shape, offset, bytes}; offset relative to the data section). Metadata arrays of
 //! more than 64 elements become `{"type": element type, "len": N, "head": [first 16]}`; numbers
 //! that JSON cannot hold (NaN, ±inf) become null.
@@ -332,6 +334,14 @@ fn to_text(path: &str, f: &GgufFile) -> String {
         human_bytes(m.recurrent_bytes),
         m.recurrent_layers,
     );
+    match crate::gpu::vram_estimate(f, m.n_ctx as usize) {
+        Ok(b) => {
+            let _ = writeln!(o, "on a GPU (-ngl 99) ≈ {} on the device at n_ctx {} (weights as stored, KV caches f16, recurrent states, scratch)", human_bytes(b), m.n_ctx);
+        }
+        Err(why) => {
+            let _ = writeln!(o, "on a GPU (-ngl 99): no estimate ({why})");
+        }
+    }
     if let Some(p) = streaming_plan(f, m.n_ctx) {
         let _ = writeln!(
             o,
@@ -414,6 +424,7 @@ fn to_json(f: &GgufFile) -> Json {
         "tensor_types": types,
         "memory_estimate": estimate.to_json(),
         "ram_budget_floor_bytes": streaming_plan(f, estimate.n_ctx).map(|p| p.floor()),
+        "vram_bytes": crate::gpu::vram_estimate(f, estimate.n_ctx as usize).ok(),
         "special_tokens": special_tokens(f).into_iter().map(|(k, id, text)| (k.to_string(), json!({"id": id, "text": text}))).collect::<Map<String, Json>>(),
         "control_tokens": control_tokens(f).into_iter().map(|(id, text)| json!({"id": id, "text": text})).collect::<Vec<_>>(),
         "metadata": metadata,

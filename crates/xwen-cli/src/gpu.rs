@@ -63,6 +63,21 @@ pub fn vram_plan(_file: &xwen_gguf::GgufFile, _ordinal: usize, _n_ctx: usize, _u
     Err(not_built())
 }
 
+/// What the CUDA backend would hold on a GPU for `file` at `n_ctx` positions (`xwen inspect`):
+/// read off the file alone, no device needed; why not where it cannot say.
+pub fn vram_estimate(file: &xwen_gguf::GgufFile, n_ctx: usize) -> std::result::Result<u64, String> {
+    #[cfg(feature = "cuda")]
+    {
+        let opts = xwen_cuda::CudaOptions { device: 0, n_ctx, graph: true, ubatch: 512 };
+        xwen_cuda::device_bytes_needed(file, &opts).map_err(|e| e.to_string())
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (file, n_ctx);
+        Err("this xwen was built without the CUDA backend".into())
+    }
+}
+
 /// The device line of `xwen --version` (only asked for there: opening the driver takes time).
 pub fn version_line() -> String {
     #[cfg(feature = "cuda")]

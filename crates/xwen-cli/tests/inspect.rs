@@ -146,6 +146,10 @@ fn json_output() {
         (Some(1), Some(3))
     );
     assert_eq!(m["kv_bytes"].as_u64(), Some(128 * 1024));
+    // what -ngl 99 would hold on a GPU: a number in a build with the CUDA backend (no device
+    // needed to say it), null without one; the key is always there
+    let vram = j.get("vram_bytes").expect("a vram_bytes key");
+    assert!(vram.is_null() || vram.as_u64().is_some_and(|b| b > m["kv_bytes"].as_u64().unwrap()), "{vram}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 
