@@ -148,8 +148,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
         if depths.iter().any(|&d| d > 0) {
             bail!("-d is not on the GPU yet");
         }
-        return bench_gpu(model, &desc, ordinal, &prompts, &gens, reps, !no_warmup, output, a.engine.prefill_chunk(), a.engine.profile);
+        return bench_gpu(model, &desc, ordinal, &prompts, &gens, reps, !no_warmup, output, a.engine.prefill_chunk(), a.engine.profile, a.engine.vram_budget);
     }
+    a.engine.check_vram_budget_on_cpu()?;
     eprintln!("xwen bench: a decoded token reads {:.3} GB of weights", desc.decode_bytes as f64 / 1e9);
     let mut rng = Lcg(1);
     let tests: Vec<(usize, usize, usize)> = depths
@@ -242,16 +243,17 @@ fn bench_gpu(
     output: Output,
     ubatch: usize,
     a_profile: bool,
+    vram_budget: Option<u64>,
 ) -> Result<()> {
     #[cfg(not(feature = "cuda"))]
     {
-        let _ = (model, desc, ordinal, prompts, gens, reps, warmup, output, ubatch, a_profile);
+        let _ = (model, desc, ordinal, prompts, gens, reps, warmup, output, ubatch, a_profile, vram_budget);
         Err(crate::gpu::not_built())
     }
     #[cfg(feature = "cuda")]
     {
         let need = prompts.iter().chain(gens).copied().max().unwrap_or(1);
-        let mut m = crate::gpu::load(model.gguf(), ordinal, need.max(512) + 1, ubatch)?;
+        let mut m = crate::gpu::load(model.gguf(), ordinal, need.max(512) + 1, ubatch, vram_budget)?;
         if output == Output::Markdown {
             print_md_header();
         }

@@ -72,6 +72,27 @@ pub fn run(a: PlanArgs) -> Result<()> {
             Ok((name, free)) => println!("VRAM (-ngl 99): {} on {name}, {} free{}", human_bytes(v.bytes), human_bytes(*free), if v.bytes > *free { " — does not fit" } else { "" }),
             Err(why) => println!("VRAM (-ngl 99): {} (weights, KV and state at -c {}, scratch); {why}", human_bytes(v.bytes), cfg.max_ctx),
         }
+        #[cfg(feature = "cuda")]
+        {
+            let p = &v.parts;
+            println!(
+                "  trunk {} + routed experts {} + KV and state {} + scratch {}; the floor with experts in a VRAM cache would be {}",
+                human_bytes(p.trunk_bytes),
+                human_bytes(p.expert_bytes),
+                human_bytes(p.state_bytes),
+                human_bytes(p.scratch_bytes),
+                human_bytes(p.floor())
+            );
+            if let Some(b) = a.engine.vram_budget {
+                match p.check_budget(b) {
+                    Ok(()) => println!("  --vram-budget {}: everything fits", human_bytes(b)),
+                    Err(why) => println!("  {why}"),
+                }
+            }
+        }
+    }
+    if a.engine.vram_budget.is_some() && vram.is_none() {
+        anyhow::bail!("--vram-budget is a ceiling on the GPU's share: give it with -ngl 99 (or --device cuda)");
     }
     if a.json {
         let mut j = serde_json::json!({
@@ -90,6 +111,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
             "draft_bytes": plan.draft_bytes,
             "budget_bytes": given.then_some(plan.budget),
             "vram_bytes": vram.as_ref().map(|v| v.bytes),
+            "vram_budget_bytes": a.engine.vram_budget,
             "budget_auto": plan.auto,
             "expert_cache_bytes": plan.cache_bytes,
             "expert_record_bytes": plan.record_bytes,

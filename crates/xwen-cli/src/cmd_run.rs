@@ -76,6 +76,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     if let crate::gpu::Placement::Cuda(ordinal) = crate::gpu::placement(a.engine.n_gpu_layers.as_deref(), a.engine.device.as_deref(), model_arg::n_layer(&loaded.model))? {
         return run_on_gpu(&a, &loaded, ordinal, &prompt, &prompt_ids, &mut sampler, &stop_ids, max_ctx);
     }
+    a.engine.check_vram_budget_on_cpu()?;
     // the drafter first: a refused --draft says so before any text is written
     let drafter = draft.drafter(&loaded.model)?;
     let draft_name: &'static str = drafter.as_ref().map_or("none", |d| d.name());
@@ -263,7 +264,7 @@ fn run_on_gpu(
     {
         use std::time::Instant;
         let tok = &loaded.tokenizer;
-        let mut m = crate::gpu::load(loaded.model.gguf(), ordinal, max_ctx, a.engine.prefill_chunk())?;
+        let mut m = crate::gpu::load(loaded.model.gguf(), ordinal, max_ctx, a.engine.prefill_chunk(), a.engine.vram_budget)?;
         let greedy = sampler.is_greedy();
         let mut out = std::io::stdout().lock();
         let stream_text = !a.print_ids && !a.json;

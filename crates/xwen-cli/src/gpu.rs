@@ -47,15 +47,18 @@ pub fn placement(ngl: Option<&str>, device: Option<&str>, n_layer: usize) -> Res
 pub struct VramPlan {
     pub bytes: u64,
     pub device: std::result::Result<(String, u64), String>,
+    /// The parts (`xwen_cuda::DevicePlan`), where the backend was built in.
+    #[cfg(feature = "cuda")]
+    pub parts: xwen_cuda::DevicePlan,
 }
 
 /// The VRAM plan of `file` at `n_ctx` positions and prompt passes of `ubatch`.
 #[cfg(feature = "cuda")]
 pub fn vram_plan(file: &xwen_gguf::GgufFile, ordinal: usize, n_ctx: usize, ubatch: usize) -> Result<VramPlan> {
     let opts = xwen_cuda::CudaOptions { device: ordinal, n_ctx, graph: true, ubatch };
-    let bytes = xwen_cuda::device_bytes_needed(file, &opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let parts = xwen_cuda::device_plan(file, &opts).map_err(|e| anyhow::anyhow!("{e}"))?;
     let device = xwen_cuda::device_info(ordinal).map(|d| (d.to_string(), d.free_bytes)).map_err(|e| e.to_string());
-    Ok(VramPlan { bytes, device })
+    Ok(VramPlan { bytes: parts.total(), device, parts })
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -112,8 +115,12 @@ mod with_cuda {
     use xwen_gguf::GgufFile;
 
     /// Loads `file` onto CUDA device `ordinal` with room for `n_ctx` positions, prompts in
-    /// passes of up to `ubatch` tokens.
-    pub fn load(file: &GgufFile, ordinal: usize, n_ctx: usize, ubatch: usize) -> Result<CudaModel> {
+    /// passes of up to `ubatch` tokens, within `vram_budget` bytes where one is given.
+    pub fn load(file: &GgufFile, ordinal: usize, n_ctx: usize, ubatch: usize, vram_budget: Option<u64>) -> Result<CudaModel> {
+        if let Some(b) = vram_budget {
+            let plan = xwen_cuda::device_plan(file, &CudaOptions { device: ordinal, n_ctx, graph: true, ubatch }).map_err(|e| anyhow::anyhow!("{e}"))?;
+            plan.check_budget(b).map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
         let t0 = Instant::now();
         let m = CudaModel::load(file, &CudaOptions { device: ordinal, n_ctx, graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch })
             .map_err(|e| anyhow::anyhow!("{e}"))?;

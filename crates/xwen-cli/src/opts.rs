@@ -28,6 +28,11 @@ pub struct EngineOpts {
     /// Hard RAM ceiling; MoE experts (and qwen4exp's PLE table rows) stream from disk into bounded caches (e.g. 12G, 800M, auto = 3/4 of what this process may use: the cgroup limit, else MemAvailable)
     #[arg(long = "ram-budget", value_name = "SIZE", allow_hyphen_values = true, value_parser = ram_budget)]
     pub ram_budget: Option<u64>,
+    /// Hard ceiling on what -ngl 99 holds on the GPU (e.g. 12G): checked against the model's
+    /// device plan (`xwen plan -ngl 99 --vram-budget SIZE` shows the parts); today everything
+    /// must fit under it, as routed experts do not yet stream into a VRAM cache
+    #[arg(long = "vram-budget", value_name = "SIZE", value_parser = vram_budget)]
+    pub vram_budget: Option<u64>,
     /// With --ram-budget: do not read the next layer's likely experts ahead while a layer
     /// computes (on by default)
     #[arg(long = "no-prefetch")]
@@ -157,9 +162,18 @@ impl EngineOpts {
     /// (llama.cpp habits pass -ngl 99 everywhere), and the command goes on on the CPU.
     pub fn cpu_only(&self, command: &str) {
         let gpu = self.n_gpu_layers.as_deref().is_some_and(|n| n != "0") || self.device.as_deref().is_some_and(|d| d != "cpu");
-        if gpu {
-            self.note(&format!("`{command}` computes on the CPU for now (the CUDA backend runs `run`, `bench` and `plan`); -ngl / --device set aside"));
+        if gpu || self.vram_budget.is_some() {
+            self.note(&format!("`{command}` computes on the CPU for now (the CUDA backend runs `run`, `bench` and `plan`); -ngl / --device / --vram-budget set aside"));
         }
+    }
+
+    /// `--vram-budget` where the command computes on the CPU: refused, as it bounds only what
+    /// the GPU holds (the CPU's ceiling is --ram-budget).
+    pub fn check_vram_budget_on_cpu(&self) -> anyhow::Result<()> {
+        if self.vram_budget.is_some() {
+            anyhow::bail!("--vram-budget bounds what the GPU holds: give it with -ngl 99 (or --device cuda); on the CPU the ceiling is --ram-budget");
+        }
+        Ok(())
     }
 }
 
@@ -359,6 +373,14 @@ fn size(s: &str) -> Result<u64, String> {
 fn ram_budget(s: &str) -> Result<u64, String> {
     match size(s)? {
         0 if !s.trim().eq_ignore_ascii_case("auto") => Err(format!("`{s}` is no budget: give a size (e.g. 12G, 800M) or auto")),
+        n => Ok(n),
+    }
+}
+
+/// `--vram-budget`: a size of more than 0 bytes.
+fn vram_budget(s: &str) -> Result<u64, String> {
+    match size(s)? {
+        0 => Err(format!("`{s}` is no budget: give a size (e.g. 12G, 800M)")),
         n => Ok(n),
     }
 }

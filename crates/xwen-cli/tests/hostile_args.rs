@@ -52,6 +52,11 @@ fn every_subcommand_refuses_bad_values_in_one_line() {
     let bad_out = dir.join("no/such/dir/x.npy");
     let bad_out = bad_out.to_str().unwrap();
 
+    // --vram-budget: a size, and only where the GPU computes (a CPU run's ceiling is --ram-budget)
+    one_line(&["run", "-m", &d, "--vram-budget", "0", "-p", "hi"], "no budget");
+    last_line(&["run", "-m", &d, "--vram-budget", "1G", "-p", "hi", "-n", "1"], "--ram-budget");
+    last_line(&["bench", "-m", &d, "--vram-budget", "1G", "-p", "8", "-n", "1", "-r", "1"], "--ram-budget");
+    last_line(&["plan", "-m", &d, "--vram-budget", "1G"], "-ngl 99");
     // top level
     one_line(&["frobnicate"], "unrecognized subcommand");
     one_line(&["--bogus"], "--bogus");

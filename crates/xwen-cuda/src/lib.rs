@@ -19,4 +19,4 @@ pub mod model;
 
 pub use error::{CudaError, Result};
 pub use gpu::{device_info, DeviceInfo};
-pub use model::{device_bytes_needed, rms_norm_threads, CudaModel, CudaOptions};
+pub use model::{device_bytes_needed, device_plan, rms_norm_threads, CudaModel, CudaOptions, DevicePlan};

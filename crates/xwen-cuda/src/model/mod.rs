@@ -17,7 +17,7 @@ mod forward;
 mod plan;
 mod upload;
 
-pub use plan::device_bytes_needed;
+pub use plan::{device_bytes_needed, device_plan, DevicePlan};
 use plan::{load_net, max_dense_values, max_tiles, plan_bytes, q8_width, scratch_bytes, ubatch_for};
 use upload::Uploader;
 

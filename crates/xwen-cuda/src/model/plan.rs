@@ -10,6 +10,91 @@ pub fn device_bytes_needed(file: &GgufFile, opts: &CudaOptions) -> Result<u64> {
     Ok(plan_bytes(file, &net, &experts, opts.n_ctx) + scratch_bytes(&net, opts.n_ctx, ub))
 }
 
+/// What the CUDA backend holds on the device for a file, by part (`device_plan`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DevicePlan {
+    /// Every weight but the routed experts', as the file stores them.
+    pub trunk_bytes: u64,
+    /// The routed experts' weights (0 for a dense model).
+    pub expert_bytes: u64,
+    /// One expert's gate, up and down, in the layer whose are largest.
+    pub one_expert_bytes: u64,
+    /// Experts a token routes to a layer.
+    pub n_used: usize,
+    /// KV caches (f16) and recurrent states at the context.
+    pub state_bytes: u64,
+    /// A prefill pass's scratch.
+    pub scratch_bytes: u64,
+}
+
+impl DevicePlan {
+    /// Everything resident: what `load` puts on the device.
+    pub fn total(&self) -> u64 {
+        self.trunk_bytes + self.expert_bytes + self.state_bytes + self.scratch_bytes
+    }
+
+    /// Everything but the routed experts.
+    pub fn resident_bytes(&self) -> u64 {
+        self.trunk_bytes + self.state_bytes + self.scratch_bytes
+    }
+
+    /// The least a VRAM budget can be with the routed experts in a VRAM cache: the resident
+    /// parts and one token's experts of one layer.
+    pub fn floor(&self) -> u64 {
+        self.resident_bytes() + self.n_used as u64 * self.one_expert_bytes
+    }
+
+    /// Whether `budget` bytes of VRAM run the model today: everything must fit, as the VRAM
+    /// expert cache that would stream the rest up from RAM is not built yet; the refusal names
+    /// the parts and what the budget would hold.
+    pub fn check_budget(&self, budget: u64) -> std::result::Result<(), String> {
+        let h = xwen_engine::memory_plan::human_bytes;
+        if budget >= self.total() {
+            return Ok(());
+        }
+        let parts = format!(
+            "trunk {} + KV and state {} + scratch {}",
+            h(self.trunk_bytes),
+            h(self.state_bytes),
+            h(self.scratch_bytes)
+        );
+        if budget < self.floor() {
+            return Err(format!(
+                "--vram-budget {} is below the floor of {}: {parts} + one token's experts of a layer {}",
+                h(budget),
+                h(self.floor()),
+                h(self.n_used as u64 * self.one_expert_bytes)
+            ));
+        }
+        Err(format!(
+            "--vram-budget {} holds {parts} and {} of the {} of routed experts; keeping the rest in a VRAM expert cache fed from RAM is not built yet: give at least {} (everything resident), or run on the CPU (-ngl 0) with --ram-budget",
+            h(budget),
+            h(budget - self.resident_bytes()),
+            h(self.expert_bytes),
+            h(self.total())
+        ))
+    }
+}
+
+/// `device_bytes_needed` by part.
+pub fn device_plan(file: &GgufFile, opts: &CudaOptions) -> Result<DevicePlan> {
+    let (net, experts) = load_net(file)?;
+    let ub = ubatch_for(&net, opts);
+    let total = plan_bytes(file, &net, &experts, opts.n_ctx);
+    let state_bytes = xwen_engine::models::hybrid::state_bytes(&net.cfg, opts.n_ctx, (xwen_engine::KvType::F16, xwen_engine::KvType::F16));
+    let layer_bytes = |m: &[Mat; 3]| m.iter().map(|x| x.info.n_bytes).sum::<u64>();
+    let expert_bytes: u64 = experts.iter().flatten().map(layer_bytes).sum();
+    let one_expert_bytes = experts.iter().flatten().map(|m| layer_bytes(m) / m[0].n_mats.max(1) as u64).max().unwrap_or(0);
+    Ok(DevicePlan {
+        trunk_bytes: total - state_bytes - expert_bytes,
+        expert_bytes,
+        one_expert_bytes,
+        n_used: net.cfg.moe.as_ref().map_or(0, |m| m.n_used),
+        state_bytes,
+        scratch_bytes: scratch_bytes(&net, opts.n_ctx, ub),
+    })
+}
+
 /// The prefill batch: `opts.ubatch`, fewer where the split attention's partials would pass
 /// 256 MiB at this context.
 pub(super) fn ubatch_for(net: &Hybrid, opts: &CudaOptions) -> usize {
