@@ -223,8 +223,8 @@ impl Qwen35Mtp {
 
 /// An MTP draft head of any family that has one.
 pub enum MtpHead {
-    Qwen35(Qwen35Mtp),
-    Qwen4Exp(super::qwen4exp_mtp::Qwen4ExpMtp),
+    Qwen35(Box<Qwen35Mtp>),
+    Qwen4Exp(Box<super::qwen4exp_mtp::Qwen4ExpMtp>),
 }
 
 impl MtpHead {
@@ -232,8 +232,8 @@ impl MtpHead {
     /// architecture; None when it has none, an error for an architecture without MTP heads.
     pub fn load_any(f: &Arc<GgufFile>) -> Result<Option<MtpHead>> {
         match f.architecture().unwrap_or("") {
-            "qwen35" | "qwen35moe" => Ok(Qwen35Mtp::load(f, &super::qwen35::config(f)?)?.map(MtpHead::Qwen35)),
-            "qwen4exp" => Ok(super::qwen4exp_mtp::Qwen4ExpMtp::load(f)?.map(MtpHead::Qwen4Exp)),
+            "qwen35" | "qwen35moe" => Ok(Qwen35Mtp::load(f, &super::qwen35::config(f)?)?.map(|m| MtpHead::Qwen35(Box::new(m)))),
+            "qwen4exp" => Ok(super::qwen4exp_mtp::Qwen4ExpMtp::load(f)?.map(|m| MtpHead::Qwen4Exp(Box::new(m)))),
             arch => Err(EngineError::Config(format!("an MTP head of architecture '{arch}' (xwen reads qwen35, qwen35moe and qwen4exp heads)"))),
         }
     }
