@@ -1488,3 +1488,91 @@ fn the_fused_expert_launches_equal_their_parts() {
         println!("moe_glu {} experts top {k} + shared {}, quant_q8_2: equal to their separate launches, bit for bit", ty.name(), sty.name());
     }
 }
+
+/// The kernels no other test holds alone: the embedding lookup (`embed`: a token's row
+/// dequantized, against the CPU's dequantizer, every type), the SwiGLU of a prompt pass
+/// (`silu_mul`, against f32 on the CPU), and the prompt pass's fused gate and up products with
+/// the SwiGLU (`mm_glu`, against dequantized f64 dots, the bound of `mm`'s test doubled for two
+/// products and the gate's sigmoid).
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn embedding_rows_swiglu_and_the_prompt_glu_match_the_cpu() {
+    let g = gpu();
+    let types = [GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K];
+    for (i, ty) in types.into_iter().enumerate() {
+        let (rows, cols) = (50usize, 512usize);
+        let data = xwen_kernels::quantize(ty, &noise(rows * cols, 2000 + i as u64)).unwrap();
+        let mut deq = vec![0.0f32; rows * cols];
+        xwen_kernels::dequantize(ty, &data, &mut deq).unwrap();
+        let ids: Vec<i32> = vec![0, 49, 7, 7, 31];
+        let (ed, idd, xd) = (g.upload(&device_layout(ty, &data)).unwrap(), g.upload_i32(&ids).unwrap(), g.zeros(ids.len() * cols * 4).unwrap());
+        let args = [Arg::Ptr(ed.ptr), Arg::I32(ty.id() as i32), Arg::I32(cols as i32), Arg::I64(device_row_bytes(ty, cols) as i64), Arg::Ptr(idd.ptr), Arg::Ptr(xd.ptr)];
+        g.launch("embed", (cols.div_ceil(256) as u32, ids.len() as u32), 256, 0, &args).unwrap();
+        let x = g.read_f32(&xd, ids.len() * cols).unwrap();
+        for (t, &id) in ids.iter().enumerate() {
+            let want = &deq[id as usize * cols..(id as usize + 1) * cols];
+            for (c, (&a, &b)) in x[t * cols..(t + 1) * cols].iter().zip(want).enumerate() {
+                assert!((a - b).abs() <= 1e-6 * b.abs().max(1e-3), "embed {} row {id} col {c}: {a} vs {b}", ty.name());
+            }
+        }
+        println!("embed {:>5}: {} rows equal to the CPU's dequantized rows", ty.name(), ids.len());
+    }
+
+    // silu_mul: h ← silu(h)·u
+    let n = 3000usize;
+    let (h, u) = (noise(n, 2100).iter().map(|v| v * 6.0).collect::<Vec<f32>>(), noise(n, 2101));
+    let (hd, ud) = (g.upload_f32(&h).unwrap(), g.upload_f32(&u).unwrap());
+    g.launch("silu_mul", (n.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(hd.ptr), Arg::Ptr(ud.ptr), Arg::I64(n as i64)]).unwrap();
+    let got = g.read_f32(&hd, n).unwrap();
+    for i in 0..n {
+        let want = (h[i] as f64 / (1.0 + (-(h[i] as f64)).exp()) * u[i] as f64) as f32;
+        assert!((got[i] - want).abs() <= 2e-6 * want.abs().max(1e-3), "silu_mul {i}: {} vs {want}", got[i]);
+    }
+    println!("silu_mul {n}: within 2e-6 of the f64 definition");
+
+    // mm_glu over a prompt pass: h[t][r] = silu(G[r]·x[t]) · (U[r]·x[t])
+    for (i, ty) in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F16].into_iter().enumerate() {
+        let (rows, cols, n) = (70usize, 512usize, 19usize);
+        let (gq, uq) = (xwen_kernels::quantize(ty, &noise(rows * cols, 2200 + i as u64)).unwrap(), xwen_kernels::quantize(ty, &noise(rows * cols, 2300 + i as u64)).unwrap());
+        let (mut gdq, mut udq) = (vec![0.0f32; rows * cols], vec![0.0f32; rows * cols]);
+        xwen_kernels::dequantize(ty, &gq, &mut gdq).unwrap();
+        xwen_kernels::dequantize(ty, &uq, &mut udq).unwrap();
+        let x = noise(n * cols, 2400 + i as u64);
+        let (gw, uw, xd, hd) = (g.upload(&device_layout(ty, &gq)).unwrap(), g.upload(&device_layout(ty, &uq)).unwrap(), g.upload_f32(&x).unwrap(), g.zeros(n * rows * 4).unwrap());
+        let rb = device_row_bytes(ty, cols);
+        let args = [
+            Arg::Ptr(gw.ptr),
+            Arg::Ptr(uw.ptr),
+            Arg::I32(ty.id() as i32),
+            Arg::I32(rows as i32),
+            Arg::I32(cols as i32),
+            Arg::I64(rb as i64),
+            Arg::Ptr(xd.ptr),
+            Arg::I64(cols as i64),
+            Arg::I32(n as i32),
+            Arg::Ptr(hd.ptr),
+            Arg::I64(rows as i64),
+        ];
+        // MM_T (8) tokens a block row, as forward.rs launches it
+        g.launch("mm_glu", (rows.div_ceil(4) as u32, n.div_ceil(8) as u32), 128, 0, &args).unwrap();
+        let got = g.read_f32(&hd, n * rows).unwrap();
+        let mut worst = 0.0f64;
+        for t in 0..n {
+            let xt = &x[t * cols..(t + 1) * cols];
+            for r in 0..rows {
+                let dot = |w: &[f32]| -> (f64, f64) {
+                    let wr = &w[r * cols..(r + 1) * cols];
+                    (wr.iter().zip(xt).map(|(&a, &b)| a as f64 * b as f64).sum(), wr.iter().zip(xt).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum())
+                };
+                let ((gv, gm), (uv, um)) = (dot(&gdq), dot(&udq));
+                let want = gv / (1.0 + (-gv).exp()) * uv;
+                // each product within mm's bound, carried through silu(g)·u
+                let bound = 2e-5 * (gm * uv.abs() + um * gv.abs().max(1.0)) + 1e-6;
+                let err = (got[t * rows + r] as f64 - want).abs();
+                assert!(err <= bound, "mm_glu {} token {t} row {r}: {} vs {want} (err {err:.3e} > {bound:.3e})", ty.name(), got[t * rows + r]);
+                worst = worst.max(err / bound);
+            }
+        }
+        println!("mm_glu {:>5} {rows}x{cols} {n} tokens: worst err / bound {worst:.2e}", ty.name());
+    }
+}
