@@ -30,6 +30,10 @@ pub struct Ctx<'a> {
     /// The tables whose rows stream from disk under a RAM budget (`experts::rows`); None, or a
     /// table it does not hold: rows come from the mapping.
     pub rows: Option<&'a crate::experts::rows::StreamedRows>,
+    /// Layers whose inputs (the pre-norm residual stream entering them, llama.cpp's
+    /// `t_layer_inp`) a step's hidden rows return, side by side, instead of the final hidden: a
+    /// DFlash drafter's features. Empty: the final hidden.
+    pub layer_inputs: &'a [usize],
 }
 
 /// An expert read (or a streamed table rows' read) that failed during a batched forward, and the

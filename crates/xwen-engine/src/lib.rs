@@ -36,6 +36,6 @@ pub use runtime::generate::{self, generate, generate_observed, GenStats, Generat
 pub use runtime::sampler;
 pub use runtime::scheduler::{LogitsProcessor, TokenLogprobs};
 pub use runtime::session::{Reuse, Session};
-pub use runtime::speculative::{generate_speculative, ContraryDrafter, DraftMemory, DraftTally, Drafter, ModelDrafter, MtpDrafter, NgramDrafter, ReplayDrafter, SpecStats};
+pub use runtime::speculative::{generate_speculative, ContraryDrafter, DflashDrafter, DraftMemory, DraftTally, Drafter, ModelDrafter, MtpDrafter, NgramDrafter, ReplayDrafter, SpecStats};
 pub use runtime::sampler::{Sampler, SamplerConfig, SamplingParams};
 pub use release::{identify, Checkpoint};

@@ -171,6 +171,9 @@ pub struct Model {
     /// The MTP draft head: the model file's own nextn block, or a sidecar GGUF's
     /// (`attach_mtp`), which replaces it.
     mtp: Option<models::mtp::MtpHead>,
+    /// The DFlash block drafter (`attach_dflash`); while it is attached, a step's hidden rows
+    /// are its features (the tapped layers' inputs) instead of the final hidden.
+    dflash: Option<models::dflash::DflashHead>,
 }
 
 impl Model {
@@ -282,6 +285,7 @@ impl Model {
             routes: Mutex::new(Vec::new()),
             taps: Mutex::new(Vec::new()),
             mtp,
+            dflash: None,
         })
     }
 
@@ -627,6 +631,7 @@ impl Model {
             taps: self.cfg.record_taps.then_some(&self.taps),
             faults: Some(faults),
             rows: self.rows.as_ref(),
+            layer_inputs: self.dflash.as_ref().map_or(&[], |d| &d.cfg.taps),
         }
     }
 
@@ -700,6 +705,83 @@ impl Model {
         Ok(())
     }
 
+    /// Loads the DFlash block drafter of a DFlash sidecar GGUF (llama.cpp arch `dflash`). From
+    /// then on a step's hidden rows (`SeqStep::hidden`) are the drafter's features, so an MTP
+    /// drafter cannot run beside it. Under a RAM budget the plan was made without it: an error.
+    pub fn attach_dflash(&mut self, path: &Path) -> Result<()> {
+        let at = |e: EngineError| match e {
+            EngineError::Config(m) => EngineError::Config(format!("{}: {m}", path.display())),
+            e => EngineError::Config(format!("{}: {e}", path.display())),
+        };
+        if self.plan.is_some() {
+            return Err(EngineError::RamBudget(format!("{}: a DFlash sidecar under a RAM budget is not counted by the plan yet; run without --ram-budget", path.display())));
+        }
+        let arch = self.net.arch().to_string();
+        if !matches!(arch.as_str(), "qwen35" | "qwen35moe" | "qwen3next") {
+            return Err(EngineError::Config(format!("{}: DFlash drafting taps a qwen35 / qwen35moe / qwen3next trunk, not {arch}", path.display())));
+        }
+        let n_layer =
+            self.file.get_u64(&format!("{arch}.block_count")).unwrap_or(0).saturating_sub(self.file.get_u64(&format!("{arch}.nextn_predict_layers")).unwrap_or(0)) as usize;
+        let f = Arc::new(GgufFile::open(path).map_err(|e| at(e.into()))?);
+        let head = models::dflash::DflashHead::load(&f, &self.file, self.hidden_width(), n_layer, self.n_vocab()).map_err(at)?;
+        self.dflash = Some(head);
+        Ok(())
+    }
+
+    /// The DFlash drafter's settings, where one is attached.
+    pub fn dflash_config(&self) -> Option<&models::dflash::DflashConfig> {
+        self.dflash.as_ref().map(|d| &d.cfg)
+    }
+
+    /// A fresh DFlash cache (no positions).
+    pub fn new_dflash_cache(&self) -> Result<models::dflash::DflashCache> {
+        Ok(self.dflash_head()?.new_cache())
+    }
+
+    /// The width of a DFlash feature row: the tapped layers' inputs side by side.
+    pub fn dflash_feature_width(&self) -> usize {
+        self.dflash.as_ref().map_or(0, |d| d.feature_width())
+    }
+
+    fn dflash_head(&self) -> Result<&models::dflash::DflashHead> {
+        self.dflash.as_ref().ok_or_else(|| EngineError::Config("this model has no DFlash drafter attached".into()))
+    }
+
+    /// Injects `n` feature rows into `cache` at its next positions (`DflashHead::inject`).
+    pub fn dflash_inject(&self, cache: &mut models::dflash::DflashCache, feats: &[f32], n: usize) -> Result<()> {
+        let head = self.dflash_head()?;
+        if cache.len + n > self.cfg.max_ctx {
+            return Err(EngineError::ContextFull { need: cache.len + n, max: self.cfg.max_ctx });
+        }
+        let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
+        head.inject(&self.dflash_ctx(head), cache, feats, n)
+    }
+
+    /// One denoising forward of the block `tokens` at the cache's next positions: every row's logits.
+    pub fn dflash_block(&self, cache: &models::dflash::DflashCache, tokens: &[u32]) -> Result<Vec<f32>> {
+        let head = self.dflash_head()?;
+        if cache.len + tokens.len() > self.cfg.max_ctx {
+            return Err(EngineError::ContextFull { need: cache.len + tokens.len(), max: self.cfg.max_ctx });
+        }
+        let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
+        head.block(&self.dflash_ctx(head), &self.file, cache, tokens)
+    }
+
+    fn dflash_ctx<'a>(&'a self, head: &'a models::dflash::DflashHead) -> Ctx<'a> {
+        Ctx {
+            backend: &self.backend,
+            file: head.file(),
+            prof: &self.prof,
+            chunked_scan: self.cfg.chunked_prefill,
+            routes: None,
+            attn: crate::backend::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.backend.threads(), n_ctx: self.cfg.max_ctx },
+            taps: None,
+            faults: None,
+            rows: None,
+            layer_inputs: &[],
+        }
+    }
+
     fn mtp_head(&self) -> Option<&models::mtp::MtpHead> {
         self.mtp.as_ref()
     }
@@ -717,9 +799,18 @@ impl Model {
         self.file.tensor_bytes().saturating_add(f.state_bytes.saturating_mul(n_seq.max(1) as u64)).saturating_add(f.scratch_bytes)
     }
 
-    /// The width of the final hidden (`SeqStep::hidden` rows).
+    /// The width of the final hidden (`SeqStep::hidden` rows without a DFlash drafter).
     pub fn hidden_width(&self) -> usize {
         self.net.hidden()
+    }
+
+    /// The width of a step's hidden rows (`SeqStep::hidden`): the DFlash drafter's features
+    /// where one is attached, else the final hidden.
+    pub fn step_hidden_width(&self) -> usize {
+        match &self.dflash {
+            Some(d) => d.feature_width(),
+            None => self.hidden_width(),
+        }
     }
 
     /// A fresh state of the MTP head (its KV cache of the configured types).
@@ -751,6 +842,7 @@ impl Model {
             taps: None,
             faults: None,
             rows: None,
+            layer_inputs: &[],
         }
     }
 

@@ -358,7 +358,20 @@ impl Hybrid {
         let eps = self.cfg.eps;
         // K3's checkpoints of this pass (cross-layer residual attention); empty otherwise
         let mut bank = Bank::default();
+        // a DFlash drafter's features: the tapped layers' inputs of the rows that ask for hidden,
+        // side by side in the sidecar's target_layers order (llama.cpp's concat order)
+        let taps = ctx.layer_inputs;
+        let mut feats: Vec<Vec<f32>> =
+            spans.iter().map(|sp| if sp.hidden && !taps.is_empty() { vec![0.0; sp.tokens.len() * taps.len() * h] } else { Vec::new() }).collect();
         for (il, layer) in self.layers.iter().enumerate() {
+            for (k, _) in taps.iter().enumerate().filter(|&(_, &t)| t == il) {
+                let w = taps.len() * h;
+                for (s, f) in rows.spans.iter().zip(feats.iter_mut()).filter(|(_, f)| !f.is_empty()) {
+                    for r in 0..s.len {
+                        f[r * w + k * h..r * w + (k + 1) * h].copy_from_slice(&x[(s.start + r) * h..(s.start + r + 1) * h]);
+                    }
+                }
+            }
             let at = Placed { store_layer: il, state_layer: il };
             let pass = LayerPass { ctx, cfg: &self.cfg, attn_res: self.res.as_ref(), store, at, layer, next_moe: self.next_moe(il) };
             pass.forward(&mut x, &mut xn, states, &rows, &mut bank)?;
@@ -370,7 +383,11 @@ impl Hybrid {
             st.pos += sp.tokens.len();
         }
 
-        Ok(head(ctx, &x, &rows, spans, &self.output_norm, &self.output, &self.cfg))
+        let mut out = head(ctx, &x, &rows, spans, &self.output_norm, &self.output, &self.cfg);
+        for (o, f) in out.iter_mut().zip(feats).filter(|(_, f)| !f.is_empty()) {
+            o.hidden = f;
+        }
+        Ok(out)
     }
 }
 

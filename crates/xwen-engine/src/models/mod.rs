@@ -5,6 +5,7 @@
 //! kimi-linear is one model file plus one `REGISTRY` line, its shared blocks (attention, the
 //! delta rule, MoE) reused.
 
+pub mod dflash;
 pub mod hybrid;
 pub mod kimi_k3;
 pub mod kimi_linear;

@@ -344,7 +344,7 @@ impl Scheduler {
         if let Some((d, ctl)) = r.draft.as_mut() {
             ctl.observe(drafts.len(), i);
             if d.wants_hidden() {
-                let h = model.hidden_width();
+                let h = model.step_hidden_width();
                 d.observe(model, pos0, &span[..=i], &hidden[..(i + 1) * h])?;
             }
         }

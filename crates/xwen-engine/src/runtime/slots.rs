@@ -7,7 +7,7 @@ use crate::model::Model;
 use crate::runtime::prefix_cache::PrefixCache;
 use crate::runtime::scheduler::Ended;
 use crate::runtime::session::Session;
-use crate::runtime::speculative::{DraftMemory, Drafter, ModelDrafter, MtpDrafter, NgramDrafter};
+use crate::runtime::speculative::{DflashDrafter, DraftMemory, Drafter, ModelDrafter, MtpDrafter, NgramDrafter};
 use std::sync::Arc;
 
 /// How the slots draft: with what, at most how many tokens a step, and below which top
@@ -26,6 +26,8 @@ pub enum DraftSource {
     Ngram,
     /// The served model's own MTP head (its nextn block, or a sidecar attached to it).
     Mtp,
+    /// The DFlash block drafter attached to the served model (`Model::attach_dflash`).
+    Dflash,
     /// A smaller model with the served model's vocabulary, shared by every slot; each slot's
     /// drafter keeps its own state of it.
     Model(Arc<Model>),
@@ -36,6 +38,7 @@ impl std::fmt::Debug for DraftSource {
         match self {
             DraftSource::Ngram => f.write_str("Ngram"),
             DraftSource::Mtp => f.write_str("Mtp"),
+            DraftSource::Dflash => f.write_str("Dflash"),
             DraftSource::Model(m) => write!(f, "Model({})", m.name().unwrap_or(m.architecture())),
         }
     }
@@ -200,6 +203,11 @@ pub(crate) fn request_drafter(cfg: Option<&DraftSettings>, kept: Option<KeptDraf
         (DraftSource::Ngram, None) => Box::new(NgramDrafter::default()),
         (DraftSource::Mtp, None) => {
             let mut d = MtpDrafter::new();
+            d.p_min = cfg.p_min;
+            Box::new(d)
+        }
+        (DraftSource::Dflash, None) => {
+            let mut d = DflashDrafter::new();
             d.p_min = cfg.p_min;
             Box::new(d)
         }

@@ -129,7 +129,7 @@ pub(crate) fn speculate(
         // the state keeps span[..=i]: the tokens whose logits were used
         state.rollback(pos + i + 1)?;
         if wants_hidden {
-            let h = model.hidden_width();
+            let h = model.step_hidden_width();
             let t_obs = Instant::now();
             drafter.observe(model, pos, &span[..=i], &hidden[..(i + 1) * h])?;
             observe_secs += t_obs.elapsed().as_secs_f64();

@@ -15,13 +15,15 @@
 //! distribution exactly (the random draws differ from plain sampling's, so a seed's text does).
 //!
 //! One concern a file: the `Drafter` seam (here), the drafters (`lookup`: prompt lookup and the benchmark's known and
-//! contrary drafters; `model_drafter`: a draft model; `mtp_drafter`: the target's MTP head),
+//! contrary drafters; `model_drafter`: a draft model; `mtp_drafter`: the target's MTP head;
+//! `dflash_drafter`: a DFlash block drafter),
 //! the sampling of a verify's rows against the drafts (`verify`), the drafting depth and its
 //! cost model (`controller`), what drafting did (`tally`), and the one-sequence drafted
 //! decode loop (`decode`). Rolling back rejected rows is the state's (`SeqState::rollback`).
 
 mod controller;
 mod decode;
+mod dflash_drafter;
 mod lookup;
 mod model_drafter;
 mod mtp_drafter;
@@ -32,6 +34,7 @@ pub(crate) use controller::Controller;
 pub use controller::DraftMemory;
 pub use decode::generate_speculative;
 pub(crate) use decode::speculate;
+pub use dflash_drafter::DflashDrafter;
 pub use lookup::{ContraryDrafter, NgramDrafter, ReplayDrafter};
 pub use model_drafter::ModelDrafter;
 pub use mtp_drafter::MtpDrafter;
