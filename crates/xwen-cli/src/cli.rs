@@ -165,7 +165,7 @@ pub struct RunArgs {
 #[derive(clap::Args, Debug, Clone, Default)]
 #[command(next_help_heading = "Speculative decoding")]
 pub struct DraftOpts {
-    /// Drafter: none, ngram (prompt lookup), model:FILE (a draft model; or model with -md FILE), mtp (the model's own MTP head; mtp:FILE or -md FILE for an MTP sidecar; the default where the file has one), replay:FILE (a known continuation's token ids, as --print-ids writes them: every draft right, the verify's upper bound), contrary (every draft wrong: what drafting costs when it never pays); greedy output stays plain greedy's, sampled output keeps its distribution
+    /// Drafter: none, ngram (prompt lookup), model:FILE (a draft model; or model with -md FILE), mtp (the model's own MTP head; mtp:FILE or -md FILE for an MTP sidecar; the default where the file has one), dflash:FILE (a DFlash block-drafter sidecar GGUF, llama.cpp arch dflash), replay:FILE (a known continuation's token ids, as --print-ids writes them: every draft right, the verify's upper bound), contrary (every draft wrong: what drafting costs when it never pays); greedy output stays plain greedy's, sampled output keeps its distribution
     #[arg(long = "draft", value_name = "KIND", value_parser = opts::draft_kind)]
     pub draft: Option<String>,
     /// Draft model: a GGUF with the target's vocabulary (also -md; implies --draft model), or with --draft mtp an MTP-only sidecar GGUF

@@ -88,7 +88,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
         bail!("--draft runs its own test: give it without --verify and --parallel");
     }
     let draft = crate::draft_arg::prepare(&draft_opts, &mut cfg, 1)?;
-    let loaded = model_arg::load(Some(&model_path), cfg, &a.engine)?;
+    let mut loaded = model_arg::load(Some(&model_path), cfg, &a.engine)?;
+    draft.attach(&mut loaded.model)?;
     // shared with the engine `--parallel` runs its requests through
     let shared = Arc::new(loaded.model);
     let model: &Model = &shared;
@@ -114,7 +115,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if asked {
         let max_draft = draft.max();
         let Some(mut drafter) = draft.drafter(model)? else {
-            bail!("--draft none: nothing to compare; give a drafter (ngram, mtp, model:FILE, replay:FILE)");
+            bail!("--draft none: nothing to compare; give a drafter (ngram, mtp, model:FILE, dflash:FILE, replay:FILE)");
         };
         let kind = drafter.name();
         let (prompt, prompt_desc) = crate::bench_draft::prompt(&loaded.tokenizer, a.draft_file.as_deref(), a.draft_prompt.as_deref(), prompts[0], model.n_vocab())?;

@@ -32,7 +32,8 @@ pub fn run(a: ChatArgs) -> Result<()> {
     if a.model.is_none() {
         eprintln!("{}", model_arg::DEMO_NOTE);
     }
-    let loaded = model_arg::load(a.model.as_deref(), cfg, &a.engine)?;
+    let mut loaded = model_arg::load(a.model.as_deref(), cfg, &a.engine)?;
+    draft.attach(&mut loaded.model)?;
     let tok = &loaded.tokenizer;
     let template = ChatTemplate::from_gguf(loaded.model.gguf())
         .context("chat template")?

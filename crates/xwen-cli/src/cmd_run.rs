@@ -28,7 +28,8 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     if a.model.is_none() && !quiet {
         eprintln!("{}", model_arg::DEMO_NOTE);
     }
-    let loaded = model_arg::load(a.model.as_deref(), cfg, &a.engine)?;
+    let mut loaded = model_arg::load(a.model.as_deref(), cfg, &a.engine)?;
+    draft.attach(&mut loaded.model)?;
     if !quiet {
         eprintln!(
             "xwen: loaded {} ({}) in {:.2}s: {:.1} MiB of weights ({}), {} threads",

@@ -33,7 +33,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
         eprintln!("{}", model_arg::DEMO_NOTE);
     }
     let mut draft = crate::draft_arg::prepare(&a.draft, &mut cfg, scfg.parallel)?;
-    let loaded = model_arg::load(model.as_deref(), cfg, &a.engine)?;
+    let mut loaded = model_arg::load(model.as_deref(), cfg, &a.engine)?;
+    draft.attach(&mut loaded.model)?;
     let source = match draft.kind(&loaded.model)? {
         Kind::Off | Kind::Auto => None,
         Kind::Ngram => Some(DraftSource::Ngram),
@@ -45,6 +46,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             }
             Some(DraftSource::Mtp)
         }
+        Kind::Dflash => Some(DraftSource::Dflash),
         Kind::Model => Some(DraftSource::Model(std::sync::Arc::new(draft.take_model().expect("a draft model was loaded")))),
     };
     scfg.draft = source.map(|source| DraftConfig { source, max: draft.max(), p_min: draft.p_min() });

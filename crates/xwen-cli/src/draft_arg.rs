@@ -3,7 +3,7 @@
 
 use crate::cli::DraftOpts;
 use anyhow::{bail, Context, Result};
-use xwen_engine::{ContraryDrafter, Drafter, ModelDrafter, MtpDrafter, NgramDrafter, ReplayDrafter, SpecStats};
+use xwen_engine::{ContraryDrafter, DflashDrafter, Drafter, ModelDrafter, MtpDrafter, NgramDrafter, ReplayDrafter, SpecStats};
 
 /// `--draft KIND[:FILE]` and `-md FILE` as one: the kind (None: not given) and the file, which
 /// may come from either spelling but not from both with different files.
@@ -36,6 +36,8 @@ pub enum Kind {
     Auto,
     Ngram,
     Mtp,
+    /// A DFlash sidecar (`--draft dflash:FILE`), attached to the target once it is loaded
+    Dflash,
     Model,
     /// A known continuation (`ReplayDrafter`): the verify machinery's upper bound
     Replay,
@@ -46,10 +48,12 @@ pub enum Kind {
 /// Reads `--draft` / `-md` and prepares what the target's load needs to know; `n_seq`
 /// sequences will draft at once (a server's slots).
 pub fn prepare(a: &DraftOpts, cfg: &mut xwen_engine::EngineConfig, n_seq: usize) -> Result<Prepared> {
-    let a = spec(a)?;
+    let mut a = spec(a)?;
     let kind = match (a.draft.as_deref(), &a.model_draft) {
         (Some("none"), _) => Kind::Off,
         (Some("mtp"), _) => Kind::Mtp,
+        (Some("dflash"), Some(_)) => Kind::Dflash,
+        (Some("dflash"), None) => bail!("--draft dflash needs its sidecar: --draft dflash:FILE"),
         (Some("model") | None, Some(_)) => Kind::Model,
         (Some("model"), None) => bail!("--draft model needs a draft model: --draft model:FILE or -md FILE"),
         (Some("ngram"), _) => Kind::Ngram,
@@ -77,6 +81,10 @@ pub fn prepare(a: &DraftOpts, cfg: &mut xwen_engine::EngineConfig, n_seq: usize)
             cfg.draft_ram = dm.ram_needed(n_seq);
             draft_model = Some(dm);
         }
+        Kind::Dflash => {
+            let path = a.model_draft.as_deref().unwrap_or_default();
+            a.model_draft = Some(xwen_hub::hub::resolve(path)?.to_string_lossy().into_owned());
+        }
         _ => {}
     }
     Ok(Prepared { kind, opts: a, draft_model })
@@ -101,6 +109,15 @@ impl Prepared {
             }
             k => Ok(k),
         }
+    }
+
+    /// Attaches what drafts on the target itself once it is loaded: a DFlash sidecar.
+    pub fn attach(&self, target: &mut xwen_engine::Model) -> Result<()> {
+        if self.kind == Kind::Dflash {
+            let path = self.opts.model_draft.as_deref().unwrap_or_default();
+            target.attach_dflash(std::path::Path::new(path)).with_context(|| format!("--draft dflash:{path}"))?;
+        }
+        Ok(())
     }
 
     /// The draft model (`--draft model`), for a server's slots to share.
@@ -133,6 +150,11 @@ impl Prepared {
             }
             Kind::Mtp => {
                 let mut d = MtpDrafter::new();
+                d.p_min = self.p_min();
+                Some(Box::new(d))
+            }
+            Kind::Dflash => {
+                let mut d = DflashDrafter::new();
                 d.p_min = self.p_min();
                 Some(Box::new(d))
             }

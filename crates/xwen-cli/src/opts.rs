@@ -280,7 +280,8 @@ fn temperature(s: &str) -> Result<f32, String> {
     Ok(v)
 }
 
-/// `--draft`: none, ngram, model, mtp, model:FILE / mtp:FILE (the file as `-md` takes it), or
+/// `--draft`: none, ngram, model, mtp, model:FILE / mtp:FILE (the file as `-md` takes it),
+/// dflash:FILE (a DFlash sidecar GGUF), or
 /// replay:FILE (token ids of a known continuation), or contrary (every draft wrong).
 pub fn draft_kind(s: &str) -> Result<String, String> {
     let (kind, file) = match s.split_once(':') {
@@ -289,11 +290,12 @@ pub fn draft_kind(s: &str) -> Result<String, String> {
     };
     match (kind, file) {
         ("none" | "ngram" | "contrary", None) | ("model" | "mtp", None) => Ok(s.to_string()),
-        ("model" | "mtp" | "replay", Some(f)) if !f.is_empty() => Ok(s.to_string()),
-        ("model" | "mtp" | "replay", Some(_)) => Err(format!("`{s}`: give the file after the colon ({kind}:FILE)")),
+        ("model" | "mtp" | "replay" | "dflash", Some(f)) if !f.is_empty() => Ok(s.to_string()),
+        ("model" | "mtp" | "replay" | "dflash", Some(_)) => Err(format!("`{s}`: give the file after the colon ({kind}:FILE)")),
+        ("dflash", None) => Err("`dflash` needs its sidecar GGUF: dflash:FILE".into()),
         ("replay", None) => Err("`replay` needs the continuation's token ids: replay:FILE (`xwen run --print-ids` writes them)".into()),
         ("none" | "ngram" | "contrary", Some(_)) => Err(format!("`{s}`: {kind} takes no file")),
-        _ => Err(format!("unknown drafter `{s}` (none, ngram, model:FILE, mtp, mtp:FILE, replay:FILE, contrary)")),
+        _ => Err(format!("unknown drafter `{s}` (none, ngram, model:FILE, mtp, mtp:FILE, dflash:FILE, replay:FILE, contrary)")),
     }
 }
 
