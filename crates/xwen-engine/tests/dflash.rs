@@ -108,6 +108,43 @@ fn dflash_block_is_bit_identical_to_llama_cpp() {
     }
 }
 
+/// The drafter itself, fed as the decode loop feeds it — the prompt's rows in two pieces, a
+/// verify's rows that are then rejected and replaced — proposes llama.cpp's drafts: its rows sit
+/// at their own positions (no shift) and its block starts at the pending token's.
+#[test]
+fn the_drafter_proposes_llama_cpps_drafts() {
+    use xwen_kernels::dispatch::{self, Isa};
+    if dispatch::detected() != Isa::Avx512 {
+        eprintln!("SKIP the_drafter_proposes_llama_cpps_drafts: the records are an AVX-512 build's, this CPU is {:?}", dispatch::detected());
+        return;
+    }
+    let dir = repo("dflash/rand-qwen35");
+    let m = loaded(&EngineConfig { threads: 2, max_ctx: 256, ..EngineConfig::default().with_f32_cache_no_flash() });
+    let w = m.dflash_feature_width();
+    let prompts = std::fs::read_to_string(dir.join("prompts.txt")).unwrap();
+    let drafts_ref = std::fs::read_to_string(dir.join("drafts.txt")).unwrap();
+    for (p, line) in prompts.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+        let ids: Vec<u32> = line.split_whitespace().map(|t| t.parse().unwrap()).collect();
+        let n = ids.len();
+        let feats = npy(&dir.join(format!("p{p}.feat.npy"))).2;
+        let mut d = DflashDrafter::new();
+        let k = n / 2;
+        d.observe(&m, 0, &ids[..k], &feats[..k * w]).unwrap();
+        // rows a verify kept and then lost to a later rollback: replaced from their position on
+        let junk = vec![0.5f32; 3 * w];
+        d.observe(&m, k, &ids[k..k + 3], &junk).unwrap();
+        d.observe(&m, k, &ids[k..], &feats[k * w..]).unwrap();
+        let last: u32 = drafts_ref.lines().find_map(|l| l.strip_prefix(&format!("p{p} last: "))).unwrap().parse().unwrap();
+        let mut ctx = ids.clone();
+        ctx.push(last);
+        let got: Vec<String> = d.propose_with(&m, &ctx, 15).unwrap().iter().map(u32::to_string).collect();
+        let want = drafts_ref.lines().find_map(|l| l.strip_prefix(&format!("p{p} drafts: "))).unwrap();
+        assert_eq!(got.join(" "), want, "p{p}: the drafter's proposal");
+        // a shallower request: llama.cpp's block of n_max + 1 rows
+        assert_eq!(d.propose_with(&m, &ctx, 3).unwrap().len(), 3);
+    }
+}
+
 fn greedy() -> Sampler {
     Sampler::new(SamplerConfig::greedy().resolve(false))
 }
