@@ -139,7 +139,7 @@ impl DflashHead {
         let n_head_kv = f.get_u64(&k("attention.head_count_kv")).map_or(n_head, |v| v as usize);
         let head_dim = f.get_u64(&k("attention.key_length")).map_or(hidden / n_head.max(1), |v| v as usize);
         let n_rot = f.get_u64(&k("rope.dimension_count")).map_or(head_dim, |v| v as usize);
-        if n_layer == 0 || n_layer > 256 || n_head == 0 || n_head_kv == 0 || n_head % n_head_kv != 0 || head_dim == 0 || n_rot > head_dim || n_rot % 2 != 0 {
+        if n_layer == 0 || n_layer > 256 || n_head == 0 || n_head_kv == 0 || !n_head.is_multiple_of(n_head_kv) || head_dim == 0 || n_rot > head_dim || !n_rot.is_multiple_of(2) {
             return Err(bad(format!("DFlash geometry out of range: {n_layer} layers, {n_head}/{n_head_kv} heads of {head_dim}, rope over {n_rot}")));
         }
         if f.get_u64(&k("attention.value_length")).is_some_and(|v| v as usize != head_dim) {
@@ -344,7 +344,7 @@ impl DflashHead {
             let mut lanes = vec![0.0f32; 64 * hd];
             for t in 0..n {
                 let qp = pos0 + t;
-                let visible = |j: usize| !(c.causal && j > qp) && c.window[il].map_or(true, |w| qp < j || qp - j < w);
+                let visible = |j: usize| !(c.causal && j > qp) && c.window[il].is_none_or(|w| qp < j || qp - j < w);
                 for hh in 0..c.n_head {
                     let kvh = hh / group;
                     let qv = &qh[t * hq + hh * hd..t * hq + (hh + 1) * hd];
