@@ -754,7 +754,7 @@ impl Model {
             return Err(EngineError::ContextFull { need: cache.len + n, max: self.cfg.max_ctx });
         }
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
-        head.inject(&self.dflash_ctx(head), cache, feats, n)
+        head.inject(&self.head_ctx(head.file()), cache, feats, n)
     }
 
     /// One denoising forward of the block `tokens` at the cache's next positions: every row's logits.
@@ -764,22 +764,7 @@ impl Model {
             return Err(EngineError::ContextFull { need: cache.len + tokens.len(), max: self.cfg.max_ctx });
         }
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
-        head.block(&self.dflash_ctx(head), &self.file, cache, tokens)
-    }
-
-    fn dflash_ctx<'a>(&'a self, head: &'a models::dflash::DflashHead) -> Ctx<'a> {
-        Ctx {
-            backend: &self.backend,
-            file: head.file(),
-            prof: &self.prof,
-            chunked_scan: self.cfg.chunked_prefill,
-            routes: None,
-            attn: crate::backend::AttnMode { flash: self.cfg.flash_attn.enabled(), threads: self.backend.threads(), n_ctx: self.cfg.max_ctx },
-            taps: None,
-            faults: None,
-            rows: None,
-            layer_inputs: &[],
-        }
+        head.block(&self.head_ctx(head.file()), &self.file, cache, tokens)
     }
 
     fn mtp_head(&self) -> Option<&models::mtp::MtpHead> {
@@ -827,14 +812,15 @@ impl Model {
         let head = self.mtp_head().ok_or_else(|| EngineError::Config("this model has no MTP head".into()))?;
         self.check_context(state, tokens.len())?;
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
-        head.forward(&self.mtp_ctx(head), state, tokens, h_in, logits)
+        head.forward(&self.head_ctx(head.file()), state, tokens, h_in, logits)
     }
 
-    /// The forward context of the MTP head (its weights may live in a sidecar file).
-    fn mtp_ctx<'a>(&'a self, head: &'a models::mtp::MtpHead) -> Ctx<'a> {
+    /// The forward context of a draft head (MTP or DFlash) whose weights live in `file`, the
+    /// model's own or a sidecar.
+    fn head_ctx<'a>(&'a self, file: &'a GgufFile) -> Ctx<'a> {
         Ctx {
             backend: &self.backend,
-            file: head.file(),
+            file,
             prof: &self.prof,
             chunked_scan: self.cfg.chunked_prefill,
             routes: None,
@@ -852,7 +838,7 @@ impl Model {
         let head = self.mtp_head().ok_or_else(|| EngineError::Config("this model has no MTP head".into()))?;
         self.check_context(state, tokens.len())?;
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
-        head.write_kv(&self.mtp_ctx(head), state, tokens, h_in)
+        head.write_kv(&self.head_ctx(head.file()), state, tokens, h_in)
     }
 
     fn check_context(&self, state: &SeqState, n: usize) -> Result<()> {
