@@ -18,7 +18,7 @@ mod plan;
 mod upload;
 
 pub use plan::{device_bytes_needed, device_plan, DevicePlan};
-use plan::{load_net, max_dense_values, max_tiles, plan_bytes, q8_width, scratch_bytes, ubatch_for};
+use plan::{load_net, max_dense_values, max_tiles, plan_of, q8_width, ubatch_for};
 use upload::Uploader;
 
 /// The threads an rms_norm launch of rows of `n` values takes: n / 8 where a thread can hold
@@ -284,7 +284,7 @@ impl CudaModel {
         let (net, experts) = load_net(file)?;
         let gpu = Gpu::new(opts.device)?;
         let ubatch = ubatch_for(&net, opts);
-        let need = plan_bytes(file, &net, &experts, opts.n_ctx) + scratch_bytes(&net, opts.n_ctx, ubatch);
+        let need = plan_of(file, &net, &experts, opts).total();
         if need + (256 << 20) > gpu.info.free_bytes {
             return Err(CudaError::TooBig {
                 need_mib: need >> 20,

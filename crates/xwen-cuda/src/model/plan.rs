@@ -5,9 +5,7 @@ use super::*;
 
 /// The bytes `load` puts on the device for `file`'s trunk and experts, KV at `n_ctx` and state.
 pub fn device_bytes_needed(file: &GgufFile, opts: &CudaOptions) -> Result<u64> {
-    let (net, experts) = load_net(file)?;
-    let ub = ubatch_for(&net, opts);
-    Ok(plan_bytes(file, &net, &experts, opts.n_ctx) + scratch_bytes(&net, opts.n_ctx, ub))
+    Ok(device_plan(file, opts)?.total())
 }
 
 /// What the CUDA backend holds on the device for a file, by part (`device_plan`).
@@ -79,20 +77,24 @@ impl DevicePlan {
 /// `device_bytes_needed` by part.
 pub fn device_plan(file: &GgufFile, opts: &CudaOptions) -> Result<DevicePlan> {
     let (net, experts) = load_net(file)?;
-    let ub = ubatch_for(&net, opts);
-    let total = plan_bytes(file, &net, &experts, opts.n_ctx);
-    let state_bytes = xwen_engine::models::hybrid::state_bytes(&net.cfg, opts.n_ctx, (xwen_engine::KvType::F16, xwen_engine::KvType::F16));
+    Ok(plan_of(file, &net, &experts, opts))
+}
+
+/// The device plan of a network already read from `file` (what `load` checks against the
+/// card's free memory, and `device_plan` reports).
+pub(super) fn plan_of(file: &GgufFile, net: &Hybrid, experts: &[Option<[Mat; 3]>], opts: &CudaOptions) -> DevicePlan {
+    let weights: u64 = file.tensors().iter().map(|t| file.tensor_data(t).len() as u64).sum();
     let layer_bytes = |m: &[Mat; 3]| m.iter().map(|x| x.info.n_bytes).sum::<u64>();
     let expert_bytes: u64 = experts.iter().flatten().map(layer_bytes).sum();
     let one_expert_bytes = experts.iter().flatten().map(|m| layer_bytes(m) / m[0].n_mats.max(1) as u64).max().unwrap_or(0);
-    Ok(DevicePlan {
-        trunk_bytes: total - state_bytes - expert_bytes,
+    DevicePlan {
+        trunk_bytes: weights - expert_bytes,
         expert_bytes,
         one_expert_bytes,
         n_used: net.cfg.moe.as_ref().map_or(0, |m| m.n_used),
-        state_bytes,
-        scratch_bytes: scratch_bytes(&net, opts.n_ctx, ub),
-    })
+        state_bytes: xwen_engine::models::hybrid::state_bytes(&net.cfg, opts.n_ctx, (xwen_engine::KvType::F16, xwen_engine::KvType::F16)),
+        scratch_bytes: scratch_bytes(net, opts.n_ctx, ubatch_for(net, opts)),
+    }
 }
 
 /// The prefill batch: `opts.ubatch`, fewer where the split attention's partials would pass
@@ -181,14 +183,6 @@ pub(super) fn load_net(file: &GgufFile) -> Result<(Hybrid, Vec<Option<[Mat; 3]>>
         None => return Err(CudaError::Unsupported("the file names no architecture".into())),
     };
     Ok(Hybrid::load(file, spec)?)
-}
-
-pub(super) fn plan_bytes(file: &GgufFile, net: &Hybrid, experts: &[Option<[Mat; 3]>], n_ctx: usize) -> u64 {
-    let cfg = &net.cfg;
-    let weights: u64 = file.tensors().iter().map(|t| file.tensor_data(t).len() as u64).sum();
-    let _ = experts;
-    let state = xwen_engine::models::hybrid::state_bytes(cfg, n_ctx, (xwen_engine::KvType::F16, xwen_engine::KvType::F16));
-    weights + state
 }
 
 /// mm_ex tiles a pass of `slots` routed slots can need: a tile per 16 slots, plus a part-full
