@@ -55,7 +55,7 @@ pub struct VramPlan {
 /// The VRAM plan of `file` at `n_ctx` positions and prompt passes of `ubatch`.
 #[cfg(feature = "cuda")]
 pub fn vram_plan(file: &xwen_gguf::GgufFile, ordinal: usize, n_ctx: usize, ubatch: usize) -> Result<VramPlan> {
-    let opts = xwen_cuda::CudaOptions { device: ordinal, n_ctx, graph: true, ubatch };
+    let opts = xwen_cuda::CudaOptions { device: ordinal, n_ctx, graph: true, ubatch, vram_budget: None };
     let parts = xwen_cuda::device_plan(file, &opts).map_err(|e| anyhow::anyhow!("{e}"))?;
     let device = xwen_cuda::device_info(ordinal).map(|d| (d.to_string(), d.free_bytes)).map_err(|e| e.to_string());
     Ok(VramPlan { bytes: parts.total(), device, parts })
@@ -71,7 +71,7 @@ pub fn vram_plan(_file: &xwen_gguf::GgufFile, _ordinal: usize, _n_ctx: usize, _u
 pub fn vram_estimate(file: &xwen_gguf::GgufFile, n_ctx: usize) -> std::result::Result<u64, String> {
     #[cfg(feature = "cuda")]
     {
-        let opts = xwen_cuda::CudaOptions { device: 0, n_ctx, graph: true, ubatch: 512 };
+        let opts = xwen_cuda::CudaOptions { device: 0, n_ctx, graph: true, ubatch: 512, vram_budget: None };
         xwen_cuda::device_bytes_needed(file, &opts).map_err(|e| e.to_string())
     }
     #[cfg(not(feature = "cuda"))]
@@ -117,12 +117,8 @@ mod with_cuda {
     /// Loads `file` onto CUDA device `ordinal` with room for `n_ctx` positions, prompts in
     /// passes of up to `ubatch` tokens, within `vram_budget` bytes where one is given.
     pub fn load(file: &GgufFile, ordinal: usize, n_ctx: usize, ubatch: usize, vram_budget: Option<u64>) -> Result<CudaModel> {
-        if let Some(b) = vram_budget {
-            let plan = xwen_cuda::device_plan(file, &CudaOptions { device: ordinal, n_ctx, graph: true, ubatch }).map_err(|e| anyhow::anyhow!("{e}"))?;
-            plan.check_budget(b).map_err(|e| anyhow::anyhow!("{e}"))?;
-        }
         let t0 = Instant::now();
-        let m = CudaModel::load(file, &CudaOptions { device: ordinal, n_ctx, graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch })
+        let m = CudaModel::load(file, &CudaOptions { device: ordinal, n_ctx, graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch, vram_budget })
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         eprintln!("xwen: on {} in {:.2} s, {:.0} MiB on the device", m.device(), t0.elapsed().as_secs_f64(), m.device_bytes() as f64 / 1048576.0);
         Ok(m)

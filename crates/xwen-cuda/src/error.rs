@@ -17,6 +17,9 @@ pub enum CudaError {
     /// The model and its state do not fit the card.
     #[error("the model needs {need_mib} MiB on the GPU ({what}); {device} has {free_mib} MiB free")]
     TooBig { need_mib: u64, free_mib: u64, device: String, what: String },
+    /// The model and its state do not fit the caller's `--vram-budget` (`DevicePlan::check_budget`).
+    #[error("{0}")]
+    OverBudget(String),
     #[error("{0}")]
     Engine(#[from] xwen_engine::EngineError),
     #[error("position {pos} is past the context of {n_ctx} tokens")]

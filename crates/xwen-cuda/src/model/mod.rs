@@ -42,11 +42,14 @@ pub struct CudaOptions {
     /// Tokens a prefill pass takes at most (llama.cpp's n_ubatch); fewer where the split
     /// attention's partials at n_ctx would pass 256 MiB.
     pub ubatch: usize,
+    /// A hard ceiling on the device bytes (`--vram-budget`), checked against the device plan
+    /// before the device is opened; None: the card's free memory is the only bound.
+    pub vram_budget: Option<u64>,
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        CudaOptions { device: 0, n_ctx: 4096, graph: true, ubatch: 512 }
+        CudaOptions { device: 0, n_ctx: 4096, graph: true, ubatch: 512, vram_budget: None }
     }
 }
 
@@ -282,9 +285,13 @@ impl CudaModel {
     /// Uploads `file`'s model to device `opts.device`; refuses a model that does not fit.
     pub fn load(file: &GgufFile, opts: &CudaOptions) -> Result<CudaModel> {
         let (net, experts) = load_net(file)?;
+        let plan = plan_of(file, &net, &experts, opts);
+        if let Some(b) = opts.vram_budget {
+            plan.check_budget(b).map_err(CudaError::OverBudget)?;
+        }
         let gpu = Gpu::new(opts.device)?;
         let ubatch = ubatch_for(&net, opts);
-        let need = plan_of(file, &net, &experts, opts).total();
+        let need = plan.total();
         if need + (256 << 20) > gpu.info.free_bytes {
             return Err(CudaError::TooBig {
                 need_mib: need >> 20,
