@@ -1,5 +1,5 @@
 //! `xwen run`: complete a prompt (text, a file, or token ids) and stream the continuation, one
-//! request to the library's `Engine` (on the CPU; `--device cuda` runs the CUDA model). The prompt runs in forward steps of `-ub` tokens (llama.cpp's n_ubatch), with a progress
+//! request to the library's `Engine` (on the CPU, or on the GPU with `-ngl 99`: the same engine, its passes on the device). The prompt runs in forward steps of `-ub` tokens (llama.cpp's n_ubatch), with a progress
 //! line when it is long; the run ends with its rates and why it stopped.
 
 use crate::cli::RunArgs;
@@ -71,13 +71,11 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         eprintln!("xwen: seed {} (--seed {} repeats this run)", params.seed, params.seed);
     }
     let seed = params.seed;
-    let mut sampler = Sampler::new(params);
+    let sampler = Sampler::new(params);
     let stop_ids = if a.ignore_eos { Vec::new() } else { tok.eos_ids() };
     let eos = tok.eos_ids();
-    if let crate::gpu::Placement::Cuda(ordinal) = crate::gpu::placement(a.engine.n_gpu_layers.as_deref(), a.engine.device.as_deref(), model_arg::n_layer(&loaded.model))? {
-        return run_on_gpu(&a, &loaded, ordinal, &prompt, &prompt_ids, &mut sampler, &stop_ids, max_ctx);
-    }
-    a.engine.check_vram_budget_on_cpu()?;
+    crate::gpu::place(&a.engine, &mut loaded.model)?;
+    let device = loaded.model.device();
     // the drafter first: a refused --draft says so before any text is written
     let drafter = draft.drafter(&loaded.model)?;
     let draft_name: &'static str = drafter.as_ref().map_or("none", |d| d.name());
@@ -170,6 +168,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
             "stop": stop,
             "stop_string": stream.stop(),
             "seed": seed,
+            "device": device,
             "draft": spec.active.then(|| json!({
                 "kind": draft_name,
                 "steps": spec.steps,
@@ -240,101 +239,6 @@ fn write_reply(out: &mut impl Write, a: &RunArgs, json_reply: impl FnOnce() -> s
     }
     out.flush()?;
     Ok(())
-}
-
-/// `run -ngl 99`: the prompt and the decode on the CUDA backend, one token a step; the sampler
-/// (greedy: the device's argmax), stop tokens and stop strings as on the CPU. Drafting is not on
-/// the GPU yet.
-#[allow(clippy::too_many_arguments)]
-fn run_on_gpu(
-    a: &RunArgs,
-    loaded: &model_arg::Loaded,
-    ordinal: usize,
-    prompt: &Option<String>,
-    prompt_ids: &[u32],
-    sampler: &mut Sampler,
-    stop_ids: &[u32],
-    max_ctx: usize,
-) -> Result<()> {
-    #[cfg(not(feature = "cuda"))]
-    {
-        let _ = (a, loaded, ordinal, prompt, prompt_ids, sampler, stop_ids, max_ctx);
-        Err(crate::gpu::not_built())
-    }
-    #[cfg(feature = "cuda")]
-    {
-        use std::time::Instant;
-        let tok = &loaded.tokenizer;
-        let mut m = crate::gpu::load(loaded.model.gguf(), ordinal, max_ctx, a.engine.prefill_chunk(), a.engine.vram_budget)?;
-        let greedy = sampler.is_greedy();
-        let mut out = std::io::stdout().lock();
-        let stream_text = !a.print_ids && !a.json;
-        if let (true, Some(p)) = (stream_text, prompt) {
-            write!(out, "{p}")?;
-            out.flush()?;
-        }
-        let t0 = Instant::now();
-        let mut next = m.prefill(prompt_ids).map_err(|e| anyhow::anyhow!("{e}"))?;
-        let prefill_s = t0.elapsed().as_secs_f64();
-        let t1 = Instant::now();
-        let limit = opts::token_limit(a.n_predict);
-        let mut stream = TextStream::new(a.stop.clone());
-        let (mut generated, mut text) = (Vec::new(), String::new());
-        let mut why = "length";
-        loop {
-            if limit.is_some_and(|l| generated.len() >= l) {
-                break;
-            }
-            let t = if greedy {
-                next
-            } else {
-                let mut logits = m.logits().map_err(|e| anyhow::anyhow!("{e}"))?;
-                sampler.sample(&mut logits)
-            };
-            sampler.accept(t);
-            generated.push(t);
-            if stop_ids.contains(&t) {
-                why = "eos";
-                break;
-            }
-            let kept = stream.push(tok, t);
-            text.push_str(&kept);
-            if stream_text {
-                write!(out, "{kept}").and_then(|_| out.flush())?;
-            }
-            if stream.stop().is_some() {
-                why = "stop_string";
-                break;
-            }
-            if m.pos() >= m.n_ctx() {
-                why = "context_full";
-                break;
-            }
-            next = m.step(t).map_err(|e| anyhow::anyhow!("{e}"))?;
-        }
-        let tail = stream.finish();
-        text.push_str(&tail);
-        if stream_text {
-            write!(out, "{tail}")?;
-        }
-        let decode_s = t1.elapsed().as_secs_f64();
-        let n = generated.len();
-        let json_reply = || {
-            json!({"text": text, "ids": generated, "prompt_tokens": prompt_ids.len(), "generated_tokens": n, "stop": why,
-                "device": m.device().to_string(),
-                "timings": {"prefill_s": prefill_s, "prefill_tok_per_s": prompt_ids.len() as f64 / prefill_s.max(1e-9), "decode_s": decode_s, "decode_tok_per_s": n as f64 / decode_s.max(1e-9)}})
-        };
-        write_reply(&mut out, a, json_reply, &generated)?;
-        if !a.engine.quiet {
-            eprintln!(
-                "xwen: prefill {} tok at {:.1} tok/s, decode {n} tok at {:.1} tok/s on the GPU; stopped at {why}",
-                prompt_ids.len(),
-                prompt_ids.len() as f64 / prefill_s.max(1e-9),
-                n as f64 / decode_s.max(1e-9)
-            );
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

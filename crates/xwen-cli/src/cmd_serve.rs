@@ -24,7 +24,6 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let alias = a.alias.clone();
     let template_file = a.chat_template_file.clone();
     let model = a.model.clone();
-    a.engine.cpu_only("serve");
     let mut cfg = a.engine.engine_config()?;
     cfg.n_seq = scfg.parallel;
     // the prefix cache's RAM is part of the budget (bounded inside --ram-budget)
@@ -34,6 +33,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     }
     let mut draft = crate::draft_arg::prepare(&a.draft, &mut cfg, scfg.parallel)?;
     let mut loaded = model_arg::load(model.as_deref(), cfg, &a.engine)?;
+    crate::gpu::place(&a.engine, &mut loaded.model)?;
     draft.attach(&mut loaded.model)?;
     let source = match draft.kind(&loaded.model)? {
         Kind::Off | Kind::Auto => None,

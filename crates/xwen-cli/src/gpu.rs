@@ -42,6 +42,30 @@ pub fn placement(ngl: Option<&str>, device: Option<&str>, n_layer: usize) -> Res
     Ok(Placement::Cuda(ordinal))
 }
 
+/// Puts `model`'s passes where `-ngl` / `--device` say: on a CUDA device (the whole model,
+/// loaded there now, within `--vram-budget`), or left on the CPU. Every command that runs the
+/// library's `Engine` (run, chat, serve) computes on the device from then on.
+pub fn place(opts: &crate::opts::EngineOpts, model: &mut xwen_engine::Model) -> Result<Placement> {
+    let placement = placement(opts.n_gpu_layers.as_deref(), opts.device.as_deref(), crate::model_arg::n_layer(model))?;
+    let Placement::Cuda(ordinal) = placement else {
+        opts.check_vram_budget_on_cpu()?;
+        return Ok(placement);
+    };
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (ordinal, model);
+        Err(not_built())
+    }
+    #[cfg(feature = "cuda")]
+    {
+        let t0 = std::time::Instant::now();
+        let cuda = xwen_cuda::CudaOptions { device: ordinal, n_ctx: model.max_context(), graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch: opts.prefill_chunk(), vram_budget: opts.vram_budget };
+        let on = xwen_cuda::attach(model, &cuda).map_err(|e| anyhow::anyhow!("{e}"))?;
+        opts.note(&format!("on {on} in {:.2} s", t0.elapsed().as_secs_f64()));
+        Ok(placement)
+    }
+}
+
 /// What the CUDA backend would hold on the device (`xwen plan -ngl 99`): the bytes, and the
 /// device's name and free memory where one is present (else why not).
 pub struct VramPlan {

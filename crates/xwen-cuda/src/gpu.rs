@@ -320,6 +320,22 @@ impl Gpu {
         Ok(out.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
 
+    /// The first `n` u16 of `src` (f16 bits), on the host (waits for the stream).
+    pub fn read_u16(&self, src: &DevBuf, n: usize) -> Result<Vec<u16>> {
+        let mut out = vec![0u8; n * 2];
+        self.stream.memcpy_dtoh(&src.slice.slice(0..n * 2), &mut out[..])?;
+        Ok(out.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect())
+    }
+
+    /// Copies all of `src` over `dst` (the same size), on the stream.
+    pub fn copy(&self, dst: &mut DevBuf, src: &DevBuf) -> Result<()> {
+        if dst.bytes() != src.bytes() {
+            return Err(CudaError::Unsupported(format!("a copy of {} bytes into {}", src.bytes(), dst.bytes())));
+        }
+        self.stream.memcpy_dtod(&src.slice, &mut dst.slice)?;
+        Ok(())
+    }
+
     pub fn read_i32(&self, src: &DevBuf, n: usize) -> Result<Vec<i32>> {
         let mut out = vec![0u8; n * 4];
         self.stream.memcpy_dtoh(&src.slice.slice(0..n * 4), &mut out[..])?;

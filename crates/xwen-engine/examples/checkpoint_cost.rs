@@ -16,9 +16,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     m.forward(&mut st, &ids, LogitsMode::None)?;
     let reps = 5;
     let t0 = Instant::now();
-    let mut ck = st.checkpoint();
+    let mut ck = st.checkpoint().unwrap();
     for _ in 1..reps {
-        ck = st.checkpoint();
+        ck = st.checkpoint().unwrap();
     }
     let take = t0.elapsed().as_secs_f64() / reps as f64;
     let t1 = Instant::now();

@@ -35,6 +35,9 @@ pub enum EngineError {
     Threads(String),
     #[error("configuration: {0}")]
     Config(String),
+    /// The device a model was put on (`Model::attach_device`) failed or refused.
+    #[error("device: {0}")]
+    Device(String),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
 }

@@ -7,6 +7,7 @@ pub mod backend;
 pub mod batch;
 pub mod release;
 pub mod ctx;
+pub mod device;
 pub mod config;
 pub mod error;
 pub mod experts;
@@ -21,6 +22,7 @@ pub mod state;
 pub mod weights;
 
 pub use config::{EngineConfig, FlashAttn, KvType};
+pub use device::{DeviceModel, DeviceSeq};
 pub use error::{EngineError, Result};
 pub use memory_plan::{MemoryPlan, Reserved};
 pub use experts::store::{ExpertCacheStats, ExpertStore, ResidentExperts};

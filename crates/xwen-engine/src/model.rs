@@ -174,6 +174,8 @@ pub struct Model {
     /// The DFlash block drafter (`attach_dflash`); while it is attached, a step's hidden rows
     /// are its features (the tapped layers' inputs) instead of the final hidden.
     dflash: Option<models::dflash::DflashHead>,
+    /// The device that computes the passes (`attach_device`); None: this process's CPUs.
+    device: Option<Arc<dyn crate::device::DeviceModel>>,
 }
 
 impl Model {
@@ -286,6 +288,7 @@ impl Model {
             taps: Mutex::new(Vec::new()),
             mtp,
             dflash: None,
+            device: None,
         })
     }
 
@@ -560,6 +563,9 @@ impl Model {
         if rows > self.max_batch_rows() {
             return Err(EngineError::State(format!("a batch of {rows} rows exceeds the {} rows the RAM plan's scratch holds: split the prompt", self.max_batch_rows())));
         }
+        if let Some(dev) = &self.device {
+            return self.forward_on_device(dev.as_ref(), steps);
+        }
         let spans: Vec<models::SpanIn> =
             steps.iter().map(|s| models::SpanIn { tokens: s.tokens, logits: s.logits.rows(s.tokens.len()), decode_order: s.decode_order, hidden: s.hidden }).collect();
         let mut states: Vec<&mut SeqState> = steps.iter_mut().map(|s| &mut *s.state).collect();
@@ -616,6 +622,60 @@ impl Model {
                 None => Ok(o),
             })
             .collect())
+    }
+
+    /// `forward_batch_each` on the attached device: each sequence's span in turn (the device
+    /// batches within a span; a sequence's bits depend only on its own spans, as on the CPU).
+    /// A host state (a fresh one, a prefix-cache hit) moves onto the device at its first pass.
+    fn forward_on_device(&self, dev: &dyn crate::device::DeviceModel, steps: &mut [SeqStep]) -> Result<Vec<Result<models::SpanOut>>> {
+        if let Some(i) = steps.iter().position(|s| s.hidden) {
+            return Err(EngineError::Config(format!("sequence {i} asks for its hidden rows, which the device does not return (a draft head on the device is not built)")));
+        }
+        let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = Vec::with_capacity(steps.len());
+        for s in steps.iter_mut() {
+            let one = (|| {
+                let st = &mut *s.state;
+                if !st.is_on_device() {
+                    let seq = dev.upload(&st.layers, st.pos)?;
+                    st.put_on_device(seq);
+                }
+                let pos = st.pos;
+                let seq = st.device_mut()?.ok_or_else(|| EngineError::State("a sequence state left the device".into()))?;
+                let logits = dev.forward(seq, pos, s.tokens, s.logits.rows(s.tokens.len()), s.decode_order)?;
+                st.pos += s.tokens.len();
+                Ok(models::SpanOut { logits, hidden: Vec::new() })
+            })();
+            out.push(one);
+        }
+        Ok(out)
+    }
+
+    /// Puts the passes on `dev` (a GPU), which computes them from now on; sequence states move
+    /// there at their first pass. Refused where the model carries what the device does not
+    /// compute: a RAM plan (experts streamed from disk), a draft head, a KV cache other than f16.
+    pub fn attach_device(&mut self, dev: Arc<dyn crate::device::DeviceModel>) -> Result<()> {
+        if self.plan.is_some() {
+            return Err(EngineError::Config(format!(
+                "{}: --ram-budget streams experts to this machine's CPUs; on the device the whole model is resident (its budget is --vram-budget)",
+                dev.describe()
+            )));
+        }
+        if self.dflash.is_some() || self.cfg.mtp_sidecar.is_some() {
+            return Err(EngineError::Config(format!("{}: draft heads (MTP, DFlash) are not on the device yet", dev.describe())));
+        }
+        let kv = self.cfg.effective_kv_types();
+        if kv != (crate::config::KvType::F16, crate::config::KvType::F16) {
+            return Err(EngineError::Config(format!("{}: the device keeps an f16 KV cache, not {}/{} (-ctk/-ctv)", dev.describe(), kv.0.name(), kv.1.name())));
+        }
+        self.mtp = None;
+        self.device = Some(dev);
+        Ok(())
+    }
+
+    /// The device that computes the passes, in words (None: the CPU).
+    pub fn device(&self) -> Option<String> {
+        self.device.as_ref().map(|d| d.describe())
     }
 
     /// The context a forward runs in, recording its routes into `sink` (where the config asks)
@@ -695,6 +755,9 @@ impl Model {
     /// Under a RAM budget the plan was made without it: give the sidecar in
     /// `EngineConfig::mtp_sidecar` instead, so its weights are counted (an error here).
     pub fn attach_mtp(&mut self, path: &Path) -> Result<()> {
+        if let Some(d) = &self.device {
+            return Err(EngineError::Config(format!("{}: draft heads (MTP, DFlash) are not on the device yet", d.describe())));
+        }
         if self.plan.is_some() {
             return Err(EngineError::RamBudget(format!(
                 "{}: under a RAM budget an MTP sidecar is given when the model loads (EngineConfig::mtp_sidecar), so the plan counts it",
@@ -709,6 +772,9 @@ impl Model {
     /// then on a step's hidden rows (`SeqStep::hidden`) are the drafter's features, so an MTP
     /// drafter cannot run beside it. Under a RAM budget the plan was made without it: an error.
     pub fn attach_dflash(&mut self, path: &Path) -> Result<()> {
+        if let Some(d) = &self.device {
+            return Err(EngineError::Config(format!("{}: draft heads (MTP, DFlash) are not on the device yet", d.describe())));
+        }
         let at = |e: EngineError| match e {
             EngineError::Config(m) => EngineError::Config(format!("{}: {m}", path.display())),
             e => EngineError::Config(format!("{}: {e}", path.display())),

@@ -168,7 +168,7 @@ fn checkpoints_restore_without_the_kv_and_refuse_what_they_cannot_prove() {
     let p = prompt(3, 20, v);
     let mut a = m.new_state();
     m.forward(&mut a, &p[..12], LogitsMode::None).unwrap();
-    let ck = a.checkpoint();
+    let ck = a.checkpoint().unwrap();
     let want = m.forward(&mut a.clone(), &p[12..], LogitsMode::Last).unwrap();
     m.forward(&mut a, &p[12..16], LogitsMode::None).unwrap();
     assert!(ck.bytes() > 0 && ck.bytes() < a.bytes(), "a checkpoint holds no KV rows");
@@ -180,13 +180,13 @@ fn checkpoints_restore_without_the_kv_and_refuse_what_they_cannot_prove() {
     let b = m.new_state();
     assert!(m.new_state().restore_checkpoint(&ck).is_err());
     let mut early = b.clone();
-    let ahead = a.checkpoint();
+    let ahead = a.checkpoint().unwrap();
     let ck8 = {
         let mut c = m.new_state();
         m.forward(&mut c, &p[..8], LogitsMode::None).unwrap();
-        let ck8 = c.checkpoint();
+        let ck8 = c.checkpoint().unwrap();
         m.forward(&mut c, &p[8..10], LogitsMode::None).unwrap();
-        let ck10 = c.checkpoint();
+        let ck10 = c.checkpoint().unwrap();
         c.restore_checkpoint(&ck8).unwrap();
         m.forward(&mut c, &p[..3], LogitsMode::None).unwrap(); // other tokens at 8..11
         assert!(c.restore_checkpoint(&ck10).is_err(), "cut below it since");

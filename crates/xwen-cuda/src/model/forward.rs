@@ -6,8 +6,9 @@
 use super::*;
 
 impl CudaModel {
-    /// Enqueues a pass of `n` tokens (what the decode graph captures at n = 1).
-    pub(super) fn record(&self, n: usize) -> Result<()> {
+    /// Enqueues a pass of `n` tokens over `seq`'s state (what the decode graph captures at
+    /// n = 1): the logits of its last row and their argmax.
+    pub(super) fn record(&self, n: usize, seq: &DevSeq) -> Result<()> {
         let g = &self.gpu;
         let d = &self.d;
         let sc = &self.sc;
@@ -26,12 +27,13 @@ impl CudaModel {
                 Arg::Ptr(sc.x.ptr),
             ],
         )?;
-        for l in &self.layers {
+        for (l, st) in self.layers.iter().zip(&seq.layers) {
             let kinds = &l.kinds;
             let xn = self.rms_norm(sc.x.ptr, l.attn_norm.ptr, n, self.decode_rows(n), kinds.mix_in)?;
-            match &l.mixer {
-                DevMixer::Delta(w) => self.delta(w, xn, kinds.mix_out, n)?,
-                DevMixer::Attn(w) => self.attention(w, xn, kinds.mix_out, n)?,
+            match (&l.mixer, st) {
+                (DevMixer::Delta(w), SeqLayer::Delta { conv, s }) => self.delta(w, conv.ptr, s.ptr, xn, kinds.mix_out, n)?,
+                (DevMixer::Attn(w), SeqLayer::Attn { k, v }) => self.attention(w, k.ptr, v.ptr, xn, kinds.mix_out, n)?,
+                _ => return Err(CudaError::Unsupported("a sequence state of another model".into())),
             }
             let moe_rows = matches!(l.ffn, DevFfn::Moe(_)) && !self.grouped_experts(n);
             let xn = self.rms_norm(sc.x.ptr, l.post_norm.ptr, n, self.decode_rows(n) || moe_rows, kinds.ffn_in)?;
@@ -45,9 +47,7 @@ impl CudaModel {
             }
         }
         // the head reads the last token only
-        let last = sc.x.at((n - 1) * h * 4);
-        let xn = self.rms_norm(last, self.output_norm.ptr, 1, true, self.head_kinds)?;
-        self.proj(&self.output, xn, sc.logits.ptr, None, 1)?;
+        self.head(n - 1)?;
         // over many blocks: one block reading a 248k vocabulary's logits takes ~0.1 ms
         let blocks = d.n_vocab.div_ceil(4096).min(ARGMAX_BLOCKS);
         g.launch(
@@ -64,6 +64,14 @@ impl CudaModel {
                 Arg::Ptr(sc.argmax_part.at(8 * ARGMAX_BLOCKS)),
             ],
         )
+    }
+
+    /// The logits of the pass's row `row` (its final norm and the output product).
+    pub(super) fn head(&self, row: usize) -> Result<()> {
+        let sc = &self.sc;
+        let x = sc.x.at(row * self.d.hidden * 4);
+        let xn = self.rms_norm(x, self.output_norm.ptr, 1, true, self.head_kinds)?;
+        self.proj(&self.output, xn, sc.logits.ptr, None, 1)
     }
 
     /// Whether a pass of n tokens multiplies row by row (the decode products, on q8 inputs).
@@ -276,7 +284,7 @@ impl CudaModel {
         )
     }
 
-    fn delta(&self, w: &DeltaLayer, x: In, out_kinds: Kinds, n: usize) -> Result<()> {
+    fn delta(&self, w: &DeltaLayer, conv_state: u64, s: u64, x: In, out_kinds: Kinds, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         if n == 1 {
             self.proj_many(&[(&w.qkv, sc.qkv.ptr), (&w.z, sc.z.ptr), (&w.beta, sc.beta.ptr), (&w.alpha, sc.alpha.ptr)], x)?;
@@ -289,7 +297,7 @@ impl CudaModel {
         let cd = w.qkv.rows;
         let conv_args = [
             Arg::Ptr(sc.qkv.ptr),
-            Arg::Ptr(w.conv_state.ptr),
+            Arg::Ptr(conv_state),
             Arg::Ptr(w.taps.ptr),
             Arg::Ptr(sc.conv.ptr),
             Arg::I32(cd as i32),
@@ -306,16 +314,16 @@ impl CudaModel {
                 (cd.div_ceil(256) as u32, 1),
                 256,
                 0,
-                &[Arg::Ptr(sc.qkv.ptr), Arg::Ptr(w.conv_state.ptr), Arg::I32(cd as i32), Arg::I32(d.conv_kernel as i32), Arg::I32(n as i32)],
+                &[Arg::Ptr(sc.qkv.ptr), Arg::Ptr(conv_state), Arg::I32(cd as i32), Arg::I32(d.conv_kernel as i32), Arg::I32(n as i32)],
             )?;
         }
-        self.delta_scan(w, out_kinds, n)
+        self.delta_scan(w, s, out_kinds, n)
     }
 
     /// The scan of a pass (a decode step too): gates and normed q / k per token, then S's rows
     /// spread over blocks (8 a block, in registers through the pass), then the output norms;
     /// the out projection. (delta_step, one block a head, is its single-kernel reference.)
-    fn delta_scan(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize) -> Result<()> {
+    fn delta_scan(&self, w: &DeltaLayer, s: u64, out_kinds: Kinds, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         if n == 1 {
             // a decode step: the gates and norms inside the rows' kernel
@@ -330,7 +338,7 @@ impl CudaModel {
                     Arg::Ptr(sc.alpha.ptr),
                     Arg::Ptr(w.dt_bias.ptr),
                     Arg::Ptr(w.a.ptr),
-                    Arg::Ptr(w.s.ptr),
+                    Arg::Ptr(s),
                     Arg::Ptr(sc.o_raw.ptr),
                     Arg::I32(d.hk as i32),
                     Arg::I32(d.hv as i32),
@@ -372,7 +380,7 @@ impl CudaModel {
                 Arg::Ptr(sc.kn.ptr),
                 Arg::Ptr(sc.conv.ptr),
                 Arg::Ptr(sc.gb.ptr),
-                Arg::Ptr(w.s.ptr),
+                Arg::Ptr(s),
                 Arg::Ptr(sc.o_raw.ptr),
                 Arg::I32(d.hk as i32),
                 Arg::I32(d.hv as i32),
@@ -405,7 +413,7 @@ impl CudaModel {
         self.proj(&w.out, o, sc.x.ptr, Some(sc.x.ptr), n)
     }
 
-    fn attention(&self, w: &AttnLayer, x: In, out_kinds: Kinds, n: usize) -> Result<()> {
+    fn attention(&self, w: &AttnLayer, k_cache: u64, v_cache: u64, x: In, out_kinds: Kinds, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         if n == 1 {
             self.proj_many(&[(&w.q, sc.qg.ptr), (&w.k, sc.k.ptr), (&w.v, sc.v.ptr)], x)?;
@@ -429,8 +437,8 @@ impl CudaModel {
                 Arg::Ptr(self.still.as_ref().map_or(0, |s| s.ptr)),
                 Arg::Ptr(sc.step.ptr),
                 Arg::Ptr(sc.q.ptr),
-                Arg::Ptr(w.k_cache.ptr),
-                Arg::Ptr(w.v_cache.ptr),
+                Arg::Ptr(k_cache),
+                Arg::Ptr(v_cache),
                 Arg::I32(d.n_head as i32),
                 Arg::I32(d.n_head_kv as i32),
                 Arg::I32(d.hd as i32),
@@ -446,8 +454,8 @@ impl CudaModel {
             0,
             &[
                 Arg::Ptr(sc.q.ptr),
-                Arg::Ptr(w.k_cache.ptr),
-                Arg::Ptr(w.v_cache.ptr),
+                Arg::Ptr(k_cache),
+                Arg::Ptr(v_cache),
                 Arg::Ptr(sc.step.ptr),
                 Arg::Ptr(sc.part_o.ptr),
                 Arg::Ptr(sc.part_ml.ptr),

@@ -5,7 +5,8 @@
 //! order of float sums inside a product (docs/parity.md "GPU").
 
 use crate::error::{CudaError, Result};
-use crate::gpu::{Arg, DevBuf, DeviceInfo, Gpu};
+use crate::gpu::{as_bytes, Arg, DevBuf, DeviceInfo, Gpu};
+use std::sync::Arc;
 use cudarc::driver::sys;
 use cudarc::driver::CudaGraph;
 use xwen_engine::layers::deltanet::DeltaProj;
@@ -15,10 +16,13 @@ use xwen_gguf::{GgmlType, GgufFile};
 
 mod forward;
 mod plan;
+mod seq;
 mod upload;
 
 pub use plan::{device_bytes_needed, device_plan, DevicePlan};
 use plan::{load_net, max_dense_values, max_tiles, plan_of, q8_width, ubatch_for};
+pub(crate) use seq::DevSeq;
+use seq::{SeqLayer, SeqShape};
 use upload::Uploader;
 
 /// The threads an rms_norm launch of rows of `n` values takes: n / 8 where a thread can hold
@@ -78,8 +82,6 @@ struct DeltaLayer {
     a: DevBuf,
     norm: DevBuf,
     out: DevMat,
-    conv_state: DevBuf,
-    s: DevBuf,
 }
 
 struct AttnLayer {
@@ -89,8 +91,6 @@ struct AttnLayer {
     o: DevMat,
     q_norm: DevBuf,
     k_norm: DevBuf,
-    k_cache: DevBuf,
-    v_cache: DevBuf,
 }
 
 enum DevMixer {
@@ -262,7 +262,7 @@ struct Dims {
 
 /// qwen35 / qwen35moe on one GPU.
 pub struct CudaModel {
-    gpu: Gpu,
+    gpu: Arc<Gpu>,
     d: Dims,
     n_ctx: usize,
     tok_embd: DevMat,
@@ -271,7 +271,11 @@ pub struct CudaModel {
     output: DevMat,
     still: Option<DevBuf>,
     sc: Scratch,
-    graph: Option<CudaGraph>,
+    /// The sequence `step` / `prefill` / `reset` feed (the engine's sequences bring their own,
+    /// `seq.rs`).
+    seq: Option<DevSeq>,
+    /// What a sequence's state is made of, layer by layer.
+    shape: SeqShape,
     use_graph: bool,
     /// The q8 activations the lm head takes.
     head_kinds: Kinds,
@@ -355,8 +359,6 @@ impl CudaModel {
                         a: gpu.upload_f32(&w.a)?,
                         norm: gpu.upload_f32(&w.norm)?,
                         out: up.mat(&w.out)?,
-                        conv_state: gpu.zeros(dd.conv_state_len() * 4)?,
-                        s: gpu.zeros(dd.state_len() * 4)?,
                     })
                 }
                 Mixer::Attn(w) => DevMixer::Attn(AttnLayer {
@@ -366,8 +368,6 @@ impl CudaModel {
                     o: up.mat(&w.o)?,
                     q_norm: gpu.upload_f32(&w.q_norm)?,
                     k_norm: gpu.upload_f32(&w.k_norm)?,
-                    k_cache: gpu.zeros(n_ctx * att.kv_width() * 2)?,
-                    v_cache: gpu.zeros(n_ctx * att.kv_width() * 2)?,
                 }),
                 Mixer::Mla(_) => return Err(CudaError::Unsupported("MLA layers are not on the CUDA backend".into())),
             };
@@ -453,15 +453,21 @@ impl CudaModel {
         };
         let output = up.mat(&net.output)?;
         let head_kinds = Kinds::of(&[&output]);
+        let tok_embd = up.mat(&net.tok_embd)?;
+        let output_norm = gpu.upload_f32(&net.output_norm)?;
+        let gpu = Arc::new(gpu);
+        let shape = SeqShape::of(&net, n_ctx);
+        let seq = DevSeq::zeroed(&gpu, &shape)?;
         let model = CudaModel {
-            tok_embd: up.mat(&net.tok_embd)?,
-            output_norm: gpu.upload_f32(&net.output_norm)?,
+            seq: Some(seq),
+            shape,
+            tok_embd,
+            output_norm,
             output,
             head_kinds,
             layers,
             still,
             sc,
-            graph: None,
             use_graph: opts.graph,
             ubatch,
             pos: 0,
@@ -498,12 +504,11 @@ impl CudaModel {
 
     /// Starts a new sequence: the recurrent states zeroed, the KV caches' positions free.
     pub fn reset(&mut self) -> Result<()> {
-        for l in &mut self.layers {
-            if let DevMixer::Delta(dl) = &mut l.mixer {
-                self.gpu.zero(&mut dl.conv_state)?;
-                self.gpu.zero(&mut dl.s)?;
-            }
-        }
+        self.gpu.ctx.bind_to_thread()?;
+        let mut seq = self.take_seq()?;
+        let r = seq.zero();
+        self.seq = Some(seq);
+        r?;
         self.pos = 0;
         self.gpu.sync()
     }
@@ -511,22 +516,11 @@ impl CudaModel {
     /// Feeds `token` at the next position; returns the greedy next token (the argmax of its
     /// logits, computed on the device: the step's one host sync). `logits()` reads the rest.
     pub fn step(&mut self, token: u32) -> Result<u32> {
-        self.check(&[token])?;
-        self.write_step(&[token])?;
-        if self.use_graph {
-            if self.graph.is_none() {
-                self.gpu.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-                let recorded = self.record(1);
-                let graph = self.gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0))?;
-                recorded?;
-                self.graph = Some(graph.ok_or_else(|| CudaError::Unsupported("stream capture made no graph".into()))?);
-            }
-            if let Some(g) = &self.graph {
-                g.launch()?;
-            }
-        } else {
-            self.record(1)?;
-        }
+        self.check(self.pos, &[token])?;
+        let mut seq = self.take_seq()?;
+        let r = self.decode_row(&mut seq, self.pos, token);
+        self.seq = Some(seq);
+        r?;
         self.pos += 1;
         let t = self.gpu.read_i32(&self.sc.token, 1)?;
         Ok(t[0] as u32)
@@ -535,15 +529,14 @@ impl CudaModel {
     /// Feeds a prompt in batches of up to `ubatch()` tokens (each weight read once a batch);
     /// returns the greedy token after its last. The logits are the last token's.
     pub fn prefill(&mut self, tokens: &[u32]) -> Result<u32> {
-        self.check(tokens)?;
+        self.check(self.pos, tokens)?;
         if tokens.len() == 1 {
             return self.step(tokens[0]);
         }
-        for chunk in tokens.chunks(self.ubatch) {
-            self.write_step(chunk)?;
-            self.record(chunk.len())?;
-            self.pos += chunk.len();
-        }
+        let mut seq = self.take_seq()?;
+        let r = tokens.chunks(self.ubatch).try_fold(self.pos, |p, chunk| self.prompt_pass(&mut seq, p, chunk).map(|()| p + chunk.len()));
+        self.seq = Some(seq);
+        self.pos = r?;
         let t = self.gpu.read_i32(&self.sc.token, 1)?;
         Ok(t[0] as u32)
     }
@@ -551,12 +544,14 @@ impl CudaModel {
     /// Device time per kernel of feeding `tokens` (one decode step for one token, prefill
     /// passes for more), each launch timed alone: (kernel, ms, launches), by time.
     pub fn profile(&mut self, tokens: &[u32]) -> Result<Vec<(String, f64, u64)>> {
-        self.check(tokens)?;
+        self.check(self.pos, tokens)?;
         let n = tokens.len().min(self.ubatch);
-        self.write_step(&tokens[..n])?;
+        self.write_step(self.pos, &tokens[..n])?;
+        let seq = self.take_seq()?;
         self.gpu.set_profiling(true);
-        let r = self.record(n);
+        let r = self.record(n, &seq);
         let table = self.gpu.set_profiling(false);
+        self.seq = Some(seq);
         r?;
         self.pos += n;
         Ok(table)
@@ -567,19 +562,91 @@ impl CudaModel {
         self.ubatch
     }
 
-    fn check(&self, tokens: &[u32]) -> Result<()> {
+    /// Feeds `tokens` to `seq` from `pos` — one token or, with `one_by_one`, each row alone
+    /// through the decode step; else prompt passes of up to `ubatch` — and returns the logits
+    /// of the span's rows `want`, back to back. What the engine's device seam runs.
+    pub(crate) fn feed(&mut self, seq: &mut DevSeq, pos: usize, tokens: &[u32], one_by_one: bool, want: std::ops::Range<usize>) -> Result<Vec<f32>> {
+        self.gpu.ctx.bind_to_thread()?;
+        self.check(pos, tokens)?;
+        let mut out = Vec::with_capacity(want.len() * self.d.n_vocab);
+        if tokens.len() == 1 || one_by_one {
+            for (i, &t) in tokens.iter().enumerate() {
+                self.decode_row(seq, pos + i, t)?;
+                if want.contains(&i) {
+                    out.extend(self.logits()?);
+                }
+            }
+            return Ok(out);
+        }
+        for (c, chunk) in tokens.chunks(self.ubatch).enumerate() {
+            let first = c * self.ubatch;
+            self.prompt_pass(seq, pos + first, chunk)?;
+            let last = first + chunk.len() - 1;
+            // the pass computed its last row's logits; any other row asked for takes the head again
+            let rows: Vec<usize> = want.clone().filter(|r| (first..=last).contains(r)).collect();
+            let last_logits = if rows.last() == Some(&last) { Some(self.logits()?) } else { None };
+            for &r in rows.iter().filter(|&&r| r != last) {
+                self.head(r - first)?;
+                out.extend(self.logits()?);
+            }
+            out.extend(last_logits.unwrap_or_default());
+        }
+        Ok(out)
+    }
+
+    /// One token at `pos` through `seq`'s captured decode step (captured at its first).
+    fn decode_row(&mut self, seq: &mut DevSeq, pos: usize, token: u32) -> Result<()> {
+        self.gpu.ctx.bind_to_thread()?;
+        if seq.keeps() {
+            seq.save(pos)?;
+        }
+        self.write_step(pos, &[token])?;
+        if !self.use_graph {
+            return self.record(1, seq);
+        }
+        if seq.graph.is_none() {
+            self.gpu.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+            let recorded = self.record(1, seq);
+            let graph = self.gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0))?;
+            recorded?;
+            seq.graph = Some(seq::SendGraph(graph.ok_or_else(|| CudaError::Unsupported("stream capture made no graph".into()))?));
+        }
+        if let Some(g) = &seq.graph {
+            g.0.launch()?;
+        }
+        Ok(())
+    }
+
+    /// A prompt pass of `tokens` (at most `ubatch`) from `pos`.
+    fn prompt_pass(&mut self, seq: &mut DevSeq, pos: usize, tokens: &[u32]) -> Result<()> {
+        self.gpu.ctx.bind_to_thread()?;
+        self.write_step(pos, tokens)?;
+        self.record(tokens.len(), seq)
+    }
+
+    fn take_seq(&mut self) -> Result<DevSeq> {
+        self.seq.take().ok_or_else(|| CudaError::Unsupported("the model's own sequence is in use".into()))
+    }
+
+    /// A sequence holding the host form `layers` at `pos`.
+    pub(crate) fn upload_seq(&self, layers: &[xwen_engine::state::LayerState], pos: usize) -> Result<DevSeq> {
+        self.gpu.ctx.bind_to_thread()?;
+        DevSeq::upload(&self.gpu, &self.shape, layers, pos)
+    }
+
+    fn check(&self, pos: usize, tokens: &[u32]) -> Result<()> {
         if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.d.n_vocab) {
             return Err(CudaError::TokenOutOfRange { id, n_vocab: self.d.n_vocab });
         }
-        if self.pos + tokens.len() > self.n_ctx {
-            return Err(CudaError::ContextFull { pos: self.pos + tokens.len(), n_ctx: self.n_ctx });
+        if pos + tokens.len() > self.n_ctx {
+            return Err(CudaError::ContextFull { pos: pos + tokens.len(), n_ctx: self.n_ctx });
         }
         Ok(())
     }
 
     /// The step's parameters: [first position, token ids…].
-    fn write_step(&mut self, tokens: &[u32]) -> Result<()> {
-        let params: Vec<u8> = std::iter::once(self.pos as i32).chain(tokens.iter().map(|&t| t as i32)).flat_map(|v| v.to_le_bytes()).collect();
+    fn write_step(&mut self, pos: usize, tokens: &[u32]) -> Result<()> {
+        let params: Vec<u8> = std::iter::once(pos as i32).chain(tokens.iter().map(|&t| t as i32)).flat_map(|v| v.to_le_bytes()).collect();
         self.gpu.write(&mut self.sc.step, &params)
     }
 

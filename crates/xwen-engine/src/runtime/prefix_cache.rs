@@ -96,7 +96,7 @@ fn header(fingerprint: u64, tokens: &[u32]) -> Vec<u8> {
 /// Writes one entry: to a temporary name, then renamed, so a crash leaves no half file.
 fn write_entry(path: &Path, fingerprint: u64, tokens: &[u32], state: &SeqState) -> std::io::Result<()> {
     let mut body = header(fingerprint, tokens);
-    body.extend_from_slice(&state_codec::encode(state, fingerprint));
+    body.extend_from_slice(&state_codec::encode(state, fingerprint).map_err(std::io::Error::other)?);
     let crc = crc32fast::hash(&body);
     body.extend_from_slice(&crc.to_le_bytes());
     let tmp = path.with_extension("tmp");
@@ -248,6 +248,9 @@ impl PrefixCache {
         if tokens.is_empty() || state.pos != tokens.len() {
             return;
         }
+        // entries live in host memory (a state on a device is read back; one that cannot be
+        // is not kept)
+        let Ok(state) = state.into_host() else { return };
         let bytes = state.bytes() as u64;
         if bytes > self.ram_limit && self.dir.is_none() {
             return;

@@ -56,7 +56,8 @@ impl Session {
     /// boundary). None where the session has no checkpoint at `pos` any more.
     pub fn state_at(&self, pos: usize) -> Option<(Vec<u32>, SeqState)> {
         let ck = self.checkpoints.iter().find(|c| c.pos() == pos)?;
-        let mut st = self.state.clone();
+        // in host memory: what the prefix cache keeps (a device state is read back)
+        let mut st = self.state.to_host().ok()?;
         st.restore_checkpoint(ck).ok()?;
         Some((self.tokens.get(..pos)?.to_vec(), st))
     }
@@ -202,7 +203,9 @@ impl Session {
         if self.checkpoints.last().is_some_and(|c| c.pos() == self.state.pos) {
             return;
         }
-        self.checkpoints.push(self.state.checkpoint());
+        // a checkpoint the device could not give is skipped: a later rewind past it recomputes
+        let Ok(ck) = self.state.checkpoint() else { return };
+        self.checkpoints.push(ck);
         if self.checkpoints.len() > MAX_CHECKPOINTS {
             self.checkpoints.remove(0);
         }

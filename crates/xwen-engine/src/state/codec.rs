@@ -51,8 +51,12 @@ fn put_kv(out: &mut Vec<u8>, b: &KvBuf) {
     }
 }
 
-/// `state` (at `state.pos`) as bytes, tagged with the model's `fingerprint`.
-pub fn encode(state: &SeqState, fingerprint: u64) -> Vec<u8> {
+/// `state` (at `state.pos`) as bytes, tagged with the model's `fingerprint`; a state on a
+/// device is read back first (its error, the device's).
+pub fn encode(state: &SeqState, fingerprint: u64) -> crate::error::Result<Vec<u8>> {
+    if state.is_on_device() {
+        return encode(&state.to_host()?, fingerprint);
+    }
     let mut out = Vec::with_capacity(state.bytes() + 64);
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
@@ -73,7 +77,7 @@ pub fn encode(state: &SeqState, fingerprint: u64) -> Vec<u8> {
             }
         }
     }
-    out
+    Ok(out)
 }
 
 struct Reader<'a> {

@@ -11,6 +11,7 @@ pub mod recurrent;
 
 pub use kv::{KvBuf, KvCache};
 pub use recurrent::{DeltaState, PastState};
+use crate::device::DeviceSeq;
 use crate::error::{EngineError, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -28,10 +29,45 @@ static NEXT_LINEAGE: AtomicU64 = AtomicU64::new(1);
 pub struct SeqState {
     /// Positions consumed so far.
     pub pos: usize,
+    /// The layers' states; while the state lives on a device (`is_on_device`), only their
+    /// shapes: the contents are the device's (`to_host` brings them back).
     pub layers: Vec<LayerState>,
     lineage: u64,
     /// Every position the sequence was cut back to (truncate, restore), in order.
     cuts: Vec<usize>,
+    /// Where the contents live: here, or on the device of a model with one attached.
+    place: Place,
+}
+
+/// Where a sequence's state lives.
+enum Place {
+    Host,
+    Device(Box<dyn DeviceSeq>),
+    /// A copy the device could not make: every use reports why.
+    Failed(String),
+}
+
+impl Clone for Place {
+    fn clone(&self) -> Place {
+        match self {
+            Place::Host => Place::Host,
+            Place::Device(d) => match d.try_clone() {
+                Ok(c) => Place::Device(c),
+                Err(e) => Place::Failed(format!("copying a sequence's state on the device failed: {e}")),
+            },
+            Place::Failed(m) => Place::Failed(m.clone()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Place::Host => f.write_str("Host"),
+            Place::Device(_) => f.write_str("Device"),
+            Place::Failed(m) => write!(f, "Failed({m})"),
+        }
+    }
 }
 
 /// A saved copy of a sequence's whole state at a position (KV rows included).
@@ -70,7 +106,56 @@ impl SeqCheckpoint {
 impl SeqState {
     /// A fresh sequence at position 0 over `layers`.
     pub fn new(layers: Vec<LayerState>) -> SeqState {
-        SeqState { pos: 0, layers, lineage: NEXT_LINEAGE.fetch_add(1, Ordering::Relaxed), cuts: Vec::new() }
+        SeqState { pos: 0, layers, lineage: NEXT_LINEAGE.fetch_add(1, Ordering::Relaxed), cuts: Vec::new(), place: Place::Host }
+    }
+
+    /// Whether the contents live on a device (a model with one attached has fed it).
+    pub fn is_on_device(&self) -> bool {
+        !matches!(self.place, Place::Host)
+    }
+
+    /// The device part, for the model that owns it (`Model::forward_batch_each`); an error
+    /// where an earlier copy failed; None for a host state.
+    pub(crate) fn device_mut(&mut self) -> Result<Option<&mut (dyn DeviceSeq + 'static)>> {
+        match &mut self.place {
+            Place::Host => Ok(None),
+            Place::Device(d) => Ok(Some(d.as_mut())),
+            Place::Failed(m) => Err(EngineError::State(m.clone())),
+        }
+    }
+
+    /// Moves the contents onto a device: `seq` holds them from now on; the host copies are
+    /// let go (the layers keep their shapes for `to_host`).
+    pub(crate) fn put_on_device(&mut self, seq: Box<dyn DeviceSeq>) {
+        for l in &mut self.layers {
+            match l {
+                LayerState::Attn(kv) => *kv = KvCache { max_rows: kv.max_rows, ..KvCache::new((kv.k.ty(), kv.v.ty())) },
+                LayerState::Delta(d) => *d = DeltaState { conv: Vec::new(), s: Vec::new(), keep: d.keep, past: Default::default(), spare: Default::default() },
+            }
+        }
+        self.place = Place::Device(seq);
+    }
+
+    /// The same state with its contents in host memory: a copy of a host state, a download of
+    /// a device one (what the prefix cache keeps and the state codec writes).
+    pub fn to_host(&self) -> Result<SeqState> {
+        match &self.place {
+            Place::Host => Ok(self.clone()),
+            Place::Device(d) => {
+                let mut layers = self.layers.clone();
+                d.download(&mut layers, self.pos)?;
+                Ok(SeqState { pos: self.pos, layers, lineage: self.lineage, cuts: self.cuts.clone(), place: Place::Host })
+            }
+            Place::Failed(m) => Err(EngineError::State(m.clone())),
+        }
+    }
+
+    /// `to_host` that leaves a host state as it is.
+    pub fn into_host(self) -> Result<SeqState> {
+        match self.place {
+            Place::Host => Ok(self),
+            _ => self.to_host(),
+        }
     }
 
     pub fn snapshot(&self) -> Snapshot {
@@ -81,18 +166,23 @@ impl SeqState {
         *self = snap.0.clone();
     }
 
-    /// The recurrent states at the current position (no KV rows).
-    pub fn checkpoint(&self) -> SeqCheckpoint {
-        let recurrent = self
-            .layers
-            .iter()
-            .enumerate()
-            .filter_map(|(i, l)| match l {
-                LayerState::Delta(d) => Some((i, d.clone())),
-                LayerState::Attn(_) => None,
-            })
-            .collect();
-        SeqCheckpoint { pos: self.pos, lineage: self.lineage, cuts_before: self.cuts.len(), recurrent }
+    /// The recurrent states at the current position (no KV rows); from a device, read back
+    /// (the error is the device's).
+    pub fn checkpoint(&self) -> Result<SeqCheckpoint> {
+        let recurrent = match &self.place {
+            Place::Host => self
+                .layers
+                .iter()
+                .enumerate()
+                .filter_map(|(i, l)| match l {
+                    LayerState::Delta(d) => Some((i, DeltaState { conv: d.conv.clone(), s: d.s.clone(), keep: 0, past: Default::default(), spare: Default::default() })),
+                    LayerState::Attn(_) => None,
+                })
+                .collect(),
+            Place::Device(d) => d.recurrent()?,
+            Place::Failed(m) => return Err(EngineError::State(m.clone())),
+        };
+        Ok(SeqCheckpoint { pos: self.pos, lineage: self.lineage, cuts_before: self.cuts.len(), recurrent })
     }
 
     /// Back to `ck`'s position: KV rows past it are dropped, the recurrent states copied back.
@@ -113,14 +203,20 @@ impl SeqState {
                 )));
             }
         }
-        for (i, d) in &ck.recurrent {
-            match self.layers.get_mut(*i) {
-                Some(LayerState::Delta(cur)) => {
-                    cur.conv.copy_from_slice(&d.conv);
-                    cur.s.copy_from_slice(&d.s);
+        if let Some((i, _)) = ck.recurrent.iter().find(|(i, _)| !matches!(self.layers.get(*i), Some(LayerState::Delta(_)))) {
+            return Err(EngineError::State(format!("checkpoint layer {i} is not recurrent in this state")));
+        }
+        match &mut self.place {
+            Place::Host => {
+                for (i, d) in &ck.recurrent {
+                    if let Some(LayerState::Delta(cur)) = self.layers.get_mut(*i) {
+                        cur.conv.copy_from_slice(&d.conv);
+                        cur.s.copy_from_slice(&d.s);
+                    }
                 }
-                _ => return Err(EngineError::State(format!("checkpoint layer {i} is not recurrent in this state"))),
             }
+            Place::Device(dev) => dev.set_recurrent(&ck.recurrent)?,
+            Place::Failed(m) => return Err(EngineError::State(m.clone())),
         }
         self.cut_kv(ck.pos);
         Ok(())
@@ -130,6 +226,9 @@ impl SeqState {
     /// state's bytes), so `rollback` can return to any of those positions without a re-run —
     /// what a speculative verify needs. 0 (the default) keeps none.
     pub fn keep_history(&mut self, k: usize) {
+        if let Place::Device(d) = &mut self.place {
+            d.keep_history(k);
+        }
         for l in &mut self.layers {
             if let LayerState::Delta(d) = l {
                 d.keep = k;
@@ -152,6 +251,15 @@ impl SeqState {
         }
         if pos > self.pos {
             return Err(EngineError::State(format!("cannot roll forward to {pos} (at {})", self.pos)));
+        }
+        match &mut self.place {
+            Place::Host => {}
+            Place::Device(d) => {
+                d.rollback(self.pos, pos)?;
+                self.cut_kv(pos);
+                return Ok(());
+            }
+            Place::Failed(m) => return Err(EngineError::State(m.clone())),
         }
         let kept = self.layers.iter().all(|l| match l {
             LayerState::Delta(d) => d.past.iter().any(|p| p.pos == pos),
@@ -238,6 +346,9 @@ impl SeqState {
     /// spare state buffers the next verify's kept states reuse — at most twice `keep` states
     /// per layer.
     pub fn history_bytes(&self) -> usize {
+        if let Place::Device(d) = &self.place {
+            return d.history_bytes();
+        }
         self.layers
             .iter()
             .map(|l| match l {
@@ -247,8 +358,12 @@ impl SeqState {
             .sum()
     }
 
-    /// Bytes this state holds (KV grows with position; recurrent state is constant).
+    /// Bytes this state holds (KV grows with position; recurrent state is constant): device
+    /// bytes for a state on a device.
     pub fn bytes(&self) -> usize {
+        if let Place::Device(d) = &self.place {
+            return d.bytes();
+        }
         self.layers
             .iter()
             .map(|l| match l {

@@ -1,0 +1,114 @@
+//! The CUDA model behind the engine's device seam (`xwen_engine::device`): `attach` puts a
+//! loaded `Model`'s passes on a GPU, so the engine's scheduler, sessions, prefix cache and
+//! drafting — and every front end built on them — run it there.
+
+use crate::error::CudaError;
+use crate::model::{CudaModel, CudaOptions, DevSeq};
+use std::any::Any;
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
+use xwen_engine::state::{DeltaState, LayerState};
+use xwen_engine::{DeviceModel, DeviceSeq, EngineError, Model};
+
+/// Loads `model`'s file onto device `opts.device` and puts the model's passes there; the
+/// context is the model's (`EngineConfig::max_ctx`). Returns what the device is, in words.
+pub fn attach(model: &mut Model, opts: &CudaOptions) -> crate::Result<String> {
+    let opts = CudaOptions { n_ctx: model.max_context(), ..opts.clone() };
+    let cuda = CudaModel::load(model.gguf(), &opts)?;
+    let dev = Arc::new(CudaDevice::new(cuda));
+    let describe = dev.describe();
+    model.attach_device(dev)?;
+    Ok(describe)
+}
+
+/// A `CudaModel` as the engine's `DeviceModel`: its passes take turns on the one stream.
+pub struct CudaDevice {
+    model: Mutex<CudaModel>,
+    describe: String,
+    bytes: u64,
+}
+
+impl CudaDevice {
+    pub fn new(model: CudaModel) -> CudaDevice {
+        let describe = model.device().to_string();
+        let bytes = model.device_bytes();
+        CudaDevice { model: Mutex::new(model), describe, bytes }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CudaModel> {
+        // a pass that failed left nothing half-written the next one reads (its sequence is
+        // the one that reports the error)
+        self.model.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn engine_error(e: CudaError) -> EngineError {
+    match e {
+        CudaError::Engine(e) => e,
+        CudaError::ContextFull { pos, n_ctx } => EngineError::ContextFull { need: pos, max: n_ctx },
+        CudaError::TokenOutOfRange { id, n_vocab } => EngineError::TokenOutOfRange { id, n_vocab },
+        e => EngineError::Device(e.to_string()),
+    }
+}
+
+/// One engine sequence's state on the device.
+struct CudaSeq(DevSeq);
+
+impl DeviceModel for CudaDevice {
+    fn describe(&self) -> String {
+        self.describe.clone()
+    }
+
+    fn device_bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    fn upload(&self, layers: &[LayerState], pos: usize) -> xwen_engine::Result<Box<dyn DeviceSeq>> {
+        let m = self.lock();
+        Ok(Box::new(CudaSeq(m.upload_seq(layers, pos).map_err(engine_error)?)))
+    }
+
+    fn forward(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32], logits: Range<usize>, decode_order: bool) -> xwen_engine::Result<Vec<f32>> {
+        let seq = seq.as_any_mut().downcast_mut::<CudaSeq>().ok_or_else(|| EngineError::Device("a sequence state of another device".into()))?;
+        let mut m = self.lock();
+        m.feed(&mut seq.0, pos, tokens, decode_order, logits).map_err(engine_error)
+    }
+}
+
+impl DeviceSeq for CudaSeq {
+    fn try_clone(&self) -> xwen_engine::Result<Box<dyn DeviceSeq>> {
+        Ok(Box::new(CudaSeq(self.0.try_clone().map_err(engine_error)?)))
+    }
+
+    fn download(&self, layers: &mut [LayerState], pos: usize) -> xwen_engine::Result<()> {
+        self.0.download(layers, pos).map_err(engine_error)
+    }
+
+    fn recurrent(&self) -> xwen_engine::Result<Vec<(usize, DeltaState)>> {
+        self.0.recurrent().map_err(engine_error)
+    }
+
+    fn set_recurrent(&mut self, states: &[(usize, DeltaState)]) -> xwen_engine::Result<()> {
+        self.0.set_recurrent(states).map_err(engine_error)
+    }
+
+    fn keep_history(&mut self, k: usize) {
+        self.0.keep_history(k);
+    }
+
+    fn rollback(&mut self, from: usize, to: usize) -> xwen_engine::Result<()> {
+        self.0.rollback(from, to).map_err(engine_error)
+    }
+
+    fn bytes(&self) -> usize {
+        self.0.bytes()
+    }
+
+    fn history_bytes(&self) -> usize {
+        self.0.history_bytes()
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}

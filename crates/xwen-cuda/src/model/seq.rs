@@ -1,0 +1,300 @@
+//! One sequence's state on the device — each attention layer's f16 KV rows for the whole
+//! context, each DeltaNet layer's conv and delta states — with its own captured decode step,
+//! and the recurrent states kept before recent tokens for a speculative rollback.
+//!
+//! The host form is the CPU model's (`xwen_engine::state::LayerState`, same layouts: conv
+//! [K−1][conv_dim] oldest first, S [H_v][S_v][S_k], KV rows [pos][kv_width] as f16 bits), so
+//! a sequence moves between the two by copying bytes.
+
+use super::*;
+use std::collections::VecDeque;
+use xwen_engine::state::{DeltaState, KvBuf, KvCache, LayerState};
+
+/// The sizes of a sequence's buffers, layer by layer.
+#[derive(Clone, Debug)]
+pub(super) struct SeqShape {
+    pub layers: Vec<LayerShape>,
+    pub n_ctx: usize,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) enum LayerShape {
+    /// conv and S values.
+    Delta { conv: usize, s: usize },
+    /// Values of a K (and of a V) row.
+    Attn { kv_width: usize },
+}
+
+impl SeqShape {
+    pub fn of(net: &Hybrid, n_ctx: usize) -> SeqShape {
+        let (att, dd) = (&net.cfg.attn, &net.cfg.delta);
+        let layers = net
+            .layers
+            .iter()
+            .map(|l| match &l.mixer {
+                Mixer::Attn(_) => LayerShape::Attn { kv_width: att.kv_width() },
+                _ => LayerShape::Delta { conv: dd.conv_state_len(), s: dd.state_len() },
+            })
+            .collect();
+        SeqShape { layers, n_ctx }
+    }
+}
+
+pub(super) enum SeqLayer {
+    Delta { conv: DevBuf, s: DevBuf },
+    Attn { k: DevBuf, v: DevBuf },
+}
+
+/// A DeltaNet layer's conv and S before the token at `pos` (`keep_history`).
+struct Past {
+    pos: usize,
+    states: Vec<(DevBuf, DevBuf)>,
+}
+
+/// A sequence on the device.
+pub struct DevSeq {
+    gpu: Arc<Gpu>,
+    shape: SeqShape,
+    pub(super) layers: Vec<SeqLayer>,
+    /// The decode step over this sequence's buffers, captured at its first one-token pass.
+    pub(super) graph: Option<SendGraph>,
+    keep: usize,
+    past: VecDeque<Past>,
+    /// Kept states let go, for the next ones (at most `keep`).
+    spare: Vec<Vec<(DevBuf, DevBuf)>>,
+}
+
+/// A captured graph, moved between threads with the sequence that owns it: the driver's
+/// handles are usable from any thread with the context current, and a graph is launched only
+/// inside the model's lock (`CudaDevice`), on the model's one stream.
+pub(super) struct SendGraph(pub CudaGraph);
+// SAFETY: see above — never launched from two threads at once.
+unsafe impl Send for SendGraph {}
+// SAFETY: a shared reference offers nothing but `launch`, taken under the model's lock.
+unsafe impl Sync for SendGraph {}
+
+impl DevSeq {
+    /// A sequence at position 0: states zero (the KV rows are written before they are read).
+    pub(super) fn zeroed(gpu: &Arc<Gpu>, shape: &SeqShape) -> Result<DevSeq> {
+        let layers = shape
+            .layers
+            .iter()
+            .map(|l| {
+                Ok(match *l {
+                    LayerShape::Delta { conv, s } => SeqLayer::Delta { conv: gpu.zeros(conv * 4)?, s: gpu.zeros(s * 4)? },
+                    LayerShape::Attn { kv_width } => SeqLayer::Attn { k: gpu.zeros(shape.n_ctx * kv_width * 2)?, v: gpu.zeros(shape.n_ctx * kv_width * 2)? },
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(DevSeq { gpu: Arc::clone(gpu), shape: shape.clone(), layers, graph: None, keep: 0, past: VecDeque::new(), spare: Vec::new() })
+    }
+
+    /// Back to position 0: the recurrent states zeroed, nothing kept.
+    pub(super) fn zero(&mut self) -> Result<()> {
+        for l in &mut self.layers {
+            if let SeqLayer::Delta { conv, s } = l {
+                self.gpu.zero(conv)?;
+                self.gpu.zero(s)?;
+            }
+        }
+        self.past.clear();
+        Ok(())
+    }
+
+    /// A sequence holding `layers` (the host form, `pos` positions).
+    pub(super) fn upload(gpu: &Arc<Gpu>, shape: &SeqShape, layers: &[LayerState], pos: usize) -> Result<DevSeq> {
+        if layers.len() != shape.layers.len() {
+            return Err(CudaError::Unsupported(format!("a state of {} layers for a model of {}", layers.len(), shape.layers.len())));
+        }
+        if pos > shape.n_ctx {
+            return Err(CudaError::ContextFull { pos, n_ctx: shape.n_ctx });
+        }
+        let mut seq = DevSeq::zeroed(gpu, shape)?;
+        for (i, (host, dev)) in layers.iter().zip(&mut seq.layers).enumerate() {
+            match (host, dev) {
+                (LayerState::Delta(d), SeqLayer::Delta { conv, s }) => {
+                    // a host state not yet written (empty) is the zero state
+                    if !d.conv.is_empty() || !d.s.is_empty() {
+                        if d.conv.len() * 4 != conv.bytes() || d.s.len() * 4 != s.bytes() {
+                            return Err(CudaError::Unsupported(format!("layer {i}: a recurrent state of {} + {} values for {} + {}", d.conv.len(), d.s.len(), conv.bytes() / 4, s.bytes() / 4)));
+                        }
+                        gpu.write(conv, as_bytes(&d.conv))?;
+                        gpu.write(s, as_bytes(&d.s))?;
+                    }
+                }
+                (LayerState::Attn(kv), SeqLayer::Attn { k, v }) => {
+                    let LayerShape::Attn { kv_width } = shape.layers[i] else { unreachable!("shapes follow the layers") };
+                    for (host, dev) in [(&kv.k, k), (&kv.v, v)] {
+                        match host {
+                            KvBuf::F16(bits) if bits.len() == pos * kv_width => gpu.write(dev, u16_bytes(bits))?,
+                            KvBuf::F16(bits) => {
+                                return Err(CudaError::Unsupported(format!("layer {i}: {} KV values for {pos} positions of {kv_width}", bits.len())));
+                            }
+                            _ if host.is_empty() && pos == 0 => {}
+                            _ => return Err(CudaError::Unsupported(format!("layer {i}: a {} KV cache; the device keeps f16", host.ty().name()))),
+                        }
+                    }
+                }
+                _ => return Err(CudaError::Unsupported(format!("layer {i}: the state's kind is not the model's"))),
+            }
+        }
+        Ok(seq)
+    }
+
+    /// The host form of the first `pos` positions into `layers`.
+    pub(crate) fn download(&self, layers: &mut [LayerState], pos: usize) -> Result<()> {
+        if layers.len() != self.layers.len() || pos > self.shape.n_ctx {
+            return Err(CudaError::Unsupported(format!("a state of {} layers at {pos} from a sequence of {}", layers.len(), self.layers.len())));
+        }
+        for (i, (host, dev)) in layers.iter_mut().zip(&self.layers).enumerate() {
+            match (host, dev) {
+                (LayerState::Delta(d), SeqLayer::Delta { conv, s }) => {
+                    d.conv = self.gpu.read_f32(conv, conv.bytes() / 4)?;
+                    d.s = self.gpu.read_f32(s, s.bytes() / 4)?;
+                }
+                (LayerState::Attn(kv), SeqLayer::Attn { k, v }) => {
+                    let LayerShape::Attn { kv_width } = self.shape.layers[i] else { unreachable!("shapes follow the layers") };
+                    let n = pos * kv_width;
+                    *kv = KvCache { k: KvBuf::F16(self.gpu.read_u16(k, n)?), v: KvBuf::F16(self.gpu.read_u16(v, n)?), max_rows: kv.max_rows };
+                }
+                _ => return Err(CudaError::Unsupported(format!("layer {i}: the state's kind is not the model's"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// The recurrent layers' states now, by layer index.
+    pub(crate) fn recurrent(&self) -> Result<Vec<(usize, DeltaState)>> {
+        let mut out = Vec::new();
+        for (i, l) in self.layers.iter().enumerate() {
+            if let SeqLayer::Delta { conv, s } = l {
+                let d = DeltaState { conv: self.gpu.read_f32(conv, conv.bytes() / 4)?, s: self.gpu.read_f32(s, s.bytes() / 4)?, keep: 0, past: Default::default(), spare: Default::default() };
+                out.push((i, d));
+            }
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn set_recurrent(&mut self, states: &[(usize, DeltaState)]) -> Result<()> {
+        for (i, d) in states {
+            match self.layers.get_mut(*i) {
+                Some(SeqLayer::Delta { conv, s }) if d.conv.len() * 4 == conv.bytes() && d.s.len() * 4 == s.bytes() => {
+                    self.gpu.write(conv, as_bytes(&d.conv))?;
+                    self.gpu.write(s, as_bytes(&d.s))?;
+                }
+                _ => return Err(CudaError::Unsupported(format!("layer {i}: not a recurrent layer of this shape"))),
+            }
+        }
+        Ok(())
+    }
+
+    /// A second sequence with this one's state (no kept states, no graph).
+    pub(crate) fn try_clone(&self) -> Result<DevSeq> {
+        let mut c = DevSeq::zeroed(&self.gpu, &self.shape)?;
+        for (dst, src) in c.layers.iter_mut().zip(&self.layers) {
+            match (dst, src) {
+                (SeqLayer::Delta { conv: c0, s: s0 }, SeqLayer::Delta { conv, s }) => {
+                    self.gpu.copy(c0, conv)?;
+                    self.gpu.copy(s0, s)?;
+                }
+                (SeqLayer::Attn { k: k0, v: v0 }, SeqLayer::Attn { k, v }) => {
+                    self.gpu.copy(k0, k)?;
+                    self.gpu.copy(v0, v)?;
+                }
+                _ => unreachable!("a clone has its source's shape"),
+            }
+        }
+        Ok(c)
+    }
+
+    pub(crate) fn keep_history(&mut self, k: usize) {
+        self.keep = k;
+        while self.past.len() > k {
+            if let Some(p) = self.past.pop_front() {
+                self.spare.push(p.states);
+            }
+        }
+        self.spare.truncate(k);
+    }
+
+    /// Whether rows fed one by one keep their states before them.
+    pub(super) fn keeps(&self) -> bool {
+        self.keep > 0
+    }
+
+    /// Keeps the recurrent states as they are now, before the token at `pos` (the oldest kept
+    /// let go past `keep`).
+    pub(super) fn save(&mut self, pos: usize) -> Result<()> {
+        if self.keep == 0 {
+            return Ok(());
+        }
+        self.past.retain(|p| p.pos < pos);
+        while self.past.len() >= self.keep {
+            if let Some(p) = self.past.pop_front() {
+                self.spare.push(p.states);
+            }
+        }
+        let mut states = match self.spare.pop() {
+            Some(s) => s,
+            None => self
+                .layers
+                .iter()
+                .filter_map(|l| match l {
+                    SeqLayer::Delta { conv, s } => Some((conv.bytes(), s.bytes())),
+                    SeqLayer::Attn { .. } => None,
+                })
+                .map(|(c, s)| Ok((self.gpu.zeros(c)?, self.gpu.zeros(s)?)))
+                .collect::<Result<Vec<_>>>()?,
+        };
+        let live = self.layers.iter().filter_map(|l| match l {
+            SeqLayer::Delta { conv, s } => Some((conv, s)),
+            SeqLayer::Attn { .. } => None,
+        });
+        for ((c, s), (conv, st)) in states.iter_mut().zip(live) {
+            self.gpu.copy(c, conv)?;
+            self.gpu.copy(s, st)?;
+        }
+        self.past.push_back(Past { pos, states });
+        Ok(())
+    }
+
+    /// Back to the states kept before the token at `to`.
+    pub(crate) fn rollback(&mut self, from: usize, to: usize) -> Result<()> {
+        let Some(i) = self.past.iter().position(|p| p.pos == to) else {
+            return Err(CudaError::Unsupported(format!("position {to} is not among the kept states (at {from}; keep_history keeps the last rows fed one by one)")));
+        };
+        let live = self.layers.iter_mut().filter_map(|l| match l {
+            SeqLayer::Delta { conv, s } => Some((conv, s)),
+            SeqLayer::Attn { .. } => None,
+        });
+        for ((conv, s), (c, st)) in live.zip(&self.past[i].states) {
+            self.gpu.copy(conv, c)?;
+            self.gpu.copy(s, st)?;
+        }
+        for p in self.past.drain(i..) {
+            self.spare.push(p.states);
+        }
+        self.spare.truncate(self.keep);
+        Ok(())
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.layers
+            .iter()
+            .map(|l| match l {
+                SeqLayer::Delta { conv, s } => conv.bytes() + s.bytes(),
+                SeqLayer::Attn { k, v } => k.bytes() + v.bytes(),
+            })
+            .sum::<usize>()
+            + self.history_bytes()
+    }
+
+    pub(crate) fn history_bytes(&self) -> usize {
+        self.past.iter().map(|p| &p.states).chain(&self.spare).flatten().map(|(c, s)| c.bytes() + s.bytes()).sum()
+    }
+}
+
+fn u16_bytes(v: &[u16]) -> &[u8] {
+    // SAFETY: u16 has no padding and any byte pattern is a valid u8.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}

@@ -1,0 +1,202 @@
+//! The CUDA model behind the engine's device seam (`xwen_cuda::attach`): what `run`, `chat`
+//! and `serve` compute with `-ngl 99`. Batch invariance on the GPU (a sequence's logits bit
+//! for bit alone and in a batch of several, each with its own span sizes); the engine's slots,
+//! prefix cache and speculative verify with rollbacks giving the device's own greedy tokens;
+//! states moved between the host and the device (a CPU prefix continued on the GPU within the
+//! model tests' bound, a device state read back and uploaded again bit for bit). Ignored
+//! without a GPU; scripts/gpu-check runs them.
+
+use std::path::{Path, PathBuf};
+use xwen_cuda::CudaOptions;
+use xwen_engine::{ContraryDrafter, Engine, EngineConfig, EngineOptions, EngineRequest, LogitsMode, Model, Output, PrefixCache, ReplayDrafter, SamplerConfig, SeqStep};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The fixtures these tests run: both architectures, and a trained model where present.
+fn files() -> Vec<PathBuf> {
+    let fx = repo().join("tests/fixtures/parity/cond");
+    let mut out = vec![fx.join("qwen3_5/model-q4_k_m.gguf"), fx.join("qwen3_5_moe/model-q4_k_m.gguf")];
+    let trained = repo().join("../shared/models/gguf/tiny-qwen35moe-q4_k_m.gguf");
+    if trained.exists() {
+        out.push(trained);
+    }
+    out
+}
+
+const CTX: usize = 512;
+
+fn cpu(path: &Path) -> Model {
+    Model::load(path, &EngineConfig { max_ctx: CTX, ..Default::default() }).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn on_gpu(path: &Path) -> Model {
+    let mut m = cpu(path);
+    let on = xwen_cuda::attach(&mut m, &CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None }).unwrap_or_else(|e| panic!("{e}"));
+    assert!(m.device().is_some_and(|d| d == on));
+    m
+}
+
+fn tokens(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            ((s >> 33) % n_vocab as u64) as u32
+        })
+        .collect()
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
+    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    (num / den.max(1e-30)).sqrt()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn a_sequences_logits_are_the_same_bits_alone_and_in_a_batch() {
+    for path in files() {
+        let m = on_gpu(&path);
+        let v = m.n_vocab();
+        // three sequences: prompts of 40, 7 and 90 tokens, then steps mixing decode rows
+        // and a chunk; each alone first, with the same span sizes
+        let prompts: Vec<Vec<u32>> = [(40, 1), (7, 2), (90, 3)].iter().map(|&(n, s)| tokens(n, v, s)).collect();
+        let steps: Vec<Vec<Vec<u32>>> = (0..3).map(|i| (0..4).map(|k| tokens(if (i + k) % 3 == 0 { 5 } else { 1 }, v, 100 + (i * 10 + k) as u64)).collect()).collect();
+        let mut alone = Vec::new();
+        for i in 0..3 {
+            let mut s = m.new_state();
+            let mut out = vec![m.forward(&mut s, &prompts[i], LogitsMode::Last).unwrap()];
+            for t in &steps[i] {
+                out.push(m.forward(&mut s, t, LogitsMode::All).unwrap());
+            }
+            alone.push(out);
+        }
+        let mut states: Vec<_> = (0..3).map(|_| m.new_state()).collect();
+        let mut got: Vec<Vec<Vec<f32>>> = vec![Vec::new(); 3];
+        {
+            let mut batch: Vec<SeqStep> = states.iter_mut().zip(&prompts).map(|(s, p)| SeqStep::new(s, p, LogitsMode::Last)).collect();
+            for (i, l) in m.forward_batch(&mut batch).unwrap().into_iter().enumerate() {
+                got[i].push(l);
+            }
+        }
+        for k in 0..4 {
+            let mut batch: Vec<SeqStep> = states.iter_mut().enumerate().map(|(i, s)| SeqStep::new(s, &steps[i][k], LogitsMode::All)).collect();
+            for (i, l) in m.forward_batch(&mut batch).unwrap().into_iter().enumerate() {
+                got[i].push(l);
+            }
+        }
+        for i in 0..3 {
+            for (k, (a, b)) in alone[i].iter().zip(&got[i]).enumerate() {
+                assert_eq!(bits(a), bits(b), "{}: sequence {i}, step {k}", path.display());
+            }
+        }
+        eprintln!("{}: 3 sequences, 5 steps each, bit-identical alone and batched", path.display());
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn the_engines_slots_prefix_cache_and_drafting_on_the_gpu_give_each_requests_tokens_alone() {
+    for path in files() {
+        let m = on_gpu(&path);
+        let v = m.n_vocab();
+        let prompts: Vec<Vec<u32>> = (0..4).map(|i| tokens(10 + 23 * i, v, 7 + i as u64)).collect();
+        let n = 24;
+        let greedy = || SamplerConfig::greedy().resolve(false);
+        let req = |p: &Vec<u32>| EngineRequest { prefill_chunk: 64, ..EngineRequest::new(p.clone(), n, Vec::new(), greedy()) };
+        // each request alone in an engine of one slot
+        let mut e = Engine::new(m, EngineOptions { parallel: 1, draft: None, prefix: None });
+        let mut want = Vec::new();
+        for p in &prompts {
+            e.submit(req(p));
+            let mut out = Vec::new();
+            while e.has_work() {
+                for (_, o) in e.step() {
+                    match o {
+                        Output::Token { id: t, .. } => out.push(t),
+                        Output::Failed(msg) => panic!("{}: {msg}", path.display()),
+                        _ => {}
+                    }
+                }
+            }
+            want.push(out);
+        }
+        drop(e);
+        let m = on_gpu(&path);
+        // the four again on two slots with a prefix cache, and drafted: always right and
+        // always wrong
+        let prefix = PrefixCache::new(&m, 1 << 30, None).unwrap();
+        let mut e = Engine::new(m, EngineOptions { parallel: 2, draft: None, prefix: Some(prefix) });
+        for p in &prompts {
+            e.submit(req(p));
+        }
+        for (i, p) in prompts.iter().enumerate().take(2) {
+            let replay: Box<dyn xwen_engine::Drafter> = Box::new(ReplayDrafter::new(want[i].clone()));
+            e.submit(EngineRequest { prefill_chunk: 64, draft: Some((replay, 4)), ..EngineRequest::new(p.clone(), n, Vec::new(), greedy()) });
+            let contrary: Box<dyn xwen_engine::Drafter> = Box::new(ContraryDrafter::new(v));
+            e.submit(EngineRequest { prefill_chunk: 64, draft: Some((contrary, 3)), ..EngineRequest::new(p.clone(), n, Vec::new(), greedy()) });
+        }
+        let mut got: Vec<Vec<u32>> = vec![Vec::new(); 8];
+        let mut steps = 0;
+        while e.has_work() {
+            for (id, o) in e.step() {
+                match o {
+                    Output::Token { id: t, .. } => got[id as usize - 1].push(t),
+                    Output::Failed(msg) => panic!("{}: request {id}: {msg}", path.display()),
+                    _ => {}
+                }
+            }
+            steps += 1;
+            assert!(steps < 100_000);
+        }
+        for (i, w) in want.iter().enumerate() {
+            assert_eq!(&got[i], w, "{}: request {i}", path.display());
+        }
+        for (k, i) in [(4, 0), (5, 0), (6, 1), (7, 1)] {
+            assert_eq!(&got[k], &want[i], "{}: drafted request {k}", path.display());
+        }
+        eprintln!("{}: 8 requests on 2 slots (4 drafted) gave each request's tokens alone", path.display());
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn states_move_between_the_host_and_the_device() {
+    for path in files() {
+        let host = cpu(&path);
+        let m = on_gpu(&path);
+        let v = m.n_vocab();
+        let p = tokens(60, v, 5);
+        let next = tokens(6, v, 6);
+        // a device state read back and uploaded again continues bit for bit
+        let mut a = m.new_state();
+        m.forward(&mut a, &p, LogitsMode::None).unwrap();
+        let mut b = a.to_host().unwrap();
+        assert!(a.is_on_device() && !b.is_on_device());
+        let la = m.forward(&mut a, &next, LogitsMode::All).unwrap();
+        let lb = m.forward(&mut b, &next, LogitsMode::All).unwrap();
+        assert_eq!(bits(&la), bits(&lb), "{}: a state read back and uploaded again", path.display());
+        // a checkpoint restored on the device
+        let mut c = m.new_state();
+        m.forward(&mut c, &p, LogitsMode::None).unwrap();
+        let ck = c.checkpoint().unwrap();
+        m.forward(&mut c, &tokens(9, v, 8), LogitsMode::None).unwrap();
+        c.restore_checkpoint(&ck).unwrap();
+        assert_eq!(bits(&m.forward(&mut c, &next, LogitsMode::All).unwrap()), bits(&la), "{}: a restored checkpoint", path.display());
+        // the CPU's prefix continued on the GPU: the layouts agree (within the model tests' bound)
+        let mut h = host.new_state();
+        host.forward(&mut h, &p, LogitsMode::None).unwrap();
+        let mut hc = h.clone();
+        let want = host.forward(&mut hc, &next, LogitsMode::All).unwrap();
+        let got = m.forward(&mut h, &next, LogitsMode::All).unwrap();
+        let worst = (0..next.len()).map(|r| rel_l2(&got[r * v..(r + 1) * v], &want[r * v..(r + 1) * v])).fold(0.0, f64::max);
+        assert!(worst < 1e-1, "{}: the CPU's state on the GPU: rel-L2 {worst:.2e}", path.display());
+        eprintln!("{}: CPU prefix continued on the GPU, worst rel-L2 {worst:.2e}", path.display());
+    }
+}

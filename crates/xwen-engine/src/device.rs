@@ -1,0 +1,70 @@
+//! A model whose passes run on another device (a GPU), seen from the engine: the seam the CUDA
+//! crate implements and the engine calls, with no device type on this side.
+//!
+//! The seam is a whole pass, not an op: a device backend runs its own fused kernels, graphs
+//! and launch order, which an op-by-op trait would dictate (docs/decisions.md, "The device
+//! seam"). What the engine keeps is everything around the pass — the scheduler, the sessions,
+//! the prefix cache, drafting and rollback, sampling — so every front end (run, chat, bench,
+//! serve, the bindings) reaches the device through the same `Model`.
+//!
+//! A sequence's state lives on the device ([`DeviceSeq`], held by its `SeqState`) between
+//! passes. Its host form is the CPU model's own (`LayerState`: f16 KV rows, f32 conv and delta
+//! states in the same layouts), so a checkpoint, a prefix-cache entry or a state file taken
+//! from a device sequence is an ordinary host state, and a host state is moved onto the device
+//! by its first pass there.
+
+use crate::error::Result;
+use crate::state::{DeltaState, LayerState};
+use std::any::Any;
+use std::ops::Range;
+
+/// A model computed by a device. `Model::attach_device` puts one behind a loaded model.
+pub trait DeviceModel: Send + Sync {
+    /// The device in words, for logs and `--version` (e.g. "cuda:0 (NVIDIA H100 80GB HBM3)").
+    fn describe(&self) -> String;
+
+    /// Bytes the model holds on the device (weights, scratch), sequences not counted.
+    fn device_bytes(&self) -> u64;
+
+    /// A sequence's state moved onto the device from its host form: `layers` as the CPU model
+    /// keeps them (`Model::new_state`'s shapes), holding `pos` positions.
+    fn upload(&self, layers: &[LayerState], pos: usize) -> Result<Box<dyn DeviceSeq>>;
+
+    /// Feeds `tokens` to `seq` from position `pos`, every row in the span's own order, or with
+    /// `decode_order` each row in the one-token order (a verify then equals plain decode bit
+    /// for bit). Returns the logits of the span's rows `logits`, back to back.
+    fn forward(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32], logits: Range<usize>, decode_order: bool) -> Result<Vec<f32>>;
+}
+
+/// One sequence's state on a device: KV rows and recurrent states, and the recurrent states
+/// kept for a rollback.
+pub trait DeviceSeq: Send + Sync + Any {
+    /// A second sequence with the same state (a device-to-device copy).
+    fn try_clone(&self) -> Result<Box<dyn DeviceSeq>>;
+
+    /// The host form of the first `pos` positions into `layers` (the model's state shapes):
+    /// KV rows as f16, conv and delta states as f32.
+    fn download(&self, layers: &mut [LayerState], pos: usize) -> Result<()>;
+
+    /// Every recurrent layer's state now, by layer index (a checkpoint's content).
+    fn recurrent(&self) -> Result<Vec<(usize, DeltaState)>>;
+
+    /// The recurrent layers' states replaced (a checkpoint restored).
+    fn set_recurrent(&mut self, states: &[(usize, DeltaState)]) -> Result<()>;
+
+    /// Keep the recurrent states before each of the last `k` rows fed one by one (single-row
+    /// spans and decode-order spans), so `rollback` returns to them; 0 keeps none.
+    fn keep_history(&mut self, k: usize);
+
+    /// Back from position `from` to `to`, one of the kept positions: the recurrent states taken
+    /// from before the token at `to` (KV rows past it are simply overwritten later).
+    fn rollback(&mut self, from: usize, to: usize) -> Result<()>;
+
+    /// Device bytes the state holds, kept states included.
+    fn bytes(&self) -> usize;
+
+    /// Device bytes of the kept states (`keep_history`).
+    fn history_bytes(&self) -> usize;
+
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}

@@ -1,0 +1,308 @@
+//! The device seam (`xwen_engine::device`) without a GPU: a stand-in device that computes its
+//! passes with a second CPU model over states it keeps to itself, as a GPU keeps its own. A
+//! model with it attached must give the plain CPU model's bits everywhere the engine reaches
+//! it — passes and chunks, the engine's slots, checkpoints, states moved to and from the host,
+//! a prefix-cache entry, and a speculative verify with its rollbacks — so the seam's plumbing
+//! is held in CI; `crates/xwen-cuda/tests/engine.rs` holds the real device to the same tests.
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use xwen_engine::state::{DeltaState, LayerState};
+use xwen_engine::{
+    ContraryDrafter, DeviceModel, DeviceSeq, Engine, EngineConfig, EngineOptions, EngineRequest, LogitsMode, Model, Output, PrefixCache, ReplayDrafter, SamplerConfig, SeqState,
+    SeqStep,
+};
+
+fn path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity/cond/qwen3_5/model-q4_k_m.gguf")
+}
+
+fn cpu_model() -> Model {
+    assert!(path().exists(), "committed fixture {} is missing", path().display());
+    Model::load(&path(), &EngineConfig { threads: 2, max_ctx: 512, ..Default::default() }).unwrap()
+}
+
+/// A model whose passes run on the stand-in device.
+fn device_model() -> (Model, Arc<HostDevice>) {
+    let mut m = cpu_model();
+    let dev = Arc::new(HostDevice { model: cpu_model(), passes: AtomicUsize::new(0) });
+    m.attach_device(dev.clone()).unwrap();
+    (m, dev)
+}
+
+/// A device whose memory is a second model's host states.
+struct HostDevice {
+    model: Model,
+    passes: AtomicUsize,
+}
+
+/// Verifies (passes of several rows in the one-token order) and rollbacks, over all devices.
+static VERIFIES: AtomicUsize = AtomicUsize::new(0);
+static ROLLBACKS: AtomicUsize = AtomicUsize::new(0);
+
+struct HostSeq(SeqState);
+
+impl HostSeq {
+    /// The KV rows past `pos` dropped, as a device overwrites them.
+    fn at(&mut self, pos: usize) {
+        let st = &mut self.0;
+        for l in &mut st.layers {
+            if let LayerState::Attn(kv) = l {
+                let (wk, wv) = (kv.k.len() / st.pos.max(1), kv.v.len() / st.pos.max(1));
+                kv.k.truncate(pos * wk);
+                kv.v.truncate(pos * wv);
+            }
+        }
+        st.pos = pos;
+    }
+}
+
+impl DeviceModel for HostDevice {
+    fn describe(&self) -> String {
+        "a stand-in device".into()
+    }
+
+    fn device_bytes(&self) -> u64 {
+        0
+    }
+
+    fn upload(&self, layers: &[LayerState], pos: usize) -> xwen_engine::Result<Box<dyn DeviceSeq>> {
+        let mut st = self.model.new_state();
+        assert_eq!(st.layers.len(), layers.len());
+        st.layers = layers.to_vec();
+        st.pos = pos;
+        Ok(Box::new(HostSeq(st)))
+    }
+
+    fn forward(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32], logits: Range<usize>, decode_order: bool) -> xwen_engine::Result<Vec<f32>> {
+        self.passes.fetch_add(1, Ordering::Relaxed);
+        if decode_order && tokens.len() > 1 {
+            VERIFIES.fetch_add(1, Ordering::Relaxed);
+        }
+        let seq = seq.as_any_mut().downcast_mut::<HostSeq>().expect("this device's sequence");
+        seq.at(pos);
+        let mut step = [SeqStep { state: &mut seq.0, tokens, logits: LogitsMode::All, decode_order, hidden: false }];
+        let all = self.model.forward_batch(&mut step)?.pop().unwrap();
+        let v = self.model.n_vocab();
+        Ok(all[logits.start * v..logits.end * v].to_vec())
+    }
+}
+
+impl DeviceSeq for HostSeq {
+    fn try_clone(&self) -> xwen_engine::Result<Box<dyn DeviceSeq>> {
+        Ok(Box::new(HostSeq(self.0.clone())))
+    }
+
+    fn download(&self, layers: &mut [LayerState], pos: usize) -> xwen_engine::Result<()> {
+        let mut c = HostSeq(self.0.clone());
+        c.at(pos);
+        layers.clone_from_slice(&c.0.layers);
+        Ok(())
+    }
+
+    fn recurrent(&self) -> xwen_engine::Result<Vec<(usize, DeltaState)>> {
+        Ok(self
+            .0
+            .layers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| match l {
+                LayerState::Delta(d) => Some((i, DeltaState { conv: d.conv.clone(), s: d.s.clone(), keep: 0, past: Default::default(), spare: Default::default() })),
+                LayerState::Attn(_) => None,
+            })
+            .collect())
+    }
+
+    fn set_recurrent(&mut self, states: &[(usize, DeltaState)]) -> xwen_engine::Result<()> {
+        for (i, d) in states {
+            let LayerState::Delta(cur) = &mut self.0.layers[*i] else { panic!("layer {i} is not recurrent") };
+            cur.conv.clone_from(&d.conv);
+            cur.s.clone_from(&d.s);
+        }
+        Ok(())
+    }
+
+    fn keep_history(&mut self, k: usize) {
+        self.0.keep_history(k);
+    }
+
+    fn rollback(&mut self, from: usize, to: usize) -> xwen_engine::Result<()> {
+        assert_eq!(self.0.pos, from);
+        ROLLBACKS.fetch_add(1, Ordering::Relaxed);
+        self.0.rollback(to)
+    }
+
+    fn bytes(&self) -> usize {
+        self.0.bytes()
+    }
+
+    fn history_bytes(&self) -> usize {
+        self.0.history_bytes()
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+}
+
+fn prompt(seed: usize, n: usize, vocab: usize) -> Vec<u32> {
+    (0..n).map(|i| ((seed * 7919 + i * 104_729 + 5) % vocab) as u32).collect()
+}
+
+fn greedy(logits: &[f32]) -> u32 {
+    logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn passes_on_the_device_give_the_hosts_bits_and_the_state_comes_back_whole() {
+    let cpu = cpu_model();
+    let (dev, stand_in) = device_model();
+    let p = prompt(1, 37, cpu.n_vocab());
+    let (mut a, mut b) = (cpu.new_state(), dev.new_state());
+    assert!(!b.is_on_device());
+    let la = cpu.forward_chunks(&mut a, &p, 16, LogitsMode::All).unwrap();
+    let lb = dev.forward_chunks(&mut b, &p, 16, LogitsMode::All).unwrap();
+    assert!(b.is_on_device(), "a pass moves the state onto the device");
+    assert!(stand_in.passes.load(Ordering::Relaxed) >= 3, "the device ran the chunks");
+    assert_eq!(bits(&la), bits(&lb));
+    let mut t = greedy(&la[la.len() - cpu.n_vocab()..]);
+    for _ in 0..6 {
+        let la = cpu.forward(&mut a, &[t], LogitsMode::Last).unwrap();
+        let lb = dev.forward(&mut b, &[t], LogitsMode::Last).unwrap();
+        assert_eq!(bits(&la), bits(&lb));
+        t = greedy(&la);
+    }
+    assert_eq!(a.pos, b.pos);
+    // the host form read back is the CPU's state, byte for byte
+    let back = b.to_host().unwrap();
+    assert!(!back.is_on_device());
+    let (ea, eb) = (format!("{:?}", a.layers), format!("{:?}", back.layers));
+    assert_eq!(ea, eb);
+    // a host state continued on the device, and a device state continued on the host
+    let mut a2 = a.clone();
+    let mut moved = a.clone();
+    let l1 = cpu.forward(&mut a2, &[t, 3, 4], LogitsMode::All).unwrap();
+    let l2 = dev.forward(&mut moved, &[t, 3, 4], LogitsMode::All).unwrap();
+    assert_eq!(bits(&l1), bits(&l2));
+    let mut back2 = b.to_host().unwrap();
+    let l3 = cpu.forward(&mut back2, &[t, 3, 4], LogitsMode::All).unwrap();
+    assert_eq!(bits(&l1), bits(&l3));
+}
+
+#[test]
+fn checkpoints_clones_and_rollbacks_hold_on_the_device() {
+    let cpu = cpu_model();
+    let (dev, _) = device_model();
+    let v = cpu.n_vocab();
+    let p = prompt(2, 20, v);
+    let mut s = dev.new_state();
+    dev.forward(&mut s, &p, LogitsMode::None).unwrap();
+    let ck = s.checkpoint().unwrap();
+    let snap = s.clone();
+    dev.forward(&mut s, &prompt(3, 9, v), LogitsMode::None).unwrap();
+    s.restore_checkpoint(&ck).unwrap();
+    assert_eq!(s.pos, 20);
+    let mut c = cpu.new_state();
+    cpu.forward(&mut c, &p, LogitsMode::None).unwrap();
+    let want = cpu.forward(&mut c.clone(), &[7, 8], LogitsMode::All).unwrap();
+    assert_eq!(bits(&dev.forward(&mut s, &[7, 8], LogitsMode::All).unwrap()), bits(&want));
+    let mut snap = snap;
+    assert!(snap.is_on_device());
+    assert_eq!(bits(&dev.forward(&mut snap, &[7, 8], LogitsMode::All).unwrap()), bits(&want));
+    // a verify of 4 rows in the one-token order, then a rollback to its second
+    let mut r = dev.new_state();
+    dev.forward(&mut r, &p, LogitsMode::None).unwrap();
+    r.keep_history(4);
+    let mut step = [SeqStep { state: &mut r, tokens: &[5, 6, 9, 11], logits: LogitsMode::All, decode_order: true, hidden: false }];
+    dev.forward_batch(&mut step).unwrap();
+    r.rollback(22).unwrap();
+    let mut c2 = c.clone();
+    cpu.forward(&mut c2, &[5, 6], LogitsMode::None).unwrap();
+    assert_eq!(bits(&dev.forward(&mut r, &[1], LogitsMode::Last).unwrap()), bits(&cpu.forward(&mut c2, &[1], LogitsMode::Last).unwrap()));
+    assert!(r.rollback(3).is_err(), "a position never kept is refused");
+}
+
+fn run_engine(m: Model, reqs: Vec<EngineRequest>, parallel: usize, prefix: Option<PrefixCache>) -> Vec<Vec<u32>> {
+    let n = reqs.len();
+    let mut e = Engine::new(m, EngineOptions { parallel, draft: None, prefix });
+    for r in reqs {
+        e.submit(r);
+    }
+    let mut outs: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut steps = 0;
+    while e.has_work() {
+        for (id, o) in e.step() {
+            match o {
+                Output::Token { id: t, .. } => outs[id as usize - 1].push(t),
+                Output::Failed(m) => panic!("request {id} failed: {m}"),
+                _ => {}
+            }
+        }
+        steps += 1;
+        assert!(steps < 10_000, "the engine never drains");
+    }
+    outs
+}
+
+fn requests(v: usize) -> Vec<EngineRequest> {
+    [(9, 7), (30, 5), (3, 9), (14, 4), (22, 6)]
+        .iter()
+        .enumerate()
+        .map(|(i, &(len, n))| EngineRequest { prefill_chunk: 8, ..EngineRequest::new(prompt(i, len, v), n, Vec::new(), SamplerConfig::greedy().resolve(false)) })
+        .collect()
+}
+
+#[test]
+fn an_engine_on_the_device_gives_each_request_the_cpus_tokens() {
+    let cpu = cpu_model();
+    let v = cpu.n_vocab();
+    let want = run_engine(cpu, requests(v), 3, None);
+    let (dev, _) = device_model();
+    let prefix = PrefixCache::new(&dev, 1 << 30, None).unwrap();
+    assert_eq!(run_engine(dev, requests(v), 3, Some(prefix)), want);
+}
+
+#[test]
+fn drafted_output_on_the_device_is_plain_greedy() {
+    let cpu = cpu_model();
+    let v = cpu.n_vocab();
+    let p = prompt(5, 12, v);
+    let plain = run_engine(cpu, vec![EngineRequest::new(p.clone(), 24, Vec::new(), SamplerConfig::greedy().resolve(false))], 1, None).remove(0);
+    for depth in [1, 4] {
+        // always right (a verify of depth + 1 rows accepted whole), always wrong (a rollback
+        // after every verify)
+        let drafters: Vec<Box<dyn xwen_engine::Drafter>> = vec![Box::new(ReplayDrafter::new(plain.clone())), Box::new(ContraryDrafter::new(v))];
+        for d in drafters {
+            let (dev, _) = device_model();
+            let (v0, r0) = (VERIFIES.load(Ordering::Relaxed), ROLLBACKS.load(Ordering::Relaxed));
+            let contrary = d.name() == "contrary";
+            let req = EngineRequest { draft: Some((d, depth)), ..EngineRequest::new(p.clone(), 24, Vec::new(), SamplerConfig::greedy().resolve(false)) };
+            assert_eq!(run_engine(dev, vec![req], 1, None).remove(0), plain, "depth {depth}");
+            assert!(VERIFIES.load(Ordering::Relaxed) > v0, "the drafts were verified on the device");
+            if contrary {
+                assert!(ROLLBACKS.load(Ordering::Relaxed) > r0, "wrong drafts were rolled back on the device");
+            }
+        }
+    }
+}
+
+#[test]
+fn what_the_device_does_not_compute_is_refused() {
+    let (mut dev, _) = device_model();
+    let mut s = dev.new_state();
+    let mut step = [SeqStep { state: &mut s, tokens: &[1, 2], logits: LogitsMode::All, decode_order: false, hidden: true }];
+    assert!(dev.forward_batch(&mut step).is_err(), "hidden rows are not on the device");
+    let e = dev.attach_dflash(&path()).unwrap_err().to_string();
+    assert!(e.contains("not on the device"), "{e}");
+    let mut budgeted = Model::load(&path(), &EngineConfig { threads: 2, max_ctx: 512, ram_budget: Some(1 << 30), ..Default::default() }).unwrap();
+    let stand_in = Arc::new(HostDevice { model: cpu_model(), passes: AtomicUsize::new(0) });
+    assert!(budgeted.attach_device(stand_in.clone()).is_err(), "a RAM plan is the CPU's");
+    let mut q8 = Model::load(&path(), &EngineConfig { threads: 2, max_ctx: 512, kv_types: (xwen_engine::KvType::Q8_0, xwen_engine::KvType::Q8_0), ..Default::default() }).unwrap();
+    assert!(q8.attach_device(stand_in).is_err(), "the device keeps f16 rows");
+}
