@@ -1,7 +1,8 @@
 //! `xwen logits -m MODEL --ids 1,2,3 --out FILE.npy [--dump-routes FILE.jsonl]`: float32
 //! logits of every position, shape [n_ids, n_vocab] — the interface the parity tooling relies
 //! on — and, for a MoE model, every routing decision (one JSON line per position and layer:
-//! pos, layer, experts, weights, margin), which tools/oracle/route_diff.py compares.
+//! pos, layer, experts, weights, margin), which tools/oracle/route_diff.py compares. With
+//! `-ngl 99` the logits are the GPU's (the routes and tensors are recorded on the CPU only).
 
 use crate::cli::LogitsArgs;
 use crate::{model_arg, npy};
@@ -9,7 +10,6 @@ use anyhow::{bail, Context, Result};
 use xwen_engine::LogitsMode;
 
 pub fn run(a: LogitsArgs) -> Result<()> {
-    a.engine.cpu_only("logits");
     let mut cfg = a.engine.engine_config()?;
     cfg.record_routes = a.dump_routes.is_some();
     cfg.record_taps = a.dump_tensors.is_some();
@@ -18,7 +18,11 @@ pub fn run(a: LogitsArgs) -> Result<()> {
     if ids.is_empty() {
         bail!("--ids is empty");
     }
-    let loaded = model_arg::load(model.as_deref(), cfg, &a.engine)?;
+    let mut loaded = model_arg::load(model.as_deref(), cfg, &a.engine)?;
+    crate::gpu::place(&a.engine, &mut loaded.model)?;
+    if loaded.model.device().is_some() && (routes_out.is_some() || a.dump_tensors.is_some()) {
+        bail!("--dump-routes and --dump-tensors record the CPU's passes: run them with -ngl 0");
+    }
     let mut st = loaded.model.new_state();
     let logits = loaded.model.forward(&mut st, &ids, LogitsMode::All)?;
     npy::write_f32(&out, &[ids.len(), loaded.model.n_vocab()], &logits)

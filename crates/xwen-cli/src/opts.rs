@@ -163,7 +163,7 @@ impl EngineOpts {
     pub fn cpu_only(&self, command: &str) {
         let gpu = self.n_gpu_layers.as_deref().is_some_and(|n| n != "0") || self.device.as_deref().is_some_and(|d| d != "cpu");
         if gpu || self.vram_budget.is_some() {
-            self.note(&format!("`{command}` computes on the CPU for now (the CUDA backend runs `run`, `chat`, `serve`, `bench` and `plan`); -ngl / --device / --vram-budget set aside"));
+            self.note(&format!("`{command}` computes on the CPU for now (the CUDA backend runs `run`, `chat`, `serve`, `logits`, `bench` and `plan`); -ngl / --device / --vram-budget set aside"));
         }
     }
 
