@@ -73,6 +73,12 @@ impl DeviceModel for CudaDevice {
         let mut m = self.lock();
         m.feed(&mut seq.0, pos, tokens, decode_order, logits).map_err(engine_error)
     }
+
+    fn forward_argmax(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32]) -> xwen_engine::Result<u32> {
+        let seq = seq.as_any_mut().downcast_mut::<CudaSeq>().ok_or_else(|| EngineError::Device("a sequence state of another device".into()))?;
+        let mut m = self.lock();
+        m.feed_argmax(&mut seq.0, pos, tokens).map_err(engine_error)
+    }
 }
 
 impl DeviceSeq for CudaSeq {

@@ -34,6 +34,15 @@ pub trait DeviceModel: Send + Sync {
     /// `decode_order` each row in the one-token order (a verify then equals plain decode bit
     /// for bit). Returns the logits of the span's rows `logits`, back to back.
     fn forward(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32], logits: Range<usize>, decode_order: bool) -> Result<Vec<f32>>;
+
+    /// `forward` in the span's own order returning only the argmax of its last row's logits
+    /// (the first of equal largest, as `sampler::argmax`): a pure-greedy decode, where a device
+    /// picks the token itself and copies back one id instead of a vocabulary's logits.
+    fn forward_argmax(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32]) -> Result<u32> {
+        let n = tokens.len();
+        let logits = self.forward(seq, pos, tokens, n.saturating_sub(1)..n, false)?;
+        Ok(crate::runtime::sampler::argmax(&logits))
+    }
 }
 
 /// One sequence's state on a device: KV rows and recurrent states, and the recurrent states

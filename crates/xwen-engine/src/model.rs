@@ -24,6 +24,11 @@ pub enum LogitsMode {
     All,
     /// The last position only: n_vocab.
     Last,
+    /// Only the argmax of the last position (a pure-greedy decode: `Sampler::is_greedy` and
+    /// nothing that reads the logits). The CPU returns the last row's logits as for `Last`; a
+    /// device may pick the token itself and return it in `SpanOut::argmax` with no logits,
+    /// sparing the copy of a vocabulary's logits a token.
+    LastArgmax,
     /// None (prefill that only advances the state).
     None,
 }
@@ -33,7 +38,7 @@ impl LogitsMode {
     pub(crate) fn rows(self, n: usize) -> std::ops::Range<usize> {
         match self {
             LogitsMode::All => 0..n,
-            LogitsMode::Last => n.saturating_sub(1)..n,
+            LogitsMode::Last | LogitsMode::LastArgmax => n.saturating_sub(1)..n,
             LogitsMode::None => n..n,
         }
     }
@@ -44,6 +49,7 @@ impl LogitsMode {
         match self {
             LogitsMode::All => LogitsMode::All,
             LogitsMode::Last if last => LogitsMode::Last,
+            LogitsMode::LastArgmax if last => LogitsMode::LastArgmax,
             _ => LogitsMode::None,
         }
     }
@@ -642,9 +648,13 @@ impl Model {
                 }
                 let pos = st.pos;
                 let seq = st.device_mut()?.ok_or_else(|| EngineError::State("a sequence state left the device".into()))?;
-                let logits = dev.forward(seq, pos, s.tokens, s.logits.rows(s.tokens.len()), s.decode_order)?;
+                let out = if s.logits == LogitsMode::LastArgmax && !s.decode_order {
+                    models::SpanOut { logits: Vec::new(), hidden: Vec::new(), argmax: Some(dev.forward_argmax(seq, pos, s.tokens)?) }
+                } else {
+                    models::SpanOut { logits: dev.forward(seq, pos, s.tokens, s.logits.rows(s.tokens.len()), s.decode_order)?, hidden: Vec::new(), argmax: None }
+                };
                 st.pos += s.tokens.len();
-                Ok(models::SpanOut { logits, hidden: Vec::new() })
+                Ok(out)
             })();
             out.push(one);
         }

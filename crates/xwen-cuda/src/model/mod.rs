@@ -594,6 +594,21 @@ impl CudaModel {
         Ok(out)
     }
 
+    /// `feed` in the span's own order returning only the argmax of its last row, picked on
+    /// the device (one id copied back).
+    pub(crate) fn feed_argmax(&mut self, seq: &mut DevSeq, pos: usize, tokens: &[u32]) -> Result<u32> {
+        self.gpu.ctx.bind_to_thread()?;
+        self.check(pos, tokens)?;
+        if tokens.len() == 1 {
+            self.decode_row(seq, pos, tokens[0])?;
+        } else {
+            for (c, chunk) in tokens.chunks(self.ubatch).enumerate() {
+                self.prompt_pass(seq, pos + c * self.ubatch, chunk)?;
+            }
+        }
+        Ok(self.gpu.read_i32(&self.sc.token, 1)?[0] as u32)
+    }
+
     /// One token at `pos` through `seq`'s captured decode step (captured at its first).
     fn decode_row(&mut self, seq: &mut DevSeq, pos: usize, token: u32) -> Result<()> {
         self.gpu.ctx.bind_to_thread()?;

@@ -117,6 +117,9 @@ pub struct SpanOut {
     pub logits: Vec<f32>,
     /// Every row's final hidden (rows × hidden) where `SpanIn::hidden`, else empty.
     pub hidden: Vec<f32>,
+    /// The last row's argmax where a device picked it (`LogitsMode::LastArgmax`; the logits
+    /// are then empty).
+    pub argmax: Option<u32>,
 }
 
 /// `Rows` of a batch at the states' positions (what every architecture's forward starts from).

@@ -164,7 +164,7 @@ impl Qwen4ExpMtp {
             let (normed, _) = hyper_conn::mix(ctx, &self.head_mix, &self.hc, &res[logits.start * w..logits.end * w], &head_rows);
             ctx.mm_rows1(&self.output, &normed, &head_rows).to_vec()
         };
-        Ok(SpanOut { logits, hidden: res })
+        Ok(SpanOut { logits, hidden: res, argmax: None })
     }
 
     /// eh_proj over every stream of every row: [rms_norm(e)·enorm | rms_norm(r_s)·hnorm_s]

@@ -565,7 +565,14 @@ impl Scheduler {
             }
             let last_chunk = !r.prompt_left || n == r.pending.len();
             idx.push((k, n));
-            let mut step = SeqStep::new(r.session.state_mut(), &r.pending[..n], if last_chunk && r.max_tokens > 0 { LogitsMode::Last } else { LogitsMode::None });
+            // a pure-greedy token needs the argmax alone (a device then copies back one id)
+            let greedy = r.processor.is_none() && r.logprobs.is_none() && r.sampler.is_greedy() && !hidden;
+            let mode = match (last_chunk && r.max_tokens > 0, greedy) {
+                (false, _) => LogitsMode::None,
+                (true, true) => LogitsMode::LastArgmax,
+                (true, false) => LogitsMode::Last,
+            };
+            let mut step = SeqStep::new(r.session.state_mut(), &r.pending[..n], mode);
             step.hidden = hidden;
             steps.push(step);
         }
@@ -579,7 +586,7 @@ impl Scheduler {
             // steps' one by one); a failed read fails this sequence alone, as in a batch
             Some(_) => {
                 let s = &mut steps[0];
-                vec![model.forward_chunks(&mut *s.state, s.tokens, wave_chunk, s.logits).map(|logits| SpanOut { logits, hidden: Vec::new() })]
+                vec![model.forward_chunks(&mut *s.state, s.tokens, wave_chunk, s.logits).map(|logits| SpanOut { logits, hidden: Vec::new(), argmax: None })]
             }
             None => model.forward_batch_each(&mut steps)?,
         };
@@ -666,7 +673,10 @@ impl Scheduler {
                 p.process(lg);
             }
             let raw = r.logprobs.map(|_| lg.clone());
-            let tok = r.sampler.sample(lg);
+            let tok = match out.argmax {
+                Some(t) if lg.is_empty() => t,
+                _ => r.sampler.sample(lg),
+            };
             r.sampler.accept(tok);
             let done = r.processor.as_mut().is_some_and(|p| !p.accept(tok));
             r.generated += 1;
