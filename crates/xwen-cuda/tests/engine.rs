@@ -33,7 +33,7 @@ fn cpu(path: &Path) -> Model {
 
 fn on_gpu(path: &Path) -> Model {
     let mut m = cpu(path);
-    let on = xwen_cuda::attach(&mut m, &CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None }).unwrap_or_else(|e| panic!("{e}"));
+    let on = xwen_cuda::attach(&mut m, &CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: 2 }).unwrap_or_else(|e| panic!("{e}"));
     assert!(m.device().is_some_and(|d| d == on));
     m
 }

@@ -64,7 +64,7 @@ fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
 }
 
 fn gpu_model(file: &xwen_gguf::GgufFile, graph: bool) -> CudaModel {
-    CudaModel::load(file, &CudaOptions { device: 0, n_ctx: 512, graph, ubatch: 64, vram_budget: None }).unwrap_or_else(|e| panic!("{e}"))
+    CudaModel::load(file, &CudaOptions { device: 0, n_ctx: 512, graph, ubatch: 64, vram_budget: None, n_seq: 1 }).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]

@@ -683,6 +683,11 @@ impl Model {
         Ok(())
     }
 
+    /// The configuration the model was loaded with.
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
     /// The device that computes the passes, in words (None: the CPU).
     pub fn device(&self) -> Option<String> {
         self.device.as_ref().map(|d| d.describe())

@@ -49,11 +49,15 @@ pub struct CudaOptions {
     /// A hard ceiling on the device bytes (`--vram-budget`), checked against the device plan
     /// before the device is opened; None: the card's free memory is the only bound.
     pub vram_budget: Option<u64>,
+    /// Sequences whose state (KV at n_ctx, recurrent state) the device is to hold at once:
+    /// the server's slots. The fit check and the plan count them all; each is allocated at
+    /// its sequence's first pass.
+    pub n_seq: usize,
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        CudaOptions { device: 0, n_ctx: 4096, graph: true, ubatch: 512, vram_budget: None }
+        CudaOptions { device: 0, n_ctx: 4096, graph: true, ubatch: 512, vram_budget: None, n_seq: 1 }
     }
 }
 
@@ -301,7 +305,7 @@ impl CudaModel {
                 need_mib: need >> 20,
                 free_mib: gpu.info.free_bytes >> 20,
                 device: format!("cuda:{} ({})", gpu.info.ordinal, gpu.info.name),
-                what: format!("weights, KV and state at -c {}", opts.n_ctx),
+                what: format!("weights, and KV and state at -c {} for {} sequence(s)", opts.n_ctx, opts.n_seq.max(1)),
             });
         }
         let cfg = &net.cfg;

@@ -19,7 +19,8 @@ pub struct DevicePlan {
     pub one_expert_bytes: u64,
     /// Experts a token routes to a layer.
     pub n_used: usize,
-    /// KV caches (f16) and recurrent states at the context.
+    /// KV caches (f16) and recurrent states at the context, for every sequence held at once
+    /// (`CudaOptions::n_seq`).
     pub state_bytes: u64,
     /// A prefill pass's scratch.
     pub scratch_bytes: u64,
@@ -92,7 +93,7 @@ pub(super) fn plan_of(file: &GgufFile, net: &Hybrid, experts: &[Option<[Mat; 3]>
         expert_bytes,
         one_expert_bytes,
         n_used: net.cfg.moe.as_ref().map_or(0, |m| m.n_used),
-        state_bytes: xwen_engine::models::hybrid::state_bytes(&net.cfg, opts.n_ctx, (xwen_engine::KvType::F16, xwen_engine::KvType::F16)),
+        state_bytes: opts.n_seq.max(1) as u64 * xwen_engine::models::hybrid::state_bytes(&net.cfg, opts.n_ctx, (xwen_engine::KvType::F16, xwen_engine::KvType::F16)),
         scratch_bytes: scratch_bytes(net, opts.n_ctx, ubatch_for(net, opts)),
     }
 }
