@@ -83,7 +83,10 @@ pub fn prepare(a: &DraftOpts, cfg: &mut xwen_engine::EngineConfig, n_seq: usize)
         }
         Kind::Dflash => {
             let path = a.model_draft.as_deref().unwrap_or_default();
-            a.model_draft = Some(xwen_hub::hub::resolve(path)?.to_string_lossy().into_owned());
+            let resolved = xwen_hub::hub::resolve(path)?;
+            a.model_draft = Some(resolved.to_string_lossy().into_owned());
+            // attached at load, so a RAM budget's plan counts its weights and caches
+            cfg.dflash_sidecar = Some(resolved);
         }
         _ => {}
     }

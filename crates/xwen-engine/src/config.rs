@@ -110,6 +110,10 @@ pub struct EngineConfig {
     /// model whose draft head replaces the file's own (`Model::attach_mtp`); under a budget its
     /// weights count in the plan.
     pub mtp_sidecar: Option<std::path::PathBuf>,
+    /// A DFlash drafter's sidecar GGUF to attach at load (`--draft dflash:FILE`): under a RAM
+    /// budget the plan counts its weights and every sequence's drafter cache at `max_ctx`.
+    /// Without a budget `Model::attach_dflash` after load does the same.
+    pub dflash_sidecar: Option<std::path::PathBuf>,
     /// Load the file's own MTP head where it has one (llama.cpp's `load_mtp`); off when
     /// nothing will draft with it, so a budget does not pay for its KV.
     pub load_mtp: bool,
@@ -134,7 +138,7 @@ pub struct EngineConfig {
 
 impl Default for EngineConfig {
     fn default() -> Self {
-        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false, ram_budget: None, expert_prefetch: true, reserved_ram: 0, draft_ram: 0, draft_depth: 0, prefill_wave: None, mtp_sidecar: None, load_mtp: true, n_seq: 1, record_routes: false, record_taps: false, max_isa: None, kv_types: (KvType::F16, KvType::F16), flash_attn: FlashAttn::Auto }
+        EngineConfig { threads: 0, force_reference: false, max_ctx: 32768, chunked_prefill: false, profile: false, map_pages: xwen_gguf::MapPages::Huge, reread_huge_pages: false, ram_budget: None, expert_prefetch: true, reserved_ram: 0, draft_ram: 0, draft_depth: 0, prefill_wave: None, mtp_sidecar: None, dflash_sidecar: None, load_mtp: true, n_seq: 1, record_routes: false, record_taps: false, max_isa: None, kv_types: (KvType::F16, KvType::F16), flash_attn: FlashAttn::Auto }
     }
 }
 

@@ -113,6 +113,24 @@ fn mtp_reserve(head: Option<&models::mtp::MtpHead>, cfg: &EngineConfig) -> u64 {
     })
 }
 
+/// The DFlash sidecar at `path` for the trunk of `target` (`net`): the head, and the bytes of
+/// its weights.
+fn load_dflash(path: &Path, target: &GgufFile, net: &dyn Network) -> Result<(models::dflash::DflashHead, u64)> {
+    let at = |e: EngineError| match e {
+        EngineError::Config(m) => EngineError::Config(format!("{}: {m}", path.display())),
+        e => EngineError::Config(format!("{}: {e}", path.display())),
+    };
+    let arch = net.arch().to_string();
+    if !matches!(arch.as_str(), "qwen35" | "qwen35moe" | "qwen3next") {
+        return Err(EngineError::Config(format!("{}: DFlash drafting taps a qwen35 / qwen35moe / qwen3next trunk, not {arch}", path.display())));
+    }
+    let n_layer = target.get_u64(&format!("{arch}.block_count")).unwrap_or(0).saturating_sub(target.get_u64(&format!("{arch}.nextn_predict_layers")).unwrap_or(0)) as usize;
+    let f = Arc::new(GgufFile::open(path).map_err(|e| at(e.into()))?);
+    let weights = f.tensor_bytes();
+    let head = models::dflash::DflashHead::load(&f, target, net.hidden(), n_layer, net.n_vocab()).map_err(at)?;
+    Ok((head, weights))
+}
+
 /// The recurrent states verifies of up to `cfg.draft_depth` tokens keep for their rollbacks,
 /// every sequence: twice the depth at the peak (the kept states and the spare ones the next
 /// verify reuses, `DeltaState::recycle`) — 2 · 8 · 63 MiB a sequence on the 35B-A3B at the
@@ -229,10 +247,17 @@ impl Model {
         let figures = net.plan_figures(cfg.max_ctx, cfg.effective_kv_types());
         let tables = net.row_tables();
         let mtp = load_mtp(&file, &*net, cfg)?;
+        let dflash = cfg.dflash_sidecar.as_deref().map(|p| load_dflash(p, &file, &*net)).transpose()?;
+        // its weights and every sequence's drafter cache at the context
+        let dflash_reserve = dflash.as_ref().map_or(0, |(h, weights)| weights.saturating_add(h.state_bytes(cfg.max_ctx).saturating_mul(cfg.n_seq.max(1) as u64)));
         let plan = match cfg.ram_budget {
             None => None,
             Some(b) => {
-                let draft = cfg.draft_ram.saturating_add(mtp_reserve(mtp.as_ref(), cfg)).saturating_add(verify_history_reserve(&*net, mtp.is_some(), cfg));
+                let draft = cfg
+                    .draft_ram
+                    .saturating_add(mtp_reserve(mtp.as_ref(), cfg))
+                    .saturating_add(dflash_reserve)
+                    .saturating_add(verify_history_reserve(&*net, mtp.is_some() || dflash.is_some(), cfg));
                 let reserved = crate::memory_plan::Reserved { prefix_cache: cfg.reserved_ram, draft };
                 let mut plan = MemoryPlan::new(&file, &figures, &experts, &tables, cfg.max_ctx, cfg.n_seq, b, reserved, crate::memory_plan::ram_limit())?;
                 if let Some(w) = cfg.prefill_wave {
@@ -293,7 +318,7 @@ impl Model {
             routes: Mutex::new(Vec::new()),
             taps: Mutex::new(Vec::new()),
             mtp,
-            dflash: None,
+            dflash: dflash.map(|(h, _)| h),
             device: None,
         })
     }
@@ -790,22 +815,17 @@ impl Model {
         if let Some(d) = &self.device {
             return Err(EngineError::Config(format!("{}: draft heads (MTP, DFlash) are not on the device yet", d.describe())));
         }
-        let at = |e: EngineError| match e {
-            EngineError::Config(m) => EngineError::Config(format!("{}: {m}", path.display())),
-            e => EngineError::Config(format!("{}: {e}", path.display())),
-        };
+        if self.dflash.is_some() && self.cfg.dflash_sidecar.as_deref() == Some(path) {
+            // attached at load (and counted by the plan, where there is one)
+            return Ok(());
+        }
         if self.plan.is_some() {
-            return Err(EngineError::RamBudget(format!("{}: a DFlash sidecar under a RAM budget is not counted by the plan yet; run without --ram-budget", path.display())));
+            return Err(EngineError::RamBudget(format!(
+                "{}: under a RAM budget a DFlash sidecar is given when the model loads (EngineConfig::dflash_sidecar), so the plan counts it",
+                path.display()
+            )));
         }
-        let arch = self.net.arch().to_string();
-        if !matches!(arch.as_str(), "qwen35" | "qwen35moe" | "qwen3next") {
-            return Err(EngineError::Config(format!("{}: DFlash drafting taps a qwen35 / qwen35moe / qwen3next trunk, not {arch}", path.display())));
-        }
-        let n_layer =
-            self.file.get_u64(&format!("{arch}.block_count")).unwrap_or(0).saturating_sub(self.file.get_u64(&format!("{arch}.nextn_predict_layers")).unwrap_or(0)) as usize;
-        let f = Arc::new(GgufFile::open(path).map_err(|e| at(e.into()))?);
-        let head = models::dflash::DflashHead::load(&f, &self.file, self.hidden_width(), n_layer, self.n_vocab()).map_err(at)?;
-        self.dflash = Some(head);
+        self.dflash = Some(load_dflash(path, &self.file, &*self.net)?.0);
         Ok(())
     }
 

@@ -256,3 +256,24 @@ fn bad_dflash_sidecars_are_refused() {
     let e = budgeted.attach_dflash(&repo(SIDECAR)).unwrap_err().to_string();
     assert!(e.contains("RAM budget"), "{e}");
 }
+
+#[test]
+fn a_sidecar_given_at_load_is_counted_by_the_budget_and_drafts_plain_greedy() {
+    let cfg = EngineConfig { threads: 2, max_ctx: 512, ram_budget: Some(400 << 20), n_seq: 2, ..Default::default() };
+    let bare = Model::load(&repo(TARGET), &cfg).unwrap();
+    let mut m = Model::load(&repo(TARGET), &EngineConfig { dflash_sidecar: Some(repo(SIDECAR)), ..cfg.clone() }).unwrap();
+    assert!(m.dflash_config().is_some(), "attached at load");
+    let (p0, p1) = (bare.memory_plan().unwrap(), m.memory_plan().unwrap());
+    let weights = std::fs::metadata(repo(SIDECAR)).unwrap().len();
+    // its weights and two sequences' drafter caches at the context, beyond the bare plan
+    assert!(p1.draft_bytes >= p0.draft_bytes + weights / 2, "plan {} vs {} (sidecar file {weights} bytes)", p1.draft_bytes, p0.draft_bytes);
+    assert!(p1.draft_bytes > p0.draft_bytes + weights, "the caches are counted too: {} vs {}", p1.draft_bytes, p0.draft_bytes);
+    // attaching the same sidecar again is what the CLI does after load: nothing changes
+    m.attach_dflash(&repo(SIDECAR)).unwrap();
+    let v = m.n_vocab() as u32;
+    let prompt: Vec<u32> = (0..14).map(|i| (i * 7919 + 11) % v).collect();
+    let (want, _) = run(&bare, &prompt, 40, 0, None);
+    let (got, s) = run(&m, &prompt, 40, 0, Some((&mut DflashDrafter::new(), 4)));
+    assert_eq!(got, want, "a budgeted model drafting with DFlash");
+    assert!(s.active && s.drafted() > 0, "{s:?}");
+}
