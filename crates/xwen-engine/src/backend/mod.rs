@@ -157,6 +157,27 @@ pub struct DeltaGates<'a> {
     pub lower_bound: Option<f32>,
 }
 
+/// A block of query rows at positions `pos0`.. attending over `pos0 + rows` key rows
+/// (`Backend::attend_block`): row t sees key j unless `causal` and j > pos0 + t, or a sliding
+/// `window` puts j at or past `window` positions before it.
+#[derive(Clone, Copy, Debug)]
+pub struct BlockAttn {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub pos0: usize,
+    pub scale: f32,
+    pub causal: bool,
+    pub window: Option<usize>,
+}
+
+impl BlockAttn {
+    /// Whether the query row at position `qp` sees the key at position `j`.
+    pub fn visible(&self, qp: usize, j: usize) -> bool {
+        !(self.causal && j > qp) && self.window.is_none_or(|w| qp < j || qp - j < w)
+    }
+}
+
 /// The ops a forward pass runs on. Every op computes the bits its CPU body does (`cpu::Cpu`),
 /// whatever the backend: the parity and batch-invariance suites hold any implementation to it.
 pub trait Backend: Send + Sync {
@@ -182,6 +203,11 @@ pub trait Backend: Send + Sync {
     /// Attention of every span's rows against its KV cache (`caches[i]` holds span i's
     /// positions, this span's included), into `out`.
     fn attend(&self, q: &[f32], caches: &[&KvCache], rows: &Rows, heads: &AttnHeads, mode: &AttnMode, out: &mut [f32]);
+    /// Plain (non-flash) attention of a block of query rows over f32 key and value rows held
+    /// outside any `KvCache` (a DFlash block: the drafter's cache rows, then the block's), each
+    /// row seeing the keys `blk` admits, in ggml's non-flash order; into `out` ([rows][heads ×
+    /// head_dim]).
+    fn attend_block(&self, q: &[f32], k: &[f32], v: &[f32], blk: &BlockAttn, out: &mut [f32]);
 
     /// The delta rule over every span (`states[i]` span i's), outputs into `o` (rows × hv × sd).
     fn delta_scan(&self, scan: &DeltaScan, states: &mut [ScanState], o: &mut [f32]);

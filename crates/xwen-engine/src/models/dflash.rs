@@ -20,7 +20,7 @@
 //! Row i of the block predicts the token at n + i; row 0's is x_n itself, never read.
 
 use super::hybrid::req_u;
-use crate::backend::Rope;
+use crate::backend::{BlockAttn, Rope};
 use crate::batch::Rows;
 use crate::ctx::Ctx;
 use crate::error::{EngineError, Result};
@@ -325,37 +325,20 @@ impl DflashHead {
             x.iter_mut().for_each(|v| *v *= s);
         }
         let mut a = vec![0.0f32; n * h];
-        let group = c.n_head / c.n_head_kv;
         for (il, l) in self.layers.iter().enumerate() {
             ctx.backend.rms_norm(&x, &l.attn_norm, c.eps, &mut a);
             let mut p = ctx.mm_rows(&[&l.q, &l.k, &l.v], &a, &rows).into_iter();
             let (mut qh, mut kh, vh) = (p.next().expect("q"), p.next().expect("k"), p.next().expect("v"));
             ctx.backend.norm_rope_heads(&mut [(&mut qh, &l.q_norm), (&mut kh, &l.k_norm)], c.eps, &self.rope(), &positions);
             // keys and values: the cache's rows then the block's
-            let (kc, vc) = (&cache.k[il], &cache.v[il]);
-            let n_keys = pos0 + n;
-            let key = |j: usize| if j < pos0 { &kc[j * kvw..(j + 1) * kvw] } else { &kh[(j - pos0) * kvw..(j - pos0 + 1) * kvw] };
-            let val = |j: usize| if j < pos0 { &vc[j * kvw..(j + 1) * kvw] } else { &vh[(j - pos0) * kvw..(j - pos0 + 1) * kvw] };
-            // ggml's non-flash attention, bit for bit: kq rows n_kv long (the cache's cells padded
-            // to 256) with masked cells −inf, the softmax's reduction shaped by that length, kqv as
-            // the transposed-V product (`weighted_v_sum`)
+            let (mut keys, mut vals) = (Vec::with_capacity((pos0 + n) * kvw), Vec::with_capacity((pos0 + n) * kvw));
+            keys.extend_from_slice(&cache.k[il][..pos0 * kvw]);
+            keys.extend_from_slice(&kh[..n * kvw]);
+            vals.extend_from_slice(&cache.v[il][..pos0 * kvw]);
+            vals.extend_from_slice(&vh[..n * kvw]);
+            let blk = BlockAttn { n_head: c.n_head, n_head_kv: c.n_head_kv, head_dim: hd, pos0, scale: c.kq_scale, causal: c.causal, window: c.window[il] };
             let mut att = vec![0.0f32; n * hq];
-            let mut s = vec![0.0f32; n_keys];
-            let mut lanes = vec![0.0f32; 64 * hd];
-            for t in 0..n {
-                let qp = pos0 + t;
-                let visible = |j: usize| !(c.causal && j > qp) && c.window[il].is_none_or(|w| qp < j || qp - j < w);
-                for hh in 0..c.n_head {
-                    let kvh = hh / group;
-                    let qv = &qh[t * hq + hh * hd..t * hq + (hh + 1) * hd];
-                    for (j, sj) in s.iter_mut().enumerate() {
-                        *sj = if visible(j) { crate::ops::dot(qv, &key(j)[kvh * hd..(kvh + 1) * hd]) * c.kq_scale } else { f32::NEG_INFINITY };
-                    }
-                    crate::ops::softmax_masked_inplace(&mut s, n_keys.next_multiple_of(256));
-                    let out = &mut att[t * hq + hh * hd..t * hq + (hh + 1) * hd];
-                    crate::backend::cpu::attention::weighted_v_sum(&s, |j| &val(j)[kvh * hd..(kvh + 1) * hd], n == 1, &mut lanes, out);
-                }
-            }
+            ctx.backend.attend_block(&qh, &keys, &vals, &blk, &mut att);
             let o = ctx.mm_rows1(&l.o, &att, &rows);
             x.iter_mut().zip(o.iter()).for_each(|(xi, oi)| *xi += oi);
             ctx.backend.rms_norm(&x, &l.ffn_norm, c.eps, &mut a);

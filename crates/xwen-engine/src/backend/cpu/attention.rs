@@ -3,7 +3,7 @@
 //! orders differ — the gated attention of Qwen and Kimi's MLA share both.
 
 use crate::backend::cpu::flash_attn::{self, HeadAt};
-use crate::backend::{AttnHeads, AttnMode};
+use crate::backend::{AttnHeads, AttnMode, BlockAttn};
 use crate::batch::Rows;
 use crate::config::KvType;
 use super::SharedMut;
@@ -97,6 +97,36 @@ pub fn attend(pool: &Pool, q: &[f32], caches: &[&KvCache], rows: &Rows, a: &Attn
             let oh = unsafe { out_p.slice((t * nh + h) * vd, vd) };
             let v_at = |p: usize| &vc[p * hat.v_width + hat.v_off..][..vd];
             weighted_v_sum(&scores[..visible], v_at, one_row, &mut lanes, oh);
+        }
+    });
+}
+
+/// `Backend::attend_block` on the pool, a task per query head: ggml's non-flash attention bit
+/// for bit — kq rows as long as the keys padded to 256 with masked cells −inf, the softmax's
+/// reduction shaped by that length, kqv as the transposed-V product (`weighted_v_sum`, in the
+/// one-token order for a block of one row).
+pub fn attend_block(pool: &Pool, q: &[f32], k: &[f32], v: &[f32], b: &BlockAttn, out: &mut [f32]) {
+    let (nh, hd) = (b.n_head, b.head_dim);
+    let (hq, kvw) = (nh * hd, b.n_head_kv * hd);
+    let n = q.len() / hq.max(1);
+    let n_keys = b.pos0 + n;
+    debug_assert!(k.len() >= n_keys * kvw && v.len() >= n_keys * kvw && out.len() >= n * hq);
+    let group = nh / b.n_head_kv.max(1);
+    let out_p = SharedMut::new(out);
+    pool.run(nh, &|hh| {
+        let kvh = hh / group;
+        let mut s = vec![0.0f32; n_keys];
+        let mut lanes = vec![0.0f32; 64 * hd];
+        for t in 0..n {
+            let qp = b.pos0 + t;
+            let qv = &q[t * hq + hh * hd..][..hd];
+            for (j, sj) in s.iter_mut().enumerate() {
+                *sj = if b.visible(qp, j) { ops::dot(qv, &k[j * kvw + kvh * hd..][..hd]) * b.scale } else { f32::NEG_INFINITY };
+            }
+            ops::softmax_masked_inplace(&mut s, n_keys.next_multiple_of(256));
+            // SAFETY: task hh writes only head hh's slice of each row.
+            let o = unsafe { out_p.slice(t * hq + hh * hd, hd) };
+            weighted_v_sum(&s, |j| &v[j * kvw + kvh * hd..][..hd], n == 1, &mut lanes, o);
         }
     });
 }

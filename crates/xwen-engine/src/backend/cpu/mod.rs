@@ -12,7 +12,7 @@ pub mod products;
 pub mod rowwise;
 pub mod streams;
 
-use crate::backend::{Act, AttnHeads, AttnMode, Backend, Buf, Cols, ConvSilu, DeltaGates, DeltaScan, ExpertFfn, MvJob, OutGate, Rope, Route, RouteRule, ScanState, Scratch};
+use crate::backend::{Act, AttnHeads, AttnMode, Backend, BlockAttn, Buf, Cols, ConvSilu, DeltaGates, DeltaScan, ExpertFfn, MvJob, OutGate, Rope, Route, RouteRule, ScanState, Scratch};
 use crate::batch::Rows;
 use crate::state::KvCache;
 use xwen_kernels::{Pool, QMatrix};
@@ -184,6 +184,10 @@ impl Backend for Cpu {
 
     fn dilated_conv(&self, window: &[f32], taps: &[f32], kernel: usize, dil: usize, c: usize, out: &mut [f32]) {
         streams::dilated_conv(window, taps, kernel, dil, c, out);
+    }
+
+    fn attend_block(&self, q: &[f32], k: &[f32], v: &[f32], blk: &BlockAttn, out: &mut [f32]) {
+        attention::attend_block(&self.pool, q, k, v, blk, out);
     }
 
     fn attend_selected(&self, q: &[f32], caches: &[&KvCache], rows: &Rows, heads: &AttnHeads, mode: &AttnMode, sel: &[Vec<bool>], out: &mut [f32]) {
