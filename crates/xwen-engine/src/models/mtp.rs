@@ -291,11 +291,11 @@ impl MtpHead {
 
     /// The head's state over `tokens` as `forward` leaves it, without the logits: qwen35's
     /// writes the KV rows alone; qwen4exp's QSA layer keeps pooled indexer keys beside its KV,
-    /// so its rows run the whole layer.
+    /// so its rows run the mixer (not the MoE after it).
     pub fn write_kv(&self, ctx: &Ctx, state: &mut SeqState, tokens: &[u32], h_in: &[f32]) -> Result<()> {
         match self {
             MtpHead::Qwen35(m) => m.write_kv(ctx, state, tokens, h_in),
-            MtpHead::Qwen4Exp(m) => m.forward(ctx, state, tokens, h_in, 0..0).map(|_| ()),
+            MtpHead::Qwen4Exp(m) => m.write_state(ctx, state, tokens, h_in),
         }
     }
 }

@@ -136,6 +136,18 @@ impl Qwen4ExpMtp {
     /// the trunk's streams of the position before each token, or the head's own for a chained
     /// draft). Returns the logits of rows `logits` and every row's streams h'.
     pub fn forward(&self, ctx: &Ctx, state: &mut SeqState, tokens: &[u32], h_in: &[f32], logits: Range<usize>) -> Result<SpanOut> {
+        self.run(ctx, state, tokens, h_in, logits, false)
+    }
+
+    /// The head's state over `tokens` as `forward` leaves it (the KV rows and the QSA
+    /// indexer's pooled keys, which its mixer writes), without what follows the mixer: the
+    /// MoE of 10 routed experts a row, the streams and the logits — what a drafter catching up
+    /// on accepted rows needs.
+    pub fn write_state(&self, ctx: &Ctx, state: &mut SeqState, tokens: &[u32], h_in: &[f32]) -> Result<()> {
+        self.run(ctx, state, tokens, h_in, 0..0, true).map(|_| ())
+    }
+
+    fn run(&self, ctx: &Ctx, state: &mut SeqState, tokens: &[u32], h_in: &[f32], logits: Range<usize>, state_only: bool) -> Result<SpanOut> {
         let (h, hc, n) = (self.cfg.hidden, self.hc.hc, tokens.len());
         let w = hc * h;
         if n == 0 || h_in.len() != n * w || logits.end > n {
@@ -149,6 +161,10 @@ impl Qwen4ExpMtp {
             (Mixer::Attn(wa), [LayerState::Attn(kv)]) => attention::forward(ctx, wa, &self.cfg.attn, &input, &rows, &mut [kv], self.il),
             _ => return Err(EngineError::State("MTP head: not a state of this head".into())),
         };
+        if state_only {
+            state.pos += n;
+            return Ok(SpanOut { logits: Vec::new(), hidden: Vec::new(), argmax: None });
+        }
         hyper_conn::combine(ctx, &self.hc, &mut res, &out, inj.as_deref().expect("a layer's mixer injects"));
         let (input, inj) = hyper_conn::mix(ctx, &self.hc_ffn, &self.hc, &res, &rows);
         let md = self.cfg.moe.as_ref().expect("loaded with experts");
