@@ -200,6 +200,8 @@ pub struct Model {
     dflash: Option<models::dflash::DflashHead>,
     /// The device that computes the passes (`attach_device`); None: this process's CPUs.
     device: Option<Arc<dyn crate::device::DeviceModel>>,
+    /// With a device: a state's layer shapes with no contents, what `new_state` copies.
+    device_shape: Option<SeqState>,
 }
 
 impl Model {
@@ -320,6 +322,7 @@ impl Model {
             mtp,
             dflash: dflash.map(|(h, _)| h),
             device: None,
+            device_shape: None,
         })
     }
 
@@ -463,6 +466,17 @@ impl Model {
 
     /// An empty sequence state, its KV caches of the configured types (`EngineConfig::kv_types`).
     pub fn new_state(&self) -> SeqState {
+        if let Some(shape) = &self.device_shape {
+            // its contents are made on the device at the first pass (empty recurrent states
+            // are its zero states): no host copy of a state the device will hold
+            return shape.empty_like();
+        }
+        self.new_host_state()
+    }
+
+    /// An empty sequence state in host memory, its recurrent states zeroed at their sizes,
+    /// whether or not a device computes the passes (the template a state read from disk fills).
+    pub fn new_host_state(&self) -> SeqState {
         let mut st = self.net.new_state();
         st.set_kv_types(self.cfg.effective_kv_types());
         st.set_kv_rows(self.max_context());
@@ -704,7 +718,9 @@ impl Model {
             return Err(EngineError::Config(format!("{}: the device keeps an f16 KV cache, not {}/{} (-ctk/-ctv)", dev.describe(), kv.0.name(), kv.1.name())));
         }
         self.mtp = None;
+        let shape = self.new_host_state().empty_like();
         self.device = Some(dev);
+        self.device_shape = Some(shape);
         Ok(())
     }
 

@@ -71,7 +71,14 @@ impl DeviceModel for HostDevice {
     fn upload(&self, layers: &[LayerState], pos: usize) -> xwen_engine::Result<Box<dyn DeviceSeq>> {
         let mut st = self.model.new_state();
         assert_eq!(st.layers.len(), layers.len());
-        st.layers = layers.to_vec();
+        // empty recurrent states are the zero state (a fresh state's, which the engine does
+        // not fill on the host for a device)
+        for (mine, given) in st.layers.iter_mut().zip(layers) {
+            match (mine, given) {
+                (LayerState::Delta(_), LayerState::Delta(d)) if d.conv.is_empty() && d.s.is_empty() => {}
+                (m, g) => *m = g.clone(),
+            }
+        }
         st.pos = pos;
         Ok(Box::new(HostSeq(st)))
     }
@@ -305,4 +312,35 @@ fn what_the_device_does_not_compute_is_refused() {
     assert!(budgeted.attach_device(stand_in.clone()).is_err(), "a RAM plan is the CPU's");
     let mut q8 = Model::load(&path(), &EngineConfig { threads: 2, max_ctx: 512, kv_types: (xwen_engine::KvType::Q8_0, xwen_engine::KvType::Q8_0), ..Default::default() }).unwrap();
     assert!(q8.attach_device(stand_in).is_err(), "the device keeps f16 rows");
+}
+
+#[test]
+fn a_device_state_in_the_prefix_cache_continues_from_ram_and_from_disk() {
+    let cpu = cpu_model();
+    let (dev, _) = device_model();
+    let v = cpu.n_vocab();
+    let p = prompt(8, 40, v);
+    let (head, tail) = p.split_at(29);
+    let mut c = cpu.new_state();
+    cpu.forward(&mut c, head, LogitsMode::Last).unwrap();
+    let want = cpu.forward(&mut c, tail, LogitsMode::All).unwrap();
+    let mut st = dev.new_state();
+    dev.forward(&mut st, head, LogitsMode::Last).unwrap();
+    assert!(st.is_on_device());
+    let dir = std::env::temp_dir().join(format!("xwen-device-prefix-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut cache = PrefixCache::new(&dev, 1 << 30, Some(&dir)).unwrap();
+    cache.insert(head, st);
+    let hit = cache.lookup(&dev, &p, 0).expect("the prefix is cached");
+    assert!(!hit.state.is_on_device(), "entries are kept in host memory");
+    let mut s = hit.state;
+    assert_eq!(bits(&dev.forward(&mut s, tail, LogitsMode::All).unwrap()), bits(&want), "from RAM");
+    cache.flush();
+    drop(cache);
+    let mut cache = PrefixCache::new(&dev, 1 << 30, Some(&dir)).unwrap();
+    let hit = cache.lookup(&dev, &p, 0).expect("the prefix survives a restart");
+    assert!(hit.from_disk);
+    let mut s = hit.state;
+    assert_eq!(bits(&dev.forward(&mut s, tail, LogitsMode::All).unwrap()), bits(&want), "from disk");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -126,6 +126,7 @@ impl DevSeq {
                     let LayerShape::Attn { kv_width } = shape.layers[i] else { unreachable!("shapes follow the layers") };
                     for (host, dev) in [(&kv.k, k), (&kv.v, v)] {
                         match host {
+                            KvBuf::F16(bits) if bits.is_empty() && pos == 0 => {}
                             KvBuf::F16(bits) if bits.len() == pos * kv_width => gpu.write(dev, u16_bytes(bits))?,
                             KvBuf::F16(bits) => {
                                 return Err(CudaError::Unsupported(format!("layer {i}: {} KV values for {pos} positions of {kv_width}", bits.len())));

@@ -135,7 +135,7 @@ fn read_entry(path: &Path, fingerprint: u64, model: &Model) -> Result<(Vec<u32>,
         return Err(bad("checksum mismatch".into()));
     }
     let tokens = read_header(path, fingerprint).ok_or_else(|| bad("not an entry of this model".into()))?;
-    let state = state_codec::decode(&body[28 + 4 * tokens.len()..], fingerprint, model.new_state()).map_err(|e| bad(e.to_string()))?;
+    let state = state_codec::decode(&body[28 + 4 * tokens.len()..], fingerprint, model.new_host_state()).map_err(|e| bad(e.to_string()))?;
     if state.pos != tokens.len() {
         return Err(bad(format!("a state at {} for {} tokens", state.pos, tokens.len())));
     }

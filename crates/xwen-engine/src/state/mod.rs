@@ -127,13 +127,26 @@ impl SeqState {
     /// Moves the contents onto a device: `seq` holds them from now on; the host copies are
     /// let go (the layers keep their shapes for `to_host`).
     pub(crate) fn put_on_device(&mut self, seq: Box<dyn DeviceSeq>) {
+        self.clear_contents();
+        self.place = Place::Device(seq);
+    }
+
+    /// A fresh host state (position 0, a lineage of its own) with this one's layer shapes and
+    /// no contents — empty KV caches and recurrent states, which a device reads as its zero
+    /// states at the first pass.
+    pub(crate) fn empty_like(&self) -> SeqState {
+        let mut s = SeqState::new(self.layers.clone());
+        s.clear_contents();
+        s
+    }
+
+    fn clear_contents(&mut self) {
         for l in &mut self.layers {
             match l {
                 LayerState::Attn(kv) => *kv = KvCache { max_rows: kv.max_rows, ..KvCache::new((kv.k.ty(), kv.v.ty())) },
                 LayerState::Delta(d) => *d = DeltaState { conv: Vec::new(), s: Vec::new(), keep: d.keep, past: Default::default(), spare: Default::default() },
             }
         }
-        self.place = Place::Device(seq);
     }
 
     /// The same state with its contents in host memory: a copy of a host state, a download of
