@@ -308,6 +308,9 @@ impl Gpu {
 
     /// Copies `src` into the start of `dst`.
     pub fn write(&self, dst: &mut DevBuf, src: &[u8]) -> Result<()> {
+        if src.is_empty() {
+            return Ok(());
+        }
         let mut view = dst.slice.slice_mut(0..src.len());
         self.stream.memcpy_htod(src, &mut view)?;
         Ok(())
@@ -322,6 +325,9 @@ impl Gpu {
 
     /// The first `n` u16 of `src` (f16 bits), on the host (waits for the stream).
     pub fn read_u16(&self, src: &DevBuf, n: usize) -> Result<Vec<u16>> {
+        if n == 0 {
+            return Ok(Vec::new());
+        }
         let mut out = vec![0u8; n * 2];
         self.stream.memcpy_dtoh(&src.slice.slice(0..n * 2), &mut out[..])?;
         Ok(out.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect())

@@ -275,8 +275,8 @@ pub struct CudaModel {
     output: DevMat,
     still: Option<DevBuf>,
     sc: Scratch,
-    /// The sequence `step` / `prefill` / `reset` feed (the engine's sequences bring their own,
-    /// `seq.rs`).
+    /// The sequence `step` / `prefill` / `reset` feed, made at their first call (the engine's
+    /// sequences bring their own, `seq.rs`).
     seq: Option<DevSeq>,
     /// What a sequence's state is made of, layer by layer.
     shape: SeqShape,
@@ -461,9 +461,8 @@ impl CudaModel {
         let output_norm = gpu.upload_f32(&net.output_norm)?;
         let gpu = Arc::new(gpu);
         let shape = SeqShape::of(&net, n_ctx);
-        let seq = DevSeq::zeroed(&gpu, &shape)?;
         let model = CudaModel {
-            seq: Some(seq),
+            seq: None,
             shape,
             tok_embd,
             output_norm,
@@ -643,8 +642,13 @@ impl CudaModel {
         self.record(tokens.len(), seq)
     }
 
+    /// The model's own sequence, made at its first use (a model behind the engine's device
+    /// seam never feeds it: its sequences bring their own).
     fn take_seq(&mut self) -> Result<DevSeq> {
-        self.seq.take().ok_or_else(|| CudaError::Unsupported("the model's own sequence is in use".into()))
+        match self.seq.take() {
+            Some(s) => Ok(s),
+            None => DevSeq::zeroed(&self.gpu, &self.shape),
+        }
     }
 
     /// A sequence holding the host form `layers` at `pos`.
