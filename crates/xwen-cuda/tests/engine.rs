@@ -15,7 +15,16 @@ fn repo() -> PathBuf {
 }
 
 /// The fixtures these tests run: both architectures, and a trained model where present.
+/// `XWEN_GPU_MODELS=DIR` (scripts/gpu-check, the fixtures as scripts/gpu-pack names them)
+/// takes them from DIR.
 fn files() -> Vec<PathBuf> {
+    if let Ok(dir) = std::env::var("XWEN_GPU_MODELS") {
+        let dir = PathBuf::from(dir);
+        let out: Vec<PathBuf> =
+            ["qwen3_5-model-q4_k_m.gguf", "qwen3_5_moe-model-q4_k_m.gguf", "tiny-qwen35moe-q4_k_m.gguf"].iter().map(|f| dir.join(f)).filter(|p| p.exists()).collect();
+        assert!(!out.is_empty(), "no fixtures in XWEN_GPU_MODELS={}", dir.display());
+        return out;
+    }
     let fx = repo().join("tests/fixtures/parity/cond");
     let mut out = vec![fx.join("qwen3_5/model-q4_k_m.gguf"), fx.join("qwen3_5_moe/model-q4_k_m.gguf")];
     let trained = repo().join("../shared/models/gguf/tiny-qwen35moe-q4_k_m.gguf");
