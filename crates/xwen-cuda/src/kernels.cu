@@ -866,12 +866,15 @@ extern "C" __global__ void attn_heads(const float* qg, const float* k, const flo
     }
 }
 
-#define ATTN_CHUNK 256
 #define ATTN_WARPS 4
 
-// Split-KV attention: block (head, split, token t) covers positions [split·CHUNK, +CHUNK) of the
-// step[0] + t + 1 that token t sees (causal); each warp an online softmax over its positions, merged in the block;
-// the partial (max, sum, unnormalized output) goes to `part` for attn_merge. hd ≤ 256.
+// Split-KV attention: the n = step[0] + t + 1 positions token t sees (causal) are cut into
+// gridDim.y equal chunks of ceil(n / gridDim.y), so every split has work at any depth (a
+// chunk per fixed 256 positions left most blocks idle and each busy one 64 positions a warp
+// deep, ~60 µs a layer at 600 positions); block (head, split, token t) takes its chunk, each
+// warp an online softmax over its positions, merged in the block; the partial (max, sum,
+// unnormalized output) goes to `part` for attn_merge. A row's chunks follow its own position
+// only (batch invariance). hd ≤ 256.
 extern "C" __global__ void attn_split(const float* q, const u16* k_cache, const u16* v_cache, const int* step, float* part_o,
                                       float* part_ml, int n_head, int n_head_kv, int hd, float scale) {
     pdl_start();
@@ -880,7 +883,8 @@ extern "C" __global__ void attn_split(const float* q, const u16* k_cache, const 
     int h = blockIdx.x, sp = blockIdx.y, n_split = gridDim.y, t = blockIdx.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int n_kv = step[0] + t + 1;
-    int p0 = sp * ATTN_CHUNK, p1 = min(p0 + ATTN_CHUNK, n_kv);
+    int chunk = (n_kv + n_split - 1) / n_split;
+    int p0 = sp * chunk, p1 = min(p0 + chunk, n_kv);
     i64 pi = ((i64)t * n_head + h) * n_split + sp;
     q += (i64)t * n_head * hd;
     if (p0 >= n_kv) {

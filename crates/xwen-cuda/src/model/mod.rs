@@ -338,7 +338,7 @@ impl CudaModel {
             hd: att.head_dim,
             n_rot: att.n_rot,
             theta_scale: att.rope_base.powf(-2.0 / att.n_rot as f32),
-            n_split: n_ctx.div_ceil(256),
+            n_split: plan::attn_splits(n_ctx),
             n_expert,
             n_used,
             expert_ff,

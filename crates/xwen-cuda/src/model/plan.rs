@@ -98,11 +98,18 @@ pub(super) fn plan_of(file: &GgufFile, net: &Hybrid, experts: &[Option<[Mat; 3]>
     }
 }
 
+/// The splits attention cuts a row's keys into (`attn_split`: equal chunks of the positions the
+/// row sees): one per 64 positions of the context, at most 64 — enough blocks to fill the card
+/// at any depth while the merge stays short.
+pub(super) fn attn_splits(n_ctx: usize) -> usize {
+    n_ctx.max(1).div_ceil(64).min(64)
+}
+
 /// The prefill batch: `opts.ubatch`, fewer where the split attention's partials would pass
 /// 256 MiB at this context.
 pub(super) fn ubatch_for(net: &Hybrid, opts: &CudaOptions) -> usize {
     let a = &net.cfg.attn;
-    let per_token = a.n_head * opts.n_ctx.max(1).div_ceil(256) * (a.head_dim + 2) * 4;
+    let per_token = a.n_head * attn_splits(opts.n_ctx) * (a.head_dim + 2) * 4;
     opts.ubatch.clamp(1, ((256usize << 20) / per_token.max(1)).max(1))
 }
 
@@ -112,7 +119,7 @@ pub(super) fn scratch_bytes(net: &Hybrid, n_ctx: usize, ub: usize) -> u64 {
     let (a, d) = (&c.attn, &c.delta);
     let (k, eff, sff, ne) = c.moe.as_ref().map_or((1, 0, 0, 0), |m| (m.n_used, m.expert_ff, m.shared_ff, m.n_expert));
     let hq = a.n_head * a.head_dim;
-    let split = n_ctx.max(1).div_ceil(256);
+    let split = attn_splits(n_ctx);
     let row = 2 * c.hidden
         + 2 * d.conv_dim()
         + 2 * d.value_dim()
