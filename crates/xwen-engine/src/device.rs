@@ -14,9 +14,10 @@
 //! by its first pass there.
 
 use crate::error::Result;
-use crate::state::{DeltaState, LayerState};
-use std::any::Any;
+use crate::state::LayerState;
 use std::ops::Range;
+
+pub use crate::state::on_device::DeviceSeq;
 
 /// A model computed by a device. `Model::attach_device` puts one behind a loaded model.
 pub trait DeviceModel: Send + Sync {
@@ -36,44 +37,11 @@ pub trait DeviceModel: Send + Sync {
     fn forward(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32], logits: Range<usize>, decode_order: bool) -> Result<Vec<f32>>;
 
     /// `forward` in the span's own order returning only the argmax of its last row's logits
-    /// (the first of equal largest, as `sampler::argmax`): a pure-greedy decode, where a device
+    /// (the first of equal largest, as `ops::argmax`): a pure-greedy decode, where a device
     /// picks the token itself and copies back one id instead of a vocabulary's logits.
     fn forward_argmax(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32]) -> Result<u32> {
         let n = tokens.len();
         let logits = self.forward(seq, pos, tokens, n.saturating_sub(1)..n, false)?;
-        Ok(crate::runtime::sampler::argmax(&logits))
+        Ok(crate::ops::argmax(&logits))
     }
-}
-
-/// One sequence's state on a device: KV rows and recurrent states, and the recurrent states
-/// kept for a rollback.
-pub trait DeviceSeq: Send + Sync + Any {
-    /// A second sequence with the same state (a device-to-device copy).
-    fn try_clone(&self) -> Result<Box<dyn DeviceSeq>>;
-
-    /// The host form of the first `pos` positions into `layers` (the model's state shapes):
-    /// KV rows as f16, conv and delta states as f32.
-    fn download(&self, layers: &mut [LayerState], pos: usize) -> Result<()>;
-
-    /// Every recurrent layer's state now, by layer index (a checkpoint's content).
-    fn recurrent(&self) -> Result<Vec<(usize, DeltaState)>>;
-
-    /// The recurrent layers' states replaced (a checkpoint restored).
-    fn set_recurrent(&mut self, states: &[(usize, DeltaState)]) -> Result<()>;
-
-    /// Keep the recurrent states before each of the last `k` rows fed one by one (single-row
-    /// spans and decode-order spans), so `rollback` returns to them; 0 keeps none.
-    fn keep_history(&mut self, k: usize);
-
-    /// Back from position `from` to `to`, one of the kept positions: the recurrent states taken
-    /// from before the token at `to` (KV rows past it are simply overwritten later).
-    fn rollback(&mut self, from: usize, to: usize) -> Result<()>;
-
-    /// Device bytes the state holds, kept states included.
-    fn bytes(&self) -> usize;
-
-    /// Device bytes of the kept states (`keep_history`).
-    fn history_bytes(&self) -> usize;
-
-    fn as_any_mut(&mut self) -> &mut dyn Any;
 }

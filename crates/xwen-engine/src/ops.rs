@@ -182,3 +182,14 @@ mod tests {
         assert!(x[2] > x[1] && x[1] > x[0]);
     }
 }
+
+/// The index of the first largest value (greedy sampling's pick; 0 for an empty slice).
+pub fn argmax(x: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &v) in x.iter().enumerate() {
+        if v > x[best] {
+            best = i;
+        }
+    }
+    best as u32
+}

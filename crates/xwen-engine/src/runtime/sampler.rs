@@ -197,15 +197,7 @@ impl Sampler {
     }
 }
 
-pub fn argmax(x: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
-            best = i;
-        }
-    }
-    best as u32
-}
+pub use crate::ops::argmax;
 
 fn softmax(cand: &[(u32, f32)], temp: f32) -> Vec<f32> {
     let max = cand[0].1;

@@ -7,11 +7,12 @@
 
 pub mod codec;
 pub mod kv;
+pub mod on_device;
 pub mod recurrent;
 
 pub use kv::{KvBuf, KvCache};
 pub use recurrent::{DeltaState, PastState};
-use crate::device::DeviceSeq;
+use on_device::DeviceSeq;
 use crate::error::{EngineError, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
 

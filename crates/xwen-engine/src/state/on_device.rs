@@ -1,0 +1,41 @@
+//! A sequence's state held by a device (`crate::device`): what `SeqState` owns once a pass on
+//! the device has run it, and asks for its checkpoints, clones, rollbacks and host form. Here
+//! beside the state rather than with the device seam, so the state knows nothing of devices
+//! beyond this trait.
+
+use crate::error::Result;
+use crate::state::{DeltaState, LayerState};
+use std::any::Any;
+
+/// One sequence's state on a device: KV rows and recurrent states, and the recurrent states
+/// kept for a rollback.
+pub trait DeviceSeq: Send + Sync + Any {
+    /// A second sequence with the same state (a device-to-device copy).
+    fn try_clone(&self) -> Result<Box<dyn DeviceSeq>>;
+
+    /// The host form of the first `pos` positions into `layers` (the model's state shapes):
+    /// KV rows as f16, conv and delta states as f32.
+    fn download(&self, layers: &mut [LayerState], pos: usize) -> Result<()>;
+
+    /// Every recurrent layer's state now, by layer index (a checkpoint's content).
+    fn recurrent(&self) -> Result<Vec<(usize, DeltaState)>>;
+
+    /// The recurrent layers' states replaced (a checkpoint restored).
+    fn set_recurrent(&mut self, states: &[(usize, DeltaState)]) -> Result<()>;
+
+    /// Keep the recurrent states before each of the last `k` rows fed one by one (single-row
+    /// spans and decode-order spans), so `rollback` returns to them; 0 keeps none.
+    fn keep_history(&mut self, k: usize);
+
+    /// Back from position `from` to `to`, one of the kept positions: the recurrent states taken
+    /// from before the token at `to` (KV rows past it are simply overwritten later).
+    fn rollback(&mut self, from: usize, to: usize) -> Result<()>;
+
+    /// Device bytes the state holds, kept states included.
+    fn bytes(&self) -> usize;
+
+    /// Device bytes of the kept states (`keep_history`).
+    fn history_bytes(&self) -> usize;
+
+    fn as_any_mut(&mut self) -> &mut dyn Any;
+}
