@@ -53,7 +53,7 @@ pub struct EngineOpts {
     /// Read the whole file into memory instead of mapping it
     #[arg(long = "no-mmap")]
     pub no_mmap: bool,
-    /// Layers on the GPU (also -ngl): 99 = the whole model on the CUDA backend (bench, run; built with --features cuda), 0 = the CPU
+    /// Layers on the GPU (also -ngl): 99 = the whole model on the CUDA backend (run, chat, serve, logits, bench; built with --features cuda), 0 = the CPU
     #[arg(long = "n-gpu-layers", visible_alias = "gpu-layers", value_name = "N", allow_hyphen_values = true)]
     pub n_gpu_layers: Option<String>,
     /// The device to compute on: cpu, cuda or cuda:N (with -ngl 99; alone it means the whole model there)
