@@ -233,6 +233,17 @@ fn gpu_flags_without_a_gpu_are_clear_errors() {
     }
     let err = fail(&["plan", "-m", &d, "-ngl", "99"]);
     assert!(err.contains("CUDA") || err.contains("cuda"), "plan: {err}");
+    // the engine's commands on the GPU: refused at load, before a port is bound or a line read
+    let npy = std::env::temp_dir().join(format!("xwen-ngl-logits-{}.npy", std::process::id()));
+    for args in [
+        vec!["chat", "-m", &d, "-ngl", "99"],
+        vec!["serve", "-m", &d, "-ngl", "99", "--port", "0"],
+        vec!["logits", "-m", &d, "-ngl", "99", "--ids", "1,2", "--out", npy.to_str().unwrap()],
+    ] {
+        let err = fail(&args);
+        assert!(err.contains("CUDA") || err.contains("cuda"), "{args:?}: {err}");
+    }
+    assert!(!npy.exists(), "a refused logits run writes nothing");
     let v = Command::new(env!("CARGO_BIN_EXE_xwen")).arg("--version").output().unwrap();
     assert!(String::from_utf8_lossy(&v.stdout).contains("cuda:"), "--version names the CUDA backend's state");
     let err = fail(&["run", "-m", &d, "-p", "def f(", "-n", "2", "-ngl", "3"]);
