@@ -318,19 +318,25 @@ impl Gpu {
 
     /// The first `n` f32 of `src`, on the host (waits for the stream).
     pub fn read_f32(&self, src: &DevBuf, n: usize) -> Result<Vec<f32>> {
-        let mut out = vec![0u8; n * 4];
-        self.stream.memcpy_dtoh(&src.slice.slice(0..n * 4), &mut out[..])?;
-        Ok(out.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        Ok(self.read_bytes(src, n * 4)?.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
 
     /// The first `n` u16 of `src` (f16 bits), on the host (waits for the stream).
     pub fn read_u16(&self, src: &DevBuf, n: usize) -> Result<Vec<u16>> {
-        if n == 0 {
-            return Ok(Vec::new());
+        Ok(self.read_bytes(src, n * 2)?.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect())
+    }
+
+    pub fn read_i32(&self, src: &DevBuf, n: usize) -> Result<Vec<i32>> {
+        Ok(self.read_bytes(src, n * 4)?.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    }
+
+    /// The first `bytes` of `src`, on the host (waits for the stream; none copied for 0).
+    fn read_bytes(&self, src: &DevBuf, bytes: usize) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; bytes];
+        if bytes > 0 {
+            self.stream.memcpy_dtoh(&src.slice.slice(0..bytes), &mut out[..])?;
         }
-        let mut out = vec![0u8; n * 2];
-        self.stream.memcpy_dtoh(&src.slice.slice(0..n * 2), &mut out[..])?;
-        Ok(out.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect())
+        Ok(out)
     }
 
     /// Copies all of `src` over `dst` (the same size), on the stream.
@@ -340,12 +346,6 @@ impl Gpu {
         }
         self.stream.memcpy_dtod(&src.slice, &mut dst.slice)?;
         Ok(())
-    }
-
-    pub fn read_i32(&self, src: &DevBuf, n: usize) -> Result<Vec<i32>> {
-        let mut out = vec![0u8; n * 4];
-        self.stream.memcpy_dtoh(&src.slice.slice(0..n * 4), &mut out[..])?;
-        Ok(out.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
 
     pub fn sync(&self) -> Result<()> {

@@ -519,29 +519,18 @@ impl CudaModel {
     /// Feeds `token` at the next position; returns the greedy next token (the argmax of its
     /// logits, computed on the device: the step's one host sync). `logits()` reads the rest.
     pub fn step(&mut self, token: u32) -> Result<u32> {
-        self.check(self.pos, &[token])?;
-        let mut seq = self.take_seq()?;
-        let r = self.decode_row(&mut seq, self.pos, token);
-        self.seq = Some(seq);
-        r?;
-        self.pos += 1;
-        let t = self.gpu.read_i32(&self.sc.token, 1)?;
-        Ok(t[0] as u32)
+        self.prefill(&[token])
     }
 
     /// Feeds a prompt in batches of up to `ubatch()` tokens (each weight read once a batch);
     /// returns the greedy token after its last. The logits are the last token's.
     pub fn prefill(&mut self, tokens: &[u32]) -> Result<u32> {
-        self.check(self.pos, tokens)?;
-        if tokens.len() == 1 {
-            return self.step(tokens[0]);
-        }
         let mut seq = self.take_seq()?;
-        let r = tokens.chunks(self.ubatch).try_fold(self.pos, |p, chunk| self.prompt_pass(&mut seq, p, chunk).map(|()| p + chunk.len()));
+        let r = self.feed_argmax(&mut seq, self.pos, tokens);
         self.seq = Some(seq);
-        self.pos = r?;
-        let t = self.gpu.read_i32(&self.sc.token, 1)?;
-        Ok(t[0] as u32)
+        let t = r?;
+        self.pos += tokens.len();
+        Ok(t)
     }
 
     /// Device time per kernel of feeding `tokens` (one decode step for one token, prefill
