@@ -116,7 +116,7 @@ impl DeviceSeq for HostSeq {
             .iter()
             .enumerate()
             .filter_map(|(i, l)| match l {
-                LayerState::Delta(d) => Some((i, DeltaState { conv: d.conv.clone(), s: d.s.clone(), keep: 0, past: Default::default(), spare: Default::default() })),
+                LayerState::Delta(d) => Some((i, DeltaState::of(d.conv.clone(), d.s.clone()))),
                 LayerState::Attn(_) => None,
             })
             .collect())

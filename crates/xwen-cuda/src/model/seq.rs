@@ -169,7 +169,7 @@ impl DevSeq {
         let mut out = Vec::new();
         for (i, l) in self.layers.iter().enumerate() {
             if let SeqLayer::Delta { conv, s } = l {
-                let d = DeltaState { conv: self.gpu.read_f32(conv, conv.bytes() / 4)?, s: self.gpu.read_f32(s, s.bytes() / 4)?, keep: 0, past: Default::default(), spare: Default::default() };
+                let d = DeltaState::of(self.gpu.read_f32(conv, conv.bytes() / 4)?, self.gpu.read_f32(s, s.bytes() / 4)?);
                 out.push((i, d));
             }
         }

@@ -145,7 +145,7 @@ impl SeqState {
         for l in &mut self.layers {
             match l {
                 LayerState::Attn(kv) => *kv = KvCache { max_rows: kv.max_rows, ..KvCache::new((kv.k.ty(), kv.v.ty())) },
-                LayerState::Delta(d) => *d = DeltaState { conv: Vec::new(), s: Vec::new(), keep: d.keep, past: Default::default(), spare: Default::default() },
+                LayerState::Delta(d) => *d = DeltaState { keep: d.keep, ..DeltaState::of(Vec::new(), Vec::new()) },
             }
         }
     }
@@ -189,7 +189,7 @@ impl SeqState {
                 .iter()
                 .enumerate()
                 .filter_map(|(i, l)| match l {
-                    LayerState::Delta(d) => Some((i, DeltaState { conv: d.conv.clone(), s: d.s.clone(), keep: 0, past: Default::default(), spare: Default::default() })),
+                    LayerState::Delta(d) => Some((i, DeltaState::of(d.conv.clone(), d.s.clone()))),
                     LayerState::Attn(_) => None,
                 })
                 .collect(),

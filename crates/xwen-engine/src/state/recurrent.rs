@@ -48,7 +48,13 @@ impl DeltaState {
     /// fault in its whole recurrent state (66 MB on the 35B-A3B) inside the step (llama.cpp
     /// allocates its recurrent cells with the context).
     pub fn zeroed(conv_len: usize, state_len: usize) -> Self {
-        DeltaState { conv: touched_zeros(conv_len), s: touched_zeros(state_len), keep: 0, past: Default::default(), spare: Spare::default() }
+        DeltaState::of(touched_zeros(conv_len), touched_zeros(state_len))
+    }
+
+    /// A state of these conv and delta values, keeping nothing for a rollback (a checkpoint's
+    /// content, a state read back from a device).
+    pub fn of(conv: Vec<f32>, s: Vec<f32>) -> Self {
+        DeltaState { conv, s, keep: 0, past: Default::default(), spare: Spare::default() }
     }
 
     /// A buffer for a kept state matrix (`s.len()` floats, contents unspecified: the scan
