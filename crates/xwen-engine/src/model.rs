@@ -676,7 +676,7 @@ impl Model {
         if let Some(i) = steps.iter().position(|s| s.hidden) {
             return Err(EngineError::Config(format!("sequence {i} asks for its hidden rows, which the device does not return (a draft head on the device is not built)")));
         }
-        let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
+        // the device orders its own passes: nothing here runs on the CPU pool
         let mut out = Vec::with_capacity(steps.len());
         for s in steps.iter_mut() {
             let one = (|| {
