@@ -51,6 +51,12 @@ const CHROMIUM: Prereq = Prereq { cfg: "xwen_no_chromium", path: Some("/usr/bin/
 #[allow(dead_code)]
 const LLAMA_CPP: Prereq = Prereq { cfg: "xwen_no_llama_cpp", path: None, anchor: "", env: Some("XWEN_LLAMA_CPP_DIR"), in_ci: false };
 
+/// The NVRTC library of PyPI's nvidia-cuda-nvrtc wheel (what `.ci/run` installs into
+/// target/nvrtc), or the libnvrtc.so XWEN_NVRTC names: compiles the CUDA kernels without a GPU.
+#[allow(dead_code)]
+const NVRTC: Prereq =
+    Prereq { cfg: "xwen_no_nvrtc", path: Some("target/nvrtc/nvidia/cu13/lib/libnvrtc.so.13"), anchor: "target/nvrtc", env: Some("XWEN_NVRTC"), in_ci: true };
+
 fn check_prereqs(list: &[Prereq]) {
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap()).join("../..");
     println!("cargo::rerun-if-changed=../prereqs.rs");

@@ -107,6 +107,24 @@ fn info_of(ctx: &Arc<CudaContext>) -> Result<DeviceInfo> {
     })
 }
 
+/// kernels.cu compiled by NVRTC for compute capability `arch` with `knobs`: the PTX, holding
+/// every kernel the backend launches. Needs the NVRTC library, not a device.
+pub fn compile_kernels(arch: (u32, u32), knobs: &Knobs) -> Result<cudarc::nvrtc::Ptx> {
+    let mut options = vec![format!("--gpu-architecture=compute_{}{}", arch.0, arch.1), "--std=c++17".into()];
+    options.extend(knobs.defines());
+    let opts = cudarc::nvrtc::CompileOptions { options, ..Default::default() };
+    // SAFETY: only tries to open the library.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(CudaError::Compile("the NVRTC library (libnvrtc.so, CUDA 12 or 13) is not installed".into()));
+    }
+    let ptx = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts).map_err(|e| CudaError::Compile(format!("{e:?}")))?;
+    let text = ptx.to_src();
+    if let Some(k) = KERNELS.iter().find(|k| !text.contains(&format!(".entry {k}("))) {
+        return Err(CudaError::Compile(format!("kernels.cu defines no kernel {k}")));
+    }
+    Ok(ptx)
+}
+
 /// A context, its stream and the compiled kernels.
 pub struct Gpu {
     pub ctx: Arc<CudaContext>,
@@ -143,8 +161,12 @@ pub struct Knobs {
 
 impl Knobs {
     fn from_env() -> Result<Knobs> {
+        Knobs::with_defines(&std::env::var("XWEN_CUDA_DEFINES").unwrap_or_default())
+    }
+
+    /// The default knobs with `defs` (XWEN_CUDA_DEFINES' form: "-DNAME=VALUE …") applied.
+    pub fn with_defines(defs: &str) -> Result<Knobs> {
         let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 1, extra: Vec::new() };
-        let Ok(defs) = std::env::var("XWEN_CUDA_DEFINES") else { return Ok(k) };
         for d in defs.split_whitespace() {
             let Some(def) = d.strip_prefix("-D") else {
                 return Err(CudaError::Compile(format!("XWEN_CUDA_DEFINES: '{d}' is not a -DNAME=VALUE definition")));
@@ -184,14 +206,7 @@ impl Gpu {
             )));
         }
         let knobs = Knobs::from_env()?;
-        let mut options = vec![format!("--gpu-architecture=compute_{maj}{min}"), "--std=c++17".into()];
-        options.extend(knobs.defines());
-        let opts = cudarc::nvrtc::CompileOptions { options, ..Default::default() };
-        // SAFETY: only tries to open the library.
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            return Err(CudaError::Compile("the NVRTC library (libnvrtc.so, CUDA 12 or 13) is not installed".into()));
-        }
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(SOURCE, opts).map_err(|e| CudaError::Compile(format!("{e:?}")))?;
+        let ptx = compile_kernels((maj as u32, min as u32), &knobs)?;
         let module = ctx.load_module(ptx)?;
         let mut funcs = HashMap::new();
         for &k in KERNELS {
