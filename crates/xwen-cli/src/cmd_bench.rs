@@ -90,11 +90,14 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let draft = crate::draft_arg::prepare(&draft_opts, &mut cfg, 1)?;
     let mut loaded = model_arg::load(Some(&model_path), cfg, &a.engine)?;
     draft.attach(&mut loaded.model)?;
+    // `--parallel` runs the library's engine, which computes where -ngl puts it (the pp / tg
+    // tests drive the CUDA model directly, below)
+    let on_device = a.parallel.is_some() && crate::gpu::place(&a.engine, &mut loaded.model)? != crate::gpu::Placement::Cpu;
     // shared with the engine `--parallel` runs its requests through
     let shared = Arc::new(loaded.model);
     let model: &Model = &shared;
     let t0 = Instant::now();
-    let touched = if a.no_prefault { 0 } else { prefault(model) };
+    let touched = if a.no_prefault || on_device { 0 } else { prefault(model) };
     eprintln!(
         "xwen bench: loaded {} in {:.2} s, {:.2} GB of weights paged in in {:.2} s, {} threads",
         model_path,

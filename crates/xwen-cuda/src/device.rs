@@ -8,7 +8,7 @@ use std::any::Any;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use xwen_engine::state::{DeltaState, LayerState};
-use xwen_engine::{DeviceModel, DeviceSeq, EngineError, Model};
+use xwen_engine::{DeviceModel, DeviceRow, DeviceSeq, EngineError, Model, RowOut};
 
 /// Loads `model`'s file onto device `opts.device` and puts the model's passes there; the
 /// context is the model's (`EngineConfig::max_ctx`). Returns what the device is, in words.
@@ -26,13 +26,15 @@ pub struct CudaDevice {
     model: Mutex<CudaModel>,
     describe: String,
     bytes: u64,
+    max_rows: usize,
 }
 
 impl CudaDevice {
     pub fn new(model: CudaModel) -> CudaDevice {
         let describe = model.device().to_string();
         let bytes = model.device_bytes();
-        CudaDevice { model: Mutex::new(model), describe, bytes }
+        let max_rows = model.max_decode_rows();
+        CudaDevice { model: Mutex::new(model), describe, bytes, max_rows }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, CudaModel> {
@@ -78,6 +80,26 @@ impl DeviceModel for CudaDevice {
         let seq = seq.as_any_mut().downcast_mut::<CudaSeq>().ok_or_else(|| EngineError::Device("a sequence state of another device".into()))?;
         let mut m = self.lock();
         m.feed_argmax(&mut seq.0, pos, tokens).map_err(engine_error)
+    }
+
+    fn forward_rows(&self, rows: &mut [DeviceRow<'_>]) -> xwen_engine::Result<Vec<RowOut>> {
+        let mut batch = Vec::with_capacity(rows.len());
+        for r in rows.iter_mut() {
+            let seq = r.seq.as_any_mut().downcast_mut::<CudaSeq>().ok_or_else(|| EngineError::Device("a sequence state of another device".into()))?;
+            batch.push((&mut seq.0, r.pos, r.token));
+        }
+        let mut m = self.lock();
+        m.decode_batch(&mut batch).map_err(engine_error)?;
+        let ids = m.batch_argmax(rows.len()).map_err(engine_error)?;
+        rows.iter()
+            .zip(ids)
+            .enumerate()
+            .map(|(i, (r, id))| if r.logits { m.batch_logits(i).map(RowOut::Logits).map_err(engine_error) } else { Ok(RowOut::Argmax(id)) })
+            .collect()
+    }
+
+    fn max_rows(&self) -> usize {
+        self.max_rows
     }
 }
 

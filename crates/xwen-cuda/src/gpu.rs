@@ -333,7 +333,12 @@ impl Gpu {
 
     /// The first `n` f32 of `src`, on the host (waits for the stream).
     pub fn read_f32(&self, src: &DevBuf, n: usize) -> Result<Vec<f32>> {
-        Ok(self.read_bytes(src, n * 4)?.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        self.read_f32_at(src, 0, n)
+    }
+
+    /// `n` f32 of `src` from f32 `first` on, on the host (waits for the stream).
+    pub fn read_f32_at(&self, src: &DevBuf, first: usize, n: usize) -> Result<Vec<f32>> {
+        Ok(self.read_range(src, 4 * first, n * 4)?.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
     }
 
     /// The first `n` u16 of `src` (f16 bits), on the host (waits for the stream).
@@ -347,9 +352,17 @@ impl Gpu {
 
     /// The first `bytes` of `src`, on the host (waits for the stream; none copied for 0).
     fn read_bytes(&self, src: &DevBuf, bytes: usize) -> Result<Vec<u8>> {
+        self.read_range(src, 0, bytes)
+    }
+
+    /// `bytes` of `src` from byte `first` on, on the host (waits for the stream).
+    fn read_range(&self, src: &DevBuf, first: usize, bytes: usize) -> Result<Vec<u8>> {
         let mut out = vec![0u8; bytes];
         if bytes > 0 {
-            self.stream.memcpy_dtoh(&src.slice.slice(0..bytes), &mut out[..])?;
+            if first + bytes > src.bytes() {
+                return Err(CudaError::Unsupported(format!("a read of {bytes} bytes at {first} from a buffer of {}", src.bytes())));
+            }
+            self.stream.memcpy_dtoh(&src.slice.slice(first..first + bytes), &mut out[..])?;
         }
         Ok(out)
     }

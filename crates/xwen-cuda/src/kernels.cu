@@ -52,6 +52,14 @@ __device__ __forceinline__ float bf2f(u16 h) { return __uint_as_float(((u32)h) <
 __device__ __forceinline__ u16 ld16(const u8* p) { return *(const u16*)p; }
 __device__ __forceinline__ u32 ld32_2(const u8* p) { return (u32)ld16(p) | ((u32)ld16(p + 2) << 16); }
 
+// A decode batch's rows each feed their own sequence: a layer's state pointers come from a table
+// of two per row (tab[2t]: the conv state or K cache, tab[2t + 1]: S or the V cache), the rows'
+// positions from row_pos[t]. The host writes both before the step's graph runs (no kernel
+// writes them, so a kernel may read them before pdl_start). Null tab: the pointers given.
+__device__ __forceinline__ void* row_state(const unsigned long long* tab, int t, int which, void* given) {
+    return tab ? (void*)tab[2 * t + which] : given;
+}
+
 // Programmatic dependent launch (gpu.rs `launch_3d`): on sm_90 and later a kernel may start while
 // the one before it on the stream still runs. Every kernel calls this first, before it reads or
 // writes any buffer: it waits until the predecessor has finished and its writes are visible, then
@@ -589,11 +597,13 @@ __device__ void quant_256(const float* s_y, i64 first, i8* yq, float2* yd, i8* y
 
 // quant_q8 of two inputs in one launch: gridDim.y − 1 rows of x (kind), then one row of x2
 // (kind2) in the last blockIdx.y (a decode step's routed experts' hidden rows and the shared
-// expert's, which their down products take in different kinds).
+// expert's, which their down products take in different kinds). blockIdx.z is a decode batch's
+// row: its gridDim.y − 1 rows of x from z·(gridDim.y − 1), its row of x2 at z.
 extern "C" __global__ void quant_q8_2(const float* x, int cols, i8* xq, float2* xd, int kind, const float* x2, int cols2, i8* xq2, float2* xd2, int kind2) {
     pdl_start();
-    if (blockIdx.y + 1 < gridDim.y) quant_row(x, cols, cols, xq, xd, kind, blockIdx.y);
-    else quant_row(x2, cols2, cols2, xq2, xd2, kind2, 0);
+    int per = gridDim.y - 1;
+    if (blockIdx.y < per) quant_row(x, cols, cols, xq, xd, kind, blockIdx.z * per + blockIdx.y);
+    else quant_row(x2, cols2, cols2, xq2, xd2, kind2, blockIdx.z);
 }
 
 #define MV_WARPS 4
@@ -667,7 +677,8 @@ extern "C" __global__ void mv_glu(const u8* G, const u8* U, int ty_g, int ty_u, 
 // mv_glu computes it. One token: every slot reads the same x. A warp a (row group, matrix):
 // warps 2i and 2i + 1 take row group 2·blockIdx.x + i (MOE_GLU_ROWS rows) of the gate and of the
 // up matrix, every row's loads in flight at once (dot_rows_q8); the gate's warp applies the
-// SwiGLU.
+// SwiGLU. blockIdx.z is a decode batch's row: its input row z of x (q8 copies likewise), its
+// ids k from z·k, its hidden rows h from z·k·rows and hs from z·rows_s.
 extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u, int rows, i64 rb_g, i64 rb_u, i64 mb_g, i64 mb_u, const int* ids, int k,
                                    const u8* SG, const u8* SU, int ty_sg, int ty_su, int rows_s, i64 rb_sg, i64 rb_su, int cols, const float* x,
                                    const i8* qk, const float2* dk, const i8* qz, const float2* dz, float* h, float* hs) {
@@ -676,6 +687,17 @@ extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u,
     int slot = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r0 = (blockIdx.x * 2 + (warp >> 1)) * R;
     bool up = warp & 1, shared = slot == k;
+    {
+        i64 t = blockIdx.z, xr = t * cols;
+        ids += t * k;
+        x += xr;
+        if (qk) qk += xr;
+        if (qz) qz += xr;
+        dk += xr / 32;
+        dz += xr / 32;
+        h += t * k * rows;
+        hs += t * rows_s;
+    }
     int live = min(R, (shared ? rows_s : rows) - r0);
     i64 rb = shared ? (up ? rb_su : rb_sg) : (up ? rb_u : rb_g);
     const u8* m_row = nullptr;
@@ -712,23 +734,27 @@ extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u,
 
 // Up to four products of one input in one launch (a DeltaNet layer's qkv, z, β and α; an
 // attention layer's q, k and v): the rows of the parts one after another, a warp a row, each
-// row as `mv` computes it. A part with rows = 0 is absent.
+// row as `mv` computes it. A part with rows = 0 is absent. blockIdx.y is a decode batch's row:
+// its input is row blockIdx.y of x (cols values; its q8 copies likewise), its outputs row
+// blockIdx.y of each y (rows_i values).
 extern "C" __global__ void mv4(int cols, const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz,
                                const u8* W0, int ty0, int rows0, i64 rb0, float* y0, const u8* W1, int ty1, int rows1, i64 rb1, float* y1,
                                const u8* W2, int ty2, int rows2, i64 rb2, float* y2, const u8* W3, int ty3, int rows3, i64 rb3, float* y3) {
     int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    i64 t = blockIdx.y;
     const u8* W = nullptr;
     int ty = 0;
     i64 rb = 0;
     float* y = nullptr;
-    if (row < rows0) { W = W0; ty = ty0; rb = rb0; y = y0; }
-    else if ((row -= rows0) < rows1) { W = W1; ty = ty1; rb = rb1; y = y1; }
-    else if ((row -= rows1) < rows2) { W = W2; ty = ty2; rb = rb2; y = y2; }
-    else if ((row -= rows2) < rows3) { W = W3; ty = ty3; rb = rb3; y = y3; }
+    if (row < rows0) { W = W0; ty = ty0; rb = rb0; y = y0 + t * rows0; }
+    else if ((row -= rows0) < rows1) { W = W1; ty = ty1; rb = rb1; y = y1 + t * rows1; }
+    else if ((row -= rows1) < rows2) { W = W2; ty = ty2; rb = rb2; y = y2 + t * rows2; }
+    else if ((row -= rows2) < rows3) { W = W3; ty = ty3; rb = rb3; y = y3 + t * rows3; }
     if (W) prefetch_l2(W + (i64)row * rb, rb, lane);
     pdl_start();
     if (!W) return;
-    float s = warp_sum(dot_any(ty, W + (i64)row * rb, x, qk, dk, qz, dz, cols, lane));
+    i64 xr = t * cols;
+    float s = warp_sum(dot_any(ty, W + (i64)row * rb, x + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, cols, lane));
     if (lane == 0) y[row] = s;
 }
 
@@ -823,13 +849,19 @@ extern "C" __global__ void embed(const u8* E, int ty, int cols, i64 row_bytes, c
 
 // Gated attention's heads of token blockIdx.y at position step[0] + blockIdx.y: q (from qg's per-head [q | gate]) and k RMS-normed
 // and roped (NeoX pairs over n_rot dims, `still` pairs held: interleaved M-RoPE's text rows); k
-// and v written to the f16 caches' row step[0]. One block a head, one thread a dim.
+// and v written to the f16 caches' row step[0]. One block a head, one thread a dim. With tab, a
+// decode batch: token t at row_pos[t], its caches tab's (row_state).
 extern "C" __global__ void attn_heads(const float* qg, const float* k, const float* v, const float* q_norm, const float* k_norm,
                                       const int* still, const int* step, float* q_out, u16* k_cache, u16* v_cache,
-                                      int n_head, int n_head_kv, int hd, int n_rot, float theta_scale, float eps) {
+                                      int n_head, int n_head_kv, int hd, int n_rot, float theta_scale, float eps,
+                                      const int* row_pos, const unsigned long long* tab) {
+    int b = blockIdx.x, i = threadIdx.x, t = blockIdx.y;
+    k_cache = (u16*)row_state(tab, t, 0, k_cache);
+    v_cache = (u16*)row_state(tab, t, 1, v_cache);
+    int pos = row_pos ? row_pos[t] : -1;
     pdl_start();
     extern __shared__ float sh[];
-    int b = blockIdx.x, i = threadIdx.x, t = blockIdx.y, pos = step[0] + t;
+    if (!row_pos) pos = step[0] + t;
     int kvw = n_head_kv * hd;
     qg += (i64)t * n_head * 2 * hd;
     k += (i64)t * kvw;
@@ -874,15 +906,20 @@ extern "C" __global__ void attn_heads(const float* qg, const float* k, const flo
 // deep, ~60 µs a layer at 600 positions); block (head, split, token t) takes its chunk, each
 // warp an online softmax over its positions, merged in the block; the partial (max, sum,
 // unnormalized output) goes to `part` for attn_merge. A row's chunks follow its own position
-// only (batch invariance). hd ≤ 256.
+// only (batch invariance). hd ≤ 256. With tab, a decode batch: token t at row_pos[t], its
+// caches tab's (row_state).
 extern "C" __global__ void attn_split(const float* q, const u16* k_cache, const u16* v_cache, const int* step, float* part_o,
-                                      float* part_ml, int n_head, int n_head_kv, int hd, float scale) {
+                                      float* part_ml, int n_head, int n_head_kv, int hd, float scale, const int* row_pos,
+                                      const unsigned long long* tab) {
+    int h = blockIdx.x, sp = blockIdx.y, n_split = gridDim.y, t = blockIdx.z;
+    k_cache = (const u16*)row_state(tab, t, 0, (void*)k_cache);
+    v_cache = (const u16*)row_state(tab, t, 1, (void*)v_cache);
+    int n_kv = row_pos ? row_pos[t] + 1 : 0;
     pdl_start();
     __shared__ float s_o[ATTN_WARPS][256];
     __shared__ float s_m[ATTN_WARPS], s_l[ATTN_WARPS];
-    int h = blockIdx.x, sp = blockIdx.y, n_split = gridDim.y, t = blockIdx.z;
     int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    int n_kv = step[0] + t + 1;
+    if (!row_pos) n_kv = step[0] + t + 1;
     int chunk = (n_kv + n_split - 1) / n_split;
     int p0 = sp * chunk, p1 = min(p0 + chunk, n_kv);
     i64 pi = ((i64)t * n_head + h) * n_split + sp;
@@ -973,7 +1010,14 @@ extern "C" __global__ void attn_merge(const float* part_o, const float* part_ml,
 
 // The causal depthwise convolution of n_tok new rows against the conv state, then SiLU, token
 // after token; the state shifts a row each (rowwise::conv_silu). taps are tap-major [kernel][cd].
-extern "C" __global__ void conv_step(const float* x, float* state, const float* taps, float* out, int cd, int kernel, int n_tok) {
+// With tab, blockIdx.y is a decode batch's row (n_tok = 1): its input and output rows y, its
+// state tab's (row_state).
+extern "C" __global__ void conv_step(const float* x, float* state, const float* taps, float* out, int cd, int kernel, int n_tok,
+                                     const unsigned long long* tab) {
+    int t0 = blockIdx.y;
+    state = (float*)row_state(tab, t0, 0, state);
+    x += (i64)t0 * cd;
+    out += (i64)t0 * cd;
     pdl_start();
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cd) return;
@@ -1282,7 +1326,9 @@ extern "C" __global__ void moe_combine(float* x, const float* ys, const float* w
 // (the same bits). A block MOE_DOWN_ROWS rows: warp s < k takes slot s's expert rows, warp k
 // the shared expert's (S null: none; sg null: ungated), each warp all its rows' loads in flight
 // at once (dot_rows_q8); thread t then sums row t's k + 1 terms in slot order. h holds the k
-// slots' rows (cols values each), hs the shared expert's.
+// slots' rows (cols values each), hs the shared expert's. blockIdx.y is a decode batch's row t:
+// its ids and weights k from t·k, h (and its q8 copies) from t·k·cols, hs from t·cols_s, sg[t],
+// x's row t.
 // ids is read before pdl_start, through L2: the router wrote it at least two launches before
 // this one (the expert gate/up launch sits between), and that launch's blocks all passed their
 // wait — the router had finished — before this grid could start. So the rows this step reads
@@ -1294,6 +1340,23 @@ extern "C" __global__ void moe_down_combine(const u8* D, int ty, int rows, int c
     constexpr int RD = MOE_DOWN_ROWS;
     __shared__ float ys[33][RD];
     int r0 = blockIdx.x * RD, s = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    {
+        i64 t = blockIdx.y, xr = t * k * cols, sr = t * cols_s;
+        ids += t * k;
+        weights += t * k;
+        h += xr;
+        if (qk) qk += xr;
+        if (qz) qz += xr;
+        dk += xr / 32;
+        dz += xr / 32;
+        hs += sr;
+        if (qks) qks += sr;
+        if (qzs) qzs += sr;
+        dks += sr / 32;
+        dzs += sr / 32;
+        if (sg) sg += t;
+        x += t * rows;
+    }
     int live = min(RD, rows - r0);
     const u8* w = nullptr;
     i64 wb = 0;
@@ -1354,9 +1417,18 @@ __device__ void block_argmax(float* bv, int* bi) {
 // The first index of the largest value (greedy sampling), into out[0]. Each block takes a
 // stretch of v; with more than one block, each writes its best to part_v/part_i, and the last
 // block to finish (count, zero before and after) picks among them in block order — the same
-// answer for any grid, as ties go to the first index.
+// answer for any grid, as ties go to the first index. blockIdx.y is a row of v (n values), its
+// answer out[y], its parts gridDim.x from y·gridDim.x, its counter count[y].
 extern "C" __global__ void argmax(const float* v, int n, int* out, float* part_v, int* part_i, u32* count) {
     pdl_start();
+    {
+        i64 t = blockIdx.y;
+        v += t * n;
+        out += t;
+        part_v += t * gridDim.x;
+        part_i += t * gridDim.x;
+        count += t;
+    }
     __shared__ bool last;
     int per = (n + gridDim.x - 1) / gridDim.x, lo = blockIdx.x * per, hi = min(n, lo + per);
     float bv = NEG_INF;
@@ -1776,10 +1848,20 @@ extern "C" __global__ void __launch_bounds__(128) delta_rows(const float* qn, co
 
 // A decode step's scan in one launch: delta_prep's norms and gates (the same sums, so the same
 // bits) computed by each warp for its head, then delta_rows' update of its rows for the one
-// token. Grid and block as delta_rows.
+// token. Grid and block as delta_rows; blockIdx.z a decode batch's row t (its conv, β, α and o
+// rows t, its S tab's: row_state).
 extern "C" __global__ void __launch_bounds__(128) delta_step_rows(const float* conv, const float* beta_in, const float* alpha_in, const float* dt_bias,
-                                                                  const float* a, float* S, float* o, int hk, int hv, int sd, int tiled, float eps) {
+                                                                  const float* a, float* S, float* o, int hk, int hv, int sd, int tiled, float eps,
+                                                                  const unsigned long long* tab) {
     int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, E = sd / 32;
+    {
+        i64 t = blockIdx.z;
+        S = (float*)row_state(tab, (int)t, 1, S);
+        conv += t * (2 * hk + hv) * sd;
+        beta_in += t * hv;
+        alpha_in += t * hv;
+        o += t * hv * sd;
+    }
     int kh = tiled ? h % hk : h / (hv / hk);
     int j0 = (blockIdx.y * DR_WARPS + warp) * DR_ROWS;
     // the state's rows were last written by this layer's previous step, long finished

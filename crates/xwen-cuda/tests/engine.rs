@@ -111,6 +111,60 @@ fn a_sequences_logits_are_the_same_bits_alone_and_in_a_batch() {
 
 #[test]
 #[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn decode_batches_of_every_size_give_each_row_its_bits_alone() {
+    const N: usize = 8;
+    for path in files() {
+        let mut m = cpu(&path);
+        xwen_cuda::attach(&mut m, &CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: N }).unwrap_or_else(|e| panic!("{e}"));
+        let v = m.n_vocab();
+        let prompts: Vec<Vec<u32>> = (0..N).map(|i| tokens(3 + 11 * i, v, 50 + i as u64)).collect();
+        let feeds: Vec<Vec<u32>> = (0..N).map(|i| tokens(12, v, 200 + i as u64)).collect();
+        // batches of 1 to 8 rows, then the odd sequences, then every third: each sequence's
+        // rows at its own positions; even sequences ask for the argmax alone, odd for logits
+        let mut rounds: Vec<Vec<usize>> = (0..N).map(|k| (0..=k).collect()).collect();
+        rounds.push((0..N).filter(|i| i % 2 == 1).collect());
+        rounds.push((0..N).filter(|i| i % 3 == 0).collect());
+        let mode = |i: usize| if i % 2 == 0 { LogitsMode::LastArgmax } else { LogitsMode::Last };
+        let one = |m: &Model, s: &mut xwen_engine::SeqState, t: &[u32], mode: LogitsMode| {
+            let mut st = [SeqStep::new(s, t, mode)];
+            m.forward_batch_each(&mut st).unwrap().pop().unwrap().unwrap()
+        };
+        let mut want: Vec<Vec<xwen_engine::models::SpanOut>> = Vec::new();
+        for i in 0..N {
+            let mut s = m.new_state();
+            one(&m, &mut s, &prompts[i], LogitsMode::None);
+            let rows = rounds.iter().filter(|r| r.contains(&i)).count();
+            want.push(feeds[i][..rows].iter().map(|&t| one(&m, &mut s, &[t], mode(i))).collect());
+        }
+        let mut states: Vec<_> = (0..N).map(|_| m.new_state()).collect();
+        {
+            let mut batch: Vec<SeqStep> = states.iter_mut().zip(&prompts).map(|(s, p)| SeqStep::new(s, p, LogitsMode::None)).collect();
+            m.forward_batch_each(&mut batch).unwrap();
+        }
+        let mut fed = [0usize; N];
+        for (k, round) in rounds.iter().enumerate() {
+            let toks: Vec<[u32; 1]> = round.iter().map(|&i| [feeds[i][fed[i]]]).collect();
+            let mut batch: Vec<SeqStep> =
+                states.iter_mut().enumerate().filter(|(i, _)| round.contains(i)).zip(&toks).map(|((i, s), t)| SeqStep::new(s, t, mode(i))).collect();
+            let outs = m.forward_batch_each(&mut batch).unwrap();
+            for (&i, o) in round.iter().zip(outs) {
+                let o = o.unwrap();
+                let w = &want[i][fed[i]];
+                assert_eq!((bits(&o.logits), o.argmax), (bits(&w.logits), w.argmax), "{}: round {k} ({} rows), sequence {i}", path.display(), round.len());
+                if i % 2 == 0 {
+                    assert!(o.argmax.is_some() && o.logits.is_empty(), "a pure-greedy row gives its argmax alone");
+                } else {
+                    assert_eq!(o.logits.len(), v);
+                }
+                fed[i] += 1;
+            }
+        }
+        eprintln!("{}: decode batches of 1 to {N} rows gave each row the bits it gets alone", path.display());
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
 fn the_engines_slots_prefix_cache_and_drafting_on_the_gpu_give_each_requests_tokens_alone() {
     for path in files() {
         let m = on_gpu(&path);

@@ -174,7 +174,7 @@ fn conv_step_matches_the_definition() {
             (cd.div_ceil(256) as u32, 1),
             256,
             0,
-            &[Arg::Ptr(xd.ptr), Arg::Ptr(sd.ptr), Arg::Ptr(td.ptr), Arg::Ptr(od.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(1)],
+            &[Arg::Ptr(xd.ptr), Arg::Ptr(sd.ptr), Arg::Ptr(td.ptr), Arg::Ptr(od.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(1), Arg::Ptr(0)],
         )
         .unwrap();
         let out = g.read_f32(&od, cd).unwrap();
@@ -349,6 +349,8 @@ fn attention_at_a_position_matches_the_definition() {
                 Arg::I32(n_rot as i32),
                 Arg::F32(theta_scale),
                 Arg::F32(eps),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
             ],
         )
         .unwrap();
@@ -368,6 +370,8 @@ fn attention_at_a_position_matches_the_definition() {
                 Arg::I32(n_kv as i32),
                 Arg::I32(hd as i32),
                 Arg::F32(1.0 / (hd as f32).sqrt()),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
             ],
         )
         .unwrap();
@@ -607,6 +611,7 @@ fn the_prompt_scan_follows_the_token_steps() {
                 Arg::I32(sd as i32),
                 Arg::I32(tiled as i32),
                 Arg::F32(eps),
+                Arg::Ptr(0),
             ];
             g.launch("delta_step_rows", (hv as u32, sd.div_ceil(8) as u32), 128, 0, &step_args).unwrap();
             g.launch(
@@ -832,7 +837,7 @@ fn the_prompt_convolution_equals_the_token_steps() {
                 (cd.div_ceil(256) as u32, 1),
                 256,
                 0,
-                &[Arg::Ptr(xd.at(t * cd * 4)), Arg::Ptr(s1.ptr), Arg::Ptr(td.ptr), Arg::Ptr(o1.at(t * cd * 4)), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(1)],
+                &[Arg::Ptr(xd.at(t * cd * 4)), Arg::Ptr(s1.ptr), Arg::Ptr(td.ptr), Arg::Ptr(o1.at(t * cd * 4)), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(1), Arg::Ptr(0)],
             )
             .unwrap();
         }

@@ -44,4 +44,39 @@ pub trait DeviceModel: Send + Sync {
         let logits = self.forward(seq, pos, tokens, n.saturating_sub(1)..n, false)?;
         Ok(crate::ops::argmax(&logits))
     }
+
+    /// A decode batch: each row's one token through its own sequence (no sequence twice). A
+    /// device computes the rows together where it can — one pass reads each weight once for
+    /// all of them — and each row's output must be the bits `forward` / `forward_argmax` give
+    /// it alone (batch invariance: a sequence's tokens do not depend on who else is served).
+    /// By default, row after row.
+    fn forward_rows(&self, rows: &mut [DeviceRow<'_>]) -> Result<Vec<RowOut>> {
+        rows.iter_mut()
+            .map(|r| match r.logits {
+                true => self.forward(&mut *r.seq, r.pos, &[r.token], 0..1, false).map(RowOut::Logits),
+                false => self.forward_argmax(&mut *r.seq, r.pos, &[r.token]).map(RowOut::Argmax),
+            })
+            .collect()
+    }
+
+    /// Rows `forward_rows` takes at once at most (the engine splits a larger batch).
+    fn max_rows(&self) -> usize {
+        1
+    }
+}
+
+/// One row of a decode batch (`DeviceModel::forward_rows`): a sequence's next token at its
+/// position, and whether its logits come back (else only their argmax).
+pub struct DeviceRow<'a> {
+    pub seq: &'a mut dyn DeviceSeq,
+    pub pos: usize,
+    pub token: u32,
+    pub logits: bool,
+}
+
+/// What a decode row gives back: its logits (n_vocab), or their argmax where none were asked.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RowOut {
+    Logits(Vec<f32>),
+    Argmax(u32),
 }

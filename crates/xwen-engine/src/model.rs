@@ -669,22 +669,34 @@ impl Model {
             .collect())
     }
 
-    /// `forward_batch_each` on the attached device: each sequence's span in turn (the device
-    /// batches within a span; a sequence's bits depend only on its own spans, as on the CPU).
-    /// A host state (a fresh one, a prefix-cache hit) moves onto the device at its first pass.
+    /// `forward_batch_each` on the attached device: the one-token steps (decode rows) as decode
+    /// batches of up to the device's `max_rows`, every longer span (a prompt, a verify) on its
+    /// own; a sequence's bits depend only on its own spans, as on the CPU. A host state (a
+    /// fresh one, a prefix-cache hit) moves onto the device at its first pass.
     fn forward_on_device(&self, dev: &dyn crate::device::DeviceModel, steps: &mut [SeqStep]) -> Result<Vec<Result<models::SpanOut>>> {
+        use crate::device::{DeviceRow, RowOut};
         if let Some(i) = steps.iter().position(|s| s.hidden) {
             return Err(EngineError::Config(format!("sequence {i} asks for its hidden rows, which the device does not return (a draft head on the device is not built)")));
         }
         // the device orders its own passes: nothing here runs on the CPU pool
-        let mut out = Vec::with_capacity(steps.len());
-        for s in steps.iter_mut() {
-            let one = (|| {
-                let st = &mut *s.state;
-                if !st.is_on_device() {
-                    let seq = dev.upload(&st.layers, st.pos)?;
-                    st.put_on_device(seq);
+        let mut out: Vec<Option<Result<models::SpanOut>>> = (0..steps.len()).map(|_| None).collect();
+        let mut rows: Vec<usize> = Vec::new();
+        for (i, s) in steps.iter_mut().enumerate() {
+            let st = &mut *s.state;
+            if !st.is_on_device() {
+                match dev.upload(&st.layers, st.pos) {
+                    Ok(seq) => st.put_on_device(seq),
+                    Err(e) => {
+                        out[i] = Some(Err(e));
+                        continue;
+                    }
                 }
+            }
+            if s.tokens.len() == 1 {
+                rows.push(i);
+                continue;
+            }
+            let one = (|| {
                 let pos = st.pos;
                 let seq = st.device_mut()?.ok_or_else(|| EngineError::State("a sequence state left the device".into()))?;
                 let out = if s.logits == LogitsMode::LastArgmax && !s.decode_order {
@@ -695,9 +707,53 @@ impl Model {
                 st.pos += s.tokens.len();
                 Ok(out)
             })();
-            out.push(one);
+            out[i] = Some(one);
         }
-        Ok(out)
+        for group in rows.chunks(dev.max_rows().max(1)) {
+            let mut batch: Vec<DeviceRow<'_>> = Vec::with_capacity(group.len());
+            let mut modes = Vec::with_capacity(group.len());
+            let mut members = Vec::with_capacity(group.len());
+            for (i, s) in steps.iter_mut().enumerate().filter(|(i, _)| group.contains(i)) {
+                let pos = s.state.pos;
+                match s.state.device_mut() {
+                    Ok(Some(seq)) => {
+                        batch.push(DeviceRow { seq, pos, token: s.tokens[0], logits: !matches!(s.logits, LogitsMode::LastArgmax | LogitsMode::None) });
+                        modes.push(s.logits);
+                        members.push(i);
+                    }
+                    Ok(None) => out[i] = Some(Err(EngineError::State("a sequence state left the device".into()))),
+                    Err(e) => out[i] = Some(Err(e)),
+                }
+            }
+            match dev.forward_rows(&mut batch) {
+                Ok(res) if res.len() == members.len() => {
+                    for ((&i, mode), r) in members.iter().zip(modes).zip(res) {
+                        out[i] = Some(Ok(match (r, mode) {
+                            (_, LogitsMode::None) => models::SpanOut { logits: Vec::new(), hidden: Vec::new(), argmax: None },
+                            (RowOut::Logits(l), _) => models::SpanOut { logits: l, hidden: Vec::new(), argmax: None },
+                            (RowOut::Argmax(t), _) => models::SpanOut { logits: Vec::new(), hidden: Vec::new(), argmax: Some(t) },
+                        }));
+                    }
+                }
+                Ok(res) => {
+                    let e = EngineError::Device(format!("a decode batch of {} rows gave {} outputs", members.len(), res.len()));
+                    for &i in &members {
+                        out[i] = Some(Err(e.duplicate()));
+                    }
+                }
+                Err(e) => {
+                    for &i in &members {
+                        out[i] = Some(Err(e.duplicate()));
+                    }
+                }
+            }
+            for &i in &members {
+                if matches!(out[i], Some(Ok(_))) {
+                    steps[i].state.pos += 1;
+                }
+            }
+        }
+        Ok(out.into_iter().map(|o| o.unwrap_or_else(|| Err(EngineError::State("a step the device left unanswered".into())))).collect())
     }
 
     /// Puts the passes on `dev` (a GPU), which computes them from now on; sequence states move

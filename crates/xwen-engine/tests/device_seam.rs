@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use xwen_engine::state::{DeltaState, LayerState};
 use xwen_engine::{
-    ContraryDrafter, DeviceModel, DeviceSeq, Engine, EngineConfig, EngineOptions, EngineRequest, LogitsMode, Model, Output, PrefixCache, ReplayDrafter, SamplerConfig, SeqState,
-    SeqStep,
+    ContraryDrafter, DeviceModel, DeviceRow, DeviceSeq, Engine, EngineConfig, EngineOptions, EngineRequest, LogitsMode, Model, Output, PrefixCache, ReplayDrafter, RowOut,
+    SamplerConfig, SeqState, SeqStep,
 };
 
 fn path() -> PathBuf {
@@ -27,7 +27,7 @@ fn cpu_model() -> Model {
 /// A model whose passes run on the stand-in device.
 fn device_model() -> (Model, Arc<HostDevice>) {
     let mut m = cpu_model();
-    let dev = Arc::new(HostDevice { model: cpu_model(), passes: AtomicUsize::new(0) });
+    let dev = Arc::new(HostDevice { model: cpu_model(), passes: AtomicUsize::new(0), widest: AtomicUsize::new(0) });
     m.attach_device(dev.clone()).unwrap();
     (m, dev)
 }
@@ -36,7 +36,12 @@ fn device_model() -> (Model, Arc<HostDevice>) {
 struct HostDevice {
     model: Model,
     passes: AtomicUsize,
+    /// The most rows a decode batch (`forward_rows`) brought.
+    widest: AtomicUsize,
 }
+
+/// Rows the stand-in's decode batches take at most (the engine splits wider ones).
+const MAX_ROWS: usize = 2;
 
 /// Verifies (passes of several rows in the one-token order) and rollbacks, over all devices.
 static VERIFIES: AtomicUsize = AtomicUsize::new(0);
@@ -94,6 +99,27 @@ impl DeviceModel for HostDevice {
         let all = self.model.forward_batch(&mut step)?.pop().unwrap();
         let v = self.model.n_vocab();
         Ok(all[logits.start * v..logits.end * v].to_vec())
+    }
+
+    /// The rows as one CPU batch (whose rows are each as computed alone).
+    fn forward_rows(&self, rows: &mut [DeviceRow<'_>]) -> xwen_engine::Result<Vec<RowOut>> {
+        assert!(rows.len() <= MAX_ROWS, "a decode batch wider than max_rows");
+        self.passes.fetch_add(1, Ordering::Relaxed);
+        self.widest.fetch_max(rows.len(), Ordering::Relaxed);
+        let toks: Vec<[u32; 1]> = rows.iter().map(|r| [r.token]).collect();
+        let mut seqs: Vec<&mut HostSeq> = Vec::new();
+        for r in rows.iter_mut() {
+            let s = r.seq.as_any_mut().downcast_mut::<HostSeq>().expect("this device's sequence");
+            s.at(r.pos);
+            seqs.push(s);
+        }
+        let mut steps: Vec<SeqStep> = seqs.into_iter().zip(&toks).map(|(s, t)| SeqStep { state: &mut s.0, tokens: t, logits: LogitsMode::All, decode_order: false, hidden: false }).collect();
+        let out = self.model.forward_batch(&mut steps)?;
+        Ok(rows.iter().zip(out).map(|(r, l)| if r.logits { RowOut::Logits(l) } else { RowOut::Argmax(greedy(&l)) }).collect())
+    }
+
+    fn max_rows(&self) -> usize {
+        MAX_ROWS
     }
 }
 
@@ -270,9 +296,11 @@ fn an_engine_on_the_device_gives_each_request_the_cpus_tokens() {
     let cpu = cpu_model();
     let v = cpu.n_vocab();
     let want = run_engine(cpu, requests(v), 3, None);
-    let (dev, _) = device_model();
+    let (dev, host) = device_model();
     let prefix = PrefixCache::new(&dev, 1 << 30, None).unwrap();
     assert_eq!(run_engine(dev, requests(v), 3, Some(prefix)), want);
+    // three slots decoding at once came to the device as decode batches (of its two rows at most)
+    assert_eq!(host.widest.load(Ordering::Relaxed), MAX_ROWS, "the slots' decode rows were batched");
 }
 
 #[test]
@@ -308,7 +336,7 @@ fn what_the_device_does_not_compute_is_refused() {
     let e = dev.attach_dflash(&path()).unwrap_err().to_string();
     assert!(e.contains("not on the device"), "{e}");
     let mut budgeted = Model::load(&path(), &EngineConfig { threads: 2, max_ctx: 512, ram_budget: Some(1 << 30), ..Default::default() }).unwrap();
-    let stand_in = Arc::new(HostDevice { model: cpu_model(), passes: AtomicUsize::new(0) });
+    let stand_in = Arc::new(HostDevice { model: cpu_model(), passes: AtomicUsize::new(0), widest: AtomicUsize::new(0) });
     assert!(budgeted.attach_device(stand_in.clone()).is_err(), "a RAM plan is the CPU's");
     let mut q8 = Model::load(&path(), &EngineConfig { threads: 2, max_ctx: 512, kv_types: (xwen_engine::KvType::Q8_0, xwen_engine::KvType::Q8_0), ..Default::default() }).unwrap();
     assert!(q8.attach_device(stand_in).is_err(), "the device keeps f16 rows");

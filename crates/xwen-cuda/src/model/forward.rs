@@ -5,14 +5,54 @@
 
 use super::*;
 
+/// What a pass feeds: a prompt pass's `n` tokens (n ≥ 2) of one sequence, or a decode batch's
+/// `n` rows, each the next token of its own sequence (their tokens, positions and state
+/// pointers in the batch table, `CudaModel::decode_batch`). A decode row is computed the same
+/// way whatever the batch around it: the batch is a grid dimension of each kernel.
+#[derive(Clone, Copy)]
+pub(super) enum Pass<'a> {
+    Prompt { n: usize, seq: &'a DevSeq },
+    Rows { n: usize },
+}
+
+impl Pass<'_> {
+    fn n(&self) -> usize {
+        match *self {
+            Pass::Prompt { n, .. } | Pass::Rows { n } => n,
+        }
+    }
+
+    fn rows(&self) -> bool {
+        matches!(self, Pass::Rows { .. })
+    }
+}
+
+/// A layer's state as its kernels take it: a prompt pass's sequence's pointers (a: conv or K,
+/// b: S or V), or a decode batch's table for the layer (two pointers a row) and its positions.
+#[derive(Clone, Copy)]
+struct LayerPtrs {
+    a: u64,
+    b: u64,
+    tab: u64,
+    pos: u64,
+}
+
+/// Where a decode batch of `b` rows keeps its positions and its layers' state pointers in the
+/// batch table (after its b tokens): (positions, layer `il`'s two pointers a row).
+pub(super) fn rows_table_at(b: usize, il: usize) -> (usize, usize) {
+    (4 * b, 8 * b + 16 * b * il)
+}
+
 impl CudaModel {
-    /// Enqueues a pass of `n` tokens over `seq`'s state (what the decode graph captures at
-    /// n = 1): the logits of its last row and their argmax.
-    pub(super) fn record(&self, n: usize, seq: &DevSeq) -> Result<()> {
+    /// Enqueues a pass (what a decode step's graph captures): the logits of a prompt pass's
+    /// last row, or of every row of a decode batch, and their argmax.
+    pub(super) fn record(&self, p: Pass<'_>) -> Result<()> {
         let g = &self.gpu;
         let d = &self.d;
         let sc = &self.sc;
         let h = d.hidden;
+        let (n, rows) = (p.n(), p.rows());
+        let ids = if rows { sc.rows.ptr } else { sc.step.at(4) };
         g.launch(
             "embed",
             (h.div_ceil(256) as u32, n as u32),
@@ -23,36 +63,44 @@ impl CudaModel {
                 Arg::I32(self.tok_embd.ty),
                 Arg::I32(h as i32),
                 Arg::I64(self.tok_embd.row_bytes as i64),
-                Arg::Ptr(sc.step.at(4)),
+                Arg::Ptr(ids),
                 Arg::Ptr(sc.x.ptr),
             ],
         )?;
-        for (l, st) in self.layers.iter().zip(&seq.layers) {
+        for (il, l) in self.layers.iter().enumerate() {
             let kinds = &l.kinds;
-            let xn = self.rms_norm(sc.x.ptr, l.attn_norm.ptr, n, self.decode_rows(n), kinds.mix_in)?;
-            match (&l.mixer, st) {
-                (DevMixer::Delta(w), SeqLayer::Delta { conv, s }) => self.delta(w, conv.ptr, s.ptr, xn, kinds.mix_out, n)?,
-                (DevMixer::Attn(w), SeqLayer::Attn { k, v }) => self.attention(w, k.ptr, v.ptr, xn, kinds.mix_out, n)?,
-                _ => return Err(CudaError::Unsupported("a sequence state of another model".into())),
+            let st = self.layer_ptrs(p, il)?;
+            let xn = self.rms_norm(sc.x.ptr, l.attn_norm.ptr, n, rows, kinds.mix_in)?;
+            match &l.mixer {
+                DevMixer::Delta(w) => self.delta(w, st, xn, kinds.mix_out, n, rows)?,
+                DevMixer::Attn(w) => self.attention(w, st, xn, kinds.mix_out, n, rows)?,
             }
-            let moe_rows = matches!(l.ffn, DevFfn::Moe(_)) && !self.grouped_experts(n);
-            let xn = self.rms_norm(sc.x.ptr, l.post_norm.ptr, n, self.decode_rows(n) || moe_rows, kinds.ffn_in)?;
+            let moe_rows = matches!(l.ffn, DevFfn::Moe(_)) && !self.grouped_experts(n, rows);
+            let xn = self.rms_norm(sc.x.ptr, l.post_norm.ptr, n, rows || moe_rows, kinds.ffn_in)?;
             match &l.ffn {
                 DevFfn::Dense(w) => {
-                    self.glu(w, xn, sc.ffn_h.ptr, n)?;
-                    let hin = self.input(sc.ffn_h.ptr, w.down.cols, n, self.decode_rows(n), kinds.ffn_mid)?;
-                    self.proj(&w.down, hin, sc.x.ptr, Some(sc.x.ptr), n)?;
+                    self.glu(w, xn, sc.ffn_h.ptr, n, rows)?;
+                    let hin = self.input(sc.ffn_h.ptr, w.down.cols, n, rows, kinds.ffn_mid)?;
+                    self.proj(&w.down, hin, sc.x.ptr, Some(sc.x.ptr), n, rows)?;
                 }
-                DevFfn::Moe(w) => self.moe(w, xn, kinds, n)?,
+                DevFfn::Moe(w) => self.moe(w, xn, kinds, n, rows)?,
             }
         }
-        // the head reads the last token only
-        self.head(n - 1)?;
+        // a prompt pass's head reads its last token only; a decode batch's, every row
+        let heads = if rows {
+            let xn = self.rms_norm(sc.x.ptr, self.output_norm.ptr, n, true, self.head_kinds)?;
+            self.proj(&self.output, xn, sc.logits.ptr, None, n, true)?;
+            n
+        } else {
+            self.head(n - 1)?;
+            1
+        };
         // over many blocks: one block reading a 248k vocabulary's logits takes ~0.1 ms
         let blocks = d.n_vocab.div_ceil(4096).min(ARGMAX_BLOCKS);
+        let parts = ARGMAX_BLOCKS * self.decode_max;
         g.launch(
             "argmax",
-            (blocks as u32, 1),
+            (blocks as u32, heads as u32),
             1024,
             0,
             &[
@@ -60,30 +108,40 @@ impl CudaModel {
                 Arg::I32(d.n_vocab as i32),
                 Arg::Ptr(sc.token.ptr),
                 Arg::Ptr(sc.argmax_part.ptr),
-                Arg::Ptr(sc.argmax_part.at(4 * ARGMAX_BLOCKS)),
-                Arg::Ptr(sc.argmax_part.at(8 * ARGMAX_BLOCKS)),
+                Arg::Ptr(sc.argmax_part.at(4 * parts)),
+                Arg::Ptr(sc.argmax_part.at(8 * parts)),
             ],
         )
     }
 
-    /// The logits of the pass's row `row` (its final norm and the output product).
+    /// Layer `il`'s state for pass `p`.
+    fn layer_ptrs(&self, p: Pass<'_>, il: usize) -> Result<LayerPtrs> {
+        match p {
+            Pass::Rows { n } => {
+                let (pos, tab) = rows_table_at(n, il);
+                Ok(LayerPtrs { a: 0, b: 0, tab: self.sc.rows.at(tab), pos: self.sc.rows.at(pos) })
+            }
+            Pass::Prompt { seq, .. } => match (&self.layers[il].mixer, &seq.layers[il]) {
+                (DevMixer::Delta(_), SeqLayer::Delta { conv, s }) => Ok(LayerPtrs { a: conv.ptr, b: s.ptr, tab: 0, pos: 0 }),
+                (DevMixer::Attn(_), SeqLayer::Attn { k, v }) => Ok(LayerPtrs { a: k.ptr, b: v.ptr, tab: 0, pos: 0 }),
+                _ => Err(CudaError::Unsupported("a sequence state of another model".into())),
+            },
+        }
+    }
+
+    /// The logits of a prompt pass's row `row` (its final norm and the output product).
     pub(super) fn head(&self, row: usize) -> Result<()> {
         let sc = &self.sc;
         let x = sc.x.at(row * self.d.hidden * 4);
         let xn = self.rms_norm(x, self.output_norm.ptr, 1, true, self.head_kinds)?;
-        self.proj(&self.output, xn, sc.logits.ptr, None, 1)
-    }
-
-    /// Whether a pass of n tokens multiplies row by row (the decode products, on q8 inputs).
-    fn decode_rows(&self, n: usize) -> bool {
-        n == 1
+        self.proj(&self.output, xn, sc.logits.ptr, None, 1, true)
     }
 
     /// Whether a pass's routed experts run grouped per expert on tensor cores (mm_ex): prompt
     /// passes whose slots fit moe_sort's shared memory and whose expert widths are whole chunks.
-    fn grouped_experts(&self, n: usize) -> bool {
+    fn grouped_experts(&self, n: usize, rows: bool) -> bool {
         let d = &self.d;
-        n > 1 && d.hidden % 128 == 0 && d.expert_ff % 128 == 0 && d.n_expert * 8 <= 48 << 10
+        !rows && n > 1 && d.hidden % 128 == 0 && d.expert_ff % 128 == 0 && d.n_expert * 8 <= 48 << 10
     }
 
     /// RMSNorm of `n` rows of the hidden width into xn; for row-by-row products (`rows`), xn
@@ -178,10 +236,11 @@ impl CudaModel {
     }
 
     /// y[t] = W·x[t] (+ res[t]) for n rows of x (as wide as W), y rows as wide as W is tall.
-    /// res, where given, is y (a residual added in place).
-    fn proj(&self, w: &DevMat, x: In, y: u64, res: Option<u64>, n: usize) -> Result<()> {
-        if n == 1 {
-            return mv(&self.gpu, w, None, x, w.cols, 1, y, 0, res, 1);
+    /// res, where given, is y (a residual added in place). `rows`: row by row (`mv`, each row
+    /// alone: a decode batch), else a prompt pass's products.
+    fn proj(&self, w: &DevMat, x: In, y: u64, res: Option<u64>, n: usize, rows: bool) -> Result<()> {
+        if rows || n == 1 {
+            return mv(&self.gpu, w, None, x, w.cols, 1, y, w.rows, res, n);
         }
         if let Some(blas) = &self.gpu.blas {
             if n >= BLAS_MIN_TOKENS && res.is_none_or(|r| r == y) {
@@ -215,8 +274,8 @@ impl CudaModel {
         )
     }
 
-    /// Up to four row-by-row products of one input in one launch (`mv4`).
-    fn proj_many(&self, parts: &[(&DevMat, u64)], x: In) -> Result<()> {
+    /// Up to four row-by-row products of one input in one launch (`mv4`), for each of `n` rows.
+    fn proj_many(&self, parts: &[(&DevMat, u64)], x: In, n: usize) -> Result<()> {
         let total: usize = parts.iter().map(|(m, _)| m.rows).sum();
         let mut args = vec![Arg::I32(parts[0].0.cols as i32), Arg::Ptr(x.f), Arg::Ptr(x.q.qk), Arg::Ptr(x.q.dk), Arg::Ptr(x.q.qz), Arg::Ptr(x.q.dz)];
         for i in 0..4 {
@@ -225,7 +284,7 @@ impl CudaModel {
                 None => args.extend([Arg::Ptr(0), Arg::I32(0), Arg::I32(0), Arg::I64(0), Arg::Ptr(0)]),
             }
         }
-        self.gpu.launch("mv4", (total.div_ceil(MV_WARPS) as u32, 1), (32 * MV_WARPS) as u32, 0, &args)
+        self.gpu.launch("mv4", (total.div_ceil(MV_WARPS) as u32, n as u32), (32 * MV_WARPS) as u32, 0, &args)
     }
 
     /// A prompt product through cuBLAS: W to f16 rows, x to f16 (unless the input already is),
@@ -249,18 +308,18 @@ impl CudaModel {
         blas.gemm_tn(w.rows, n, w.cols, sc.w_f16.ptr, w.cols, xh, w.cols, y, w.rows, accumulate)
     }
 
-    /// h[t] = silu(gate·x[t]) ⊙ (up·x[t]) for n rows.
-    fn glu(&self, w: &Glu, x: In, h: u64, n: usize) -> Result<()> {
+    /// h[t] = silu(gate·x[t]) ⊙ (up·x[t]) for n rows (`rows`: each alone, as `proj`).
+    fn glu(&self, w: &Glu, x: In, h: u64, n: usize, rows: bool) -> Result<()> {
         let (gm, um) = (&w.gate, &w.up);
-        if n >= TC_MIN_TOKENS && (gm.cols % 128 == 0 || self.gpu.blas.is_some()) {
+        if !rows && n >= TC_MIN_TOKENS && (gm.cols % 128 == 0 || self.gpu.blas.is_some()) {
             // two tensor-core products, then the activation
             let u = self.sc.ffn_u.ptr;
-            self.proj(gm, x, h, None, n)?;
-            self.proj(um, x, u, None, n)?;
+            self.proj(gm, x, h, None, n, false)?;
+            self.proj(um, x, u, None, n, false)?;
             let len = n * gm.rows;
             return self.gpu.launch("silu_mul", (len.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(h), Arg::Ptr(u), Arg::I64(len as i64)]);
         }
-        if n == 1 || gm.ty != um.ty || gm.row_bytes != um.row_bytes {
+        if rows || n == 1 || gm.ty != um.ty || gm.row_bytes != um.row_bytes {
             return mv_glu(&self.gpu, w, None, x, gm.cols, 1, h, gm.rows, n);
         }
         self.gpu.launch(
@@ -284,29 +343,41 @@ impl CudaModel {
         )
     }
 
-    fn delta(&self, w: &DeltaLayer, conv_state: u64, s: u64, x: In, out_kinds: Kinds, n: usize) -> Result<()> {
+    fn delta(&self, w: &DeltaLayer, st: LayerPtrs, x: In, out_kinds: Kinds, n: usize, rows: bool) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        if n == 1 {
-            self.proj_many(&[(&w.qkv, sc.qkv.ptr), (&w.z, sc.z.ptr), (&w.beta, sc.beta.ptr), (&w.alpha, sc.alpha.ptr)], x)?;
+        if rows {
+            self.proj_many(&[(&w.qkv, sc.qkv.ptr), (&w.z, sc.z.ptr), (&w.beta, sc.beta.ptr), (&w.alpha, sc.alpha.ptr)], x, n)?;
         } else {
-            self.proj(&w.qkv, x, sc.qkv.ptr, None, n)?;
-            self.proj(&w.z, x, sc.z.ptr, None, n)?;
-            self.proj(&w.beta, x, sc.beta.ptr, None, n)?;
-            self.proj(&w.alpha, x, sc.alpha.ptr, None, n)?;
+            self.proj(&w.qkv, x, sc.qkv.ptr, None, n, false)?;
+            self.proj(&w.z, x, sc.z.ptr, None, n, false)?;
+            self.proj(&w.beta, x, sc.beta.ptr, None, n, false)?;
+            self.proj(&w.alpha, x, sc.alpha.ptr, None, n, false)?;
         }
         let cd = w.qkv.rows;
-        let conv_args = [
-            Arg::Ptr(sc.qkv.ptr),
-            Arg::Ptr(conv_state),
-            Arg::Ptr(w.taps.ptr),
-            Arg::Ptr(sc.conv.ptr),
-            Arg::I32(cd as i32),
-            Arg::I32(d.conv_kernel as i32),
-            Arg::I32(n as i32),
-        ];
-        if n == 1 {
-            g.launch("conv_step", (cd.div_ceil(256) as u32, 1), 256, 0, &conv_args)?;
+        let conv_state = st.a;
+        if rows {
+            // a row a token of its own sequence
+            let conv_args = [
+                Arg::Ptr(sc.qkv.ptr),
+                Arg::Ptr(0),
+                Arg::Ptr(w.taps.ptr),
+                Arg::Ptr(sc.conv.ptr),
+                Arg::I32(cd as i32),
+                Arg::I32(d.conv_kernel as i32),
+                Arg::I32(1),
+                Arg::Ptr(st.tab),
+            ];
+            g.launch("conv_step", (cd.div_ceil(256) as u32, n as u32), 256, 0, &conv_args)?;
         } else {
+            let conv_args = [
+                Arg::Ptr(sc.qkv.ptr),
+                Arg::Ptr(conv_state),
+                Arg::Ptr(w.taps.ptr),
+                Arg::Ptr(sc.conv.ptr),
+                Arg::I32(cd as i32),
+                Arg::I32(d.conv_kernel as i32),
+                Arg::I32(n as i32),
+            ];
             // every (token, channel) at once, then the state moved on
             g.launch("conv_prompt", ((n * cd).div_ceil(256) as u32, 1), 256, 0, &conv_args)?;
             g.launch(
@@ -317,19 +388,21 @@ impl CudaModel {
                 &[Arg::Ptr(sc.qkv.ptr), Arg::Ptr(conv_state), Arg::I32(cd as i32), Arg::I32(d.conv_kernel as i32), Arg::I32(n as i32)],
             )?;
         }
-        self.delta_scan(w, s, out_kinds, n)
+        self.delta_scan(w, st, out_kinds, n, rows)
     }
 
     /// The scan of a pass (a decode step too): gates and normed q / k per token, then S's rows
     /// spread over blocks (8 a block, in registers through the pass), then the output norms;
     /// the out projection. (delta_step, one block a head, is its single-kernel reference.)
-    fn delta_scan(&self, w: &DeltaLayer, s: u64, out_kinds: Kinds, n: usize) -> Result<()> {
+    fn delta_scan(&self, w: &DeltaLayer, st: LayerPtrs, out_kinds: Kinds, n: usize, rows: bool) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        if n == 1 {
-            // a decode step: the gates and norms inside the rows' kernel
-            g.launch(
+        let s = st.b;
+        if rows {
+            // a decode batch: the gates and norms inside the rows' kernel, a row of the batch
+            // a grid layer
+            g.launch_3d(
                 "delta_step_rows",
-                (d.hv as u32, d.sd.div_ceil(8) as u32),
+                (d.hv as u32, d.sd.div_ceil(8) as u32, n as u32),
                 128,
                 0,
                 &[
@@ -345,9 +418,10 @@ impl CudaModel {
                     Arg::I32(d.sd as i32),
                     Arg::I32(d.tiled as i32),
                     Arg::F32(d.eps),
+                    Arg::Ptr(st.tab),
                 ],
             )?;
-            return self.delta_finish(w, out_kinds, n);
+            return self.delta_finish(w, out_kinds, n, true);
         }
         g.launch(
             "delta_prep",
@@ -389,14 +463,14 @@ impl CudaModel {
                 Arg::I32(n as i32),
             ],
         )?;
-        self.delta_finish(w, out_kinds, n)
+        self.delta_finish(w, out_kinds, n, false)
     }
 
     /// The scan's gated output norms, then the out projection (and its residual).
-    fn delta_finish(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize) -> Result<()> {
+    fn delta_finish(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize, rows: bool) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         // a decode step's norm also quantizes where 256 values are whole heads
-        let fuse = self.decode_rows(n) && (out_kinds.k || out_kinds.z) && 256 % d.sd == 0 && (d.hv * d.sd) % 256 == 0;
+        let fuse = rows && (out_kinds.k || out_kinds.z) && 256 % d.sd == 0 && (d.hv * d.sd) % 256 == 0;
         let heads = if fuse { 256 / d.sd } else { 1 };
         let mut args = vec![
             Arg::Ptr(sc.o_raw.ptr),
@@ -409,18 +483,19 @@ impl CudaModel {
         ];
         args.extend(if fuse { self.fused_outputs(out_kinds) } else { [Arg::Ptr(0); 4] });
         g.launch("delta_out", ((d.hv / heads) as u32, n as u32), (128 * heads) as u32, 0, &args)?;
-        let o = self.input_after(sc.delta_o.ptr, w.out.cols, n, self.decode_rows(n), out_kinds, fuse)?;
-        self.proj(&w.out, o, sc.x.ptr, Some(sc.x.ptr), n)
+        let o = self.input_after(sc.delta_o.ptr, w.out.cols, n, rows, out_kinds, fuse)?;
+        self.proj(&w.out, o, sc.x.ptr, Some(sc.x.ptr), n, rows)
     }
 
-    fn attention(&self, w: &AttnLayer, k_cache: u64, v_cache: u64, x: In, out_kinds: Kinds, n: usize) -> Result<()> {
+    fn attention(&self, w: &AttnLayer, st: LayerPtrs, x: In, out_kinds: Kinds, n: usize, rows: bool) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        if n == 1 {
-            self.proj_many(&[(&w.q, sc.qg.ptr), (&w.k, sc.k.ptr), (&w.v, sc.v.ptr)], x)?;
+        let (k_cache, v_cache) = (st.a, st.b);
+        if rows {
+            self.proj_many(&[(&w.q, sc.qg.ptr), (&w.k, sc.k.ptr), (&w.v, sc.v.ptr)], x, n)?;
         } else {
-            self.proj(&w.q, x, sc.qg.ptr, None, n)?;
-            self.proj(&w.k, x, sc.k.ptr, None, n)?;
-            self.proj(&w.v, x, sc.v.ptr, None, n)?;
+            self.proj(&w.q, x, sc.qg.ptr, None, n, false)?;
+            self.proj(&w.k, x, sc.k.ptr, None, n, false)?;
+            self.proj(&w.v, x, sc.v.ptr, None, n, false)?;
         }
         let block = d.hd.div_ceil(32) * 32;
         g.launch(
@@ -445,6 +520,8 @@ impl CudaModel {
                 Arg::I32(d.n_rot as i32),
                 Arg::F32(d.theta_scale),
                 Arg::F32(d.eps),
+                Arg::Ptr(st.pos),
+                Arg::Ptr(st.tab),
             ],
         )?;
         self.gpu.launch_3d(
@@ -463,27 +540,28 @@ impl CudaModel {
                 Arg::I32(d.n_head_kv as i32),
                 Arg::I32(d.hd as i32),
                 Arg::F32(1.0 / (d.hd as f32).sqrt()),
+                Arg::Ptr(st.pos),
+                Arg::Ptr(st.tab),
             ],
         )?;
         // a decode step's merge also quantizes where 256 values are whole heads
-        let fuse = self.decode_rows(n) && (out_kinds.k || out_kinds.z) && 256 % d.hd == 0 && (d.n_head * d.hd) % 256 == 0;
+        let fuse = rows && (out_kinds.k || out_kinds.z) && 256 % d.hd == 0 && (d.n_head * d.hd) % 256 == 0;
         let (grid_x, merge_block) = if fuse { (d.n_head * d.hd / 256, 256) } else { (d.n_head, block) };
         let mut args =
             vec![Arg::Ptr(sc.part_o.ptr), Arg::Ptr(sc.part_ml.ptr), Arg::Ptr(sc.qg.ptr), Arg::Ptr(sc.attn_o.ptr), Arg::I32(d.hd as i32), Arg::I32(d.n_split as i32)];
         args.extend(if fuse { self.fused_outputs(out_kinds) } else { [Arg::Ptr(0); 4] });
         g.launch("attn_merge", (grid_x as u32, n as u32), merge_block as u32, 0, &args)?;
-        let o = self.input_after(sc.attn_o.ptr, w.o.cols, n, self.decode_rows(n), out_kinds, fuse)?;
-        self.proj(&w.o, o, sc.x.ptr, Some(sc.x.ptr), n)
+        let o = self.input_after(sc.attn_o.ptr, w.o.cols, n, rows, out_kinds, fuse)?;
+        self.proj(&w.o, o, sc.x.ptr, Some(sc.x.ptr), n, rows)
     }
 
-    fn moe(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize) -> Result<()> {
+    fn moe(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, rows: bool) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
-        let decode = self.decode_rows(n);
         match &w.shared_gate {
             // the router and the shared expert's gate read the same input: one launch
-            Some(gate) if decode => self.proj_many(&[(&w.router, sc.router.ptr), (gate, sc.sg.ptr)], x)?,
-            _ => self.proj(&w.router, x, sc.router.ptr, None, n)?,
+            Some(gate) if rows => self.proj_many(&[(&w.router, sc.router.ptr), (gate, sc.sg.ptr)], x, n)?,
+            _ => self.proj(&w.router, x, sc.router.ptr, None, n, rows)?,
         }
         let route_args = [
             Arg::Ptr(sc.router.ptr),
@@ -501,10 +579,10 @@ impl CudaModel {
             g.launch("moe_route", (n as u32, 1), 256, (d.n_expert * 4) as u32, &route_args)?;
         }
         // moe_down_combine's block holds a warp a slot and the shared expert's
-        if decode && k < 32 {
-            return self.moe_decode(w, x, kinds);
+        if rows && k < 32 {
+            return self.moe_decode(w, x, kinds, n);
         }
-        if self.grouped_experts(n) {
+        if self.grouped_experts(n, rows) {
             self.experts_grouped(&w.experts, n)?;
         } else {
             // every (token, slot) its expert's products: a token's k slots read its row of xn
@@ -515,12 +593,12 @@ impl CudaModel {
         let mut shared = 0u64;
         let mut sg = 0u64;
         if let Some(s) = &w.shared {
-            self.glu(s, x, sc.sh_h.ptr, n)?;
-            let hin = self.input(sc.sh_h.ptr, s.down.cols, n, self.decode_rows(n), kinds.shared_mid)?;
-            self.proj(&s.down, hin, sc.sh_y.ptr, None, n)?;
+            self.glu(s, x, sc.sh_h.ptr, n, rows)?;
+            let hin = self.input(sc.sh_h.ptr, s.down.cols, n, rows, kinds.shared_mid)?;
+            self.proj(&s.down, hin, sc.sh_y.ptr, None, n, rows)?;
             shared = sc.sh_y.ptr;
             if let Some(gate) = &w.shared_gate {
-                self.proj(gate, x, sc.sg.ptr, None, n)?;
+                self.proj(gate, x, sc.sg.ptr, None, n, rows)?;
                 sg = sc.sg.ptr;
             }
         }
@@ -533,10 +611,10 @@ impl CudaModel {
         )
     }
 
-    /// A decode step's experts after routing: gate, up and SwiGLU of the k slots and of the
-    /// shared expert, then every down product, the weighted sum and the residual in one launch
-    /// (moe_down_combine: the bits of mv + mv + moe_combine).
-    fn moe_decode(&self, w: &MoeLayer, x: In, kinds: &LayerKinds) -> Result<()> {
+    /// A decode batch's experts after routing (`n` rows): gate, up and SwiGLU of the k slots and
+    /// of the shared expert, then every down product, the weighted sum and the residual in one
+    /// launch (moe_down_combine: the bits of mv + mv + moe_combine).
+    fn moe_decode(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
         let ex = &w.experts;
@@ -544,19 +622,19 @@ impl CudaModel {
         let (hin, sin) = match &w.shared {
             Some(s) => {
                 (s_ptr, s_ty, s_cols, s_rb) = (s.down.buf.ptr, s.down.ty, s.down.cols, s.down.row_bytes);
-                self.moe_glu(ex, s, x)?;
-                match self.quant_mids(kinds, s.down.cols)? {
+                self.moe_glu(ex, s, x, n)?;
+                match self.quant_mids(kinds, s.down.cols, n)? {
                     Some(pair) => pair,
                     None => {
-                        let hin = self.input(sc.ffn_h.ptr, eff, k, true, kinds.ffn_mid)?;
-                        // the shared expert's hidden row goes to the other q8 scratch rows: ffn_h's stay
-                        (hin, self.input_at(sc.sh_h.ptr, s.down.cols, kinds.shared_mid, k * eff)?)
+                        let hin = self.input(sc.ffn_h.ptr, eff, n * k, true, kinds.ffn_mid)?;
+                        // the shared expert's hidden rows go past the routed ones in the q8 scratch
+                        (hin, self.input_at(sc.sh_h.ptr, s.down.cols, kinds.shared_mid, n * k * eff, n)?)
                     }
                 }
             }
             None => {
-                mv_glu(g, ex, Some(sc.ids.ptr), x, h, k, sc.ffn_h.ptr, eff, k)?;
-                (self.input(sc.ffn_h.ptr, eff, k, true, kinds.ffn_mid)?, In { f: 0, q: Q8::default(), f16: 0 })
+                mv_glu(g, ex, Some(sc.ids.ptr), x, h, k, sc.ffn_h.ptr, eff, n * k)?;
+                (self.input(sc.ffn_h.ptr, eff, n * k, true, kinds.ffn_mid)?, In { f: 0, q: Q8::default(), f16: 0 })
             }
         };
         let sg = if w.shared.is_some() && w.shared_gate.is_some() { sc.sg.ptr } else { 0 };
@@ -565,7 +643,7 @@ impl CudaModel {
         let warps = k + usize::from(s_ptr != 0);
         g.launch(
             "moe_down_combine",
-            (dm.rows.div_ceil(g.knobs.moe_down_rows) as u32, 1),
+            (dm.rows.div_ceil(g.knobs.moe_down_rows) as u32, n as u32),
             (32 * warps) as u32,
             0,
             &[
@@ -598,15 +676,15 @@ impl CudaModel {
         )
     }
 
-    /// The routed experts' gate, up and SwiGLU (k slots into ffn_h) and the shared expert's
-    /// (into sh_h) of a decode step in one launch.
-    fn moe_glu(&self, ex: &Glu, s: &Glu, x: In) -> Result<()> {
+    /// The routed experts' gate, up and SwiGLU (k slots a row into ffn_h) and the shared
+    /// expert's (into sh_h) of a decode batch of `n` rows in one launch.
+    fn moe_glu(&self, ex: &Glu, s: &Glu, x: In, n: usize) -> Result<()> {
         let (d, sc) = (&self.d, &self.sc);
         let (eg, eu, sg, su) = (&ex.gate, &ex.up, &s.gate, &s.up);
-        self.gpu.launch(
+        self.gpu.launch_3d(
             "moe_glu",
             // two row groups a block of four warps: a warp a group's gate or up products
-            (eg.rows.max(sg.rows).div_ceil(2 * self.gpu.knobs.moe_glu_rows) as u32, d.n_used as u32 + 1),
+            (eg.rows.max(sg.rows).div_ceil(2 * self.gpu.knobs.moe_glu_rows) as u32, d.n_used as u32 + 1, n as u32),
             (32 * MV_WARPS) as u32,
             0,
             &[
@@ -640,10 +718,10 @@ impl CudaModel {
         )
     }
 
-    /// A decode step's experts' hidden rows and the shared expert's quantized for their down
-    /// products in one launch (quant_q8_2), where each takes one q8 kind: the shared row goes
-    /// after the k slots' rows in its kind's scratch. None where that does not hold.
-    fn quant_mids(&self, kinds: &LayerKinds, s_cols: usize) -> Result<Option<(In, In)>> {
+    /// A decode batch's experts' hidden rows and the shared expert's quantized for their down
+    /// products in one launch (quant_q8_2), where each takes one q8 kind: the shared rows go
+    /// after the n · k slots' rows in their kind's scratch. None where that does not hold.
+    fn quant_mids(&self, kinds: &LayerKinds, s_cols: usize, n: usize) -> Result<Option<(In, In)>> {
         let (d, sc) = (&self.d, &self.sc);
         let (k, eff) = (d.n_used, d.expert_ff);
         // (kind, block width, scratch values, scratch scales)
@@ -655,16 +733,16 @@ impl CudaModel {
         let (Some((ka, wa, qa, da)), Some((kb, wb, qb, db))) = (one(kinds.ffn_mid), one(kinds.shared_mid)) else {
             return Ok(None);
         };
-        let off = k * eff;
+        let off = n * k * eff;
         if eff % wa != 0 || s_cols % wb != 0 || off % wb != 0 {
             return Ok(None);
         }
         let (qb, db) = (qb + off as u64, db + (off / 32 * 8) as u64);
         let per_block = 8; // warps of 256 threads, a q8 block each
         let blocks = (eff / wa).max(s_cols / wb).div_ceil(per_block);
-        self.gpu.launch(
+        self.gpu.launch_3d(
             "quant_q8_2",
-            (blocks as u32, k as u32 + 1),
+            (blocks as u32, k as u32 + 1, n as u32),
             256,
             0,
             &[
@@ -684,19 +762,19 @@ impl CudaModel {
         Ok(Some((In { f: sc.ffn_h.ptr, q: q(ka, qa, da), f16: 0 }, In { f: sc.sh_h.ptr, q: q(kb, qb, db), f16: 0 })))
     }
 
-    /// One row of `cols` values at x quantized into the q8 scratch `offset` values in (past
+    /// `n` rows of `cols` values at x quantized into the q8 scratch `offset` values in (past
     /// rows another input of the same product still holds there).
-    fn input_at(&self, x: u64, cols: usize, kinds: Kinds, offset: usize) -> Result<In> {
+    fn input_at(&self, x: u64, cols: usize, kinds: Kinds, offset: usize, n: usize) -> Result<In> {
         let sc = &self.sc;
         let mut q = Q8::default();
         if kinds.k && cols % 256 == 0 && offset % 256 == 0 {
             let (xq, xd) = (sc.xq_b.ptr + offset as u64, sc.xd_b.ptr + (offset / 32 * 8) as u64);
-            self.quant(x, cols, 1, 0, xq, xd)?;
+            self.quant(x, cols, n, 0, xq, xd)?;
             (q.qk, q.dk) = (xq, xd);
         }
         if kinds.z && cols % 32 == 0 && offset % 32 == 0 {
             let (xq, xd) = (sc.xq_bz.ptr + offset as u64, sc.xd_bz.ptr + (offset / 32 * 8) as u64);
-            self.quant(x, cols, 1, 1, xq, xd)?;
+            self.quant(x, cols, n, 1, xq, xd)?;
             (q.qz, q.dz) = (xq, xd);
         }
         Ok(In { f: x, q, f16: 0 })

@@ -19,8 +19,9 @@ mod plan;
 mod seq;
 mod upload;
 
-pub use plan::{device_bytes_needed, device_plan, DevicePlan};
-use plan::{load_net, max_dense_values, max_tiles, plan_of, q8_width, ubatch_for};
+pub use plan::{device_bytes_needed, device_plan, DevicePlan, MAX_DECODE_ROWS};
+use forward::Pass;
+use plan::{decode_rows_for, load_net, max_dense_values, max_tiles, plan_of, q8_width, rows_table_bytes, ubatch_for};
 pub(crate) use seq::DevSeq;
 use seq::{SeqLayer, SeqShape};
 use upload::Uploader;
@@ -181,6 +182,8 @@ impl LayerKinds {
 /// The activations of a pass, rows for up to `ubatch` tokens.
 struct Scratch {
     step: DevBuf, // [first position, token ids…]
+    /// A decode batch's table: its rows' tokens, positions and state pointers (`write_rows`).
+    rows: DevBuf,
     x: DevBuf,
     xn: DevBuf,
     qkv: DevBuf,
@@ -231,9 +234,12 @@ struct Scratch {
     router: DevBuf,
     ids: DevBuf,
     weights: DevBuf,
+    /// The logits of a decode batch's rows (a prompt pass's last row: the first).
     logits: DevBuf,
+    /// The argmax of each row of `logits`.
     token: DevBuf,
-    /// The argmax blocks' (value, index) and their finish counter (zero between launches).
+    /// The argmax blocks' (value, index) and their finish counters (zero between launches), for
+    /// each row of a decode batch.
     argmax_part: DevBuf,
 }
 
@@ -264,6 +270,15 @@ struct Dims {
     w_scale: f32,
 }
 
+/// A captured graph, kept by the model that captured it: the driver's handles are usable from
+/// any thread with the context current, and a graph is launched only by the model's owner
+/// (behind the engine's seam, inside `CudaDevice`'s lock), on the model's one stream.
+struct SendGraph(CudaGraph);
+// SAFETY: see above — never launched from two threads at once.
+unsafe impl Send for SendGraph {}
+// SAFETY: a shared reference offers nothing but `launch`, taken under the model's owner.
+unsafe impl Sync for SendGraph {}
+
 /// qwen35 / qwen35moe on one GPU.
 pub struct CudaModel {
     gpu: Arc<Gpu>,
@@ -278,6 +293,11 @@ pub struct CudaModel {
     /// The sequence `step` / `prefill` / `reset` feed, made at their first call (the engine's
     /// sequences bring their own, `seq.rs`).
     seq: Option<DevSeq>,
+    /// Rows a decode batch takes at most (`decode_rows_for`).
+    decode_max: usize,
+    /// The decode step of each batch size, captured at its first use (index: rows): the
+    /// kernels read the rows' sequences from the batch table, so one graph serves any.
+    graphs: Vec<Option<SendGraph>>,
     /// What a sequence's state is made of, layer by layer.
     shape: SeqShape,
     use_graph: bool,
@@ -299,6 +319,7 @@ impl CudaModel {
         }
         let gpu = Gpu::new(opts.device)?;
         let ubatch = ubatch_for(&net, opts);
+        let decode_max = decode_rows_for(opts, ubatch);
         let need = plan.total();
         if need + (256 << 20) > gpu.info.free_bytes {
             return Err(CudaError::TooBig {
@@ -408,6 +429,7 @@ impl CudaModel {
         let f = |n: usize| gpu.zeros(n * 4);
         let sc = Scratch {
             step: f(1 + t)?,
+            rows: gpu.zeros(rows_table_bytes(decode_max, net.layers.len()))?,
             x: f(t * h)?,
             xn: f(t * h)?,
             qkv: f(t * cd)?,
@@ -451,9 +473,9 @@ impl CudaModel {
             router: f(t * n_expert.max(1))?,
             ids: f(t * n_used.max(1))?,
             weights: f(t * n_used.max(1))?,
-            logits: f(d.n_vocab)?,
-            token: f(1)?,
-            argmax_part: f(2 * forward::ARGMAX_BLOCKS + 1)?,
+            logits: f(decode_max * d.n_vocab)?,
+            token: f(decode_max)?,
+            argmax_part: f(decode_max * (2 * forward::ARGMAX_BLOCKS + 1))?,
         };
         let output = up.mat(&net.output)?;
         let head_kinds = Kinds::of(&[&output]);
@@ -463,6 +485,8 @@ impl CudaModel {
         let shape = SeqShape::of(&net, n_ctx);
         let model = CudaModel {
             seq: None,
+            decode_max,
+            graphs: (0..=decode_max).map(|_| None).collect(),
             shape,
             tok_embd,
             output_norm,
@@ -538,10 +562,16 @@ impl CudaModel {
     pub fn profile(&mut self, tokens: &[u32]) -> Result<Vec<(String, f64, u64)>> {
         self.check(self.pos, tokens)?;
         let n = tokens.len().min(self.ubatch);
-        self.write_step(self.pos, &tokens[..n])?;
         let seq = self.take_seq()?;
+        let pass = if n == 1 {
+            self.write_rows(&[(&seq, self.pos, tokens[0])])?;
+            Pass::Rows { n: 1 }
+        } else {
+            self.write_step(self.pos, &tokens[..n])?;
+            Pass::Prompt { n, seq: &seq }
+        };
         self.gpu.set_profiling(true);
-        let r = self.record(n, &seq);
+        let r = self.record(pass);
         let table = self.gpu.set_profiling(false);
         self.seq = Some(seq);
         r?;
@@ -563,7 +593,7 @@ impl CudaModel {
         let mut out = Vec::with_capacity(want.len() * self.d.n_vocab);
         if tokens.len() == 1 || one_by_one {
             for (i, &t) in tokens.iter().enumerate() {
-                self.decode_row(seq, pos + i, t)?;
+                self.decode_batch(&mut [(&mut *seq, pos + i, t)])?;
                 if want.contains(&i) {
                     out.extend(self.logits()?);
                 }
@@ -592,7 +622,7 @@ impl CudaModel {
         self.gpu.ctx.bind_to_thread()?;
         self.check(pos, tokens)?;
         if tokens.len() == 1 {
-            self.decode_row(seq, pos, tokens[0])?;
+            self.decode_batch(&mut [(&mut *seq, pos, tokens[0])])?;
         } else {
             for (c, chunk) in tokens.chunks(self.ubatch).enumerate() {
                 self.prompt_pass(seq, pos + c * self.ubatch, chunk)?;
@@ -601,34 +631,95 @@ impl CudaModel {
         Ok(self.gpu.read_i32(&self.sc.token, 1)?[0] as u32)
     }
 
-    /// One token at `pos` through `seq`'s captured decode step (captured at its first).
-    fn decode_row(&mut self, seq: &mut DevSeq, pos: usize, token: u32) -> Result<()> {
+    /// Rows a decode batch takes at most (`decode_batch`).
+    pub fn max_decode_rows(&self) -> usize {
+        self.decode_max
+    }
+
+    /// A decode batch: each row's token at its position through its own sequence, all rows in
+    /// one replay of the step captured for this many rows (at its first use). Each row's
+    /// logits and argmax are then row r of `logits` / `token`; a row's bits are the same in any
+    /// batch (each kernel takes the batch as a grid dimension, a row computed as alone).
+    pub(crate) fn decode_batch(&mut self, rows: &mut [(&mut DevSeq, usize, u32)]) -> Result<()> {
         self.gpu.ctx.bind_to_thread()?;
-        if seq.keeps() {
-            seq.save(pos)?;
+        let b = rows.len();
+        if b == 0 || b > self.decode_max {
+            return Err(CudaError::Unsupported(format!("a decode batch of {b} rows (this model's take 1 to {})", self.decode_max)));
         }
-        self.write_step(pos, &[token])?;
+        for (i, (seq, pos, token)) in rows.iter().enumerate() {
+            self.check(*pos, &[*token])?;
+            if rows[..i].iter().any(|(o, _, _)| std::ptr::eq(&**o, &**seq)) {
+                return Err(CudaError::Unsupported(format!("decode row {i}'s sequence is in the batch twice")));
+            }
+        }
+        for (seq, pos, _) in rows.iter_mut() {
+            if seq.keeps() {
+                seq.save(*pos)?;
+            }
+        }
+        let table: Vec<(&DevSeq, usize, u32)> = rows.iter().map(|(s, p, t)| (&**s, *p, *t)).collect();
+        self.write_rows(&table)?;
         if !self.use_graph {
-            return self.record(1, seq);
+            return self.record(Pass::Rows { n: b });
         }
-        if seq.graph.is_none() {
+        if self.graphs[b].is_none() {
             self.gpu.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-            let recorded = self.record(1, seq);
+            let recorded = self.record(Pass::Rows { n: b });
             let graph = self.gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0))?;
             recorded?;
-            seq.graph = Some(seq::SendGraph(graph.ok_or_else(|| CudaError::Unsupported("stream capture made no graph".into()))?));
+            self.graphs[b] = Some(SendGraph(graph.ok_or_else(|| CudaError::Unsupported("stream capture made no graph".into()))?));
         }
-        if let Some(g) = &seq.graph {
+        if let Some(g) = &self.graphs[b] {
             g.0.launch()?;
         }
         Ok(())
     }
 
-    /// A prompt pass of `tokens` (at most `ubatch`) from `pos`.
+    /// A decode batch's table (`forward::rows_table_at`): the rows' tokens, their positions,
+    /// then layer by layer each row's two state pointers.
+    fn write_rows(&mut self, rows: &[(&DevSeq, usize, u32)]) -> Result<()> {
+        let b = rows.len();
+        let mut bytes = vec![0u8; rows_table_bytes(b, self.layers.len())];
+        for (r, (seq, pos, token)) in rows.iter().enumerate() {
+            if seq.layers.len() != self.layers.len() {
+                return Err(CudaError::Unsupported("a sequence state of another model".into()));
+            }
+            bytes[4 * r..4 * r + 4].copy_from_slice(&(*token as i32).to_le_bytes());
+            let (at_pos, _) = forward::rows_table_at(b, 0);
+            bytes[at_pos + 4 * r..at_pos + 4 * r + 4].copy_from_slice(&(*pos as i32).to_le_bytes());
+            for (il, (l, st)) in self.layers.iter().zip(&seq.layers).enumerate() {
+                let (a, p) = match (&l.mixer, st) {
+                    (DevMixer::Delta(_), SeqLayer::Delta { conv, s }) => (conv.ptr, s.ptr),
+                    (DevMixer::Attn(_), SeqLayer::Attn { k, v }) => (k.ptr, v.ptr),
+                    _ => return Err(CudaError::Unsupported("a sequence state of another model".into())),
+                };
+                let at = forward::rows_table_at(b, il).1 + 16 * r;
+                bytes[at..at + 8].copy_from_slice(&a.to_le_bytes());
+                bytes[at + 8..at + 16].copy_from_slice(&p.to_le_bytes());
+            }
+        }
+        self.gpu.write(&mut self.sc.rows, &bytes)
+    }
+
+    /// A prompt pass of `tokens` (at most `ubatch`) from `pos`; one token is a decode row.
     fn prompt_pass(&mut self, seq: &mut DevSeq, pos: usize, tokens: &[u32]) -> Result<()> {
         self.gpu.ctx.bind_to_thread()?;
+        if tokens.len() == 1 {
+            return self.decode_batch(&mut [(seq, pos, tokens[0])]);
+        }
         self.write_step(pos, tokens)?;
-        self.record(tokens.len(), seq)
+        self.record(Pass::Prompt { n: tokens.len(), seq })
+    }
+
+    /// The logits of row `row` of the last decode batch (row 0: a prompt pass's last row's).
+    pub(crate) fn batch_logits(&self, row: usize) -> Result<Vec<f32>> {
+        let n = self.d.n_vocab;
+        self.gpu.read_f32_at(&self.sc.logits, row * n, n)
+    }
+
+    /// The argmax of each of the last decode batch's first `rows` rows.
+    pub(crate) fn batch_argmax(&self, rows: usize) -> Result<Vec<u32>> {
+        Ok(self.gpu.read_i32(&self.sc.token, rows)?.into_iter().map(|t| t as u32).collect())
     }
 
     /// The model's own sequence, made at its first use (a model behind the engine's device

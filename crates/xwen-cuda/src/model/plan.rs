@@ -94,8 +94,27 @@ pub(super) fn plan_of(file: &GgufFile, net: &Hybrid, experts: &[Option<[Mat; 3]>
         one_expert_bytes,
         n_used: net.cfg.moe.as_ref().map_or(0, |m| m.n_used),
         state_bytes: opts.n_seq.max(1) as u64 * xwen_engine::models::hybrid::state_bytes(&net.cfg, opts.n_ctx, (xwen_engine::KvType::F16, xwen_engine::KvType::F16)),
-        scratch_bytes: scratch_bytes(net, opts.n_ctx, ubatch_for(net, opts)),
+        scratch_bytes: {
+            let ub = ubatch_for(net, opts);
+            scratch_bytes(net, opts.n_ctx, ub, decode_rows_for(opts, ub))
+        },
     }
+}
+
+/// Decode rows a batched step takes at most (`CudaModel::decode_batch`): a row for each
+/// sequence the device holds (`CudaOptions::n_seq`), at most `MAX_DECODE_ROWS` and half a
+/// prefill pass (the q8 scratch holds a batch's routed and shared hidden rows side by side).
+pub(super) fn decode_rows_for(opts: &CudaOptions, ubatch: usize) -> usize {
+    opts.n_seq.clamp(1, MAX_DECODE_ROWS).min((ubatch / 2).max(1))
+}
+
+/// The most rows of one decode step: a captured graph for each batch size up to it.
+pub const MAX_DECODE_ROWS: usize = 64;
+
+/// Bytes of a decode batch's table (`decode_batch`): b tokens and positions (i32), then two
+/// state pointers a row for each of `layers` layers, 8-byte aligned.
+pub(super) fn rows_table_bytes(b: usize, layers: usize) -> usize {
+    (8 * b).div_ceil(8) * 8 + 16 * b * layers
 }
 
 /// The splits attention cuts a row's keys into (`attn_split`: equal chunks of the positions the
@@ -113,8 +132,8 @@ pub(super) fn ubatch_for(net: &Hybrid, opts: &CudaOptions) -> usize {
     opts.ubatch.clamp(1, ((256usize << 20) / per_token.max(1)).max(1))
 }
 
-/// The scratch of a pass of `ub` tokens.
-pub(super) fn scratch_bytes(net: &Hybrid, n_ctx: usize, ub: usize) -> u64 {
+/// The scratch of a pass of `ub` tokens and of a decode batch of `rows` rows.
+pub(super) fn scratch_bytes(net: &Hybrid, n_ctx: usize, ub: usize, rows: usize) -> u64 {
     let c = &net.cfg;
     let (a, d) = (&c.attn, &c.delta);
     let (k, eff, sff, ne) = c.moe.as_ref().map_or((1, 0, 0, 0), |m| (m.n_used, m.expert_ff, m.shared_ff, m.n_expert));
@@ -143,7 +162,9 @@ pub(super) fn scratch_bytes(net: &Hybrid, n_ctx: usize, ub: usize) -> u64 {
     let q8 = (ub * (c.hidden + wide)) as u64 * 5 / 2;
     let f16 = (2 * ub * (wide + c.hidden) + 2 * max_dense_values(net)) as u64;
     let ex = if ne > 0 { (4 * (2 * ne + ub * k) + 16 * (ub * k).div_ceil(16) + 16 * ne) as u64 } else { 0 };
-    (ub * row + c.n_vocab + 2 + ub) as u64 * 4 + q8 + f16 + ex
+    // a decode batch: every row's logits, argmax parts, token and table
+    let batch = rows * (c.n_vocab + 2 * forward::ARGMAX_BLOCKS + 2) * 4 + rows_table_bytes(rows, net.layers.len());
+    (ub * row + 1 + ub) as u64 * 4 + batch as u64 + q8 + f16 + ex
 }
 
 /// The widest input of a product other than xn: DeltaNet / attention outputs, FFN and expert

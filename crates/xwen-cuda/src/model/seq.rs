@@ -1,5 +1,5 @@
 //! One sequence's state on the device — each attention layer's f16 KV rows for the whole
-//! context, each DeltaNet layer's conv and delta states — with its own captured decode step,
+//! context, each DeltaNet layer's conv and delta states —
 //! and the recurrent states kept before recent tokens for a speculative rollback.
 //!
 //! The host form is the CPU model's (`xwen_engine::state::LayerState`, same layouts: conv
@@ -56,22 +56,11 @@ pub struct DevSeq {
     gpu: Arc<Gpu>,
     shape: SeqShape,
     pub(super) layers: Vec<SeqLayer>,
-    /// The decode step over this sequence's buffers, captured at its first one-token pass.
-    pub(super) graph: Option<SendGraph>,
     keep: usize,
     past: VecDeque<Past>,
     /// Kept states let go, for the next ones (at most `keep`).
     spare: Vec<Vec<(DevBuf, DevBuf)>>,
 }
-
-/// A captured graph, moved between threads with the sequence that owns it: the driver's
-/// handles are usable from any thread with the context current, and a graph is launched only
-/// inside the model's lock (`CudaDevice`), on the model's one stream.
-pub(super) struct SendGraph(pub CudaGraph);
-// SAFETY: see above — never launched from two threads at once.
-unsafe impl Send for SendGraph {}
-// SAFETY: a shared reference offers nothing but `launch`, taken under the model's lock.
-unsafe impl Sync for SendGraph {}
 
 impl DevSeq {
     /// A sequence at position 0: states zero (the KV rows are written before they are read).
@@ -86,7 +75,7 @@ impl DevSeq {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(DevSeq { gpu: Arc::clone(gpu), shape: shape.clone(), layers, graph: None, keep: 0, past: VecDeque::new(), spare: Vec::new() })
+        Ok(DevSeq { gpu: Arc::clone(gpu), shape: shape.clone(), layers, keep: 0, past: VecDeque::new(), spare: Vec::new() })
     }
 
     /// Back to position 0: the recurrent states zeroed, nothing kept.
@@ -189,7 +178,7 @@ impl DevSeq {
         Ok(())
     }
 
-    /// A second sequence with this one's state (no kept states, no graph).
+    /// A second sequence with this one's state (no kept states).
     pub(crate) fn try_clone(&self) -> Result<DevSeq> {
         let mut c = DevSeq::zeroed(&self.gpu, &self.shape)?;
         for (dst, src) in c.layers.iter_mut().zip(&self.layers) {
