@@ -36,6 +36,8 @@ const KERNELS: &[&str] = &[
     "moe_sort",
     "mm_ex",
     "mv4",
+    "mv4_cols",
+    "mv_cols",
     "conv_prompt",
     "conv_shift",
     "delta_step_rows",
@@ -155,6 +157,8 @@ pub struct Knobs {
     pub moe_down_rows: usize,
     /// Rows a warp of `moe_glu` takes (of its gate or of its up matrix).
     pub moe_glu_rows: usize,
+    /// Decode-batch rows a warp of `mv_cols` / `mv4_cols` takes at once.
+    pub mv_cols: usize,
     /// Other -D definitions from the environment.
     extra: Vec<String>,
 }
@@ -166,7 +170,7 @@ impl Knobs {
 
     /// The default knobs with `defs` (XWEN_CUDA_DEFINES' form: "-DNAME=VALUE …") applied.
     pub fn with_defines(defs: &str) -> Result<Knobs> {
-        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 1, extra: Vec::new() };
+        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 1, mv_cols: 8, extra: Vec::new() };
         for d in defs.split_whitespace() {
             let Some(def) = d.strip_prefix("-D") else {
                 return Err(CudaError::Compile(format!("XWEN_CUDA_DEFINES: '{d}' is not a -DNAME=VALUE definition")));
@@ -179,6 +183,12 @@ impl Knobs {
                 Some(("MV_ROWS", v)) => k.mv_rows = rows(v)?,
                 Some(("MOE_DOWN_ROWS", v)) => k.moe_down_rows = rows(v)?,
                 Some(("MOE_GLU_ROWS", v)) => k.moe_glu_rows = rows(v)?,
+                Some(("MV_COLS", v)) => {
+                    k.mv_cols = match v.parse::<usize>() {
+                        Ok(n @ (1 | 2 | 4 | 8 | 16)) => n,
+                        _ => return Err(CudaError::Compile(format!("XWEN_CUDA_DEFINES: {d}: MV_COLS is 1, 2, 4, 8 or 16"))),
+                    }
+                }
                 _ => k.extra.push(d.to_string()),
             }
         }
@@ -186,7 +196,7 @@ impl Knobs {
     }
 
     fn defines(&self) -> Vec<String> {
-        let mut v = vec![format!("-DMV_ROWS={}", self.mv_rows), format!("-DMOE_DOWN_ROWS={}", self.moe_down_rows), format!("-DMOE_GLU_ROWS={}", self.moe_glu_rows)];
+        let mut v = vec![format!("-DMV_ROWS={}", self.mv_rows), format!("-DMOE_DOWN_ROWS={}", self.moe_down_rows), format!("-DMOE_GLU_ROWS={}", self.moe_glu_rows), format!("-DMV_COLS={}", self.mv_cols)];
         v.extend(self.extra.iter().cloned());
         v
     }

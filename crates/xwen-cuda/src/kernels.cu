@@ -327,9 +327,14 @@ __device__ __forceinline__ void scales_k4(const u8* blk, int j, int* sc0, int* m
 // last real one (a block's tail), so a product's loads stay in the matrix.
 __device__ __forceinline__ const u8* row_at(const u8* row, i64 rstride, int r, int nrows) { return row + (i64)min(r, nrows - 1) * rstride; }
 
-// One lane's shares of R rows · x for Q4_K (Q5: Q5_K): see dot_rows_q8.
-template <int R, bool Q5>
-__device__ __forceinline__ void dot_rows_k4(const u8* row, i64 rstride, int nrows, const i8* __restrict__ xq, const float2* __restrict__ xd, int cols, int lane, float* sum) {
+// Column c of C activation rows xs values apart (their scales xs / 32 apart), of which the first
+// ncol are real: the others repeat the last real one, so a product's loads stay in the batch.
+__device__ __forceinline__ i64 col_at(int c, int ncol, i64 xs) { return (i64)min(c, ncol - 1) * xs; }
+
+// One lane's shares of R rows · C columns for Q4_K (Q5: Q5_K): see dot_rows_q8.
+template <int R, bool Q5, int C>
+__device__ __forceinline__ void dot_rows_k4(const u8* row, i64 rstride, int nrows, const i8* __restrict__ xq, const float2* __restrict__ xd, i64 xs, int ncol,
+                                            int cols, int lane, float* sum) {
     constexpr int UN = R == 1 ? 2 : 1;
     // lane (j, hh) of a block's 8: 16 quant bytes = 16 values of sub-block 2j (low nibbles)
     // and 16 of 2j + 1 (high); the half hh of each sub-block
@@ -350,10 +355,13 @@ __device__ __forceinline__ void dot_rows_k4(const u8* row, i64 rstride, int nrow
             s1[r] = w[1];
             s2[r] = w[2];
         }
-        const i8* xb = xq + b * 256 + 64 * j + 16 * hh;
+        #pragma unroll
+        for (int c = 0; c < C; c++) {
+        i64 co = col_at(c, ncol, xs);
+        const i8* xb = xq + co + b * 256 + 64 * j + 16 * hh;
         int4 xa = *(const int4*)xb, xh = *(const int4*)(xb + 32);
         int xaw[4] = {xa.x, xa.y, xa.z, xa.w}, xhw[4] = {xh.x, xh.y, xh.z, xh.w};
-        float2 d0 = xd[b * 8 + 2 * j], d1 = xd[b * 8 + 2 * j + 1];
+        float2 d0 = xd[co / 32 + b * 8 + 2 * j], d1 = xd[co / 32 + b * 8 + 2 * j + 1];
         #pragma unroll
         for (int r = 0; r < R; r++) {
             int qw[4] = {q[r].x, q[r].y, q[r].z, q[r].w};
@@ -374,9 +382,11 @@ __device__ __forceinline__ void dot_rows_k4(const u8* row, i64 rstride, int nrow
             float d = h2f((u16)dd[r]), dm = h2f((u16)(dd[r] >> 16));
             // (explicit fused multiply-adds: the compiler may not contract them differently in
             // different kernels, so a row's bits are the same in every kernel that dots it)
-            sum[r] = __fmaf_rn(d, __fmaf_rn((float)(sc1 * hi), d1.x, __fmul_rn((float)(sc0 * lo), d0.x)), sum[r]);
+            float& sr = sum[r * C + c];
+            sr = __fmaf_rn(d, __fmaf_rn((float)(sc1 * hi), d1.x, __fmul_rn((float)(sc0 * lo), d0.x)), sr);
             // the mins' term takes each sub-block's Σx once: the hh = 0 lane adds it
-            if (hh == 0) sum[r] = __fmaf_rn(-dm, __fmaf_rn((float)m1, d1.y, __fmul_rn((float)m0, d0.y)), sum[r]);
+            if (hh == 0) sr = __fmaf_rn(-dm, __fmaf_rn((float)m1, d1.y, __fmul_rn((float)m0, d0.y)), sr);
+        }
         }
     }
 }
@@ -386,20 +396,22 @@ __device__ __forceinline__ void dot_rows_k4(const u8* row, i64 rstride, int nrow
 // loads the R rows' words before it computes, so a warp has R rows' loads in flight where one
 // row would leave the memory system idle between them, and the activations' words are loaded
 // once for all R. A row's sum is the same expression, in the same order, for any R: the bits
-// do not depend on R.
-template <int R>
+// do not depend on R. With C > 1 columns (a decode batch's activation rows, xs values apart,
+// the first ncol real: col_at) each row is dotted with each column, the weights' words loaded
+// once for all; sum[r·C + c] is the expression one column alone gives, in the same order.
+template <int R, int C = 1>
 __device__ __forceinline__ void dot_rows_q8(int ty, const u8* row, i64 rstride, int nrows, const i8* __restrict__ xq, const float2* __restrict__ xd, int cols,
-                                            int lane, bool* ok, float* sum) {
-    constexpr int UN = R == 1 ? 2 : 1;
+                                            int lane, bool* ok, float* sum, i64 xs = 0, int ncol = 1) {
+    constexpr int UN = R == 1 && C == 1 ? 2 : 1;
     #pragma unroll
-    for (int r = 0; r < R; r++) sum[r] = 0.0f;
+    for (int r = 0; r < R * C; r++) sum[r] = 0.0f;
     *ok = true;
     switch (ty) {
     case T_Q4_K:
-        dot_rows_k4<R, false>(row, rstride, nrows, xq, xd, cols, lane, sum);
+        dot_rows_k4<R, false, C>(row, rstride, nrows, xq, xd, xs, ncol, cols, lane, sum);
         return;
     case T_Q5_K:
-        dot_rows_k4<R, true>(row, rstride, nrows, xq, xd, cols, lane, sum);
+        dot_rows_k4<R, true, C>(row, rstride, nrows, xq, xd, xs, ncol, cols, lane, sum);
         return;
     case T_Q6_K: {
         // lane (n, c) of a block's 8: ql bytes [64n + 8c, +8) and [64n + 32 + 8c, +8) and qh
@@ -422,14 +434,17 @@ __device__ __forceinline__ void dot_rows_q8(int ty, const u8* row, i64 rstride, 
                 scw[r] = (u32)scp[0] | ((u32)scp[2] << 8) | ((u32)scp[4] << 16) | ((u32)scp[6] << 24);
             }
             #pragma unroll
+            for (int cc = 0; cc < C; cc++) {
+            i64 co = col_at(cc, ncol, xs);
+            #pragma unroll
             for (int r = 0; r < R; r++) {
                 float d = h2f(dh[r]);
                 int law[2] = {la[r].x, la[r].y}, lbw[2] = {lb[r].x, lb[r].y}, hw[2] = {hq[r].x, hq[r].y};
                 float acc = 0.0f;
                 #pragma unroll
                 for (int s = 0; s < 4; s++) {
-                    const i8* xs = xq + b * 256 + 128 * n + 32 * s + 8 * c;
-                    int2 xv = *(const int2*)xs;
+                    const i8* xp = xq + co + b * 256 + 128 * n + 32 * s + 8 * c;
+                    int2 xv = *(const int2*)xp;
                     int xw[2] = {xv.x, xv.y};
                     int isum = 0;
                     #pragma unroll
@@ -440,9 +455,10 @@ __device__ __forceinline__ void dot_rows_q8(int ty, const u8* row, i64 rstride, 
                         isum = __dp4a((int)__vsubss4((unsigned)v, 0x20202020u), xw[w], isum);
                     }
                     int sc = (int)(i8)(scw[r] >> (8 * s));
-                    acc = __fmaf_rn((float)(sc * isum), xd[b * 8 + 4 * n + s].x, acc);
+                    acc = __fmaf_rn((float)(sc * isum), xd[co / 32 + b * 8 + 4 * n + s].x, acc);
                 }
-                sum[r] = __fmaf_rn(d, acc, sum[r]);
+                sum[r * C + cc] = __fmaf_rn(d, acc, sum[r * C + cc]);
+            }
             }
         }
         return;
@@ -453,8 +469,11 @@ __device__ __forceinline__ void dot_rows_q8(int ty, const u8* row, i64 rstride, 
         #pragma unroll UN
         for (int u = lane; u < nh; u += 32) {
             int b = u >> 1, hh = u & 1;
-            int4 xv = *(const int4*)(xq + 16 * u);
-            float xs = xd[b].x;
+            #pragma unroll
+            for (int c = 0; c < C; c++) {
+            i64 co = col_at(c, ncol, xs);
+            int4 xv = *(const int4*)(xq + co + 16 * u);
+            float xsc = xd[co / 32 + b].x;
             #pragma unroll
             for (int r = 0; r < R; r++) {
                 const u8* blk = row_at(row, rstride, r, nrows) + (i64)b * Q8_0_BYTES;
@@ -463,7 +482,8 @@ __device__ __forceinline__ void dot_rows_q8(int ty, const u8* row, i64 rstride, 
                 isum = __dp4a(q[1], xv.y, isum);
                 isum = __dp4a(q[2], xv.z, isum);
                 isum = __dp4a(q[3], xv.w, isum);
-                sum[r] = __fmaf_rn(h2f(ld16(blk)), __fmul_rn((float)isum, xs), sum[r]);
+                sum[r * C + c] = __fmaf_rn(h2f(ld16(blk)), __fmul_rn((float)isum, xsc), sum[r * C + c]);
+            }
             }
         }
         return;
@@ -481,17 +501,23 @@ __device__ __forceinline__ float dot_row_q8(int ty, const u8* row, const i8* __r
 // R rows · x (rstride bytes apart), one lane's shares into sum[0..R): the q8 path where the type
 // has one and its activations are given (k: q8_K for the k-quants, z: q8_0 for Q8_0), else the
 // f32 one, a row at a time.
-template <int R>
+// With C > 1 columns: dot_rows_q8's (each column's bits those of the column alone).
+template <int R, int C = 1>
 __device__ __forceinline__ void dot_any_rows(int ty, const u8* row, i64 rstride, int nrows, const float* x, const i8* qk, const float2* dk, const i8* qz,
-                                             const float2* dz, int cols, int lane, float* sum) {
+                                             const float2* dz, int cols, int lane, float* sum, i64 xs = 0, int ncol = 1) {
     bool kq = ty == T_Q4_K || ty == T_Q5_K || ty == T_Q6_K;
     const i8* q = kq ? qk : (ty == T_Q8_0 ? qz : nullptr);
     if (q) {
         bool ok;
-        dot_rows_q8<R>(ty, row, rstride, nrows, q, kq ? dk : dz, cols, lane, &ok, sum);
+        dot_rows_q8<R, C>(ty, row, rstride, nrows, q, kq ? dk : dz, cols, lane, &ok, sum, xs, ncol);
         if (ok) return;
     }
-    if constexpr (R == 1) {
+    if constexpr (C > 1) {
+        #pragma unroll
+        for (int r = 0; r < R; r++)
+            #pragma unroll
+            for (int c = 0; c < C; c++) sum[r * C + c] = dot_row_call(ty, row_at(row, rstride, r, nrows), x + col_at(c, ncol, xs), cols, lane);
+    } else if constexpr (R == 1) {
         sum[0] = dot_row(ty, row, x, cols, lane);
     } else {
         // the types without a q8 path a row at a time, through one call (R inlined copies of
@@ -612,6 +638,38 @@ extern "C" __global__ void quant_q8_2(const float* x, int cols, i8* xq, float2* 
 #ifndef MV_ROWS
 #define MV_ROWS 1
 #endif
+
+// Rows of a decode batch a warp of the dense row products takes at once (mv_cols, mv4): the
+// weight's words loaded once for all of them (gpu.rs `Knobs` defines it; grids follow).
+#ifndef MV_COLS
+#define MV_COLS 8
+#endif
+
+// y[c][r] = W[r]·x[c] (+ res[c][r]) for a decode batch's n_col rows of x (x_stride values
+// apart; their q8 copies likewise): a warp a weight row and MV_COLS batch rows (blockIdx.y's),
+// the row's words loaded once for all. Each batch row's sum is the expression mv computes for it
+// alone (dot_rows_q8, a column's order), so its bits are mv's: the batch changes no row.
+extern "C" __global__ void mv_cols(const u8* W, int ty, int rows, int cols, i64 row_bytes, const float* x, const i8* qk, const float2* dk, const i8* qz,
+                                   const float2* dz, i64 x_stride, int n_col, float* y, i64 y_stride, const float* res) {
+    int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    int c0 = blockIdx.y * MV_COLS;
+    if (row < rows) prefetch_l2(W + (i64)row * row_bytes, row_bytes, lane);
+    pdl_start();
+    if (row >= rows) return;
+    int live = min(MV_COLS, n_col - c0);
+    i64 xr = (i64)c0 * x_stride;
+    float sum[MV_COLS];
+    dot_any_rows<1, MV_COLS>(ty, W + (i64)row * row_bytes, row_bytes, 1, x + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, cols, lane,
+                             sum, x_stride, live);
+    #pragma unroll
+    for (int c = 0; c < MV_COLS; c++) {
+        float v = warp_sum(sum[c]);
+        if (lane == 0 && c < live) {
+            i64 o = (i64)(c0 + c) * y_stride + row;
+            y[o] = res ? res[o] + v : v;
+        }
+    }
+}
 
 // y[slot][r] = W_e[r]·x[slot / x_div] (+ res[slot][r]) where e = ids[slot] (an expert of a stack)
 // or 0: a warp MV_ROWS rows, blockIdx.y a slot (x_div = k: a token's k routed slots share its
@@ -734,29 +792,45 @@ extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u,
 
 // Up to four products of one input in one launch (a DeltaNet layer's qkv, z, β and α; an
 // attention layer's q, k and v): the rows of the parts one after another, a warp a row, each
-// row as `mv` computes it. A part with rows = 0 is absent. blockIdx.y is a decode batch's row:
-// its input is row blockIdx.y of x (cols values; its q8 copies likewise), its outputs row
-// blockIdx.y of each y (rows_i values).
-extern "C" __global__ void mv4(int cols, const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz,
+// row as `mv` computes it. A part with rows = 0 is absent. Over a decode batch of n_col rows
+// (inputs cols values apart, outputs rows_i values apart in each y), a warp takes MV_COLS of
+// them (blockIdx.y's) as mv_cols does: each batch row's bits are its alone. (mv4 takes one batch
+// row a warp, mv4_cols MV_COLS.)
+template <int C>
+__device__ __forceinline__ void mv4_body(int cols, const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz,
                                const u8* W0, int ty0, int rows0, i64 rb0, float* y0, const u8* W1, int ty1, int rows1, i64 rb1, float* y1,
-                               const u8* W2, int ty2, int rows2, i64 rb2, float* y2, const u8* W3, int ty3, int rows3, i64 rb3, float* y3) {
+                               const u8* W2, int ty2, int rows2, i64 rb2, float* y2, const u8* W3, int ty3, int rows3, i64 rb3, float* y3, int n_col) {
     int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    i64 t = blockIdx.y;
+    int c0 = blockIdx.y * C;
     const u8* W = nullptr;
     int ty = 0;
-    i64 rb = 0;
+    i64 rb = 0, ys = 0;
     float* y = nullptr;
-    if (row < rows0) { W = W0; ty = ty0; rb = rb0; y = y0 + t * rows0; }
-    else if ((row -= rows0) < rows1) { W = W1; ty = ty1; rb = rb1; y = y1 + t * rows1; }
-    else if ((row -= rows1) < rows2) { W = W2; ty = ty2; rb = rb2; y = y2 + t * rows2; }
-    else if ((row -= rows2) < rows3) { W = W3; ty = ty3; rb = rb3; y = y3 + t * rows3; }
+    if (row < rows0) { W = W0; ty = ty0; rb = rb0; y = y0; ys = rows0; }
+    else if ((row -= rows0) < rows1) { W = W1; ty = ty1; rb = rb1; y = y1; ys = rows1; }
+    else if ((row -= rows1) < rows2) { W = W2; ty = ty2; rb = rb2; y = y2; ys = rows2; }
+    else if ((row -= rows2) < rows3) { W = W3; ty = ty3; rb = rb3; y = y3; ys = rows3; }
     if (W) prefetch_l2(W + (i64)row * rb, rb, lane);
     pdl_start();
     if (!W) return;
-    i64 xr = t * cols;
-    float s = warp_sum(dot_any(ty, W + (i64)row * rb, x + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, cols, lane));
-    if (lane == 0) y[row] = s;
+    int live = min(C, n_col - c0);
+    i64 xr = (i64)c0 * cols;
+    float sum[C];
+    dot_any_rows<1, C>(ty, W + (i64)row * rb, rb, 1, x + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, cols, lane, sum, cols, live);
+    #pragma unroll
+    for (int c = 0; c < C; c++) {
+        float v = warp_sum(sum[c]);
+        if (lane == 0 && c < live) y[(i64)(c0 + c) * ys + row] = v;
+    }
 }
+
+#define MV4_ARGS                                                                                                                                   \
+    int cols, const float *x, const i8 *qk, const float2 *dk, const i8 *qz, const float2 *dz, const u8 *W0, int ty0, int rows0, i64 rb0, float *y0, \
+        const u8 *W1, int ty1, int rows1, i64 rb1, float *y1, const u8 *W2, int ty2, int rows2, i64 rb2, float *y2, const u8 *W3, int ty3, int rows3,   \
+        i64 rb3, float *y3, int n_col
+#define MV4_PASS cols, x, qk, dk, qz, dz, W0, ty0, rows0, rb0, y0, W1, ty1, rows1, rb1, y1, W2, ty2, rows2, rb2, y2, W3, ty3, rows3, rb3, y3, n_col
+extern "C" __global__ void mv4(MV4_ARGS) { mv4_body<1>(MV4_PASS); }
+extern "C" __global__ void mv4_cols(MV4_ARGS) { mv4_body<MV_COLS>(MV4_PASS); }
 
 // Eight consecutive values a lane (lane l of the warp: values 8l..8l+7 of its 256) quantized as
 // q8_0, four lanes a 32-value block: the bits of quant_block_z (a block's max and Σq do not

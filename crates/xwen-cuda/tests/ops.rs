@@ -765,6 +765,131 @@ fn decode_products_on_q8_activations_match_the_reference() {
 }
 
 /// mv4 (a layer's input projections in one launch) equals `mv` of each part, bit for bit.
+/// q8_K and q8_0 copies of `n` rows of `cols` values (quant_q8), for the row products.
+fn q8_rows(g: &Gpu, x: &xwen_cuda::gpu::DevBuf, cols: usize, n: usize) -> Vec<(xwen_cuda::gpu::DevBuf, xwen_cuda::gpu::DevBuf)> {
+    [0i32, 1]
+        .iter()
+        .map(|&kind| {
+            let (xq, xs) = (g.zeros(n * cols).unwrap(), g.zeros(n * cols / 32 * 8).unwrap());
+            let per = if kind == 0 { 256 } else { 32 };
+            g.launch("quant_q8", ((cols / per).div_ceil(8) as u32, n as u32), 256, 0, &[Arg::Ptr(x.ptr), Arg::I32(cols as i32), Arg::I64(cols as i64), Arg::Ptr(xq.ptr), Arg::Ptr(xs.ptr), Arg::I32(kind)])
+                .unwrap();
+            (xq, xs)
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn decode_batch_products_give_each_row_the_bits_of_mv_alone() {
+    // mv_cols and mv4_cols (a warp a weight row and several rows of a decode batch) against mv
+    // and mv4 on each row alone: bit for bit, for every type, batch sizes around the column
+    // group, with and without a residual
+    let g = gpu();
+    let types = [GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::Q8_0, GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0];
+    for (i, ty) in types.into_iter().enumerate() {
+        let (rows, cols) = (70usize, 512usize);
+        let data = xwen_kernels::quantize(ty, &noise(rows * cols, 500 + i as u64)).unwrap();
+        let rb = device_row_bytes(ty, cols);
+        let wd = g.upload(&device_layout(ty, &data)).unwrap();
+        for n in [2usize, 3, 8, 9, 17] {
+            let x = noise(n * cols, 600 + n as u64);
+            let xd = g.upload_f32(&x).unwrap();
+            let q8 = q8_rows(&g, &xd, cols, n);
+            let res = noise(n * rows, 700 + n as u64);
+            for with_res in [false, true] {
+                let batch = g.upload_f32(&res).unwrap();
+                let y_res = if with_res { batch.ptr } else { 0 };
+                g.launch(
+                    "mv_cols",
+                    (rows.div_ceil(4) as u32, n.div_ceil(g.knobs.mv_cols) as u32),
+                    128,
+                    0,
+                    &[
+                        Arg::Ptr(wd.ptr),
+                        Arg::I32(ty.id() as i32),
+                        Arg::I32(rows as i32),
+                        Arg::I32(cols as i32),
+                        Arg::I64(rb as i64),
+                        Arg::Ptr(xd.ptr),
+                        Arg::Ptr(q8[0].0.ptr),
+                        Arg::Ptr(q8[0].1.ptr),
+                        Arg::Ptr(q8[1].0.ptr),
+                        Arg::Ptr(q8[1].1.ptr),
+                        Arg::I64(cols as i64),
+                        Arg::I32(n as i32),
+                        Arg::Ptr(batch.ptr),
+                        Arg::I64(rows as i64),
+                        Arg::Ptr(y_res),
+                    ],
+                )
+                .unwrap();
+                let got = g.read_f32(&batch, n * rows).unwrap();
+                for t in 0..n {
+                    let one = g.upload_f32(&res[t * rows..(t + 1) * rows]).unwrap();
+                    let at = |b: &xwen_cuda::gpu::DevBuf, w: usize| Arg::Ptr(b.at(t * w));
+                    g.launch(
+                        "mv",
+                        (rows.div_ceil(4 * g.knobs.mv_rows) as u32, 1),
+                        128,
+                        0,
+                        &[
+                            Arg::Ptr(wd.ptr),
+                            Arg::I32(ty.id() as i32),
+                            Arg::I32(rows as i32),
+                            Arg::I32(cols as i32),
+                            Arg::I64(rb as i64),
+                            Arg::I64((rows * rb) as i64),
+                            Arg::Ptr(0),
+                            at(&xd, cols * 4),
+                            at(&q8[0].0, cols),
+                            at(&q8[0].1, cols / 32 * 8),
+                            at(&q8[1].0, cols),
+                            at(&q8[1].1, cols / 32 * 8),
+                            Arg::I64(cols as i64),
+                            Arg::I32(1),
+                            Arg::Ptr(one.ptr),
+                            Arg::I64(rows as i64),
+                            Arg::Ptr(if with_res { one.ptr } else { 0 }),
+                        ],
+                    )
+                    .unwrap();
+                    let want = g.read_f32(&one, rows).unwrap();
+                    let (a, b): (Vec<u32>, Vec<u32>) = (got[t * rows..(t + 1) * rows].iter().map(|v| v.to_bits()).collect(), want.iter().map(|v| v.to_bits()).collect());
+                    assert_eq!(a, b, "mv_cols {ty:?}: batch of {n}, row {t}, residual {with_res}");
+                }
+            }
+            // mv4_cols: two parts, each batch row as mv4 gives it alone
+            let parts = [(rows, g.zeros(n * rows * 4).unwrap()), (33usize, g.zeros(n * 33 * 4).unwrap())];
+            let mv4_args = |x: u64, q: [u64; 4], ys: [u64; 2], n_col: usize| {
+                let mut a = vec![Arg::I32(cols as i32), Arg::Ptr(x), Arg::Ptr(q[0]), Arg::Ptr(q[1]), Arg::Ptr(q[2]), Arg::Ptr(q[3])];
+                for (k, (r, _)) in parts.iter().enumerate() {
+                    a.extend([Arg::Ptr(wd.ptr), Arg::I32(ty.id() as i32), Arg::I32(*r as i32), Arg::I64(rb as i64), Arg::Ptr(ys[k])]);
+                }
+                for _ in 0..2 {
+                    a.extend([Arg::Ptr(0), Arg::I32(0), Arg::I32(0), Arg::I64(0), Arg::Ptr(0)]);
+                }
+                a.push(Arg::I32(n_col as i32));
+                a
+            };
+            let total = rows + 33;
+            let q = [q8[0].0.ptr, q8[0].1.ptr, q8[1].0.ptr, q8[1].1.ptr];
+            g.launch("mv4_cols", (total.div_ceil(4) as u32, n.div_ceil(g.knobs.mv_cols) as u32), 128, 0, &mv4_args(xd.ptr, q, [parts[0].1.ptr, parts[1].1.ptr], n)).unwrap();
+            for t in 0..n {
+                let one = [g.zeros(rows * 4).unwrap(), g.zeros(33 * 4).unwrap()];
+                let qt = [q8[0].0.at(t * cols), q8[0].1.at(t * cols / 32 * 8), q8[1].0.at(t * cols), q8[1].1.at(t * cols / 32 * 8)];
+                g.launch("mv4", (total.div_ceil(4) as u32, 1), 128, 0, &mv4_args(xd.at(t * cols * 4), qt, [one[0].ptr, one[1].ptr], 1)).unwrap();
+                for (k, (r, batch)) in parts.iter().enumerate() {
+                    let got: Vec<u32> = g.read_f32(batch, n * r).unwrap()[t * r..(t + 1) * r].iter().map(|v| v.to_bits()).collect();
+                    let want: Vec<u32> = g.read_f32(&one[k], *r).unwrap().iter().map(|v| v.to_bits()).collect();
+                    assert_eq!(got, want, "mv4_cols {ty:?}: batch of {n}, row {t}, part {k}");
+                }
+            }
+        }
+        eprintln!("decode batch products {ty:?}: every row's bits alone (batches of 2 to 17)");
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
 fn fused_input_projections_equal_one_product_each() {
@@ -783,6 +908,7 @@ fn fused_input_projections_equal_one_product_each() {
         args.extend([Arg::Ptr(w.ptr), Arg::I32(ty.id() as i32), Arg::I32(*rows as i32), Arg::I64(device_row_bytes(*ty, cols) as i64), Arg::Ptr(y.ptr)]);
     }
     let total: usize = parts.iter().map(|p| p.1).sum();
+    args.push(Arg::I32(1));
     g.launch("mv4", (total.div_ceil(4) as u32, 1), 128, 0, &args).unwrap();
     for (w, ty, rows, y, y1) in &mats {
         let rb = device_row_bytes(*ty, cols);

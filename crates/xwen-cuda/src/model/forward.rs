@@ -239,8 +239,35 @@ impl CudaModel {
     /// res, where given, is y (a residual added in place). `rows`: row by row (`mv`, each row
     /// alone: a decode batch), else a prompt pass's products.
     fn proj(&self, w: &DevMat, x: In, y: u64, res: Option<u64>, n: usize, rows: bool) -> Result<()> {
-        if rows || n == 1 {
-            return mv(&self.gpu, w, None, x, w.cols, 1, y, w.rows, res, n);
+        if n == 1 {
+            return mv(&self.gpu, w, None, x, w.cols, 1, y, w.rows, res, 1);
+        }
+        if rows {
+            // a decode batch: each weight row loaded once for mv_cols' rows of the batch
+            let c = self.gpu.knobs.mv_cols;
+            return self.gpu.launch(
+                "mv_cols",
+                (w.rows.div_ceil(MV_WARPS) as u32, n.div_ceil(c) as u32),
+                (32 * MV_WARPS) as u32,
+                0,
+                &[
+                    Arg::Ptr(w.buf.ptr),
+                    Arg::I32(w.ty),
+                    Arg::I32(w.rows as i32),
+                    Arg::I32(w.cols as i32),
+                    Arg::I64(w.row_bytes as i64),
+                    Arg::Ptr(x.f),
+                    Arg::Ptr(x.q.qk),
+                    Arg::Ptr(x.q.dk),
+                    Arg::Ptr(x.q.qz),
+                    Arg::Ptr(x.q.dz),
+                    Arg::I64(w.cols as i64),
+                    Arg::I32(n as i32),
+                    Arg::Ptr(y),
+                    Arg::I64(w.rows as i64),
+                    Arg::Ptr(res.unwrap_or(0)),
+                ],
+            );
         }
         if let Some(blas) = &self.gpu.blas {
             if n >= BLAS_MIN_TOKENS && res.is_none_or(|r| r == y) {
@@ -284,7 +311,10 @@ impl CudaModel {
                 None => args.extend([Arg::Ptr(0), Arg::I32(0), Arg::I32(0), Arg::I64(0), Arg::Ptr(0)]),
             }
         }
-        self.gpu.launch("mv4", (total.div_ceil(MV_WARPS) as u32, n as u32), (32 * MV_WARPS) as u32, 0, &args)
+        args.push(Arg::I32(n as i32));
+        // one row alone (mv4), or mv_cols' rows of a decode batch a warp (mv4_cols): the same bits
+        let (kernel, per) = if n == 1 { ("mv4", 1) } else { ("mv4_cols", self.gpu.knobs.mv_cols) };
+        self.gpu.launch(kernel, (total.div_ceil(MV_WARPS) as u32, n.div_ceil(per) as u32), (32 * MV_WARPS) as u32, 0, &args)
     }
 
     /// A prompt product through cuBLAS: W to f16 rows, x to f16 (unless the input already is),
