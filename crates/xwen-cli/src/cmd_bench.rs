@@ -90,9 +90,10 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let draft = crate::draft_arg::prepare(&draft_opts, &mut cfg, 1)?;
     let mut loaded = model_arg::load(Some(&model_path), cfg, &a.engine)?;
     draft.attach(&mut loaded.model)?;
-    // `--parallel` runs the library's engine, which computes where -ngl puts it (the pp / tg
-    // tests drive the CUDA model directly, below)
-    let on_device = a.parallel.is_some() && crate::gpu::place(&a.engine, &mut loaded.model)? != crate::gpu::Placement::Cpu;
+    // `--parallel`, `--verify` and `--draft` run the library's model and engine, which compute
+    // where -ngl puts them (the pp / tg tests drive the CUDA model directly, below)
+    let through_engine = a.parallel.is_some() || a.verify.is_some() || asked;
+    let on_device = through_engine && crate::gpu::place(&a.engine, &mut loaded.model)? != crate::gpu::Placement::Cpu;
     // shared with the engine `--parallel` runs its requests through
     let shared = Arc::new(loaded.model);
     let model: &Model = &shared;

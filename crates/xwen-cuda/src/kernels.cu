@@ -1085,9 +1085,11 @@ extern "C" __global__ void attn_merge(const float* part_o, const float* part_ml,
 // The causal depthwise convolution of n_tok new rows against the conv state, then SiLU, token
 // after token; the state shifts a row each (rowwise::conv_silu). taps are tap-major [kernel][cd].
 // With tab, blockIdx.y is a decode batch's row (n_tok = 1): its input and output rows y, its
-// state tab's (row_state).
+// state tab's (row_state). With hist (a verify's rows of one sequence, n_tok of them), the state
+// after token t < n_tok − 1 is also written to hist[2t] (the state before row t + 1, kept for a
+// rollback).
 extern "C" __global__ void conv_step(const float* x, float* state, const float* taps, float* out, int cd, int kernel, int n_tok,
-                                     const unsigned long long* tab) {
+                                     const unsigned long long* tab, const unsigned long long* hist) {
     int t0 = blockIdx.y;
     state = (float*)row_state(tab, t0, 0, state);
     x += (i64)t0 * cd;
@@ -1103,6 +1105,10 @@ extern "C" __global__ void conv_step(const float* x, float* state, const float* 
         for (int j = 0; j + 1 < kernel - 1; j++) state[(i64)j * cd + c] = state[(i64)(j + 1) * cd + c];
         if (kernel > 1) state[(i64)(kernel - 2) * cd + c] = xc;
         out[(i64)t * cd + c] = acc / (1.0f + expf(-acc));
+        if (hist && t + 1 < n_tok) {
+            float* h = (float*)hist[2 * t];
+            for (int j = 0; j < kernel - 1; j++) h[(i64)j * cd + c] = state[(i64)j * cd + c];
+        }
     }
 }
 
@@ -1861,8 +1867,12 @@ extern "C" __global__ void delta_prep(const float* conv, const float* beta_in, c
 // Rows [blockIdx.y·8, +8) of V-head blockIdx.x's S through the pass's n_tok tokens, each warp
 // two rows in registers: S_j ← S_j·decay; d = (v_j − S_j·k)·β; S_j ← S_j + d·k; o_j = S_j·q/√sd
 // into o (before the output norm, delta_out).
+// With tab, S is tab's row 0 (row_state: a verify's sequence); with hist, S after token
+// t < n_tok − 1 is also written to hist[2t + 1] (the state before row t + 1, kept for a rollback).
 extern "C" __global__ void __launch_bounds__(128) delta_rows(const float* qn, const float* kn, const float* conv, const float* gb, float* S,
-                                                             float* o, int hk, int hv, int sd, int tiled, int n_tok) {
+                                                             float* o, int hk, int hv, int sd, int tiled, int n_tok, const unsigned long long* tab,
+                                                             const unsigned long long* hist) {
+    S = (float*)row_state(tab, 0, 1, S);
     pdl_start();
     int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, E = sd / 32;
     int kh = tiled ? h % hk : h / (hv / hk);
@@ -1914,6 +1924,11 @@ extern "C" __global__ void __launch_bounds__(128) delta_rows(const float* qn, co
             }
             oo = warp_sum(oo);
             if (lane == 0) o[((i64)t * hv + h) * sd + j0 + r] = oo * oscale;
+        }
+        if (hist && t + 1 < n_tok) {
+            float* Hh = (float*)hist[2 * t + 1] + (i64)h * sd * sd;
+            _Pragma("unroll") for (int r = 0; r < DR_ROWS; r++)
+                EACH_E Hh[(i64)(j0 + r) * sd + lane + 32 * e] = s[r][e];
         }
     }
     _Pragma("unroll") for (int r = 0; r < DR_ROWS; r++)

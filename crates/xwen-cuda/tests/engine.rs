@@ -165,6 +165,47 @@ fn decode_batches_of_every_size_give_each_row_its_bits_alone() {
 
 #[test]
 #[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn a_verify_pass_gives_each_row_the_decode_bits_and_rolls_back_to_any_row() {
+    for path in files() {
+        let m = on_gpu(&path);
+        let v = m.n_vocab();
+        let p = tokens(30, v, 11);
+        let draft = tokens(6, v, 12);
+        // the rows decoded one by one
+        let mut a = m.new_state();
+        m.forward(&mut a, &p, LogitsMode::None).unwrap();
+        let mut want = Vec::new();
+        for &t in &draft {
+            want.extend(m.forward(&mut a, &[t], LogitsMode::Last).unwrap());
+        }
+        // the same rows as one verify (one pass on the device), states kept for a rollback,
+        // and without keeping any
+        for keep in [draft.len() + 1, 0] {
+            let mut b = m.new_state();
+            b.keep_history(keep);
+            m.forward(&mut b, &p, LogitsMode::None).unwrap();
+            let pos = b.pos;
+            let got = {
+                let mut st = [SeqStep { state: &mut b, tokens: &draft, logits: LogitsMode::All, decode_order: true, hidden: false }];
+                m.forward_batch(&mut st).unwrap().pop().unwrap()
+            };
+            assert_eq!(bits(&got), bits(&want), "{}: a verify's rows (keeping {keep}) against decode", path.display());
+            if keep == 0 {
+                continue;
+            }
+            // back to before each row, last first: that row decoded again gives its bits
+            for r in (0..draft.len()).rev() {
+                b.rollback(pos + r).unwrap();
+                let l = m.forward(&mut b, &draft[r..r + 1], LogitsMode::Last).unwrap();
+                assert_eq!(bits(&l), bits(&want[r * v..(r + 1) * v]), "{}: row {r} after a rollback to it", path.display());
+            }
+        }
+        eprintln!("{}: a verify of {} rows gave decode's bits and rolled back to each row", path.display(), draft.len());
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
 fn the_engines_slots_prefix_cache_and_drafting_on_the_gpu_give_each_requests_tokens_alone() {
     for path in files() {
         let m = on_gpu(&path);

@@ -174,7 +174,7 @@ fn conv_step_matches_the_definition() {
             (cd.div_ceil(256) as u32, 1),
             256,
             0,
-            &[Arg::Ptr(xd.ptr), Arg::Ptr(sd.ptr), Arg::Ptr(td.ptr), Arg::Ptr(od.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(1), Arg::Ptr(0)],
+            &[Arg::Ptr(xd.ptr), Arg::Ptr(sd.ptr), Arg::Ptr(td.ptr), Arg::Ptr(od.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(1), Arg::Ptr(0), Arg::Ptr(0)],
         )
         .unwrap();
         let out = g.read_f32(&od, cd).unwrap();
@@ -574,6 +574,8 @@ fn the_prompt_scan_follows_the_token_steps() {
                 Arg::I32(sd as i32),
                 Arg::I32(tiled as i32),
                 Arg::I32(n as i32),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
             ],
         )
         .unwrap();
@@ -963,7 +965,7 @@ fn the_prompt_convolution_equals_the_token_steps() {
                 (cd.div_ceil(256) as u32, 1),
                 256,
                 0,
-                &[Arg::Ptr(xd.at(t * cd * 4)), Arg::Ptr(s1.ptr), Arg::Ptr(td.ptr), Arg::Ptr(o1.at(t * cd * 4)), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(1), Arg::Ptr(0)],
+                &[Arg::Ptr(xd.at(t * cd * 4)), Arg::Ptr(s1.ptr), Arg::Ptr(td.ptr), Arg::Ptr(o1.at(t * cd * 4)), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(1), Arg::Ptr(0), Arg::Ptr(0)],
             )
             .unwrap();
         }

@@ -259,6 +259,16 @@ fn checkpoints_clones_and_rollbacks_hold_on_the_device() {
     cpu.forward(&mut c2, &[5, 6], LogitsMode::None).unwrap();
     assert_eq!(bits(&dev.forward(&mut r, &[1], LogitsMode::Last).unwrap()), bits(&cpu.forward(&mut c2, &[1], LogitsMode::Last).unwrap()));
     assert!(r.rollback(3).is_err(), "a position never kept is refused");
+    // states asked to be kept while still on the host are kept on the device too
+    let mut h = dev.new_state();
+    h.keep_history(3);
+    dev.forward(&mut h, &p, LogitsMode::None).unwrap();
+    let mut step = [SeqStep { state: &mut h, tokens: &[5, 6, 9], logits: LogitsMode::All, decode_order: true, hidden: false }];
+    dev.forward_batch(&mut step).unwrap();
+    h.rollback(21).expect("kept on the device");
+    let mut c3 = c.clone();
+    cpu.forward(&mut c3, &[5], LogitsMode::None).unwrap();
+    assert_eq!(bits(&dev.forward(&mut h, &[1], LogitsMode::Last).unwrap()), bits(&cpu.forward(&mut c3, &[1], LogitsMode::Last).unwrap()));
 }
 
 fn run_engine(m: Model, reqs: Vec<EngineRequest>, parallel: usize, prefix: Option<PrefixCache>) -> Vec<Vec<u32>> {

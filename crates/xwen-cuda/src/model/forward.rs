@@ -5,42 +5,52 @@
 
 use super::*;
 
-/// What a pass feeds: a prompt pass's `n` tokens (n ≥ 2) of one sequence, or a decode batch's
-/// `n` rows, each the next token of its own sequence (their tokens, positions and state
-/// pointers in the batch table, `CudaModel::decode_batch`). A decode row is computed the same
-/// way whatever the batch around it: the batch is a grid dimension of each kernel.
+/// What a pass feeds: a prompt pass's `n` tokens (n ≥ 2) of one sequence; a decode batch's `n`
+/// rows, each the next token of its own sequence; or a verify's `n` rows, consecutive tokens of
+/// one sequence each computed as a decode row (`CudaModel::verify_pass`; `hist`: the states
+/// before each row kept for a rollback). A batch's and a verify's tokens, positions and state
+/// pointers are in the batch table. A decode row is computed the same way whatever the batch
+/// around it: the batch is a grid dimension of each kernel; a verify's recurrent steps run
+/// token after token inside their kernels, in the decode step's arithmetic.
 #[derive(Clone, Copy)]
 pub(super) enum Pass<'a> {
     Prompt { n: usize, seq: &'a DevSeq },
     Rows { n: usize },
+    Verify { n: usize, hist: bool },
 }
 
 impl Pass<'_> {
     fn n(&self) -> usize {
         match *self {
-            Pass::Prompt { n, .. } | Pass::Rows { n } => n,
+            Pass::Prompt { n, .. } | Pass::Rows { n } | Pass::Verify { n, .. } => n,
         }
     }
 
+    /// Whether each row is computed as a decode row (the row products, on q8 inputs).
     fn rows(&self) -> bool {
-        matches!(self, Pass::Rows { .. })
+        !matches!(self, Pass::Prompt { .. })
     }
 }
 
 /// A layer's state as its kernels take it: a prompt pass's sequence's pointers (a: conv or K,
-/// b: S or V), or a decode batch's table for the layer (two pointers a row) and its positions.
+/// b: S or V), or the batch table's for the layer (two pointers a row) and the rows'
+/// positions; for a verify (`one_seq`: every row the same sequence, in order) the kept states'
+/// pointers too (hist, 0: none kept).
 #[derive(Clone, Copy)]
 struct LayerPtrs {
     a: u64,
     b: u64,
     tab: u64,
     pos: u64,
+    hist: u64,
+    one_seq: bool,
 }
 
-/// Where a decode batch of `b` rows keeps its positions and its layers' state pointers in the
-/// batch table (after its b tokens): (positions, layer `il`'s two pointers a row).
-pub(super) fn rows_table_at(b: usize, il: usize) -> (usize, usize) {
-    (4 * b, 8 * b + 16 * b * il)
+/// Where a decode batch or verify of `b` rows keeps its positions, layer `il`'s state pointers
+/// (two a row) and a verify's kept states (two a row: the states after row t, before row t + 1)
+/// in the batch table, after its b tokens: (positions, state pointers, kept states).
+pub(super) fn rows_table_at(b: usize, il: usize, layers: usize) -> (usize, usize, usize) {
+    (4 * b, 8 * b + 16 * b * il, 8 * b + 16 * b * layers + 16 * b * il)
 }
 
 impl CudaModel {
@@ -117,13 +127,18 @@ impl CudaModel {
     /// Layer `il`'s state for pass `p`.
     fn layer_ptrs(&self, p: Pass<'_>, il: usize) -> Result<LayerPtrs> {
         match p {
-            Pass::Rows { n } => {
-                let (pos, tab) = rows_table_at(n, il);
-                Ok(LayerPtrs { a: 0, b: 0, tab: self.sc.rows.at(tab), pos: self.sc.rows.at(pos) })
+            Pass::Rows { n } | Pass::Verify { n, .. } => {
+                let (pos, tab, hist) = rows_table_at(n, il, self.layers.len());
+                let (hist, one_seq) = match p {
+                    Pass::Verify { hist: true, .. } => (self.sc.rows.at(hist), true),
+                    Pass::Verify { .. } => (0, true),
+                    _ => (0, false),
+                };
+                Ok(LayerPtrs { a: 0, b: 0, tab: self.sc.rows.at(tab), pos: self.sc.rows.at(pos), hist, one_seq })
             }
             Pass::Prompt { seq, .. } => match (&self.layers[il].mixer, &seq.layers[il]) {
-                (DevMixer::Delta(_), SeqLayer::Delta { conv, s }) => Ok(LayerPtrs { a: conv.ptr, b: s.ptr, tab: 0, pos: 0 }),
-                (DevMixer::Attn(_), SeqLayer::Attn { k, v }) => Ok(LayerPtrs { a: k.ptr, b: v.ptr, tab: 0, pos: 0 }),
+                (DevMixer::Delta(_), SeqLayer::Delta { conv, s }) => Ok(LayerPtrs { a: conv.ptr, b: s.ptr, tab: 0, pos: 0, hist: 0, one_seq: true }),
+                (DevMixer::Attn(_), SeqLayer::Attn { k, v }) => Ok(LayerPtrs { a: k.ptr, b: v.ptr, tab: 0, pos: 0, hist: 0, one_seq: true }),
                 _ => Err(CudaError::Unsupported("a sequence state of another model".into())),
             },
         }
@@ -386,7 +401,9 @@ impl CudaModel {
         let cd = w.qkv.rows;
         let conv_state = st.a;
         if rows {
-            // a row a token of its own sequence
+            // a decode batch: a row a token of its own sequence; a verify: its tokens in order
+            // over the one sequence's state, each state after a token kept
+            let (grid_y, n_tok) = if st.one_seq { (1, n) } else { (n, 1) };
             let conv_args = [
                 Arg::Ptr(sc.qkv.ptr),
                 Arg::Ptr(0),
@@ -394,10 +411,11 @@ impl CudaModel {
                 Arg::Ptr(sc.conv.ptr),
                 Arg::I32(cd as i32),
                 Arg::I32(d.conv_kernel as i32),
-                Arg::I32(1),
+                Arg::I32(n_tok as i32),
                 Arg::Ptr(st.tab),
+                Arg::Ptr(st.hist),
             ];
-            g.launch("conv_step", (cd.div_ceil(256) as u32, n as u32), 256, 0, &conv_args)?;
+            g.launch("conv_step", (cd.div_ceil(256) as u32, grid_y as u32), 256, 0, &conv_args)?;
         } else {
             let conv_args = [
                 Arg::Ptr(sc.qkv.ptr),
@@ -427,7 +445,7 @@ impl CudaModel {
     fn delta_scan(&self, w: &DeltaLayer, st: LayerPtrs, out_kinds: Kinds, n: usize, rows: bool) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let s = st.b;
-        if rows {
+        if rows && !st.one_seq {
             // a decode batch: the gates and norms inside the rows' kernel, a row of the batch
             // a grid layer
             g.launch_3d(
@@ -491,9 +509,12 @@ impl CudaModel {
                 Arg::I32(d.sd as i32),
                 Arg::I32(d.tiled as i32),
                 Arg::I32(n as i32),
+                Arg::Ptr(st.tab),
+                Arg::Ptr(st.hist),
             ],
         )?;
-        self.delta_finish(w, out_kinds, n, false)
+        // (a verify's rows: delta_prep and delta_rows give each token delta_step_rows' bits)
+        self.delta_finish(w, out_kinds, n, rows)
     }
 
     /// The scan's gated output norms, then the out projection (and its residual).

@@ -295,9 +295,10 @@ pub struct CudaModel {
     seq: Option<DevSeq>,
     /// Rows a decode batch takes at most (`decode_rows_for`).
     decode_max: usize,
-    /// The decode step of each batch size, captured at its first use (index: rows): the
-    /// kernels read the rows' sequences from the batch table, so one graph serves any.
-    graphs: Vec<Option<SendGraph>>,
+    /// The decode step of each batch size and the verify pass of each row count, captured at
+    /// their first use (key: rows, and 0 for a decode batch, 1 + whether states are kept for a
+    /// verify): the kernels read the rows' sequences from the batch table, so a graph serves any.
+    graphs: std::collections::HashMap<(usize, u8), SendGraph>,
     /// What a sequence's state is made of, layer by layer.
     shape: SeqShape,
     use_graph: bool,
@@ -486,7 +487,7 @@ impl CudaModel {
         let model = CudaModel {
             seq: None,
             decode_max,
-            graphs: (0..=decode_max).map(|_| None).collect(),
+            graphs: std::collections::HashMap::new(),
             shape,
             tok_embd,
             output_norm,
@@ -564,7 +565,7 @@ impl CudaModel {
         let n = tokens.len().min(self.ubatch);
         let seq = self.take_seq()?;
         let pass = if n == 1 {
-            self.write_rows(&[(&seq, self.pos, tokens[0])])?;
+            self.write_rows(&[(&seq, self.pos, tokens[0])], None)?;
             Pass::Rows { n: 1 }
         } else {
             self.write_step(self.pos, &tokens[..n])?;
@@ -591,6 +592,15 @@ impl CudaModel {
         self.gpu.ctx.bind_to_thread()?;
         self.check(pos, tokens)?;
         let mut out = Vec::with_capacity(want.len() * self.d.n_vocab);
+        let n = tokens.len();
+        if one_by_one && n > 1 && n <= self.decode_max && seq.keeps_at_least(n) {
+            // a verify: every row in one pass, each in the decode step's arithmetic
+            self.verify_pass(seq, pos, tokens)?;
+            for i in want.filter(|&i| i < n) {
+                out.extend(self.batch_logits(i)?);
+            }
+            return Ok(out);
+        }
         if tokens.len() == 1 || one_by_one {
             for (i, &t) in tokens.iter().enumerate() {
                 self.decode_batch(&mut [(&mut *seq, pos + i, t)])?;
@@ -658,44 +668,85 @@ impl CudaModel {
             }
         }
         let table: Vec<(&DevSeq, usize, u32)> = rows.iter().map(|(s, p, t)| (&**s, *p, *t)).collect();
-        self.write_rows(&table)?;
+        self.write_rows(&table, None)?;
+        self.replay(Pass::Rows { n: b })
+    }
+
+    /// A verify's rows: `tokens` from `pos` through `seq`, each row in the decode step's
+    /// arithmetic (its bits are the row fed alone: `decode_batch`), all in one replay of the
+    /// pass captured for this many rows. Where `seq` keeps states for a rollback, the kernels
+    /// write the recurrent state after each row into the kept state before the next (the
+    /// row-by-row loop's copies, without the loop). Row r's logits and argmax are then row r of
+    /// `logits` / `token`.
+    fn verify_pass(&mut self, seq: &mut DevSeq, pos: usize, tokens: &[u32]) -> Result<()> {
+        self.gpu.ctx.bind_to_thread()?;
+        let n = tokens.len();
+        self.check(pos, tokens)?;
+        let hist = if seq.keeps() { Some(seq.reserve_history(pos, n)?) } else { None };
+        let rows: Vec<(&DevSeq, usize, u32)> = tokens.iter().enumerate().map(|(i, &t)| (&*seq, pos + i, t)).collect();
+        self.write_rows(&rows, hist.as_deref())?;
+        self.replay(Pass::Verify { n, hist: hist.is_some() })
+    }
+
+    /// Runs a decode batch or a verify (their table written): the pass's graph, captured at its
+    /// first use (a graph serves any sequences: they come from the table).
+    fn replay(&mut self, pass: Pass<'_>) -> Result<()> {
+        let key = match pass {
+            Pass::Rows { n } => (n, 0u8),
+            Pass::Verify { n, hist } => (n, 1 + hist as u8),
+            Pass::Prompt { .. } => return self.record(pass),
+        };
         if !self.use_graph {
-            return self.record(Pass::Rows { n: b });
+            return self.record(pass);
         }
-        if self.graphs[b].is_none() {
+        if !self.graphs.contains_key(&key) {
             self.gpu.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-            let recorded = self.record(Pass::Rows { n: b });
+            let recorded = self.record(pass);
             let graph = self.gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0))?;
             recorded?;
-            self.graphs[b] = Some(SendGraph(graph.ok_or_else(|| CudaError::Unsupported("stream capture made no graph".into()))?));
+            self.graphs.insert(key, SendGraph(graph.ok_or_else(|| CudaError::Unsupported("stream capture made no graph".into()))?));
         }
-        if let Some(g) = &self.graphs[b] {
+        if let Some(g) = self.graphs.get(&key) {
             g.0.launch()?;
         }
         Ok(())
     }
 
-    /// A decode batch's table (`forward::rows_table_at`): the rows' tokens, their positions,
-    /// then layer by layer each row's two state pointers.
-    fn write_rows(&mut self, rows: &[(&DevSeq, usize, u32)]) -> Result<()> {
+    /// A decode batch's or verify's table (`forward::rows_table_at`): the rows' tokens, their
+    /// positions, layer by layer each row's two state pointers, and for a verify that keeps
+    /// states, layer by layer where the state after each row but the last goes (`hist[t]`: the
+    /// recurrent layers' (conv, S) kept before row t + 1).
+    fn write_rows(&mut self, rows: &[(&DevSeq, usize, u32)], hist: Option<&[Vec<(u64, u64)>]>) -> Result<()> {
         let b = rows.len();
-        let mut bytes = vec![0u8; rows_table_bytes(b, self.layers.len())];
+        let n_layers = self.layers.len();
+        let mut bytes = vec![0u8; rows_table_bytes(b, n_layers)];
+        let mut put = |at: usize, v: &[u8]| bytes[at..at + v.len()].copy_from_slice(v);
         for (r, (seq, pos, token)) in rows.iter().enumerate() {
-            if seq.layers.len() != self.layers.len() {
+            if seq.layers.len() != n_layers {
                 return Err(CudaError::Unsupported("a sequence state of another model".into()));
             }
-            bytes[4 * r..4 * r + 4].copy_from_slice(&(*token as i32).to_le_bytes());
-            let (at_pos, _) = forward::rows_table_at(b, 0);
-            bytes[at_pos + 4 * r..at_pos + 4 * r + 4].copy_from_slice(&(*pos as i32).to_le_bytes());
+            put(4 * r, &(*token as i32).to_le_bytes());
+            let (at_pos, _, _) = forward::rows_table_at(b, 0, n_layers);
+            put(at_pos + 4 * r, &(*pos as i32).to_le_bytes());
+            let mut delta_layer = 0;
             for (il, (l, st)) in self.layers.iter().zip(&seq.layers).enumerate() {
                 let (a, p) = match (&l.mixer, st) {
                     (DevMixer::Delta(_), SeqLayer::Delta { conv, s }) => (conv.ptr, s.ptr),
                     (DevMixer::Attn(_), SeqLayer::Attn { k, v }) => (k.ptr, v.ptr),
                     _ => return Err(CudaError::Unsupported("a sequence state of another model".into())),
                 };
-                let at = forward::rows_table_at(b, il).1 + 16 * r;
-                bytes[at..at + 8].copy_from_slice(&a.to_le_bytes());
-                bytes[at + 8..at + 16].copy_from_slice(&p.to_le_bytes());
+                let (_, at, at_hist) = forward::rows_table_at(b, il, n_layers);
+                put(at + 16 * r, &a.to_le_bytes());
+                put(at + 16 * r + 8, &p.to_le_bytes());
+                if let (Some(h), DevMixer::Delta(_)) = (hist, &l.mixer) {
+                    if let Some(&(c, s)) = h.get(r).and_then(|kept| kept.get(delta_layer)) {
+                        put(at_hist + 16 * r, &c.to_le_bytes());
+                        put(at_hist + 16 * r + 8, &s.to_le_bytes());
+                    }
+                }
+                if matches!(l.mixer, DevMixer::Delta(_)) {
+                    delta_layer += 1;
+                }
             }
         }
         self.gpu.write(&mut self.sc.rows, &bytes)

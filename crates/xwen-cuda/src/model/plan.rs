@@ -101,20 +101,25 @@ pub(super) fn plan_of(file: &GgufFile, net: &Hybrid, experts: &[Option<[Mat; 3]>
     }
 }
 
-/// Decode rows a batched step takes at most (`CudaModel::decode_batch`): a row for each
-/// sequence the device holds (`CudaOptions::n_seq`), at most `MAX_DECODE_ROWS` and half a
-/// prefill pass (the q8 scratch holds a batch's routed and shared hidden rows side by side).
+/// Decode rows a batched step takes at most (`CudaModel::decode_batch`, `verify_pass`): a row
+/// for each sequence the device holds (`CudaOptions::n_seq`) or a verify's `MIN_DECODE_ROWS`,
+/// at most `MAX_DECODE_ROWS` and half a prefill pass (the q8 scratch holds a batch's routed and shared hidden rows side by side).
 pub(super) fn decode_rows_for(opts: &CudaOptions, ubatch: usize) -> usize {
-    opts.n_seq.clamp(1, MAX_DECODE_ROWS).min((ubatch / 2).max(1))
+    opts.n_seq.max(MIN_DECODE_ROWS).min(MAX_DECODE_ROWS).min((ubatch / 2).max(1))
 }
+
+/// Rows a decode batch takes at least: a verify's rows (a draft and the token before it) run
+/// as one pass of as many rows, whatever the slot count.
+pub const MIN_DECODE_ROWS: usize = 16;
 
 /// The most rows of one decode step: a captured graph for each batch size up to it.
 pub const MAX_DECODE_ROWS: usize = 64;
 
-/// Bytes of a decode batch's table (`decode_batch`): b tokens and positions (i32), then two
-/// state pointers a row for each of `layers` layers, 8-byte aligned.
+/// Bytes of a decode batch's table (`decode_batch`, `verify_pass`): b tokens and positions
+/// (i32), then two state pointers a row for each of `layers` layers, then a verify's two kept-
+/// state pointers a row for each layer (`forward::rows_table_at`).
 pub(super) fn rows_table_bytes(b: usize, layers: usize) -> usize {
-    (8 * b).div_ceil(8) * 8 + 16 * b * layers
+    8 * b + 32 * b * layers
 }
 
 /// The splits attention cuts a row's keys into (`attn_split`: equal chunks of the positions the

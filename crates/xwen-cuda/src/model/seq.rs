@@ -212,6 +212,47 @@ impl DevSeq {
         self.keep > 0
     }
 
+    /// Whether a verify of `n` rows keeps what feeding them one by one keeps: nothing, or a
+    /// state before each row (`reserve_history`).
+    pub(super) fn keeps_at_least(&self, n: usize) -> bool {
+        self.keep == 0 || self.keep >= n
+    }
+
+    /// A verify's kept states, as `save` before each of its `n` rows would keep them: the state
+    /// before row 0 copied now; for each later row, a kept state (recycled or new) that the
+    /// pass's kernels write — returned as each row's recurrent layers' (conv, S) addresses, for
+    /// rows 1 … n − 1. Needs `keeps_at_least(n)`.
+    pub(super) fn reserve_history(&mut self, pos: usize, n: usize) -> Result<Vec<Vec<(u64, u64)>>> {
+        self.save(pos)?;
+        let mut out = Vec::with_capacity(n.saturating_sub(1));
+        for i in 1..n {
+            while self.past.len() >= self.keep {
+                if let Some(p) = self.past.pop_front() {
+                    self.spare.push(p.states);
+                }
+            }
+            let states = match self.spare.pop() {
+                Some(s) => s,
+                None => self.new_kept()?,
+            };
+            out.push(states.iter().map(|(c, s)| (c.ptr, s.ptr)).collect());
+            self.past.push_back(Past { pos: pos + i, states });
+        }
+        Ok(out)
+    }
+
+    /// A kept state's buffers (each recurrent layer's conv and S), contents unset.
+    fn new_kept(&self) -> Result<Vec<(DevBuf, DevBuf)>> {
+        self.layers
+            .iter()
+            .filter_map(|l| match l {
+                SeqLayer::Delta { conv, s } => Some((conv.bytes(), s.bytes())),
+                SeqLayer::Attn { .. } => None,
+            })
+            .map(|(c, s)| Ok((self.gpu.zeros(c)?, self.gpu.zeros(s)?)))
+            .collect()
+    }
+
     /// Keeps the recurrent states as they are now, before the token at `pos` (the oldest kept
     /// let go past `keep`).
     pub(super) fn save(&mut self, pos: usize) -> Result<()> {
@@ -226,15 +267,7 @@ impl DevSeq {
         }
         let mut states = match self.spare.pop() {
             Some(s) => s,
-            None => self
-                .layers
-                .iter()
-                .filter_map(|l| match l {
-                    SeqLayer::Delta { conv, s } => Some((conv.bytes(), s.bytes())),
-                    SeqLayer::Attn { .. } => None,
-                })
-                .map(|(c, s)| Ok((self.gpu.zeros(c)?, self.gpu.zeros(s)?)))
-                .collect::<Result<Vec<_>>>()?,
+            None => self.new_kept()?,
         };
         let live = self.layers.iter().filter_map(|l| match l {
             SeqLayer::Delta { conv, s } => Some((conv, s)),

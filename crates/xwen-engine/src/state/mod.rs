@@ -127,7 +127,15 @@ impl SeqState {
 
     /// Moves the contents onto a device: `seq` holds them from now on; the host copies are
     /// let go (the layers keep their shapes for `to_host`).
-    pub(crate) fn put_on_device(&mut self, seq: Box<dyn DeviceSeq>) {
+    pub(crate) fn put_on_device(&mut self, mut seq: Box<dyn DeviceSeq>) {
+        // the kept states asked for before the move (`keep_history`) go with it
+        let keep = self.layers.iter().find_map(|l| match l {
+            LayerState::Delta(d) => Some(d.keep),
+            LayerState::Attn(_) => None,
+        });
+        if let Some(k) = keep.filter(|&k| k > 0) {
+            seq.keep_history(k);
+        }
         self.clear_contents();
         self.place = Place::Device(seq);
     }
