@@ -646,13 +646,21 @@ extern "C" __global__ void quant_q8_2(const float* x, int cols, i8* xq, float2* 
 #endif
 
 // y[c][r] = W[r]·x[c] (+ res[c][r]) for a decode batch's n_col rows of x (x_stride values
-// apart; their q8 copies likewise): a warp a weight row and MV_COLS batch rows (blockIdx.y's),
-// the row's words loaded once for all. Each batch row's sum is the expression mv computes for it
-// alone (dot_rows_q8, a column's order), so its bits are mv's: the batch changes no row.
+// apart; their q8 copies likewise): a warp a weight row and MV_COLS batch rows, the row's words
+// loaded once for all. Each batch row's sum is the expression mv computes for it alone
+// (dot_rows_q8, a column's order), so its bits are mv's: the batch changes no row. Blocks run
+// column group fastest (col_block): a weight row's groups are read while it is in L2.
+__device__ __forceinline__ void col_block(int n_col, int C, int* row_block, int* c0) {
+    int groups = (n_col + C - 1) / C;
+    *row_block = blockIdx.x / groups;
+    *c0 = (blockIdx.x % groups) * C;
+}
+
 extern "C" __global__ void mv_cols(const u8* W, int ty, int rows, int cols, i64 row_bytes, const float* x, const i8* qk, const float2* dk, const i8* qz,
                                    const float2* dz, i64 x_stride, int n_col, float* y, i64 y_stride, const float* res) {
-    int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    int c0 = blockIdx.y * MV_COLS;
+    int rblk, c0;
+    col_block(n_col, MV_COLS, &rblk, &c0);
+    int row = rblk * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row < rows) prefetch_l2(W + (i64)row * row_bytes, row_bytes, lane);
     pdl_start();
     if (row >= rows) return;
@@ -794,14 +802,15 @@ extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u,
 // attention layer's q, k and v): the rows of the parts one after another, a warp a row, each
 // row as `mv` computes it. A part with rows = 0 is absent. Over a decode batch of n_col rows
 // (inputs cols values apart, outputs rows_i values apart in each y), a warp takes MV_COLS of
-// them (blockIdx.y's) as mv_cols does: each batch row's bits are its alone. (mv4 takes one batch
-// row a warp, mv4_cols MV_COLS.)
+// them as mv_cols does (blocks column group fastest): each batch row's bits are its alone. (mv4
+// takes one batch row a warp, mv4_cols MV_COLS.)
 template <int C>
 __device__ __forceinline__ void mv4_body(int cols, const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz,
                                const u8* W0, int ty0, int rows0, i64 rb0, float* y0, const u8* W1, int ty1, int rows1, i64 rb1, float* y1,
                                const u8* W2, int ty2, int rows2, i64 rb2, float* y2, const u8* W3, int ty3, int rows3, i64 rb3, float* y3, int n_col) {
-    int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    int c0 = blockIdx.y * C;
+    int rblk, c0;
+    col_block(n_col, C, &rblk, &c0);
+    int row = rblk * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     const u8* W = nullptr;
     int ty = 0;
     i64 rb = 0, ys = 0;

@@ -804,7 +804,7 @@ fn decode_batch_products_give_each_row_the_bits_of_mv_alone() {
                 let y_res = if with_res { batch.ptr } else { 0 };
                 g.launch(
                     "mv_cols",
-                    (rows.div_ceil(4) as u32, n.div_ceil(g.knobs.mv_cols) as u32),
+                    ((rows.div_ceil(4) * n.div_ceil(g.knobs.mv_cols)) as u32, 1),
                     128,
                     0,
                     &[
@@ -876,7 +876,7 @@ fn decode_batch_products_give_each_row_the_bits_of_mv_alone() {
             };
             let total = rows + 33;
             let q = [q8[0].0.ptr, q8[0].1.ptr, q8[1].0.ptr, q8[1].1.ptr];
-            g.launch("mv4_cols", (total.div_ceil(4) as u32, n.div_ceil(g.knobs.mv_cols) as u32), 128, 0, &mv4_args(xd.ptr, q, [parts[0].1.ptr, parts[1].1.ptr], n)).unwrap();
+            g.launch("mv4_cols", ((total.div_ceil(4) * n.div_ceil(g.knobs.mv_cols)) as u32, 1), 128, 0, &mv4_args(xd.ptr, q, [parts[0].1.ptr, parts[1].1.ptr], n)).unwrap();
             for t in 0..n {
                 let one = [g.zeros(rows * 4).unwrap(), g.zeros(33 * 4).unwrap()];
                 let qt = [q8[0].0.at(t * cols), q8[0].1.at(t * cols / 32 * 8), q8[1].0.at(t * cols), q8[1].1.at(t * cols / 32 * 8)];

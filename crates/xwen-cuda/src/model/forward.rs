@@ -262,7 +262,7 @@ impl CudaModel {
             let c = self.gpu.knobs.mv_cols;
             return self.gpu.launch(
                 "mv_cols",
-                (w.rows.div_ceil(MV_WARPS) as u32, n.div_ceil(c) as u32),
+                ((w.rows.div_ceil(MV_WARPS) * n.div_ceil(c)) as u32, 1),
                 (32 * MV_WARPS) as u32,
                 0,
                 &[
@@ -329,7 +329,7 @@ impl CudaModel {
         args.push(Arg::I32(n as i32));
         // one row alone (mv4), or mv_cols' rows of a decode batch a warp (mv4_cols): the same bits
         let (kernel, per) = if n == 1 { ("mv4", 1) } else { ("mv4_cols", self.gpu.knobs.mv_cols) };
-        self.gpu.launch(kernel, (total.div_ceil(MV_WARPS) as u32, n.div_ceil(per) as u32), (32 * MV_WARPS) as u32, 0, &args)
+        self.gpu.launch(kernel, ((total.div_ceil(MV_WARPS) * n.div_ceil(per)) as u32, 1), (32 * MV_WARPS) as u32, 0, &args)
     }
 
     /// A prompt product through cuBLAS: W to f16 rows, x to f16 (unless the input already is),
