@@ -735,7 +735,7 @@ extern "C" __global__ void mv_glu(const u8* G, const u8* U, int ty_g, int ty_u, 
 
 // Rows a warp of moe_glu takes (gpu.rs `Knobs` defines it; the launch's grid follows).
 #ifndef MOE_GLU_ROWS
-#define MOE_GLU_ROWS 1
+#define MOE_GLU_ROWS 2
 #endif
 
 // A decode step's routed experts' gate, up and SwiGLU (slots blockIdx.y < k, expert ids[slot],
@@ -1314,6 +1314,12 @@ extern "C" __global__ void moe_route(const float* logits, int n_expert, int k, i
     }
 }
 
+// The router's top-k reduction by __reduce_max / __reduce_min (1) or by shuffle rounds (0): the
+// same pick either way (gpu.rs `Knobs`; measured on an H100: 35B-A3B tg128 +2.3%).
+#ifndef ROUTE_REDUX
+#define ROUTE_REDUX 1
+#endif
+
 // moe_route for up to 512 experts in one warp (16 a lane, in registers): no block barriers
 // between the k picks. The same picks (ties to the lower id) and weights up to the order of
 // the softmax's double sum. One warp a token.
@@ -1353,9 +1359,9 @@ extern "C" __global__ void moe_route_warp(const float* logits, int n_expert, int
             int i = lane + 32 * e;
             if (p[e] > bv || (p[e] == bv && i < bi)) { bv = p[e]; bi = i; }
         }
-#if defined(ROUTE_REDUX) && __CUDA_ARCH__ >= 800
-        // (a knob, off by default until measured: XWEN_CUDA_DEFINES=-DROUTE_REDUX) the warp's
-        // best in two reductions instead of five shuffle rounds: probabilities are ≥ 0, so their
+#if ROUTE_REDUX && __CUDA_ARCH__ >= 800
+        // (a knob, XWEN_CUDA_DEFINES=-DROUTE_REDUX=0 for the shuffle rounds) the warp's best in
+        // two reductions instead of five shuffle rounds, the same pick: probabilities are ≥ 0, so their
         // bits order as they do (+1: a taken or absent entry ranks below 0.0), then the lowest
         // index among the lanes that hold that value
         u32 key = bv >= 0.0f ? __float_as_uint(bv) + 1u : 0u;
