@@ -108,6 +108,11 @@ pub fn run(model: &Arc<Model>, c: &Config) -> Result<()> {
                 if pp + tg > max_ctx {
                     anyhow::bail!("pp {pp} + tg {tg} exceeds the context of {max_ctx} positions per sequence (-c)");
                 }
+                if c.warmup && model.device().is_some() {
+                    // a device captures a decode step for each batch size at its first use: the
+                    // configuration's sizes once, untimed, as a server that has run a while has them
+                    one_run(model, pp.min(8), tg.min(4), pl, &mut toks)?;
+                }
                 let runs: Vec<Run> = (0..c.reps).map(|_| one_run(model, pp, tg, pl, &mut toks)).collect::<Result<_>>()?;
                 let t_pp = median(&runs.iter().map(|r| r.t_pp).collect::<Vec<_>>());
                 let t_tg = median(&runs.iter().map(|r| r.t_tg).collect::<Vec<_>>());

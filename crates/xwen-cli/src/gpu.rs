@@ -161,13 +161,23 @@ mod with_cuda {
             m.reset().map_err(|e| anyhow::anyhow!("{e}"))?;
             let toks: Vec<u32> = (0..n).map(|_| rng.below(n_vocab)).collect();
             let table = m.profile(&toks).map_err(|e| anyhow::anyhow!("{e}"))?;
-            let total: f64 = table.iter().map(|r| r.1).sum();
-            eprintln!("xwen profile: {what} of {n} token(s): {total:.3} ms of kernels");
-            for (name, ms, calls) in table {
-                eprintln!("  {name:<14} {ms:>9.3} ms {:>5.1}%  {calls:>5} launches", 100.0 * ms / total.max(1e-12));
-            }
+            print_table(&format!("{what} of {n} token(s)"), table);
+        }
+        // decode batches: a server's slots decoding at once
+        let max_rows = m.max_decode_rows();
+        for b in [8usize, 16].into_iter().filter(|&b| b <= max_rows) {
+            let table = m.profile_batch(b).map_err(|e| anyhow::anyhow!("{e}"))?;
+            print_table(&format!("decode batch of {b} rows"), table);
         }
         Ok(())
+    }
+
+    fn print_table(what: &str, table: Vec<(String, f64, u64)>) {
+        let total: f64 = table.iter().map(|r| r.1).sum();
+        eprintln!("xwen profile: {what}: {total:.3} ms of kernels");
+        for (name, ms, calls) in table {
+            eprintln!("  {name:<14} {ms:>9.3} ms {:>5.1}%  {calls:>5} launches", 100.0 * ms / total.max(1e-12));
+        }
     }
 
     /// One llama-bench test on the GPU: ppP prefills P random tokens from an empty sequence,

@@ -580,6 +580,23 @@ impl CudaModel {
         Ok(table)
     }
 
+    /// Device time per kernel of one decode batch of `b` rows (fresh sequences at position 0),
+    /// each launch timed alone: (kernel, ms, launches), by time.
+    pub fn profile_batch(&mut self, b: usize) -> Result<Vec<(String, f64, u64)>> {
+        self.gpu.ctx.bind_to_thread()?;
+        if b == 0 || b > self.decode_max {
+            return Err(CudaError::Unsupported(format!("a decode batch of {b} rows (this model's take 1 to {})", self.decode_max)));
+        }
+        let seqs = (0..b).map(|_| DevSeq::zeroed(&self.gpu, &self.shape)).collect::<Result<Vec<_>>>()?;
+        let rows: Vec<(&DevSeq, usize, u32)> = seqs.iter().enumerate().map(|(i, s)| (s, 0, i as u32 % self.d.n_vocab as u32)).collect();
+        self.write_rows(&rows, None)?;
+        self.gpu.set_profiling(true);
+        let r = self.record(Pass::Rows { n: b });
+        let table = self.gpu.set_profiling(false);
+        r?;
+        Ok(table)
+    }
+
     /// The most tokens one prefill pass takes.
     pub fn ubatch(&self) -> usize {
         self.ubatch
