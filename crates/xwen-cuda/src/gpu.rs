@@ -38,6 +38,7 @@ const KERNELS: &[&str] = &[
     "mv4",
     "mv4_cols",
     "mv_cols",
+    "mv_glu_cols",
     "conv_prompt",
     "conv_shift",
     "delta_step_rows",
@@ -159,6 +160,10 @@ pub struct Knobs {
     pub moe_glu_rows: usize,
     /// Decode-batch rows a warp of `mv_cols` / `mv4_cols` takes at once.
     pub mv_cols: usize,
+    /// A decode batch's dense FFN through `mv_glu_cols` (the weights loaded once for
+    /// `mv_cols` rows) instead of `mv_glu` a row at a time. Off until an H100 run has held it
+    /// to mv_glu's bits (the op test `decode_batch_products_…` does): `-DMV_GLU_COLS=1`.
+    pub mv_glu_cols: bool,
     /// Other -D definitions from the environment.
     extra: Vec<String>,
 }
@@ -170,7 +175,7 @@ impl Knobs {
 
     /// The default knobs with `defs` (XWEN_CUDA_DEFINES' form: "-DNAME=VALUE …") applied.
     pub fn with_defines(defs: &str) -> Result<Knobs> {
-        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 2, mv_cols: 8, extra: Vec::new() };
+        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 2, mv_cols: 8, mv_glu_cols: false, extra: Vec::new() };
         for d in defs.split_whitespace() {
             let Some(def) = d.strip_prefix("-D") else {
                 return Err(CudaError::Compile(format!("XWEN_CUDA_DEFINES: '{d}' is not a -DNAME=VALUE definition")));
@@ -183,6 +188,7 @@ impl Knobs {
                 Some(("MV_ROWS", v)) => k.mv_rows = rows(v)?,
                 Some(("MOE_DOWN_ROWS", v)) => k.moe_down_rows = rows(v)?,
                 Some(("MOE_GLU_ROWS", v)) => k.moe_glu_rows = rows(v)?,
+                Some(("MV_GLU_COLS", v)) => k.mv_glu_cols = v != "0",
                 Some(("MV_COLS", v)) => {
                     k.mv_cols = match v.parse::<usize>() {
                         Ok(n @ (1 | 2 | 4 | 8 | 16)) => n,

@@ -733,6 +733,36 @@ extern "C" __global__ void mv_glu(const u8* G, const u8* U, int ty_g, int ty_u, 
     if (lane == 0) h[slot * h_stride + row] = g / (1.0f + expf(-g)) * u;
 }
 
+// h[c][r] = silu(G[r]·x[c]) · (U[r]·x[c]) for a decode batch's n_col rows of x (x_stride values
+// apart; h rows h_stride apart): a dense FFN's gate, up and SwiGLU as mv_glu computes each row
+// alone, a warp a weight row and MV_COLS batch rows (blocks column group fastest, col_block),
+// the weights' words loaded once for all of them.
+extern "C" __global__ void mv_glu_cols(const u8* G, const u8* U, int ty_g, int ty_u, int rows, int cols, i64 rb_g, i64 rb_u, const float* x,
+                                       const i8* qk, const float2* dk, const i8* qz, const float2* dz, i64 x_stride, int n_col, float* h,
+                                       i64 h_stride) {
+    int rblk, c0;
+    col_block(n_col, MV_COLS, &rblk, &c0);
+    int row = rblk * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row < rows) {
+        prefetch_l2(G + (i64)row * rb_g, rb_g, lane);
+        prefetch_l2(U + (i64)row * rb_u, rb_u, lane);
+    }
+    pdl_start();
+    if (row >= rows) return;
+    int live = min(MV_COLS, n_col - c0);
+    i64 xr = (i64)c0 * x_stride;
+    const float* xs = x + xr;
+    const i8 *qks = qk ? qk + xr : qk, *qzs = qz ? qz + xr : qz;
+    float g[MV_COLS], u[MV_COLS];
+    dot_any_rows<1, MV_COLS>(ty_g, G + (i64)row * rb_g, rb_g, 1, xs, qks, dk + xr / 32, qzs, dz + xr / 32, cols, lane, g, x_stride, live);
+    dot_any_rows<1, MV_COLS>(ty_u, U + (i64)row * rb_u, rb_u, 1, xs, qks, dk + xr / 32, qzs, dz + xr / 32, cols, lane, u, x_stride, live);
+    #pragma unroll
+    for (int c = 0; c < MV_COLS; c++) {
+        float gv = warp_sum(g[c]), uv = warp_sum(u[c]);
+        if (lane == 0 && c < live) h[(i64)(c0 + c) * h_stride + row] = gv / (1.0f + expf(-gv)) * uv;
+    }
+}
+
 // Rows a warp of moe_glu takes (gpu.rs `Knobs` defines it; the launch's grid follows).
 #ifndef MOE_GLU_ROWS
 #define MOE_GLU_ROWS 2

@@ -887,6 +887,28 @@ fn decode_batch_products_give_each_row_the_bits_of_mv_alone() {
                     assert_eq!(got, want, "mv4_cols {ty:?}: batch of {n}, row {t}, part {k}");
                 }
             }
+            // mv_glu_cols: a dense FFN's gate, up and SwiGLU, each batch row as mv_glu alone
+            let hb = g.zeros(n * rows * 4).unwrap();
+            let glu_args = |x: u64, q: [u64; 4], h: u64, n_col: usize, batch: bool| {
+                let mut a = vec![Arg::Ptr(wd.ptr), Arg::Ptr(wd.ptr), Arg::I32(ty.id() as i32), Arg::I32(ty.id() as i32), Arg::I32(rows as i32), Arg::I32(cols as i32), Arg::I64(rb as i64), Arg::I64(rb as i64)];
+                if !batch {
+                    a.extend([Arg::I64((rows * rb) as i64), Arg::I64((rows * rb) as i64), Arg::Ptr(0)]);
+                }
+                a.extend([Arg::Ptr(x), Arg::Ptr(q[0]), Arg::Ptr(q[1]), Arg::Ptr(q[2]), Arg::Ptr(q[3]), Arg::I64(cols as i64)]);
+                a.push(Arg::I32(if batch { n_col as i32 } else { 1 }));
+                a.extend([Arg::Ptr(h), Arg::I64(rows as i64)]);
+                a
+            };
+            g.launch("mv_glu_cols", ((rows.div_ceil(4) * n.div_ceil(g.knobs.mv_cols)) as u32, 1), 128, 0, &glu_args(xd.ptr, q, hb.ptr, n, true)).unwrap();
+            let got_h = g.read_f32(&hb, n * rows).unwrap();
+            for t in 0..n {
+                let one = g.zeros(rows * 4).unwrap();
+                let qt = [q8[0].0.at(t * cols), q8[0].1.at(t * cols / 32 * 8), q8[1].0.at(t * cols), q8[1].1.at(t * cols / 32 * 8)];
+                g.launch("mv_glu", (rows.div_ceil(4) as u32, 1), 128, 0, &glu_args(xd.at(t * cols * 4), qt, one.ptr, 1, false)).unwrap();
+                let want: Vec<u32> = g.read_f32(&one, rows).unwrap().iter().map(|v| v.to_bits()).collect();
+                let got: Vec<u32> = got_h[t * rows..(t + 1) * rows].iter().map(|v| v.to_bits()).collect();
+                assert_eq!(got, want, "mv_glu_cols {ty:?}: batch of {n}, row {t}");
+            }
         }
         eprintln!("decode batch products {ty:?}: every row's bits alone (batches of 2 to 17)");
     }

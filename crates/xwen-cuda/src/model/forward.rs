@@ -364,6 +364,34 @@ impl CudaModel {
             let len = n * gm.rows;
             return self.gpu.launch("silu_mul", (len.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(h), Arg::Ptr(u), Arg::I64(len as i64)]);
         }
+        if rows && n > 1 && self.gpu.knobs.mv_glu_cols {
+            // a decode batch: each weight row loaded once for mv_cols' rows of the batch
+            return self.gpu.launch(
+                "mv_glu_cols",
+                ((gm.rows.div_ceil(MV_WARPS) * n.div_ceil(self.gpu.knobs.mv_cols)) as u32, 1),
+                (32 * MV_WARPS) as u32,
+                0,
+                &[
+                    Arg::Ptr(gm.buf.ptr),
+                    Arg::Ptr(um.buf.ptr),
+                    Arg::I32(gm.ty),
+                    Arg::I32(um.ty),
+                    Arg::I32(gm.rows as i32),
+                    Arg::I32(gm.cols as i32),
+                    Arg::I64(gm.row_bytes as i64),
+                    Arg::I64(um.row_bytes as i64),
+                    Arg::Ptr(x.f),
+                    Arg::Ptr(x.q.qk),
+                    Arg::Ptr(x.q.dk),
+                    Arg::Ptr(x.q.qz),
+                    Arg::Ptr(x.q.dz),
+                    Arg::I64(gm.cols as i64),
+                    Arg::I32(n as i32),
+                    Arg::Ptr(h),
+                    Arg::I64(gm.rows as i64),
+                ],
+            );
+        }
         if rows || n == 1 || gm.ty != um.ty || gm.row_bytes != um.row_bytes {
             return mv_glu(&self.gpu, w, None, x, gm.cols, 1, h, gm.rows, n);
         }
