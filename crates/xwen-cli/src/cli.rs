@@ -413,6 +413,11 @@ pub struct ReplayArgs {
     /// Shares of the model's experts cached, in percent
     #[arg(long = "cache", value_name = "PCT,..", default_value = "25,50,75", value_parser = opts::percent_list)]
     pub cache: opts::List,
+    /// Also replay a GPU run's two tiers: a VRAM expert cache of these shares of the experts
+    /// above a RAM cache of each --cache share (where each lookup is served: VRAM, RAM, disk;
+    /// against Belady's optimum for the VRAM tier and for both tiers' room)
+    #[arg(long = "vram", value_name = "PCT,..", value_parser = opts::percent_list)]
+    pub vram: Option<opts::List>,
     /// One JSON object instead of a table
     #[arg(long = "json")]
     pub json: bool,

@@ -1,11 +1,12 @@
-//! `xwen replay TRACE.jsonl [--cache 25,50,75]`: the expert-cache hit rate of LRU, of the
-//! shipped policy, of the static top-k (the run's most used records, known in advance) and of
-//! Belady's optimum on one routing trace, at each share of the model's experts cached
-//! (`xwen_engine::experts::replay`).
+//! `xwen replay TRACE.jsonl [--cache 25,50,75] [--vram 5,10]`: the expert-cache hit rate of LRU,
+//! of the shipped policy, of the static top-k (the run's most used records, known in advance)
+//! and of Belady's optimum on one routing trace, at each share of the model's experts cached;
+//! with `--vram`, a GPU run's two tiers — a VRAM cache above the RAM cache — and where each
+//! lookup was served (`xwen_engine::experts::replay`).
 
 use crate::cli::ReplayArgs;
 use anyhow::{bail, Result};
-use xwen_engine::experts::replay::Policy;
+use xwen_engine::experts::replay::{Policy, TwoTier};
 
 pub fn run(a: ReplayArgs) -> Result<()> {
     let trace = crate::cmd_trace::read(&a.trace)?;
@@ -25,6 +26,15 @@ pub fn run(a: ReplayArgs) -> Result<()> {
             (r.reads as f64 / n, r.wasted as f64 / n)
         })
         .collect();
+    // a GPU run's two tiers: (VRAM %, RAM %, what served the lookups)
+    let tiers: Vec<(usize, usize, TwoTier)> = a
+        .vram
+        .as_ref()
+        .map(|v| {
+            let slots = |pct: usize| (pct as f64 / 100.0 * trace.all_records() as f64).round() as usize;
+            v.0.iter().flat_map(|&vp| a.cache.0.iter().map(move |&rp| (vp, rp))).map(|(vp, rp)| (vp, rp, trace.two_tier(slots(vp), slots(rp)))).collect()
+        })
+        .unwrap_or_default();
     if a.json {
         let v: Vec<serde_json::Value> = rows
             .iter()
@@ -43,7 +53,15 @@ pub fn run(a: ReplayArgs) -> Result<()> {
                 j
             })
             .collect();
-        println!("{}", serde_json::json!({"lookups": trace.lookups.len(), "records": trace.all_records(), "guesses": guesses, "rates": v}));
+        let n = trace.lookups.len().max(1) as f64;
+        let t: Vec<serde_json::Value> = tiers
+            .iter()
+            .map(|(vp, rp, t)| {
+                serde_json::json!({"vram_percent": vp, "ram_percent": rp, "vram_hit": t.vram_hits as f64 / n, "ram_hit": t.ram_hits as f64 / n,
+                    "disk": t.disk_reads as f64 / n, "belady_vram": t.belady_vram as f64 / n, "belady_both": t.belady_both as f64 / n})
+            })
+            .collect();
+        println!("{}", serde_json::json!({"lookups": trace.lookups.len(), "records": trace.all_records(), "guesses": guesses, "rates": v, "two_tier": t}));
         return Ok(());
     }
     println!(
@@ -73,6 +91,18 @@ pub fn run(a: ReplayArgs) -> Result<()> {
     }
     if !guesses {
         println!("(this trace holds no next-layer guesses: write it again with this xwen's `xwen trace` for the prefetching decode's figures)");
+    }
+    if !tiers.is_empty() {
+        let n = trace.lookups.len().max(1) as f64;
+        let pt = |v: u64| format!("{:.1}%", 100.0 * v as f64 / n);
+        println!();
+        println!("Two tiers (a GPU run larger than its card): where each lookup was served, the shipped policy in both caches");
+        println!("| VRAM cache | RAM cache | VRAM hit | RAM hit (copied up) | disk | Belady, VRAM alone | Belady, both tiers' room | VRAM − Belady |");
+        println!("|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for (vp, rp, t) in &tiers {
+            let gap = 100.0 * (t.vram_hits as f64 - t.belady_vram as f64) / n;
+            println!("| {vp}% | {rp}% | {} | {} | {} | {} | {} | {gap:+.1} points |", pt(t.vram_hits), pt(t.ram_hits), pt(t.disk_reads), pt(t.belady_vram), pt(t.belady_both));
+        }
     }
     Ok(())
 }

@@ -48,6 +48,22 @@ fn trace_replay_and_plan() {
         let (lru, shipped, opt) = (r["lru"].as_f64().unwrap(), r["shipped"].as_f64().unwrap(), r["belady"].as_f64().unwrap());
         assert!(opt + 1e-12 >= lru && opt + 1e-12 >= shipped && (0.0..=1.0).contains(&opt), "{r}");
     }
+    assert!(j["two_tier"].as_array().unwrap().is_empty(), "no --vram, no two-tier rows");
+    // a GPU run's two tiers: every lookup served by one of them, within Belady's bounds; the
+    // table names them
+    let o = xwen(&["replay", trace.to_str().unwrap(), "--cache", "25,50", "--vram", "10,25", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let tiers = j["two_tier"].as_array().unwrap();
+    assert_eq!(tiers.len(), 4, "each VRAM share with each RAM share");
+    for t in tiers {
+        let f = |k: &str| t[k].as_f64().unwrap();
+        assert!((f("vram_hit") + f("ram_hit") + f("disk") - 1.0).abs() < 1e-9, "{t}");
+        assert!(f("vram_hit") <= f("belady_vram") + 1e-12 && f("vram_hit") + f("ram_hit") <= f("belady_both") + 1e-12, "{t}");
+    }
+    let o = xwen(&["replay", trace.to_str().unwrap(), "--vram", "10"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && out.contains("VRAM cache") && out.contains("Belady, both tiers' room"), "{out}");
 
     let o = xwen(&["plan", "-m", &moe(), "-c", "512"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

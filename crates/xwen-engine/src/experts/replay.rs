@@ -180,6 +180,54 @@ impl Trace {
     }
 }
 
+/// Where a two-tier replay (`Trace::two_tier`) found each lookup, and the bounds Belady's
+/// optimum sets on the same trace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TwoTier {
+    /// Lookups the VRAM cache held.
+    pub vram_hits: u64,
+    /// Lookups the VRAM cache missed and the RAM cache held (copied up, no disk read).
+    pub ram_hits: u64,
+    /// Lookups neither held: read from disk into RAM, then copied up.
+    pub disk_reads: u64,
+    /// Belady's optimum for the VRAM tier alone (its room, every lookup).
+    pub belady_vram: u64,
+    /// Belady's optimum for one cache with both tiers' room: a bound on the lookups any
+    /// two-tier arrangement serves without the disk.
+    pub belady_both: u64,
+}
+
+impl Trace {
+    /// The expert hierarchy of a GPU run larger than its card: a VRAM cache of `vram` records
+    /// above a RAM cache of `ram`, each the shipped policy (`ExpertCache`, admission included).
+    /// A lookup the VRAM cache misses goes to the RAM cache — which sees only the VRAM tier's
+    /// misses, as it would — and from disk where that misses too; the record is then offered to
+    /// the VRAM cache (its admission may decline it: the expert is then computed from where it
+    /// is). The RAM cache keeps what it copies up (it is the larger tier).
+    pub fn two_tier(&self, vram: usize, ram: usize) -> TwoTier {
+        let window = (self.n_used * self.moe_layers) as u64;
+        let mut v: ExpertCache<()> = ExpertCache::new(vram as u64, window);
+        let mut r: ExpertCache<()> = ExpertCache::new(ram as u64, window);
+        let mut out = TwoTier::default();
+        for &k in &self.lookups {
+            if v.lookup(k).is_some() {
+                out.vram_hits += 1;
+                continue;
+            }
+            if r.lookup(k).is_some() {
+                out.ram_hits += 1;
+            } else {
+                out.disk_reads += 1;
+                r.insert_sized(k, 1, ());
+            }
+            v.insert_sized(k, 1, ());
+        }
+        out.belady_vram = belady_hits(&self.lookups, vram);
+        out.belady_both = belady_hits(&self.lookups, vram + ram);
+        out
+    }
+}
+
 /// What `Trace::prefetch_replay` counts.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PrefetchReplay {
@@ -331,6 +379,43 @@ mod tests {
         for p in Policy::ALL {
             assert_eq!(tr.hits(p, 0), 0, "{}", p.name());
         }
+    }
+
+    #[test]
+    fn two_tiers_reduce_to_one_and_stay_under_beladys_bounds() {
+        // a skewed random trace: 4 layers × 32 experts, 4 a token, popular experts favoured
+        let mut s = 12345u64;
+        let mut next = || {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (s >> 33) as usize
+        };
+        let mut lookups = Vec::new();
+        for _ in 0..400 {
+            for l in 0..4 {
+                for _ in 0..4 {
+                    let e = (next() % 32).min(next() % 32);
+                    lookups.push((l, e));
+                }
+            }
+        }
+        let tr = Trace { lookups, prefetch: Vec::new(), n_expert: 32, n_used: 4, moe_layers: 4 };
+        let n = tr.lookups.len() as u64;
+        for (v, r) in [(0, 40), (20, 0), (10, 40), (30, 60), (128, 0)] {
+            let t = tr.two_tier(v, r);
+            assert_eq!(t.vram_hits + t.ram_hits + t.disk_reads, n, "every lookup served once ({v}, {r})");
+            assert!(t.vram_hits <= t.belady_vram, "VRAM hits over Belady's at {v}: {t:?}");
+            assert!(t.vram_hits + t.ram_hits <= t.belady_both, "hits over Belady's for both tiers' room ({v}, {r}): {t:?}");
+            if v == 0 {
+                assert_eq!(t.ram_hits, tr.hits(Policy::Shipped, r), "no VRAM tier: the RAM cache alone");
+            }
+            if r == 0 {
+                assert_eq!(t.vram_hits, tr.hits(Policy::Shipped, v), "no RAM tier: the VRAM cache alone");
+            }
+        }
+        // room for everything in VRAM: only first uses come from disk
+        let all = tr.two_tier(128, 0);
+        let distinct = tr.lookups.iter().collect::<std::collections::HashSet<_>>().len() as u64;
+        assert_eq!(all.disk_reads, distinct);
     }
 
     #[test]
