@@ -1,8 +1,9 @@
 //! qwen35 / qwen35moe wholly on the GPU: the trunk's weights uploaded once in their GGUF block
-//! formats, the KV caches (f16) and recurrent states (f32) on the device, and one decode step —
-//! embedding to the sampled token — captured as one CUDA graph and replayed per token. The
-//! math is the engine's (`models/hybrid.rs`, `layers/`), step for step; what differs is the
-//! order of float sums inside a product (docs/parity.md "GPU").
+//! formats, the KV caches (f16) and recurrent states (f32) on the device, and a decode step —
+//! embedding to the sampled token, for a batch of sequences' next tokens or a verify's rows —
+//! captured as one CUDA graph a batch size and replayed per step. The math is the engine's
+//! (`models/hybrid.rs`, `layers/`), step for step; what differs is the order of float sums
+//! inside a product (docs/parity.md "GPU").
 
 use crate::error::{CudaError, Result};
 use crate::gpu::{as_bytes, Arg, DevBuf, DeviceInfo, Gpu};
@@ -602,9 +603,10 @@ impl CudaModel {
         self.ubatch
     }
 
-    /// Feeds `tokens` to `seq` from `pos` — one token or, with `one_by_one`, each row alone
-    /// through the decode step; else prompt passes of up to `ubatch` — and returns the logits
-    /// of the span's rows `want`, back to back. What the engine's device seam runs.
+    /// Feeds `tokens` to `seq` from `pos` — one token, or with `one_by_one` each row in the
+    /// decode step's arithmetic (a verify: one pass where the rows and the kept states fit,
+    /// else row by row); else prompt passes of up to `ubatch` — and returns the logits of the
+    /// span's rows `want`, back to back. What the engine's device seam runs.
     pub(crate) fn feed(&mut self, seq: &mut DevSeq, pos: usize, tokens: &[u32], one_by_one: bool, want: std::ops::Range<usize>) -> Result<Vec<f32>> {
         self.gpu.ctx.bind_to_thread()?;
         self.check(pos, tokens)?;
