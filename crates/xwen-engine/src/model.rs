@@ -680,7 +680,7 @@ impl Model {
         }
         // the device orders its own passes: nothing here runs on the CPU pool
         let mut out: Vec<Option<Result<models::SpanOut>>> = (0..steps.len()).map(|_| None).collect();
-        let mut rows: Vec<usize> = Vec::new();
+        let mut is_row = vec![false; steps.len()];
         for (i, s) in steps.iter_mut().enumerate() {
             let st = &mut *s.state;
             if !st.is_on_device() {
@@ -693,7 +693,7 @@ impl Model {
                 }
             }
             if s.tokens.len() == 1 {
-                rows.push(i);
+                is_row[i] = true;
                 continue;
             }
             let one = (|| {
@@ -709,11 +709,13 @@ impl Model {
             })();
             out[i] = Some(one);
         }
-        for group in rows.chunks(dev.max_rows().max(1)) {
+        let mut rows: Vec<(usize, &mut SeqStep)> = steps.iter_mut().enumerate().filter(|(i, _)| is_row[*i]).collect();
+        for group in rows.chunks_mut(dev.max_rows().max(1)) {
             let mut batch: Vec<DeviceRow<'_>> = Vec::with_capacity(group.len());
             let mut modes = Vec::with_capacity(group.len());
             let mut members = Vec::with_capacity(group.len());
-            for (i, s) in steps.iter_mut().enumerate().filter(|(i, _)| group.contains(i)) {
+            for (i, s) in group.iter_mut() {
+                let i = *i;
                 let pos = s.state.pos;
                 match s.state.device_mut() {
                     Ok(Some(seq)) => {
@@ -747,9 +749,9 @@ impl Model {
                     }
                 }
             }
-            for &i in &members {
-                if matches!(out[i], Some(Ok(_))) {
-                    steps[i].state.pos += 1;
+            for (i, s) in group.iter_mut() {
+                if matches!(out[*i], Some(Ok(_))) {
+                    s.state.pos += 1;
                 }
             }
         }

@@ -585,9 +585,7 @@ impl CudaModel {
     /// each launch timed alone: (kernel, ms, launches), by time.
     pub fn profile_batch(&mut self, b: usize) -> Result<Vec<(String, f64, u64)>> {
         self.gpu.ctx.bind_to_thread()?;
-        if b == 0 || b > self.decode_max {
-            return Err(CudaError::Unsupported(format!("a decode batch of {b} rows (this model's take 1 to {})", self.decode_max)));
-        }
+        self.check_rows(b)?;
         let seqs = (0..b).map(|_| DevSeq::zeroed(&self.gpu, &self.shape)).collect::<Result<Vec<_>>>()?;
         let rows: Vec<(&DevSeq, usize, u32)> = seqs.iter().enumerate().map(|(i, s)| (s, 0, i as u32 % self.d.n_vocab as u32)).collect();
         self.write_rows(&rows, None)?;
@@ -665,6 +663,14 @@ impl CudaModel {
         self.decode_max
     }
 
+    /// Refuses a decode batch or verify of `b` rows the scratch does not hold.
+    fn check_rows(&self, b: usize) -> Result<()> {
+        if b == 0 || b > self.decode_max {
+            return Err(CudaError::Unsupported(format!("a decode batch of {b} rows (this model's take 1 to {})", self.decode_max)));
+        }
+        Ok(())
+    }
+
     /// A decode batch: each row's token at its position through its own sequence, all rows in
     /// one replay of the step captured for this many rows (at its first use). Each row's
     /// logits and argmax are then row r of `logits` / `token`; a row's bits are the same in any
@@ -672,9 +678,7 @@ impl CudaModel {
     pub(crate) fn decode_batch(&mut self, rows: &mut [(&mut DevSeq, usize, u32)]) -> Result<()> {
         self.gpu.ctx.bind_to_thread()?;
         let b = rows.len();
-        if b == 0 || b > self.decode_max {
-            return Err(CudaError::Unsupported(format!("a decode batch of {b} rows (this model's take 1 to {})", self.decode_max)));
-        }
+        self.check_rows(b)?;
         for (i, (seq, pos, token)) in rows.iter().enumerate() {
             self.check(*pos, &[*token])?;
             if rows[..i].iter().any(|(o, _, _)| std::ptr::eq(&**o, &**seq)) {
@@ -696,11 +700,10 @@ impl CudaModel {
     /// pass captured for this many rows. Where `seq` keeps states for a rollback, the kernels
     /// write the recurrent state after each row into the kept state before the next (the
     /// row-by-row loop's copies, without the loop). Row r's logits and argmax are then row r of
-    /// `logits` / `token`.
+    /// `logits` / `token`. (`feed`, its caller, has bound the context and checked the tokens.)
     fn verify_pass(&mut self, seq: &mut DevSeq, pos: usize, tokens: &[u32]) -> Result<()> {
-        self.gpu.ctx.bind_to_thread()?;
         let n = tokens.len();
-        self.check(pos, tokens)?;
+        self.check_rows(n)?;
         let hist = if seq.keeps() { Some(seq.reserve_history(pos, n)?) } else { None };
         let rows: Vec<(&DevSeq, usize, u32)> = tokens.iter().enumerate().map(|(i, &t)| (&*seq, pos + i, t)).collect();
         self.write_rows(&rows, hist.as_deref())?;
@@ -740,12 +743,12 @@ impl CudaModel {
         let n_layers = self.layers.len();
         let mut bytes = vec![0u8; rows_table_bytes(b, n_layers)];
         let mut put = |at: usize, v: &[u8]| bytes[at..at + v.len()].copy_from_slice(v);
+        let (at_pos, _, _) = forward::rows_table_at(b, 0, n_layers);
         for (r, (seq, pos, token)) in rows.iter().enumerate() {
             if seq.layers.len() != n_layers {
                 return Err(CudaError::Unsupported("a sequence state of another model".into()));
             }
             put(4 * r, &(*token as i32).to_le_bytes());
-            let (at_pos, _, _) = forward::rows_table_at(b, 0, n_layers);
             put(at_pos + 4 * r, &(*pos as i32).to_le_bytes());
             let mut delta_layer = 0;
             for (il, (l, st)) in self.layers.iter().zip(&seq.layers).enumerate() {
@@ -825,6 +828,6 @@ impl CudaModel {
 
     /// The logits of the last token fed.
     pub fn logits(&self) -> Result<Vec<f32>> {
-        self.gpu.read_f32(&self.sc.logits, self.d.n_vocab)
+        self.batch_logits(0)
     }
 }

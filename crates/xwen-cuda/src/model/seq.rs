@@ -226,19 +226,25 @@ impl DevSeq {
         self.save(pos)?;
         let mut out = Vec::with_capacity(n.saturating_sub(1));
         for i in 1..n {
-            while self.past.len() >= self.keep {
-                if let Some(p) = self.past.pop_front() {
-                    self.spare.push(p.states);
-                }
-            }
-            let states = match self.spare.pop() {
-                Some(s) => s,
-                None => self.new_kept()?,
-            };
+            let states = self.free_kept()?;
             out.push(states.iter().map(|(c, s)| (c.ptr, s.ptr)).collect());
             self.past.push_back(Past { pos: pos + i, states });
         }
         Ok(out)
+    }
+
+    /// Buffers for one more kept state (contents unset): the oldest kept let go while `keep`
+    /// are held, then a spare one, or new ones.
+    fn free_kept(&mut self) -> Result<Vec<(DevBuf, DevBuf)>> {
+        while self.past.len() >= self.keep {
+            if let Some(p) = self.past.pop_front() {
+                self.spare.push(p.states);
+            }
+        }
+        match self.spare.pop() {
+            Some(s) => Ok(s),
+            None => self.new_kept(),
+        }
     }
 
     /// A kept state's buffers (each recurrent layer's conv and S), contents unset.
@@ -260,15 +266,7 @@ impl DevSeq {
             return Ok(());
         }
         self.past.retain(|p| p.pos < pos);
-        while self.past.len() >= self.keep {
-            if let Some(p) = self.past.pop_front() {
-                self.spare.push(p.states);
-            }
-        }
-        let mut states = match self.spare.pop() {
-            Some(s) => s,
-            None => self.new_kept()?,
-        };
+        let mut states = self.free_kept()?;
         let live = self.layers.iter().filter_map(|l| match l {
             SeqLayer::Delta { conv, s } => Some((conv, s)),
             SeqLayer::Attn { .. } => None,
