@@ -281,6 +281,17 @@ fn bench_gpu(
         if a_profile {
             crate::gpu::print_profile(&mut m, prompts.iter().copied().max().unwrap_or(0))?;
         }
+        if let Some(c) = m.expert_cache_stats() {
+            eprintln!(
+                "xwen: VRAM expert cache ({} of {} experts a layer): {:.1}% of the experts a pass needed were on the device; {} copied up ({:.2} GB), {} rounds",
+                c.slots,
+                c.n_expert,
+                100.0 * c.hit_rate(),
+                c.loads,
+                c.bytes_up as f64 / 1e9,
+                c.rounds
+            );
+        }
         match output {
             Output::Markdown => println!("\nt/s: median ± sample stddev over {reps} repetitions; xwen {} on {}", env!("CARGO_PKG_VERSION"), m.device()),
             Output::Json => println!("{}", serde_json::to_string_pretty(&Value::Array(json_tests))?),

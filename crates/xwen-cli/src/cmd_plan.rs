@@ -76,7 +76,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
         {
             let p = &v.parts;
             println!(
-                "  trunk {} + routed experts {} + KV and state {} + scratch {}; the floor with experts in a VRAM cache would be {}",
+                "  trunk {} + routed experts {} + KV and state {} + scratch {}; the floor with the experts in a VRAM cache: {}",
                 human_bytes(p.trunk_bytes),
                 human_bytes(p.expert_bytes),
                 human_bytes(p.state_bytes),
@@ -85,7 +85,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
             );
             if let Some(b) = a.engine.vram_budget {
                 match p.check_budget(b) {
-                    Ok(()) => println!("  --vram-budget {}: everything fits", human_bytes(b)),
+                    Ok(()) => println!("  --vram-budget {}: {} on the device; {}", human_bytes(b), human_bytes(p.held_bytes(Some(b))), p.tiers(Some(b))),
                     Err(why) => println!("  {why}"),
                 }
             }

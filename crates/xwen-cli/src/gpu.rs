@@ -145,6 +145,14 @@ mod with_cuda {
         let m = CudaModel::load(file, &CudaOptions { device: ordinal, n_ctx, graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch, vram_budget, n_seq: 1 })
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         eprintln!("xwen: on {} in {:.2} s, {:.0} MiB on the device", m.device(), t0.elapsed().as_secs_f64(), m.device_bytes() as f64 / 1048576.0);
+        if let Some(c) = m.expert_cache_stats() {
+            eprintln!(
+                "xwen: VRAM expert cache: {} of {} experts a layer; every routed expert in host RAM{}",
+                c.slots,
+                c.n_expert,
+                if c.pinned { " (page-locked)" } else { " (not page-locked: the driver refused; copies are staged)" }
+            );
+        }
         Ok(m)
     }
 

@@ -31,7 +31,10 @@ pub struct CudaDevice {
 
 impl CudaDevice {
     pub fn new(model: CudaModel) -> CudaDevice {
-        let describe = model.device().to_string();
+        let mut describe = model.device().to_string();
+        if let Some(c) = model.expert_cache_stats() {
+            describe += &format!(", a VRAM expert cache of {} of {} experts a layer", c.slots, c.n_expert);
+        }
         let bytes = model.device_bytes();
         let max_rows = model.max_decode_rows();
         CudaDevice { model: Mutex::new(model), describe, bytes, max_rows }

@@ -396,6 +396,76 @@ impl Gpu {
         self.stream.synchronize()?;
         Ok(())
     }
+
+    /// Copies `src` to the device address `dst`, on the stream. `src` may be dropped when this
+    /// returns: a copy from pageable memory is staged by the driver before the call returns.
+    pub fn write_at(&self, dst: u64, src: &[u8]) -> Result<()> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        self.ctx.bind_to_thread()?;
+        // SAFETY: the caller's `dst` is an address into a live buffer with `src.len()` bytes
+        // free (ExpertCache: a pool slot, the ids scratch); the source is staged or pinned.
+        unsafe { cudarc::driver::sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr().cast(), src.len(), self.stream.cu_stream()) }.result()?;
+        Ok(())
+    }
+
+    /// A host buffer of `bytes` the device copies from at the bus's full speed (page-locked),
+    /// or, where the driver cannot lock that much, an ordinary one (copies staged, slower).
+    pub fn host_buf(&self, bytes: usize) -> Result<HostBuf> {
+        self.ctx.bind_to_thread()?;
+        let mut p: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: cuMemHostAlloc writes a pointer to `bytes` page-locked bytes or fails.
+        let r = unsafe { cudarc::driver::sys::cuMemHostAlloc(&mut p, bytes.max(1), 0) };
+        if r == cudarc::driver::sys::CUresult::CUDA_SUCCESS && !p.is_null() {
+            return Ok(HostBuf::Pinned { ptr: p.cast(), len: bytes, ctx: self.ctx.clone() });
+        }
+        Ok(HostBuf::Pageable(vec![0u8; bytes]))
+    }
+}
+
+/// Host memory the device's copies read from (`Gpu::host_buf`).
+pub enum HostBuf {
+    Pinned { ptr: *mut u8, len: usize, ctx: Arc<CudaContext> },
+    Pageable(Vec<u8>),
+}
+
+// SAFETY: the pinned bytes are owned by this value alone (freed in Drop); the pointer is never
+// shared outside the borrows `bytes` and `bytes_mut` hand out.
+unsafe impl Send for HostBuf {}
+// SAFETY: a shared reference only reads.
+unsafe impl Sync for HostBuf {}
+
+impl HostBuf {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            // SAFETY: `len` bytes were allocated at `ptr` and live until Drop.
+            HostBuf::Pinned { ptr, len, .. } => unsafe { std::slice::from_raw_parts(*ptr, *len) },
+            HostBuf::Pageable(v) => v,
+        }
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            // SAFETY: as `bytes`, and `&mut self` is the only borrow.
+            HostBuf::Pinned { ptr, len, .. } => unsafe { std::slice::from_raw_parts_mut(*ptr, *len) },
+            HostBuf::Pageable(v) => v,
+        }
+    }
+
+    pub fn pinned(&self) -> bool {
+        matches!(self, HostBuf::Pinned { .. })
+    }
+}
+
+impl Drop for HostBuf {
+    fn drop(&mut self) {
+        if let HostBuf::Pinned { ptr, ctx, .. } = self {
+            let _ = ctx.bind_to_thread();
+            // SAFETY: allocated by cuMemHostAlloc in `Gpu::host_buf`, freed once.
+            unsafe { cudarc::driver::sys::cuMemFreeHost(ptr.cast()) };
+        }
+    }
 }
 
 /// A device allocation and its address (kernels take addresses, so a captured graph's

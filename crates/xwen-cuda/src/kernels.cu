@@ -692,6 +692,7 @@ extern "C" __global__ void mv(const u8* W, int ty, int rows, int cols, i64 row_b
     if (!ids && g * MV_ROWS < rows) prefetch_l2(W + (i64)g * MV_ROWS * row_bytes, min(MV_ROWS, rows - g * MV_ROWS) * row_bytes, lane);
     pdl_start();
     i64 e = ids ? ids[slot] : 0;
+    if (e < 0) return; // a slot another round of a VRAM expert cache computes
     i64 xr = (slot / x_div) * x_stride;
     // (one row group a warp: a loop over groups here doubles the registers the product holds)
     if (g * MV_ROWS < rows) {
@@ -723,6 +724,7 @@ extern "C" __global__ void mv_glu(const u8* G, const u8* U, int ty_g, int ty_u, 
     pdl_start();
     if (row >= rows) return;
     i64 e = ids ? ids[slot] : 0;
+    if (e < 0) return; // a slot another round of a VRAM expert cache computes
     i64 xr = (slot / x_div) * x_stride;
     const float* xs = x + xr;
     const i8 *qks = qk ? qk + xr : qk, *qzs = qz ? qz + xr : qz;
@@ -2108,7 +2110,9 @@ extern "C" __global__ void moe_sort(const int* ids, int n_slots, int n_expert, i
     int* s_cur = s_sort + n_expert;
     for (int e = threadIdx.x; e < n_expert; e += blockDim.x) s_cnt[e] = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < n_slots; i += blockDim.x) atomicAdd(&s_cnt[ids[i]], 1);
+    // a negative id: a slot another round of a VRAM expert cache computes
+    for (int i = threadIdx.x; i < n_slots; i += blockDim.x)
+        if (ids[i] >= 0) atomicAdd(&s_cnt[ids[i]], 1);
     __syncthreads();
     if (threadIdx.x == 0) {
         int o = 0, t = 0;
@@ -2123,7 +2127,8 @@ extern "C" __global__ void moe_sort(const int* ids, int n_slots, int n_expert, i
         for (; t < max_tiles; t++) tiles[t] = make_int4(0, 0, 0, 0);
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < n_slots; i += blockDim.x) order[atomicAdd(&s_cur[ids[i]], 1)] = i;
+    for (int i = threadIdx.x; i < n_slots; i += blockDim.x)
+        if (ids[i] >= 0) order[atomicAdd(&s_cur[ids[i]], 1)] = i;
 }
 
 #define EX_M 16          // tokens a tile (one m16 MMA row block)

@@ -21,4 +21,4 @@ pub mod model;
 pub use device::{attach, CudaDevice};
 pub use error::{CudaError, Result};
 pub use gpu::{device_info, DeviceInfo};
-pub use model::{device_bytes_needed, device_plan, rms_norm_threads, CudaModel, CudaOptions, DevicePlan};
+pub use model::{device_bytes_needed, device_plan, rms_norm_threads, CudaModel, CudaOptions, DevicePlan, ExpertCacheStats};

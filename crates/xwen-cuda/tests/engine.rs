@@ -304,3 +304,44 @@ fn states_move_between_the_host_and_the_device() {
         eprintln!("{}: CPU prefix continued on the GPU, worst rel-L2 {worst:.2e}", path.display());
     }
 }
+
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn decode_batches_under_a_vram_budget_give_the_bits_of_the_whole_model() {
+    const N: usize = 6;
+    for path in files() {
+        let file = xwen_gguf::GgufFile::open(&path).unwrap();
+        let base = CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: N };
+        let plan = xwen_cuda::device_plan(&file, &base).unwrap();
+        if plan.expert_bytes == 0 {
+            continue;
+        }
+        // the floor: a decode batch of N rows needs more experts a layer than the pool holds
+        let budget = plan.resident_bytes() + plan.n_used as u64 * plan.expert_slot_bytes;
+        let run = |opts: &CudaOptions| {
+            let mut m = cpu(&path);
+            xwen_cuda::attach(&mut m, opts).unwrap_or_else(|e| panic!("{e}"));
+            let v = m.n_vocab();
+            let mut states: Vec<_> = (0..N).map(|_| m.new_state()).collect();
+            let prompts: Vec<Vec<u32>> = (0..N).map(|i| tokens(5 + 13 * i, v, 70 + i as u64)).collect();
+            let mut out = Vec::new();
+            {
+                let mut batch: Vec<SeqStep> = states.iter_mut().zip(&prompts).map(|(s, p)| SeqStep::new(s, p, LogitsMode::Last)).collect();
+                out.extend(m.forward_batch(&mut batch).unwrap());
+            }
+            for k in 0..6 {
+                let toks: Vec<Vec<u32>> = (0..N).map(|i| tokens(if k == 3 && i == 0 { 5 } else { 1 }, v, 300 + (10 * k + i) as u64)).collect();
+                let mut batch: Vec<SeqStep> = states.iter_mut().zip(&toks).map(|(s, t)| SeqStep::new(s, t, LogitsMode::All)).collect();
+                out.extend(m.forward_batch(&mut batch).unwrap());
+            }
+            (out, m.device().unwrap_or_default())
+        };
+        let (want, _) = run(&base);
+        let (got, on) = run(&CudaOptions { vram_budget: Some(budget), ..base.clone() });
+        assert!(on.contains("VRAM expert cache"), "{on}");
+        for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(bits(a), bits(b), "{}: output {i}", path.display());
+        }
+        eprintln!("{}: {N} sequences' prompts and decode batches at the floor's VRAM budget ({on}): bit-identical to the whole model", path.display());
+    }
+}

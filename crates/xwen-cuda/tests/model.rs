@@ -196,3 +196,64 @@ fn the_graph_replays_the_launches_bit_for_bit_and_reset_restarts() {
     assert!(a.step(a.n_vocab() as u32).is_err());
     println!("graph == launches, bit for bit; reset restarts exactly");
 }
+
+/// Budgets that leave each MoE layer's pool `slots` experts (`DevicePlan::expert_slots`).
+fn budget_for(plan: &xwen_cuda::DevicePlan, slots: usize) -> u64 {
+    plan.resident_bytes() + slots as u64 * plan.expert_slot_bytes
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn a_vram_budget_below_the_experts_gives_the_bits_of_the_whole_model() {
+    let mut ran = 0;
+    for (path, _) in models() {
+        let file = xwen_gguf::GgufFile::open(&path).unwrap();
+        let opts = CudaOptions { device: 0, n_ctx: 512, graph: true, ubatch: 64, vram_budget: None, n_seq: 1 };
+        let plan = xwen_cuda::device_plan(&file, &opts).unwrap();
+        if plan.expert_bytes == 0 {
+            continue;
+        }
+        let mut whole = gpu_model(&file, true);
+        assert!(whole.expert_cache_stats().is_none());
+        // 90 tokens: a pass of 64 and one of 26 (more experts a layer than the pool holds: rounds)
+        let toks = tokens(90, whole.n_vocab(), 23);
+        let steps = tokens(12, whole.n_vocab(), 29);
+        whole.prefill(&toks).unwrap();
+        let mut want = vec![whole.logits().unwrap()];
+        for &t in &steps {
+            whole.step(t).unwrap();
+            want.push(whole.logits().unwrap());
+        }
+        // the floor (one token's experts a layer), half the experts, all but one
+        for slots in [plan.n_used, plan.n_expert / 2, plan.n_expert - 1] {
+            let b = budget_for(&plan, slots);
+            assert_eq!(plan.expert_slots(Some(b)), slots);
+            let mut m = CudaModel::load(&file, &CudaOptions { vram_budget: Some(b), ..opts.clone() }).unwrap_or_else(|e| panic!("{e}"));
+            assert!(m.device_bytes() <= b, "{} bytes held under a budget of {b}", m.device_bytes());
+            m.prefill(&toks).unwrap();
+            let mut got = vec![m.logits().unwrap()];
+            for &t in &steps {
+                m.step(t).unwrap();
+                got.push(m.logits().unwrap());
+            }
+            for (i, (a, w)) in got.iter().zip(&want).enumerate() {
+                assert!(a.iter().zip(w).all(|(x, y)| x.to_bits() == y.to_bits()), "{}: {slots} slots, output {i} differs from the whole model's", path.display());
+            }
+            let st = m.expert_cache_stats().expect("a cache under the budget");
+            assert!(st.loads > 0, "nothing copied up with {slots} of {} experts", plan.n_expert);
+            println!(
+                "{}: {slots} of {} experts a layer: bit-identical to the whole model over a 90-token prompt and 12 steps ({:.0}% hits, {} copies, {} rounds)",
+                path.file_name().unwrap().to_string_lossy(),
+                plan.n_expert,
+                100.0 * st.hit_rate(),
+                st.loads,
+                st.rounds
+            );
+        }
+        // below the floor: refused with the parts named, before the device is touched
+        let low = CudaModel::load(&file, &CudaOptions { vram_budget: Some(budget_for(&plan, plan.n_used) - 1), ..opts.clone() });
+        assert!(low.err().is_some_and(|e| e.to_string().contains("below the floor")));
+        ran += 1;
+    }
+    assert!(ran > 0, "no MoE model among the fixtures");
+}

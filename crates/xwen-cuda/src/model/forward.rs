@@ -93,7 +93,7 @@ impl CudaModel {
                     let hin = self.input(sc.ffn_h.ptr, w.down.cols, n, rows, kinds.ffn_mid)?;
                     self.proj(&w.down, hin, sc.x.ptr, Some(sc.x.ptr), n, rows)?;
                 }
-                DevFfn::Moe(w) => self.moe(w, xn, kinds, n, rows)?,
+                DevFfn::Moe(w) => self.moe(il, w, xn, kinds, n, rows)?,
             }
         }
         // a prompt pass's head reads its last token only; a decode batch's, every row
@@ -634,9 +634,9 @@ impl CudaModel {
         self.proj(&w.o, o, sc.x.ptr, Some(sc.x.ptr), n, rows)
     }
 
-    fn moe(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, rows: bool) -> Result<()> {
+    fn moe(&self, il: usize, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, rows: bool) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
+        let (k, h) = (d.n_used, d.hidden);
         match &w.shared_gate {
             // the router and the shared expert's gate read the same input: one launch
             Some(gate) if rows => self.proj_many(&[(&w.router, sc.router.ptr), (gate, sc.sg.ptr)], x, n)?,
@@ -657,17 +657,30 @@ impl CudaModel {
         } else {
             g.launch("moe_route", (n as u32, 1), 256, (d.n_expert * 4) as u32, &route_args)?;
         }
-        // moe_down_combine's block holds a warp a slot and the shared expert's
-        if rows && k < 32 {
-            return self.moe_decode(w, x, kinds, n);
-        }
-        if self.grouped_experts(n, rows) {
-            self.experts_grouped(&w.experts, n)?;
+        // under a VRAM budget: the picked experts copied into the layer's pool, in rounds
+        // where the pass needs more than it holds (`experts.rs`)
+        let rounds = match &self.expert_cache {
+            Some(cache) => {
+                let ids = g.read_i32(&sc.ids, n * k)?;
+                cache.plan(il, &ids)?
+            }
+            None => vec![],
+        };
+        if rounds.len() <= 1 {
+            if let Some(r) = rounds.first() {
+                self.expert_round(il, w, r)?;
+            }
+            // moe_down_combine's block holds a warp a slot and the shared expert's
+            if rows && k < 32 {
+                return self.moe_decode(w, x, kinds, n);
+            }
+            self.routed_products(w, x, kinds, n, rows)?;
         } else {
-            // every (token, slot) its expert's products: a token's k slots read its row of xn
-            mv_glu(g, &w.experts, Some(sc.ids.ptr), x, h, k, sc.ffn_h.ptr, eff, n * k)?;
-            let hin = self.input(sc.ffn_h.ptr, eff, n * k, true, kinds.ffn_mid)?;
-            mv(g, &w.experts.down, Some(sc.ids.ptr), hin, eff, 1, sc.ys.ptr, h, None, n * k)?;
+            // each round's slots into ys where the whole pass puts them; one weighted sum below
+            for r in &rounds {
+                self.expert_round(il, w, r)?;
+                self.routed_products(w, x, kinds, n, rows)?;
+            }
         }
         let mut shared = 0u64;
         let mut sg = 0u64;
@@ -688,6 +701,30 @@ impl CudaModel {
             0,
             &[Arg::Ptr(sc.x.ptr), Arg::Ptr(sc.ys.ptr), Arg::Ptr(sc.weights.ptr), Arg::I32(k as i32), Arg::I32(h as i32), Arg::Ptr(shared), Arg::Ptr(sg)],
         )
+    }
+
+    /// Every routed (token, slot)'s expert products into ys (slots whose id is -1 skipped):
+    /// grouped per expert on tensor cores for a prompt pass, else row by row — the bits
+    /// moe_decode's fused launches give a decode row.
+    fn routed_products(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, rows: bool) -> Result<()> {
+        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
+        if self.grouped_experts(n, rows) {
+            return self.experts_grouped(&w.experts, n);
+        }
+        // a token's k slots read its row of xn
+        mv_glu(g, &w.experts, Some(sc.ids.ptr), x, h, k, sc.ffn_h.ptr, eff, n * k)?;
+        let hin = self.input(sc.ffn_h.ptr, eff, n * k, true, kinds.ffn_mid)?;
+        mv(g, &w.experts.down, Some(sc.ids.ptr), hin, eff, 1, sc.ys.ptr, h, None, n * k)
+    }
+
+    /// A round of layer `il`'s cached experts: its missing experts copied into their pool
+    /// slots, and the routed slots' pool numbers (-1: another round's) over the router's ids.
+    fn expert_round(&self, il: usize, w: &MoeLayer, r: &experts::Round) -> Result<()> {
+        let Some(cache) = &self.expert_cache else { return Ok(()) };
+        cache.copy_up(&self.gpu, il, &w.experts, &r.loads)?;
+        let bytes: Vec<u8> = r.slot_ids.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.gpu.write_at(self.sc.ids.ptr, &bytes)
     }
 
     /// A decode batch's experts after routing (`n` rows): gate, up and SwiGLU of the k slots and

@@ -15,12 +15,15 @@ use xwen_engine::models::hybrid::{Ffn, Hybrid, Mixer};
 use xwen_engine::weights::Mat;
 use xwen_gguf::{GgmlType, GgufFile};
 
+mod experts;
 mod forward;
 mod plan;
 mod seq;
 mod upload;
 
+pub use experts::ExpertCacheStats;
 pub use plan::{device_bytes_needed, device_plan, DevicePlan, MAX_DECODE_ROWS};
+use experts::ExpertCache;
 use forward::Pass;
 use plan::{decode_rows_for, load_net, max_dense_values, max_tiles, plan_of, q8_width, rows_table_bytes, ubatch_for};
 pub(crate) use seq::DevSeq;
@@ -60,6 +63,26 @@ pub struct CudaOptions {
 impl Default for CudaOptions {
     fn default() -> Self {
         CudaOptions { device: 0, n_ctx: 4096, graph: true, ubatch: 512, vram_budget: None, n_seq: 1 }
+    }
+}
+
+/// Refuses a VRAM expert cache whose host copy of every routed expert (`expert_bytes`) the
+/// machine's available memory does not hold: the disk tier beneath it is not built.
+fn check_host_room(expert_bytes: u64) -> Result<()> {
+    let avail = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| m.lines().find(|l| l.starts_with("MemAvailable:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<u64>().ok()))
+        .map(|kb| kb * 1024);
+    match avail {
+        Some(a) if a < expert_bytes + (1 << 30) => {
+            let h = xwen_engine::memory_plan::human_bytes;
+            Err(CudaError::OverBudget(format!(
+                "the VRAM expert cache keeps every routed expert in host RAM ({}), and {} is available; streaming them from disk beneath it is not built yet: give a --vram-budget that holds them all, or run on the CPU (-ngl 0) with --ram-budget",
+                h(expert_bytes),
+                h(a)
+            )))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -309,6 +332,8 @@ pub struct CudaModel {
     ubatch: usize,
     pos: usize,
     device_bytes: u64,
+    /// The routed experts' VRAM cache where the budget holds only part of them (`experts.rs`).
+    expert_cache: Option<ExpertCache>,
 }
 
 impl CudaModel {
@@ -322,7 +347,13 @@ impl CudaModel {
         let gpu = Gpu::new(opts.device)?;
         let ubatch = ubatch_for(&net, opts);
         let decode_max = decode_rows_for(opts, ubatch);
-        let need = plan.total();
+        // under a budget below the whole model, each MoE layer's experts in a pool of `slots`
+        let slots = plan.expert_slots(opts.vram_budget);
+        let cached = plan.n_expert > 0 && slots < plan.n_expert;
+        if cached {
+            check_host_room(plan.expert_bytes)?;
+        }
+        let need = plan.held_bytes(opts.vram_budget);
         if need + (256 << 20) > gpu.info.free_bytes {
             return Err(CudaError::TooBig {
                 need_mib: need >> 20,
@@ -402,9 +433,10 @@ impl CudaModel {
                 Ffn::Dense(w) => DevFfn::Dense(Glu { gate: up.mat(&w.gate)?, up: up.mat(&w.up)?, down: up.mat(&w.down)? }),
                 Ffn::Moe(w) => {
                     let ex = experts.get(il).and_then(|e| e.as_ref()).ok_or_else(|| CudaError::Unsupported(format!("layer {il}: an MoE layer without experts")))?;
+                    let stack = |m: &Mat| if cached { up.pool(m, slots) } else { up.mat(m) };
                     DevFfn::Moe(MoeLayer {
                         router: up.mat(&w.router)?,
-                        experts: Glu { gate: up.mat(&ex[0])?, up: up.mat(&ex[1])?, down: up.mat(&ex[2])? },
+                        experts: Glu { gate: stack(&ex[0])?, up: stack(&ex[1])?, down: stack(&ex[2])? },
                         shared: match &w.shared {
                             Some(s) => Some(Glu { gate: up.mat(&s.gate)?, up: up.mat(&s.up)?, down: up.mat(&s.down)? }),
                             None => None,
@@ -483,6 +515,17 @@ impl CudaModel {
         let head_kinds = Kinds::of(&[&output]);
         let tok_embd = up.mat(&net.tok_embd)?;
         let output_norm = gpu.upload_f32(&net.output_norm)?;
+        let expert_cache = if cached {
+            let cache = ExpertCache::new(&gpu, file, &experts, n_expert, slots)?;
+            for (il, l) in layers.iter().enumerate() {
+                if let DevFfn::Moe(w) = &l.ffn {
+                    cache.fill(&gpu, il, &w.experts)?;
+                }
+            }
+            Some(cache)
+        } else {
+            None
+        };
         let gpu = Arc::new(gpu);
         let shape = SeqShape::of(&net, n_ctx);
         let model = CudaModel {
@@ -497,7 +540,9 @@ impl CudaModel {
             layers,
             still,
             sc,
-            use_graph: opts.graph,
+            // a pass with experts to copy up stops at each MoE layer for the router's picks
+            use_graph: opts.graph && expert_cache.is_none(),
+            expert_cache,
             ubatch,
             pos: 0,
             n_ctx,
@@ -516,6 +561,11 @@ impl CudaModel {
     /// What the model holds on the device (weights, KV, state, scratch), as planned.
     pub fn device_bytes(&self) -> u64 {
         self.device_bytes
+    }
+
+    /// The VRAM expert cache's counts since load (None: every expert resident).
+    pub fn expert_cache_stats(&self) -> Option<ExpertCacheStats> {
+        self.expert_cache.as_ref().map(|c| c.stats())
     }
 
     pub fn n_vocab(&self) -> usize {

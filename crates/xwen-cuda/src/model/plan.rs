@@ -8,16 +8,21 @@ pub fn device_bytes_needed(file: &GgufFile, opts: &CudaOptions) -> Result<u64> {
     Ok(device_plan(file, opts)?.total())
 }
 
-/// What the CUDA backend holds on the device for a file, by part (`device_plan`).
+/// What the CUDA backend holds on the device for a file, by part (`device_plan`), in the
+/// device's layout of the weights (`crate::layout`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DevicePlan {
-    /// Every weight but the routed experts', as the file stores them.
+    /// Every weight but the routed experts'.
     pub trunk_bytes: u64,
     /// The routed experts' weights (0 for a dense model).
     pub expert_bytes: u64,
     /// One expert's gate, up and down, in the layer whose are largest.
     pub one_expert_bytes: u64,
-    /// Experts a token routes to a layer.
+    /// A slot of the VRAM expert cache in every MoE layer: one expert's gate, up and down
+    /// summed over the layers.
+    pub expert_slot_bytes: u64,
+    /// Experts a layer has, and a token routes to a layer.
+    pub n_expert: usize,
     pub n_used: usize,
     /// KV caches (f16) and recurrent states at the context, for every sequence held at once
     /// (`CudaOptions::n_seq`).
@@ -27,7 +32,7 @@ pub struct DevicePlan {
 }
 
 impl DevicePlan {
-    /// Everything resident: what `load` puts on the device.
+    /// Everything resident: what `load` puts on the device without a budget.
     pub fn total(&self) -> u64 {
         self.trunk_bytes + self.expert_bytes + self.state_bytes + self.scratch_bytes
     }
@@ -38,40 +43,65 @@ impl DevicePlan {
     }
 
     /// The least a VRAM budget can be with the routed experts in a VRAM cache: the resident
-    /// parts and one token's experts of one layer.
+    /// parts and one token's experts in every MoE layer.
     pub fn floor(&self) -> u64 {
-        self.resident_bytes() + self.n_used as u64 * self.one_expert_bytes
+        self.resident_bytes() + self.n_used as u64 * self.expert_slot_bytes
     }
 
-    /// Whether `budget` bytes of VRAM run the model today: everything must fit, as the VRAM
-    /// expert cache that would stream the rest up from RAM is not built yet; the refusal names
-    /// the parts and what the budget would hold.
+    /// The slots a MoE layer's pool has under `budget`: every expert (no cache) where the
+    /// whole model fits, else what the budget holds past the resident parts.
+    pub fn expert_slots(&self, budget: Option<u64>) -> usize {
+        match budget {
+            Some(b) if b < self.total() && self.expert_slot_bytes > 0 => {
+                (b.saturating_sub(self.resident_bytes()) / self.expert_slot_bytes).min(self.n_expert as u64) as usize
+            }
+            _ => self.n_expert,
+        }
+    }
+
+    /// What the device holds under `budget`: everything, or the resident parts and the pools.
+    pub fn held_bytes(&self, budget: Option<u64>) -> u64 {
+        let slots = self.expert_slots(budget);
+        if slots >= self.n_expert {
+            self.total()
+        } else {
+            self.resident_bytes() + slots as u64 * self.expert_slot_bytes
+        }
+    }
+
+    /// Whether `budget` bytes of VRAM run the model: everything resident, or the routed
+    /// experts in a VRAM cache of at least one token's experts a layer; a refusal names the
+    /// parts.
     pub fn check_budget(&self, budget: u64) -> std::result::Result<(), String> {
         let h = xwen_engine::memory_plan::human_bytes;
-        if budget >= self.total() {
+        if budget >= self.total() || budget >= self.floor() {
             return Ok(());
         }
-        let parts = format!(
-            "trunk {} + KV and state {} + scratch {}",
+        Err(format!(
+            "--vram-budget {} is below the floor of {}: trunk {} + KV and state {} + scratch {} + one token's experts in each layer {}",
+            h(budget),
+            h(self.floor()),
             h(self.trunk_bytes),
             h(self.state_bytes),
-            h(self.scratch_bytes)
-        );
-        if budget < self.floor() {
-            return Err(format!(
-                "--vram-budget {} is below the floor of {}: {parts} + one token's experts of a layer {}",
-                h(budget),
-                h(self.floor()),
-                h(self.n_used as u64 * self.one_expert_bytes)
-            ));
-        }
-        Err(format!(
-            "--vram-budget {} holds {parts} and {} of the {} of routed experts; keeping the rest in a VRAM expert cache fed from RAM is not built yet: give at least {} (everything resident), or run on the CPU (-ngl 0) with --ram-budget",
-            h(budget),
-            h(budget - self.resident_bytes()),
-            h(self.expert_bytes),
-            h(self.total())
+            h(self.scratch_bytes),
+            h(self.n_used as u64 * self.expert_slot_bytes)
         ))
+    }
+
+    /// The tiers under `budget`, for `xwen plan` and the load's note: "…".
+    pub fn tiers(&self, budget: Option<u64>) -> String {
+        let h = xwen_engine::memory_plan::human_bytes;
+        let slots = self.expert_slots(budget);
+        if self.expert_bytes == 0 || slots >= self.n_expert {
+            return format!("every routed expert in VRAM ({})", h(self.expert_bytes));
+        }
+        format!(
+            "VRAM expert cache {} ({slots} of {} experts a layer, {:.0}%); RAM: every routed expert ({}, page-locked); disk: the file",
+            h(slots as u64 * self.expert_slot_bytes),
+            self.n_expert,
+            100.0 * slots as f64 / self.n_expert as f64,
+            h(self.expert_bytes)
+        )
     }
 }
 
@@ -84,14 +114,21 @@ pub fn device_plan(file: &GgufFile, opts: &CudaOptions) -> Result<DevicePlan> {
 /// The device plan of a network already read from `file` (what `load` checks against the
 /// card's free memory, and `device_plan` reports).
 pub(super) fn plan_of(file: &GgufFile, net: &Hybrid, experts: &[Option<[Mat; 3]>], opts: &CudaOptions) -> DevicePlan {
-    let weights: u64 = file.tensors().iter().map(|t| file.tensor_data(t).len() as u64).sum();
-    let layer_bytes = |m: &[Mat; 3]| m.iter().map(|x| x.info.n_bytes).sum::<u64>();
+    let dev = |ty: GgmlType, file_bytes: u64| match ty {
+        GgmlType::Q8_0 => file_bytes / 34 * 36,
+        GgmlType::Q6_K => file_bytes / 210 * 224,
+        _ => file_bytes,
+    };
+    let weights: u64 = file.tensors().iter().map(|t| dev(t.ty, file.tensor_data(t).len() as u64)).sum();
+    let layer_bytes = |m: &[Mat; 3]| m.iter().map(|x| dev(x.ty, x.info.n_bytes)).sum::<u64>();
+    let one = |m: &[Mat; 3]| layer_bytes(m) / m[0].n_mats.max(1) as u64;
     let expert_bytes: u64 = experts.iter().flatten().map(layer_bytes).sum();
-    let one_expert_bytes = experts.iter().flatten().map(|m| layer_bytes(m) / m[0].n_mats.max(1) as u64).max().unwrap_or(0);
     DevicePlan {
         trunk_bytes: weights - expert_bytes,
         expert_bytes,
-        one_expert_bytes,
+        one_expert_bytes: experts.iter().flatten().map(one).max().unwrap_or(0),
+        expert_slot_bytes: experts.iter().flatten().map(one).sum(),
+        n_expert: net.cfg.moe.as_ref().map_or(0, |m| m.n_expert),
         n_used: net.cfg.moe.as_ref().map_or(0, |m| m.n_used),
         state_bytes: opts.n_seq.max(1) as u64 * xwen_engine::models::hybrid::state_bytes(&net.cfg, opts.n_ctx, (xwen_engine::KvType::F16, xwen_engine::KvType::F16)),
         scratch_bytes: {

@@ -24,4 +24,12 @@ impl Uploader<'_> {
         let data = crate::layout::device_layout(m.ty, self.file.tensor_data(&m.info));
         Ok(DevMat { buf: self.gpu.upload(&data)?, ty, rows: m.rows, cols: m.cols, row_bytes: crate::layout::device_row_bytes(m.ty, m.cols) })
     }
+
+    /// A pool of `slots` matrices of a stack's shape and type (the VRAM expert cache's slots,
+    /// filled by `ExpertCache::fill`).
+    pub(super) fn pool(&self, m: &Mat, slots: usize) -> Result<DevMat> {
+        let ty = device_type(m.ty).ok_or_else(|| CudaError::Unsupported(format!("{}: type {} has no CUDA kernel yet", m.info.name, m.ty.name())))?;
+        let row_bytes = crate::layout::device_row_bytes(m.ty, m.cols);
+        Ok(DevMat { buf: self.gpu.zeros(slots * m.rows * row_bytes)?, ty, rows: m.rows, cols: m.cols, row_bytes })
+    }
 }
