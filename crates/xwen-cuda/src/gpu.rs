@@ -410,6 +410,24 @@ impl Gpu {
         Ok(())
     }
 
+    /// `n` f32 at the device address `src`, on the host (waits for the stream).
+    pub fn read_f32_ptr(&self, src: u64, n: usize) -> Result<Vec<f32>> {
+        let mut out = vec![0f32; n];
+        if n > 0 {
+            self.ctx.bind_to_thread()?;
+            // SAFETY: the caller's `src` is an address into a live buffer holding `n` f32; the
+            // stream is waited for before `out` is read.
+            unsafe { cudarc::driver::sys::cuMemcpyDtoHAsync_v2(out.as_mut_ptr().cast(), src, n * 4, self.stream.cu_stream()) }.result()?;
+            self.sync()?;
+        }
+        Ok(out)
+    }
+
+    /// An event that times the stream between two records (`elapsed_ms`).
+    pub fn timed_event(&self) -> Result<cudarc::driver::CudaEvent> {
+        Ok(self.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?)
+    }
+
     /// A host buffer of `bytes` the device copies from at the bus's full speed (page-locked),
     /// or, where the driver cannot lock that much, an ordinary one (copies staged, slower).
     pub fn host_buf(&self, bytes: usize) -> Result<HostBuf> {

@@ -64,7 +64,7 @@ fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
 }
 
 fn gpu_model(file: &xwen_gguf::GgufFile, graph: bool) -> CudaModel {
-    CudaModel::load(file, &CudaOptions { device: 0, n_ctx: 512, graph, ubatch: 64, vram_budget: None, n_seq: 1 }).unwrap_or_else(|e| panic!("{e}"))
+    CudaModel::load(file, &CudaOptions { device: 0, n_ctx: 512, graph, ubatch: 64, vram_budget: None, n_seq: 1, cpu_experts: 0 }).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -206,9 +206,9 @@ fn budget_for(plan: &xwen_cuda::DevicePlan, slots: usize) -> u64 {
 #[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
 fn a_vram_budget_below_the_experts_gives_the_bits_of_the_whole_model() {
     let mut ran = 0;
-    for (path, _) in models() {
+    for (path, bound) in models() {
         let file = xwen_gguf::GgufFile::open(&path).unwrap();
-        let opts = CudaOptions { device: 0, n_ctx: 512, graph: true, ubatch: 64, vram_budget: None, n_seq: 1 };
+        let opts = CudaOptions { device: 0, n_ctx: 512, graph: true, ubatch: 64, vram_budget: None, n_seq: 1, cpu_experts: 0 };
         let plan = xwen_cuda::device_plan(&file, &opts).unwrap();
         if plan.expert_bytes == 0 {
             continue;
@@ -250,6 +250,24 @@ fn a_vram_budget_below_the_experts_gives_the_bits_of_the_whole_model() {
                 st.rounds
             );
         }
+        // missed experts partly on the CPU (the decode steps): the CPU's dot products, so the
+        // model's GPU-vs-CPU bound instead of bits
+        let mut m = CudaModel::load(&file, &CudaOptions { vram_budget: Some(budget_for(&plan, plan.n_used)), cpu_experts: 4, ..opts.clone() }).unwrap_or_else(|e| panic!("{e}"));
+        m.prefill(&toks).unwrap();
+        let mut worst = 0.0f64;
+        for (i, &t) in steps.iter().enumerate() {
+            m.step(t).unwrap();
+            worst = worst.max(rel_l2(&m.logits().unwrap(), &want[i + 1]));
+        }
+        let st = m.expert_cache_stats().unwrap();
+        assert!(st.on_cpu > 0, "no expert computed on the CPU");
+        assert!(worst <= bound, "{}: CPU-computed experts moved the logits {worst:.2e} from the whole model's (bound {bound:.0e})", path.display());
+        println!(
+            "{}: {} of {} missed experts computed on the CPU over 12 steps: worst rel-L2 {worst:.2e} from the whole model (bound {bound:.0e})",
+            path.file_name().unwrap().to_string_lossy(),
+            st.on_cpu,
+            st.on_cpu + st.loads
+        );
         // below the floor: refused with the parts named, before the device is touched
         let low = CudaModel::load(&file, &CudaOptions { vram_budget: Some(budget_for(&plan, plan.n_used) - 1), ..opts.clone() });
         assert!(low.err().is_some_and(|e| e.to_string().contains("below the floor")));

@@ -1,7 +1,8 @@
 //! What the CUDA backend would hold on a device, by part, read off a file with no device: the
 //! parts add up to what `load` allocates, a MoE model's routed experts are apart from its
-//! trunk, and a VRAM budget is checked against them (everything resident today; under the
-//! floor and in between refused, each with its parts named). Runs everywhere, GPU or not.
+//! trunk, and a VRAM budget is checked against them (everything resident, or the routed
+//! experts in a VRAM cache of as many slots a layer as the budget holds; under the floor
+//! refused with the parts named). Runs everywhere, GPU or not.
 
 use std::path::PathBuf;
 use xwen_cuda::{device_bytes_needed, device_plan, CudaOptions};
@@ -18,15 +19,29 @@ fn the_device_plan_adds_up_and_checks_a_vram_budget() {
     let moe = fixture("qwen3_5_moe/model-q4_k_m.gguf");
     let p = device_plan(&moe, &opts).unwrap();
     assert_eq!(p.total(), device_bytes_needed(&moe, &opts).unwrap(), "the parts are what load allocates");
-    let exps: u64 = moe.tensors().iter().filter(|t| t.name.contains("_exps.")).map(|t| t.n_bytes).sum();
+    // the device layout pads Q8_0 (34 → 36 bytes a block) and Q6_K (210 → 224)
+    let dev = |t: &xwen_gguf::TensorInfo| match t.ty {
+        xwen_gguf::GgmlType::Q8_0 => t.n_bytes / 34 * 36,
+        xwen_gguf::GgmlType::Q6_K => t.n_bytes / 210 * 224,
+        _ => t.n_bytes,
+    };
+    let exps: u64 = moe.tensors().iter().filter(|t| t.name.contains("_exps.")).map(dev).sum();
     assert_eq!(p.expert_bytes, exps, "the routed experts are the *_exps tensors");
     assert!(p.n_used > 0 && p.one_expert_bytes > 0 && p.one_expert_bytes * p.n_used as u64 <= p.expert_bytes);
+    assert_eq!(p.expert_slot_bytes * p.n_expert as u64, p.expert_bytes, "a slot in every layer, times the experts, is all of them");
     assert!(p.floor() > p.resident_bytes() && p.floor() < p.total());
     assert_eq!(p.check_budget(p.total()), Ok(()));
+    assert_eq!((p.expert_slots(None), p.expert_slots(Some(p.total())), p.held_bytes(Some(p.total()))), (p.n_expert, p.n_expert, p.total()));
     let under = p.check_budget(p.floor() - 1).unwrap_err();
     assert!(under.contains("below the floor") && under.contains("trunk") && under.contains("scratch"), "{under}");
-    let between = p.check_budget(p.floor()).unwrap_err();
-    assert!(between.contains("not built yet") && between.contains("-ngl 0"), "{between}");
+    // from the floor up: a cache of as many slots a layer as the budget holds, never more bytes
+    assert_eq!(p.check_budget(p.floor()), Ok(()));
+    assert_eq!(p.expert_slots(Some(p.floor())), p.n_used);
+    for b in [p.floor(), (p.floor() + p.total()) / 2, p.total() - 1] {
+        let slots = p.expert_slots(Some(b));
+        assert!(slots >= p.n_used && slots < p.n_expert && p.held_bytes(Some(b)) <= b, "budget {b}: {slots} slots, {} held", p.held_bytes(Some(b)));
+        assert!(p.tiers(Some(b)).contains(&format!("{slots} of {} experts", p.n_expert)), "{}", p.tiers(Some(b)));
+    }
 
     // a dense model: nothing routed, so its floor is all of it
     let dense = device_plan(&fixture("qwen3_5/model-q4_k_m.gguf"), &opts).unwrap();

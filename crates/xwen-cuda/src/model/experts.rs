@@ -6,6 +6,12 @@
 //! hands the kernels slot numbers instead of expert numbers. The products are the same kernels
 //! on the same bytes, so the logits are those of the model held whole.
 //!
+//! A decode step's missed experts may instead be computed by the CPU from the host copy while
+//! the GPU copies up and computes the rest (`CpuSplit` balances the two by their measured
+//! costs, layer step by layer step); those outputs are the CPU's arithmetic (llama.cpp's CPU
+//! dot products on q8 activations), so they follow the model held whole within the GPU-vs-CPU
+//! bound instead of bit for bit. `CudaOptions::cpu_experts = 0` copies every miss.
+//!
 //! A pass that needs more experts of a layer than the pool holds (a long prompt, a wide decode
 //! batch) runs that layer's experts in rounds of at most `slots` experts: each round's slots
 //! computed, the others marked -1 (the kernels skip them), every slot's output where the
@@ -50,9 +56,39 @@ impl SlotMap {
     /// most `slots()` a round; a missing expert takes the least recently used slot that its
     /// round does not need. `tick` orders passes (later: more recent). Errors on an id outside
     /// the layer's experts.
+    #[cfg(test)]
     pub(crate) fn plan(&mut self, ids: &[i32], tick: u64) -> std::result::Result<Vec<Round>, String> {
+        self.plan_except(ids, tick, &[])
+    }
+
+    /// The routed experts not in the pool, each with the routed slots that picked it, in the
+    /// order first picked. Errors on an id outside the layer's experts.
+    pub(crate) fn missing(&self, ids: &[i32]) -> std::result::Result<Vec<(usize, usize)>, String> {
+        let n_expert = self.slot_of.len();
+        let mut uses = vec![0usize; n_expert];
+        let mut out = Vec::new();
+        for &e in ids {
+            let Some(ix) = usize::try_from(e).ok().filter(|&x| x < n_expert) else {
+                return Err(format!("the router picked expert {e} of {n_expert}"));
+            };
+            if self.slot_of[ix] < 0 {
+                if uses[ix] == 0 {
+                    out.push(ix);
+                }
+                uses[ix] += 1;
+            }
+        }
+        Ok(out.into_iter().map(|e| (e, uses[e])).collect())
+    }
+
+    /// `plan`, leaving out the experts `elsewhere` lists (computed by the CPU): never copied
+    /// up, their routed slots -1 in every round.
+    pub(crate) fn plan_except(&mut self, ids: &[i32], tick: u64, elsewhere: &[usize]) -> std::result::Result<Vec<Round>, String> {
         let n_expert = self.slot_of.len();
         let mut seen = vec![false; n_expert];
+        for &e in elsewhere.iter().filter(|&&e| e < n_expert) {
+            seen[e] = true;
+        }
         let (mut held, mut missing) = (Vec::new(), Vec::new());
         for &e in ids {
             let Some(ix) = usize::try_from(e).ok().filter(|&x| x < n_expert) else {
@@ -101,9 +137,56 @@ impl SlotMap {
             rounds.push(Round { loads, slot_ids });
         }
         if rounds.is_empty() {
-            rounds.push(Round { loads: vec![], slot_ids: vec![] });
+            // every pick computed elsewhere: a round that computes nothing
+            rounds.push(Round { loads: vec![], slot_ids: vec![-1; ids.len()] });
         }
         Ok(rounds)
+    }
+}
+
+/// How many of a decode step's missed experts the CPU computes: the split that makes the CPU's
+/// share take as long as the GPU's copies of the rest, from costs measured on earlier steps
+/// (moving averages of seconds an expert on each side, and of the GPU part's time with no
+/// copies).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CpuSplit {
+    cpu_s: f64,
+    copy_s: f64,
+    gpu_fixed_s: f64,
+}
+
+impl Default for CpuSplit {
+    fn default() -> Self {
+        // first guesses (a 35B-A3B expert, ~1.8 MB: ~40 µs over PCIe 4/5, ~60 µs on 16 cores);
+        // the measured costs replace them within a few steps
+        CpuSplit { cpu_s: 60e-6, copy_s: 40e-6, gpu_fixed_s: 20e-6 }
+    }
+}
+
+impl CpuSplit {
+    const KEEP: f64 = 0.8;
+
+    /// Misses of `m` to compute on the CPU: c with c·cpu ≈ (m − c)·copy + fixed.
+    pub(crate) fn cpu_count(&self, m: usize) -> usize {
+        if m == 0 {
+            return 0;
+        }
+        let c = (m as f64 * self.copy_s + self.gpu_fixed_s) / (self.cpu_s + self.copy_s).max(1e-12);
+        (c.round() as usize).min(m)
+    }
+
+    /// A step's measurement: `c` experts took `t_cpu` on the CPU while the GPU part with `g`
+    /// copies took `t_gpu`.
+    pub(crate) fn learn(&mut self, c: usize, g: usize, t_cpu: f64, t_gpu: f64) {
+        let mix = |old: f64, new: f64| Self::KEEP * old + (1.0 - Self::KEEP) * new;
+        if c > 0 {
+            self.cpu_s = mix(self.cpu_s, t_cpu / c as f64);
+        }
+        if g > 0 {
+            self.copy_s = mix(self.copy_s, ((t_gpu - self.gpu_fixed_s).max(0.0) / g as f64).max(1e-7));
+        } else {
+            self.gpu_fixed_s = mix(self.gpu_fixed_s, t_gpu);
+        }
     }
 }
 
@@ -116,13 +199,17 @@ pub struct ExpertCacheStats {
     pub loads: u64,
     pub bytes_up: u64,
     pub rounds: u64,
+    /// Missed experts the CPU computed instead of copying them up.
+    pub on_cpu: u64,
     /// Whether the host copy is page-locked (copies at the bus's speed).
     pub pinned: bool,
+    /// Threads computing missed experts on the CPU (0: none).
+    pub cpu_threads: usize,
 }
 
 impl ExpertCacheStats {
     pub fn hit_rate(&self) -> f64 {
-        let all = self.hits + self.loads;
+        let all = self.hits + self.loads + self.on_cpu;
         if all == 0 {
             0.0
         } else {
@@ -135,17 +222,32 @@ impl ExpertCacheStats {
 pub(super) struct HostExperts {
     mats: [HostBuf; 3],
     mat_bytes: [usize; 3],
+    /// Per matrix: type, rows, columns, device row bytes.
+    shape: [(GgmlType, usize, usize, usize); 3],
+}
+
+/// The pools' bookkeeping (and the CPU split's costs) under one lock.
+struct Book {
+    maps: Vec<Option<SlotMap>>,
+    tick: u64,
+    stats: ExpertCacheStats,
+    split: CpuSplit,
 }
 
 /// The pools' bookkeeping and the host copies of every MoE layer's experts.
 pub(super) struct ExpertCache {
-    maps: std::sync::Mutex<(Vec<Option<SlotMap>>, u64, ExpertCacheStats)>,
+    book: std::sync::Mutex<Book>,
     host: Vec<Option<HostExperts>>,
+    /// Threads computing missed experts on the CPU (None: every miss copied up).
+    cpu: Option<xwen_kernels::Pool>,
 }
+
+/// A decode step's missed experts the CPU computes: (routed slot index, expert) pairs.
+pub(super) type CpuJobs = Vec<(usize, usize)>;
 
 impl ExpertCache {
     /// The host copies of `experts` (per layer, None for a dense one) and pools of `slots`.
-    pub(super) fn new(gpu: &Gpu, file: &GgufFile, experts: &[Option<[Mat; 3]>], n_expert: usize, slots: usize) -> Result<ExpertCache> {
+    pub(super) fn new(gpu: &Gpu, file: &GgufFile, experts: &[Option<[Mat; 3]>], n_expert: usize, slots: usize, cpu_threads: usize) -> Result<ExpertCache> {
         let mut host = Vec::with_capacity(experts.len());
         let mut maps = Vec::with_capacity(experts.len());
         let mut pinned = true;
@@ -165,29 +267,50 @@ impl ExpertCache {
             let (g, gb) = one(&ex[0])?;
             let (u, ub) = one(&ex[1])?;
             let (d, db) = one(&ex[2])?;
-            host.push(Some(HostExperts { mats: [g, u, d], mat_bytes: [gb, ub, db] }));
+            let shape = |m: &Mat| (m.ty, m.rows, m.cols, crate::layout::device_row_bytes(m.ty, m.cols));
+            host.push(Some(HostExperts { mats: [g, u, d], mat_bytes: [gb, ub, db], shape: [shape(&ex[0]), shape(&ex[1]), shape(&ex[2])] }));
             maps.push(Some(SlotMap::new(n_expert, slots)));
         }
-        let stats = ExpertCacheStats { slots, n_expert, pinned, ..Default::default() };
-        Ok(ExpertCache { maps: std::sync::Mutex::new((maps, 0, stats)), host })
+        // the CPU path takes the types the CPU's dot products take
+        let cpu_ok = experts.iter().flatten().flatten().all(|m| xwen_kernels::is_supported_weight(m.ty) && m.cols % m.ty.block_size() == 0);
+        let cpu = if cpu_threads > 0 && cpu_ok { xwen_kernels::Pool::try_new(cpu_threads).ok() } else { None };
+        let stats = ExpertCacheStats { slots, n_expert, pinned, cpu_threads: cpu.as_ref().map_or(0, |p| p.n_threads()), ..Default::default() };
+        Ok(ExpertCache { book: std::sync::Mutex::new(Book { maps, tick: 0, stats, split: CpuSplit::default() }), host, cpu })
     }
+
+    fn book(&self) -> std::sync::MutexGuard<'_, Book> {
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
 
     /// Fills layer `il`'s pool with the experts its map starts with (0..slots).
     pub(super) fn fill(&self, gpu: &Gpu, il: usize, pool: &Glu) -> Result<()> {
-        let maps = self.maps.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(Some(map)) = maps.0.get(il) else { return Ok(()) };
+        let book = self.book();
+        let Some(Some(map)) = book.maps.get(il) else { return Ok(()) };
         let loads: Vec<(usize, usize)> = map.expert_in.iter().enumerate().map(|(s, &e)| (e as usize, s)).collect();
-        drop(maps);
+        drop(book);
         self.copy_up(gpu, il, pool, &loads).map(|_| ())
     }
 
     /// The rounds of layer `il` for the routed `ids`, the counts updated.
-    pub(super) fn plan(&self, il: usize, ids: &[i32]) -> Result<Vec<Round>> {
-        let mut guard = self.maps.lock().unwrap_or_else(|e| e.into_inner());
-        let (maps, tick, stats) = &mut *guard;
-        *tick += 1;
-        let map = maps.get_mut(il).and_then(|m| m.as_mut()).ok_or_else(|| CudaError::Unsupported(format!("layer {il} has no expert pool")))?;
-        let rounds = map.plan(ids, *tick).map_err(CudaError::Unsupported)?;
+    /// With `cpu` (a decode step, the CPU path on), some missed experts are left to the CPU:
+    /// the routed slots they fill come back as jobs, and the rounds skip them.
+    pub(super) fn plan(&self, il: usize, ids: &[i32], cpu: bool) -> Result<(Vec<Round>, CpuJobs)> {
+        let mut guard = self.book();
+        let book = &mut *guard;
+        book.tick += 1;
+        let map = book.maps.get_mut(il).and_then(|m| m.as_mut()).ok_or_else(|| CudaError::Unsupported(format!("layer {il} has no expert pool")))?;
+        let mut elsewhere = Vec::new();
+        if cpu && self.cpu.is_some() {
+            let mut missing = map.missing(ids).map_err(CudaError::Unsupported)?;
+            // the experts fewest slots picked go to the CPU (it reads an expert once a slot)
+            missing.sort_by_key(|&(e, uses)| (uses, e));
+            let c = book.split.cpu_count(missing.len());
+            elsewhere = missing[..c].iter().map(|&(e, _)| e).collect();
+        }
+        let rounds = map.plan_except(ids, book.tick, &elsewhere).map_err(CudaError::Unsupported)?;
+        let jobs: CpuJobs = ids.iter().enumerate().filter(|(_, &e)| elsewhere.contains(&(e as usize))).map(|(i, &e)| (i, e as usize)).collect();
+        let stats = &mut book.stats;
         let distinct = {
             let mut v: Vec<i32> = ids.to_vec();
             v.sort_unstable();
@@ -196,9 +319,72 @@ impl ExpertCache {
         };
         let loads: u64 = rounds.iter().map(|r| r.loads.len() as u64).sum();
         stats.loads += loads;
-        stats.hits += distinct - loads;
+        stats.on_cpu += elsewhere.len() as u64;
+        stats.hits += distinct - loads - elsewhere.len() as u64;
         stats.rounds += rounds.len() as u64;
-        Ok(rounds)
+        Ok((rounds, jobs))
+    }
+
+    /// A step's costs for the CPU split: `c` experts on the CPU in `t_cpu` s, the GPU part
+    /// with `g` copies in `t_gpu` s.
+    pub(super) fn learn(&self, c: usize, g: usize, t_cpu: f64, t_gpu: f64) {
+        self.book().split.learn(c, g, t_cpu, t_gpu);
+    }
+
+    /// The CPU's outputs of `jobs` (routed slot index, expert) of layer `il`: each slot's
+    /// token's row of `x` (k slots a token, `hidden` values a row) through its expert's gate,
+    /// up, SwiGLU and down, on the host copy with the CPU's dot products; `hidden` values a
+    /// job, back to back.
+    pub(super) fn cpu_products(&self, il: usize, jobs: &[(usize, usize)], x: &[f32], k: usize) -> Result<Vec<f32>> {
+        let (Some(pool), Some(Some(h))) = (&self.cpu, self.host.get(il)) else {
+            return Err(CudaError::Unsupported(format!("layer {il}: no CPU path for its experts")));
+        };
+        let [(tg, ff, hidden, rbg), (tu, _, _, rbu), (td, dn, eff, rbd)] = h.shape;
+        let xs: Vec<&[f32]> = jobs.iter().map(|&(slot, _)| &x[slot / k * hidden..(slot / k + 1) * hidden]).collect();
+        // row r of matrix m of expert e (device layout, `rb` bytes)
+        let row = |m: usize, e: usize, r: usize, rb: usize| &h.mats[m].bytes()[e * h.mat_bytes[m] + r * rb..e * h.mat_bytes[m] + (r + 1) * rb];
+        // gate and up rows in chunks: a task a (job, chunk)
+        const CHUNK: usize = 64;
+        let acts_in: Vec<(Vec<u8>, Vec<u8>)> = xs
+            .iter()
+            .map(|x| {
+                let (mut a, mut b) = (Vec::new(), Vec::new());
+                xwen_kernels::quantize_activations(tg, x, &mut a);
+                xwen_kernels::quantize_activations(tu, x, &mut b);
+                (a, b)
+            })
+            .collect();
+        let mid = SharedOut::new(jobs.len() * ff);
+        let chunks = ff.div_ceil(CHUNK);
+        pool.run(jobs.len() * chunks, &|t| {
+            let (j, c) = (t / chunks, t % chunks);
+            let e = jobs[j].1;
+            let (mut bg, mut bu) = (Vec::new(), Vec::new());
+            for r in c * CHUNK..((c + 1) * CHUNK).min(ff) {
+                let g = xwen_kernels::vec_dot(tg, hidden, cpu_row(tg, row(0, e, r, rbg), &mut bg), &acts_in[j].0);
+                let u = xwen_kernels::vec_dot(tu, hidden, cpu_row(tu, row(1, e, r, rbu), &mut bu), &acts_in[j].1);
+                mid.put(j * ff + r, g / (1.0 + (-g).exp()) * u);
+            }
+        });
+        let mid = mid.into_vec();
+        let acts_mid: Vec<Vec<u8>> = (0..jobs.len())
+            .map(|j| {
+                let mut a = Vec::new();
+                xwen_kernels::quantize_activations(td, &mid[j * ff..(j + 1) * ff], &mut a);
+                a
+            })
+            .collect();
+        let out = SharedOut::new(jobs.len() * dn);
+        let chunks = dn.div_ceil(CHUNK);
+        pool.run(jobs.len() * chunks, &|t| {
+            let (j, c) = (t / chunks, t % chunks);
+            let e = jobs[j].1;
+            let mut bd = Vec::new();
+            for r in c * CHUNK..((c + 1) * CHUNK).min(dn) {
+                out.put(j * dn + r, xwen_kernels::vec_dot(td, eff, cpu_row(td, row(2, e, r, rbd), &mut bd), &acts_mid[j]));
+            }
+        });
+        Ok(out.into_vec())
     }
 
     /// Copies `loads` (expert, slot) of layer `il` into `pool` on the stream; the bytes copied.
@@ -215,13 +401,54 @@ impl ExpertCache {
                 bytes += mb as u64;
             }
         }
-        let mut guard = self.maps.lock().unwrap_or_else(|e| e.into_inner());
-        guard.2.bytes_up += bytes;
+        self.book().stats.bytes_up += bytes;
         Ok(bytes)
     }
 
     pub(super) fn stats(&self) -> ExpertCacheStats {
-        self.maps.lock().unwrap_or_else(|e| e.into_inner()).2
+        self.book().stats
+    }
+}
+
+/// A device-layout row of type `ty` in the file's (the CPU's) layout: itself, or its blocks
+/// unpadded into `buf` (the device pads Q8_0 and Q6_K).
+fn cpu_row<'a>(ty: GgmlType, dev: &'a [u8], buf: &'a mut Vec<u8>) -> &'a [u8] {
+    match ty {
+        // f16 scale, 2 pad bytes, 32 quants → scale, quants
+        GgmlType::Q8_0 => {
+            buf.clear();
+            for b in dev.chunks_exact(36) {
+                buf.extend_from_slice(&b[..2]);
+                buf.extend_from_slice(&b[4..]);
+            }
+            buf
+        }
+        // the file's 210-byte block, 14 pad bytes
+        GgmlType::Q6_K => {
+            buf.clear();
+            for b in dev.chunks_exact(224) {
+                buf.extend_from_slice(&b[..210]);
+            }
+            buf
+        }
+        _ => dev,
+    }
+}
+
+/// Floats the pool's tasks write at disjoint indices.
+struct SharedOut(Vec<std::sync::atomic::AtomicU32>);
+
+impl SharedOut {
+    fn new(n: usize) -> SharedOut {
+        SharedOut((0..n).map(|_| std::sync::atomic::AtomicU32::new(0)).collect())
+    }
+
+    fn put(&self, i: usize, v: f32) {
+        self.0[i].store(v.to_bits(), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn into_vec(self) -> Vec<f32> {
+        self.0.into_iter().map(|a| f32::from_bits(a.into_inner())).collect()
     }
 }
 
@@ -271,6 +498,31 @@ mod tests {
         let mut m = SlotMap::new(4, 2);
         assert!(m.plan(&[0, 4], 1).is_err());
         assert!(m.plan(&[-1], 1).is_err());
+    }
+
+    #[test]
+    fn experts_left_to_the_cpu_are_never_copied_and_their_slots_skipped() {
+        let mut m = SlotMap::new(8, 2); // holds 0, 1
+        assert_eq!(m.missing(&[0, 5, 6, 5]).unwrap(), vec![(5, 2), (6, 1)]);
+        let r = m.plan_except(&[0, 5, 6, 5], 1, &[6]).unwrap();
+        assert_eq!(r, vec![Round { loads: vec![(5, 1)], slot_ids: vec![0, 1, -1, 1] }]);
+        // all picks elsewhere: one round that computes nothing
+        let r = m.plan_except(&[7, 7], 2, &[7]).unwrap();
+        assert_eq!(r, vec![Round { loads: vec![], slot_ids: vec![-1, -1] }]);
+    }
+
+    #[test]
+    fn the_cpu_split_balances_the_measured_costs() {
+        let mut s = CpuSplit::default();
+        // a CPU twice as slow an expert as a copy, no fixed GPU cost: a third on the CPU
+        for _ in 0..200 {
+            s.learn(2, 0, 2.0 * 40e-6, 0.0);
+            s.learn(3, 3, 3.0 * 40e-6, 3.0 * 20e-6);
+        }
+        assert_eq!(s.cpu_count(9), 3);
+        assert_eq!(s.cpu_count(0), 0);
+        // a CPU with nothing to do is never handed more than the misses
+        assert!(s.cpu_count(1) <= 1);
     }
 
     #[test]

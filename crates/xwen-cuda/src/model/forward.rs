@@ -636,7 +636,7 @@ impl CudaModel {
 
     fn moe(&self, il: usize, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, rows: bool) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        let (k, h) = (d.n_used, d.hidden);
+        let k = d.n_used;
         match &w.shared_gate {
             // the router and the shared expert's gate read the same input: one launch
             Some(gate) if rows => self.proj_many(&[(&w.router, sc.router.ptr), (gate, sc.sg.ptr)], x, n)?,
@@ -659,14 +659,16 @@ impl CudaModel {
         }
         // under a VRAM budget: the picked experts copied into the layer's pool, in rounds
         // where the pass needs more than it holds (`experts.rs`)
-        let rounds = match &self.expert_cache {
+        let (rounds, jobs) = match &self.expert_cache {
             Some(cache) => {
                 let ids = g.read_i32(&sc.ids, n * k)?;
-                cache.plan(il, &ids)?
+                cache.plan(il, &ids, rows)?
             }
-            None => vec![],
+            None => (vec![], vec![]),
         };
-        if rounds.len() <= 1 {
+        if !jobs.is_empty() {
+            self.experts_beside_cpu(il, w, x, kinds, n, &rounds, &jobs)?;
+        } else if rounds.len() <= 1 {
             if let Some(r) = rounds.first() {
                 self.expert_round(il, w, r)?;
             }
@@ -682,6 +684,43 @@ impl CudaModel {
                 self.routed_products(w, x, kinds, n, rows)?;
             }
         }
+        self.moe_sum(w, x, kinds, n, rows)
+    }
+
+    /// A decode step's routed experts with some of the missed ones on the CPU (`jobs`: routed
+    /// slot, expert): the GPU's rounds enqueued first (copies and products, the CPU's slots
+    /// skipped), the CPU's products meanwhile from the host copy, their rows then written into
+    /// ys; the two parts' times teach the split (`CpuSplit`).
+    #[allow(clippy::too_many_arguments)]
+    fn experts_beside_cpu(&self, il: usize, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, rounds: &[experts::Round], jobs: &[(usize, usize)]) -> Result<()> {
+        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        let (k, h) = (d.n_used, d.hidden);
+        let Some(cache) = &self.expert_cache else { return Ok(()) };
+        let xh = g.read_f32_ptr(x.f, n * h)?;
+        let (t0, t1) = (g.timed_event()?, g.timed_event()?);
+        t0.record(&g.stream)?;
+        let mut copies = 0;
+        for r in rounds {
+            self.expert_round(il, w, r)?;
+            self.routed_products(w, x, kinds, n, true)?;
+            copies += r.loads.len();
+        }
+        t1.record(&g.stream)?;
+        let start = std::time::Instant::now();
+        let ys = cache.cpu_products(il, jobs, &xh, k)?;
+        let t_cpu = start.elapsed().as_secs_f64();
+        for (j, &(slot, _)) in jobs.iter().enumerate() {
+            g.write_at(sc.ys.at(slot * h * 4), as_bytes(&ys[j * h..(j + 1) * h]))?;
+        }
+        t1.synchronize()?;
+        cache.learn(jobs.len(), copies, t_cpu, t0.elapsed_ms(&t1)? as f64 / 1e3);
+        Ok(())
+    }
+
+    /// The shared expert, the routed slots' weighted sum (ys) and the residual.
+    fn moe_sum(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, rows: bool) -> Result<()> {
+        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        let (k, h) = (d.n_used, d.hidden);
         let mut shared = 0u64;
         let mut sg = 0u64;
         if let Some(s) = &w.shared {
@@ -690,7 +729,10 @@ impl CudaModel {
             self.proj(&s.down, hin, sc.sh_y.ptr, None, n, rows)?;
             shared = sc.sh_y.ptr;
             if let Some(gate) = &w.shared_gate {
-                self.proj(gate, x, sc.sg.ptr, None, n, rows)?;
+                // a decode row's gate came with the router's product (proj_many above)
+                if !rows {
+                    self.proj(gate, x, sc.sg.ptr, None, n, rows)?;
+                }
                 sg = sc.sg.ptr;
             }
         }
@@ -722,9 +764,11 @@ impl CudaModel {
     /// slots, and the routed slots' pool numbers (-1: another round's) over the router's ids.
     fn expert_round(&self, il: usize, w: &MoeLayer, r: &experts::Round) -> Result<()> {
         let Some(cache) = &self.expert_cache else { return Ok(()) };
-        cache.copy_up(&self.gpu, il, &w.experts, &r.loads)?;
+        // the ids first: a copy from pageable memory waits for the stream to drain, which it
+        // has here (the router's picks were just read back) but would not after the copies
         let bytes: Vec<u8> = r.slot_ids.iter().flat_map(|v| v.to_le_bytes()).collect();
-        self.gpu.write_at(self.sc.ids.ptr, &bytes)
+        self.gpu.write_at(self.sc.ids.ptr, &bytes)?;
+        cache.copy_up(&self.gpu, il, &w.experts, &r.loads).map(|_| ())
     }
 
     /// A decode batch's experts after routing (`n` rows): gate, up and SwiGLU of the k slots and

@@ -58,12 +58,24 @@ pub struct CudaOptions {
     /// the server's slots. The fit check and the plan count them all; each is allocated at
     /// its sequence's first pass.
     pub n_seq: usize,
+    /// Under a VRAM expert cache, CPU threads that compute some of a decode step's missed
+    /// experts from host RAM while the GPU copies up the others (0: every miss copied up).
+    pub cpu_experts: usize,
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        CudaOptions { device: 0, n_ctx: 4096, graph: true, ubatch: 512, vram_budget: None, n_seq: 1 }
+        CudaOptions { device: 0, n_ctx: 4096, graph: true, ubatch: 512, vram_budget: None, n_seq: 1, cpu_experts: default_cpu_experts() }
     }
+}
+
+/// Threads computing missed experts on the CPU by default: every CPU, or `XWEN_CPU_EXPERTS`
+/// (0: every miss copied up; for A/B runs).
+pub fn default_cpu_experts() -> usize {
+    if let Some(n) = std::env::var("XWEN_CPU_EXPERTS").ok().and_then(|v| v.parse().ok()) {
+        return n;
+    }
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Refuses a VRAM expert cache whose host copy of every routed expert (`expert_bytes`) the
@@ -516,7 +528,7 @@ impl CudaModel {
         let tok_embd = up.mat(&net.tok_embd)?;
         let output_norm = gpu.upload_f32(&net.output_norm)?;
         let expert_cache = if cached {
-            let cache = ExpertCache::new(&gpu, file, &experts, n_expert, slots)?;
+            let cache = ExpertCache::new(&gpu, file, &experts, n_expert, slots, opts.cpu_experts)?;
             for (il, l) in layers.iter().enumerate() {
                 if let DevFfn::Moe(w) = &l.ffn {
                     cache.fill(&gpu, il, &w.experts)?;
