@@ -283,7 +283,7 @@ fn bench_gpu(
         }
         if let Some(c) = m.expert_cache_stats() {
             eprintln!(
-                "xwen: VRAM expert cache ({} of {} experts a layer): {:.1}% of the experts a pass needed were on the device; {} copied up ({:.2} GB), {} computed on the CPU ({} threads), {} rounds",
+                "xwen: VRAM expert cache ({} of {} experts a layer): {:.1}% of the experts a pass needed were on the device; {} copied up ({:.2} GB), {} computed on the CPU ({} threads), {} rounds; {} read ahead, {} of them used",
                 c.slots,
                 c.n_expert,
                 100.0 * c.hit_rate(),
@@ -291,7 +291,9 @@ fn bench_gpu(
                 c.bytes_up as f64 / 1e9,
                 c.on_cpu,
                 c.cpu_threads,
-                c.rounds
+                c.rounds,
+                c.read_ahead,
+                c.read_ahead_used
             );
         }
         match output {

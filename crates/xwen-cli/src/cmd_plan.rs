@@ -128,6 +128,15 @@ pub fn run(a: PlanArgs) -> Result<()> {
             "row_cache_bytes": plan.row_cache_bytes,
             "row_cache_rows": plan.row_cache_rows(),
         });
+        #[cfg(feature = "cuda")]
+        if let Some(v) = &vram {
+            let b = a.engine.vram_budget;
+            j["vram_floor_bytes"] = serde_json::json!(v.parts.floor());
+            j["vram_held_bytes"] = serde_json::json!(v.parts.held_bytes(b));
+            j["vram_expert_slots"] = serde_json::json!(v.parts.expert_slots(b));
+            j["vram_experts_per_layer"] = serde_json::json!(v.parts.n_expert);
+            j["vram_budget_ok"] = serde_json::json!(b.map_or(true, |b| v.parts.check_budget(b).is_ok()));
+        }
         if let Some(r) = &rates {
             j["trace_hit_rates"] = r.iter().map(|(p, v)| (p.key().to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>().into();
         }

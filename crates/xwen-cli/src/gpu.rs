@@ -59,7 +59,7 @@ pub fn place(opts: &crate::opts::EngineOpts, model: &mut xwen_engine::Model) -> 
     #[cfg(feature = "cuda")]
     {
         let t0 = std::time::Instant::now();
-        let cuda = xwen_cuda::CudaOptions { device: ordinal, n_ctx: model.max_context(), graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch: opts.prefill_chunk(), vram_budget: opts.vram_budget, n_seq: model.config().n_seq.max(1), cpu_experts: opts.threads.map_or_else(xwen_cuda::model::default_cpu_experts, |t| t as usize) };
+        let cuda = xwen_cuda::CudaOptions { device: ordinal, n_ctx: model.max_context(), graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch: opts.prefill_chunk(), vram_budget: opts.vram_budget, n_seq: model.config().n_seq.max(1), cpu_experts: opts.threads.map_or_else(xwen_cuda::model::default_cpu_experts, |t| t as usize), read_ahead: xwen_cuda::model::default_read_ahead() };
         let on = xwen_cuda::attach(model, &cuda).map_err(|e| anyhow::anyhow!("{e}"))?;
         opts.note(&format!("on {on} in {:.2} s", t0.elapsed().as_secs_f64()));
         Ok(placement)
@@ -79,7 +79,7 @@ pub struct VramPlan {
 /// The VRAM plan of `file` at `n_ctx` positions and prompt passes of `ubatch`.
 #[cfg(feature = "cuda")]
 pub fn vram_plan(file: &xwen_gguf::GgufFile, ordinal: usize, n_ctx: usize, ubatch: usize) -> Result<VramPlan> {
-    let opts = xwen_cuda::CudaOptions { device: ordinal, n_ctx, graph: true, ubatch, vram_budget: None, n_seq: 1, cpu_experts: xwen_cuda::model::default_cpu_experts() };
+    let opts = xwen_cuda::CudaOptions { device: ordinal, n_ctx, graph: true, ubatch, vram_budget: None, n_seq: 1, cpu_experts: xwen_cuda::model::default_cpu_experts(), read_ahead: xwen_cuda::model::default_read_ahead() };
     let parts = xwen_cuda::device_plan(file, &opts).map_err(|e| anyhow::anyhow!("{e}"))?;
     let device = xwen_cuda::device_info(ordinal).map(|d| (d.to_string(), d.free_bytes)).map_err(|e| e.to_string());
     Ok(VramPlan { bytes: parts.total(), device, parts })
@@ -95,7 +95,7 @@ pub fn vram_plan(_file: &xwen_gguf::GgufFile, _ordinal: usize, _n_ctx: usize, _u
 pub fn vram_estimate(file: &xwen_gguf::GgufFile, n_ctx: usize) -> std::result::Result<u64, String> {
     #[cfg(feature = "cuda")]
     {
-        let opts = xwen_cuda::CudaOptions { device: 0, n_ctx, graph: true, ubatch: 512, vram_budget: None, n_seq: 1, cpu_experts: xwen_cuda::model::default_cpu_experts() };
+        let opts = xwen_cuda::CudaOptions { device: 0, n_ctx, graph: true, ubatch: 512, vram_budget: None, n_seq: 1, cpu_experts: xwen_cuda::model::default_cpu_experts(), read_ahead: xwen_cuda::model::default_read_ahead() };
         xwen_cuda::device_bytes_needed(file, &opts).map_err(|e| e.to_string())
     }
     #[cfg(not(feature = "cuda"))]
@@ -142,7 +142,7 @@ mod with_cuda {
     /// passes of up to `ubatch` tokens, within `vram_budget` bytes where one is given.
     pub fn load(file: &GgufFile, ordinal: usize, n_ctx: usize, ubatch: usize, vram_budget: Option<u64>) -> Result<CudaModel> {
         let t0 = Instant::now();
-        let m = CudaModel::load(file, &CudaOptions { device: ordinal, n_ctx, graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch, vram_budget, n_seq: 1, cpu_experts: xwen_cuda::model::default_cpu_experts() })
+        let m = CudaModel::load(file, &CudaOptions { device: ordinal, n_ctx, graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch, vram_budget, n_seq: 1, cpu_experts: xwen_cuda::model::default_cpu_experts(), read_ahead: xwen_cuda::model::default_read_ahead() })
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         eprintln!("xwen: on {} in {:.2} s, {:.0} MiB on the device", m.device(), t0.elapsed().as_secs_f64(), m.device_bytes() as f64 / 1048576.0);
         if let Some(c) = m.expert_cache_stats() {

@@ -400,13 +400,18 @@ impl Gpu {
     /// Copies `src` to the device address `dst`, on the stream. `src` may be dropped when this
     /// returns: a copy from pageable memory is staged by the driver before the call returns.
     pub fn write_at(&self, dst: u64, src: &[u8]) -> Result<()> {
+        self.write_at_on(&self.stream, dst, src)
+    }
+
+    /// `write_at` on another stream of this context (a pinned `src` must outlive the copy).
+    pub fn write_at_on(&self, stream: &CudaStream, dst: u64, src: &[u8]) -> Result<()> {
         if src.is_empty() {
             return Ok(());
         }
         self.ctx.bind_to_thread()?;
         // SAFETY: the caller's `dst` is an address into a live buffer with `src.len()` bytes
         // free (ExpertCache: a pool slot, the ids scratch); the source is staged or pinned.
-        unsafe { cudarc::driver::sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr().cast(), src.len(), self.stream.cu_stream()) }.result()?;
+        unsafe { cudarc::driver::sys::cuMemcpyHtoDAsync_v2(dst, src.as_ptr().cast(), src.len(), stream.cu_stream()) }.result()?;
         Ok(())
     }
 

@@ -42,7 +42,7 @@ fn cpu(path: &Path) -> Model {
 
 fn on_gpu(path: &Path) -> Model {
     let mut m = cpu(path);
-    let on = xwen_cuda::attach(&mut m, &CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: 2, cpu_experts: 0 }).unwrap_or_else(|e| panic!("{e}"));
+    let on = xwen_cuda::attach(&mut m, &CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: 2, cpu_experts: 0, read_ahead: false }).unwrap_or_else(|e| panic!("{e}"));
     assert!(m.device().is_some_and(|d| d == on));
     m
 }
@@ -115,7 +115,7 @@ fn decode_batches_of_every_size_give_each_row_its_bits_alone() {
     const N: usize = 8;
     for path in files() {
         let mut m = cpu(&path);
-        xwen_cuda::attach(&mut m, &CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: N, cpu_experts: 0 }).unwrap_or_else(|e| panic!("{e}"));
+        xwen_cuda::attach(&mut m, &CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: N, cpu_experts: 0, read_ahead: false }).unwrap_or_else(|e| panic!("{e}"));
         let v = m.n_vocab();
         let prompts: Vec<Vec<u32>> = (0..N).map(|i| tokens(3 + 11 * i, v, 50 + i as u64)).collect();
         let feeds: Vec<Vec<u32>> = (0..N).map(|i| tokens(12, v, 200 + i as u64)).collect();
@@ -311,7 +311,7 @@ fn decode_batches_under_a_vram_budget_give_the_bits_of_the_whole_model() {
     const N: usize = 6;
     for path in files() {
         let file = xwen_gguf::GgufFile::open(&path).unwrap();
-        let base = CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: N, cpu_experts: 0 };
+        let base = CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: N, cpu_experts: 0, read_ahead: false };
         let plan = xwen_cuda::device_plan(&file, &base).unwrap();
         if plan.expert_bytes == 0 {
             continue;

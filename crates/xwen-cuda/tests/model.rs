@@ -64,7 +64,7 @@ fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
 }
 
 fn gpu_model(file: &xwen_gguf::GgufFile, graph: bool) -> CudaModel {
-    CudaModel::load(file, &CudaOptions { device: 0, n_ctx: 512, graph, ubatch: 64, vram_budget: None, n_seq: 1, cpu_experts: 0 }).unwrap_or_else(|e| panic!("{e}"))
+    CudaModel::load(file, &CudaOptions { device: 0, n_ctx: 512, graph, ubatch: 64, vram_budget: None, n_seq: 1, cpu_experts: 0, read_ahead: false }).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -208,7 +208,7 @@ fn a_vram_budget_below_the_experts_gives_the_bits_of_the_whole_model() {
     let mut ran = 0;
     for (path, bound) in models() {
         let file = xwen_gguf::GgufFile::open(&path).unwrap();
-        let opts = CudaOptions { device: 0, n_ctx: 512, graph: true, ubatch: 64, vram_budget: None, n_seq: 1, cpu_experts: 0 };
+        let opts = CudaOptions { device: 0, n_ctx: 512, graph: true, ubatch: 64, vram_budget: None, n_seq: 1, cpu_experts: 0, read_ahead: false };
         let plan = xwen_cuda::device_plan(&file, &opts).unwrap();
         if plan.expert_bytes == 0 {
             continue;
@@ -224,11 +224,11 @@ fn a_vram_budget_below_the_experts_gives_the_bits_of_the_whole_model() {
             whole.step(t).unwrap();
             want.push(whole.logits().unwrap());
         }
-        // the floor (one token's experts a layer), half the experts, all but one
-        for slots in [plan.n_used, plan.n_expert / 2, plan.n_expert - 1] {
+        // the floor (one token's experts a layer), half the experts (also reading ahead), all but one
+        for (slots, read_ahead) in [(plan.n_used, false), (plan.n_expert / 2, false), (plan.n_expert / 2, true), (plan.n_expert - 1, false)] {
             let b = budget_for(&plan, slots);
             assert_eq!(plan.expert_slots(Some(b)), slots);
-            let mut m = CudaModel::load(&file, &CudaOptions { vram_budget: Some(b), ..opts.clone() }).unwrap_or_else(|e| panic!("{e}"));
+            let mut m = CudaModel::load(&file, &CudaOptions { vram_budget: Some(b), read_ahead, ..opts.clone() }).unwrap_or_else(|e| panic!("{e}"));
             assert!(m.device_bytes() <= b, "{} bytes held under a budget of {b}", m.device_bytes());
             m.prefill(&toks).unwrap();
             let mut got = vec![m.logits().unwrap()];
@@ -237,17 +237,20 @@ fn a_vram_budget_below_the_experts_gives_the_bits_of_the_whole_model() {
                 got.push(m.logits().unwrap());
             }
             for (i, (a, w)) in got.iter().zip(&want).enumerate() {
-                assert!(a.iter().zip(w).all(|(x, y)| x.to_bits() == y.to_bits()), "{}: {slots} slots, output {i} differs from the whole model's", path.display());
+                assert!(a.iter().zip(w).all(|(x, y)| x.to_bits() == y.to_bits()), "{}: {slots} slots (read-ahead {read_ahead}), output {i} differs from the whole model's", path.display());
             }
             let st = m.expert_cache_stats().expect("a cache under the budget");
             assert!(st.loads > 0, "nothing copied up with {slots} of {} experts", plan.n_expert);
             println!(
-                "{}: {slots} of {} experts a layer: bit-identical to the whole model over a 90-token prompt and 12 steps ({:.0}% hits, {} copies, {} rounds)",
+                "{}: {slots} of {} experts a layer{}: bit-identical to the whole model over a 90-token prompt and 12 steps ({:.0}% hits, {} copies, {} rounds, {} read ahead / {} used)",
                 path.file_name().unwrap().to_string_lossy(),
                 plan.n_expert,
+                if read_ahead { ", reading ahead" } else { "" },
                 100.0 * st.hit_rate(),
                 st.loads,
-                st.rounds
+                st.rounds,
+                st.read_ahead,
+                st.read_ahead_used
             );
         }
         // missed experts partly on the CPU (the decode steps): the CPU's dot products, so the

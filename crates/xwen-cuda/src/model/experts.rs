@@ -12,6 +12,13 @@
 //! dot products on q8 activations), so they follow the model held whole within the GPU-vs-CPU
 //! bound instead of bit for bit. `CudaOptions::cpu_experts = 0` copies every miss.
 //!
+//! Read-ahead (`XWEN_EXPERT_READAHEAD=1`): at a decode step's MoE layer the next MoE layer's
+//! router is applied to this layer's input as well — the residual stream changes little from
+//! one layer to the next — and the experts it picks that the next pool lacks are copied up on
+//! a second stream while this layer computes; the next layer's work waits for those copies
+//! before it touches its pool. A guess only moves bytes: the products still take the router's
+//! real picks, so the bits do not depend on it.
+//!
 //! A pass that needs more experts of a layer than the pool holds (a long prompt, a wide decode
 //! batch) runs that layer's experts in rounds of at most `slots` experts: each round's slots
 //! computed, the others marked -1 (the kernels skip them), every slot's output where the
@@ -37,6 +44,19 @@ pub(crate) struct Round {
 }
 
 impl SlotMap {
+    /// Puts expert `e` into the least recently used slot (its old expert out), used at `now`;
+    /// the slot. Nothing may be reading that slot (`ExpertCache::read_ahead`).
+    pub(crate) fn take_lru(&mut self, e: usize, now: u64) -> usize {
+        let victim = (0..self.slots()).min_by_key(|&x| (self.last_use[x], x)).unwrap_or(0);
+        if let Ok(old) = usize::try_from(self.expert_in[victim]) {
+            self.slot_of[old] = -1;
+        }
+        self.expert_in[victim] = e as i32;
+        self.slot_of[e] = victim as i32;
+        self.last_use[victim] = now;
+        victim
+    }
+
     /// A pool of `slots` slots for a layer of `n_expert` experts, holding experts 0.. at first.
     pub(crate) fn new(n_expert: usize, slots: usize) -> SlotMap {
         let slots = slots.min(n_expert).max(1);
@@ -205,6 +225,10 @@ pub struct ExpertCacheStats {
     pub pinned: bool,
     /// Threads computing missed experts on the CPU (0: none).
     pub cpu_threads: usize,
+    /// Experts copied up ahead of their layer on a guess, and how many of those the layer's
+    /// router then picked.
+    pub read_ahead: u64,
+    pub read_ahead_used: u64,
 }
 
 impl ExpertCacheStats {
@@ -232,6 +256,20 @@ struct Book {
     tick: u64,
     stats: ExpertCacheStats,
     split: CpuSplit,
+    /// Per layer: experts copied up on a guess and not yet picked; whether a read-ahead's
+    /// copies into the layer's pool may still be in flight.
+    guessed: Vec<Vec<usize>>,
+    pending: Vec<bool>,
+}
+
+/// The read-ahead's own stream, the guesses' scratch (a decode batch's router logits, ids and
+/// weights for the next MoE layer) and an event a layer marking its copies done.
+pub(super) struct ReadAhead {
+    stream: std::sync::Arc<cudarc::driver::CudaStream>,
+    pub(super) logits: DevBuf,
+    pub(super) ids: DevBuf,
+    pub(super) weights: DevBuf,
+    ready: Vec<cudarc::driver::CudaEvent>,
 }
 
 /// The pools' bookkeeping and the host copies of every MoE layer's experts.
@@ -240,6 +278,7 @@ pub(super) struct ExpertCache {
     host: Vec<Option<HostExperts>>,
     /// Threads computing missed experts on the CPU (None: every miss copied up).
     cpu: Option<xwen_kernels::Pool>,
+    pub(super) read_ahead: Option<ReadAhead>,
 }
 
 /// A decode step's missed experts the CPU computes: (routed slot index, expert) pairs.
@@ -247,7 +286,10 @@ pub(super) type CpuJobs = Vec<(usize, usize)>;
 
 impl ExpertCache {
     /// The host copies of `experts` (per layer, None for a dense one) and pools of `slots`.
-    pub(super) fn new(gpu: &Gpu, file: &GgufFile, experts: &[Option<[Mat; 3]>], n_expert: usize, slots: usize, cpu_threads: usize) -> Result<ExpertCache> {
+    /// `read_ahead`: with read-ahead, a decode batch's rows at most (its scratch); `k` experts
+    /// a token.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn new(gpu: &Gpu, file: &GgufFile, experts: &[Option<[Mat; 3]>], n_expert: usize, k: usize, slots: usize, cpu_threads: usize, read_ahead: Option<usize>) -> Result<ExpertCache> {
         let mut host = Vec::with_capacity(experts.len());
         let mut maps = Vec::with_capacity(experts.len());
         let mut pinned = true;
@@ -275,7 +317,55 @@ impl ExpertCache {
         let cpu_ok = experts.iter().flatten().flatten().all(|m| xwen_kernels::is_supported_weight(m.ty) && m.cols % m.ty.block_size() == 0);
         let cpu = if cpu_threads > 0 && cpu_ok { xwen_kernels::Pool::try_new(cpu_threads).ok() } else { None };
         let stats = ExpertCacheStats { slots, n_expert, pinned, cpu_threads: cpu.as_ref().map_or(0, |p| p.n_threads()), ..Default::default() };
-        Ok(ExpertCache { book: std::sync::Mutex::new(Book { maps, tick: 0, stats, split: CpuSplit::default() }), host, cpu })
+        let read_ahead = if let Some(rows) = read_ahead {
+            Some(ReadAhead {
+                stream: gpu.ctx.new_stream()?,
+                logits: gpu.zeros(rows * n_expert * 4)?,
+                ids: gpu.zeros(rows * k * 4)?,
+                weights: gpu.zeros(rows * k * 4)?,
+                ready: (0..experts.len()).map(|_| gpu.timed_event()).collect::<Result<_>>()?,
+            })
+        } else {
+            None
+        };
+        let n = experts.len();
+        let book = Book { maps, tick: 0, stats, split: CpuSplit::default(), guessed: vec![Vec::new(); n], pending: vec![false; n] };
+        Ok(ExpertCache { book: std::sync::Mutex::new(book), host, cpu, read_ahead })
+    }
+
+    /// Copies up, on the read-ahead's stream, the experts of layer `il` that `guess` (router
+    /// ids of the layer, guessed a layer early) picks and its pool lacks, into its least
+    /// recently used slots. Called after a sync: nothing reads layer `il`'s pool until its
+    /// own pass, which waits for these copies first (`wait_read_ahead`).
+    pub(super) fn read_ahead(&self, gpu: &Gpu, il: usize, pool: &Glu, guess: &[i32]) -> Result<()> {
+        let Some(ra) = &self.read_ahead else { return Ok(()) };
+        let mut guard = self.book();
+        let book = &mut *guard;
+        let Some(Some(map)) = book.maps.get_mut(il) else { return Ok(()) };
+        let missing = map.missing(guess).map_err(CudaError::Unsupported)?;
+        // older than the layer's own picks at this step: never evicts what it is about to use
+        let now = book.tick * 1024;
+        let loads: Vec<(usize, usize)> = missing.iter().take(map.slots()).map(|&(e, _)| (e, map.take_lru(e, now))).collect();
+        book.guessed[il].extend(loads.iter().map(|&(e, _)| e));
+        book.stats.read_ahead += loads.len() as u64;
+        drop(guard);
+        if loads.is_empty() {
+            return Ok(());
+        }
+        self.copy_up_on(gpu, &ra.stream, il, pool, &loads)?;
+        ra.ready[il].record(&ra.stream)?;
+        self.book().pending[il] = true;
+        Ok(())
+    }
+
+    /// Makes the model's stream wait for layer `il`'s read-ahead copies, if any are pending.
+    pub(super) fn wait_read_ahead(&self, gpu: &Gpu, il: usize) -> Result<()> {
+        let Some(ra) = &self.read_ahead else { return Ok(()) };
+        let mut book = self.book();
+        if std::mem::take(&mut book.pending[il]) {
+            gpu.stream.wait(&ra.ready[il])?;
+        }
+        Ok(())
     }
 
     fn book(&self) -> std::sync::MutexGuard<'_, Book> {
@@ -309,6 +399,11 @@ impl ExpertCache {
             elsewhere = missing[..c].iter().map(|&(e, _)| e).collect();
         }
         let rounds = map.plan_except(ids, book.tick, &elsewhere).map_err(CudaError::Unsupported)?;
+        if !book.guessed[il].is_empty() {
+            let used = book.guessed[il].iter().filter(|&&e| ids.contains(&(e as i32))).count();
+            book.stats.read_ahead_used += used as u64;
+            book.guessed[il].clear();
+        }
         let jobs: CpuJobs = ids.iter().enumerate().filter(|(_, &e)| elsewhere.contains(&(e as usize))).map(|(i, &e)| (i, e as usize)).collect();
         let stats = &mut book.stats;
         let distinct = {
@@ -389,6 +484,10 @@ impl ExpertCache {
 
     /// Copies `loads` (expert, slot) of layer `il` into `pool` on the stream; the bytes copied.
     pub(super) fn copy_up(&self, gpu: &Gpu, il: usize, pool: &Glu, loads: &[(usize, usize)]) -> Result<u64> {
+        self.copy_up_on(gpu, &gpu.stream, il, pool, loads)
+    }
+
+    fn copy_up_on(&self, gpu: &Gpu, stream: &cudarc::driver::CudaStream, il: usize, pool: &Glu, loads: &[(usize, usize)]) -> Result<u64> {
         let Some(Some(h)) = self.host.get(il) else {
             return Err(CudaError::Unsupported(format!("layer {il} has no host experts")));
         };
@@ -397,7 +496,7 @@ impl ExpertCache {
             for (i, m) in [&pool.gate, &pool.up, &pool.down].into_iter().enumerate() {
                 let mb = h.mat_bytes[i];
                 let src = &h.mats[i].bytes()[e * mb..(e + 1) * mb];
-                gpu.write_at(m.buf.ptr + (s * mb) as u64, src)?;
+                gpu.write_at_on(stream, m.buf.ptr + (s * mb) as u64, src)?;
                 bytes += mb as u64;
             }
         }

@@ -659,22 +659,59 @@ impl CudaModel {
         }
         // under a VRAM budget: the picked experts copied into the layer's pool, in rounds
         // where the pass needs more than it holds (`experts.rs`)
+        // the next MoE layer's guess from this layer's input (read-ahead, decode rows)
+        let ahead = match (&self.expert_cache, rows) {
+            (Some(cache), true) => cache.read_ahead.as_ref().zip(self.next_moe(il)),
+            _ => None,
+        };
+        if let Some((ra, (_, next))) = ahead {
+            self.proj(&next.router, x, ra.logits.ptr, None, n, rows)?;
+            let args = [
+                Arg::Ptr(ra.logits.ptr),
+                Arg::I32(d.n_expert as i32),
+                Arg::I32(k as i32),
+                Arg::I32(d.norm_w as i32),
+                Arg::F32(d.w_scale),
+                Arg::Ptr(ra.ids.ptr),
+                Arg::Ptr(ra.weights.ptr),
+            ];
+            if d.n_expert <= 512 && k <= 32 {
+                g.launch("moe_route_warp", (n as u32, 1), 32, 0, &args)?;
+            } else {
+                g.launch("moe_route", (n as u32, 1), 256, (d.n_expert * 4) as u32, &args)?;
+            }
+        }
         let (rounds, jobs) = match &self.expert_cache {
             Some(cache) => {
                 let ids = g.read_i32(&sc.ids, n * k)?;
+                cache.wait_read_ahead(g, il)?;
                 cache.plan(il, &ids, rows)?
             }
             None => (vec![], vec![]),
         };
+        // the guessed experts' copies go after this layer's own work is enqueued: the copy
+        // engine takes copies in order, and this layer's are needed first
+        let guess = match ahead {
+            Some((ra, (jl, next))) => Some((jl, next, g.read_i32(&ra.ids, n * k)?)),
+            None => None,
+        };
+        let read_ahead = || -> Result<()> {
+            match (&self.expert_cache, &guess) {
+                (Some(cache), Some((jl, next, ids))) => cache.read_ahead(g, *jl, &next.experts, ids),
+                _ => Ok(()),
+            }
+        };
         if !jobs.is_empty() {
-            self.experts_beside_cpu(il, w, x, kinds, n, &rounds, &jobs)?;
-        } else if rounds.len() <= 1 {
+            return self.experts_beside_cpu(il, w, x, kinds, n, &rounds, &jobs, &read_ahead);
+        }
+        if rounds.len() <= 1 {
             if let Some(r) = rounds.first() {
                 self.expert_round(il, w, r)?;
             }
             // moe_down_combine's block holds a warp a slot and the shared expert's
             if rows && k < 32 {
-                return self.moe_decode(w, x, kinds, n);
+                self.moe_decode(w, x, kinds, n)?;
+                return read_ahead();
             }
             self.routed_products(w, x, kinds, n, rows)?;
         } else {
@@ -684,15 +721,35 @@ impl CudaModel {
                 self.routed_products(w, x, kinds, n, rows)?;
             }
         }
-        self.moe_sum(w, x, kinds, n, rows)
+        self.moe_sum(w, x, kinds, n, rows)?;
+        read_ahead()
+    }
+
+    /// The MoE layer after layer `il`, if any: (its index, its weights).
+    fn next_moe(&self, il: usize) -> Option<(usize, &MoeLayer)> {
+        self.layers.iter().enumerate().skip(il + 1).find_map(|(j, l)| match &l.ffn {
+            DevFfn::Moe(w) => Some((j, w)),
+            DevFfn::Dense(_) => None,
+        })
     }
 
     /// A decode step's routed experts with some of the missed ones on the CPU (`jobs`: routed
     /// slot, expert): the GPU's rounds enqueued first (copies and products, the CPU's slots
     /// skipped), the CPU's products meanwhile from the host copy, their rows then written into
     /// ys; the two parts' times teach the split (`CpuSplit`).
+    /// `read_ahead` issues the next layer's guessed copies once this layer's GPU part is queued.
     #[allow(clippy::too_many_arguments)]
-    fn experts_beside_cpu(&self, il: usize, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, rounds: &[experts::Round], jobs: &[(usize, usize)]) -> Result<()> {
+    fn experts_beside_cpu(
+        &self,
+        il: usize,
+        w: &MoeLayer,
+        x: In,
+        kinds: &LayerKinds,
+        n: usize,
+        rounds: &[experts::Round],
+        jobs: &[(usize, usize)],
+        read_ahead: &dyn Fn() -> Result<()>,
+    ) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let (k, h) = (d.n_used, d.hidden);
         let Some(cache) = &self.expert_cache else { return Ok(()) };
@@ -706,6 +763,7 @@ impl CudaModel {
             copies += r.loads.len();
         }
         t1.record(&g.stream)?;
+        read_ahead()?;
         let start = std::time::Instant::now();
         let ys = cache.cpu_products(il, jobs, &xh, k)?;
         let t_cpu = start.elapsed().as_secs_f64();
@@ -714,7 +772,7 @@ impl CudaModel {
         }
         t1.synchronize()?;
         cache.learn(jobs.len(), copies, t_cpu, t0.elapsed_ms(&t1)? as f64 / 1e3);
-        Ok(())
+        self.moe_sum(w, x, kinds, n, true)
     }
 
     /// The shared expert, the routed slots' weighted sum (ys) and the residual.

@@ -61,12 +61,21 @@ pub struct CudaOptions {
     /// Under a VRAM expert cache, CPU threads that compute some of a decode step's missed
     /// experts from host RAM while the GPU copies up the others (0: every miss copied up).
     pub cpu_experts: usize,
+    /// Under a VRAM expert cache, copy up the experts the next MoE layer's router picks from
+    /// this layer's input while this layer computes (`experts.rs`; default from
+    /// `XWEN_EXPERT_READAHEAD=1`).
+    pub read_ahead: bool,
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        CudaOptions { device: 0, n_ctx: 4096, graph: true, ubatch: 512, vram_budget: None, n_seq: 1, cpu_experts: default_cpu_experts() }
+        CudaOptions { device: 0, n_ctx: 4096, graph: true, ubatch: 512, vram_budget: None, n_seq: 1, cpu_experts: default_cpu_experts(), read_ahead: default_read_ahead() }
     }
+}
+
+/// Whether the VRAM expert cache reads ahead by default: `XWEN_EXPERT_READAHEAD=1`.
+pub fn default_read_ahead() -> bool {
+    std::env::var("XWEN_EXPERT_READAHEAD").is_ok_and(|v| v == "1")
 }
 
 /// Threads computing missed experts on the CPU by default: every CPU, or `XWEN_CPU_EXPERTS`
@@ -528,7 +537,7 @@ impl CudaModel {
         let tok_embd = up.mat(&net.tok_embd)?;
         let output_norm = gpu.upload_f32(&net.output_norm)?;
         let expert_cache = if cached {
-            let cache = ExpertCache::new(&gpu, file, &experts, n_expert, slots, opts.cpu_experts)?;
+            let cache = ExpertCache::new(&gpu, file, &experts, n_expert, n_used, slots, opts.cpu_experts, opts.read_ahead.then_some(decode_max))?;
             for (il, l) in layers.iter().enumerate() {
                 if let DevFfn::Moe(w) = &l.ffn {
                     cache.fill(&gpu, il, &w.experts)?;
