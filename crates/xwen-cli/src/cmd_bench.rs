@@ -258,7 +258,9 @@ fn bench_gpu(
     #[cfg(feature = "cuda")]
     {
         let need = prompts.iter().chain(gens).copied().max().unwrap_or(1);
-        let mut m = crate::gpu::load(model.gguf(), ordinal, need.max(512) + 1, ubatch, vram_budget)?;
+        // under --ram-budget the engine's streamed store is the VRAM expert cache's host tier
+        let store = model.streams_experts().then(|| model.expert_store());
+        let mut m = crate::gpu::load(model.gguf(), ordinal, need.max(512) + 1, ubatch, vram_budget, store)?;
         if output == Output::Markdown {
             print_md_header();
         }

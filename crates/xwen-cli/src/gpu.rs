@@ -140,9 +140,11 @@ mod with_cuda {
 
     /// Loads `file` onto CUDA device `ordinal` with room for `n_ctx` positions, prompts in
     /// passes of up to `ubatch` tokens, within `vram_budget` bytes where one is given.
-    pub fn load(file: &GgufFile, ordinal: usize, n_ctx: usize, ubatch: usize, vram_budget: Option<u64>) -> Result<CudaModel> {
+    /// `store`: the engine's streamed expert store (under --ram-budget), the host tier of a
+    /// VRAM expert cache.
+    pub fn load(file: &GgufFile, ordinal: usize, n_ctx: usize, ubatch: usize, vram_budget: Option<u64>, store: Option<std::sync::Arc<dyn xwen_engine::ExpertStore>>) -> Result<CudaModel> {
         let t0 = Instant::now();
-        let m = CudaModel::load(file, &CudaOptions { device: ordinal, n_ctx, graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch, vram_budget, n_seq: 1, cpu_experts: xwen_cuda::model::default_cpu_experts(), read_ahead: xwen_cuda::model::default_read_ahead() })
+        let m = CudaModel::load_with_store(file, &CudaOptions { device: ordinal, n_ctx, graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch, vram_budget, n_seq: 1, cpu_experts: xwen_cuda::model::default_cpu_experts(), read_ahead: xwen_cuda::model::default_read_ahead() }, store)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         eprintln!("xwen: on {} in {:.2} s, {:.0} MiB on the device", m.device(), t0.elapsed().as_secs_f64(), m.device_bytes() as f64 / 1048576.0);
         if let Some(c) = m.expert_cache_stats() {

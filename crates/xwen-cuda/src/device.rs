@@ -14,8 +14,14 @@ use xwen_engine::{DeviceModel, DeviceRow, DeviceSeq, EngineError, Model, RowOut}
 /// context is the model's (`EngineConfig::max_ctx`). Returns what the device is, in words.
 pub fn attach(model: &mut Model, opts: &CudaOptions) -> crate::Result<String> {
     let opts = CudaOptions { n_ctx: model.max_context(), ..opts.clone() };
-    let cuda = CudaModel::load(model.gguf(), &opts)?;
-    let dev = Arc::new(CudaDevice::new(cuda));
+    // under --ram-budget the engine streams experts from disk into a bounded RAM cache: that
+    // cache is the VRAM expert cache's host tier
+    let store = model.streams_experts().then(|| model.expert_store());
+    let takes = store.is_some();
+    let cuda = CudaModel::load_with_store(model.gguf(), &opts, store)?;
+    let mut dev = CudaDevice::new(cuda);
+    dev.takes_streamed = takes;
+    let dev = Arc::new(dev);
     let describe = dev.describe();
     model.attach_device(dev)?;
     Ok(describe)
@@ -27,6 +33,8 @@ pub struct CudaDevice {
     describe: String,
     bytes: u64,
     max_rows: usize,
+    /// Whether the model's experts come from the engine's streamed store.
+    takes_streamed: bool,
 }
 
 impl CudaDevice {
@@ -37,7 +45,7 @@ impl CudaDevice {
         }
         let bytes = model.device_bytes();
         let max_rows = model.max_decode_rows();
-        CudaDevice { model: Mutex::new(model), describe, bytes, max_rows }
+        CudaDevice { model: Mutex::new(model), describe, bytes, max_rows, takes_streamed: false }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, CudaModel> {
@@ -66,6 +74,10 @@ impl DeviceModel for CudaDevice {
 
     fn device_bytes(&self) -> u64 {
         self.bytes
+    }
+
+    fn takes_streamed_experts(&self) -> bool {
+        self.takes_streamed
     }
 
     fn upload(&self, layers: &[LayerState], pos: usize) -> xwen_engine::Result<Box<dyn DeviceSeq>> {

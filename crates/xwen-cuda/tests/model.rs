@@ -253,6 +253,39 @@ fn a_vram_budget_below_the_experts_gives_the_bits_of_the_whole_model() {
                 st.read_ahead_used
             );
         }
+        // the host tier from the engine's streamed store: experts read from the file into a RAM
+        // cache under --ram-budget (the plan's floor), staged up to the device — the same bits
+        let floor = Model::load(&path, &EngineConfig { max_ctx: 512, ram_budget: Some(u64::MAX), ..Default::default() })
+            .ok()
+            .and_then(|m| m.memory_plan().map(|p| p.floor()));
+        if let Some(floor) = floor {
+            let cpu = Model::load(&path, &EngineConfig { max_ctx: 512, ram_budget: Some(floor), ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
+            assert!(cpu.streams_experts());
+            for cpu_experts in [0, 4] {
+                let opts_s = CudaOptions { vram_budget: Some(budget_for(&plan, plan.n_used)), cpu_experts, ..opts.clone() };
+                let mut m = CudaModel::load_with_store(&file, &opts_s, Some(cpu.expert_store())).unwrap_or_else(|e| panic!("{e}"));
+                m.prefill(&toks).unwrap();
+                let mut got = vec![m.logits().unwrap()];
+                for &t in &steps {
+                    m.step(t).unwrap();
+                    got.push(m.logits().unwrap());
+                }
+                let worst = got.iter().zip(&want).map(|(a, w)| rel_l2(a, w)).fold(0.0f64, f64::max);
+                if cpu_experts == 0 {
+                    assert_eq!(worst, 0.0, "{}: the streamed store's experts gave other bits", path.display());
+                } else {
+                    assert!(worst <= bound, "{}: streamed store with CPU experts: rel-L2 {worst:.2e}", path.display());
+                }
+                let st = m.expert_cache_stats().unwrap();
+                println!(
+                    "{}: experts from a RAM cache under --ram-budget {floor} (streamed from the file){}: worst rel-L2 {worst:.2e} ({} copies, {} on the CPU)",
+                    path.file_name().unwrap().to_string_lossy(),
+                    if cpu_experts > 0 { ", some missed experts on the CPU" } else { "" },
+                    st.loads,
+                    st.on_cpu
+                );
+            }
+        }
         // missed experts partly on the CPU (the decode steps): the CPU's dot products, so the
         // model's GPU-vs-CPU bound instead of bits
         let mut m = CudaModel::load(&file, &CudaOptions { vram_budget: Some(budget_for(&plan, plan.n_used)), cpu_experts: 4, ..opts.clone() }).unwrap_or_else(|e| panic!("{e}"));

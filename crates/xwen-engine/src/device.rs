@@ -27,6 +27,13 @@ pub trait DeviceModel: Send + Sync {
     /// Bytes the model holds on the device (weights, scratch), sequences not counted.
     fn device_bytes(&self) -> u64;
 
+    /// Whether the device takes its routed experts from the model's expert store where that
+    /// streams them from disk under a RAM budget (`Model::expert_store`); a device that does
+    /// not is refused a model with a RAM plan.
+    fn takes_streamed_experts(&self) -> bool {
+        false
+    }
+
     /// A sequence's state moved onto the device from its host form: `layers` as the CPU model
     /// keeps them (`Model::new_state`'s shapes), holding `pos` positions.
     fn upload(&self, layers: &[LayerState], pos: usize) -> Result<Box<dyn DeviceSeq>>;

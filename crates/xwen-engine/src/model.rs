@@ -336,6 +336,12 @@ impl Model {
         self.store.streams()
     }
 
+    /// The routed experts' store (resident, or streamed from disk into a bounded RAM cache):
+    /// what a device that keeps its own expert cache reads from.
+    pub fn expert_store(&self) -> Arc<dyn ExpertStore> {
+        Arc::clone(&self.store)
+    }
+
     /// Hit/miss counters of the expert cache (None unless experts stream).
     pub fn expert_cache_stats(&self) -> Option<ExpertCacheStats> {
         self.store.cache_stats()
@@ -762,7 +768,7 @@ impl Model {
     /// there at their first pass. Refused where the model carries what the device does not
     /// compute: a RAM plan (experts streamed from disk), a draft head, a KV cache other than f16.
     pub fn attach_device(&mut self, dev: Arc<dyn crate::device::DeviceModel>) -> Result<()> {
-        if self.plan.is_some() {
+        if self.plan.is_some() && !dev.takes_streamed_experts() {
             return Err(EngineError::Config(format!(
                 "{}: --ram-budget streams experts to this machine's CPUs; on the device the whole model is resident (its budget is --vram-budget)",
                 dev.describe()

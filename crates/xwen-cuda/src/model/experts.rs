@@ -12,6 +12,11 @@
 //! dot products on q8 activations), so they follow the model held whole within the GPU-vs-CPU
 //! bound instead of bit for bit. `CudaOptions::cpu_experts = 0` copies every miss.
 //!
+//! The host tier is either that page-locked copy of every expert, or — where the engine
+//! streams experts from disk under `--ram-budget` — the engine's expert store itself (a bounded
+//! RAM cache fed from the file): a missed expert is looked up there (read from disk if the RAM
+//! cache lacks it), laid out for the device in a page-locked staging buffer and copied up.
+//!
 //! Read-ahead (`XWEN_EXPERT_READAHEAD=1`): at a decode step's MoE layer the next MoE layer's
 //! router is applied to this layer's input as well — the residual stream changes little from
 //! one layer to the next — and the experts it picks that the next pool lacks are copied up on
@@ -245,10 +250,22 @@ impl ExpertCacheStats {
 /// A layer's experts in host RAM, gate, up and down each a stack in the device layout.
 pub(super) struct HostExperts {
     mats: [HostBuf; 3],
-    mat_bytes: [usize; 3],
-    /// Per matrix: type, rows, columns, device row bytes.
-    shape: [(GgmlType, usize, usize, usize); 3],
 }
+
+/// Where missed experts come from.
+enum HostTier {
+    /// Every routed expert, page-locked, in the device layout (per layer; None: dense).
+    Pinned(Vec<Option<HostExperts>>),
+    /// The engine's expert store (file layout), staged through page-locked buffers: one for
+    /// the model's stream, one for the read-ahead's; each reused only once its copies are done.
+    Store { store: std::sync::Arc<dyn xwen_engine::ExpertStore>, staging: [std::sync::Mutex<HostBuf>; 2] },
+}
+
+/// Experts a staging buffer holds (copies go up in batches of it).
+const STAGED: usize = 16;
+
+/// A matrix of a layer's experts: type, rows, columns, device row bytes, device bytes an expert.
+type Shape = (GgmlType, usize, usize, usize, usize);
 
 /// The pools' bookkeeping (and the CPU split's costs) under one lock.
 struct Book {
@@ -275,7 +292,9 @@ pub(super) struct ReadAhead {
 /// The pools' bookkeeping and the host copies of every MoE layer's experts.
 pub(super) struct ExpertCache {
     book: std::sync::Mutex<Book>,
-    host: Vec<Option<HostExperts>>,
+    host: HostTier,
+    /// Per layer (None: dense) its gate's, up's and down's shapes.
+    shapes: Vec<Option<[Shape; 3]>>,
     /// Threads computing missed experts on the CPU (None: every miss copied up).
     cpu: Option<xwen_kernels::Pool>,
     pub(super) read_ahead: Option<ReadAhead>,
@@ -288,31 +307,53 @@ impl ExpertCache {
     /// The host copies of `experts` (per layer, None for a dense one) and pools of `slots`.
     /// `read_ahead`: with read-ahead, a decode batch's rows at most (its scratch); `k` experts
     /// a token.
+    /// `store`: the engine's expert store as the host tier (else a page-locked copy of every
+    /// expert is made from `file`).
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn new(gpu: &Gpu, file: &GgufFile, experts: &[Option<[Mat; 3]>], n_expert: usize, k: usize, slots: usize, cpu_threads: usize, read_ahead: Option<usize>) -> Result<ExpertCache> {
-        let mut host = Vec::with_capacity(experts.len());
-        let mut maps = Vec::with_capacity(experts.len());
+    pub(super) fn new(
+        gpu: &Gpu,
+        file: &GgufFile,
+        experts: &[Option<[Mat; 3]>],
+        n_expert: usize,
+        k: usize,
+        slots: usize,
+        cpu_threads: usize,
+        read_ahead: Option<usize>,
+        store: Option<std::sync::Arc<dyn xwen_engine::ExpertStore>>,
+    ) -> Result<ExpertCache> {
+        let shape = |m: &Mat| {
+            let rb = crate::layout::device_row_bytes(m.ty, m.cols);
+            (m.ty, m.rows, m.cols, rb, rb * m.rows)
+        };
+        let shapes: Vec<Option<[Shape; 3]>> = experts.iter().map(|ex| ex.as_ref().map(|e| [shape(&e[0]), shape(&e[1]), shape(&e[2])])).collect();
+        let maps = experts.iter().map(|ex| ex.as_ref().map(|_| SlotMap::new(n_expert, slots))).collect();
         let mut pinned = true;
-        for ex in experts {
-            let Some(ex) = ex else {
-                host.push(None);
-                maps.push(None);
-                continue;
-            };
-            let mut one = |m: &Mat| -> Result<(HostBuf, usize)> {
-                let data = crate::layout::device_layout(m.ty, file.tensor_data(&m.info));
-                let mut buf = gpu.host_buf(data.len())?;
-                buf.bytes_mut().copy_from_slice(&data);
-                pinned &= buf.pinned();
-                Ok((buf, data.len() / m.n_mats.max(1)))
-            };
-            let (g, gb) = one(&ex[0])?;
-            let (u, ub) = one(&ex[1])?;
-            let (d, db) = one(&ex[2])?;
-            let shape = |m: &Mat| (m.ty, m.rows, m.cols, crate::layout::device_row_bytes(m.ty, m.cols));
-            host.push(Some(HostExperts { mats: [g, u, d], mat_bytes: [gb, ub, db], shape: [shape(&ex[0]), shape(&ex[1]), shape(&ex[2])] }));
-            maps.push(Some(SlotMap::new(n_expert, slots)));
-        }
+        let host = match store {
+            Some(store) => {
+                let most = shapes.iter().flatten().map(|s| s.iter().map(|m| m.4).sum::<usize>()).max().unwrap_or(0);
+                let (a, b) = (gpu.host_buf(STAGED * most)?, gpu.host_buf(STAGED * most)?);
+                pinned = a.pinned() && b.pinned();
+                HostTier::Store { store, staging: [std::sync::Mutex::new(a), std::sync::Mutex::new(b)] }
+            }
+            None => {
+                let mut host = Vec::with_capacity(experts.len());
+                for ex in experts {
+                    let Some(ex) = ex else {
+                        host.push(None);
+                        continue;
+                    };
+                    let mut one = |m: &Mat| -> Result<HostBuf> {
+                        let data = crate::layout::device_layout(m.ty, file.tensor_data(&m.info));
+                        let mut buf = gpu.host_buf(data.len())?;
+                        buf.bytes_mut().copy_from_slice(&data);
+                        pinned &= buf.pinned();
+                        Ok(buf)
+                    };
+                    host.push(Some(HostExperts { mats: [one(&ex[0])?, one(&ex[1])?, one(&ex[2])?] }));
+                }
+                HostTier::Pinned(host)
+            }
+        };
         // the CPU path takes the types the CPU's dot products take
         let cpu_ok = experts.iter().flatten().flatten().all(|m| xwen_kernels::is_supported_weight(m.ty) && m.cols % m.ty.block_size() == 0);
         let cpu = if cpu_threads > 0 && cpu_ok { xwen_kernels::Pool::try_new(cpu_threads).ok() } else { None };
@@ -330,7 +371,7 @@ impl ExpertCache {
         };
         let n = experts.len();
         let book = Book { maps, tick: 0, stats, split: CpuSplit::default(), guessed: vec![Vec::new(); n], pending: vec![false; n] };
-        Ok(ExpertCache { book: std::sync::Mutex::new(book), host, cpu, read_ahead })
+        Ok(ExpertCache { book: std::sync::Mutex::new(book), host, shapes, cpu, read_ahead })
     }
 
     /// Copies up, on the read-ahead's stream, the experts of layer `il` that `guess` (router
@@ -352,7 +393,7 @@ impl ExpertCache {
         if loads.is_empty() {
             return Ok(());
         }
-        self.copy_up_on(gpu, &ra.stream, il, pool, &loads)?;
+        self.copy_up_on(gpu, &ra.stream, 1, il, pool, &loads)?;
         ra.ready[il].record(&ra.stream)?;
         self.book().pending[il] = true;
         Ok(())
@@ -431,13 +472,27 @@ impl ExpertCache {
     /// up, SwiGLU and down, on the host copy with the CPU's dot products; `hidden` values a
     /// job, back to back.
     pub(super) fn cpu_products(&self, il: usize, jobs: &[(usize, usize)], x: &[f32], k: usize) -> Result<Vec<f32>> {
-        let (Some(pool), Some(Some(h))) = (&self.cpu, self.host.get(il)) else {
+        let (Some(pool), Some(Some(shape))) = (&self.cpu, self.shapes.get(il)) else {
             return Err(CudaError::Unsupported(format!("layer {il}: no CPU path for its experts")));
         };
-        let [(tg, ff, hidden, rbg), (tu, _, _, rbu), (td, dn, eff, rbd)] = h.shape;
+        let [(tg, ff, hidden, _, _), (tu, _, _, _, _), (td, dn, eff, _, _)] = *shape;
         let xs: Vec<&[f32]> = jobs.iter().map(|&(slot, _)| &x[slot / k * hidden..(slot / k + 1) * hidden]).collect();
-        // row r of matrix m of expert e (device layout, `rb` bytes)
-        let row = |m: usize, e: usize, r: usize, rb: usize| &h.mats[m].bytes()[e * h.mat_bytes[m] + r * rb..e * h.mat_bytes[m] + (r + 1) * rb];
+        // each job's expert's gate, up and down bytes, and whether they are in the device layout
+        let experts: Vec<usize> = jobs.iter().map(|&(_, e)| e).collect();
+        let handles = match &self.host {
+            HostTier::Store { store, .. } => store.experts(il, &experts)?,
+            HostTier::Pinned(_) => Vec::new(),
+        };
+        let mats: Vec<[&[u8]; 3]> = match &self.host {
+            HostTier::Pinned(host) => {
+                let Some(Some(h)) = host.get(il) else {
+                    return Err(CudaError::Unsupported(format!("layer {il} has no host experts")));
+                };
+                experts.iter().map(|&e| std::array::from_fn(|i| &h.mats[i].bytes()[e * shape[i].4..(e + 1) * shape[i].4])).collect()
+            }
+            HostTier::Store { .. } => handles.iter().map(|h| [h.gate().data, h.up().data, h.down().data]).collect(),
+        };
+        let dev = matches!(self.host, HostTier::Pinned(_));
         // gate and up rows in chunks: a task a (job, chunk)
         const CHUNK: usize = 64;
         let acts_in: Vec<(Vec<u8>, Vec<u8>)> = xs
@@ -453,11 +508,10 @@ impl ExpertCache {
         let chunks = ff.div_ceil(CHUNK);
         pool.run(jobs.len() * chunks, &|t| {
             let (j, c) = (t / chunks, t % chunks);
-            let e = jobs[j].1;
-            let (mut bg, mut bu) = (Vec::new(), Vec::new());
+            let mut buf = Vec::new();
             for r in c * CHUNK..((c + 1) * CHUNK).min(ff) {
-                let g = xwen_kernels::vec_dot(tg, hidden, cpu_row(tg, row(0, e, r, rbg), &mut bg), &acts_in[j].0);
-                let u = xwen_kernels::vec_dot(tu, hidden, cpu_row(tu, row(1, e, r, rbu), &mut bu), &acts_in[j].1);
+                let g = xwen_kernels::vec_dot(tg, hidden, row_of(mats[j][0], shape[0], dev, r, &mut buf), &acts_in[j].0);
+                let u = xwen_kernels::vec_dot(tu, hidden, row_of(mats[j][1], shape[1], dev, r, &mut buf), &acts_in[j].1);
                 mid.put(j * ff + r, g / (1.0 + (-g).exp()) * u);
             }
         });
@@ -473,10 +527,9 @@ impl ExpertCache {
         let chunks = dn.div_ceil(CHUNK);
         pool.run(jobs.len() * chunks, &|t| {
             let (j, c) = (t / chunks, t % chunks);
-            let e = jobs[j].1;
-            let mut bd = Vec::new();
+            let mut buf = Vec::new();
             for r in c * CHUNK..((c + 1) * CHUNK).min(dn) {
-                out.put(j * dn + r, xwen_kernels::vec_dot(td, eff, cpu_row(td, row(2, e, r, rbd), &mut bd), &acts_mid[j]));
+                out.put(j * dn + r, xwen_kernels::vec_dot(td, eff, row_of(mats[j][2], shape[2], dev, r, &mut buf), &acts_mid[j]));
             }
         });
         Ok(out.into_vec())
@@ -484,20 +537,57 @@ impl ExpertCache {
 
     /// Copies `loads` (expert, slot) of layer `il` into `pool` on the stream; the bytes copied.
     pub(super) fn copy_up(&self, gpu: &Gpu, il: usize, pool: &Glu, loads: &[(usize, usize)]) -> Result<u64> {
-        self.copy_up_on(gpu, &gpu.stream, il, pool, loads)
+        self.copy_up_on(gpu, &gpu.stream, 0, il, pool, loads)
     }
 
-    fn copy_up_on(&self, gpu: &Gpu, stream: &cudarc::driver::CudaStream, il: usize, pool: &Glu, loads: &[(usize, usize)]) -> Result<u64> {
-        let Some(Some(h)) = self.host.get(il) else {
-            return Err(CudaError::Unsupported(format!("layer {il} has no host experts")));
+    /// `copy_up` on `stream`, staged (from the store) through staging buffer `which`.
+    fn copy_up_on(&self, gpu: &Gpu, stream: &cudarc::driver::CudaStream, which: usize, il: usize, pool: &Glu, loads: &[(usize, usize)]) -> Result<u64> {
+        let Some(Some(shape)) = self.shapes.get(il) else {
+            return Err(CudaError::Unsupported(format!("layer {il} has no experts")));
         };
+        let dst = [&pool.gate, &pool.up, &pool.down];
         let mut bytes = 0u64;
-        for &(e, s) in loads {
-            for (i, m) in [&pool.gate, &pool.up, &pool.down].into_iter().enumerate() {
-                let mb = h.mat_bytes[i];
-                let src = &h.mats[i].bytes()[e * mb..(e + 1) * mb];
-                gpu.write_at_on(stream, m.buf.ptr + (s * mb) as u64, src)?;
-                bytes += mb as u64;
+        match &self.host {
+            HostTier::Pinned(host) => {
+                let Some(Some(h)) = host.get(il) else {
+                    return Err(CudaError::Unsupported(format!("layer {il} has no host experts")));
+                };
+                for &(e, s) in loads {
+                    for i in 0..3 {
+                        let mb = shape[i].4;
+                        gpu.write_at_on(stream, dst[i].buf.ptr + (s * mb) as u64, &h.mats[i].bytes()[e * mb..(e + 1) * mb])?;
+                        bytes += mb as u64;
+                    }
+                }
+            }
+            HostTier::Store { store, staging } => {
+                let mut stage = staging[which].lock().unwrap_or_else(|e| e.into_inner());
+                for batch in loads.chunks(STAGED) {
+                    // the buffer's last copies are done before it is written again
+                    stream.synchronize()?;
+                    let ids: Vec<usize> = batch.iter().map(|&(e, _)| e).collect();
+                    let handles = store.experts(il, &ids)?;
+                    let buf = stage.bytes_mut();
+                    let mut at = 0;
+                    let mut spans = Vec::with_capacity(batch.len() * 3);
+                    for (h, &(_, s)) in handles.iter().zip(batch) {
+                        for (i, m) in [h.gate(), h.up(), h.down()].into_iter().enumerate() {
+                            let mb = shape[i].4;
+                            let laid = crate::layout::device_layout(m.ty, m.data);
+                            if laid.len() != mb {
+                                return Err(CudaError::Unsupported(format!("layer {il}: an expert of {} bytes where the device takes {mb}", laid.len())));
+                            }
+                            buf[at..at + mb].copy_from_slice(&laid);
+                            spans.push((at, dst[i].buf.ptr + (s * mb) as u64, mb));
+                            at += mb;
+                        }
+                    }
+                    drop(handles);
+                    for (at, d, mb) in spans {
+                        gpu.write_at_on(stream, d, &stage.bytes()[at..at + mb])?;
+                        bytes += mb as u64;
+                    }
+                }
             }
         }
         self.book().stats.bytes_up += bytes;
@@ -506,6 +596,17 @@ impl ExpertCache {
 
     pub(super) fn stats(&self) -> ExpertCacheStats {
         self.book().stats
+    }
+}
+
+/// Row `r` of a matrix (`dev`: in the device layout, else the file's) in the CPU's layout.
+fn row_of<'a>(mat: &'a [u8], shape: Shape, dev: bool, r: usize, buf: &'a mut Vec<u8>) -> &'a [u8] {
+    let (ty, _, cols, drb, _) = shape;
+    if dev {
+        cpu_row(ty, &mat[r * drb..(r + 1) * drb], buf)
+    } else {
+        let rb = ty.row_bytes(cols as u64).unwrap_or(0) as usize;
+        &mat[r * rb..(r + 1) * rb]
     }
 }
 

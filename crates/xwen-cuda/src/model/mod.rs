@@ -360,6 +360,13 @@ pub struct CudaModel {
 impl CudaModel {
     /// Uploads `file`'s model to device `opts.device`; refuses a model that does not fit.
     pub fn load(file: &GgufFile, opts: &CudaOptions) -> Result<CudaModel> {
+        CudaModel::load_with_store(file, opts, None)
+    }
+
+    /// `load`, with `store` (the engine's expert store: under `--ram-budget` a bounded RAM
+    /// cache fed from disk) as the VRAM expert cache's host tier instead of a page-locked
+    /// copy of every expert; it is used only where the budget puts the experts in a cache.
+    pub fn load_with_store(file: &GgufFile, opts: &CudaOptions, store: Option<Arc<dyn xwen_engine::ExpertStore>>) -> Result<CudaModel> {
         let (net, experts) = load_net(file)?;
         let plan = plan_of(file, &net, &experts, opts);
         if let Some(b) = opts.vram_budget {
@@ -371,7 +378,7 @@ impl CudaModel {
         // under a budget below the whole model, each MoE layer's experts in a pool of `slots`
         let slots = plan.expert_slots(opts.vram_budget);
         let cached = plan.n_expert > 0 && slots < plan.n_expert;
-        if cached {
+        if cached && store.is_none() {
             check_host_room(plan.expert_bytes)?;
         }
         let need = plan.held_bytes(opts.vram_budget);
@@ -537,7 +544,7 @@ impl CudaModel {
         let tok_embd = up.mat(&net.tok_embd)?;
         let output_norm = gpu.upload_f32(&net.output_norm)?;
         let expert_cache = if cached {
-            let cache = ExpertCache::new(&gpu, file, &experts, n_expert, n_used, slots, opts.cpu_experts, opts.read_ahead.then_some(decode_max))?;
+            let cache = ExpertCache::new(&gpu, file, &experts, n_expert, n_used, slots, opts.cpu_experts, opts.read_ahead.then_some(decode_max), store)?;
             for (il, l) in layers.iter().enumerate() {
                 if let DevFfn::Moe(w) = &l.ffn {
                     cache.fill(&gpu, il, &w.experts)?;
