@@ -149,10 +149,11 @@ mod with_cuda {
         eprintln!("xwen: on {} in {:.2} s, {:.0} MiB on the device", m.device(), t0.elapsed().as_secs_f64(), m.device_bytes() as f64 / 1048576.0);
         if let Some(c) = m.expert_cache_stats() {
             eprintln!(
-                "xwen: VRAM expert cache: {} of {} experts a layer; every routed expert in host RAM{}",
+                "xwen: VRAM expert cache: {} of {} experts a layer; {}{}",
                 c.slots,
                 c.n_expert,
-                if c.pinned { " (page-locked)" } else { " (not page-locked: the driver refused; copies are staged)" }
+                if c.streamed { "missed experts from the RAM cache --ram-budget bounds (read from disk when it lacks them)" } else { "every routed expert in host RAM" },
+                if c.pinned { ", copied up from page-locked memory" } else { " (not page-locked: the driver refused; copies are staged)" }
             );
         }
         Ok(m)

@@ -226,8 +226,10 @@ pub struct ExpertCacheStats {
     pub rounds: u64,
     /// Missed experts the CPU computed instead of copying them up.
     pub on_cpu: u64,
-    /// Whether the host copy is page-locked (copies at the bus's speed).
+    /// Whether the host copy (or the staging buffers) is page-locked (copies at the bus's speed).
     pub pinned: bool,
+    /// Whether the host tier is the engine's streamed expert store (`--ram-budget`).
+    pub streamed: bool,
     /// Threads computing missed experts on the CPU (0: none).
     pub cpu_threads: usize,
     /// Experts copied up ahead of their layer on a guess, and how many of those the layer's
@@ -357,7 +359,8 @@ impl ExpertCache {
         // the CPU path takes the types the CPU's dot products take
         let cpu_ok = experts.iter().flatten().flatten().all(|m| xwen_kernels::is_supported_weight(m.ty) && m.cols % m.ty.block_size() == 0);
         let cpu = if cpu_threads > 0 && cpu_ok { xwen_kernels::Pool::try_new(cpu_threads).ok() } else { None };
-        let stats = ExpertCacheStats { slots, n_expert, pinned, cpu_threads: cpu.as_ref().map_or(0, |p| p.n_threads()), ..Default::default() };
+        let streamed = matches!(host, HostTier::Store { .. });
+        let stats = ExpertCacheStats { slots, n_expert, pinned, streamed, cpu_threads: cpu.as_ref().map_or(0, |p| p.n_threads()), ..Default::default() };
         let read_ahead = if let Some(rows) = read_ahead {
             Some(ReadAhead {
                 stream: gpu.ctx.new_stream()?,
