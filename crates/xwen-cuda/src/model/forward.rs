@@ -658,7 +658,7 @@ impl CudaModel {
             g.launch("moe_route", (n as u32, 1), 256, (d.n_expert * 4) as u32, &route_args)?;
         }
         // under a VRAM budget: the picked experts copied into the layer's pool, in rounds
-        // where the pass needs more than it holds (`experts.rs`)
+        // where the pass needs more than it holds (`experts/`)
         // the next MoE layer's guess from this layer's input (read-ahead, decode rows)
         let ahead = match (&self.expert_cache, rows) {
             (Some(cache), true) => cache.read_ahead.as_ref().zip(self.next_moe(il)),

@@ -62,7 +62,7 @@ pub struct CudaOptions {
     /// experts from host RAM while the GPU copies up the others (0: every miss copied up).
     pub cpu_experts: usize,
     /// Under a VRAM expert cache, copy up the experts the next MoE layer's router picks from
-    /// this layer's input while this layer computes (`experts.rs`; default from
+    /// this layer's input while this layer computes (`experts/`; default from
     /// `XWEN_EXPERT_READAHEAD=1`).
     pub read_ahead: bool,
 }
@@ -353,7 +353,7 @@ pub struct CudaModel {
     ubatch: usize,
     pos: usize,
     device_bytes: u64,
-    /// The routed experts' VRAM cache where the budget holds only part of them (`experts.rs`).
+    /// The routed experts' VRAM cache where the budget holds only part of them (`experts/`).
     expert_cache: Option<ExpertCache>,
 }
 
