@@ -43,6 +43,29 @@ pub fn device_layout(ty: GgmlType, data: &[u8]) -> std::borrow::Cow<'_, [u8]> {
     }
 }
 
+/// `device_layout` undone: device-layout rows of type `ty` as the file (and the CPU's dot
+/// products) lay them out — `dev` itself, or its blocks unpadded into `buf`.
+pub fn file_layout<'a>(ty: GgmlType, dev: &'a [u8], buf: &'a mut Vec<u8>) -> &'a [u8] {
+    match ty {
+        GgmlType::Q8_0 => {
+            buf.clear();
+            for b in dev.chunks_exact(Q8_0_DEVICE) {
+                buf.extend_from_slice(&b[..2]);
+                buf.extend_from_slice(&b[4..]);
+            }
+            buf
+        }
+        GgmlType::Q6_K => {
+            buf.clear();
+            for b in dev.chunks_exact(Q6_K_DEVICE) {
+                buf.extend_from_slice(&b[..210]);
+            }
+            buf
+        }
+        _ => dev,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -65,5 +88,15 @@ mod tests {
         assert_eq!(device_row_bytes(GgmlType::Q6_K, 512), 448);
         assert_eq!(device_row_bytes(GgmlType::Q4_K, 512), 288);
         assert!(matches!(device_layout(GgmlType::Q4_K, &q6), std::borrow::Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn the_file_layout_undoes_the_device_layout() {
+        let mut buf = Vec::new();
+        for (ty, bytes) in [(GgmlType::Q8_0, 68), (GgmlType::Q6_K, 420), (GgmlType::Q4_K, 288)] {
+            let file: Vec<u8> = (0..bytes).map(|i| (i * 7) as u8).collect();
+            let dev = device_layout(ty, &file);
+            assert_eq!(file_layout(ty, &dev, &mut buf), &file[..], "{ty}");
+        }
     }
 }

@@ -30,8 +30,6 @@ impl ExpertCache {
             HostTier::Store { .. } => handles.iter().map(|h| [h.gate().data, h.up().data, h.down().data]).collect(),
         };
         let dev = matches!(self.host, HostTier::Pinned(_));
-        // gate and up rows in chunks: a task a (job, chunk)
-        const CHUNK: usize = 64;
         let acts_in: Vec<(Vec<u8>, Vec<u8>)> = xs
             .iter()
             .map(|x| {
@@ -41,18 +39,11 @@ impl ExpertCache {
                 (a, b)
             })
             .collect();
-        let mid = SharedOut::new(jobs.len() * ff);
-        let chunks = ff.div_ceil(CHUNK);
-        pool.run(jobs.len() * chunks, &|t| {
-            let (j, c) = (t / chunks, t % chunks);
-            let mut buf = Vec::new();
-            for r in c * CHUNK..((c + 1) * CHUNK).min(ff) {
-                let g = xwen_kernels::vec_dot(tg, hidden, row_of(mats[j][0], shape[0], dev, r, &mut buf), &acts_in[j].0);
-                let u = xwen_kernels::vec_dot(tu, hidden, row_of(mats[j][1], shape[1], dev, r, &mut buf), &acts_in[j].1);
-                mid.put(j * ff + r, g / (1.0 + (-g).exp()) * u);
-            }
+        let mid = rows_each(pool, jobs.len(), ff, &|j, r, buf| {
+            let g = xwen_kernels::vec_dot(tg, hidden, row_of(mats[j][0], shape[0], dev, r, buf), &acts_in[j].0);
+            let u = xwen_kernels::vec_dot(tu, hidden, row_of(mats[j][1], shape[1], dev, r, buf), &acts_in[j].1);
+            g / (1.0 + (-g).exp()) * u
         });
-        let mid = mid.into_vec();
         let acts_mid: Vec<Vec<u8>> = (0..jobs.len())
             .map(|j| {
                 let mut a = Vec::new();
@@ -60,16 +51,7 @@ impl ExpertCache {
                 a
             })
             .collect();
-        let out = SharedOut::new(jobs.len() * dn);
-        let chunks = dn.div_ceil(CHUNK);
-        pool.run(jobs.len() * chunks, &|t| {
-            let (j, c) = (t / chunks, t % chunks);
-            let mut buf = Vec::new();
-            for r in c * CHUNK..((c + 1) * CHUNK).min(dn) {
-                out.put(j * dn + r, xwen_kernels::vec_dot(td, eff, row_of(mats[j][2], shape[2], dev, r, &mut buf), &acts_mid[j]));
-            }
-        });
-        Ok(out.into_vec())
+        Ok(rows_each(pool, jobs.len(), dn, &|j, r, buf| xwen_kernels::vec_dot(td, eff, row_of(mats[j][2], shape[2], dev, r, buf), &acts_mid[j])))
     }
 
 }
@@ -78,36 +60,27 @@ impl ExpertCache {
 fn row_of<'a>(mat: &'a [u8], shape: Shape, dev: bool, r: usize, buf: &'a mut Vec<u8>) -> &'a [u8] {
     let (ty, _, cols, drb, _) = shape;
     if dev {
-        cpu_row(ty, &mat[r * drb..(r + 1) * drb], buf)
+        crate::layout::file_layout(ty, &mat[r * drb..(r + 1) * drb], buf)
     } else {
         let rb = ty.row_bytes(cols as u64).unwrap_or(0) as usize;
         &mat[r * rb..(r + 1) * rb]
     }
 }
 
-/// A device-layout row of type `ty` in the file's (the CPU's) layout: itself, or its blocks
-/// unpadded into `buf` (the device pads Q8_0 and Q6_K).
-fn cpu_row<'a>(ty: GgmlType, dev: &'a [u8], buf: &'a mut Vec<u8>) -> &'a [u8] {
-    match ty {
-        // f16 scale, 2 pad bytes, 32 quants → scale, quants
-        GgmlType::Q8_0 => {
-            buf.clear();
-            for b in dev.chunks_exact(36) {
-                buf.extend_from_slice(&b[..2]);
-                buf.extend_from_slice(&b[4..]);
-            }
-            buf
+/// `f(j, r, buf)` for every job `j` < `jobs` and row `r` < `rows`, at `j · rows + r`: a task
+/// a job's chunk of rows on `pool` (`buf`: a task's scratch).
+fn rows_each(pool: &xwen_kernels::Pool, jobs: usize, rows: usize, f: &(dyn Fn(usize, usize, &mut Vec<u8>) -> f32 + Sync)) -> Vec<f32> {
+    const CHUNK: usize = 64;
+    let out = SharedOut::new(jobs * rows);
+    let chunks = rows.div_ceil(CHUNK);
+    pool.run(jobs * chunks, &|t| {
+        let (j, c) = (t / chunks, t % chunks);
+        let mut buf = Vec::new();
+        for r in c * CHUNK..((c + 1) * CHUNK).min(rows) {
+            out.put(j * rows + r, f(j, r, &mut buf));
         }
-        // the file's 210-byte block, 14 pad bytes
-        GgmlType::Q6_K => {
-            buf.clear();
-            for b in dev.chunks_exact(224) {
-                buf.extend_from_slice(&b[..210]);
-            }
-            buf
-        }
-        _ => dev,
-    }
+    });
+    out.into_vec()
 }
 
 /// Floats the pool's tasks write at disjoint indices.
@@ -127,3 +100,16 @@ impl SharedOut {
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_each_gives_every_job_and_row_its_value_once() {
+        let pool = xwen_kernels::Pool::new(3);
+        let got = rows_each(&pool, 3, 150, &|j, r, _| (j * 1000 + r) as f32);
+        let want: Vec<f32> = (0..3).flat_map(|j| (0..150).map(move |r| (j * 1000 + r) as f32)).collect();
+        assert_eq!(got, want);
+    }
+}
