@@ -445,6 +445,11 @@ pub fn machine_ram() -> Option<u64> {
     meminfo("MemTotal:")
 }
 
+/// RAM available now (Linux `MemAvailable`); None where not known.
+pub fn mem_available() -> Option<u64> {
+    meminfo("MemAvailable:")
+}
+
 fn meminfo(key: &str) -> Option<u64> {
     let s = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = s.lines().find(|l| l.starts_with(key))?;
@@ -456,7 +461,7 @@ fn meminfo(key: &str) -> Option<u64> {
 /// (v2 `memory.max`, v1 `memory.limit_in_bytes`) where one is set, else the RAM available now
 /// (`MemAvailable`), else the machine's RAM. An automatic budget is a share of it.
 pub fn ram_limit() -> Option<(u64, &'static str)> {
-    ram_limit_from(|p| std::fs::read_to_string(p).ok(), meminfo("MemAvailable:"), machine_ram())
+    ram_limit_from(|p| std::fs::read_to_string(p).ok(), mem_available(), machine_ram())
 }
 
 /// `ram_limit` over a file reader (tests give it a fake /sys).

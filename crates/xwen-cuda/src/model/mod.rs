@@ -90,11 +90,7 @@ pub fn default_cpu_experts() -> usize {
 /// Refuses a VRAM expert cache whose host copy of every routed expert (`expert_bytes`) the
 /// machine's available memory does not hold: the disk tier beneath it is not built.
 fn check_host_room(expert_bytes: u64) -> Result<()> {
-    let avail = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| m.lines().find(|l| l.starts_with("MemAvailable:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<u64>().ok()))
-        .map(|kb| kb * 1024);
-    match avail {
+    match xwen_engine::memory_plan::mem_available() {
         Some(a) if a < expert_bytes + (1 << 30) => {
             let h = xwen_engine::memory_plan::human_bytes;
             Err(CudaError::OverBudget(format!(
