@@ -642,23 +642,7 @@ impl CudaModel {
             Some(gate) if rows => self.proj_many(&[(&w.router, sc.router.ptr), (gate, sc.sg.ptr)], x, n)?,
             _ => self.proj(&w.router, x, sc.router.ptr, None, n, rows)?,
         }
-        let route_args = [
-            Arg::Ptr(sc.router.ptr),
-            Arg::I32(d.n_expert as i32),
-            Arg::I32(k as i32),
-            Arg::I32(d.norm_w as i32),
-            Arg::F32(d.w_scale),
-            Arg::Ptr(sc.ids.ptr),
-            Arg::Ptr(sc.weights.ptr),
-        ];
-        if d.n_expert <= 512 && k <= 32 {
-            // a warp a token, the experts' probabilities in registers
-            g.launch("moe_route_warp", (n as u32, 1), 32, 0, &route_args)?;
-        } else {
-            g.launch("moe_route", (n as u32, 1), 256, (d.n_expert * 4) as u32, &route_args)?;
-        }
-        // under a VRAM budget: the picked experts copied into the layer's pool, in rounds
-        // where the pass needs more than it holds (`experts/`)
+        self.route(sc.router.ptr, sc.ids.ptr, sc.weights.ptr, n)?;
         // the next MoE layer's guess from this layer's input (read-ahead, decode rows)
         let ahead = match (&self.expert_cache, rows) {
             (Some(cache), true) => cache.read_ahead.as_ref().zip(self.next_moe(il)),
@@ -666,21 +650,10 @@ impl CudaModel {
         };
         if let Some((ra, (_, next))) = ahead {
             self.proj(&next.router, x, ra.logits.ptr, None, n, rows)?;
-            let args = [
-                Arg::Ptr(ra.logits.ptr),
-                Arg::I32(d.n_expert as i32),
-                Arg::I32(k as i32),
-                Arg::I32(d.norm_w as i32),
-                Arg::F32(d.w_scale),
-                Arg::Ptr(ra.ids.ptr),
-                Arg::Ptr(ra.weights.ptr),
-            ];
-            if d.n_expert <= 512 && k <= 32 {
-                g.launch("moe_route_warp", (n as u32, 1), 32, 0, &args)?;
-            } else {
-                g.launch("moe_route", (n as u32, 1), 256, (d.n_expert * 4) as u32, &args)?;
-            }
+            self.route(ra.logits.ptr, ra.ids.ptr, ra.weights.ptr, n)?;
         }
+        // under a VRAM budget: the picked experts copied into the layer's pool, in rounds
+        // where the pass needs more than it holds (`experts/`)
         let (rounds, jobs) = match &self.expert_cache {
             Some(cache) => {
                 let ids = g.read_i32(&sc.ids, n * k)?;
@@ -723,6 +696,19 @@ impl CudaModel {
         }
         self.moe_sum(w, x, kinds, n, rows)?;
         read_ahead()
+    }
+
+    /// The top-k experts and their weights of `n` tokens' router logits (n_expert a token).
+    fn route(&self, logits: u64, ids: u64, weights: u64, n: usize) -> Result<()> {
+        let (g, d) = (&self.gpu, &self.d);
+        let k = d.n_used;
+        let args = [Arg::Ptr(logits), Arg::I32(d.n_expert as i32), Arg::I32(k as i32), Arg::I32(d.norm_w as i32), Arg::F32(d.w_scale), Arg::Ptr(ids), Arg::Ptr(weights)];
+        if d.n_expert <= 512 && k <= 32 {
+            // a warp a token, the experts' probabilities in registers
+            g.launch("moe_route_warp", (n as u32, 1), 32, 0, &args)
+        } else {
+            g.launch("moe_route", (n as u32, 1), 256, (d.n_expert * 4) as u32, &args)
+        }
     }
 
     /// The MoE layer after layer `il`, if any: (its index, its weights).
