@@ -34,6 +34,9 @@ pub struct Ctx<'a> {
     /// `t_layer_inp`) a step's hidden rows return, side by side, instead of the final hidden: a
     /// DFlash drafter's features. Empty: the final hidden.
     pub layer_inputs: &'a [usize],
+    /// This model's rank of a sharded model (`crate::shard`): MoE layers compute its experts'
+    /// picks and reduce every pick's output over the group. None: every expert here.
+    pub shard: Option<&'a crate::shard::Shard>,
 }
 
 /// An expert read (or a streamed table rows' read) that failed during a batched forward, and the

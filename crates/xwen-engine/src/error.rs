@@ -38,6 +38,10 @@ pub enum EngineError {
     /// The device a model was put on (`Model::attach_device`) failed or refused.
     #[error("device: {0}")]
     Device(String),
+    /// The ranks of a sharded model failed to meet (`crate::shard`): one's pass failed, or
+    /// they disagreed.
+    #[error("sharded model: {0}")]
+    Collective(String),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
 }

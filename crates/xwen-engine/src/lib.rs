@@ -18,6 +18,7 @@ pub mod models;
 pub mod ops;
 pub mod profile;
 pub mod runtime;
+pub mod shard;
 pub mod state;
 pub mod weights;
 

@@ -202,6 +202,8 @@ pub struct Model {
     device: Option<Arc<dyn crate::device::DeviceModel>>,
     /// With a device: a state's layer shapes with no contents, what `new_state` copies.
     device_shape: Option<SeqState>,
+    /// This model's rank of a sharded model (`join_shard`); None: the whole model.
+    shard: Option<crate::shard::Shard>,
 }
 
 impl Model {
@@ -323,6 +325,7 @@ impl Model {
             dflash: dflash.map(|(h, _)| h),
             device: None,
             device_shape: None,
+            shard: None,
         })
     }
 
@@ -768,6 +771,9 @@ impl Model {
     /// there at their first pass. Refused where the model carries what the device does not
     /// compute: a RAM plan (experts streamed from disk), a draft head, a KV cache other than f16.
     pub fn attach_device(&mut self, dev: Arc<dyn crate::device::DeviceModel>) -> Result<()> {
+        if self.shard.is_some() {
+            return Err(EngineError::Config(format!("{}: a rank of a sharded model computes on this process's CPUs", dev.describe())));
+        }
         if self.plan.is_some() && !dev.takes_streamed_experts() {
             return Err(EngineError::Config(format!(
                 "{}: --ram-budget streams experts to this machine's CPUs; on the device the whole model is resident (its budget is --vram-budget)",
@@ -785,6 +791,22 @@ impl Model {
         let shape = self.new_host_state().empty_like();
         self.device = Some(dev);
         self.device_shape = Some(shape);
+        Ok(())
+    }
+
+    /// Makes this model rank `shard.comm.rank()` of a sharded model (`crate::shard`): its MoE
+    /// layers compute the picks of `shard.experts` only and meet the other ranks in one
+    /// reduction a layer, so every pass must run on every rank of the group, in the same order
+    /// (`shard::ShardGroup` drives them). A draft head's experts stay whole on every rank.
+    pub fn join_shard(&mut self, shard: crate::shard::Shard) -> Result<()> {
+        if self.device.is_some() {
+            return Err(EngineError::Config("a model on a device cannot join a CPU shard group".into()));
+        }
+        let n_expert = self.moe_geometry().map_or(0, |g| g.0);
+        if shard.experts.is_empty() || shard.experts.end > n_expert {
+            return Err(EngineError::Config(format!("experts {}..{} of a rank: the model has {n_expert} a layer", shard.experts.start, shard.experts.end)));
+        }
+        self.shard = Some(shard);
         Ok(())
     }
 
@@ -812,6 +834,7 @@ impl Model {
             faults: Some(faults),
             rows: self.rows.as_ref(),
             layer_inputs: self.dflash.as_ref().map_or(&[], |d| &d.cfg.taps),
+            shard: self.shard.as_ref(),
         }
     }
 
@@ -1010,6 +1033,8 @@ impl Model {
             faults: None,
             rows: None,
             layer_inputs: &[],
+            // a draft head's MoE (an MTP layer's) computes every expert on every rank
+            shard: None,
         }
     }
 

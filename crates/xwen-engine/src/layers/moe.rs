@@ -236,7 +236,8 @@ fn forward_spans(
         }
     }
     // Busiest experts first, so the threads' last tasks are the short ones.
-    let mut active: Vec<usize> = (0..d.n_expert).filter(|&e| !picks[e].is_empty()).collect();
+    // (a rank of a sharded model: its own block's; the reduction below brings the rest)
+    let mut active: Vec<usize> = (0..d.n_expert).filter(|&e| !picks[e].is_empty() && ctx.shard.is_none_or(|sh| sh.owns(e))).collect();
     active.sort_by_key(|&e| std::cmp::Reverse(picks[e].len()));
     let mut jobs: Vec<SpanJob> = Vec::new();
     // the jobs of active expert i: jobs_of[i]
@@ -292,11 +293,33 @@ fn forward_spans(
             Ok(())
         })?;
     }
+    // A rank of a sharded model: every (row, slot)'s output side by side (row × k), its own
+    // picks' from `ys` and the others' zeros until the reduction fills them with their owners'
+    // bits, so the sums below are the one-rank model's.
+    let reduced = match ctx.shard {
+        Some(sh) => {
+            let mut all = vec![0.0f32; n_rows * k * ew];
+            for t in spans.iter().flat_map(|s| s.clone()) {
+                for (slot, &e) in routes[t].as_ref().expect("routed").experts.iter().enumerate() {
+                    if sh.owns(e) {
+                        let (j, i) = place[t * k + slot];
+                        all[(t * k + slot) * ew..][..ew].copy_from_slice(&ys[j][i * ew..(i + 1) * ew]);
+                    }
+                }
+            }
+            sh.comm.all_reduce_sum(&mut all)?;
+            Some(all)
+        }
+        None => None,
+    };
     // Σ over a row's selection slots in llama.cpp's order (slot 0, then 1, …) of p · y, the
     // product rounded before the add as ggml_mul then ggml_add do.
     for s in spans {
         let n = s.len();
-        let parts: Vec<&[f32]> = place[s.start * k..s.end * k].iter().map(|&(j, i)| &ys[j][i * ew..(i + 1) * ew]).collect();
+        let parts: Vec<&[f32]> = match &reduced {
+            Some(all) => all[s.start * k * ew..s.end * k * ew].chunks_exact(ew).collect(),
+            None => place[s.start * k..s.end * k].iter().map(|&(j, i)| &ys[j][i * ew..(i + 1) * ew]).collect(),
+        };
         let weights: Vec<f32> = s.clone().flat_map(|t| routes[t].as_ref().expect("routed").weights.iter().copied()).collect();
         let mut sum = vec![0.0f32; n * ew];
         ctx.backend.weighted_sum(&parts, &weights, k, &mut sum);
@@ -407,7 +430,8 @@ fn forward_decode_rows<'a>(
         _ => None,
     };
     record(ctx, layer, rows_at, &routes, guesses.as_ref());
-    let mut prefetch = store.streams().then(|| guesses.map(|(l, g)| (l, ranked_union(&g))));
+    // (a rank of a sharded model reads ahead its own block's guesses only)
+    let mut prefetch = store.streams().then(|| guesses.map(|(l, g)| (l, ranked_union(&g).into_iter().filter(|&e| ctx.shard.is_none_or(|sh| sh.owns(e))).collect::<Vec<_>>())));
     drop(sp);
 
     let sp = ctx.span(Op::MoeExperts);
@@ -426,6 +450,10 @@ fn forward_decode_rows<'a>(
             };
             users[i].push((row, slot));
         }
+    }
+    if let Some(sh) = ctx.shard {
+        // this rank's block of the picks; the reduction after the products brings the others'
+        (union, users) = union.into_iter().zip(users).filter(|(e, _)| sh.owns(*e)).unzip();
     }
     if prefetch.is_some() {
         store.routed(layer, &union);
@@ -501,6 +529,10 @@ fn forward_decode_rows<'a>(
             }
             Ok(())
         })?;
+    }
+    if let Some(sh) = ctx.shard {
+        // every slot's output: its owner's bits, zeros from the other ranks
+        sh.comm.all_reduce_sum(&mut ys)?;
     }
     let mut ysh = ctx.zeros(m * hidden);
     let mut out = ctx.zeros(m * ew);

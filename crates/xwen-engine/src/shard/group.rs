@@ -1,0 +1,187 @@
+//! The ranks of a sharded model in one process, driven in lockstep: every pass runs on every
+//! rank at once, each rank a thread with its own workers and its own copy of each sequence's
+//! state, and they meet in the MoE layers' reductions. Rank 0's logits are the pass's (every
+//! rank's are the same bits; a pass checks that they are).
+
+use super::{Collective, ExpertPartition, LocalGroup, Shard};
+use crate::config::EngineConfig;
+use crate::error::{EngineError, Result};
+use crate::model::{LogitsMode, Model, SeqStep};
+use crate::models::SpanOut;
+use crate::state::SeqState;
+use std::panic::AssertUnwindSafe;
+use std::path::Path;
+use std::sync::Arc;
+use xwen_gguf::GgufFile;
+
+/// A model split over ranks by its routed experts (`crate::shard`).
+pub struct ShardGroup {
+    ranks: Vec<Model>,
+    comms: Vec<Arc<dyn Collective>>,
+}
+
+/// One sequence's state in a group: a copy on every rank, all at the same position.
+pub struct GroupState {
+    pub ranks: Vec<SeqState>,
+}
+
+impl GroupState {
+    /// Positions the sequence holds.
+    pub fn pos(&self) -> usize {
+        self.ranks.first().map_or(0, |s| s.pos)
+    }
+}
+
+/// One sequence's part of a group's batched step (`SeqStep` on every rank).
+pub struct GroupStep<'a> {
+    pub state: &'a mut GroupState,
+    pub tokens: &'a [u32],
+    pub logits: LogitsMode,
+    pub decode_order: bool,
+    pub hidden: bool,
+}
+
+impl<'a> GroupStep<'a> {
+    pub fn new(state: &'a mut GroupState, tokens: &'a [u32], logits: LogitsMode) -> GroupStep<'a> {
+        GroupStep { state, tokens, logits, decode_order: false, hidden: false }
+    }
+}
+
+impl ShardGroup {
+    /// `ranks` ranks of the model at `path`, in this process, meeting through a `LocalGroup`;
+    /// the file mapped once for all of them, each rank with `cfg`'s threads.
+    pub fn load(path: &Path, cfg: &EngineConfig, ranks: usize) -> Result<ShardGroup> {
+        let file = Arc::new(Model::open_file(path, cfg)?);
+        let comms = LocalGroup::new(ranks).into_iter().map(|g| Arc::new(g) as Arc<dyn Collective>).collect();
+        ShardGroup::with_comms(file, Some(path), cfg, comms)
+    }
+
+    /// The ranks of `file` over the given ends of a collective, one rank each, in rank order
+    /// (`comms[r].rank() == r`).
+    pub fn with_comms(file: Arc<GgufFile>, path: Option<&Path>, cfg: &EngineConfig, comms: Vec<Arc<dyn Collective>>) -> Result<ShardGroup> {
+        let n = comms.len();
+        if let Some((r, c)) = comms.iter().enumerate().find(|(r, c)| c.rank() != *r || c.size() != n) {
+            return Err(EngineError::Config(format!("the collective's end {r} is rank {} of {}, not rank {r} of {n}", c.rank(), c.size())));
+        }
+        let plan = super::ShardPlan::of_file(&file, n)?;
+        let ranks = comms
+            .iter()
+            .map(|c| {
+                let mut m = Model::from_gguf_at(Arc::clone(&file), path, cfg)?;
+                if n > 1 {
+                    m.join_shard(Shard { comm: Arc::clone(c), experts: plan.partition.block(c.rank()) })?;
+                }
+                Ok(m)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ShardGroup { ranks, comms })
+    }
+
+    /// Ranks in the group.
+    pub fn size(&self) -> usize {
+        self.ranks.len()
+    }
+
+    /// The experts each rank computes.
+    pub fn partition(&self) -> Option<ExpertPartition> {
+        self.ranks[0].moe_geometry().map(|(n_expert, _, _)| ExpertPartition { n_expert, ranks: self.size() })
+    }
+
+    /// Rank `r`'s model (its expert cache counters, its profile).
+    pub fn rank(&self, r: usize) -> &Model {
+        &self.ranks[r]
+    }
+
+    /// A new sequence at position 0.
+    pub fn new_state(&self) -> GroupState {
+        GroupState { ranks: self.ranks.iter().map(|m| m.new_state()).collect() }
+    }
+
+    /// `Model::forward` on every rank.
+    pub fn forward(&self, state: &mut GroupState, tokens: &[u32], mode: LogitsMode) -> Result<Vec<f32>> {
+        self.check_state(state)?;
+        let outs = self.on_ranks(state.ranks.iter_mut().map(|s| (s, ())).collect(), |m, (s, ())| m.forward(s, tokens, mode))?;
+        agree(outs, |a, b| same_bits(a, b))
+    }
+
+    /// `Model::forward_chunks` on every rank.
+    pub fn forward_chunks(&self, state: &mut GroupState, tokens: &[u32], chunk: usize, mode: LogitsMode) -> Result<Vec<f32>> {
+        self.check_state(state)?;
+        let outs = self.on_ranks(state.ranks.iter_mut().map(|s| (s, ())).collect(), |m, (s, ())| m.forward_chunks(s, tokens, chunk, mode))?;
+        agree(outs, |a, b| same_bits(a, b))
+    }
+
+    /// `Model::forward_batch_out` on every rank: several sequences' decode rows and prompt
+    /// chunks in one step.
+    pub fn forward_batch_out(&self, steps: &mut [GroupStep]) -> Result<Vec<SpanOut>> {
+        for s in steps.iter() {
+            self.check_state(s.state)?;
+        }
+        let n = self.size();
+        let mut per_rank: Vec<Vec<SeqStep>> = (0..n).map(|_| Vec::with_capacity(steps.len())).collect();
+        for s in steps.iter_mut() {
+            for (r, st) in s.state.ranks.iter_mut().enumerate() {
+                per_rank[r].push(SeqStep { state: st, tokens: s.tokens, logits: s.logits, decode_order: s.decode_order, hidden: s.hidden });
+            }
+        }
+        let outs = self.on_ranks(per_rank.into_iter().map(|v| (v, ())).collect(), |m, (mut v, ())| m.forward_batch_out(&mut v))?;
+        agree(outs, |a, b| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_bits(&x.logits, &y.logits) && same_bits(&x.hidden, &y.hidden)))
+    }
+
+    fn check_state(&self, s: &GroupState) -> Result<()> {
+        if s.ranks.len() != self.size() || s.ranks.iter().any(|r| r.pos != s.pos()) {
+            return Err(EngineError::State(format!("a group state of {} rank copies (positions differing or not {} of them)", s.ranks.len(), self.size())));
+        }
+        Ok(())
+    }
+
+    /// `f` on every rank at once, rank r with `args[r]`; every rank's result, or the error that
+    /// started a failure (a rank whose pass fails aborts the group, so the others, waiting in
+    /// a reduction for it, fail too instead of waiting forever).
+    fn on_ranks<A: Send, T: Send>(&self, args: Vec<A>, f: impl Fn(&Model, A) -> Result<T> + Sync) -> Result<Vec<T>> {
+        let f = &f;
+        let results: Vec<Result<T>> = std::thread::scope(|sc| {
+            let hs: Vec<_> = self
+                .ranks
+                .iter()
+                .zip(&self.comms)
+                .zip(args)
+                .map(|((m, c), a)| {
+                    sc.spawn(move || {
+                        let r = std::panic::catch_unwind(AssertUnwindSafe(|| f(m, a)))
+                            .unwrap_or_else(|p| Err(EngineError::State(format!("a rank's pass panicked: {}", panic_text(&p)))));
+                        if let Err(e) = &r {
+                            c.abort(&e.to_string());
+                        }
+                        r
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(EngineError::State("a rank's thread died".into())))).collect()
+        });
+        if results.iter().any(|r| r.is_err()) {
+            // the cause, not the aborts it set off in the other ranks
+            let mut errs: Vec<EngineError> = results.into_iter().filter_map(|r| r.err()).collect();
+            let i = errs.iter().position(|e| !matches!(e, EngineError::Collective(_))).unwrap_or(0);
+            return Err(errs.swap_remove(i));
+        }
+        Ok(results.into_iter().map(|r| r.expect("no errors")).collect())
+    }
+}
+
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+/// Rank 0's output, checked equal (`same`) to every other rank's: they run the same trunk on
+/// the same reduced expert outputs, so any difference is a fault of the group, not rounding.
+fn agree<T>(mut outs: Vec<T>, same: impl Fn(&T, &T) -> bool) -> Result<T> {
+    if let Some(r) = outs.iter().skip(1).position(|o| !same(&outs[0], o)) {
+        return Err(EngineError::Collective(format!("rank {} computed different logits from rank 0", r + 1)));
+    }
+    Ok(outs.swap_remove(0))
+}
+
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "(no message)".into())
+}
