@@ -91,7 +91,11 @@ pub fn run(a: PlanArgs) -> Result<()> {
             }
         }
     }
-    if a.engine.vram_budget.is_some() && vram.is_none() {
+    let gpus = a.gpus.map(|n| gpus_plan(&file, n as usize, &cfg, a.engine.prefill_chunk(), a.engine.vram_budget)).transpose()?;
+    if let (Some(g), false) = (&gpus, a.json) {
+        g.print();
+    }
+    if a.engine.vram_budget.is_some() && vram.is_none() && gpus.is_none() {
         anyhow::bail!("--vram-budget is a ceiling on the GPU's share: give it with -ngl 99 (or --device cuda)");
     }
     if a.json {
@@ -136,6 +140,13 @@ pub fn run(a: PlanArgs) -> Result<()> {
             j["vram_expert_slots"] = serde_json::json!(v.parts.expert_slots(b));
             j["vram_experts_per_layer"] = serde_json::json!(v.parts.n_expert);
             j["vram_budget_ok"] = serde_json::json!(b.map_or(true, |b| v.parts.check_budget(b).is_ok()));
+        }
+        if let Some(g) = &gpus {
+            j["gpus"] = serde_json::json!(g.plan.ranks);
+            j["gpu_rank_bytes"] = serde_json::json!((0..g.plan.ranks).map(|r| g.plan.rank_bytes(r)).collect::<Vec<_>>());
+            j["gpu_rank_experts"] = serde_json::json!((0..g.plan.ranks).map(|r| { let b = g.plan.partition.block(r); [b.start, b.end] }).collect::<Vec<_>>());
+            j["gpu_card_bytes"] = serde_json::json!(g.card);
+            j["gpu_fits"] = serde_json::json!(g.card.map(|c| g.plan.check_fits(c).is_ok()));
         }
         if let Some(r) = &rates {
             j["trace_hit_rates"] = r.iter().map(|(p, v)| (p.key().to_string(), serde_json::json!(v))).collect::<serde_json::Map<_, _>>().into();
@@ -225,4 +236,54 @@ pub fn run(a: PlanArgs) -> Result<()> {
         println!("  expected hit rate at {:.0}% cached, from the trace: {}", 100.0 * share, parts.join(", "));
     }
     Ok(())
+}
+
+/// `--gpus N`: the model's placement over N GPUs and the card it is checked against.
+struct GpusPlan {
+    plan: xwen_engine::shard::ShardPlan,
+    /// Bytes a card has for it: --vram-budget, else the first device's free memory; None: unknown.
+    card: Option<u64>,
+    /// What the bytes count.
+    counted: String,
+    device: Option<String>,
+}
+
+impl GpusPlan {
+    fn print(&self) {
+        println!("{} GPU(s), expert parallel: each GPU holds the trunk and a block of every MoE layer's routed experts ({})", self.plan.ranks, self.counted);
+        for l in self.plan.lines() {
+            println!("  {l}");
+        }
+        match (self.card, &self.device) {
+            (Some(c), _) => match self.plan.check_fits(c) {
+                Ok(()) => println!("  fits {} a card{}", human_bytes(c), self.device.as_deref().map(|d| format!(" ({d})")).unwrap_or_default()),
+                Err(why) => println!("  {why}"),
+            },
+            (None, Some(why)) => println!("  no card to check against: {why} (give --vram-budget, per card)"),
+            (None, None) => {}
+        }
+    }
+}
+
+/// The placement of `file` over `n` GPUs: in the CUDA backend's layout with KV, state and scratch
+/// where it is built in, else the weights as stored.
+fn gpus_plan(file: &GgufFile, n: usize, cfg: &xwen_engine::EngineConfig, ubatch: usize, budget: Option<u64>) -> Result<GpusPlan> {
+    #[cfg(feature = "cuda")]
+    {
+        let v = crate::gpu::vram_plan(file, 0, cfg.max_ctx, ubatch)?;
+        let p = &v.parts;
+        let plan = xwen_engine::shard::ShardPlan::new(n, p.n_expert, p.trunk_bytes, p.expert_bytes, p.state_bytes + p.scratch_bytes)?;
+        let (card, device) = match (budget, v.device) {
+            (Some(b), _) => (Some(b), None),
+            (None, Ok((name, free))) => (Some(free), Some(format!("{name}, free now"))),
+            (None, Err(why)) => (None, Some(why)),
+        };
+        Ok(GpusPlan { plan, card, counted: format!("the CUDA backend's layout; KV and state at -c {}, scratch", cfg.max_ctx), device })
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = (cfg, ubatch);
+        let plan = xwen_engine::shard::ShardPlan::of_file(file, n)?;
+        Ok(GpusPlan { plan, card: budget, counted: "weights as stored; this xwen was built without CUDA, so KV, state and scratch are not counted".into(), device: budget.is_none().then(|| "this xwen was built without CUDA".to_string()) })
+    }
 }

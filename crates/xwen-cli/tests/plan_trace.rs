@@ -184,3 +184,28 @@ fn the_drafter_counts_inside_the_budget() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("draft model:"), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+/// `xwen plan --gpus N`: each GPU's block of experts and bytes (the trunk on every one), the
+/// check against a card's budget, and a dense model refused with the reason.
+#[test]
+fn plan_over_gpus_splits_the_experts_and_checks_the_card() {
+    let j = plan_json(&moe(), &["--gpus", "3"]);
+    assert_eq!(j["gpus"].as_u64(), Some(3));
+    let experts: Vec<(u64, u64)> = j["gpu_rank_experts"].as_array().unwrap().iter().map(|b| (b[0].as_u64().unwrap(), b[1].as_u64().unwrap())).collect();
+    assert_eq!(experts, vec![(0, 2), (2, 3), (3, 4)], "4 experts over 3 GPUs");
+    let bytes: Vec<u64> = j["gpu_rank_bytes"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).collect();
+    assert!(bytes[0] > bytes[1] && bytes[1] == bytes[2], "{bytes:?}");
+    // one GPU holds more than any of three; the first rank's bytes fit exactly that budget
+    let one = plan_json(&moe(), &["--gpus", "1"])["gpu_rank_bytes"][0].as_u64().unwrap();
+    assert!(one > bytes[0]);
+    let fits = |b: u64| plan_json(&moe(), &["--gpus", "3", "--vram-budget", &b.to_string()])["gpu_fits"].as_bool();
+    assert_eq!((fits(bytes[0]), fits(bytes[0] - 1)), (Some(true), Some(false)));
+    let o = xwen(&["plan", "-m", &moe(), "--gpus", "2", "--vram-budget", "1K"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && text.contains("rank 0: experts 0..2 of 4") && text.contains("more than a card's"), "{text}");
+    let dense = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity/cond/qwen3_5/model-q4_k_m.gguf");
+    let o = xwen(&["plan", "-m", dense.to_str().unwrap(), "--gpus", "2"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no routed experts"));
+    let o = xwen(&["plan", "-m", &moe(), "--gpus", "5"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("more ranks than"));
+}
