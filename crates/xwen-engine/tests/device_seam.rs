@@ -5,15 +5,14 @@
 //! a prefix-cache entry, and a speculative verify with its rollbacks — so the seam's plumbing
 //! is held in CI; `crates/xwen-cuda/tests/engine.rs` holds the real device to the same tests.
 
-use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use xwen_engine::state::{DeltaState, LayerState};
-use xwen_engine::{
-    ContraryDrafter, DeviceModel, DeviceRow, DeviceSeq, Engine, EngineConfig, EngineOptions, EngineRequest, LogitsMode, Model, Output, PrefixCache, ReplayDrafter, RowOut,
-    SamplerConfig, SeqState, SeqStep,
-};
+use xwen_engine::{ContraryDrafter, Engine, EngineConfig, EngineOptions, EngineRequest, LogitsMode, Model, Output, PrefixCache, ReplayDrafter, SamplerConfig, SeqStep};
+
+#[path = "support/host_device.rs"]
+mod host_device;
+use host_device::{HostDevice, MAX_ROWS, ROLLBACKS, VERIFIES};
 
 fn path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity/cond/qwen3_5/model-q4_k_m.gguf")
@@ -27,159 +26,12 @@ fn cpu_model() -> Model {
 /// A model whose passes run on the stand-in device.
 fn device_model() -> (Model, Arc<HostDevice>) {
     let mut m = cpu_model();
-    let dev = Arc::new(HostDevice { model: cpu_model(), passes: AtomicUsize::new(0), widest: AtomicUsize::new(0) });
+    let dev = Arc::new(HostDevice::new(cpu_model()));
     m.attach_device(dev.clone()).unwrap();
     (m, dev)
 }
 
 /// A device whose memory is a second model's host states.
-struct HostDevice {
-    model: Model,
-    passes: AtomicUsize,
-    /// The most rows a decode batch (`forward_rows`) brought.
-    widest: AtomicUsize,
-}
-
-/// Rows the stand-in's decode batches take at most (the engine splits wider ones).
-const MAX_ROWS: usize = 2;
-
-/// Verifies (passes of several rows in the one-token order) and rollbacks, over all devices.
-static VERIFIES: AtomicUsize = AtomicUsize::new(0);
-static ROLLBACKS: AtomicUsize = AtomicUsize::new(0);
-
-struct HostSeq(SeqState);
-
-impl HostSeq {
-    /// The KV rows past `pos` dropped, as a device overwrites them.
-    fn at(&mut self, pos: usize) {
-        let st = &mut self.0;
-        for l in &mut st.layers {
-            if let LayerState::Attn(kv) = l {
-                let (wk, wv) = (kv.k.len() / st.pos.max(1), kv.v.len() / st.pos.max(1));
-                kv.k.truncate(pos * wk);
-                kv.v.truncate(pos * wv);
-            }
-        }
-        st.pos = pos;
-    }
-}
-
-impl DeviceModel for HostDevice {
-    fn describe(&self) -> String {
-        "a stand-in device".into()
-    }
-
-    fn device_bytes(&self) -> u64 {
-        0
-    }
-
-    fn upload(&self, layers: &[LayerState], pos: usize) -> xwen_engine::Result<Box<dyn DeviceSeq>> {
-        let mut st = self.model.new_state();
-        assert_eq!(st.layers.len(), layers.len());
-        // empty recurrent states are the zero state (a fresh state's, which the engine does
-        // not fill on the host for a device)
-        for (mine, given) in st.layers.iter_mut().zip(layers) {
-            match (mine, given) {
-                (LayerState::Delta(_), LayerState::Delta(d)) if d.conv.is_empty() && d.s.is_empty() => {}
-                (m, g) => *m = g.clone(),
-            }
-        }
-        st.pos = pos;
-        Ok(Box::new(HostSeq(st)))
-    }
-
-    fn forward(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32], logits: Range<usize>, decode_order: bool) -> xwen_engine::Result<Vec<f32>> {
-        self.passes.fetch_add(1, Ordering::Relaxed);
-        if decode_order && tokens.len() > 1 {
-            VERIFIES.fetch_add(1, Ordering::Relaxed);
-        }
-        let seq = seq.as_any_mut().downcast_mut::<HostSeq>().expect("this device's sequence");
-        seq.at(pos);
-        let mut step = [SeqStep { state: &mut seq.0, tokens, logits: LogitsMode::All, decode_order, hidden: false }];
-        let all = self.model.forward_batch(&mut step)?.pop().unwrap();
-        let v = self.model.n_vocab();
-        Ok(all[logits.start * v..logits.end * v].to_vec())
-    }
-
-    /// The rows as one CPU batch (whose rows are each as computed alone).
-    fn forward_rows(&self, rows: &mut [DeviceRow<'_>]) -> xwen_engine::Result<Vec<RowOut>> {
-        assert!(rows.len() <= MAX_ROWS, "a decode batch wider than max_rows");
-        self.passes.fetch_add(1, Ordering::Relaxed);
-        self.widest.fetch_max(rows.len(), Ordering::Relaxed);
-        let toks: Vec<[u32; 1]> = rows.iter().map(|r| [r.token]).collect();
-        let mut seqs: Vec<&mut HostSeq> = Vec::new();
-        for r in rows.iter_mut() {
-            let s = r.seq.as_any_mut().downcast_mut::<HostSeq>().expect("this device's sequence");
-            s.at(r.pos);
-            seqs.push(s);
-        }
-        let mut steps: Vec<SeqStep> = seqs.into_iter().zip(&toks).map(|(s, t)| SeqStep { state: &mut s.0, tokens: t, logits: LogitsMode::All, decode_order: false, hidden: false }).collect();
-        let out = self.model.forward_batch(&mut steps)?;
-        Ok(rows.iter().zip(out).map(|(r, l)| if r.logits { RowOut::Logits(l) } else { RowOut::Argmax(greedy(&l)) }).collect())
-    }
-
-    fn max_rows(&self) -> usize {
-        MAX_ROWS
-    }
-}
-
-impl DeviceSeq for HostSeq {
-    fn try_clone(&self) -> xwen_engine::Result<Box<dyn DeviceSeq>> {
-        Ok(Box::new(HostSeq(self.0.clone())))
-    }
-
-    fn download(&self, layers: &mut [LayerState], pos: usize) -> xwen_engine::Result<()> {
-        let mut c = HostSeq(self.0.clone());
-        c.at(pos);
-        layers.clone_from_slice(&c.0.layers);
-        Ok(())
-    }
-
-    fn recurrent(&self) -> xwen_engine::Result<Vec<(usize, DeltaState)>> {
-        Ok(self
-            .0
-            .layers
-            .iter()
-            .enumerate()
-            .filter_map(|(i, l)| match l {
-                LayerState::Delta(d) => Some((i, DeltaState::of(d.conv.clone(), d.s.clone()))),
-                LayerState::Attn(_) => None,
-            })
-            .collect())
-    }
-
-    fn set_recurrent(&mut self, states: &[(usize, DeltaState)]) -> xwen_engine::Result<()> {
-        for (i, d) in states {
-            let LayerState::Delta(cur) = &mut self.0.layers[*i] else { panic!("layer {i} is not recurrent") };
-            cur.conv.clone_from(&d.conv);
-            cur.s.clone_from(&d.s);
-        }
-        Ok(())
-    }
-
-    fn keep_history(&mut self, k: usize) {
-        self.0.keep_history(k);
-    }
-
-    fn rollback(&mut self, from: usize, to: usize) -> xwen_engine::Result<()> {
-        assert_eq!(self.0.pos, from);
-        ROLLBACKS.fetch_add(1, Ordering::Relaxed);
-        self.0.rollback(to)
-    }
-
-    fn bytes(&self) -> usize {
-        self.0.bytes()
-    }
-
-    fn history_bytes(&self) -> usize {
-        self.0.history_bytes()
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
-}
-
 fn prompt(seed: usize, n: usize, vocab: usize) -> Vec<u32> {
     (0..n).map(|i| ((seed * 7919 + i * 104_729 + 5) % vocab) as u32).collect()
 }
@@ -346,7 +198,7 @@ fn what_the_device_does_not_compute_is_refused() {
     let e = dev.attach_dflash(&path()).unwrap_err().to_string();
     assert!(e.contains("not on the device"), "{e}");
     let mut budgeted = Model::load(&path(), &EngineConfig { threads: 2, max_ctx: 512, ram_budget: Some(1 << 30), ..Default::default() }).unwrap();
-    let stand_in = Arc::new(HostDevice { model: cpu_model(), passes: AtomicUsize::new(0), widest: AtomicUsize::new(0) });
+    let stand_in = Arc::new(HostDevice::new(cpu_model()));
     assert!(budgeted.attach_device(stand_in.clone()).is_err(), "a RAM plan is the CPU's");
     let mut q8 = Model::load(&path(), &EngineConfig { threads: 2, max_ctx: 512, kv_types: (xwen_engine::KvType::Q8_0, xwen_engine::KvType::Q8_0), ..Default::default() }).unwrap();
     assert!(q8.attach_device(stand_in).is_err(), "the device keeps f16 rows");

@@ -2,13 +2,19 @@
 //! this process meeting through the in-process collective: the logits of N ranks are the bits
 //! of the one-rank model's — prompts in chunks, decode, and batches mixing several sequences'
 //! decode rows with prompt chunks — on every MoE architecture's fixture, for several N; a
-//! rank whose pass fails fails the group instead of hanging it.
+//! rank whose pass fails fails the group instead of hanging it. The same ranks behind the device
+//! seam (`DeviceGroup`, each rank a stand-in device) serve the engine's requests with the CPU's
+//! tokens: what a GPU per rank does, minus the GPUs.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use xwen_engine::shard::{Collective, GroupStep, LocalGroup, ShardGroup};
-use xwen_engine::{EngineConfig, EngineError, LogitsMode, Model, SeqStep};
+use xwen_engine::shard::{Collective, DeviceGroup, ExpertPartition, GroupStep, LocalGroup, Shard, ShardGroup};
+use xwen_engine::{DeviceModel, Engine, EngineConfig, EngineError, EngineOptions, EngineRequest, LogitsMode, Model, Output, SamplerConfig, SeqStep};
+
+#[path = "support/host_device.rs"]
+mod host_device;
+use host_device::{HostDevice, MAX_ROWS};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -198,4 +204,90 @@ fn a_dense_model_or_more_ranks_than_experts_is_refused_with_the_reason() {
     assert!(e.to_string().contains("more ranks than"), "{e}");
     // one rank is the model itself
     assert_eq!(ShardGroup::load(&moe, &cfg(), 1).unwrap().size(), 1);
+}
+
+/// A model whose passes run on a `DeviceGroup` of `n` ranks, each a sharded CPU model behind
+/// the stand-in device, meeting through the in-process collective.
+fn on_device_group(path: &Path, n: usize) -> (Model, Vec<Arc<HostDevice>>) {
+    let file = Arc::new(Model::open_file(path, &cfg()).unwrap());
+    let comms: Vec<Arc<LocalGroup>> = LocalGroup::new(n).into_iter().map(Arc::new).collect();
+    let mut root = Model::from_gguf_at(Arc::clone(&file), Some(path), &cfg()).unwrap();
+    let part = ExpertPartition { n_expert: root.moe_geometry().unwrap().0, ranks: n };
+    let hosts: Vec<Arc<HostDevice>> = comms
+        .iter()
+        .map(|c| {
+            let mut m = Model::from_gguf_at(Arc::clone(&file), Some(path), &cfg()).unwrap();
+            m.join_shard(Shard { comm: Arc::clone(c) as Arc<dyn Collective>, experts: part.block(c.rank()) }).unwrap();
+            Arc::new(HostDevice::new(m))
+        })
+        .collect();
+    let ranks: Vec<Arc<dyn DeviceModel>> = hosts.iter().map(|h| Arc::clone(h) as Arc<dyn DeviceModel>).collect();
+    let group = DeviceGroup::new(ranks, Arc::new(move |r: usize, why: &str| comms[r].abort(why))).unwrap();
+    assert_eq!(group.size(), n);
+    root.attach_device(Arc::new(group)).unwrap();
+    (root, hosts)
+}
+
+fn run_engine(m: Model, reqs: Vec<EngineRequest>, parallel: usize) -> Vec<Vec<u32>> {
+    let n = reqs.len();
+    let mut e = Engine::new(m, EngineOptions { parallel, draft: None, prefix: None });
+    for r in reqs {
+        e.submit(r);
+    }
+    let mut outs: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut steps = 0;
+    while e.has_work() {
+        for (id, o) in e.step() {
+            match o {
+                Output::Token { id: t, .. } => outs[id as usize - 1].push(t),
+                Output::Failed(m) => panic!("request {id} failed: {m}"),
+                _ => {}
+            }
+        }
+        steps += 1;
+        assert!(steps < 10_000, "the engine never drains");
+    }
+    outs
+}
+
+/// Passes on a group of ranks behind the device seam give the CPU model's bits, and the state
+/// comes back whole; the engine's slots, decode batches and prompt chunks on the group give each
+/// request the CPU's tokens.
+#[test]
+fn a_device_group_of_ranks_serves_the_engine_with_the_cpus_tokens() {
+    let path = fixture("qwen3_5_moe/model-q4_k_m.gguf");
+    let cpu = Model::load(&path, &cfg()).unwrap();
+    let v = cpu.n_vocab();
+    let (grouped, hosts) = on_device_group(&path, 3);
+    assert!(grouped.device().unwrap().starts_with("3 ranks, expert parallel"));
+    let p = prompt(29, v);
+    let (mut a, mut b) = (cpu.new_state(), grouped.new_state());
+    let want = cpu.forward_chunks(&mut a, &p, 8, LogitsMode::All).unwrap();
+    assert_eq!(bits(&want), bits(&grouped.forward_chunks(&mut b, &p, 8, LogitsMode::All).unwrap()));
+    for t in [3u32, 17, 40] {
+        assert_eq!(bits(&cpu.forward(&mut a, &[t], LogitsMode::Last).unwrap()), bits(&grouped.forward(&mut b, &[t], LogitsMode::Last).unwrap()));
+    }
+    // a clone, and a checkpoint restored after a detour, continue with the same bits on every rank
+    let ck = b.checkpoint().unwrap();
+    let mut c = b.clone();
+    grouped.forward(&mut b, &p[..5], LogitsMode::None).unwrap();
+    b.restore_checkpoint(&ck).unwrap();
+    let want9 = cpu.forward(&mut a, &[9], LogitsMode::Last).unwrap();
+    assert_eq!(bits(&grouped.forward(&mut c, &[9], LogitsMode::Last).unwrap()), bits(&want9));
+    assert_eq!(bits(&grouped.forward(&mut b, &[9], LogitsMode::Last).unwrap()), bits(&want9));
+    let reqs = || {
+        [(9, 7), (30, 5), (3, 9), (14, 4)]
+            .iter()
+            .enumerate()
+            .map(|(i, &(len, n))| EngineRequest {
+                prefill_chunk: 8,
+                ..EngineRequest::new(prompt(len + i, v).into_iter().map(|t| (t + 11 * i as u32) % v as u32).collect(), n, Vec::new(), SamplerConfig::greedy().resolve(false))
+            })
+            .collect::<Vec<_>>()
+    };
+    let want = run_engine(cpu, reqs(), 3);
+    assert_eq!(run_engine(grouped, reqs(), 3), want);
+    for h in &hosts {
+        assert_eq!(h.widest.load(Ordering::Relaxed), MAX_ROWS, "every rank took the slots' decode rows as batches");
+    }
 }

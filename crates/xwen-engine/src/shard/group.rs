@@ -3,13 +3,13 @@
 //! state, and they meet in the MoE layers' reductions. Rank 0's logits are the pass's (every
 //! rank's are the same bits; a pass checks that they are).
 
+use super::lockstep::{agree, on_ranks, same_bits};
 use super::{Collective, ExpertPartition, LocalGroup, Shard};
 use crate::config::EngineConfig;
 use crate::error::{EngineError, Result};
 use crate::model::{LogitsMode, Model, SeqStep};
 use crate::models::SpanOut;
 use crate::state::SeqState;
-use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::Arc;
 use xwen_gguf::GgufFile;
@@ -100,14 +100,14 @@ impl ShardGroup {
     /// `Model::forward` on every rank.
     pub fn forward(&self, state: &mut GroupState, tokens: &[u32], mode: LogitsMode) -> Result<Vec<f32>> {
         self.check_state(state)?;
-        let outs = self.on_ranks(state.ranks.iter_mut().map(|s| (s, ())).collect(), |m, (s, ())| m.forward(s, tokens, mode))?;
+        let outs = self.on_ranks(state.ranks.iter_mut().collect(), |m, s| m.forward(s, tokens, mode))?;
         agree(outs, |a, b| same_bits(a, b))
     }
 
     /// `Model::forward_chunks` on every rank.
     pub fn forward_chunks(&self, state: &mut GroupState, tokens: &[u32], chunk: usize, mode: LogitsMode) -> Result<Vec<f32>> {
         self.check_state(state)?;
-        let outs = self.on_ranks(state.ranks.iter_mut().map(|s| (s, ())).collect(), |m, (s, ())| m.forward_chunks(s, tokens, chunk, mode))?;
+        let outs = self.on_ranks(state.ranks.iter_mut().collect(), |m, s| m.forward_chunks(s, tokens, chunk, mode))?;
         agree(outs, |a, b| same_bits(a, b))
     }
 
@@ -124,8 +124,14 @@ impl ShardGroup {
                 per_rank[r].push(SeqStep { state: st, tokens: s.tokens, logits: s.logits, decode_order: s.decode_order, hidden: s.hidden });
             }
         }
-        let outs = self.on_ranks(per_rank.into_iter().map(|v| (v, ())).collect(), |m, (mut v, ())| m.forward_batch_out(&mut v))?;
+        let outs = self.on_ranks(per_rank, |m, mut v| m.forward_batch_out(&mut v))?;
         agree(outs, |a, b| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_bits(&x.logits, &y.logits) && same_bits(&x.hidden, &y.hidden)))
+    }
+
+    /// `f` on every rank at once (`lockstep::on_ranks`).
+    fn on_ranks<A: Send, T: Send>(&self, args: Vec<A>, f: impl Fn(&Model, A) -> Result<T> + Sync) -> Result<Vec<T>> {
+        let abort = |r: usize, why: &str| self.comms[r].abort(why);
+        on_ranks(&self.ranks, args, &abort, f)
     }
 
     fn check_state(&self, s: &GroupState) -> Result<()> {
@@ -134,54 +140,4 @@ impl ShardGroup {
         }
         Ok(())
     }
-
-    /// `f` on every rank at once, rank r with `args[r]`; every rank's result, or the error that
-    /// started a failure (a rank whose pass fails aborts the group, so the others, waiting in
-    /// a reduction for it, fail too instead of waiting forever).
-    fn on_ranks<A: Send, T: Send>(&self, args: Vec<A>, f: impl Fn(&Model, A) -> Result<T> + Sync) -> Result<Vec<T>> {
-        let f = &f;
-        let results: Vec<Result<T>> = std::thread::scope(|sc| {
-            let hs: Vec<_> = self
-                .ranks
-                .iter()
-                .zip(&self.comms)
-                .zip(args)
-                .map(|((m, c), a)| {
-                    sc.spawn(move || {
-                        let r = std::panic::catch_unwind(AssertUnwindSafe(|| f(m, a)))
-                            .unwrap_or_else(|p| Err(EngineError::State(format!("a rank's pass panicked: {}", panic_text(&p)))));
-                        if let Err(e) = &r {
-                            c.abort(&e.to_string());
-                        }
-                        r
-                    })
-                })
-                .collect();
-            hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(EngineError::State("a rank's thread died".into())))).collect()
-        });
-        if results.iter().any(|r| r.is_err()) {
-            // the cause, not the aborts it set off in the other ranks
-            let mut errs: Vec<EngineError> = results.into_iter().filter_map(|r| r.err()).collect();
-            let i = errs.iter().position(|e| !matches!(e, EngineError::Collective(_))).unwrap_or(0);
-            return Err(errs.swap_remove(i));
-        }
-        Ok(results.into_iter().map(|r| r.expect("no errors")).collect())
-    }
-}
-
-fn same_bits(a: &[f32], b: &[f32]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
-}
-
-/// Rank 0's output, checked equal (`same`) to every other rank's: they run the same trunk on
-/// the same reduced expert outputs, so any difference is a fault of the group, not rounding.
-fn agree<T>(mut outs: Vec<T>, same: impl Fn(&T, &T) -> bool) -> Result<T> {
-    if let Some(r) = outs.iter().skip(1).position(|o| !same(&outs[0], o)) {
-        return Err(EngineError::Collective(format!("rank {} computed different logits from rank 0", r + 1)));
-    }
-    Ok(outs.swap_remove(0))
-}
-
-fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
-    p.downcast_ref::<&str>().map(|s| s.to_string()).or_else(|| p.downcast_ref::<String>().cloned()).unwrap_or_else(|| "(no message)".into())
 }

@@ -13,10 +13,13 @@
 //! of one (`tests/shard.rs`).
 
 mod collective;
+mod device_group;
 mod group;
+mod lockstep;
 mod plan;
 
 pub use collective::{Collective, LocalGroup};
+pub use device_group::{AbortFn, DeviceGroup};
 pub use group::{GroupState, GroupStep, ShardGroup};
 pub use plan::ShardPlan;
 
