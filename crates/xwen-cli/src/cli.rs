@@ -369,11 +369,6 @@ pub struct PlanArgs {
     /// One JSON object instead of text
     #[arg(long = "json")]
     pub json: bool,
-    /// The model split over N GPUs of one host by its routed experts (expert parallel, the
-    /// trunk on every GPU): what each GPU holds, and whether it fits a card (--vram-budget per
-    /// card, else the first device's free memory)
-    #[arg(long = "gpus", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=64))]
-    pub gpus: Option<u32>,
     /// The drafter the plan makes room for (a draft model, an MTP head's KV or sidecar)
     #[command(flatten)]
     pub draft: DraftOpts,

@@ -92,7 +92,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
     draft.attach(&mut loaded.model)?;
     // `--parallel`, `--verify` and `--draft` run the library's model and engine, which compute
     // where -ngl puts them (the pp / tg tests drive the CUDA model directly, below)
-    let through_engine = a.parallel.is_some() || a.verify.is_some() || asked;
+    // (a model split over several GPUs runs every test through the library's device seam)
+    let multi_gpu = a.engine.gpus.as_ref().is_some_and(|g| g.0.len() > 1);
+    let through_engine = a.parallel.is_some() || a.verify.is_some() || asked || multi_gpu;
     let on_device = through_engine && crate::gpu::place(&a.engine, &mut loaded.model)? != crate::gpu::Placement::Cpu;
     // shared with the engine `--parallel` runs its requests through
     let shared = Arc::new(loaded.model);
@@ -149,13 +151,16 @@ pub fn run(a: BenchArgs) -> Result<()> {
         return Ok(());
     }
     let desc = ModelDesc::of(model, &model_path);
-    if let crate::gpu::Placement::Cuda(ordinal) = crate::gpu::placement(a.engine.n_gpu_layers.as_deref(), a.engine.device.as_deref(), model_arg::n_layer(model))? {
+    let one_gpu = if multi_gpu { crate::gpu::Placement::Cpu } else { crate::gpu::placement(a.engine.n_gpu_layers.as_deref(), a.engine.device.as_deref(), model_arg::n_layer(model))? };
+    if let crate::gpu::Placement::Cuda(ordinal) = one_gpu {
         if depths.iter().any(|&d| d > 0) {
             bail!("-d is not on the GPU yet");
         }
         return bench_gpu(model, &desc, ordinal, &prompts, &gens, reps, !no_warmup, output, a.engine.prefill_chunk(), a.engine.profile, a.engine.vram_budget);
     }
-    a.engine.check_vram_budget_on_cpu()?;
+    if !multi_gpu {
+        a.engine.check_vram_budget_on_cpu()?;
+    }
     eprintln!("xwen bench: a decoded token reads {:.3} GB of weights", desc.decode_bytes as f64 / 1e9);
     let mut rng = Lcg(1);
     let tests: Vec<(usize, usize, usize)> = depths
@@ -215,6 +220,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             );
         }
         match output {
+            Output::Markdown if multi_gpu => print_md_row_on(&desc, &format!("CUDA x{}", a.engine.gpus.as_ref().map_or(1, |g| g.0.len())), 1, &r),
             Output::Markdown => print_md_row(&desc, model.threads(), &r),
             Output::Json => json_tests.push(json_test(&desc, model.threads(), &r)),
         }
@@ -357,7 +363,8 @@ fn run_prompt(model: &Model, mut state: xwen_engine::SeqState, n: usize, rng: &m
     let n_vocab = model.n_vocab() as u32;
     let tokens: Vec<u32> = (0..n).map(|_| rng.below(n_vocab)).collect();
     let t0 = Instant::now();
-    model.forward(&mut state, &tokens, LogitsMode::Last)?;
+    // as llama-bench, nothing reads the logits: a device picks the argmax and copies back one id
+    model.forward(&mut state, &tokens, LogitsMode::LastArgmax)?;
     Ok(t0.elapsed().as_nanos() as u64)
 }
 
@@ -367,7 +374,7 @@ fn run_gen(model: &Model, mut state: xwen_engine::SeqState, n: usize, rng: &mut 
     let mut token = rng.below(n_vocab);
     let t0 = Instant::now();
     for _ in 0..n {
-        model.forward(&mut state, &[token], LogitsMode::Last)?;
+        model.forward(&mut state, &[token], LogitsMode::LastArgmax)?;
         token = rng.below(n_vocab);
     }
     Ok(t0.elapsed().as_nanos() as u64)

@@ -91,7 +91,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
             }
         }
     }
-    let gpus = a.gpus.map(|n| gpus_plan(&file, n as usize, &cfg, a.engine.prefill_chunk(), a.engine.vram_budget)).transpose()?;
+    let gpus = a.engine.gpus.as_ref().map(|g| gpus_plan(&file, g.0.len(), &cfg, a.engine.prefill_chunk(), a.engine.vram_budget)).transpose()?;
     if let (Some(g), false) = (&gpus, a.json) {
         g.print();
     }

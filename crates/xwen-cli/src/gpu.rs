@@ -46,6 +46,9 @@ pub fn placement(ngl: Option<&str>, device: Option<&str>, n_layer: usize) -> Res
 /// loaded there now, within `--vram-budget`), or left on the CPU. Every command that runs the
 /// library's `Engine` (run, chat, serve) computes on the device from then on.
 pub fn place(opts: &crate::opts::EngineOpts, model: &mut xwen_engine::Model) -> Result<Placement> {
+    if let Some(list) = opts.gpus.as_ref().filter(|l| l.0.len() > 1) {
+        return place_group(opts, model, &list.0);
+    }
     let placement = placement(opts.n_gpu_layers.as_deref(), opts.device.as_deref(), crate::model_arg::n_layer(model))?;
     let Placement::Cuda(ordinal) = placement else {
         opts.check_vram_budget_on_cpu()?;
@@ -59,10 +62,31 @@ pub fn place(opts: &crate::opts::EngineOpts, model: &mut xwen_engine::Model) -> 
     #[cfg(feature = "cuda")]
     {
         let t0 = std::time::Instant::now();
-        let cuda = xwen_cuda::CudaOptions { device: ordinal, n_ctx: model.max_context(), graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch: opts.prefill_chunk(), vram_budget: opts.vram_budget, n_seq: model.config().n_seq.max(1), cpu_experts: opts.threads.map_or_else(xwen_cuda::model::default_cpu_experts, |t| t as usize), read_ahead: xwen_cuda::model::default_read_ahead() };
+        let cuda = xwen_cuda::CudaOptions { device: ordinal, n_ctx: model.max_context(), graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch: opts.prefill_chunk(), vram_budget: opts.vram_budget, n_seq: model.config().n_seq.max(1), cpu_experts: opts.threads.map_or_else(xwen_cuda::model::default_cpu_experts, |t| t as usize), read_ahead: xwen_cuda::model::default_read_ahead(), shard: None };
         let on = xwen_cuda::attach(model, &cuda).map_err(|e| anyhow::anyhow!("{e}"))?;
         opts.note(&format!("on {on} in {:.2} s", t0.elapsed().as_secs_f64()));
         Ok(placement)
+    }
+}
+
+/// `--gpus` with several ranks: the model split over those GPUs by its routed experts, each
+/// rank on its own (`xwen_cuda::attach_group`), the engine driving them as one device.
+fn place_group(opts: &crate::opts::EngineOpts, model: &mut xwen_engine::Model, devices: &[usize]) -> Result<Placement> {
+    if matches!(opts.device.as_deref(), Some("cpu")) || opts.n_gpu_layers.as_deref().is_some_and(|n| n.trim() == "0") {
+        bail!("--gpus {} splits the model over GPUs: drop -ngl 0 / --device cpu", devices.len());
+    }
+    #[cfg(not(feature = "cuda"))]
+    {
+        let _ = model;
+        Err(not_built())
+    }
+    #[cfg(feature = "cuda")]
+    {
+        let t0 = std::time::Instant::now();
+        let cuda = xwen_cuda::CudaOptions { device: devices[0], n_ctx: model.max_context(), graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch: opts.prefill_chunk(), vram_budget: opts.vram_budget, n_seq: model.config().n_seq.max(1), cpu_experts: 0, read_ahead: false, shard: None };
+        let on = xwen_cuda::attach_group(model, &cuda, devices).map_err(|e| anyhow::anyhow!("{e}"))?;
+        opts.note(&format!("on {on} in {:.2} s", t0.elapsed().as_secs_f64()));
+        Ok(Placement::Cuda(devices[0]))
     }
 }
 
@@ -79,7 +103,7 @@ pub struct VramPlan {
 /// The VRAM plan of `file` at `n_ctx` positions and prompt passes of `ubatch`.
 #[cfg(feature = "cuda")]
 pub fn vram_plan(file: &xwen_gguf::GgufFile, ordinal: usize, n_ctx: usize, ubatch: usize) -> Result<VramPlan> {
-    let opts = xwen_cuda::CudaOptions { device: ordinal, n_ctx, graph: true, ubatch, vram_budget: None, n_seq: 1, cpu_experts: xwen_cuda::model::default_cpu_experts(), read_ahead: xwen_cuda::model::default_read_ahead() };
+    let opts = xwen_cuda::CudaOptions { device: ordinal, n_ctx, graph: true, ubatch, vram_budget: None, n_seq: 1, cpu_experts: xwen_cuda::model::default_cpu_experts(), read_ahead: xwen_cuda::model::default_read_ahead(), shard: None };
     let parts = xwen_cuda::device_plan(file, &opts).map_err(|e| anyhow::anyhow!("{e}"))?;
     let device = xwen_cuda::device_info(ordinal).map(|d| (d.to_string(), d.free_bytes)).map_err(|e| e.to_string());
     Ok(VramPlan { bytes: parts.total(), device, parts })
@@ -95,7 +119,7 @@ pub fn vram_plan(_file: &xwen_gguf::GgufFile, _ordinal: usize, _n_ctx: usize, _u
 pub fn vram_estimate(file: &xwen_gguf::GgufFile, n_ctx: usize) -> std::result::Result<u64, String> {
     #[cfg(feature = "cuda")]
     {
-        let opts = xwen_cuda::CudaOptions { device: 0, n_ctx, graph: true, ubatch: 512, vram_budget: None, n_seq: 1, cpu_experts: xwen_cuda::model::default_cpu_experts(), read_ahead: xwen_cuda::model::default_read_ahead() };
+        let opts = xwen_cuda::CudaOptions { device: 0, n_ctx, graph: true, ubatch: 512, vram_budget: None, n_seq: 1, cpu_experts: xwen_cuda::model::default_cpu_experts(), read_ahead: xwen_cuda::model::default_read_ahead(), shard: None };
         xwen_cuda::device_bytes_needed(file, &opts).map_err(|e| e.to_string())
     }
     #[cfg(not(feature = "cuda"))]
@@ -144,7 +168,7 @@ mod with_cuda {
     /// VRAM expert cache.
     pub fn load(file: &GgufFile, ordinal: usize, n_ctx: usize, ubatch: usize, vram_budget: Option<u64>, store: Option<std::sync::Arc<dyn xwen_engine::ExpertStore>>) -> Result<CudaModel> {
         let t0 = Instant::now();
-        let m = CudaModel::load_with_store(file, &CudaOptions { device: ordinal, n_ctx, graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch, vram_budget, n_seq: 1, cpu_experts: xwen_cuda::model::default_cpu_experts(), read_ahead: xwen_cuda::model::default_read_ahead() }, store)
+        let m = CudaModel::load_with_store(file, &CudaOptions { device: ordinal, n_ctx, graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch, vram_budget, n_seq: 1, cpu_experts: xwen_cuda::model::default_cpu_experts(), read_ahead: xwen_cuda::model::default_read_ahead(), shard: None }, store)
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         eprintln!("xwen: on {} in {:.2} s, {:.0} MiB on the device", m.device(), t0.elapsed().as_secs_f64(), m.device_bytes() as f64 / 1048576.0);
         if let Some(c) = m.expert_cache_stats() {

@@ -28,9 +28,9 @@ pub struct EngineOpts {
     /// Hard RAM ceiling; MoE experts (and qwen4exp's PLE table rows) stream from disk into bounded caches (e.g. 12G, 800M, auto = 3/4 of what this process may use: the cgroup limit, else MemAvailable)
     #[arg(long = "ram-budget", value_name = "SIZE", allow_hyphen_values = true, value_parser = ram_budget)]
     pub ram_budget: Option<u64>,
-    /// Hard ceiling on what -ngl 99 holds on the GPU (e.g. 12G): checked against the model's
-    /// device plan (`xwen plan -ngl 99 --vram-budget SIZE` shows the parts); today everything
-    /// must fit under it, as routed experts do not yet stream into a VRAM cache
+    /// Hard ceiling on what -ngl 99 holds on the GPU (e.g. 12G): where the whole model does not
+    /// fit under it, routed experts live in a VRAM cache fed from host RAM (`xwen plan -ngl 99
+    /// --vram-budget SIZE` shows the tiers); with --gpus, the ceiling of each GPU
     #[arg(long = "vram-budget", value_name = "SIZE", value_parser = vram_budget)]
     pub vram_budget: Option<u64>,
     /// With --ram-budget: do not read the next layer's likely experts ahead while a layer
@@ -59,6 +59,12 @@ pub struct EngineOpts {
     /// The device to compute on: cpu, cuda or cuda:N (with -ngl 99; alone it means the whole model there)
     #[arg(long = "device", value_name = "DEV")]
     pub device: Option<String>,
+    /// Split the model over GPUs of this host by its routed experts (expert parallel: every GPU
+    /// holds the trunk and a block of each MoE layer's experts): N (devices 0..N-1) or a list
+    /// of ordinals (0,1,2,3; one given twice puts two ranks on one GPU). `xwen plan --gpus N`
+    /// shows what each GPU holds
+    #[arg(long = "gpus", value_name = "N|LIST", value_parser = gpu_list)]
+    pub gpus: Option<GpuList>,
     /// Cap the kernel set
     #[arg(long = "isa", value_name = "ISA", value_parser = ["native", "avx512", "avx2", "neon", "scalar"])]
     pub isa: Option<String>,
@@ -162,8 +168,8 @@ impl EngineOpts {
     /// (llama.cpp habits pass -ngl 99 everywhere), and the command goes on on the CPU.
     pub fn cpu_only(&self, command: &str) {
         let gpu = self.n_gpu_layers.as_deref().is_some_and(|n| n != "0") || self.device.as_deref().is_some_and(|d| d != "cpu");
-        if gpu || self.vram_budget.is_some() {
-            self.note(&format!("`{command}` computes on the CPU for now (the CUDA backend runs `run`, `chat`, `serve`, `logits`, `bench` and `plan`); -ngl / --device / --vram-budget set aside"));
+        if gpu || self.vram_budget.is_some() || self.gpus.is_some() {
+            self.note(&format!("`{command}` computes on the CPU for now (the CUDA backend runs `run`, `chat`, `serve`, `logits`, `bench` and `plan`); -ngl / --device / --gpus / --vram-budget set aside"));
         }
     }
 
@@ -380,6 +386,26 @@ fn ram_budget(s: &str) -> Result<u64, String> {
 }
 
 /// `--vram-budget`: a size of more than 0 bytes.
+/// The GPUs `--gpus` names, one rank each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GpuList(pub Vec<usize>);
+
+/// `--gpus N` (devices 0..N-1) or `--gpus 0,2,3`.
+fn gpu_list(s: &str) -> Result<GpuList, String> {
+    let list: Vec<usize> = if s.contains(',') {
+        s.split(',').map(|d| d.trim().parse::<usize>().map_err(|_| format!("`{d}` in `{s}` is no device number"))).collect::<Result<_, _>>()?
+    } else {
+        match s.trim().parse::<usize>() {
+            Ok(n) if n >= 1 => (0..n).collect(),
+            _ => return Err(format!("`{s}`: give a GPU count (1 or more) or a list of device numbers (0,1)")),
+        }
+    };
+    if list.len() > 64 || list.iter().any(|&d| d > 255) {
+        return Err(format!("`{s}`: at most 64 ranks, device numbers below 256"));
+    }
+    Ok(GpuList(list))
+}
+
 fn vram_budget(s: &str) -> Result<u64, String> {
     match size(s)? {
         0 => Err(format!("`{s}` is no budget: give a size (e.g. 12G, 800M)")),

@@ -27,6 +27,44 @@ pub fn attach(model: &mut Model, opts: &CudaOptions) -> crate::Result<String> {
     Ok(describe)
 }
 
+/// Loads `model`'s file onto the GPUs `devices` — one rank each, every rank the trunk and a
+/// block of every MoE layer's routed experts (`xwen_engine::shard`) — and puts the model's
+/// passes on them as one device. Ranks on different GPUs reduce through NCCL where it is
+/// installed (`XWEN_NCCL=0`: through host memory); ranks sharing a GPU (an ordinal given twice,
+/// for tests) through host memory. One device is `attach`.
+pub fn attach_group(model: &mut Model, opts: &CudaOptions, devices: &[usize]) -> crate::Result<String> {
+    match devices {
+        [] => return Err(CudaError::Unsupported("no GPUs given".into())),
+        [d] => return attach(model, &CudaOptions { device: *d, ..opts.clone() }),
+        _ => {}
+    }
+    if model.streams_experts() {
+        return Err(CudaError::Unsupported("--ram-budget streams experts to one GPU's cache; a model split over GPUs holds every expert on one of them".into()));
+    }
+    let n = devices.len();
+    let plan = xwen_engine::shard::ShardPlan::of_file(model.gguf(), n)?;
+    let mut distinct = devices.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let nccl_off = std::env::var("XWEN_NCCL").is_ok_and(|v| v == "0");
+    let (comms, how) = match (distinct.len() == n && !nccl_off).then(|| crate::collective::Nccl::clique(devices)) {
+        Some(Ok(c)) => (c, "NCCL".to_string()),
+        Some(Err(e)) => (crate::collective::host_staged(n), format!("host memory ({e})")),
+        None => (crate::collective::host_staged(n), "host memory".to_string()),
+    };
+    let mut ranks: Vec<Arc<dyn DeviceModel>> = Vec::with_capacity(n);
+    for (r, (&dev, comm)) in devices.iter().zip(&comms).enumerate() {
+        let shard = crate::model::DeviceShard { experts: plan.partition.block(r), comm: Arc::clone(comm) };
+        let o = CudaOptions { device: dev, n_ctx: model.max_context(), shard: Some(shard), ..opts.clone() };
+        ranks.push(Arc::new(CudaDevice::new(CudaModel::load(model.gguf(), &o)?)));
+    }
+    let abort: xwen_engine::shard::AbortFn = Arc::new(move |r: usize, why: &str| comms[r].abort(why));
+    let group = xwen_engine::shard::DeviceGroup::new(ranks, abort)?;
+    let describe = format!("{}; reductions through {how}", group.describe());
+    model.attach_device(Arc::new(group))?;
+    Ok(describe)
+}
+
 /// A `CudaModel` as the engine's `DeviceModel`: its passes take turns on the one stream.
 pub struct CudaDevice {
     model: Mutex<CudaModel>,

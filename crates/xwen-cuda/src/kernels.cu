@@ -2360,3 +2360,14 @@ extern "C" __global__ void __launch_bounds__(128) mm_ex(const u8* W, int ty, int
             if (slot >= 0 && row < rows) y[(i64)slot * y_stride + row] = c[nt][i];
         }
 }
+
+// A rank of a sharded model (xwen_engine::shard): the router's picks in this rank's block
+// [lo, hi) become indices into its stacks, the others -1 (the rank holding them computes them;
+// the products skip -1 and a reduction brings their outputs).
+extern "C" __global__ void moe_local_ids(int* ids, int n, int lo, int hi) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        int e = ids[i];
+        ids[i] = (e >= lo && e < hi) ? e - lo : -1;
+    }
+}

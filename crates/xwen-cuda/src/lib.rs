@@ -12,13 +12,14 @@
 //! logits and greedy tokens. Both skip, loudly, where no GPU is present.
 
 pub mod blas;
+pub mod collective;
 pub mod device;
 pub mod error;
 pub mod gpu;
 pub mod layout;
 pub mod model;
 
-pub use device::{attach, CudaDevice};
+pub use device::{attach, attach_group, CudaDevice};
 pub use error::{CudaError, Result};
 pub use gpu::{device_info, DeviceInfo};
-pub use model::{device_bytes_needed, device_plan, rms_norm_threads, CudaModel, CudaOptions, DevicePlan, ExpertCacheStats};
+pub use model::{device_bytes_needed, device_plan, rms_norm_threads, CudaModel, CudaOptions, DevicePlan, DeviceShard, ExpertCacheStats};

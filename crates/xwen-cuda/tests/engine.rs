@@ -42,7 +42,7 @@ fn cpu(path: &Path) -> Model {
 
 fn on_gpu(path: &Path) -> Model {
     let mut m = cpu(path);
-    let on = xwen_cuda::attach(&mut m, &CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: 2, cpu_experts: 0, read_ahead: false }).unwrap_or_else(|e| panic!("{e}"));
+    let on = xwen_cuda::attach(&mut m, &CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: 2, cpu_experts: 0, read_ahead: false, shard: None }).unwrap_or_else(|e| panic!("{e}"));
     assert!(m.device().is_some_and(|d| d == on));
     m
 }
@@ -115,7 +115,7 @@ fn decode_batches_of_every_size_give_each_row_its_bits_alone() {
     const N: usize = 8;
     for path in files() {
         let mut m = cpu(&path);
-        xwen_cuda::attach(&mut m, &CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: N, cpu_experts: 0, read_ahead: false }).unwrap_or_else(|e| panic!("{e}"));
+        xwen_cuda::attach(&mut m, &CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: N, cpu_experts: 0, read_ahead: false, shard: None }).unwrap_or_else(|e| panic!("{e}"));
         let v = m.n_vocab();
         let prompts: Vec<Vec<u32>> = (0..N).map(|i| tokens(3 + 11 * i, v, 50 + i as u64)).collect();
         let feeds: Vec<Vec<u32>> = (0..N).map(|i| tokens(12, v, 200 + i as u64)).collect();
@@ -311,7 +311,7 @@ fn decode_batches_under_a_vram_budget_give_the_bits_of_the_whole_model() {
     const N: usize = 6;
     for path in files() {
         let file = xwen_gguf::GgufFile::open(&path).unwrap();
-        let base = CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: N, cpu_experts: 0, read_ahead: false };
+        let base = CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: N, cpu_experts: 0, read_ahead: false, shard: None };
         let plan = xwen_cuda::device_plan(&file, &base).unwrap();
         if plan.expert_bytes == 0 {
             continue;
@@ -343,5 +343,67 @@ fn decode_batches_under_a_vram_budget_give_the_bits_of_the_whole_model() {
             assert_eq!(bits(a), bits(b), "{}: output {i}", path.display());
         }
         eprintln!("{}: {N} sequences' prompts and decode batches at the floor's VRAM budget ({on}): bit-identical to the whole model", path.display());
+    }
+}
+
+/// A model split over ranks by its routed experts (`xwen_cuda::attach_group`), here 2 and 3
+/// ranks sharing the one GPU (reductions through host memory; on a host of several GPUs the
+/// same code reduces through NCCL): prompts, decode batches and a prompt chunk among them, and
+/// the engine's requests, give the bits of the whole model on one GPU.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn ranks_of_a_sharded_model_give_the_bits_of_one_gpu() {
+    const N: usize = 3;
+    for path in files() {
+        let file = xwen_gguf::GgufFile::open(&path).unwrap();
+        let base = CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: N, cpu_experts: 0, read_ahead: false, shard: None };
+        if xwen_cuda::device_plan(&file, &base).unwrap().expert_bytes == 0 {
+            continue;
+        }
+        let run = |devices: &[usize]| {
+            let mut m = cpu(&path);
+            let on = xwen_cuda::attach_group(&mut m, &base, devices).unwrap_or_else(|e| panic!("{e}"));
+            let v = m.n_vocab();
+            let mut states: Vec<_> = (0..N).map(|_| m.new_state()).collect();
+            let prompts: Vec<Vec<u32>> = (0..N).map(|i| tokens(5 + 37 * i, v, 90 + i as u64)).collect();
+            let mut out = Vec::new();
+            {
+                let mut batch: Vec<SeqStep> = states.iter_mut().zip(&prompts).map(|(s, p)| SeqStep::new(s, p, LogitsMode::Last)).collect();
+                out.extend(m.forward_batch(&mut batch).unwrap());
+            }
+            for k in 0..5 {
+                let toks: Vec<Vec<u32>> = (0..N).map(|i| tokens(if k == 2 && i == 1 { 9 } else { 1 }, v, 500 + (10 * k + i) as u64)).collect();
+                let mut batch: Vec<SeqStep> = states.iter_mut().zip(&toks).map(|(s, t)| SeqStep::new(s, t, LogitsMode::All)).collect();
+                out.extend(m.forward_batch(&mut batch).unwrap());
+            }
+            let reqs: Vec<EngineRequest> = (0..N)
+                .map(|i| EngineRequest { prefill_chunk: 16, ..EngineRequest::new(tokens(20 + 9 * i, v, 40 + i as u64), 8, Vec::new(), SamplerConfig::greedy().resolve(false)) })
+                .collect();
+            let mut e = Engine::new(m, EngineOptions { parallel: N, draft: None, prefix: None });
+            for r in reqs {
+                e.submit(r);
+            }
+            let mut toks: Vec<Vec<u32>> = vec![Vec::new(); N];
+            while e.has_work() {
+                for (id, o) in e.step() {
+                    match o {
+                        Output::Token { id: t, .. } => toks[id as usize - 1].push(t),
+                        Output::Failed(m) => panic!("request {id} failed: {m}"),
+                        _ => {}
+                    }
+                }
+            }
+            (out, toks, on)
+        };
+        let (want, want_toks, _) = run(&[0]);
+        for devices in [&[0usize, 0][..], &[0, 0, 0][..]] {
+            let (got, got_toks, on) = run(devices);
+            assert!(on.contains(&format!("{} ranks, expert parallel", devices.len())), "{on}");
+            for (i, (a, b)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(bits(a), bits(b), "{}: {} ranks, output {i}", path.display(), devices.len());
+            }
+            assert_eq!(got_toks, want_toks, "{}: {} ranks, the engine's tokens", path.display(), devices.len());
+            eprintln!("{}: {on}: bit-identical to one GPU", path.display());
+        }
     }
 }

@@ -64,7 +64,7 @@ fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
 }
 
 fn gpu_model(file: &xwen_gguf::GgufFile, graph: bool) -> CudaModel {
-    CudaModel::load(file, &CudaOptions { device: 0, n_ctx: 512, graph, ubatch: 64, vram_budget: None, n_seq: 1, cpu_experts: 0, read_ahead: false }).unwrap_or_else(|e| panic!("{e}"))
+    CudaModel::load(file, &CudaOptions { device: 0, n_ctx: 512, graph, ubatch: 64, vram_budget: None, n_seq: 1, cpu_experts: 0, read_ahead: false, shard: None }).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[test]
@@ -208,7 +208,7 @@ fn a_vram_budget_below_the_experts_gives_the_bits_of_the_whole_model() {
     let mut ran = 0;
     for (path, bound) in models() {
         let file = xwen_gguf::GgufFile::open(&path).unwrap();
-        let opts = CudaOptions { device: 0, n_ctx: 512, graph: true, ubatch: 64, vram_budget: None, n_seq: 1, cpu_experts: 0, read_ahead: false };
+        let opts = CudaOptions { device: 0, n_ctx: 512, graph: true, ubatch: 64, vram_budget: None, n_seq: 1, cpu_experts: 0, read_ahead: false, shard: None };
         let plan = xwen_cuda::device_plan(&file, &opts).unwrap();
         if plan.expert_bytes == 0 {
             continue;

@@ -643,6 +643,9 @@ impl CudaModel {
             _ => self.proj(&w.router, x, sc.router.ptr, None, n, rows)?,
         }
         self.route(sc.router.ptr, sc.ids.ptr, sc.weights.ptr, n)?;
+        if let Some(sh) = &self.shard {
+            return self.moe_rank(sh, w, x, kinds, n, rows);
+        }
         // the next MoE layer's guess from this layer's input (read-ahead, decode rows)
         let ahead = match (&self.expert_cache, rows) {
             (Some(cache), true) => cache.read_ahead.as_ref().zip(self.next_moe(il)),
@@ -696,6 +699,22 @@ impl CudaModel {
         }
         self.moe_sum(w, x, kinds, n, rows)?;
         read_ahead()
+    }
+
+    /// A rank of a sharded model after routing: its block's picks computed into their ys slots,
+    /// the other slots zero; the reduction fills those with their owners' outputs; then the
+    /// shared expert, the weighted sum and the residual as one GPU computes them — the bits of
+    /// the whole model on one GPU (`moe_decode` is the bits of these launches).
+    #[allow(clippy::too_many_arguments)]
+    fn moe_rank(&self, sh: &super::DeviceShard, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, rows: bool) -> Result<()> {
+        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        let slots = n * d.n_used;
+        let args = [Arg::Ptr(sc.ids.ptr), Arg::I32(slots as i32), Arg::I32(sh.experts.start as i32), Arg::I32(sh.experts.end as i32)];
+        g.launch("moe_local_ids", (slots.div_ceil(256) as u32, 1), 256, 0, &args)?;
+        g.zero_at(sc.ys.ptr, slots * d.hidden * 4)?;
+        self.routed_products(w, x, kinds, n, rows)?;
+        sh.comm.all_reduce_sum(g, sc.ys.ptr, slots * d.hidden)?;
+        self.moe_sum(w, x, kinds, n, rows)
     }
 
     /// The top-k experts and their weights of `n` tokens' router logits (n_expert a token).
@@ -991,16 +1010,18 @@ impl CudaModel {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
         let slots = n * k;
-        let tiles = max_tiles(slots, d.n_expert);
+        // a rank's stacks hold its block: ids index them (-1: another rank's, skipped)
+        let n_expert = self.shard.as_ref().map_or(d.n_expert, |sh| sh.experts.len());
+        let tiles = max_tiles(slots, n_expert);
         g.launch(
             "moe_sort",
             (1, 1),
             1024,
-            (d.n_expert * 8) as u32,
+            (n_expert * 8) as u32,
             &[
                 Arg::Ptr(sc.ids.ptr),
                 Arg::I32(slots as i32),
-                Arg::I32(d.n_expert as i32),
+                Arg::I32(n_expert as i32),
                 Arg::Ptr(sc.ex_counts.ptr),
                 Arg::Ptr(sc.ex_offsets.ptr),
                 Arg::Ptr(sc.ex_order.ptr),

@@ -65,11 +65,29 @@ pub struct CudaOptions {
     /// this layer's input while this layer computes (`experts/`; default from
     /// `XWEN_EXPERT_READAHEAD=1`).
     pub read_ahead: bool,
+    /// This model's rank of a sharded model (`xwen_engine::shard`): it holds and computes only
+    /// `experts` of every MoE layer and reduces the picks' outputs over the group. None: the
+    /// whole model.
+    pub shard: Option<DeviceShard>,
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
-        CudaOptions { device: 0, n_ctx: 4096, graph: true, ubatch: 512, vram_budget: None, n_seq: 1, cpu_experts: default_cpu_experts(), read_ahead: default_read_ahead() }
+        CudaOptions { device: 0, n_ctx: 4096, graph: true, ubatch: 512, vram_budget: None, n_seq: 1, cpu_experts: default_cpu_experts(), read_ahead: default_read_ahead(), shard: None }
+    }
+}
+
+/// A rank's place in a sharded model on devices: its block of every MoE layer's experts and its
+/// end of the group's reductions.
+#[derive(Clone)]
+pub struct DeviceShard {
+    pub experts: std::ops::Range<usize>,
+    pub comm: Arc<dyn crate::collective::DeviceCollective>,
+}
+
+impl std::fmt::Debug for DeviceShard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "rank {} of {}, experts {:?}", self.comm.rank(), self.comm.size(), self.experts)
     }
 }
 
@@ -351,6 +369,8 @@ pub struct CudaModel {
     device_bytes: u64,
     /// The routed experts' VRAM cache where the budget holds only part of them (`experts/`).
     expert_cache: Option<ExpertCache>,
+    /// This model's rank of a sharded model: its block of the experts, its reductions.
+    shard: Option<DeviceShard>,
 }
 
 impl CudaModel {
@@ -365,19 +385,31 @@ impl CudaModel {
     pub fn load_with_store(file: &GgufFile, opts: &CudaOptions, store: Option<Arc<dyn xwen_engine::ExpertStore>>) -> Result<CudaModel> {
         let (net, experts) = load_net(file)?;
         let plan = plan_of(file, &net, &experts, opts);
-        if let Some(b) = opts.vram_budget {
-            plan.check_budget(b).map_err(CudaError::OverBudget)?;
+        if let Some(sh) = &opts.shard {
+            if plan.n_expert == 0 || sh.experts.is_empty() || sh.experts.end > plan.n_expert {
+                return Err(CudaError::Unsupported(format!("experts {}..{} of a rank: the model has {} a layer", sh.experts.start, sh.experts.end, plan.n_expert)));
+            }
+        }
+        // a rank holds its block of every layer's experts, the whole of it (no VRAM cache)
+        let rank_bytes = opts.shard.as_ref().map(|sh| plan.resident_bytes() + plan.expert_bytes * sh.experts.len() as u64 / plan.n_expert as u64);
+        match (opts.vram_budget, rank_bytes) {
+            (Some(b), Some(r)) if r > b => {
+                let h = xwen_engine::memory_plan::human_bytes;
+                return Err(CudaError::OverBudget(format!("--vram-budget {}: this rank holds {} (its experts are not cached on a multi-GPU split): more GPUs split them finer", h(b), h(r))));
+            }
+            (Some(b), None) => plan.check_budget(b).map_err(CudaError::OverBudget)?,
+            _ => {}
         }
         let gpu = Gpu::new(opts.device)?;
         let ubatch = ubatch_for(&net, opts);
         let decode_max = decode_rows_for(opts, ubatch);
         // under a budget below the whole model, each MoE layer's experts in a pool of `slots`
         let slots = plan.expert_slots(opts.vram_budget);
-        let cached = plan.n_expert > 0 && slots < plan.n_expert;
+        let cached = plan.n_expert > 0 && slots < plan.n_expert && opts.shard.is_none();
         if cached && store.is_none() {
             check_host_room(plan.expert_bytes)?;
         }
-        let need = plan.held_bytes(opts.vram_budget);
+        let need = rank_bytes.unwrap_or_else(|| plan.held_bytes(opts.vram_budget));
         if need + (256 << 20) > gpu.info.free_bytes {
             return Err(CudaError::TooBig {
                 need_mib: need >> 20,
@@ -457,7 +489,11 @@ impl CudaModel {
                 Ffn::Dense(w) => DevFfn::Dense(Glu { gate: up.mat(&w.gate)?, up: up.mat(&w.up)?, down: up.mat(&w.down)? }),
                 Ffn::Moe(w) => {
                     let ex = experts.get(il).and_then(|e| e.as_ref()).ok_or_else(|| CudaError::Unsupported(format!("layer {il}: an MoE layer without experts")))?;
-                    let stack = |m: &Mat| if cached { up.pool(m, slots) } else { up.mat(m) };
+                    let stack = |m: &Mat| match (&opts.shard, cached) {
+                        (Some(sh), _) => up.block(m, sh.experts.clone()),
+                        (None, true) => up.pool(m, slots),
+                        (None, false) => up.mat(m),
+                    };
                     DevFfn::Moe(MoeLayer {
                         router: up.mat(&w.router)?,
                         experts: Glu { gate: stack(&ex[0])?, up: stack(&ex[1])?, down: stack(&ex[2])? },
@@ -564,8 +600,10 @@ impl CudaModel {
             layers,
             still,
             sc,
-            // a pass with experts to copy up stops at each MoE layer for the router's picks
-            use_graph: opts.graph && expert_cache.is_none(),
+            // a pass with experts to copy up stops at each MoE layer for the router's picks; a
+            // rank's reductions may go through host memory
+            use_graph: opts.graph && expert_cache.is_none() && opts.shard.is_none(),
+            shard: opts.shard.clone(),
             expert_cache,
             ubatch,
             pos: 0,

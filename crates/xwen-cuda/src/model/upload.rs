@@ -25,6 +25,18 @@ impl Uploader<'_> {
         Ok(DevMat { buf: self.gpu.upload(&data)?, ty, rows: m.rows, cols: m.cols, row_bytes: crate::layout::device_row_bytes(m.ty, m.cols) })
     }
 
+    /// The matrices `experts` of a stack (a rank's block), their bytes as the file holds them.
+    pub(super) fn block(&self, m: &Mat, experts: std::ops::Range<usize>) -> Result<DevMat> {
+        let ty = device_type(m.ty).ok_or_else(|| CudaError::Unsupported(format!("{}: type {} has no CUDA kernel yet", m.info.name, m.ty.name())))?;
+        if m.cols % 4 != 0 || experts.end > m.n_mats {
+            return Err(CudaError::Unsupported(format!("{}: experts {experts:?} of {} with {} columns", m.info.name, m.n_mats, m.cols)));
+        }
+        let all = self.file.tensor_data(&m.info);
+        let per = all.len() / m.n_mats.max(1);
+        let data = crate::layout::device_layout(m.ty, &all[experts.start * per..experts.end * per]);
+        Ok(DevMat { buf: self.gpu.upload(&data)?, ty, rows: m.rows, cols: m.cols, row_bytes: crate::layout::device_row_bytes(m.ty, m.cols) })
+    }
+
     /// A pool of `slots` matrices of a stack's shape and type (the VRAM expert cache's slots,
     /// filled by `ExpertCache::fill`).
     pub(super) fn pool(&self, m: &Mat, slots: usize) -> Result<DevMat> {
