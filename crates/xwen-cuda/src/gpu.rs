@@ -525,14 +525,6 @@ pub fn as_bytes(v: &[f32]) -> &[u8] {
 }
 
 impl Gpu {
-    /// Zeroes `bytes` bytes from the device address `ptr` (into a live buffer), on the stream.
-    pub fn zero_at(&self, ptr: u64, bytes: usize) -> Result<()> {
-        self.ctx.bind_to_thread()?;
-        // SAFETY: the caller's `ptr` is an address into a live buffer with `bytes` bytes after it.
-        unsafe { cudarc::driver::sys::cuMemsetD8Async(ptr, 0, bytes, self.stream.cu_stream()) }.result()?;
-        Ok(())
-    }
-
     /// Zeroes the whole of `buf`.
     pub fn zero(&self, buf: &mut DevBuf) -> Result<()> {
         self.stream.memset_zeros(&mut buf.slice)?;

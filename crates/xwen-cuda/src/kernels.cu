@@ -2361,13 +2361,16 @@ extern "C" __global__ void __launch_bounds__(128) mm_ex(const u8* W, int ty, int
         }
 }
 
-// A rank of a sharded model (xwen_engine::shard): the router's picks in this rank's block
-// [lo, hi) become indices into its stacks, the others -1 (the rank holding them computes them;
-// the products skip -1 and a reduction brings their outputs).
-extern "C" __global__ void moe_local_ids(int* ids, int n, int lo, int hi) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
+// A rank of a sharded model (xwen_engine::shard), after the router: the picks in this rank's
+// block [lo, hi) become indices into its stacks, the others -1 (the rank holding them computes
+// them; the products skip -1), and the slots' outputs ys are zeroed, so after the products each
+// slot holds its owner's bits or zero and a sum over the ranks is exact.
+extern "C" __global__ void moe_local_ids(int* ids, int n, int lo, int hi, float* ys, i64 ys_len) {
+    pdl_start();
+    i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
         int e = ids[i];
         ids[i] = (e >= lo && e < hi) ? e - lo : -1;
     }
+    for (i64 j = i; j < ys_len; j += (i64)gridDim.x * blockDim.x) ys[j] = 0.0f;
 }

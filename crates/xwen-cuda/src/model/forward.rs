@@ -709,11 +709,11 @@ impl CudaModel {
     fn moe_rank(&self, sh: &super::DeviceShard, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, rows: bool) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let slots = n * d.n_used;
-        let args = [Arg::Ptr(sc.ids.ptr), Arg::I32(slots as i32), Arg::I32(sh.experts.start as i32), Arg::I32(sh.experts.end as i32)];
-        g.launch("moe_local_ids", (slots.div_ceil(256) as u32, 1), 256, 0, &args)?;
-        g.zero_at(sc.ys.ptr, slots * d.hidden * 4)?;
+        let ys_len = slots * d.hidden;
+        let args = [Arg::Ptr(sc.ids.ptr), Arg::I32(slots as i32), Arg::I32(sh.experts.start as i32), Arg::I32(sh.experts.end as i32), Arg::Ptr(sc.ys.ptr), Arg::I64(ys_len as i64)];
+        g.launch("moe_local_ids", (ys_len.div_ceil(256).clamp(1, 1024) as u32, 1), 256, 0, &args)?;
         self.routed_products(w, x, kinds, n, rows)?;
-        sh.comm.all_reduce_sum(g, sc.ys.ptr, slots * d.hidden)?;
+        sh.comm.all_reduce_sum(g, sc.ys.ptr, ys_len)?;
         self.moe_sum(w, x, kinds, n, rows)
     }
 
