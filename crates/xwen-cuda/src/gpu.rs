@@ -430,6 +430,20 @@ impl Gpu {
         Ok(out)
     }
 
+    /// Copies `dst.len()` bytes at the device address `src` into `dst` on the stream, without
+    /// waiting (page-locked `dst`: the copy runs after the call returns; read `dst` after a
+    /// sync).
+    pub fn read_async(&self, dst: &mut [u8], src: u64) -> Result<()> {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        self.ctx.bind_to_thread()?;
+        // SAFETY: `src` is an address into a live buffer holding `dst.len()` bytes; `dst` is
+        // not read before the caller's sync.
+        unsafe { cudarc::driver::sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), src, dst.len(), self.stream.cu_stream()) }.result()?;
+        Ok(())
+    }
+
     /// An event that times the stream between two records (`elapsed_ms`).
     pub fn timed_event(&self) -> Result<cudarc::driver::CudaEvent> {
         Ok(self.ctx.new_event(Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT))?)

@@ -28,7 +28,10 @@ fn the_device_plan_adds_up_and_checks_a_vram_budget() {
     let exps: u64 = moe.tensors().iter().filter(|t| t.name.contains("_exps.")).map(dev).sum();
     assert_eq!(p.expert_bytes, exps, "the routed experts are the *_exps tensors");
     assert!(p.n_used > 0 && p.one_expert_bytes > 0 && p.one_expert_bytes * p.n_used as u64 <= p.expert_bytes);
-    assert_eq!(p.expert_slot_bytes * p.n_expert as u64, p.expert_bytes, "a slot in every layer, times the experts, is all of them");
+    // a slot in every layer, times the experts, is all of them (each matrix 256-byte aligned in a slot)
+    let layers = moe.tensors().iter().filter(|t| t.name.contains("ffn_gate_exps.")).count() as u64;
+    let all = p.expert_slot_bytes * p.n_expert as u64;
+    assert!(all >= p.expert_bytes && all - p.expert_bytes < 3 * 256 * p.n_expert as u64 * layers, "{all} against {}", p.expert_bytes);
     assert!(p.floor() > p.resident_bytes() && p.floor() < p.total());
     assert_eq!(p.check_budget(p.total()), Ok(()));
     assert_eq!((p.expert_slots(None), p.expert_slots(Some(p.total())), p.held_bytes(Some(p.total()))), (p.n_expert, p.n_expert, p.total()));

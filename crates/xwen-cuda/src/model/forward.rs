@@ -69,7 +69,7 @@ impl CudaModel {
             256,
             0,
             &[
-                Arg::Ptr(self.tok_embd.buf.ptr),
+                Arg::Ptr(self.tok_embd.ptr),
                 Arg::I32(self.tok_embd.ty),
                 Arg::I32(h as i32),
                 Arg::I64(self.tok_embd.row_bytes as i64),
@@ -266,7 +266,7 @@ impl CudaModel {
                 (32 * MV_WARPS) as u32,
                 0,
                 &[
-                    Arg::Ptr(w.buf.ptr),
+                    Arg::Ptr(w.ptr),
                     Arg::I32(w.ty),
                     Arg::I32(w.rows as i32),
                     Arg::I32(w.cols as i32),
@@ -301,7 +301,7 @@ impl CudaModel {
             (32 * MV_WARPS) as u32,
             0,
             &[
-                Arg::Ptr(w.buf.ptr),
+                Arg::Ptr(w.ptr),
                 Arg::I32(w.ty),
                 Arg::I32(w.rows as i32),
                 Arg::I32(w.cols as i32),
@@ -322,7 +322,7 @@ impl CudaModel {
         let mut args = vec![Arg::I32(parts[0].0.cols as i32), Arg::Ptr(x.f), Arg::Ptr(x.q.qk), Arg::Ptr(x.q.dk), Arg::Ptr(x.q.qz), Arg::Ptr(x.q.dz)];
         for i in 0..4 {
             match parts.get(i) {
-                Some((m, y)) => args.extend([Arg::Ptr(m.buf.ptr), Arg::I32(m.ty), Arg::I32(m.rows as i32), Arg::I64(m.row_bytes as i64), Arg::Ptr(*y)]),
+                Some((m, y)) => args.extend([Arg::Ptr(m.ptr), Arg::I32(m.ty), Arg::I32(m.rows as i32), Arg::I64(m.row_bytes as i64), Arg::Ptr(*y)]),
                 None => args.extend([Arg::Ptr(0), Arg::I32(0), Arg::I32(0), Arg::I64(0), Arg::Ptr(0)]),
             }
         }
@@ -342,7 +342,7 @@ impl CudaModel {
             (units.div_ceil(256) as u32, 1),
             256,
             0,
-            &[Arg::Ptr(w.buf.ptr), Arg::I32(w.ty), Arg::I32(w.rows as i32), Arg::I32(w.cols as i32), Arg::I64(w.row_bytes as i64), Arg::Ptr(sc.w_f16.ptr)],
+            &[Arg::Ptr(w.ptr), Arg::I32(w.ty), Arg::I32(w.rows as i32), Arg::I32(w.cols as i32), Arg::I64(w.row_bytes as i64), Arg::Ptr(sc.w_f16.ptr)],
         )?;
         let xh = if x.f16 != 0 {
             x.f16
@@ -372,8 +372,8 @@ impl CudaModel {
                 (32 * MV_WARPS) as u32,
                 0,
                 &[
-                    Arg::Ptr(gm.buf.ptr),
-                    Arg::Ptr(um.buf.ptr),
+                    Arg::Ptr(gm.ptr),
+                    Arg::Ptr(um.ptr),
                     Arg::I32(gm.ty),
                     Arg::I32(um.ty),
                     Arg::I32(gm.rows as i32),
@@ -401,8 +401,8 @@ impl CudaModel {
             (32 * MV_WARPS) as u32,
             0,
             &[
-                Arg::Ptr(gm.buf.ptr),
-                Arg::Ptr(um.buf.ptr),
+                Arg::Ptr(gm.ptr),
+                Arg::Ptr(um.ptr),
                 Arg::I32(gm.ty),
                 Arg::I32(gm.rows as i32),
                 Arg::I32(gm.cols as i32),
@@ -656,14 +656,17 @@ impl CudaModel {
             self.route(ra.logits.ptr, ra.ids.ptr, ra.weights.ptr, n)?;
         }
         // under a VRAM budget: the picked experts copied into the layer's pool, in rounds
-        // where the pass needs more than it holds (`experts/`)
-        let (rounds, jobs) = match &self.expert_cache {
+        // where the pass needs more than it holds (`experts/`); decode rows with the CPU path
+        // on read their input rows back with the picks (one sync)
+        let (rounds, jobs, xh) = match &self.expert_cache {
             Some(cache) => {
-                let ids = g.read_i32(&sc.ids, n * k)?;
+                let want_x = (rows && cache.has_cpu()).then_some((x.f, n * d.hidden));
+                let (ids, xh) = cache.read_back(g, sc.ids.ptr, n * k, want_x)?;
                 cache.wait_read_ahead(g, il)?;
-                cache.plan(il, &ids, rows)?
+                let (rounds, jobs) = cache.plan(il, &ids, rows)?;
+                (rounds, jobs, xh)
             }
-            None => (vec![], vec![]),
+            None => (vec![], vec![], vec![]),
         };
         // the guessed experts' copies go after this layer's own work is enqueued: the copy
         // engine takes copies in order, and this layer's are needed first
@@ -678,7 +681,7 @@ impl CudaModel {
             }
         };
         if !jobs.is_empty() {
-            return self.experts_beside_cpu(il, w, x, kinds, n, &rounds, &jobs, &read_ahead);
+            return self.experts_beside_cpu(il, w, x, kinds, n, (&rounds, &jobs, &xh), &read_ahead);
         }
         if rounds.len() <= 1 {
             if let Some(r) = rounds.first() {
@@ -739,9 +742,10 @@ impl CudaModel {
     }
 
     /// A decode step's routed experts with some of the missed ones on the CPU (`jobs`: routed
-    /// slot, expert): the GPU's rounds enqueued first (copies and products, the CPU's slots
-    /// skipped), the CPU's products meanwhile from the host copy, their rows then written into
-    /// ys; the two parts' times teach the split (`CpuSplit`).
+    /// slot, expert; `xh`: the rows' input, read back): the GPU's rounds enqueued first
+    /// (copies and products, the CPU's slots skipped) and the shared expert after them, the
+    /// CPU's products meanwhile from the host copy, their rows then copied into ys before the
+    /// weighted sum; the two parts' times teach the split (`CpuSplit`).
     /// `read_ahead` issues the next layer's guessed copies once this layer's GPU part is queued.
     #[allow(clippy::too_many_arguments)]
     fn experts_beside_cpu(
@@ -751,14 +755,12 @@ impl CudaModel {
         x: In,
         kinds: &LayerKinds,
         n: usize,
-        rounds: &[experts::Round],
-        jobs: &[(usize, usize)],
+        (rounds, jobs, xh): (&[experts::Round], &[(usize, usize)], &[f32]),
         read_ahead: &dyn Fn() -> Result<()>,
     ) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let (k, h) = (d.n_used, d.hidden);
         let Some(cache) = &self.expert_cache else { return Ok(()) };
-        let xh = g.read_f32_ptr(x.f, n * h)?;
         let (t0, t1) = (g.timed_event()?, g.timed_event()?);
         t0.record(&g.stream)?;
         let mut copies = 0;
@@ -768,22 +770,27 @@ impl CudaModel {
             copies += r.loads.len();
         }
         t1.record(&g.stream)?;
+        // the shared expert needs no routed output: the GPU computes it while the CPU works
+        let shared = self.shared_expert(w, x, kinds, n, true)?;
         read_ahead()?;
         let start = std::time::Instant::now();
-        let ys = cache.cpu_products(il, jobs, &xh, k)?;
+        let ys = cache.cpu_products(il, jobs, xh, k)?;
         let t_cpu = start.elapsed().as_secs_f64();
-        for (j, &(slot, _)) in jobs.iter().enumerate() {
-            g.write_at(sc.ys.at(slot * h * 4), as_bytes(&ys[j * h..(j + 1) * h]))?;
-        }
+        cache.put_cpu_outputs(g, jobs, &ys, h, sc.ys.ptr)?;
         t1.synchronize()?;
         cache.learn(jobs.len(), copies, t_cpu, t0.elapsed_ms(&t1)? as f64 / 1e3);
-        self.moe_sum(w, x, kinds, n, true)
+        self.combine(shared, n)
     }
 
     /// The shared expert, the routed slots' weighted sum (ys) and the residual.
     fn moe_sum(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, rows: bool) -> Result<()> {
-        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        let (k, h) = (d.n_used, d.hidden);
+        let shared = self.shared_expert(w, x, kinds, n, rows)?;
+        self.combine(shared, n)
+    }
+
+    /// The shared expert's output and its gate (addresses; 0: none), for `combine`.
+    fn shared_expert(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, rows: bool) -> Result<(u64, u64)> {
+        let sc = &self.sc;
         let mut shared = 0u64;
         let mut sg = 0u64;
         if let Some(s) = &w.shared {
@@ -799,6 +806,13 @@ impl CudaModel {
                 sg = sc.sg.ptr;
             }
         }
+        Ok((shared, sg))
+    }
+
+    /// x += Σ_s w_s·ys[s] (+ the gated shared expert's output), each decode row as alone.
+    fn combine(&self, (shared, sg): (u64, u64), n: usize) -> Result<()> {
+        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        let (k, h) = (d.n_used, d.hidden);
         g.launch(
             "moe_combine",
             (h.div_ceil(256) as u32, n as u32),
@@ -844,7 +858,7 @@ impl CudaModel {
         let (mut s_ptr, mut s_ty, mut s_cols, mut s_rb) = (0u64, 0i32, 0usize, 0usize);
         let (hin, sin) = match &w.shared {
             Some(s) => {
-                (s_ptr, s_ty, s_cols, s_rb) = (s.down.buf.ptr, s.down.ty, s.down.cols, s.down.row_bytes);
+                (s_ptr, s_ty, s_cols, s_rb) = (s.down.ptr, s.down.ty, s.down.cols, s.down.row_bytes);
                 self.moe_glu(ex, s, x, n)?;
                 match self.quant_mids(kinds, s.down.cols, n)? {
                     Some(pair) => pair,
@@ -870,7 +884,7 @@ impl CudaModel {
             (32 * warps) as u32,
             0,
             &[
-                Arg::Ptr(dm.buf.ptr),
+                Arg::Ptr(dm.ptr),
                 Arg::I32(dm.ty),
                 Arg::I32(dm.rows as i32),
                 Arg::I32(dm.cols as i32),
@@ -911,8 +925,8 @@ impl CudaModel {
             (32 * MV_WARPS) as u32,
             0,
             &[
-                Arg::Ptr(eg.buf.ptr),
-                Arg::Ptr(eu.buf.ptr),
+                Arg::Ptr(eg.ptr),
+                Arg::Ptr(eu.ptr),
                 Arg::I32(eg.ty),
                 Arg::I32(eu.ty),
                 Arg::I32(eg.rows as i32),
@@ -922,8 +936,8 @@ impl CudaModel {
                 Arg::I64(eu.mat_bytes() as i64),
                 Arg::Ptr(sc.ids.ptr),
                 Arg::I32(d.n_used as i32),
-                Arg::Ptr(sg.buf.ptr),
-                Arg::Ptr(su.buf.ptr),
+                Arg::Ptr(sg.ptr),
+                Arg::Ptr(su.ptr),
                 Arg::I32(sg.ty),
                 Arg::I32(su.ty),
                 Arg::I32(sg.rows as i32),
@@ -1036,7 +1050,7 @@ impl CudaModel {
                 128,
                 0,
                 &[
-                    Arg::Ptr(m.buf.ptr),
+                    Arg::Ptr(m.ptr),
                     Arg::I32(m.ty),
                     Arg::I32(m.rows as i32),
                     Arg::I32(m.cols as i32),
@@ -1112,7 +1126,7 @@ fn mv(g: &Gpu, w: &DevMat, ids: Option<u64>, x: In, x_stride: usize, x_div: usiz
         (32 * MV_WARPS) as u32,
         0,
         &[
-            Arg::Ptr(w.buf.ptr),
+            Arg::Ptr(w.ptr),
             Arg::I32(w.ty),
             Arg::I32(w.rows as i32),
             Arg::I32(w.cols as i32),
@@ -1143,8 +1157,8 @@ fn mv_glu(g: &Gpu, w: &Glu, ids: Option<u64>, x: In, x_stride: usize, x_div: usi
         (32 * MV_WARPS) as u32,
         0,
         &[
-            Arg::Ptr(gm.buf.ptr),
-            Arg::Ptr(um.buf.ptr),
+            Arg::Ptr(gm.ptr),
+            Arg::Ptr(um.ptr),
             Arg::I32(gm.ty),
             Arg::I32(um.ty),
             Arg::I32(gm.rows as i32),

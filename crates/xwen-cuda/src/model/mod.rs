@@ -121,18 +121,28 @@ fn check_host_room(expert_bytes: u64) -> Result<()> {
     }
 }
 
-/// A weight matrix (or a stack of experts) on the device, in its file's block format.
+/// A weight matrix (or a stack of experts) on the device, in its file's block format: at
+/// `ptr` in `buf` (a VRAM expert cache's pool holds a layer's gate, up and down side by side a
+/// slot, so the three share one allocation), consecutive experts `stride` bytes apart.
 struct DevMat {
-    buf: DevBuf,
+    _buf: Arc<DevBuf>,
+    ptr: u64,
     ty: i32,
     rows: usize,
     cols: usize,
     row_bytes: usize,
+    stride: usize,
 }
 
 impl DevMat {
+    /// A matrix (or a stack of `rows`-row matrices back to back) that owns its buffer.
+    fn owning(buf: DevBuf, ty: i32, rows: usize, cols: usize, row_bytes: usize) -> DevMat {
+        DevMat { ptr: buf.ptr, _buf: Arc::new(buf), ty, rows, cols, row_bytes, stride: rows * row_bytes }
+    }
+
+    /// Bytes from one expert's matrix to the next (the kernels' expert stride).
     fn mat_bytes(&self) -> usize {
-        self.rows * self.row_bytes
+        self.stride
     }
 }
 
@@ -489,20 +499,20 @@ impl CudaModel {
                 Ffn::Dense(w) => DevFfn::Dense(Glu { gate: up.mat(&w.gate)?, up: up.mat(&w.up)?, down: up.mat(&w.down)? }),
                 Ffn::Moe(w) => {
                     let ex = experts.get(il).and_then(|e| e.as_ref()).ok_or_else(|| CudaError::Unsupported(format!("layer {il}: an MoE layer without experts")))?;
-                    let stack = |m: &Mat| match (&opts.shard, cached) {
-                        (Some(sh), _) => up.block(m, sh.experts.clone()),
-                        (None, true) => up.pool(m, slots),
-                        (None, false) => up.mat(m),
+                    let [gate, upm, down] = match (&opts.shard, cached) {
+                        (Some(sh), _) => [up.block(&ex[0], sh.experts.clone())?, up.block(&ex[1], sh.experts.clone())?, up.block(&ex[2], sh.experts.clone())?],
+                        (None, true) => up.pool(ex, slots)?,
+                        (None, false) => [up.mat(&ex[0])?, up.mat(&ex[1])?, up.mat(&ex[2])?],
                     };
                     DevFfn::Moe(MoeLayer {
                         router: up.mat(&w.router)?,
-                        experts: Glu { gate: stack(&ex[0])?, up: stack(&ex[1])?, down: stack(&ex[2])? },
+                        experts: Glu { gate, up: upm, down },
                         shared: match &w.shared {
                             Some(s) => Some(Glu { gate: up.mat(&s.gate)?, up: up.mat(&s.up)?, down: up.mat(&s.down)? }),
                             None => None,
                         },
                         shared_gate: match &w.shared_gate {
-                            Some(g) => Some(DevMat { buf: gpu.upload_f32(g)?, ty: 0, rows: 1, cols: g.len(), row_bytes: g.len() * 4 }),
+                            Some(g) => Some(DevMat::owning(gpu.upload_f32(g)?, 0, 1, g.len(), g.len() * 4)),
                             None => None,
                         },
                     })
@@ -576,7 +586,7 @@ impl CudaModel {
         let tok_embd = up.mat(&net.tok_embd)?;
         let output_norm = gpu.upload_f32(&net.output_norm)?;
         let expert_cache = if cached {
-            let cache = ExpertCache::new(&gpu, file, &experts, n_expert, n_used, slots, opts.cpu_experts, opts.read_ahead.then_some(decode_max), store)?;
+            let cache = ExpertCache::new(&gpu, file, &experts, n_expert, n_used, slots, opts.cpu_experts, opts.read_ahead.then_some(decode_max), store, (decode_max, cfg.hidden, ubatch))?;
             for (il, l) in layers.iter().enumerate() {
                 if let DevFfn::Moe(w) = &l.ffn {
                     cache.fill(&gpu, il, &w.experts)?;

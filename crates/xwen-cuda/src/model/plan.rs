@@ -122,12 +122,14 @@ pub(super) fn plan_of(file: &GgufFile, net: &Hybrid, experts: &[Option<[Mat; 3]>
     let weights: u64 = file.tensors().iter().map(|t| dev(t.ty, file.tensor_data(t).len() as u64)).sum();
     let layer_bytes = |m: &[Mat; 3]| m.iter().map(|x| dev(x.ty, x.info.n_bytes)).sum::<u64>();
     let one = |m: &[Mat; 3]| layer_bytes(m) / m[0].n_mats.max(1) as u64;
+    // a VRAM cache's slot: the three matrices 256-byte aligned (`upload::slot_layout`)
+    let slot = |m: &[Mat; 3]| super::upload::slot_layout(m).1 as u64;
     let expert_bytes: u64 = experts.iter().flatten().map(layer_bytes).sum();
     DevicePlan {
         trunk_bytes: weights - expert_bytes,
         expert_bytes,
         one_expert_bytes: experts.iter().flatten().map(one).max().unwrap_or(0),
-        expert_slot_bytes: experts.iter().flatten().map(one).sum(),
+        expert_slot_bytes: experts.iter().flatten().map(slot).sum(),
         n_expert: net.cfg.moe.as_ref().map_or(0, |m| m.n_expert),
         n_used: net.cfg.moe.as_ref().map_or(0, |m| m.n_used),
         state_bytes: opts.n_seq.max(1) as u64 * xwen_engine::models::hybrid::state_bytes(&net.cfg, opts.n_ctx, (xwen_engine::KvType::F16, xwen_engine::KvType::F16)),

@@ -25,7 +25,10 @@ impl ExpertCache {
                 let Some(Some(h)) = host.get(il) else {
                     return Err(CudaError::Unsupported(format!("layer {il} has no host experts")));
                 };
-                experts.iter().map(|&e| std::array::from_fn(|i| &h.mats[i].bytes()[e * shape[i].4..(e + 1) * shape[i].4])).collect()
+                let Some(Some((offs, slot))) = self.slots_at.get(il) else {
+                    return Err(CudaError::Unsupported(format!("layer {il} has no experts")));
+                };
+                experts.iter().map(|&e| std::array::from_fn(|i| &h.all.bytes()[e * slot + offs[i]..e * slot + offs[i] + shape[i].4])).collect()
             }
             HostTier::Store { .. } => handles.iter().map(|h| [h.gate().data, h.up().data, h.down().data]).collect(),
         };

@@ -73,9 +73,10 @@ impl ExpertCacheStats {
     }
 }
 
-/// A layer's experts in host RAM, gate, up and down each a stack in the device layout.
+/// A layer's experts in host RAM in the device layout, an expert's gate, up and down side by
+/// side as in a pool slot (`upload::slot_layout`).
 pub(super) struct HostExperts {
-    mats: [HostBuf; 3],
+    all: HostBuf,
 }
 
 /// Where missed experts come from.
@@ -119,11 +120,18 @@ pub(super) struct ReadAhead {
 pub(super) struct ExpertCache {
     book: std::sync::Mutex<Book>,
     host: HostTier,
-    /// Per layer (None: dense) its gate's, up's and down's shapes.
+    /// Per layer (None: dense) its gate's, up's and down's shapes, and where they lie in a
+    /// slot: (offsets, slot bytes).
     shapes: Vec<Option<[Shape; 3]>>,
+    slots_at: Vec<Option<([usize; 3], usize)>>,
     /// Threads computing missed experts on the CPU (None: every miss copied up).
     cpu: Option<xwen_kernels::Pool>,
     pub(super) read_ahead: Option<ReadAhead>,
+    /// Page-locked room for a decode batch's router picks and input rows read back together
+    /// (one sync), and for the CPU's outputs on their way up (no sync: reused only after the
+    /// next MoE layer's read-back has drained the stream).
+    readback: std::sync::Mutex<HostBuf>,
+    ys_up: std::sync::Mutex<HostBuf>,
 }
 
 /// A decode step's missed experts the CPU computes: (routed slot index, expert) pairs.
@@ -132,7 +140,8 @@ pub(super) type CpuJobs = Vec<(usize, usize)>;
 impl ExpertCache {
     /// The host copies of `experts` (per layer, None for a dense one) and pools of `slots`.
     /// `read_ahead`: with read-ahead, a decode batch's rows at most (its scratch); `k` experts
-    /// a token.
+    /// a token; `rows`, `hidden`, `ubatch`: a decode batch's rows, their width, a prompt pass's
+    /// tokens at most (the read-back's room).
     /// `store`: the engine's expert store as the host tier (else a page-locked copy of every
     /// expert is made from `file`).
     #[allow(clippy::too_many_arguments)]
@@ -146,36 +155,41 @@ impl ExpertCache {
         cpu_threads: usize,
         read_ahead: Option<usize>,
         store: Option<std::sync::Arc<dyn xwen_engine::ExpertStore>>,
+        (rows, hidden, ubatch): (usize, usize, usize),
     ) -> Result<ExpertCache> {
         let shape = |m: &Mat| {
             let rb = crate::layout::device_row_bytes(m.ty, m.cols);
             (m.ty, m.rows, m.cols, rb, rb * m.rows)
         };
         let shapes: Vec<Option<[Shape; 3]>> = experts.iter().map(|ex| ex.as_ref().map(|e| [shape(&e[0]), shape(&e[1]), shape(&e[2])])).collect();
+        let slots_at: Vec<Option<([usize; 3], usize)>> = experts.iter().map(|ex| ex.as_ref().map(super::upload::slot_layout)).collect();
         let maps = experts.iter().map(|ex| ex.as_ref().map(|_| SlotMap::new(n_expert, slots))).collect();
         let mut pinned = true;
         let host = match store {
             Some(store) => {
-                let most = shapes.iter().flatten().map(|s| s.iter().map(|m| m.4).sum::<usize>()).max().unwrap_or(0);
+                let most = slots_at.iter().flatten().map(|&(_, slot)| slot).max().unwrap_or(0);
                 let (a, b) = (gpu.host_buf(STAGED * most)?, gpu.host_buf(STAGED * most)?);
                 pinned = a.pinned() && b.pinned();
                 HostTier::Store { store, staging: [std::sync::Mutex::new(a), std::sync::Mutex::new(b)] }
             }
             None => {
                 let mut host = Vec::with_capacity(experts.len());
-                for ex in experts {
-                    let Some(ex) = ex else {
+                for (ex, at) in experts.iter().zip(&slots_at) {
+                    let (Some(ex), Some((offs, slot))) = (ex, at) else {
                         host.push(None);
                         continue;
                     };
-                    let mut one = |m: &Mat| -> Result<HostBuf> {
+                    let mut all = gpu.host_buf(n_expert * slot)?;
+                    pinned &= all.pinned();
+                    let dst = all.bytes_mut();
+                    for (m, off) in ex.iter().zip(offs) {
                         let data = crate::layout::device_layout(m.ty, file.tensor_data(&m.info));
-                        let mut buf = gpu.host_buf(data.len())?;
-                        buf.bytes_mut().copy_from_slice(&data);
-                        pinned &= buf.pinned();
-                        Ok(buf)
-                    };
-                    host.push(Some(HostExperts { mats: [one(&ex[0])?, one(&ex[1])?, one(&ex[2])?] }));
+                        let mb = data.len() / n_expert.max(1);
+                        for e in 0..n_expert {
+                            dst[e * slot + off..e * slot + off + mb].copy_from_slice(&data[e * mb..(e + 1) * mb]);
+                        }
+                    }
+                    host.push(Some(HostExperts { all }));
                 }
                 HostTier::Pinned(host)
             }
@@ -198,7 +212,53 @@ impl ExpertCache {
         };
         let n = experts.len();
         let book = Book { maps, tick: 0, stats, split: CpuSplit::default(), guessed: vec![Vec::new(); n], pending: vec![false; n] };
-        Ok(ExpertCache { book: std::sync::Mutex::new(book), host, shapes, cpu, read_ahead })
+        // a prompt pass's picks, or a decode batch's picks and input rows
+        let readback = std::sync::Mutex::new(gpu.host_buf((ubatch * k).max(rows * (k + hidden)) * 4)?);
+        let ys_up = std::sync::Mutex::new(gpu.host_buf(rows * k * hidden * 4)?);
+        Ok(ExpertCache { book: std::sync::Mutex::new(book), host, shapes, slots_at, cpu, read_ahead, readback, ys_up })
+    }
+
+    /// Whether missed experts may be computed on the CPU.
+    pub(super) fn has_cpu(&self) -> bool {
+        self.cpu.is_some()
+    }
+
+    /// The router's `n_ids` picks at `ids`, and where `x` is given (address, values) those
+    /// input rows too, read back in one sync.
+    pub(super) fn read_back(&self, gpu: &Gpu, ids: u64, n_ids: usize, x: Option<(u64, usize)>) -> Result<(Vec<i32>, Vec<f32>)> {
+        let mut buf = self.readback.lock().unwrap_or_else(|e| e.into_inner());
+        let nx = x.map_or(0, |(_, n)| n);
+        let room = buf.bytes().len();
+        if 4 * (n_ids + nx) > room {
+            return Err(CudaError::Unsupported(format!("a read-back of {} values into room for {}", n_ids + nx, room / 4)));
+        }
+        let b = buf.bytes_mut();
+        let (bi, bx) = b.split_at_mut(4 * n_ids);
+        gpu.read_async(bi, ids)?;
+        if let Some((xp, n)) = x {
+            gpu.read_async(&mut bx[..4 * n], xp)?;
+        }
+        gpu.sync()?;
+        let b = buf.bytes();
+        let words = |r: &[u8]| r.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]).collect::<Vec<_>>();
+        let ids = words(&b[..4 * n_ids]).into_iter().map(i32::from_le_bytes).collect();
+        let xs = words(&b[4 * n_ids..4 * (n_ids + nx)]).into_iter().map(f32::from_le_bytes).collect();
+        Ok((ids, xs))
+    }
+
+    /// Copies the CPU's outputs `ys` (`hidden` values a job) up to their slots' rows of the
+    /// device buffer at `dst` (`hidden` f32 a routed slot), on the stream, without waiting.
+    pub(super) fn put_cpu_outputs(&self, gpu: &Gpu, jobs: &[(usize, usize)], ys: &[f32], hidden: usize, dst: u64) -> Result<()> {
+        let mut buf = self.ys_up.lock().unwrap_or_else(|e| e.into_inner());
+        if ys.len() * 4 > buf.bytes().len() {
+            return Err(CudaError::Unsupported(format!("{} CPU expert outputs for room of {}", ys.len() / hidden.max(1), buf.bytes().len() / 4 / hidden.max(1))));
+        }
+        buf.bytes_mut()[..ys.len() * 4].copy_from_slice(as_bytes(ys));
+        let b = buf.bytes();
+        for (j, &(slot, _)) in jobs.iter().enumerate() {
+            gpu.write_at(dst + (slot * hidden * 4) as u64, &b[j * hidden * 4..(j + 1) * hidden * 4])?;
+        }
+        Ok(())
     }
 
     /// Copies up, on the read-ahead's stream, the experts of layer `il` that `guess` (router
@@ -300,12 +360,15 @@ impl ExpertCache {
         self.copy_up_on(gpu, &gpu.stream, 0, il, pool, loads)
     }
 
-    /// `copy_up` on `stream`, staged (from the store) through staging buffer `which`.
+    /// `copy_up` on `stream`, staged (from the store) through staging buffer `which`: one
+    /// copy an expert (its three matrices lie side by side in a slot).
     fn copy_up_on(&self, gpu: &Gpu, stream: &cudarc::driver::CudaStream, which: usize, il: usize, pool: &Glu, loads: &[(usize, usize)]) -> Result<u64> {
-        let Some(Some(shape)) = self.shapes.get(il) else {
+        let (Some(Some(shape)), Some(Some((offs, slot)))) = (self.shapes.get(il), self.slots_at.get(il)) else {
             return Err(CudaError::Unsupported(format!("layer {il} has no experts")));
         };
-        let dst = [&pool.gate, &pool.up, &pool.down];
+        let (offs, slot) = (*offs, *slot);
+        // the pool's first matrix starts its slot
+        let base = pool.gate.ptr - offs[0] as u64;
         let mut bytes = 0u64;
         match &self.host {
             HostTier::Pinned(host) => {
@@ -313,11 +376,8 @@ impl ExpertCache {
                     return Err(CudaError::Unsupported(format!("layer {il} has no host experts")));
                 };
                 for &(e, s) in loads {
-                    for i in 0..3 {
-                        let mb = shape[i].4;
-                        gpu.write_at_on(stream, dst[i].buf.ptr + (s * mb) as u64, &h.mats[i].bytes()[e * mb..(e + 1) * mb])?;
-                        bytes += mb as u64;
-                    }
+                    gpu.write_at_on(stream, base + (s * slot) as u64, &h.all.bytes()[e * slot..(e + 1) * slot])?;
+                    bytes += slot as u64;
                 }
             }
             HostTier::Store { store, staging } => {
@@ -328,24 +388,20 @@ impl ExpertCache {
                     let ids: Vec<usize> = batch.iter().map(|&(e, _)| e).collect();
                     let handles = store.experts(il, &ids)?;
                     let buf = stage.bytes_mut();
-                    let mut at = 0;
-                    let mut spans = Vec::with_capacity(batch.len() * 3);
-                    for (h, &(_, s)) in handles.iter().zip(batch) {
+                    for (j, h) in handles.iter().enumerate() {
                         for (i, m) in [h.gate(), h.up(), h.down()].into_iter().enumerate() {
                             let mb = shape[i].4;
                             let laid = crate::layout::device_layout(m.ty, m.data);
                             if laid.len() != mb {
                                 return Err(CudaError::Unsupported(format!("layer {il}: an expert of {} bytes where the device takes {mb}", laid.len())));
                             }
-                            buf[at..at + mb].copy_from_slice(&laid);
-                            spans.push((at, dst[i].buf.ptr + (s * mb) as u64, mb));
-                            at += mb;
+                            buf[j * slot + offs[i]..j * slot + offs[i] + mb].copy_from_slice(&laid);
                         }
                     }
                     drop(handles);
-                    for (at, d, mb) in spans {
-                        gpu.write_at_on(stream, d, &stage.bytes()[at..at + mb])?;
-                        bytes += mb as u64;
+                    for (j, &(_, s)) in batch.iter().enumerate() {
+                        gpu.write_at_on(stream, base + (s * slot) as u64, &stage.bytes()[j * slot..(j + 1) * slot])?;
+                        bytes += slot as u64;
                     }
                 }
             }
