@@ -598,10 +598,7 @@ impl Model {
         }
         let mut rows = 0usize;
         for (i, s) in steps.iter().enumerate() {
-            if s.tokens.is_empty() {
-                return Err(EngineError::EmptyInput);
-            }
-            self.check_context(s.state, s.tokens.len())?;
+            self.check_feed(s.state, s.tokens)?;
             if steps[..i].iter().any(|o| std::ptr::eq(&*o.state, &*s.state)) {
                 return Err(EngineError::State(format!("sequence {i} appears twice in one batch")));
             }
@@ -1045,6 +1042,19 @@ impl Model {
         self.check_context(state, tokens.len())?;
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
         head.write_kv(&self.head_ctx(head.file()), state, tokens, h_in)
+    }
+
+    /// Whether `tokens` can be fed to `state`: some tokens, each in the vocabulary, room in the
+    /// context. What a pass checks first; a group of ranks checks it once before any rank
+    /// starts, so a bad request fails alone instead of failing every rank of the group.
+    pub fn check_feed(&self, state: &SeqState, tokens: &[u32]) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(EngineError::EmptyInput);
+        }
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.n_vocab()) {
+            return Err(EngineError::TokenOutOfRange { id, n_vocab: self.n_vocab() });
+        }
+        self.check_context(state, tokens.len())
     }
 
     fn check_context(&self, state: &SeqState, n: usize) -> Result<()> {

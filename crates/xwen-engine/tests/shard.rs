@@ -291,3 +291,29 @@ fn a_device_group_of_ranks_serves_the_engine_with_the_cpus_tokens() {
         assert_eq!(h.widest.load(Ordering::Relaxed), MAX_ROWS, "every rank took the slots' decode rows as batches");
     }
 }
+
+/// A request the group cannot run — a token outside the vocabulary, no tokens, a full context —
+/// is refused before any rank starts, and the group serves the next one.
+#[test]
+fn a_bad_request_fails_alone_and_the_group_goes_on() {
+    let path = fixture("qwen3_5_moe/model-q4_k_m.gguf");
+    let one = Model::load(&path, &cfg()).unwrap();
+    let g = ShardGroup::load(&path, &cfg(), 2).unwrap();
+    let mut st = g.new_state();
+    let bad = one.n_vocab() as u32;
+    assert!(matches!(g.forward(&mut st, &[1, bad], LogitsMode::Last), Err(EngineError::TokenOutOfRange { .. })));
+    assert!(matches!(g.forward(&mut st, &[], LogitsMode::Last), Err(EngineError::EmptyInput)));
+    assert!(matches!(g.forward(&mut st, &vec![1; 513], LogitsMode::Last), Err(EngineError::ContextFull { .. })));
+    assert_eq!(st.pos(), 0);
+    let p = prompt(9, one.n_vocab());
+    let mut a = one.new_state();
+    assert_eq!(bits(&g.forward(&mut st, &p, LogitsMode::Last).unwrap()), bits(&one.forward(&mut a, &p, LogitsMode::Last).unwrap()));
+    // through the device seam too: the root model checks before the group's ranks see it
+    let (grouped, _) = on_device_group(&path, 2);
+    let mut s = grouped.new_state();
+    assert!(matches!(grouped.forward(&mut s, &[bad], LogitsMode::Last), Err(EngineError::TokenOutOfRange { .. })));
+    // (the stand-in device computes every row's logits: the CPU's head on all rows)
+    let mut b = one.new_state();
+    let all = one.forward(&mut b, &p, LogitsMode::All).unwrap();
+    assert_eq!(bits(&grouped.forward(&mut s, &p, LogitsMode::Last).unwrap()), bits(&all[all.len() - one.n_vocab()..]));
+}

@@ -38,6 +38,10 @@ impl DeviceGroup {
         self.ranks.len()
     }
 
+    /// A pass on every rank at once. A failure inside it fails the group for good (a rank may
+    /// have stopped between two reductions, and NCCL's communicators do not survive an abort);
+    /// what a request can get wrong the engine checks before the device sees it
+    /// (`Model::check_feed`).
     fn on_ranks<A: Send, T: Send>(&self, args: Vec<A>, f: impl Fn(&Arc<dyn DeviceModel>, A) -> Result<T> + Sync) -> Result<Vec<T>> {
         let abort = |r: usize, why: &str| (self.abort)(r, why);
         on_ranks(&self.ranks, args, &abort, f)
@@ -60,8 +64,10 @@ impl DeviceModel for DeviceGroup {
         self.ranks.iter().map(|r| r.device_bytes()).sum()
     }
 
+    /// Each rank's copy, rank after rank: no reduction, so a failure (a full device) fails
+    /// this sequence, not the group.
     fn upload(&self, layers: &[LayerState], pos: usize) -> Result<Box<dyn DeviceSeq>> {
-        let seqs = self.on_ranks(vec![(); self.size()], |r, ()| r.upload(layers, pos))?;
+        let seqs = self.ranks.iter().map(|r| r.upload(layers, pos)).collect::<Result<Vec<_>>>()?;
         Ok(Box::new(GroupSeq(seqs)))
     }
 

@@ -100,6 +100,7 @@ impl ShardGroup {
     /// `Model::forward` on every rank.
     pub fn forward(&self, state: &mut GroupState, tokens: &[u32], mode: LogitsMode) -> Result<Vec<f32>> {
         self.check_state(state)?;
+        self.ranks[0].check_feed(&state.ranks[0], tokens)?;
         let outs = self.on_ranks(state.ranks.iter_mut().collect(), |m, s| m.forward(s, tokens, mode))?;
         agree(outs, |a, b| same_bits(a, b))
     }
@@ -107,6 +108,7 @@ impl ShardGroup {
     /// `Model::forward_chunks` on every rank.
     pub fn forward_chunks(&self, state: &mut GroupState, tokens: &[u32], chunk: usize, mode: LogitsMode) -> Result<Vec<f32>> {
         self.check_state(state)?;
+        self.ranks[0].check_feed(&state.ranks[0], tokens)?;
         let outs = self.on_ranks(state.ranks.iter_mut().collect(), |m, s| m.forward_chunks(s, tokens, chunk, mode))?;
         agree(outs, |a, b| same_bits(a, b))
     }
@@ -116,6 +118,7 @@ impl ShardGroup {
     pub fn forward_batch_out(&self, steps: &mut [GroupStep]) -> Result<Vec<SpanOut>> {
         for s in steps.iter() {
             self.check_state(s.state)?;
+            self.ranks[0].check_feed(&s.state.ranks[0], s.tokens)?;
         }
         let n = self.size();
         let mut per_rank: Vec<Vec<SeqStep>> = (0..n).map(|_| Vec::with_capacity(steps.len())).collect();
@@ -128,7 +131,9 @@ impl ShardGroup {
         agree(outs, |a, b| a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_bits(&x.logits, &y.logits) && same_bits(&x.hidden, &y.hidden)))
     }
 
-    /// `f` on every rank at once (`lockstep::on_ranks`).
+    /// `f` on every rank at once (`lockstep::on_ranks`). A failure inside a pass fails the
+    /// group for good (a rank may have stopped between two reductions); what a request can get
+    /// wrong is checked before any rank starts (`Model::check_feed`).
     fn on_ranks<A: Send, T: Send>(&self, args: Vec<A>, f: impl Fn(&Model, A) -> Result<T> + Sync) -> Result<Vec<T>> {
         let abort = |r: usize, why: &str| self.comms[r].abort(why);
         on_ranks(&self.ranks, args, &abort, f)
