@@ -151,7 +151,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         return Ok(());
     }
     let desc = ModelDesc::of(model, &model_path);
-    let one_gpu = if multi_gpu { crate::gpu::Placement::Cpu } else { crate::gpu::placement(a.engine.n_gpu_layers.as_deref(), a.engine.device.as_deref(), model_arg::n_layer(model))? };
+    let one_gpu = if multi_gpu { crate::gpu::Placement::Cpu } else { crate::gpu::placement(a.engine.n_gpu_layers.as_deref(), a.engine.device_arg().as_deref(), model_arg::n_layer(model))? };
     if let crate::gpu::Placement::Cuda(ordinal) = one_gpu {
         if depths.iter().any(|&d| d > 0) {
             bail!("-d is not on the GPU yet");

@@ -49,7 +49,7 @@ pub fn place(opts: &crate::opts::EngineOpts, model: &mut xwen_engine::Model) -> 
     if let Some(list) = opts.gpus.as_ref().filter(|l| l.0.len() > 1) {
         return place_group(opts, model, &list.0);
     }
-    let placement = placement(opts.n_gpu_layers.as_deref(), opts.device.as_deref(), crate::model_arg::n_layer(model))?;
+    let placement = placement(opts.n_gpu_layers.as_deref(), opts.device_arg().as_deref(), crate::model_arg::n_layer(model))?;
     let Placement::Cuda(ordinal) = placement else {
         opts.check_vram_budget_on_cpu()?;
         return Ok(placement);

@@ -164,6 +164,16 @@ impl EngineOpts {
         }
     }
 
+    /// The device the model goes to: `--device`, or the one GPU `--gpus` names (`--gpus 1` is
+    /// `--device cuda:0`; several GPUs go through `gpu::place`'s split instead).
+    pub fn device_arg(&self) -> Option<String> {
+        match (&self.device, &self.gpus) {
+            (Some(d), _) => Some(d.clone()),
+            (None, Some(g)) if g.0.len() == 1 => Some(format!("cuda:{}", g.0[0])),
+            _ => None,
+        }
+    }
+
     /// For commands the CUDA backend does not run yet: a GPU flag is said to be set aside
     /// (llama.cpp habits pass -ngl 99 everywhere), and the command goes on on the CPU.
     pub fn cpu_only(&self, command: &str) {

@@ -209,3 +209,19 @@ fn plan_over_gpus_splits_the_experts_and_checks_the_card() {
     let o = xwen(&["plan", "-m", &moe(), "--gpus", "5"]);
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("more ranks than"));
 }
+
+/// `--gpus` that cannot be read, or GPUs this build or machine lacks: a one-line error, no panic.
+#[test]
+fn gpus_flag_errors_are_clear() {
+    let o = xwen(&["run", "-m", &moe(), "--gpus", "0,x", "-p", "hi", "-n", "2"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("no device number"), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = xwen(&["run", "-m", &moe(), "--gpus", "0", "-p", "hi", "-n", "2"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("GPU count"));
+    // two GPUs: refused by a build without CUDA, or by a machine without a device
+    let o = xwen(&["run", "-m", &moe(), "--gpus", "2", "-p", "hi", "-n", "2"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("CUDA") && !err.contains("panicked"), "{err}");
+    // and with -ngl 0 the request contradicts itself
+    let o = xwen(&["run", "-m", &moe(), "--gpus", "2", "-ngl", "0", "-p", "hi", "-n", "2"]);
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("drop -ngl 0"));
+}
