@@ -89,7 +89,7 @@ impl Nccl {
         // the library is opened at the first call: where it is absent, say so instead of the
         // loader's panic
         std::panic::catch_unwind(cudarc::nccl::result::get_nccl_version)
-            .map_err(|_| CudaError::Unsupported("NCCL (libnccl.so.2) is not installed".into()))?
+            .map_err(|_| CudaError::Unsupported("NCCL was not found: xwen opens libnccl.so, where the NCCL wheel and packages install libnccl.so.2 — link one to the other on the library path (scripts/gpu-multi-check does)".into()))?
             .map_err(|e| CudaError::Unsupported(format!("NCCL: {e:?}")))?;
         // SAFETY: `comms` has a slot a device, `ordinals` one ordinal each.
         unsafe { cudarc::nccl::result::comm_init_all(comms.as_mut_ptr(), size as i32, ordinals.as_ptr()) }.map_err(|e| CudaError::Unsupported(format!("NCCL: {e:?}")))?;
