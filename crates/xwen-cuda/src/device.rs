@@ -58,8 +58,8 @@ pub fn attach_group(model: &mut Model, opts: &CudaOptions, devices: &[usize]) ->
         let o = CudaOptions { device: dev, n_ctx: model.max_context(), shard: Some(shard), ..opts.clone() };
         ranks.push(Arc::new(CudaDevice::new(CudaModel::load(model.gguf(), &o)?)));
     }
-    let abort: xwen_engine::shard::AbortFn = Arc::new(move |r: usize, why: &str| comms[r].abort(why));
-    let group = xwen_engine::shard::DeviceGroup::new(ranks, abort)?;
+    let abort: xwen_engine::runtime::ranks::AbortFn = Arc::new(move |r: usize, why: &str| comms[r].abort(why));
+    let group = xwen_engine::runtime::ranks::DeviceGroup::new(ranks, abort)?;
     let describe = format!("{}; reductions through {how}", group.describe());
     model.attach_device(Arc::new(group))?;
     Ok(describe)

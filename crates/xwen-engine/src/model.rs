@@ -794,7 +794,7 @@ impl Model {
     /// Makes this model rank `shard.comm.rank()` of a sharded model (`crate::shard`): its MoE
     /// layers compute the picks of `shard.experts` only and meet the other ranks in one
     /// reduction a layer, so every pass must run on every rank of the group, in the same order
-    /// (`shard::ShardGroup` drives them). A draft head's experts stay whole on every rank.
+    /// (`runtime::ranks::ShardGroup` drives them). A draft head's experts stay whole on every rank.
     pub fn join_shard(&mut self, shard: crate::shard::Shard) -> Result<()> {
         if self.device.is_some() {
             return Err(EngineError::Config("a model on a device cannot join a CPU shard group".into()));

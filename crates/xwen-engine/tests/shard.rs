@@ -9,7 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use xwen_engine::shard::{Collective, DeviceGroup, ExpertPartition, GroupStep, LocalGroup, Shard, ShardGroup};
+use xwen_engine::runtime::ranks::{DeviceGroup, GroupStep, ShardGroup};
+use xwen_engine::shard::{Collective, ExpertPartition, LocalGroup, Shard};
 use xwen_engine::{DeviceModel, Engine, EngineConfig, EngineError, EngineOptions, EngineRequest, LogitsMode, Model, Output, SamplerConfig, SeqStep};
 
 #[path = "support/host_device.rs"]

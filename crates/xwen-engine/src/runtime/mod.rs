@@ -10,13 +10,15 @@
 //! - `generate`: the one-sequence generate loop; `sampler`: token choice;
 //! - `speculative`: drafters and the verify loop (greedy output identical to `generate`);
 //!   `cost_table`: the timings its controller weighs depths by, shared steps divided among
-//!   their sequences.
+//!   their sequences;
+//! - `ranks`: the ranks of a model split by its experts (`crate::shard`), run in lockstep.
 
 pub(crate) mod cost_table;
 pub mod engine;
 pub mod engine_thread;
 pub mod generate;
 pub mod prefix_cache;
+pub mod ranks;
 pub mod sampler;
 pub(crate) mod scheduler;
 pub mod session;

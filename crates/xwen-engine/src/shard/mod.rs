@@ -1,5 +1,8 @@
 //! A model split across ranks (the GPUs of one host, or threads standing in for them): expert
-//! parallelism. Each rank holds the trunk — attention, DeltaNet, the shared expert, embeddings
+//! parallelism — what a rank is (`Shard`, its block of experts and its end of the group's
+//! `Collective`), the partition and the placement plan. What drives the ranks in lockstep is
+//! the runtime's (`runtime::ranks`: `ShardGroup` on this process's CPUs, `DeviceGroup` on
+//! devices). Each rank holds the trunk — attention, DeltaNet, the shared expert, embeddings
 //! and head, a few GB where the routed experts are tens to hundreds — and its own block of
 //! every MoE layer's routed experts; every rank runs every token through the trunk, computes
 //! the picks that fall in its block, and one reduction per MoE layer hands every rank all the
@@ -13,14 +16,9 @@
 //! of one (`tests/shard.rs`).
 
 mod collective;
-mod device_group;
-mod group;
-mod lockstep;
 mod plan;
 
 pub use collective::{Collective, LocalGroup};
-pub use device_group::{AbortFn, DeviceGroup};
-pub use group::{GroupState, GroupStep, ShardGroup};
 pub use plan::ShardPlan;
 
 use std::ops::Range;

@@ -4,7 +4,7 @@
 //! rank's are the same bits; a pass checks that they are).
 
 use super::lockstep::{agree, on_ranks, same_bits};
-use super::{Collective, ExpertPartition, LocalGroup, Shard};
+use crate::shard::{Collective, ExpertPartition, LocalGroup, Shard, ShardPlan};
 use crate::config::EngineConfig;
 use crate::error::{EngineError, Result};
 use crate::model::{LogitsMode, Model, SeqStep};
@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::Arc;
 use xwen_gguf::GgufFile;
 
-/// A model split over ranks by its routed experts (`crate::shard`).
+/// A model split over ranks by its routed experts (`crate::shard`), the ranks CPU models.
 pub struct ShardGroup {
     ranks: Vec<Model>,
     comms: Vec<Arc<dyn Collective>>,
@@ -63,7 +63,7 @@ impl ShardGroup {
         if let Some((r, c)) = comms.iter().enumerate().find(|(r, c)| c.rank() != *r || c.size() != n) {
             return Err(EngineError::Config(format!("the collective's end {r} is rank {} of {}, not rank {r} of {n}", c.rank(), c.size())));
         }
-        let plan = super::ShardPlan::of_file(&file, n)?;
+        let plan = ShardPlan::of_file(&file, n)?;
         let ranks = comms
             .iter()
             .map(|c| {
