@@ -8,11 +8,11 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use xwen_engine::{ContraryDrafter, Engine, EngineConfig, EngineOptions, EngineRequest, LogitsMode, Model, Output, PrefixCache, ReplayDrafter, SamplerConfig, SeqStep};
+use xwen_engine::{ContraryDrafter, EngineConfig, EngineRequest, LogitsMode, Model, PrefixCache, ReplayDrafter, SamplerConfig, SeqStep};
 
 #[path = "support/host_device.rs"]
 mod host_device;
-use host_device::{HostDevice, MAX_ROWS, ROLLBACKS, VERIFIES};
+use host_device::{run_engine, HostDevice, MAX_ROWS, ROLLBACKS, VERIFIES};
 
 fn path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity/cond/qwen3_5/model-q4_k_m.gguf")
@@ -123,27 +123,6 @@ fn checkpoints_clones_and_rollbacks_hold_on_the_device() {
     assert_eq!(bits(&dev.forward(&mut h, &[1], LogitsMode::Last).unwrap()), bits(&cpu.forward(&mut c3, &[1], LogitsMode::Last).unwrap()));
 }
 
-fn run_engine(m: Model, reqs: Vec<EngineRequest>, parallel: usize, prefix: Option<PrefixCache>) -> Vec<Vec<u32>> {
-    let n = reqs.len();
-    let mut e = Engine::new(m, EngineOptions { parallel, draft: None, prefix });
-    for r in reqs {
-        e.submit(r);
-    }
-    let mut outs: Vec<Vec<u32>> = vec![Vec::new(); n];
-    let mut steps = 0;
-    while e.has_work() {
-        for (id, o) in e.step() {
-            match o {
-                Output::Token { id: t, .. } => outs[id as usize - 1].push(t),
-                Output::Failed(m) => panic!("request {id} failed: {m}"),
-                _ => {}
-            }
-        }
-        steps += 1;
-        assert!(steps < 10_000, "the engine never drains");
-    }
-    outs
-}
 
 fn requests(v: usize) -> Vec<EngineRequest> {
     [(9, 7), (30, 5), (3, 9), (14, 4), (22, 6)]

@@ -11,11 +11,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use xwen_engine::runtime::ranks::{DeviceGroup, GroupStep, ShardGroup};
 use xwen_engine::shard::{Collective, ExpertPartition, LocalGroup, Shard};
-use xwen_engine::{DeviceModel, Engine, EngineConfig, EngineError, EngineOptions, EngineRequest, LogitsMode, Model, Output, SamplerConfig, SeqStep};
+use xwen_engine::{DeviceModel, EngineConfig, EngineError, EngineRequest, LogitsMode, Model, SamplerConfig, SeqStep};
 
 #[path = "support/host_device.rs"]
 mod host_device;
-use host_device::{HostDevice, MAX_ROWS};
+use host_device::{run_engine, HostDevice, MAX_ROWS};
 
 fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -229,27 +229,6 @@ fn on_device_group(path: &Path, n: usize) -> (Model, Vec<Arc<HostDevice>>) {
     (root, hosts)
 }
 
-fn run_engine(m: Model, reqs: Vec<EngineRequest>, parallel: usize) -> Vec<Vec<u32>> {
-    let n = reqs.len();
-    let mut e = Engine::new(m, EngineOptions { parallel, draft: None, prefix: None });
-    for r in reqs {
-        e.submit(r);
-    }
-    let mut outs: Vec<Vec<u32>> = vec![Vec::new(); n];
-    let mut steps = 0;
-    while e.has_work() {
-        for (id, o) in e.step() {
-            match o {
-                Output::Token { id: t, .. } => outs[id as usize - 1].push(t),
-                Output::Failed(m) => panic!("request {id} failed: {m}"),
-                _ => {}
-            }
-        }
-        steps += 1;
-        assert!(steps < 10_000, "the engine never drains");
-    }
-    outs
-}
 
 /// Passes on a group of ranks behind the device seam give the CPU model's bits, and the state
 /// comes back whole; the engine's slots, decode batches and prompt chunks on the group give each
@@ -286,8 +265,8 @@ fn a_device_group_of_ranks_serves_the_engine_with_the_cpus_tokens() {
             })
             .collect::<Vec<_>>()
     };
-    let want = run_engine(cpu, reqs(), 3);
-    assert_eq!(run_engine(grouped, reqs(), 3), want);
+    let want = run_engine(cpu, reqs(), 3, None);
+    assert_eq!(run_engine(grouped, reqs(), 3, None), want);
     for h in &hosts {
         assert_eq!(h.widest.load(Ordering::Relaxed), MAX_ROWS, "every rank took the slots' decode rows as batches");
     }

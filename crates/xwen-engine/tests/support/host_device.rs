@@ -5,7 +5,7 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use xwen_engine::state::{DeltaState, LayerState};
-use xwen_engine::{DeviceModel, DeviceRow, DeviceSeq, LogitsMode, Model, RowOut, SeqState, SeqStep};
+use xwen_engine::{DeviceModel, DeviceRow, DeviceSeq, Engine, EngineOptions, EngineRequest, LogitsMode, Model, Output, PrefixCache, RowOut, SeqState, SeqStep};
 
 pub struct HostDevice {
     pub model: Model,
@@ -158,4 +158,28 @@ impl DeviceSeq for HostSeq {
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
         self
     }
+}
+
+/// Every request of `reqs` through an engine of `parallel` slots over `m` (a stand-in device's
+/// model or the CPU's): each request's tokens, in submission order.
+pub fn run_engine(m: Model, reqs: Vec<EngineRequest>, parallel: usize, prefix: Option<PrefixCache>) -> Vec<Vec<u32>> {
+    let n = reqs.len();
+    let mut e = Engine::new(m, EngineOptions { parallel, draft: None, prefix });
+    for r in reqs {
+        e.submit(r);
+    }
+    let mut outs: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut steps = 0;
+    while e.has_work() {
+        for (id, o) in e.step() {
+            match o {
+                Output::Token { id: t, .. } => outs[id as usize - 1].push(t),
+                Output::Failed(m) => panic!("request {id} failed: {m}"),
+                _ => {}
+            }
+        }
+        steps += 1;
+        assert!(steps < 10_000, "the engine never drains");
+    }
+    outs
 }
