@@ -93,7 +93,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
     // `--parallel`, `--verify` and `--draft` run the library's model and engine, which compute
     // where -ngl puts them (the pp / tg tests drive the CUDA model directly, below)
     // (a model split over several GPUs runs every test through the library's device seam)
-    let multi_gpu = a.engine.gpus.as_ref().is_some_and(|g| g.0.len() > 1);
+    let n_gpus = a.engine.gpus.as_ref().map_or(1, |g| g.0.len());
+    let multi_gpu = n_gpus > 1;
     let through_engine = a.parallel.is_some() || a.verify.is_some() || asked || multi_gpu;
     let on_device = through_engine && crate::gpu::place(&a.engine, &mut loaded.model)? != crate::gpu::Placement::Cpu;
     // shared with the engine `--parallel` runs its requests through
@@ -220,7 +221,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             );
         }
         match output {
-            Output::Markdown if multi_gpu => print_md_row_on(&desc, &format!("CUDA x{}", a.engine.gpus.as_ref().map_or(1, |g| g.0.len())), 1, &r),
+            Output::Markdown if multi_gpu => print_md_row_on(&desc, &format!("CUDA x{n_gpus}"), 1, &r),
             Output::Markdown => print_md_row(&desc, model.threads(), &r),
             Output::Json => json_tests.push(json_test(&desc, model.threads(), &r)),
         }

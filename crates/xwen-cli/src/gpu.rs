@@ -62,7 +62,7 @@ pub fn place(opts: &crate::opts::EngineOpts, model: &mut xwen_engine::Model) -> 
     #[cfg(feature = "cuda")]
     {
         let t0 = std::time::Instant::now();
-        let cuda = xwen_cuda::CudaOptions { device: ordinal, n_ctx: model.max_context(), graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch: opts.prefill_chunk(), vram_budget: opts.vram_budget, n_seq: model.config().n_seq.max(1), cpu_experts: opts.threads.map_or_else(xwen_cuda::model::default_cpu_experts, |t| t as usize), read_ahead: xwen_cuda::model::default_read_ahead(), shard: None };
+        let cuda = cuda_options(opts, model, ordinal);
         let on = xwen_cuda::attach(model, &cuda).map_err(|e| anyhow::anyhow!("{e}"))?;
         opts.note(&format!("on {on} in {:.2} s", t0.elapsed().as_secs_f64()));
         Ok(placement)
@@ -83,10 +83,27 @@ fn place_group(opts: &crate::opts::EngineOpts, model: &mut xwen_engine::Model, d
     #[cfg(feature = "cuda")]
     {
         let t0 = std::time::Instant::now();
-        let cuda = xwen_cuda::CudaOptions { device: devices[0], n_ctx: model.max_context(), graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(), ubatch: opts.prefill_chunk(), vram_budget: opts.vram_budget, n_seq: model.config().n_seq.max(1), cpu_experts: 0, read_ahead: false, shard: None };
+        let cuda = cuda_options(opts, model, devices[0]);
         let on = xwen_cuda::attach_group(model, &cuda, devices).map_err(|e| anyhow::anyhow!("{e}"))?;
         opts.note(&format!("on {on} in {:.2} s", t0.elapsed().as_secs_f64()));
         Ok(Placement::Cuda(devices[0]))
+    }
+}
+
+/// The CUDA backend's options for `model` on device `ordinal` as the engine flags set them
+/// (a split's ranks take theirs from these too).
+#[cfg(feature = "cuda")]
+fn cuda_options(opts: &crate::opts::EngineOpts, model: &xwen_engine::Model, ordinal: usize) -> xwen_cuda::CudaOptions {
+    xwen_cuda::CudaOptions {
+        device: ordinal,
+        n_ctx: model.max_context(),
+        graph: std::env::var_os("XWEN_CUDA_NO_GRAPH").is_none(),
+        ubatch: opts.prefill_chunk(),
+        vram_budget: opts.vram_budget,
+        n_seq: model.config().n_seq.max(1),
+        cpu_experts: opts.threads.map_or_else(xwen_cuda::model::default_cpu_experts, |t| t as usize),
+        read_ahead: xwen_cuda::model::default_read_ahead(),
+        shard: None,
     }
 }
 

@@ -395,7 +395,6 @@ fn ram_budget(s: &str) -> Result<u64, String> {
     }
 }
 
-/// `--vram-budget`: a size of more than 0 bytes.
 /// The GPUs `--gpus` names, one rank each.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct GpuList(pub Vec<usize>);
@@ -416,6 +415,7 @@ fn gpu_list(s: &str) -> Result<GpuList, String> {
     Ok(GpuList(list))
 }
 
+/// `--vram-budget`: a size of more than 0 bytes.
 fn vram_budget(s: &str) -> Result<u64, String> {
     match size(s)? {
         0 => Err(format!("`{s}` is no budget: give a size (e.g. 12G, 800M)")),

@@ -43,11 +43,9 @@ pub fn attach_group(model: &mut Model, opts: &CudaOptions, devices: &[usize]) ->
     }
     let n = devices.len();
     let plan = xwen_engine::shard::ShardPlan::of_file(model.gguf(), n)?;
-    let mut distinct = devices.to_vec();
-    distinct.sort_unstable();
-    distinct.dedup();
+    // NCCL refuses ranks sharing a GPU (and is refused where it is missing): host memory then
     let nccl_off = std::env::var("XWEN_NCCL").is_ok_and(|v| v == "0");
-    let (comms, how) = match (distinct.len() == n && !nccl_off).then(|| crate::collective::Nccl::clique(devices)) {
+    let (comms, how) = match (!nccl_off).then(|| crate::collective::Nccl::clique(devices)) {
         Some(Ok(c)) => (c, "NCCL".to_string()),
         Some(Err(e)) => (crate::collective::host_staged(n), format!("host memory ({e})")),
         None => (crate::collective::host_staged(n), "host memory".to_string()),

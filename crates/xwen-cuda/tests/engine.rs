@@ -57,6 +57,24 @@ fn tokens(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
         .collect()
 }
 
+/// Steps `e` until its `n` requests (ids 1..=n) are done: each request's tokens.
+fn drain(e: &mut Engine, n: usize, what: &str) -> Vec<Vec<u32>> {
+    let mut out: Vec<Vec<u32>> = vec![Vec::new(); n];
+    let mut steps = 0;
+    while e.has_work() {
+        for (id, o) in e.step() {
+            match o {
+                Output::Token { id: t, .. } => out[id as usize - 1].push(t),
+                Output::Failed(msg) => panic!("{what}: request {id}: {msg}"),
+                _ => {}
+            }
+        }
+        steps += 1;
+        assert!(steps < 100_000, "{what}: the engine never drains");
+    }
+    out
+}
+
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
@@ -246,19 +264,7 @@ fn the_engines_slots_prefix_cache_and_drafting_on_the_gpu_give_each_requests_tok
             let contrary: Box<dyn xwen_engine::Drafter> = Box::new(ContraryDrafter::new(v));
             e.submit(EngineRequest { prefill_chunk: 64, draft: Some((contrary, 3)), ..EngineRequest::new(p.clone(), n, Vec::new(), greedy()) });
         }
-        let mut got: Vec<Vec<u32>> = vec![Vec::new(); 8];
-        let mut steps = 0;
-        while e.has_work() {
-            for (id, o) in e.step() {
-                match o {
-                    Output::Token { id: t, .. } => got[id as usize - 1].push(t),
-                    Output::Failed(msg) => panic!("{}: request {id}: {msg}", path.display()),
-                    _ => {}
-                }
-            }
-            steps += 1;
-            assert!(steps < 100_000);
-        }
+        let got = drain(&mut e, 8, &path.display().to_string());
         for (i, w) in want.iter().enumerate() {
             assert_eq!(&got[i], w, "{}: request {i}", path.display());
         }
@@ -383,16 +389,7 @@ fn ranks_of_a_sharded_model_give_the_bits_of_one_gpu() {
             for r in reqs {
                 e.submit(r);
             }
-            let mut toks: Vec<Vec<u32>> = vec![Vec::new(); N];
-            while e.has_work() {
-                for (id, o) in e.step() {
-                    match o {
-                        Output::Token { id: t, .. } => toks[id as usize - 1].push(t),
-                        Output::Failed(m) => panic!("request {id} failed: {m}"),
-                        _ => {}
-                    }
-                }
-            }
+            let toks = drain(&mut e, N, &path.display().to_string());
             (out, toks, on)
         };
         let (want, want_toks, _) = run(&[0]);

@@ -708,7 +708,6 @@ impl CudaModel {
     /// the other slots zero; the reduction fills those with their owners' outputs; then the
     /// shared expert, the weighted sum and the residual as one GPU computes them — the bits of
     /// the whole model on one GPU (`moe_decode` is the bits of these launches).
-    #[allow(clippy::too_many_arguments)]
     fn moe_rank(&self, sh: &super::DeviceShard, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, rows: bool) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let slots = n * d.n_used;

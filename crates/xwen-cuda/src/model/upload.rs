@@ -20,6 +20,11 @@ pub(super) fn device_type(ty: GgmlType) -> Option<i32> {
     matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 | GgmlType::Q4_0 | GgmlType::Q8_0 | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K).then(|| ty.id() as i32)
 }
 
+/// `m`'s type as the kernels name it, or why they cannot compute with it.
+fn kernel_type(m: &Mat) -> Result<i32> {
+    device_type(m.ty).ok_or_else(|| CudaError::Unsupported(format!("{}: type {} has no CUDA kernel yet", m.info.name, m.ty.name())))
+}
+
 pub(super) struct Uploader<'a> {
     pub(super) gpu: &'a Gpu,
     pub(super) file: &'a GgufFile,
@@ -28,23 +33,22 @@ pub(super) struct Uploader<'a> {
 impl Uploader<'_> {
     /// A matrix or a whole stack, its bytes as the file holds them.
     pub(super) fn mat(&self, m: &Mat) -> Result<DevMat> {
-        let ty = device_type(m.ty).ok_or_else(|| CudaError::Unsupported(format!("{}: type {} has no CUDA kernel yet", m.info.name, m.ty.name())))?;
-        if m.cols % 4 != 0 {
+        self.block(m, 0..m.n_mats)
+    }
+
+    /// The matrices `experts` of a stack (a rank's block; a matrix: 0..1), their bytes as the
+    /// file holds them.
+    pub(super) fn block(&self, m: &Mat, experts: std::ops::Range<usize>) -> Result<DevMat> {
+        let ty = kernel_type(m)?;
+        if !m.cols.is_multiple_of(4) {
             // the products read activations four floats at a time
             return Err(CudaError::Unsupported(format!("{}: {} columns (the CUDA products take multiples of 4)", m.info.name, m.cols)));
         }
-        let data = crate::layout::device_layout(m.ty, self.file.tensor_data(&m.info));
-        Ok(DevMat::owning(self.gpu.upload(&data)?, ty, m.rows, m.cols, crate::layout::device_row_bytes(m.ty, m.cols)))
-    }
-
-    /// The matrices `experts` of a stack (a rank's block), their bytes as the file holds them.
-    pub(super) fn block(&self, m: &Mat, experts: std::ops::Range<usize>) -> Result<DevMat> {
-        let ty = device_type(m.ty).ok_or_else(|| CudaError::Unsupported(format!("{}: type {} has no CUDA kernel yet", m.info.name, m.ty.name())))?;
-        if m.cols % 4 != 0 || experts.end > m.n_mats {
-            return Err(CudaError::Unsupported(format!("{}: experts {experts:?} of {} with {} columns", m.info.name, m.n_mats, m.cols)));
+        if experts.is_empty() || experts.end > m.n_mats {
+            return Err(CudaError::Unsupported(format!("{}: experts {experts:?} of a stack of {}", m.info.name, m.n_mats)));
         }
         let all = self.file.tensor_data(&m.info);
-        let per = all.len() / m.n_mats.max(1);
+        let per = all.len() / m.n_mats;
         let data = crate::layout::device_layout(m.ty, &all[experts.start * per..experts.end * per]);
         Ok(DevMat::owning(self.gpu.upload(&data)?, ty, m.rows, m.cols, crate::layout::device_row_bytes(m.ty, m.cols)))
     }
@@ -57,7 +61,7 @@ impl Uploader<'_> {
         let buf = Arc::new(self.gpu.zeros(slots * slot)?);
         let mut out = Vec::with_capacity(3);
         for (m, off) in mats.iter().zip(offs) {
-            let ty = device_type(m.ty).ok_or_else(|| CudaError::Unsupported(format!("{}: type {} has no CUDA kernel yet", m.info.name, m.ty.name())))?;
+            let ty = kernel_type(m)?;
             let row_bytes = crate::layout::device_row_bytes(m.ty, m.cols);
             out.push(DevMat { _buf: Arc::clone(&buf), ptr: buf.ptr + off as u64, ty, rows: m.rows, cols: m.cols, row_bytes, stride: slot });
         }
