@@ -765,6 +765,82 @@ extern "C" __global__ void mv_glu_cols(const u8* G, const u8* U, int ty_g, int t
     }
 }
 
+// The router's top-k reduction by __reduce_max / __reduce_min (1) or by shuffle rounds (0): the
+// same pick either way (gpu.rs `Knobs`; measured on an H100: 35B-A3B tg128 +2.3%).
+#ifndef ROUTE_REDUX
+#define ROUTE_REDUX 1
+#endif
+
+// moe_route's picks for up to 512 experts in one warp (16 a lane, in registers): no block
+// barriers between the k picks. The same picks (ties to the lower id) and weights up to the
+// order of the softmax's double sum. Lane r < k ends with pick r: its id and weight. The router
+// kernel and the experts' gate/up launch (which ranks a decode row's logits itself) both call
+// this, so their picks are the same bits.
+__device__ __forceinline__ void route_warp(const float* logits, int n_expert, int k, int norm_w, float w_scale, int lane, int* id, float* weight) {
+    float p[16];
+    float mx = NEG_INF;
+    #pragma unroll
+    for (int e = 0; e < 16; e++) {
+        int i = lane + 32 * e;
+        p[e] = i < n_expert ? logits[i] : NEG_INF;
+        mx = fmaxf(mx, p[e]);
+    }
+    mx = warp_max(mx);
+    double sum = 0.0;
+    #pragma unroll
+    for (int e = 0; e < 16; e++) {
+        int i = lane + 32 * e;
+        p[e] = i < n_expert ? expf(p[e] - mx) : 0.0f;
+        sum += p[e];
+    }
+    sum = warp_sum_d(sum);
+    float inv = (float)(1.0 / sum);
+    #pragma unroll
+    for (int e = 0; e < 16; e++) p[e] = lane + 32 * e < n_expert ? p[e] * inv : NEG_INF;
+    double wsum = 0.0;
+    float picked = 0.0f;
+    int mine = 0;
+    for (int r = 0; r < k; r++) {
+        float bv = NEG_INF;
+        int bi = 0x7fffffff;
+        #pragma unroll
+        for (int e = 0; e < 16; e++) {
+            int i = lane + 32 * e;
+            if (p[e] > bv || (p[e] == bv && i < bi)) { bv = p[e]; bi = i; }
+        }
+#if ROUTE_REDUX && __CUDA_ARCH__ >= 800
+        // (a knob, XWEN_CUDA_DEFINES=-DROUTE_REDUX=0 for the shuffle rounds) the warp's best in
+        // two reductions instead of five shuffle rounds, the same pick: probabilities are ≥ 0, so their
+        // bits order as they do (+1: a taken or absent entry ranks below 0.0), then the lowest
+        // index among the lanes that hold that value
+        u32 key = bv >= 0.0f ? __float_as_uint(bv) + 1u : 0u;
+        u32 top = __reduce_max_sync(0xffffffffu, key);
+        bi = (int)__reduce_min_sync(0xffffffffu, key == top ? (u32)bi : 0xffffffffu);
+        bv = top ? __uint_as_float(top - 1u) : NEG_INF;
+#else
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+        }
+#endif
+        #pragma unroll
+        for (int e = 0; e < 16; e++)
+            if (lane + 32 * e == bi) p[e] = NEG_INF;
+        if (lane == r) {
+            picked = bv;
+            mine = bi;
+        }
+        wsum += bv;
+    }
+    // k ≤ 32 (host-checked): lane r holds pick r
+    float w = picked;
+    if (norm_w) w /= fmaxf((float)wsum, 6.103515625e-5f);
+    if (w_scale != 0.0f && w_scale != 1.0f) w *= w_scale;
+    *id = mine;
+    *weight = w;
+}
+
 // Rows a warp of moe_glu takes (gpu.rs `Knobs` defines it; the launch's grid follows).
 #ifndef MOE_GLU_ROWS
 #define MOE_GLU_ROWS 2
@@ -777,9 +853,14 @@ extern "C" __global__ void mv_glu_cols(const u8* G, const u8* U, int ty_g, int t
 // up matrix, every row's loads in flight at once (dot_rows_q8); the gate's warp applies the
 // SwiGLU. blockIdx.z is a decode batch's row: its input row z of x (q8 copies likewise), its
 // ids k from z·k, its hidden rows h from z·k·rows and hs from z·rows_s.
-extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u, int rows, i64 rb_g, i64 rb_u, i64 mb_g, i64 mb_u, const int* ids, int k,
+// With logits (n_expert a row, the router's product): the launch routes the row itself — every
+// warp of a routed slot's block ranks the row's logits (route_warp, moe_route_warp's bits) and
+// takes its slot's pick, so the router needs no launch (and no gap) of its own; block (0, 0)
+// writes the picks and weights to ids and weights for the down launch. Without: ids given.
+extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u, int rows, i64 rb_g, i64 rb_u, i64 mb_g, i64 mb_u, int* ids, int k,
                                    const u8* SG, const u8* SU, int ty_sg, int ty_su, int rows_s, i64 rb_sg, i64 rb_su, int cols, const float* x,
-                                   const i8* qk, const float2* dk, const i8* qz, const float2* dz, float* h, float* hs) {
+                                   const i8* qk, const float2* dk, const i8* qz, const float2* dz, float* h, float* hs, const float* logits,
+                                   int n_expert, int norm_w, float w_scale, float* weights) {
     constexpr int R = MOE_GLU_ROWS;
     __shared__ float s_up[2][R];
     int slot = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -788,6 +869,10 @@ extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u,
     {
         i64 t = blockIdx.z, xr = t * cols;
         ids += t * k;
+        if (logits) {
+            logits += t * n_expert;
+            weights += t * k;
+        }
         x += xr;
         if (qk) qk += xr;
         if (qz) qz += xr;
@@ -806,12 +891,23 @@ extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u,
         prefetch_l2(m_row, live * rb, lane);
     }
     pdl_start();
+    int pick = 0;
+    if (logits && !shared) {
+        int id;
+        float wt;
+        route_warp(logits, n_expert, k, norm_w, w_scale, lane, &id, &wt);
+        pick = __shfl_sync(0xffffffffu, id, slot);
+        if (blockIdx.x == 0 && slot == 0 && warp == 0 && lane < k) {
+            ids[lane] = id;
+            weights[lane] = wt;
+        }
+    }
     float v[R];
     #pragma unroll
     for (int r = 0; r < R; r++) v[r] = 0.0f;
     if (live > 0) {
         if (!shared) {
-            i64 e = ids[slot];
+            i64 e = logits ? pick : ids[slot];
             m_row = up ? U + e * mb_u + (i64)r0 * rb : G + e * mb_g + (i64)r0 * rb;
             ty = up ? ty_u : ty_g;
         }
@@ -1129,6 +1225,22 @@ extern "C" __global__ void attn_merge(const float* part_o, const float* part_ml,
 // state tab's (row_state). With hist (a verify's rows of one sequence, n_tok of them), the state
 // after token t < n_tok − 1 is also written to hist[2t] (the state before row t + 1, kept for a
 // rollback).
+// Channel c of a token's convolution (input xc, the state's kernel − 1 rows before it), then
+// SiLU: conv_step and the decode step that convolves its own inputs (delta_step_rows) both
+// call this, so their values are the same bits.
+__device__ __forceinline__ float conv_silu_at(float xc, const float* state, const float* taps, int cd, int kernel, int c) {
+    float acc = 0.0f;
+    for (int j = 0; j < kernel - 1; j++) acc = __fmaf_rn(state[(i64)j * cd + c], taps[(i64)j * cd + c], acc);
+    acc = __fmaf_rn(xc, taps[(i64)(kernel - 1) * cd + c], acc);
+    return acc / (1.0f + expf(-acc));
+}
+
+// The conv state after a token (input xc) for channel c: its rows move up one, xc last.
+__device__ __forceinline__ void conv_shift_at(float xc, float* state, int cd, int kernel, int c) {
+    for (int j = 0; j + 1 < kernel - 1; j++) state[(i64)j * cd + c] = state[(i64)(j + 1) * cd + c];
+    if (kernel > 1) state[(i64)(kernel - 2) * cd + c] = xc;
+}
+
 extern "C" __global__ void conv_step(const float* x, float* state, const float* taps, float* out, int cd, int kernel, int n_tok,
                                      const unsigned long long* tab, const unsigned long long* hist) {
     int t0 = blockIdx.y;
@@ -1140,12 +1252,9 @@ extern "C" __global__ void conv_step(const float* x, float* state, const float* 
     if (c >= cd) return;
     for (int t = 0; t < n_tok; t++) {
         float xc = x[(i64)t * cd + c];
-        float acc = 0.0f;
-        for (int j = 0; j < kernel - 1; j++) acc += state[(i64)j * cd + c] * taps[(i64)j * cd + c];
-        acc += xc * taps[(i64)(kernel - 1) * cd + c];
-        for (int j = 0; j + 1 < kernel - 1; j++) state[(i64)j * cd + c] = state[(i64)(j + 1) * cd + c];
-        if (kernel > 1) state[(i64)(kernel - 2) * cd + c] = xc;
-        out[(i64)t * cd + c] = acc / (1.0f + expf(-acc));
+        float y = conv_silu_at(xc, state, taps, cd, kernel, c);
+        conv_shift_at(xc, state, cd, kernel, c);
+        out[(i64)t * cd + c] = y;
         if (hist && t + 1 < n_tok) {
             float* h = (float*)hist[2 * t];
             for (int j = 0; j < kernel - 1; j++) h[(i64)j * cd + c] = state[(i64)j * cd + c];
@@ -1165,9 +1274,9 @@ extern "C" __global__ void conv_prompt(const float* x, const float* state, const
     for (int j = 0; j < kernel - 1; j++) {
         int src = t - (kernel - 1) + j;
         float v = src < 0 ? state[(i64)(kernel - 1 + src) * cd + c] : x[(i64)src * cd + c];
-        acc += v * taps[(i64)j * cd + c];
+        acc = __fmaf_rn(v, taps[(i64)j * cd + c], acc);
     }
-    acc += x[(i64)t * cd + c] * taps[(i64)(kernel - 1) * cd + c];
+    acc = __fmaf_rn(x[(i64)t * cd + c], taps[(i64)(kernel - 1) * cd + c], acc);
     out[i] = acc / (1.0f + expf(-acc));
 }
 
@@ -1186,12 +1295,20 @@ extern "C" __global__ void conv_shift(const float* x, float* state, int cd, int 
 // q and k of a K-head L2-normed as build_gdn_l2_norm norms them (sums of squares in f64, eps
 // scaled by 1/sd) and scaled by 1/√sd, E = sd / 32 values a lane: the DeltaNet step, the prompt
 // scan's prep and the decode scan all take them from here, so their bits agree.
+// (delta_qk_norm: the same on a lane's values already loaded.)
+__device__ __forceinline__ void delta_qk_norm(int sd, float eps, float* qr, float* kr);
 __device__ __forceinline__ void delta_qk(const float* q, const float* k, int sd, float eps, int lane, float* qr, float* kr) {
     int E = sd / 32;
-    double sq = 0.0, sk = 0.0;
     EACH_E {
         qr[e] = q[lane + 32 * e];
         kr[e] = k[lane + 32 * e];
+    }
+    delta_qk_norm(sd, eps, qr, kr);
+}
+__device__ __forceinline__ void delta_qk_norm(int sd, float eps, float* qr, float* kr) {
+    int E = sd / 32;
+    double sq = 0.0, sk = 0.0;
+    EACH_E {
         sq += (double)(qr[e] * qr[e]);
         sk += (double)(kr[e] * kr[e]);
     }
@@ -1346,79 +1463,16 @@ extern "C" __global__ void moe_route(const float* logits, int n_expert, int k, i
     }
 }
 
-// The router's top-k reduction by __reduce_max / __reduce_min (1) or by shuffle rounds (0): the
-// same pick either way (gpu.rs `Knobs`; measured on an H100: 35B-A3B tg128 +2.3%).
-#ifndef ROUTE_REDUX
-#define ROUTE_REDUX 1
-#endif
-
-// moe_route for up to 512 experts in one warp (16 a lane, in registers): no block barriers
-// between the k picks. The same picks (ties to the lower id) and weights up to the order of
-// the softmax's double sum. One warp a token.
+// route_warp a token: one warp a token (blockIdx.x).
 extern "C" __global__ void moe_route_warp(const float* logits, int n_expert, int k, int norm_w, float w_scale, int* ids, float* weights) {
     pdl_start();
-    int lane = threadIdx.x;
-    logits += (i64)blockIdx.x * n_expert;
-    ids += (i64)blockIdx.x * k;
-    weights += (i64)blockIdx.x * k;
-    float p[16];
-    float mx = NEG_INF;
-    #pragma unroll
-    for (int e = 0; e < 16; e++) {
-        int i = lane + 32 * e;
-        p[e] = i < n_expert ? logits[i] : NEG_INF;
-        mx = fmaxf(mx, p[e]);
+    int lane = threadIdx.x, id;
+    float w;
+    route_warp(logits + (i64)blockIdx.x * n_expert, n_expert, k, norm_w, w_scale, lane, &id, &w);
+    if (lane < k) {
+        ids[(i64)blockIdx.x * k + lane] = id;
+        weights[(i64)blockIdx.x * k + lane] = w;
     }
-    mx = warp_max(mx);
-    double sum = 0.0;
-    #pragma unroll
-    for (int e = 0; e < 16; e++) {
-        int i = lane + 32 * e;
-        p[e] = i < n_expert ? expf(p[e] - mx) : 0.0f;
-        sum += p[e];
-    }
-    sum = warp_sum_d(sum);
-    float inv = (float)(1.0 / sum);
-    #pragma unroll
-    for (int e = 0; e < 16; e++) p[e] = lane + 32 * e < n_expert ? p[e] * inv : NEG_INF;
-    double wsum = 0.0;
-    float picked = 0.0f;
-    for (int r = 0; r < k; r++) {
-        float bv = NEG_INF;
-        int bi = 0x7fffffff;
-        #pragma unroll
-        for (int e = 0; e < 16; e++) {
-            int i = lane + 32 * e;
-            if (p[e] > bv || (p[e] == bv && i < bi)) { bv = p[e]; bi = i; }
-        }
-#if ROUTE_REDUX && __CUDA_ARCH__ >= 800
-        // (a knob, XWEN_CUDA_DEFINES=-DROUTE_REDUX=0 for the shuffle rounds) the warp's best in
-        // two reductions instead of five shuffle rounds, the same pick: probabilities are ≥ 0, so their
-        // bits order as they do (+1: a taken or absent entry ranks below 0.0), then the lowest
-        // index among the lanes that hold that value
-        u32 key = bv >= 0.0f ? __float_as_uint(bv) + 1u : 0u;
-        u32 top = __reduce_max_sync(0xffffffffu, key);
-        bi = (int)__reduce_min_sync(0xffffffffu, key == top ? (u32)bi : 0xffffffffu);
-        bv = top ? __uint_as_float(top - 1u) : NEG_INF;
-#else
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-        }
-#endif
-        #pragma unroll
-        for (int e = 0; e < 16; e++)
-            if (lane + 32 * e == bi) p[e] = NEG_INF;
-        if (lane == r) picked = bv;
-        if (lane == 0) ids[r] = bi;
-        wsum += bv;
-    }
-    // k ≤ 32 (host-checked): lane r holds pick r
-    float w = picked;
-    if (norm_w) w /= fmaxf((float)wsum, 6.103515625e-5f);
-    if (w_scale != 0.0f && w_scale != 1.0f) w *= w_scale;
-    if (lane < k) weights[lane] = w;
 }
 
 // x ← x + (Σ_s w_s·ys[s] + sigmoid(sg)·shared) — a MoE layer's weighted sum (slot order, each
@@ -1986,14 +2040,24 @@ extern "C" __global__ void __launch_bounds__(128) delta_rows(const float* qn, co
 // bits) computed by each warp for its head, then delta_rows' update of its rows for the one
 // token. Grid and block as delta_rows; blockIdx.z a decode batch's row t (its conv, β, α and o
 // rows t, its S tab's: row_state).
+// With cx (the row's projected inputs before the convolution; cstate its conv state, or the
+// tab's; taps, kernel): the step convolves the channels it reads itself (conv_silu_at, conv_step's
+// bits) instead of reading conv, so a decode step needs no convolution launch; the conv state
+// is left for delta_out to move on (every block of this launch reads it).
 extern "C" __global__ void __launch_bounds__(128) delta_step_rows(const float* conv, const float* beta_in, const float* alpha_in, const float* dt_bias,
                                                                   const float* a, float* S, float* o, int hk, int hv, int sd, int tiled, float eps,
+                                                                  const float* cx, const float* cstate, const float* taps, int kernel,
                                                                   const unsigned long long* tab) {
     int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, E = sd / 32;
+    int cd = (2 * hk + hv) * sd;
     {
         i64 t = blockIdx.z;
         S = (float*)row_state(tab, (int)t, 1, S);
-        conv += t * (2 * hk + hv) * sd;
+        conv += t * cd;
+        if (cx) {
+            cx += t * cd;
+            cstate = (const float*)row_state(tab, (int)t, 0, (void*)cstate);
+        }
         beta_in += t * hv;
         alpha_in += t * hv;
         o += t * hv * sd;
@@ -2004,11 +2068,21 @@ extern "C" __global__ void __launch_bounds__(128) delta_step_rows(const float* c
     if (j0 < sd) prefetch_l2(S + ((i64)h * sd + j0) * sd, (i64)min(DR_ROWS, sd - j0) * sd * 4, lane);
     pdl_start();
     if (j0 >= sd) return;
-    const float* q = conv + (i64)kh * sd;
-    const float* k = conv + (i64)hk * sd + (i64)kh * sd;
-    const float* v = conv + 2 * (i64)hk * sd + (i64)h * sd;
-    float qr[8], kr[8], beta, decay;
-    delta_qk(q, k, sd, eps, lane, qr, kr);
+    int qc = kh * sd, kc = hk * sd + kh * sd, vc = 2 * hk * sd + h * sd;
+    float qr[8], kr[8], vr[DR_ROWS], beta, decay;
+    if (cx) {
+        EACH_E {
+            qr[e] = conv_silu_at(cx[qc + lane + 32 * e], cstate, taps, cd, kernel, qc + lane + 32 * e);
+            kr[e] = conv_silu_at(cx[kc + lane + 32 * e], cstate, taps, cd, kernel, kc + lane + 32 * e);
+        }
+        #pragma unroll
+        for (int r = 0; r < DR_ROWS; r++) vr[r] = conv_silu_at(cx[vc + j0 + r], cstate, taps, cd, kernel, vc + j0 + r);
+        delta_qk_norm(sd, eps, qr, kr);
+    } else {
+        delta_qk(conv + qc, conv + kc, sd, eps, lane, qr, kr);
+        #pragma unroll
+        for (int r = 0; r < DR_ROWS; r++) vr[r] = conv[vc + j0 + r];
+    }
     delta_gates(beta_in[h], alpha_in[h], dt_bias[h], a[h], &beta, &decay);
     float oscale = 1.0f / sqrtf((float)sd);
     float* Sh = S + (i64)h * sd * sd;
@@ -2021,7 +2095,7 @@ extern "C" __global__ void __launch_bounds__(128) delta_step_rows(const float* c
             kv += sr[e] * kr[e];
         }
         kv = warp_sum(kv);
-        float d = (v[j0 + r] - kv) * beta;
+        float d = (vr[r] - kv) * beta;
         float oo = 0.0f;
         EACH_E {
             sr[e] += d * kr[e];
@@ -2037,13 +2111,20 @@ extern "C" __global__ void __launch_bounds__(128) delta_step_rows(const float* c
 // threads a head, blockDim / 128 heads a block. Where yq is given the block's outputs are 256
 // values (blockDim / 128 · sd = 256) and are also quantized for the out projection (q8_K, as
 // quant_q8 kind 0), saving that launch.
+// With cx (a decode step whose delta_step_rows convolved its own inputs: the rows' projected
+// inputs, cd channels a row): the launch also moves each row's conv state on (cstate, or the
+// tab's), which the step could not do while its blocks read it (conv_shift_at, conv_step's).
 extern "C" __global__ void delta_out(const float* o, const float* z, const float* norm_w, float* out, int hv, int sd, float eps, i8* yq, float2* yd,
-                                     i8* yqz, float2* ydz) {
+                                     i8* yqz, float2* ydz, const float* cx, float* cstate, const unsigned long long* tab, int cd, int kernel) {
     pdl_start();
     __shared__ double red[8][4];
     __shared__ __align__(16) float s_y[256];
     int G = blockDim.x >> 7, g = threadIdx.x >> 7, tl = threadIdx.x & 127, lane = threadIdx.x & 31;
     int h = blockIdx.x * G + g, t = blockIdx.y;
+    if (cx) {
+        float* st = (float*)row_state(tab, t, 0, cstate);
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cd; c += gridDim.x * blockDim.x) conv_shift_at(cx[(i64)t * cd + c], st, cd, kernel, c);
+    }
     i64 base = ((i64)t * hv + h) * sd;
     double ss = 0.0;
     for (int i = tl; i < sd; i += 128) ss += (double)(o[base + i] * o[base + i]);

@@ -584,7 +584,7 @@ fn the_prompt_scan_follows_the_token_steps() {
             (hv as u32, n as u32),
             128,
             0,
-            &[Arg::Ptr(oraw.ptr), Arg::Ptr(zd.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(out.ptr), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(eps), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0)],
+            &[Arg::Ptr(oraw.ptr), Arg::Ptr(zd.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(out.ptr), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(eps), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::I32(0), Arg::I32(0)],
         )
         .unwrap();
         let got = g.read_f32(&out, n * hv * sd).unwrap();
@@ -614,6 +614,10 @@ fn the_prompt_scan_follows_the_token_steps() {
                 Arg::I32(tiled as i32),
                 Arg::F32(eps),
                 Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::I32(0),
+                Arg::Ptr(0),
             ];
             g.launch("delta_step_rows", (hv as u32, sd.div_ceil(8) as u32), 128, 0, &step_args).unwrap();
             g.launch(
@@ -621,7 +625,7 @@ fn the_prompt_scan_follows_the_token_steps() {
                 (hv as u32, 1),
                 128,
                 0,
-                &[Arg::Ptr(o3.ptr), at(&zd, hv * sd), Arg::Ptr(wd.ptr), Arg::Ptr(out3.ptr), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(eps), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0)],
+                &[Arg::Ptr(o3.ptr), at(&zd, hv * sd), Arg::Ptr(wd.ptr), Arg::Ptr(out3.ptr), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(eps), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::I32(0), Arg::I32(0)],
             )
             .unwrap();
             got3.extend(g.read_f32(&out3, hv * sd).unwrap());
@@ -1239,6 +1243,11 @@ fn fused_quantization_equals_the_quantizer() {
                 Arg::Ptr(p[1]),
                 Arg::Ptr(p[2]),
                 Arg::Ptr(p[3]),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::I32(0),
+                Arg::I32(0),
             ]
         };
         g.launch("delta_out", (hv as u32, 1), 128, 0, &base(y1.ptr, [0; 4])).unwrap();
@@ -1272,6 +1281,11 @@ fn fused_quantization_equals_the_quantizer() {
                 Arg::Ptr(p[1]),
                 Arg::Ptr(p[2]),
                 Arg::Ptr(p[3]),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::I32(0),
+                Arg::I32(0),
             ]
         };
         g.launch("attn_merge", (n_head as u32, 1), hd as u32, 0, &args(y1.ptr, [0; 4])).unwrap();
@@ -1289,7 +1303,7 @@ fn fused_quantization_equals_the_quantizer() {
         let (y1, y2, q1, d1, q2, d2) =
             (g.zeros(n * 4).unwrap(), g.zeros(n * 4).unwrap(), g.zeros(n).unwrap(), g.zeros(n / 32 * 8).unwrap(), g.zeros(n).unwrap(), g.zeros(n / 32 * 8).unwrap());
         let base = |y: u64, q: u64, d: u64| {
-            vec![Arg::Ptr(o.ptr), Arg::Ptr(z.ptr), Arg::Ptr(w.ptr), Arg::Ptr(y), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(1e-6), Arg::Ptr(q), Arg::Ptr(d), Arg::Ptr(0), Arg::Ptr(0)]
+            vec![Arg::Ptr(o.ptr), Arg::Ptr(z.ptr), Arg::Ptr(w.ptr), Arg::Ptr(y), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(1e-6), Arg::Ptr(q), Arg::Ptr(d), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::I32(0), Arg::I32(0)]
         };
         g.launch("delta_out", (hv as u32, 1), 128, 0, &base(y1.ptr, 0, 0)).unwrap();
         g.launch(
@@ -1608,6 +1622,11 @@ fn the_fused_expert_launches_equal_their_parts() {
                 Arg::Ptr(xdz.ptr),
                 Arg::Ptr(h2.ptr),
                 Arg::Ptr(hs2.ptr),
+                Arg::Ptr(0),
+                Arg::I32(0),
+                Arg::I32(0),
+                Arg::F32(0.0),
+                Arg::Ptr(0),
             ],
         )
         .unwrap();
@@ -1641,6 +1660,184 @@ fn the_fused_expert_launches_equal_their_parts() {
         assert_eq!((rd(&qa, k * eff / 4), rd(&da, k * eff / 16)), (rd(&q2a, k * eff / 4), rd(&d2a, k * eff / 16)), "quant_q8_2: the experts' rows");
         assert_eq!((rd(&qb, s_ff / 4), rd(&db, s_ff / 16)), (rd(&q2b, s_ff / 4), rd(&d2b, s_ff / 16)), "quant_q8_2: the shared row");
         println!("moe_glu {} experts top {k} + shared {}, quant_q8_2: equal to their separate launches, bit for bit", ty.name(), sty.name());
+    }
+}
+
+/// A decode batch's router ranked inside the experts' gate/up launch (moe_glu with the router's
+/// logits) equals moe_route_warp then moe_glu with its picks: the picks, their weights and every
+/// hidden row, bit for bit, for rows of a batch, expert counts not a multiple of the warp, and
+/// renormalized and scaled weights.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn the_router_inside_the_expert_launch_picks_as_the_router_does() {
+    let g = gpu();
+    let cases = [(GgmlType::Q4_K, GgmlType::Q8_0, 256usize, 8usize, 1i32, 1.0f32, 3usize), (GgmlType::Q6_K, GgmlType::Q4_K, 60, 4, 0, 2.5, 2), (GgmlType::Q8_0, GgmlType::Q6_K, 512, 10, 1, 1.0, 1)];
+    let (eff, s_ff, cols) = (256usize, 512usize, 512usize);
+    for (i, &(ty, sty, n_expert, k, norm_w, w_scale, n)) in cases.iter().enumerate() {
+        let seed = 1300 + 10 * i as u64;
+        let up = |t: GgmlType, m: usize, rows: usize, seed: u64| g.upload(&device_layout(t, &xwen_kernels::quantize(t, &noise(m * rows * cols, seed)).unwrap())).unwrap();
+        let (eg, eu, sg, su) = (up(ty, n_expert, eff, seed), up(ty, n_expert, eff, seed + 1), up(sty, 1, s_ff, seed + 2), up(sty, 1, s_ff, seed + 3));
+        let (rb, srb) = (device_row_bytes(ty, cols), device_row_bytes(sty, cols));
+        let logits: Vec<f32> = noise(n * n_expert, seed + 4).iter().map(|v| v * 4.0).collect();
+        let ld = g.upload_f32(&logits).unwrap();
+        let xd = g.upload_f32(&noise(n * cols, seed + 5)).unwrap();
+        let q8 = |kind: i32| {
+            let (q, d) = (g.zeros(n * cols).unwrap(), g.zeros(n * cols / 32 * 8).unwrap());
+            let per = if kind == 0 { 256 } else { 32 };
+            g.launch(
+                "quant_q8",
+                ((cols / per).div_ceil(8) as u32, n as u32),
+                256,
+                0,
+                &[Arg::Ptr(xd.ptr), Arg::I32(cols as i32), Arg::I64(cols as i64), Arg::Ptr(q.ptr), Arg::Ptr(d.ptr), Arg::I32(kind)],
+            )
+            .unwrap();
+            (q, d)
+        };
+        let ((xk, xdk), (xz, xdz)) = (q8(0), q8(1));
+        let glu = |ids: u64, h: u64, hs: u64, logits: u64, weights: u64| {
+            g.launch_3d(
+                "moe_glu",
+                (eff.max(s_ff).div_ceil(2 * g.knobs.moe_glu_rows) as u32, k as u32 + 1, n as u32),
+                128,
+                0,
+                &[
+                    Arg::Ptr(eg.ptr),
+                    Arg::Ptr(eu.ptr),
+                    Arg::I32(ty.id() as i32),
+                    Arg::I32(ty.id() as i32),
+                    Arg::I32(eff as i32),
+                    Arg::I64(rb as i64),
+                    Arg::I64(rb as i64),
+                    Arg::I64((eff * rb) as i64),
+                    Arg::I64((eff * rb) as i64),
+                    Arg::Ptr(ids),
+                    Arg::I32(k as i32),
+                    Arg::Ptr(sg.ptr),
+                    Arg::Ptr(su.ptr),
+                    Arg::I32(sty.id() as i32),
+                    Arg::I32(sty.id() as i32),
+                    Arg::I32(s_ff as i32),
+                    Arg::I64(srb as i64),
+                    Arg::I64(srb as i64),
+                    Arg::I32(cols as i32),
+                    Arg::Ptr(xd.ptr),
+                    Arg::Ptr(xk.ptr),
+                    Arg::Ptr(xdk.ptr),
+                    Arg::Ptr(xz.ptr),
+                    Arg::Ptr(xdz.ptr),
+                    Arg::Ptr(h),
+                    Arg::Ptr(hs),
+                    Arg::Ptr(logits),
+                    Arg::I32(n_expert as i32),
+                    Arg::I32(norm_w),
+                    Arg::F32(w_scale),
+                    Arg::Ptr(weights),
+                ],
+            )
+            .unwrap();
+        };
+        let bufs = || (g.zeros(n * k * 4).unwrap(), g.zeros(n * k * 4).unwrap(), g.zeros(n * k * eff * 4).unwrap(), g.zeros(n * s_ff * 4).unwrap());
+        let ((id1, w1, h1, hs1), (id2, w2, h2, hs2)) = (bufs(), bufs());
+        let route = [Arg::Ptr(ld.ptr), Arg::I32(n_expert as i32), Arg::I32(k as i32), Arg::I32(norm_w), Arg::F32(w_scale), Arg::Ptr(id1.ptr), Arg::Ptr(w1.ptr)];
+        g.launch("moe_route_warp", (n as u32, 1), 32, 0, &route).unwrap();
+        glu(id1.ptr, h1.ptr, hs1.ptr, 0, 0);
+        glu(id2.ptr, h2.ptr, hs2.ptr, ld.ptr, w2.ptr);
+        let rd = |b: &xwen_cuda::gpu::DevBuf, len: usize| g.read_i32(b, len).unwrap();
+        assert_eq!(rd(&id1, n * k), rd(&id2, n * k), "{n_expert} experts top {k}: the picks");
+        assert_eq!(rd(&w1, n * k), rd(&w2, n * k), "{n_expert} experts top {k}: the weights");
+        assert_eq!(rd(&h1, n * k * eff), rd(&h2, n * k * eff), "{n_expert} experts top {k}: the experts' rows");
+        assert_eq!(rd(&hs1, n * s_ff), rd(&hs2, n * s_ff), "{n_expert} experts top {k}: the shared expert's rows");
+        println!("moe_glu routing {n} rows itself ({} experts, {n_expert} top {k}, norm {norm_w}, scale {w_scale}): the router's picks and weights, bit for bit", ty.name());
+    }
+}
+
+/// A decode batch's DeltaNet step convolving its own inputs (delta_step_rows with the projected
+/// rows, delta_out moving the conv state on) equals conv_step, delta_step_rows and delta_out:
+/// outputs, recurrent states and conv states bit for bit over several steps of a batch whose
+/// rows' states come from the rows table, for tiled and grouped heads and other kernel widths.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn the_decode_step_convolving_its_inputs_equals_the_convolution_launch() {
+    let g = gpu();
+    for &(hk, hv, sd, tiled, kernel, b) in &[(2usize, 4usize, 128usize, true, 4usize, 3usize), (2, 4, 128, false, 4, 1), (4, 8, 64, true, 3, 2)] {
+        let eps = 1e-6f32;
+        let cd = 2 * hk * sd + hv * sd;
+        let up = |v: &[f32]| g.upload_f32(v).unwrap();
+        let (taps, dt, w) = (up(&noise(kernel * cd, 1)), up(&noise(hv, 5)), up(&noise(sd, 7)));
+        let a = up(&noise(hv, 6).iter().map(|v| -v.abs() - 0.1).collect::<Vec<_>>());
+        // each side's per-row states (conv state, S), started equal, and the rows table
+        let side = || {
+            let st: Vec<_> = (0..b).map(|r| (up(&noise((kernel - 1) * cd, 40 + r as u64)), up(&noise(hv * sd * sd, 50 + r as u64)))).collect();
+            let tab: Vec<u8> = st.iter().flat_map(|(c, s)| [c.ptr, s.ptr]).flat_map(|p| p.to_le_bytes()).collect();
+            let tab = g.upload(&tab).unwrap();
+            (st, tab)
+        };
+        let ((st1, tab1), (st2, tab2)) = (side(), side());
+        let (conv, o1, o2, out1, out2) =
+            (g.zeros(b * cd * 4).unwrap(), g.zeros(b * hv * sd * 4).unwrap(), g.zeros(b * hv * sd * 4).unwrap(), g.zeros(b * hv * sd * 4).unwrap(), g.zeros(b * hv * sd * 4).unwrap());
+        for step in 0..4u64 {
+            let (x, z, beta, alpha) = (up(&noise(b * cd, 100 + step)), up(&noise(b * hv * sd, 200 + step)), up(&noise(b * hv, 300 + step)), up(&noise(b * hv, 400 + step)));
+            let scan = |conv_in: u64, cx: u64, taps_p: u64, o: u64, tab: u64| {
+                let args = [
+                    Arg::Ptr(conv_in),
+                    Arg::Ptr(beta.ptr),
+                    Arg::Ptr(alpha.ptr),
+                    Arg::Ptr(dt.ptr),
+                    Arg::Ptr(a.ptr),
+                    Arg::Ptr(0),
+                    Arg::Ptr(o),
+                    Arg::I32(hk as i32),
+                    Arg::I32(hv as i32),
+                    Arg::I32(sd as i32),
+                    Arg::I32(tiled as i32),
+                    Arg::F32(eps),
+                    Arg::Ptr(cx),
+                    Arg::Ptr(0),
+                    Arg::Ptr(taps_p),
+                    Arg::I32(kernel as i32),
+                    Arg::Ptr(tab),
+                ];
+                g.launch_3d("delta_step_rows", (hv as u32, sd.div_ceil(8) as u32, b as u32), 128, 0, &args).unwrap();
+            };
+            let out = |o: u64, y: u64, cx: u64, tab: u64, cdv: usize| {
+                let args = [
+                    Arg::Ptr(o),
+                    Arg::Ptr(z.ptr),
+                    Arg::Ptr(w.ptr),
+                    Arg::Ptr(y),
+                    Arg::I32(hv as i32),
+                    Arg::I32(sd as i32),
+                    Arg::F32(eps),
+                    Arg::Ptr(0),
+                    Arg::Ptr(0),
+                    Arg::Ptr(0),
+                    Arg::Ptr(0),
+                    Arg::Ptr(cx),
+                    Arg::Ptr(0),
+                    Arg::Ptr(tab),
+                    Arg::I32(cdv as i32),
+                    Arg::I32(kernel as i32),
+                ];
+                g.launch("delta_out", (hv as u32, b as u32), 128, 0, &args).unwrap();
+            };
+            // the launches a step had: the convolution, the scan on its outputs, the norms
+            let conv_args =
+                [Arg::Ptr(x.ptr), Arg::Ptr(0), Arg::Ptr(taps.ptr), Arg::Ptr(conv.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(1), Arg::Ptr(tab1.ptr), Arg::Ptr(0)];
+            g.launch("conv_step", (cd.div_ceil(256) as u32, b as u32), 256, 0, &conv_args).unwrap();
+            scan(conv.ptr, 0, 0, o1.ptr, tab1.ptr);
+            out(o1.ptr, out1.ptr, 0, tab1.ptr, 0);
+            // the step convolving its inputs, the norms moving the conv state on
+            scan(0, x.ptr, taps.ptr, o2.ptr, tab2.ptr);
+            out(o2.ptr, out2.ptr, x.ptr, tab2.ptr, cd);
+            let rd = |buf: &xwen_cuda::gpu::DevBuf, len: usize| g.read_i32(buf, len).unwrap();
+            assert_eq!(rd(&out1, b * hv * sd), rd(&out2, b * hv * sd), "hk {hk} hv {hv} sd {sd} step {step}: outputs");
+            for r in 0..b {
+                assert_eq!(rd(&st1[r].0, (kernel - 1) * cd), rd(&st2[r].0, (kernel - 1) * cd), "step {step} row {r}: conv state");
+                assert_eq!(rd(&st1[r].1, hv * sd * sd), rd(&st2[r].1, hv * sd * sd), "step {step} row {r}: S");
+            }
+        }
+        println!("delta_step_rows convolving hk {hk} hv {hv} sd {sd} tiled {tiled} kernel {kernel}, {b} rows, 4 steps: conv_step's outputs and states, bit for bit");
     }
 }
 

@@ -428,7 +428,9 @@ impl CudaModel {
         }
         let cd = w.qkv.rows;
         let conv_state = st.a;
-        if rows {
+        if self.conv_in_step(rows, &st) {
+            // a decode batch's step convolves its own inputs (delta_step_rows, delta_out)
+        } else if rows {
             // a decode batch: a row a token of its own sequence; a verify: its tokens in order
             // over the one sequence's state, each state after a token kept
             let (grid_y, n_tok) = if st.one_seq { (1, n) } else { (n, 1) };
@@ -467,6 +469,12 @@ impl CudaModel {
         self.delta_scan(w, st, out_kinds, n, rows)
     }
 
+    /// Whether a pass's DeltaNet convolution runs inside its scan step: a decode batch (a row a
+    /// sequence), not a verify's rows of one sequence (whose states after each token are kept).
+    fn conv_in_step(&self, rows: bool, st: &LayerPtrs) -> bool {
+        rows && !st.one_seq && self.gpu.knobs.delta_step_conv
+    }
+
     /// The scan of a pass (a decode step too): gates and normed q / k per token, then S's rows
     /// spread over blocks (8 a block, in registers through the pass), then the output norms;
     /// the out projection. (delta_step, one block a head, is its single-kernel reference.)
@@ -474,8 +482,10 @@ impl CudaModel {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let s = st.b;
         if rows && !st.one_seq {
-            // a decode batch: the gates and norms inside the rows' kernel, a row of the batch
-            // a grid layer
+            // a decode batch: the gates and norms (and the convolution) inside the rows'
+            // kernel, a row of the batch a grid layer
+            let conv = self.conv_in_step(rows, &st);
+            let (cx, taps) = if conv { (sc.qkv.ptr, w.taps.ptr) } else { (0, 0) };
             g.launch_3d(
                 "delta_step_rows",
                 (d.hv as u32, d.sd.div_ceil(8) as u32, n as u32),
@@ -494,10 +504,15 @@ impl CudaModel {
                     Arg::I32(d.sd as i32),
                     Arg::I32(d.tiled as i32),
                     Arg::F32(d.eps),
+                    Arg::Ptr(cx),
+                    Arg::Ptr(st.a),
+                    Arg::Ptr(taps),
+                    Arg::I32(d.conv_kernel as i32),
                     Arg::Ptr(st.tab),
                 ],
             )?;
-            return self.delta_finish(w, out_kinds, n, true);
+            let shift = conv.then_some((cx, st.a, st.tab, w.qkv.rows));
+            return self.delta_finish(w, out_kinds, n, true, shift);
         }
         g.launch(
             "delta_prep",
@@ -542,11 +557,12 @@ impl CudaModel {
             ],
         )?;
         // (a verify's rows: delta_prep and delta_rows give each token delta_step_rows' bits)
-        self.delta_finish(w, out_kinds, n, rows)
+        self.delta_finish(w, out_kinds, n, rows, None)
     }
 
-    /// The scan's gated output norms, then the out projection (and its residual).
-    fn delta_finish(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize, rows: bool) -> Result<()> {
+    /// The scan's gated output norms, then the out projection (and its residual). `shift`: the
+    /// conv state the step read and left (inputs, state, rows table, channels), moved on here.
+    fn delta_finish(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize, rows: bool, shift: Option<(u64, u64, u64, usize)>) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         // a decode step's norm also quantizes where 256 values are whole heads
         let fuse = rows && (out_kinds.k || out_kinds.z) && 256 % d.sd == 0 && (d.hv * d.sd) % 256 == 0;
@@ -561,6 +577,8 @@ impl CudaModel {
             Arg::F32(d.eps),
         ];
         args.extend(if fuse { self.fused_outputs(out_kinds) } else { [Arg::Ptr(0); 4] });
+        let (cx, cstate, tab, cd) = shift.unwrap_or((0, 0, 0, 0));
+        args.extend([Arg::Ptr(cx), Arg::Ptr(cstate), Arg::Ptr(tab), Arg::I32(cd as i32), Arg::I32(d.conv_kernel as i32)]);
         g.launch("delta_out", ((d.hv / heads) as u32, n as u32), (128 * heads) as u32, 0, &args)?;
         let o = self.input_after(sc.delta_o.ptr, w.out.cols, n, rows, out_kinds, fuse)?;
         self.proj(&w.out, o, sc.x.ptr, Some(sc.x.ptr), n, rows)
@@ -642,6 +660,10 @@ impl CudaModel {
             Some(gate) if rows => self.proj_many(&[(&w.router, sc.router.ptr), (gate, sc.sg.ptr)], x, n)?,
             _ => self.proj(&w.router, x, sc.router.ptr, None, n, rows)?,
         }
+        if self.route_in_glu(w, rows) {
+            // the experts' gate/up launch ranks the logits itself
+            return self.moe_decode(w, x, kinds, n);
+        }
         self.route(sc.router.ptr, sc.ids.ptr, sc.weights.ptr, n)?;
         if let Some(sh) = &self.shard {
             return self.moe_rank(sh, w, x, kinds, n, rows);
@@ -717,6 +739,19 @@ impl CudaModel {
         self.routed_products(w, x, kinds, n, rows)?;
         sh.comm.all_reduce_sum(g, sc.ys.ptr, ys_len)?;
         self.moe_sum(w, x, kinds, n, rows)
+    }
+
+    /// Whether a MoE layer's decode rows are routed inside the experts' gate/up launch
+    /// (`moe_glu` with the logits): every expert on this GPU (no VRAM cache rewriting the ids,
+    /// no shard mapping them), a shared expert (moe_glu's launch), route_warp's sizes.
+    fn route_in_glu(&self, w: &MoeLayer, rows: bool) -> bool {
+        let d = &self.d;
+        rows && self.gpu.knobs.moe_glu_route
+            && self.expert_cache.is_none()
+            && self.shard.is_none()
+            && w.shared.is_some()
+            && d.n_expert <= 512
+            && d.n_used < 32
     }
 
     /// The top-k experts and their weights of `n` tokens' router logits (n_expert a token).
@@ -858,7 +893,7 @@ impl CudaModel {
         let (hin, sin) = match &w.shared {
             Some(s) => {
                 (s_ptr, s_ty, s_cols, s_rb) = (s.down.ptr, s.down.ty, s.down.cols, s.down.row_bytes);
-                self.moe_glu(ex, s, x, n)?;
+                self.moe_glu(ex, s, x, n, self.route_in_glu(w, true))?;
                 match self.quant_mids(kinds, s.down.cols, n)? {
                     Some(pair) => pair,
                     None => {
@@ -914,7 +949,8 @@ impl CudaModel {
 
     /// The routed experts' gate, up and SwiGLU (k slots a row into ffn_h) and the shared
     /// expert's (into sh_h) of a decode batch of `n` rows in one launch.
-    fn moe_glu(&self, ex: &Glu, s: &Glu, x: In, n: usize) -> Result<()> {
+    /// `route`: the launch ranks the router's logits itself (route_in_glu) and writes the picks.
+    fn moe_glu(&self, ex: &Glu, s: &Glu, x: In, n: usize, route: bool) -> Result<()> {
         let (d, sc) = (&self.d, &self.sc);
         let (eg, eu, sg, su) = (&ex.gate, &ex.up, &s.gate, &s.up);
         self.gpu.launch_3d(
@@ -950,6 +986,11 @@ impl CudaModel {
                 Arg::Ptr(x.q.dz),
                 Arg::Ptr(sc.ffn_h.ptr),
                 Arg::Ptr(sc.sh_h.ptr),
+                Arg::Ptr(if route { sc.router.ptr } else { 0 }),
+                Arg::I32(d.n_expert as i32),
+                Arg::I32(d.norm_w as i32),
+                Arg::F32(d.w_scale),
+                Arg::Ptr(sc.weights.ptr),
             ],
         )
     }
