@@ -167,12 +167,14 @@ pub struct Knobs {
     /// batches of 8 / 32 rows +1.7% / +2.6%; `-DMV_GLU_COLS=0` goes back to mv_glu.
     pub mv_glu_cols: bool,
     /// A decode step's router ranked inside the experts' gate/up launch (`moe_glu` with the
-    /// logits; route_warp, the router kernel's bits) instead of a launch of its own;
-    /// `-DMOE_GLU_ROUTE=0` goes back to `moe_route_warp`.
+    /// logits; route_warp, the router kernel's bits) instead of a launch of its own
+    /// (`-DMOE_GLU_ROUTE=1`; off: an H100 run measured it no faster, and the q8_0 MoE fixture's
+    /// logits parted from the CPU's with it on — under investigation).
     pub moe_glu_route: bool,
     /// A decode step's DeltaNet convolution inside the scan step (`delta_step_rows` convolves
     /// the channels it reads, `delta_out` moves the conv state on; conv_step's bits) instead of
-    /// a `conv_step` launch; `-DDELTA_STEP_CONV=0` goes back to it.
+    /// a `conv_step` launch (`-DDELTA_STEP_CONV=1`; off: every warp of the step convolves its
+    /// head's q and k again, which an H100 run measured slower than the launch it saves).
     pub delta_step_conv: bool,
     /// Other -D definitions from the environment.
     extra: Vec<String>,
@@ -185,7 +187,7 @@ impl Knobs {
 
     /// The default knobs with `defs` (XWEN_CUDA_DEFINES' form: "-DNAME=VALUE …") applied.
     pub fn with_defines(defs: &str) -> Result<Knobs> {
-        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 2, mv_cols: 8, mv_glu_cols: true, moe_glu_route: true, delta_step_conv: true, extra: Vec::new() };
+        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 2, mv_cols: 8, mv_glu_cols: true, moe_glu_route: false, delta_step_conv: false, extra: Vec::new() };
         for d in defs.split_whitespace() {
             let Some(def) = d.strip_prefix("-D") else {
                 return Err(CudaError::Compile(format!("XWEN_CUDA_DEFINES: '{d}' is not a -DNAME=VALUE definition")));

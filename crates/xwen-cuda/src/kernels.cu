@@ -1541,7 +1541,10 @@ extern "C" __global__ void moe_down_combine(const u8* D, int ty, int rows, int c
     int live = min(RD, rows - r0);
     const u8* w = nullptr;
     i64 wb = 0;
-    if (s < k) {
+#ifndef DOWN_IDS_EARLY
+#define DOWN_IDS_EARLY 1
+#endif
+    if (s < k && DOWN_IDS_EARLY) {
         w = D + (i64)__ldcg(ids + s) * mb + (i64)r0 * rb;
         wb = rb;
     } else if (s == k && S) {
@@ -1550,6 +1553,10 @@ extern "C" __global__ void moe_down_combine(const u8* D, int ty, int rows, int c
     }
     if (w) prefetch_l2(w, live * wb, lane);
     pdl_start();
+    if (s < k && !DOWN_IDS_EARLY) {
+        w = D + (i64)ids[s] * mb + (i64)r0 * rb;
+        wb = rb;
+    }
     if (w) {
         i64 xr = (i64)s * cols;
         const float* xf = s < k ? h + xr : hs;
