@@ -171,11 +171,6 @@ pub struct Knobs {
     /// (`-DMOE_GLU_ROUTE=1`; off: an H100 run measured it no faster, and the q8_0 MoE fixture's
     /// logits parted from the CPU's with it on — under investigation).
     pub moe_glu_route: bool,
-    /// A decode step's DeltaNet convolution inside the scan step (`delta_step_rows` convolves
-    /// the channels it reads, `delta_out` moves the conv state on; conv_step's bits) instead of
-    /// a `conv_step` launch (`-DDELTA_STEP_CONV=1`; off: every warp of the step convolves its
-    /// head's q and k again, which an H100 run measured slower than the launch it saves).
-    pub delta_step_conv: bool,
     /// Other -D definitions from the environment.
     extra: Vec<String>,
 }
@@ -187,7 +182,7 @@ impl Knobs {
 
     /// The default knobs with `defs` (XWEN_CUDA_DEFINES' form: "-DNAME=VALUE …") applied.
     pub fn with_defines(defs: &str) -> Result<Knobs> {
-        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 2, mv_cols: 8, mv_glu_cols: true, moe_glu_route: false, delta_step_conv: false, extra: Vec::new() };
+        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 2, mv_cols: 8, mv_glu_cols: true, moe_glu_route: false, extra: Vec::new() };
         for d in defs.split_whitespace() {
             let Some(def) = d.strip_prefix("-D") else {
                 return Err(CudaError::Compile(format!("XWEN_CUDA_DEFINES: '{d}' is not a -DNAME=VALUE definition")));
@@ -202,7 +197,6 @@ impl Knobs {
                 Some(("MOE_GLU_ROWS", v)) => k.moe_glu_rows = rows(v)?,
                 Some(("MV_GLU_COLS", v)) => k.mv_glu_cols = v != "0",
                 Some(("MOE_GLU_ROUTE", v)) => k.moe_glu_route = v != "0",
-                Some(("DELTA_STEP_CONV", v)) => k.delta_step_conv = v != "0",
                 Some(("MV_COLS", v)) => {
                     k.mv_cols = match v.parse::<usize>() {
                         Ok(n @ (1 | 2 | 4 | 8 | 16)) => n,

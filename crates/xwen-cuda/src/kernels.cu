@@ -1226,8 +1226,7 @@ extern "C" __global__ void attn_merge(const float* part_o, const float* part_ml,
 // after token t < n_tok − 1 is also written to hist[2t] (the state before row t + 1, kept for a
 // rollback).
 // Channel c of a token's convolution (input xc, the state's kernel − 1 rows before it), then
-// SiLU: conv_step and the decode step that convolves its own inputs (delta_step_rows) both
-// call this, so their values are the same bits.
+// SiLU, in explicit fused multiply-adds (conv_prompt writes the same expression).
 __device__ __forceinline__ float conv_silu_at(float xc, const float* state, const float* taps, int cd, int kernel, int c) {
     float acc = 0.0f;
     for (int j = 0; j < kernel - 1; j++) acc = __fmaf_rn(state[(i64)j * cd + c], taps[(i64)j * cd + c], acc);
@@ -1295,20 +1294,12 @@ extern "C" __global__ void conv_shift(const float* x, float* state, int cd, int 
 // q and k of a K-head L2-normed as build_gdn_l2_norm norms them (sums of squares in f64, eps
 // scaled by 1/sd) and scaled by 1/√sd, E = sd / 32 values a lane: the DeltaNet step, the prompt
 // scan's prep and the decode scan all take them from here, so their bits agree.
-// (delta_qk_norm: the same on a lane's values already loaded.)
-__device__ __forceinline__ void delta_qk_norm(int sd, float eps, float* qr, float* kr);
 __device__ __forceinline__ void delta_qk(const float* q, const float* k, int sd, float eps, int lane, float* qr, float* kr) {
-    int E = sd / 32;
-    EACH_E {
-        qr[e] = q[lane + 32 * e];
-        kr[e] = k[lane + 32 * e];
-    }
-    delta_qk_norm(sd, eps, qr, kr);
-}
-__device__ __forceinline__ void delta_qk_norm(int sd, float eps, float* qr, float* kr) {
     int E = sd / 32;
     double sq = 0.0, sk = 0.0;
     EACH_E {
+        qr[e] = q[lane + 32 * e];
+        kr[e] = k[lane + 32 * e];
         sq += (double)(qr[e] * qr[e]);
         sk += (double)(kr[e] * kr[e]);
     }
@@ -2047,24 +2038,14 @@ extern "C" __global__ void __launch_bounds__(128) delta_rows(const float* qn, co
 // bits) computed by each warp for its head, then delta_rows' update of its rows for the one
 // token. Grid and block as delta_rows; blockIdx.z a decode batch's row t (its conv, β, α and o
 // rows t, its S tab's: row_state).
-// With cx (the row's projected inputs before the convolution; cstate its conv state, or the
-// tab's; taps, kernel): the step convolves the channels it reads itself (conv_silu_at, conv_step's
-// bits) instead of reading conv, so a decode step needs no convolution launch; the conv state
-// is left for delta_out to move on (every block of this launch reads it).
 extern "C" __global__ void __launch_bounds__(128) delta_step_rows(const float* conv, const float* beta_in, const float* alpha_in, const float* dt_bias,
                                                                   const float* a, float* S, float* o, int hk, int hv, int sd, int tiled, float eps,
-                                                                  const float* cx, const float* cstate, const float* taps, int kernel,
                                                                   const unsigned long long* tab) {
     int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, E = sd / 32;
-    int cd = (2 * hk + hv) * sd;
     {
         i64 t = blockIdx.z;
         S = (float*)row_state(tab, (int)t, 1, S);
-        conv += t * cd;
-        if (cx) {
-            cx += t * cd;
-            cstate = (const float*)row_state(tab, (int)t, 0, (void*)cstate);
-        }
+        conv += t * (2 * hk + hv) * sd;
         beta_in += t * hv;
         alpha_in += t * hv;
         o += t * hv * sd;
@@ -2075,21 +2056,11 @@ extern "C" __global__ void __launch_bounds__(128) delta_step_rows(const float* c
     if (j0 < sd) prefetch_l2(S + ((i64)h * sd + j0) * sd, (i64)min(DR_ROWS, sd - j0) * sd * 4, lane);
     pdl_start();
     if (j0 >= sd) return;
-    int qc = kh * sd, kc = hk * sd + kh * sd, vc = 2 * hk * sd + h * sd;
-    float qr[8], kr[8], vr[DR_ROWS], beta, decay;
-    if (cx) {
-        EACH_E {
-            qr[e] = conv_silu_at(cx[qc + lane + 32 * e], cstate, taps, cd, kernel, qc + lane + 32 * e);
-            kr[e] = conv_silu_at(cx[kc + lane + 32 * e], cstate, taps, cd, kernel, kc + lane + 32 * e);
-        }
-        #pragma unroll
-        for (int r = 0; r < DR_ROWS; r++) vr[r] = conv_silu_at(cx[vc + j0 + r], cstate, taps, cd, kernel, vc + j0 + r);
-        delta_qk_norm(sd, eps, qr, kr);
-    } else {
-        delta_qk(conv + qc, conv + kc, sd, eps, lane, qr, kr);
-        #pragma unroll
-        for (int r = 0; r < DR_ROWS; r++) vr[r] = conv[vc + j0 + r];
-    }
+    const float* q = conv + (i64)kh * sd;
+    const float* k = conv + (i64)hk * sd + (i64)kh * sd;
+    const float* v = conv + 2 * (i64)hk * sd + (i64)h * sd;
+    float qr[8], kr[8], beta, decay;
+    delta_qk(q, k, sd, eps, lane, qr, kr);
     delta_gates(beta_in[h], alpha_in[h], dt_bias[h], a[h], &beta, &decay);
     float oscale = 1.0f / sqrtf((float)sd);
     float* Sh = S + (i64)h * sd * sd;
@@ -2102,7 +2073,7 @@ extern "C" __global__ void __launch_bounds__(128) delta_step_rows(const float* c
             kv += sr[e] * kr[e];
         }
         kv = warp_sum(kv);
-        float d = (vr[r] - kv) * beta;
+        float d = (v[j0 + r] - kv) * beta;
         float oo = 0.0f;
         EACH_E {
             sr[e] += d * kr[e];
@@ -2118,20 +2089,13 @@ extern "C" __global__ void __launch_bounds__(128) delta_step_rows(const float* c
 // threads a head, blockDim / 128 heads a block. Where yq is given the block's outputs are 256
 // values (blockDim / 128 · sd = 256) and are also quantized for the out projection (q8_K, as
 // quant_q8 kind 0), saving that launch.
-// With cx (a decode step whose delta_step_rows convolved its own inputs: the rows' projected
-// inputs, cd channels a row): the launch also moves each row's conv state on (cstate, or the
-// tab's), which the step could not do while its blocks read it (conv_shift_at, conv_step's).
 extern "C" __global__ void delta_out(const float* o, const float* z, const float* norm_w, float* out, int hv, int sd, float eps, i8* yq, float2* yd,
-                                     i8* yqz, float2* ydz, const float* cx, float* cstate, const unsigned long long* tab, int cd, int kernel) {
+                                     i8* yqz, float2* ydz) {
     pdl_start();
     __shared__ double red[8][4];
     __shared__ __align__(16) float s_y[256];
     int G = blockDim.x >> 7, g = threadIdx.x >> 7, tl = threadIdx.x & 127, lane = threadIdx.x & 31;
     int h = blockIdx.x * G + g, t = blockIdx.y;
-    if (cx) {
-        float* st = (float*)row_state(tab, t, 0, cstate);
-        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cd; c += gridDim.x * blockDim.x) conv_shift_at(cx[(i64)t * cd + c], st, cd, kernel, c);
-    }
     i64 base = ((i64)t * hv + h) * sd;
     double ss = 0.0;
     for (int i = tl; i < sd; i += 128) ss += (double)(o[base + i] * o[base + i]);

@@ -584,7 +584,7 @@ fn the_prompt_scan_follows_the_token_steps() {
             (hv as u32, n as u32),
             128,
             0,
-            &[Arg::Ptr(oraw.ptr), Arg::Ptr(zd.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(out.ptr), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(eps), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::I32(0), Arg::I32(0)],
+            &[Arg::Ptr(oraw.ptr), Arg::Ptr(zd.ptr), Arg::Ptr(wd.ptr), Arg::Ptr(out.ptr), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(eps), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0)],
         )
         .unwrap();
         let got = g.read_f32(&out, n * hv * sd).unwrap();
@@ -614,10 +614,6 @@ fn the_prompt_scan_follows_the_token_steps() {
                 Arg::I32(tiled as i32),
                 Arg::F32(eps),
                 Arg::Ptr(0),
-                Arg::Ptr(0),
-                Arg::Ptr(0),
-                Arg::I32(0),
-                Arg::Ptr(0),
             ];
             g.launch("delta_step_rows", (hv as u32, sd.div_ceil(8) as u32), 128, 0, &step_args).unwrap();
             g.launch(
@@ -625,7 +621,7 @@ fn the_prompt_scan_follows_the_token_steps() {
                 (hv as u32, 1),
                 128,
                 0,
-                &[Arg::Ptr(o3.ptr), at(&zd, hv * sd), Arg::Ptr(wd.ptr), Arg::Ptr(out3.ptr), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(eps), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::I32(0), Arg::I32(0)],
+                &[Arg::Ptr(o3.ptr), at(&zd, hv * sd), Arg::Ptr(wd.ptr), Arg::Ptr(out3.ptr), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(eps), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0)],
             )
             .unwrap();
             got3.extend(g.read_f32(&out3, hv * sd).unwrap());
@@ -1243,11 +1239,6 @@ fn fused_quantization_equals_the_quantizer() {
                 Arg::Ptr(p[1]),
                 Arg::Ptr(p[2]),
                 Arg::Ptr(p[3]),
-                Arg::Ptr(0),
-                Arg::Ptr(0),
-                Arg::Ptr(0),
-                Arg::I32(0),
-                Arg::I32(0),
             ]
         };
         g.launch("delta_out", (hv as u32, 1), 128, 0, &base(y1.ptr, [0; 4])).unwrap();
@@ -1281,11 +1272,6 @@ fn fused_quantization_equals_the_quantizer() {
                 Arg::Ptr(p[1]),
                 Arg::Ptr(p[2]),
                 Arg::Ptr(p[3]),
-                Arg::Ptr(0),
-                Arg::Ptr(0),
-                Arg::Ptr(0),
-                Arg::I32(0),
-                Arg::I32(0),
             ]
         };
         g.launch("attn_merge", (n_head as u32, 1), hd as u32, 0, &args(y1.ptr, [0; 4])).unwrap();
@@ -1303,7 +1289,7 @@ fn fused_quantization_equals_the_quantizer() {
         let (y1, y2, q1, d1, q2, d2) =
             (g.zeros(n * 4).unwrap(), g.zeros(n * 4).unwrap(), g.zeros(n).unwrap(), g.zeros(n / 32 * 8).unwrap(), g.zeros(n).unwrap(), g.zeros(n / 32 * 8).unwrap());
         let base = |y: u64, q: u64, d: u64| {
-            vec![Arg::Ptr(o.ptr), Arg::Ptr(z.ptr), Arg::Ptr(w.ptr), Arg::Ptr(y), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(1e-6), Arg::Ptr(q), Arg::Ptr(d), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::Ptr(0), Arg::I32(0), Arg::I32(0)]
+            vec![Arg::Ptr(o.ptr), Arg::Ptr(z.ptr), Arg::Ptr(w.ptr), Arg::Ptr(y), Arg::I32(hv as i32), Arg::I32(sd as i32), Arg::F32(1e-6), Arg::Ptr(q), Arg::Ptr(d), Arg::Ptr(0), Arg::Ptr(0)]
         };
         g.launch("delta_out", (hv as u32, 1), 128, 0, &base(y1.ptr, 0, 0)).unwrap();
         g.launch(
@@ -1749,95 +1735,6 @@ fn the_router_inside_the_expert_launch_picks_as_the_router_does() {
         assert_eq!(rd(&h1, n * k * eff), rd(&h2, n * k * eff), "{n_expert} experts top {k}: the experts' rows");
         assert_eq!(rd(&hs1, n * s_ff), rd(&hs2, n * s_ff), "{n_expert} experts top {k}: the shared expert's rows");
         println!("moe_glu routing {n} rows itself ({} experts, {n_expert} top {k}, norm {norm_w}, scale {w_scale}): the router's picks and weights, bit for bit", ty.name());
-    }
-}
-
-/// A decode batch's DeltaNet step convolving its own inputs (delta_step_rows with the projected
-/// rows, delta_out moving the conv state on) equals conv_step, delta_step_rows and delta_out:
-/// outputs, recurrent states and conv states bit for bit over several steps of a batch whose
-/// rows' states come from the rows table, for tiled and grouped heads and other kernel widths.
-#[test]
-#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
-fn the_decode_step_convolving_its_inputs_equals_the_convolution_launch() {
-    let g = gpu();
-    for &(hk, hv, sd, tiled, kernel, b) in &[(2usize, 4usize, 128usize, true, 4usize, 3usize), (2, 4, 128, false, 4, 1), (4, 8, 64, true, 3, 2)] {
-        let eps = 1e-6f32;
-        let cd = 2 * hk * sd + hv * sd;
-        let up = |v: &[f32]| g.upload_f32(v).unwrap();
-        let (taps, dt, w) = (up(&noise(kernel * cd, 1)), up(&noise(hv, 5)), up(&noise(sd, 7)));
-        let a = up(&noise(hv, 6).iter().map(|v| -v.abs() - 0.1).collect::<Vec<_>>());
-        // each side's per-row states (conv state, S), started equal, and the rows table
-        let side = || {
-            let st: Vec<_> = (0..b).map(|r| (up(&noise((kernel - 1) * cd, 40 + r as u64)), up(&noise(hv * sd * sd, 50 + r as u64)))).collect();
-            let tab: Vec<u8> = st.iter().flat_map(|(c, s)| [c.ptr, s.ptr]).flat_map(|p| p.to_le_bytes()).collect();
-            let tab = g.upload(&tab).unwrap();
-            (st, tab)
-        };
-        let ((st1, tab1), (st2, tab2)) = (side(), side());
-        let (conv, o1, o2, out1, out2) =
-            (g.zeros(b * cd * 4).unwrap(), g.zeros(b * hv * sd * 4).unwrap(), g.zeros(b * hv * sd * 4).unwrap(), g.zeros(b * hv * sd * 4).unwrap(), g.zeros(b * hv * sd * 4).unwrap());
-        for step in 0..4u64 {
-            let (x, z, beta, alpha) = (up(&noise(b * cd, 100 + step)), up(&noise(b * hv * sd, 200 + step)), up(&noise(b * hv, 300 + step)), up(&noise(b * hv, 400 + step)));
-            let scan = |conv_in: u64, cx: u64, taps_p: u64, o: u64, tab: u64| {
-                let args = [
-                    Arg::Ptr(conv_in),
-                    Arg::Ptr(beta.ptr),
-                    Arg::Ptr(alpha.ptr),
-                    Arg::Ptr(dt.ptr),
-                    Arg::Ptr(a.ptr),
-                    Arg::Ptr(0),
-                    Arg::Ptr(o),
-                    Arg::I32(hk as i32),
-                    Arg::I32(hv as i32),
-                    Arg::I32(sd as i32),
-                    Arg::I32(tiled as i32),
-                    Arg::F32(eps),
-                    Arg::Ptr(cx),
-                    Arg::Ptr(0),
-                    Arg::Ptr(taps_p),
-                    Arg::I32(kernel as i32),
-                    Arg::Ptr(tab),
-                ];
-                g.launch_3d("delta_step_rows", (hv as u32, sd.div_ceil(8) as u32, b as u32), 128, 0, &args).unwrap();
-            };
-            let out = |o: u64, y: u64, cx: u64, tab: u64, cdv: usize| {
-                let args = [
-                    Arg::Ptr(o),
-                    Arg::Ptr(z.ptr),
-                    Arg::Ptr(w.ptr),
-                    Arg::Ptr(y),
-                    Arg::I32(hv as i32),
-                    Arg::I32(sd as i32),
-                    Arg::F32(eps),
-                    Arg::Ptr(0),
-                    Arg::Ptr(0),
-                    Arg::Ptr(0),
-                    Arg::Ptr(0),
-                    Arg::Ptr(cx),
-                    Arg::Ptr(0),
-                    Arg::Ptr(tab),
-                    Arg::I32(cdv as i32),
-                    Arg::I32(kernel as i32),
-                ];
-                g.launch("delta_out", (hv as u32, b as u32), 128, 0, &args).unwrap();
-            };
-            // the launches a step had: the convolution, the scan on its outputs, the norms
-            let conv_args =
-                [Arg::Ptr(x.ptr), Arg::Ptr(0), Arg::Ptr(taps.ptr), Arg::Ptr(conv.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(1), Arg::Ptr(tab1.ptr), Arg::Ptr(0)];
-            g.launch("conv_step", (cd.div_ceil(256) as u32, b as u32), 256, 0, &conv_args).unwrap();
-            scan(conv.ptr, 0, 0, o1.ptr, tab1.ptr);
-            out(o1.ptr, out1.ptr, 0, tab1.ptr, 0);
-            // the step convolving its inputs, the norms moving the conv state on
-            scan(0, x.ptr, taps.ptr, o2.ptr, tab2.ptr);
-            out(o2.ptr, out2.ptr, x.ptr, tab2.ptr, cd);
-            let rd = |buf: &xwen_cuda::gpu::DevBuf, len: usize| g.read_i32(buf, len).unwrap();
-            assert_eq!(rd(&out1, b * hv * sd), rd(&out2, b * hv * sd), "hk {hk} hv {hv} sd {sd} step {step}: outputs");
-            for r in 0..b {
-                assert_eq!(rd(&st1[r].0, (kernel - 1) * cd), rd(&st2[r].0, (kernel - 1) * cd), "step {step} row {r}: conv state");
-                assert_eq!(rd(&st1[r].1, hv * sd * sd), rd(&st2[r].1, hv * sd * sd), "step {step} row {r}: S");
-            }
-        }
-        println!("delta_step_rows convolving hk {hk} hv {hv} sd {sd} tiled {tiled} kernel {kernel}, {b} rows, 4 steps: conv_step's outputs and states, bit for bit");
     }
 }
 

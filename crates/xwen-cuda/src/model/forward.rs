@@ -428,9 +428,7 @@ impl CudaModel {
         }
         let cd = w.qkv.rows;
         let conv_state = st.a;
-        if self.conv_in_step(rows, &st) {
-            // a decode batch's step convolves its own inputs (delta_step_rows, delta_out)
-        } else if rows {
+        if rows {
             // a decode batch: a row a token of its own sequence; a verify: its tokens in order
             // over the one sequence's state, each state after a token kept
             let (grid_y, n_tok) = if st.one_seq { (1, n) } else { (n, 1) };
@@ -469,12 +467,6 @@ impl CudaModel {
         self.delta_scan(w, st, out_kinds, n, rows)
     }
 
-    /// Whether a pass's DeltaNet convolution runs inside its scan step: a decode batch (a row a
-    /// sequence), not a verify's rows of one sequence (whose states after each token are kept).
-    fn conv_in_step(&self, rows: bool, st: &LayerPtrs) -> bool {
-        rows && !st.one_seq && self.gpu.knobs.delta_step_conv
-    }
-
     /// The scan of a pass (a decode step too): gates and normed q / k per token, then S's rows
     /// spread over blocks (8 a block, in registers through the pass), then the output norms;
     /// the out projection. (delta_step, one block a head, is its single-kernel reference.)
@@ -482,10 +474,8 @@ impl CudaModel {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let s = st.b;
         if rows && !st.one_seq {
-            // a decode batch: the gates and norms (and the convolution) inside the rows'
-            // kernel, a row of the batch a grid layer
-            let conv = self.conv_in_step(rows, &st);
-            let (cx, taps) = if conv { (sc.qkv.ptr, w.taps.ptr) } else { (0, 0) };
+            // a decode batch: the gates and norms inside the rows' kernel, a row of the batch
+            // a grid layer
             g.launch_3d(
                 "delta_step_rows",
                 (d.hv as u32, d.sd.div_ceil(8) as u32, n as u32),
@@ -504,15 +494,10 @@ impl CudaModel {
                     Arg::I32(d.sd as i32),
                     Arg::I32(d.tiled as i32),
                     Arg::F32(d.eps),
-                    Arg::Ptr(cx),
-                    Arg::Ptr(st.a),
-                    Arg::Ptr(taps),
-                    Arg::I32(d.conv_kernel as i32),
                     Arg::Ptr(st.tab),
                 ],
             )?;
-            let shift = conv.then_some((cx, st.a, st.tab, w.qkv.rows));
-            return self.delta_finish(w, out_kinds, n, true, shift);
+            return self.delta_finish(w, out_kinds, n, true);
         }
         g.launch(
             "delta_prep",
@@ -557,12 +542,11 @@ impl CudaModel {
             ],
         )?;
         // (a verify's rows: delta_prep and delta_rows give each token delta_step_rows' bits)
-        self.delta_finish(w, out_kinds, n, rows, None)
+        self.delta_finish(w, out_kinds, n, rows)
     }
 
-    /// The scan's gated output norms, then the out projection (and its residual). `shift`: the
-    /// conv state the step read and left (inputs, state, rows table, channels), moved on here.
-    fn delta_finish(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize, rows: bool, shift: Option<(u64, u64, u64, usize)>) -> Result<()> {
+    /// The scan's gated output norms, then the out projection (and its residual).
+    fn delta_finish(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize, rows: bool) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         // a decode step's norm also quantizes where 256 values are whole heads
         let fuse = rows && (out_kinds.k || out_kinds.z) && 256 % d.sd == 0 && (d.hv * d.sd) % 256 == 0;
@@ -577,8 +561,6 @@ impl CudaModel {
             Arg::F32(d.eps),
         ];
         args.extend(if fuse { self.fused_outputs(out_kinds) } else { [Arg::Ptr(0); 4] });
-        let (cx, cstate, tab, cd) = shift.unwrap_or((0, 0, 0, 0));
-        args.extend([Arg::Ptr(cx), Arg::Ptr(cstate), Arg::Ptr(tab), Arg::I32(cd as i32), Arg::I32(d.conv_kernel as i32)]);
         g.launch("delta_out", ((d.hv / heads) as u32, n as u32), (128 * heads) as u32, 0, &args)?;
         let o = self.input_after(sc.delta_o.ptr, w.out.cols, n, rows, out_kinds, fuse)?;
         self.proj(&w.out, o, sc.x.ptr, Some(sc.x.ptr), n, rows)
