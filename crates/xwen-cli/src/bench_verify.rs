@@ -30,7 +30,7 @@ pub fn run(model: &Model, depths: &[usize], n_prompt: usize, reps: usize, as_jso
         let mut samples = Vec::new();
         for i in 0..reps + 1 {
             let t0 = Instant::now();
-            let mut step = [SeqStep { state: &mut st, tokens: &toks, logits: LogitsMode::All, decode_order: true, hidden: false }];
+            let mut step = [SeqStep { state: &mut st, tokens: &toks, logits: LogitsMode::All, decode_order: true, hidden: false, banned: &[] }];
             model.forward_batch(&mut step)?;
             let dt = t0.elapsed().as_secs_f64();
             st.rollback(pos)?;

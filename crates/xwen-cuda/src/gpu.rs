@@ -166,11 +166,6 @@ pub struct Knobs {
     /// `decode_batch_products_…` and the engine's batch tests hold it on an H100), 4B decode
     /// batches of 8 / 32 rows +1.7% / +2.6%; `-DMV_GLU_COLS=0` goes back to mv_glu.
     pub mv_glu_cols: bool,
-    /// A decode step's router ranked inside the experts' gate/up launch (`moe_glu` with the
-    /// logits; route_warp, the router kernel's bits) instead of a launch of its own
-    /// (`-DMOE_GLU_ROUTE=1`; off: an H100 run measured it no faster, and the q8_0 MoE fixture's
-    /// logits parted from the CPU's with it on — under investigation).
-    pub moe_glu_route: bool,
     /// Other -D definitions from the environment.
     extra: Vec<String>,
 }
@@ -182,7 +177,7 @@ impl Knobs {
 
     /// The default knobs with `defs` (XWEN_CUDA_DEFINES' form: "-DNAME=VALUE …") applied.
     pub fn with_defines(defs: &str) -> Result<Knobs> {
-        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 2, mv_cols: 8, mv_glu_cols: true, moe_glu_route: false, extra: Vec::new() };
+        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 2, mv_cols: 8, mv_glu_cols: true, extra: Vec::new() };
         for d in defs.split_whitespace() {
             let Some(def) = d.strip_prefix("-D") else {
                 return Err(CudaError::Compile(format!("XWEN_CUDA_DEFINES: '{d}' is not a -DNAME=VALUE definition")));
@@ -196,7 +191,6 @@ impl Knobs {
                 Some(("MOE_DOWN_ROWS", v)) => k.moe_down_rows = rows(v)?,
                 Some(("MOE_GLU_ROWS", v)) => k.moe_glu_rows = rows(v)?,
                 Some(("MV_GLU_COLS", v)) => k.mv_glu_cols = v != "0",
-                Some(("MOE_GLU_ROUTE", v)) => k.moe_glu_route = v != "0",
                 Some(("MV_COLS", v)) => {
                     k.mv_cols = match v.parse::<usize>() {
                         Ok(n @ (1 | 2 | 4 | 8 | 16)) => n,

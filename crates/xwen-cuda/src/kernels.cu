@@ -773,9 +773,7 @@ extern "C" __global__ void mv_glu_cols(const u8* G, const u8* U, int ty_g, int t
 
 // moe_route's picks for up to 512 experts in one warp (16 a lane, in registers): no block
 // barriers between the k picks. The same picks (ties to the lower id) and weights up to the
-// order of the softmax's double sum. Lane r < k ends with pick r: its id and weight. The router
-// kernel and the experts' gate/up launch (which ranks a decode row's logits itself) both call
-// this, so their picks are the same bits.
+// order of the softmax's double sum. Lane r < k ends with pick r: its id and weight.
 __device__ __forceinline__ void route_warp(const float* logits, int n_expert, int k, int norm_w, float w_scale, int lane, int* id, float* weight) {
     float p[16];
     float mx = NEG_INF;
@@ -853,14 +851,9 @@ __device__ __forceinline__ void route_warp(const float* logits, int n_expert, in
 // up matrix, every row's loads in flight at once (dot_rows_q8); the gate's warp applies the
 // SwiGLU. blockIdx.z is a decode batch's row: its input row z of x (q8 copies likewise), its
 // ids k from z·k, its hidden rows h from z·k·rows and hs from z·rows_s.
-// With logits (n_expert a row, the router's product): the launch routes the row itself — every
-// warp of a routed slot's block ranks the row's logits (route_warp, moe_route_warp's bits) and
-// takes its slot's pick, so the router needs no launch (and no gap) of its own; block (0, 0)
-// writes the picks and weights to ids and weights for the down launch. Without: ids given.
-extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u, int rows, i64 rb_g, i64 rb_u, i64 mb_g, i64 mb_u, int* ids, int k,
+extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u, int rows, i64 rb_g, i64 rb_u, i64 mb_g, i64 mb_u, const int* ids, int k,
                                    const u8* SG, const u8* SU, int ty_sg, int ty_su, int rows_s, i64 rb_sg, i64 rb_su, int cols, const float* x,
-                                   const i8* qk, const float2* dk, const i8* qz, const float2* dz, float* h, float* hs, const float* logits,
-                                   int n_expert, int norm_w, float w_scale, float* weights) {
+                                   const i8* qk, const float2* dk, const i8* qz, const float2* dz, float* h, float* hs) {
     constexpr int R = MOE_GLU_ROWS;
     __shared__ float s_up[2][R];
     int slot = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -869,10 +862,6 @@ extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u,
     {
         i64 t = blockIdx.z, xr = t * cols;
         ids += t * k;
-        if (logits) {
-            logits += t * n_expert;
-            weights += t * k;
-        }
         x += xr;
         if (qk) qk += xr;
         if (qz) qz += xr;
@@ -891,23 +880,12 @@ extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u,
         prefetch_l2(m_row, live * rb, lane);
     }
     pdl_start();
-    int pick = 0;
-    if (logits && !shared) {
-        int id;
-        float wt;
-        route_warp(logits, n_expert, k, norm_w, w_scale, lane, &id, &wt);
-        pick = __shfl_sync(0xffffffffu, id, slot);
-        if (blockIdx.x == 0 && slot == 0 && warp == 0 && lane < k) {
-            ids[lane] = id;
-            weights[lane] = wt;
-        }
-    }
     float v[R];
     #pragma unroll
     for (int r = 0; r < R; r++) v[r] = 0.0f;
     if (live > 0) {
         if (!shared) {
-            i64 e = logits ? pick : ids[slot];
+            i64 e = ids[slot];
             m_row = up ? U + e * mb_u + (i64)r0 * rb : G + e * mb_g + (i64)r0 * rb;
             ty = up ? ty_u : ty_g;
         }
@@ -1532,10 +1510,7 @@ extern "C" __global__ void moe_down_combine(const u8* D, int ty, int rows, int c
     int live = min(RD, rows - r0);
     const u8* w = nullptr;
     i64 wb = 0;
-#ifndef DOWN_IDS_EARLY
-#define DOWN_IDS_EARLY 1
-#endif
-    if (s < k && DOWN_IDS_EARLY) {
+    if (s < k) {
         w = D + (i64)__ldcg(ids + s) * mb + (i64)r0 * rb;
         wb = rb;
     } else if (s == k && S) {
@@ -1544,10 +1519,6 @@ extern "C" __global__ void moe_down_combine(const u8* D, int ty, int rows, int c
     }
     if (w) prefetch_l2(w, live * wb, lane);
     pdl_start();
-    if (s < k && !DOWN_IDS_EARLY) {
-        w = D + (i64)ids[s] * mb + (i64)r0 * rb;
-        wb = rb;
-    }
     if (w) {
         i64 xr = (i64)s * cols;
         const float* xf = s < k ? h + xr : hs;
@@ -1576,6 +1547,9 @@ extern "C" __global__ void moe_down_combine(const u8* D, int ty, int rows, int c
     x[r0 + t] = __fadd_rn(x[r0 + t], f);
 }
 
+// Tokens a greedy row's argmax may skip at most (model.rs MAX_BANS).
+#define MAX_BANS 16
+
 // (v, i) ← the better of (v, i) and (ov, oi): the larger value, the first index of equals.
 __device__ __forceinline__ void arg_better(float* v, int* i, float ov, int oi) {
     if (ov > *v || (ov == *v && oi < *i)) { *v = ov; *i = oi; }
@@ -1597,9 +1571,12 @@ __device__ void block_argmax(float* bv, int* bi) {
 // stretch of v; with more than one block, each writes its best to part_v/part_i, and the last
 // block to finish (count, zero before and after) picks among them in block order — the same
 // answer for any grid, as ties go to the first index. blockIdx.y is a row of v (n values), its
-// answer out[y], its parts gridDim.x from y·gridDim.x, its counter count[y].
-extern "C" __global__ void argmax(const float* v, int n, int* out, float* part_v, int* part_i, u32* count) {
+// answer out[y], its parts gridDim.x from y·gridDim.x, its counter count[y]. With bans (n_bans
+// a row, from y·n_bans; negative entries none): the indices a greedy sampler bans are skipped
+// (ops::argmax_except; every index banned: 0).
+extern "C" __global__ void argmax(const float* v, int n, int* out, float* part_v, int* part_i, u32* count, const int* bans, int n_bans) {
     pdl_start();
+    __shared__ int s_bans[MAX_BANS];
     {
         i64 t = blockIdx.y;
         v += t * n;
@@ -1607,12 +1584,20 @@ extern "C" __global__ void argmax(const float* v, int n, int* out, float* part_v
         part_v += t * gridDim.x;
         part_i += t * gridDim.x;
         count += t;
+        if (bans) bans += t * n_bans;
     }
+    int nb = bans ? min(n_bans, MAX_BANS) : 0;
+    if (threadIdx.x < nb) s_bans[threadIdx.x] = bans[threadIdx.x];
+    __syncthreads();
     __shared__ bool last;
     int per = (n + gridDim.x - 1) / gridDim.x, lo = blockIdx.x * per, hi = min(n, lo + per);
     float bv = NEG_INF;
     int bi = 0x7fffffff;
-    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) arg_better(&bv, &bi, v[i], i);
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        bool banned = false;
+        for (int j = 0; j < nb; j++) banned |= s_bans[j] == i;
+        if (!banned) arg_better(&bv, &bi, v[i], i);
+    }
     block_argmax(&bv, &bi);
     if (gridDim.x == 1) {
         if (threadIdx.x == 0) out[0] = bi == 0x7fffffff ? 0 : bi;

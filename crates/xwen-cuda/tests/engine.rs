@@ -204,7 +204,7 @@ fn a_verify_pass_gives_each_row_the_decode_bits_and_rolls_back_to_any_row() {
             m.forward(&mut b, &p, LogitsMode::None).unwrap();
             let pos = b.pos;
             let got = {
-                let mut st = [SeqStep { state: &mut b, tokens: &draft, logits: LogitsMode::All, decode_order: true, hidden: false }];
+                let mut st = [SeqStep { state: &mut b, tokens: &draft, logits: LogitsMode::All, decode_order: true, hidden: false, banned: &[] }];
                 m.forward_batch(&mut st).unwrap().pop().unwrap()
             };
             assert_eq!(bits(&got), bits(&want), "{}: a verify's rows (keeping {keep}) against decode", path.display());

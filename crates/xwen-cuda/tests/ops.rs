@@ -151,12 +151,21 @@ fn argmax_takes_the_first_largest() {
     // one block, and many (the first largest lies in a block other than the last to finish);
     // again, to see the finish counter reset
     for &blocks in &[1u32, 61, 61, 128, 7] {
-        let args = [Arg::Ptr(vd.ptr), Arg::I32(v.len() as i32), Arg::Ptr(od.ptr), Arg::Ptr(part.ptr), Arg::Ptr(part.at(4 * 128)), Arg::Ptr(part.at(8 * 128))];
+        let args = [Arg::Ptr(vd.ptr), Arg::I32(v.len() as i32), Arg::Ptr(od.ptr), Arg::Ptr(part.ptr), Arg::Ptr(part.at(4 * 128)), Arg::Ptr(part.at(8 * 128)), Arg::Ptr(0), Arg::I32(0)];
         g.launch("argmax", (blocks, 1), 1024, 0, &args).unwrap();
         assert_eq!(g.read_i32(&od, 1).unwrap()[0], 1000, "argmax over {blocks} blocks");
         assert_eq!(g.read_i32(&part, 8 * 128 / 4 + 1).unwrap()[8 * 128 / 4], 0, "argmax over {blocks} blocks: the counter is reset");
     }
-    println!("argmax over 1, 61, 128 and 7 blocks: the first largest");
+    // banned tokens skipped (a greedy sampler's bans, `ops::argmax_except`), -1 entries none
+    for (bans, blocks) in [(vec![1000, -1, -1], 61u32), (vec![1000, 150_000, -1], 7), (vec![1000, 150_000, 200_000], 1)] {
+        let want = xwen_engine::ops::argmax_except(&v, &bans.iter().filter(|&&b| b >= 0).map(|&b| b as u32).collect::<Vec<_>>());
+        let bd = g.upload_i32(&bans).unwrap();
+        let args =
+            [Arg::Ptr(vd.ptr), Arg::I32(v.len() as i32), Arg::Ptr(od.ptr), Arg::Ptr(part.ptr), Arg::Ptr(part.at(4 * 128)), Arg::Ptr(part.at(8 * 128)), Arg::Ptr(bd.ptr), Arg::I32(bans.len() as i32)];
+        g.launch("argmax", (blocks, 1), 1024, 0, &args).unwrap();
+        assert_eq!(g.read_i32(&od, 1).unwrap()[0] as u32, want, "argmax over {blocks} blocks skipping {bans:?}");
+    }
+    println!("argmax over 1, 61, 128 and 7 blocks: the first largest; skipping banned tokens: argmax_except's");
 }
 
 /// The causal conv + SiLU of one row and the state shift, against the definition in f64.
@@ -1608,11 +1617,6 @@ fn the_fused_expert_launches_equal_their_parts() {
                 Arg::Ptr(xdz.ptr),
                 Arg::Ptr(h2.ptr),
                 Arg::Ptr(hs2.ptr),
-                Arg::Ptr(0),
-                Arg::I32(0),
-                Arg::I32(0),
-                Arg::F32(0.0),
-                Arg::Ptr(0),
             ],
         )
         .unwrap();
@@ -1646,95 +1650,6 @@ fn the_fused_expert_launches_equal_their_parts() {
         assert_eq!((rd(&qa, k * eff / 4), rd(&da, k * eff / 16)), (rd(&q2a, k * eff / 4), rd(&d2a, k * eff / 16)), "quant_q8_2: the experts' rows");
         assert_eq!((rd(&qb, s_ff / 4), rd(&db, s_ff / 16)), (rd(&q2b, s_ff / 4), rd(&d2b, s_ff / 16)), "quant_q8_2: the shared row");
         println!("moe_glu {} experts top {k} + shared {}, quant_q8_2: equal to their separate launches, bit for bit", ty.name(), sty.name());
-    }
-}
-
-/// A decode batch's router ranked inside the experts' gate/up launch (moe_glu with the router's
-/// logits) equals moe_route_warp then moe_glu with its picks: the picks, their weights and every
-/// hidden row, bit for bit, for rows of a batch, expert counts not a multiple of the warp, and
-/// renormalized and scaled weights.
-#[test]
-#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
-fn the_router_inside_the_expert_launch_picks_as_the_router_does() {
-    let g = gpu();
-    let cases = [(GgmlType::Q4_K, GgmlType::Q8_0, 256usize, 8usize, 1i32, 1.0f32, 3usize), (GgmlType::Q6_K, GgmlType::Q4_K, 60, 4, 0, 2.5, 2), (GgmlType::Q8_0, GgmlType::Q6_K, 512, 10, 1, 1.0, 1)];
-    let (eff, s_ff, cols) = (256usize, 512usize, 512usize);
-    for (i, &(ty, sty, n_expert, k, norm_w, w_scale, n)) in cases.iter().enumerate() {
-        let seed = 1300 + 10 * i as u64;
-        let up = |t: GgmlType, m: usize, rows: usize, seed: u64| g.upload(&device_layout(t, &xwen_kernels::quantize(t, &noise(m * rows * cols, seed)).unwrap())).unwrap();
-        let (eg, eu, sg, su) = (up(ty, n_expert, eff, seed), up(ty, n_expert, eff, seed + 1), up(sty, 1, s_ff, seed + 2), up(sty, 1, s_ff, seed + 3));
-        let (rb, srb) = (device_row_bytes(ty, cols), device_row_bytes(sty, cols));
-        let logits: Vec<f32> = noise(n * n_expert, seed + 4).iter().map(|v| v * 4.0).collect();
-        let ld = g.upload_f32(&logits).unwrap();
-        let xd = g.upload_f32(&noise(n * cols, seed + 5)).unwrap();
-        let q8 = |kind: i32| {
-            let (q, d) = (g.zeros(n * cols).unwrap(), g.zeros(n * cols / 32 * 8).unwrap());
-            let per = if kind == 0 { 256 } else { 32 };
-            g.launch(
-                "quant_q8",
-                ((cols / per).div_ceil(8) as u32, n as u32),
-                256,
-                0,
-                &[Arg::Ptr(xd.ptr), Arg::I32(cols as i32), Arg::I64(cols as i64), Arg::Ptr(q.ptr), Arg::Ptr(d.ptr), Arg::I32(kind)],
-            )
-            .unwrap();
-            (q, d)
-        };
-        let ((xk, xdk), (xz, xdz)) = (q8(0), q8(1));
-        let glu = |ids: u64, h: u64, hs: u64, logits: u64, weights: u64| {
-            g.launch_3d(
-                "moe_glu",
-                (eff.max(s_ff).div_ceil(2 * g.knobs.moe_glu_rows) as u32, k as u32 + 1, n as u32),
-                128,
-                0,
-                &[
-                    Arg::Ptr(eg.ptr),
-                    Arg::Ptr(eu.ptr),
-                    Arg::I32(ty.id() as i32),
-                    Arg::I32(ty.id() as i32),
-                    Arg::I32(eff as i32),
-                    Arg::I64(rb as i64),
-                    Arg::I64(rb as i64),
-                    Arg::I64((eff * rb) as i64),
-                    Arg::I64((eff * rb) as i64),
-                    Arg::Ptr(ids),
-                    Arg::I32(k as i32),
-                    Arg::Ptr(sg.ptr),
-                    Arg::Ptr(su.ptr),
-                    Arg::I32(sty.id() as i32),
-                    Arg::I32(sty.id() as i32),
-                    Arg::I32(s_ff as i32),
-                    Arg::I64(srb as i64),
-                    Arg::I64(srb as i64),
-                    Arg::I32(cols as i32),
-                    Arg::Ptr(xd.ptr),
-                    Arg::Ptr(xk.ptr),
-                    Arg::Ptr(xdk.ptr),
-                    Arg::Ptr(xz.ptr),
-                    Arg::Ptr(xdz.ptr),
-                    Arg::Ptr(h),
-                    Arg::Ptr(hs),
-                    Arg::Ptr(logits),
-                    Arg::I32(n_expert as i32),
-                    Arg::I32(norm_w),
-                    Arg::F32(w_scale),
-                    Arg::Ptr(weights),
-                ],
-            )
-            .unwrap();
-        };
-        let bufs = || (g.zeros(n * k * 4).unwrap(), g.zeros(n * k * 4).unwrap(), g.zeros(n * k * eff * 4).unwrap(), g.zeros(n * s_ff * 4).unwrap());
-        let ((id1, w1, h1, hs1), (id2, w2, h2, hs2)) = (bufs(), bufs());
-        let route = [Arg::Ptr(ld.ptr), Arg::I32(n_expert as i32), Arg::I32(k as i32), Arg::I32(norm_w), Arg::F32(w_scale), Arg::Ptr(id1.ptr), Arg::Ptr(w1.ptr)];
-        g.launch("moe_route_warp", (n as u32, 1), 32, 0, &route).unwrap();
-        glu(id1.ptr, h1.ptr, hs1.ptr, 0, 0);
-        glu(id2.ptr, h2.ptr, hs2.ptr, ld.ptr, w2.ptr);
-        let rd = |b: &xwen_cuda::gpu::DevBuf, len: usize| g.read_i32(b, len).unwrap();
-        assert_eq!(rd(&id1, n * k), rd(&id2, n * k), "{n_expert} experts top {k}: the picks");
-        assert_eq!(rd(&w1, n * k), rd(&w2, n * k), "{n_expert} experts top {k}: the weights");
-        assert_eq!(rd(&h1, n * k * eff), rd(&h2, n * k * eff), "{n_expert} experts top {k}: the experts' rows");
-        assert_eq!(rd(&hs1, n * s_ff), rd(&hs2, n * s_ff), "{n_expert} experts top {k}: the shared expert's rows");
-        println!("moe_glu routing {n} rows itself ({} experts, {n_expert} top {k}, norm {norm_w}, scale {w_scale}): the router's picks and weights, bit for bit", ty.name());
     }
 }
 

@@ -44,12 +44,13 @@ pub trait DeviceModel: Send + Sync {
     fn forward(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32], logits: Range<usize>, decode_order: bool) -> Result<Vec<f32>>;
 
     /// `forward` in the span's own order returning only the argmax of its last row's logits
-    /// (the first of equal largest, as `ops::argmax`): a pure-greedy decode, where a device
-    /// picks the token itself and copies back one id instead of a vocabulary's logits.
-    fn forward_argmax(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32]) -> Result<u32> {
+    /// (the first of equal largest, as `ops::argmax`), skipping the tokens `banned`
+    /// (`ops::argmax_except`): a greedy decode, where a device picks the token itself and
+    /// copies back one id instead of a vocabulary's logits.
+    fn forward_argmax(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32], banned: &[u32]) -> Result<u32> {
         let n = tokens.len();
         let logits = self.forward(seq, pos, tokens, n.saturating_sub(1)..n, false)?;
-        Ok(crate::ops::argmax(&logits))
+        Ok(crate::ops::argmax_except(&logits, banned))
     }
 
     /// A decode batch: each row's one token through its own sequence (no sequence twice). A
@@ -61,7 +62,7 @@ pub trait DeviceModel: Send + Sync {
         rows.iter_mut()
             .map(|r| match r.logits {
                 true => self.forward(&mut *r.seq, r.pos, &[r.token], 0..1, false).map(RowOut::Logits),
-                false => self.forward_argmax(&mut *r.seq, r.pos, &[r.token]).map(RowOut::Argmax),
+                false => self.forward_argmax(&mut *r.seq, r.pos, &[r.token], r.banned).map(RowOut::Argmax),
             })
             .collect()
     }
@@ -73,12 +74,13 @@ pub trait DeviceModel: Send + Sync {
 }
 
 /// One row of a decode batch (`DeviceModel::forward_rows`): a sequence's next token at its
-/// position, and whether its logits come back (else only their argmax).
+/// position, and whether its logits come back (else only their argmax, skipping `banned`).
 pub struct DeviceRow<'a> {
     pub seq: &'a mut dyn DeviceSeq,
     pub pos: usize,
     pub token: u32,
     pub logits: bool,
+    pub banned: &'a [u32],
 }
 
 /// What a decode row gives back: its logits (n_vocab), or their argmax where none were asked.

@@ -70,12 +70,16 @@ pub struct SeqStep<'a> {
     /// Also return every row's final hidden (after output_norm: what an MTP head reads;
     /// `forward_batch_out`).
     pub hidden: bool,
+    /// With `LastArgmax`: tokens the argmax skips (a greedy sampler's bans, e.g. the
+    /// end-of-generation tokens under `ignore_eos`); a model that returns logits instead leaves
+    /// them to the sampler.
+    pub banned: &'a [u32],
 }
 
 impl<'a> SeqStep<'a> {
     /// A step in the span's own order (a prefill chunk, or one decode token).
     pub fn new(state: &'a mut SeqState, tokens: &'a [u32], logits: LogitsMode) -> SeqStep<'a> {
-        SeqStep { state, tokens, logits, decode_order: false, hidden: false }
+        SeqStep { state, tokens, logits, decode_order: false, hidden: false, banned: &[] }
     }
 }
 
@@ -706,7 +710,7 @@ impl Model {
                 let pos = st.pos;
                 let seq = st.device_mut()?.ok_or_else(|| EngineError::State("a sequence state left the device".into()))?;
                 let out = if s.logits == LogitsMode::LastArgmax && !s.decode_order {
-                    models::SpanOut { logits: Vec::new(), hidden: Vec::new(), argmax: Some(dev.forward_argmax(seq, pos, s.tokens)?) }
+                    models::SpanOut { logits: Vec::new(), hidden: Vec::new(), argmax: Some(dev.forward_argmax(seq, pos, s.tokens, s.banned)?) }
                 } else {
                     models::SpanOut { logits: dev.forward(seq, pos, s.tokens, s.logits.rows(s.tokens.len()), s.decode_order)?, hidden: Vec::new(), argmax: None }
                 };
@@ -725,7 +729,7 @@ impl Model {
                 let pos = s.state.pos;
                 match s.state.device_mut() {
                     Ok(Some(seq)) => {
-                        batch.push(DeviceRow { seq, pos, token: s.tokens[0], logits: !matches!(s.logits, LogitsMode::LastArgmax | LogitsMode::None) });
+                        batch.push(DeviceRow { seq, pos, token: s.tokens[0], logits: !matches!(s.logits, LogitsMode::LastArgmax | LogitsMode::None), banned: s.banned });
                         modes.push(s.logits);
                         members.push(i);
                     }

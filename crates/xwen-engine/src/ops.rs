@@ -153,6 +153,17 @@ mod tests {
     use super::*;
 
     #[test]
+    fn argmax_except_skips_the_banned_and_keeps_the_first_of_equals() {
+        let x = [1.0f32, 7.0, 3.0, 7.0, 6.0];
+        assert_eq!(argmax(&x), 1);
+        assert_eq!(argmax_except(&x, &[]), 1);
+        assert_eq!(argmax_except(&x, &[1]), 3);
+        assert_eq!(argmax_except(&x, &[1, 3]), 4);
+        assert_eq!(argmax_except(&x, &[0, 1, 2, 3, 4]), 0);
+        assert_eq!(argmax_except(&[f32::NEG_INFINITY, f32::NEG_INFINITY], &[0]), 1);
+    }
+
+    #[test]
     fn l2_norm_matches_definition() {
         let mut x = vec![3.0f32, 4.0];
         gdn_l2_norm_inplace(&mut x, 1e-6);
@@ -185,11 +196,20 @@ mod tests {
 
 /// The index of the first largest value (greedy sampling's pick; 0 for an empty slice).
 pub fn argmax(x: &[f32]) -> u32 {
-    let mut best = 0;
+    argmax_except(x, &[])
+}
+
+/// `argmax` over the values whose index is not in `banned` (greedy sampling with those tokens
+/// banned, as a logit bias of −∞ bans them; 0 when every index is banned).
+pub fn argmax_except(x: &[f32], banned: &[u32]) -> u32 {
+    let mut best: Option<usize> = None;
     for (i, &v) in x.iter().enumerate() {
-        if v > x[best] {
-            best = i;
+        if banned.contains(&(i as u32)) {
+            continue;
+        }
+        if best.is_none_or(|b| v > x[b]) {
+            best = Some(i);
         }
     }
-    best as u32
+    best.unwrap_or(0) as u32
 }

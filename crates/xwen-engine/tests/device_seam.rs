@@ -104,7 +104,7 @@ fn checkpoints_clones_and_rollbacks_hold_on_the_device() {
     let mut r = dev.new_state();
     dev.forward(&mut r, &p, LogitsMode::None).unwrap();
     r.keep_history(4);
-    let mut step = [SeqStep { state: &mut r, tokens: &[5, 6, 9, 11], logits: LogitsMode::All, decode_order: true, hidden: false }];
+    let mut step = [SeqStep { state: &mut r, tokens: &[5, 6, 9, 11], logits: LogitsMode::All, decode_order: true, hidden: false, banned: &[] }];
     dev.forward_batch(&mut step).unwrap();
     r.rollback(22).unwrap();
     let mut c2 = c.clone();
@@ -115,7 +115,7 @@ fn checkpoints_clones_and_rollbacks_hold_on_the_device() {
     let mut h = dev.new_state();
     h.keep_history(3);
     dev.forward(&mut h, &p, LogitsMode::None).unwrap();
-    let mut step = [SeqStep { state: &mut h, tokens: &[5, 6, 9], logits: LogitsMode::All, decode_order: true, hidden: false }];
+    let mut step = [SeqStep { state: &mut h, tokens: &[5, 6, 9], logits: LogitsMode::All, decode_order: true, hidden: false, banned: &[] }];
     dev.forward_batch(&mut step).unwrap();
     h.rollback(21).expect("kept on the device");
     let mut c3 = c.clone();
@@ -142,6 +142,41 @@ fn an_engine_on_the_device_gives_each_request_the_cpus_tokens() {
     assert_eq!(run_engine(dev, requests(v), 3, Some(prefix)), want);
     // three slots decoding at once came to the device as decode batches (of its two rows at most)
     assert_eq!(host.widest.load(Ordering::Relaxed), MAX_ROWS, "the slots' decode rows were batched");
+}
+
+/// A greedy request whose logit bias bans tokens (as `ignore_eos` bans the end-of-generation
+/// ones) gets the sampler's tokens on the device — the device's argmax skips the banned ids —
+/// and its decode rows come back as one id each, not as logits.
+#[test]
+fn greedy_rows_with_banned_tokens_take_the_devices_argmax_and_the_samplers_tokens() {
+    let v = cpu_model().n_vocab();
+    // ban what plain greedy picks first and second, so the bans change every reply
+    let plain = run_engine(cpu_model(), requests(v), 3, None);
+    let banned = |i: usize| -> Vec<(u32, f32)> { plain[i][..2].iter().map(|&t| (t, f32::NEG_INFINITY)).collect() };
+    let with_bans = || -> Vec<EngineRequest> {
+        requests(v)
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut r)| {
+                r.sampling.logit_bias = banned(i);
+                r
+            })
+            .collect()
+    };
+    let want = run_engine(cpu_model(), with_bans(), 3, None);
+    for (i, w) in want.iter().enumerate() {
+        assert!(w.iter().all(|t| !plain[i][..2].contains(t)), "request {i}: a banned token was sampled");
+    }
+    assert_ne!(want, plain, "the bans changed nothing");
+    let (dev, host) = device_model();
+    assert_eq!(run_engine(dev, with_bans(), 3, None), want);
+    assert_eq!(host.logit_rows.load(Ordering::Relaxed), 0, "a banned-greedy decode row copied its logits back");
+    // a bias that is not a ban leaves the row to the sampler: its logits come back
+    let (dev, host) = device_model();
+    let mut reqs = requests(v);
+    reqs[0].sampling.logit_bias = vec![(plain[0][0], -2.5)];
+    run_engine(dev, reqs, 3, None);
+    assert!(host.logit_rows.load(Ordering::Relaxed) > 0, "a biased row took the argmax path");
 }
 
 #[test]
@@ -172,7 +207,7 @@ fn drafted_output_on_the_device_is_plain_greedy() {
 fn what_the_device_does_not_compute_is_refused() {
     let (mut dev, _) = device_model();
     let mut s = dev.new_state();
-    let mut step = [SeqStep { state: &mut s, tokens: &[1, 2], logits: LogitsMode::All, decode_order: false, hidden: true }];
+    let mut step = [SeqStep { state: &mut s, tokens: &[1, 2], logits: LogitsMode::All, decode_order: false, hidden: true, banned: &[] }];
     assert!(dev.forward_batch(&mut step).is_err(), "hidden rows are not on the device");
     let e = dev.attach_dflash(&path()).unwrap_err().to_string();
     assert!(e.contains("not on the device"), "{e}");

@@ -91,7 +91,7 @@ fn dflash_block_is_bit_identical_to_llama_cpp() {
         let n = ids.len();
         let mut st = m.new_state();
         let out = {
-            let mut step = [SeqStep { state: &mut st, tokens: &ids, logits: LogitsMode::Last, decode_order: false, hidden: true }];
+            let mut step = [SeqStep { state: &mut st, tokens: &ids, logits: LogitsMode::Last, decode_order: false, hidden: true, banned: &[] }];
             m.forward_batch_out(&mut step).unwrap().pop().unwrap()
         };
         let (rows, cols, fref) = npy(&dir.join(format!("p{p}.feat.npy")));

@@ -125,7 +125,7 @@ fn a_failed_expert_read_fails_only_the_sequences_that_needed_it() {
         let got = {
             let (mut sa, mut sb) = (prefilled(&pa), prefilled(&pb));
             let (a, b) = ([ta], [tb]);
-            let step = |state, tokens| SeqStep { state, tokens, logits: LogitsMode::Last, decode_order, hidden: false };
+            let step = |state, tokens| SeqStep { state, tokens, logits: LogitsMode::Last, decode_order, hidden: false, banned: &[] };
             let mut steps = [step(&mut sa, &a[..]), step(&mut sb, &b[..])];
             m.forward_batch_each(&mut steps).unwrap()
         };

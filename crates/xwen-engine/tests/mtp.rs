@@ -130,7 +130,7 @@ fn check(dir: &str, model: &str, sidecar: Option<&str>, budget: Option<u64>) {
         // the trunk's hidden rows, every row, and its last logits
         let mut st = model.new_state();
         let out = {
-            let mut step = [SeqStep { state: &mut st, tokens: &ids, logits: LogitsMode::Last, decode_order: false, hidden: true }];
+            let mut step = [SeqStep { state: &mut st, tokens: &ids, logits: LogitsMode::Last, decode_order: false, hidden: true, banned: &[] }];
             model.forward_batch_out(&mut step).unwrap().pop().unwrap()
         };
         let (rows, cols, href) = npy(&dir.join(format!("p{p}.h.npy")));

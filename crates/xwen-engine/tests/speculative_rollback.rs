@@ -27,7 +27,7 @@ fn bits(x: &[f32]) -> Vec<u32> {
 
 /// Verify `draft` after `st`'s position in one decode-order span: every row's logits.
 fn verify(m: &Model, st: &mut SeqState, draft: &[u32]) -> Vec<Vec<f32>> {
-    let mut step = [SeqStep { state: st, tokens: draft, logits: LogitsMode::All, decode_order: true, hidden: false }];
+    let mut step = [SeqStep { state: st, tokens: draft, logits: LogitsMode::All, decode_order: true, hidden: false, banned: &[] }];
     let all = m.forward_batch(&mut step).unwrap().pop().unwrap();
     all.chunks_exact(m.n_vocab()).map(<[f32]>::to_vec).collect()
 }

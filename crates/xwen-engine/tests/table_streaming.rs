@@ -117,7 +117,7 @@ fn a_batch_of_sequences_reads_its_rows_together_and_gets_each_ones_own_logits() 
 
 /// Verify `draft` after `st`'s position in one decode-order span: every row's logits.
 fn verify(m: &Model, st: &mut SeqState, draft: &[u32]) -> Vec<Vec<f32>> {
-    let mut step = [SeqStep { state: st, tokens: draft, logits: LogitsMode::All, decode_order: true, hidden: false }];
+    let mut step = [SeqStep { state: st, tokens: draft, logits: LogitsMode::All, decode_order: true, hidden: false, banned: &[] }];
     m.forward_batch(&mut step).unwrap().pop().unwrap().chunks_exact(m.n_vocab()).map(<[f32]>::to_vec).collect()
 }
 

@@ -105,12 +105,19 @@ impl CudaModel {
             self.head(n - 1)?;
             1
         };
+        self.argmax(heads, false)
+    }
+
+    /// The argmax of the first `rows` rows of the logits into `token`, with each row's banned
+    /// tokens (`MAX_BANS` a row, in the argmax scratch after its parts) skipped where `bans`.
+    pub(super) fn argmax(&self, rows: usize, bans: bool) -> Result<()> {
+        let (d, sc) = (&self.d, &self.sc);
         // over many blocks: one block reading a 248k vocabulary's logits takes ~0.1 ms
         let blocks = d.n_vocab.div_ceil(4096).min(ARGMAX_BLOCKS);
         let parts = ARGMAX_BLOCKS * self.decode_max;
-        g.launch(
+        self.gpu.launch(
             "argmax",
-            (blocks as u32, heads as u32),
+            (blocks as u32, rows as u32),
             1024,
             0,
             &[
@@ -120,8 +127,16 @@ impl CudaModel {
                 Arg::Ptr(sc.argmax_part.ptr),
                 Arg::Ptr(sc.argmax_part.at(4 * parts)),
                 Arg::Ptr(sc.argmax_part.at(8 * parts)),
+                Arg::Ptr(if bans { self.bans_at() } else { 0 }),
+                Arg::I32(MAX_BANS as i32),
             ],
         )
+    }
+
+    /// Where the rows' banned tokens go in the argmax scratch (after the parts and counters).
+    pub(super) fn bans_at(&self) -> u64 {
+        let parts = ARGMAX_BLOCKS * self.decode_max;
+        self.sc.argmax_part.at(4 * (2 * parts + self.decode_max))
     }
 
     /// Layer `il`'s state for pass `p`.
@@ -642,10 +657,6 @@ impl CudaModel {
             Some(gate) if rows => self.proj_many(&[(&w.router, sc.router.ptr), (gate, sc.sg.ptr)], x, n)?,
             _ => self.proj(&w.router, x, sc.router.ptr, None, n, rows)?,
         }
-        if self.route_in_glu(w, rows) {
-            // the experts' gate/up launch ranks the logits itself
-            return self.moe_decode(w, x, kinds, n);
-        }
         self.route(sc.router.ptr, sc.ids.ptr, sc.weights.ptr, n)?;
         if let Some(sh) = &self.shard {
             return self.moe_rank(sh, w, x, kinds, n, rows);
@@ -721,19 +732,6 @@ impl CudaModel {
         self.routed_products(w, x, kinds, n, rows)?;
         sh.comm.all_reduce_sum(g, sc.ys.ptr, ys_len)?;
         self.moe_sum(w, x, kinds, n, rows)
-    }
-
-    /// Whether a MoE layer's decode rows are routed inside the experts' gate/up launch
-    /// (`moe_glu` with the logits): every expert on this GPU (no VRAM cache rewriting the ids,
-    /// no shard mapping them), a shared expert (moe_glu's launch), route_warp's sizes.
-    fn route_in_glu(&self, w: &MoeLayer, rows: bool) -> bool {
-        let d = &self.d;
-        rows && self.gpu.knobs.moe_glu_route
-            && self.expert_cache.is_none()
-            && self.shard.is_none()
-            && w.shared.is_some()
-            && d.n_expert <= 512
-            && d.n_used < 32
     }
 
     /// The top-k experts and their weights of `n` tokens' router logits (n_expert a token).
@@ -875,7 +873,7 @@ impl CudaModel {
         let (hin, sin) = match &w.shared {
             Some(s) => {
                 (s_ptr, s_ty, s_cols, s_rb) = (s.down.ptr, s.down.ty, s.down.cols, s.down.row_bytes);
-                self.moe_glu(ex, s, x, n, self.route_in_glu(w, true))?;
+                self.moe_glu(ex, s, x, n)?;
                 match self.quant_mids(kinds, s.down.cols, n)? {
                     Some(pair) => pair,
                     None => {
@@ -931,8 +929,7 @@ impl CudaModel {
 
     /// The routed experts' gate, up and SwiGLU (k slots a row into ffn_h) and the shared
     /// expert's (into sh_h) of a decode batch of `n` rows in one launch.
-    /// `route`: the launch ranks the router's logits itself (route_in_glu) and writes the picks.
-    fn moe_glu(&self, ex: &Glu, s: &Glu, x: In, n: usize, route: bool) -> Result<()> {
+    fn moe_glu(&self, ex: &Glu, s: &Glu, x: In, n: usize) -> Result<()> {
         let (d, sc) = (&self.d, &self.sc);
         let (eg, eu, sg, su) = (&ex.gate, &ex.up, &s.gate, &s.up);
         self.gpu.launch_3d(
@@ -968,11 +965,6 @@ impl CudaModel {
                 Arg::Ptr(x.q.dz),
                 Arg::Ptr(sc.ffn_h.ptr),
                 Arg::Ptr(sc.sh_h.ptr),
-                Arg::Ptr(if route { sc.router.ptr } else { 0 }),
-                Arg::I32(d.n_expert as i32),
-                Arg::I32(d.norm_w as i32),
-                Arg::F32(d.w_scale),
-                Arg::Ptr(sc.weights.ptr),
             ],
         )
     }
@@ -1118,6 +1110,10 @@ pub(super) struct In {
 pub(super) const MV_WARPS: usize = 4;
 /// Blocks of the greedy argmax at most (its scratch: a value and an index each, a counter).
 pub(super) const ARGMAX_BLOCKS: usize = 128;
+
+/// Tokens a greedy row's argmax skips on the device at most (kernels.cu MAX_BANS); a row with
+/// more returns its logits for the sampler.
+pub const MAX_BANS: usize = 16;
 /// Tokens a pass of the `mm` kernels (kernels.cu MM_T).
 pub(super) const MM_T: usize = 8;
 /// From this many tokens a product runs on tensor cores (`mm_tc`, 64-token tiles).

@@ -27,6 +27,7 @@ use experts::ExpertCache;
 use forward::Pass;
 use plan::{decode_rows_for, load_net, max_dense_values, max_tiles, plan_of, q8_width, rows_table_bytes, ubatch_for};
 pub(crate) use seq::DevSeq;
+pub use forward::MAX_BANS;
 use seq::{SeqLayer, SeqShape};
 use upload::Uploader;
 
@@ -308,7 +309,7 @@ struct Scratch {
     /// The argmax of each row of `logits`.
     token: DevBuf,
     /// The argmax blocks' (value, index) and their finish counters (zero between launches), for
-    /// each row of a decode batch.
+    /// each row of a decode batch; then each row's banned tokens (`forward::MAX_BANS`).
     argmax_part: DevBuf,
 }
 
@@ -579,7 +580,7 @@ impl CudaModel {
             weights: f(t * n_used.max(1))?,
             logits: f(decode_max * d.n_vocab)?,
             token: f(decode_max)?,
-            argmax_part: f(decode_max * (2 * forward::ARGMAX_BLOCKS + 1))?,
+            argmax_part: f(decode_max * (2 * forward::ARGMAX_BLOCKS + 1 + forward::MAX_BANS))?,
         };
         let output = up.mat(&net.output)?;
         let head_kinds = Kinds::of(&[&output]);
@@ -910,6 +911,26 @@ impl CudaModel {
     pub(crate) fn batch_logits(&self, row: usize) -> Result<Vec<f32>> {
         let n = self.d.n_vocab;
         self.gpu.read_f32_at(&self.sc.logits, row * n, n)
+    }
+
+    /// The last pass's argmax again for its first `bans.len()` rows, each skipping its banned
+    /// tokens (at most `forward::MAX_BANS` a row): a greedy row whose sampler bans tokens
+    /// (`ignore_eos`) then copies back one id, not the logits.
+    pub(crate) fn argmax_skipping(&self, bans: &[&[u32]]) -> Result<()> {
+        let rows = bans.len();
+        self.check_rows(rows)?;
+        if let Some(b) = bans.iter().find(|b| b.len() > forward::MAX_BANS) {
+            return Err(CudaError::Unsupported(format!("{} banned tokens (the device's argmax skips up to {})", b.len(), forward::MAX_BANS)));
+        }
+        let mut table = vec![-1i32; rows * forward::MAX_BANS];
+        for (r, b) in bans.iter().enumerate() {
+            for (j, &t) in b.iter().enumerate() {
+                table[r * forward::MAX_BANS + j] = t as i32;
+            }
+        }
+        let bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.gpu.write_at(self.bans_at(), &bytes)?;
+        self.argmax(rows, true)
     }
 
     /// The argmax of each of the last decode batch's first `rows` rows.

@@ -207,7 +207,7 @@ pub(super) fn scratch_bytes(net: &Hybrid, n_ctx: usize, ub: usize, rows: usize) 
     let f16 = (2 * ub * (wide + c.hidden) + 2 * max_dense_values(net)) as u64;
     let ex = if ne > 0 { (4 * (2 * ne + ub * k) + 16 * (ub * k).div_ceil(16) + 16 * ne) as u64 } else { 0 };
     // a decode batch: every row's logits, argmax parts, token and table
-    let batch = rows * (c.n_vocab + 2 * forward::ARGMAX_BLOCKS + 2) * 4 + rows_table_bytes(rows, net.layers.len());
+    let batch = rows * (c.n_vocab + 2 * forward::ARGMAX_BLOCKS + 2 + forward::MAX_BANS) * 4 + rows_table_bytes(rows, net.layers.len());
     (ub * row + 1 + ub) as u64 * 4 + batch as u64 + q8 + f16 + ex
 }
 

@@ -153,7 +153,7 @@ pub(crate) fn prefill_observed(
             Some(sink) => {
                 let pos = state.pos;
                 let toks = &req.prompt[at..end];
-                let mut step = [crate::model::SeqStep { state: &mut *state, tokens: toks, logits: mode, decode_order: false, hidden: true }];
+                let mut step = [crate::model::SeqStep { state: &mut *state, tokens: toks, logits: mode, decode_order: false, hidden: true, banned: &[] }];
                 let out = model.forward_batch_out(&mut step)?.pop().unwrap_or_default();
                 sink(pos, toks, &out.hidden)?;
                 logits = out.logits;

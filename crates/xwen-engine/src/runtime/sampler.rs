@@ -80,6 +80,16 @@ impl Sampler {
         p.temperature <= 0.0 && p.logit_bias.is_empty() && p.repeat_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0
     }
 
+    /// Where the sampler is greedy but for tokens its logit bias bans (each biased by −∞, as
+    /// llama-server's `ignore_eos` bans the end-of-generation tokens): those tokens. Its pick
+    /// is then `ops::argmax_except` of the raw logits, which a device computes itself. None
+    /// where the sampler draws, penalizes or biases otherwise; empty where `is_greedy`.
+    pub fn greedy_bans(&self) -> Option<Vec<u32>> {
+        let p = &self.p;
+        let plain = p.temperature <= 0.0 && p.repeat_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0;
+        (plain && p.logit_bias.iter().all(|&(_, b)| b == f32::NEG_INFINITY)).then(|| p.logit_bias.iter().map(|&(t, _)| t).collect())
+    }
+
     /// Record a token of the context (prompt or generated) for the penalties.
     pub fn accept(&mut self, tok: u32) {
         self.recent.push(tok);
@@ -238,6 +248,23 @@ mod tests {
     fn greedy_is_argmax() {
         let mut s = Sampler::new(SamplerConfig::greedy().resolve(false));
         assert_eq!(s.sample(&mut logits()), 1);
+    }
+
+    #[test]
+    fn greedy_with_bans_is_the_argmax_of_the_rest() {
+        let mut p = SamplerConfig::greedy().resolve(false);
+        assert_eq!(Sampler::new(p.clone()).greedy_bans(), Some(vec![]));
+        p.logit_bias = vec![(1, f32::NEG_INFINITY), (3, f32::NEG_INFINITY)];
+        let mut s = Sampler::new(p.clone());
+        assert_eq!(s.greedy_bans(), Some(vec![1, 3]));
+        assert!(!s.is_greedy());
+        assert_eq!(s.sample(&mut logits()), crate::ops::argmax_except(&logits(), &[1, 3]));
+        // a bias that is not a ban, a penalty or a temperature: the sampler's own
+        p.logit_bias.push((2, -1.0));
+        assert_eq!(Sampler::new(p.clone()).greedy_bans(), None);
+        let q = SamplingParams { repeat_penalty: 1.1, ..SamplerConfig::greedy().resolve(false) };
+        assert_eq!(Sampler::new(q).greedy_bans(), None);
+        assert_eq!(Sampler::new(SamplerConfig::default().resolve(false)).greedy_bans(), None);
     }
 
     #[test]

@@ -156,6 +156,9 @@ struct Running {
     chunk: usize,
     /// This sequence's drafting: its decode steps and its drafts per position.
     spec: SpecStats,
+    /// Where its sampler is greedy but for banned tokens (`Sampler::greedy_bans`): those, so a
+    /// device's argmax skips them and copies back one id instead of the logits.
+    greedy_bans: Option<Vec<u32>>,
 }
 
 /// What an ended sequence that came with a session leaves (`take_ended`).
@@ -242,6 +245,7 @@ impl Scheduler {
             n => n.min(model.max_batch_rows()),
         };
         let spec = SpecStats { active: draft.is_some(), ..Default::default() };
+        let greedy_bans = req.sampler.greedy_bans();
         self.running.push(Running {
             id,
             session,
@@ -260,6 +264,7 @@ impl Scheduler {
             drafts: Vec::new(),
             chunk,
             spec,
+            greedy_bans,
         });
         Ok(id)
     }
@@ -560,13 +565,14 @@ impl Scheduler {
             if !r.prompt_left && !r.drafts.is_empty() {
                 let n = r.pending.len();
                 idx.push((k, n));
-                steps.push(SeqStep { state: r.session.state_mut(), tokens: &r.pending[..n], logits: LogitsMode::All, decode_order: true, hidden });
+                steps.push(SeqStep { state: r.session.state_mut(), tokens: &r.pending[..n], logits: LogitsMode::All, decode_order: true, hidden, banned: &[] });
                 continue;
             }
             let last_chunk = !r.prompt_left || n == r.pending.len();
             idx.push((k, n));
-            // a pure-greedy token needs the argmax alone (a device then copies back one id)
-            let greedy = r.processor.is_none() && r.logprobs.is_none() && r.sampler.is_greedy() && !hidden;
+            // a pure-greedy token needs the argmax alone (a device then copies back one id), as
+            // does one greedy but for banned tokens (the argmax skips them)
+            let greedy = r.processor.is_none() && r.logprobs.is_none() && r.greedy_bans.is_some() && !hidden;
             let mode = match (last_chunk && r.max_tokens > 0, greedy) {
                 (false, _) => LogitsMode::None,
                 (true, true) => LogitsMode::LastArgmax,
@@ -574,6 +580,9 @@ impl Scheduler {
             };
             let mut step = SeqStep::new(r.session.state_mut(), &r.pending[..n], mode);
             step.hidden = hidden;
+            if mode == LogitsMode::LastArgmax {
+                step.banned = r.greedy_bans.as_deref().unwrap_or(&[]);
+            }
             steps.push(step);
         }
         if steps.is_empty() {

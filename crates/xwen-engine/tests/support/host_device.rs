@@ -12,11 +12,13 @@ pub struct HostDevice {
     pub passes: AtomicUsize,
     /// The most rows a decode batch (`forward_rows`) brought.
     pub widest: AtomicUsize,
+    /// Decode rows whose logits came back (the others: their argmax alone).
+    pub logit_rows: AtomicUsize,
 }
 
 impl HostDevice {
     pub fn new(model: Model) -> HostDevice {
-        HostDevice { model, passes: AtomicUsize::new(0), widest: AtomicUsize::new(0) }
+        HostDevice { model, passes: AtomicUsize::new(0), widest: AtomicUsize::new(0), logit_rows: AtomicUsize::new(0) }
     }
 }
 
@@ -75,7 +77,7 @@ impl DeviceModel for HostDevice {
         }
         let seq = seq.as_any_mut().downcast_mut::<HostSeq>().expect("this device's sequence");
         seq.at(pos);
-        let mut step = [SeqStep { state: &mut seq.0, tokens, logits: LogitsMode::All, decode_order, hidden: false }];
+        let mut step = [SeqStep { state: &mut seq.0, tokens, logits: LogitsMode::All, decode_order, hidden: false, banned: &[] }];
         let all = self.model.forward_batch(&mut step)?.pop().unwrap();
         let v = self.model.n_vocab();
         Ok(all[logits.start * v..logits.end * v].to_vec())
@@ -93,9 +95,10 @@ impl DeviceModel for HostDevice {
             s.at(r.pos);
             seqs.push(s);
         }
-        let mut steps: Vec<SeqStep> = seqs.into_iter().zip(&toks).map(|(s, t)| SeqStep { state: &mut s.0, tokens: t, logits: LogitsMode::All, decode_order: false, hidden: false }).collect();
+        let mut steps: Vec<SeqStep> = seqs.into_iter().zip(&toks).map(|(s, t)| SeqStep { state: &mut s.0, tokens: t, logits: LogitsMode::All, decode_order: false, hidden: false, banned: &[] }).collect();
         let out = self.model.forward_batch(&mut steps)?;
-        Ok(rows.iter().zip(out).map(|(r, l)| if r.logits { RowOut::Logits(l) } else { RowOut::Argmax(xwen_engine::ops::argmax(&l)) }).collect())
+        self.logit_rows.fetch_add(rows.iter().filter(|r| r.logits).count(), Ordering::Relaxed);
+        Ok(rows.iter().zip(out).map(|(r, l)| if r.logits { RowOut::Logits(l) } else { RowOut::Argmax(xwen_engine::ops::argmax_except(&l, r.banned)) }).collect())
     }
 
     fn max_rows(&self) -> usize {

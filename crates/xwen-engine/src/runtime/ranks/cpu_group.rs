@@ -124,7 +124,7 @@ impl ShardGroup {
         let mut per_rank: Vec<Vec<SeqStep>> = (0..n).map(|_| Vec::with_capacity(steps.len())).collect();
         for s in steps.iter_mut() {
             for (r, st) in s.state.ranks.iter_mut().enumerate() {
-                per_rank[r].push(SeqStep { state: st, tokens: s.tokens, logits: s.logits, decode_order: s.decode_order, hidden: s.hidden });
+                per_rank[r].push(SeqStep { state: st, tokens: s.tokens, logits: s.logits, decode_order: s.decode_order, hidden: s.hidden, banned: &[] });
             }
         }
         let outs = self.on_ranks(per_rank, |m, mut v| m.forward_batch_out(&mut v))?;

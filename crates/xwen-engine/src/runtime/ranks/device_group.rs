@@ -77,9 +77,9 @@ impl DeviceModel for DeviceGroup {
         agree(outs, |a, b| same_bits(a, b))
     }
 
-    fn forward_argmax(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32]) -> Result<u32> {
+    fn forward_argmax(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32], banned: &[u32]) -> Result<u32> {
         let seqs = group_seq(seq)?.0.iter_mut().collect();
-        let outs = self.on_ranks(seqs, |r, s| r.forward_argmax(&mut **s, pos, tokens))?;
+        let outs = self.on_ranks(seqs, |r, s| r.forward_argmax(&mut **s, pos, tokens, banned))?;
         agree(outs, |a, b| a == b)
     }
 
@@ -87,9 +87,9 @@ impl DeviceModel for DeviceGroup {
         let n = self.size();
         let mut per_rank: Vec<Vec<DeviceRow>> = (0..n).map(|_| Vec::with_capacity(rows.len())).collect();
         for row in rows.iter_mut() {
-            let (pos, token, logits) = (row.pos, row.token, row.logits);
+            let (pos, token, logits, banned) = (row.pos, row.token, row.logits, row.banned);
             for (r, s) in group_seq(&mut *row.seq)?.0.iter_mut().enumerate() {
-                per_rank[r].push(DeviceRow { seq: &mut **s, pos, token, logits });
+                per_rank[r].push(DeviceRow { seq: &mut **s, pos, token, logits, banned });
             }
         }
         let outs = self.on_ranks(per_rank, |r, mut rows| r.forward_rows(&mut rows))?;

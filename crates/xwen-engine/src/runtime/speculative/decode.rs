@@ -116,7 +116,7 @@ pub(crate) fn speculate(
         span.extend_from_slice(drafts);
         let t_step = Instant::now();
         let out = {
-            let mut step = [SeqStep { state: &mut *state, tokens: &span, logits: LogitsMode::All, decode_order: true, hidden: wants_hidden }];
+            let mut step = [SeqStep { state: &mut *state, tokens: &span, logits: LogitsMode::All, decode_order: true, hidden: wants_hidden, banned: &[] }];
             model.forward_batch_out(&mut step)?.pop().unwrap_or_default()
         };
         ctl.observe_cost(span.len(), t_step.elapsed().as_secs_f64());
