@@ -174,6 +174,10 @@ impl DeviceModel for CudaDevice {
     fn max_rows(&self) -> usize {
         self.max_rows
     }
+
+    fn prepare_rows(&self, rows: usize) -> xwen_engine::Result<()> {
+        self.lock().capture_decode_batches(rows).map_err(engine_error)
+    }
 }
 
 impl DeviceSeq for CudaSeq {

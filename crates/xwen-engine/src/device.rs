@@ -71,6 +71,14 @@ pub trait DeviceModel: Send + Sync {
     fn max_rows(&self) -> usize {
         1
     }
+
+    /// Makes ready now what decode batches of 1 to `rows` rows will need, so that no request
+    /// pays it when a batch of a new size first runs (a device that captures a step a batch
+    /// size captures them here, as vLLM captures its CUDA graphs at start). By default nothing.
+    fn prepare_rows(&self, rows: usize) -> Result<()> {
+        let _ = rows;
+        Ok(())
+    }
 }
 
 /// One row of a decode batch (`DeviceModel::forward_rows`): a sequence's next token at its

@@ -821,6 +821,16 @@ impl Model {
         self.device.as_ref().map(|d| d.describe())
     }
 
+    /// Makes the device ready for decode batches of up to `rows` sequences
+    /// (`DeviceModel::prepare_rows`: a GPU captures each batch size's step now instead of at its
+    /// first use, mid-request). Nothing on the CPU.
+    pub fn prepare_decode_batches(&self, rows: usize) -> Result<()> {
+        match &self.device {
+            Some(d) => d.prepare_rows(rows.min(d.max_rows())),
+            None => Ok(()),
+        }
+    }
+
     /// The context a forward runs in, recording its routes into `sink` (where the config asks)
     /// and its failed expert reads into `faults`.
     fn ctx<'s>(&'s self, sink: &'s Mutex<Vec<crate::ctx::RouteRecord>>, faults: &'s Mutex<Vec<crate::ctx::ReadFault>>) -> Ctx<'s> {

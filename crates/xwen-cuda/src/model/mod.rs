@@ -384,6 +384,16 @@ pub struct CudaModel {
     shard: Option<DeviceShard>,
 }
 
+/// A pass's graph: decode batches and verifies by row count (and kept states); prompt passes
+/// run without one.
+fn graph_key(pass: Pass<'_>) -> Option<(usize, u8)> {
+    match pass {
+        Pass::Rows { n } => Some((n, 0u8)),
+        Pass::Verify { n, hist } => Some((n, 1 + hist as u8)),
+        Pass::Prompt { .. } => None,
+    }
+}
+
 impl CudaModel {
     /// Uploads `file`'s model to device `opts.device`; refuses a model that does not fit.
     pub fn load(file: &GgufFile, opts: &CudaOptions) -> Result<CudaModel> {
@@ -836,23 +846,45 @@ impl CudaModel {
     /// Runs a decode batch or a verify (their table written): the pass's graph, captured at its
     /// first use (a graph serves any sequences: they come from the table).
     fn replay(&mut self, pass: Pass<'_>) -> Result<()> {
-        let key = match pass {
-            Pass::Rows { n } => (n, 0u8),
-            Pass::Verify { n, hist } => (n, 1 + hist as u8),
-            Pass::Prompt { .. } => return self.record(pass),
-        };
+        let Some(key) = graph_key(pass) else { return self.record(pass) };
         if !self.use_graph {
             return self.record(pass);
         }
-        if !self.graphs.contains_key(&key) {
-            self.gpu.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-            let recorded = self.record(pass);
-            let graph = self.gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0))?;
-            recorded?;
-            self.graphs.insert(key, SendGraph(graph.ok_or_else(|| CudaError::Unsupported("stream capture made no graph".into()))?));
-        }
+        self.capture(pass, key)?;
         if let Some(g) = self.graphs.get(&key) {
             g.0.launch()?;
+        }
+        Ok(())
+    }
+
+    /// `pass` captured as a graph under `key`, unless it is already: a capture enqueues
+    /// nothing, so nothing runs.
+    fn capture(&mut self, pass: Pass<'_>, key: (usize, u8)) -> Result<()> {
+        if self.graphs.contains_key(&key) {
+            return Ok(());
+        }
+        self.gpu.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        let recorded = self.record(pass);
+        let graph = self.gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0))?;
+        recorded?;
+        self.graphs.insert(key, SendGraph(graph.ok_or_else(|| CudaError::Unsupported("stream capture made no graph".into()))?));
+        Ok(())
+    }
+
+    /// The decode steps of batches of 1 to `rows` rows captured now (a graph a size), so a
+    /// server's requests never wait on a capture when the batch first reaches a size. Every
+    /// row's tokens, positions and states come from the rows table at replay, so a capture
+    /// needs no sequence. Nothing where the steps run without graphs.
+    pub fn capture_decode_batches(&mut self, rows: usize) -> Result<()> {
+        if !self.use_graph {
+            return Ok(());
+        }
+        self.gpu.ctx.bind_to_thread()?;
+        for n in 1..=rows.min(self.decode_max) {
+            let pass = Pass::Rows { n };
+            if let Some(key) = graph_key(pass) {
+                self.capture(pass, key)?;
+            }
         }
         Ok(())
     }

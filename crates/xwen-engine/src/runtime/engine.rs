@@ -223,6 +223,9 @@ impl Engine {
     pub fn new(model: impl Into<Arc<Model>>, opts: EngineOptions) -> Engine {
         let model = model.into();
         let parallel = opts.parallel.max(1).min(model.max_sequences().max(1));
+        // the decode batches the slots will run, made ready before any request waits on them;
+        // a failure here comes back at the batch's first use, as the error of its requests
+        let _ = model.prepare_decode_batches(parallel);
         Engine {
             sched: Scheduler::new(parallel),
             model,

@@ -14,11 +14,13 @@ pub struct HostDevice {
     pub widest: AtomicUsize,
     /// Decode rows whose logits came back (the others: their argmax alone).
     pub logit_rows: AtomicUsize,
+    /// The widest decode batch the engine asked the device to make ready (`prepare_rows`).
+    pub prepared: AtomicUsize,
 }
 
 impl HostDevice {
     pub fn new(model: Model) -> HostDevice {
-        HostDevice { model, passes: AtomicUsize::new(0), widest: AtomicUsize::new(0), logit_rows: AtomicUsize::new(0) }
+        HostDevice { model, passes: AtomicUsize::new(0), widest: AtomicUsize::new(0), logit_rows: AtomicUsize::new(0), prepared: AtomicUsize::new(0) }
     }
 }
 
@@ -84,6 +86,11 @@ impl DeviceModel for HostDevice {
     }
 
     /// The rows as one CPU batch (whose rows are each as computed alone).
+    fn prepare_rows(&self, rows: usize) -> xwen_engine::Result<()> {
+        self.prepared.fetch_max(rows, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn forward_rows(&self, rows: &mut [DeviceRow<'_>]) -> xwen_engine::Result<Vec<RowOut>> {
         assert!(rows.len() <= MAX_ROWS, "a decode batch wider than max_rows");
         self.passes.fetch_add(1, Ordering::Relaxed);

@@ -105,6 +105,10 @@ impl DeviceModel for DeviceGroup {
     fn max_rows(&self) -> usize {
         self.ranks.iter().map(|r| r.max_rows()).min().unwrap_or(1)
     }
+
+    fn prepare_rows(&self, rows: usize) -> Result<()> {
+        self.ranks.iter().try_for_each(|r| r.prepare_rows(rows))
+    }
 }
 
 /// Runs `f` on every rank's copy, rank after rank (state moves, not passes: no reduction).
