@@ -3,7 +3,7 @@
 //! drafting — and every front end built on them — run it there.
 
 use crate::error::CudaError;
-use crate::model::{CudaModel, CudaOptions, DevSeq, MAX_BANS};
+use crate::model::{CudaModel, CudaOptions, DevSeq};
 use std::any::Any;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -130,18 +130,7 @@ impl DeviceModel for CudaDevice {
     fn forward_argmax(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32], banned: &[u32]) -> xwen_engine::Result<u32> {
         let seq = seq.as_any_mut().downcast_mut::<CudaSeq>().ok_or_else(|| EngineError::Device("a sequence state of another device".into()))?;
         let mut m = self.lock();
-        if banned.len() > MAX_BANS {
-            // more bans than the device's argmax skips: the logits, for the host to pick from
-            let n = tokens.len();
-            let logits = m.feed(&mut seq.0, pos, tokens, false, n - 1..n).map_err(engine_error)?;
-            return Ok(xwen_engine::ops::argmax_except(&logits, banned));
-        }
-        let id = m.feed_argmax(&mut seq.0, pos, tokens).map_err(engine_error)?;
-        if banned.is_empty() {
-            return Ok(id);
-        }
-        m.argmax_skipping(&[banned]).map_err(engine_error)?;
-        Ok(m.batch_argmax(1).map_err(engine_error)?[0])
+        m.feed_argmax(&mut seq.0, pos, tokens, banned).map_err(engine_error)
     }
 
     fn forward_rows(&self, rows: &mut [DeviceRow<'_>]) -> xwen_engine::Result<Vec<RowOut>> {
@@ -152,22 +141,13 @@ impl DeviceModel for CudaDevice {
         }
         let mut m = self.lock();
         m.decode_batch(&mut batch).map_err(engine_error)?;
-        // rows greedy but for banned tokens: the argmax again, skipping them (a row with more
-        // bans than the device skips takes its logits back and picks on the host)
-        let skips = |r: &DeviceRow<'_>| !r.logits && !r.banned.is_empty() && r.banned.len() <= MAX_BANS;
-        if rows.iter().any(skips) {
-            let bans: Vec<&[u32]> = rows.iter().map(|r| if skips(r) { r.banned } else { &[][..] }).collect();
-            m.argmax_skipping(&bans).map_err(engine_error)?;
-        }
-        let ids = m.batch_argmax(rows.len()).map_err(engine_error)?;
+        // the greedy rows' picks (a logits row's is not used: it bans nothing)
+        let bans: Vec<&[u32]> = rows.iter().map(|r| if r.logits { &[][..] } else { r.banned }).collect();
+        let ids = m.greedy_picks(&bans).map_err(engine_error)?;
         rows.iter()
             .zip(ids)
             .enumerate()
-            .map(|(i, (r, id))| match (r.logits, r.banned.len() > MAX_BANS) {
-                (false, false) => Ok(RowOut::Argmax(id)),
-                (false, true) => m.batch_logits(i).map(|l| RowOut::Argmax(xwen_engine::ops::argmax_except(&l, r.banned))).map_err(engine_error),
-                (true, _) => m.batch_logits(i).map(RowOut::Logits).map_err(engine_error),
-            })
+            .map(|(i, (r, id))| if r.logits { m.batch_logits(i).map(RowOut::Logits).map_err(engine_error) } else { Ok(RowOut::Argmax(id)) })
             .collect()
     }
 

@@ -765,80 +765,6 @@ extern "C" __global__ void mv_glu_cols(const u8* G, const u8* U, int ty_g, int t
     }
 }
 
-// The router's top-k reduction by __reduce_max / __reduce_min (1) or by shuffle rounds (0): the
-// same pick either way (gpu.rs `Knobs`; measured on an H100: 35B-A3B tg128 +2.3%).
-#ifndef ROUTE_REDUX
-#define ROUTE_REDUX 1
-#endif
-
-// moe_route's picks for up to 512 experts in one warp (16 a lane, in registers): no block
-// barriers between the k picks. The same picks (ties to the lower id) and weights up to the
-// order of the softmax's double sum. Lane r < k ends with pick r: its id and weight.
-__device__ __forceinline__ void route_warp(const float* logits, int n_expert, int k, int norm_w, float w_scale, int lane, int* id, float* weight) {
-    float p[16];
-    float mx = NEG_INF;
-    #pragma unroll
-    for (int e = 0; e < 16; e++) {
-        int i = lane + 32 * e;
-        p[e] = i < n_expert ? logits[i] : NEG_INF;
-        mx = fmaxf(mx, p[e]);
-    }
-    mx = warp_max(mx);
-    double sum = 0.0;
-    #pragma unroll
-    for (int e = 0; e < 16; e++) {
-        int i = lane + 32 * e;
-        p[e] = i < n_expert ? expf(p[e] - mx) : 0.0f;
-        sum += p[e];
-    }
-    sum = warp_sum_d(sum);
-    float inv = (float)(1.0 / sum);
-    #pragma unroll
-    for (int e = 0; e < 16; e++) p[e] = lane + 32 * e < n_expert ? p[e] * inv : NEG_INF;
-    double wsum = 0.0;
-    float picked = 0.0f;
-    int mine = 0;
-    for (int r = 0; r < k; r++) {
-        float bv = NEG_INF;
-        int bi = 0x7fffffff;
-        #pragma unroll
-        for (int e = 0; e < 16; e++) {
-            int i = lane + 32 * e;
-            if (p[e] > bv || (p[e] == bv && i < bi)) { bv = p[e]; bi = i; }
-        }
-#if ROUTE_REDUX && __CUDA_ARCH__ >= 800
-        // (a knob, XWEN_CUDA_DEFINES=-DROUTE_REDUX=0 for the shuffle rounds) the warp's best in
-        // two reductions instead of five shuffle rounds, the same pick: probabilities are ≥ 0, so their
-        // bits order as they do (+1: a taken or absent entry ranks below 0.0), then the lowest
-        // index among the lanes that hold that value
-        u32 key = bv >= 0.0f ? __float_as_uint(bv) + 1u : 0u;
-        u32 top = __reduce_max_sync(0xffffffffu, key);
-        bi = (int)__reduce_min_sync(0xffffffffu, key == top ? (u32)bi : 0xffffffffu);
-        bv = top ? __uint_as_float(top - 1u) : NEG_INF;
-#else
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-        }
-#endif
-        #pragma unroll
-        for (int e = 0; e < 16; e++)
-            if (lane + 32 * e == bi) p[e] = NEG_INF;
-        if (lane == r) {
-            picked = bv;
-            mine = bi;
-        }
-        wsum += bv;
-    }
-    // k ≤ 32 (host-checked): lane r holds pick r
-    float w = picked;
-    if (norm_w) w /= fmaxf((float)wsum, 6.103515625e-5f);
-    if (w_scale != 0.0f && w_scale != 1.0f) w *= w_scale;
-    *id = mine;
-    *weight = w;
-}
-
 // Rows a warp of moe_glu takes (gpu.rs `Knobs` defines it; the launch's grid follows).
 #ifndef MOE_GLU_ROWS
 #define MOE_GLU_ROWS 2
@@ -1203,21 +1129,6 @@ extern "C" __global__ void attn_merge(const float* part_o, const float* part_ml,
 // state tab's (row_state). With hist (a verify's rows of one sequence, n_tok of them), the state
 // after token t < n_tok − 1 is also written to hist[2t] (the state before row t + 1, kept for a
 // rollback).
-// Channel c of a token's convolution (input xc, the state's kernel − 1 rows before it), then
-// SiLU, in explicit fused multiply-adds (conv_prompt writes the same expression).
-__device__ __forceinline__ float conv_silu_at(float xc, const float* state, const float* taps, int cd, int kernel, int c) {
-    float acc = 0.0f;
-    for (int j = 0; j < kernel - 1; j++) acc = __fmaf_rn(state[(i64)j * cd + c], taps[(i64)j * cd + c], acc);
-    acc = __fmaf_rn(xc, taps[(i64)(kernel - 1) * cd + c], acc);
-    return acc / (1.0f + expf(-acc));
-}
-
-// The conv state after a token (input xc) for channel c: its rows move up one, xc last.
-__device__ __forceinline__ void conv_shift_at(float xc, float* state, int cd, int kernel, int c) {
-    for (int j = 0; j + 1 < kernel - 1; j++) state[(i64)j * cd + c] = state[(i64)(j + 1) * cd + c];
-    if (kernel > 1) state[(i64)(kernel - 2) * cd + c] = xc;
-}
-
 extern "C" __global__ void conv_step(const float* x, float* state, const float* taps, float* out, int cd, int kernel, int n_tok,
                                      const unsigned long long* tab, const unsigned long long* hist) {
     int t0 = blockIdx.y;
@@ -1229,9 +1140,12 @@ extern "C" __global__ void conv_step(const float* x, float* state, const float* 
     if (c >= cd) return;
     for (int t = 0; t < n_tok; t++) {
         float xc = x[(i64)t * cd + c];
-        float y = conv_silu_at(xc, state, taps, cd, kernel, c);
-        conv_shift_at(xc, state, cd, kernel, c);
-        out[(i64)t * cd + c] = y;
+        float acc = 0.0f;
+        for (int j = 0; j < kernel - 1; j++) acc += state[(i64)j * cd + c] * taps[(i64)j * cd + c];
+        acc += xc * taps[(i64)(kernel - 1) * cd + c];
+        for (int j = 0; j + 1 < kernel - 1; j++) state[(i64)j * cd + c] = state[(i64)(j + 1) * cd + c];
+        if (kernel > 1) state[(i64)(kernel - 2) * cd + c] = xc;
+        out[(i64)t * cd + c] = acc / (1.0f + expf(-acc));
         if (hist && t + 1 < n_tok) {
             float* h = (float*)hist[2 * t];
             for (int j = 0; j < kernel - 1; j++) h[(i64)j * cd + c] = state[(i64)j * cd + c];
@@ -1251,9 +1165,9 @@ extern "C" __global__ void conv_prompt(const float* x, const float* state, const
     for (int j = 0; j < kernel - 1; j++) {
         int src = t - (kernel - 1) + j;
         float v = src < 0 ? state[(i64)(kernel - 1 + src) * cd + c] : x[(i64)src * cd + c];
-        acc = __fmaf_rn(v, taps[(i64)j * cd + c], acc);
+        acc += v * taps[(i64)j * cd + c];
     }
-    acc = __fmaf_rn(x[(i64)t * cd + c], taps[(i64)(kernel - 1) * cd + c], acc);
+    acc += x[(i64)t * cd + c] * taps[(i64)(kernel - 1) * cd + c];
     out[i] = acc / (1.0f + expf(-acc));
 }
 
@@ -1432,16 +1346,79 @@ extern "C" __global__ void moe_route(const float* logits, int n_expert, int k, i
     }
 }
 
-// route_warp a token: one warp a token (blockIdx.x).
+// The router's top-k reduction by __reduce_max / __reduce_min (1) or by shuffle rounds (0): the
+// same pick either way (gpu.rs `Knobs`; measured on an H100: 35B-A3B tg128 +2.3%).
+#ifndef ROUTE_REDUX
+#define ROUTE_REDUX 1
+#endif
+
+// moe_route for up to 512 experts in one warp (16 a lane, in registers): no block barriers
+// between the k picks. The same picks (ties to the lower id) and weights up to the order of
+// the softmax's double sum. One warp a token.
 extern "C" __global__ void moe_route_warp(const float* logits, int n_expert, int k, int norm_w, float w_scale, int* ids, float* weights) {
     pdl_start();
-    int lane = threadIdx.x, id;
-    float w;
-    route_warp(logits + (i64)blockIdx.x * n_expert, n_expert, k, norm_w, w_scale, lane, &id, &w);
-    if (lane < k) {
-        ids[(i64)blockIdx.x * k + lane] = id;
-        weights[(i64)blockIdx.x * k + lane] = w;
+    int lane = threadIdx.x;
+    logits += (i64)blockIdx.x * n_expert;
+    ids += (i64)blockIdx.x * k;
+    weights += (i64)blockIdx.x * k;
+    float p[16];
+    float mx = NEG_INF;
+    #pragma unroll
+    for (int e = 0; e < 16; e++) {
+        int i = lane + 32 * e;
+        p[e] = i < n_expert ? logits[i] : NEG_INF;
+        mx = fmaxf(mx, p[e]);
     }
+    mx = warp_max(mx);
+    double sum = 0.0;
+    #pragma unroll
+    for (int e = 0; e < 16; e++) {
+        int i = lane + 32 * e;
+        p[e] = i < n_expert ? expf(p[e] - mx) : 0.0f;
+        sum += p[e];
+    }
+    sum = warp_sum_d(sum);
+    float inv = (float)(1.0 / sum);
+    #pragma unroll
+    for (int e = 0; e < 16; e++) p[e] = lane + 32 * e < n_expert ? p[e] * inv : NEG_INF;
+    double wsum = 0.0;
+    float picked = 0.0f;
+    for (int r = 0; r < k; r++) {
+        float bv = NEG_INF;
+        int bi = 0x7fffffff;
+        #pragma unroll
+        for (int e = 0; e < 16; e++) {
+            int i = lane + 32 * e;
+            if (p[e] > bv || (p[e] == bv && i < bi)) { bv = p[e]; bi = i; }
+        }
+#if ROUTE_REDUX && __CUDA_ARCH__ >= 800
+        // (a knob, XWEN_CUDA_DEFINES=-DROUTE_REDUX=0 for the shuffle rounds) the warp's best in
+        // two reductions instead of five shuffle rounds, the same pick: probabilities are ≥ 0, so their
+        // bits order as they do (+1: a taken or absent entry ranks below 0.0), then the lowest
+        // index among the lanes that hold that value
+        u32 key = bv >= 0.0f ? __float_as_uint(bv) + 1u : 0u;
+        u32 top = __reduce_max_sync(0xffffffffu, key);
+        bi = (int)__reduce_min_sync(0xffffffffu, key == top ? (u32)bi : 0xffffffffu);
+        bv = top ? __uint_as_float(top - 1u) : NEG_INF;
+#else
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+        }
+#endif
+        #pragma unroll
+        for (int e = 0; e < 16; e++)
+            if (lane + 32 * e == bi) p[e] = NEG_INF;
+        if (lane == r) picked = bv;
+        if (lane == 0) ids[r] = bi;
+        wsum += bv;
+    }
+    // k ≤ 32 (host-checked): lane r holds pick r
+    float w = picked;
+    if (norm_w) w /= fmaxf((float)wsum, 6.103515625e-5f);
+    if (w_scale != 0.0f && w_scale != 1.0f) w *= w_scale;
+    if (lane < k) weights[lane] = w;
 }
 
 // x ← x + (Σ_s w_s·ys[s] + sigmoid(sg)·shared) — a MoE layer's weighted sum (slot order, each
@@ -1547,7 +1524,7 @@ extern "C" __global__ void moe_down_combine(const u8* D, int ty, int rows, int c
     x[r0 + t] = __fadd_rn(x[r0 + t], f);
 }
 
-// Tokens a greedy row's argmax may skip at most (model.rs MAX_BANS).
+// Tokens a greedy row's argmax may skip at most (forward.rs MAX_BANS).
 #define MAX_BANS 16
 
 // (v, i) ← the better of (v, i) and (ov, oi): the larger value, the first index of equals.

@@ -1113,7 +1113,7 @@ pub(super) const ARGMAX_BLOCKS: usize = 128;
 
 /// Tokens a greedy row's argmax skips on the device at most (kernels.cu MAX_BANS); a row with
 /// more returns its logits for the sampler.
-pub const MAX_BANS: usize = 16;
+pub(super) const MAX_BANS: usize = 16;
 /// Tokens a pass of the `mm` kernels (kernels.cu MM_T).
 pub(super) const MM_T: usize = 8;
 /// From this many tokens a product runs on tensor cores (`mm_tc`, 64-token tiles).

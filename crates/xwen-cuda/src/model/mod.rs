@@ -27,7 +27,6 @@ use experts::ExpertCache;
 use forward::Pass;
 use plan::{decode_rows_for, load_net, max_dense_values, max_tiles, plan_of, q8_width, rows_table_bytes, ubatch_for};
 pub(crate) use seq::DevSeq;
-pub use forward::MAX_BANS;
 use seq::{SeqLayer, SeqShape};
 use upload::Uploader;
 
@@ -685,7 +684,7 @@ impl CudaModel {
     /// returns the greedy token after its last. The logits are the last token's.
     pub fn prefill(&mut self, tokens: &[u32]) -> Result<u32> {
         let mut seq = self.take_seq()?;
-        let r = self.feed_argmax(&mut seq, self.pos, tokens);
+        let r = self.feed_argmax(&mut seq, self.pos, tokens, &[]);
         self.seq = Some(seq);
         let t = r?;
         self.pos += tokens.len();
@@ -776,9 +775,9 @@ impl CudaModel {
         Ok(out)
     }
 
-    /// `feed` in the span's own order returning only the argmax of its last row, picked on
-    /// the device (one id copied back).
-    pub(crate) fn feed_argmax(&mut self, seq: &mut DevSeq, pos: usize, tokens: &[u32]) -> Result<u32> {
+    /// `feed` in the span's own order returning only the argmax of its last row skipping the
+    /// tokens `banned`, picked on the device (`greedy_picks`: one id copied back).
+    pub(crate) fn feed_argmax(&mut self, seq: &mut DevSeq, pos: usize, tokens: &[u32], banned: &[u32]) -> Result<u32> {
         self.gpu.ctx.bind_to_thread()?;
         self.check(pos, tokens)?;
         if tokens.len() == 1 {
@@ -788,7 +787,7 @@ impl CudaModel {
                 self.prompt_pass(seq, pos + c * self.ubatch, chunk)?;
             }
         }
-        Ok(self.gpu.read_i32(&self.sc.token, 1)?[0] as u32)
+        Ok(self.greedy_picks(&[banned])?[0])
     }
 
     /// Rows a decode batch takes at most (`decode_batch`).
@@ -945,29 +944,32 @@ impl CudaModel {
         self.gpu.read_f32_at(&self.sc.logits, row * n, n)
     }
 
-    /// The last pass's argmax again for its first `bans.len()` rows, each skipping its banned
-    /// tokens (at most `forward::MAX_BANS` a row): a greedy row whose sampler bans tokens
-    /// (`ignore_eos`) then copies back one id, not the logits.
-    pub(crate) fn argmax_skipping(&self, bans: &[&[u32]]) -> Result<()> {
+    /// The greedy picks of the last pass's first `bans.len()` rows, each skipping its banned
+    /// tokens (a sampler's bans, as `ignore_eos` bans the end-of-generation tokens;
+    /// `ops::argmax_except`): the pass's own argmax where a row bans nothing, its argmax run
+    /// again over the rows that ban up to `forward::MAX_BANS` tokens (the bans written after
+    /// the argmax parts), and for a row that bans more, its logits read back and picked here.
+    pub(crate) fn greedy_picks(&self, bans: &[&[u32]]) -> Result<Vec<u32>> {
         let rows = bans.len();
         self.check_rows(rows)?;
-        if let Some(b) = bans.iter().find(|b| b.len() > forward::MAX_BANS) {
-            return Err(CudaError::Unsupported(format!("{} banned tokens (the device's argmax skips up to {})", b.len(), forward::MAX_BANS)));
-        }
-        let mut table = vec![-1i32; rows * forward::MAX_BANS];
-        for (r, b) in bans.iter().enumerate() {
-            for (j, &t) in b.iter().enumerate() {
-                table[r * forward::MAX_BANS + j] = t as i32;
+        let on_device = |b: &[u32]| !b.is_empty() && b.len() <= forward::MAX_BANS;
+        if bans.iter().any(|b| on_device(b)) {
+            let mut table = vec![-1i32; rows * forward::MAX_BANS];
+            for (r, b) in bans.iter().enumerate().filter(|(_, b)| on_device(b)) {
+                for (j, &t) in b.iter().enumerate() {
+                    table[r * forward::MAX_BANS + j] = t as i32;
+                }
             }
+            let bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
+            self.gpu.write_at(self.bans_at(), &bytes)?;
+            self.argmax(rows, true)?;
         }
-        let bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
-        self.gpu.write_at(self.bans_at(), &bytes)?;
-        self.argmax(rows, true)
-    }
-
-    /// The argmax of each of the last decode batch's first `rows` rows.
-    pub(crate) fn batch_argmax(&self, rows: usize) -> Result<Vec<u32>> {
-        Ok(self.gpu.read_i32(&self.sc.token, rows)?.into_iter().map(|t| t as u32).collect())
+        let ids = self.gpu.read_i32(&self.sc.token, rows)?;
+        ids.into_iter()
+            .zip(bans)
+            .enumerate()
+            .map(|(i, (id, b))| if b.len() > forward::MAX_BANS { Ok(xwen_engine::ops::argmax_except(&self.batch_logits(i)?, b)) } else { Ok(id as u32) })
+            .collect()
     }
 
     /// The model's own sequence, made at its first use (a model behind the engine's device

@@ -76,8 +76,14 @@ impl Sampler {
     /// Whether `sample` is the plain argmax of the logits as given: temperature ≤ 0 with no
     /// logit bias and no penalty (a device may then pick the token itself).
     pub fn is_greedy(&self) -> bool {
+        self.argmax_of_logits() && self.p.logit_bias.is_empty()
+    }
+
+    /// Whether the pick is the argmax of the logits after the bias (no temperature, no
+    /// penalty): `is_greedy` with no bias, `greedy_bans` with bans only.
+    fn argmax_of_logits(&self) -> bool {
         let p = &self.p;
-        p.temperature <= 0.0 && p.logit_bias.is_empty() && p.repeat_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0
+        p.temperature <= 0.0 && p.repeat_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0
     }
 
     /// Where the sampler is greedy but for tokens its logit bias bans (each biased by −∞, as
@@ -85,9 +91,8 @@ impl Sampler {
     /// is then `ops::argmax_except` of the raw logits, which a device computes itself. None
     /// where the sampler draws, penalizes or biases otherwise; empty where `is_greedy`.
     pub fn greedy_bans(&self) -> Option<Vec<u32>> {
-        let p = &self.p;
-        let plain = p.temperature <= 0.0 && p.repeat_penalty == 1.0 && p.presence_penalty == 0.0 && p.frequency_penalty == 0.0;
-        (plain && p.logit_bias.iter().all(|&(_, b)| b == f32::NEG_INFINITY)).then(|| p.logit_bias.iter().map(|&(t, _)| t).collect())
+        let bias = &self.p.logit_bias;
+        (self.argmax_of_logits() && bias.iter().all(|&(_, b)| b == f32::NEG_INFINITY)).then(|| bias.iter().map(|&(t, _)| t).collect())
     }
 
     /// Record a token of the context (prompt or generated) for the penalties.
