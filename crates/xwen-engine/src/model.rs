@@ -58,9 +58,10 @@ impl LogitsMode {
 /// More worker threads than any machine xwen runs on has cores is a mistake, not a request.
 pub const MAX_THREADS: usize = 1024;
 
-/// One sequence's part of a batched forward step (`Model::forward_batch`).
-pub struct SeqStep<'a> {
-    pub state: &'a mut SeqState,
+/// One sequence's part of a batched forward step (`Model::forward_batch`); over a group of
+/// ranks, `S` is the sequence's `GroupState` (`runtime::ranks::GroupStep`).
+pub struct SeqStep<'a, S = SeqState> {
+    pub state: &'a mut S,
     /// The tokens this step feeds, at `state.pos` onwards.
     pub tokens: &'a [u32],
     pub logits: LogitsMode,
@@ -76,9 +77,9 @@ pub struct SeqStep<'a> {
     pub banned: &'a [u32],
 }
 
-impl<'a> SeqStep<'a> {
+impl<'a, S> SeqStep<'a, S> {
     /// A step in the span's own order (a prefill chunk, or one decode token).
-    pub fn new(state: &'a mut SeqState, tokens: &'a [u32], logits: LogitsMode) -> SeqStep<'a> {
+    pub fn new(state: &'a mut S, tokens: &'a [u32], logits: LogitsMode) -> SeqStep<'a, S> {
         SeqStep { state, tokens, logits, decode_order: false, hidden: false, banned: &[] }
     }
 }

@@ -32,20 +32,8 @@ impl GroupState {
     }
 }
 
-/// One sequence's part of a group's batched step (`SeqStep` on every rank).
-pub struct GroupStep<'a> {
-    pub state: &'a mut GroupState,
-    pub tokens: &'a [u32],
-    pub logits: LogitsMode,
-    pub decode_order: bool,
-    pub hidden: bool,
-}
-
-impl<'a> GroupStep<'a> {
-    pub fn new(state: &'a mut GroupState, tokens: &'a [u32], logits: LogitsMode) -> GroupStep<'a> {
-        GroupStep { state, tokens, logits, decode_order: false, hidden: false }
-    }
-}
+/// One sequence's part of a group's batched step (a `SeqStep` on every rank).
+pub type GroupStep<'a> = SeqStep<'a, GroupState>;
 
 impl ShardGroup {
     /// `ranks` ranks of the model at `path`, in this process, meeting through a `LocalGroup`;
@@ -124,7 +112,7 @@ impl ShardGroup {
         let mut per_rank: Vec<Vec<SeqStep>> = (0..n).map(|_| Vec::with_capacity(steps.len())).collect();
         for s in steps.iter_mut() {
             for (r, st) in s.state.ranks.iter_mut().enumerate() {
-                per_rank[r].push(SeqStep { state: st, tokens: s.tokens, logits: s.logits, decode_order: s.decode_order, hidden: s.hidden, banned: &[] });
+                per_rank[r].push(SeqStep { state: st, tokens: s.tokens, logits: s.logits, decode_order: s.decode_order, hidden: s.hidden, banned: s.banned });
             }
         }
         let outs = self.on_ranks(per_rank, |m, mut v| m.forward_batch_out(&mut v))?;
