@@ -166,7 +166,11 @@ impl DeviceSeq for CudaSeq {
     }
 
     fn download(&self, layers: &mut [LayerState], pos: usize) -> xwen_engine::Result<()> {
-        self.0.download(layers, pos).map_err(engine_error)
+        self.0.download(layers, pos, true).map_err(engine_error)
+    }
+
+    fn download_kv(&self, layers: &mut [LayerState], pos: usize) -> xwen_engine::Result<()> {
+        self.0.download(layers, pos, false).map_err(engine_error)
     }
 
     fn recurrent(&self) -> xwen_engine::Result<Vec<(usize, DeltaState)>> {

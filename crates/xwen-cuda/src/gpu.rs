@@ -356,33 +356,41 @@ impl Gpu {
 
     /// `n` f32 of `src` from f32 `first` on, on the host (waits for the stream).
     pub fn read_f32_at(&self, src: &DevBuf, first: usize, n: usize) -> Result<Vec<f32>> {
-        Ok(self.read_range(src, 4 * first, n * 4)?.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+        let mut out = vec![0f32; n];
+        self.read_into(src, 4 * first, &mut out)?;
+        Ok(out)
     }
 
     /// The first `n` u16 of `src` (f16 bits), on the host (waits for the stream).
     pub fn read_u16(&self, src: &DevBuf, n: usize) -> Result<Vec<u16>> {
-        Ok(self.read_bytes(src, n * 2)?.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect())
+        let mut out = vec![0u16; n];
+        self.read_into(src, 0, &mut out)?;
+        Ok(out)
     }
 
     pub fn read_i32(&self, src: &DevBuf, n: usize) -> Result<Vec<i32>> {
-        Ok(self.read_bytes(src, n * 4)?.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
-    }
-
-    /// The first `bytes` of `src`, on the host (waits for the stream; none copied for 0).
-    fn read_bytes(&self, src: &DevBuf, bytes: usize) -> Result<Vec<u8>> {
-        self.read_range(src, 0, bytes)
-    }
-
-    /// `bytes` of `src` from byte `first` on, on the host (waits for the stream).
-    fn read_range(&self, src: &DevBuf, first: usize, bytes: usize) -> Result<Vec<u8>> {
-        let mut out = vec![0u8; bytes];
-        if bytes > 0 {
-            if first + bytes > src.bytes() {
-                return Err(CudaError::Unsupported(format!("a read of {bytes} bytes at {first} from a buffer of {}", src.bytes())));
-            }
-            self.stream.memcpy_dtoh(&src.slice.slice(first..first + bytes), &mut out[..])?;
-        }
+        let mut out = vec![0i32; n];
+        self.read_into(src, 0, &mut out)?;
         Ok(out)
+    }
+
+    /// `out`'s worth of `src` from byte `first` on, straight into `out` (waits for the stream;
+    /// none copied for an empty `out`). Straight in, not through a byte vector converted
+    /// element by element: a sequence's recurrent states (tens of MB) are read this way at
+    /// every server checkpoint, and the conversion cost more than the copy.
+    fn read_into<T: Plain>(&self, src: &DevBuf, first: usize, out: &mut [T]) -> Result<()> {
+        let bytes = std::mem::size_of_val(out);
+        if bytes == 0 {
+            return Ok(());
+        }
+        if first + bytes > src.bytes() {
+            return Err(CudaError::Unsupported(format!("a read of {bytes} bytes at {first} from a buffer of {}", src.bytes())));
+        }
+        // SAFETY: `Plain` types have no padding and every byte pattern is a value of them; the
+        // byte view covers exactly `out`, which outlives the (synchronous) copy.
+        let dst = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), bytes) };
+        self.stream.memcpy_dtoh(&src.slice.slice(first..first + bytes), dst)?;
+        Ok(())
     }
 
     /// Copies all of `src` over `dst` (the same size), on the stream.
@@ -532,6 +540,13 @@ impl DevBuf {
         self.ptr + bytes as u64
     }
 }
+
+/// Element types a device buffer is read back as: no padding, every bit pattern a value, the
+/// device's byte order (little-endian, as every host CUDA runs on).
+trait Plain: Copy {}
+impl Plain for f32 {}
+impl Plain for u16 {}
+impl Plain for i32 {}
 
 pub fn as_bytes(v: &[f32]) -> &[u8] {
     // SAFETY: f32 has no padding and any byte pattern is a valid u8.

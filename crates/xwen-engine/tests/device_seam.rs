@@ -91,11 +91,17 @@ fn checkpoints_clones_and_rollbacks_hold_on_the_device() {
     let ck = s.checkpoint().unwrap();
     let snap = s.clone();
     dev.forward(&mut s, &prompt(3, 9, v), LogitsMode::None).unwrap();
+    // the host form at the checkpoint (the prefix cache's copy): its KV rows read back, its
+    // recurrent states the checkpoint's
+    let mut at = s.to_host_at(&ck).unwrap();
+    assert!(!at.is_on_device());
+    assert_eq!(at.pos, 20);
     s.restore_checkpoint(&ck).unwrap();
     assert_eq!(s.pos, 20);
     let mut c = cpu.new_state();
     cpu.forward(&mut c, &p, LogitsMode::None).unwrap();
     let want = cpu.forward(&mut c.clone(), &[7, 8], LogitsMode::All).unwrap();
+    assert_eq!(bits(&cpu.forward(&mut at, &[7, 8], LogitsMode::All).unwrap()), bits(&want), "the host form at the checkpoint");
     assert_eq!(bits(&dev.forward(&mut s, &[7, 8], LogitsMode::All).unwrap()), bits(&want));
     let mut snap = snap;
     assert!(snap.is_on_device());

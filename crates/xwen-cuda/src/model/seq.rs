@@ -132,12 +132,13 @@ impl DevSeq {
     }
 
     /// The host form of the first `pos` positions into `layers`.
-    pub(crate) fn download(&self, layers: &mut [LayerState], pos: usize) -> Result<()> {
+    pub(crate) fn download(&self, layers: &mut [LayerState], pos: usize, recurrent: bool) -> Result<()> {
         if layers.len() != self.layers.len() || pos > self.shape.n_ctx {
             return Err(CudaError::Unsupported(format!("a state of {} layers at {pos} from a sequence of {}", layers.len(), self.layers.len())));
         }
         for (i, (host, dev)) in layers.iter_mut().zip(&self.layers).enumerate() {
             match (host, dev) {
+                (LayerState::Delta(_), SeqLayer::Delta { .. }) if !recurrent => {}
                 (LayerState::Delta(d), SeqLayer::Delta { conv, s }) => {
                     d.conv = self.gpu.read_f32(conv, conv.bytes() / 4)?;
                     d.s = self.gpu.read_f32(s, s.bytes() / 4)?;

@@ -56,9 +56,8 @@ impl Session {
     /// boundary). None where the session has no checkpoint at `pos` any more.
     pub fn state_at(&self, pos: usize) -> Option<(Vec<u32>, SeqState)> {
         let ck = self.checkpoints.iter().find(|c| c.pos() == pos)?;
-        // in host memory: what the prefix cache keeps (a device state is read back)
-        let mut st = self.state.to_host().ok()?;
-        st.restore_checkpoint(ck).ok()?;
+        // in host memory: what the prefix cache keeps (a device state's KV rows are read back)
+        let st = self.state.to_host_at(ck).ok()?;
         Some((self.tokens.get(..pos)?.to_vec(), st))
     }
 

@@ -207,10 +207,55 @@ impl SeqState {
         Ok(SeqCheckpoint { pos: self.pos, lineage: self.lineage, cuts_before: self.cuts.len(), recurrent })
     }
 
+    /// This state as it was at checkpoint `ck`, in host memory (what the prefix cache keeps of
+    /// a message boundary): `to_host` then `restore_checkpoint`, but a device's recurrent
+    /// states are not read back only to be replaced by the checkpoint's — only the KV rows up
+    /// to its position are.
+    pub fn to_host_at(&self, ck: &SeqCheckpoint) -> Result<SeqState> {
+        let Place::Device(d) = &self.place else {
+            let mut st = self.to_host()?;
+            st.restore_checkpoint(ck)?;
+            return Ok(st);
+        };
+        self.check_checkpoint(ck)?;
+        let mut layers = self.layers.clone();
+        d.download_kv(&mut layers, ck.pos)?;
+        for (i, r) in &ck.recurrent {
+            if let Some(LayerState::Delta(cur)) = layers.get_mut(*i) {
+                cur.conv.clone_from(&r.conv);
+                cur.s.clone_from(&r.s);
+            }
+        }
+        let mut cuts = self.cuts.clone();
+        if ck.pos < self.pos {
+            cuts.push(ck.pos);
+        }
+        Ok(SeqState { pos: ck.pos, layers, lineage: self.lineage, cuts, place: Place::Host })
+    }
+
     /// Back to `ck`'s position: KV rows past it are dropped, the recurrent states copied back.
     /// Refused for a checkpoint of another sequence, one ahead of this state, or one this state
     /// has since been cut below (its KV rows there may now hold other tokens).
     pub fn restore_checkpoint(&mut self, ck: &SeqCheckpoint) -> Result<()> {
+        self.check_checkpoint(ck)?;
+        match &mut self.place {
+            Place::Host => {
+                for (i, d) in &ck.recurrent {
+                    if let Some(LayerState::Delta(cur)) = self.layers.get_mut(*i) {
+                        cur.conv.copy_from_slice(&d.conv);
+                        cur.s.copy_from_slice(&d.s);
+                    }
+                }
+            }
+            Place::Device(dev) => dev.set_recurrent(&ck.recurrent)?,
+            Place::Failed(m) => return Err(EngineError::State(m.clone())),
+        }
+        self.cut_kv(ck.pos);
+        Ok(())
+    }
+
+    /// Why `ck` cannot be restored into this state, if it cannot (`restore_checkpoint`).
+    fn check_checkpoint(&self, ck: &SeqCheckpoint) -> Result<()> {
         if ck.lineage != self.lineage {
             return Err(EngineError::State("this checkpoint was taken from another sequence".into()));
         }
@@ -228,19 +273,6 @@ impl SeqState {
         if let Some((i, _)) = ck.recurrent.iter().find(|(i, _)| !matches!(self.layers.get(*i), Some(LayerState::Delta(_)))) {
             return Err(EngineError::State(format!("checkpoint layer {i} is not recurrent in this state")));
         }
-        match &mut self.place {
-            Place::Host => {
-                for (i, d) in &ck.recurrent {
-                    if let Some(LayerState::Delta(cur)) = self.layers.get_mut(*i) {
-                        cur.conv.copy_from_slice(&d.conv);
-                        cur.s.copy_from_slice(&d.s);
-                    }
-                }
-            }
-            Place::Device(dev) => dev.set_recurrent(&ck.recurrent)?,
-            Place::Failed(m) => return Err(EngineError::State(m.clone())),
-        }
-        self.cut_kv(ck.pos);
         Ok(())
     }
 

@@ -17,6 +17,13 @@ pub trait DeviceSeq: Send + Sync + Any {
     /// KV rows as f16, conv and delta states as f32.
     fn download(&self, layers: &mut [LayerState], pos: usize) -> Result<()>;
 
+    /// `download` of the KV rows only, where a checkpoint supplies the recurrent states (the
+    /// prefix cache's copy of a state at a message boundary): the layers' recurrent states may
+    /// be left as they were. The default reads everything.
+    fn download_kv(&self, layers: &mut [LayerState], pos: usize) -> Result<()> {
+        self.download(layers, pos)
+    }
+
     /// Every recurrent layer's state now, by layer index (a checkpoint's content).
     fn recurrent(&self) -> Result<Vec<(usize, DeltaState)>>;
 

@@ -125,6 +125,19 @@ impl DeviceSeq for HostSeq {
         Ok(())
     }
 
+    /// The KV rows; the recurrent states come back as NaN, so a caller that should have taken
+    /// them from a checkpoint and did not is seen.
+    fn download_kv(&self, layers: &mut [LayerState], pos: usize) -> xwen_engine::Result<()> {
+        self.download(layers, pos)?;
+        for l in layers {
+            if let LayerState::Delta(d) = l {
+                d.conv.fill(f32::NAN);
+                d.s.fill(f32::NAN);
+            }
+        }
+        Ok(())
+    }
+
     fn recurrent(&self) -> xwen_engine::Result<Vec<(usize, DeltaState)>> {
         Ok(self
             .0

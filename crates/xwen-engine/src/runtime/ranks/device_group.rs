@@ -126,6 +126,10 @@ impl DeviceSeq for GroupSeq {
         self.0[0].download(layers, pos)
     }
 
+    fn download_kv(&self, layers: &mut [LayerState], pos: usize) -> Result<()> {
+        self.0[0].download_kv(layers, pos)
+    }
+
     fn recurrent(&self) -> Result<Vec<(usize, DeltaState)>> {
         self.0[0].recurrent()
     }
