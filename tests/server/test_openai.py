@@ -119,5 +119,5 @@ def test_small_routes(server):
     doc = httpx.get(server.url + "/openapi.json").json()
     assert "/v1/chat/completions" in doc["paths"] and "/v1/messages" in doc["paths"]
     m = httpx.get(server.url + "/metrics").text
-    for name in ["xwen_requests_total", "xwen_prompt_tokens_total", "xwen_generated_tokens_total", "xwen_queue_depth", "xwen_batch_size", "xwen_prefix_cache_hit_rate", "xwen_tokens_per_second"]:
+    for name in ["xwen_requests_total", "xwen_prompt_tokens_total", "xwen_generated_tokens_total", "xwen_queue_depth", "xwen_batch_size", "xwen_prefix_cache_hit_rate", "xwen_tokens_per_second", "xwen_engine_forward_seconds_total", "xwen_engine_checkpoint_seconds_total", "xwen_engine_prompt_steps_total", "xwen_engine_prompt_spans_total"]:
         assert name in m, name

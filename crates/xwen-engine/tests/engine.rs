@@ -226,3 +226,41 @@ fn a_callers_chunks_sampler_and_drafter_give_a_sessions_tokens() {
     assert!(matches!(outs.first(), Some(Output::Started { cached }) if *cached >= 30), "{:?}", outs.first());
     assert!(matches!(outs.last(), Some(Output::Done { stats, .. }) if stats.drafts.is_some()), "{:?}", outs.last());
 }
+
+/// Every step's report, kept where the test can read it after the engine took the observer.
+struct Reports(Arc<std::sync::Mutex<Vec<xwen_engine::StepReport>>>);
+
+impl xwen_engine::EngineObserver for Reports {
+    fn step(&mut self, step: &xwen_engine::StepReport) {
+        self.0.lock().unwrap().push(*step);
+    }
+}
+
+#[test]
+fn each_step_reports_its_rows_prompts_and_where_its_time_went() {
+    let m = model();
+    let v = m.n_vocab();
+    // two prompts of 9 and 30 tokens (30 is one chunk: PREFILL_CHUNK is larger), 3 and 5 tokens
+    let reqs = [(prompt(4, 9, v), 3), (prompt(5, 30, v), 5)];
+    let mut e = Engine::new(m, EngineOptions { parallel: 2, draft: None, prefix: None });
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    e.set_observer(Box::new(Reports(Arc::clone(&seen))));
+    for (p, n) in &reqs {
+        e.submit(greedy_request(p.clone(), *n));
+    }
+    let outs = drain(&mut e, reqs.len());
+    let seen = seen.lock().unwrap();
+    let generated: usize = outs.iter().map(|o| tokens(o).len()).sum();
+    assert_eq!(generated, 8);
+    assert_eq!(seen.iter().map(|s| s.tokens).sum::<u64>(), 8, "every sampled token is counted once");
+    // a session's prompt runs its head, then its last token alone (the checkpoint before it)
+    assert_eq!(seen.iter().map(|s| s.shape.prompt_tokens).sum::<usize>(), 8 + 29 + 2, "{seen:?}");
+    assert!(seen.iter().map(|s| s.shape.prompts).sum::<usize>() >= 2);
+    assert!(seen.iter().map(|s| s.shape.checkpoint_secs).sum::<f64>() > 0.0, "each prompt's checkpoint is timed");
+    for s in seen.iter() {
+        assert!(s.shape.rows >= s.shape.prompt_tokens && s.shape.rows >= s.sequences.min(1), "{s:?}");
+        assert!(s.shape.forward_secs + s.shape.checkpoint_secs + s.release_secs <= s.secs + 1e-9, "{s:?}");
+    }
+    // the steps that ran only decode rows: one row a sequence
+    assert!(seen.iter().any(|s| s.shape.prompts == 0 && s.shape.rows == 2), "{seen:?}");
+}

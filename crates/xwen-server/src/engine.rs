@@ -7,7 +7,7 @@ use crate::metrics::Metrics;
 use crate::DraftConfig;
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
-use xwen_engine::{DraftTally, Engine, EngineObserver, EngineOptions, Model, OutputSink, PrefixCache};
+use xwen_engine::{DraftTally, Engine, EngineObserver, EngineOptions, Model, OutputSink, PrefixCache, StepReport};
 
 pub use xwen_engine::{EngineHandle, Output as Out, SubmitError};
 
@@ -31,8 +31,8 @@ impl EngineObserver for MetricsObserver {
     fn load(&mut self, queued: usize, running: usize) {
         self.0.set_load(queued, running);
     }
-    fn step(&mut self, sequences: usize, tokens: u64, secs: f64) {
-        self.0.record_step(sequences, tokens, secs);
+    fn step(&mut self, step: &StepReport) {
+        self.0.record_step(step);
     }
     fn prefix_hit(&mut self, from_disk: bool) {
         self.0.prefix_hits.inc();

@@ -9,7 +9,7 @@ use prometheus_client::registry::Registry;
 use prometheus_client::metrics::family::Family;
 use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
-use xwen_engine::DraftTally;
+use xwen_engine::{DraftTally, StepReport};
 
 type FGauge = Gauge<f64, AtomicU64>;
 type FCounter = Counter<f64, AtomicU64>;
@@ -33,6 +33,14 @@ pub struct Metrics {
     batch_size: Gauge,
     step_seconds: FCounter,
     steps: Counter,
+    /// Where the steps' time went: the forwards, the checkpoints after them, the ended
+    /// requests' slots (prefix-cache copies); the steps a prompt joined, and their prompts.
+    forward_seconds: FCounter,
+    checkpoint_seconds: FCounter,
+    release_seconds: FCounter,
+    prompt_steps: Counter,
+    prompt_step_seconds: FCounter,
+    prompts_fed: Counter,
     tokens_per_second: FGauge,
     expert_hits: Gauge,
     expert_misses: Gauge,
@@ -50,14 +58,22 @@ impl Metrics {
         self.running.set(running as i64);
     }
 
-    /// One engine step that ran `rows` sequences and sampled `tokens` tokens in `secs`.
-    pub fn record_step(&self, rows: usize, tokens: u64, secs: f64) {
-        self.batch_size.set(rows as i64);
+    /// One engine step: its sequences, the tokens it sampled, and where its time went.
+    pub fn record_step(&self, s: &StepReport) {
+        self.batch_size.set(s.sequences as i64);
         self.steps.inc();
-        self.step_seconds.inc_by(secs);
-        self.generated_tokens.inc_by(tokens);
-        if secs > 0.0 && tokens > 0 {
-            self.tokens_per_second.set(tokens as f64 / secs);
+        self.step_seconds.inc_by(s.secs);
+        self.generated_tokens.inc_by(s.tokens);
+        self.forward_seconds.inc_by(s.shape.forward_secs);
+        self.checkpoint_seconds.inc_by(s.shape.checkpoint_secs);
+        self.release_seconds.inc_by(s.release_secs);
+        if s.shape.prompts > 0 {
+            self.prompt_steps.inc();
+            self.prompt_step_seconds.inc_by(s.secs);
+            self.prompts_fed.inc_by(s.shape.prompts as u64);
+        }
+        if s.secs > 0.0 && s.tokens > 0 {
+            self.tokens_per_second.set(s.tokens as f64 / s.secs);
         }
     }
 
@@ -112,6 +128,12 @@ impl Metrics {
         r.register("batch_size", "Sequences in the last engine step", self.batch_size.clone());
         r.register("engine_steps", "Batched forward steps run", self.steps.clone());
         r.register("engine_step_seconds", "Time spent in batched forward steps", self.step_seconds.clone());
+        r.register("engine_forward_seconds", "Time the steps spent in the model's forward passes", self.forward_seconds.clone());
+        r.register("engine_checkpoint_seconds", "Time the steps spent taking checkpoints after their forwards (a GPU state's recurrent part read back)", self.checkpoint_seconds.clone());
+        r.register("engine_release_seconds", "Time the steps spent releasing ended requests' slots (the prefix cache's copies of their states)", self.release_seconds.clone());
+        r.register("engine_prompt_steps", "Steps in which some sequence fed prompt tokens", self.prompt_steps.clone());
+        r.register("engine_prompt_step_seconds", "Time spent in steps in which some sequence fed prompt tokens", self.prompt_step_seconds.clone());
+        r.register("engine_prompt_spans", "Prompt chunks fed (one a sequence a step)", self.prompts_fed.clone());
         r.register("tokens_per_second", "Tokens sampled per second in the last step", self.tokens_per_second.clone());
         r.register("prefix_cache_restores", "Prompts resumed from a prefix-cache state (not a slot's own)", self.prefix_hits.clone());
         r.register("prefix_cache_disk_restores", "Prompts resumed from a prefix-cache state read from disk", self.prefix_disk_hits.clone());

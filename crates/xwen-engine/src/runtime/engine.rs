@@ -12,7 +12,7 @@ use crate::model::Model;
 use crate::runtime::generate::{rate, StopReason};
 use crate::runtime::prefix_cache::PrefixCache;
 use crate::runtime::sampler::{Sampler, SamplingParams};
-use crate::runtime::scheduler::{Event, LogitsProcessor, Request, Scheduler, SeqId, TokenLogprobs};
+use crate::runtime::scheduler::{Event, LogitsProcessor, Request, Scheduler, SeqId, StepShape, TokenLogprobs};
 use crate::runtime::slots::{request_drafter, DraftSettings, Picked, Slots};
 use crate::runtime::speculative::{DraftTally, Drafter, SpecStats};
 use std::collections::{HashMap, VecDeque};
@@ -148,8 +148,8 @@ impl Output {
 pub trait EngineObserver: Send {
     /// Requests waiting for a slot, and running.
     fn load(&mut self, _queued: usize, _running: usize) {}
-    /// One step: the sequences it ran, the tokens it sampled, its seconds.
-    fn step(&mut self, _sequences: usize, _tokens: u64, _secs: f64) {}
+    /// One step: what it ran and where its time went.
+    fn step(&mut self, _step: &StepReport) {}
     /// A request's prompt found its prefix in the prefix cache.
     fn prefix_hit(&mut self, _from_disk: bool) {}
     /// Prompt tokens a request found in its slot's state.
@@ -163,6 +163,22 @@ pub trait EngineObserver: Send {
     /// Something went wrong that cost nothing but a cache entry (a prefix-cache file that could
     /// not be written, or was dropped as damaged): the library never prints it, its host may.
     fn note(&mut self, _msg: &str) {}
+}
+
+/// One engine step as its observer sees it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepReport {
+    /// Sequences it ran, and the tokens it sampled for them.
+    pub sequences: usize,
+    pub tokens: u64,
+    /// Its seconds, all of it.
+    pub secs: f64,
+    /// Rows the forward computed, the sequences that fed prompt tokens and how many, the
+    /// forward's seconds and the checkpoints' after it (`Scheduler::last_step`).
+    pub shape: StepShape,
+    /// Seconds in releasing the slots of requests that ended (the prefix cache's copies of
+    /// their states: a device state's KV rows read back).
+    pub release_secs: f64,
 }
 
 /// An observer that counts nothing.
@@ -432,8 +448,9 @@ impl Engine {
             self.observer.drafts(self.sched.draft_tally());
         }
         let mut tokens = 0u64;
+        let mut release_secs = 0.0;
         for e in events {
-            self.postprocess(e, out, &mut tokens);
+            self.postprocess(e, out, &mut tokens, &mut release_secs);
         }
         for r in self.running.iter().filter(|r| r.progress) {
             if let Some(left) = self.sched.prompt_left(r.seq).filter(|&n| n > 0) {
@@ -441,14 +458,15 @@ impl Engine {
                 out.push((r.req, Output::Prefill { done: total.saturating_sub(left), total }));
             }
         }
-        self.observer.step(sequences, tokens, t0.elapsed().as_secs_f64());
+        let report = StepReport { sequences, tokens, secs: t0.elapsed().as_secs_f64(), shape: self.sched.last_step(), release_secs };
+        self.observer.step(&report);
         if let Some(s) = self.model.expert_cache_stats() {
             self.observer.expert_cache(s.hits, s.misses);
         }
     }
 
     /// One scheduler event as its request's output; an ended sequence's slot goes back.
-    fn postprocess(&mut self, e: Event, out: &mut Vec<(RequestId, Output)>, tokens: &mut u64) {
+    fn postprocess(&mut self, e: Event, out: &mut Vec<(RequestId, Output)>, tokens: &mut u64, release_secs: &mut f64) {
         match e {
             Event::Token { id, token, logprobs } => {
                 *tokens += 1;
@@ -468,7 +486,9 @@ impl Engine {
                     self.keep_sampler(&r, ended.as_ref());
                     out.push((r.req, Output::Done { stop, usage: r.usage, stats }));
                 }
+                let t = Instant::now();
                 self.slots.release(ended, boundary);
+                *release_secs += t.elapsed().as_secs_f64();
             }
             Event::Failed { id, error } => {
                 // an expert read this request needed failed: it fails alone, the step's other

@@ -5,7 +5,7 @@
 //! is cancelled before the next step, so its slot is free at once. The thread blocks only when
 //! there is nothing to run.
 
-use crate::runtime::engine::{Engine, EngineObserver, EngineRequest, NoObserver, Output, RequestId};
+use crate::runtime::engine::{Engine, EngineObserver, EngineRequest, NoObserver, Output, RequestId, StepReport};
 use crate::runtime::speculative::DraftTally;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -112,8 +112,8 @@ impl EngineObserver for Counting {
         self.counts.running.store(running, Ordering::Release);
         self.inner.load(queued, running);
     }
-    fn step(&mut self, sequences: usize, tokens: u64, secs: f64) {
-        self.inner.step(sequences, tokens, secs);
+    fn step(&mut self, step: &StepReport) {
+        self.inner.step(step);
     }
     fn prefix_hit(&mut self, from_disk: bool) {
         self.inner.prefix_hit(from_disk);

@@ -185,12 +185,42 @@ pub struct Scheduler {
     /// Whole steps' times by row count (decode-sized steps only: a prefill chunk's rows cost
     /// less each than a decode row's): how a shared step's time divides among its sequences.
     step_costs: StepCosts,
+    /// What the last step ran and where its time went.
+    last: StepShape,
+}
+
+/// What a step ran and where its time went (`Scheduler::last_step`): how a server's steps
+/// divide between its decode rows, the prompts that join them and the checkpoints they take.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepShape {
+    /// Rows the forward computed: decode rows, prompt tokens and verify rows.
+    pub rows: usize,
+    /// Sequences that fed prompt tokens in the step, and the tokens they fed.
+    pub prompts: usize,
+    pub prompt_tokens: usize,
+    /// Seconds in the forward, and in the checkpoints taken after it (a device state's
+    /// recurrent states are read back to host memory there).
+    pub forward_secs: f64,
+    pub checkpoint_secs: f64,
 }
 
 impl Scheduler {
     /// A scheduler of at most `max_seqs` sequences at once.
     pub fn new(max_seqs: usize) -> Scheduler {
-        Scheduler { running: Vec::new(), max_seqs: max_seqs.max(1), next_id: 1, ended: HashMap::new(), tally: DraftTally::default(), step_costs: StepCosts::new(DECODE_STEP_ROWS) }
+        Scheduler {
+            running: Vec::new(),
+            max_seqs: max_seqs.max(1),
+            next_id: 1,
+            ended: HashMap::new(),
+            tally: DraftTally::default(),
+            step_costs: StepCosts::new(DECODE_STEP_ROWS),
+            last: StepShape::default(),
+        }
+    }
+
+    /// What the last `step` ran and where its time went (all zero for a step that ran nothing).
+    pub fn last_step(&self) -> StepShape {
+        self.last
     }
 
     pub fn is_empty(&self) -> bool {
@@ -406,6 +436,7 @@ impl Scheduler {
     /// tokens.
     pub fn step(&mut self, model: &Model) -> Result<Vec<Event>> {
         let mut events = Vec::new();
+        self.last = StepShape::default();
         self.end_unrunnable(model, &mut events);
         self.propose_drafts(model)?;
         let (take, wave) = self.schedule_rows(model);
@@ -542,6 +573,7 @@ impl Scheduler {
         let wave_chunk = wave.map_or(PREFILL_CHUNK, |(k, _)| self.running[k].chunk);
         let mut idx = Vec::new();
         let mut steps = Vec::new();
+        let mut shape = StepShape::default();
         for r in self.running.iter_mut() {
             if !r.prompt_left && !r.drafts.is_empty() {
                 // the verify span: the pending token, then the drafts
@@ -570,6 +602,10 @@ impl Scheduler {
             }
             let last_chunk = !r.prompt_left || n == r.pending.len();
             idx.push((k, n));
+            if r.prompt_left {
+                shape.prompts += 1;
+                shape.prompt_tokens += n;
+            }
             // a pure-greedy token needs the argmax alone (a device then copies back one id), as
             // does one greedy but for banned tokens (the argmax skips them)
             let greedy = r.processor.is_none() && r.logprobs.is_none() && r.greedy_bans.is_some() && !hidden;
@@ -599,7 +635,11 @@ impl Scheduler {
             }
             None => model.forward_batch_each(&mut steps)?,
         };
-        Ok(Some(Ran { idx, outs, positions, secs: t_step.elapsed().as_secs_f64() }))
+        let secs = t_step.elapsed().as_secs_f64();
+        shape.rows = idx.iter().map(|&(_, n)| n).sum();
+        shape.forward_secs = secs;
+        self.last = shape;
+        Ok(Some(Ran { idx, outs, positions, secs }))
     }
 
     /// What the step cost each decoding sequence, for its drafting controller: all of it when
@@ -665,7 +705,9 @@ impl Scheduler {
             r.session.record_fed(&r.pending[..n]);
             r.pending.drain(..n);
             if r.checkpoint_at.first() == Some(&r.session.state().pos) {
+                let t = std::time::Instant::now();
                 r.session.checkpoint();
+                self.last.checkpoint_secs += t.elapsed().as_secs_f64();
                 r.checkpoint_at.remove(0);
             }
             if r.prompt_left && !r.pending.is_empty() {
