@@ -67,6 +67,22 @@ pub trait DeviceModel: Send + Sync {
             .collect()
     }
 
+    /// A step's prompt spans (several sequences' prompt chunks, no sequence twice), each in its
+    /// own order; each span's output must be the bits `forward` / `forward_argmax` give it
+    /// alone, so a device that runs them as one pass — each weight, above all each routed
+    /// expert, read once for all of them, where a burst of new requests otherwise pays a pass
+    /// a prompt — keeps every row's arithmetic its span's own. One result a span: a span that
+    /// fails fails alone. By default, span after span.
+    fn forward_prompts(&self, spans: &mut [DevicePrompt<'_>]) -> Vec<Result<RowOut>> {
+        spans
+            .iter_mut()
+            .map(|s| match s.want {
+                PromptOut::Logits(ref rows) => self.forward(&mut *s.seq, s.pos, s.tokens, rows.clone(), false).map(RowOut::Logits),
+                PromptOut::Argmax(banned) => self.forward_argmax(&mut *s.seq, s.pos, s.tokens, banned).map(RowOut::Argmax),
+            })
+            .collect()
+    }
+
     /// Rows `forward_rows` takes at once at most (the engine splits a larger batch).
     fn max_rows(&self) -> usize {
         1
@@ -89,6 +105,23 @@ pub struct DeviceRow<'a> {
     pub token: u32,
     pub logits: bool,
     pub banned: &'a [u32],
+}
+
+/// One sequence's prompt span of a step (`DeviceModel::forward_prompts`): its tokens from
+/// `pos` on, in the span's own order, and what comes back.
+pub struct DevicePrompt<'a> {
+    pub seq: &'a mut dyn DeviceSeq,
+    pub pos: usize,
+    pub tokens: &'a [u32],
+    pub want: PromptOut<'a>,
+}
+
+/// What a prompt span gives back: the logits of its rows in the range (back to back; an empty
+/// range for none), or the argmax of its last row's skipping the banned tokens.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PromptOut<'a> {
+    Logits(Range<usize>),
+    Argmax(&'a [u32]),
 }
 
 /// What a decode row gives back: its logits (n_vocab), or their argmax where none were asked.

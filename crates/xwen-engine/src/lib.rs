@@ -23,7 +23,7 @@ pub mod state;
 pub mod weights;
 
 pub use config::{EngineConfig, FlashAttn, KvType};
-pub use device::{DeviceModel, DeviceRow, DeviceSeq, RowOut};
+pub use device::{DeviceModel, DevicePrompt, DeviceRow, DeviceSeq, PromptOut, RowOut};
 pub use error::{EngineError, Result};
 pub use memory_plan::{MemoryPlan, Reserved};
 pub use experts::store::{ExpertCacheStats, ExpertStore, ResidentExperts};

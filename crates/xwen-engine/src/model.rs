@@ -680,18 +680,20 @@ impl Model {
             .collect())
     }
 
-    /// `forward_batch_each` on the attached device: the one-token steps (decode rows) as decode
-    /// batches of up to the device's `max_rows`, every longer span (a prompt, a verify) on its
-    /// own; a sequence's bits depend only on its own spans, as on the CPU. A host state (a
-    /// fresh one, a prefix-cache hit) moves onto the device at its first pass.
+    /// `forward_batch_each` on the attached device: a verify's span (decode order) on its own,
+    /// the prompt spans together (`DeviceModel::forward_prompts`), then the one-token steps
+    /// (decode rows) as decode batches of up to the device's `max_rows`; a sequence's bits
+    /// depend only on its own spans, as on the CPU. A host state (a fresh one, a prefix-cache
+    /// hit) moves onto the device at its first pass.
     fn forward_on_device(&self, dev: &dyn crate::device::DeviceModel, steps: &mut [SeqStep]) -> Result<Vec<Result<models::SpanOut>>> {
-        use crate::device::{DeviceRow, RowOut};
+        use crate::device::{DevicePrompt, DeviceRow, PromptOut, RowOut};
         if let Some(i) = steps.iter().position(|s| s.hidden) {
             return Err(EngineError::Config(format!("sequence {i} asks for its hidden rows, which the device does not return (a draft head on the device is not built)")));
         }
         // the device orders its own passes: nothing here runs on the CPU pool
         let mut out: Vec<Option<Result<models::SpanOut>>> = (0..steps.len()).map(|_| None).collect();
         let mut is_row = vec![false; steps.len()];
+        let mut is_prompt = vec![false; steps.len()];
         for (i, s) in steps.iter_mut().enumerate() {
             let st = &mut *s.state;
             if !st.is_on_device() {
@@ -707,18 +709,51 @@ impl Model {
                 is_row[i] = true;
                 continue;
             }
+            if !s.decode_order {
+                is_prompt[i] = true;
+                continue;
+            }
+            // a verify's span, each row in the one-token order: a pass of its own
             let one = (|| {
                 let pos = st.pos;
                 let seq = st.device_mut()?.ok_or_else(|| EngineError::State("a sequence state left the device".into()))?;
-                let out = if s.logits == LogitsMode::LastArgmax && !s.decode_order {
-                    models::SpanOut { logits: Vec::new(), hidden: Vec::new(), argmax: Some(dev.forward_argmax(seq, pos, s.tokens, s.banned)?) }
-                } else {
-                    models::SpanOut { logits: dev.forward(seq, pos, s.tokens, s.logits.rows(s.tokens.len()), s.decode_order)?, hidden: Vec::new(), argmax: None }
-                };
+                let out = models::SpanOut { logits: dev.forward(seq, pos, s.tokens, s.logits.rows(s.tokens.len()), true)?, hidden: Vec::new(), argmax: None };
                 st.pos += s.tokens.len();
                 Ok(out)
             })();
             out[i] = Some(one);
+        }
+        let mut spans: Vec<DevicePrompt<'_>> = Vec::new();
+        let mut members = Vec::new();
+        for (i, s) in steps.iter_mut().enumerate().filter(|(i, _)| is_prompt[*i]) {
+            let (pos, tokens, banned, mode) = (s.state.pos, s.tokens, s.banned, s.logits);
+            match s.state.device_mut() {
+                Ok(Some(seq)) => {
+                    let want = if mode == LogitsMode::LastArgmax { PromptOut::Argmax(banned) } else { PromptOut::Logits(mode.rows(tokens.len())) };
+                    spans.push(DevicePrompt { seq, pos, tokens, want });
+                    members.push(i);
+                }
+                Ok(None) => out[i] = Some(Err(EngineError::State("a sequence state left the device".into()))),
+                Err(e) => out[i] = Some(Err(e)),
+            }
+        }
+        let results = if spans.is_empty() { Vec::new() } else { dev.forward_prompts(&mut spans) };
+        drop(spans);
+        if results.len() != members.len() {
+            let e = EngineError::Device(format!("a step's {} prompt spans gave {} outputs", members.len(), results.len()));
+            for &i in &members {
+                out[i] = Some(Err(e.duplicate()));
+            }
+        } else {
+            for (&i, r) in members.iter().zip(results) {
+                out[i] = Some(r.map(|r| match r {
+                    RowOut::Logits(logits) => models::SpanOut { logits, hidden: Vec::new(), argmax: None },
+                    RowOut::Argmax(t) => models::SpanOut { logits: Vec::new(), hidden: Vec::new(), argmax: Some(t) },
+                }));
+                if matches!(out[i], Some(Ok(_))) {
+                    steps[i].state.pos += steps[i].tokens.len();
+                }
+            }
         }
         let mut rows: Vec<(usize, &mut SeqStep)> = steps.iter_mut().enumerate().filter(|(i, _)| is_row[*i]).collect();
         for group in rows.chunks_mut(dev.max_rows().max(1)) {

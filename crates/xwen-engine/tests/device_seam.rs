@@ -148,6 +148,8 @@ fn an_engine_on_the_device_gives_each_request_the_cpus_tokens() {
     assert_eq!(run_engine(dev, requests(v), 3, Some(prefix)), want);
     // three slots decoding at once came to the device as decode batches (of its two rows at most)
     assert_eq!(host.widest.load(Ordering::Relaxed), MAX_ROWS, "the slots' decode rows were batched");
+    // the requests' prompt chunks that ran in one step came to the device together
+    assert_eq!(host.widest_prompts.load(Ordering::Relaxed), 3, "the step's prompt spans were not handed over together");
     // and the engine had the device make those batches ready before the first request
     assert_eq!(host.prepared.load(Ordering::Relaxed), MAX_ROWS, "the decode batches were not prepared at start");
 }

@@ -5,7 +5,7 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use xwen_engine::state::{DeltaState, LayerState};
-use xwen_engine::{DeviceModel, DeviceRow, DeviceSeq, Engine, EngineOptions, EngineRequest, LogitsMode, Model, Output, PrefixCache, RowOut, SeqState, SeqStep};
+use xwen_engine::{DeviceModel, DevicePrompt, DeviceRow, DeviceSeq, PromptOut, Engine, EngineOptions, EngineRequest, LogitsMode, Model, Output, PrefixCache, RowOut, SeqState, SeqStep};
 
 pub struct HostDevice {
     pub model: Model,
@@ -16,11 +16,20 @@ pub struct HostDevice {
     pub logit_rows: AtomicUsize,
     /// The widest decode batch the engine asked the device to make ready (`prepare_rows`).
     pub prepared: AtomicUsize,
+    /// The most prompt spans one `forward_prompts` call brought.
+    pub widest_prompts: AtomicUsize,
 }
 
 impl HostDevice {
     pub fn new(model: Model) -> HostDevice {
-        HostDevice { model, passes: AtomicUsize::new(0), widest: AtomicUsize::new(0), logit_rows: AtomicUsize::new(0), prepared: AtomicUsize::new(0) }
+        HostDevice {
+            model,
+            passes: AtomicUsize::new(0),
+            widest: AtomicUsize::new(0),
+            logit_rows: AtomicUsize::new(0),
+            prepared: AtomicUsize::new(0),
+            widest_prompts: AtomicUsize::new(0),
+        }
     }
 }
 
@@ -89,6 +98,18 @@ impl DeviceModel for HostDevice {
     fn prepare_rows(&self, rows: usize) -> xwen_engine::Result<()> {
         self.prepared.fetch_max(rows, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Span after span (as the seam's default), counting how many came together.
+    fn forward_prompts(&self, spans: &mut [DevicePrompt<'_>]) -> Vec<xwen_engine::Result<RowOut>> {
+        self.widest_prompts.fetch_max(spans.len(), Ordering::Relaxed);
+        spans
+            .iter_mut()
+            .map(|s| match s.want {
+                PromptOut::Logits(ref rows) => self.forward(&mut *s.seq, s.pos, s.tokens, rows.clone(), false).map(RowOut::Logits),
+                PromptOut::Argmax(banned) => self.forward_argmax(&mut *s.seq, s.pos, s.tokens, banned).map(RowOut::Argmax),
+            })
+            .collect()
     }
 
     fn forward_rows(&self, rows: &mut [DeviceRow<'_>]) -> xwen_engine::Result<Vec<RowOut>> {
