@@ -71,16 +71,10 @@ pub trait DeviceModel: Send + Sync {
     /// own order; each span's output must be the bits `forward` / `forward_argmax` give it
     /// alone, so a device that runs them as one pass — each weight, above all each routed
     /// expert, read once for all of them, where a burst of new requests otherwise pays a pass
-    /// a prompt — keeps every row's arithmetic its span's own. One result a span: a span that
-    /// fails fails alone. By default, span after span.
+    /// a prompt — keeps every row's arithmetic its span's own. One result a span (an error
+    /// fails its own span alone). By default, span after span (`prompts_one_by_one`).
     fn forward_prompts(&self, spans: &mut [DevicePrompt<'_>]) -> Vec<Result<RowOut>> {
-        spans
-            .iter_mut()
-            .map(|s| match s.want {
-                PromptOut::Logits(ref rows) => self.forward(&mut *s.seq, s.pos, s.tokens, rows.clone(), false).map(RowOut::Logits),
-                PromptOut::Argmax(banned) => self.forward_argmax(&mut *s.seq, s.pos, s.tokens, banned).map(RowOut::Argmax),
-            })
-            .collect()
+        prompts_one_by_one(self, spans)
     }
 
     /// Rows `forward_rows` takes at once at most (the engine splits a larger batch).
@@ -105,6 +99,19 @@ pub struct DeviceRow<'a> {
     pub token: u32,
     pub logits: bool,
     pub banned: &'a [u32],
+}
+
+/// `DeviceModel::forward_prompts` span after span: each through `forward`, or `forward_argmax`
+/// where only its last row's argmax is asked (the default, for a device that runs every span
+/// as a pass of its own).
+pub fn prompts_one_by_one<D: DeviceModel + ?Sized>(dev: &D, spans: &mut [DevicePrompt<'_>]) -> Vec<Result<RowOut>> {
+    spans
+        .iter_mut()
+        .map(|s| match s.want {
+            PromptOut::Logits(ref rows) => dev.forward(&mut *s.seq, s.pos, s.tokens, rows.clone(), false).map(RowOut::Logits),
+            PromptOut::Argmax(banned) => dev.forward_argmax(&mut *s.seq, s.pos, s.tokens, banned).map(RowOut::Argmax),
+        })
+        .collect()
 }
 
 /// One sequence's prompt span of a step (`DeviceModel::forward_prompts`): its tokens from

@@ -5,7 +5,7 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use xwen_engine::state::{DeltaState, LayerState};
-use xwen_engine::{DeviceModel, DevicePrompt, DeviceRow, DeviceSeq, PromptOut, Engine, EngineOptions, EngineRequest, LogitsMode, Model, Output, PrefixCache, RowOut, SeqState, SeqStep};
+use xwen_engine::{DeviceModel, DevicePrompt, DeviceRow, DeviceSeq, Engine, EngineOptions, EngineRequest, LogitsMode, Model, Output, PrefixCache, RowOut, SeqState, SeqStep};
 
 pub struct HostDevice {
     pub model: Model,
@@ -103,13 +103,7 @@ impl DeviceModel for HostDevice {
     /// Span after span (as the seam's default), counting how many came together.
     fn forward_prompts(&self, spans: &mut [DevicePrompt<'_>]) -> Vec<xwen_engine::Result<RowOut>> {
         self.widest_prompts.fetch_max(spans.len(), Ordering::Relaxed);
-        spans
-            .iter_mut()
-            .map(|s| match s.want {
-                PromptOut::Logits(ref rows) => self.forward(&mut *s.seq, s.pos, s.tokens, rows.clone(), false).map(RowOut::Logits),
-                PromptOut::Argmax(banned) => self.forward_argmax(&mut *s.seq, s.pos, s.tokens, banned).map(RowOut::Argmax),
-            })
-            .collect()
+        xwen_engine::prompts_one_by_one(self, spans)
     }
 
     fn forward_rows(&self, rows: &mut [DeviceRow<'_>]) -> xwen_engine::Result<Vec<RowOut>> {
