@@ -127,6 +127,53 @@ fn a_sequences_logits_are_the_same_bits_alone_and_in_a_batch() {
     }
 }
 
+/// A step's prompt chunks reach the device together (`DeviceModel::forward_prompts`): however
+/// the device runs them — one pass for all, or chunk after chunk — each chunk's rows keep the
+/// bits they get alone. Prompt lengths on both sides of every product's kernel switch (one
+/// row, the small products, `mm_tc` at 16 rows, cuBLAS at 32) and past the pass's `ubatch`
+/// (64 here: the chunk is cut in two), then decode steps that read the states they left.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn prompt_chunks_stepped_together_give_each_their_bits_alone() {
+    const LENS: [usize; 8] = [2, 15, 16, 31, 32, 45, 64, 67];
+    for path in files() {
+        let mut m = cpu(&path);
+        xwen_cuda::attach(&mut m, &CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: LENS.len(), cpu_experts: 0, read_ahead: false, shard: None }).unwrap_or_else(|e| panic!("{e}"));
+        let v = m.n_vocab();
+        let prompts: Vec<Vec<u32>> = LENS.iter().enumerate().map(|(i, &n)| tokens(n, v, 300 + i as u64)).collect();
+        let next: Vec<Vec<u32>> = (0..LENS.len()).map(|i| tokens(3, v, 400 + i as u64)).collect();
+        let mut alone = Vec::new();
+        for (p, t) in prompts.iter().zip(&next) {
+            let mut s = m.new_state();
+            let mut out = vec![m.forward(&mut s, p, LogitsMode::All).unwrap()];
+            for &tok in t {
+                out.push(m.forward(&mut s, &[tok], LogitsMode::Last).unwrap());
+            }
+            alone.push(out);
+        }
+        let mut states: Vec<_> = (0..LENS.len()).map(|_| m.new_state()).collect();
+        let mut got: Vec<Vec<Vec<f32>>> = vec![Vec::new(); LENS.len()];
+        {
+            let mut batch: Vec<SeqStep> = states.iter_mut().zip(&prompts).map(|(s, p)| SeqStep::new(s, p, LogitsMode::All)).collect();
+            for (i, l) in m.forward_batch(&mut batch).unwrap().into_iter().enumerate() {
+                got[i].push(l);
+            }
+        }
+        for k in 0..3 {
+            let mut batch: Vec<SeqStep> = states.iter_mut().zip(&next).map(|(s, t)| SeqStep::new(s, &t[k..k + 1], LogitsMode::Last)).collect();
+            for (i, l) in m.forward_batch(&mut batch).unwrap().into_iter().enumerate() {
+                got[i].push(l);
+            }
+        }
+        for (i, (a, b)) in alone.iter().zip(&got).enumerate() {
+            for (k, (x, y)) in a.iter().zip(b).enumerate() {
+                assert_eq!(bits(x), bits(y), "{}: the prompt of {} tokens, step {k}", path.display(), LENS[i]);
+            }
+        }
+        eprintln!("{}: prompts of {LENS:?} tokens in one step, then 3 decode steps: bit-identical to each alone", path.display());
+    }
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
 fn decode_batches_of_every_size_give_each_row_its_bits_alone() {
