@@ -686,7 +686,7 @@ impl Model {
     /// depend only on its own spans, as on the CPU. A host state (a fresh one, a prefix-cache
     /// hit) moves onto the device at its first pass.
     fn forward_on_device(&self, dev: &dyn crate::device::DeviceModel, steps: &mut [SeqStep]) -> Result<Vec<Result<models::SpanOut>>> {
-        use crate::device::{DevicePrompt, DeviceRow, PromptOut, RowOut};
+        use crate::device::{DevicePrompt, DeviceRow, PromptOut};
         if let Some(i) = steps.iter().position(|s| s.hidden) {
             return Err(EngineError::Config(format!("sequence {i} asks for its hidden rows, which the device does not return (a draft head on the device is not built)")));
         }
@@ -746,10 +746,7 @@ impl Model {
             }
         } else {
             for (&i, r) in members.iter().zip(results) {
-                out[i] = Some(r.map(|r| match r {
-                    RowOut::Logits(logits) => models::SpanOut { logits, hidden: Vec::new(), argmax: None },
-                    RowOut::Argmax(t) => models::SpanOut { logits: Vec::new(), hidden: Vec::new(), argmax: Some(t) },
-                }));
+                out[i] = Some(r.map(span_out));
                 if matches!(out[i], Some(Ok(_))) {
                     steps[i].state.pos += steps[i].tokens.len();
                 }
@@ -776,10 +773,9 @@ impl Model {
             match dev.forward_rows(&mut batch) {
                 Ok(res) if res.len() == members.len() => {
                     for ((&i, mode), r) in members.iter().zip(modes).zip(res) {
-                        out[i] = Some(Ok(match (r, mode) {
-                            (_, LogitsMode::None) => models::SpanOut { logits: Vec::new(), hidden: Vec::new(), argmax: None },
-                            (RowOut::Logits(l), _) => models::SpanOut { logits: l, hidden: Vec::new(), argmax: None },
-                            (RowOut::Argmax(t), _) => models::SpanOut { logits: Vec::new(), hidden: Vec::new(), argmax: Some(t) },
+                        out[i] = Some(Ok(match mode {
+                            LogitsMode::None => models::SpanOut::default(),
+                            _ => span_out(r),
                         }));
                     }
                 }
@@ -1151,6 +1147,14 @@ impl Model {
 
 /// A routed-expert stack (`blk.N.ffn_{gate,up,down}_exps.weight`), which a streaming store
 /// reads from disk instead of the mapping.
+/// A device's output for a span or a decode row as the model's own (no hidden rows).
+fn span_out(r: crate::device::RowOut) -> models::SpanOut {
+    match r {
+        crate::device::RowOut::Logits(logits) => models::SpanOut { logits, ..Default::default() },
+        crate::device::RowOut::Argmax(t) => models::SpanOut { argmax: Some(t), ..Default::default() },
+    }
+}
+
 fn is_routed_expert(name: &str) -> bool {
     name.ends_with("_exps.weight")
 }

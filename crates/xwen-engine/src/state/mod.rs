@@ -104,6 +104,17 @@ impl SeqCheckpoint {
     }
 }
 
+/// A checkpoint's recurrent states copied into host `layers` (in place where they hold states
+/// of the same size; a KV-only read's layers may hold none).
+fn put_recurrent(layers: &mut [LayerState], recurrent: &[(usize, DeltaState)]) {
+    for (i, r) in recurrent {
+        if let Some(LayerState::Delta(cur)) = layers.get_mut(*i) {
+            cur.conv.clone_from(&r.conv);
+            cur.s.clone_from(&r.s);
+        }
+    }
+}
+
 impl SeqState {
     /// A fresh sequence at position 0 over `layers`.
     pub fn new(layers: Vec<LayerState>) -> SeqState {
@@ -220,12 +231,7 @@ impl SeqState {
         self.check_checkpoint(ck)?;
         let mut layers = self.layers.clone();
         d.download_kv(&mut layers, ck.pos)?;
-        for (i, r) in &ck.recurrent {
-            if let Some(LayerState::Delta(cur)) = layers.get_mut(*i) {
-                cur.conv.clone_from(&r.conv);
-                cur.s.clone_from(&r.s);
-            }
-        }
+        put_recurrent(&mut layers, &ck.recurrent);
         let mut cuts = self.cuts.clone();
         if ck.pos < self.pos {
             cuts.push(ck.pos);
@@ -239,14 +245,7 @@ impl SeqState {
     pub fn restore_checkpoint(&mut self, ck: &SeqCheckpoint) -> Result<()> {
         self.check_checkpoint(ck)?;
         match &mut self.place {
-            Place::Host => {
-                for (i, d) in &ck.recurrent {
-                    if let Some(LayerState::Delta(cur)) = self.layers.get_mut(*i) {
-                        cur.conv.copy_from_slice(&d.conv);
-                        cur.s.copy_from_slice(&d.s);
-                    }
-                }
-            }
+            Place::Host => put_recurrent(&mut self.layers, &ck.recurrent),
             Place::Device(dev) => dev.set_recurrent(&ck.recurrent)?,
             Place::Failed(m) => return Err(EngineError::State(m.clone())),
         }
