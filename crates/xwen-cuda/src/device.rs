@@ -3,12 +3,12 @@
 //! drafting — and every front end built on them — run it there.
 
 use crate::error::CudaError;
-use crate::model::{CudaModel, CudaOptions, DevSeq};
+use crate::model::{CudaModel, CudaOptions, DevSeq, PromptSpan};
 use std::any::Any;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use xwen_engine::state::{DeltaState, LayerState};
-use xwen_engine::{DeviceModel, DeviceRow, DeviceSeq, EngineError, Model, RowOut};
+use xwen_engine::{DeviceModel, DevicePrompt, DeviceRow, DeviceSeq, EngineError, Model, RowOut};
 
 /// Loads `model`'s file onto device `opts.device` and puts the model's passes there; the
 /// context is the model's (`EngineConfig::max_ctx`). Returns what the device is, in words.
@@ -131,6 +131,26 @@ impl DeviceModel for CudaDevice {
         let seq = seq.as_any_mut().downcast_mut::<CudaSeq>().ok_or_else(|| EngineError::Device("a sequence state of another device".into()))?;
         let mut m = self.lock();
         m.feed_argmax(&mut seq.0, pos, tokens, banned).map_err(engine_error)
+    }
+
+    fn forward_prompts(&self, spans: &mut [DevicePrompt<'_>]) -> Vec<xwen_engine::Result<RowOut>> {
+        let mut out: Vec<Option<xwen_engine::Result<RowOut>>> = (0..spans.len()).map(|_| None).collect();
+        let mut ours = Vec::with_capacity(spans.len());
+        let mut members = Vec::with_capacity(spans.len());
+        for (i, s) in spans.iter_mut().enumerate() {
+            match s.seq.as_any_mut().downcast_mut::<CudaSeq>() {
+                Some(seq) => {
+                    ours.push(PromptSpan { seq: &mut seq.0, pos: s.pos, tokens: s.tokens, want: s.want.clone() });
+                    members.push(i);
+                }
+                None => out[i] = Some(Err(EngineError::Device("a sequence state of another device".into()))),
+            }
+        }
+        let results = self.lock().feed_spans(&mut ours);
+        for (i, r) in members.into_iter().zip(results) {
+            out[i] = Some(r.map_err(engine_error));
+        }
+        out.into_iter().map(|r| r.unwrap_or_else(|| Err(EngineError::Device("a prompt span with no result".into())))).collect()
     }
 
     fn forward_rows(&self, rows: &mut [DeviceRow<'_>]) -> xwen_engine::Result<Vec<RowOut>> {

@@ -402,6 +402,17 @@ impl Gpu {
         Ok(())
     }
 
+    /// Copies `bytes` bytes from the device address `src` to `dst`, on the stream. The caller's
+    /// addresses are into live buffers of this context holding that many bytes.
+    pub fn copy_at(&self, dst: u64, src: u64, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: see above; the copy is ordered on the model's stream with the kernels.
+        unsafe { cudarc::driver::sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, self.stream.cu_stream()) }.result()?;
+        Ok(())
+    }
+
     pub fn sync(&self) -> Result<()> {
         self.stream.synchronize()?;
         Ok(())

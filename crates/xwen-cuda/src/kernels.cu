@@ -1156,15 +1156,20 @@ extern "C" __global__ void conv_step(const float* x, float* state, const float* 
 // conv_step for a prompt pass, every (token, channel) at once: token t's window is inputs
 // t − (kernel − 1) … t, those before the pass from the state; the same sums in the same order
 // as conv_step's. conv_shift then moves the pass's last kernel − 1 inputs into the state.
-extern "C" __global__ void conv_prompt(const float* x, const float* state, const float* taps, float* out, int cd, int kernel, int n_tok) {
+// With row_off, a pass of several sequences' spans back to back: row t is token row_off[t] of
+// its span, whose window stops at the span's start, and its state is tab's (row_state).
+extern "C" __global__ void conv_prompt(const float* x, const float* state, const float* taps, float* out, int cd, int kernel, int n_tok,
+                                       const int* row_off, const unsigned long long* tab) {
     pdl_start();
     i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (i64)n_tok * cd) return;
     int t = (int)(i / cd), c = (int)(i % cd);
+    int tl = row_off ? row_off[t] : t;
+    state = (const float*)row_state(tab, t, 0, (void*)state);
     float acc = 0.0f;
     for (int j = 0; j < kernel - 1; j++) {
-        int src = t - (kernel - 1) + j;
-        float v = src < 0 ? state[(i64)(kernel - 1 + src) * cd + c] : x[(i64)src * cd + c];
+        int src = tl - (kernel - 1) + j;
+        float v = src < 0 ? state[(i64)(kernel - 1 + src) * cd + c] : x[(i64)(t - tl + src) * cd + c];
         acc += v * taps[(i64)j * cd + c];
     }
     acc += x[(i64)t * cd + c] * taps[(i64)(kernel - 1) * cd + c];
@@ -1172,9 +1177,16 @@ extern "C" __global__ void conv_prompt(const float* x, const float* state, const
 }
 
 // state[j] ← input n_tok − (kernel − 1) + j of the pass (or the older state row where that is
-// before it); row j is written after every read of rows above it, so in place.
-extern "C" __global__ void conv_shift(const float* x, float* state, int cd, int kernel, int n_tok) {
+// before it); row j is written after every read of rows above it, so in place. With seg, span
+// blockIdx.y of a pass of several: its (first row, tokens) seg's, its state tab's at its first row.
+extern "C" __global__ void conv_shift(const float* x, float* state, int cd, int kernel, int n_tok, const int2* seg, const unsigned long long* tab) {
     pdl_start();
+    if (seg) {
+        int2 sg = seg[blockIdx.y];
+        x += (i64)sg.x * cd;
+        n_tok = sg.y;
+        state = (float*)row_state(tab, sg.x, 0, state);
+    }
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cd) return;
     for (int j = 0; j < kernel - 1; j++) {
@@ -1930,16 +1942,29 @@ extern "C" __global__ void delta_prep(const float* conv, const float* beta_in, c
 // into o (before the output norm, delta_out).
 // With tab, S is tab's row 0 (row_state: a verify's sequence); with hist, S after token
 // t < n_tok − 1 is also written to hist[2t + 1] (the state before row t + 1, kept for a rollback).
+// With seg, a pass of several sequences' spans back to back: blockIdx.z a span, its (first row,
+// tokens) seg's, its S tab's at its first row; each span's tokens in the one-span arithmetic.
 extern "C" __global__ void __launch_bounds__(128) delta_rows(const float* qn, const float* kn, const float* conv, const float* gb, float* S,
                                                              float* o, int hk, int hv, int sd, int tiled, int n_tok, const unsigned long long* tab,
-                                                             const unsigned long long* hist) {
-    S = (float*)row_state(tab, 0, 1, S);
+                                                             const unsigned long long* hist, const int2* seg) {
+    int first = 0;
+    if (seg) {
+        int2 sg = seg[blockIdx.z];
+        first = sg.x;
+        n_tok = sg.y;
+    }
+    S = (float*)row_state(tab, first, 1, S);
     pdl_start();
     int h = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, E = sd / 32;
     int kh = tiled ? h % hk : h / (hv / hk);
     int j0 = (blockIdx.y * DR_WARPS + warp) * DR_ROWS;
     if (j0 >= sd) return;
     int cd = 2 * hk * sd + hv * sd;
+    qn += (i64)first * hk * sd;
+    kn += (i64)first * hk * sd;
+    conv += (i64)first * cd;
+    gb += (i64)first * hv * 2;
+    o += (i64)first * hv * sd;
     float s[DR_ROWS][8];
     float* Sh = S + (i64)h * sd * sd;
     _Pragma("unroll") for (int r = 0; r < DR_ROWS; r++)

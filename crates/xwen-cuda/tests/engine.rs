@@ -127,47 +127,62 @@ fn a_sequences_logits_are_the_same_bits_alone_and_in_a_batch() {
     }
 }
 
-/// A step's prompt chunks reach the device together (`DeviceModel::forward_prompts`): however
-/// the device runs them — one pass for all, or chunk after chunk — each chunk's rows keep the
-/// bits they get alone. Prompt lengths on both sides of every product's kernel switch (one
-/// row, the small products, `mm_tc` at 16 rows, cuBLAS at 32) and past the pass's `ubatch`
-/// (64 here: the chunk is cut in two), then decode steps that read the states they left.
+/// A step's prompt chunks reach the device together (`DeviceModel::forward_prompts`), and the
+/// CUDA model runs those that ask for their last row as shared passes (`feed_spans`: up to the
+/// pass's `ubatch` rows, longest first): each chunk's rows keep the bits they get alone. The
+/// lengths put spans of each product's kernel (one launch of `mm` under 16 rows, `mm_tc` from
+/// 16, a cuBLAS GEMM a span from 32) side by side in a pass, at offsets off every tile; one
+/// prompt asks for every row's logits and one is longer than a pass (both run alone beside
+/// the shared passes); then decode steps read the states the passes left. Half the rows ask
+/// for their argmax on the device, half for their logits.
 #[test]
 #[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
 fn prompt_chunks_stepped_together_give_each_their_bits_alone() {
-    const LENS: [usize; 8] = [2, 15, 16, 31, 32, 45, 64, 67];
+    // with a ubatch of 96, first fit longest first: [45, 33, 15, 2] and [32, 31]; 16 asks for
+    // every row, 100 is cut in two
+    const LENS: [usize; 8] = [2, 15, 16, 31, 32, 45, 33, 100];
+    let mode = |i: usize| match i {
+        2 => LogitsMode::All,
+        _ if i % 2 == 0 => LogitsMode::LastArgmax,
+        _ => LogitsMode::Last,
+    };
+    let one = |m: &Model, s: &mut xwen_engine::SeqState, t: &[u32], mode: LogitsMode| {
+        let mut st = [SeqStep::new(s, t, mode)];
+        m.forward_batch_each(&mut st).unwrap().pop().unwrap().unwrap()
+    };
     for path in files() {
         let mut m = cpu(&path);
-        xwen_cuda::attach(&mut m, &CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: LENS.len(), cpu_experts: 0, read_ahead: false, shard: None }).unwrap_or_else(|e| panic!("{e}"));
+        xwen_cuda::attach(&mut m, &CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 96, vram_budget: None, n_seq: LENS.len(), cpu_experts: 0, read_ahead: false, shard: None }).unwrap_or_else(|e| panic!("{e}"));
         let v = m.n_vocab();
         let prompts: Vec<Vec<u32>> = LENS.iter().enumerate().map(|(i, &n)| tokens(n, v, 300 + i as u64)).collect();
         let next: Vec<Vec<u32>> = (0..LENS.len()).map(|i| tokens(3, v, 400 + i as u64)).collect();
         let mut alone = Vec::new();
-        for (p, t) in prompts.iter().zip(&next) {
+        for (i, (p, t)) in prompts.iter().zip(&next).enumerate() {
             let mut s = m.new_state();
-            let mut out = vec![m.forward(&mut s, p, LogitsMode::All).unwrap()];
+            let mut out = vec![one(&m, &mut s, p, mode(i))];
             for &tok in t {
-                out.push(m.forward(&mut s, &[tok], LogitsMode::Last).unwrap());
+                out.push(one(&m, &mut s, &[tok], mode(i)));
             }
             alone.push(out);
         }
         let mut states: Vec<_> = (0..LENS.len()).map(|_| m.new_state()).collect();
-        let mut got: Vec<Vec<Vec<f32>>> = vec![Vec::new(); LENS.len()];
+        let mut got: Vec<Vec<xwen_engine::models::SpanOut>> = vec![Vec::new(); LENS.len()];
         {
-            let mut batch: Vec<SeqStep> = states.iter_mut().zip(&prompts).map(|(s, p)| SeqStep::new(s, p, LogitsMode::All)).collect();
-            for (i, l) in m.forward_batch(&mut batch).unwrap().into_iter().enumerate() {
-                got[i].push(l);
+            let mut batch: Vec<SeqStep> = states.iter_mut().zip(&prompts).enumerate().map(|(i, (s, p))| SeqStep::new(s, p, mode(i))).collect();
+            for (i, o) in m.forward_batch_each(&mut batch).unwrap().into_iter().enumerate() {
+                got[i].push(o.unwrap());
             }
         }
         for k in 0..3 {
-            let mut batch: Vec<SeqStep> = states.iter_mut().zip(&next).map(|(s, t)| SeqStep::new(s, &t[k..k + 1], LogitsMode::Last)).collect();
-            for (i, l) in m.forward_batch(&mut batch).unwrap().into_iter().enumerate() {
-                got[i].push(l);
+            let mut batch: Vec<SeqStep> = states.iter_mut().zip(&next).enumerate().map(|(i, (s, t))| SeqStep::new(s, &t[k..k + 1], mode(i))).collect();
+            for (i, o) in m.forward_batch_each(&mut batch).unwrap().into_iter().enumerate() {
+                got[i].push(o.unwrap());
             }
         }
         for (i, (a, b)) in alone.iter().zip(&got).enumerate() {
             for (k, (x, y)) in a.iter().zip(b).enumerate() {
-                assert_eq!(bits(x), bits(y), "{}: the prompt of {} tokens, step {k}", path.display(), LENS[i]);
+                assert_eq!((bits(&x.logits), x.argmax), (bits(&y.logits), y.argmax), "{}: the prompt of {} tokens, step {k}", path.display(), LENS[i]);
+                assert!(!x.logits.is_empty() || x.argmax.is_some(), "a step gives its logits or its argmax");
             }
         }
         eprintln!("{}: prompts of {LENS:?} tokens in one step, then 3 decode steps: bit-identical to each alone", path.display());

@@ -585,6 +585,7 @@ fn the_prompt_scan_follows_the_token_steps() {
                 Arg::I32(n as i32),
                 Arg::Ptr(0),
                 Arg::Ptr(0),
+                Arg::Ptr(0),
             ],
         )
         .unwrap();
@@ -1005,11 +1006,17 @@ fn the_prompt_convolution_equals_the_token_steps() {
             ((n * cd).div_ceil(256) as u32, 1),
             256,
             0,
-            &[Arg::Ptr(xd.ptr), Arg::Ptr(s2.ptr), Arg::Ptr(td.ptr), Arg::Ptr(o2.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(n as i32)],
+            &[Arg::Ptr(xd.ptr), Arg::Ptr(s2.ptr), Arg::Ptr(td.ptr), Arg::Ptr(o2.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(n as i32), Arg::Ptr(0), Arg::Ptr(0)],
         )
         .unwrap();
-        g.launch("conv_shift", (cd.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(xd.ptr), Arg::Ptr(s2.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(n as i32)])
-            .unwrap();
+        g.launch(
+            "conv_shift",
+            (cd.div_ceil(256) as u32, 1),
+            256,
+            0,
+            &[Arg::Ptr(xd.ptr), Arg::Ptr(s2.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(n as i32), Arg::Ptr(0), Arg::Ptr(0)],
+        )
+        .unwrap();
         let bits = |b: &xwen_cuda::gpu::DevBuf, len: usize| g.read_f32(b, len).unwrap().iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
         assert_eq!(bits(&o1, n * cd), bits(&o2, n * cd), "conv outputs, cd {cd} kernel {kernel} n {n}");
         if kernel > 1 {

@@ -5,16 +5,20 @@
 
 use super::*;
 
-/// What a pass feeds: a prompt pass's `n` tokens (n ≥ 2) of one sequence; a decode batch's `n`
-/// rows, each the next token of its own sequence; or a verify's `n` rows, consecutive tokens of
-/// one sequence each computed as a decode row (`CudaModel::verify_pass`; `hist`: the states
-/// before each row kept for a rollback). A batch's and a verify's tokens, positions and state
-/// pointers are in the batch table. A decode row is computed the same way whatever the batch
-/// around it: the batch is a grid dimension of each kernel; a verify's recurrent steps run
-/// token after token inside their kernels, in the decode step's arithmetic.
+/// What a pass feeds: a prompt pass's `n` tokens (n ≥ 2) of one sequence; several sequences'
+/// prompt spans back to back (`Spans`: `n` rows, the spans' lengths longest first, each ≥ 2;
+/// `CudaModel::spans_pass`); a decode batch's `n` rows, each the next token of its own
+/// sequence; or a verify's `n` rows, consecutive tokens of one sequence each computed as a
+/// decode row (`CudaModel::verify_pass`; `hist`: the states before each row kept for a
+/// rollback). The tokens, positions and state pointers of all but a prompt pass are in the
+/// batch table. A decode row is computed the same way whatever the batch around it: the batch
+/// is a grid dimension of each kernel; a verify's recurrent steps run token after token inside
+/// their kernels, in the decode step's arithmetic; a span's rows are computed as its own
+/// prompt pass computes them (`Layout::Spans`).
 #[derive(Clone, Copy)]
 pub(super) enum Pass<'a> {
     Prompt { n: usize, seq: &'a DevSeq },
+    Spans { n: usize, lens: &'a [usize] },
     Rows { n: usize },
     Verify { n: usize, hist: bool },
 }
@@ -22,20 +26,55 @@ pub(super) enum Pass<'a> {
 impl Pass<'_> {
     fn n(&self) -> usize {
         match *self {
-            Pass::Prompt { n, .. } | Pass::Rows { n } | Pass::Verify { n, .. } => n,
+            Pass::Prompt { n, .. } | Pass::Spans { n, .. } | Pass::Rows { n } | Pass::Verify { n, .. } => n,
         }
     }
 
     /// Whether each row is computed as a decode row (the row products, on q8 inputs).
     fn rows(&self) -> bool {
-        !matches!(self, Pass::Prompt { .. })
+        !matches!(self, Pass::Prompt { .. } | Pass::Spans { .. })
     }
+}
+
+/// How a pass's rows take their products: each row alone, as a decode row (`Rows`); or as
+/// prompt spans back to back, their lengths longest first (`Spans`; a prompt pass is one span).
+/// A product picks its kernel by a span's length (`prompt_kernel`), so a span's rows get the
+/// bits its own pass gives them whatever spans share the pass: spans that pick the same
+/// row-by-row kernel (`mm`, `mm_tc`: each output its own sum) share its launch; cuBLAS, whose
+/// algorithm follows the shape, takes a GEMM a span.
+#[derive(Clone, Copy)]
+pub(super) enum Layout<'a> {
+    Rows,
+    Spans(&'a [usize]),
+}
+
+impl Layout<'_> {
+    fn rows(&self) -> bool {
+        matches!(self, Layout::Rows)
+    }
+
+    /// Spans of the pass (1 for decode rows: their kernels take the batch as a grid dimension).
+    fn spans(&self) -> usize {
+        match self {
+            Layout::Rows => 1,
+            Layout::Spans(lens) => lens.len(),
+        }
+    }
+}
+
+/// The kernel of a prompt product, by its span's length (`CudaModel::prompt_kernel`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PromptKernel {
+    Blas,
+    TensorCores,
+    Rows8,
 }
 
 /// A layer's state as its kernels take it: a prompt pass's sequence's pointers (a: conv or K,
 /// b: S or V), or the batch table's for the layer (two pointers a row) and the rows'
 /// positions; for a verify (`one_seq`: every row the same sequence, in order) the kept states'
-/// pointers too (hist, 0: none kept).
+/// pointers too (hist, 0: none kept); for a pass of several spans, the spans table's (first
+/// row, tokens) a span (seg) and each row's place in its span (row_off) (0: none).
 #[derive(Clone, Copy)]
 struct LayerPtrs {
     a: u64,
@@ -44,6 +83,8 @@ struct LayerPtrs {
     pos: u64,
     hist: u64,
     one_seq: bool,
+    seg: u64,
+    row_off: u64,
 }
 
 /// Where a decode batch or verify of `b` rows keeps its positions, layer `il`'s state pointers
@@ -62,7 +103,13 @@ impl CudaModel {
         let sc = &self.sc;
         let h = d.hidden;
         let (n, rows) = (p.n(), p.rows());
-        let ids = if rows { sc.rows.ptr } else { sc.step.at(4) };
+        let one = [n];
+        let lay = match p {
+            Pass::Prompt { .. } => Layout::Spans(&one),
+            Pass::Spans { lens, .. } => Layout::Spans(lens),
+            Pass::Rows { .. } | Pass::Verify { .. } => Layout::Rows,
+        };
+        let ids = if matches!(p, Pass::Prompt { .. }) { sc.step.at(4) } else { sc.rows.ptr };
         g.launch(
             "embed",
             (h.div_ceil(256) as u32, n as u32),
@@ -82,28 +129,36 @@ impl CudaModel {
             let st = self.layer_ptrs(p, il)?;
             let xn = self.rms_norm(sc.x.ptr, l.attn_norm.ptr, n, rows, kinds.mix_in)?;
             match &l.mixer {
-                DevMixer::Delta(w) => self.delta(w, st, xn, kinds.mix_out, n, rows)?,
-                DevMixer::Attn(w) => self.attention(w, st, xn, kinds.mix_out, n, rows)?,
+                DevMixer::Delta(w) => self.delta(w, st, xn, kinds.mix_out, n, lay)?,
+                DevMixer::Attn(w) => self.attention(w, st, xn, kinds.mix_out, n, lay)?,
             }
             let moe_rows = matches!(l.ffn, DevFfn::Moe(_)) && !self.grouped_experts(n, rows);
             let xn = self.rms_norm(sc.x.ptr, l.post_norm.ptr, n, rows || moe_rows, kinds.ffn_in)?;
             match &l.ffn {
                 DevFfn::Dense(w) => {
-                    self.glu(w, xn, sc.ffn_h.ptr, n, rows)?;
+                    self.glu(w, xn, sc.ffn_h.ptr, n, lay)?;
                     let hin = self.input(sc.ffn_h.ptr, w.down.cols, n, rows, kinds.ffn_mid)?;
-                    self.proj(&w.down, hin, sc.x.ptr, Some(sc.x.ptr), n, rows)?;
+                    self.proj(&w.down, hin, sc.x.ptr, Some(sc.x.ptr), n, lay)?;
                 }
-                DevFfn::Moe(w) => self.moe(il, w, xn, kinds, n, rows)?,
+                DevFfn::Moe(w) => self.moe(il, w, xn, kinds, n, lay)?,
             }
         }
-        // a prompt pass's head reads its last token only; a decode batch's, every row
-        let heads = if rows {
-            let xn = self.rms_norm(sc.x.ptr, self.output_norm.ptr, n, true, self.head_kinds)?;
-            self.proj(&self.output, xn, sc.logits.ptr, None, n, true)?;
-            n
-        } else {
-            self.head(n - 1)?;
-            1
+        // a prompt pass's head reads its last token only; a pass of spans', each span's last
+        // row; a decode batch's, every row
+        let heads = match p {
+            Pass::Rows { .. } | Pass::Verify { .. } => {
+                let xn = self.rms_norm(sc.x.ptr, self.output_norm.ptr, n, true, self.head_kinds)?;
+                self.proj(&self.output, xn, sc.logits.ptr, None, n, Layout::Rows)?;
+                n
+            }
+            Pass::Spans { lens, .. } => {
+                self.span_heads(lens.len())?;
+                lens.len()
+            }
+            Pass::Prompt { .. } => {
+                self.head(n - 1)?;
+                1
+            }
         };
         self.argmax(heads, false)
     }
@@ -141,22 +196,40 @@ impl CudaModel {
 
     /// Layer `il`'s state for pass `p`.
     fn layer_ptrs(&self, p: Pass<'_>, il: usize) -> Result<LayerPtrs> {
+        let none = LayerPtrs { a: 0, b: 0, tab: 0, pos: 0, hist: 0, one_seq: true, seg: 0, row_off: 0 };
         match p {
-            Pass::Rows { n } | Pass::Verify { n, .. } => {
+            Pass::Rows { n } | Pass::Verify { n, .. } | Pass::Spans { n, .. } => {
                 let (pos, tab, hist) = rows_table_at(n, il, self.layers.len());
                 let (hist, one_seq) = match p {
                     Pass::Verify { hist: true, .. } => (self.sc.rows.at(hist), true),
                     Pass::Verify { .. } => (0, true),
                     _ => (0, false),
                 };
-                Ok(LayerPtrs { a: 0, b: 0, tab: self.sc.rows.at(tab), pos: self.sc.rows.at(pos), hist, one_seq })
+                let (seg, row_off) = match p {
+                    Pass::Spans { .. } => (self.sc.spans.at(spans_table_at(self.decode_max).0), self.sc.spans.at(spans_table_at(self.decode_max).2)),
+                    _ => (0, 0),
+                };
+                Ok(LayerPtrs { tab: self.sc.rows.at(tab), pos: self.sc.rows.at(pos), hist, one_seq, seg, row_off, ..none })
             }
             Pass::Prompt { seq, .. } => match (&self.layers[il].mixer, &seq.layers[il]) {
-                (DevMixer::Delta(_), SeqLayer::Delta { conv, s }) => Ok(LayerPtrs { a: conv.ptr, b: s.ptr, tab: 0, pos: 0, hist: 0, one_seq: true }),
-                (DevMixer::Attn(_), SeqLayer::Attn { k, v }) => Ok(LayerPtrs { a: k.ptr, b: v.ptr, tab: 0, pos: 0, hist: 0, one_seq: true }),
+                (DevMixer::Delta(_), SeqLayer::Delta { conv, s }) => Ok(LayerPtrs { a: conv.ptr, b: s.ptr, ..none }),
+                (DevMixer::Attn(_), SeqLayer::Attn { k, v }) => Ok(LayerPtrs { a: k.ptr, b: v.ptr, ..none }),
                 _ => Err(CudaError::Unsupported("a sequence state of another model".into())),
             },
         }
+    }
+
+    /// The logits of each span's last row of a pass of `spans` spans (into rows 0… of the
+    /// logits): the rows gathered (`embed` of f32 rows: a copy), then the decode rows' head,
+    /// whose rows are each the bits of a prompt pass's one-row head (`head`).
+    fn span_heads(&self, spans: usize) -> Result<()> {
+        let (sc, h) = (&self.sc, self.d.hidden);
+        let last = sc.spans.at(spans_table_at(self.decode_max).1);
+        let f32_ty = 0;
+        let args = [Arg::Ptr(sc.x.ptr), Arg::I32(f32_ty), Arg::I32(h as i32), Arg::I64((h * 4) as i64), Arg::Ptr(last), Arg::Ptr(sc.head_x.ptr)];
+        self.gpu.launch("embed", (h.div_ceil(256) as u32, spans as u32), 256, 0, &args)?;
+        let xn = self.rms_norm(sc.head_x.ptr, self.output_norm.ptr, spans, true, self.head_kinds)?;
+        self.proj(&self.output, xn, sc.logits.ptr, None, spans, Layout::Rows)
     }
 
     /// The logits of a prompt pass's row `row` (its final norm and the output product).
@@ -164,7 +237,7 @@ impl CudaModel {
         let sc = &self.sc;
         let x = sc.x.at(row * self.d.hidden * 4);
         let xn = self.rms_norm(x, self.output_norm.ptr, 1, true, self.head_kinds)?;
-        self.proj(&self.output, xn, sc.logits.ptr, None, 1, true)
+        self.proj(&self.output, xn, sc.logits.ptr, None, 1, Layout::Rows)
     }
 
     /// Whether a pass's routed experts run grouped per expert on tensor cores (mm_ex): prompt
@@ -266,52 +339,91 @@ impl CudaModel {
     }
 
     /// y[t] = W·x[t] (+ res[t]) for n rows of x (as wide as W), y rows as wide as W is tall.
-    /// res, where given, is y (a residual added in place). `rows`: row by row (`mv`, each row
-    /// alone: a decode batch), else a prompt pass's products.
-    fn proj(&self, w: &DevMat, x: In, y: u64, res: Option<u64>, n: usize, rows: bool) -> Result<()> {
+    /// res, where given, is y (a residual added in place). Decode rows: row by row (`mv`, each
+    /// row alone); prompt spans: each span's kernel by its length (`proj_spans`).
+    fn proj(&self, w: &DevMat, x: In, y: u64, res: Option<u64>, n: usize, lay: Layout<'_>) -> Result<()> {
+        if let Layout::Spans(lens) = lay {
+            return self.proj_spans(w, x, y, res, lens);
+        }
         if n == 1 {
             return mv(&self.gpu, w, None, x, w.cols, 1, y, w.rows, res, 1);
         }
-        if rows {
-            // a decode batch: each weight row loaded once for mv_cols' rows of the batch
-            let c = self.gpu.knobs.mv_cols;
-            return self.gpu.launch(
-                "mv_cols",
-                ((w.rows.div_ceil(MV_WARPS) * n.div_ceil(c)) as u32, 1),
-                (32 * MV_WARPS) as u32,
-                0,
-                &[
-                    Arg::Ptr(w.ptr),
-                    Arg::I32(w.ty),
-                    Arg::I32(w.rows as i32),
-                    Arg::I32(w.cols as i32),
-                    Arg::I64(w.row_bytes as i64),
-                    Arg::Ptr(x.f),
-                    Arg::Ptr(x.q.qk),
-                    Arg::Ptr(x.q.dk),
-                    Arg::Ptr(x.q.qz),
-                    Arg::Ptr(x.q.dz),
-                    Arg::I64(w.cols as i64),
-                    Arg::I32(n as i32),
-                    Arg::Ptr(y),
-                    Arg::I64(w.rows as i64),
-                    Arg::Ptr(res.unwrap_or(0)),
-                ],
-            );
-        }
-        if let Some(blas) = &self.gpu.blas {
-            if n >= BLAS_MIN_TOKENS && res.is_none_or(|r| r == y) {
-                return self.proj_blas(blas, w, x, y, res.is_some(), n);
-            }
-        }
-        // mm_tc and mm take the same arguments; they differ in tile shape
-        let (kernel, grid) = if n >= TC_MIN_TOKENS && w.cols % 128 == 0 {
-            ("mm_tc", (w.rows.div_ceil(64) as u32, n.div_ceil(64) as u32))
+        // a decode batch: each weight row loaded once for mv_cols' rows of the batch
+        let c = self.gpu.knobs.mv_cols;
+        self.gpu.launch(
+            "mv_cols",
+            ((w.rows.div_ceil(MV_WARPS) * n.div_ceil(c)) as u32, 1),
+            (32 * MV_WARPS) as u32,
+            0,
+            &[
+                Arg::Ptr(w.ptr),
+                Arg::I32(w.ty),
+                Arg::I32(w.rows as i32),
+                Arg::I32(w.cols as i32),
+                Arg::I64(w.row_bytes as i64),
+                Arg::Ptr(x.f),
+                Arg::Ptr(x.q.qk),
+                Arg::Ptr(x.q.dk),
+                Arg::Ptr(x.q.qz),
+                Arg::Ptr(x.q.dz),
+                Arg::I64(w.cols as i64),
+                Arg::I32(n as i32),
+                Arg::Ptr(y),
+                Arg::I64(w.rows as i64),
+                Arg::Ptr(res.unwrap_or(0)),
+            ],
+        )
+    }
+
+    /// The kernel a prompt product of a span of `n` tokens takes: cuBLAS from `BLAS_MIN_TOKENS`
+    /// (where present; it adds a residual only in place), tensor cores from `TC_MIN_TOKENS` (whole
+    /// 128-column steps), else `mm`. Monotone in n: spans longest first take them in runs.
+    fn prompt_kernel(&self, w: &DevMat, n: usize, res: Option<u64>, y: u64) -> PromptKernel {
+        if self.gpu.blas.is_some() && n >= BLAS_MIN_TOKENS && res.is_none_or(|r| r == y) {
+            PromptKernel::Blas
+        } else if n >= TC_MIN_TOKENS && w.cols % 128 == 0 {
+            PromptKernel::TensorCores
         } else {
-            ("mm", (w.rows.div_ceil(MV_WARPS) as u32, n.div_ceil(MM_T) as u32))
+            PromptKernel::Rows8
+        }
+    }
+
+    /// `proj` for prompt spans back to back (`lens`, longest first): spans that take the same
+    /// row-by-row kernel share one launch over their rows; cuBLAS spans share the weight's f16
+    /// copy and take a GEMM each, of their own shape (so of their own algorithm and bits).
+    fn proj_spans(&self, w: &DevMat, x: In, y: u64, res: Option<u64>, lens: &[usize]) -> Result<()> {
+        let at_y = |r: usize| y + (r * w.rows * 4) as u64;
+        let (mut r0, mut i) = (0, 0);
+        while i < lens.len() {
+            let kernel = self.prompt_kernel(w, lens[i], res, y);
+            let run = lens[i..].iter().take_while(|&&l| self.prompt_kernel(w, l, res, y) == kernel).count();
+            let rows: usize = lens[i..i + run].iter().sum();
+            match (kernel, &self.gpu.blas) {
+                (PromptKernel::Blas, Some(blas)) => {
+                    self.dequant_f16(w)?;
+                    let mut r = r0;
+                    for &len in &lens[i..i + run] {
+                        self.gemm_aligned(blas, w, x.at(r, w.cols), at_y(r), res.is_some(), len)?;
+                        r += len;
+                    }
+                }
+                _ => self.prompt_product(kernel, w, x.at(r0, w.cols), at_y(r0), res.map(|r| r + (r0 * w.rows * 4) as u64), rows)?,
+            }
+            (r0, i) = (r0 + rows, i + run);
+        }
+        Ok(())
+    }
+
+    /// A prompt product of `n` rows by `mm_tc` or `mm` (each output its own sum: the bits of a
+    /// row do not depend on the rows beside it).
+    fn prompt_product(&self, kernel: PromptKernel, w: &DevMat, x: In, y: u64, res: Option<u64>, n: usize) -> Result<()> {
+        // mm_tc and mm take the same arguments; they differ in tile shape
+        let (name, grid) = match kernel {
+            PromptKernel::TensorCores => ("mm_tc", (w.rows.div_ceil(64) as u32, n.div_ceil(64) as u32)),
+            _ => ("mm", (w.rows.div_ceil(MV_WARPS) as u32, n.div_ceil(MM_T) as u32)),
         };
         self.gpu.launch(
-            kernel,
+            name,
             grid,
             (32 * MV_WARPS) as u32,
             0,
@@ -347,18 +459,22 @@ impl CudaModel {
         self.gpu.launch(kernel, ((total.div_ceil(MV_WARPS) * n.div_ceil(per)) as u32, 1), (32 * MV_WARPS) as u32, 0, &args)
     }
 
-    /// A prompt product through cuBLAS: W to f16 rows, x to f16 (unless the input already is),
-    /// one GEMM (+= y where `accumulate`).
-    fn proj_blas(&self, blas: &crate::blas::Blas, w: &DevMat, x: In, y: u64, accumulate: bool, n: usize) -> Result<()> {
-        let (g, sc) = (&self.gpu, &self.sc);
+    /// W as f16 rows into the cuBLAS scratch (`gemm` then reads it).
+    fn dequant_f16(&self, w: &DevMat) -> Result<()> {
         let units = w.rows * units_per_row(w.ty, w.cols);
-        g.launch(
+        self.gpu.launch(
             "dequant_f16",
             (units.div_ceil(256) as u32, 1),
             256,
             0,
-            &[Arg::Ptr(w.ptr), Arg::I32(w.ty), Arg::I32(w.rows as i32), Arg::I32(w.cols as i32), Arg::I64(w.row_bytes as i64), Arg::Ptr(sc.w_f16.ptr)],
-        )?;
+            &[Arg::Ptr(w.ptr), Arg::I32(w.ty), Arg::I32(w.rows as i32), Arg::I32(w.cols as i32), Arg::I64(w.row_bytes as i64), Arg::Ptr(self.sc.w_f16.ptr)],
+        )
+    }
+
+    /// A span's prompt product through cuBLAS on W's f16 copy (`dequant_f16`): x to f16 (unless
+    /// the input already is), one GEMM (+= y where `accumulate`).
+    fn gemm(&self, blas: &crate::blas::Blas, w: &DevMat, x: In, y: u64, accumulate: bool, n: usize) -> Result<()> {
+        let sc = &self.sc;
         let xh = if x.f16 != 0 {
             x.f16
         } else {
@@ -368,18 +484,34 @@ impl CudaModel {
         blas.gemm_tn(w.rows, n, w.cols, sc.w_f16.ptr, w.cols, xh, w.cols, y, w.rows, accumulate)
     }
 
-    /// h[t] = silu(gate·x[t]) ⊙ (up·x[t]) for n rows (`rows`: each alone, as `proj`).
-    fn glu(&self, w: &Glu, x: In, h: u64, n: usize, rows: bool) -> Result<()> {
-        let (gm, um) = (&w.gate, &w.up);
-        if !rows && n >= TC_MIN_TOKENS && (gm.cols % 128 == 0 || self.gpu.blas.is_some()) {
-            // two tensor-core products, then the activation
-            let u = self.sc.ffn_u.ptr;
-            self.proj(gm, x, h, None, n, false)?;
-            self.proj(um, x, u, None, n, false)?;
-            let len = n * gm.rows;
-            return self.gpu.launch("silu_mul", (len.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(h), Arg::Ptr(u), Arg::I64(len as i64)]);
+    /// `gemm` for a span that may start past its buffers' start: cuBLAS picks its kernel by
+    /// its pointers' alignment as well as the shape, and a span alone starts at the buffers'
+    /// start, so an input or output not 16-byte aligned goes through the start of a scratch
+    /// (the input's f16 copy made there; the output written there, and copied over).
+    fn gemm_aligned(&self, blas: &crate::blas::Blas, w: &DevMat, x: In, y: u64, accumulate: bool, n: usize) -> Result<()> {
+        let x = if x.f16 % 16 == 0 { x } else { In { f16: 0, ..x } };
+        if y % 16 == 0 {
+            return self.gemm(blas, w, x, y, accumulate, n);
         }
-        if rows && n > 1 && self.gpu.knobs.mv_glu_cols {
+        let (tmp, bytes) = (self.sc.blas_y.ptr, n * w.rows * 4);
+        if bytes > self.sc.blas_y.bytes() {
+            return Err(CudaError::Unsupported(format!("a prompt product's {bytes}-byte output past the staging scratch")));
+        }
+        if accumulate {
+            self.gpu.copy_at(tmp, y, bytes)?;
+        }
+        self.gemm(blas, w, x, tmp, accumulate, n)?;
+        self.gpu.copy_at(y, tmp, bytes)
+    }
+
+    /// h[t] = silu(gate·x[t]) ⊙ (up·x[t]) for n rows (as `proj`: decode rows each alone,
+    /// prompt spans each by its length).
+    fn glu(&self, w: &Glu, x: In, h: u64, n: usize, lay: Layout<'_>) -> Result<()> {
+        let (gm, um) = (&w.gate, &w.up);
+        if let Layout::Spans(lens) = lay {
+            return self.glu_spans(w, x, h, lens);
+        }
+        if n > 1 && self.gpu.knobs.mv_glu_cols {
             // a decode batch: each weight row loaded once for mv_cols' rows of the batch
             return self.gpu.launch(
                 "mv_glu_cols",
@@ -407,7 +539,30 @@ impl CudaModel {
                 ],
             );
         }
-        if rows || n == 1 || gm.ty != um.ty || gm.row_bytes != um.row_bytes {
+        mv_glu(&self.gpu, w, None, x, gm.cols, 1, h, gm.rows, n)
+    }
+
+    /// `glu` for prompt spans back to back (`lens`, longest first): spans from `TC_MIN_TOKENS`
+    /// on take two products (`proj_spans`) and the activation; the shorter ones (the rest of
+    /// the list) one launch of both products (`mm_glu`, or `mv_glu` where gate and up differ).
+    fn glu_spans(&self, w: &Glu, x: In, h: u64, lens: &[usize]) -> Result<()> {
+        let (gm, um) = (&w.gate, &w.up);
+        let two = |n: usize| n >= TC_MIN_TOKENS && (gm.cols % 128 == 0 || self.gpu.blas.is_some());
+        let long = lens.iter().take_while(|&&n| two(n)).count();
+        let long_rows: usize = lens[..long].iter().sum();
+        if long > 0 {
+            let u = self.sc.ffn_u.ptr;
+            self.proj_spans(gm, x, h, None, &lens[..long])?;
+            self.proj_spans(um, x, u, None, &lens[..long])?;
+            let len = long_rows * gm.rows;
+            self.gpu.launch("silu_mul", (len.div_ceil(256) as u32, 1), 256, 0, &[Arg::Ptr(h), Arg::Ptr(u), Arg::I64(len as i64)])?;
+        }
+        let n: usize = lens[long..].iter().sum();
+        if n == 0 {
+            return Ok(());
+        }
+        let (x, h) = (x.at(long_rows, gm.cols), h + (long_rows * gm.rows * 4) as u64);
+        if gm.ty != um.ty || gm.row_bytes != um.row_bytes {
             return mv_glu(&self.gpu, w, None, x, gm.cols, 1, h, gm.rows, n);
         }
         self.gpu.launch(
@@ -431,15 +586,16 @@ impl CudaModel {
         )
     }
 
-    fn delta(&self, w: &DeltaLayer, st: LayerPtrs, x: In, out_kinds: Kinds, n: usize, rows: bool) -> Result<()> {
+    fn delta(&self, w: &DeltaLayer, st: LayerPtrs, x: In, out_kinds: Kinds, n: usize, lay: Layout<'_>) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        let rows = lay.rows();
         if rows {
             self.proj_many(&[(&w.qkv, sc.qkv.ptr), (&w.z, sc.z.ptr), (&w.beta, sc.beta.ptr), (&w.alpha, sc.alpha.ptr)], x, n)?;
         } else {
-            self.proj(&w.qkv, x, sc.qkv.ptr, None, n, false)?;
-            self.proj(&w.z, x, sc.z.ptr, None, n, false)?;
-            self.proj(&w.beta, x, sc.beta.ptr, None, n, false)?;
-            self.proj(&w.alpha, x, sc.alpha.ptr, None, n, false)?;
+            self.proj(&w.qkv, x, sc.qkv.ptr, None, n, lay)?;
+            self.proj(&w.z, x, sc.z.ptr, None, n, lay)?;
+            self.proj(&w.beta, x, sc.beta.ptr, None, n, lay)?;
+            self.proj(&w.alpha, x, sc.alpha.ptr, None, n, lay)?;
         }
         let cd = w.qkv.rows;
         let conv_state = st.a;
@@ -468,26 +624,36 @@ impl CudaModel {
                 Arg::I32(cd as i32),
                 Arg::I32(d.conv_kernel as i32),
                 Arg::I32(n as i32),
+                Arg::Ptr(st.row_off),
+                Arg::Ptr(st.tab),
             ];
-            // every (token, channel) at once, then the state moved on
+            // every (token, channel) at once, then each span's state moved on
             g.launch("conv_prompt", ((n * cd).div_ceil(256) as u32, 1), 256, 0, &conv_args)?;
             g.launch(
                 "conv_shift",
-                (cd.div_ceil(256) as u32, 1),
+                (cd.div_ceil(256) as u32, lay.spans() as u32),
                 256,
                 0,
-                &[Arg::Ptr(sc.qkv.ptr), Arg::Ptr(conv_state), Arg::I32(cd as i32), Arg::I32(d.conv_kernel as i32), Arg::I32(n as i32)],
+                &[
+                    Arg::Ptr(sc.qkv.ptr),
+                    Arg::Ptr(conv_state),
+                    Arg::I32(cd as i32),
+                    Arg::I32(d.conv_kernel as i32),
+                    Arg::I32(n as i32),
+                    Arg::Ptr(st.seg),
+                    Arg::Ptr(st.tab),
+                ],
             )?;
         }
-        self.delta_scan(w, st, out_kinds, n, rows)
+        self.delta_scan(w, st, out_kinds, n, lay)
     }
 
     /// The scan of a pass (a decode step too): gates and normed q / k per token, then S's rows
     /// spread over blocks (8 a block, in registers through the pass), then the output norms;
     /// the out projection. (delta_step, one block a head, is its single-kernel reference.)
-    fn delta_scan(&self, w: &DeltaLayer, st: LayerPtrs, out_kinds: Kinds, n: usize, rows: bool) -> Result<()> {
+    fn delta_scan(&self, w: &DeltaLayer, st: LayerPtrs, out_kinds: Kinds, n: usize, lay: Layout<'_>) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        let s = st.b;
+        let (s, rows) = (st.b, lay.rows());
         if rows && !st.one_seq {
             // a decode batch: the gates and norms inside the rows' kernel, a row of the batch
             // a grid layer
@@ -512,7 +678,7 @@ impl CudaModel {
                     Arg::Ptr(st.tab),
                 ],
             )?;
-            return self.delta_finish(w, out_kinds, n, true);
+            return self.delta_finish(w, out_kinds, n, lay);
         }
         g.launch(
             "delta_prep",
@@ -535,9 +701,10 @@ impl CudaModel {
                 Arg::F32(d.eps),
             ],
         )?;
-        g.launch(
+        // a block a span's rows of S (a pass of spans: blockIdx.z a span)
+        g.launch_3d(
             "delta_rows",
-            (d.hv as u32, d.sd.div_ceil(8) as u32),
+            (d.hv as u32, d.sd.div_ceil(8) as u32, lay.spans() as u32),
             128,
             0,
             &[
@@ -554,15 +721,17 @@ impl CudaModel {
                 Arg::I32(n as i32),
                 Arg::Ptr(st.tab),
                 Arg::Ptr(st.hist),
+                Arg::Ptr(st.seg),
             ],
         )?;
         // (a verify's rows: delta_prep and delta_rows give each token delta_step_rows' bits)
-        self.delta_finish(w, out_kinds, n, rows)
+        self.delta_finish(w, out_kinds, n, lay)
     }
 
     /// The scan's gated output norms, then the out projection (and its residual).
-    fn delta_finish(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize, rows: bool) -> Result<()> {
+    fn delta_finish(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize, lay: Layout<'_>) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        let rows = lay.rows();
         // a decode step's norm also quantizes where 256 values are whole heads
         let fuse = rows && (out_kinds.k || out_kinds.z) && 256 % d.sd == 0 && (d.hv * d.sd) % 256 == 0;
         let heads = if fuse { 256 / d.sd } else { 1 };
@@ -578,18 +747,19 @@ impl CudaModel {
         args.extend(if fuse { self.fused_outputs(out_kinds) } else { [Arg::Ptr(0); 4] });
         g.launch("delta_out", ((d.hv / heads) as u32, n as u32), (128 * heads) as u32, 0, &args)?;
         let o = self.input_after(sc.delta_o.ptr, w.out.cols, n, rows, out_kinds, fuse)?;
-        self.proj(&w.out, o, sc.x.ptr, Some(sc.x.ptr), n, rows)
+        self.proj(&w.out, o, sc.x.ptr, Some(sc.x.ptr), n, lay)
     }
 
-    fn attention(&self, w: &AttnLayer, st: LayerPtrs, x: In, out_kinds: Kinds, n: usize, rows: bool) -> Result<()> {
+    fn attention(&self, w: &AttnLayer, st: LayerPtrs, x: In, out_kinds: Kinds, n: usize, lay: Layout<'_>) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let (k_cache, v_cache) = (st.a, st.b);
+        let rows = lay.rows();
         if rows {
             self.proj_many(&[(&w.q, sc.qg.ptr), (&w.k, sc.k.ptr), (&w.v, sc.v.ptr)], x, n)?;
         } else {
-            self.proj(&w.q, x, sc.qg.ptr, None, n, false)?;
-            self.proj(&w.k, x, sc.k.ptr, None, n, false)?;
-            self.proj(&w.v, x, sc.v.ptr, None, n, false)?;
+            self.proj(&w.q, x, sc.qg.ptr, None, n, lay)?;
+            self.proj(&w.k, x, sc.k.ptr, None, n, lay)?;
+            self.proj(&w.v, x, sc.v.ptr, None, n, lay)?;
         }
         let block = d.hd.div_ceil(32) * 32;
         g.launch(
@@ -646,20 +816,21 @@ impl CudaModel {
         args.extend(if fuse { self.fused_outputs(out_kinds) } else { [Arg::Ptr(0); 4] });
         g.launch("attn_merge", (grid_x as u32, n as u32), merge_block as u32, 0, &args)?;
         let o = self.input_after(sc.attn_o.ptr, w.o.cols, n, rows, out_kinds, fuse)?;
-        self.proj(&w.o, o, sc.x.ptr, Some(sc.x.ptr), n, rows)
+        self.proj(&w.o, o, sc.x.ptr, Some(sc.x.ptr), n, lay)
     }
 
-    fn moe(&self, il: usize, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, rows: bool) -> Result<()> {
+    fn moe(&self, il: usize, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, lay: Layout<'_>) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let k = d.n_used;
+        let rows = lay.rows();
         match &w.shared_gate {
             // the router and the shared expert's gate read the same input: one launch
             Some(gate) if rows => self.proj_many(&[(&w.router, sc.router.ptr), (gate, sc.sg.ptr)], x, n)?,
-            _ => self.proj(&w.router, x, sc.router.ptr, None, n, rows)?,
+            _ => self.proj(&w.router, x, sc.router.ptr, None, n, lay)?,
         }
         self.route(sc.router.ptr, sc.ids.ptr, sc.weights.ptr, n)?;
         if let Some(sh) = &self.shard {
-            return self.moe_rank(sh, w, x, kinds, n, rows);
+            return self.moe_rank(sh, w, x, kinds, n, lay);
         }
         // the next MoE layer's guess from this layer's input (read-ahead, decode rows)
         let ahead = match (&self.expert_cache, rows) {
@@ -667,7 +838,7 @@ impl CudaModel {
             _ => None,
         };
         if let Some((ra, (_, next))) = ahead {
-            self.proj(&next.router, x, ra.logits.ptr, None, n, rows)?;
+            self.proj(&next.router, x, ra.logits.ptr, None, n, lay)?;
             self.route(ra.logits.ptr, ra.ids.ptr, ra.weights.ptr, n)?;
         }
         // under a VRAM budget: the picked experts copied into the layer's pool, in rounds
@@ -715,7 +886,7 @@ impl CudaModel {
                 self.routed_products(w, x, kinds, n, rows)?;
             }
         }
-        self.moe_sum(w, x, kinds, n, rows)?;
+        self.moe_sum(w, x, kinds, n, lay)?;
         read_ahead()
     }
 
@@ -723,15 +894,15 @@ impl CudaModel {
     /// the other slots zero; the reduction fills those with their owners' outputs; then the
     /// shared expert, the weighted sum and the residual as one GPU computes them — the bits of
     /// the whole model on one GPU (`moe_decode` is the bits of these launches).
-    fn moe_rank(&self, sh: &super::DeviceShard, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, rows: bool) -> Result<()> {
+    fn moe_rank(&self, sh: &super::DeviceShard, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, lay: Layout<'_>) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let slots = n * d.n_used;
         let ys_len = slots * d.hidden;
         let args = [Arg::Ptr(sc.ids.ptr), Arg::I32(slots as i32), Arg::I32(sh.experts.start as i32), Arg::I32(sh.experts.end as i32), Arg::Ptr(sc.ys.ptr), Arg::I64(ys_len as i64)];
         g.launch("moe_local_ids", (ys_len.div_ceil(256).clamp(1, 1024) as u32, 1), 256, 0, &args)?;
-        self.routed_products(w, x, kinds, n, rows)?;
+        self.routed_products(w, x, kinds, n, lay.rows())?;
         sh.comm.all_reduce_sum(g, sc.ys.ptr, ys_len)?;
-        self.moe_sum(w, x, kinds, n, rows)
+        self.moe_sum(w, x, kinds, n, lay)
     }
 
     /// The top-k experts and their weights of `n` tokens' router logits (n_expert a token).
@@ -785,7 +956,7 @@ impl CudaModel {
         }
         t1.record(&g.stream)?;
         // the shared expert needs no routed output: the GPU computes it while the CPU works
-        let shared = self.shared_expert(w, x, kinds, n, true)?;
+        let shared = self.shared_expert(w, x, kinds, n, Layout::Rows)?;
         read_ahead()?;
         let start = std::time::Instant::now();
         let ys = cache.cpu_products(il, jobs, xh, k)?;
@@ -797,25 +968,26 @@ impl CudaModel {
     }
 
     /// The shared expert, the routed slots' weighted sum (ys) and the residual.
-    fn moe_sum(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, rows: bool) -> Result<()> {
-        let shared = self.shared_expert(w, x, kinds, n, rows)?;
+    fn moe_sum(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, lay: Layout<'_>) -> Result<()> {
+        let shared = self.shared_expert(w, x, kinds, n, lay)?;
         self.combine(shared, n)
     }
 
     /// The shared expert's output and its gate (addresses; 0: none), for `combine`.
-    fn shared_expert(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, rows: bool) -> Result<(u64, u64)> {
+    fn shared_expert(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, lay: Layout<'_>) -> Result<(u64, u64)> {
         let sc = &self.sc;
+        let rows = lay.rows();
         let mut shared = 0u64;
         let mut sg = 0u64;
         if let Some(s) = &w.shared {
-            self.glu(s, x, sc.sh_h.ptr, n, rows)?;
+            self.glu(s, x, sc.sh_h.ptr, n, lay)?;
             let hin = self.input(sc.sh_h.ptr, s.down.cols, n, rows, kinds.shared_mid)?;
-            self.proj(&s.down, hin, sc.sh_y.ptr, None, n, rows)?;
+            self.proj(&s.down, hin, sc.sh_y.ptr, None, n, lay)?;
             shared = sc.sh_y.ptr;
             if let Some(gate) = &w.shared_gate {
                 // a decode row's gate came with the router's product (proj_many above)
                 if !rows {
-                    self.proj(gate, x, sc.sg.ptr, None, n, rows)?;
+                    self.proj(gate, x, sc.sg.ptr, None, n, lay)?;
                 }
                 sg = sc.sg.ptr;
             }
@@ -1105,6 +1277,24 @@ pub(super) struct In {
     f: u64,
     q: Q8,
     f16: u64,
+}
+
+impl In {
+    /// The input from row `r` on (rows of `cols` values), for a prompt span's product: its f32
+    /// and f16 rows (prompt products take no q8 copies).
+    fn at(self, r: usize, cols: usize) -> In {
+        if r == 0 {
+            return self;
+        }
+        let f16 = if self.f16 != 0 { self.f16 + (2 * r * cols) as u64 } else { 0 };
+        In { f: self.f + (4 * r * cols) as u64, q: Q8::default(), f16 }
+    }
+}
+
+/// Where the spans table (`CudaModel::spans_pass`) keeps, for a pass of up to `spans` spans:
+/// (each span's (first row, tokens) as int2, each span's last row, each row's place in its span).
+pub(super) fn spans_table_at(spans: usize) -> (usize, usize, usize) {
+    (0, 8 * spans, 12 * spans)
 }
 
 pub(super) const MV_WARPS: usize = 4;

@@ -26,6 +26,7 @@ pub use plan::{device_bytes_needed, device_plan, DevicePlan, MAX_DECODE_ROWS};
 use experts::ExpertCache;
 use forward::Pass;
 use plan::{decode_rows_for, load_net, max_dense_values, max_tiles, plan_of, q8_width, rows_table_bytes, ubatch_for};
+use xwen_engine::{PromptOut, RowOut};
 pub(crate) use seq::DevSeq;
 use seq::{SeqLayer, SeqShape};
 use upload::Uploader;
@@ -251,8 +252,16 @@ impl LayerKinds {
 /// The activations of a pass, rows for up to `ubatch` tokens.
 struct Scratch {
     step: DevBuf, // [first position, token ids…]
-    /// A decode batch's table: its rows' tokens, positions and state pointers (`write_rows`).
+    /// A decode batch's table: its rows' tokens, positions and state pointers (`write_rows`);
+    /// a pass of prompt spans' too (rows for `ubatch` tokens).
     rows: DevBuf,
+    /// A pass of prompt spans' spans table (`forward::spans_table_at`) and their last rows
+    /// gathered for the head.
+    spans: DevBuf,
+    head_x: DevBuf,
+    /// A span's cuBLAS output where its place in the pass is not 16-byte aligned (a weight of
+    /// fewer than 4 rows, or not a multiple of 4: `gemm_aligned`).
+    blas_y: DevBuf,
     x: DevBuf,
     xn: DevBuf,
     qkv: DevBuf,
@@ -339,6 +348,15 @@ struct Dims {
     w_scale: f32,
 }
 
+/// One sequence's prompt span of a step (`CudaModel::feed_spans`): its tokens from `pos` on,
+/// and what comes back.
+pub(crate) struct PromptSpan<'a> {
+    pub seq: &'a mut DevSeq,
+    pub pos: usize,
+    pub tokens: &'a [u32],
+    pub want: PromptOut<'a>,
+}
+
 /// A captured graph, kept by the model that captured it: the driver's handles are usable from
 /// any thread with the context current, and a graph is launched only by the model's owner
 /// (behind the engine's seam, inside `CudaDevice`'s lock), on the model's one stream.
@@ -375,6 +393,8 @@ pub struct CudaModel {
     head_kinds: Kinds,
     /// Tokens a prefill pass takes (the scratch's rows).
     ubatch: usize,
+    /// Whether a step's prompt spans share passes (`feed_spans`; `XWEN_PACK_PROMPTS=0`: not).
+    pack_prompts: bool,
     pos: usize,
     device_bytes: u64,
     /// The routed experts' VRAM cache where the budget holds only part of them (`experts/`).
@@ -389,7 +409,7 @@ fn graph_key(pass: Pass<'_>) -> Option<(usize, u8)> {
     match pass {
         Pass::Rows { n } => Some((n, 0u8)),
         Pass::Verify { n, hist } => Some((n, 1 + hist as u8)),
-        Pass::Prompt { .. } => None,
+        Pass::Prompt { .. } | Pass::Spans { .. } => None,
     }
 }
 
@@ -543,7 +563,10 @@ impl CudaModel {
         let f = |n: usize| gpu.zeros(n * 4);
         let sc = Scratch {
             step: f(1 + t)?,
-            rows: gpu.zeros(rows_table_bytes(decode_max, net.layers.len()))?,
+            rows: gpu.zeros(rows_table_bytes(decode_max.max(ubatch), net.layers.len()))?,
+            spans: gpu.zeros(forward::spans_table_at(decode_max).2 + 4 * ubatch)?,
+            head_x: f(decode_max * h)?,
+            blas_y: f(t * plan::max_unaligned_rows(&net).max(1))?,
             x: f(t * h)?,
             xn: f(t * h)?,
             qkv: f(t * cd)?,
@@ -626,6 +649,7 @@ impl CudaModel {
             shard: opts.shard.clone(),
             expert_cache,
             ubatch,
+            pack_prompts: std::env::var("XWEN_PACK_PROMPTS").map_or(true, |v| v != "0"),
             pos: 0,
             n_ctx,
             d,
@@ -788,6 +812,108 @@ impl CudaModel {
             }
         }
         Ok(self.greedy_picks(&[banned])?[0])
+    }
+
+    /// A step's prompt spans of several sequences (`DeviceModel::forward_prompts`), one result
+    /// a span. Spans of 2 to `ubatch` tokens that ask for their last row's logits or argmax
+    /// share passes (`spans_pass`: up to `ubatch` rows and `decode_max` spans a pass, longest
+    /// first, each into the first pass with room), so a burst of new requests reads each
+    /// weight — above all each routed expert — once a pass instead of once a prompt; each row
+    /// keeps the bits its span's own pass gives it. The rest (one token, more than a pass,
+    /// other rows' logits, a sequence given twice, a span that fails its checks) run alone
+    /// (`feed`, `feed_argmax`). `XWEN_PACK_PROMPTS=0`: every span alone.
+    pub(crate) fn feed_spans(&mut self, spans: &mut [PromptSpan<'_>]) -> Vec<Result<RowOut>> {
+        if let Err(e) = self.gpu.ctx.bind_to_thread() {
+            let why = CudaError::from(e).to_string();
+            return spans.iter().map(|_| Err(CudaError::Unsupported(why.clone()))).collect();
+        }
+        let packs = |i: usize, s: &PromptSpan<'_>| {
+            let n = s.tokens.len();
+            let last_only = match &s.want {
+                PromptOut::Argmax(_) => true,
+                PromptOut::Logits(r) => r.is_empty() || *r == (n - 1..n),
+            };
+            (2..=self.ubatch).contains(&n)
+                && last_only
+                && self.check(s.pos, s.tokens).is_ok()
+                && !spans.iter().enumerate().any(|(j, o)| j != i && std::ptr::eq(&*o.seq, &*s.seq))
+        };
+        let mut packed: Vec<usize> = if self.pack_prompts { (0..spans.len()).filter(|&i| packs(i, &spans[i])).collect() } else { Vec::new() };
+        packed.sort_by_key(|&i| std::cmp::Reverse(spans[i].tokens.len()));
+        // first fit, longest first: (rows, spans) a pass
+        let mut passes: Vec<(usize, Vec<usize>)> = Vec::new();
+        for i in packed {
+            let n = spans[i].tokens.len();
+            match passes.iter_mut().find(|(rows, members)| rows + n <= self.ubatch && members.len() < self.decode_max) {
+                Some((rows, members)) => {
+                    *rows += n;
+                    members.push(i);
+                }
+                None => passes.push((n, vec![i])),
+            }
+        }
+        let mut out: Vec<Option<Result<RowOut>>> = (0..spans.len()).map(|_| None).collect();
+        for (_, members) in passes.iter().filter(|(_, m)| m.len() > 1) {
+            for (i, r) in members.iter().zip(self.spans_pass(spans, members)) {
+                out[*i] = Some(r);
+            }
+        }
+        for (i, s) in spans.iter_mut().enumerate() {
+            if out[i].is_none() {
+                out[i] = Some(match s.want {
+                    PromptOut::Logits(ref rows) => self.feed(s.seq, s.pos, s.tokens, false, rows.clone()).map(RowOut::Logits),
+                    PromptOut::Argmax(banned) => self.feed_argmax(s.seq, s.pos, s.tokens, banned).map(RowOut::Argmax),
+                });
+            }
+        }
+        out.into_iter().map(|r| r.unwrap_or_else(|| Err(CudaError::Unsupported("a prompt span with no result".into())))).collect()
+    }
+
+    /// One pass of the spans `members` (of `spans`; longest first, checked by `feed_spans`):
+    /// their rows back to back in the batch table (tokens, positions, each row's sequence's
+    /// states), the spans table (each span's first row and length, its last row, each row's
+    /// place in its span), the pass (`forward::Pass::Spans`), then each span's last row's
+    /// argmax or logits. An error fails every span of the pass.
+    fn spans_pass(&mut self, spans: &[PromptSpan<'_>], members: &[usize]) -> Vec<Result<RowOut>> {
+        let run = |m: &mut CudaModel| -> Result<Vec<RowOut>> {
+            let lens: Vec<usize> = members.iter().map(|&i| spans[i].tokens.len()).collect();
+            let rows: Vec<(&DevSeq, usize, u32)> =
+                members.iter().flat_map(|&i| spans[i].tokens.iter().enumerate().map(move |(t, &tok)| (&*spans[i].seq, spans[i].pos + t, tok))).collect();
+            m.write_rows(&rows, None)?;
+            let (at_seg, at_last, at_off) = forward::spans_table_at(m.decode_max);
+            let mut table = vec![0i32; at_off / 4 + rows.len()];
+            let mut first = 0;
+            for (s, &len) in lens.iter().enumerate() {
+                table[at_seg / 4 + 2 * s] = first as i32;
+                table[at_seg / 4 + 2 * s + 1] = len as i32;
+                table[at_last / 4 + s] = (first + len - 1) as i32;
+                for t in 0..len {
+                    table[at_off / 4 + first + t] = t as i32;
+                }
+                first += len;
+            }
+            let bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
+            m.gpu.write(&mut m.sc.spans, &bytes)?;
+            m.record(Pass::Spans { n: rows.len(), lens: &lens })?;
+            let bans: Vec<&[u32]> = members.iter().map(|&i| if let PromptOut::Argmax(b) = spans[i].want { b } else { &[][..] }).collect();
+            let ids = m.greedy_picks(&bans)?;
+            members
+                .iter()
+                .enumerate()
+                .map(|(s, &i)| match &spans[i].want {
+                    PromptOut::Argmax(_) => Ok(RowOut::Argmax(ids[s])),
+                    PromptOut::Logits(r) if r.is_empty() => Ok(RowOut::Logits(Vec::new())),
+                    PromptOut::Logits(_) => m.batch_logits(s).map(RowOut::Logits),
+                })
+                .collect()
+        };
+        match run(self) {
+            Ok(v) => v.into_iter().map(Ok).collect(),
+            Err(e) => {
+                let why = e.to_string();
+                members.iter().map(|_| Err(CudaError::Unsupported(format!("a pass of {} prompt spans: {why}", members.len())))).collect()
+            }
+        }
     }
 
     /// Rows a decode batch takes at most (`decode_batch`).

@@ -207,7 +207,11 @@ pub(super) fn scratch_bytes(net: &Hybrid, n_ctx: usize, ub: usize, rows: usize) 
     let f16 = (2 * ub * (wide + c.hidden) + 2 * max_dense_values(net)) as u64;
     let ex = if ne > 0 { (4 * (2 * ne + ub * k) + 16 * (ub * k).div_ceil(16) + 16 * ne) as u64 } else { 0 };
     // a decode batch: every row's logits, argmax parts, token and table
-    let batch = rows * (c.n_vocab + 2 * forward::ARGMAX_BLOCKS + 2 + forward::MAX_BANS) * 4 + rows_table_bytes(rows, net.layers.len());
+    // (the table holds a pass of prompt spans' rows too; the spans' last rows, for their head)
+    let batch = rows * (c.n_vocab + 2 * forward::ARGMAX_BLOCKS + 2 + forward::MAX_BANS + c.hidden) * 4
+        + rows_table_bytes(rows.max(ub), net.layers.len())
+        + forward::spans_table_at(rows).2
+        + 4 * ub * (1 + max_unaligned_rows(net).max(1));
     (ub * row + 1 + ub) as u64 * 4 + batch as u64 + q8 + f16 + ex
 }
 
@@ -221,8 +225,20 @@ pub(super) fn q8_width(net: &Hybrid) -> usize {
 
 /// The most values of one trunk matrix a prompt pass multiplies (the f16 copy cuBLAS reads).
 pub(super) fn max_dense_values(net: &Hybrid) -> usize {
-    let mut m = 0;
-    for l in &net.layers {
+    trunk_shapes(net).map(|(rows, cols)| rows * cols).max().unwrap_or(0)
+}
+
+/// The most rows of a trunk matrix whose rows are not a multiple of 4 (0: none): its prompt
+/// products' outputs of a span past the first may start off a 16-byte boundary
+/// (`forward::gemm_aligned` stages them).
+pub(super) fn max_unaligned_rows(net: &Hybrid) -> usize {
+    trunk_shapes(net).filter(|(rows, _)| rows % 4 != 0).map(|(rows, _)| rows).max().unwrap_or(0)
+}
+
+/// (rows, columns) of each trunk matrix a prompt pass multiplies, the shared experts' gate rows
+/// included.
+fn trunk_shapes(net: &Hybrid) -> impl Iterator<Item = (usize, usize)> + '_ {
+    net.layers.iter().flat_map(|l| {
         let mats: Vec<&Mat> = match &l.mixer {
             Mixer::Delta(w) => match &w.proj {
                 DeltaProj::Split { qkv, gate, beta, alpha } => vec![qkv, gate, beta, alpha, &w.out],
@@ -231,21 +247,21 @@ pub(super) fn max_dense_values(net: &Hybrid) -> usize {
             Mixer::Attn(w) => vec![&w.q, &w.k, &w.v, &w.o],
             Mixer::Mla(_) => vec![],
         };
-        let ffn: Vec<&Mat> = match &l.ffn {
-            Ffn::Dense(w) => vec![&w.gate, &w.up, &w.down],
+        let mut shapes: Vec<(usize, usize)> = mats.into_iter().map(|m| (m.rows, m.cols)).collect();
+        match &l.ffn {
+            Ffn::Dense(w) => shapes.extend([&w.gate, &w.up, &w.down].map(|m| (m.rows, m.cols))),
             Ffn::Moe(w) => {
-                let mut v = vec![&w.router];
+                shapes.push((w.router.rows, w.router.cols));
                 if let Some(s) = &w.shared {
-                    v.extend([&s.gate, &s.up, &s.down]);
+                    shapes.extend([&s.gate, &s.up, &s.down].map(|m| (m.rows, m.cols)));
                 }
-                v
+                if let Some(g) = &w.shared_gate {
+                    shapes.push((1, g.len()));
+                }
             }
-        };
-        for mat in mats.into_iter().chain(ffn) {
-            m = m.max(mat.rows * mat.cols);
         }
-    }
-    m
+        shapes
+    })
 }
 
 pub(super) fn load_net(file: &GgufFile) -> Result<(Hybrid, Vec<Option<[Mat; 3]>>)> {
