@@ -1026,6 +1026,96 @@ fn the_prompt_convolution_equals_the_token_steps() {
     }
 }
 
+/// A pass of several sequences' prompt spans back to back (the spans table: each span's first
+/// row and length, each row's place in its span; each row's states from the batch table)
+/// convolves and scans each span as its own pass does: conv_prompt / conv_shift and delta_rows
+/// over the spans together equal each span alone, outputs and states, bit for bit.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn prompt_spans_convolve_and_scan_as_each_alone() {
+    let g = gpu();
+    let (hk, hv, sd, kernel) = (2usize, 4usize, 128usize, 4usize);
+    let cd = 2 * hk * sd + hv * sd;
+    let lens = [37usize, 9, 2, 1];
+    let n: usize = lens.iter().sum();
+    let firsts: Vec<usize> = lens.iter().scan(0, |a, &l| { let f = *a; *a += l; Some(f) }).collect();
+    let up = |v: &[f32]| g.upload_f32(v).unwrap();
+    let (taps, x) = (up(&noise(kernel * cd, 1)), up(&noise(n * cd, 2)));
+    let (qn, kn, gb) = (up(&noise(n * hk * sd, 3)), up(&noise(n * hk * sd, 4)), up(&noise(n * hv * 2, 5).iter().map(|v| v.abs() * 0.9).collect::<Vec<f32>>()));
+    let conv0: Vec<Vec<f32>> = (0..lens.len()).map(|s| noise((kernel - 1) * cd, 10 + s as u64)).collect();
+    let s0: Vec<Vec<f32>> = (0..lens.len()).map(|s| noise(hv * sd * sd, 20 + s as u64).iter().map(|v| v * 0.1).collect()).collect();
+    let bits = |b: &xwen_cuda::gpu::DevBuf, at: usize, len: usize| g.read_f32_at(b, at, len).unwrap().iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+    // each span alone
+    let (o_conv1, o_scan1) = (g.zeros(n * cd * 4).unwrap(), g.zeros(n * hv * sd * 4).unwrap());
+    let (c1, st1): (Vec<_>, Vec<_>) = (0..lens.len()).map(|s| (up(&conv0[s]), up(&s0[s]))).unzip();
+    for (s, (&len, &f)) in lens.iter().zip(&firsts).enumerate() {
+        let conv_args = [Arg::Ptr(x.at(f * cd * 4)), Arg::Ptr(c1[s].ptr), Arg::Ptr(taps.ptr), Arg::Ptr(o_conv1.at(f * cd * 4)), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(len as i32), Arg::Ptr(0), Arg::Ptr(0)];
+        g.launch("conv_prompt", ((len * cd).div_ceil(256) as u32, 1), 256, 0, &conv_args).unwrap();
+        let shift = [Arg::Ptr(x.at(f * cd * 4)), Arg::Ptr(c1[s].ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(len as i32), Arg::Ptr(0), Arg::Ptr(0)];
+        g.launch("conv_shift", (cd.div_ceil(256) as u32, 1), 256, 0, &shift).unwrap();
+        let scan = [
+            Arg::Ptr(qn.at(f * hk * sd * 4)),
+            Arg::Ptr(kn.at(f * hk * sd * 4)),
+            Arg::Ptr(x.at(f * cd * 4)),
+            Arg::Ptr(gb.at(f * hv * 8)),
+            Arg::Ptr(st1[s].ptr),
+            Arg::Ptr(o_scan1.at(f * hv * sd * 4)),
+            Arg::I32(hk as i32),
+            Arg::I32(hv as i32),
+            Arg::I32(sd as i32),
+            Arg::I32(1),
+            Arg::I32(len as i32),
+            Arg::Ptr(0),
+            Arg::Ptr(0),
+            Arg::Ptr(0),
+        ];
+        g.launch_3d("delta_rows", (hv as u32, sd.div_ceil(8) as u32, 1), 128, 0, &scan).unwrap();
+    }
+    // the spans together: states through the batch table (two pointers a row), the spans table
+    let (o_conv2, o_scan2) = (g.zeros(n * cd * 4).unwrap(), g.zeros(n * hv * sd * 4).unwrap());
+    let (c2, st2): (Vec<_>, Vec<_>) = (0..lens.len()).map(|s| (up(&conv0[s]), up(&s0[s]))).unzip();
+    let mut tab = Vec::new();
+    let mut seg = Vec::new();
+    let mut off = Vec::new();
+    for (s, (&len, &f)) in lens.iter().zip(&firsts).enumerate() {
+        seg.extend([f as i32, len as i32]);
+        for t in 0..len {
+            tab.extend([c2[s].ptr, st2[s].ptr]);
+            off.push(t as i32);
+        }
+    }
+    let tab_d = g.upload(&tab.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+    let (seg_d, off_d) = (g.upload_i32(&seg).unwrap(), g.upload_i32(&off).unwrap());
+    let conv_args = [Arg::Ptr(x.ptr), Arg::Ptr(0), Arg::Ptr(taps.ptr), Arg::Ptr(o_conv2.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(n as i32), Arg::Ptr(off_d.ptr), Arg::Ptr(tab_d.ptr)];
+    g.launch("conv_prompt", ((n * cd).div_ceil(256) as u32, 1), 256, 0, &conv_args).unwrap();
+    let shift = [Arg::Ptr(x.ptr), Arg::Ptr(0), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(n as i32), Arg::Ptr(seg_d.ptr), Arg::Ptr(tab_d.ptr)];
+    g.launch("conv_shift", (cd.div_ceil(256) as u32, lens.len() as u32), 256, 0, &shift).unwrap();
+    let scan = [
+        Arg::Ptr(qn.ptr),
+        Arg::Ptr(kn.ptr),
+        Arg::Ptr(x.ptr),
+        Arg::Ptr(gb.ptr),
+        Arg::Ptr(0),
+        Arg::Ptr(o_scan2.ptr),
+        Arg::I32(hk as i32),
+        Arg::I32(hv as i32),
+        Arg::I32(sd as i32),
+        Arg::I32(1),
+        Arg::I32(n as i32),
+        Arg::Ptr(tab_d.ptr),
+        Arg::Ptr(0),
+        Arg::Ptr(seg_d.ptr),
+    ];
+    g.launch_3d("delta_rows", (hv as u32, sd.div_ceil(8) as u32, lens.len() as u32), 128, 0, &scan).unwrap();
+    assert_eq!(bits(&o_conv1, 0, n * cd), bits(&o_conv2, 0, n * cd), "the spans' convolution outputs");
+    assert_eq!(bits(&o_scan1, 0, n * hv * sd), bits(&o_scan2, 0, n * hv * sd), "the spans' scan outputs");
+    for s in 0..lens.len() {
+        assert_eq!(bits(&c1[s], 0, (kernel - 1) * cd), bits(&c2[s], 0, (kernel - 1) * cd), "span {s}'s conv state");
+        assert_eq!(bits(&st1[s], 0, hv * sd * sd), bits(&st2[s], 0, hv * sd * sd), "span {s}'s S");
+    }
+    println!("prompt spans {lens:?}: convolution and scan equal to each span alone, outputs and states");
+}
+
 /// Routed experts of a prompt pass grouped per expert (moe_sort, then mm_ex on tensor cores)
 /// against dequantized f64 dots, every slot: f16 rounding of both inputs bounds it as mm_tc.
 #[test]
