@@ -47,6 +47,8 @@ const KERNELS: &[&str] = &[
     "quant_q8_2",
     "moe_glu",
     "moe_local_ids",
+    "moe_glu_tiles",
+    "mv_tiles",
 ];
 
 /// A kernel argument: device pointers travel as plain 64-bit values.
@@ -166,6 +168,13 @@ pub struct Knobs {
     /// `decode_batch_products_…` and the engine's batch tests hold it on an H100), 4B decode
     /// batches of 8 / 32 rows +1.7% / +2.6%; `-DMV_GLU_COLS=0` goes back to mv_glu.
     pub mv_glu_cols: bool,
+    /// Routed slots of one expert a tile of a decode batch's grouped experts takes
+    /// (`moe_glu_tiles`, `mv_tiles`: the expert's weights loaded once for them).
+    pub moe_tile: usize,
+    /// Decode batches of at least this many rows take their routed experts grouped per expert
+    /// (moe_sort, then `moe_glu_tiles` / `mv_tiles`: each slot's bits those of its row alone);
+    /// smaller ones a slot at a time (`moe_glu`, `moe_down_combine`). 0: never grouped.
+    pub moe_group_rows: usize,
     /// Other -D definitions from the environment.
     extra: Vec<String>,
 }
@@ -177,7 +186,7 @@ impl Knobs {
 
     /// The default knobs with `defs` (XWEN_CUDA_DEFINES' form: "-DNAME=VALUE …") applied.
     pub fn with_defines(defs: &str) -> Result<Knobs> {
-        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 2, mv_cols: 8, mv_glu_cols: true, extra: Vec::new() };
+        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 2, mv_cols: 8, mv_glu_cols: true, moe_tile: 4, moe_group_rows: 8, extra: Vec::new() };
         for d in defs.split_whitespace() {
             let Some(def) = d.strip_prefix("-D") else {
                 return Err(CudaError::Compile(format!("XWEN_CUDA_DEFINES: '{d}' is not a -DNAME=VALUE definition")));
@@ -191,6 +200,10 @@ impl Knobs {
                 Some(("MOE_DOWN_ROWS", v)) => k.moe_down_rows = rows(v)?,
                 Some(("MOE_GLU_ROWS", v)) => k.moe_glu_rows = rows(v)?,
                 Some(("MV_GLU_COLS", v)) => k.mv_glu_cols = v != "0",
+                Some(("MOE_TILE", v)) => k.moe_tile = rows(v)?,
+                Some(("MOE_GROUP_ROWS", v)) => {
+                    k.moe_group_rows = v.parse::<usize>().map_err(|_| CudaError::Compile(format!("XWEN_CUDA_DEFINES: {d}: MOE_GROUP_ROWS is a row count (0: never)")))?
+                }
                 Some(("MV_COLS", v)) => {
                     k.mv_cols = match v.parse::<usize>() {
                         Ok(n @ (1 | 2 | 4 | 8 | 16)) => n,
@@ -204,7 +217,13 @@ impl Knobs {
     }
 
     fn defines(&self) -> Vec<String> {
-        let mut v = vec![format!("-DMV_ROWS={}", self.mv_rows), format!("-DMOE_DOWN_ROWS={}", self.moe_down_rows), format!("-DMOE_GLU_ROWS={}", self.moe_glu_rows), format!("-DMV_COLS={}", self.mv_cols)];
+        let mut v = vec![
+            format!("-DMV_ROWS={}", self.mv_rows),
+            format!("-DMOE_DOWN_ROWS={}", self.moe_down_rows),
+            format!("-DMOE_GLU_ROWS={}", self.moe_glu_rows),
+            format!("-DMV_COLS={}", self.mv_cols),
+            format!("-DMOE_TILE={}", self.moe_tile),
+        ];
         v.extend(self.extra.iter().cloned());
         v
     }

@@ -329,11 +329,16 @@ __device__ __forceinline__ const u8* row_at(const u8* row, i64 rstride, int r, i
 
 // Column c of C activation rows xs values apart (their scales xs / 32 apart), of which the first
 // ncol are real: the others repeat the last real one, so a product's loads stay in the batch.
-__device__ __forceinline__ i64 col_at(int c, int ncol, i64 xs) { return (i64)min(c, ncol - 1) * xs; }
+// With ci, column c is activation row ci[c] / cdiv instead (an expert's routed slots, gathered
+// from their tokens' rows: cdiv = k, or their own rows: cdiv = 1).
+__device__ __forceinline__ i64 col_at(int c, int ncol, i64 xs, const int* ci = nullptr, int cdiv = 1) {
+    int cc = min(c, ncol - 1);
+    return ci ? (i64)(ci[cc] / cdiv) * xs : (i64)cc * xs;
+}
 
 // One lane's shares of R rows · C columns for Q4_K (Q5: Q5_K): see dot_rows_q8.
 template <int R, bool Q5, int C>
-__device__ __forceinline__ void dot_rows_k4(const u8* row, i64 rstride, int nrows, const i8* __restrict__ xq, const float2* __restrict__ xd, i64 xs, int ncol,
+__device__ __forceinline__ void dot_rows_k4(const u8* row, i64 rstride, int nrows, const i8* __restrict__ xq, const float2* __restrict__ xd, const i64* cof,
                                             int cols, int lane, float* sum) {
     constexpr int UN = R == 1 ? 2 : 1;
     // lane (j, hh) of a block's 8: 16 quant bytes = 16 values of sub-block 2j (low nibbles)
@@ -357,7 +362,7 @@ __device__ __forceinline__ void dot_rows_k4(const u8* row, i64 rstride, int nrow
         }
         #pragma unroll
         for (int c = 0; c < C; c++) {
-        i64 co = col_at(c, ncol, xs);
+        i64 co = cof[c];
         const i8* xb = xq + co + b * 256 + 64 * j + 16 * hh;
         int4 xa = *(const int4*)xb, xh = *(const int4*)(xb + 32);
         int xaw[4] = {xa.x, xa.y, xa.z, xa.w}, xhw[4] = {xh.x, xh.y, xh.z, xh.w};
@@ -398,20 +403,25 @@ __device__ __forceinline__ void dot_rows_k4(const u8* row, i64 rstride, int nrow
 // once for all R. A row's sum is the same expression, in the same order, for any R: the bits
 // do not depend on R. With C > 1 columns (a decode batch's activation rows, xs values apart,
 // the first ncol real: col_at) each row is dotted with each column, the weights' words loaded
-// once for all; sum[r·C + c] is the expression one column alone gives, in the same order.
+// once for all; sum[r·C + c] is the expression one column alone gives, in the same order
+// (columns gathered through ci: col_at).
 template <int R, int C = 1>
 __device__ __forceinline__ void dot_rows_q8(int ty, const u8* row, i64 rstride, int nrows, const i8* __restrict__ xq, const float2* __restrict__ xd, int cols,
-                                            int lane, bool* ok, float* sum, i64 xs = 0, int ncol = 1) {
+                                            int lane, bool* ok, float* sum, i64 xs = 0, int ncol = 1, const int* ci = nullptr, int cdiv = 1) {
     constexpr int UN = R == 1 && C == 1 ? 2 : 1;
     #pragma unroll
     for (int r = 0; r < R * C; r++) sum[r] = 0.0f;
+    // the columns' offsets, in registers
+    i64 cof[C];
+    #pragma unroll
+    for (int c = 0; c < C; c++) cof[c] = col_at(c, ncol, xs, ci, cdiv);
     *ok = true;
     switch (ty) {
     case T_Q4_K:
-        dot_rows_k4<R, false, C>(row, rstride, nrows, xq, xd, xs, ncol, cols, lane, sum);
+        dot_rows_k4<R, false, C>(row, rstride, nrows, xq, xd, cof, cols, lane, sum);
         return;
     case T_Q5_K:
-        dot_rows_k4<R, true, C>(row, rstride, nrows, xq, xd, xs, ncol, cols, lane, sum);
+        dot_rows_k4<R, true, C>(row, rstride, nrows, xq, xd, cof, cols, lane, sum);
         return;
     case T_Q6_K: {
         // lane (n, c) of a block's 8: ql bytes [64n + 8c, +8) and [64n + 32 + 8c, +8) and qh
@@ -435,7 +445,7 @@ __device__ __forceinline__ void dot_rows_q8(int ty, const u8* row, i64 rstride, 
             }
             #pragma unroll
             for (int cc = 0; cc < C; cc++) {
-            i64 co = col_at(cc, ncol, xs);
+            i64 co = cof[cc];
             #pragma unroll
             for (int r = 0; r < R; r++) {
                 float d = h2f(dh[r]);
@@ -471,7 +481,7 @@ __device__ __forceinline__ void dot_rows_q8(int ty, const u8* row, i64 rstride, 
             int b = u >> 1, hh = u & 1;
             #pragma unroll
             for (int c = 0; c < C; c++) {
-            i64 co = col_at(c, ncol, xs);
+            i64 co = cof[c];
             int4 xv = *(const int4*)(xq + co + 16 * u);
             float xsc = xd[co / 32 + b].x;
             #pragma unroll
@@ -501,22 +511,24 @@ __device__ __forceinline__ float dot_row_q8(int ty, const u8* row, const i8* __r
 // R rows · x (rstride bytes apart), one lane's shares into sum[0..R): the q8 path where the type
 // has one and its activations are given (k: q8_K for the k-quants, z: q8_0 for Q8_0), else the
 // f32 one, a row at a time.
-// With C > 1 columns: dot_rows_q8's (each column's bits those of the column alone).
+// With C > 1 columns: dot_rows_q8's (each column's bits those of the column alone; columns
+// gathered through ci: col_at).
 template <int R, int C = 1>
 __device__ __forceinline__ void dot_any_rows(int ty, const u8* row, i64 rstride, int nrows, const float* x, const i8* qk, const float2* dk, const i8* qz,
-                                             const float2* dz, int cols, int lane, float* sum, i64 xs = 0, int ncol = 1) {
+                                             const float2* dz, int cols, int lane, float* sum, i64 xs = 0, int ncol = 1, const int* ci = nullptr,
+                                             int cdiv = 1) {
     bool kq = ty == T_Q4_K || ty == T_Q5_K || ty == T_Q6_K;
     const i8* q = kq ? qk : (ty == T_Q8_0 ? qz : nullptr);
     if (q) {
         bool ok;
-        dot_rows_q8<R, C>(ty, row, rstride, nrows, q, kq ? dk : dz, cols, lane, &ok, sum, xs, ncol);
+        dot_rows_q8<R, C>(ty, row, rstride, nrows, q, kq ? dk : dz, cols, lane, &ok, sum, xs, ncol, ci, cdiv);
         if (ok) return;
     }
     if constexpr (C > 1) {
         #pragma unroll
         for (int r = 0; r < R; r++)
             #pragma unroll
-            for (int c = 0; c < C; c++) sum[r * C + c] = dot_row_call(ty, row_at(row, rstride, r, nrows), x + col_at(c, ncol, xs), cols, lane);
+            for (int c = 0; c < C; c++) sum[r * C + c] = dot_row_call(ty, row_at(row, rstride, r, nrows), x + col_at(c, ncol, xs, ci, cdiv), cols, lane);
     } else if constexpr (R == 1) {
         sum[0] = dot_row(ty, row, x, cols, lane);
     } else {
@@ -828,6 +840,82 @@ extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u,
     #pragma unroll
     for (int r = 0; r < R; r++)
         if (r < live) out[r0 + r] = v[r] / (1.0f + expf(-v[r])) * s_up[warp >> 1][r];
+}
+
+// Routed slots a tile of a decode batch's experts grouped per expert (moe_sort's tile): the
+// expert's weights loaded once for them (gpu.rs `Knobs` defines it; the launch's grid follows).
+#ifndef MOE_TILE
+#define MOE_TILE 4
+#endif
+
+// A decode batch's routed experts grouped per expert (moe_sort into tiles of up to MOE_TILE
+// slots of one expert: (expert, first, count) into order): gate, up and SwiGLU of each tile's
+// slots, each slot's row as moe_glu computes it (dot_rows_q8 with the tile's slots as columns,
+// each column gathered from its token's row of x: the bits of the slot alone), the expert's
+// words loaded once for the tile. Warps as moe_glu's: 2i and 2i + 1 take row group
+// 2·blockIdx.x + i (MOE_GLU_ROWS rows) of the gate and of the up matrix; blockIdx.y a tile
+// (an empty one: none). h rows a slot, rows apart.
+extern "C" __global__ void moe_glu_tiles(const u8* G, const u8* U, int ty_g, int ty_u, int rows, i64 rb_g, i64 rb_u, i64 mb_g, i64 mb_u, const int4* tiles,
+                                         const int* order, int k, int cols, const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz,
+                                         float* h) {
+    constexpr int R = MOE_GLU_ROWS, C = MOE_TILE;
+    __shared__ float s_up[2][R * C];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int r0 = (blockIdx.x * 2 + (warp >> 1)) * R;
+    bool up = warp & 1;
+    pdl_start();
+    int4 tl = tiles[blockIdx.y];
+    int ncol = tl.z;
+    if (ncol == 0) return;
+    const int* ci = order + tl.y;
+    int live = min(R, rows - r0);
+    float v[R * C];
+    #pragma unroll
+    for (int i = 0; i < R * C; i++) v[i] = 0.0f;
+    if (live > 0) {
+        i64 e = tl.x;
+        const u8* m_row = up ? U + e * mb_u + (i64)r0 * rb_u : G + e * mb_g + (i64)r0 * rb_g;
+        dot_any_rows<R, C>(up ? ty_u : ty_g, m_row, up ? rb_u : rb_g, live, x, qk, dk, qz, dz, cols, lane, v, cols, ncol, ci, k);
+        #pragma unroll
+        for (int i = 0; i < R * C; i++) v[i] = warp_sum(v[i]);
+    }
+    if (up && lane == 0)
+        #pragma unroll
+        for (int i = 0; i < R * C; i++) s_up[warp >> 1][i] = v[i];
+    __syncthreads();
+    if (up || lane != 0) return;
+    #pragma unroll
+    for (int c = 0; c < C; c++) {
+        if (c >= ncol) break;
+        float* out = h + (i64)ci[c] * rows;
+        #pragma unroll
+        for (int r = 0; r < R; r++) {
+            float g = v[r * C + c];
+            if (r < live) out[r0 + r] = g / (1.0f + expf(-g)) * s_up[warp >> 1][r * C + c];
+        }
+    }
+}
+
+// y[slot][r] = W_e[r]·x[slot] for a decode batch's routed slots grouped per expert (moe_sort's
+// tiles, as moe_glu_tiles): a warp a weight row and a tile's slots, each slot's row as mv
+// computes it alone (its own row of x: the experts' hidden rows), the row's words loaded once
+// for the tile. blockIdx.y a tile (an empty one: none).
+extern "C" __global__ void mv_tiles(const u8* W, int ty, int rows, int cols, i64 row_bytes, i64 mat_bytes, const int4* tiles, const int* order,
+                                    const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz, float* y, i64 y_stride) {
+    constexpr int C = MOE_TILE;
+    int row = blockIdx.x * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    pdl_start();
+    int4 tl = tiles[blockIdx.y];
+    int ncol = tl.z;
+    if (ncol == 0 || row >= rows) return;
+    const int* ci = order + tl.y;
+    float sum[C];
+    dot_any_rows<1, C>(ty, W + (i64)tl.x * mat_bytes + (i64)row * row_bytes, row_bytes, 1, x, qk, dk, qz, dz, cols, lane, sum, cols, ncol, ci, 1);
+    #pragma unroll
+    for (int c = 0; c < C; c++) {
+        float v = warp_sum(sum[c]);
+        if (lane == 0 && c < ncol) y[(i64)ci[c] * y_stride + row] = v;
+    }
 }
 
 // Up to four products of one input in one launch (a DeltaNet layer's qkv, z, β and α; an
@@ -2140,7 +2228,7 @@ extern "C" __global__ void to_f16(const float* x, int cols, i64 x_stride, int n_
 // then 1, ...), and the tiles of mm_ex: (expert, start in order[], count ≤ EX_M) for each
 // expert's slots, padded with empty tiles to max_tiles (the grid is sized on the host without
 // reading the counts back). One block; 2·n_expert ints of shared memory.
-extern "C" __global__ void moe_sort(const int* ids, int n_slots, int n_expert, int* counts, int* offsets, int* order, int4* tiles, int max_tiles) {
+extern "C" __global__ void moe_sort(const int* ids, int n_slots, int n_expert, int* counts, int* offsets, int* order, int4* tiles, int max_tiles, int tile) {
     pdl_start();
     // an expert's slots land in any order (atomics): each slot's products do not depend on
     // its place in a tile
@@ -2160,7 +2248,7 @@ extern "C" __global__ void moe_sort(const int* ids, int n_slots, int n_expert, i
             s_cur[e] = o;
             offsets[e] = o;
             counts[e] = c;
-            for (int st = 0; st < c && t < max_tiles; st += 16) tiles[t++] = make_int4(e, o + st, min(16, c - st), 0);
+            for (int st = 0; st < c && t < max_tiles; st += tile) tiles[t++] = make_int4(e, o + st, min(tile, c - st), 0);
             o += c;
         }
         for (; t < max_tiles; t++) tiles[t] = make_int4(0, 0, 0, 0);

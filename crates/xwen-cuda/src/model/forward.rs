@@ -873,6 +873,10 @@ impl CudaModel {
             if let Some(r) = rounds.first() {
                 self.expert_round(il, w, r)?;
             }
+            if rows && self.group_decode_experts(n) {
+                self.moe_decode_grouped(w, x, kinds, n)?;
+                return read_ahead();
+            }
             // moe_down_combine's block holds a warp a slot and the shared expert's
             if rows && k < 32 {
                 self.moe_decode(w, x, kinds, n)?;
@@ -1099,6 +1103,99 @@ impl CudaModel {
         )
     }
 
+    /// Whether a decode batch of `n` rows takes its routed experts grouped per expert
+    /// (`moe_decode_grouped`): from the knob's row count on, on one GPU's whole stacks (a VRAM
+    /// cache's pool or a rank's block runs a slot at a time), where moe_sort's counts fit.
+    fn group_decode_experts(&self, n: usize) -> bool {
+        let rows = self.gpu.knobs.moe_group_rows;
+        rows > 0 && n >= rows && self.expert_cache.is_none() && self.shard.is_none() && self.d.n_expert * 8 <= 48 << 10
+    }
+
+    /// A decode batch's experts after routing, grouped per expert: the slots sorted into tiles
+    /// of one expert (`moe_sort`), each tile's gate, up and SwiGLU (`moe_glu_tiles`) and down
+    /// products (`mv_tiles`) with the expert's weights loaded once for the tile, the shared
+    /// expert's as a dense FFN of the batch (`glu`, then its down product), then the weighted
+    /// sum and the residual (`combine`). Each slot's and row's bits are those `moe_decode`
+    /// gives the row alone (its fused launches are the bits of mv + mv + moe_combine), so a
+    /// decode batch's rows stay their own; the batch reads each expert once.
+    fn moe_decode_grouped(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize) -> Result<()> {
+        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
+        let ex = &w.experts;
+        let tiles = self.moe_sort(n * k, g.knobs.moe_tile)?;
+        let (eg, eu) = (&ex.gate, &ex.up);
+        g.launch(
+            "moe_glu_tiles",
+            (eg.rows.div_ceil(2 * g.knobs.moe_glu_rows) as u32, tiles as u32),
+            (32 * MV_WARPS) as u32,
+            0,
+            &[
+                Arg::Ptr(eg.ptr),
+                Arg::Ptr(eu.ptr),
+                Arg::I32(eg.ty),
+                Arg::I32(eu.ty),
+                Arg::I32(eg.rows as i32),
+                Arg::I64(eg.row_bytes as i64),
+                Arg::I64(eu.row_bytes as i64),
+                Arg::I64(eg.mat_bytes() as i64),
+                Arg::I64(eu.mat_bytes() as i64),
+                Arg::Ptr(sc.ex_tiles.ptr),
+                Arg::Ptr(sc.ex_order.ptr),
+                Arg::I32(k as i32),
+                Arg::I32(h as i32),
+                Arg::Ptr(x.f),
+                Arg::Ptr(x.q.qk),
+                Arg::Ptr(x.q.dk),
+                Arg::Ptr(x.q.qz),
+                Arg::Ptr(x.q.dz),
+                Arg::Ptr(sc.ffn_h.ptr),
+            ],
+        )?;
+        // the hidden rows quantized for the down products: the routed ones, then the shared
+        // expert's past them in their kind's scratch (quant_mids, or one launch each)
+        let (hin, sin) = match &w.shared {
+            Some(s) => {
+                self.glu(s, x, sc.sh_h.ptr, n, Layout::Rows)?;
+                match self.quant_mids(kinds, s.down.cols, n)? {
+                    Some(pair) => (pair.0, Some(pair.1)),
+                    None => (self.input(sc.ffn_h.ptr, eff, n * k, true, kinds.ffn_mid)?, Some(self.input_at(sc.sh_h.ptr, s.down.cols, kinds.shared_mid, n * k * eff, n)?)),
+                }
+            }
+            None => (self.input(sc.ffn_h.ptr, eff, n * k, true, kinds.ffn_mid)?, None),
+        };
+        let dm = &ex.down;
+        g.launch(
+            "mv_tiles",
+            (dm.rows.div_ceil(MV_WARPS) as u32, tiles as u32),
+            (32 * MV_WARPS) as u32,
+            0,
+            &[
+                Arg::Ptr(dm.ptr),
+                Arg::I32(dm.ty),
+                Arg::I32(dm.rows as i32),
+                Arg::I32(dm.cols as i32),
+                Arg::I64(dm.row_bytes as i64),
+                Arg::I64(dm.mat_bytes() as i64),
+                Arg::Ptr(sc.ex_tiles.ptr),
+                Arg::Ptr(sc.ex_order.ptr),
+                Arg::Ptr(hin.f),
+                Arg::Ptr(hin.q.qk),
+                Arg::Ptr(hin.q.dk),
+                Arg::Ptr(hin.q.qz),
+                Arg::Ptr(hin.q.dz),
+                Arg::Ptr(sc.ys.ptr),
+                Arg::I64(h as i64),
+            ],
+        )?;
+        let mut shared = (0u64, 0u64);
+        if let (Some(s), Some(sin)) = (&w.shared, sin) {
+            self.proj(&s.down, sin, sc.sh_y.ptr, None, n, Layout::Rows)?;
+            // the shared expert's gate came with the router's product (proj_many)
+            shared = (sc.sh_y.ptr, if w.shared_gate.is_some() { sc.sg.ptr } else { 0 });
+        }
+        self.combine(shared, n)
+    }
+
     /// The routed experts' gate, up and SwiGLU (k slots a row into ffn_h) and the shared
     /// expert's (into sh_h) of a decode batch of `n` rows in one launch.
     fn moe_glu(&self, ex: &Glu, s: &Glu, x: In, n: usize) -> Result<()> {
@@ -1203,17 +1300,15 @@ impl CudaModel {
         Ok(In { f: x, q, f16: 0 })
     }
 
-    /// A prompt pass's routed experts grouped per expert: the slots sorted by expert into tiles
-    /// of up to 16 (on the device, no host round trip), then gate, up and down products on
-    /// tensor cores, each expert's weights read once a tile.
-    fn experts_grouped(&self, ex: &Glu, n: usize) -> Result<()> {
-        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
-        let slots = n * k;
+    /// The routed slots (`slots` ids) sorted by expert into tiles of up to `tile` slots of one
+    /// expert (ex_tiles: (expert, first, count); ex_order: the slots), on the device. Returns the
+    /// tiles' count (the empty ones last).
+    fn moe_sort(&self, slots: usize, tile: usize) -> Result<usize> {
+        let (d, sc) = (&self.d, &self.sc);
         // a rank's stacks hold its block: ids index them (-1: another rank's, skipped)
         let n_expert = self.shard.as_ref().map_or(d.n_expert, |sh| sh.experts.len());
-        let tiles = max_tiles(slots, n_expert);
-        g.launch(
+        let tiles = max_tiles(slots, n_expert, tile);
+        self.gpu.launch(
             "moe_sort",
             (1, 1),
             1024,
@@ -1227,8 +1322,20 @@ impl CudaModel {
                 Arg::Ptr(sc.ex_order.ptr),
                 Arg::Ptr(sc.ex_tiles.ptr),
                 Arg::I32(tiles as i32),
+                Arg::I32(tile as i32),
             ],
         )?;
+        Ok(tiles)
+    }
+
+    /// A prompt pass's routed experts grouped per expert: the slots sorted by expert into tiles
+    /// of up to 16 (on the device, no host round trip), then gate, up and down products on
+    /// tensor cores, each expert's weights read once a tile.
+    fn experts_grouped(&self, ex: &Glu, n: usize) -> Result<()> {
+        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
+        let slots = n * k;
+        let tiles = self.moe_sort(slots, EX_TILE)?;
         let product = |m: &DevMat, x: u64, x_stride: usize, x_div: usize, y: u64, y_stride: usize| {
             g.launch(
                 "mm_ex",
@@ -1311,6 +1418,8 @@ pub(super) const TC_MIN_TOKENS: usize = 16;
 /// From this many tokens a prompt product goes through cuBLAS (where present): below it the
 /// f16 copy of the weight costs more than the GEMM saves.
 pub(super) const BLAS_MIN_TOKENS: usize = 32;
+/// Slots of one expert an mm_ex tile takes at most (moe_sort's tiles for a prompt pass).
+pub(super) const EX_TILE: usize = 16;
 /// Weight rows of an mm_ex block (kernels.cu EX_WARPS · EX_NT · 8).
 pub(super) const EX_ROWS: usize = 128;
 

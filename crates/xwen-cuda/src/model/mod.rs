@@ -605,7 +605,7 @@ impl CudaModel {
             ex_counts: f(n_expert.max(1))?,
             ex_offsets: f(n_expert.max(1))?,
             ex_order: f(t * n_used.max(1))?,
-            ex_tiles: gpu.zeros(16 * max_tiles(t * n_used.max(1), n_expert))?,
+            ex_tiles: gpu.zeros(16 * max_tiles(t * n_used.max(1), n_expert, forward::EX_TILE).max(max_tiles(decode_max * n_used.max(1), n_expert, gpu.knobs.moe_tile)))?,
             sg: f(t)?,
             router: f(t * n_expert.max(1))?,
             ids: f(t * n_used.max(1))?,

@@ -274,8 +274,8 @@ pub(super) fn load_net(file: &GgufFile) -> Result<(Hybrid, Vec<Option<[Mat; 3]>>
     Ok(Hybrid::load(file, spec)?)
 }
 
-/// mm_ex tiles a pass of `slots` routed slots can need: a tile per 16 slots, plus a part-full
-/// one per expert used.
-pub(super) fn max_tiles(slots: usize, n_expert: usize) -> usize {
-    slots.div_ceil(16) + n_expert.min(slots)
+/// Tiles of up to `tile` slots of one expert (moe_sort) a pass of `slots` routed slots can need:
+/// a tile per `tile` slots, plus a part-full one per expert.
+pub(super) fn max_tiles(slots: usize, n_expert: usize, tile: usize) -> usize {
+    slots.div_ceil(tile) + n_expert.min(slots)
 }
