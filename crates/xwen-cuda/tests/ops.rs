@@ -1135,16 +1135,9 @@ fn grouped_decode_experts_give_each_slot_its_bits_alone() {
         ids[1] = -1;
         let idd = g.upload_i32(&ids).unwrap();
         let xd = g.upload_f32(&noise(n * cols, seed + 3)).unwrap();
-        let q8 = |kind: i32, xb: &xwen_cuda::gpu::DevBuf, c: usize, rows: usize| {
-            let (q, d) = (g.zeros(rows * c).unwrap(), g.zeros(rows * c / 32 * 8).unwrap());
-            let per = if kind == 0 { 256 } else { 32 };
-            let args = [Arg::Ptr(xb.ptr), Arg::I32(c as i32), Arg::I64(c as i64), Arg::Ptr(q.ptr), Arg::Ptr(d.ptr), Arg::I32(kind)];
-            g.launch("quant_q8", ((c / per).div_ceil(8) as u32, rows as u32), 256, 0, &args).unwrap();
-            (q, d)
-        };
-        let kind = |t: GgmlType| if t == GgmlType::Q8_0 { 1 } else { 0 };
-        let (xq, xdq) = q8(kind(ty), &xd, cols, n);
-        let (xk, xdk, xz, xdz) = if kind(ty) == 0 { (xq.ptr, xdq.ptr, 0, 0) } else { (0, 0, xq.ptr, xdq.ptr) };
+        // x as both q8 kinds (each product takes its weight's)
+        let xq = q8_rows(&g, &xd, cols, n);
+        let (xk, xdk, xz, xdz) = (xq[0].0.ptr, xq[0].1.ptr, xq[1].0.ptr, xq[1].1.ptr);
         // slot by slot
         let (h1, h2) = (g.zeros(slots * eff * 4).unwrap(), g.zeros(slots * eff * 4).unwrap());
         let mut args = vec![Arg::Ptr(eg.ptr), Arg::Ptr(eu.ptr), Arg::I32(ty.id() as i32), Arg::I32(ty.id() as i32), Arg::I32(eff as i32), Arg::I32(cols as i32)];
@@ -1177,8 +1170,8 @@ fn grouped_decode_experts_give_each_slot_its_bits_alone() {
         };
         assert_eq!(rows_of(&h1, eff), rows_of(&h2, eff), "moe_glu_tiles {}: every slot's hidden row", ty.name());
         // the down products from the hidden rows
-        let (hq, hdq) = q8(kind(dty), &h1, eff, slots);
-        let (hk, hdk, hz, hdz) = if kind(dty) == 0 { (hq.ptr, hdq.ptr, 0, 0) } else { (0, 0, hq.ptr, hdq.ptr) };
+        let hq = q8_rows(&g, &h1, eff, slots);
+        let (hk, hdk, hz, hdz) = (hq[0].0.ptr, hq[0].1.ptr, hq[1].0.ptr, hq[1].1.ptr);
         let (y1, y2) = (g.zeros(slots * cols * 4).unwrap(), g.zeros(slots * cols * 4).unwrap());
         let mut args = vec![Arg::Ptr(ed.ptr), Arg::I32(dty.id() as i32), Arg::I32(cols as i32), Arg::I32(eff as i32), Arg::I64(drb as i64), Arg::I64((cols * drb) as i64)];
         args.extend([Arg::Ptr(idd.ptr), Arg::Ptr(h1.ptr), Arg::Ptr(hk), Arg::Ptr(hdk), Arg::Ptr(hz), Arg::Ptr(hdz), Arg::I64(eff as i64), Arg::I32(1)]);
