@@ -838,22 +838,12 @@ impl CudaModel {
                 && self.check(s.pos, s.tokens).is_ok()
                 && !spans.iter().enumerate().any(|(j, o)| j != i && std::ptr::eq(&*o.seq, &*s.seq))
         };
-        let mut packed: Vec<usize> = if self.pack_prompts { (0..spans.len()).filter(|&i| packs(i, &spans[i])).collect() } else { Vec::new() };
-        packed.sort_by_key(|&i| std::cmp::Reverse(spans[i].tokens.len()));
-        // first fit, longest first: (rows, spans) a pass
-        let mut passes: Vec<(usize, Vec<usize>)> = Vec::new();
-        for i in packed {
-            let n = spans[i].tokens.len();
-            match passes.iter_mut().find(|(rows, members)| rows + n <= self.ubatch && members.len() < self.decode_max) {
-                Some((rows, members)) => {
-                    *rows += n;
-                    members.push(i);
-                }
-                None => passes.push((n, vec![i])),
-            }
-        }
+        let packed: Vec<(usize, usize)> =
+            if self.pack_prompts { (0..spans.len()).filter(|&i| packs(i, &spans[i])).map(|i| (i, spans[i].tokens.len())).collect() } else { Vec::new() };
+        let passes = plan::pack_spans(&packed, self.ubatch, self.decode_max);
         let mut out: Vec<Option<Result<RowOut>>> = (0..spans.len()).map(|_| None).collect();
-        for (_, members) in passes.iter().filter(|(_, m)| m.len() > 1) {
+        // (a pass of one span is that span's own pass: run alone below)
+        for members in passes.iter().filter(|m| m.len() > 1) {
             for (i, r) in members.iter().zip(self.spans_pass(spans, members)) {
                 out[*i] = Some(r);
             }
@@ -880,19 +870,7 @@ impl CudaModel {
             let rows: Vec<(&DevSeq, usize, u32)> =
                 members.iter().flat_map(|&i| spans[i].tokens.iter().enumerate().map(move |(t, &tok)| (&*spans[i].seq, spans[i].pos + t, tok))).collect();
             m.write_rows(&rows, None)?;
-            let (at_seg, at_last, at_off) = forward::spans_table_at(m.decode_max);
-            let mut table = vec![0i32; at_off / 4 + rows.len()];
-            let mut first = 0;
-            for (s, &len) in lens.iter().enumerate() {
-                table[at_seg / 4 + 2 * s] = first as i32;
-                table[at_seg / 4 + 2 * s + 1] = len as i32;
-                table[at_last / 4 + s] = (first + len - 1) as i32;
-                for t in 0..len {
-                    table[at_off / 4 + first + t] = t as i32;
-                }
-                first += len;
-            }
-            let bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let bytes: Vec<u8> = plan::spans_table(&lens, m.decode_max).iter().flat_map(|v| v.to_le_bytes()).collect();
             m.gpu.write(&mut m.sc.spans, &bytes)?;
             m.record(Pass::Spans { n: rows.len(), lens: &lens })?;
             let bans: Vec<&[u32]> = members.iter().map(|&i| if let PromptOut::Argmax(b) = spans[i].want { b } else { &[][..] }).collect();

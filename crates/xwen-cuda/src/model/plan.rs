@@ -279,3 +279,76 @@ pub(super) fn load_net(file: &GgufFile) -> Result<(Hybrid, Vec<Option<[Mat; 3]>>
 pub(super) fn max_tiles(slots: usize, n_expert: usize, tile: usize) -> usize {
     slots.div_ceil(tile) + n_expert.min(slots)
 }
+
+/// Which of a step's prompt spans share passes (`CudaModel::feed_spans`): `spans` as (index,
+/// length), each pass at most `ubatch` rows and `max_spans` spans, longest first, each span into
+/// the first pass with room (first fit decreasing). A pass's members come longest first, as
+/// `forward::Layout::Spans` takes them.
+pub(super) fn pack_spans(spans: &[(usize, usize)], ubatch: usize, max_spans: usize) -> Vec<Vec<usize>> {
+    let mut order: Vec<(usize, usize)> = spans.iter().copied().filter(|&(_, n)| n <= ubatch).collect();
+    order.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+    let mut passes: Vec<(usize, Vec<usize>)> = Vec::new();
+    for (i, n) in order {
+        match passes.iter_mut().find(|(rows, members)| rows + n <= ubatch && members.len() < max_spans) {
+            Some((rows, members)) => {
+                *rows += n;
+                members.push(i);
+            }
+            None => passes.push((n, vec![i])),
+        }
+    }
+    passes.into_iter().map(|(_, m)| m).collect()
+}
+
+/// The spans table of a pass of spans of `lens` (`forward::spans_table_at(max_spans)`'s layout,
+/// as i32): each span's (first row, length), each span's last row, each row's place in its span.
+pub(super) fn spans_table(lens: &[usize], max_spans: usize) -> Vec<i32> {
+    let (at_seg, at_last, at_off) = forward::spans_table_at(max_spans);
+    let rows: usize = lens.iter().sum();
+    let mut table = vec![0i32; at_off / 4 + rows];
+    let mut first = 0;
+    for (s, &len) in lens.iter().enumerate() {
+        table[at_seg / 4 + 2 * s] = first as i32;
+        table[at_seg / 4 + 2 * s + 1] = len as i32;
+        table[at_last / 4 + s] = (first + len - 1) as i32;
+        for t in 0..len {
+            table[at_off / 4 + first + t] = t as i32;
+        }
+        first += len;
+    }
+    table
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_pack_longest_first_within_a_pass_and_its_span_count() {
+        let lens = [2usize, 15, 16, 31, 32, 45, 33, 100, 96, 1];
+        let spans: Vec<(usize, usize)> = lens.iter().copied().enumerate().collect();
+        let passes = pack_spans(&spans, 96, 3);
+        let mut seen: Vec<usize> = passes.iter().flatten().copied().collect();
+        seen.sort_unstable();
+        // every span once, but the one longer than a pass
+        assert_eq!(seen, (0..lens.len()).filter(|&i| lens[i] <= 96).collect::<Vec<_>>());
+        for p in &passes {
+            assert!(p.iter().map(|&i| lens[i]).sum::<usize>() <= 96, "a pass within ubatch: {p:?}");
+            assert!(p.len() <= 3, "a pass within its span count: {p:?}");
+            assert!(p.windows(2).all(|w| lens[w[0]] >= lens[w[1]]), "longest first: {p:?}");
+        }
+        // first fit decreasing: 96 | 45 33 15 | 32 31 16 | 2 1
+        let got: Vec<Vec<usize>> = passes.iter().map(|p| p.iter().map(|&i| lens[i]).collect()).collect();
+        assert_eq!(got, vec![vec![96], vec![45, 33, 16], vec![32, 31, 15], vec![2, 1]]);
+    }
+
+    #[test]
+    fn a_spans_table_holds_each_spans_rows_and_each_rows_place() {
+        let lens = [5usize, 3, 2];
+        let t = spans_table(&lens, 4);
+        let (seg, last, off) = forward::spans_table_at(4);
+        assert_eq!(&t[seg / 4..seg / 4 + 6], &[0, 5, 5, 3, 8, 2]);
+        assert_eq!(&t[last / 4..last / 4 + 3], &[4, 7, 9]);
+        assert_eq!(&t[off / 4..], &[0, 1, 2, 3, 4, 0, 1, 2, 0, 1]);
+    }
+}
