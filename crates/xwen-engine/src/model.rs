@@ -716,7 +716,7 @@ impl Model {
             // a verify's span, each row in the one-token order: a pass of its own
             let one = (|| {
                 let pos = st.pos;
-                let seq = st.device_mut()?.ok_or_else(|| EngineError::State("a sequence state left the device".into()))?;
+                let seq = st.device_mut()?;
                 let out = models::SpanOut { logits: dev.forward(seq, pos, s.tokens, s.logits.rows(s.tokens.len()), true)?, hidden: Vec::new(), argmax: None };
                 st.pos += s.tokens.len();
                 Ok(out)
@@ -728,12 +728,11 @@ impl Model {
         for (i, s) in steps.iter_mut().enumerate().filter(|(i, _)| is_prompt[*i]) {
             let (pos, tokens, banned, mode) = (s.state.pos, s.tokens, s.banned, s.logits);
             match s.state.device_mut() {
-                Ok(Some(seq)) => {
+                Ok(seq) => {
                     let want = if mode == LogitsMode::LastArgmax { PromptOut::Argmax(banned) } else { PromptOut::Logits(mode.rows(tokens.len())) };
                     spans.push(DevicePrompt { seq, pos, tokens, want });
                     members.push(i);
                 }
-                Ok(None) => out[i] = Some(Err(EngineError::State("a sequence state left the device".into()))),
                 Err(e) => out[i] = Some(Err(e)),
             }
         }
@@ -761,12 +760,11 @@ impl Model {
                 let i = *i;
                 let pos = s.state.pos;
                 match s.state.device_mut() {
-                    Ok(Some(seq)) => {
+                    Ok(seq) => {
                         batch.push(DeviceRow { seq, pos, token: s.tokens[0], logits: !matches!(s.logits, LogitsMode::LastArgmax | LogitsMode::None), banned: s.banned });
                         modes.push(s.logits);
                         members.push(i);
                     }
-                    Ok(None) => out[i] = Some(Err(EngineError::State("a sequence state left the device".into()))),
                     Err(e) => out[i] = Some(Err(e)),
                 }
             }

@@ -126,12 +126,13 @@ impl SeqState {
         !matches!(self.place, Place::Host)
     }
 
-    /// The device part, for the model that owns it (`Model::forward_batch_each`); an error
-    /// where an earlier copy failed; None for a host state.
-    pub(crate) fn device_mut(&mut self) -> Result<Option<&mut (dyn DeviceSeq + 'static)>> {
+    /// The device part, for the model that owns it (`Model::forward_batch_each`, which has
+    /// moved the state there); an error where an earlier copy failed or the state is (back) on
+    /// the host.
+    pub(crate) fn device_mut(&mut self) -> Result<&mut (dyn DeviceSeq + 'static)> {
         match &mut self.place {
-            Place::Host => Ok(None),
-            Place::Device(d) => Ok(Some(d.as_mut())),
+            Place::Host => Err(EngineError::State("a sequence state left the device".into())),
+            Place::Device(d) => Ok(d.as_mut()),
             Place::Failed(m) => Err(EngineError::State(m.clone())),
         }
     }
