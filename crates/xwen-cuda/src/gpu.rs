@@ -175,6 +175,10 @@ pub struct Knobs {
     /// (moe_sort, then `moe_glu_tiles` / `mv_tiles`: each slot's bits those of its row alone);
     /// smaller ones a slot at a time (`moe_glu`, `moe_down_combine`). 0: never grouped.
     pub moe_group_rows: usize,
+    /// A decode step's DeltaNet convolution inside the qkv product's launch (`mv4`'s fused
+    /// epilogue, conv_step's arithmetic) instead of a launch of its own (`-DMV4_CONV=1`; off
+    /// until a GPU measures it).
+    pub mv4_conv: bool,
     /// Other -D definitions from the environment.
     extra: Vec<String>,
 }
@@ -186,7 +190,7 @@ impl Knobs {
 
     /// The default knobs with `defs` (XWEN_CUDA_DEFINES' form: "-DNAME=VALUE …") applied.
     pub fn with_defines(defs: &str) -> Result<Knobs> {
-        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 2, mv_cols: 8, mv_glu_cols: true, moe_tile: 4, moe_group_rows: 8, extra: Vec::new() };
+        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 2, mv_cols: 8, mv_glu_cols: true, moe_tile: 4, moe_group_rows: 8, mv4_conv: false, extra: Vec::new() };
         for d in defs.split_whitespace() {
             let Some(def) = d.strip_prefix("-D") else {
                 return Err(CudaError::Compile(format!("XWEN_CUDA_DEFINES: '{d}' is not a -DNAME=VALUE definition")));
@@ -201,6 +205,7 @@ impl Knobs {
                 Some(("MOE_GLU_ROWS", v)) => k.moe_glu_rows = rows(v)?,
                 Some(("MV_GLU_COLS", v)) => k.mv_glu_cols = v != "0",
                 Some(("MOE_TILE", v)) => k.moe_tile = rows(v)?,
+                Some(("MV4_CONV", v)) => k.mv4_conv = v != "0",
                 Some(("MOE_GROUP_ROWS", v)) => {
                     k.moe_group_rows = v.parse::<usize>().map_err(|_| CudaError::Compile(format!("XWEN_CUDA_DEFINES: {d}: MOE_GROUP_ROWS is a row count (0: never)")))?
                 }

@@ -918,16 +918,33 @@ extern "C" __global__ void mv_tiles(const u8* W, int ty, int rows, int cols, i64
     }
 }
 
+// Channel c of one token's causal convolution against its conv state, then SiLU; the state
+// shifted a row (rowwise::conv_silu): conv_step's arithmetic, and that of mv4's fused epilogue.
+// Explicit fused multiply-adds, as conv_prompt's: inlined into different kernels, `a * b + c`
+// may be contracted differently, and these three are held bit for bit equal.
+__device__ __forceinline__ float conv_channel(float* state, const float* taps, float xc, int cd, int c, int kernel) {
+    float acc = 0.0f;
+    for (int j = 0; j < kernel - 1; j++) acc = __fmaf_rn(state[(i64)j * cd + c], taps[(i64)j * cd + c], acc);
+    acc = __fmaf_rn(xc, taps[(i64)(kernel - 1) * cd + c], acc);
+    for (int j = 0; j + 1 < kernel - 1; j++) state[(i64)j * cd + c] = state[(i64)(j + 1) * cd + c];
+    if (kernel > 1) state[(i64)(kernel - 2) * cd + c] = xc;
+    return acc / (1.0f + expf(-acc));
+}
+
 // Up to four products of one input in one launch (a DeltaNet layer's qkv, z, β and α; an
 // attention layer's q, k and v): the rows of the parts one after another, a warp a row, each
 // row as `mv` computes it. A part with rows = 0 is absent. Over a decode batch of n_col rows
 // (inputs cols values apart, outputs rows_i values apart in each y), a warp takes MV_COLS of
 // them as mv_cols does (blocks column group fastest): each batch row's bits are its alone. (mv4
-// takes one batch row a warp, mv4_cols MV_COLS.)
+// takes one batch row a warp, mv4_cols MV_COLS.) With taps, part 0 is a DeltaNet layer's qkv
+// product and each of its outputs is also convolved as conv_step convolves it (conv_channel:
+// batch row t's conv state tab's, row_state; its output into conv_out's row t), saving the
+// convolution's launch: decode rows only, each row the next token of its own sequence.
 template <int C>
 __device__ __forceinline__ void mv4_body(int cols, const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz,
                                const u8* W0, int ty0, int rows0, i64 rb0, float* y0, const u8* W1, int ty1, int rows1, i64 rb1, float* y1,
-                               const u8* W2, int ty2, int rows2, i64 rb2, float* y2, const u8* W3, int ty3, int rows3, i64 rb3, float* y3, int n_col) {
+                               const u8* W2, int ty2, int rows2, i64 rb2, float* y2, const u8* W3, int ty3, int rows3, i64 rb3, float* y3, int n_col,
+                               const float* taps, float* conv_out, int kernel, const unsigned long long* ctab) {
     int rblk, c0;
     col_block(n_col, C, &rblk, &c0);
     int row = rblk * MV_WARPS + (threadIdx.x >> 5), lane = threadIdx.x & 31;
@@ -935,6 +952,7 @@ __device__ __forceinline__ void mv4_body(int cols, const float* x, const i8* qk,
     int ty = 0;
     i64 rb = 0, ys = 0;
     float* y = nullptr;
+    bool conv = taps && row < rows0;
     if (row < rows0) { W = W0; ty = ty0; rb = rb0; y = y0; ys = rows0; }
     else if ((row -= rows0) < rows1) { W = W1; ty = ty1; rb = rb1; y = y1; ys = rows1; }
     else if ((row -= rows1) < rows2) { W = W2; ty = ty2; rb = rb2; y = y2; ys = rows2; }
@@ -949,15 +967,18 @@ __device__ __forceinline__ void mv4_body(int cols, const float* x, const i8* qk,
     #pragma unroll
     for (int c = 0; c < C; c++) {
         float v = warp_sum(sum[c]);
-        if (lane == 0 && c < live) y[(i64)(c0 + c) * ys + row] = v;
+        if (lane == 0 && c < live) {
+            y[(i64)(c0 + c) * ys + row] = v;
+            if (conv) conv_out[(i64)(c0 + c) * rows0 + row] = conv_channel((float*)row_state(ctab, c0 + c, 0, nullptr), taps, v, rows0, row, kernel);
+        }
     }
 }
 
 #define MV4_ARGS                                                                                                                                   \
     int cols, const float *x, const i8 *qk, const float2 *dk, const i8 *qz, const float2 *dz, const u8 *W0, int ty0, int rows0, i64 rb0, float *y0, \
         const u8 *W1, int ty1, int rows1, i64 rb1, float *y1, const u8 *W2, int ty2, int rows2, i64 rb2, float *y2, const u8 *W3, int ty3, int rows3,   \
-        i64 rb3, float *y3, int n_col
-#define MV4_PASS cols, x, qk, dk, qz, dz, W0, ty0, rows0, rb0, y0, W1, ty1, rows1, rb1, y1, W2, ty2, rows2, rb2, y2, W3, ty3, rows3, rb3, y3, n_col
+        i64 rb3, float *y3, int n_col, const float *taps, float *conv_out, int kernel, const unsigned long long *ctab
+#define MV4_PASS cols, x, qk, dk, qz, dz, W0, ty0, rows0, rb0, y0, W1, ty1, rows1, rb1, y1, W2, ty2, rows2, rb2, y2, W3, ty3, rows3, rb3, y3, n_col, taps, conv_out, kernel, ctab
 extern "C" __global__ void mv4(MV4_ARGS) { mv4_body<1>(MV4_PASS); }
 extern "C" __global__ void mv4_cols(MV4_ARGS) { mv4_body<MV_COLS>(MV4_PASS); }
 
@@ -1227,13 +1248,7 @@ extern "C" __global__ void conv_step(const float* x, float* state, const float* 
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= cd) return;
     for (int t = 0; t < n_tok; t++) {
-        float xc = x[(i64)t * cd + c];
-        float acc = 0.0f;
-        for (int j = 0; j < kernel - 1; j++) acc += state[(i64)j * cd + c] * taps[(i64)j * cd + c];
-        acc += xc * taps[(i64)(kernel - 1) * cd + c];
-        for (int j = 0; j + 1 < kernel - 1; j++) state[(i64)j * cd + c] = state[(i64)(j + 1) * cd + c];
-        if (kernel > 1) state[(i64)(kernel - 2) * cd + c] = xc;
-        out[(i64)t * cd + c] = acc / (1.0f + expf(-acc));
+        out[(i64)t * cd + c] = conv_channel(state, taps, x[(i64)t * cd + c], cd, c, kernel);
         if (hist && t + 1 < n_tok) {
             float* h = (float*)hist[2 * t];
             for (int j = 0; j < kernel - 1; j++) h[(i64)j * cd + c] = state[(i64)j * cd + c];
@@ -1258,9 +1273,9 @@ extern "C" __global__ void conv_prompt(const float* x, const float* state, const
     for (int j = 0; j < kernel - 1; j++) {
         int src = tl - (kernel - 1) + j;
         float v = src < 0 ? state[(i64)(kernel - 1 + src) * cd + c] : x[(i64)(t - tl + src) * cd + c];
-        acc += v * taps[(i64)j * cd + c];
+        acc = __fmaf_rn(v, taps[(i64)j * cd + c], acc);
     }
-    acc += x[(i64)t * cd + c] * taps[(i64)(kernel - 1) * cd + c];
+    acc = __fmaf_rn(x[(i64)t * cd + c], taps[(i64)(kernel - 1) * cd + c], acc);
     out[i] = acc / (1.0f + expf(-acc));
 }
 

@@ -882,6 +882,7 @@ fn decode_batch_products_give_each_row_the_bits_of_mv_alone() {
                     a.extend([Arg::Ptr(0), Arg::I32(0), Arg::I32(0), Arg::I64(0), Arg::Ptr(0)]);
                 }
                 a.push(Arg::I32(n_col as i32));
+                a.extend([Arg::Ptr(0), Arg::Ptr(0), Arg::I32(0), Arg::Ptr(0)]);
                 a
             };
             let total = rows + 33;
@@ -942,7 +943,7 @@ fn fused_input_projections_equal_one_product_each() {
         args.extend([Arg::Ptr(w.ptr), Arg::I32(ty.id() as i32), Arg::I32(*rows as i32), Arg::I64(device_row_bytes(*ty, cols) as i64), Arg::Ptr(y.ptr)]);
     }
     let total: usize = parts.iter().map(|p| p.1).sum();
-    args.push(Arg::I32(1));
+    args.extend([Arg::I32(1), Arg::Ptr(0), Arg::Ptr(0), Arg::I32(0), Arg::Ptr(0)]);
     g.launch("mv4", (total.div_ceil(4) as u32, 1), 128, 0, &args).unwrap();
     for (w, ty, rows, y, y1) in &mats {
         let rb = device_row_bytes(*ty, cols);
@@ -1023,6 +1024,54 @@ fn the_prompt_convolution_equals_the_token_steps() {
             assert_eq!(bits(&s1, (kernel - 1) * cd), bits(&s2, (kernel - 1) * cd), "conv state, cd {cd} kernel {kernel} n {n}");
         }
         println!("conv prompt cd {cd} kernel {kernel} n {n}: outputs and state equal to the token steps");
+    }
+}
+
+/// A decode step's convolution inside the qkv product's launch (mv4 / mv4_cols with taps: each
+/// batch row's qkv outputs convolved against its own sequence's conv state, from the batch
+/// table) equals the product, then conv_step over the batch: the products, the convolved rows
+/// and every row's state, bit for bit.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn the_convolution_inside_the_qkv_product_equals_conv_step() {
+    let g = gpu();
+    let (cols, kernel) = (512usize, 4usize);
+    for &(ty, cd, n) in &[(GgmlType::Q4_K, 384usize, 1usize), (GgmlType::Q6_K, 320, 5), (GgmlType::Q8_0, 256, 11)] {
+        let seed = 1700 + n as u64;
+        let wd = g.upload(&device_layout(ty, &xwen_kernels::quantize(ty, &noise(cd * cols, seed)).unwrap())).unwrap();
+        let rb = device_row_bytes(ty, cols);
+        let xd = g.upload_f32(&noise(n * cols, seed + 1)).unwrap();
+        let xq = q8_rows(&g, &xd, cols, n);
+        let taps = g.upload_f32(&noise(kernel * cd, seed + 2)).unwrap();
+        let state0: Vec<Vec<f32>> = (0..n).map(|t| noise((kernel - 1) * cd, seed + 10 + t as u64)).collect();
+        let (s1, s2): (Vec<_>, Vec<_>) = state0.iter().map(|s| (g.upload_f32(s).unwrap(), g.upload_f32(s).unwrap())).unzip();
+        let table = |ss: &[xwen_cuda::gpu::DevBuf]| g.upload(&ss.iter().flat_map(|b| [b.ptr, 0]).flat_map(|p| p.to_le_bytes()).collect::<Vec<u8>>()).unwrap();
+        let (t1, t2) = (table(&s1), table(&s2));
+        let (y1, y2, c1, c2) = (g.zeros(n * cd * 4).unwrap(), g.zeros(n * cd * 4).unwrap(), g.zeros(n * cd * 4).unwrap(), g.zeros(n * cd * 4).unwrap());
+        let launch = |y: u64, conv: [Arg; 4]| {
+            let mut a = vec![Arg::I32(cols as i32), Arg::Ptr(xd.ptr), Arg::Ptr(xq[0].0.ptr), Arg::Ptr(xq[0].1.ptr), Arg::Ptr(xq[1].0.ptr), Arg::Ptr(xq[1].1.ptr)];
+            a.extend([Arg::Ptr(wd.ptr), Arg::I32(ty.id() as i32), Arg::I32(cd as i32), Arg::I64(rb as i64), Arg::Ptr(y)]);
+            for _ in 0..3 {
+                a.extend([Arg::Ptr(0), Arg::I32(0), Arg::I32(0), Arg::I64(0), Arg::Ptr(0)]);
+            }
+            a.push(Arg::I32(n as i32));
+            a.extend(conv);
+            let (name, per) = if n == 1 { ("mv4", 1) } else { ("mv4_cols", g.knobs.mv_cols) };
+            g.launch(name, ((cd.div_ceil(4) * n.div_ceil(per)) as u32, 1), 128, 0, &a).unwrap();
+        };
+        // the product, then the convolution's own launch
+        launch(y1.ptr, [Arg::Ptr(0), Arg::Ptr(0), Arg::I32(0), Arg::Ptr(0)]);
+        let conv_args = [Arg::Ptr(y1.ptr), Arg::Ptr(0), Arg::Ptr(taps.ptr), Arg::Ptr(c1.ptr), Arg::I32(cd as i32), Arg::I32(kernel as i32), Arg::I32(1), Arg::Ptr(t1.ptr), Arg::Ptr(0)];
+        g.launch("conv_step", (cd.div_ceil(256) as u32, n as u32), 256, 0, &conv_args).unwrap();
+        // both in one launch
+        launch(y2.ptr, [Arg::Ptr(taps.ptr), Arg::Ptr(c2.ptr), Arg::I32(kernel as i32), Arg::Ptr(t2.ptr)]);
+        let bits = |b: &xwen_cuda::gpu::DevBuf, len: usize| g.read_f32(b, len).unwrap().iter().map(|v| v.to_bits()).collect::<Vec<u32>>();
+        assert_eq!(bits(&y1, n * cd), bits(&y2, n * cd), "{}: the qkv rows", ty.name());
+        assert_eq!(bits(&c1, n * cd), bits(&c2, n * cd), "{}: the convolved rows", ty.name());
+        for t in 0..n {
+            assert_eq!(bits(&s1[t], (kernel - 1) * cd), bits(&s2[t], (kernel - 1) * cd), "{}: row {t}'s conv state", ty.name());
+        }
+        println!("mv4 with the convolution, {} batch of {n}: products, convolved rows and states equal to conv_step's", ty.name());
     }
 }
 

@@ -443,8 +443,10 @@ impl CudaModel {
         )
     }
 
-    /// Up to four row-by-row products of one input in one launch (`mv4`), for each of `n` rows.
-    fn proj_many(&self, parts: &[(&DevMat, u64)], x: In, n: usize) -> Result<()> {
+    /// Up to four row-by-row products of one input in one launch (`mv4`), for each of `n` rows;
+    /// with `conv` (taps, output, the layer's state table) the first part's outputs convolved
+    /// too, as conv_step convolves them (a DeltaNet layer's decode rows: `Knobs::mv4_conv`).
+    fn proj_many(&self, parts: &[(&DevMat, u64)], x: In, n: usize, conv: Option<(u64, u64, u64)>) -> Result<()> {
         let total: usize = parts.iter().map(|(m, _)| m.rows).sum();
         let mut args = vec![Arg::I32(parts[0].0.cols as i32), Arg::Ptr(x.f), Arg::Ptr(x.q.qk), Arg::Ptr(x.q.dk), Arg::Ptr(x.q.qz), Arg::Ptr(x.q.dz)];
         for i in 0..4 {
@@ -454,6 +456,8 @@ impl CudaModel {
             }
         }
         args.push(Arg::I32(n as i32));
+        let (taps, out, tab) = conv.unwrap_or((0, 0, 0));
+        args.extend([Arg::Ptr(taps), Arg::Ptr(out), Arg::I32(self.d.conv_kernel as i32), Arg::Ptr(tab)]);
         // one row alone (mv4), or mv_cols' rows of a decode batch a warp (mv4_cols): the same bits
         let (kernel, per) = if n == 1 { ("mv4", 1) } else { ("mv4_cols", self.gpu.knobs.mv_cols) };
         self.gpu.launch(kernel, ((total.div_ceil(MV_WARPS) * n.div_ceil(per)) as u32, 1), (32 * MV_WARPS) as u32, 0, &args)
@@ -589,8 +593,12 @@ impl CudaModel {
     fn delta(&self, w: &DeltaLayer, st: LayerPtrs, x: In, out_kinds: Kinds, n: usize, lay: Layout<'_>) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let rows = lay.rows();
+        // decode rows, each its own sequence's next token: the convolution inside the qkv
+        // product's launch where the knob says so (a verify's tokens run in order: conv_step)
+        let fused_conv = rows && !st.one_seq && g.knobs.mv4_conv;
         if rows {
-            self.proj_many(&[(&w.qkv, sc.qkv.ptr), (&w.z, sc.z.ptr), (&w.beta, sc.beta.ptr), (&w.alpha, sc.alpha.ptr)], x, n)?;
+            let conv = fused_conv.then_some((w.taps.ptr, sc.conv.ptr, st.tab));
+            self.proj_many(&[(&w.qkv, sc.qkv.ptr), (&w.z, sc.z.ptr), (&w.beta, sc.beta.ptr), (&w.alpha, sc.alpha.ptr)], x, n, conv)?;
         } else {
             self.proj(&w.qkv, x, sc.qkv.ptr, None, n, lay)?;
             self.proj(&w.z, x, sc.z.ptr, None, n, lay)?;
@@ -614,7 +622,9 @@ impl CudaModel {
                 Arg::Ptr(st.tab),
                 Arg::Ptr(st.hist),
             ];
-            g.launch("conv_step", (cd.div_ceil(256) as u32, grid_y as u32), 256, 0, &conv_args)?;
+            if !fused_conv {
+                g.launch("conv_step", (cd.div_ceil(256) as u32, grid_y as u32), 256, 0, &conv_args)?;
+            }
         } else {
             let conv_args = [
                 Arg::Ptr(sc.qkv.ptr),
@@ -755,7 +765,7 @@ impl CudaModel {
         let (k_cache, v_cache) = (st.a, st.b);
         let rows = lay.rows();
         if rows {
-            self.proj_many(&[(&w.q, sc.qg.ptr), (&w.k, sc.k.ptr), (&w.v, sc.v.ptr)], x, n)?;
+            self.proj_many(&[(&w.q, sc.qg.ptr), (&w.k, sc.k.ptr), (&w.v, sc.v.ptr)], x, n, None)?;
         } else {
             self.proj(&w.q, x, sc.qg.ptr, None, n, lay)?;
             self.proj(&w.k, x, sc.k.ptr, None, n, lay)?;
@@ -825,7 +835,7 @@ impl CudaModel {
         let rows = lay.rows();
         match &w.shared_gate {
             // the router and the shared expert's gate read the same input: one launch
-            Some(gate) if rows => self.proj_many(&[(&w.router, sc.router.ptr), (gate, sc.sg.ptr)], x, n)?,
+            Some(gate) if rows => self.proj_many(&[(&w.router, sc.router.ptr), (gate, sc.sg.ptr)], x, n, None)?,
             _ => self.proj(&w.router, x, sc.router.ptr, None, n, lay)?,
         }
         self.route(sc.router.ptr, sc.ids.ptr, sc.weights.ptr, n)?;
