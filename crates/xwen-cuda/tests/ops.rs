@@ -1165,6 +1165,26 @@ fn prompt_spans_convolve_and_scan_as_each_alone() {
     println!("prompt spans {lens:?}: convolution and scan equal to each span alone, outputs and states");
 }
 
+/// `slots` routed slots' ids sorted by expert on the device into tiles of up to `tile` slots of
+/// one expert (moe_sort): (the slots in that order, the tiles, how many tiles the launch takes).
+fn moe_sort(g: &Gpu, ids: &xwen_cuda::gpu::DevBuf, slots: usize, n_expert: usize, tile: usize) -> (xwen_cuda::gpu::DevBuf, xwen_cuda::gpu::DevBuf, usize) {
+    let max_tiles = slots.div_ceil(tile) + n_expert.min(slots);
+    let (cnt, off, ord, tiles) = (g.zeros(n_expert * 4).unwrap(), g.zeros(n_expert * 4).unwrap(), g.zeros(slots * 4).unwrap(), g.zeros(max_tiles * 16).unwrap());
+    let args = [
+        Arg::Ptr(ids.ptr),
+        Arg::I32(slots as i32),
+        Arg::I32(n_expert as i32),
+        Arg::Ptr(cnt.ptr),
+        Arg::Ptr(off.ptr),
+        Arg::Ptr(ord.ptr),
+        Arg::Ptr(tiles.ptr),
+        Arg::I32(max_tiles as i32),
+        Arg::I32(tile as i32),
+    ];
+    g.launch("moe_sort", (1, 1), 1024, (n_expert * 8) as u32, &args).unwrap();
+    (ord, tiles, max_tiles)
+}
+
 /// A decode batch's routed experts grouped per expert (moe_sort into tiles of `MOE_TILE`
 /// slots, then moe_glu_tiles and mv_tiles: each expert's words loaded once for a tile) give
 /// every slot the bits of its own slot's launches (mv_glu, mv): rows of several tokens, experts
@@ -1194,20 +1214,7 @@ fn grouped_decode_experts_give_each_slot_its_bits_alone() {
         args.extend([Arg::Ptr(xk), Arg::Ptr(xdk), Arg::Ptr(xz), Arg::Ptr(xdz), Arg::I64(cols as i64), Arg::I32(k as i32), Arg::Ptr(h1.ptr), Arg::I64(eff as i64)]);
         g.launch("mv_glu", (eff.div_ceil(4) as u32, slots as u32), 128, 0, &args).unwrap();
         // grouped
-        let max_tiles = slots.div_ceil(tile) + n_expert.min(slots);
-        let (cnt, off, ord, tiles) = (g.zeros(n_expert * 4).unwrap(), g.zeros(n_expert * 4).unwrap(), g.zeros(slots * 4).unwrap(), g.zeros(max_tiles * 16).unwrap());
-        let sort = [
-            Arg::Ptr(idd.ptr),
-            Arg::I32(slots as i32),
-            Arg::I32(n_expert as i32),
-            Arg::Ptr(cnt.ptr),
-            Arg::Ptr(off.ptr),
-            Arg::Ptr(ord.ptr),
-            Arg::Ptr(tiles.ptr),
-            Arg::I32(max_tiles as i32),
-            Arg::I32(tile as i32),
-        ];
-        g.launch("moe_sort", (1, 1), 1024, (n_expert * 8) as u32, &sort).unwrap();
+        let (ord, tiles, max_tiles) = moe_sort(&g, &idd, slots, n_expert, tile);
         let mut args = vec![Arg::Ptr(eg.ptr), Arg::Ptr(eu.ptr), Arg::I32(ty.id() as i32), Arg::I32(ty.id() as i32), Arg::I32(eff as i32)];
         args.extend([Arg::I64(rb as i64), Arg::I64(rb as i64), Arg::I64((eff * rb) as i64), Arg::I64((eff * rb) as i64), Arg::Ptr(tiles.ptr), Arg::Ptr(ord.ptr)]);
         args.extend([Arg::I32(k as i32), Arg::I32(cols as i32), Arg::Ptr(xd.ptr), Arg::Ptr(xk), Arg::Ptr(xdk), Arg::Ptr(xz), Arg::Ptr(xdz), Arg::Ptr(h2.ptr)]);
@@ -1266,29 +1273,10 @@ fn grouped_expert_products_match_the_dequantized_reference() {
                 })
                 .collect();
             let slots = n_tok * k;
-            let max_tiles = slots.div_ceil(16) + n_expert.min(slots);
             let rb = device_row_bytes(ty, cols);
             let (wd, xd, idd) = (g.upload(&device_layout(ty, &data)).unwrap(), g.upload_f32(&x).unwrap(), g.upload_i32(&ids).unwrap());
-            let (cnt, off, ord, tiles, yd) =
-                (g.zeros(n_expert * 4).unwrap(), g.zeros(n_expert * 4).unwrap(), g.zeros(slots * 4).unwrap(), g.zeros(max_tiles * 16).unwrap(), g.zeros(slots * rows * 4).unwrap());
-            g.launch(
-                "moe_sort",
-                (1, 1),
-                1024,
-                (n_expert * 8) as u32,
-                &[
-                    Arg::Ptr(idd.ptr),
-                    Arg::I32(slots as i32),
-                    Arg::I32(n_expert as i32),
-                    Arg::Ptr(cnt.ptr),
-                    Arg::Ptr(off.ptr),
-                    Arg::Ptr(ord.ptr),
-                    Arg::Ptr(tiles.ptr),
-                    Arg::I32(max_tiles as i32),
-                    Arg::I32(16),
-                ],
-            )
-            .unwrap();
+            let yd = g.zeros(slots * rows * 4).unwrap();
+            let (ord, tiles, max_tiles) = moe_sort(&g, &idd, slots, n_expert, 16);
             let order = g.read_i32(&ord, slots).unwrap();
             let mut sorted: Vec<usize> = order.iter().map(|&o| o as usize).collect();
             assert!(sorted.windows(2).all(|w| ids[w[0]] <= ids[w[1]]), "moe_sort: slots grouped by expert");

@@ -1143,8 +1143,6 @@ impl Model {
     }
 }
 
-/// A routed-expert stack (`blk.N.ffn_{gate,up,down}_exps.weight`), which a streaming store
-/// reads from disk instead of the mapping.
 /// A device's output for a span or a decode row as the model's own (no hidden rows).
 fn span_out(r: crate::device::RowOut) -> models::SpanOut {
     match r {
@@ -1153,6 +1151,8 @@ fn span_out(r: crate::device::RowOut) -> models::SpanOut {
     }
 }
 
+/// A routed-expert stack (`blk.N.ffn_{gate,up,down}_exps.weight`), which a streaming store
+/// reads from disk instead of the mapping.
 fn is_routed_expert(name: &str) -> bool {
     name.ends_with("_exps.weight")
 }

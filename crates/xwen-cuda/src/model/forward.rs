@@ -206,7 +206,10 @@ impl CudaModel {
                     _ => (0, false),
                 };
                 let (seg, row_off) = match p {
-                    Pass::Spans { .. } => (self.sc.spans.at(spans_table_at(self.decode_max).0), self.sc.spans.at(spans_table_at(self.decode_max).2)),
+                    Pass::Spans { .. } => {
+                        let (at_seg, _, at_off) = spans_table_at(self.decode_max);
+                        (self.sc.spans.at(at_seg), self.sc.spans.at(at_off))
+                    }
                     _ => (0, 0),
                 };
                 Ok(LayerPtrs { tab: self.sc.rows.at(tab), pos: self.sc.rows.at(pos), hist, one_seq, seg, row_off, ..none })
@@ -1056,24 +1059,15 @@ impl CudaModel {
         let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
         let ex = &w.experts;
         let (mut s_ptr, mut s_ty, mut s_cols, mut s_rb) = (0u64, 0i32, 0usize, 0usize);
-        let (hin, sin) = match &w.shared {
+        match &w.shared {
             Some(s) => {
                 (s_ptr, s_ty, s_cols, s_rb) = (s.down.ptr, s.down.ty, s.down.cols, s.down.row_bytes);
                 self.moe_glu(ex, s, x, n)?;
-                match self.quant_mids(kinds, s.down.cols, n)? {
-                    Some(pair) => pair,
-                    None => {
-                        let hin = self.input(sc.ffn_h.ptr, eff, n * k, true, kinds.ffn_mid)?;
-                        // the shared expert's hidden rows go past the routed ones in the q8 scratch
-                        (hin, self.input_at(sc.sh_h.ptr, s.down.cols, kinds.shared_mid, n * k * eff, n)?)
-                    }
-                }
             }
-            None => {
-                mv_glu(g, ex, Some(sc.ids.ptr), x, h, k, sc.ffn_h.ptr, eff, n * k)?;
-                (self.input(sc.ffn_h.ptr, eff, n * k, true, kinds.ffn_mid)?, In { f: 0, q: Q8::default(), f16: 0 })
-            }
-        };
+            None => mv_glu(g, ex, Some(sc.ids.ptr), x, h, k, sc.ffn_h.ptr, eff, n * k)?,
+        }
+        let (hin, sin) = self.quant_hidden(w, kinds, n)?;
+        let sin = sin.unwrap_or(In { f: 0, q: Q8::default(), f16: 0 });
         let sg = if w.shared.is_some() && w.shared_gate.is_some() { sc.sg.ptr } else { 0 };
         let dm = &w.experts.down;
         // a block a row, a warp a slot's product (k routed, then the shared expert's)
@@ -1130,7 +1124,7 @@ impl CudaModel {
     /// decode batch's rows stay their own; the batch reads each expert once.
     fn moe_decode_grouped(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize) -> Result<()> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
+        let (k, h) = (d.n_used, d.hidden);
         let ex = &w.experts;
         let tiles = self.moe_sort(n * k, g.knobs.moe_tile)?;
         let (eg, eu) = (&ex.gate, &ex.up);
@@ -1161,18 +1155,10 @@ impl CudaModel {
                 Arg::Ptr(sc.ffn_h.ptr),
             ],
         )?;
-        // the hidden rows quantized for the down products: the routed ones, then the shared
-        // expert's past them in their kind's scratch (quant_mids, or one launch each)
-        let (hin, sin) = match &w.shared {
-            Some(s) => {
-                self.glu(s, x, sc.sh_h.ptr, n, Layout::Rows)?;
-                match self.quant_mids(kinds, s.down.cols, n)? {
-                    Some(pair) => (pair.0, Some(pair.1)),
-                    None => (self.input(sc.ffn_h.ptr, eff, n * k, true, kinds.ffn_mid)?, Some(self.input_at(sc.sh_h.ptr, s.down.cols, kinds.shared_mid, n * k * eff, n)?)),
-                }
-            }
-            None => (self.input(sc.ffn_h.ptr, eff, n * k, true, kinds.ffn_mid)?, None),
-        };
+        if let Some(s) = &w.shared {
+            self.glu(s, x, sc.sh_h.ptr, n, Layout::Rows)?;
+        }
+        let (hin, sin) = self.quant_hidden(w, kinds, n)?;
         let dm = &ex.down;
         g.launch(
             "mv_tiles",
@@ -1204,6 +1190,23 @@ impl CudaModel {
             shared = (sc.sh_y.ptr, if w.shared_gate.is_some() { sc.sg.ptr } else { 0 });
         }
         self.combine(shared, n)
+    }
+
+    /// A decode batch's expert hidden rows quantized for their down products: the routed slots'
+    /// (ffn_h), and the shared expert's (sh_h, None without one) past them in their kind's
+    /// scratch — one launch for both where each takes one q8 kind (`quant_mids`), else one each.
+    fn quant_hidden(&self, w: &MoeLayer, kinds: &LayerKinds, n: usize) -> Result<(In, Option<In>)> {
+        let (d, sc) = (&self.d, &self.sc);
+        let (k, eff) = (d.n_used, d.expert_ff);
+        let Some(s) = &w.shared else {
+            return Ok((self.input(sc.ffn_h.ptr, eff, n * k, true, kinds.ffn_mid)?, None));
+        };
+        if let Some((hin, sin)) = self.quant_mids(kinds, s.down.cols, n)? {
+            return Ok((hin, Some(sin)));
+        }
+        let hin = self.input(sc.ffn_h.ptr, eff, n * k, true, kinds.ffn_mid)?;
+        // the shared expert's hidden rows go past the routed ones in the q8 scratch
+        Ok((hin, Some(self.input_at(sc.sh_h.ptr, s.down.cols, kinds.shared_mid, n * k * eff, n)?)))
     }
 
     /// The routed experts' gate, up and SwiGLU (k slots a row into ffn_h) and the shared

@@ -337,7 +337,7 @@ mod tests {
             assert!(p.len() <= 3, "a pass within its span count: {p:?}");
             assert!(p.windows(2).all(|w| lens[w[0]] >= lens[w[1]]), "longest first: {p:?}");
         }
-        // first fit decreasing: 96 | 45 33 15 | 32 31 16 | 2 1
+        // first fit decreasing: 96 | 45 33 16 | 32 31 15 (the second pass holds its 3 spans) | 2 1
         let got: Vec<Vec<usize>> = passes.iter().map(|p| p.iter().map(|&i| lens[i]).collect()).collect();
         assert_eq!(got, vec![vec![96], vec![45, 33, 16], vec![32, 31, 15], vec![2, 1]]);
     }
