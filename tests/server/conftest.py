@@ -1,8 +1,11 @@
 """Starts `xwen serve` on the demo model (with Qwen3.5's tool-rendering chat template) for the
-SDK tests. XWEN_BIN names the binary (the cargo test that runs this suite sets it)."""
+SDK tests. XWEN_BIN names the binary (the cargo test that runs this suite sets it);
+XWEN_SERVE_ARGS adds flags to every server the tests start (`-ngl 99`: the suite against a GPU
+server, as scripts/gpu-serve-ab runs it)."""
 
 import os
 import re
+import shlex
 import subprocess
 import time
 
@@ -22,7 +25,8 @@ class Server:
     def __init__(self, *args, template=TEMPLATE):
         """`template` None: the model's own chat template (the GGUF's)."""
         tpl = ["--chat-template-file", template] if template else []
-        cmd = [binary(), "serve", "--port", "0", *tpl, "-t", "1", *args]
+        extra = shlex.split(os.environ.get("XWEN_SERVE_ARGS", ""))
+        cmd = [binary(), "serve", "--port", "0", *tpl, "-t", "1", *args, *extra]
         self.proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
         self.log = []
         deadline = time.time() + 60

@@ -3,12 +3,12 @@
 //! drafting — and every front end built on them — run it there.
 
 use crate::error::CudaError;
-use crate::model::{CudaModel, CudaOptions, DevSeq, PromptSpan};
+use crate::model::{CudaModel, CudaOptions, DevSeq, DevSnapshot, PromptSpan};
 use std::any::Any;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use xwen_engine::state::{DeltaState, LayerState};
-use xwen_engine::{DeviceModel, DevicePrompt, DeviceRow, DeviceSeq, EngineError, Model, RowOut};
+use xwen_engine::{DeviceModel, DevicePrompt, DeviceRow, DeviceSeq, DeviceSnapshot, EngineError, Model, RowOut};
 
 /// Loads `model`'s file onto device `opts.device` and puts the model's passes there; the
 /// context is the model's (`EngineConfig::max_ctx`). Returns what the device is, in words.
@@ -201,6 +201,17 @@ impl DeviceSeq for CudaSeq {
         self.0.set_recurrent(states).map_err(engine_error)
     }
 
+    fn snapshot(&self) -> xwen_engine::Result<Option<Box<dyn DeviceSnapshot>>> {
+        Ok(self.0.snapshot().map_err(engine_error)?.map(|s| Box::new(CudaSnapshot(s)) as Box<dyn DeviceSnapshot>))
+    }
+
+    fn restore_snapshot(&mut self, snap: &dyn DeviceSnapshot) -> xwen_engine::Result<bool> {
+        match snap.as_any().downcast_ref::<CudaSnapshot>() {
+            Some(s) => self.0.restore_snapshot(&s.0).map_err(engine_error),
+            None => Ok(false),
+        }
+    }
+
     fn keep_history(&mut self, k: usize) {
         self.0.keep_history(k);
     }
@@ -218,6 +229,27 @@ impl DeviceSeq for CudaSeq {
     }
 
     fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+}
+
+/// A checkpoint's recurrent states kept on the GPU (`DevSeq::snapshot`).
+struct CudaSnapshot(DevSnapshot);
+
+impl DeviceSnapshot for CudaSnapshot {
+    fn download(&self) -> xwen_engine::Result<Vec<(usize, DeltaState)>> {
+        self.0.download().map_err(engine_error)
+    }
+
+    fn layers(&self) -> Vec<usize> {
+        self.0.layers()
+    }
+
+    fn bytes(&self) -> usize {
+        self.0.bytes()
+    }
+
+    fn as_any(&self) -> &dyn Any {
         self
     }
 }

@@ -147,6 +147,39 @@ pub struct Gpu {
     pdl: bool,
     /// The kernels' shape knobs they were compiled with (launch grids follow them).
     pub knobs: Knobs,
+    /// Device memory that sequences' checkpoints may hold (`DevSeq::snapshot`).
+    pub snapshots: SnapshotRoom,
+}
+
+/// The device memory checkpoints kept on the device may take: a ceiling the model sets once
+/// its own buffers are planned (0, the default, keeps every checkpoint on the host), and what
+/// the live ones hold.
+#[derive(Debug, Default)]
+pub struct SnapshotRoom {
+    cap: std::sync::atomic::AtomicU64,
+    used: std::sync::atomic::AtomicU64,
+}
+
+impl SnapshotRoom {
+    pub fn set_cap(&self, bytes: u64) {
+        self.cap.store(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `bytes` more taken where they fit under the ceiling.
+    pub fn take(&self, bytes: u64) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let cap = self.cap.load(Relaxed);
+        self.used.fetch_update(Relaxed, Relaxed, |u| (u + bytes <= cap).then_some(u + bytes)).is_ok()
+    }
+
+    pub fn give_back(&self, bytes: u64) {
+        self.used.fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// What the live snapshots hold.
+    pub fn used(&self) -> u64 {
+        self.used.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// Shape knobs of kernels.cu that both the kernels and their launches' grids depend on, passed
@@ -262,7 +295,7 @@ impl Gpu {
         let stream = ctx.new_stream()?;
         let blas = crate::blas::Blas::open(&stream);
         let pdl = maj >= 9 && std::env::var("XWEN_PDL").map_or(true, |v| v != "0");
-        Ok(Gpu { ctx, stream, _module: module, funcs, info, blas, profile: std::sync::Mutex::new(None), pdl, knobs })
+        Ok(Gpu { ctx, stream, _module: module, funcs, info, blas, profile: std::sync::Mutex::new(None), pdl, knobs, snapshots: SnapshotRoom::default() })
     }
 
     /// Launches `name` on the stream with `args` in the kernel's parameter order.

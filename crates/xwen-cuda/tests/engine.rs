@@ -354,11 +354,15 @@ fn states_move_between_the_host_and_the_device() {
         let la = m.forward(&mut a, &next, LogitsMode::All).unwrap();
         let lb = m.forward(&mut b, &next, LogitsMode::All).unwrap();
         assert_eq!(bits(&la), bits(&lb), "{}: a state read back and uploaded again", path.display());
-        // a checkpoint restored on the device
+        // a checkpoint kept on the device (the card has room): its host form (the prefix
+        // cache's copy) and its restore by a device copy continue bit for bit
         let mut c = m.new_state();
         m.forward(&mut c, &p, LogitsMode::None).unwrap();
         let ck = c.checkpoint().unwrap();
+        assert!(ck.on_device(), "{}: a checkpoint with room on the card stays there", path.display());
         m.forward(&mut c, &tokens(9, v, 8), LogitsMode::None).unwrap();
+        let mut at = c.to_host_at(&ck).unwrap();
+        assert_eq!(bits(&m.forward(&mut at, &next, LogitsMode::All).unwrap()), bits(&la), "{}: a device checkpoint's host form", path.display());
         c.restore_checkpoint(&ck).unwrap();
         assert_eq!(bits(&m.forward(&mut c, &next, LogitsMode::All).unwrap()), bits(&la), "{}: a restored checkpoint", path.display());
         // the CPU's prefix continued on the GPU: the layouts agree (within the model tests' bound)

@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::state::LayerState;
 use std::ops::Range;
 
-pub use crate::state::on_device::DeviceSeq;
+pub use crate::state::on_device::{DeviceSeq, DeviceSnapshot};
 
 /// A model computed by a device. `Model::attach_device` puts one behind a loaded model.
 pub trait DeviceModel: Send + Sync {

@@ -130,6 +130,46 @@ fn checkpoints_clones_and_rollbacks_hold_on_the_device() {
 }
 
 
+#[test]
+fn checkpoints_stay_on_the_device_where_it_has_room_and_go_through_the_host_where_not() {
+    let cpu = cpu_model();
+    let (dev, stand_in) = device_model();
+    let v = cpu.n_vocab();
+    let p = prompt(4, 18, v);
+    let mut c = cpu.new_state();
+    cpu.forward(&mut c, &p, LogitsMode::None).unwrap();
+    let want = cpu.forward(&mut c.clone(), &[7, 8], LogitsMode::All).unwrap();
+    let mut s = dev.new_state();
+    dev.forward(&mut s, &p, LogitsMode::None).unwrap();
+    let one = s.checkpoint().unwrap();
+    assert!(one.on_device(), "room for it: kept on the device");
+    // room for exactly one: a second checkpoint is read back, and room given back is used again
+    stand_in.room.left.store(0, Ordering::Relaxed);
+    let two = s.checkpoint().unwrap();
+    assert!(!two.on_device(), "no room left: read back");
+    assert_eq!(one.bytes(), two.bytes());
+    stand_in.room.left.store(0, Ordering::Relaxed);
+    drop(one);
+    assert_eq!(stand_in.room.left.load(Ordering::Relaxed), two.bytes(), "a dropped snapshot gives its room back");
+    let three = s.checkpoint().unwrap();
+    assert!(three.on_device());
+    dev.forward(&mut s, &prompt(6, 7, v), LogitsMode::None).unwrap();
+    for ck in [&two, &three] {
+        // the host form at the checkpoint (the prefix cache's copy), then the restore
+        let mut at = s.to_host_at(ck).unwrap();
+        assert_eq!(bits(&cpu.forward(&mut at, &[7, 8], LogitsMode::All).unwrap()), bits(&want), "host form, on_device {}", ck.on_device());
+        let mut r = s.clone();
+        let before = stand_in.room.restored.load(Ordering::Relaxed);
+        r.restore_checkpoint(ck).unwrap();
+        assert_eq!(stand_in.room.restored.load(Ordering::Relaxed) - before, usize::from(ck.on_device()), "a device copy for a snapshot");
+        assert_eq!(bits(&dev.forward(&mut r, &[7, 8], LogitsMode::All).unwrap()), bits(&want), "restored, on_device {}", ck.on_device());
+        // a state back in host memory takes a device snapshot's states from the host form
+        let mut h = s.to_host().unwrap();
+        h.restore_checkpoint(ck).unwrap();
+        assert_eq!(bits(&cpu.forward(&mut h, &[7, 8], LogitsMode::All).unwrap()), bits(&want), "host state restored, on_device {}", ck.on_device());
+    }
+}
+
 fn requests(v: usize) -> Vec<EngineRequest> {
     [(9, 7), (30, 5), (3, 9), (14, 4), (22, 6)]
         .iter()

@@ -27,7 +27,7 @@ use experts::ExpertCache;
 use forward::Pass;
 use plan::{decode_rows_for, load_net, max_dense_values, max_tiles, plan_of, q8_width, rows_table_bytes, ubatch_for};
 use xwen_engine::{PromptOut, RowOut};
-pub(crate) use seq::DevSeq;
+pub(crate) use seq::{DevSeq, DevSnapshot};
 use seq::{SeqLayer, SeqShape};
 use upload::Uploader;
 
@@ -457,6 +457,14 @@ impl CudaModel {
                 device: format!("cuda:{} ({})", gpu.info.ordinal, gpu.info.name),
                 what: format!("weights, and KV and state at -c {} for {} sequence(s)", opts.n_ctx, opts.n_seq.max(1)),
             });
+        }
+        // checkpoints kept on the device (a server's, one at every prompt's end): up to half of
+        // what the plan leaves free past a GiB aside, at most 8 GiB; none under a VRAM budget
+        // (a hard ceiling the plan fills) or on a rank of a split; XWEN_DEVICE_CHECKPOINTS=0:
+        // none (every checkpoint read back, as before)
+        let keep_on_device = opts.vram_budget.is_none() && opts.shard.is_none() && std::env::var("XWEN_DEVICE_CHECKPOINTS").map_or(true, |v| v != "0");
+        if keep_on_device {
+            gpu.snapshots.set_cap((gpu.info.free_bytes.saturating_sub(need + (1 << 30)) / 2).min(8 << 30));
         }
         let cfg = &net.cfg;
         let att = &cfg.attn;

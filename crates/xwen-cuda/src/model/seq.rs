@@ -179,6 +179,44 @@ impl DevSeq {
         Ok(())
     }
 
+    /// Every recurrent layer's conv and S copied into new device buffers (a checkpoint kept on
+    /// the device), where the model's room for them allows (`Gpu::snapshots`); None where not.
+    pub(crate) fn snapshot(&self) -> Result<Option<DevSnapshot>> {
+        let bytes: usize = self.layers.iter().map(|l| if let SeqLayer::Delta { conv, s } = l { conv.bytes() + s.bytes() } else { 0 }).sum();
+        if !self.gpu.snapshots.take(bytes as u64) {
+            return Ok(None);
+        }
+        // the room goes back when `snap` drops, a failed copy's too
+        let mut snap = DevSnapshot { gpu: Arc::clone(&self.gpu), states: Vec::new(), bytes: bytes as u64 };
+        for (i, l) in self.layers.iter().enumerate() {
+            if let SeqLayer::Delta { conv, s } = l {
+                let (mut c, mut t) = (self.gpu.zeros(conv.bytes())?, self.gpu.zeros(s.bytes())?);
+                self.gpu.copy(&mut c, conv)?;
+                self.gpu.copy(&mut t, s)?;
+                snap.states.push((i, c, t));
+            }
+        }
+        Ok(Some(snap))
+    }
+
+    /// The recurrent layers' states replaced by `snap`'s (device copies, on the stream); false
+    /// where `snap` was taken on another device (nothing done).
+    pub(crate) fn restore_snapshot(&mut self, snap: &DevSnapshot) -> Result<bool> {
+        if !snap.is_on(&self.gpu) {
+            return Ok(false);
+        }
+        for (i, c, t) in &snap.states {
+            match self.layers.get_mut(*i) {
+                Some(SeqLayer::Delta { conv, s }) if conv.bytes() == c.bytes() && s.bytes() == t.bytes() => {
+                    self.gpu.copy(conv, c)?;
+                    self.gpu.copy(s, t)?;
+                }
+                _ => return Err(CudaError::Unsupported(format!("layer {i}: not a recurrent layer of this shape"))),
+            }
+        }
+        Ok(true)
+    }
+
     /// A second sequence with this one's state (no kept states).
     pub(crate) fn try_clone(&self) -> Result<DevSeq> {
         let mut c = DevSeq::zeroed(&self.gpu, &self.shape)?;
@@ -319,4 +357,40 @@ impl DevSeq {
 fn u16_bytes(v: &[u16]) -> &[u8] {
     // SAFETY: u16 has no padding and any byte pattern is a valid u8.
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+/// A sequence's recurrent states copied on the device (`DevSeq::snapshot`): a checkpoint that
+/// needs no read-back until the host asks for it, and restores by a device copy.
+pub struct DevSnapshot {
+    gpu: Arc<Gpu>,
+    /// (layer index, conv, S)
+    states: Vec<(usize, DevBuf, DevBuf)>,
+    bytes: u64,
+}
+
+impl DevSnapshot {
+    /// The host form, by layer index (as `DevSeq::recurrent` gives it).
+    pub(crate) fn download(&self) -> Result<Vec<(usize, DeltaState)>> {
+        self.states.iter().map(|(i, c, t)| Ok((*i, DeltaState::of(self.gpu.read_f32(c, c.bytes() / 4)?, self.gpu.read_f32(t, t.bytes() / 4)?)))).collect()
+    }
+
+    pub(crate) fn layers(&self) -> Vec<usize> {
+        self.states.iter().map(|(i, _, _)| *i).collect()
+    }
+
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes as usize
+    }
+
+    /// Whether it was taken on `gpu` (a restore into a sequence of another device goes
+    /// through the host).
+    pub(crate) fn is_on(&self, gpu: &Arc<Gpu>) -> bool {
+        Arc::ptr_eq(&self.gpu, gpu)
+    }
+}
+
+impl Drop for DevSnapshot {
+    fn drop(&mut self) {
+        self.gpu.snapshots.give_back(self.bytes);
+    }
 }

@@ -12,9 +12,10 @@ pub mod recurrent;
 
 pub use kv::{KvBuf, KvCache};
 pub use recurrent::{DeltaState, PastState};
-use on_device::DeviceSeq;
+use on_device::{DeviceSeq, DeviceSnapshot};
 use crate::error::{EngineError, Result};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 #[derive(Clone, Debug)]
 pub enum LayerState {
@@ -89,8 +90,35 @@ pub struct SeqCheckpoint {
     lineage: u64,
     /// how many cuts the state had when this was taken
     cuts_before: usize,
+    recurrent: Recurrent,
+}
+
+/// A checkpoint's recurrent states: in host memory, or copied on the device that holds the
+/// sequence (a server takes one at every prompt's end; reading tens of MB back into fresh host
+/// pages there cost more than the step's forward).
+#[derive(Clone)]
+enum Recurrent {
     /// (layer index, state) of every recurrent layer
-    recurrent: Vec<(usize, DeltaState)>,
+    Host(Vec<(usize, DeltaState)>),
+    Device(Arc<dyn DeviceSnapshot>),
+}
+
+impl std::fmt::Debug for Recurrent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Recurrent::Host(r) => write!(f, "Host({} layers)", r.len()),
+            Recurrent::Device(s) => write!(f, "Device({} bytes)", s.bytes()),
+        }
+    }
+}
+
+impl Recurrent {
+    fn layers(&self) -> Vec<usize> {
+        match self {
+            Recurrent::Host(r) => r.iter().map(|(i, _)| *i).collect(),
+            Recurrent::Device(s) => s.layers(),
+        }
+    }
 }
 
 impl SeqCheckpoint {
@@ -98,9 +126,18 @@ impl SeqCheckpoint {
         self.pos
     }
 
-    /// Bytes this checkpoint holds (the recurrent states: constant in the position).
+    /// Bytes this checkpoint holds (the recurrent states: constant in the position), in host
+    /// or in device memory (`on_device`).
     pub fn bytes(&self) -> usize {
-        self.recurrent.iter().map(|(_, d)| (d.conv.len() + d.s.len()) * 4).sum()
+        match &self.recurrent {
+            Recurrent::Host(r) => r.iter().map(|(_, d)| (d.conv.len() + d.s.len()) * 4).sum(),
+            Recurrent::Device(s) => s.bytes(),
+        }
+    }
+
+    /// Whether its states are kept on the device (a restore there is a device copy).
+    pub fn on_device(&self) -> bool {
+        matches!(self.recurrent, Recurrent::Device(_))
     }
 }
 
@@ -111,6 +148,16 @@ fn put_recurrent(layers: &mut [LayerState], recurrent: &[(usize, DeltaState)]) {
         if let Some(LayerState::Delta(cur)) = layers.get_mut(*i) {
             cur.conv.clone_from(&r.conv);
             cur.s.clone_from(&r.s);
+        }
+    }
+}
+
+/// `put_recurrent` for states the caller no longer needs: moved in, not copied.
+fn take_recurrent(layers: &mut [LayerState], recurrent: Vec<(usize, DeltaState)>) {
+    for (i, r) in recurrent {
+        if let Some(LayerState::Delta(cur)) = layers.get_mut(i) {
+            cur.conv = r.conv;
+            cur.s = r.s;
         }
     }
 }
@@ -200,20 +247,25 @@ impl SeqState {
         *self = snap.0.clone();
     }
 
-    /// The recurrent states at the current position (no KV rows); from a device, read back
-    /// (the error is the device's).
+    /// The recurrent states at the current position (no KV rows); on a device, copied there
+    /// where it has room, else read back (the error is the device's).
     pub fn checkpoint(&self) -> Result<SeqCheckpoint> {
         let recurrent = match &self.place {
-            Place::Host => self
-                .layers
-                .iter()
-                .enumerate()
-                .filter_map(|(i, l)| match l {
-                    LayerState::Delta(d) => Some((i, DeltaState::of(d.conv.clone(), d.s.clone()))),
-                    LayerState::Attn(_) => None,
-                })
-                .collect(),
-            Place::Device(d) => d.recurrent()?,
+            Place::Host => Recurrent::Host(
+                self.layers
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, l)| match l {
+                        LayerState::Delta(d) => Some((i, DeltaState::of(d.conv.clone(), d.s.clone()))),
+                        LayerState::Attn(_) => None,
+                    })
+                    .collect(),
+            ),
+            // a snapshot the device could not take (no room, a failed copy) is read back instead
+            Place::Device(d) => match d.snapshot() {
+                Ok(Some(snap)) => Recurrent::Device(Arc::from(snap)),
+                _ => Recurrent::Host(d.recurrent()?),
+            },
             Place::Failed(m) => return Err(EngineError::State(m.clone())),
         };
         Ok(SeqCheckpoint { pos: self.pos, lineage: self.lineage, cuts_before: self.cuts.len(), recurrent })
@@ -232,7 +284,11 @@ impl SeqState {
         self.check_checkpoint(ck)?;
         let mut layers = self.layers.clone();
         d.download_kv(&mut layers, ck.pos)?;
-        put_recurrent(&mut layers, &ck.recurrent);
+        match &ck.recurrent {
+            Recurrent::Host(r) => put_recurrent(&mut layers, r),
+            // read back straight into the copy's layers (one host copy of the states, not two)
+            Recurrent::Device(snap) => take_recurrent(&mut layers, snap.download()?),
+        }
         let mut cuts = self.cuts.clone();
         if ck.pos < self.pos {
             cuts.push(ck.pos);
@@ -245,10 +301,17 @@ impl SeqState {
     /// has since been cut below (its KV rows there may now hold other tokens).
     pub fn restore_checkpoint(&mut self, ck: &SeqCheckpoint) -> Result<()> {
         self.check_checkpoint(ck)?;
-        match &mut self.place {
-            Place::Host => put_recurrent(&mut self.layers, &ck.recurrent),
-            Place::Device(dev) => dev.set_recurrent(&ck.recurrent)?,
-            Place::Failed(m) => return Err(EngineError::State(m.clone())),
+        match (&mut self.place, &ck.recurrent) {
+            (Place::Host, Recurrent::Host(r)) => put_recurrent(&mut self.layers, r),
+            (Place::Host, Recurrent::Device(snap)) => take_recurrent(&mut self.layers, snap.download()?),
+            (Place::Device(dev), Recurrent::Host(r)) => dev.set_recurrent(r)?,
+            (Place::Device(dev), Recurrent::Device(snap)) => {
+                // a device copy where the snapshot is this device's, else through the host
+                if !dev.restore_snapshot(&**snap)? {
+                    dev.set_recurrent(&snap.download()?)?;
+                }
+            }
+            (Place::Failed(m), _) => return Err(EngineError::State(m.clone())),
         }
         self.cut_kv(ck.pos);
         Ok(())
@@ -270,7 +333,7 @@ impl SeqState {
                 )));
             }
         }
-        if let Some((i, _)) = ck.recurrent.iter().find(|(i, _)| !matches!(self.layers.get(*i), Some(LayerState::Delta(_)))) {
+        if let Some(i) = ck.recurrent.layers().into_iter().find(|i| !matches!(self.layers.get(*i), Some(LayerState::Delta(_)))) {
             return Err(EngineError::State(format!("checkpoint layer {i} is not recurrent in this state")));
         }
         Ok(())

@@ -30,6 +30,21 @@ pub trait DeviceSeq: Send + Sync + Any {
     /// The recurrent layers' states replaced (a checkpoint restored).
     fn set_recurrent(&mut self, states: &[(usize, DeltaState)]) -> Result<()>;
 
+    /// Every recurrent layer's state copied on the device (a checkpoint that stays there: no
+    /// read-back, and a restore is a device copy), where the device has room for it; None
+    /// where it has not, and the caller reads the states back (`recurrent`). The default
+    /// keeps none.
+    fn snapshot(&self) -> Result<Option<Box<dyn DeviceSnapshot>>> {
+        Ok(None)
+    }
+
+    /// The recurrent layers' states replaced by `snap`'s, on the device; false where `snap` is
+    /// not this device's (the caller restores its host form).
+    fn restore_snapshot(&mut self, snap: &dyn DeviceSnapshot) -> Result<bool> {
+        let _ = snap;
+        Ok(false)
+    }
+
     /// Keep the recurrent states before each of the last `k` rows fed one by one (single-row
     /// spans and decode-order spans), so `rollback` returns to them; 0 keeps none.
     fn keep_history(&mut self, k: usize);
@@ -45,4 +60,19 @@ pub trait DeviceSeq: Send + Sync + Any {
     fn history_bytes(&self) -> usize;
 
     fn as_any_mut(&mut self) -> &mut dyn Any;
+}
+
+/// A sequence's recurrent states copied on its device (`DeviceSeq::snapshot`): a checkpoint's
+/// content kept in device memory until the host needs it.
+pub trait DeviceSnapshot: Send + Sync + Any {
+    /// The host form, by layer index (what `DeviceSeq::recurrent` gave when it was taken).
+    fn download(&self) -> Result<Vec<(usize, DeltaState)>>;
+
+    /// The recurrent layers it holds, by index.
+    fn layers(&self) -> Vec<usize>;
+
+    /// Device bytes it holds.
+    fn bytes(&self) -> usize;
+
+    fn as_any(&self) -> &dyn Any;
 }

@@ -5,7 +5,8 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use xwen_engine::state::{DeltaState, LayerState};
-use xwen_engine::{DeviceModel, DevicePrompt, DeviceRow, DeviceSeq, Engine, EngineOptions, EngineRequest, LogitsMode, Model, Output, PrefixCache, RowOut, SeqState, SeqStep};
+use std::sync::Arc;
+use xwen_engine::{DeviceModel, DevicePrompt, DeviceRow, DeviceSeq, DeviceSnapshot, Engine, EngineOptions, EngineRequest, LogitsMode, Model, Output, PrefixCache, RowOut, SeqState, SeqStep};
 
 pub struct HostDevice {
     pub model: Model,
@@ -18,6 +19,18 @@ pub struct HostDevice {
     pub prepared: AtomicUsize,
     /// The most prompt spans one `forward_prompts` call brought.
     pub widest_prompts: AtomicUsize,
+    /// The room its sequences' checkpoints may take on it (`DeviceSeq::snapshot`).
+    pub room: Arc<Room>,
+}
+
+/// What a stand-in device lets checkpoints keep on it, and what they did.
+#[derive(Default)]
+pub struct Room {
+    /// Bytes still free for snapshots.
+    pub left: AtomicUsize,
+    pub taken: AtomicUsize,
+    /// Snapshots restored by a device copy.
+    pub restored: AtomicUsize,
 }
 
 impl HostDevice {
@@ -29,6 +42,7 @@ impl HostDevice {
             logit_rows: AtomicUsize::new(0),
             prepared: AtomicUsize::new(0),
             widest_prompts: AtomicUsize::new(0),
+            room: Arc::new(Room { left: AtomicUsize::new(usize::MAX), ..Room::default() }),
         }
     }
 }
@@ -40,7 +54,7 @@ pub const MAX_ROWS: usize = 2;
 pub static VERIFIES: AtomicUsize = AtomicUsize::new(0);
 pub static ROLLBACKS: AtomicUsize = AtomicUsize::new(0);
 
-pub struct HostSeq(pub SeqState);
+pub struct HostSeq(pub SeqState, Arc<Room>);
 
 impl HostSeq {
     /// The KV rows past `pos` dropped, as a device overwrites them.
@@ -78,7 +92,7 @@ impl DeviceModel for HostDevice {
             }
         }
         st.pos = pos;
-        Ok(Box::new(HostSeq(st)))
+        Ok(Box::new(HostSeq(st, self.room.clone())))
     }
 
     fn forward(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32], logits: Range<usize>, decode_order: bool) -> xwen_engine::Result<Vec<f32>> {
@@ -130,11 +144,11 @@ impl DeviceModel for HostDevice {
 
 impl DeviceSeq for HostSeq {
     fn try_clone(&self) -> xwen_engine::Result<Box<dyn DeviceSeq>> {
-        Ok(Box::new(HostSeq(self.0.clone())))
+        Ok(Box::new(HostSeq(self.0.clone(), self.1.clone())))
     }
 
     fn download(&self, layers: &mut [LayerState], pos: usize) -> xwen_engine::Result<()> {
-        let mut c = HostSeq(self.0.clone());
+        let mut c = HostSeq(self.0.clone(), self.1.clone());
         c.at(pos);
         layers.clone_from_slice(&c.0.layers);
         Ok(())
@@ -175,6 +189,26 @@ impl DeviceSeq for HostSeq {
         Ok(())
     }
 
+    fn snapshot(&self) -> xwen_engine::Result<Option<Box<dyn DeviceSnapshot>>> {
+        let states = self.recurrent()?;
+        let bytes = states.iter().map(|(_, d)| (d.conv.len() + d.s.len()) * 4).sum::<usize>();
+        if self.1.left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| l.checked_sub(bytes)).is_err() {
+            return Ok(None);
+        }
+        self.1.taken.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(Box::new(HostSnapshot { states, bytes, room: self.1.clone() })))
+    }
+
+    fn restore_snapshot(&mut self, snap: &dyn DeviceSnapshot) -> xwen_engine::Result<bool> {
+        let Some(s) = snap.as_any().downcast_ref::<HostSnapshot>() else { return Ok(false) };
+        if !Arc::ptr_eq(&s.room, &self.1) {
+            return Ok(false);
+        }
+        self.set_recurrent(&s.states)?;
+        self.1.restored.fetch_add(1, Ordering::Relaxed);
+        Ok(true)
+    }
+
     fn keep_history(&mut self, k: usize) {
         self.0.keep_history(k);
     }
@@ -195,6 +229,38 @@ impl DeviceSeq for HostSeq {
 
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
         self
+    }
+}
+
+/// A checkpoint kept by the stand-in device: its recurrent states, the room they take given
+/// back when it drops.
+pub struct HostSnapshot {
+    states: Vec<(usize, DeltaState)>,
+    bytes: usize,
+    room: Arc<Room>,
+}
+
+impl DeviceSnapshot for HostSnapshot {
+    fn download(&self) -> xwen_engine::Result<Vec<(usize, DeltaState)>> {
+        Ok(self.states.clone())
+    }
+
+    fn layers(&self) -> Vec<usize> {
+        self.states.iter().map(|(i, _)| *i).collect()
+    }
+
+    fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+}
+
+impl Drop for HostSnapshot {
+    fn drop(&mut self) {
+        self.room.left.fetch_add(self.bytes, Ordering::Relaxed);
     }
 }
 
