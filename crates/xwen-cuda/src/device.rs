@@ -133,6 +133,12 @@ impl DeviceModel for CudaDevice {
         m.feed_argmax(&mut seq.0, pos, tokens, banned).map_err(engine_error)
     }
 
+    fn forward_verify_argmax(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32], banned: &[u32]) -> xwen_engine::Result<Vec<u32>> {
+        let seq = seq.as_any_mut().downcast_mut::<CudaSeq>().ok_or_else(|| EngineError::Device("a sequence state of another device".into()))?;
+        let mut m = self.lock();
+        m.feed_verify_argmax(&mut seq.0, pos, tokens, banned).map_err(engine_error)
+    }
+
     fn forward_prompts(&self, spans: &mut [DevicePrompt<'_>]) -> Vec<xwen_engine::Result<RowOut>> {
         let mut out: Vec<Option<xwen_engine::Result<RowOut>>> = (0..spans.len()).map(|_| None).collect();
         let mut ours = Vec::with_capacity(spans.len());

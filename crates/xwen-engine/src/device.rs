@@ -53,6 +53,16 @@ pub trait DeviceModel: Send + Sync {
         Ok(crate::ops::argmax_except(&logits, banned))
     }
 
+    /// A greedy verify: `forward` of the span in decode order (each row in the one-token
+    /// arithmetic), returning each row's argmax skipping `banned` (as `forward_argmax` picks)
+    /// instead of every row's logits, which a device need not copy back.
+    fn forward_verify_argmax(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32], banned: &[u32]) -> Result<Vec<u32>> {
+        let n = tokens.len();
+        let logits = self.forward(seq, pos, tokens, 0..n, true)?;
+        let v = logits.len() / n.max(1);
+        Ok(logits.chunks(v.max(1)).take(n).map(|row| crate::ops::argmax_except(row, banned)).collect())
+    }
+
     /// A decode batch: each row's one token through its own sequence (no sequence twice). A
     /// device computes the rows together where it can — one pass reads each weight once for
     /// all of them — and each row's output must be the bits `forward` / `forward_argmax` give

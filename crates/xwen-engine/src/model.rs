@@ -29,6 +29,11 @@ pub enum LogitsMode {
     /// device may pick the token itself and return it in `SpanOut::argmax` with no logits,
     /// sparing the copy of a vocabulary's logits a token.
     LastArgmax,
+    /// Every row's argmax only (a greedy speculative verify, or its one-row step: nothing
+    /// reads the logits). The CPU returns every row's logits as for `All`; a device may pick
+    /// each row's token itself, skipping the step's `banned`, and return them in
+    /// `SpanOut::picks` with no logits, sparing a vocabulary's logits a row.
+    AllArgmax,
     /// None (prefill that only advances the state).
     None,
 }
@@ -37,7 +42,7 @@ impl LogitsMode {
     /// The rows of an `n`-row span whose logits this mode returns.
     pub(crate) fn rows(self, n: usize) -> std::ops::Range<usize> {
         match self {
-            LogitsMode::All => 0..n,
+            LogitsMode::All | LogitsMode::AllArgmax => 0..n,
             LogitsMode::Last | LogitsMode::LastArgmax => n.saturating_sub(1)..n,
             LogitsMode::None => n..n,
         }
@@ -47,7 +52,7 @@ impl LogitsMode {
     /// piece that holds the last token (`last`), `None` for the rest.
     fn for_piece(self, last: bool) -> LogitsMode {
         match self {
-            LogitsMode::All => LogitsMode::All,
+            LogitsMode::All | LogitsMode::AllArgmax => LogitsMode::All,
             LogitsMode::Last if last => LogitsMode::Last,
             LogitsMode::LastArgmax if last => LogitsMode::LastArgmax,
             _ => LogitsMode::None,
@@ -713,11 +718,16 @@ impl Model {
                 is_prompt[i] = true;
                 continue;
             }
-            // a verify's span, each row in the one-token order: a pass of its own
+            // a verify's span, each row in the one-token order: a pass of its own (a greedy
+            // one's rows picked on the device)
             let one = (|| {
                 let pos = st.pos;
                 let seq = st.device_mut()?;
-                let out = models::SpanOut { logits: dev.forward(seq, pos, s.tokens, s.logits.rows(s.tokens.len()), true)?, hidden: Vec::new(), argmax: None };
+                let out = if s.logits == LogitsMode::AllArgmax {
+                    models::SpanOut { picks: dev.forward_verify_argmax(seq, pos, s.tokens, s.banned)?, ..Default::default() }
+                } else {
+                    models::SpanOut { logits: dev.forward(seq, pos, s.tokens, s.logits.rows(s.tokens.len()), true)?, ..Default::default() }
+                };
                 st.pos += s.tokens.len();
                 Ok(out)
             })();
@@ -761,7 +771,7 @@ impl Model {
                 let pos = s.state.pos;
                 match s.state.device_mut() {
                     Ok(seq) => {
-                        batch.push(DeviceRow { seq, pos, token: s.tokens[0], logits: !matches!(s.logits, LogitsMode::LastArgmax | LogitsMode::None), banned: s.banned });
+                        batch.push(DeviceRow { seq, pos, token: s.tokens[0], logits: !matches!(s.logits, LogitsMode::LastArgmax | LogitsMode::AllArgmax | LogitsMode::None), banned: s.banned });
                         modes.push(s.logits);
                         members.push(i);
                     }
@@ -771,9 +781,10 @@ impl Model {
             match dev.forward_rows(&mut batch) {
                 Ok(res) if res.len() == members.len() => {
                     for ((&i, mode), r) in members.iter().zip(modes).zip(res) {
-                        out[i] = Some(Ok(match mode {
-                            LogitsMode::None => models::SpanOut::default(),
-                            _ => span_out(r),
+                        out[i] = Some(Ok(match (mode, r) {
+                            (LogitsMode::None, _) => models::SpanOut::default(),
+                            (LogitsMode::AllArgmax, crate::device::RowOut::Argmax(t)) => models::SpanOut { picks: vec![t], argmax: Some(t), ..Default::default() },
+                            (_, r) => span_out(r),
                         }));
                     }
                 }

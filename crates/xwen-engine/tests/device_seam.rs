@@ -12,7 +12,7 @@ use xwen_engine::{ContraryDrafter, EngineConfig, EngineRequest, LogitsMode, Mode
 
 #[path = "support/host_device.rs"]
 mod host_device;
-use host_device::{run_engine, HostDevice, MAX_ROWS, ROLLBACKS, VERIFIES};
+use host_device::{run_engine, HostDevice, MAX_ROWS, PICKED_VERIFIES, ROLLBACKS, VERIFIES};
 
 fn path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity/cond/qwen3_5/model-q4_k_m.gguf")
@@ -241,11 +241,13 @@ fn drafted_output_on_the_device_is_plain_greedy() {
         let drafters: Vec<Box<dyn xwen_engine::Drafter>> = vec![Box::new(ReplayDrafter::new(plain.clone())), Box::new(ContraryDrafter::new(v))];
         for d in drafters {
             let (dev, _) = device_model();
-            let (v0, r0) = (VERIFIES.load(Ordering::Relaxed), ROLLBACKS.load(Ordering::Relaxed));
+            let (v0, r0, p0) = (VERIFIES.load(Ordering::Relaxed), ROLLBACKS.load(Ordering::Relaxed), PICKED_VERIFIES.load(Ordering::Relaxed));
             let contrary = d.name() == "contrary";
             let req = EngineRequest { draft: Some((d, depth)), ..EngineRequest::new(p.clone(), 24, Vec::new(), SamplerConfig::greedy().resolve(false)) };
             assert_eq!(run_engine(dev, vec![req], 1, None).remove(0), plain, "depth {depth}");
             assert!(VERIFIES.load(Ordering::Relaxed) > v0, "the drafts were verified on the device");
+            // greedy: the device picked each verified row's token (no logits came back)
+            assert!(PICKED_VERIFIES.load(Ordering::Relaxed) > p0, "a greedy verify's rows were not picked on the device");
             if contrary {
                 assert!(ROLLBACKS.load(Ordering::Relaxed) > r0, "wrong drafts were rolled back on the device");
             }

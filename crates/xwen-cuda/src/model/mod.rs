@@ -822,6 +822,27 @@ impl CudaModel {
         Ok(self.greedy_picks(&[banned])?[0])
     }
 
+    /// A greedy verify (`DeviceModel::forward_verify_argmax`): the rows in one pass in the
+    /// decode step's arithmetic, as `feed` runs a verify, then each row's argmax skipping
+    /// `banned` (`greedy_picks`) — a token a row copied back, not a vocabulary's logits. Where
+    /// the rows cannot share a pass (more than a decode batch, fewer kept states than rows),
+    /// one decode step a row, each picked after its step.
+    pub(crate) fn feed_verify_argmax(&mut self, seq: &mut DevSeq, pos: usize, tokens: &[u32], banned: &[u32]) -> Result<Vec<u32>> {
+        self.gpu.ctx.bind_to_thread()?;
+        self.check(pos, tokens)?;
+        let n = tokens.len();
+        if n > 1 && n <= self.decode_max && seq.keeps_at_least(n) {
+            self.verify_pass(seq, pos, tokens)?;
+            return self.greedy_picks(&vec![banned; n]);
+        }
+        let mut picks = Vec::with_capacity(n);
+        for (i, &t) in tokens.iter().enumerate() {
+            self.decode_batch(&mut [(&mut *seq, pos + i, t)])?;
+            picks.push(self.greedy_picks(&[banned])?[0]);
+        }
+        Ok(picks)
+    }
+
     /// A step's prompt spans of several sequences (`DeviceModel::forward_prompts`), one result
     /// a span. Spans of 2 to `ubatch` tokens that ask for their last row's logits or argmax
     /// share passes (`spans_pass`: up to `ubatch` rows and `decode_max` spans a pass, longest

@@ -429,7 +429,7 @@ pub(super) fn head(ctx: &Ctx, x: &[f32], rows: &crate::batch::Rows, spans: &[Spa
             let n = sp.logits.len();
             let part = logits.get(at * v..(at + n) * v).map(<[f32]>::to_vec).unwrap_or_default();
             at += n;
-            SpanOut { logits: part, hidden, argmax: None }
+            SpanOut { logits: part, hidden, argmax: None, picks: Vec::new() }
         })
         .collect()
 }

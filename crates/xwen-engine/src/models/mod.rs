@@ -120,6 +120,9 @@ pub struct SpanOut {
     /// The last row's argmax where a device picked it (`LogitsMode::LastArgmax`; the logits
     /// are then empty).
     pub argmax: Option<u32>,
+    /// Every row's pick where a device made them (`LogitsMode::AllArgmax`; the logits are
+    /// then empty).
+    pub picks: Vec<u32>,
 }
 
 /// `Rows` of a batch at the states' positions (what every architecture's forward starts from).

@@ -309,7 +309,7 @@ impl Qwen4Exp {
                 let n = sp.logits.len();
                 let part = logits.get(at * v..(at + n) * v).map(<[f32]>::to_vec).unwrap_or_default();
                 at += n;
-                SpanOut { logits: part, hidden, argmax: None }
+                SpanOut { logits: part, hidden, argmax: None, picks: Vec::new() }
             })
             .collect())
     }

@@ -163,7 +163,7 @@ impl Qwen4ExpMtp {
         };
         if state_only {
             state.pos += n;
-            return Ok(SpanOut { logits: Vec::new(), hidden: Vec::new(), argmax: None });
+            return Ok(SpanOut { logits: Vec::new(), hidden: Vec::new(), argmax: None, picks: Vec::new() });
         }
         hyper_conn::combine(ctx, &self.hc, &mut res, &out, inj.as_deref().expect("a layer's mixer injects"));
         let (input, inj) = hyper_conn::mix(ctx, &self.hc_ffn, &self.hc, &res, &rows);
@@ -180,7 +180,7 @@ impl Qwen4ExpMtp {
             let (normed, _) = hyper_conn::mix(ctx, &self.head_mix, &self.hc, &res[logits.start * w..logits.end * w], &head_rows);
             ctx.mm_rows1(&self.output, &normed, &head_rows).to_vec()
         };
-        Ok(SpanOut { logits, hidden: res, argmax: None })
+        Ok(SpanOut { logits, hidden: res, argmax: None, picks: Vec::new() })
     }
 
     /// eh_proj over every stream of every row: [rms_norm(e)·enorm | rms_norm(r_s)·hnorm_s]

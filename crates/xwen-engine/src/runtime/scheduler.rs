@@ -15,7 +15,7 @@ use crate::runtime::cost_table::{shares, StepCosts};
 use crate::runtime::generate::{fits_context, StopReason, StopRule};
 use crate::runtime::sampler::Sampler;
 use crate::runtime::session::Session;
-use crate::runtime::speculative::{sample_verify_rows, Controller, DraftMemory, DraftTally, Drafter, ModelDrafter, SpecStats};
+use crate::runtime::speculative::{greedy_verify_rows, sample_verify_rows, Controller, DraftMemory, DraftTally, Drafter, ModelDrafter, SpecStats};
 use std::collections::HashMap;
 
 /// Prompt tokens one sequence feeds per step (llama.cpp's micro-batch).
@@ -361,7 +361,7 @@ impl Scheduler {
     /// token and the drafts). Tokens are sampled row by row against the drafts; the state is
     /// rolled back to the tokens whose logits were used. Returns the stop reason if it ended.
     /// Also returns the drafts verified and accepted.
-    fn verify(model: &Model, r: &mut Running, n: usize, rows: &mut [f32], hidden: &[f32], events: &mut Vec<Event>) -> Result<(Option<StopReason>, usize, usize)> {
+    fn verify(model: &Model, r: &mut Running, n: usize, (rows, picks): (&mut [f32], &[u32]), hidden: &[f32], events: &mut Vec<Event>) -> Result<(Option<StopReason>, usize, usize)> {
         let n_vocab = model.n_vocab();
         let pos0 = r.session.state().pos - n;
         let drafts = std::mem::take(&mut r.drafts);
@@ -369,11 +369,14 @@ impl Scheduler {
         let id = r.id;
         let rule = StopRule { stop_ids: &r.stop_ids, limit: r.max_tokens };
         let generated = &mut r.generated;
-        let (i, tok, stop) = sample_verify_rows(rows, n_vocab, &drafts, &mut r.sampler, &mut |tok| {
+        let mut emit = |tok| {
             *generated += 1;
             events.push(Event::Token { id, token: tok, logprobs: None });
             rule.after(tok, *generated, None)
-        });
+        };
+        // a device's picks where it made them (a greedy verify), else the rows' logits sampled
+        let (i, tok, stop) =
+            if picks.len() == n { greedy_verify_rows(picks, &drafts, &mut r.sampler, &mut emit) } else { sample_verify_rows(rows, n_vocab, &drafts, &mut r.sampler, &mut emit) };
         // keep span[..=i]: the tokens whose logits were used
         r.session.state_mut().rollback(pos0 + i + 1)?;
         if let Some((d, ctl)) = r.draft.as_mut() {
@@ -597,7 +600,10 @@ impl Scheduler {
             if !r.prompt_left && !r.drafts.is_empty() {
                 let n = r.pending.len();
                 idx.push((k, n));
-                steps.push(SeqStep { state: r.session.state_mut(), tokens: &r.pending[..n], logits: LogitsMode::All, decode_order: true, hidden, banned: &[] });
+                // a greedy verify needs each row's pick alone (a device copies back a token a row)
+                let greedy = r.processor.is_none() && r.logprobs.is_none() && r.greedy_bans.is_some() && !hidden;
+                let (logits, banned) = if greedy { (LogitsMode::AllArgmax, r.greedy_bans.as_deref().unwrap_or(&[])) } else { (LogitsMode::All, &[][..]) };
+                steps.push(SeqStep { state: r.session.state_mut(), tokens: &r.pending[..n], logits, decode_order: true, hidden, banned });
                 continue;
             }
             let last_chunk = !r.prompt_left || n == r.pending.len();
@@ -631,7 +637,7 @@ impl Scheduler {
             // steps' one by one); a failed read fails this sequence alone, as in a batch
             Some(_) => {
                 let s = &mut steps[0];
-                vec![model.forward_chunks(&mut *s.state, s.tokens, wave_chunk, s.logits).map(|logits| SpanOut { logits, hidden: Vec::new(), argmax: None })]
+                vec![model.forward_chunks(&mut *s.state, s.tokens, wave_chunk, s.logits).map(|logits| SpanOut { logits, hidden: Vec::new(), argmax: None, picks: Vec::new() })]
             }
             None => model.forward_batch_each(&mut steps)?,
         };
@@ -685,7 +691,7 @@ impl Scheduler {
             };
             let lg = &mut out.logits;
             if !r.drafts.is_empty() {
-                let (stop, drafted, accepted) = Self::verify(model, r, n, lg, &out.hidden, events)?;
+                let (stop, drafted, accepted) = Self::verify(model, r, n, (lg, &out.picks), &out.hidden, events)?;
                 self.tally.record(drafted, accepted);
                 r.spec.steps += 1;
                 r.spec.tally.record(drafted, accepted);

@@ -53,6 +53,8 @@ pub const MAX_ROWS: usize = 2;
 /// Verifies (passes of several rows in the one-token order) and rollbacks, over all devices.
 pub static VERIFIES: AtomicUsize = AtomicUsize::new(0);
 pub static ROLLBACKS: AtomicUsize = AtomicUsize::new(0);
+/// Greedy verifies whose rows came back as picks (`forward_verify_argmax`), over all devices.
+pub static PICKED_VERIFIES: AtomicUsize = AtomicUsize::new(0);
 
 pub struct HostSeq(pub SeqState, Arc<Room>);
 
@@ -106,6 +108,13 @@ impl DeviceModel for HostDevice {
         let all = self.model.forward_batch(&mut step)?.pop().unwrap();
         let v = self.model.n_vocab();
         Ok(all[logits.start * v..logits.end * v].to_vec())
+    }
+
+    /// The verify's logits, each row picked here (the seam's default, counted).
+    fn forward_verify_argmax(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32], banned: &[u32]) -> xwen_engine::Result<Vec<u32>> {
+        PICKED_VERIFIES.fetch_add(1, Ordering::Relaxed);
+        let logits = self.forward(seq, pos, tokens, 0..tokens.len(), true)?;
+        Ok(logits.chunks(self.model.n_vocab()).map(|row| xwen_engine::ops::argmax_except(row, banned)).collect())
     }
 
     /// The rows as one CPU batch (whose rows are each as computed alone).

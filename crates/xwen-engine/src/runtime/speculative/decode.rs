@@ -3,7 +3,7 @@
 
 use super::controller::Controller;
 use super::tally::SpecStats;
-use super::verify::sample_verify_rows;
+use super::verify::{greedy_verify_rows, sample_verify_rows};
 use super::Drafter;
 use crate::error::Result;
 use crate::model::{LogitsMode, Model, SeqStep};
@@ -81,6 +81,11 @@ pub(crate) fn speculate(
         return Ok((stats, spec));
     }
     let n_vocab = model.n_vocab();
+    // a greedy sampler's rows need their picks alone: a device then copies back a token a row
+    // instead of a vocabulary's logits (and skips the bans itself)
+    let greedy_bans = if wants_hidden { None } else { sampler.greedy_bans() };
+    let mode = if greedy_bans.is_some() { LogitsMode::AllArgmax } else { LogitsMode::All };
+    let banned = greedy_bans.unwrap_or_default();
     let mut ctl = Controller::new(max_draft);
     ctl.set_timed(sampler.params().temperature <= 0.0);
     // what the drafter spent following the kept rows since its last proposal (an MTP head's
@@ -116,13 +121,17 @@ pub(crate) fn speculate(
         span.extend_from_slice(drafts);
         let t_step = Instant::now();
         let out = {
-            let mut step = [SeqStep { state: &mut *state, tokens: &span, logits: LogitsMode::All, decode_order: true, hidden: wants_hidden, banned: &[] }];
+            let mut step = [SeqStep { state: &mut *state, tokens: &span, logits: mode, decode_order: true, hidden: wants_hidden, banned: &banned }];
             model.forward_batch_out(&mut step)?.pop().unwrap_or_default()
         };
         ctl.observe_cost(span.len(), t_step.elapsed().as_secs_f64());
         let (mut rows, hidden) = (out.logits, out.hidden);
         spec.steps += 1;
-        let (i, y, stop) = sample_verify_rows(&mut rows, n_vocab, drafts, sampler, &mut |y| emit(y, &mut stats, on_token));
+        let (i, y, stop) = if out.picks.len() == span.len() {
+            greedy_verify_rows(&out.picks, drafts, sampler, &mut |y| emit(y, &mut stats, on_token))
+        } else {
+            sample_verify_rows(&mut rows, n_vocab, drafts, sampler, &mut |y| emit(y, &mut stats, on_token))
+        };
         spec.tally.record(drafts.len(), i);
         context.extend_from_slice(&drafts[..i]);
         ctl.observe(drafts.len(), i);

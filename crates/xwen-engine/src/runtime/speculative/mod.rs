@@ -39,7 +39,7 @@ pub use lookup::{ContraryDrafter, NgramDrafter, ReplayDrafter};
 pub use model_drafter::ModelDrafter;
 pub use mtp_drafter::MtpDrafter;
 pub use tally::{DraftTally, SpecStats};
-pub(crate) use verify::sample_verify_rows;
+pub(crate) use verify::{greedy_verify_rows, sample_verify_rows};
 
 use crate::error::Result;
 use crate::model::Model;

@@ -30,3 +30,18 @@ pub(crate) fn sample_verify_rows(
     }
     unreachable!("a verify has at least one row")
 }
+
+/// `sample_verify_rows` for a greedy sampler whose rows were picked on a device
+/// (`LogitsMode::AllArgmax`: each row's argmax skipping the sampler's bans, what its `sample`
+/// would pick from the row's logits): the rows' tokens up to the first that parts from its
+/// draft, each accepted by the sampler and emitted as there.
+pub(crate) fn greedy_verify_rows(picks: &[u32], drafts: &[u32], sampler: &mut Sampler, emit: &mut dyn FnMut(u32) -> Option<StopReason>) -> (usize, u32, Option<StopReason>) {
+    for (i, &y) in picks.iter().enumerate() {
+        sampler.accept(y);
+        let stop = emit(y);
+        if stop.is_some() || drafts.get(i) != Some(&y) || i + 1 == picks.len() {
+            return (i, y, stop);
+        }
+    }
+    unreachable!("a verify has at least one row")
+}
