@@ -149,6 +149,9 @@ pub struct Gpu {
     pub knobs: Knobs,
     /// Device memory that sequences' checkpoints may hold (`DevSeq::snapshot`).
     pub snapshots: SnapshotRoom,
+    /// A stream of its own for reading checkpoints back (`read_f32_after`), made at its first
+    /// use: such a read off the steps' thread must not queue ahead of a step's kernels.
+    reads: std::sync::OnceLock<Arc<CudaStream>>,
 }
 
 /// The device memory checkpoints kept on the device may take: a ceiling the model sets once
@@ -295,7 +298,7 @@ impl Gpu {
         let stream = ctx.new_stream()?;
         let blas = crate::blas::Blas::open(&stream);
         let pdl = maj >= 9 && std::env::var("XWEN_PDL").map_or(true, |v| v != "0");
-        Ok(Gpu { ctx, stream, _module: module, funcs, info, blas, profile: std::sync::Mutex::new(None), pdl, knobs, snapshots: SnapshotRoom::default() })
+        Ok(Gpu { ctx, stream, _module: module, funcs, info, blas, profile: std::sync::Mutex::new(None), pdl, knobs, snapshots: SnapshotRoom::default(), reads: std::sync::OnceLock::new() })
     }
 
     /// Launches `name` on the stream with `args` in the kernel's parameter order.
@@ -450,6 +453,27 @@ impl Gpu {
         let dst = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), bytes) };
         self.stream.memcpy_dtoh(&src.slice.slice(first..first + bytes), dst)?;
         Ok(())
+    }
+
+    /// All of `src` as f32 on the host, read on the reads' stream once the work before `ready`
+    /// (recorded on the model's stream) is done: a read that may run on another thread while
+    /// the model's stream computes (`DevSnapshot::download`).
+    pub fn read_f32_after(&self, src: &DevBuf, ready: &cudarc::driver::CudaEvent) -> Result<Vec<f32>> {
+        let reads = match self.reads.get() {
+            Some(s) => s,
+            None => {
+                let s = self.ctx.new_stream()?;
+                self.reads.get_or_init(|| s)
+            }
+        };
+        reads.wait(ready)?;
+        let mut out = vec![0f32; src.bytes() / 4];
+        // SAFETY: f32 has no padding; the view covers exactly `out`, which outlives the copy
+        // (memcpy_dtoh returns once the stream has finished it).
+        let dst = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), out.len() * 4) };
+        reads.memcpy_dtoh(&src.slice.slice(0..dst.len()), dst)?;
+        reads.synchronize()?;
+        Ok(out)
     }
 
     /// Copies all of `src` over `dst` (the same size), on the stream.

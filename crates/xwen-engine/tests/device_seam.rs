@@ -170,6 +170,44 @@ fn checkpoints_stay_on_the_device_where_it_has_room_and_go_through_the_host_wher
     }
 }
 
+/// An ended request's state at its message boundary reaches the prefix cache though its
+/// recurrent states sit in a device checkpoint read back off the steps' thread: a later
+/// request on a slot that forgot it resumes from the cache with the tokens a fresh run gives.
+#[test]
+fn a_device_checkpoint_read_back_off_the_step_serves_the_next_request_from_the_prefix_cache() {
+    use xwen_engine::{Engine, EngineOptions, Output};
+    let cpu = cpu_model();
+    let v = cpu.n_vocab();
+    let (dev, stand_in) = device_model();
+    let head = prompt(11, 26, v);
+    let mut longer = head.clone();
+    longer.extend(prompt(12, 7, v));
+    let greedy = || SamplerConfig::greedy().resolve(false);
+    let want = run_engine(cpu_model(), vec![EngineRequest::new(longer.clone(), 6, Vec::new(), greedy())], 1, None).remove(0);
+    let cache = PrefixCache::new(&dev, 1 << 30, None).unwrap();
+    let mut e = Engine::new(dev, EngineOptions { parallel: 1, draft: None, prefix: Some(cache) });
+    let first = EngineRequest { checkpoints: vec![head.len()], ..EngineRequest::new(head.clone(), 3, Vec::new(), greedy()) };
+    e.submit(first);
+    // an unrelated one-shot request takes the one slot and empties it
+    e.submit(EngineRequest { one_shot: true, ..EngineRequest::new(prompt(13, 9, v), 2, Vec::new(), greedy()) });
+    let id = e.submit(EngineRequest::new(longer, 6, Vec::new(), greedy()));
+    let (mut got, mut cached) = (Vec::new(), None);
+    while e.has_work() {
+        for (i, o) in e.step() {
+            match o {
+                Output::Started { cached: c } if i == id => cached = Some(c),
+                Output::Token { id: t, .. } if i == id => got.push(t),
+                Output::Failed(m) => panic!("request {i} failed: {m}"),
+                _ => {}
+            }
+        }
+    }
+    assert!(stand_in.room.taken.load(Ordering::Relaxed) > 0, "the boundary's checkpoint stayed on the device");
+    // (the boundary of a prompt ending at head.len() is the state before its last token)
+    assert_eq!(cached, Some(head.len() - 1), "the prefix came from the cache");
+    assert_eq!(got, want);
+}
+
 fn requests(v: usize) -> Vec<EngineRequest> {
     [(9, 7), (30, 5), (3, 9), (14, 4), (22, 6)]
         .iter()

@@ -186,17 +186,19 @@ impl DevSeq {
         if !self.gpu.snapshots.take(bytes as u64) {
             return Ok(None);
         }
-        // the room goes back when `snap` drops, a failed copy's too
-        let mut snap = DevSnapshot { gpu: Arc::clone(&self.gpu), states: Vec::new(), bytes: bytes as u64 };
+        // the room goes back when `room` drops, a failed copy's too
+        let room = Room { gpu: Arc::clone(&self.gpu), bytes: bytes as u64 };
+        let mut states = Vec::new();
         for (i, l) in self.layers.iter().enumerate() {
             if let SeqLayer::Delta { conv, s } = l {
                 let (mut c, mut t) = (self.gpu.zeros(conv.bytes())?, self.gpu.zeros(s.bytes())?);
                 self.gpu.copy(&mut c, conv)?;
                 self.gpu.copy(&mut t, s)?;
-                snap.states.push((i, c, t));
+                states.push((i, c, t));
             }
         }
-        Ok(Some(snap))
+        let ready = self.gpu.stream.record_event(None)?;
+        Ok(Some(DevSnapshot { states, ready, room }))
     }
 
     /// The recurrent layers' states replaced by `snap`'s (device copies, on the stream); false
@@ -362,16 +364,31 @@ fn u16_bytes(v: &[u16]) -> &[u8] {
 /// A sequence's recurrent states copied on the device (`DevSeq::snapshot`): a checkpoint that
 /// needs no read-back until the host asks for it, and restores by a device copy.
 pub struct DevSnapshot {
-    gpu: Arc<Gpu>,
     /// (layer index, conv, S)
     states: Vec<(usize, DevBuf, DevBuf)>,
+    /// Recorded on the model's stream after the copies: a read on another stream waits for it.
+    ready: cudarc::driver::CudaEvent,
+    room: Room,
+}
+
+/// The snapshot room a snapshot holds, given back when it drops.
+struct Room {
+    gpu: Arc<Gpu>,
     bytes: u64,
 }
 
+impl Drop for Room {
+    fn drop(&mut self) {
+        self.gpu.snapshots.give_back(self.bytes);
+    }
+}
+
 impl DevSnapshot {
-    /// The host form, by layer index (as `DevSeq::recurrent` gives it).
+    /// The host form, by layer index (as `DevSeq::recurrent` gives it), read on the device's
+    /// reads stream: callable from another thread while the model's stream computes.
     pub(crate) fn download(&self) -> Result<Vec<(usize, DeltaState)>> {
-        self.states.iter().map(|(i, c, t)| Ok((*i, DeltaState::of(self.gpu.read_f32(c, c.bytes() / 4)?, self.gpu.read_f32(t, t.bytes() / 4)?)))).collect()
+        let g = &self.room.gpu;
+        self.states.iter().map(|(i, c, t)| Ok((*i, DeltaState::of(g.read_f32_after(c, &self.ready)?, g.read_f32_after(t, &self.ready)?)))).collect()
     }
 
     pub(crate) fn layers(&self) -> Vec<usize> {
@@ -379,18 +396,12 @@ impl DevSnapshot {
     }
 
     pub(crate) fn bytes(&self) -> usize {
-        self.bytes as usize
+        self.room.bytes as usize
     }
 
     /// Whether it was taken on `gpu` (a restore into a sequence of another device goes
     /// through the host).
     pub(crate) fn is_on(&self, gpu: &Arc<Gpu>) -> bool {
-        Arc::ptr_eq(&self.gpu, gpu)
-    }
-}
-
-impl Drop for DevSnapshot {
-    fn drop(&mut self) {
-        self.gpu.snapshots.give_back(self.bytes);
+        Arc::ptr_eq(&self.room.gpu, gpu)
     }
 }

@@ -24,3 +24,4 @@ pub(crate) mod scheduler;
 pub mod session;
 pub mod slots;
 pub mod speculative;
+mod state_reads;

@@ -11,7 +11,7 @@ use crate::error::{EngineError, Result};
 use crate::model::{LogitsMode, Model};
 use crate::runtime::generate::{GenStats, StopReason};
 use crate::runtime::sampler::Sampler;
-use crate::state::{SeqCheckpoint, SeqState};
+use crate::state::{HostAt, SeqCheckpoint, SeqState};
 use std::time::Instant;
 
 /// Checkpoints a session keeps (the oldest is dropped past it): one per turn is what chat
@@ -55,10 +55,17 @@ impl Session {
     /// dropped, the recurrent states of the checkpoint (what a prefix cache keeps of a message
     /// boundary). None where the session has no checkpoint at `pos` any more.
     pub fn state_at(&self, pos: usize) -> Option<(Vec<u32>, SeqState)> {
+        let (tokens, at) = self.host_at(pos)?;
+        Some((tokens, at.finish().ok()?))
+    }
+
+    /// `state_at` with a device checkpoint's recurrent states left to read back
+    /// (`HostAt::finish`).
+    pub(crate) fn host_at(&self, pos: usize) -> Option<(Vec<u32>, HostAt)> {
         let ck = self.checkpoints.iter().find(|c| c.pos() == pos)?;
         // in host memory: what the prefix cache keeps (a device state's KV rows are read back)
-        let st = self.state.to_host_at(ck).ok()?;
-        Some((self.tokens.get(..pos)?.to_vec(), st))
+        let at = self.state.host_at(ck).ok()?;
+        Some((self.tokens.get(..pos)?.to_vec(), at))
     }
 
     /// Run prompts in forward steps of at most `n` tokens (llama.cpp's n_ubatch), which bounds

@@ -5,6 +5,8 @@
 
 use crate::model::Model;
 use crate::runtime::prefix_cache::PrefixCache;
+use crate::runtime::state_reads::StateReads;
+use crate::state::HostAt;
 use crate::runtime::scheduler::Ended;
 use crate::runtime::session::Session;
 use crate::runtime::speculative::{DflashDrafter, DraftMemory, Drafter, ModelDrafter, MtpDrafter, NgramDrafter};
@@ -78,11 +80,14 @@ pub(crate) struct Slots {
     clock: u64,
     /// States at message boundaries, beyond the slots' own (RAM, and disk across restarts).
     prefix: Option<PrefixCache>,
+    /// Ended requests' states on their way into `prefix` (read back from a device off this
+    /// thread).
+    reads: StateReads,
 }
 
 impl Slots {
     pub(crate) fn new(parallel: usize, prefix: Option<PrefixCache>) -> Slots {
-        Slots { idle: Vec::new(), sessions: 0, parallel, clock: 0, prefix }
+        Slots { idle: Vec::new(), sessions: 0, parallel, clock: 0, prefix, reads: StateReads::default() }
     }
 
     /// The idle session sharing the longest prefix with `prompt`, or the prefix cache's state
@@ -92,6 +97,10 @@ impl Slots {
     pub(crate) fn pick(&mut self, model: &Model, prompt: &[u32]) -> (Session, Option<KeptDrafter>, Picked) {
         let common = |s: &Session| s.tokens().iter().zip(prompt).take_while(|(a, b)| a == b).count();
         let best_idle = self.idle.iter().map(|s| common(&s.session)).max().unwrap_or(0);
+        // an ended request's state still being read back waits where it would serve more
+        if let Some(c) = self.prefix.as_mut() {
+            self.reads.settle(c, Some((prompt, best_idle)));
+        }
         if let Some(hit) = self.prefix.as_mut().and_then(|c| c.lookup(model, prompt, best_idle)) {
             if let Ok(session) = Session::resume(prompt[..hit.len].to_vec(), hit.state) {
                 // the resumed state takes a fresh slot, or the least recently used idle one
@@ -152,9 +161,13 @@ impl Slots {
             Some(Ended { session, drafter, draft_memory, .. }) => {
                 let drafter = drafter.map(|d| (d, draft_memory));
                 if let (Some(cache), Some(b)) = (self.prefix.as_mut(), boundary) {
-                    if let Some((tokens, state)) = session.state_at(b) {
-                        cache.insert(&tokens, state);
+                    // a device's checkpoint is read back off this thread, its KV rows now
+                    match session.host_at(b) {
+                        Some((tokens, HostAt::Ready(state))) => cache.insert(&tokens, state),
+                        Some((tokens, at)) => self.reads.send(tokens, at, cache),
+                        None => {}
                     }
+                    self.reads.settle(cache, None);
                 }
                 self.clock += 1;
                 self.idle.push(Slot { session, drafter, last_used: self.clock });
@@ -182,8 +195,9 @@ impl Slots {
         self.prefix.as_ref().map(PrefixCache::take_notes).unwrap_or_default()
     }
 
-    pub(crate) fn flush(&self) {
-        if let Some(p) = &self.prefix {
+    pub(crate) fn flush(&mut self) {
+        if let Some(p) = self.prefix.as_mut() {
+            self.reads.finish_all(p);
             p.flush();
         }
     }

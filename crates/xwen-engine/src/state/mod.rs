@@ -152,6 +152,27 @@ fn put_recurrent(layers: &mut [LayerState], recurrent: &[(usize, DeltaState)]) {
     }
 }
 
+/// A state's host form at a checkpoint (`SeqState::host_at`): whole, or waiting for its
+/// recurrent states to be read back from the device's snapshot.
+pub enum HostAt {
+    Ready(SeqState),
+    Pending { state: SeqState, snap: Arc<dyn DeviceSnapshot> },
+}
+
+impl HostAt {
+    /// The whole host form (a pending one's states read back into its layers).
+    pub fn finish(self) -> Result<SeqState> {
+        match self {
+            HostAt::Ready(st) => Ok(st),
+            HostAt::Pending { mut state, snap } => {
+                // read back straight into the copy's layers (one host copy of the states)
+                take_recurrent(&mut state.layers, snap.download()?);
+                Ok(state)
+            }
+        }
+    }
+}
+
 /// `put_recurrent` for states the caller no longer needs: moved in, not copied.
 fn take_recurrent(layers: &mut [LayerState], recurrent: Vec<(usize, DeltaState)>) {
     for (i, r) in recurrent {
@@ -276,24 +297,33 @@ impl SeqState {
     /// states are not read back only to be replaced by the checkpoint's — only the KV rows up
     /// to its position are.
     pub fn to_host_at(&self, ck: &SeqCheckpoint) -> Result<SeqState> {
+        self.host_at(ck)?.finish()
+    }
+
+    /// `to_host_at` in two halves: the KV rows read back now, and a checkpoint's recurrent
+    /// states that its device still holds left to `HostAt::finish`, which may run on another
+    /// thread while the device computes (the server's prefix cache takes its copies so).
+    pub fn host_at(&self, ck: &SeqCheckpoint) -> Result<HostAt> {
         let Place::Device(d) = &self.place else {
             let mut st = self.to_host()?;
             st.restore_checkpoint(ck)?;
-            return Ok(st);
+            return Ok(HostAt::Ready(st));
         };
         self.check_checkpoint(ck)?;
         let mut layers = self.layers.clone();
         d.download_kv(&mut layers, ck.pos)?;
-        match &ck.recurrent {
-            Recurrent::Host(r) => put_recurrent(&mut layers, r),
-            // read back straight into the copy's layers (one host copy of the states, not two)
-            Recurrent::Device(snap) => take_recurrent(&mut layers, snap.download()?),
-        }
         let mut cuts = self.cuts.clone();
         if ck.pos < self.pos {
             cuts.push(ck.pos);
         }
-        Ok(SeqState { pos: ck.pos, layers, lineage: self.lineage, cuts, place: Place::Host })
+        let mut state = SeqState { pos: ck.pos, layers, lineage: self.lineage, cuts, place: Place::Host };
+        match &ck.recurrent {
+            Recurrent::Host(r) => {
+                put_recurrent(&mut state.layers, r);
+                Ok(HostAt::Ready(state))
+            }
+            Recurrent::Device(snap) => Ok(HostAt::Pending { state, snap: Arc::clone(snap) }),
+        }
     }
 
     /// Back to `ck`'s position: KV rows past it are dropped, the recurrent states copied back.
