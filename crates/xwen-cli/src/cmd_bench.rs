@@ -87,7 +87,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     if asked && (a.verify.is_some() || a.parallel.is_some()) {
         bail!("--draft runs its own test: give it without --verify and --parallel");
     }
-    let draft = crate::draft_arg::prepare(&draft_opts, &mut cfg, 1)?;
+    let mut draft = crate::draft_arg::prepare(&draft_opts, &mut cfg, 1)?;
     let mut loaded = model_arg::load(Some(&model_path), cfg, &a.engine)?;
     draft.attach(&mut loaded.model)?;
     // `--parallel`, `--verify` and `--draft` run the library's model and engine, which compute
@@ -97,6 +97,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let multi_gpu = n_gpus > 1;
     let through_engine = a.parallel.is_some() || a.verify.is_some() || asked || multi_gpu;
     let on_device = through_engine && crate::gpu::place(&a.engine, &mut loaded.model)? != crate::gpu::Placement::Cpu;
+    draft.place_model(&a.engine, &loaded.model)?;
     // shared with the engine `--parallel` runs its requests through
     let shared = Arc::new(loaded.model);
     let model: &Model = &shared;

@@ -27,12 +27,13 @@ a line ending in \\ continues on the next";
 
 pub fn run(a: ChatArgs) -> Result<()> {
     let mut cfg = a.engine.engine_config()?;
-    let draft = crate::draft_arg::prepare(&a.draft, &mut cfg, 1)?;
+    let mut draft = crate::draft_arg::prepare(&a.draft, &mut cfg, 1)?;
     if a.model.is_none() {
         eprintln!("{}", model_arg::DEMO_NOTE);
     }
     let mut loaded = model_arg::load(a.model.as_deref(), cfg, &a.engine)?;
     crate::gpu::place(&a.engine, &mut loaded.model)?;
+    draft.place_model(&a.engine, &loaded.model)?;
     draft.attach(&mut loaded.model)?;
     let tok = &loaded.tokenizer;
     let template = ChatTemplate::from_gguf(loaded.model.gguf())

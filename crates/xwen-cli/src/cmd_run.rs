@@ -17,7 +17,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     a.prompt = a.prompt.as_deref().map(|p| a.escape.apply(p));
     a.stop = a.stop.iter().map(|s| a.escape.apply(s)).collect();
     let mut cfg = a.engine.engine_config()?;
-    let draft = crate::draft_arg::prepare(&a.draft, &mut cfg, 1)?;
+    let mut draft = crate::draft_arg::prepare(&a.draft, &mut cfg, 1)?;
     let prompt_file = match &a.file {
         Some(f) => Some(opts::llama_lossy_utf8(&opts::read_input(f.as_ref()).with_context(|| format!("-f {f}"))?)),
         None => None,
@@ -75,6 +75,7 @@ pub fn run(mut a: RunArgs) -> Result<()> {
     let stop_ids = if a.ignore_eos { Vec::new() } else { tok.eos_ids() };
     let eos = tok.eos_ids();
     crate::gpu::place(&a.engine, &mut loaded.model)?;
+    draft.place_model(&a.engine, &loaded.model)?;
     let device = loaded.model.device();
     // the drafter first: a refused --draft says so before any text is written
     let drafter = draft.drafter(&loaded.model)?;

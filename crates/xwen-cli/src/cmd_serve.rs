@@ -34,6 +34,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     let mut draft = crate::draft_arg::prepare(&a.draft, &mut cfg, scfg.parallel)?;
     let mut loaded = model_arg::load(model.as_deref(), cfg, &a.engine)?;
     crate::gpu::place(&a.engine, &mut loaded.model)?;
+    draft.place_model(&a.engine, &loaded.model)?;
     draft.attach(&mut loaded.model)?;
     let source = match draft.kind(&loaded.model)? {
         Kind::Off | Kind::Auto => None,

@@ -123,6 +123,16 @@ impl Prepared {
         Ok(())
     }
 
+    /// The draft model (`--draft model`) goes where its target went: onto the GPU beside a
+    /// target there, so its proposals run at the device's speed and its states stay there. Under
+    /// `--vram-budget` it stays on the CPU (the budget is the target's alone).
+    pub fn place_model(&mut self, engine: &crate::opts::EngineOpts, target: &xwen_engine::Model) -> Result<()> {
+        if let (Some(dm), true, None) = (self.draft_model.as_mut(), target.device().is_some(), engine.vram_budget) {
+            crate::gpu::place(engine, dm).context("the draft model (-md) on the GPU")?;
+        }
+        Ok(())
+    }
+
     /// The draft model (`--draft model`), for a server's slots to share.
     pub fn take_model(&mut self) -> Option<xwen_engine::Model> {
         self.draft_model.take()
