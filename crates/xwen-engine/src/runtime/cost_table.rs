@@ -51,15 +51,23 @@ pub(crate) fn read_cost(table: &[(f64, u32)], at: usize) -> Option<f64> {
 /// divided among its sequences (`shares`).
 pub(crate) struct StepCosts {
     secs: Vec<(f64, u32)>,
+    /// Row counts whose first step has run (not counted: it pays for a first use, as a GPU's
+    /// capture of the pass's graph).
+    warmed: Vec<bool>,
 }
 
 impl StepCosts {
     /// Steps of up to `max_rows` rows are recorded.
     pub(crate) fn new(max_rows: usize) -> StepCosts {
-        StepCosts { secs: vec![(0.0, 0); max_rows + 1] }
+        StepCosts { secs: vec![(0.0, 0); max_rows + 1], warmed: vec![false; max_rows + 1] }
     }
 
     pub(crate) fn observe(&mut self, rows: usize, secs: f64) {
+        if let Some(w) = self.warmed.get_mut(rows) {
+            if !std::mem::replace(w, true) {
+                return;
+            }
+        }
         record(&mut self.secs, rows, secs);
     }
 

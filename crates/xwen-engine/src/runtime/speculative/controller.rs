@@ -194,6 +194,8 @@ struct Costs {
     timed: bool,
     /// (average seconds, steps seen) by row count (index = rows).
     secs: Vec<(f64, u32)>,
+    /// Row counts whose first step has run (`observe_step`).
+    warmed: Vec<bool>,
     /// (average seconds, proposals seen) of a proposal by its drafted tokens (index = tokens).
     draft_secs: Vec<(f64, u32)>,
     /// Per draft position: steps that reached it, and those that accepted it (decayed counts).
@@ -210,7 +212,7 @@ const PROBE_AFTER: usize = 8;
 
 impl Costs {
     fn new(max: usize) -> Costs {
-        Costs { timed: false, secs: vec![(0.0, 0); max + 2], draft_secs: vec![(0.0, 0); max + 1], reached: vec![0.0; max], accepted: vec![0.0; max] }
+        Costs { timed: false, secs: vec![(0.0, 0); max + 2], warmed: vec![false; max + 2], draft_secs: vec![(0.0, 0); max + 1], reached: vec![0.0; max], accepted: vec![0.0; max] }
     }
 
     /// Plain (one-row) steps measured.
@@ -218,7 +220,16 @@ impl Costs {
         self.secs.get(1).map_or(0, |c| c.1)
     }
 
+    /// A step of `rows` rows took `secs`; a row count's first step is not counted: it pays
+    /// for its first use (a GPU captures the pass's graph then, tens of ms against a few), and
+    /// counting it priced the verify so high that drafting stopped after a few steps even with
+    /// every draft right.
     fn observe_step(&mut self, rows: usize, secs: f64) {
+        if let Some(w) = self.warmed.get_mut(rows) {
+            if !std::mem::replace(w, true) {
+                return;
+            }
+        }
         record(&mut self.secs, rows, secs);
     }
 
@@ -396,6 +407,22 @@ mod tests {
     /// The drafter's own time counts: a draft model as costly as the target is paused even
     /// when every draft is right and verify rows are cheap; the same acceptance with a free
     /// proposal drafts deep.
+    #[test]
+    fn a_row_counts_first_step_does_not_price_it() {
+        // a verify of 5 rows whose first run paid 40 plain steps (a graph captured), then 2.5
+        let mut c = Controller::new(4);
+        c.set_timed(true);
+        for i in 0..8 {
+            c.costs.observe_accept(4, 4);
+            c.costs.observe_step(5, if i == 0 { 40.0 } else { 2.5 });
+            c.costs.observe_step(1, if i == 0 { 30.0 } else { 1.0 });
+        }
+        let (k, gain) = c.cost_choice().expect("measured");
+        assert_eq!(k, 4, "every draft right at 2.5 plain steps for 5 tokens: the deepest pays");
+        // (counted, the first step would still weigh 40 × 0.8^7 in the average: a gain below 1)
+        assert!(gain > 1.5, "gain {gain}");
+    }
+
     #[test]
     fn a_proposal_that_costs_more_than_it_saves_pauses_drafting() {
         let run = |draft_secs_per_token: f64| {
