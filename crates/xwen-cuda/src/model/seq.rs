@@ -253,18 +253,22 @@ impl DevSeq {
         self.keep > 0
     }
 
-    /// Whether a verify of `n` rows keeps what feeding them one by one keeps: nothing, or a
-    /// state before each row (`reserve_history`).
+    /// Whether one pass of a verify of `n` rows keeps what feeding them one by one keeps:
+    /// nothing, or the states before its last `keep` rows where those are at least every row
+    /// but the first — a verify's rollback targets (its first row, the pending token, is
+    /// always kept), which the engine keeps exactly (`keep_history(drafts)`).
     pub(super) fn keeps_at_least(&self, n: usize) -> bool {
-        self.keep == 0 || self.keep >= n
+        self.keep == 0 || self.keep + 1 >= n
     }
 
     /// A verify's kept states, as `save` before each of its `n` rows would keep them: the state
-    /// before row 0 copied now; for each later row, a kept state (recycled or new) that the
-    /// pass's kernels write — returned as each row's recurrent layers' (conv, S) addresses, for
-    /// rows 1 … n − 1. Needs `keeps_at_least(n)`.
+    /// before row 0 copied now where `keep` reaches back to it; for each later row, a kept
+    /// state (recycled or new) that the pass's kernels write — returned as each row's recurrent
+    /// layers' (conv, S) addresses, for rows 1 … n − 1. Needs `keeps_at_least(n)`.
     pub(super) fn reserve_history(&mut self, pos: usize, n: usize) -> Result<Vec<Vec<(u64, u64)>>> {
-        self.save(pos)?;
+        if self.keep >= n {
+            self.save(pos)?;
+        }
         let mut out = Vec::with_capacity(n.saturating_sub(1));
         for i in 1..n {
             let states = self.free_kept()?;
