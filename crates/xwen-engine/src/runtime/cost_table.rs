@@ -16,6 +16,13 @@ pub(crate) fn record(table: &mut [(f64, u32)], at: usize, secs: f64) {
     }
 }
 
+/// Whether this is the first step of count `at` (marked seen now): a first step pays for a
+/// first use (a GPU captures the pass's graph then, tens of ms against a few) and is not
+/// recorded, or a table would price that count far above what it costs from then on.
+pub(crate) fn first_use(warmed: &mut [bool], at: usize) -> bool {
+    warmed.get_mut(at).is_some_and(|w| !std::mem::replace(w, true))
+}
+
 /// The measured entries (index, average) of a table.
 fn measured(table: &[(f64, u32)]) -> Vec<(f64, f64)> {
     table.iter().enumerate().filter(|(_, c)| c.1 >= COST_MIN_SEEN).map(|(r, c)| (r as f64, c.0)).collect()
@@ -51,8 +58,7 @@ pub(crate) fn read_cost(table: &[(f64, u32)], at: usize) -> Option<f64> {
 /// divided among its sequences (`shares`).
 pub(crate) struct StepCosts {
     secs: Vec<(f64, u32)>,
-    /// Row counts whose first step has run (not counted: it pays for a first use, as a GPU's
-    /// capture of the pass's graph).
+    /// Row counts whose first step has run (`first_use`).
     warmed: Vec<bool>,
 }
 
@@ -63,12 +69,9 @@ impl StepCosts {
     }
 
     pub(crate) fn observe(&mut self, rows: usize, secs: f64) {
-        if let Some(w) = self.warmed.get_mut(rows) {
-            if !std::mem::replace(w, true) {
-                return;
-            }
+        if !first_use(&mut self.warmed, rows) {
+            record(&mut self.secs, rows, secs);
         }
-        record(&mut self.secs, rows, secs);
     }
 
     /// Seconds one more row adds to a step (None before two row counts are measured).

@@ -1,7 +1,7 @@
 //! How deep to draft, and the cost model that weighs a depth's expected tokens against what its
 //! verify and its proposal cost.
 
-use crate::runtime::cost_table::{read_cost, record, COST_MIN_SEEN};
+use crate::runtime::cost_table::{first_use, read_cost, record, COST_MIN_SEEN};
 
 /// What a drafting sequence's controller learned — step and proposal costs, acceptance by
 /// position, pauses — handed back when the sequence ends (`Scheduler::take_ended`) so the next
@@ -194,7 +194,7 @@ struct Costs {
     timed: bool,
     /// (average seconds, steps seen) by row count (index = rows).
     secs: Vec<(f64, u32)>,
-    /// Row counts whose first step has run (`observe_step`).
+    /// Row counts whose first step has run (`first_use`).
     warmed: Vec<bool>,
     /// (average seconds, proposals seen) of a proposal by its drafted tokens (index = tokens).
     draft_secs: Vec<(f64, u32)>,
@@ -220,17 +220,13 @@ impl Costs {
         self.secs.get(1).map_or(0, |c| c.1)
     }
 
-    /// A step of `rows` rows took `secs`; a row count's first step is not counted: it pays
-    /// for its first use (a GPU captures the pass's graph then, tens of ms against a few), and
-    /// counting it priced the verify so high that drafting stopped after a few steps even with
-    /// every draft right.
+    /// A step of `rows` rows took `secs`; a row count's first step is not counted
+    /// (`first_use`: counted, it priced a GPU's verify so high that drafting stopped after a
+    /// few steps with every draft right).
     fn observe_step(&mut self, rows: usize, secs: f64) {
-        if let Some(w) = self.warmed.get_mut(rows) {
-            if !std::mem::replace(w, true) {
-                return;
-            }
+        if !first_use(&mut self.warmed, rows) {
+            record(&mut self.secs, rows, secs);
         }
-        record(&mut self.secs, rows, secs);
     }
 
     fn observe_draft(&mut self, drafted: usize, secs: f64) {
