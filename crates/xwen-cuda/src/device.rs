@@ -184,6 +184,10 @@ impl DeviceModel for CudaDevice {
     fn prepare_rows(&self, rows: usize) -> xwen_engine::Result<()> {
         self.lock().capture_decode_batches(rows).map_err(engine_error)
     }
+
+    fn prepare_verifies(&self, rows: usize) -> xwen_engine::Result<()> {
+        self.lock().capture_verifies(rows).map_err(engine_error)
+    }
 }
 
 impl DeviceSeq for CudaSeq {

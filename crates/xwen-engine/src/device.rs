@@ -99,6 +99,13 @@ pub trait DeviceModel: Send + Sync {
         let _ = rows;
         Ok(())
     }
+
+    /// Makes the device ready for speculative verifies of 2 to `rows` rows (a drafter's depth
+    /// + 1), as `prepare_rows` does for decode batches. By default nothing.
+    fn prepare_verifies(&self, rows: usize) -> Result<()> {
+        let _ = rows;
+        Ok(())
+    }
 }
 
 /// One row of a decode batch (`DeviceModel::forward_rows`): a sequence's next token at its

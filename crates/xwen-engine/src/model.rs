@@ -872,6 +872,15 @@ impl Model {
         }
     }
 
+    /// Makes the device ready for speculative verifies of up to `rows` rows
+    /// (`DeviceModel::prepare_verifies`). Nothing on the CPU.
+    pub fn prepare_verifies(&self, rows: usize) -> Result<()> {
+        match &self.device {
+            Some(d) => d.prepare_verifies(rows.min(d.max_rows())),
+            None => Ok(()),
+        }
+    }
+
     /// The context a forward runs in, recording its routes into `sink` (where the config asks)
     /// and its failed expert reads into `faults`.
     fn ctx<'s>(&'s self, sink: &'s Mutex<Vec<crate::ctx::RouteRecord>>, faults: &'s Mutex<Vec<crate::ctx::ReadFault>>) -> Ctx<'s> {

@@ -278,7 +278,7 @@ fn drafted_output_on_the_device_is_plain_greedy() {
         // after every verify)
         let drafters: Vec<Box<dyn xwen_engine::Drafter>> = vec![Box::new(ReplayDrafter::new(plain.clone())), Box::new(ContraryDrafter::new(v))];
         for d in drafters {
-            let (dev, _) = device_model();
+            let (dev, stand_in) = device_model();
             let (v0, r0, p0) = (VERIFIES.load(Ordering::Relaxed), ROLLBACKS.load(Ordering::Relaxed), PICKED_VERIFIES.load(Ordering::Relaxed));
             let contrary = d.name() == "contrary";
             let req = EngineRequest { draft: Some((d, depth)), ..EngineRequest::new(p.clone(), 24, Vec::new(), SamplerConfig::greedy().resolve(false)) };
@@ -286,6 +286,8 @@ fn drafted_output_on_the_device_is_plain_greedy() {
             assert!(VERIFIES.load(Ordering::Relaxed) > v0, "the drafts were verified on the device");
             // greedy: the device picked each verified row's token (no logits came back)
             assert!(PICKED_VERIFIES.load(Ordering::Relaxed) > p0, "a greedy verify's rows were not picked on the device");
+            // and made its verifies ready when the drafted request came in
+            assert_eq!(stand_in.prepared_verifies.load(Ordering::Relaxed), (depth + 1).min(MAX_ROWS), "depth {depth}: the verifies were not prepared");
             if contrary {
                 assert!(ROLLBACKS.load(Ordering::Relaxed) > r0, "wrong drafts were rolled back on the device");
             }

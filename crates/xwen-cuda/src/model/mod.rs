@@ -1021,6 +1021,24 @@ impl CudaModel {
         Ok(())
     }
 
+    /// The verifies of 2 to `rows` rows that keep states for a rollback (the engine's) captured
+    /// now (a graph a size), so a drafted request's first verify of a size does not pay the
+    /// capture mid-request (tens of ms against a few). Like the decode batches', a verify's
+    /// graph serves any sequence. Nothing where the steps run without graphs.
+    pub fn capture_verifies(&mut self, rows: usize) -> Result<()> {
+        if !self.use_graph {
+            return Ok(());
+        }
+        self.gpu.ctx.bind_to_thread()?;
+        for n in 2..=rows.min(self.decode_max) {
+            let pass = Pass::Verify { n, hist: true };
+            if let Some(key) = graph_key(pass) {
+                self.capture(pass, key)?;
+            }
+        }
+        Ok(())
+    }
+
     /// A decode batch's or verify's table (`forward::rows_table_at`): the rows' tokens, their
     /// positions, layer by layer each row's two state pointers, and for a verify that keeps
     /// states, layer by layer where the state after each row but the last goes (`hist[t]`: the

@@ -266,6 +266,8 @@ impl Scheduler {
                     _ => Controller::new(k),
                 };
                 ctl.set_timed(req.sampler.params().temperature <= 0.0);
+                // a device makes its verifies ready at the first such request, not mid-request
+                model.prepare_verifies(k + 1)?;
                 Some((d, ctl))
             }
             _ => None,

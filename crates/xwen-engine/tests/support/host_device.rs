@@ -19,6 +19,8 @@ pub struct HostDevice {
     pub prepared: AtomicUsize,
     /// The most prompt spans one `forward_prompts` call brought.
     pub widest_prompts: AtomicUsize,
+    /// The widest verify the engine asked the device to make ready (`prepare_verifies`).
+    pub prepared_verifies: AtomicUsize,
     /// The room its sequences' checkpoints may take on it (`DeviceSeq::snapshot`).
     pub room: Arc<Room>,
 }
@@ -42,6 +44,7 @@ impl HostDevice {
             logit_rows: AtomicUsize::new(0),
             prepared: AtomicUsize::new(0),
             widest_prompts: AtomicUsize::new(0),
+            prepared_verifies: AtomicUsize::new(0),
             room: Arc::new(Room { left: AtomicUsize::new(usize::MAX), ..Room::default() }),
         }
     }
@@ -120,6 +123,11 @@ impl DeviceModel for HostDevice {
     /// The rows as one CPU batch (whose rows are each as computed alone).
     fn prepare_rows(&self, rows: usize) -> xwen_engine::Result<()> {
         self.prepared.fetch_max(rows, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn prepare_verifies(&self, rows: usize) -> xwen_engine::Result<()> {
+        self.prepared_verifies.fetch_max(rows, Ordering::Relaxed);
         Ok(())
     }
 

@@ -109,6 +109,10 @@ impl DeviceModel for DeviceGroup {
     fn prepare_rows(&self, rows: usize) -> Result<()> {
         self.ranks.iter().try_for_each(|r| r.prepare_rows(rows))
     }
+
+    fn prepare_verifies(&self, rows: usize) -> Result<()> {
+        self.ranks.iter().try_for_each(|r| r.prepare_verifies(rows))
+    }
 }
 
 /// Runs `f` on every rank's copy, rank after rank (state moves, not passes: no reduction).

@@ -86,6 +86,8 @@ pub(crate) fn speculate(
     let greedy_bans = if wants_hidden { None } else { sampler.greedy_bans() };
     let mode = if greedy_bans.is_some() { LogitsMode::AllArgmax } else { LogitsMode::All };
     let banned = greedy_bans.unwrap_or_default();
+    // a device makes its verifies ready now (a GPU captures each size's pass), not mid-run
+    model.prepare_verifies(max_draft + 1)?;
     let mut ctl = Controller::new(max_draft);
     ctl.set_timed(sampler.params().temperature <= 0.0);
     // what the drafter spent following the kept rows since its last proposal (an MTP head's
