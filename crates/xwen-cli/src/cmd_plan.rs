@@ -83,6 +83,12 @@ pub fn run(a: PlanArgs) -> Result<()> {
                 human_bytes(p.scratch_bytes),
                 human_bytes(p.floor())
             );
+            if let Ok((_, free)) = &v.device {
+                let room = xwen_cuda::DevicePlan::checkpoint_room(*free, p.held_bytes(a.engine.vram_budget), a.engine.vram_budget);
+                if room > 0 {
+                    println!("  checkpoints kept on the card (a server's, one a prompt): up to {}", human_bytes(room));
+                }
+            }
             if let Some(b) = a.engine.vram_budget {
                 match p.check_budget(b) {
                     Ok(()) => println!("  --vram-budget {}: {} on the device; {}", human_bytes(b), human_bytes(p.held_bytes(Some(b))), p.tiers(Some(b))),

@@ -458,13 +458,12 @@ impl CudaModel {
                 what: format!("weights, and KV and state at -c {} for {} sequence(s)", opts.n_ctx, opts.n_seq.max(1)),
             });
         }
-        // checkpoints kept on the device (a server's, one at every prompt's end): up to half of
-        // what the plan leaves free past a GiB aside, at most 8 GiB; none under a VRAM budget
-        // (a hard ceiling the plan fills) or on a rank of a split; XWEN_DEVICE_CHECKPOINTS=0:
-        // none (every checkpoint read back, as before)
-        let keep_on_device = opts.vram_budget.is_none() && opts.shard.is_none() && std::env::var("XWEN_DEVICE_CHECKPOINTS").map_or(true, |v| v != "0");
+        // checkpoints kept on the device (a server's, one at every prompt's end), within
+        // `DevicePlan::checkpoint_room`; none on a rank of a split; XWEN_DEVICE_CHECKPOINTS=0:
+        // none (every checkpoint read back)
+        let keep_on_device = opts.shard.is_none() && std::env::var("XWEN_DEVICE_CHECKPOINTS").map_or(true, |v| v != "0");
         if keep_on_device {
-            gpu.snapshots.set_cap((gpu.info.free_bytes.saturating_sub(need + (1 << 30)) / 2).min(8 << 30));
+            gpu.snapshots.set_cap(DevicePlan::checkpoint_room(gpu.info.free_bytes, need, opts.vram_budget));
         }
         let cfg = &net.cfg;
         let att = &cfg.attn;

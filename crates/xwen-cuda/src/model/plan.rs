@@ -88,6 +88,16 @@ impl DevicePlan {
         ))
     }
 
+    /// Device memory that sequences' checkpoints may keep on the card (`DevSeq::snapshot`)
+    /// on a device with `free` bytes, past `held` bytes the model holds: half of the rest past
+    /// a GiB set aside, at most 8 GiB; none under a VRAM budget, whose ceiling the plan fills.
+    pub fn checkpoint_room(free: u64, held: u64, budget: Option<u64>) -> u64 {
+        if budget.is_some() {
+            return 0;
+        }
+        (free.saturating_sub(held + (1 << 30)) / 2).min(8 << 30)
+    }
+
     /// The tiers under `budget`, for `xwen plan` and the load's note: "…".
     pub fn tiers(&self, budget: Option<u64>) -> String {
         let h = xwen_engine::memory_plan::human_bytes;
@@ -322,6 +332,16 @@ pub(super) fn spans_table(lens: &[usize], max_spans: usize) -> Vec<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checkpoints_take_half_the_room_left_within_a_ceiling_and_none_under_a_budget() {
+        let g = 1u64 << 30;
+        assert_eq!(DevicePlan::checkpoint_room(80 * g, 21 * g, None), 8 * g, "at most 8 GiB");
+        assert_eq!(DevicePlan::checkpoint_room(24 * g, 17 * g, None), 3 * g, "half of what is left past a GiB");
+        assert_eq!(DevicePlan::checkpoint_room(18 * g, 17 * g, None), 0, "nothing left past the GiB aside");
+        assert_eq!(DevicePlan::checkpoint_room(10 * g, 20 * g, None), 0, "a plan over the free memory");
+        assert_eq!(DevicePlan::checkpoint_room(80 * g, 12 * g, Some(12 * g)), 0, "a VRAM budget is the model's alone");
+    }
 
     #[test]
     fn spans_pack_longest_first_within_a_pass_and_its_span_count() {
