@@ -1,7 +1,10 @@
 //! `xwen bench --verify 1,2,4,8`: what a speculative verify of k drafted tokens costs relative
 //! to decoding one — the number that decides whether drafting pays. From a state
 //! holding `-p` random tokens, each repetition times one decode-order span of k random tokens
-//! (as `generate_speculative` runs it) and rolls it back; k = 1 is plain decode. Medians of -r.
+//! (as `generate_speculative` runs a greedy verify: each row's pick, no logits where a device
+//! picks them) and rolls it back; k = 1 is plain decode. Medians of -r. The state keeps one
+//! row more than a drafted run does (the one before the first row, to roll back to), which
+//! costs a device a copy of the recurrent states a verify.
 //! With an acceptance rate a and depth k, a step yields 1 + a + … + a^k tokens for the printed
 //! cost: the predicted speedup is that sum over the ratio.
 
@@ -30,7 +33,9 @@ pub fn run(model: &Model, depths: &[usize], n_prompt: usize, reps: usize, as_jso
         let mut samples = Vec::new();
         for i in 0..reps + 1 {
             let t0 = Instant::now();
-            let mut step = [SeqStep { state: &mut st, tokens: &toks, logits: LogitsMode::All, decode_order: true, hidden: false, banned: &[] }];
+            // greedy, as a drafted greedy run verifies: each row's pick (a device picks it and
+            // copies back a token a row; the CPU returns the rows' logits)
+            let mut step = [SeqStep { state: &mut st, tokens: &toks, logits: LogitsMode::AllArgmax, decode_order: true, hidden: false, banned: &[] }];
             model.forward_batch(&mut step)?;
             let dt = t0.elapsed().as_secs_f64();
             st.rollback(pos)?;
