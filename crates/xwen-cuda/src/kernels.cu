@@ -668,6 +668,40 @@ __device__ __forceinline__ void col_block(int n_col, int C, int* row_block, int*
     *c0 = (blockIdx.x % groups) * C;
 }
 
+// A column group's width for its live columns (-DCOLS_NARROW=1): the narrowest quarter of
+// MV_COLS that holds them, so a verify of 5 rows does 6 columns' integer work a weight row,
+// not 8. A column's sum is the same expression at any width (dot_rows_q8), so the width
+// changes no bit. 0 (the default until a GPU measures it): every group MV_COLS wide.
+#ifndef COLS_NARROW
+#define COLS_NARROW 0
+#endif
+// CALL(W) for the width W of a group of `live` columns.
+#if COLS_NARROW && MV_COLS >= 4 && MV_COLS % 4 == 0
+#define WITH_COLS(live, CALL)                  \
+    if ((live) <= MV_COLS / 4) CALL(MV_COLS / 4);        \
+    else if ((live) <= MV_COLS / 2) CALL(MV_COLS / 2);   \
+    else if ((live) <= 3 * MV_COLS / 4) CALL(3 * MV_COLS / 4); \
+    else CALL(MV_COLS)
+#else
+#define WITH_COLS(live, CALL) CALL(MV_COLS)
+#endif
+
+// mv_cols' products and stores for a group of C columns from c0, `live` of them real.
+template <int C>
+__device__ __forceinline__ void mv_cols_group(int ty, const u8* wrow, i64 row_bytes, int cols, const float* x, const i8* qk, const float2* dk, const i8* qz,
+                                              const float2* dz, i64 x_stride, int live, int lane, float* y, i64 y_stride, const float* res, int c0, int row) {
+    float sum[C];
+    dot_any_rows<1, C>(ty, wrow, row_bytes, 1, x, qk, dk, qz, dz, cols, lane, sum, x_stride, live);
+    #pragma unroll
+    for (int c = 0; c < C; c++) {
+        float v = warp_sum(sum[c]);
+        if (lane == 0 && c < live) {
+            i64 o = (i64)(c0 + c) * y_stride + row;
+            y[o] = res ? res[o] + v : v;
+        }
+    }
+}
+
 extern "C" __global__ void mv_cols(const u8* W, int ty, int rows, int cols, i64 row_bytes, const float* x, const i8* qk, const float2* dk, const i8* qz,
                                    const float2* dz, i64 x_stride, int n_col, float* y, i64 y_stride, const float* res) {
     int rblk, c0;
@@ -678,17 +712,10 @@ extern "C" __global__ void mv_cols(const u8* W, int ty, int rows, int cols, i64 
     if (row >= rows) return;
     int live = min(MV_COLS, n_col - c0);
     i64 xr = (i64)c0 * x_stride;
-    float sum[MV_COLS];
-    dot_any_rows<1, MV_COLS>(ty, W + (i64)row * row_bytes, row_bytes, 1, x + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, cols, lane,
-                             sum, x_stride, live);
-    #pragma unroll
-    for (int c = 0; c < MV_COLS; c++) {
-        float v = warp_sum(sum[c]);
-        if (lane == 0 && c < live) {
-            i64 o = (i64)(c0 + c) * y_stride + row;
-            y[o] = res ? res[o] + v : v;
-        }
-    }
+#define MV_COLS_GROUP(CW) \
+    mv_cols_group<CW>(ty, W + (i64)row * row_bytes, row_bytes, cols, x + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, x_stride, live, lane, y, y_stride, res, c0, row)
+    WITH_COLS(live, MV_COLS_GROUP);
+#undef MV_COLS_GROUP
 }
 
 // y[slot][r] = W_e[r]·x[slot / x_div] (+ res[slot][r]) where e = ids[slot] (an expert of a stack)
@@ -747,6 +774,21 @@ extern "C" __global__ void mv_glu(const u8* G, const u8* U, int ty_g, int ty_u, 
     if (lane == 0) h[slot * h_stride + row] = g / (1.0f + expf(-g)) * u;
 }
 
+// mv_glu_cols' products and SwiGLU for a group of C columns from c0, `live` of them real.
+template <int C>
+__device__ __forceinline__ void mv_glu_cols_group(int ty_g, const u8* grow, i64 rb_g, int ty_u, const u8* urow, i64 rb_u, int cols, const float* xs, const i8* qks,
+                                                  const float2* dks, const i8* qzs, const float2* dzs, i64 x_stride, int live, int lane, float* h, i64 h_stride,
+                                                  int c0, int row) {
+    float g[C], u[C];
+    dot_any_rows<1, C>(ty_g, grow, rb_g, 1, xs, qks, dks, qzs, dzs, cols, lane, g, x_stride, live);
+    dot_any_rows<1, C>(ty_u, urow, rb_u, 1, xs, qks, dks, qzs, dzs, cols, lane, u, x_stride, live);
+    #pragma unroll
+    for (int c = 0; c < C; c++) {
+        float gv = warp_sum(g[c]), uv = warp_sum(u[c]);
+        if (lane == 0 && c < live) h[(i64)(c0 + c) * h_stride + row] = gv / (1.0f + expf(-gv)) * uv;
+    }
+}
+
 // h[c][r] = silu(G[r]·x[c]) · (U[r]·x[c]) for a decode batch's n_col rows of x (x_stride values
 // apart; h rows h_stride apart): a dense FFN's gate, up and SwiGLU as mv_glu computes each row
 // alone, a warp a weight row and MV_COLS batch rows (blocks column group fastest, col_block),
@@ -767,14 +809,10 @@ extern "C" __global__ void mv_glu_cols(const u8* G, const u8* U, int ty_g, int t
     i64 xr = (i64)c0 * x_stride;
     const float* xs = x + xr;
     const i8 *qks = qk ? qk + xr : qk, *qzs = qz ? qz + xr : qz;
-    float g[MV_COLS], u[MV_COLS];
-    dot_any_rows<1, MV_COLS>(ty_g, G + (i64)row * rb_g, rb_g, 1, xs, qks, dk + xr / 32, qzs, dz + xr / 32, cols, lane, g, x_stride, live);
-    dot_any_rows<1, MV_COLS>(ty_u, U + (i64)row * rb_u, rb_u, 1, xs, qks, dk + xr / 32, qzs, dz + xr / 32, cols, lane, u, x_stride, live);
-    #pragma unroll
-    for (int c = 0; c < MV_COLS; c++) {
-        float gv = warp_sum(g[c]), uv = warp_sum(u[c]);
-        if (lane == 0 && c < live) h[(i64)(c0 + c) * h_stride + row] = gv / (1.0f + expf(-gv)) * uv;
-    }
+#define GLU_COLS_GROUP(CW) \
+    mv_glu_cols_group<CW>(ty_g, G + (i64)row * rb_g, rb_g, ty_u, U + (i64)row * rb_u, rb_u, cols, xs, qks, dk + xr / 32, qzs, dz + xr / 32, x_stride, live, lane, h, h_stride, c0, row)
+    WITH_COLS(live, GLU_COLS_GROUP);
+#undef GLU_COLS_GROUP
 }
 
 // Rows a warp of moe_glu takes (gpu.rs `Knobs` defines it; the launch's grid follows).
@@ -931,6 +969,23 @@ __device__ __forceinline__ float conv_channel(float* state, const float* taps, f
     return acc / (1.0f + expf(-acc));
 }
 
+// mv4_body's products, stores and convolutions for a group of C columns from c0, `live` real.
+template <int C>
+__device__ __forceinline__ void mv4_group(int ty, const u8* wrow, i64 rb, int cols, const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz,
+                                          int live, int lane, float* y, i64 ys, int c0, int row, bool conv, float* conv_out, int rows0, const float* taps, int kernel,
+                                          const unsigned long long* ctab) {
+    float sum[C];
+    dot_any_rows<1, C>(ty, wrow, rb, 1, x, qk, dk, qz, dz, cols, lane, sum, cols, live);
+    #pragma unroll
+    for (int c = 0; c < C; c++) {
+        float v = warp_sum(sum[c]);
+        if (lane == 0 && c < live) {
+            y[(i64)(c0 + c) * ys + row] = v;
+            if (conv) conv_out[(i64)(c0 + c) * rows0 + row] = conv_channel((float*)row_state(ctab, c0 + c, 0, nullptr), taps, v, rows0, row, kernel);
+        }
+    }
+}
+
 // Up to four products of one input in one launch (a DeltaNet layer's qkv, z, β and α; an
 // attention layer's q, k and v): the rows of the parts one after another, a warp a row, each
 // row as `mv` computes it. A part with rows = 0 is absent. Over a decode batch of n_col rows
@@ -962,16 +1017,12 @@ __device__ __forceinline__ void mv4_body(int cols, const float* x, const i8* qk,
     if (!W) return;
     int live = min(C, n_col - c0);
     i64 xr = (i64)c0 * cols;
-    float sum[C];
-    dot_any_rows<1, C>(ty, W + (i64)row * rb, rb, 1, x + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, cols, lane, sum, cols, live);
-    #pragma unroll
-    for (int c = 0; c < C; c++) {
-        float v = warp_sum(sum[c]);
-        if (lane == 0 && c < live) {
-            y[(i64)(c0 + c) * ys + row] = v;
-            if (conv) conv_out[(i64)(c0 + c) * rows0 + row] = conv_channel((float*)row_state(ctab, c0 + c, 0, nullptr), taps, v, rows0, row, kernel);
-        }
-    }
+#define MV4_GROUP(CW) \
+    mv4_group<CW>(ty, W + (i64)row * rb, rb, cols, x + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, live, lane, y, ys, c0, row, conv, conv_out, rows0, taps, kernel, ctab)
+    // mv4 (one row) at its own width; mv4_cols at the width its live columns need (WITH_COLS)
+    if constexpr (C == 1) MV4_GROUP(1);
+    else WITH_COLS(live, MV4_GROUP);
+#undef MV4_GROUP
 }
 
 #define MV4_ARGS                                                                                                                                   \
