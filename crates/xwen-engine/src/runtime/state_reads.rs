@@ -110,3 +110,74 @@ fn spawn() -> Option<(Sender<Job>, Receiver<Done>)> {
         .ok()?;
     Some((tx, rx))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::on_device::DeviceSnapshot;
+    use crate::state::{DeltaState, LayerState};
+    use crate::{EngineConfig, LogitsMode, Model};
+    use std::time::{Duration, Instant};
+
+    /// A device snapshot that takes its time to read back.
+    struct SlowSnapshot(Vec<(usize, DeltaState)>);
+
+    impl DeviceSnapshot for SlowSnapshot {
+        fn download(&self) -> crate::Result<Vec<(usize, DeltaState)>> {
+            std::thread::sleep(Duration::from_millis(800));
+            Ok(self.0.clone())
+        }
+        fn layers(&self) -> Vec<usize> {
+            self.0.iter().map(|(i, _)| *i).collect()
+        }
+        fn bytes(&self) -> usize {
+            0
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    #[test]
+    fn a_pending_read_is_waited_for_only_by_a_prompt_it_would_serve() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/parity/cond/qwen3_5/model-q4_k_m.gguf");
+        let model = Model::load(&path, &EngineConfig { threads: 1, max_ctx: 128, ..Default::default() }).unwrap();
+        let tokens: Vec<u32> = (0..12).map(|i| (i * 37 + 5) % model.n_vocab() as u32).collect();
+        let mut st = model.new_state();
+        model.forward(&mut st, &tokens, LogitsMode::None).unwrap();
+        // the host form without its recurrent states, which the snapshot holds
+        let recurrent: Vec<(usize, DeltaState)> = st
+            .layers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| match l {
+                LayerState::Delta(d) => Some((i, DeltaState::of(d.conv.clone(), d.s.clone()))),
+                LayerState::Attn(_) => None,
+            })
+            .collect();
+        let mut cache = PrefixCache::new(&model, 1 << 30, None).unwrap();
+        let mut reads = StateReads::default();
+        reads.send(tokens.clone(), HostAt::Pending { state: st.clone(), snap: Arc::new(SlowSnapshot(recurrent)) }, &mut cache);
+        // another conversation's prompt does not wait
+        let t0 = Instant::now();
+        let other: Vec<u32> = (0..20).map(|i| (i * 11 + 3) % model.n_vocab() as u32).collect();
+        reads.settle(&mut cache, Some((&other, 0)));
+        assert!(t0.elapsed() < Duration::from_millis(400), "an unrelated prompt waited {:?}", t0.elapsed());
+        // nor one the slots already serve further
+        let mut longer = tokens.clone();
+        longer.extend([1, 2, 3]);
+        reads.settle(&mut cache, Some((&longer, 13)));
+        assert!(t0.elapsed() < Duration::from_millis(400), "a prompt served further elsewhere waited");
+        // one it would serve waits, then finds it
+        reads.settle(&mut cache, Some((&longer, 0)));
+        let hit = cache.lookup(&model, &longer, 0).expect("the read entered the cache");
+        assert_eq!(hit.len, tokens.len());
+        assert_eq!(hit.state.layers.len(), st.layers.len());
+        for (a, b) in hit.state.layers.iter().zip(&st.layers) {
+            if let (LayerState::Delta(a), LayerState::Delta(b)) = (a, b) {
+                assert_eq!(a.s, b.s, "the recurrent states are the snapshot's");
+            }
+        }
+        reads.finish_all(&mut cache);
+    }
+}
