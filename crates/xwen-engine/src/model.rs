@@ -872,6 +872,19 @@ impl Model {
         }
     }
 
+    /// A working copy of a host state kept elsewhere (a prefix cache's entry): on the device
+    /// where one is attached (uploaded from `src`, no host copy made), else a host clone.
+    /// Where the upload fails the host clone is returned (its first pass tries again, and fails
+    /// there with the device's error).
+    pub fn working_copy(&self, src: &SeqState) -> SeqState {
+        if let (Some(d), false) = (&self.device, src.is_on_device()) {
+            if let Ok(seq) = d.upload(&src.layers, src.pos) {
+                return SeqState::uploaded_from(src, seq);
+            }
+        }
+        src.clone()
+    }
+
     /// Makes the device ready for speculative verifies of up to `rows` rows
     /// (`DeviceModel::prepare_verifies`). Nothing on the CPU.
     pub fn prepare_verifies(&self, rows: usize) -> Result<()> {

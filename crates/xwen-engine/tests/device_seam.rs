@@ -328,9 +328,15 @@ fn a_device_state_in_the_prefix_cache_continues_from_ram_and_from_disk() {
     let mut cache = PrefixCache::new(&dev, 1 << 30, Some(&dir)).unwrap();
     cache.insert(head, st);
     let hit = cache.lookup(&dev, &p, 0).expect("the prefix is cached");
-    assert!(!hit.state.is_on_device(), "entries are kept in host memory");
+    // entries are kept in host memory; a device model's hit is uploaded from the entry (no host copy)
+    assert!(hit.state.is_on_device(), "a hit for a model on a device goes straight to it");
     let mut s = hit.state;
     assert_eq!(bits(&dev.forward(&mut s, tail, LogitsMode::All).unwrap()), bits(&want), "from RAM");
+    // the entry is still there for the next hit, and the CPU model takes a host copy of it
+    let again = cache.lookup(&cpu, &p, 0).expect("still cached");
+    assert!(!again.state.is_on_device());
+    let mut h = again.state;
+    assert_eq!(bits(&cpu.forward(&mut h, tail, LogitsMode::All).unwrap()), bits(&want), "a host copy for the CPU");
     cache.flush();
     drop(cache);
     let mut cache = PrefixCache::new(&dev, 1 << 30, Some(&dir)).unwrap();

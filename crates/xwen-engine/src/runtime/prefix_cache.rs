@@ -206,8 +206,9 @@ impl PrefixCache {
     }
 
     /// The longest entry that begins `prompt`, holds more than `at_least` of its tokens and
-    /// leaves at least one to feed: a copy of its state. A file that fails its checks is dropped
-    /// from the index with a note.
+    /// leaves at least one to feed: a working copy of its state (`Model::working_copy`: on
+    /// `model`'s device where it has one, uploaded without a host copy). A file that fails its
+    /// checks is dropped from the index with a note.
     pub fn lookup(&mut self, model: &Model, prompt: &[u32], at_least: usize) -> Option<Hit> {
         loop {
             let best = self
@@ -222,14 +223,14 @@ impl PrefixCache {
             if let Some(st) = self.entries[best].state.clone() {
                 let e = &mut self.entries[best];
                 e.last_used = clock;
-                return Some(Hit { len: e.tokens.len(), state: (*st).clone(), from_disk: false });
+                return Some(Hit { len: e.tokens.len(), state: model.working_copy(&st), from_disk: false });
             }
             let path = self.entries[best].path.clone().expect("an entry not in RAM is on disk");
             match read_entry(&path, self.fingerprint, model) {
                 Ok((tokens, state)) if tokens == self.entries[best].tokens => {
                     let len = tokens.len();
                     let bytes = state.bytes() as u64;
-                    let out = state.clone();
+                    let out = model.working_copy(&state);
                     self.keep_in_ram(best, Arc::new(state), bytes);
                     self.entries[best].last_used = clock;
                     return Some(Hit { len, state: out, from_disk: true });

@@ -220,6 +220,24 @@ impl SeqState {
         self.place = Place::Device(seq);
     }
 
+    /// A state on a device holding `src`'s contents — `seq`, which the caller uploaded from
+    /// them — at `src`'s position, with a lineage of its own: `src` is not copied on the host
+    /// (a prefix cache's entry goes straight to the device).
+    pub(crate) fn uploaded_from(src: &SeqState, seq: Box<dyn DeviceSeq>) -> SeqState {
+        let layers = src
+            .layers
+            .iter()
+            .map(|l| match l {
+                LayerState::Attn(kv) => LayerState::Attn(KvCache { max_rows: kv.max_rows, ..KvCache::new((kv.k.ty(), kv.v.ty())) }),
+                LayerState::Delta(d) => LayerState::Delta(DeltaState { keep: d.keep, ..DeltaState::of(Vec::new(), Vec::new()) }),
+            })
+            .collect();
+        let mut s = SeqState::new(layers);
+        s.pos = src.pos;
+        s.put_on_device(seq);
+        s
+    }
+
     /// A fresh host state (position 0, a lineage of its own) with this one's layer shapes and
     /// no contents — empty KV caches and recurrent states, which a device reads as its zero
     /// states at the first pass.
