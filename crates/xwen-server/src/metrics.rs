@@ -129,8 +129,8 @@ impl Metrics {
         r.register("engine_steps", "Batched forward steps run", self.steps.clone());
         r.register("engine_step_seconds", "Time spent in batched forward steps", self.step_seconds.clone());
         r.register("engine_forward_seconds", "Time the steps spent in the model's forward passes", self.forward_seconds.clone());
-        r.register("engine_checkpoint_seconds", "Time the steps spent taking checkpoints after their forwards (a GPU state's recurrent part read back)", self.checkpoint_seconds.clone());
-        r.register("engine_release_seconds", "Time the steps spent releasing ended requests' slots (the prefix cache's copies of their states)", self.release_seconds.clone());
+        r.register("engine_checkpoint_seconds", "Time the steps spent taking checkpoints after their forwards (on a GPU a copy on the card, or a read-back where it has no room)", self.checkpoint_seconds.clone());
+        r.register("engine_release_seconds", "Time the steps spent releasing ended requests' slots (the prefix cache's copies of their states; on a GPU their KV rows, the recurrent states read back off the step)", self.release_seconds.clone());
         r.register("engine_prompt_steps", "Steps in which some sequence fed prompt tokens", self.prompt_steps.clone());
         r.register("engine_prompt_step_seconds", "Time spent in steps in which some sequence fed prompt tokens", self.prompt_step_seconds.clone());
         r.register("engine_prompt_spans", "Prompt chunks fed (one a sequence a step)", self.prompts_fed.clone());
