@@ -16,13 +16,6 @@ pub(crate) fn record(table: &mut [(f64, u32)], at: usize, secs: f64) {
     }
 }
 
-/// Whether this is the first step of count `at` (marked seen now): a first step pays for a
-/// first use (a GPU captures the pass's graph then, tens of ms against a few) and is not
-/// recorded, or a table would price that count far above what it costs from then on.
-pub(crate) fn first_use(warmed: &mut [bool], at: usize) -> bool {
-    warmed.get_mut(at).is_some_and(|w| !std::mem::replace(w, true))
-}
-
 /// The measured entries (index, average) of a table.
 fn measured(table: &[(f64, u32)]) -> Vec<(f64, f64)> {
     table.iter().enumerate().filter(|(_, c)| c.1 >= COST_MIN_SEEN).map(|(r, c)| (r as f64, c.0)).collect()
@@ -54,11 +47,14 @@ pub(crate) fn read_cost(table: &[(f64, u32)], at: usize) -> Option<f64> {
     Some((a + b * at as f64).max(f64::MIN_POSITIVE))
 }
 
-/// The scheduler's table of whole steps by their row count, from which a shared step's time is
-/// divided among its sequences (`shares`).
+/// Steps' times by their row count: the scheduler's table of whole steps, from which a shared
+/// step's time is divided among its sequences (`shares`), and a drafting controller's verify
+/// costs. A row count's first step is not recorded: it pays for a first use (a GPU captures
+/// the pass's graph then, tens of ms against a few), and counted, it priced a GPU's verify so
+/// high that drafting stopped after a few steps with every draft right.
 pub(crate) struct StepCosts {
     secs: Vec<(f64, u32)>,
-    /// Row counts whose first step has run (`first_use`).
+    /// Row counts whose first step has run.
     warmed: Vec<bool>,
 }
 
@@ -69,9 +65,20 @@ impl StepCosts {
     }
 
     pub(crate) fn observe(&mut self, rows: usize, secs: f64) {
-        if !first_use(&mut self.warmed, rows) {
+        let first = self.warmed.get_mut(rows).is_some_and(|w| !std::mem::replace(w, true));
+        if !first {
             record(&mut self.secs, rows, secs);
         }
+    }
+
+    /// Steps of `rows` rows recorded.
+    pub(crate) fn seen(&self, rows: usize) -> u32 {
+        self.secs.get(rows).map_or(0, |c| c.1)
+    }
+
+    /// A step of `rows` rows: its average where measured, else off the line (`read_cost`).
+    pub(crate) fn cost(&self, rows: usize) -> Option<f64> {
+        read_cost(&self.secs, rows)
     }
 
     /// Seconds one more row adds to a step (None before two row counts are measured).

@@ -145,16 +145,8 @@ mod tests {
         let tokens: Vec<u32> = (0..12).map(|i| (i * 37 + 5) % model.n_vocab() as u32).collect();
         let mut st = model.new_state();
         model.forward(&mut st, &tokens, LogitsMode::None).unwrap();
-        // the host form without its recurrent states, which the snapshot holds
-        let recurrent: Vec<(usize, DeltaState)> = st
-            .layers
-            .iter()
-            .enumerate()
-            .filter_map(|(i, l)| match l {
-                LayerState::Delta(d) => Some((i, DeltaState::of(d.conv.clone(), d.s.clone()))),
-                LayerState::Attn(_) => None,
-            })
-            .collect();
+        // the snapshot holds the recurrent states
+        let recurrent = st.host_recurrent();
         let mut cache = PrefixCache::new(&model, 1 << 30, None).unwrap();
         let mut reads = StateReads::default();
         reads.send(tokens.clone(), HostAt::Pending { state: st.clone(), snap: Arc::new(SlowSnapshot(recurrent)) }, &mut cache);

@@ -173,6 +173,15 @@ impl HostAt {
     }
 }
 
+/// A layer's shape with no contents (its KV cache empty, its recurrent state unset; the kept
+/// states' count stays).
+fn emptied(l: &LayerState) -> LayerState {
+    match l {
+        LayerState::Attn(kv) => LayerState::Attn(KvCache { max_rows: kv.max_rows, ..KvCache::new((kv.k.ty(), kv.v.ty())) }),
+        LayerState::Delta(d) => LayerState::Delta(DeltaState { keep: d.keep, ..DeltaState::of(Vec::new(), Vec::new()) }),
+    }
+}
+
 /// `put_recurrent` for states the caller no longer needs: moved in, not copied.
 fn take_recurrent(layers: &mut [LayerState], recurrent: Vec<(usize, DeltaState)>) {
     for (i, r) in recurrent {
@@ -224,15 +233,7 @@ impl SeqState {
     /// them — at `src`'s position, with a lineage of its own: `src` is not copied on the host
     /// (a prefix cache's entry goes straight to the device).
     pub(crate) fn uploaded_from(src: &SeqState, seq: Box<dyn DeviceSeq>) -> SeqState {
-        let layers = src
-            .layers
-            .iter()
-            .map(|l| match l {
-                LayerState::Attn(kv) => LayerState::Attn(KvCache { max_rows: kv.max_rows, ..KvCache::new((kv.k.ty(), kv.v.ty())) }),
-                LayerState::Delta(d) => LayerState::Delta(DeltaState { keep: d.keep, ..DeltaState::of(Vec::new(), Vec::new()) }),
-            })
-            .collect();
-        let mut s = SeqState::new(layers);
+        let mut s = src.empty_like();
         s.pos = src.pos;
         s.put_on_device(seq);
         s
@@ -240,20 +241,28 @@ impl SeqState {
 
     /// A fresh host state (position 0, a lineage of its own) with this one's layer shapes and
     /// no contents — empty KV caches and recurrent states, which a device reads as its zero
-    /// states at the first pass.
+    /// states at the first pass. (The contents are not copied only to be let go.)
     pub(crate) fn empty_like(&self) -> SeqState {
-        let mut s = SeqState::new(self.layers.clone());
-        s.clear_contents();
-        s
+        SeqState::new(self.layers.iter().map(emptied).collect())
     }
 
     fn clear_contents(&mut self) {
         for l in &mut self.layers {
-            match l {
-                LayerState::Attn(kv) => *kv = KvCache { max_rows: kv.max_rows, ..KvCache::new((kv.k.ty(), kv.v.ty())) },
-                LayerState::Delta(d) => *d = DeltaState { keep: d.keep, ..DeltaState::of(Vec::new(), Vec::new()) },
-            }
+            *l = emptied(l);
         }
+    }
+
+    /// Copies of the recurrent layers' states held in host memory, by layer index (what a
+    /// host state's checkpoint keeps; a state on a device holds none here).
+    pub fn host_recurrent(&self) -> Vec<(usize, DeltaState)> {
+        self.layers
+            .iter()
+            .enumerate()
+            .filter_map(|(i, l)| match l {
+                LayerState::Delta(d) => Some((i, DeltaState::of(d.conv.clone(), d.s.clone()))),
+                LayerState::Attn(_) => None,
+            })
+            .collect()
     }
 
     /// The same state with its contents in host memory: a copy of a host state, a download of
@@ -290,16 +299,7 @@ impl SeqState {
     /// where it has room, else read back (the error is the device's).
     pub fn checkpoint(&self) -> Result<SeqCheckpoint> {
         let recurrent = match &self.place {
-            Place::Host => Recurrent::Host(
-                self.layers
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(i, l)| match l {
-                        LayerState::Delta(d) => Some((i, DeltaState::of(d.conv.clone(), d.s.clone()))),
-                        LayerState::Attn(_) => None,
-                    })
-                    .collect(),
-            ),
+            Place::Host => Recurrent::Host(self.host_recurrent()),
             // a snapshot the device could not take (no room, a failed copy) is read back instead
             Place::Device(d) => match d.snapshot() {
                 Ok(Some(snap)) => Recurrent::Device(Arc::from(snap)),

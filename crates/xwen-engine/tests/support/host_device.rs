@@ -185,16 +185,7 @@ impl DeviceSeq for HostSeq {
     }
 
     fn recurrent(&self) -> xwen_engine::Result<Vec<(usize, DeltaState)>> {
-        Ok(self
-            .0
-            .layers
-            .iter()
-            .enumerate()
-            .filter_map(|(i, l)| match l {
-                LayerState::Delta(d) => Some((i, DeltaState::of(d.conv.clone(), d.s.clone()))),
-                LayerState::Attn(_) => None,
-            })
-            .collect())
+        Ok(self.0.host_recurrent())
     }
 
     fn set_recurrent(&mut self, states: &[(usize, DeltaState)]) -> xwen_engine::Result<()> {

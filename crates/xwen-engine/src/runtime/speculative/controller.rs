@@ -1,7 +1,7 @@
 //! How deep to draft, and the cost model that weighs a depth's expected tokens against what its
 //! verify and its proposal cost.
 
-use crate::runtime::cost_table::{first_use, read_cost, record, COST_MIN_SEEN};
+use crate::runtime::cost_table::{read_cost, record, StepCosts, COST_MIN_SEEN};
 
 /// What a drafting sequence's controller learned — step and proposal costs, acceptance by
 /// position, pauses — handed back when the sequence ends (`Scheduler::take_ended`) so the next
@@ -192,10 +192,8 @@ impl Controller {
 struct Costs {
     /// Whether depths are chosen by cost at all (`Controller::set_timed`).
     timed: bool,
-    /// (average seconds, steps seen) by row count (index = rows).
-    secs: Vec<(f64, u32)>,
-    /// Row counts whose first step has run (`first_use`).
-    warmed: Vec<bool>,
+    /// Steps' seconds by row count (each count's first step left out: `StepCosts`).
+    steps: StepCosts,
     /// (average seconds, proposals seen) of a proposal by its drafted tokens (index = tokens).
     draft_secs: Vec<(f64, u32)>,
     /// Per draft position: steps that reached it, and those that accepted it (decayed counts).
@@ -212,21 +210,16 @@ const PROBE_AFTER: usize = 8;
 
 impl Costs {
     fn new(max: usize) -> Costs {
-        Costs { timed: false, secs: vec![(0.0, 0); max + 2], warmed: vec![false; max + 2], draft_secs: vec![(0.0, 0); max + 1], reached: vec![0.0; max], accepted: vec![0.0; max] }
+        Costs { timed: false, steps: StepCosts::new(max + 1), draft_secs: vec![(0.0, 0); max + 1], reached: vec![0.0; max], accepted: vec![0.0; max] }
     }
 
     /// Plain (one-row) steps measured.
     fn plain_seen(&self) -> u32 {
-        self.secs.get(1).map_or(0, |c| c.1)
+        self.steps.seen(1)
     }
 
-    /// A step of `rows` rows took `secs`; a row count's first step is not counted
-    /// (`first_use`: counted, it priced a GPU's verify so high that drafting stopped after a
-    /// few steps with every draft right).
     fn observe_step(&mut self, rows: usize, secs: f64) {
-        if !first_use(&mut self.warmed, rows) {
-            record(&mut self.secs, rows, secs);
-        }
+        self.steps.observe(rows, secs);
     }
 
     fn observe_draft(&mut self, drafted: usize, secs: f64) {
@@ -256,7 +249,7 @@ impl Costs {
         if rows == 1 && self.plain_seen() < COST_MIN_SEEN {
             return None;
         }
-        read_cost(&self.secs, rows)
+        self.steps.cost(rows)
     }
 
     /// What proposing `k` tokens costs: its average, the line through the measured counts, the
@@ -400,9 +393,6 @@ mod tests {
         assert_eq!(c.depth(), c.depth, "untimed: no cost verdicts");
     }
 
-    /// The drafter's own time counts: a draft model as costly as the target is paused even
-    /// when every draft is right and verify rows are cheap; the same acceptance with a free
-    /// proposal drafts deep.
     #[test]
     fn a_row_counts_first_step_does_not_price_it() {
         // a verify of 5 rows whose first run paid 40 plain steps (a graph captured), then 2.5
@@ -419,6 +409,9 @@ mod tests {
         assert!(gain > 1.5, "gain {gain}");
     }
 
+    /// The drafter's own time counts: a draft model as costly as the target is paused even
+    /// when every draft is right and verify rows are cheap; the same acceptance with a free
+    /// proposal drafts deep.
     #[test]
     fn a_proposal_that_costs_more_than_it_saves_pauses_drafting() {
         let run = |draft_secs_per_token: f64| {
