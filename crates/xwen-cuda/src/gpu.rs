@@ -178,11 +178,6 @@ impl SnapshotRoom {
     pub fn give_back(&self, bytes: u64) {
         self.used.fetch_sub(bytes, std::sync::atomic::Ordering::Relaxed);
     }
-
-    /// What the live snapshots hold.
-    pub fn used(&self) -> u64 {
-        self.used.load(std::sync::atomic::Ordering::Relaxed)
-    }
 }
 
 /// Shape knobs of kernels.cu that both the kernels and their launches' grids depend on, passed
@@ -386,6 +381,12 @@ impl Gpu {
         Ok(DevBuf::wrap(s, &self.stream))
     }
 
+    /// A new device buffer holding a copy of `src` (on the stream).
+    pub fn duplicate(&self, src: &DevBuf) -> Result<DevBuf> {
+        let s = self.stream.clone_dtod(&src.slice)?;
+        Ok(DevBuf::wrap(s, &self.stream))
+    }
+
     /// A device copy of `data`.
     pub fn upload(&self, data: &[u8]) -> Result<DevBuf> {
         let s = self.stream.clone_htod(data)?;
@@ -441,6 +442,11 @@ impl Gpu {
     /// element by element: a sequence's recurrent states (tens of MB) are read this way at
     /// every server checkpoint, and the conversion cost more than the copy.
     fn read_into<T: Plain>(&self, src: &DevBuf, first: usize, out: &mut [T]) -> Result<()> {
+        Self::read_into_on(&self.stream, src, first, out)
+    }
+
+    /// `read_into` on `stream`.
+    fn read_into_on<T: Plain>(stream: &Arc<CudaStream>, src: &DevBuf, first: usize, out: &mut [T]) -> Result<()> {
         let bytes = std::mem::size_of_val(out);
         if bytes == 0 {
             return Ok(());
@@ -451,14 +457,14 @@ impl Gpu {
         // SAFETY: `Plain` types have no padding and every byte pattern is a value of them; the
         // byte view covers exactly `out`, which outlives the (synchronous) copy.
         let dst = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), bytes) };
-        self.stream.memcpy_dtoh(&src.slice.slice(first..first + bytes), dst)?;
+        stream.memcpy_dtoh(&src.slice.slice(first..first + bytes), dst)?;
         Ok(())
     }
 
-    /// All of `src` as f32 on the host, read on the reads' stream once the work before `ready`
-    /// (recorded on the model's stream) is done: a read that may run on another thread while
-    /// the model's stream computes (`DevSnapshot::download`).
-    pub fn read_f32_after(&self, src: &DevBuf, ready: &cudarc::driver::CudaEvent) -> Result<Vec<f32>> {
+    /// Each of `srcs` whole as f32 on the host, read on the reads' stream once the work before
+    /// `ready` (recorded on the model's stream) is done: reads that may run on another thread
+    /// while the model's stream computes (`DevSnapshot::download`).
+    pub fn read_f32_after(&self, srcs: &[&DevBuf], ready: &cudarc::driver::CudaEvent) -> Result<Vec<Vec<f32>>> {
         let reads = match self.reads.get() {
             Some(s) => s,
             None => {
@@ -467,11 +473,14 @@ impl Gpu {
             }
         };
         reads.wait(ready)?;
-        let mut out = vec![0f32; src.bytes() / 4];
-        // SAFETY: f32 has no padding; the view covers exactly `out`, which outlives the copy
-        // (memcpy_dtoh returns once the stream has finished it).
-        let dst = unsafe { std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), out.len() * 4) };
-        reads.memcpy_dtoh(&src.slice.slice(0..dst.len()), dst)?;
+        let out = srcs
+            .iter()
+            .map(|src| {
+                let mut out = vec![0f32; src.bytes() / 4];
+                Self::read_into_on(reads, src, 0, &mut out)?;
+                Ok(out)
+            })
+            .collect::<Result<Vec<_>>>()?;
         reads.synchronize()?;
         Ok(out)
     }

@@ -686,18 +686,36 @@ __device__ __forceinline__ void col_block(int n_col, int C, int* row_block, int*
 #define WITH_COLS(live, CALL) CALL(MV_COLS)
 #endif
 
-// mv_cols' products and stores for a group of C columns from c0, `live` of them real.
+// Channel c of one token's causal convolution against its conv state, then SiLU; the state
+// shifted a row (rowwise::conv_silu): conv_step's arithmetic, and that of mv4's fused epilogue.
+// Explicit fused multiply-adds, as conv_prompt's: inlined into different kernels, `a * b + c`
+// may be contracted differently, and these three are held bit for bit equal.
+__device__ __forceinline__ float conv_channel(float* state, const float* taps, float xc, int cd, int c, int kernel) {
+    float acc = 0.0f;
+    for (int j = 0; j < kernel - 1; j++) acc = __fmaf_rn(state[(i64)j * cd + c], taps[(i64)j * cd + c], acc);
+    acc = __fmaf_rn(xc, taps[(i64)(kernel - 1) * cd + c], acc);
+    for (int j = 0; j + 1 < kernel - 1; j++) state[(i64)j * cd + c] = state[(i64)(j + 1) * cd + c];
+    if (kernel > 1) state[(i64)(kernel - 2) * cd + c] = xc;
+    return acc / (1.0f + expf(-acc));
+}
+
+// One weight row's products with a group of C columns from c0 (`live` of them real; inputs
+// x_stride values apart), each sum stored at y[c·y_stride + row] (plus res there, where res)
+// and, with conv_out, convolved as conv_step convolves it (conv_channel, batch row c's conv
+// state from ctab, into conv_out[c·rows0 + row]): mv_cols' and mv4's body at a group width.
 template <int C>
-__device__ __forceinline__ void mv_cols_group(int ty, const u8* wrow, i64 row_bytes, int cols, const float* x, const i8* qk, const float2* dk, const i8* qz,
-                                              const float2* dz, i64 x_stride, int live, int lane, float* y, i64 y_stride, const float* res, int c0, int row) {
+__device__ __forceinline__ void cols_group(int ty, const u8* wrow, i64 rb, int cols, const float* x, const i8* qk, const float2* dk, const i8* qz,
+                                           const float2* dz, i64 x_stride, int live, int lane, float* y, i64 y_stride, const float* res, int c0, int row,
+                                           float* conv_out, int rows0, const float* taps, int kernel, const unsigned long long* ctab) {
     float sum[C];
-    dot_any_rows<1, C>(ty, wrow, row_bytes, 1, x, qk, dk, qz, dz, cols, lane, sum, x_stride, live);
+    dot_any_rows<1, C>(ty, wrow, rb, 1, x, qk, dk, qz, dz, cols, lane, sum, x_stride, live);
     #pragma unroll
     for (int c = 0; c < C; c++) {
         float v = warp_sum(sum[c]);
         if (lane == 0 && c < live) {
             i64 o = (i64)(c0 + c) * y_stride + row;
             y[o] = res ? res[o] + v : v;
+            if (conv_out) conv_out[(i64)(c0 + c) * rows0 + row] = conv_channel((float*)row_state(ctab, c0 + c, 0, nullptr), taps, v, rows0, row, kernel);
         }
     }
 }
@@ -713,7 +731,8 @@ extern "C" __global__ void mv_cols(const u8* W, int ty, int rows, int cols, i64 
     int live = min(MV_COLS, n_col - c0);
     i64 xr = (i64)c0 * x_stride;
 #define MV_COLS_GROUP(CW) \
-    mv_cols_group<CW>(ty, W + (i64)row * row_bytes, row_bytes, cols, x + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, x_stride, live, lane, y, y_stride, res, c0, row)
+    cols_group<CW>(ty, W + (i64)row * row_bytes, row_bytes, cols, x + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, x_stride, live, lane, y, y_stride, \
+                   res, c0, row, nullptr, 0, nullptr, 0, nullptr)
     WITH_COLS(live, MV_COLS_GROUP);
 #undef MV_COLS_GROUP
 }
@@ -956,36 +975,6 @@ extern "C" __global__ void mv_tiles(const u8* W, int ty, int rows, int cols, i64
     }
 }
 
-// Channel c of one token's causal convolution against its conv state, then SiLU; the state
-// shifted a row (rowwise::conv_silu): conv_step's arithmetic, and that of mv4's fused epilogue.
-// Explicit fused multiply-adds, as conv_prompt's: inlined into different kernels, `a * b + c`
-// may be contracted differently, and these three are held bit for bit equal.
-__device__ __forceinline__ float conv_channel(float* state, const float* taps, float xc, int cd, int c, int kernel) {
-    float acc = 0.0f;
-    for (int j = 0; j < kernel - 1; j++) acc = __fmaf_rn(state[(i64)j * cd + c], taps[(i64)j * cd + c], acc);
-    acc = __fmaf_rn(xc, taps[(i64)(kernel - 1) * cd + c], acc);
-    for (int j = 0; j + 1 < kernel - 1; j++) state[(i64)j * cd + c] = state[(i64)(j + 1) * cd + c];
-    if (kernel > 1) state[(i64)(kernel - 2) * cd + c] = xc;
-    return acc / (1.0f + expf(-acc));
-}
-
-// mv4_body's products, stores and convolutions for a group of C columns from c0, `live` real.
-template <int C>
-__device__ __forceinline__ void mv4_group(int ty, const u8* wrow, i64 rb, int cols, const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz,
-                                          int live, int lane, float* y, i64 ys, int c0, int row, bool conv, float* conv_out, int rows0, const float* taps, int kernel,
-                                          const unsigned long long* ctab) {
-    float sum[C];
-    dot_any_rows<1, C>(ty, wrow, rb, 1, x, qk, dk, qz, dz, cols, lane, sum, cols, live);
-    #pragma unroll
-    for (int c = 0; c < C; c++) {
-        float v = warp_sum(sum[c]);
-        if (lane == 0 && c < live) {
-            y[(i64)(c0 + c) * ys + row] = v;
-            if (conv) conv_out[(i64)(c0 + c) * rows0 + row] = conv_channel((float*)row_state(ctab, c0 + c, 0, nullptr), taps, v, rows0, row, kernel);
-        }
-    }
-}
-
 // Up to four products of one input in one launch (a DeltaNet layer's qkv, z, β and α; an
 // attention layer's q, k and v): the rows of the parts one after another, a warp a row, each
 // row as `mv` computes it. A part with rows = 0 is absent. Over a decode batch of n_col rows
@@ -1018,7 +1007,8 @@ __device__ __forceinline__ void mv4_body(int cols, const float* x, const i8* qk,
     int live = min(C, n_col - c0);
     i64 xr = (i64)c0 * cols;
 #define MV4_GROUP(CW) \
-    mv4_group<CW>(ty, W + (i64)row * rb, rb, cols, x + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, live, lane, y, ys, c0, row, conv, conv_out, rows0, taps, kernel, ctab)
+    cols_group<CW>(ty, W + (i64)row * rb, rb, cols, x + xr, qk ? qk + xr : qk, dk + xr / 32, qz ? qz + xr : qz, dz + xr / 32, cols, live, lane, y, ys, nullptr, c0, row, \
+                   conv ? conv_out : nullptr, rows0, taps, kernel, ctab)
     // mv4 (one row) at its own width; mv4_cols at the width its live columns need (WITH_COLS)
     if constexpr (C == 1) MV4_GROUP(1);
     else WITH_COLS(live, MV4_GROUP);

@@ -773,7 +773,7 @@ impl CudaModel {
         self.check(pos, tokens)?;
         let mut out = Vec::with_capacity(want.len() * self.d.n_vocab);
         let n = tokens.len();
-        if one_by_one && n > 1 && n <= self.decode_max && seq.keeps_at_least(n) {
+        if one_by_one && self.verifies_in_one_pass(seq, n) {
             // a verify: every row in one pass, each in the decode step's arithmetic
             self.verify_pass(seq, pos, tokens)?;
             for i in want.filter(|&i| i < n) {
@@ -821,6 +821,12 @@ impl CudaModel {
         Ok(self.greedy_picks(&[banned])?[0])
     }
 
+    /// Whether a verify of `n` rows of `seq` runs as one pass (`verify_pass`): rows a decode
+    /// batch holds, and the kept states a rollback needs reserved for them.
+    fn verifies_in_one_pass(&self, seq: &DevSeq, n: usize) -> bool {
+        n > 1 && n <= self.decode_max && seq.keeps_at_least(n)
+    }
+
     /// A greedy verify (`DeviceModel::forward_verify_argmax`): the rows in one pass in the
     /// decode step's arithmetic, as `feed` runs a verify, then each row's argmax skipping
     /// `banned` (`greedy_picks`) — a token a row copied back, not a vocabulary's logits. Where
@@ -830,7 +836,7 @@ impl CudaModel {
         self.gpu.ctx.bind_to_thread()?;
         self.check(pos, tokens)?;
         let n = tokens.len();
-        if n > 1 && n <= self.decode_max && seq.keeps_at_least(n) {
+        if self.verifies_in_one_pass(seq, n) {
             self.verify_pass(seq, pos, tokens)?;
             return self.greedy_picks(&vec![banned; n]);
         }
@@ -1007,12 +1013,17 @@ impl CudaModel {
     /// row's tokens, positions and states come from the rows table at replay, so a capture
     /// needs no sequence. Nothing where the steps run without graphs.
     pub fn capture_decode_batches(&mut self, rows: usize) -> Result<()> {
+        self.capture_each((1..=rows.min(self.decode_max)).map(|n| Pass::Rows { n }))
+    }
+
+    /// Each of `passes` captured now, unless it is already (the graphs the passes' first uses
+    /// would otherwise capture mid-request); nothing where the steps run without graphs.
+    fn capture_each(&mut self, passes: impl Iterator<Item = Pass<'static>>) -> Result<()> {
         if !self.use_graph {
             return Ok(());
         }
         self.gpu.ctx.bind_to_thread()?;
-        for n in 1..=rows.min(self.decode_max) {
-            let pass = Pass::Rows { n };
+        for pass in passes {
             if let Some(key) = graph_key(pass) {
                 self.capture(pass, key)?;
             }
@@ -1025,17 +1036,7 @@ impl CudaModel {
     /// capture mid-request (tens of ms against a few). Like the decode batches', a verify's
     /// graph serves any sequence. Nothing where the steps run without graphs.
     pub fn capture_verifies(&mut self, rows: usize) -> Result<()> {
-        if !self.use_graph {
-            return Ok(());
-        }
-        self.gpu.ctx.bind_to_thread()?;
-        for n in 2..=rows.min(self.decode_max) {
-            let pass = Pass::Verify { n, hist: true };
-            if let Some(key) = graph_key(pass) {
-                self.capture(pass, key)?;
-            }
-        }
-        Ok(())
+        self.capture_each((2..=rows.min(self.decode_max)).map(|n| Pass::Verify { n, hist: true }))
     }
 
     /// A decode batch's or verify's table (`forward::rows_table_at`): the rows' tokens, their

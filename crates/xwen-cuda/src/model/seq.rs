@@ -191,10 +191,7 @@ impl DevSeq {
         let mut states = Vec::new();
         for (i, l) in self.layers.iter().enumerate() {
             if let SeqLayer::Delta { conv, s } = l {
-                let (mut c, mut t) = (self.gpu.zeros(conv.bytes())?, self.gpu.zeros(s.bytes())?);
-                self.gpu.copy(&mut c, conv)?;
-                self.gpu.copy(&mut t, s)?;
-                states.push((i, c, t));
+                states.push((i, self.gpu.duplicate(conv)?, self.gpu.duplicate(s)?));
             }
         }
         let ready = self.gpu.stream.record_event(None)?;
@@ -391,8 +388,10 @@ impl DevSnapshot {
     /// The host form, by layer index (as `DevSeq::recurrent` gives it), read on the device's
     /// reads stream: callable from another thread while the model's stream computes.
     pub(crate) fn download(&self) -> Result<Vec<(usize, DeltaState)>> {
-        let g = &self.room.gpu;
-        self.states.iter().map(|(i, c, t)| Ok((*i, DeltaState::of(g.read_f32_after(c, &self.ready)?, g.read_f32_after(t, &self.ready)?)))).collect()
+        let bufs: Vec<&DevBuf> = self.states.iter().flat_map(|(_, c, t)| [c, t]).collect();
+        let mut host = self.room.gpu.read_f32_after(&bufs, &self.ready)?.into_iter();
+        // (a layer's two reads, in order: read_f32_after answers each buffer asked)
+        Ok(self.states.iter().map_while(|(i, _, _)| Some((*i, DeltaState::of(host.next()?, host.next()?)))).collect())
     }
 
     pub(crate) fn layers(&self) -> Vec<usize> {
