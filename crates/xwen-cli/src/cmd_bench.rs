@@ -305,6 +305,16 @@ fn bench_gpu(
                 c.read_ahead,
                 c.read_ahead_used
             );
+            if c.split_steps > 0 {
+                let per = |us: u64| us as f64 / c.split_steps as f64;
+                eprintln!(
+                    "xwen: VRAM expert cache: {} decode MoE layer steps split with the CPU, each {:.1} µs of CPU products beside {:.1} µs of the GPU's routed part; {:.1} µs waiting for the router's picks a step",
+                    c.split_steps,
+                    per(c.cpu_us),
+                    per(c.gpu_us),
+                    per(c.wait_us)
+                );
+            }
         }
         match output {
             Output::Markdown => println!("\nt/s: median ± sample stddev over {reps} repetitions; xwen {} on {}", env!("CARGO_PKG_VERSION"), m.device()),

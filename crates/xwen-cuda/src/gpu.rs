@@ -37,6 +37,8 @@ const KERNELS: &[&str] = &[
     "mm_ex",
     "mv4",
     "mv4_cols",
+    "mv4_route",
+    "mv4_cols_route",
     "mv_cols",
     "mv_glu_cols",
     "conv_prompt",
@@ -212,6 +214,14 @@ pub struct Knobs {
     /// epilogue, conv_step's arithmetic) instead of a launch of its own (`-DMV4_CONV=1`; off
     /// until a GPU measures it).
     pub mv4_conv: bool,
+    /// A decode step's router top-k inside the router product's launch (`mv4_route`: its last
+    /// block to finish routes, moe_route_warp's picks bit for bit) instead of a launch of its
+    /// own (`-DFUSE_ROUTE=1`; off until a GPU measures it).
+    pub fuse_route: bool,
+    /// A decode step's experts' hidden rows quantized inside their gate/up launch (`moe_glu`:
+    /// the last block of each slot quantizes its row, quant_q8_2's bits) instead of a launch of
+    /// their own (`-DFUSE_MIDS=1`; off until a GPU measures it).
+    pub fuse_mids: bool,
     /// Other -D definitions from the environment.
     extra: Vec<String>,
 }
@@ -223,7 +233,7 @@ impl Knobs {
 
     /// The default knobs with `defs` (XWEN_CUDA_DEFINES' form: "-DNAME=VALUE …") applied.
     pub fn with_defines(defs: &str) -> Result<Knobs> {
-        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 2, mv_cols: 8, mv_glu_cols: true, moe_tile: 4, moe_group_rows: 0, mv4_conv: false, extra: Vec::new() };
+        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 2, mv_cols: 8, mv_glu_cols: true, moe_tile: 4, moe_group_rows: 0, mv4_conv: false, fuse_route: false, fuse_mids: false, extra: Vec::new() };
         for d in defs.split_whitespace() {
             let Some(def) = d.strip_prefix("-D") else {
                 return Err(CudaError::Compile(format!("XWEN_CUDA_DEFINES: '{d}' is not a -DNAME=VALUE definition")));
@@ -239,6 +249,8 @@ impl Knobs {
                 Some(("MV_GLU_COLS", v)) => k.mv_glu_cols = v != "0",
                 Some(("MOE_TILE", v)) => k.moe_tile = rows(v)?,
                 Some(("MV4_CONV", v)) => k.mv4_conv = v != "0",
+                Some(("FUSE_ROUTE", v)) => k.fuse_route = v != "0",
+                Some(("FUSE_MIDS", v)) => k.fuse_mids = v != "0",
                 Some(("MOE_GROUP_ROWS", v)) => {
                     k.moe_group_rows = v.parse::<usize>().map_err(|_| CudaError::Compile(format!("XWEN_CUDA_DEFINES: {d}: MOE_GROUP_ROWS is a row count (0: never)")))?
                 }

@@ -644,6 +644,36 @@ extern "C" __global__ void quant_q8_2(const float* x, int cols, i8* xq, float2* 
     else quant_row(x2, cols2, cols2, xq2, xd2, kind2, blockIdx.z);
 }
 
+// Whether this block is the last of its grid (or of the blocks sharing `count`) to get here:
+// every thread's global writes made visible first; the counter (zero before) counts blocks,
+// `of` of them in all, and is left for the last block to reset.
+__device__ __forceinline__ bool last_block(u32* count, u32 of) {
+    __shared__ bool s_last;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) s_last = atomicAdd(count, 1u) == of - 1;
+    __syncthreads();
+    if (s_last) __threadfence();
+    return s_last;
+}
+
+// One row of `cols` values quantized by the whole block, a warp a q8 block at a time (kind 0
+// q8_K, 256 values a block; kind 1 q8_0, 32): quant_row's blocks and bits. The row is read
+// through L2 (other blocks of the grid wrote it: moe_glu's fused quantization).
+__device__ __forceinline__ void quant_row_all(const float* x, int cols, i8* xq, float2* xd, int kind) {
+    int lane = threadIdx.x & 31, bw = kind == 0 ? 256 : 32;
+    for (int b = threadIdx.x >> 5; b * bw < cols; b += blockDim.x >> 5) {
+        const float* xr = x + (i64)b * bw;
+        if (kind == 0) {
+            float4 a = __ldcg((const float4*)(xr + 8 * lane)), c = __ldcg((const float4*)(xr + 8 * lane + 4));
+            float v8[8] = {a.x, a.y, a.z, a.w, c.x, c.y, c.z, c.w};
+            quant_block_k(v8, lane, xq + (i64)b * bw, xd + (i64)b * (bw / 32));
+        } else {
+            quant_block_z(__ldcg(xr + lane), lane, xq + (i64)b * bw, xd + (i64)b * (bw / 32));
+        }
+    }
+}
+
 #define MV_WARPS 4
 
 // Rows a warp of mv takes (gpu.rs `Knobs` defines it; the launches' grids follow).
@@ -848,7 +878,8 @@ extern "C" __global__ void mv_glu_cols(const u8* G, const u8* U, int ty_g, int t
 // ids k from z·k, its hidden rows h from z·k·rows and hs from z·rows_s.
 extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u, int rows, i64 rb_g, i64 rb_u, i64 mb_g, i64 mb_u, const int* ids, int k,
                                    const u8* SG, const u8* SU, int ty_sg, int ty_su, int rows_s, i64 rb_sg, i64 rb_su, int cols, const float* x,
-                                   const i8* qk, const float2* dk, const i8* qz, const float2* dz, float* h, float* hs) {
+                                   const i8* qk, const float2* dk, const i8* qz, const float2* dz, float* h, float* hs, u32* count, int kind,
+                                   i8* hq, float2* hd, int kind_s, i8* hsq, float2* hsd) {
     constexpr int R = MOE_GLU_ROWS;
     __shared__ float s_up[2][R];
     int slot = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -892,11 +923,21 @@ extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u,
         #pragma unroll
         for (int r = 0; r < R; r++) s_up[warp >> 1][r] = v[r];
     __syncthreads();
-    if (up || lane != 0) return;
     float* out = shared ? hs : h + (i64)slot * rows;
-    #pragma unroll
-    for (int r = 0; r < R; r++)
-        if (r < live) out[r0 + r] = v[r] / (1.0f + expf(-v[r])) * s_up[warp >> 1][r];
+    if (!up && lane == 0)
+        #pragma unroll
+        for (int r = 0; r < R; r++)
+            if (r < live) out[r0 + r] = v[r] / (1.0f + expf(-v[r])) * s_up[warp >> 1][r];
+    // -DFUSE_MIDS=1 (count given): the last block of this slot's row quantizes it for the down
+    // products, as quant_q8_2 does (quant_row_all: the same blocks, the same bits); the routed
+    // slots' rows into hq/hd (kind) at row t·k + slot, the shared expert's into hsq/hsd (kind_s)
+    // at row t
+    if (!count) return;
+    if (!last_block(count + (i64)blockIdx.z * gridDim.y + slot, gridDim.x)) return;
+    i64 t = blockIdx.z;
+    if (shared) quant_row_all(hs, rows_s, hsq + t * rows_s, hsd + t * (rows_s / 32), kind_s);
+    else quant_row_all(out, rows, hq + (t * k + slot) * rows, hd + (t * k + slot) * (rows / 32), kind);
+    if (threadIdx.x == 0) count[(i64)blockIdx.z * gridDim.y + slot] = 0;
 }
 
 // Routed slots a tile of a decode batch's experts grouped per expert (moe_sort's tile): the
@@ -1508,21 +1549,15 @@ extern "C" __global__ void moe_route(const float* logits, int n_expert, int k, i
 #define ROUTE_REDUX 1
 #endif
 
-// moe_route for up to 512 experts in one warp (16 a lane, in registers): no block barriers
-// between the k picks. The same picks (ties to the lower id) and weights up to the order of
-// the softmax's double sum. One warp a token.
-extern "C" __global__ void moe_route_warp(const float* logits, int n_expert, int k, int norm_w, float w_scale, int* ids, float* weights) {
-    pdl_start();
-    int lane = threadIdx.x;
-    logits += (i64)blockIdx.x * n_expert;
-    ids += (i64)blockIdx.x * k;
-    weights += (i64)blockIdx.x * k;
+// moe_route_warp's work for one token, a warp's: its n_expert logits (read through L2: another
+// block of the same grid may have written them, see mv4_route) into k ids and weights.
+__device__ __forceinline__ void route_token(const float* logits, int n_expert, int k, int norm_w, float w_scale, int* ids, float* weights, int lane) {
     float p[16];
     float mx = NEG_INF;
     #pragma unroll
     for (int e = 0; e < 16; e++) {
         int i = lane + 32 * e;
-        p[e] = i < n_expert ? logits[i] : NEG_INF;
+        p[e] = i < n_expert ? __ldcg(logits + i) : NEG_INF;
         mx = fmaxf(mx, p[e]);
     }
     mx = warp_max(mx);
@@ -1576,6 +1611,34 @@ extern "C" __global__ void moe_route_warp(const float* logits, int n_expert, int
     if (w_scale != 0.0f && w_scale != 1.0f) w *= w_scale;
     if (lane < k) weights[lane] = w;
 }
+
+// moe_route for up to 512 experts in one warp (16 a lane, in registers): no block barriers
+// between the k picks. The same picks (ties to the lower id) and weights up to the order of
+// the softmax's double sum. One warp a token.
+extern "C" __global__ void moe_route_warp(const float* logits, int n_expert, int k, int norm_w, float w_scale, int* ids, float* weights) {
+    pdl_start();
+    i64 t = blockIdx.x;
+    route_token(logits + t * n_expert, n_expert, k, norm_w, w_scale, ids + t * k, weights + t * k, threadIdx.x);
+}
+
+// mv4 / mv4_cols whose part 0 is a MoE layer's router, with the router's top-k in the same
+// launch (-DFUSE_ROUTE=1): the last block to finish (count, zero before and after) routes each
+// of the n_col tokens from the logits every block wrote, a warp a token (route_token: the
+// picks and weights of moe_route_warp, which the same logits give bit for bit). One launch and
+// its gap fewer a MoE layer of a decode step.
+template <int C>
+__device__ __forceinline__ void mv4_route_body(MV4_ARGS, u32* count, int k, int norm_w, float w_scale, int* ids, float* weights) {
+    mv4_body<C>(MV4_PASS);
+    if (!last_block(count, gridDim.x * gridDim.y)) return;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int t = warp; t < n_col; t += blockDim.x >> 5)
+        route_token(y0 + (i64)t * rows0, rows0, k, norm_w, w_scale, ids + (i64)t * k, weights + (i64)t * k, lane);
+    if (threadIdx.x == 0) *count = 0;
+}
+#define MV4_ROUTE_ARGS MV4_ARGS, u32 *count, int k, int norm_w, float w_scale, int *ids, float *weights
+#define MV4_ROUTE_PASS MV4_PASS, count, k, norm_w, w_scale, ids, weights
+extern "C" __global__ void mv4_route(MV4_ROUTE_ARGS) { mv4_route_body<1>(MV4_ROUTE_PASS); }
+extern "C" __global__ void mv4_cols_route(MV4_ROUTE_ARGS) { mv4_route_body<MV_COLS>(MV4_ROUTE_PASS); }
 
 // x ← x + (Σ_s w_s·ys[s] + sigmoid(sg)·shared) — a MoE layer's weighted sum (slot order, each
 // product rounded), its shared expert's gate and the residual add, token blockIdx.y. shared may

@@ -197,6 +197,48 @@ fn the_graph_replays_the_launches_bit_for_bit_and_reset_restarts() {
     println!("graph == launches, bit for bit; reset restarts exactly");
 }
 
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn the_fused_router_and_hidden_quantization_give_the_bits_of_their_own_launches() {
+    // -DFUSE_ROUTE=1 (the router's top-k in its product's launch) and -DFUSE_MIDS=1 (the experts'
+    // hidden rows quantized by their gate/up launch): a model loaded with each knob set against
+    // one without, over a prompt and decode steps (the graph's and the launches' paths)
+    let before = std::env::var("XWEN_CUDA_DEFINES").unwrap_or_default();
+    let mut ran = 0;
+    for (path, _) in models() {
+        let file = xwen_gguf::GgufFile::open(&path).unwrap();
+        let opts = CudaOptions { device: 0, n_ctx: 512, graph: true, ubatch: 64, vram_budget: None, n_seq: 1, cpu_experts: 0, read_ahead: false, shard: None };
+        if xwen_cuda::device_plan(&file, &opts).unwrap().expert_bytes == 0 {
+            continue;
+        }
+        let mut plain = gpu_model(&file, true);
+        let toks = tokens(20, plain.n_vocab(), 41);
+        let steps = tokens(16, plain.n_vocab(), 43);
+        let run = |m: &mut CudaModel| {
+            m.prefill(&toks).unwrap();
+            let mut out = vec![m.logits().unwrap()];
+            for &t in &steps {
+                m.step(t).unwrap();
+                out.push(m.logits().unwrap());
+            }
+            out
+        };
+        let want = run(&mut plain);
+        for (defs, graph) in [("-DFUSE_ROUTE=1", true), ("-DFUSE_MIDS=1", true), ("-DFUSE_ROUTE=1 -DFUSE_MIDS=1", true), ("-DFUSE_ROUTE=1 -DFUSE_MIDS=1", false)] {
+            std::env::set_var("XWEN_CUDA_DEFINES", format!("{before} {defs}"));
+            let loaded = CudaModel::load(&file, &CudaOptions { graph, ..opts.clone() });
+            std::env::set_var("XWEN_CUDA_DEFINES", &before);
+            let got = run(&mut loaded.unwrap_or_else(|e| panic!("{e}")));
+            for (i, (a, w)) in got.iter().zip(&want).enumerate() {
+                assert!(a.iter().zip(w).all(|(x, y)| x.to_bits() == y.to_bits()), "{}: {defs} (graph {graph}): output {i} differs from the launches' own", path.display());
+            }
+            println!("{}: {defs} (graph {graph}): bit-identical over a 20-token prompt and 16 steps", path.file_name().unwrap().to_string_lossy());
+        }
+        ran += 1;
+    }
+    assert!(ran > 0, "no MoE model to test");
+}
+
 /// Budgets that leave each MoE layer's pool `slots` experts (`DevicePlan::expert_slots`).
 fn budget_for(plan: &xwen_cuda::DevicePlan, slots: usize) -> u64 {
     plan.resident_bytes() + slots as u64 * plan.expert_slot_bytes

@@ -450,6 +450,12 @@ impl CudaModel {
     /// with `conv` (taps, output, the layer's state table) the first part's outputs convolved
     /// too, as conv_step convolves them (a DeltaNet layer's decode rows: `Knobs::mv4_conv`).
     fn proj_many(&self, parts: &[(&DevMat, u64)], x: In, n: usize, conv: Option<(u64, u64, u64)>) -> Result<()> {
+        self.proj_many_routed(parts, x, n, conv, None)
+    }
+
+    /// `proj_many` whose first part is a MoE router, with `route` (ids, weights): its top-k in
+    /// the same launch too (`mv4_route`: moe_route_warp's picks and weights, bit for bit).
+    fn proj_many_routed(&self, parts: &[(&DevMat, u64)], x: In, n: usize, conv: Option<(u64, u64, u64)>, route: Option<(u64, u64)>) -> Result<()> {
         let total: usize = parts.iter().map(|(m, _)| m.rows).sum();
         let mut args = vec![Arg::I32(parts[0].0.cols as i32), Arg::Ptr(x.f), Arg::Ptr(x.q.qk), Arg::Ptr(x.q.dk), Arg::Ptr(x.q.qz), Arg::Ptr(x.q.dz)];
         for i in 0..4 {
@@ -462,7 +468,19 @@ impl CudaModel {
         let (taps, out, tab) = conv.unwrap_or((0, 0, 0));
         args.extend([Arg::Ptr(taps), Arg::Ptr(out), Arg::I32(self.d.conv_kernel as i32), Arg::Ptr(tab)]);
         // one row alone (mv4), or mv_cols' rows of a decode batch a warp (mv4_cols): the same bits
-        let (kernel, per) = if n == 1 { ("mv4", 1) } else { ("mv4_cols", self.gpu.knobs.mv_cols) };
+        let (mut kernel, per) = if n == 1 { ("mv4", 1) } else { ("mv4_cols", self.gpu.knobs.mv_cols) };
+        if let Some((ids, weights)) = route {
+            let d = &self.d;
+            kernel = if n == 1 { "mv4_route" } else { "mv4_cols_route" };
+            args.extend([
+                Arg::Ptr(self.sc.counts.at(4 * COUNT_ROUTE)),
+                Arg::I32(d.n_used as i32),
+                Arg::I32(d.norm_w as i32),
+                Arg::F32(d.w_scale),
+                Arg::Ptr(ids),
+                Arg::Ptr(weights),
+            ]);
+        }
         self.gpu.launch(kernel, ((total.div_ceil(MV_WARPS) * n.div_ceil(per)) as u32, 1), (32 * MV_WARPS) as u32, 0, &args)
     }
 
@@ -836,12 +854,18 @@ impl CudaModel {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let k = d.n_used;
         let rows = lay.rows();
+        // -DFUSE_ROUTE=1: a decode row's top-k in the router product's launch (mv4_route)
+        let fuse_route = rows && g.knobs.fuse_route && d.n_expert <= 512 && k <= 32;
+        let route = fuse_route.then_some((sc.ids.ptr, sc.weights.ptr));
         match &w.shared_gate {
             // the router and the shared expert's gate read the same input: one launch
-            Some(gate) if rows => self.proj_many(&[(&w.router, sc.router.ptr), (gate, sc.sg.ptr)], x, n, None)?,
+            Some(gate) if rows => self.proj_many_routed(&[(&w.router, sc.router.ptr), (gate, sc.sg.ptr)], x, n, None, route)?,
+            _ if fuse_route => self.proj_many_routed(&[(&w.router, sc.router.ptr)], x, n, None, route)?,
             _ => self.proj(&w.router, x, sc.router.ptr, None, n, lay)?,
         }
-        self.route(sc.router.ptr, sc.ids.ptr, sc.weights.ptr, n)?;
+        if !fuse_route {
+            self.route(sc.router.ptr, sc.ids.ptr, sc.weights.ptr, n)?;
+        }
         if let Some(sh) = &self.shard {
             return self.moe_rank(sh, w, x, kinds, n, lay);
         }
@@ -879,7 +903,10 @@ impl CudaModel {
                 _ => Ok(()),
             }
         };
-        if !jobs.is_empty() {
+        // a decode step's misses copied beside the held experts' products (`Pipe`), or some
+        // of them computed by the CPU
+        let overlap = self.expert_cache.as_ref().is_some_and(|c| c.pipe.on) && rows && rounds.len() == 1 && !rounds[0].loads.is_empty();
+        if !jobs.is_empty() || overlap {
             return self.experts_beside_cpu(il, w, x, kinds, n, (&rounds, &jobs, &xh), &read_ahead);
         }
         if rounds.len() <= 1 {
@@ -943,11 +970,14 @@ impl CudaModel {
         })
     }
 
-    /// A decode step's routed experts with some of the missed ones on the CPU (`jobs`: routed
-    /// slot, expert; `xh`: the rows' input, read back): the GPU's rounds enqueued first
-    /// (copies and products, the CPU's slots skipped) and the shared expert after them, the
-    /// CPU's products meanwhile from the host copy, their rows then copied into ys before the
-    /// weighted sum; the two parts' times teach the split (`CpuSplit`).
+    /// A decode step's routed experts under the VRAM cache, some of the missed ones perhaps on
+    /// the CPU (`jobs`: routed slot, expert; `xh`: the rows' input, read back). With the pipe
+    /// on and one round to run: the misses copied up on their own stream while the model's
+    /// stream computes the held experts' slots and the shared expert, then the copied slots'
+    /// products once the copies are in. Off, or over several rounds: each round's copies and
+    /// products in turn, then the shared expert. The CPU's products meanwhile from the host
+    /// copy, their rows copied into ys before the weighted sum; the parts' times teach the
+    /// split (`CpuSplit`), read at the next read-back rather than waited for.
     /// `read_ahead` issues the next layer's guessed copies once this layer's GPU part is queued.
     #[allow(clippy::too_many_arguments)]
     fn experts_beside_cpu(
@@ -960,10 +990,29 @@ impl CudaModel {
         (rounds, jobs, xh): (&[experts::Round], &[(usize, usize)], &[f32]),
         read_ahead: &dyn Fn() -> Result<()>,
     ) -> Result<()> {
-        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        let (k, h) = (d.n_used, d.hidden);
+        let (g, sc) = (&self.gpu, &self.sc);
         let Some(cache) = &self.expert_cache else { return Ok(()) };
-        let (t0, t1) = (g.timed_event()?, g.timed_event()?);
+        let pipe = &cache.pipe;
+        if pipe.on && rounds.len() == 1 && !rounds[0].loads.is_empty() {
+            // the held experts' products and the shared expert while the misses' copies run
+            // on their own stream; both id tables written now, while the stream is drained
+            // (pageable copies wait for it)
+            let (held, fresh) = experts::Pipe::split(&rounds[0]);
+            g.write_at(sc.ids.ptr, &ids_bytes(&held.slot_ids))?;
+            g.write_at(pipe.ids.ptr, &ids_bytes(&fresh.slot_ids))?;
+            cache.copy_up_beside(g, il, &w.experts, &fresh.loads)?;
+            pipe.t0.record(&g.stream)?;
+            self.routed_products_at(w, x, kinds, n, sc.ids.ptr)?;
+            let shared = self.shared_expert(w, x, kinds, n, Layout::Rows)?;
+            cache.wait_copies(g)?;
+            self.routed_products_at(w, x, kinds, n, pipe.ids.ptr)?;
+            pipe.t1.record(&g.stream)?;
+            read_ahead()?;
+            let t_cpu = self.cpu_experts(cache, il, jobs, xh)?;
+            cache.learn_later(jobs.len(), fresh.loads.len(), t_cpu);
+            return self.combine(shared, n);
+        }
+        let (t0, t1) = (&pipe.t0, &pipe.t1);
         t0.record(&g.stream)?;
         let mut copies = 0;
         for r in rounds {
@@ -975,13 +1024,27 @@ impl CudaModel {
         // the shared expert needs no routed output: the GPU computes it while the CPU works
         let shared = self.shared_expert(w, x, kinds, n, Layout::Rows)?;
         read_ahead()?;
-        let start = std::time::Instant::now();
-        let ys = cache.cpu_products(il, jobs, xh, k)?;
-        let t_cpu = start.elapsed().as_secs_f64();
-        cache.put_cpu_outputs(g, jobs, &ys, h, sc.ys.ptr)?;
-        t1.synchronize()?;
-        cache.learn(jobs.len(), copies, t_cpu, t0.elapsed_ms(&t1)? as f64 / 1e3);
+        let t_cpu = self.cpu_experts(cache, il, jobs, xh)?;
+        if pipe.on {
+            cache.learn_later(jobs.len(), copies, t_cpu);
+        } else {
+            t1.synchronize()?;
+            cache.learn(jobs.len(), copies, t_cpu, t0.elapsed_ms(t1)? as f64 / 1e3);
+        }
         self.combine(shared, n)
+    }
+
+    /// The CPU's `jobs` of layer `il` computed from the read-back rows `xh` and their outputs
+    /// queued up into ys (none: nothing); the seconds the CPU took.
+    fn cpu_experts(&self, cache: &ExpertCache, il: usize, jobs: &[(usize, usize)], xh: &[f32]) -> Result<f64> {
+        if jobs.is_empty() {
+            return Ok(0.0);
+        }
+        let start = std::time::Instant::now();
+        let ys = cache.cpu_products(il, jobs, xh, self.d.n_used)?;
+        let t_cpu = start.elapsed().as_secs_f64();
+        cache.put_cpu_outputs(&self.gpu, jobs, &ys, self.d.hidden, self.sc.ys.ptr)?;
+        Ok(t_cpu)
     }
 
     /// The shared expert, the routed slots' weighted sum (ys) and the residual.
@@ -1029,15 +1092,21 @@ impl CudaModel {
     /// grouped per expert on tensor cores for a prompt pass, else row by row — the bits
     /// moe_decode's fused launches give a decode row.
     fn routed_products(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, rows: bool) -> Result<()> {
-        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
-        let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
         if self.grouped_experts(n, rows) {
             return self.experts_grouped(&w.experts, n);
         }
+        self.routed_products_at(w, x, kinds, n, self.sc.ids.ptr)
+    }
+
+    /// The routed slots' products row by row, each slot's pool or expert number from `ids`
+    /// (k a token; -1 skipped).
+    fn routed_products_at(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, ids: u64) -> Result<()> {
+        let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
+        let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
         // a token's k slots read its row of xn
-        mv_glu(g, &w.experts, Some(sc.ids.ptr), x, h, k, sc.ffn_h.ptr, eff, n * k)?;
+        mv_glu(g, &w.experts, Some(ids), x, h, k, sc.ffn_h.ptr, eff, n * k)?;
         let hin = self.input(sc.ffn_h.ptr, eff, n * k, true, kinds.ffn_mid)?;
-        mv(g, &w.experts.down, Some(sc.ids.ptr), hin, eff, 1, sc.ys.ptr, h, None, n * k)
+        mv(g, &w.experts.down, Some(ids), hin, eff, 1, sc.ys.ptr, h, None, n * k)
     }
 
     /// A round of layer `il`'s cached experts: its missing experts copied into their pool
@@ -1046,8 +1115,7 @@ impl CudaModel {
         let Some(cache) = &self.expert_cache else { return Ok(()) };
         // the ids first: a copy from pageable memory waits for the stream to drain, which it
         // has here (the router's picks were just read back) but would not after the copies
-        let bytes: Vec<u8> = r.slot_ids.iter().flat_map(|v| v.to_le_bytes()).collect();
-        self.gpu.write_at(self.sc.ids.ptr, &bytes)?;
+        self.gpu.write_at(self.sc.ids.ptr, &ids_bytes(&r.slot_ids))?;
         cache.copy_up(&self.gpu, il, &w.experts, &r.loads).map(|_| ())
     }
 
@@ -1059,14 +1127,23 @@ impl CudaModel {
         let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
         let ex = &w.experts;
         let (mut s_ptr, mut s_ty, mut s_cols, mut s_rb) = (0u64, 0i32, 0usize, 0usize);
+        // with -DFUSE_MIDS=1 the gate/up launch quantizes its hidden rows itself
+        let mut fused = None;
         match &w.shared {
             Some(s) => {
                 (s_ptr, s_ty, s_cols, s_rb) = (s.down.ptr, s.down.ty, s.down.cols, s.down.row_bytes);
-                self.moe_glu(ex, s, x, n)?;
+                fused = if g.knobs.fuse_mids { self.mids(kinds, s.down.cols, n) } else { None };
+                self.moe_glu(ex, s, x, n, fused)?;
             }
             None => mv_glu(g, ex, Some(sc.ids.ptr), x, h, k, sc.ffn_h.ptr, eff, n * k)?,
         }
-        let (hin, sin) = self.quant_hidden(w, kinds, n)?;
+        let (hin, sin) = match fused {
+            Some(m) => {
+                let (hin, sin) = m.inputs(sc);
+                (hin, Some(sin))
+            }
+            None => self.quant_hidden(w, kinds, n)?,
+        };
         let sin = sin.unwrap_or(In { f: 0, q: Q8::default(), f16: 0 });
         let sg = if w.shared.is_some() && w.shared_gate.is_some() { sc.sg.ptr } else { 0 };
         let dm = &w.experts.down;
@@ -1211,8 +1288,12 @@ impl CudaModel {
 
     /// The routed experts' gate, up and SwiGLU (k slots a row into ffn_h) and the shared
     /// expert's (into sh_h) of a decode batch of `n` rows in one launch.
-    fn moe_glu(&self, ex: &Glu, s: &Glu, x: In, n: usize) -> Result<()> {
+    /// With `mids`, the launch also quantizes those rows for the down products (the last block
+    /// of each slot's row: quant_q8_2's bits), into where `mids` says.
+    fn moe_glu(&self, ex: &Glu, s: &Glu, x: In, n: usize, mids: Option<Mids>) -> Result<()> {
         let (d, sc) = (&self.d, &self.sc);
+        let m = mids.unwrap_or_default();
+        let count = if mids.is_some() { sc.counts.at(4 * COUNT_MIDS) } else { 0 };
         let (eg, eu, sg, su) = (&ex.gate, &ex.up, &s.gate, &s.up);
         self.gpu.launch_3d(
             "moe_glu",
@@ -1247,6 +1328,13 @@ impl CudaModel {
                 Arg::Ptr(x.q.dz),
                 Arg::Ptr(sc.ffn_h.ptr),
                 Arg::Ptr(sc.sh_h.ptr),
+                Arg::Ptr(count),
+                Arg::I32(m.kind),
+                Arg::Ptr(m.q),
+                Arg::Ptr(m.d),
+                Arg::I32(m.kind_s),
+                Arg::Ptr(m.q_s),
+                Arg::Ptr(m.d_s),
             ],
         )
     }
@@ -1257,20 +1345,8 @@ impl CudaModel {
     fn quant_mids(&self, kinds: &LayerKinds, s_cols: usize, n: usize) -> Result<Option<(In, In)>> {
         let (d, sc) = (&self.d, &self.sc);
         let (k, eff) = (d.n_used, d.expert_ff);
-        // (kind, block width, scratch values, scratch scales)
-        let one = |kd: Kinds| match (kd.k, kd.z) {
-            (true, false) => Some((0, 256, sc.xq_b.ptr, sc.xd_b.ptr)),
-            (false, true) => Some((1, 32, sc.xq_bz.ptr, sc.xd_bz.ptr)),
-            _ => None,
-        };
-        let (Some((ka, wa, qa, da)), Some((kb, wb, qb, db))) = (one(kinds.ffn_mid), one(kinds.shared_mid)) else {
-            return Ok(None);
-        };
-        let off = n * k * eff;
-        if eff % wa != 0 || s_cols % wb != 0 || off % wb != 0 {
-            return Ok(None);
-        }
-        let (qb, db) = (qb + off as u64, db + (off / 32 * 8) as u64);
+        let Some(m) = self.mids(kinds, s_cols, n) else { return Ok(None) };
+        let (ka, wa, qa, da, kb, wb, qb, db) = (m.kind, m.width, m.q, m.d, m.kind_s, m.width_s, m.q_s, m.d_s);
         let per_block = 8; // warps of 256 threads, a q8 block each
         let blocks = (eff / wa).max(s_cols / wb).div_ceil(per_block);
         self.gpu.launch_3d(
@@ -1291,8 +1367,29 @@ impl CudaModel {
                 Arg::I32(kb),
             ],
         )?;
-        let q = |kind: i32, q: u64, dq: u64| if kind == 0 { Q8 { qk: q, dk: dq, qz: 0, dz: 0 } } else { Q8 { qk: 0, dk: 0, qz: q, dz: dq } };
-        Ok(Some((In { f: sc.ffn_h.ptr, q: q(ka, qa, da), f16: 0 }, In { f: sc.sh_h.ptr, q: q(kb, qb, db), f16: 0 })))
+        Ok(Some(m.inputs(sc)))
+    }
+
+    /// Where a decode batch's experts' hidden rows and the shared expert's go quantized when
+    /// each takes one q8 kind (`quant_mids`, or `moe_glu`'s fused quantization): the shared
+    /// rows after the n · k slots' rows in their kind's scratch. None where that does not hold.
+    fn mids(&self, kinds: &LayerKinds, s_cols: usize, n: usize) -> Option<Mids> {
+        let (d, sc) = (&self.d, &self.sc);
+        let (k, eff) = (d.n_used, d.expert_ff);
+        // (kind, block width, scratch values, scratch scales)
+        let one = |kd: Kinds| match (kd.k, kd.z) {
+            (true, false) => Some((0, 256, sc.xq_b.ptr, sc.xd_b.ptr)),
+            (false, true) => Some((1, 32, sc.xq_bz.ptr, sc.xd_bz.ptr)),
+            _ => None,
+        };
+        let (Some((kind, width, q, dq)), Some((kind_s, width_s, q_s, d_s))) = (one(kinds.ffn_mid), one(kinds.shared_mid)) else {
+            return None;
+        };
+        let off = n * k * eff;
+        if eff % width != 0 || s_cols % width_s != 0 || off % width_s != 0 {
+            return None;
+        }
+        Some(Mids { kind, width, q, d: dq, kind_s, width_s, q_s: q_s + off as u64, d_s: d_s + (off / 32 * 8) as u64 })
     }
 
     /// `n` rows of `cols` values at x quantized into the q8 scratch `offset` values in (past
@@ -1510,3 +1607,36 @@ fn mv_glu(g: &Gpu, w: &Glu, ids: Option<u64>, x: In, x_stride: usize, x_div: usi
         ],
     )
 }
+
+/// Slot numbers as a kernel's int table reads them.
+fn ids_bytes(ids: &[i32]) -> Vec<u8> {
+    ids.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// Where a decode batch's experts' hidden rows go quantized (`CudaModel::mids`): the routed
+/// slots' kind (0 q8_K, 1 q8_0), its block width and scratch, the shared expert's likewise.
+#[derive(Clone, Copy, Default)]
+struct Mids {
+    kind: i32,
+    width: usize,
+    q: u64,
+    d: u64,
+    kind_s: i32,
+    width_s: usize,
+    q_s: u64,
+    d_s: u64,
+}
+
+impl Mids {
+    /// The down products' inputs: the routed slots' rows (ffn_h) and the shared expert's (sh_h).
+    fn inputs(&self, sc: &Scratch) -> (In, In) {
+        let q = |kind: i32, q: u64, dq: u64| if kind == 0 { Q8 { qk: q, dk: dq, qz: 0, dz: 0 } } else { Q8 { qk: 0, dk: 0, qz: q, dz: dq } };
+        (In { f: sc.ffn_h.ptr, q: q(self.kind, self.q, self.d), f16: 0 }, In { f: sc.sh_h.ptr, q: q(self.kind_s, self.q_s, self.d_s), f16: 0 })
+    }
+}
+
+/// The finish counters (`Scratch::counts`, u32s, zero between launches) of the launches whose
+/// last block finishes a reduction: the router's top-k (`mv4_route`), then the experts' hidden
+/// rows' quantization (`moe_glu`), one a (decode row, slot).
+pub(super) const COUNT_ROUTE: usize = 0;
+pub(super) const COUNT_MIDS: usize = 1;

@@ -319,6 +319,9 @@ struct Scratch {
     /// The argmax blocks' (value, index) and their finish counters (zero between launches), for
     /// each row of a decode batch; then each row's banned tokens (`forward::MAX_BANS`).
     argmax_part: DevBuf,
+    /// The finish counters of launches whose last block finishes a reduction (zero between
+    /// launches; `forward::COUNT_ROUTE`, `COUNT_MIDS`).
+    counts: DevBuf,
 }
 
 /// Geometry the step needs.
@@ -620,6 +623,7 @@ impl CudaModel {
             logits: f(decode_max * d.n_vocab)?,
             token: f(decode_max)?,
             argmax_part: f(decode_max * (2 * forward::ARGMAX_BLOCKS + 1 + forward::MAX_BANS))?,
+            counts: f(forward::COUNT_MIDS + decode_max * (n_used + 1))?,
         };
         let output = up.mat(&net.output)?;
         let head_kinds = Kinds::of(&[&output]);

@@ -60,6 +60,12 @@ pub struct ExpertCacheStats {
     /// router then picked.
     pub read_ahead: u64,
     pub read_ahead_used: u64,
+    /// Decode MoE layer steps split between the CPU and the GPU, and their host time blocked
+    /// on the router's picks, the CPU's products and the GPU's routed part (µs, summed).
+    pub split_steps: u64,
+    pub wait_us: u64,
+    pub cpu_us: u64,
+    pub gpu_us: u64,
 }
 
 impl ExpertCacheStats {
@@ -90,6 +96,11 @@ enum HostTier {
 
 /// Experts a staging buffer holds (copies go up in batches of it).
 const STAGED: usize = 16;
+
+/// Every this many MoE layer steps a side of the CPU split that its balance leaves idle gets
+/// a miss anyway (`CpuSplit::cpu_count`): rare enough that a CPU truly slower than the bus
+/// costs ~1% (a 35B-A3B step is 40 MoE layer steps), often enough to recover within tokens.
+const PROBE_EVERY: u64 = 64;
 
 /// A matrix of a layer's experts: type, rows, columns, device row bytes, device bytes an expert.
 type Shape = (GgmlType, usize, usize, usize, usize);
@@ -132,6 +143,42 @@ pub(super) struct ExpertCache {
     /// next MoE layer's read-back has drained the stream).
     readback: std::sync::Mutex<HostBuf>,
     ys_up: std::sync::Mutex<HostBuf>,
+    pub(super) pipe: Pipe,
+}
+
+/// A decode step's missed experts copied up on a stream of their own while the model's stream
+/// computes the held experts' products and the shared expert (`Pipe::split`); the GPU part's
+/// timing, learned at the next read-back (whose sync has completed it) rather than waited for.
+pub(super) struct Pipe {
+    /// Off (`XWEN_EXPERT_OVERLAP=0`): the copies go first on the model's stream, every slot's
+    /// products after them, and the host waits for the GPU part to time it (the code before).
+    pub(super) on: bool,
+    copies: std::sync::Arc<cudarc::driver::CudaStream>,
+    copied: cudarc::driver::CudaEvent,
+    /// The second round's routed slots' pool numbers (a decode batch's k a row).
+    pub(super) ids: DevBuf,
+    pub(super) t0: cudarc::driver::CudaEvent,
+    pub(super) t1: cudarc::driver::CudaEvent,
+    /// The last step's CPU experts, copies and CPU seconds, whose GPU part t0..t1 timed.
+    pending: std::sync::Mutex<Option<(usize, usize, f64)>>,
+}
+
+/// Whether a decode step's copies overlap the held experts' products: `XWEN_EXPERT_OVERLAP`
+/// (default on; 0 for A/B runs).
+fn overlap_default() -> bool {
+    std::env::var("XWEN_EXPERT_OVERLAP").map_or(true, |v| v != "0")
+}
+
+impl Pipe {
+    /// `round` (a decode step's one round) as two: the experts the pool held, computed at once,
+    /// and those it copies up, computed once their copies are in: each routed slot's pool
+    /// number in exactly one of the two (-1 in the other), so each slot's output is the one
+    /// kernel's on the same bytes.
+    pub(super) fn split(round: &Round) -> (Round, Round) {
+        let loaded: Vec<i32> = round.loads.iter().map(|&(_, s)| s as i32).collect();
+        let (held, fresh) = round.slot_ids.iter().map(|&s| if s >= 0 && loaded.contains(&s) { (-1, s) } else { (s, -1) }).unzip();
+        (Round { loads: Vec::new(), slot_ids: held }, Round { loads: round.loads.clone(), slot_ids: fresh })
+    }
 }
 
 /// A decode step's missed experts the CPU computes: (routed slot index, expert) pairs.
@@ -215,7 +262,16 @@ impl ExpertCache {
         // a prompt pass's picks, or a decode batch's picks and input rows
         let readback = std::sync::Mutex::new(gpu.host_buf((ubatch * k).max(rows * (k + hidden)) * 4)?);
         let ys_up = std::sync::Mutex::new(gpu.host_buf(rows * k * hidden * 4)?);
-        Ok(ExpertCache { book: std::sync::Mutex::new(book), host, shapes, slots_at, cpu, read_ahead, readback, ys_up })
+        let pipe = Pipe {
+            on: overlap_default(),
+            copies: gpu.ctx.new_stream()?,
+            copied: gpu.timed_event()?,
+            ids: gpu.zeros(rows.max(1) * k * 4)?,
+            t0: gpu.timed_event()?,
+            t1: gpu.timed_event()?,
+            pending: std::sync::Mutex::new(None),
+        };
+        Ok(ExpertCache { book: std::sync::Mutex::new(book), host, shapes, slots_at, cpu, read_ahead, readback, ys_up, pipe })
     }
 
     /// Whether missed experts may be computed on the CPU.
@@ -238,7 +294,10 @@ impl ExpertCache {
         if let Some((xp, n)) = x {
             gpu.read_async(&mut bx[..4 * n], xp)?;
         }
+        let start = std::time::Instant::now();
         gpu.sync()?;
+        self.book().stats.wait_us += start.elapsed().as_micros() as u64;
+        self.learn_pending()?;
         let b = buf.bytes();
         let words = |r: &[u8]| r.chunks_exact(4).map(|c| [c[0], c[1], c[2], c[3]]).collect::<Vec<_>>();
         let ids = words(&b[..4 * n_ids]).into_iter().map(i32::from_le_bytes).collect();
@@ -323,7 +382,7 @@ impl ExpertCache {
             let mut missing = map.missing(ids).map_err(CudaError::Unsupported)?;
             // the experts fewest slots picked go to the CPU (it reads an expert once a slot)
             missing.sort_by_key(|&(e, uses)| (uses, e));
-            let c = book.split.cpu_count(missing.len());
+            let c = book.split.cpu_count(missing.len(), book.tick % PROBE_EVERY == 0);
             elsewhere = missing[..c].iter().map(|&(e, _)| e).collect();
         }
         let rounds = map.plan_except(ids, book.tick, &elsewhere).map_err(CudaError::Unsupported)?;
@@ -351,7 +410,41 @@ impl ExpertCache {
     /// A step's costs for the CPU split: `c` experts on the CPU in `t_cpu` s, the GPU part
     /// with `g` copies in `t_gpu` s.
     pub(super) fn learn(&self, c: usize, g: usize, t_cpu: f64, t_gpu: f64) {
-        self.book().split.learn(c, g, t_cpu, t_gpu);
+        let mut book = self.book();
+        book.split.learn(c, g, t_cpu, t_gpu);
+        book.stats.split_steps += 1;
+        book.stats.cpu_us += (t_cpu * 1e6) as u64;
+        book.stats.gpu_us += (t_gpu * 1e6) as u64;
+    }
+
+    /// A step's costs whose GPU part (`pipe.t0`..`t1`, recorded on the model's stream) is
+    /// timed later: learned by the next read-back, once its sync has completed them.
+    pub(super) fn learn_later(&self, c: usize, g: usize, t_cpu: f64) {
+        *self.pipe.pending.lock().unwrap_or_else(|e| e.into_inner()) = Some((c, g, t_cpu));
+    }
+
+    /// The pending step's costs learned (its events complete: the stream was just synced).
+    fn learn_pending(&self) -> Result<()> {
+        let taken = self.pipe.pending.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some((c, g, t_cpu)) = taken {
+            let t_gpu = self.pipe.t0.elapsed_ms(&self.pipe.t1)? as f64 / 1e3;
+            self.learn(c, g, t_cpu, t_gpu);
+        }
+        Ok(())
+    }
+
+    /// `loads` of layer `il` copied up on the pipe's own stream; the model's stream waits for
+    /// them from here on (what it enqueues next may read them).
+    pub(super) fn copy_up_beside(&self, gpu: &Gpu, il: usize, pool: &Glu, loads: &[(usize, usize)]) -> Result<()> {
+        self.copy_up_on(gpu, &self.pipe.copies, 0, il, pool, loads)?;
+        self.pipe.copied.record(&self.pipe.copies)?;
+        Ok(())
+    }
+
+    /// The model's stream made to wait for `copy_up_beside`'s copies.
+    pub(super) fn wait_copies(&self, gpu: &Gpu) -> Result<()> {
+        gpu.stream.wait(&self.pipe.copied)?;
+        Ok(())
     }
 
 
@@ -412,5 +505,24 @@ impl ExpertCache {
 
     pub(super) fn stats(&self) -> ExpertCacheStats {
         self.book().stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_round_split_puts_each_routed_slot_in_exactly_one_half() {
+        // slots 0..4 of a pool; experts copied into slots 2 and 5; -1: the CPU's or another round's
+        let round = Round { loads: vec![(17, 2), (40, 5)], slot_ids: vec![0, 2, -1, 5, 3, 2, 1, -1] };
+        let (held, fresh) = Pipe::split(&round);
+        assert_eq!(held, Round { loads: vec![], slot_ids: vec![0, -1, -1, -1, 3, -1, 1, -1] });
+        assert_eq!(fresh, Round { loads: vec![(17, 2), (40, 5)], slot_ids: vec![-1, 2, -1, 5, -1, 2, -1, -1] });
+        for (i, &s) in round.slot_ids.iter().enumerate() {
+            let (a, b) = (held.slot_ids[i], fresh.slot_ids[i]);
+            assert!(a == -1 || b == -1, "slot {i} in both halves");
+            assert_eq!(a.max(b), s, "slot {i}");
+        }
     }
 }

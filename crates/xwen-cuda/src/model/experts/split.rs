@@ -22,13 +22,21 @@ impl Default for CpuSplit {
 impl CpuSplit {
     const KEEP: f64 = 0.8;
 
-    /// Misses of `m` to compute on the CPU: c with c·cpu ≈ (m − c)·copy + fixed.
-    pub(crate) fn cpu_count(&self, m: usize) -> usize {
+    /// Misses of `m` to compute on the CPU: c with c·cpu ≈ (m − c)·copy + fixed. On a `probe`
+    /// step a side the balance leaves idle gets one miss anyway: a cost is learned only from
+    /// steps that use it, so one bad early measurement (cold pages, threads still waking) would
+    /// otherwise shut that side out for good.
+    pub(crate) fn cpu_count(&self, m: usize, probe: bool) -> usize {
         if m == 0 {
             return 0;
         }
         let c = (m as f64 * self.copy_s + self.gpu_fixed_s) / (self.cpu_s + self.copy_s).max(1e-12);
-        (c.round() as usize).min(m)
+        let c = (c.round() as usize).min(m);
+        match c {
+            0 if probe => 1,
+            c if probe && c == m && m > 1 => m - 1,
+            c => c,
+        }
     }
 
     /// A step's measurement: `c` experts took `t_cpu` on the CPU while the GPU part with `g`
@@ -58,9 +66,33 @@ mod tests {
             s.learn(2, 0, 2.0 * 40e-6, 0.0);
             s.learn(3, 3, 3.0 * 40e-6, 3.0 * 20e-6);
         }
-        assert_eq!(s.cpu_count(9), 3);
-        assert_eq!(s.cpu_count(0), 0);
+        assert_eq!(s.cpu_count(9, false), 3);
+        assert_eq!(s.cpu_count(0, true), 0);
         // a CPU with nothing to do is never handed more than the misses
-        assert!(s.cpu_count(1) <= 1);
+        assert!(s.cpu_count(1, false) <= 1);
+    }
+
+    #[test]
+    fn a_side_priced_out_by_one_bad_step_is_probed_and_comes_back() {
+        let mut s = CpuSplit::default();
+        // a first CPU step 50x its real cost (cold pages): the balance gives the CPU nothing
+        s.learn(1, 0, 50.0 * 40e-6, 0.0);
+        for _ in 0..20 {
+            s.learn(0, 4, 0.0, 4.0 * 40e-6 + 20e-6);
+        }
+        assert_eq!(s.cpu_count(4, false), 0);
+        assert_eq!(s.cpu_count(4, true), 1);
+        // the probes' true cost (as fast as a copy) brings the CPU's share back
+        for step in 0..200 {
+            let c = s.cpu_count(4, step % 16 == 0);
+            s.learn(c, 4 - c, c as f64 * 40e-6, (4 - c) as f64 * 40e-6 + 20e-6);
+        }
+        assert!(s.cpu_count(4, false) >= 2, "{s:?}");
+        // and the copies' side is probed when the CPU would take every miss
+        let mut t = CpuSplit { cpu_s: 1e-6, copy_s: 1e-3, gpu_fixed_s: 0.0 };
+        assert_eq!(t.cpu_count(3, false), 3);
+        assert_eq!(t.cpu_count(3, true), 2);
+        t.learn(3, 0, 3e-6, 0.0);
+        assert_eq!(t.cpu_count(1, true), 1);
     }
 }
