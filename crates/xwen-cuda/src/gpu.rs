@@ -46,6 +46,8 @@ const KERNELS: &[&str] = &[
     "delta_step_rows",
     "moe_route_warp",
     "moe_down_combine",
+    "moe_down_combine_norm",
+    "mv_norm",
     "quant_q8_2",
     "moe_glu",
     "moe_local_ids",
@@ -222,6 +224,11 @@ pub struct Knobs {
     /// the last block of each slot quantizes its row, quant_q8_2's bits) instead of a launch of
     /// their own (`-DFUSE_MIDS=1`; off until a GPU measures it).
     pub fuse_mids: bool,
+    /// A decode step's RMSNorms inside the launch that writes their input (`mv_norm` for one
+    /// row's out and down projections, `moe_down_combine_norm` for the MoE layer's output: the
+    /// last block normalizes, rms_norm's bits) instead of launches of their own
+    /// (`-DFUSE_NORM=1`; off until a GPU measures it).
+    pub fuse_norm: bool,
     /// Other -D definitions from the environment.
     extra: Vec<String>,
 }
@@ -233,7 +240,7 @@ impl Knobs {
 
     /// The default knobs with `defs` (XWEN_CUDA_DEFINES' form: "-DNAME=VALUE …") applied.
     pub fn with_defines(defs: &str) -> Result<Knobs> {
-        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 2, mv_cols: 8, mv_glu_cols: true, moe_tile: 4, moe_group_rows: 0, mv4_conv: false, fuse_route: false, fuse_mids: false, extra: Vec::new() };
+        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 2, mv_cols: 8, mv_glu_cols: true, moe_tile: 4, moe_group_rows: 0, mv4_conv: false, fuse_route: false, fuse_mids: false, fuse_norm: false, extra: Vec::new() };
         for d in defs.split_whitespace() {
             let Some(def) = d.strip_prefix("-D") else {
                 return Err(CudaError::Compile(format!("XWEN_CUDA_DEFINES: '{d}' is not a -DNAME=VALUE definition")));
@@ -251,6 +258,7 @@ impl Knobs {
                 Some(("MV4_CONV", v)) => k.mv4_conv = v != "0",
                 Some(("FUSE_ROUTE", v)) => k.fuse_route = v != "0",
                 Some(("FUSE_MIDS", v)) => k.fuse_mids = v != "0",
+                Some(("FUSE_NORM", v)) => k.fuse_norm = v != "0",
                 Some(("MOE_GROUP_ROWS", v)) => {
                     k.moe_group_rows = v.parse::<usize>().map_err(|_| CudaError::Compile(format!("XWEN_CUDA_DEFINES: {d}: MOE_GROUP_ROWS is a row count (0: never)")))?
                 }

@@ -644,6 +644,32 @@ extern "C" __global__ void quant_q8_2(const float* x, int cols, i8* xq, float2* 
     else quant_row(x2, cols2, cols2, xq2, xd2, kind2, blockIdx.z);
 }
 
+// Eight consecutive values a lane (lane l of the warp: values 8l..8l+7 of its 256) quantized as
+// q8_0, four lanes a 32-value block: the bits of quant_block_z (a block's max and Σq do not
+// depend on which lane holds which value).
+__device__ __forceinline__ void quant_8_z(const float* v8, int lane, i8* q8, float2* d1) {
+    float amax = 0.0f;
+    #pragma unroll
+    for (int e = 0; e < 8; e++) amax = fmaxf(amax, fabsf(v8[e]));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    float d = amax / 127.0f;
+    float id = d != 0.0f ? 1.0f / d : 0.0f;
+    int qs[8], sum = 0;
+    #pragma unroll
+    for (int e = 0; e < 8; e++) {
+        qs[e] = (int)roundf(v8[e] * id);
+        sum += qs[e];
+    }
+    u32 lo = (qs[0] & 0xFF) | ((qs[1] & 0xFF) << 8) | ((qs[2] & 0xFF) << 16) | ((u32)(qs[3] & 0xFF) << 24);
+    u32 hi = (qs[4] & 0xFF) | ((qs[5] & 0xFF) << 8) | ((qs[6] & 0xFF) << 16) | ((u32)(qs[7] & 0xFF) << 24);
+    *(uint2*)q8 = make_uint2(lo, hi);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    float dh = h2f(f2h(d));
+    if ((lane & 3) == 0) *d1 = make_float2(dh, dh * (float)sum);
+}
+
 // Whether this block is the last of its grid (or of the blocks sharing `count`) to get here:
 // every thread's global writes made visible first; the counter (zero before) counts blocks,
 // `of` of them in all, and is left for the last block to reset.
@@ -671,6 +697,43 @@ __device__ __forceinline__ void quant_row_all(const float* x, int cols, i8* xq, 
         } else {
             quant_block_z(__ldcg(xr + lane), lane, xq + (i64)b * bw, xd + (i64)b * (bw / 32));
         }
+    }
+}
+
+// rms_norm's fast path (n % 256 == 0: n / 8 threads, eight values each) by a block of any
+// number of warps: the same expressions in the same order — each 256 values' squares summed by
+// a (virtual) warp's warp_sum_d, the n / 256 partials added in order as block_sum_d adds them,
+// then each value scaled and weighted and each 256 quantized as rms_norm's warps do — so the
+// same bits. x is read through L2 (other blocks of the grid wrote it); n ≤ 8192.
+__device__ void norm_row_block(const float* x, const float* w, float* y, int n, float eps, i8* yq, float2* yd, i8* yqz, float2* ydz) {
+    __shared__ double red[32];
+    int lane = threadIdx.x & 31, nw = blockDim.x >> 5, parts = n / 256;
+    for (int p = threadIdx.x >> 5; p < parts; p += nw) {
+        int i0 = 256 * p + 8 * lane;
+        float4 a = __ldcg((const float4*)(x + i0)), b = __ldcg((const float4*)(x + i0 + 4));
+        float v8[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        double s = 0.0;
+        #pragma unroll
+        for (int e = 0; e < 8; e++) s += (double)(v8[e] * v8[e]);
+        s = warp_sum_d(s);
+        if (lane == 0) red[p] = s;
+    }
+    __syncthreads();
+    double s = 0.0;
+    for (int i = 0; i < parts; i++) s += red[i];
+    float scale = 1.0f / sqrtf((float)(s / n) + eps);
+    for (int p = threadIdx.x >> 5; p < parts; p += nw) {
+        int i0 = 256 * p + 8 * lane;
+        float4 a = __ldcg((const float4*)(x + i0)), b = __ldcg((const float4*)(x + i0 + 4));
+        float4 wa = *(const float4*)(w + i0), wb = *(const float4*)(w + i0 + 4);
+        float v8[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        float w8[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+        #pragma unroll
+        for (int e = 0; e < 8; e++) v8[e] = (v8[e] * scale) * w8[e];
+        *(float4*)(y + i0) = make_float4(v8[0], v8[1], v8[2], v8[3]);
+        *(float4*)(y + i0 + 4) = make_float4(v8[4], v8[5], v8[6], v8[7]);
+        if (yq) quant_block_k(v8, lane, yq + 256 * p, yd + 8 * p);
+        if (yqz) quant_8_z(v8, lane, yqz + i0, ydz + i0 / 32);
     }
 }
 
@@ -772,9 +835,11 @@ extern "C" __global__ void mv_cols(const u8* W, int ty, int rows, int cols, i64 
 // input). y may alias res (each row read, then written, by one lane).
 // qk/dk, qz/dz (may be null): x quantized by quant_q8 (q8_K, q8_0), rows x_stride bytes /
 // x_stride / 32 scales apart.
-extern "C" __global__ void mv(const u8* W, int ty, int rows, int cols, i64 row_bytes, i64 mat_bytes, const int* ids,
-                              const float* x, const i8* qk, const float2* dk, const i8* qz, const float2* dz, i64 x_stride, int x_div,
-                              float* y, i64 y_stride, const float* res) {
+#define MV_ARGS                                                                                                                     \
+    const u8 *W, int ty, int rows, int cols, i64 row_bytes, i64 mat_bytes, const int *ids, const float *x, const i8 *qk, const float2 *dk, \
+        const i8 *qz, const float2 *dz, i64 x_stride, int x_div, float *y, i64 y_stride, const float *res
+#define MV_PASS W, ty, rows, cols, row_bytes, mat_bytes, ids, x, qk, dk, qz, dz, x_stride, x_div, y, y_stride, res
+__device__ __forceinline__ void mv_body(MV_ARGS) {
     int slot = blockIdx.y, lane = threadIdx.x & 31;
     int g = blockIdx.x * MV_WARPS + (threadIdx.x >> 5);
     if (!ids && g * MV_ROWS < rows) prefetch_l2(W + (i64)g * MV_ROWS * row_bytes, min(MV_ROWS, rows - g * MV_ROWS) * row_bytes, lane);
@@ -797,6 +862,18 @@ extern "C" __global__ void mv(const u8* W, int ty, int rows, int cols, i64 row_b
             }
         }
     }
+}
+extern "C" __global__ void mv(MV_ARGS) { mv_body(MV_PASS); }
+
+// -DFUSE_NORM=1: `mv` of one row writing the residual stream (a decode step's out or down
+// projection, y = x + W·h) followed by the next RMSNorm of that row: the last block to finish
+// (count, zero before and after) normalizes y as rms_norm does (norm_row_block: the same bits)
+// into xn and its q8 copies. One launch and its gap fewer a norm.
+extern "C" __global__ void mv_norm(MV_ARGS, u32* count, const float* nw, float eps, float* xn, i8* yq, float2* yd, i8* yqz, float2* ydz) {
+    mv_body(MV_PASS);
+    if (!last_block(count, gridDim.x * gridDim.y)) return;
+    norm_row_block(y, nw, xn, rows, eps, yq, yd, yqz, ydz);
+    if (threadIdx.x == 0) *count = 0;
 }
 
 // h[slot][r] = silu(G_e[r]·x) · (U_e[r]·x): an FFN's or expert's gate, up and SwiGLU in one pass.
@@ -1063,32 +1140,6 @@ __device__ __forceinline__ void mv4_body(int cols, const float* x, const i8* qk,
 #define MV4_PASS cols, x, qk, dk, qz, dz, W0, ty0, rows0, rb0, y0, W1, ty1, rows1, rb1, y1, W2, ty2, rows2, rb2, y2, W3, ty3, rows3, rb3, y3, n_col, taps, conv_out, kernel, ctab
 extern "C" __global__ void mv4(MV4_ARGS) { mv4_body<1>(MV4_PASS); }
 extern "C" __global__ void mv4_cols(MV4_ARGS) { mv4_body<MV_COLS>(MV4_PASS); }
-
-// Eight consecutive values a lane (lane l of the warp: values 8l..8l+7 of its 256) quantized as
-// q8_0, four lanes a 32-value block: the bits of quant_block_z (a block's max and Σq do not
-// depend on which lane holds which value).
-__device__ __forceinline__ void quant_8_z(const float* v8, int lane, i8* q8, float2* d1) {
-    float amax = 0.0f;
-    #pragma unroll
-    for (int e = 0; e < 8; e++) amax = fmaxf(amax, fabsf(v8[e]));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-    float d = amax / 127.0f;
-    float id = d != 0.0f ? 1.0f / d : 0.0f;
-    int qs[8], sum = 0;
-    #pragma unroll
-    for (int e = 0; e < 8; e++) {
-        qs[e] = (int)roundf(v8[e] * id);
-        sum += qs[e];
-    }
-    u32 lo = (qs[0] & 0xFF) | ((qs[1] & 0xFF) << 8) | ((qs[2] & 0xFF) << 16) | ((u32)(qs[3] & 0xFF) << 24);
-    u32 hi = (qs[4] & 0xFF) | ((qs[5] & 0xFF) << 8) | ((qs[6] & 0xFF) << 16) | ((u32)(qs[7] & 0xFF) << 24);
-    *(uint2*)q8 = make_uint2(lo, hi);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    float dh = h2f(f2h(d));
-    if ((lane & 3) == 0) *d1 = make_float2(dh, dh * (float)sum);
-}
 
 // y = x / sqrt(mean(x²) + eps) · w, one block a row (ops::rms_norm); where yq is given, y
 // quantized as q8_K for the decode products too (quant_q8 kind 0; n % 256 == 0), where yqz is
@@ -1679,10 +1730,12 @@ extern "C" __global__ void moe_combine(float* x, const float* ys, const float* w
 // this one (the expert gate/up launch sits between), and that launch's blocks all passed their
 // wait — the router had finished — before this grid could start. So the rows this step reads
 // are pulled into L2 while its predecessor still runs.
-extern "C" __global__ void moe_down_combine(const u8* D, int ty, int rows, int cols, i64 rb, i64 mb, const int* ids, const float* weights, int k,
-                                            const float* h, const i8* qk, const float2* dk, const i8* qz, const float2* dz, const u8* S, int ty_s,
-                                            int cols_s, i64 rb_s, const float* hs, const i8* qks, const float2* dks, const i8* qzs, const float2* dzs,
-                                            const float* sg, float* x) {
+#define MDC_ARGS                                                                                                                                     \
+    const u8 *D, int ty, int rows, int cols, i64 rb, i64 mb, const int *ids, const float *weights, int k, const float *h, const i8 *qk, const float2 *dk, \
+        const i8 *qz, const float2 *dz, const u8 *S, int ty_s, int cols_s, i64 rb_s, const float *hs, const i8 *qks, const float2 *dks, const i8 *qzs,       \
+        const float2 *dzs, const float *sg, float *x
+#define MDC_PASS D, ty, rows, cols, rb, mb, ids, weights, k, h, qk, dk, qz, dz, S, ty_s, cols_s, rb_s, hs, qks, dks, qzs, dzs, sg, x
+__device__ __forceinline__ void moe_down_combine_body(MDC_ARGS) {
     constexpr int RD = MOE_DOWN_ROWS;
     __shared__ float ys[33][RD];
     int r0 = blockIdx.x * RD, s = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -1741,6 +1794,19 @@ extern "C" __global__ void moe_down_combine(const u8* D, int ty, int rows, int c
         f = __fadd_rn(f, __fmul_rn(gt, ys[k][t]));
     }
     x[r0 + t] = __fadd_rn(x[r0 + t], f);
+}
+extern "C" __global__ void moe_down_combine(MDC_ARGS) { moe_down_combine_body(MDC_PASS); }
+
+// -DFUSE_NORM=1: moe_down_combine followed by the next RMSNorm of each decode row (the next
+// layer's input norm, or the output norm): the last block of row blockIdx.y (count[y], zero
+// before and after) normalizes it as rms_norm does (norm_row_block: the same bits) into row y
+// of xn and of its q8 copies.
+extern "C" __global__ void moe_down_combine_norm(MDC_ARGS, u32* count, const float* nw, float eps, float* xn, i8* yq, float2* yd, i8* yqz, float2* ydz) {
+    moe_down_combine_body(MDC_PASS);
+    i64 t = blockIdx.y;
+    if (!last_block(count + t, gridDim.x)) return;
+    norm_row_block(x + t * rows, nw, xn + t * rows, rows, eps, yq ? yq + t * rows : yq, yd + t * (rows / 32), yqz ? yqz + t * rows : yqz, ydz + t * (rows / 32));
+    if (threadIdx.x == 0) count[t] = 0;
 }
 
 // Tokens a greedy row's argmax may skip at most (forward.rs MAX_BANS).

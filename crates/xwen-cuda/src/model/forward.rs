@@ -124,30 +124,47 @@ impl CudaModel {
                 Arg::Ptr(sc.x.ptr),
             ],
         )?;
+        // a norm the stage before it applied in its last launch (-DFUSE_NORM=1): its output
+        let mut normed: Option<In> = None;
         for (il, l) in self.layers.iter().enumerate() {
             let kinds = &l.kinds;
             let st = self.layer_ptrs(p, il)?;
-            let xn = self.rms_norm(sc.x.ptr, l.attn_norm.ptr, n, rows, kinds.mix_in)?;
-            match &l.mixer {
-                DevMixer::Delta(w) => self.delta(w, st, xn, kinds.mix_out, n, lay)?,
-                DevMixer::Attn(w) => self.attention(w, st, xn, kinds.mix_out, n, lay)?,
-            }
+            let xn = match normed.take() {
+                Some(xn) => xn,
+                None => self.rms_norm(sc.x.ptr, l.attn_norm.ptr, n, rows, kinds.mix_in)?,
+            };
+            let post = self.fusable_norm(l.post_norm.ptr, kinds.ffn_in, rows);
+            let fused = match &l.mixer {
+                DevMixer::Delta(w) => self.delta(w, st, xn, kinds.mix_out, n, lay, post)?,
+                DevMixer::Attn(w) => self.attention(w, st, xn, kinds.mix_out, n, lay, post)?,
+            };
             let moe_rows = matches!(l.ffn, DevFfn::Moe(_)) && !self.grouped_experts(n, rows);
-            let xn = self.rms_norm(sc.x.ptr, l.post_norm.ptr, n, rows || moe_rows, kinds.ffn_in)?;
-            match &l.ffn {
+            let xn = match fused {
+                Some(xn) => xn,
+                None => self.rms_norm(sc.x.ptr, l.post_norm.ptr, n, rows || moe_rows, kinds.ffn_in)?,
+            };
+            // the next layer's input norm, or the output norm of a pass whose every row has logits
+            let next = match self.layers.get(il + 1) {
+                Some(nl) => self.fusable_norm(nl.attn_norm.ptr, nl.kinds.mix_in, rows),
+                None => self.fusable_norm(self.output_norm.ptr, self.head_kinds, rows),
+            };
+            normed = match &l.ffn {
                 DevFfn::Dense(w) => {
                     self.glu(w, xn, sc.ffn_h.ptr, n, lay)?;
                     let hin = self.input(sc.ffn_h.ptr, w.down.cols, n, rows, kinds.ffn_mid)?;
-                    self.proj(&w.down, hin, sc.x.ptr, Some(sc.x.ptr), n, lay)?;
+                    self.proj_residual(&w.down, hin, n, lay, next)?
                 }
-                DevFfn::Moe(w) => self.moe(il, w, xn, kinds, n, lay)?,
-            }
+                DevFfn::Moe(w) => self.moe(il, w, xn, kinds, n, lay, next)?,
+            };
         }
         // a prompt pass's head reads its last token only; a pass of spans', each span's last
         // row; a decode batch's, every row
         let heads = match p {
             Pass::Rows { .. } | Pass::Verify { .. } => {
-                let xn = self.rms_norm(sc.x.ptr, self.output_norm.ptr, n, true, self.head_kinds)?;
+                let xn = match normed.take() {
+                    Some(xn) => xn,
+                    None => self.rms_norm(sc.x.ptr, self.output_norm.ptr, n, true, self.head_kinds)?,
+                };
                 self.proj(&self.output, xn, sc.logits.ptr, None, n, Layout::Rows)?;
                 n
             }
@@ -254,10 +271,7 @@ impl CudaModel {
     /// quantized as their weights need; for a cuBLAS pass, xn in f16 once for all its products.
     fn rms_norm(&self, x: u64, w: u64, n: usize, rows: bool, kinds: Kinds) -> Result<In> {
         let (sc, hd) = (&self.sc, self.d.hidden);
-        let fused = rows && kinds.k && hd % 256 == 0;
-        let fused_z = rows && kinds.z && hd % 32 == 0;
-        let (yq, yd) = if fused { (sc.xq_n.ptr, sc.xd_n.ptr) } else { (0, 0) };
-        let (yqz, ydz) = if fused_z { (sc.xq_nz.ptr, sc.xd_nz.ptr) } else { (0, 0) };
+        let (mut xn, [yq, yd, yqz, ydz]) = self.norm_outputs(rows, kinds);
         self.gpu.launch(
             "rms_norm",
             (n as u32, 1),
@@ -265,21 +279,58 @@ impl CudaModel {
             0,
             &[Arg::Ptr(x), Arg::Ptr(w), Arg::Ptr(sc.xn.ptr), Arg::I32(hd as i32), Arg::F32(self.d.eps), Arg::Ptr(yq), Arg::Ptr(yd), Arg::Ptr(yqz), Arg::Ptr(ydz)],
         )?;
-        let mut q = Q8::default();
-        if fused {
-            q.qk = sc.xq_n.ptr;
-            q.dk = sc.xd_n.ptr;
-        }
-        if fused_z {
-            q.qz = sc.xq_nz.ptr;
-            q.dz = sc.xd_nz.ptr;
-        }
-        let mut f16 = 0;
         if !rows && n >= BLAS_MIN_TOKENS && self.gpu.blas.is_some() {
             self.to_f16(sc.xn.ptr, hd, n, sc.xn_f16.ptr)?;
-            f16 = sc.xn_f16.ptr;
+            xn.f16 = sc.xn_f16.ptr;
         }
-        Ok(In { f: sc.xn.ptr, q, f16 })
+        Ok(xn)
+    }
+
+    /// A norm's output (xn) and, for decode rows, the q8 copies its products take (kinds):
+    /// the input they make, and the copies' addresses (values, scales of q8_K; of q8_0; 0: none).
+    fn norm_outputs(&self, rows: bool, kinds: Kinds) -> (In, [u64; 4]) {
+        let (sc, hd) = (&self.sc, self.d.hidden);
+        let mut q = Q8::default();
+        if rows && kinds.k && hd % 256 == 0 {
+            (q.qk, q.dk) = (sc.xq_n.ptr, sc.xd_n.ptr);
+        }
+        if rows && kinds.z && hd % 32 == 0 {
+            (q.qz, q.dz) = (sc.xq_nz.ptr, sc.xd_nz.ptr);
+        }
+        (In { f: sc.xn.ptr, q, f16: 0 }, [q.qk, q.dk, q.qz, q.dz])
+    }
+
+    /// The norm after a stage that writes x, for the stage's last launch to apply (-DFUSE_NORM=1:
+    /// decode rows, a hidden width of whole 256s up to 8192 — norm_row_block's); None: the
+    /// norm takes a launch of its own.
+    fn fusable_norm(&self, w: u64, kinds: Kinds, rows: bool) -> Option<NextNorm> {
+        let hd = self.d.hidden;
+        (self.gpu.knobs.fuse_norm && rows && hd % 256 == 0 && hd <= 8192).then_some(NextNorm { w, kinds })
+    }
+
+    /// A fused norm's kernel arguments after the product's (its finish counters, weight, eps,
+    /// output and q8 copies), and the input its output makes.
+    fn norm_args(&self, next: NextNorm, count: u64) -> ([Arg; 8], In) {
+        let (xn, [yq, yd, yqz, ydz]) = self.norm_outputs(true, next.kinds);
+        let args = [Arg::Ptr(count), Arg::Ptr(next.w), Arg::F32(self.d.eps), Arg::Ptr(self.sc.xn.ptr), Arg::Ptr(yq), Arg::Ptr(yd), Arg::Ptr(yqz), Arg::Ptr(ydz)];
+        (args, xn)
+    }
+
+    /// x += W·h for `n` rows (a layer's out or down projection), with `next` the norm after it
+    /// applied by the same launch where it can be (one decode row: `mv_norm`); that norm's
+    /// output, or None (it was not applied).
+    fn proj_residual(&self, w: &DevMat, h: In, n: usize, lay: Layout<'_>, next: Option<NextNorm>) -> Result<Option<In>> {
+        let x = self.sc.x.ptr;
+        match next {
+            Some(next) if n == 1 && lay.rows() => {
+                let (extra, xn) = self.norm_args(next, self.sc.counts.at(4 * COUNT_NORM));
+                let mut args = mv_args(w, None, h, w.cols, 1, x, w.rows, Some(x));
+                args.extend(extra);
+                self.gpu.launch("mv_norm", (w.rows.div_ceil(MV_WARPS * self.gpu.knobs.mv_rows) as u32, 1), (32 * MV_WARPS) as u32, 0, &args)?;
+                Ok(Some(xn))
+            }
+            _ => self.proj(w, h, x, Some(x), n, lay).map(|_| None),
+        }
     }
 
     /// An input other than xn (`rows` rows of `cols` values at x), quantized where `rows_path`.
@@ -611,7 +662,9 @@ impl CudaModel {
         )
     }
 
-    fn delta(&self, w: &DeltaLayer, st: LayerPtrs, x: In, out_kinds: Kinds, n: usize, lay: Layout<'_>) -> Result<()> {
+    /// A DeltaNet layer's mixer into x; with `next`, the norm after it applied by its last
+    /// launch where it can be (`proj_residual`): that norm's output, else None.
+    fn delta(&self, w: &DeltaLayer, st: LayerPtrs, x: In, out_kinds: Kinds, n: usize, lay: Layout<'_>, next: Option<NextNorm>) -> Result<Option<In>> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let rows = lay.rows();
         // decode rows, each its own sequence's next token: the convolution inside the qkv
@@ -676,13 +729,13 @@ impl CudaModel {
                 ],
             )?;
         }
-        self.delta_scan(w, st, out_kinds, n, lay)
+        self.delta_scan(w, st, out_kinds, n, lay, next)
     }
 
     /// The scan of a pass (a decode step too): gates and normed q / k per token, then S's rows
     /// spread over blocks (8 a block, in registers through the pass), then the output norms;
     /// the out projection. (delta_step, one block a head, is its single-kernel reference.)
-    fn delta_scan(&self, w: &DeltaLayer, st: LayerPtrs, out_kinds: Kinds, n: usize, lay: Layout<'_>) -> Result<()> {
+    fn delta_scan(&self, w: &DeltaLayer, st: LayerPtrs, out_kinds: Kinds, n: usize, lay: Layout<'_>, next: Option<NextNorm>) -> Result<Option<In>> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let (s, rows) = (st.b, lay.rows());
         if rows && !st.one_seq {
@@ -709,7 +762,7 @@ impl CudaModel {
                     Arg::Ptr(st.tab),
                 ],
             )?;
-            return self.delta_finish(w, out_kinds, n, lay);
+            return self.delta_finish(w, out_kinds, n, lay, next);
         }
         g.launch(
             "delta_prep",
@@ -756,11 +809,11 @@ impl CudaModel {
             ],
         )?;
         // (a verify's rows: delta_prep and delta_rows give each token delta_step_rows' bits)
-        self.delta_finish(w, out_kinds, n, lay)
+        self.delta_finish(w, out_kinds, n, lay, next)
     }
 
     /// The scan's gated output norms, then the out projection (and its residual).
-    fn delta_finish(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize, lay: Layout<'_>) -> Result<()> {
+    fn delta_finish(&self, w: &DeltaLayer, out_kinds: Kinds, n: usize, lay: Layout<'_>, next: Option<NextNorm>) -> Result<Option<In>> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let rows = lay.rows();
         // a decode step's norm also quantizes where 256 values are whole heads
@@ -778,10 +831,11 @@ impl CudaModel {
         args.extend(if fuse { self.fused_outputs(out_kinds) } else { [Arg::Ptr(0); 4] });
         g.launch("delta_out", ((d.hv / heads) as u32, n as u32), (128 * heads) as u32, 0, &args)?;
         let o = self.input_after(sc.delta_o.ptr, w.out.cols, n, rows, out_kinds, fuse)?;
-        self.proj(&w.out, o, sc.x.ptr, Some(sc.x.ptr), n, lay)
+        self.proj_residual(&w.out, o, n, lay, next)
     }
 
-    fn attention(&self, w: &AttnLayer, st: LayerPtrs, x: In, out_kinds: Kinds, n: usize, lay: Layout<'_>) -> Result<()> {
+    /// An attention layer's mixer into x; `next` as for `delta`.
+    fn attention(&self, w: &AttnLayer, st: LayerPtrs, x: In, out_kinds: Kinds, n: usize, lay: Layout<'_>, next: Option<NextNorm>) -> Result<Option<In>> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let (k_cache, v_cache) = (st.a, st.b);
         let rows = lay.rows();
@@ -847,10 +901,12 @@ impl CudaModel {
         args.extend(if fuse { self.fused_outputs(out_kinds) } else { [Arg::Ptr(0); 4] });
         g.launch("attn_merge", (grid_x as u32, n as u32), merge_block as u32, 0, &args)?;
         let o = self.input_after(sc.attn_o.ptr, w.o.cols, n, rows, out_kinds, fuse)?;
-        self.proj(&w.o, o, sc.x.ptr, Some(sc.x.ptr), n, lay)
+        self.proj_residual(&w.o, o, n, lay, next)
     }
 
-    fn moe(&self, il: usize, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, lay: Layout<'_>) -> Result<()> {
+    /// A MoE layer into x; with `norm_after`, the norm after it applied by its last launch where
+    /// it can be (a decode batch's `moe_down_combine_norm`): that norm's output, else None.
+    fn moe(&self, il: usize, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, lay: Layout<'_>, norm_after: Option<NextNorm>) -> Result<Option<In>> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let k = d.n_used;
         let rows = lay.rows();
@@ -867,7 +923,7 @@ impl CudaModel {
             self.route(sc.router.ptr, sc.ids.ptr, sc.weights.ptr, n)?;
         }
         if let Some(sh) = &self.shard {
-            return self.moe_rank(sh, w, x, kinds, n, lay);
+            return self.moe_rank(sh, w, x, kinds, n, lay).map(|_| None);
         }
         // the next MoE layer's guess from this layer's input (read-ahead, decode rows)
         let ahead = match (&self.expert_cache, rows) {
@@ -907,7 +963,7 @@ impl CudaModel {
         // of them computed by the CPU
         let overlap = self.expert_cache.as_ref().is_some_and(|c| c.pipe.on) && rows && rounds.len() == 1 && !rounds[0].loads.is_empty();
         if !jobs.is_empty() || overlap {
-            return self.experts_beside_cpu(il, w, x, kinds, n, (&rounds, &jobs, &xh), &read_ahead);
+            return self.experts_beside_cpu(il, w, x, kinds, n, (&rounds, &jobs, &xh), &read_ahead).map(|_| None);
         }
         if rounds.len() <= 1 {
             if let Some(r) = rounds.first() {
@@ -915,12 +971,13 @@ impl CudaModel {
             }
             if rows && self.group_decode_experts(n) {
                 self.moe_decode_grouped(w, x, kinds, n)?;
-                return read_ahead();
+                return read_ahead().map(|_| None);
             }
             // moe_down_combine's block holds a warp a slot and the shared expert's
             if rows && k < 32 {
-                self.moe_decode(w, x, kinds, n)?;
-                return read_ahead();
+                let normed = self.moe_decode(w, x, kinds, n, norm_after)?;
+                read_ahead()?;
+                return Ok(normed);
             }
             self.routed_products(w, x, kinds, n, rows)?;
         } else {
@@ -931,7 +988,7 @@ impl CudaModel {
             }
         }
         self.moe_sum(w, x, kinds, n, lay)?;
-        read_ahead()
+        read_ahead().map(|_| None)
     }
 
     /// A rank of a sharded model after routing: its block's picks computed into their ys slots,
@@ -1122,7 +1179,9 @@ impl CudaModel {
     /// A decode batch's experts after routing (`n` rows): gate, up and SwiGLU of the k slots and
     /// of the shared expert, then every down product, the weighted sum and the residual in one
     /// launch (moe_down_combine: the bits of mv + mv + moe_combine).
-    fn moe_decode(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize) -> Result<()> {
+    /// With `norm_after`, the norm after the layer applied to each row by the down launch's last
+    /// block a row (`moe_down_combine_norm`): that norm's output.
+    fn moe_decode(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, norm_after: Option<NextNorm>) -> Result<Option<In>> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
         let ex = &w.experts;
@@ -1149,39 +1208,44 @@ impl CudaModel {
         let dm = &w.experts.down;
         // a block a row, a warp a slot's product (k routed, then the shared expert's)
         let warps = k + usize::from(s_ptr != 0);
-        g.launch(
-            "moe_down_combine",
-            (dm.rows.div_ceil(g.knobs.moe_down_rows) as u32, n as u32),
-            (32 * warps) as u32,
-            0,
-            &[
-                Arg::Ptr(dm.ptr),
-                Arg::I32(dm.ty),
-                Arg::I32(dm.rows as i32),
-                Arg::I32(dm.cols as i32),
-                Arg::I64(dm.row_bytes as i64),
-                Arg::I64(dm.mat_bytes() as i64),
-                Arg::Ptr(sc.ids.ptr),
-                Arg::Ptr(sc.weights.ptr),
-                Arg::I32(k as i32),
-                Arg::Ptr(hin.f),
-                Arg::Ptr(hin.q.qk),
-                Arg::Ptr(hin.q.dk),
-                Arg::Ptr(hin.q.qz),
-                Arg::Ptr(hin.q.dz),
-                Arg::Ptr(s_ptr),
-                Arg::I32(s_ty),
-                Arg::I32(s_cols as i32),
-                Arg::I64(s_rb as i64),
-                Arg::Ptr(sin.f),
-                Arg::Ptr(sin.q.qk),
-                Arg::Ptr(sin.q.dk),
-                Arg::Ptr(sin.q.qz),
-                Arg::Ptr(sin.q.dz),
-                Arg::Ptr(sg),
-                Arg::Ptr(sc.x.ptr),
-            ],
-        )
+        let mut args = vec![
+            Arg::Ptr(dm.ptr),
+            Arg::I32(dm.ty),
+            Arg::I32(dm.rows as i32),
+            Arg::I32(dm.cols as i32),
+            Arg::I64(dm.row_bytes as i64),
+            Arg::I64(dm.mat_bytes() as i64),
+            Arg::Ptr(sc.ids.ptr),
+            Arg::Ptr(sc.weights.ptr),
+            Arg::I32(k as i32),
+            Arg::Ptr(hin.f),
+            Arg::Ptr(hin.q.qk),
+            Arg::Ptr(hin.q.dk),
+            Arg::Ptr(hin.q.qz),
+            Arg::Ptr(hin.q.dz),
+            Arg::Ptr(s_ptr),
+            Arg::I32(s_ty),
+            Arg::I32(s_cols as i32),
+            Arg::I64(s_rb as i64),
+            Arg::Ptr(sin.f),
+            Arg::Ptr(sin.q.qk),
+            Arg::Ptr(sin.q.dk),
+            Arg::Ptr(sin.q.qz),
+            Arg::Ptr(sin.q.dz),
+            Arg::Ptr(sg),
+            Arg::Ptr(sc.x.ptr),
+        ];
+        let (kernel, normed) = match norm_after {
+            Some(next) => {
+                // a row's counter a decode row (COUNT_NORM..)
+                let (extra, xn) = self.norm_args(next, sc.counts.at(4 * COUNT_NORM));
+                args.extend(extra);
+                ("moe_down_combine_norm", Some(xn))
+            }
+            None => ("moe_down_combine", None),
+        };
+        g.launch(kernel, (dm.rows.div_ceil(g.knobs.moe_down_rows) as u32, n as u32), (32 * warps) as u32, 0, &args)?;
+        Ok(normed)
     }
 
     /// Whether a decode batch of `n` rows takes its routed experts grouped per expert
@@ -1293,7 +1357,7 @@ impl CudaModel {
     fn moe_glu(&self, ex: &Glu, s: &Glu, x: In, n: usize, mids: Option<Mids>) -> Result<()> {
         let (d, sc) = (&self.d, &self.sc);
         let m = mids.unwrap_or_default();
-        let count = if mids.is_some() { sc.counts.at(4 * COUNT_MIDS) } else { 0 };
+        let count = if mids.is_some() { sc.counts.at(4 * (COUNT_MIDS + self.decode_max)) } else { 0 };
         let (eg, eu, sg, su) = (&ex.gate, &ex.up, &s.gate, &s.up);
         self.gpu.launch_3d(
             "moe_glu",
@@ -1552,26 +1616,32 @@ fn mv(g: &Gpu, w: &DevMat, ids: Option<u64>, x: In, x_stride: usize, x_div: usiz
         (w.rows.div_ceil(MV_WARPS * g.knobs.mv_rows) as u32, slots as u32),
         (32 * MV_WARPS) as u32,
         0,
-        &[
-            Arg::Ptr(w.ptr),
-            Arg::I32(w.ty),
-            Arg::I32(w.rows as i32),
-            Arg::I32(w.cols as i32),
-            Arg::I64(w.row_bytes as i64),
-            Arg::I64(w.mat_bytes() as i64),
-            Arg::Ptr(ids.unwrap_or(0)),
-            Arg::Ptr(x.f),
-            Arg::Ptr(x.q.qk),
-            Arg::Ptr(x.q.dk),
-            Arg::Ptr(x.q.qz),
-            Arg::Ptr(x.q.dz),
-            Arg::I64(x_stride as i64),
-            Arg::I32(x_div.max(1) as i32),
-            Arg::Ptr(y),
-            Arg::I64(y_stride as i64),
-            Arg::Ptr(res.unwrap_or(0)),
-        ],
+        &mv_args(w, ids, x, x_stride, x_div, y, y_stride, res),
     )
+}
+
+/// `mv`'s kernel arguments (mv_norm's first ones).
+#[allow(clippy::too_many_arguments)]
+fn mv_args(w: &DevMat, ids: Option<u64>, x: In, x_stride: usize, x_div: usize, y: u64, y_stride: usize, res: Option<u64>) -> Vec<Arg> {
+    vec![
+        Arg::Ptr(w.ptr),
+        Arg::I32(w.ty),
+        Arg::I32(w.rows as i32),
+        Arg::I32(w.cols as i32),
+        Arg::I64(w.row_bytes as i64),
+        Arg::I64(w.mat_bytes() as i64),
+        Arg::Ptr(ids.unwrap_or(0)),
+        Arg::Ptr(x.f),
+        Arg::Ptr(x.q.qk),
+        Arg::Ptr(x.q.dk),
+        Arg::Ptr(x.q.qz),
+        Arg::Ptr(x.q.dz),
+        Arg::I64(x_stride as i64),
+        Arg::I32(x_div.max(1) as i32),
+        Arg::Ptr(y),
+        Arg::I64(y_stride as i64),
+        Arg::Ptr(res.unwrap_or(0)),
+    ]
 }
 
 /// h[s] = silu(G_{ids[s]}·x[s / x_div]) ⊙ (U_{ids[s]}·x[s / x_div]) for `slots` slots.
@@ -1638,5 +1708,16 @@ impl Mids {
 /// The finish counters (`Scratch::counts`, u32s, zero between launches) of the launches whose
 /// last block finishes a reduction: the router's top-k (`mv4_route`), then the experts' hidden
 /// rows' quantization (`moe_glu`), one a (decode row, slot).
+/// The RMSNorm after a stage that writes x (its weight; the q8 kinds its products take), for
+/// the stage's last launch to apply (`CudaModel::fusable_norm`).
+#[derive(Clone, Copy)]
+struct NextNorm {
+    w: u64,
+    kinds: Kinds,
+}
+
 pub(super) const COUNT_ROUTE: usize = 0;
+/// A decode row's fused norm (`mv_norm`: row 0; `moe_down_combine_norm`: one a row).
+pub(super) const COUNT_NORM: usize = 1;
+/// The experts' hidden rows' quantizations (`moe_glu`) after the norms': `CudaModel::count_mids`.
 pub(super) const COUNT_MIDS: usize = 1;

@@ -320,7 +320,8 @@ struct Scratch {
     /// each row of a decode batch; then each row's banned tokens (`forward::MAX_BANS`).
     argmax_part: DevBuf,
     /// The finish counters of launches whose last block finishes a reduction (zero between
-    /// launches; `forward::COUNT_ROUTE`, `COUNT_MIDS`).
+    /// launches): the router's (`forward::COUNT_ROUTE`), a decode row's norm's from
+    /// `COUNT_NORM`, then each (row, slot)'s hidden rows' from `COUNT_MIDS + decode_max`.
     counts: DevBuf,
 }
 
@@ -623,7 +624,7 @@ impl CudaModel {
             logits: f(decode_max * d.n_vocab)?,
             token: f(decode_max)?,
             argmax_part: f(decode_max * (2 * forward::ARGMAX_BLOCKS + 1 + forward::MAX_BANS))?,
-            counts: f(forward::COUNT_MIDS + decode_max * (n_used + 1))?,
+            counts: f(forward::COUNT_MIDS + decode_max + decode_max * (n_used + 1))?,
         };
         let output = up.mat(&net.output)?;
         let head_kinds = Kinds::of(&[&output]);
