@@ -97,13 +97,16 @@ pub fn default_read_ahead() -> bool {
     std::env::var("XWEN_EXPERT_READAHEAD").is_ok_and(|v| v == "1")
 }
 
-/// Threads computing missed experts on the CPU by default: every CPU, or `XWEN_CPU_EXPERTS`
-/// (0: every miss copied up; for A/B runs).
+/// Threads computing missed experts on the CPU by default: half the CPUs, or `XWEN_CPU_EXPERTS`
+/// (0: every miss copied up; for A/B runs). Not all of them: the thread that queues the GPU's
+/// work and the driver's own threads need cores while the pool's workers spin between layers.
+/// On an H100 host of 16 cores (35B-A3B, `--vram-budget 12G`, tg64) 4 / 8 / 12 / 16 threads ran
+/// 111.3 / 121.2 / 116.8 / 97.7 t/s, and none 113.2 (docs/bench.md).
 pub fn default_cpu_experts() -> usize {
     if let Some(n) = std::env::var("XWEN_CPU_EXPERTS").ok().and_then(|v| v.parse().ok()) {
         return n;
     }
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
 }
 
 /// Refuses a VRAM expert cache whose host copy of every routed expert (`expert_bytes`) the
