@@ -199,6 +199,52 @@ fn dflash_drafts_give_plain_greedy_output() {
     }
 }
 
+/// The trained head (tools/oracle/dflash_train.py: self-distilled on the CPU with the target
+/// frozen, tests/fixtures/dflash/trained/) on the trained tiny qwen35 of ../shared: drafting
+/// with it gives plain greedy output, and at every position of that output the drafter's block
+/// (asked directly, no controller deciding depths by the clock) proposes the greedy next token
+/// often — an untrained head next to never.
+#[test]
+#[cfg_attr(xwen_no_shared_models, ignore = "needs ../shared/models beside the repository (README.md, \"Tests\")")]
+fn a_trained_dflash_head_gives_plain_greedy_output_and_drafts_the_greedy_tokens() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/models/gguf/tiny-qwen35-q8_0.gguf");
+    let mut m = Model::load(&path, &EngineConfig { threads: 2, max_ctx: 512, ..Default::default() }).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    m.attach_dflash(&repo("dflash/trained/dflash-tiny-qwen35-q8_0.gguf")).unwrap();
+    // "def fibonacci(n):\n    if n < 2:" in the trained models' tokenizer
+    let prompt: Vec<u32> = vec![537, 288, 2680, 272, 729, 668, 1113, 286, 258, 353, 326, 718, 220, 17, 25];
+    let (want, _) = run(&m, &prompt, 128, 0, None);
+    for k in [4, 15] {
+        let (got, _) = run(&m, &prompt, 128, 0, Some((&mut DflashDrafter::new(), k)));
+        assert_eq!(got, want, "trained dflash k={k} differs from plain greedy");
+    }
+    // the features of the whole greedy sequence, then a block at every position of the output
+    let seq: Vec<u32> = prompt.iter().chain(&want).copied().collect();
+    let w = m.dflash_feature_width();
+    let mut st = m.new_state();
+    let feats = {
+        let mut step = [SeqStep { state: &mut st, tokens: &seq, logits: LogitsMode::Last, decode_order: false, hidden: true, banned: &[] }];
+        m.forward_batch_out(&mut step).unwrap().pop().unwrap().hidden
+    };
+    let mut d = DflashDrafter::new();
+    d.observe(&m, 0, &seq[..prompt.len()], &feats[..prompt.len() * w]).unwrap();
+    let (mut blocks, mut first, mut run_len) = (0usize, 0usize, 0usize);
+    for p in prompt.len()..seq.len() - 16 {
+        let drafts = d.propose_with(&m, &seq[..=p], 15).unwrap();
+        let right = drafts.iter().zip(&seq[p + 1..]).take_while(|(a, b)| a == b).count();
+        blocks += 1;
+        first += usize::from(right > 0);
+        run_len += right;
+        d.observe(&m, p, &seq[p..=p], &feats[p * w..(p + 1) * w]).unwrap();
+    }
+    let share = first as f64 / blocks as f64;
+    eprintln!("trained dflash: the first draft right at {first} of {blocks} positions ({:.0}%), {:.2} drafts accepted a block", 100.0 * share, run_len as f64 / blocks as f64);
+    assert!(share >= TRAINED_FIRST_ROW, "trained dflash: the first draft right at {first} of {blocks} positions");
+}
+
+/// The share of positions where the trained head's first draft is the greedy token, at least
+/// (measured: docs/bench.md, "DFlash, trained").
+const TRAINED_FIRST_ROW: f64 = 0.3;
+
 #[test]
 fn scheduled_dflash_drafting_gives_the_undrafted_tokens() {
     use xwen_engine::{Engine, EngineOptions, EngineRequest, Output};
