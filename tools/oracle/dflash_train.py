@@ -104,15 +104,17 @@ def cmd_data(a) -> None:
 
 # ----------------------------------------------------------------------------- the drafter
 
-def target_tensors(path: str) -> dict:
-    """The target's token embedding (its tied head) as float32, from its GGUF."""
+def tensors(r, names=None) -> dict:
+    """A GGUF reader's tensors (those of `names`, or all) as float32 arrays, rows first."""
     import gguf
-    r = gguf.GGUFReader(path)
-    out = {}
-    for t in r.tensors:
-        if t.name in ("token_embd.weight", "output.weight", "output_norm.weight"):
-            out[t.name] = gguf.quants.dequantize(t.data, t.tensor_type).reshape([int(d) for d in reversed(t.shape)]).astype(np.float32)
-    return out
+    return {t.name: gguf.quants.dequantize(t.data, t.tensor_type).reshape([int(d) for d in reversed(t.shape)]).astype(np.float32)
+            for t in r.tensors if names is None or t.name in names}
+
+
+def target_tensors(path: str) -> dict:
+    """The target's token embedding, lm head (absent: tied) and output norm, from its GGUF."""
+    import gguf
+    return tensors(gguf.GGUFReader(path), ("token_embd.weight", "output.weight", "output_norm.weight"))
 
 
 def init_params(rng, cfg):
@@ -296,7 +298,7 @@ def read_gguf(path: str):
     """A DFlash sidecar's weights as `init_params` lays them out, and its geometry."""
     import gguf
     r = gguf.GGUFReader(path)
-    w = {t.name: gguf.quants.dequantize(t.data, t.tensor_type).reshape([int(d) for d in reversed(t.shape)]).astype(np.float32) for t in r.tensors}
+    w = tensors(r)
     f = lambda k: r.fields[k].contents()
     hd, nl = int(f("dflash.attention.key_length")), int(f("dflash.block_count"))
     pattern = f("dflash.attention.sliding_window_pattern") if "dflash.attention.sliding_window_pattern" in r.fields else [False] * nl

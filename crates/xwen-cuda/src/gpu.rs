@@ -419,8 +419,7 @@ impl Gpu {
     }
 
     pub fn upload_i32(&self, data: &[i32]) -> Result<DevBuf> {
-        let b: Vec<u8> = data.iter().flat_map(|v| v.to_le_bytes()).collect();
-        self.upload(&b)
+        self.upload(i32_bytes(data))
     }
 
     /// Copies `src` into the start of `dst`.
@@ -674,6 +673,12 @@ impl Plain for i32 {}
 
 pub fn as_bytes(v: &[f32]) -> &[u8] {
     // SAFETY: f32 has no padding and any byte pattern is a valid u8.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+/// `v`'s bytes as a kernel's int table reads them (the device, like the host, is little-endian).
+pub fn i32_bytes(v: &[i32]) -> &[u8] {
+    // SAFETY: i32 has no padding and any byte pattern is a valid u8.
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }
 

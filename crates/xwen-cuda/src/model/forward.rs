@@ -326,7 +326,7 @@ impl CudaModel {
                 let (extra, xn) = self.norm_args(next, self.sc.counts.at(4 * COUNT_NORM));
                 let mut args = mv_args(w, None, h, w.cols, 1, x, w.rows, Some(x));
                 args.extend(extra);
-                self.gpu.launch("mv_norm", (w.rows.div_ceil(MV_WARPS * self.gpu.knobs.mv_rows) as u32, 1), (32 * MV_WARPS) as u32, 0, &args)?;
+                self.gpu.launch("mv_norm", (mv_blocks(&self.gpu, w), 1), (32 * MV_WARPS) as u32, 0, &args)?;
                 Ok(Some(xn))
             }
             _ => self.proj(w, h, x, Some(x), n, lay).map(|_| None),
@@ -961,7 +961,7 @@ impl CudaModel {
         };
         // a decode step's misses copied beside the held experts' products (`Pipe`), or some
         // of them computed by the CPU
-        let overlap = self.expert_cache.as_ref().is_some_and(|c| c.pipe.on) && rows && rounds.len() == 1 && !rounds[0].loads.is_empty();
+        let overlap = rows && self.expert_cache.as_ref().is_some_and(|c| c.pipe.takes(&rounds));
         if !jobs.is_empty() || overlap {
             return self.experts_beside_cpu(il, w, x, kinds, n, (&rounds, &jobs, &xh), &read_ahead).map(|_| None);
         }
@@ -1050,43 +1050,41 @@ impl CudaModel {
         let (g, sc) = (&self.gpu, &self.sc);
         let Some(cache) = &self.expert_cache else { return Ok(()) };
         let pipe = &cache.pipe;
-        if pipe.on && rounds.len() == 1 && !rounds[0].loads.is_empty() {
+        pipe.t0.record(&g.stream)?;
+        // the GPU's part: the shared expert and the routed slots but the CPU's; the copies'
+        // count teaches the split
+        let (shared, copies) = if pipe.takes(rounds) {
             // the held experts' products and the shared expert while the misses' copies run
-            // on their own stream; both id tables written now, while the stream is drained
+            // on their own stream; both id tables written first, while the stream is drained
             // (pageable copies wait for it)
             let (held, fresh) = experts::Pipe::split(&rounds[0]);
-            g.write_at(sc.ids.ptr, &ids_bytes(&held.slot_ids))?;
-            g.write_at(pipe.ids.ptr, &ids_bytes(&fresh.slot_ids))?;
+            g.write_at(sc.ids.ptr, i32_bytes(&held.slot_ids))?;
+            g.write_at(pipe.ids.ptr, i32_bytes(&fresh.slot_ids))?;
             cache.copy_up_beside(g, il, &w.experts, &fresh.loads)?;
-            pipe.t0.record(&g.stream)?;
             self.routed_products_at(w, x, kinds, n, sc.ids.ptr)?;
             let shared = self.shared_expert(w, x, kinds, n, Layout::Rows)?;
             cache.wait_copies(g)?;
             self.routed_products_at(w, x, kinds, n, pipe.ids.ptr)?;
             pipe.t1.record(&g.stream)?;
-            read_ahead()?;
-            let t_cpu = self.cpu_experts(cache, il, jobs, xh)?;
-            cache.learn_later(jobs.len(), fresh.loads.len(), t_cpu);
-            return self.combine(shared, n);
-        }
-        let (t0, t1) = (&pipe.t0, &pipe.t1);
-        t0.record(&g.stream)?;
-        let mut copies = 0;
-        for r in rounds {
-            self.expert_round(il, w, r)?;
-            self.routed_products(w, x, kinds, n, true)?;
-            copies += r.loads.len();
-        }
-        t1.record(&g.stream)?;
-        // the shared expert needs no routed output: the GPU computes it while the CPU works
-        let shared = self.shared_expert(w, x, kinds, n, Layout::Rows)?;
+            (shared, fresh.loads.len())
+        } else {
+            let mut copies = 0;
+            for r in rounds {
+                self.expert_round(il, w, r)?;
+                self.routed_products(w, x, kinds, n, true)?;
+                copies += r.loads.len();
+            }
+            pipe.t1.record(&g.stream)?;
+            // the shared expert needs no routed output: the GPU computes it while the CPU works
+            (self.shared_expert(w, x, kinds, n, Layout::Rows)?, copies)
+        };
         read_ahead()?;
         let t_cpu = self.cpu_experts(cache, il, jobs, xh)?;
         if pipe.on {
             cache.learn_later(jobs.len(), copies, t_cpu);
         } else {
-            t1.synchronize()?;
-            cache.learn(jobs.len(), copies, t_cpu, t0.elapsed_ms(t1)? as f64 / 1e3);
+            pipe.t1.synchronize()?;
+            cache.learn(jobs.len(), copies, t_cpu, pipe.t0.elapsed_ms(&pipe.t1)? as f64 / 1e3);
         }
         self.combine(shared, n)
     }
@@ -1172,7 +1170,7 @@ impl CudaModel {
         let Some(cache) = &self.expert_cache else { return Ok(()) };
         // the ids first: a copy from pageable memory waits for the stream to drain, which it
         // has here (the router's picks were just read back) but would not after the copies
-        self.gpu.write_at(self.sc.ids.ptr, &ids_bytes(&r.slot_ids))?;
+        self.gpu.write_at(self.sc.ids.ptr, i32_bytes(&r.slot_ids))?;
         cache.copy_up(&self.gpu, il, &w.experts, &r.loads).map(|_| ())
     }
 
@@ -1410,9 +1408,8 @@ impl CudaModel {
         let (d, sc) = (&self.d, &self.sc);
         let (k, eff) = (d.n_used, d.expert_ff);
         let Some(m) = self.mids(kinds, s_cols, n) else { return Ok(None) };
-        let (ka, wa, qa, da, kb, wb, qb, db) = (m.kind, m.width, m.q, m.d, m.kind_s, m.width_s, m.q_s, m.d_s);
         let per_block = 8; // warps of 256 threads, a q8 block each
-        let blocks = (eff / wa).max(s_cols / wb).div_ceil(per_block);
+        let blocks = (eff / m.width).max(s_cols / m.width_s).div_ceil(per_block);
         self.gpu.launch_3d(
             "quant_q8_2",
             (blocks as u32, k as u32 + 1, n as u32),
@@ -1421,14 +1418,14 @@ impl CudaModel {
             &[
                 Arg::Ptr(sc.ffn_h.ptr),
                 Arg::I32(eff as i32),
-                Arg::Ptr(qa),
-                Arg::Ptr(da),
-                Arg::I32(ka),
+                Arg::Ptr(m.q),
+                Arg::Ptr(m.d),
+                Arg::I32(m.kind),
                 Arg::Ptr(sc.sh_h.ptr),
                 Arg::I32(s_cols as i32),
-                Arg::Ptr(qb),
-                Arg::Ptr(db),
-                Arg::I32(kb),
+                Arg::Ptr(m.q_s),
+                Arg::Ptr(m.d_s),
+                Arg::I32(m.kind_s),
             ],
         )?;
         Ok(Some(m.inputs(sc)))
@@ -1611,13 +1608,12 @@ fn units_per_row(ty: i32, cols: usize) -> usize {
 /// y[s] = W_{ids[s]}·x[s / x_div] (+ res[s]) for `slots` slots.
 #[allow(clippy::too_many_arguments)]
 fn mv(g: &Gpu, w: &DevMat, ids: Option<u64>, x: In, x_stride: usize, x_div: usize, y: u64, y_stride: usize, res: Option<u64>, slots: usize) -> Result<()> {
-    g.launch(
-        "mv",
-        (w.rows.div_ceil(MV_WARPS * g.knobs.mv_rows) as u32, slots as u32),
-        (32 * MV_WARPS) as u32,
-        0,
-        &mv_args(w, ids, x, x_stride, x_div, y, y_stride, res),
-    )
+    g.launch("mv", (mv_blocks(g, w), slots as u32), (32 * MV_WARPS) as u32, 0, &mv_args(w, ids, x, x_stride, x_div, y, y_stride, res))
+}
+
+/// `mv`'s (and `mv_norm`'s) blocks for one slot of `w`: MV_WARPS warps of mv_rows rows each.
+fn mv_blocks(g: &Gpu, w: &DevMat) -> u32 {
+    w.rows.div_ceil(MV_WARPS * g.knobs.mv_rows) as u32
 }
 
 /// `mv`'s kernel arguments (mv_norm's first ones).
@@ -1676,11 +1672,6 @@ fn mv_glu(g: &Gpu, w: &Glu, ids: Option<u64>, x: In, x_stride: usize, x_div: usi
             Arg::I64(h_stride as i64),
         ],
     )
-}
-
-/// Slot numbers as a kernel's int table reads them.
-fn ids_bytes(ids: &[i32]) -> Vec<u8> {
-    ids.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
 /// Where a decode batch's experts' hidden rows go quantized (`CudaModel::mids`): the routed

@@ -6,7 +6,7 @@
 //! inside a product (docs/parity.md "GPU").
 
 use crate::error::{CudaError, Result};
-use crate::gpu::{as_bytes, Arg, DevBuf, DeviceInfo, Gpu};
+use crate::gpu::{as_bytes, i32_bytes, Arg, DevBuf, DeviceInfo, Gpu};
 use std::sync::Arc;
 use cudarc::driver::sys;
 use cudarc::driver::CudaGraph;
@@ -912,8 +912,7 @@ impl CudaModel {
             let rows: Vec<(&DevSeq, usize, u32)> =
                 members.iter().flat_map(|&i| spans[i].tokens.iter().enumerate().map(move |(t, &tok)| (&*spans[i].seq, spans[i].pos + t, tok))).collect();
             m.write_rows(&rows, None)?;
-            let bytes: Vec<u8> = plan::spans_table(&lens, m.decode_max).iter().flat_map(|v| v.to_le_bytes()).collect();
-            m.gpu.write(&mut m.sc.spans, &bytes)?;
+            m.gpu.write(&mut m.sc.spans, i32_bytes(&plan::spans_table(&lens, m.decode_max)))?;
             m.record(Pass::Spans { n: rows.len(), lens: &lens })?;
             let bans: Vec<&[u32]> = members.iter().map(|&i| if let PromptOut::Argmax(b) = spans[i].want { b } else { &[][..] }).collect();
             let ids = m.greedy_picks(&bans)?;
@@ -1119,8 +1118,7 @@ impl CudaModel {
                     table[r * forward::MAX_BANS + j] = t as i32;
                 }
             }
-            let bytes: Vec<u8> = table.iter().flat_map(|v| v.to_le_bytes()).collect();
-            self.gpu.write_at(self.bans_at(), &bytes)?;
+            self.gpu.write_at(self.bans_at(), i32_bytes(&table))?;
             self.argmax(rows, true)?;
         }
         let ids = self.gpu.read_i32(&self.sc.token, rows)?;

@@ -170,6 +170,12 @@ fn overlap_default() -> bool {
 }
 
 impl Pipe {
+    /// Whether a decode step's `rounds` take the pipe: it is on, and they are one round that
+    /// copies something up.
+    pub(super) fn takes(&self, rounds: &[Round]) -> bool {
+        self.on && matches!(rounds, [r] if !r.loads.is_empty())
+    }
+
     /// `round` (a decode step's one round) as two: the experts the pool held, computed at once,
     /// and those it copies up, computed once their copies are in: each routed slot's pool
     /// number in exactly one of the two (-1 in the other), so each slot's output is the one
