@@ -95,16 +95,12 @@ pub fn prepare(a: &DraftOpts, cfg: &mut xwen_engine::EngineConfig, n_seq: usize)
 
 impl Prepared {
     /// What drafts, now that `target` is loaded (and placed): Mtp needs its head (the sidecar
-    /// was attached at load) and the CPU, Auto becomes Mtp where the file has one and the model
-    /// is on the CPU (else no drafting), a draft model needs the same vocabulary.
+    /// was attached at load; on a GPU the head went there with the model), Auto becomes Mtp
+    /// where the model has a head (else no drafting), a draft model needs the same vocabulary.
     pub fn kind(&self, target: &xwen_engine::Model) -> Result<Kind> {
-        // an MTP head reads the trunk's hidden rows, which a model on a GPU does not return yet
-        // (a model placed on a GPU has let its head go: `Model::attach_device`)
-        let on_device = target.device().is_some();
         match self.kind {
-            Kind::Mtp if on_device => bail!("--draft mtp: an MTP head does not draft for a model on the GPU yet; drop --draft mtp (or draft with ngram or a draft model: --draft model:FILE), or run on the CPU (-ngl 0)"),
             Kind::Mtp if !target.has_mtp() => bail!("--draft mtp: this model file has no MTP head (nextn block); use its \"-MTP\" GGUF, or give the head's sidecar GGUF with -md FILE"),
-            Kind::Auto if target.has_mtp() && !on_device => Ok(Kind::Mtp),
+            Kind::Auto if target.has_mtp() => Ok(Kind::Mtp),
             Kind::Auto => Ok(Kind::Off),
             Kind::Model => {
                 let dm = self.draft_model.as_ref().expect("loaded by prepare");

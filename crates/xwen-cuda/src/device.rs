@@ -8,7 +8,7 @@ use std::any::Any;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 use xwen_engine::state::{DeltaState, LayerState};
-use xwen_engine::{DeviceModel, DevicePrompt, DeviceRow, DeviceSeq, DeviceSnapshot, EngineError, Model, RowOut};
+use xwen_engine::{DeviceModel, DevicePrompt, DeviceRow, DeviceSeq, DeviceSnapshot, EngineError, Model, MtpDraft, RowOut};
 
 /// Loads `model`'s file onto device `opts.device` and puts the model's passes there; the
 /// context is the model's (`EngineConfig::max_ctx`). Returns what the device is, in words.
@@ -18,7 +18,12 @@ pub fn attach(model: &mut Model, opts: &CudaOptions) -> crate::Result<String> {
     // cache is the VRAM expert cache's host tier
     let store = model.streams_experts().then(|| model.expert_store());
     let takes = store.is_some();
-    let cuda = CudaModel::load_with_store(model.gguf(), &opts, store)?;
+    let mut cuda = CudaModel::load_with_store(model.gguf(), &opts, store)?;
+    // the model's MTP head (its file's nextn block, or the sidecar it loaded) goes with it
+    if let Some(xwen_engine::models::mtp::MtpHead::Qwen35(head)) = model.mtp() {
+        let same_file = std::ptr::eq(head.file(), model.gguf());
+        cuda.load_mtp(&head.weights(), head.file(), same_file)?;
+    }
     let mut dev = CudaDevice::new(cuda);
     dev.takes_streamed = takes;
     let dev = Arc::new(dev);
@@ -71,6 +76,8 @@ pub struct CudaDevice {
     max_rows: usize,
     /// Whether the model's experts come from the engine's streamed store.
     takes_streamed: bool,
+    /// Whether the model's MTP head is on the device.
+    mtp: bool,
 }
 
 impl CudaDevice {
@@ -81,7 +88,8 @@ impl CudaDevice {
         }
         let bytes = model.device_bytes();
         let max_rows = model.max_decode_rows();
-        CudaDevice { model: Mutex::new(model), describe, bytes, max_rows, takes_streamed: false }
+        let mtp = model.has_mtp();
+        CudaDevice { model: Mutex::new(model), describe, bytes, max_rows, takes_streamed: false, mtp }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, CudaModel> {
@@ -188,6 +196,20 @@ impl DeviceModel for CudaDevice {
     fn prepare_verifies(&self, rows: usize) -> xwen_engine::Result<()> {
         self.lock().capture_verifies(rows).map_err(engine_error)
     }
+
+    fn has_mtp(&self) -> bool {
+        self.mtp
+    }
+
+    fn mtp_new_seq(&self) -> xwen_engine::Result<Box<dyn DeviceSeq>> {
+        Ok(Box::new(CudaSeq(self.lock().mtp_new_seq().map_err(engine_error)?)))
+    }
+
+    fn mtp_forward(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32], h_in: &[f32], draft: bool) -> xwen_engine::Result<Option<MtpDraft>> {
+        let seq = seq.as_any_mut().downcast_mut::<CudaSeq>().ok_or_else(|| EngineError::Device("a sequence state of another device".into()))?;
+        let out = self.lock().mtp_feed(&mut seq.0, pos, tokens, h_in, draft).map_err(engine_error)?;
+        Ok(out.map(|(token, prob, hidden)| MtpDraft { token, prob, hidden }))
+    }
 }
 
 impl DeviceSeq for CudaSeq {
@@ -228,6 +250,15 @@ impl DeviceSeq for CudaSeq {
 
     fn rollback(&mut self, from: usize, to: usize) -> xwen_engine::Result<()> {
         self.0.rollback(from, to).map_err(engine_error)
+    }
+
+    fn collect_hidden(&mut self, on: bool) -> bool {
+        self.0.collect_hidden(on);
+        true
+    }
+
+    fn take_hidden(&mut self) -> Vec<f32> {
+        self.0.take_hidden()
     }
 
     fn bytes(&self) -> usize {

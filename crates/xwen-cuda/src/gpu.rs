@@ -53,6 +53,8 @@ const KERNELS: &[&str] = &[
     "moe_local_ids",
     "moe_glu_tiles",
     "mv_tiles",
+    "mtp_concat_norm",
+    "top_prob",
 ];
 
 /// A kernel argument: device pointers travel as plain 64-bit values.

@@ -1884,6 +1884,33 @@ extern "C" __global__ void argmax(const float* v, int n, int* out, float* part_v
     }
 }
 
+// The MTP head's input rows (model/mtp.rs): [rms_norm(e)·enorm | rms_norm(h)·hnorm], 2n values a
+// row, e the tokens' embeddings and h the hidden rows it pairs them with; a block a (row, half).
+// Drafts only: the verify decides the output, so its bits need not be the CPU's.
+extern "C" __global__ void mtp_concat_norm(const float* e, const float* h, const float* we, const float* wh, float* out, int n, float eps) {
+    pdl_start();
+    int row = blockIdx.x, half = blockIdx.y;
+    const float* x = (half ? h : e) + (i64)row * n;
+    const float* w = half ? wh : we;
+    float* y = out + (i64)row * 2 * n + (i64)half * n;
+    double s = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += (double)(x[i] * x[i]);
+    s = block_sum_d(s);
+    float scale = 1.0f / sqrtf((float)(s / n) + eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = (x[i] * scale) * w[i];
+}
+
+// The probability softmax gives the argmax `tok[0]` of a row of n logits: 1 / Σ exp(v − v[tok])
+// (a drafter's p_min test, `model_drafter::top`), one block.
+extern "C" __global__ void top_prob(const float* v, int n, const int* tok, float* out) {
+    pdl_start();
+    float m = v[tok[0]];
+    double s = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += (double)expf(v[i] - m);
+    s = block_sum_d(s);
+    if (threadIdx.x == 0) out[0] = (float)(1.0 / s);
+}
+
 // ---- prompt batches: a warp a row, up to MM_T tokens a pass, each weight dequantized once ----
 
 #define MM_T 8

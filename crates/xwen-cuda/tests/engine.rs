@@ -8,7 +8,10 @@
 
 use std::path::{Path, PathBuf};
 use xwen_cuda::CudaOptions;
-use xwen_engine::{ContraryDrafter, Engine, EngineConfig, EngineOptions, EngineRequest, LogitsMode, Model, Output, PrefixCache, ReplayDrafter, SamplerConfig, SeqStep};
+use xwen_engine::{
+    generate, generate_speculative, ContraryDrafter, Engine, EngineConfig, EngineOptions, EngineRequest, GenerateRequest, LogitsMode, Model, MtpDrafter, Output, PrefixCache, ReplayDrafter,
+    Sampler, SamplerConfig, SeqStep, SpecStats,
+};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -471,4 +474,73 @@ fn ranks_of_a_sharded_model_give_the_bits_of_one_gpu() {
             eprintln!("{}: {on}: bit-identical to one GPU", path.display());
         }
     }
+}
+
+/// The trained tiny-qwen35moe and its trained MTP head (a sidecar): from `XWEN_GPU_MODELS`
+/// (scripts/gpu-pack puts both there) or ../shared and tests/fixtures; None where absent.
+fn trained_with_mtp() -> Option<(PathBuf, PathBuf)> {
+    let (trunk, head) = match std::env::var("XWEN_GPU_MODELS") {
+        Ok(dir) => (PathBuf::from(&dir).join("tiny-qwen35moe-q4_k_m.gguf"), PathBuf::from(&dir).join("mtp-tiny-qwen35moe-q8_0.gguf")),
+        Err(_) => (repo().join("../shared/models/gguf/tiny-qwen35moe-q4_k_m.gguf"), repo().join("tests/fixtures/mtp/trained/mtp-tiny-qwen35moe-q8_0.gguf")),
+    };
+    (trunk.exists() && head.exists()).then_some((trunk, head))
+}
+
+fn greedy_sampler() -> Sampler {
+    Sampler::new(SamplerConfig::greedy().resolve(false))
+}
+
+/// Greedy decoding of `n` tokens after `prompt`, drafted by `draft` (drafter, depth) or plain.
+fn greedy_tokens(m: &Model, prompt: &[u32], n: usize, draft: Option<(&mut dyn xwen_engine::Drafter, usize)>) -> (Vec<u32>, SpecStats) {
+    let mut out = Vec::new();
+    let req = GenerateRequest { prompt, max_tokens: Some(n), stop_ids: &[], prefill_chunk: 0 };
+    let mut on_token = |t| {
+        out.push(t);
+        true
+    };
+    let stats = match draft {
+        Some((d, k)) => generate_speculative(m, &mut m.new_state(), &req, d, k, &mut greedy_sampler(), &mut |_, _| true, &mut on_token).map(|(_, s)| s),
+        None => generate(m, &mut m.new_state(), &req, &mut greedy_sampler(), &mut on_token).map(|_| SpecStats::default()),
+    };
+    let stats = stats.unwrap_or_else(|e| panic!("{e}"));
+    (out, stats)
+}
+
+/// The trained MTP head on the device (it goes there with the model: `xwen_cuda::attach`):
+/// drafting with it gives the device's plain greedy tokens; its drafts are accepted about as
+/// often as the CPU head's (a head computing the wrong thing would be accepted almost never);
+/// and the engine's slots draft several requests with it at once, each giving its tokens alone.
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn the_mtp_head_on_the_device_drafts_the_plain_greedy_tokens() {
+    let Some((trunk, head)) = trained_with_mtp() else {
+        eprintln!("skipped: the trained tiny-qwen35moe or its MTP head is absent");
+        return;
+    };
+    let load = || Model::load(&trunk, &EngineConfig { max_ctx: CTX, mtp_sidecar: Some(head.clone()), ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
+    let host = load();
+    let mut m = load();
+    xwen_cuda::attach(&mut m, &CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: 4, cpu_experts: 0, read_ahead: false, shard: None })
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(m.has_mtp(), "the head went onto the device with the model");
+    // "def fibonacci(n):\n    if n < 2:" in the trained models' tokenizer
+    let prompt: Vec<u32> = vec![537, 288, 2680, 272, 729, 668, 1113, 286, 258, 353, 326, 718, 220, 17, 25];
+    let n = 96;
+    let (want, _) = greedy_tokens(&m, &prompt, n, None);
+    let (got, s) = greedy_tokens(&m, &prompt, n, Some((&mut MtpDrafter::new(), 3)));
+    assert_eq!(got, want, "drafted by the MTP head on the device: not plain greedy");
+    let (_, on_cpu) = greedy_tokens(&host, &prompt, n, Some((&mut MtpDrafter::new(), 3)));
+    eprintln!("MTP head on the device: {} of {} drafts accepted ({:.2}); on the CPU {:.2}", s.accepted(), s.drafted(), s.acceptance(), on_cpu.acceptance());
+    assert!(s.drafted() > 0 && s.acceptance() >= 0.5 && s.acceptance() + 0.15 >= on_cpu.acceptance(), "device {s:?} against the CPU's {on_cpu:?}");
+    // three requests on three slots, each drafting with its own head state
+    let prompts: Vec<Vec<u32>> = vec![prompt.clone(), prompt[..9].to_vec(), prompt[3..].to_vec()];
+    let alone: Vec<Vec<u32>> = prompts.iter().map(|p| greedy_tokens(&m, p, 40, None).0).collect();
+    let mut e = Engine::new(m, EngineOptions { parallel: 3, draft: None, prefix: None });
+    for p in &prompts {
+        let d: Box<dyn xwen_engine::Drafter> = Box::new(MtpDrafter::new());
+        e.submit(EngineRequest { prefill_chunk: 64, draft: Some((d, 3)), ..EngineRequest::new(p.clone(), 40, Vec::new(), SamplerConfig::greedy().resolve(false)) });
+    }
+    let got = drain(&mut e, prompts.len(), "MTP-drafted slots");
+    assert_eq!(got, alone, "MTP-drafted requests in the engine's slots");
+    eprintln!("3 MTP-drafted requests on 3 slots gave each its tokens alone");
 }

@@ -106,6 +106,36 @@ pub trait DeviceModel: Send + Sync {
         let _ = rows;
         Ok(())
     }
+
+    /// Whether the device holds the model's MTP draft head (`mtp_forward`). By default none.
+    fn has_mtp(&self) -> bool {
+        false
+    }
+
+    /// A fresh state of the MTP head on the device (its one attention layer's KV rows), at
+    /// position 0.
+    fn mtp_new_seq(&self) -> Result<Box<dyn DeviceSeq>> {
+        Err(crate::EngineError::Config(format!("{}: no MTP head on the device", self.describe())))
+    }
+
+    /// Feeds `tokens` from `pos` to the MTP head's state `seq`, token k paired with hidden row k
+    /// of `h_in` (tokens × hidden: the target's final hidden of the position before it, or the
+    /// head's own for a chained draft; `models::mtp`). With `draft`, returns the last row's
+    /// most likely next token, its probability and the head's own hidden row (what the next
+    /// draft step chains from); without, only the state advances (rows the head catches up on).
+    fn mtp_forward(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32], h_in: &[f32], draft: bool) -> Result<Option<MtpDraft>> {
+        let _ = (seq, pos, tokens, h_in, draft);
+        Err(crate::EngineError::Config(format!("{}: no MTP head on the device", self.describe())))
+    }
+}
+
+/// One draft step of an MTP head (`DeviceModel::mtp_forward`): the token it proposes, the
+/// probability it gives it, and its own hidden row after its output norm.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MtpDraft {
+    pub token: u32,
+    pub prob: f32,
+    pub hidden: Vec<f32>,
 }
 
 /// One row of a decode batch (`DeviceModel::forward_rows`): a sequence's next token at its

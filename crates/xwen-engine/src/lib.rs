@@ -23,7 +23,7 @@ pub mod state;
 pub mod weights;
 
 pub use config::{EngineConfig, FlashAttn, KvType};
-pub use device::{prompts_one_by_one, DeviceModel, DevicePrompt, DeviceRow, DeviceSeq, DeviceSnapshot, PromptOut, RowOut};
+pub use device::{prompts_one_by_one, DeviceModel, DevicePrompt, DeviceRow, DeviceSeq, DeviceSnapshot, MtpDraft, PromptOut, RowOut};
 pub use error::{EngineError, Result};
 pub use memory_plan::{MemoryPlan, Reserved};
 pub use experts::store::{ExpertCacheStats, ExpertStore, ResidentExperts};

@@ -692,9 +692,6 @@ impl Model {
     /// hit) moves onto the device at its first pass.
     fn forward_on_device(&self, dev: &dyn crate::device::DeviceModel, steps: &mut [SeqStep]) -> Result<Vec<Result<models::SpanOut>>> {
         use crate::device::{DevicePrompt, DeviceRow, PromptOut};
-        if let Some(i) = steps.iter().position(|s| s.hidden) {
-            return Err(EngineError::Config(format!("sequence {i} asks for its hidden rows, which the device does not return (a draft head on the device is not built)")));
-        }
         // the device orders its own passes: nothing here runs on the CPU pool
         let mut out: Vec<Option<Result<models::SpanOut>>> = (0..steps.len()).map(|_| None).collect();
         let mut is_row = vec![false; steps.len()];
@@ -709,6 +706,12 @@ impl Model {
                         continue;
                     }
                 }
+            }
+            // an MTP drafter reads the step's final hidden rows: the device collects them
+            let collects = st.device_mut().map(|seq| seq.collect_hidden(s.hidden));
+            if s.hidden && !matches!(collects, Ok(true)) {
+                out[i] = Some(Err(EngineError::Config(format!("sequence {i} asks for its hidden rows, which {} does not return", dev.describe()))));
+                continue;
             }
             if s.tokens.len() == 1 {
                 is_row[i] = true;
@@ -806,6 +809,11 @@ impl Model {
                 }
             }
         }
+        for (s, o) in steps.iter_mut().zip(out.iter_mut()) {
+            if let (true, Some(Ok(span)), Ok(seq)) = (s.hidden, o.as_mut(), s.state.device_mut()) {
+                span.hidden = seq.take_hidden();
+            }
+        }
         Ok(out.into_iter().map(|o| o.unwrap_or_else(|| Err(EngineError::State("a step the device left unanswered".into())))).collect())
     }
 
@@ -822,8 +830,11 @@ impl Model {
                 dev.describe()
             )));
         }
-        if self.dflash.is_some() || self.cfg.mtp_sidecar.is_some() {
-            return Err(EngineError::Config(format!("{}: draft heads (MTP, DFlash) are not on the device yet", dev.describe())));
+        if self.dflash.is_some() {
+            return Err(EngineError::Config(format!("{}: a DFlash drafter is not on the device yet", dev.describe())));
+        }
+        if self.cfg.mtp_sidecar.is_some() && !dev.has_mtp() {
+            return Err(EngineError::Config(format!("{}: the MTP sidecar's head is not on this device", dev.describe())));
         }
         let kv = self.cfg.effective_kv_types();
         if kv != (crate::config::KvType::F16, crate::config::KvType::F16) {
@@ -973,7 +984,10 @@ impl Model {
     /// `EngineConfig::mtp_sidecar` instead, so its weights are counted (an error here).
     pub fn attach_mtp(&mut self, path: &Path) -> Result<()> {
         if let Some(d) = &self.device {
-            return Err(EngineError::Config(format!("{}: draft heads (MTP, DFlash) are not on the device yet", d.describe())));
+            return Err(EngineError::Config(format!(
+                "{}: the device takes an MTP head when the model goes onto it: give the sidecar when the model loads (EngineConfig::mtp_sidecar, -md)",
+                d.describe()
+            )));
         }
         if self.plan.is_some() {
             return Err(EngineError::RamBudget(format!(
@@ -990,7 +1004,7 @@ impl Model {
     /// drafter cannot run beside it. Under a RAM budget the plan was made without it: an error.
     pub fn attach_dflash(&mut self, path: &Path) -> Result<()> {
         if let Some(d) = &self.device {
-            return Err(EngineError::Config(format!("{}: draft heads (MTP, DFlash) are not on the device yet", d.describe())));
+            return Err(EngineError::Config(format!("{}: a DFlash drafter is not on the device yet", d.describe())));
         }
         if self.dflash.is_some() && self.cfg.dflash_sidecar.as_deref() == Some(path) {
             // attached at load (and counted by the plan, where there is one)
@@ -1049,9 +1063,16 @@ impl Model {
         self.mtp.as_ref()
     }
 
-    /// Whether an MTP draft head is loaded (the file's own nextn block or `attach_mtp`'s).
+    /// The MTP draft head as loaded on the CPU (the file's own nextn block or a sidecar's),
+    /// before a device takes it: what a device uploads (`attach_device` lets the CPU's go).
+    pub fn mtp(&self) -> Option<&models::mtp::MtpHead> {
+        self.mtp.as_ref()
+    }
+
+    /// Whether an MTP draft head is loaded (the file's own nextn block or `attach_mtp`'s), on
+    /// the CPU or on the device.
     pub fn has_mtp(&self) -> bool {
-        self.mtp_head().is_some()
+        self.mtp_head().is_some() || self.device.as_ref().is_some_and(|d| d.has_mtp())
     }
 
     /// RAM this model takes run without a budget, every tensor mapped and touched, with `n_seq`
@@ -1078,6 +1099,12 @@ impl Model {
 
     /// A fresh state of the MTP head (its KV cache of the configured types).
     pub fn new_mtp_state(&self) -> Result<SeqState> {
+        if let Some(d) = self.device.as_ref().filter(|d| d.has_mtp()) {
+            // the head's one attention layer, its rows on the device
+            let mut st = SeqState::new(vec![crate::state::LayerState::Attn(crate::state::KvCache::new(self.cfg.effective_kv_types()))]);
+            st.put_on_device(d.mtp_new_seq()?);
+            return Ok(st);
+        }
         let head = self.mtp_head().ok_or_else(|| EngineError::Config("this model has no MTP head".into()))?;
         let mut st = head.new_state(self.cfg.effective_kv_types());
         st.set_kv_rows(self.max_context());
@@ -1091,6 +1118,23 @@ impl Model {
         self.check_context(state, tokens.len())?;
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
         head.forward(&self.head_ctx(head.file()), state, tokens, h_in, logits)
+    }
+
+    /// One draft step of the MTP head: `token` at `state.pos` paired with the hidden row `h`;
+    /// the token the head proposes next, the probability it gives it and its own hidden row
+    /// (what the next step chains from) — on the device where the head is there (one token
+    /// and a hidden row copied back, not a vocabulary's logits).
+    pub fn mtp_draft(&self, state: &mut SeqState, token: u32, h: &[f32]) -> Result<crate::device::MtpDraft> {
+        if let Some(d) = self.device.as_ref().filter(|d| d.has_mtp()) {
+            self.check_context(state, 1)?;
+            let pos = state.pos;
+            let out = d.mtp_forward(state.device_mut()?, pos, &[token], h, true)?;
+            state.pos += 1;
+            return out.ok_or_else(|| EngineError::Device(format!("{}: an MTP draft step gave no draft", d.describe())));
+        }
+        let o = self.mtp_forward(state, &[token], h, 0..1)?;
+        let (token, prob) = crate::runtime::speculative::top(&o.logits);
+        Ok(crate::device::MtpDraft { token, prob, hidden: o.hidden })
     }
 
     /// The forward context of a draft head (MTP or DFlash) whose weights live in `file`, the
@@ -1115,6 +1159,13 @@ impl Model {
     /// Only the MTP head's KV rows for `tokens` (`MtpHead::write_kv`): the state a later
     /// `mtp_forward` drafts from is the one a full pass over these rows would leave.
     pub fn mtp_write_kv(&self, state: &mut SeqState, tokens: &[u32], h_in: &[f32]) -> Result<()> {
+        if let Some(d) = self.device.as_ref().filter(|d| d.has_mtp()) {
+            self.check_context(state, tokens.len())?;
+            let pos = state.pos;
+            d.mtp_forward(state.device_mut()?, pos, tokens, h_in, false)?;
+            state.pos += tokens.len();
+            return Ok(());
+        }
         let head = self.mtp_head().ok_or_else(|| EngineError::Config("this model has no MTP head".into()))?;
         self.check_context(state, tokens.len())?;
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());

@@ -298,9 +298,15 @@ fn drafted_output_on_the_device_is_plain_greedy() {
 #[test]
 fn what_the_device_does_not_compute_is_refused() {
     let (mut dev, _) = device_model();
-    let mut s = dev.new_state();
+    // (a step's hidden rows do come back from a device that collects them: the CPU's bits)
+    let cpu = cpu_model();
+    let (mut s, mut c) = (dev.new_state(), cpu.new_state());
     let mut step = [SeqStep { state: &mut s, tokens: &[1, 2], logits: LogitsMode::All, decode_order: false, hidden: true, banned: &[] }];
-    assert!(dev.forward_batch(&mut step).is_err(), "hidden rows are not on the device");
+    let on_dev = dev.forward_batch_each(&mut step).unwrap().pop().unwrap().unwrap();
+    let mut step = [SeqStep { state: &mut c, tokens: &[1, 2], logits: LogitsMode::All, decode_order: false, hidden: true, banned: &[] }];
+    let on_cpu = cpu.forward_batch_each(&mut step).unwrap().pop().unwrap().unwrap();
+    assert_eq!(bits(&on_dev.hidden), bits(&on_cpu.hidden), "hidden rows from the device");
+    assert_eq!(on_dev.hidden.len(), 2 * cpu.hidden_width());
     let e = dev.attach_dflash(&path()).unwrap_err().to_string();
     assert!(e.contains("not on the device"), "{e}");
     let mut budgeted = Model::load(&path(), &EngineConfig { threads: 2, max_ctx: 512, ram_budget: Some(1 << 30), ..Default::default() }).unwrap();
@@ -345,4 +351,62 @@ fn a_device_state_in_the_prefix_cache_continues_from_ram_and_from_disk() {
     let mut s = hit.state;
     assert_eq!(bits(&dev.forward(&mut s, tail, LogitsMode::All).unwrap()), bits(&want), "from disk");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An MTP head on the device: the steps' final hidden rows come back from the device
+/// (`DeviceSeq::collect_hidden`), the head's state lives there and its draft steps run there
+/// (`DeviceModel::mtp_forward`). Drafting gives plain greedy output, its drafts accepted as
+/// often as the CPU head's (the stand-in computes as the CPU does), alone and on the engine's slots.
+#[test]
+fn an_mtp_head_on_the_device_drafts_as_the_cpus_does() {
+    let fx = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let moe = fx.join("parity/cond/qwen3_5_moe/model-q4_k_m.gguf");
+    let cfg = EngineConfig { threads: 2, max_ctx: 512, mtp_sidecar: Some(fx.join("mtp/cond-qwen35moe/mtp-q8_0.gguf")), ..Default::default() };
+    let cpu = Model::load(&moe, &cfg).unwrap();
+    let mut m = Model::load(&moe, &cfg).unwrap();
+    m.attach_device(Arc::new(HostDevice::new(Model::load(&moe, &cfg).unwrap()))).unwrap();
+    assert!(m.has_mtp(), "the head is the device's");
+    let p = prompt(5, 13, cpu.n_vocab());
+    let greedy = || xwen_engine::Sampler::new(SamplerConfig::greedy().resolve(false));
+    let run = |model: &Model, drafted: bool| {
+        let mut out = Vec::new();
+        let req = xwen_engine::GenerateRequest { prompt: &p, max_tokens: Some(32), stop_ids: &[], prefill_chunk: 0 };
+        let mut d = xwen_engine::MtpDrafter::new();
+        let stats = if drafted {
+            xwen_engine::generate_speculative(model, &mut model.new_state(), &req, &mut d, 4, &mut greedy(), &mut |_, _| true, &mut |t| {
+                out.push(t);
+                true
+            })
+            .unwrap()
+            .1
+        } else {
+            xwen_engine::generate(model, &mut model.new_state(), &req, &mut greedy(), &mut |t| {
+                out.push(t);
+                true
+            })
+            .unwrap();
+            xwen_engine::SpecStats::default()
+        };
+        (out, stats)
+    };
+    let (want, _) = run(&cpu, false);
+    let before = host_device::MTP_PASSES.load(Ordering::Relaxed);
+    let (on_cpu, sc) = run(&cpu, true);
+    let (on_dev, sd) = run(&m, true);
+    assert_eq!(on_cpu, want);
+    assert_eq!(on_dev, want, "drafted on the device: not plain greedy");
+    assert!(host_device::MTP_PASSES.load(Ordering::Relaxed) > before, "the head ran on the device");
+    assert!(sd.drafted() > 0);
+    // (the depth the controller picks follows measured costs, so the counts may differ a little)
+    assert!((sd.acceptance() - sc.acceptance()).abs() <= 0.15, "the device's drafts are the CPU head's: {sd:?} against {sc:?}");
+    // three requests drafting at once on the engine's slots, each giving its tokens alone
+    let prompts: Vec<Vec<u32>> = (0..3).map(|i| prompt(11 + i, 9 + 4 * i, cpu.n_vocab())).collect();
+    let req = |p: &Vec<u32>, drafted: bool| EngineRequest {
+        prefill_chunk: 8,
+        draft: drafted.then(|| (Box::new(xwen_engine::MtpDrafter::new()) as Box<dyn xwen_engine::Drafter>, 3)),
+        ..EngineRequest::new(p.clone(), 20, Vec::new(), SamplerConfig::greedy().resolve(false))
+    };
+    let alone = run_engine(cpu, prompts.iter().map(|p| req(p, false)).collect(), 1, None);
+    let together = run_engine(m, prompts.iter().map(|p| req(p, true)).collect(), 3, None);
+    assert_eq!(together, alone, "MTP-drafted requests on the device's slots");
 }

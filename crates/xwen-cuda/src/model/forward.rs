@@ -76,7 +76,7 @@ enum PromptKernel {
 /// pointers too (hist, 0: none kept); for a pass of several spans, the spans table's (first
 /// row, tokens) a span (seg) and each row's place in its span (row_off) (0: none).
 #[derive(Clone, Copy)]
-struct LayerPtrs {
+pub(super) struct LayerPtrs {
     a: u64,
     b: u64,
     tab: u64,
@@ -212,7 +212,7 @@ impl CudaModel {
     }
 
     /// Layer `il`'s state for pass `p`.
-    fn layer_ptrs(&self, p: Pass<'_>, il: usize) -> Result<LayerPtrs> {
+    pub(super) fn layer_ptrs(&self, p: Pass<'_>, il: usize) -> Result<LayerPtrs> {
         let none = LayerPtrs { a: 0, b: 0, tab: 0, pos: 0, hist: 0, one_seq: true, seg: 0, row_off: 0 };
         match p {
             Pass::Rows { n } | Pass::Verify { n, .. } | Pass::Spans { n, .. } => {
@@ -269,7 +269,7 @@ impl CudaModel {
 
     /// RMSNorm of `n` rows of the hidden width into xn; for row-by-row products (`rows`), xn
     /// quantized as their weights need; for a cuBLAS pass, xn in f16 once for all its products.
-    fn rms_norm(&self, x: u64, w: u64, n: usize, rows: bool, kinds: Kinds) -> Result<In> {
+    pub(super) fn rms_norm(&self, x: u64, w: u64, n: usize, rows: bool, kinds: Kinds) -> Result<In> {
         let (sc, hd) = (&self.sc, self.d.hidden);
         let (mut xn, [yq, yd, yqz, ydz]) = self.norm_outputs(rows, kinds);
         self.gpu.launch(
@@ -284,6 +284,11 @@ impl CudaModel {
             xn.f16 = sc.xn_f16.ptr;
         }
         Ok(xn)
+    }
+
+    /// RMSNorm of `n` rows into xn, f32 only (a prompt pass's final hidden rows for an MTP head).
+    pub(super) fn rms_norm_rows(&self, x: u64, w: u64, n: usize) -> Result<()> {
+        self.rms_norm(x, w, n, false, Kinds::default()).map(|_| ())
     }
 
     /// A norm's output (xn) and, for decode rows, the q8 copies its products take (kinds):
@@ -319,7 +324,7 @@ impl CudaModel {
     /// x += W·h for `n` rows (a layer's out or down projection), with `next` the norm after it
     /// applied by the same launch where it can be (one decode row: `mv_norm`); that norm's
     /// output, or None (it was not applied).
-    fn proj_residual(&self, w: &DevMat, h: In, n: usize, lay: Layout<'_>, next: Option<NextNorm>) -> Result<Option<In>> {
+    pub(super) fn proj_residual(&self, w: &DevMat, h: In, n: usize, lay: Layout<'_>, next: Option<NextNorm>) -> Result<Option<In>> {
         let x = self.sc.x.ptr;
         match next {
             Some(next) if n == 1 && lay.rows() => {
@@ -334,7 +339,7 @@ impl CudaModel {
     }
 
     /// An input other than xn (`rows` rows of `cols` values at x), quantized where `rows_path`.
-    fn input(&self, x: u64, cols: usize, rows: usize, rows_path: bool, kinds: Kinds) -> Result<In> {
+    pub(super) fn input(&self, x: u64, cols: usize, rows: usize, rows_path: bool, kinds: Kinds) -> Result<In> {
         let sc = &self.sc;
         let mut q = Q8::default();
         if rows_path && kinds.k && cols % 256 == 0 {
@@ -395,7 +400,7 @@ impl CudaModel {
     /// y[t] = W·x[t] (+ res[t]) for n rows of x (as wide as W), y rows as wide as W is tall.
     /// res, where given, is y (a residual added in place). Decode rows: row by row (`mv`, each
     /// row alone); prompt spans: each span's kernel by its length (`proj_spans`).
-    fn proj(&self, w: &DevMat, x: In, y: u64, res: Option<u64>, n: usize, lay: Layout<'_>) -> Result<()> {
+    pub(super) fn proj(&self, w: &DevMat, x: In, y: u64, res: Option<u64>, n: usize, lay: Layout<'_>) -> Result<()> {
         if let Layout::Spans(lens) = lay {
             return self.proj_spans(w, x, y, res, lens);
         }
@@ -582,7 +587,7 @@ impl CudaModel {
 
     /// h[t] = silu(gate·x[t]) ⊙ (up·x[t]) for n rows (as `proj`: decode rows each alone,
     /// prompt spans each by its length).
-    fn glu(&self, w: &Glu, x: In, h: u64, n: usize, lay: Layout<'_>) -> Result<()> {
+    pub(super) fn glu(&self, w: &Glu, x: In, h: u64, n: usize, lay: Layout<'_>) -> Result<()> {
         let (gm, um) = (&w.gate, &w.up);
         if let Layout::Spans(lens) = lay {
             return self.glu_spans(w, x, h, lens);
@@ -835,7 +840,7 @@ impl CudaModel {
     }
 
     /// An attention layer's mixer into x; `next` as for `delta`.
-    fn attention(&self, w: &AttnLayer, st: LayerPtrs, x: In, out_kinds: Kinds, n: usize, lay: Layout<'_>, next: Option<NextNorm>) -> Result<Option<In>> {
+    pub(super) fn attention(&self, w: &AttnLayer, st: LayerPtrs, x: In, out_kinds: Kinds, n: usize, lay: Layout<'_>, next: Option<NextNorm>) -> Result<Option<In>> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let (k_cache, v_cache) = (st.a, st.b);
         let rows = lay.rows();
@@ -906,10 +911,12 @@ impl CudaModel {
 
     /// A MoE layer into x; with `norm_after`, the norm after it applied by its last launch where
     /// it can be (a decode batch's `moe_down_combine_norm`): that norm's output, else None.
-    fn moe(&self, il: usize, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, lay: Layout<'_>, norm_after: Option<NextNorm>) -> Result<Option<In>> {
+    pub(super) fn moe(&self, il: usize, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, lay: Layout<'_>, norm_after: Option<NextNorm>) -> Result<Option<In>> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let k = d.n_used;
         let rows = lay.rows();
+        // the VRAM cache holds the trunk's layers' experts; an MTP head's are resident
+        let cache = self.expert_cache.as_ref().filter(|_| il < self.layers.len());
         // -DFUSE_ROUTE=1: a decode row's top-k in the router product's launch (mv4_route)
         let fuse_route = rows && g.knobs.fuse_route && d.n_expert <= 512 && k <= 32;
         let route = fuse_route.then_some((sc.ids.ptr, sc.weights.ptr));
@@ -926,7 +933,7 @@ impl CudaModel {
             return self.moe_rank(sh, w, x, kinds, n, lay).map(|_| None);
         }
         // the next MoE layer's guess from this layer's input (read-ahead, decode rows)
-        let ahead = match (&self.expert_cache, rows) {
+        let ahead = match (cache, rows) {
             (Some(cache), true) => cache.read_ahead.as_ref().zip(self.next_moe(il)),
             _ => None,
         };
@@ -937,7 +944,7 @@ impl CudaModel {
         // under a VRAM budget: the picked experts copied into the layer's pool, in rounds
         // where the pass needs more than it holds (`experts/`); decode rows with the CPU path
         // on read their input rows back with the picks (one sync)
-        let (rounds, jobs, xh) = match &self.expert_cache {
+        let (rounds, jobs, xh) = match cache {
             Some(cache) => {
                 let want_x = (rows && cache.has_cpu()).then_some((x.f, n * d.hidden));
                 let (ids, xh) = cache.read_back(g, sc.ids.ptr, n * k, want_x)?;
@@ -954,14 +961,14 @@ impl CudaModel {
             None => None,
         };
         let read_ahead = || -> Result<()> {
-            match (&self.expert_cache, &guess) {
+            match (cache, &guess) {
                 (Some(cache), Some((jl, next, ids))) => cache.read_ahead(g, *jl, &next.experts, ids),
                 _ => Ok(()),
             }
         };
         // a decode step's misses copied beside the held experts' products (`Pipe`), or some
         // of them computed by the CPU
-        let overlap = rows && self.expert_cache.as_ref().is_some_and(|c| c.pipe.takes(&rounds));
+        let overlap = rows && cache.is_some_and(|c| c.pipe.takes(&rounds));
         if !jobs.is_empty() || overlap {
             return self.experts_beside_cpu(il, w, x, kinds, n, (&rounds, &jobs, &xh), &read_ahead).map(|_| None);
         }
@@ -1702,7 +1709,7 @@ impl Mids {
 /// The RMSNorm after a stage that writes x (its weight; the q8 kinds its products take), for
 /// the stage's last launch to apply (`CudaModel::fusable_norm`).
 #[derive(Clone, Copy)]
-struct NextNorm {
+pub(super) struct NextNorm {
     w: u64,
     kinds: Kinds,
 }

@@ -17,6 +17,7 @@ use xwen_gguf::{GgmlType, GgufFile};
 
 mod experts;
 mod forward;
+mod mtp;
 mod plan;
 mod seq;
 mod upload;
@@ -408,6 +409,59 @@ pub struct CudaModel {
     expert_cache: Option<ExpertCache>,
     /// This model's rank of a sharded model: its block of the experts, its reductions.
     shard: Option<DeviceShard>,
+    /// The MTP draft head, where the model has one on the device (`mtp.rs`).
+    mtp: Option<mtp::MtpHead>,
+}
+
+/// Layer `il`'s weights onto the device in their file's block formats: its mixer, its FFN (an
+/// MoE layer's routed experts as the caller placed them: `experts`), its norms.
+fn dev_layer(up: &Uploader<'_>, il: usize, l: &xwen_engine::models::hybrid::Layer, experts: Option<[DevMat; 3]>) -> Result<DevLayer> {
+    let gpu = up.gpu;
+    let mixer = match &l.mixer {
+        Mixer::Delta(w) => {
+            let DeltaProj::Split { qkv, gate, beta, alpha } = &w.proj else {
+                return Err(CudaError::Unsupported("the CUDA backend takes qwen35's split DeltaNet projections".into()));
+            };
+            DevMixer::Delta(DeltaLayer {
+                qkv: up.mat(qkv)?,
+                z: up.mat(gate)?,
+                beta: up.mat(beta)?,
+                alpha: up.mat(alpha)?,
+                taps: gpu.upload_f32(&w.conv)?,
+                dt_bias: gpu.upload_f32(&w.dt_bias)?,
+                a: gpu.upload_f32(&w.a)?,
+                norm: gpu.upload_f32(&w.norm)?,
+                out: up.mat(&w.out)?,
+            })
+        }
+        Mixer::Attn(w) => DevMixer::Attn(AttnLayer {
+            q: up.mat(&w.q)?,
+            k: up.mat(&w.k)?,
+            v: up.mat(&w.v)?,
+            o: up.mat(&w.o)?,
+            q_norm: gpu.upload_f32(&w.q_norm)?,
+            k_norm: gpu.upload_f32(&w.k_norm)?,
+        }),
+        Mixer::Mla(_) => return Err(CudaError::Unsupported("MLA layers are not on the CUDA backend".into())),
+    };
+    let ffn = match (&l.ffn, experts) {
+        (Ffn::Dense(w), _) => DevFfn::Dense(Glu { gate: up.mat(&w.gate)?, up: up.mat(&w.up)?, down: up.mat(&w.down)? }),
+        (Ffn::Moe(w), Some([gate, upm, down])) => DevFfn::Moe(MoeLayer {
+            router: up.mat(&w.router)?,
+            experts: Glu { gate, up: upm, down },
+            shared: match &w.shared {
+                Some(s) => Some(Glu { gate: up.mat(&s.gate)?, up: up.mat(&s.up)?, down: up.mat(&s.down)? }),
+                None => None,
+            },
+            shared_gate: match &w.shared_gate {
+                Some(g) => Some(DevMat::owning(gpu.upload_f32(g)?, 0, 1, g.len(), g.len() * 4)),
+                None => None,
+            },
+        }),
+        (Ffn::Moe(_), None) => return Err(CudaError::Unsupported(format!("layer {il}: an MoE layer without experts"))),
+    };
+    let kinds = LayerKinds::of(&mixer, &ffn);
+    Ok(DevLayer { attn_norm: gpu.upload_f32(&l.attn_norm)?, post_norm: gpu.upload_f32(&l.post_attn_norm)?, mixer, ffn, kinds })
 }
 
 /// A pass's graph: decode batches and verifies by row count (and kept states); prompt passes
@@ -512,58 +566,18 @@ impl CudaModel {
         let up = Uploader { gpu: &gpu, file };
         let mut layers = Vec::with_capacity(net.layers.len());
         for (il, l) in net.layers.iter().enumerate() {
-            let mixer = match &l.mixer {
-                Mixer::Delta(w) => {
-                    let DeltaProj::Split { qkv, gate, beta, alpha } = &w.proj else {
-                        return Err(CudaError::Unsupported("the CUDA backend takes qwen35's split DeltaNet projections".into()));
-                    };
-                    DevMixer::Delta(DeltaLayer {
-                        qkv: up.mat(qkv)?,
-                        z: up.mat(gate)?,
-                        beta: up.mat(beta)?,
-                        alpha: up.mat(alpha)?,
-                        taps: gpu.upload_f32(&w.conv)?,
-                        dt_bias: gpu.upload_f32(&w.dt_bias)?,
-                        a: gpu.upload_f32(&w.a)?,
-                        norm: gpu.upload_f32(&w.norm)?,
-                        out: up.mat(&w.out)?,
-                    })
-                }
-                Mixer::Attn(w) => DevMixer::Attn(AttnLayer {
-                    q: up.mat(&w.q)?,
-                    k: up.mat(&w.k)?,
-                    v: up.mat(&w.v)?,
-                    o: up.mat(&w.o)?,
-                    q_norm: gpu.upload_f32(&w.q_norm)?,
-                    k_norm: gpu.upload_f32(&w.k_norm)?,
-                }),
-                Mixer::Mla(_) => return Err(CudaError::Unsupported("MLA layers are not on the CUDA backend".into())),
-            };
-            let ffn = match &l.ffn {
-                Ffn::Dense(w) => DevFfn::Dense(Glu { gate: up.mat(&w.gate)?, up: up.mat(&w.up)?, down: up.mat(&w.down)? }),
-                Ffn::Moe(w) => {
+            let ex = match &l.ffn {
+                Ffn::Moe(_) => {
                     let ex = experts.get(il).and_then(|e| e.as_ref()).ok_or_else(|| CudaError::Unsupported(format!("layer {il}: an MoE layer without experts")))?;
-                    let [gate, upm, down] = match (&opts.shard, cached) {
+                    Some(match (&opts.shard, cached) {
                         (Some(sh), _) => [up.block(&ex[0], sh.experts.clone())?, up.block(&ex[1], sh.experts.clone())?, up.block(&ex[2], sh.experts.clone())?],
                         (None, true) => up.pool(ex, slots)?,
                         (None, false) => [up.mat(&ex[0])?, up.mat(&ex[1])?, up.mat(&ex[2])?],
-                    };
-                    DevFfn::Moe(MoeLayer {
-                        router: up.mat(&w.router)?,
-                        experts: Glu { gate, up: upm, down },
-                        shared: match &w.shared {
-                            Some(s) => Some(Glu { gate: up.mat(&s.gate)?, up: up.mat(&s.up)?, down: up.mat(&s.down)? }),
-                            None => None,
-                        },
-                        shared_gate: match &w.shared_gate {
-                            Some(g) => Some(DevMat::owning(gpu.upload_f32(g)?, 0, 1, g.len(), g.len() * 4)),
-                            None => None,
-                        },
                     })
                 }
+                Ffn::Dense(_) => None,
             };
-            let kinds = LayerKinds::of(&mixer, &ffn);
-            layers.push(DevLayer { attn_norm: gpu.upload_f32(&l.attn_norm)?, post_norm: gpu.upload_f32(&l.post_attn_norm)?, mixer, ffn, kinds });
+            layers.push(dev_layer(&up, il, l, ex)?);
         }
         let still =
             att.rope_sections.map(|s| xwen_engine::ops::imrope_text_still(s, att.n_rot).iter().map(|&b| b as i32).collect::<Vec<i32>>()).map(|v| gpu.upload_i32(&v)).transpose()?;
@@ -669,6 +683,7 @@ impl CudaModel {
             n_ctx,
             d,
             device_bytes: need,
+            mtp: None,
             gpu,
         };
         model.gpu.sync()?;
@@ -877,6 +892,7 @@ impl CudaModel {
             };
             (2..=self.ubatch).contains(&n)
                 && last_only
+                && s.seq.hidden.is_none()
                 && self.check(s.pos, s.tokens).is_ok()
                 && !spans.iter().enumerate().any(|(j, o)| j != i && std::ptr::eq(&*o.seq, &*s.seq))
         };
@@ -969,7 +985,25 @@ impl CudaModel {
         }
         let table: Vec<(&DevSeq, usize, u32)> = rows.iter().map(|(s, p, t)| (&**s, *p, *t)).collect();
         self.write_rows(&table, None)?;
-        self.replay(Pass::Rows { n: b })
+        self.replay(Pass::Rows { n: b })?;
+        let mut seqs: Vec<&mut DevSeq> = rows.iter_mut().map(|(s, _, _)| &mut **s).collect();
+        self.collect_hidden_rows(&mut seqs)
+    }
+
+    /// The final hidden rows (xn after the output norm: a decode batch's or verify's last
+    /// norm) of the last pass's rows, row r into `seqs[r]` where that sequence collects them.
+    fn collect_hidden_rows(&self, seqs: &mut [&mut DevSeq]) -> Result<()> {
+        if seqs.iter().all(|s| s.hidden.is_none()) {
+            return Ok(());
+        }
+        let h = self.d.hidden;
+        let rows = self.gpu.read_f32_at(&self.sc.xn, 0, seqs.len() * h)?;
+        for (s, row) in seqs.iter_mut().zip(rows.chunks_exact(h)) {
+            if let Some(v) = s.hidden.as_mut() {
+                v.extend_from_slice(row);
+            }
+        }
+        Ok(())
     }
 
     /// A verify's rows: `tokens` from `pos` through `seq`, each row in the decode step's
@@ -984,7 +1018,11 @@ impl CudaModel {
         let hist = if seq.keeps() { Some(seq.reserve_history(pos, n)?) } else { None };
         let rows: Vec<(&DevSeq, usize, u32)> = tokens.iter().enumerate().map(|(i, &t)| (&*seq, pos + i, t)).collect();
         self.write_rows(&rows, hist.as_deref())?;
-        self.replay(Pass::Verify { n, hist: hist.is_some() })
+        self.replay(Pass::Verify { n, hist: hist.is_some() })?;
+        if let Some(v) = seq.hidden.as_mut() {
+            v.extend(self.gpu.read_f32_at(&self.sc.xn, 0, n * self.d.hidden)?);
+        }
+        Ok(())
     }
 
     /// Runs a decode batch or a verify (their table written): the pass's graph, captured at its
@@ -1004,11 +1042,16 @@ impl CudaModel {
     /// `pass` captured as a graph under `key`, unless it is already: a capture enqueues
     /// nothing, so nothing runs.
     fn capture(&mut self, pass: Pass<'_>, key: (usize, u8)) -> Result<()> {
+        self.capture_with(key, |m| m.record(pass))
+    }
+
+    /// What `rec` enqueues captured as a graph under `key`, unless it is already.
+    fn capture_with(&mut self, key: (usize, u8), rec: impl FnOnce(&CudaModel) -> Result<()>) -> Result<()> {
         if self.graphs.contains_key(&key) {
             return Ok(());
         }
         self.gpu.stream.begin_capture(sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
-        let recorded = self.record(pass);
+        let recorded = rec(self);
         let graph = self.gpu.stream.end_capture(sys::CUgraphInstantiate_flags(0))?;
         recorded?;
         self.graphs.insert(key, SendGraph(graph.ok_or_else(|| CudaError::Unsupported("stream capture made no graph".into()))?));
@@ -1093,7 +1136,15 @@ impl CudaModel {
             return self.decode_batch(&mut [(seq, pos, tokens[0])]);
         }
         self.write_step(pos, tokens)?;
-        self.record(Pass::Prompt { n: tokens.len(), seq })
+        self.record(Pass::Prompt { n: tokens.len(), seq })?;
+        if seq.hidden.is_some() {
+            // the pass normed its last row alone (the head's): every row's final hidden
+            let n = tokens.len();
+            self.rms_norm_rows(self.sc.x.ptr, self.output_norm.ptr, n)?;
+            let rows = self.gpu.read_f32_at(&self.sc.xn, 0, n * self.d.hidden)?;
+            seq.hidden.get_or_insert_with(Vec::new).extend(rows);
+        }
+        Ok(())
     }
 
     /// The logits of row `row` of the last decode batch (row 0: a prompt pass's last row's).

@@ -60,6 +60,9 @@ pub struct DevSeq {
     past: VecDeque<Past>,
     /// Kept states let go, for the next ones (at most `keep`).
     spare: Vec<Vec<(DevBuf, DevBuf)>>,
+    /// Where collecting (`DeviceSeq::collect_hidden`): the final hidden rows (after the output
+    /// norm) of the rows fed since they were last taken, rows × hidden.
+    pub(super) hidden: Option<Vec<f32>>,
 }
 
 impl DevSeq {
@@ -75,7 +78,7 @@ impl DevSeq {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(DevSeq { gpu: Arc::clone(gpu), shape: shape.clone(), layers, keep: 0, past: VecDeque::new(), spare: Vec::new() })
+        Ok(DevSeq { gpu: Arc::clone(gpu), shape: shape.clone(), layers, keep: 0, past: VecDeque::new(), spare: Vec::new(), hidden: None })
     }
 
     /// Back to position 0: the recurrent states zeroed, nothing kept.
@@ -233,6 +236,20 @@ impl DevSeq {
             }
         }
         Ok(c)
+    }
+
+    /// Collect the final hidden rows of the rows fed from now on (`on`), or no longer.
+    pub(crate) fn collect_hidden(&mut self, on: bool) {
+        match (on, &self.hidden) {
+            (true, None) => self.hidden = Some(Vec::new()),
+            (false, _) => self.hidden = None,
+            (true, Some(_)) => {}
+        }
+    }
+
+    /// The hidden rows collected since the last call.
+    pub(crate) fn take_hidden(&mut self) -> Vec<f32> {
+        self.hidden.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     pub(crate) fn keep_history(&mut self, k: usize) {

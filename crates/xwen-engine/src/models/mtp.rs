@@ -47,6 +47,8 @@ pub struct Qwen35Mtp {
     layer: Layer,
     /// Routed experts of an MoE head (at block `il`), served from the mapping.
     store: ResidentExperts,
+    /// Their gate, up and down stacks (what a device uploads).
+    experts: Option<[Mat; 3]>,
     /// The file the head's weights live in (the model's own, or a sidecar).
     file: Arc<GgufFile>,
     embed: Mat,
@@ -94,10 +96,11 @@ impl Qwen35Mtp {
             ld.mat("token_embd.weight", cfg.n_vocab, h)?
         };
         let mut stacks: Vec<Option<[Mat; 3]>> = vec![None; il + 1];
-        stacks[il] = experts;
+        stacks[il] = experts.clone();
         Ok(Some(Qwen35Mtp {
             cfg: cfg.clone(),
             il,
+            experts,
             store: ResidentExperts::new(Arc::clone(f), stacks),
             file: Arc::clone(f),
             eh_proj: ld.mat(&p("nextn.eh_proj.weight"), h, 2 * h)?,
@@ -113,6 +116,20 @@ impl Qwen35Mtp {
     /// The file the head's weights live in.
     pub fn file(&self) -> &GgufFile {
         &self.file
+    }
+
+    /// The head's weights as loaded, for a device that computes it (the CUDA backend's).
+    pub fn weights(&self) -> MtpWeights<'_> {
+        MtpWeights {
+            eh_proj: &self.eh_proj,
+            enorm: &self.enorm,
+            hnorm: &self.hnorm,
+            layer: &self.layer,
+            experts: self.experts.as_ref(),
+            embed: &self.embed,
+            head_norm: &self.head_norm,
+            head: &self.head,
+        }
     }
 
     pub fn hidden(&self) -> usize {
@@ -219,6 +236,21 @@ impl Qwen35Mtp {
         }
         Ok(cat)
     }
+}
+
+/// A qwen35 / qwen35moe head's weights (`Qwen35Mtp::weights`), in the file's block formats:
+/// `embed` and `head` are the head's own or, where it has none, the trunk's (token_embd,
+/// output) as its file names them.
+pub struct MtpWeights<'a> {
+    pub eh_proj: &'a Mat,
+    pub enorm: &'a [f32],
+    pub hnorm: &'a [f32],
+    pub layer: &'a Layer,
+    /// An MoE head's routed experts' gate, up and down stacks.
+    pub experts: Option<&'a [Mat; 3]>,
+    pub embed: &'a Mat,
+    pub head_norm: &'a [f32],
+    pub head: &'a Mat,
 }
 
 /// An MTP draft head of any family that has one.

@@ -53,6 +53,19 @@ pub trait DeviceSeq: Send + Sync + Any {
     /// from before the token at `to` (KV rows past it are simply overwritten later).
     fn rollback(&mut self, from: usize, to: usize) -> Result<()>;
 
+    /// From now on (`on`) or no longer, collect the final hidden rows (after the output norm:
+    /// what an MTP head reads) of every row the passes feed this sequence, for `take_hidden`;
+    /// false where the device returns none (the default).
+    fn collect_hidden(&mut self, on: bool) -> bool {
+        let _ = on;
+        false
+    }
+
+    /// The hidden rows collected since the last call (rows × hidden, in the order fed).
+    fn take_hidden(&mut self) -> Vec<f32> {
+        Vec::new()
+    }
+
     /// Device bytes the state holds, kept states included.
     fn bytes(&self) -> usize;
 

@@ -6,7 +6,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use xwen_engine::state::{DeltaState, LayerState};
 use std::sync::Arc;
-use xwen_engine::{DeviceModel, DevicePrompt, DeviceRow, DeviceSeq, DeviceSnapshot, Engine, EngineOptions, EngineRequest, LogitsMode, Model, Output, PrefixCache, RowOut, SeqState, SeqStep};
+use xwen_engine::{DeviceModel, DevicePrompt, DeviceRow, DeviceSeq, DeviceSnapshot, Engine, EngineOptions, EngineRequest, LogitsMode, Model, MtpDraft, Output, PrefixCache, RowOut, SeqState, SeqStep};
 
 pub struct HostDevice {
     pub model: Model,
@@ -59,7 +59,9 @@ pub static ROLLBACKS: AtomicUsize = AtomicUsize::new(0);
 /// Greedy verifies whose rows came back as picks (`forward_verify_argmax`), over all devices.
 pub static PICKED_VERIFIES: AtomicUsize = AtomicUsize::new(0);
 
-pub struct HostSeq(pub SeqState, Arc<Room>);
+/// A sequence on the stand-in: its state, the device's room, and the final hidden rows collected
+/// for an MTP drafter (`collect_hidden`; None: not collecting).
+pub struct HostSeq(pub SeqState, Arc<Room>, Option<Vec<f32>>);
 
 impl HostSeq {
     /// The KV rows past `pos` dropped, as a device overwrites them.
@@ -97,7 +99,7 @@ impl DeviceModel for HostDevice {
             }
         }
         st.pos = pos;
-        Ok(Box::new(HostSeq(st, self.room.clone())))
+        Ok(Box::new(HostSeq(st, self.room.clone(), None)))
     }
 
     fn forward(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32], logits: Range<usize>, decode_order: bool) -> xwen_engine::Result<Vec<f32>> {
@@ -107,10 +109,14 @@ impl DeviceModel for HostDevice {
         }
         let seq = seq.as_any_mut().downcast_mut::<HostSeq>().expect("this device's sequence");
         seq.at(pos);
-        let mut step = [SeqStep { state: &mut seq.0, tokens, logits: LogitsMode::All, decode_order, hidden: false, banned: &[] }];
-        let all = self.model.forward_batch(&mut step)?.pop().unwrap();
+        let hidden = seq.2.is_some();
+        let mut step = [SeqStep { state: &mut seq.0, tokens, logits: LogitsMode::All, decode_order, hidden, banned: &[] }];
+        let out = self.model.forward_batch_each(&mut step)?.pop().unwrap()?;
+        if let Some(h) = seq.2.as_mut() {
+            h.extend(out.hidden);
+        }
         let v = self.model.n_vocab();
-        Ok(all[logits.start * v..logits.end * v].to_vec())
+        Ok(out.logits[logits.start * v..logits.end * v].to_vec())
     }
 
     /// The verify's logits, each row picked here (the seam's default, counted).
@@ -148,24 +154,63 @@ impl DeviceModel for HostDevice {
             s.at(r.pos);
             seqs.push(s);
         }
-        let mut steps: Vec<SeqStep> = seqs.into_iter().zip(&toks).map(|(s, t)| SeqStep { state: &mut s.0, tokens: t, logits: LogitsMode::All, decode_order: false, hidden: false, banned: &[] }).collect();
-        let out = self.model.forward_batch(&mut steps)?;
+        let mut collected: Vec<&mut Option<Vec<f32>>> = Vec::new();
+        let mut steps: Vec<SeqStep> = Vec::new();
+        for (s, t) in seqs.into_iter().zip(&toks) {
+            let hidden = s.2.is_some();
+            collected.push(&mut s.2);
+            steps.push(SeqStep { state: &mut s.0, tokens: t, logits: LogitsMode::All, decode_order: false, hidden, banned: &[] });
+        }
+        let out = self.model.forward_batch_each(&mut steps)?.into_iter().collect::<xwen_engine::Result<Vec<_>>>()?;
+        drop(steps);
+        for (c, o) in collected.into_iter().zip(&out) {
+            if let Some(h) = c.as_mut() {
+                h.extend_from_slice(&o.hidden);
+            }
+        }
         self.logit_rows.fetch_add(rows.iter().filter(|r| r.logits).count(), Ordering::Relaxed);
-        Ok(rows.iter().zip(out).map(|(r, l)| if r.logits { RowOut::Logits(l) } else { RowOut::Argmax(xwen_engine::ops::argmax_except(&l, r.banned)) }).collect())
+        Ok(rows.iter().zip(out).map(|(r, o)| if r.logits { RowOut::Logits(o.logits) } else { RowOut::Argmax(xwen_engine::ops::argmax_except(&o.logits, r.banned)) }).collect())
     }
 
     fn max_rows(&self) -> usize {
         MAX_ROWS
     }
+
+    /// The CPU model's own MTP head, over head states the stand-in keeps.
+    fn has_mtp(&self) -> bool {
+        self.model.has_mtp()
+    }
+
+    fn mtp_new_seq(&self) -> xwen_engine::Result<Box<dyn DeviceSeq>> {
+        Ok(Box::new(HostSeq(self.model.new_mtp_state()?, self.room.clone(), None)))
+    }
+
+    fn mtp_forward(&self, seq: &mut dyn DeviceSeq, pos: usize, tokens: &[u32], h_in: &[f32], draft: bool) -> xwen_engine::Result<Option<MtpDraft>> {
+        MTP_PASSES.fetch_add(1, Ordering::Relaxed);
+        let seq = seq.as_any_mut().downcast_mut::<HostSeq>().expect("this device's sequence");
+        seq.at(pos);
+        let h = self.model.hidden_width();
+        let n = tokens.len();
+        if !draft {
+            return self.model.mtp_write_kv(&mut seq.0, tokens, h_in).map(|_| None);
+        }
+        if n > 1 {
+            self.model.mtp_write_kv(&mut seq.0, &tokens[..n - 1], &h_in[..(n - 1) * h])?;
+        }
+        self.model.mtp_draft(&mut seq.0, tokens[n - 1], &h_in[(n - 1) * h..]).map(Some)
+    }
 }
+
+/// Passes of MTP heads on stand-in devices, over all of them.
+pub static MTP_PASSES: AtomicUsize = AtomicUsize::new(0);
 
 impl DeviceSeq for HostSeq {
     fn try_clone(&self) -> xwen_engine::Result<Box<dyn DeviceSeq>> {
-        Ok(Box::new(HostSeq(self.0.clone(), self.1.clone())))
+        Ok(Box::new(HostSeq(self.0.clone(), self.1.clone(), None)))
     }
 
     fn download(&self, layers: &mut [LayerState], pos: usize) -> xwen_engine::Result<()> {
-        let mut c = HostSeq(self.0.clone(), self.1.clone());
+        let mut c = HostSeq(self.0.clone(), self.1.clone(), None);
         c.at(pos);
         layers.clone_from_slice(&c.0.layers);
         Ok(())
@@ -225,6 +270,19 @@ impl DeviceSeq for HostSeq {
         assert_eq!(self.0.pos, from);
         ROLLBACKS.fetch_add(1, Ordering::Relaxed);
         self.0.rollback(to)
+    }
+
+    fn collect_hidden(&mut self, on: bool) -> bool {
+        match (on, &self.2) {
+            (true, None) => self.2 = Some(Vec::new()),
+            (false, _) => self.2 = None,
+            _ => {}
+        }
+        true
+    }
+
+    fn take_hidden(&mut self) -> Vec<f32> {
+        self.2.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     fn bytes(&self) -> usize {

@@ -200,7 +200,7 @@ impl ModelDrafter {
 }
 
 /// The largest probability of a softmax over `logits`, and its index (first on ties).
-pub(super) fn top(logits: &[f32]) -> (u32, f32) {
+pub(crate) fn top(logits: &[f32]) -> (u32, f32) {
     let mut best = 0;
     for (i, &x) in logits.iter().enumerate() {
         if x > logits[best] {

@@ -1,6 +1,5 @@
 //! The target's own MTP (NextN) head as a drafter.
 
-use super::model_drafter::top;
 use super::Drafter;
 use crate::error::Result;
 use crate::model::Model;
@@ -144,13 +143,12 @@ impl Drafter for MtpDrafter {
         let mut out = Vec::with_capacity(max);
         let (mut tok, mut h) = (pending, self.last_h.clone());
         while out.len() < max {
-            let o = target.mtp_forward(st, &[tok], &h, 0..1)?;
-            let (t, p) = top(&o.logits);
-            if p < self.p_min {
+            let o = target.mtp_draft(st, tok, &h)?;
+            if o.prob < self.p_min {
                 break;
             }
-            out.push(t);
-            tok = t;
+            out.push(o.token);
+            tok = o.token;
             h = o.hidden;
         }
         Ok(out)

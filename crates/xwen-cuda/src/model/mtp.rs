@@ -1,0 +1,213 @@
+//! The MTP (NextN) draft head on the device — what `xwen_engine::models::mtp` computes on the
+//! CPU: [rms_norm(embed(token))·enorm | rms_norm(h)·hnorm] through eh_proj, one decoder layer
+//! (gated attention over the head's own KV rows, then its FFN or MoE), the head's norm and its
+//! output product, whose argmax is the draft.
+//!
+//! The head's rows run as a verify's rows do: consecutive positions of its one sequence, each
+//! computed as a decode row, with the layer's state pointers in the batch table; a draft step
+//! (one row and its head) is captured as a graph like a decode step. A draft step copies back
+//! its token, the probability softmax gives it and the head's own hidden row, not a
+//! vocabulary's logits. Drafts decide only how fast output comes — the target's verify decides
+//! what it is — so the head's bits need not be the CPU head's.
+
+use super::forward::{Layout, Pass};
+use super::*;
+use xwen_engine::models::mtp::MtpWeights;
+
+/// Where a graph of the head's pass of n rows is kept (`CudaModel::graphs`): beside the decode
+/// batches' (0) and verifies' (1, 2).
+const GRAPH_MTP: u8 = 8;
+
+pub(super) struct MtpHead {
+    eh_proj: DevMat,
+    enorm: DevBuf,
+    hnorm: DevBuf,
+    /// The head's own token embedding and output product, where it has them (a sidecar's);
+    /// None: the trunk's.
+    embed: Option<DevMat>,
+    head: Option<DevMat>,
+    head_norm: DevBuf,
+    layer: DevLayer,
+    eh_kinds: Kinds,
+    head_kinds: Kinds,
+    /// A head state's shape: one attention layer.
+    shape: SeqShape,
+    /// A pass's hidden rows in (rows × hidden) and eh_proj's input rows (rows × 2·hidden).
+    h_in: DevBuf,
+    cat: DevBuf,
+    /// The draft's probability.
+    prob: DevBuf,
+    /// Rows a pass takes (the decode batch's, within the q8 scratch's room for 2·hidden).
+    rows: usize,
+}
+
+impl CudaModel {
+    /// Uploads an MTP head (`w`, from the file `file`); `same_file`: the head lives in the
+    /// model's own file, whose token embedding and output it then shares instead of a copy.
+    pub(crate) fn load_mtp(&mut self, w: &MtpWeights<'_>, file: &GgufFile, same_file: bool) -> Result<()> {
+        if self.shard.is_some() {
+            return Err(CudaError::Unsupported("an MTP head on a model split over GPUs".into()));
+        }
+        self.gpu.ctx.bind_to_thread()?;
+        let h = self.d.hidden;
+        let (eh, emb, out) = (w.eh_proj, w.embed, w.head);
+        if eh.rows != h || eh.cols != 2 * h || emb.cols != h || out.cols != h || out.rows != self.d.n_vocab || w.enorm.len() != h || w.hnorm.len() != h {
+            return Err(CudaError::Unsupported(format!("an MTP head of eh_proj {}×{} for a trunk {h} wide", eh.rows, eh.cols)));
+        }
+        if !matches!(w.layer.mixer, Mixer::Attn(_)) {
+            return Err(CudaError::Unsupported("an MTP head whose layer is not attention".into()));
+        }
+        let free_now = |g: &Gpu| g.ctx.mem_get_info().map_or(0, |(f, _)| f as u64);
+        let before = free_now(&self.gpu);
+        let gpu = &self.gpu;
+        let up = Uploader { gpu, file };
+        let shared = |name: &str, trunk: &str| same_file && name == trunk;
+        let embed = if shared(&emb.info.name, "token_embd.weight") { None } else { Some(up.mat(emb)?) };
+        let head = if same_file && (out.info.name == "output.weight" || out.info.name == "token_embd.weight") { None } else { Some(up.mat(out)?) };
+        let experts = match w.experts {
+            Some(ex) => Some([up.mat(&ex[0])?, up.mat(&ex[1])?, up.mat(&ex[2])?]),
+            None => None,
+        };
+        let layer = dev_layer(&up, self.layers.len(), w.layer, experts)?;
+        let eh_proj = up.mat(eh)?;
+        let head_kinds = match &head {
+            Some(m) => Kinds::of(&[m]),
+            None => self.head_kinds,
+        };
+        // eh_proj's q8 input goes to the products' scratch (xq_b): rows that fit it
+        let rows = self.decode_max.min(self.sc.xq_b.bytes() / (2 * h)).min(self.sc.xd_b.bytes() / ((2 * h).div_ceil(32) * 8)).max(1);
+        let att = &self.d;
+        let kv_width = att.n_head_kv * att.hd;
+        let head = MtpHead {
+            eh_kinds: Kinds::of(&[&eh_proj]),
+            eh_proj,
+            enorm: gpu.upload_f32(w.enorm)?,
+            hnorm: gpu.upload_f32(w.hnorm)?,
+            embed,
+            head,
+            head_norm: gpu.upload_f32(w.head_norm)?,
+            layer,
+            head_kinds,
+            shape: SeqShape { layers: vec![seq::LayerShape::Attn { kv_width }], n_ctx: self.n_ctx },
+            h_in: gpu.zeros(rows * h * 4)?,
+            cat: gpu.zeros(rows * 2 * h * 4)?,
+            prob: gpu.zeros(4)?,
+            rows,
+        };
+        gpu.sync()?;
+        self.device_bytes += before.saturating_sub(free_now(gpu));
+        self.mtp = Some(head);
+        Ok(())
+    }
+
+    pub(crate) fn has_mtp(&self) -> bool {
+        self.mtp.is_some()
+    }
+
+    /// A fresh head state: its attention layer's KV rows for the context, position 0.
+    pub(crate) fn mtp_new_seq(&self) -> Result<DevSeq> {
+        let m = self.mtp.as_ref().ok_or_else(|| CudaError::Unsupported("this model has no MTP head on the device".into()))?;
+        self.gpu.ctx.bind_to_thread()?;
+        DevSeq::zeroed(&self.gpu, &m.shape)
+    }
+
+    /// Feeds `tokens` from `pos` to the head's state `seq`, token k with hidden row k of
+    /// `h_in`, in passes of up to the head's rows; with `draft`, the last row's draft: its
+    /// token, its probability and the head's hidden row after its norm.
+    pub(crate) fn mtp_feed(&mut self, seq: &mut DevSeq, pos: usize, tokens: &[u32], h_in: &[f32], draft: bool) -> Result<Option<(u32, f32, Vec<f32>)>> {
+        self.gpu.ctx.bind_to_thread()?;
+        let h = self.d.hidden;
+        let rows = self.mtp.as_ref().map(|m| m.rows).ok_or_else(|| CudaError::Unsupported("this model has no MTP head on the device".into()))?;
+        if tokens.is_empty() || h_in.len() != tokens.len() * h {
+            return Err(CudaError::Unsupported(format!("an MTP pass of {} tokens with {} hidden values (width {h})", tokens.len(), h_in.len())));
+        }
+        if !matches!(seq.layers.as_slice(), [SeqLayer::Attn { .. }]) {
+            return Err(CudaError::Unsupported("not a state of the MTP head".into()));
+        }
+        self.check(pos, tokens)?;
+        let chunks = tokens.len().div_ceil(rows);
+        for (c, (toks, hs)) in tokens.chunks(rows).zip(h_in.chunks(rows * h)).enumerate() {
+            let last = draft && c + 1 == chunks;
+            self.write_mtp_rows(seq, pos + c * rows, toks, hs)?;
+            let n = toks.len();
+            if self.use_graph {
+                let key = (n, GRAPH_MTP + last as u8);
+                self.capture_with(key, |m| m.record_mtp(n, last))?;
+                if let Some(g) = self.graphs.get(&key) {
+                    g.0.launch()?;
+                }
+            } else {
+                self.record_mtp(n, last)?;
+            }
+        }
+        if !draft {
+            return Ok(None);
+        }
+        let token = self.gpu.read_i32(&self.sc.token, 1)?[0] as u32;
+        let m = self.mtp.as_ref().expect("checked above");
+        let prob = self.gpu.read_f32_at(&m.prob, 0, 1)?[0];
+        let hidden = self.gpu.read_f32_at(&self.sc.xn, 0, h)?;
+        Ok(Some((token, prob, hidden)))
+    }
+
+    /// A head pass's table (`forward::rows_table_at` with the head's layer as layer 0): the
+    /// rows' tokens, positions and the head state's K and V caches; and its hidden rows.
+    fn write_mtp_rows(&mut self, seq: &DevSeq, pos: usize, tokens: &[u32], h_in: &[f32]) -> Result<()> {
+        let b = tokens.len();
+        let [SeqLayer::Attn { k, v }] = seq.layers.as_slice() else {
+            return Err(CudaError::Unsupported("not a state of the MTP head".into()));
+        };
+        let (at_pos, at, _) = forward::rows_table_at(b, 0, self.layers.len());
+        let mut bytes = vec![0u8; at + 16 * b];
+        for (r, &t) in tokens.iter().enumerate() {
+            bytes[4 * r..4 * r + 4].copy_from_slice(&(t as i32).to_le_bytes());
+            bytes[at_pos + 4 * r..at_pos + 4 * r + 4].copy_from_slice(&((pos + r) as i32).to_le_bytes());
+            bytes[at + 16 * r..at + 16 * r + 8].copy_from_slice(&k.ptr.to_le_bytes());
+            bytes[at + 16 * r + 8..at + 16 * r + 16].copy_from_slice(&v.ptr.to_le_bytes());
+        }
+        self.gpu.write(&mut self.sc.rows, &bytes)?;
+        let m = self.mtp.as_mut().ok_or_else(|| CudaError::Unsupported("this model has no MTP head on the device".into()))?;
+        self.gpu.write(&mut m.h_in, as_bytes(h_in))
+    }
+
+    /// Enqueues the head's pass of `n` rows (its table written): the input rows, eh_proj, the
+    /// layer into x; with `draft`, the last row's head, argmax (into `token`) and probability.
+    fn record_mtp(&self, n: usize, draft: bool) -> Result<()> {
+        let m = self.mtp.as_ref().ok_or_else(|| CudaError::Unsupported("this model has no MTP head on the device".into()))?;
+        let (g, sc, d) = (&self.gpu, &self.sc, &self.d);
+        let h = d.hidden;
+        let embed = m.embed.as_ref().unwrap_or(&self.tok_embd);
+        let args = [Arg::Ptr(embed.ptr), Arg::I32(embed.ty), Arg::I32(h as i32), Arg::I64(embed.row_bytes as i64), Arg::Ptr(sc.rows.ptr), Arg::Ptr(sc.x.ptr)];
+        g.launch("embed", (h.div_ceil(256) as u32, n as u32), 256, 0, &args)?;
+        let args = [Arg::Ptr(sc.x.ptr), Arg::Ptr(m.h_in.ptr), Arg::Ptr(m.enorm.ptr), Arg::Ptr(m.hnorm.ptr), Arg::Ptr(m.cat.ptr), Arg::I32(h as i32), Arg::F32(d.eps)];
+        g.launch("mtp_concat_norm", (n as u32, 2), 256, 0, &args)?;
+        let cat = self.input(m.cat.ptr, 2 * h, n, true, m.eh_kinds)?;
+        self.proj(&m.eh_proj, cat, sc.x.ptr, None, n, Layout::Rows)?;
+        // the layer, as a verify's rows: the head's state pointers are the table's layer 0
+        let l = &m.layer;
+        let st = self.layer_ptrs(Pass::Verify { n, hist: false }, 0)?;
+        let DevMixer::Attn(w) = &l.mixer else { return Err(CudaError::Unsupported("an MTP head whose layer is not attention".into())) };
+        let xn = self.rms_norm(sc.x.ptr, l.attn_norm.ptr, n, true, l.kinds.mix_in)?;
+        self.attention(w, st, xn, l.kinds.mix_out, n, Layout::Rows, None)?;
+        let xn = self.rms_norm(sc.x.ptr, l.post_norm.ptr, n, true, l.kinds.ffn_in)?;
+        match &l.ffn {
+            DevFfn::Dense(w) => {
+                self.glu(w, xn, sc.ffn_h.ptr, n, Layout::Rows)?;
+                let hin = self.input(sc.ffn_h.ptr, w.down.cols, n, true, l.kinds.ffn_mid)?;
+                self.proj_residual(&w.down, hin, n, Layout::Rows, None)?;
+            }
+            DevFfn::Moe(w) => {
+                // (layer index past the trunk's: its experts are resident, not the VRAM cache's)
+                self.moe(self.layers.len(), w, xn, &l.kinds, n, Layout::Rows, None)?;
+            }
+        }
+        if !draft {
+            return Ok(());
+        }
+        // the last row's head: its norm into xn's row 0 (the hidden row a draft chains from)
+        let xn = self.rms_norm(sc.x.at((n - 1) * h * 4), m.head_norm.ptr, 1, true, m.head_kinds)?;
+        self.proj(m.head.as_ref().unwrap_or(&self.output), xn, sc.logits.ptr, None, 1, Layout::Rows)?;
+        self.argmax(1, false)?;
+        g.launch("top_prob", (1, 1), 1024, 0, &[Arg::Ptr(sc.logits.ptr), Arg::I32(d.n_vocab as i32), Arg::Ptr(sc.token.ptr), Arg::Ptr(m.prob.ptr)])
+    }
+}
