@@ -1900,15 +1900,22 @@ extern "C" __global__ void mtp_concat_norm(const float* e, const float* h, const
     for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = (x[i] * scale) * w[i];
 }
 
-// The probability softmax gives the argmax `tok[0]` of a row of n logits: 1 / Σ exp(v − v[tok])
-// (a drafter's p_min test, `model_drafter::top`), one block.
-extern "C" __global__ void top_prob(const float* v, int n, const int* tok, float* out) {
+// An MTP draft step's answer in one place, so one copy brings it back: the head's hidden row
+// (h values), then the probability softmax gives the argmax `tok[0]` of its n logits,
+// 1 / Σ exp(v − v[tok]) (a drafter's p_min test, `model_drafter::top`), then the token's bits.
+// One block.
+extern "C" __global__ void top_prob(const float* v, int n, const int* tok, const float* hidden, int h, float* out) {
     pdl_start();
-    float m = v[tok[0]];
+    for (int i = threadIdx.x; i < h; i += blockDim.x) out[i] = hidden[i];
+    int t = tok[0];
+    float m = v[t];
     double s = 0.0;
     for (int i = threadIdx.x; i < n; i += blockDim.x) s += (double)expf(v[i] - m);
     s = block_sum_d(s);
-    if (threadIdx.x == 0) out[0] = (float)(1.0 / s);
+    if (threadIdx.x == 0) {
+        out[h] = (float)(1.0 / s);
+        out[h + 1] = __int_as_float(t);
+    }
 }
 
 // ---- prompt batches: a warp a row, up to MM_T tokens a pass, each weight dequantized once ----

@@ -6,7 +6,7 @@
 //! The head's rows run as a verify's rows do: consecutive positions of its one sequence, each
 //! computed as a decode row, with the layer's state pointers in the batch table; a draft step
 //! (one row and its head) is captured as a graph like a decode step. A draft step copies back
-//! its token, the probability softmax gives it and the head's own hidden row, not a
+//! its token, the probability softmax gives it and the head's own hidden row in one read, not a
 //! vocabulary's logits. Drafts decide only how fast output comes — the target's verify decides
 //! what it is — so the head's bits need not be the CPU head's.
 
@@ -35,8 +35,8 @@ pub(super) struct MtpHead {
     /// A pass's hidden rows in (rows × hidden) and eh_proj's input rows (rows × 2·hidden).
     h_in: DevBuf,
     cat: DevBuf,
-    /// The draft's probability.
-    prob: DevBuf,
+    /// A draft step's answer (`top_prob`): the head's hidden row, the draft's probability, its token.
+    out: DevBuf,
     /// Rows a pass takes (the decode batch's, within the q8 scratch's room for 2·hidden).
     rows: usize,
 }
@@ -91,7 +91,7 @@ impl CudaModel {
             shape: SeqShape { layers: vec![seq::LayerShape::Attn { kv_width }], n_ctx: self.n_ctx },
             h_in: gpu.zeros(rows * h * 4)?,
             cat: gpu.zeros(rows * 2 * h * 4)?,
-            prob: gpu.zeros(4)?,
+            out: gpu.zeros((h + 2) * 4)?,
             rows,
         };
         gpu.sync()?;
@@ -143,10 +143,10 @@ impl CudaModel {
         if !draft {
             return Ok(None);
         }
-        let token = self.gpu.read_i32(&self.sc.token, 1)?[0] as u32;
         let m = self.mtp.as_ref().expect("checked above");
-        let prob = self.gpu.read_f32_at(&m.prob, 0, 1)?[0];
-        let hidden = self.gpu.read_f32_at(&self.sc.xn, 0, h)?;
+        let mut hidden = self.gpu.read_f32_at(&m.out, 0, h + 2)?;
+        let token = hidden.pop().map_or(0, f32::to_bits);
+        let prob = hidden.pop().unwrap_or(0.0);
         Ok(Some((token, prob, hidden)))
     }
 
@@ -208,6 +208,7 @@ impl CudaModel {
         let xn = self.rms_norm(sc.x.at((n - 1) * h * 4), m.head_norm.ptr, 1, true, m.head_kinds)?;
         self.proj(m.head.as_ref().unwrap_or(&self.output), xn, sc.logits.ptr, None, 1, Layout::Rows)?;
         self.argmax(1, false)?;
-        g.launch("top_prob", (1, 1), 1024, 0, &[Arg::Ptr(sc.logits.ptr), Arg::I32(d.n_vocab as i32), Arg::Ptr(sc.token.ptr), Arg::Ptr(m.prob.ptr)])
+        let args = [Arg::Ptr(sc.logits.ptr), Arg::I32(d.n_vocab as i32), Arg::Ptr(sc.token.ptr), Arg::Ptr(sc.xn.ptr), Arg::I32(h as i32), Arg::Ptr(m.out.ptr)];
+        g.launch("top_prob", (1, 1), 1024, 0, &args)
     }
 }
