@@ -1133,7 +1133,7 @@ impl Model {
             return out.ok_or_else(|| EngineError::Device(format!("{}: an MTP draft step gave no draft", d.describe())));
         }
         let o = self.mtp_forward(state, &[token], h, 0..1)?;
-        let (token, prob) = crate::runtime::speculative::top(&o.logits);
+        let (token, prob) = crate::ops::top(&o.logits);
         Ok(crate::device::MtpDraft { token, prob, hidden: o.hidden })
     }
 

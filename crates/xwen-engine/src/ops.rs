@@ -194,6 +194,15 @@ mod tests {
     }
 }
 
+/// The index of the first largest of `logits` and the probability a softmax over them gives
+/// it (a drafter's confidence in its pick, against `p_min`); (0, 1) for an empty slice.
+pub fn top(logits: &[f32]) -> (u32, f32) {
+    let best = argmax(logits) as usize;
+    let Some(&m) = logits.get(best) else { return (0, 1.0) };
+    let sum: f64 = logits.iter().map(|&x| ((x - m) as f64).exp()).sum();
+    (best as u32, (1.0 / sum) as f32)
+}
+
 /// The index of the first largest value (greedy sampling's pick; 0 for an empty slice).
 pub fn argmax(x: &[f32]) -> u32 {
     argmax_except(x, &[])

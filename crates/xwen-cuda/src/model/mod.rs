@@ -17,6 +17,7 @@ use xwen_gguf::{GgmlType, GgufFile};
 
 mod experts;
 mod forward;
+mod moe;
 mod mtp;
 mod plan;
 mod seq;

@@ -1,6 +1,6 @@
 //! The DFlash block drafter (`models::dflash`), driven as llama.cpp's draft-dflash drives it.
 
-use super::model_drafter::top;
+use crate::ops::top;
 use super::Drafter;
 use crate::error::Result;
 use crate::model::Model;

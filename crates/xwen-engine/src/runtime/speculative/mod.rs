@@ -37,7 +37,6 @@ pub(crate) use decode::speculate;
 pub use dflash_drafter::DflashDrafter;
 pub use lookup::{ContraryDrafter, NgramDrafter, ReplayDrafter};
 pub use model_drafter::ModelDrafter;
-pub(crate) use model_drafter::top;
 pub use mtp_drafter::MtpDrafter;
 pub use tally::{DraftTally, SpecStats};
 pub(crate) use verify::{greedy_verify_rows, sample_verify_rows};

@@ -182,7 +182,7 @@ impl ModelDrafter {
                 drop(steps);
                 for (&j, lg) in part.iter().zip(&logits) {
                     let (i, max) = live[j];
-                    let (t, p) = top(lg);
+                    let (t, p) = crate::ops::top(lg);
                     if p < drafters[i].p_min && !out[i].is_empty() {
                         going[j] = false;
                         continue;
@@ -199,18 +199,6 @@ impl ModelDrafter {
     }
 }
 
-/// The largest probability of a softmax over `logits`, and its index (first on ties).
-pub(crate) fn top(logits: &[f32]) -> (u32, f32) {
-    let mut best = 0;
-    for (i, &x) in logits.iter().enumerate() {
-        if x > logits[best] {
-            best = i;
-        }
-    }
-    let m = logits[best];
-    let sum: f64 = logits.iter().map(|&x| ((x - m) as f64).exp()).sum();
-    (best as u32, (1.0 / sum) as f32)
-}
 
 impl Drafter for ModelDrafter {
     fn name(&self) -> &'static str {
@@ -236,7 +224,7 @@ impl Drafter for ModelDrafter {
         while out.len() < max {
             let logits = self.model.forward(&mut self.state, &[last], LogitsMode::Last)?;
             self.fed.push(last);
-            let (t, p) = top(&logits);
+            let (t, p) = crate::ops::top(&logits);
             if p < self.p_min && !out.is_empty() {
                 break;
             }
