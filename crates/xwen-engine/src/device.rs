@@ -127,6 +127,21 @@ pub trait DeviceModel: Send + Sync {
         let _ = (seq, pos, tokens, h_in, draft);
         Err(crate::EngineError::Config(format!("{}: no MTP head on the device", self.describe())))
     }
+
+    /// `depth` draft steps of the MTP head chained from `token` at `pos` with the hidden row
+    /// `h`, each step fed the one before it's draft and hidden row: every step's (token,
+    /// probability). A device chains them on itself (one copy back for the chain); by default,
+    /// step by step through `mtp_forward`.
+    fn mtp_draft_chain(&self, seq: &mut dyn DeviceSeq, pos: usize, token: u32, h: &[f32], depth: usize) -> Result<Vec<(u32, f32)>> {
+        let (mut tok, mut hid) = (token, h.to_vec());
+        let mut out = Vec::with_capacity(depth);
+        for i in 0..depth {
+            let Some(d) = self.mtp_forward(seq, pos + i, &[tok], &hid, true)? else { break };
+            out.push((d.token, d.prob));
+            (tok, hid) = (d.token, d.hidden);
+        }
+        Ok(out)
+    }
 }
 
 /// One draft step of an MTP head (`DeviceModel::mtp_forward`): the token it proposes, the

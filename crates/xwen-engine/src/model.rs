@@ -1137,6 +1137,34 @@ impl Model {
         Ok(crate::device::MtpDraft { token, prob, hidden: o.hidden })
     }
 
+    /// Up to `max` drafts of the MTP head chained from `token` at `state.pos` with the hidden
+    /// row `h` (each step fed the last's draft and hidden row), stopping before the first
+    /// whose probability is below `p_min`. On the device the chain runs there whole (one copy
+    /// back; the steps past a stop run too, and `state` counts them); on the CPU it stops there.
+    pub fn mtp_drafts(&self, state: &mut SeqState, token: u32, h: &[f32], max: usize, p_min: f32) -> Result<Vec<u32>> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        if let Some(d) = self.device.as_ref().filter(|d| d.has_mtp()) {
+            self.check_context(state, max)?;
+            let pos = state.pos;
+            let chain = d.mtp_draft_chain(state.device_mut()?, pos, token, h, max)?;
+            state.pos += chain.len();
+            return Ok(chain.into_iter().take_while(|&(_, p)| p >= p_min).map(|(t, _)| t).collect());
+        }
+        let (mut tok, mut hid) = (token, h.to_vec());
+        let mut out = Vec::with_capacity(max);
+        while out.len() < max {
+            let o = self.mtp_draft(state, tok, &hid)?;
+            if o.prob < p_min {
+                break;
+            }
+            out.push(o.token);
+            (tok, hid) = (o.token, o.hidden);
+        }
+        Ok(out)
+    }
+
     /// The forward context of a draft head (MTP or DFlash) whose weights live in `file`, the
     /// model's own or a sidecar.
     fn head_ctx<'a>(&'a self, file: &'a GgufFile) -> Ctx<'a> {

@@ -87,6 +87,14 @@ pub(super) struct LayerPtrs {
     row_off: u64,
 }
 
+impl LayerPtrs {
+    /// The state of consecutive rows of one sequence (a verify's), the rows' table at `tab`
+    /// (two pointers a row) and their positions at `pos`, no kept states.
+    pub(super) fn one_sequence(tab: u64, pos: u64) -> LayerPtrs {
+        LayerPtrs { a: 0, b: 0, tab, pos, hist: 0, one_seq: true, seg: 0, row_off: 0 }
+    }
+}
+
 /// Where a decode batch or verify of `b` rows keeps its positions, layer `il`'s state pointers
 /// (two a row) and a verify's kept states (two a row: the states after row t, before row t + 1)
 /// in the batch table, after its b tokens: (positions, state pointers, kept states).

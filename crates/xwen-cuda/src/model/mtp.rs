@@ -17,6 +17,22 @@ use xwen_engine::models::mtp::MtpWeights;
 /// Where a graph of the head's pass of n rows is kept (`CudaModel::graphs`): beside the decode
 /// batches' (0) and verifies' (1, 2).
 const GRAPH_MTP: u8 = 8;
+/// A draft chain's graph (by its steps).
+const GRAPH_CHAIN: u8 = 10;
+/// Steps a draft chain takes at most (a drafter's depth; llama.cpp's --draft-max is 16 by default).
+pub(crate) const CHAIN_MAX: usize = 16;
+/// A chain step's table: its token (i32), its position (i32), then the head's K and V caches.
+const CHAIN_TABLE: usize = 24;
+
+/// Where a head pass reads its tokens and hidden rows, its layer's state pointers, and where a
+/// draft's answer goes.
+#[derive(Clone, Copy)]
+struct MtpIo {
+    ids: u64,
+    h_in: u64,
+    st: super::forward::LayerPtrs,
+    out: u64,
+}
 
 pub(super) struct MtpHead {
     eh_proj: DevMat,
@@ -35,8 +51,11 @@ pub(super) struct MtpHead {
     /// A pass's hidden rows in (rows × hidden) and eh_proj's input rows (rows × 2·hidden).
     h_in: DevBuf,
     cat: DevBuf,
-    /// A draft step's answer (`top_prob`): the head's hidden row, the draft's probability, its token.
+    /// A draft step's answer (`top_prob`): the head's hidden row, the draft's probability, its
+    /// token — one a step of a draft chain (`CHAIN_MAX` of them, each `h + 2` floats).
     out: DevBuf,
+    /// A draft chain's tables, one a step (`CHAIN_TABLE` bytes: token, position, K and V).
+    chain: DevBuf,
     /// Rows a pass takes (the decode batch's, within the q8 scratch's room for 2·hidden).
     rows: usize,
 }
@@ -91,7 +110,8 @@ impl CudaModel {
             shape: SeqShape { layers: vec![seq::LayerShape::Attn { kv_width }], n_ctx: self.n_ctx },
             h_in: gpu.zeros(rows * h * 4)?,
             cat: gpu.zeros(rows * 2 * h * 4)?,
-            out: gpu.zeros((h + 2) * 4)?,
+            out: gpu.zeros(CHAIN_MAX * (h + 2) * 4)?,
+            chain: gpu.zeros(CHAIN_MAX * CHAIN_TABLE)?,
             rows,
         };
         gpu.sync()?;
@@ -130,15 +150,8 @@ impl CudaModel {
             let last = draft && c + 1 == chunks;
             self.write_mtp_rows(seq, pos + c * rows, toks, hs)?;
             let n = toks.len();
-            if self.use_graph {
-                let key = (n, GRAPH_MTP + last as u8);
-                self.capture_with(key, |m| m.record_mtp(n, last))?;
-                if let Some(g) = self.graphs.get(&key) {
-                    g.0.launch()?;
-                }
-            } else {
-                self.record_mtp(n, last)?;
-            }
+            let io = self.rows_io(n)?;
+            self.run_mtp((n, GRAPH_MTP + last as u8), |m| m.record_mtp(n, last, io))?;
         }
         if !draft {
             return Ok(None);
@@ -148,6 +161,70 @@ impl CudaModel {
         let token = hidden.pop().map_or(0, f32::to_bits);
         let prob = hidden.pop().unwrap_or(0.0);
         Ok(Some((token, prob, hidden)))
+    }
+
+    /// `depth` draft steps chained on the device from `token` at `pos` with the hidden row `h`:
+    /// each step's token and hidden row feed the next without a copy to the host, the whole
+    /// chain one graph, its drafts and their probabilities read back at once. (Every step runs;
+    /// the drafter cuts the chain where a probability falls below its p_min.)
+    pub(crate) fn mtp_chain(&mut self, seq: &mut DevSeq, pos: usize, token: u32, h: &[f32], depth: usize) -> Result<Vec<(u32, f32)>> {
+        self.gpu.ctx.bind_to_thread()?;
+        let hd = self.d.hidden;
+        let depth = depth.min(CHAIN_MAX);
+        if depth == 0 || h.len() != hd || self.mtp.is_none() {
+            return Err(CudaError::Unsupported(format!("a draft chain of {depth} from a hidden row of {} (width {hd})", h.len())));
+        }
+        let [SeqLayer::Attn { k, v }] = seq.layers.as_slice() else {
+            return Err(CudaError::Unsupported("not a state of the MTP head".into()));
+        };
+        self.check(pos, &vec![token; depth])?;
+        let mut bytes = vec![0u8; depth * CHAIN_TABLE];
+        for (i, t) in bytes.chunks_exact_mut(CHAIN_TABLE).enumerate() {
+            t[0..4].copy_from_slice(&(token as i32).to_le_bytes());
+            t[4..8].copy_from_slice(&((pos + i) as i32).to_le_bytes());
+            t[8..16].copy_from_slice(&k.ptr.to_le_bytes());
+            t[16..24].copy_from_slice(&v.ptr.to_le_bytes());
+        }
+        let gpu = &self.gpu;
+        let m = self.mtp.as_mut().expect("checked above");
+        gpu.write(&mut m.chain, &bytes)?;
+        gpu.write(&mut m.h_in, as_bytes(h))?;
+        let (chain, h_in, out) = (m.chain.ptr, m.h_in.ptr, m.out.ptr);
+        let step = (hd + 2) * 4;
+        let ios: Vec<MtpIo> = (0..depth)
+            .map(|i| {
+                let at = |b: usize| chain + (i * CHAIN_TABLE + b) as u64;
+                // step i reads step i − 1's token and hidden row from its answer
+                let prev = out + ((i.max(1) - 1) * step) as u64;
+                let (ids, hin) = if i == 0 { (at(0), h_in) } else { (prev + (4 * (hd + 1)) as u64, prev) };
+                let st = super::forward::LayerPtrs::one_sequence(at(8), at(4));
+                MtpIo { ids, h_in: hin, st, out: out + (i * step) as u64 }
+            })
+            .collect();
+        self.run_mtp((depth, GRAPH_CHAIN), |m| ios.iter().try_for_each(|&io| m.record_mtp(1, true, io)))?;
+        let m = self.mtp.as_ref().expect("checked above");
+        let all = self.gpu.read_f32_at(&m.out, 0, depth * (hd + 2))?;
+        Ok(all.chunks_exact(hd + 2).map(|a| (a[hd + 1].to_bits(), a[hd])).collect())
+    }
+
+    /// The head pass of `n` rows as its table put it (`write_mtp_rows`): its io.
+    fn rows_io(&self, n: usize) -> Result<MtpIo> {
+        let m = self.mtp.as_ref().ok_or_else(|| CudaError::Unsupported("this model has no MTP head on the device".into()))?;
+        let st = self.layer_ptrs(Pass::Verify { n, hist: false }, 0)?;
+        Ok(MtpIo { ids: self.sc.rows.ptr, h_in: m.h_in.ptr, st, out: m.out.ptr })
+    }
+
+    /// What `rec` enqueues, as the graph `key` (captured at its first use) where the model's
+    /// passes run as graphs.
+    fn run_mtp(&mut self, key: (usize, u8), rec: impl FnOnce(&CudaModel) -> Result<()>) -> Result<()> {
+        if !self.use_graph {
+            return rec(self);
+        }
+        self.capture_with(key, rec)?;
+        if let Some(g) = self.graphs.get(&key) {
+            g.0.launch()?;
+        }
+        Ok(())
     }
 
     /// A head pass's table (`forward::rows_table_at` with the head's layer as layer 0): the
@@ -172,23 +249,22 @@ impl CudaModel {
 
     /// Enqueues the head's pass of `n` rows (its table written): the input rows, eh_proj, the
     /// layer into x; with `draft`, the last row's head, argmax (into `token`) and probability.
-    fn record_mtp(&self, n: usize, draft: bool) -> Result<()> {
+    fn record_mtp(&self, n: usize, draft: bool, io: MtpIo) -> Result<()> {
         let m = self.mtp.as_ref().ok_or_else(|| CudaError::Unsupported("this model has no MTP head on the device".into()))?;
         let (g, sc, d) = (&self.gpu, &self.sc, &self.d);
         let h = d.hidden;
         let embed = m.embed.as_ref().unwrap_or(&self.tok_embd);
-        let args = [Arg::Ptr(embed.ptr), Arg::I32(embed.ty), Arg::I32(h as i32), Arg::I64(embed.row_bytes as i64), Arg::Ptr(sc.rows.ptr), Arg::Ptr(sc.x.ptr)];
+        let args = [Arg::Ptr(embed.ptr), Arg::I32(embed.ty), Arg::I32(h as i32), Arg::I64(embed.row_bytes as i64), Arg::Ptr(io.ids), Arg::Ptr(sc.x.ptr)];
         g.launch("embed", (h.div_ceil(256) as u32, n as u32), 256, 0, &args)?;
-        let args = [Arg::Ptr(sc.x.ptr), Arg::Ptr(m.h_in.ptr), Arg::Ptr(m.enorm.ptr), Arg::Ptr(m.hnorm.ptr), Arg::Ptr(m.cat.ptr), Arg::I32(h as i32), Arg::F32(d.eps)];
+        let args = [Arg::Ptr(sc.x.ptr), Arg::Ptr(io.h_in), Arg::Ptr(m.enorm.ptr), Arg::Ptr(m.hnorm.ptr), Arg::Ptr(m.cat.ptr), Arg::I32(h as i32), Arg::F32(d.eps)];
         g.launch("mtp_concat_norm", (n as u32, 2), 256, 0, &args)?;
         let cat = self.input(m.cat.ptr, 2 * h, n, true, m.eh_kinds)?;
         self.proj(&m.eh_proj, cat, sc.x.ptr, None, n, Layout::Rows)?;
         // the layer, as a verify's rows: the head's state pointers are the table's layer 0
         let l = &m.layer;
-        let st = self.layer_ptrs(Pass::Verify { n, hist: false }, 0)?;
         let DevMixer::Attn(w) = &l.mixer else { return Err(CudaError::Unsupported("an MTP head whose layer is not attention".into())) };
         let xn = self.rms_norm(sc.x.ptr, l.attn_norm.ptr, n, true, l.kinds.mix_in)?;
-        self.attention(w, st, xn, l.kinds.mix_out, n, Layout::Rows, None)?;
+        self.attention(w, io.st, xn, l.kinds.mix_out, n, Layout::Rows, None)?;
         let xn = self.rms_norm(sc.x.ptr, l.post_norm.ptr, n, true, l.kinds.ffn_in)?;
         match &l.ffn {
             DevFfn::Dense(w) => {
@@ -208,7 +284,7 @@ impl CudaModel {
         let xn = self.rms_norm(sc.x.at((n - 1) * h * 4), m.head_norm.ptr, 1, true, m.head_kinds)?;
         self.proj(m.head.as_ref().unwrap_or(&self.output), xn, sc.logits.ptr, None, 1, Layout::Rows)?;
         self.argmax(1, false)?;
-        let args = [Arg::Ptr(sc.logits.ptr), Arg::I32(d.n_vocab as i32), Arg::Ptr(sc.token.ptr), Arg::Ptr(sc.xn.ptr), Arg::I32(h as i32), Arg::Ptr(m.out.ptr)];
+        let args = [Arg::Ptr(sc.logits.ptr), Arg::I32(d.n_vocab as i32), Arg::Ptr(sc.token.ptr), Arg::Ptr(sc.xn.ptr), Arg::I32(h as i32), Arg::Ptr(io.out)];
         g.launch("top_prob", (1, 1), 1024, 0, &args)
     }
 }

@@ -179,12 +179,17 @@ pub(super) fn attn_splits(n_ctx: usize) -> usize {
 }
 
 /// The prefill batch: `opts.ubatch`, fewer where the split attention's partials would pass
-/// 256 MiB at this context.
+/// `SPLIT_PARTIALS_BYTES` at this context.
 pub(super) fn ubatch_for(net: &Hybrid, opts: &CudaOptions) -> usize {
     let a = &net.cfg.attn;
     let per_token = a.n_head * attn_splits(opts.n_ctx) * (a.head_dim + 2) * 4;
-    opts.ubatch.clamp(1, ((256usize << 20) / per_token.max(1)).max(1))
+    opts.ubatch.clamp(1, (SPLIT_PARTIALS_BYTES / per_token.max(1)).max(1))
 }
+
+/// What a prompt pass's attention split partials (a row's heads × splits × (head dim + 2)
+/// floats) may take: the pass's tokens follow from it. 512 MiB keeps a 512-token pass whole
+/// below a 4 032-position context for 16 heads of 256 (at 256 MiB a 2k context cut it to 492).
+const SPLIT_PARTIALS_BYTES: usize = 512 << 20;
 
 /// The scratch of a pass of `ub` tokens and of a decode batch of `rows` rows.
 pub(super) fn scratch_bytes(net: &Hybrid, n_ctx: usize, ub: usize, rows: usize) -> u64 {

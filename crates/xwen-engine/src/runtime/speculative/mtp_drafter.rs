@@ -140,17 +140,6 @@ impl Drafter for MtpDrafter {
             return Ok(Vec::new());
         }
         let max = max.min(target.max_context().saturating_sub(pos0 + 1));
-        let mut out = Vec::with_capacity(max);
-        let (mut tok, mut h) = (pending, self.last_h.clone());
-        while out.len() < max {
-            let o = target.mtp_draft(st, tok, &h)?;
-            if o.prob < self.p_min {
-                break;
-            }
-            out.push(o.token);
-            tok = o.token;
-            h = o.hidden;
-        }
-        Ok(out)
+        target.mtp_drafts(st, pending, &self.last_h, max, self.p_min)
     }
 }
