@@ -603,7 +603,7 @@ impl Scheduler {
                 let n = r.pending.len();
                 idx.push((k, n));
                 // a greedy verify needs each row's pick alone (a device copies back a token a row)
-                let greedy = r.processor.is_none() && r.logprobs.is_none() && r.greedy_bans.is_some() && !hidden;
+                let greedy = r.processor.is_none() && r.logprobs.is_none() && r.greedy_bans.is_some();
                 let (logits, banned) = if greedy { (LogitsMode::AllArgmax, r.greedy_bans.as_deref().unwrap_or(&[])) } else { (LogitsMode::All, &[][..]) };
                 steps.push(SeqStep { state: r.session.state_mut(), tokens: &r.pending[..n], logits, decode_order: true, hidden, banned });
                 continue;
@@ -616,7 +616,7 @@ impl Scheduler {
             }
             // a pure-greedy token needs the argmax alone (a device then copies back one id), as
             // does one greedy but for banned tokens (the argmax skips them)
-            let greedy = r.processor.is_none() && r.logprobs.is_none() && r.greedy_bans.is_some() && !hidden;
+            let greedy = r.processor.is_none() && r.logprobs.is_none() && r.greedy_bans.is_some();
             let mode = match (last_chunk && r.max_tokens > 0, greedy) {
                 (false, _) => LogitsMode::None,
                 (true, true) => LogitsMode::LastArgmax,

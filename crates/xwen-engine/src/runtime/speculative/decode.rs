@@ -83,7 +83,7 @@ pub(crate) fn speculate(
     let n_vocab = model.n_vocab();
     // a greedy sampler's rows need their picks alone: a device then copies back a token a row
     // instead of a vocabulary's logits (and skips the bans itself)
-    let greedy_bans = if wants_hidden { None } else { sampler.greedy_bans() };
+    let greedy_bans = sampler.greedy_bans();
     let mode = if greedy_bans.is_some() { LogitsMode::AllArgmax } else { LogitsMode::All };
     let banned = greedy_bans.unwrap_or_default();
     // a device makes its verifies ready now (a GPU captures each size's pass), not mid-run
