@@ -789,11 +789,9 @@ impl CudaModel {
         self.ubatch
     }
 
-    /// Tokens a prompt pass takes of a span of `n`: as many passes as `ubatch` needs, of equal
-    /// size — not full passes and a short tail, whose pass costs nearly what a full one does
-    /// (a 512-token prompt under a 492-token ubatch ran 3.6× slower as 492 + 20).
+    /// Tokens a prompt pass takes of a span of `n` (`plan::pass_tokens`).
     fn pass_tokens(&self, n: usize) -> usize {
-        n.div_ceil(n.div_ceil(self.ubatch.max(1)).max(1)).max(1)
+        plan::pass_tokens(n, self.ubatch)
     }
 
     /// Feeds `tokens` to `seq` from `pos` — one token, or with `one_by_one` each row in the

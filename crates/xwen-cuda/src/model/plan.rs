@@ -191,6 +191,14 @@ pub(super) fn ubatch_for(net: &Hybrid, opts: &CudaOptions) -> usize {
 /// below a 4 032-position context for 16 heads of 256 (at 256 MiB a 2k context cut it to 492).
 const SPLIT_PARTIALS_BYTES: usize = 512 << 20;
 
+/// Tokens a prompt pass takes of a span of `n` under a prefill batch of `ubatch`: as many
+/// passes as `ubatch` needs, of equal size — not full passes and a short tail, whose pass costs
+/// nearly what a full one does (a 512-token prompt under a 492-token ubatch ran 3.6× slower as
+/// 492 + 20).
+pub(super) fn pass_tokens(n: usize, ubatch: usize) -> usize {
+    n.div_ceil(n.div_ceil(ubatch.max(1)).max(1)).max(1)
+}
+
 /// The scratch of a pass of `ub` tokens and of a decode batch of `rows` rows.
 pub(super) fn scratch_bytes(net: &Hybrid, n_ctx: usize, ub: usize, rows: usize) -> u64 {
     let c = &net.cfg;
@@ -336,6 +344,20 @@ pub(super) fn spans_table(lens: &[usize], max_spans: usize) -> Vec<i32> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_span_runs_in_the_fewest_passes_of_equal_size() {
+        for (n, ub, want) in [(512, 492, 256), (512, 512, 512), (2048, 492, 410), (20, 492, 20), (1, 64, 1), (0, 64, 1), (1000, 1, 1), (7, 0, 1)] {
+            assert_eq!(pass_tokens(n, ub), want, "{n} tokens under a ubatch of {ub}");
+        }
+        // no pass over the batch, and no more passes than the batch needs
+        for n in 1..700 {
+            for ub in [1, 7, 64, 127, 492, 512] {
+                let per = pass_tokens(n, ub);
+                assert!(per <= ub && n.div_ceil(per) == n.div_ceil(ub), "{n} tokens under {ub}: {per} a pass");
+            }
+        }
+    }
+
     use super::*;
 
     #[test]
