@@ -21,8 +21,7 @@ pub fn attach(model: &mut Model, opts: &CudaOptions) -> crate::Result<String> {
     let mut cuda = CudaModel::load_with_store(model.gguf(), &opts, store)?;
     // the model's MTP head (its file's nextn block, or the sidecar it loaded) goes with it
     if let Some(xwen_engine::models::mtp::MtpHead::Qwen35(head)) = model.mtp() {
-        let same_file = std::ptr::eq(head.file(), model.gguf());
-        cuda.load_mtp(&head.weights(), head.file(), same_file)?;
+        cuda.load_mtp(&head.weights(), head.file(), model.gguf())?;
     }
     let mut dev = CudaDevice::new(cuda);
     dev.takes_streamed = takes;
