@@ -413,6 +413,8 @@ pub struct CudaModel {
     shard: Option<DeviceShard>,
     /// The MTP draft head, where the model has one on the device (`mtp.rs`).
     mtp: Option<mtp::MtpHead>,
+    /// Sequences the device holds at once (`CudaOptions::n_seq`): what a draft head's states count.
+    n_seq: usize,
 }
 
 /// Layer `il`'s weights onto the device in their file's block formats: its mixer, its FFN (an
@@ -686,6 +688,7 @@ impl CudaModel {
             d,
             device_bytes: need,
             mtp: None,
+            n_seq: opts.n_seq,
             gpu,
         };
         model.gpu.sync()?;

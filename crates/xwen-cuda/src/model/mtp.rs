@@ -78,14 +78,36 @@ impl CudaModel {
         if !matches!(w.layer.mixer, Mixer::Attn(_)) {
             return Err(CudaError::Unsupported("an MTP head whose layer is not attention".into()));
         }
-        let free_now = |g: &Gpu| g.ctx.mem_get_info().map_or(0, |(f, _)| f as u64);
-        let before = free_now(&self.gpu);
-        let gpu = &self.gpu;
-        let up = Uploader { gpu, file };
-        let embed = if trunks_tensor(emb, file, trunk, &["token_embd.weight"]) { None } else { Some(up.mat(emb)?) };
         // the trunk's output product: its output.weight, or its token embedding where tied
         let trunk_out: &[&str] = if trunk.tensor("output.weight").is_some() { &["output.weight"] } else { &["token_embd.weight"] };
-        let head = if trunks_tensor(out, file, trunk, trunk_out) { None } else { Some(up.mat(out)?) };
+        let (own_embed, own_head) = (!trunks_tensor(emb, file, trunk, &["token_embd.weight"]), !trunks_tensor(out, file, trunk, trunk_out));
+        // what it takes: its block's tensors and the embedding and output it does not share,
+        // and a state of its KV rows for each sequence; refused with the sizes where it does not fit
+        let free_now = |g: &Gpu| g.ctx.mem_get_info().map_or(0, |(f, _)| f as u64);
+        let before = free_now(&self.gpu);
+        let prefix = format!("blk.{}.", self.layers.len());
+        let bytes = |m: &xwen_engine::weights::Mat| plan::device_bytes(m.ty, m.info.n_bytes);
+        let mut need: u64 = file.tensors().iter().filter(|t| t.name.starts_with(&prefix)).map(|t| plan::device_bytes(t.ty, t.n_bytes)).sum();
+        for (m, own) in [(emb, own_embed), (out, own_head)] {
+            match (own, m.info.name.starts_with(&prefix)) {
+                (true, false) => need += bytes(m),
+                (false, true) => need = need.saturating_sub(bytes(m)),
+                _ => {}
+            }
+        }
+        need += (self.n_ctx * self.d.n_head_kv * self.d.hd * 4) as u64 * self.n_seq.max(1) as u64;
+        if need + (256 << 20) > before {
+            return Err(CudaError::TooBig {
+                need_mib: need >> 20,
+                free_mib: before >> 20,
+                device: format!("cuda:{} ({})", self.gpu.info.ordinal, self.gpu.info.name),
+                what: format!("the MTP head, and its KV rows at -c {} for {} sequence(s), beside the model", self.n_ctx, self.n_seq.max(1)),
+            });
+        }
+        let gpu = &self.gpu;
+        let up = Uploader { gpu, file };
+        let embed = if own_embed { Some(up.mat(emb)?) } else { None };
+        let head = if own_head { Some(up.mat(out)?) } else { None };
         let experts = match w.experts {
             Some(ex) => Some([up.mat(&ex[0])?, up.mat(&ex[1])?, up.mat(&ex[2])?]),
             None => None,

@@ -124,11 +124,7 @@ pub fn device_plan(file: &GgufFile, opts: &CudaOptions) -> Result<DevicePlan> {
 /// The device plan of a network already read from `file` (what `load` checks against the
 /// card's free memory, and `device_plan` reports).
 pub(super) fn plan_of(file: &GgufFile, net: &Hybrid, experts: &[Option<[Mat; 3]>], opts: &CudaOptions) -> DevicePlan {
-    let dev = |ty: GgmlType, file_bytes: u64| match ty {
-        GgmlType::Q8_0 => file_bytes / 34 * 36,
-        GgmlType::Q6_K => file_bytes / 210 * 224,
-        _ => file_bytes,
-    };
+    let dev = device_bytes;
     let weights: u64 = file.tensors().iter().map(|t| dev(t.ty, file.tensor_data(t).len() as u64)).sum();
     let layer_bytes = |m: &[Mat; 3]| m.iter().map(|x| dev(x.ty, x.info.n_bytes)).sum::<u64>();
     let one = |m: &[Mat; 3]| layer_bytes(m) / m[0].n_mats.max(1) as u64;
@@ -147,6 +143,16 @@ pub(super) fn plan_of(file: &GgufFile, net: &Hybrid, experts: &[Option<[Mat; 3]>
             let ub = ubatch_for(net, opts);
             scratch_bytes(net, opts.n_ctx, ub, decode_rows_for(opts, ub))
         },
+    }
+}
+
+/// Bytes a tensor of `file_bytes` in the file takes on the device (Q8_0 and Q6_K blocks padded:
+/// `crate::layout`).
+pub(super) fn device_bytes(ty: GgmlType, file_bytes: u64) -> u64 {
+    match ty {
+        GgmlType::Q8_0 => file_bytes / 34 * 36,
+        GgmlType::Q6_K => file_bytes / 210 * 224,
+        _ => file_bytes,
     }
 }
 
