@@ -4,10 +4,10 @@
 //! output product, whose argmax is the draft.
 //!
 //! The head's rows run as a verify's rows do: consecutive positions of its one sequence, each
-//! computed as a decode row, with the layer's state pointers in the batch table; a draft step
-//! (one row and its head) is captured as a graph like a decode step. A draft step copies back
-//! its token, the probability softmax gives it and the head's own hidden row in one read, not a
-//! vocabulary's logits. Drafts decide only how fast output comes — the target's verify decides
+//! computed as a decode row, with the layer's state pointers in a table. A proposal is a chain
+//! of draft steps (each step's token and hidden row feeding the next from device memory)
+//! captured as one graph, like a decode step; it copies back each step's token and the
+//! probability softmax gives it in one read, not a vocabulary's logits. Drafts decide only how fast output comes — the target's verify decides
 //! what it is — so the head's bits need not be the CPU head's.
 
 use super::forward::{Layout, Pass};
