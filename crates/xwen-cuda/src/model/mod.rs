@@ -26,7 +26,6 @@ mod upload;
 pub use experts::ExpertCacheStats;
 pub use plan::{device_bytes_needed, device_plan, DevicePlan, MAX_DECODE_ROWS};
 use experts::ExpertCache;
-pub(crate) use mtp::CHAIN_MAX;
 use forward::Pass;
 use plan::{decode_rows_for, load_net, max_dense_values, max_tiles, plan_of, q8_width, rows_table_bytes, ubatch_for};
 use xwen_engine::{PromptOut, RowOut};
@@ -1002,14 +1001,20 @@ impl CudaModel {
         self.collect_hidden_rows(&mut seqs)
     }
 
-    /// The final hidden rows (xn after the output norm: a decode batch's or verify's last
-    /// norm) of the last pass's rows, row r into `seqs[r]` where that sequence collects them.
+    /// The first `rows` final hidden rows of the last pass: xn after the output norm (a decode
+    /// batch's or verify's last norm; a prompt pass's after `rms_norm_rows`).
+    fn final_hidden(&self, rows: usize) -> Result<Vec<f32>> {
+        self.gpu.read_f32_at(&self.sc.xn, 0, rows * self.d.hidden)
+    }
+
+    /// The final hidden rows of the last pass's rows, row r into `seqs[r]` where that sequence
+    /// collects them (`final_hidden`).
     fn collect_hidden_rows(&self, seqs: &mut [&mut DevSeq]) -> Result<()> {
         if seqs.iter().all(|s| s.hidden.is_none()) {
             return Ok(());
         }
         let h = self.d.hidden;
-        let rows = self.gpu.read_f32_at(&self.sc.xn, 0, seqs.len() * h)?;
+        let rows = self.final_hidden(seqs.len())?;
         for (s, row) in seqs.iter_mut().zip(rows.chunks_exact(h)) {
             if let Some(v) = s.hidden.as_mut() {
                 v.extend_from_slice(row);
@@ -1031,8 +1036,9 @@ impl CudaModel {
         let rows: Vec<(&DevSeq, usize, u32)> = tokens.iter().enumerate().map(|(i, &t)| (&*seq, pos + i, t)).collect();
         self.write_rows(&rows, hist.as_deref())?;
         self.replay(Pass::Verify { n, hist: hist.is_some() })?;
-        if let Some(v) = seq.hidden.as_mut() {
-            v.extend(self.gpu.read_f32_at(&self.sc.xn, 0, n * self.d.hidden)?);
+        if seq.hidden.is_some() {
+            let rows = self.final_hidden(n)?;
+            seq.hidden.get_or_insert_with(Vec::new).extend(rows);
         }
         Ok(())
     }
@@ -1040,11 +1046,19 @@ impl CudaModel {
     /// Runs a decode batch or a verify (their table written): the pass's graph, captured at its
     /// first use (a graph serves any sequences: they come from the table).
     fn replay(&mut self, pass: Pass<'_>) -> Result<()> {
-        let Some(key) = graph_key(pass) else { return self.record(pass) };
-        if !self.use_graph {
-            return self.record(pass);
+        match graph_key(pass) {
+            Some(key) => self.run_graph(key, |m| m.record(pass)),
+            None => self.record(pass),
         }
-        self.capture(pass, key)?;
+    }
+
+    /// What `rec` enqueues, as the graph `key` (captured at its first use) where the model's
+    /// passes run as graphs, else enqueued as it is.
+    fn run_graph(&mut self, key: (usize, u8), rec: impl FnOnce(&CudaModel) -> Result<()>) -> Result<()> {
+        if !self.use_graph {
+            return rec(self);
+        }
+        self.capture_with(key, rec)?;
         if let Some(g) = self.graphs.get(&key) {
             g.0.launch()?;
         }
@@ -1153,7 +1167,7 @@ impl CudaModel {
             // the pass normed its last row alone (the head's): every row's final hidden
             let n = tokens.len();
             self.rms_norm_rows(self.sc.x.ptr, self.output_norm.ptr, n)?;
-            let rows = self.gpu.read_f32_at(&self.sc.xn, 0, n * self.d.hidden)?;
+            let rows = self.final_hidden(n)?;
             seq.hidden.get_or_insert_with(Vec::new).extend(rows);
         }
         Ok(())

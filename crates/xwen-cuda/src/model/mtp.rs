@@ -20,7 +20,7 @@ const GRAPH_MTP: u8 = 8;
 /// A draft chain's graph (by its steps).
 const GRAPH_CHAIN: u8 = 10;
 /// Steps a draft chain takes at most (a drafter's depth; llama.cpp's --draft-max is 16 by default).
-pub(crate) const CHAIN_MAX: usize = 16;
+const CHAIN_MAX: usize = 16;
 /// A chain step's table: its token (i32), its position (i32), then the head's K and V caches.
 const CHAIN_TABLE: usize = 24;
 
@@ -95,7 +95,8 @@ impl CudaModel {
                 _ => {}
             }
         }
-        need += (self.n_ctx * self.d.n_head_kv * self.d.hd * 4) as u64 * self.n_seq.max(1) as u64;
+        let kv_width = self.d.n_head_kv * self.d.hd;
+        need += (self.n_ctx * kv_width * 4) as u64 * self.n_seq.max(1) as u64;
         if need + (256 << 20) > before {
             return Err(CudaError::TooBig {
                 need_mib: need >> 20,
@@ -120,8 +121,6 @@ impl CudaModel {
         };
         // eh_proj's q8 input goes to the products' scratch (xq_b): rows that fit it
         let rows = self.decode_max.min(self.sc.xq_b.bytes() / (2 * h)).min(self.sc.xd_b.bytes() / ((2 * h).div_ceil(32) * 8)).max(1);
-        let att = &self.d;
-        let kv_width = att.n_head_kv * att.hd;
         let head = MtpHead {
             eh_kinds: Kinds::of(&[&eh_proj]),
             eh_proj,
@@ -149,9 +148,14 @@ impl CudaModel {
         self.mtp.is_some()
     }
 
+    /// The head, or the error of a model without one on the device.
+    fn mtp_head(&self) -> Result<&MtpHead> {
+        self.mtp.as_ref().ok_or_else(|| CudaError::Unsupported("this model has no MTP head on the device".into()))
+    }
+
     /// A fresh head state: its attention layer's KV rows for the context, position 0.
     pub(crate) fn mtp_new_seq(&self) -> Result<DevSeq> {
-        let m = self.mtp.as_ref().ok_or_else(|| CudaError::Unsupported("this model has no MTP head on the device".into()))?;
+        let m = self.mtp_head()?;
         self.gpu.ctx.bind_to_thread()?;
         DevSeq::zeroed(&self.gpu, &m.shape)
     }
@@ -162,7 +166,7 @@ impl CudaModel {
     pub(crate) fn mtp_feed(&mut self, seq: &mut DevSeq, pos: usize, tokens: &[u32], h_in: &[f32], draft: bool) -> Result<Option<(u32, f32, Vec<f32>)>> {
         self.gpu.ctx.bind_to_thread()?;
         let h = self.d.hidden;
-        let rows = self.mtp.as_ref().map(|m| m.rows).ok_or_else(|| CudaError::Unsupported("this model has no MTP head on the device".into()))?;
+        let rows = self.mtp_head()?.rows;
         if tokens.is_empty() || h_in.len() != tokens.len() * h {
             return Err(CudaError::Unsupported(format!("an MTP pass of {} tokens with {} hidden values (width {h})", tokens.len(), h_in.len())));
         }
@@ -176,13 +180,12 @@ impl CudaModel {
             self.write_mtp_rows(seq, pos + c * rows, toks, hs)?;
             let n = toks.len();
             let io = self.rows_io(n)?;
-            self.run_mtp((n, GRAPH_MTP + last as u8), |m| m.record_mtp(n, last, io))?;
+            self.run_graph((n, GRAPH_MTP + last as u8), |m| m.record_mtp(n, last, io))?;
         }
         if !draft {
             return Ok(None);
         }
-        let m = self.mtp.as_ref().expect("checked above");
-        let mut hidden = self.gpu.read_f32_at(&m.out, 0, h + 2)?;
+        let mut hidden = self.gpu.read_f32_at(&self.mtp_head()?.out, 0, h + 2)?;
         let token = hidden.pop().map_or(0, f32::to_bits);
         let prob = hidden.pop().unwrap_or(0.0);
         Ok(Some((token, prob, hidden)))
@@ -226,30 +229,16 @@ impl CudaModel {
                 MtpIo { ids, h_in: hin, st, out: out + (i * step) as u64 }
             })
             .collect();
-        self.run_mtp((depth, GRAPH_CHAIN), |m| ios.iter().try_for_each(|&io| m.record_mtp(1, true, io)))?;
-        let m = self.mtp.as_ref().expect("checked above");
-        let all = self.gpu.read_f32_at(&m.out, 0, depth * (hd + 2))?;
+        self.run_graph((depth, GRAPH_CHAIN), |m| ios.iter().try_for_each(|&io| m.record_mtp(1, true, io)))?;
+        let all = self.gpu.read_f32_at(&self.mtp_head()?.out, 0, depth * (hd + 2))?;
         Ok(all.chunks_exact(hd + 2).map(|a| (a[hd + 1].to_bits(), a[hd])).collect())
     }
 
     /// The head pass of `n` rows as its table put it (`write_mtp_rows`): its io.
     fn rows_io(&self, n: usize) -> Result<MtpIo> {
-        let m = self.mtp.as_ref().ok_or_else(|| CudaError::Unsupported("this model has no MTP head on the device".into()))?;
+        let m = self.mtp_head()?;
         let st = self.layer_ptrs(Pass::Verify { n, hist: false }, 0)?;
         Ok(MtpIo { ids: self.sc.rows.ptr, h_in: m.h_in.ptr, st, out: m.out.ptr })
-    }
-
-    /// What `rec` enqueues, as the graph `key` (captured at its first use) where the model's
-    /// passes run as graphs.
-    fn run_mtp(&mut self, key: (usize, u8), rec: impl FnOnce(&CudaModel) -> Result<()>) -> Result<()> {
-        if !self.use_graph {
-            return rec(self);
-        }
-        self.capture_with(key, rec)?;
-        if let Some(g) = self.graphs.get(&key) {
-            g.0.launch()?;
-        }
-        Ok(())
     }
 
     /// A head pass's table (`forward::rows_table_at` with the head's layer as layer 0): the
@@ -275,7 +264,7 @@ impl CudaModel {
     /// Enqueues the head's pass of `n` rows (its table written): the input rows, eh_proj, the
     /// layer into x; with `draft`, the last row's head, argmax (into `token`) and probability.
     fn record_mtp(&self, n: usize, draft: bool, io: MtpIo) -> Result<()> {
-        let m = self.mtp.as_ref().ok_or_else(|| CudaError::Unsupported("this model has no MTP head on the device".into()))?;
+        let m = self.mtp_head()?;
         let (g, sc, d) = (&self.gpu, &self.sc, &self.d);
         let h = d.hidden;
         let embed = m.embed.as_ref().unwrap_or(&self.tok_embd);
