@@ -1059,8 +1059,14 @@ impl Model {
         head.block(&self.head_ctx(head.file()), &self.file, cache, tokens)
     }
 
-    fn mtp_head(&self) -> Option<&models::mtp::MtpHead> {
-        self.mtp.as_ref()
+    /// The MTP head on the CPU, or the error of a model without one.
+    fn mtp_head(&self) -> Result<&models::mtp::MtpHead> {
+        self.mtp.as_ref().ok_or_else(|| EngineError::Config("this model has no MTP head".into()))
+    }
+
+    /// The device, where it holds the model's MTP head (then the head's passes run there).
+    fn device_mtp(&self) -> Option<&dyn crate::device::DeviceModel> {
+        self.device.as_deref().filter(|d| d.has_mtp())
     }
 
     /// The MTP draft head as loaded on the CPU (the file's own nextn block or a sidecar's),
@@ -1072,7 +1078,7 @@ impl Model {
     /// Whether an MTP draft head is loaded (the file's own nextn block or `attach_mtp`'s), on
     /// the CPU or on the device.
     pub fn has_mtp(&self) -> bool {
-        self.mtp_head().is_some() || self.device.as_ref().is_some_and(|d| d.has_mtp())
+        self.mtp.is_some() || self.device_mtp().is_some()
     }
 
     /// RAM this model takes run without a budget, every tensor mapped and touched, with `n_seq`
@@ -1099,13 +1105,13 @@ impl Model {
 
     /// A fresh state of the MTP head (its KV cache of the configured types).
     pub fn new_mtp_state(&self) -> Result<SeqState> {
-        if let Some(d) = self.device.as_ref().filter(|d| d.has_mtp()) {
+        if let Some(d) = self.device_mtp() {
             // the head's one attention layer, its rows on the device
             let mut st = SeqState::new(vec![crate::state::LayerState::Attn(crate::state::KvCache::new(self.cfg.effective_kv_types()))]);
             st.put_on_device(d.mtp_new_seq()?);
             return Ok(st);
         }
-        let head = self.mtp_head().ok_or_else(|| EngineError::Config("this model has no MTP head".into()))?;
+        let head = self.mtp_head()?;
         let mut st = head.new_state(self.cfg.effective_kv_types());
         st.set_kv_rows(self.max_context());
         Ok(st)
@@ -1114,7 +1120,7 @@ impl Model {
     /// One step of the MTP head (`models::mtp`): `tokens` at `state.pos`.., token k paired
     /// with hidden row k of `h_in`; the logits of rows `logits` and every row's own hidden.
     pub fn mtp_forward(&self, state: &mut SeqState, tokens: &[u32], h_in: &[f32], logits: std::ops::Range<usize>) -> Result<models::SpanOut> {
-        let head = self.mtp_head().ok_or_else(|| EngineError::Config("this model has no MTP head".into()))?;
+        let head = self.mtp_head()?;
         self.check_context(state, tokens.len())?;
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
         head.forward(&self.head_ctx(head.file()), state, tokens, h_in, logits)
@@ -1125,7 +1131,7 @@ impl Model {
     /// (what the next step chains from) — on the device where the head is there (one token
     /// and a hidden row copied back, not a vocabulary's logits).
     pub fn mtp_draft(&self, state: &mut SeqState, token: u32, h: &[f32]) -> Result<crate::device::MtpDraft> {
-        if let Some(d) = self.device.as_ref().filter(|d| d.has_mtp()) {
+        if let Some(d) = self.device_mtp() {
             self.check_context(state, 1)?;
             let pos = state.pos;
             let out = d.mtp_forward(state.device_mut()?, pos, &[token], h, true)?;
@@ -1145,7 +1151,7 @@ impl Model {
         if max == 0 {
             return Ok(Vec::new());
         }
-        if let Some(d) = self.device.as_ref().filter(|d| d.has_mtp()) {
+        if let Some(d) = self.device_mtp() {
             self.check_context(state, max)?;
             let pos = state.pos;
             let chain = d.mtp_draft_chain(state.device_mut()?, pos, token, h, max)?;
@@ -1187,14 +1193,14 @@ impl Model {
     /// Only the MTP head's KV rows for `tokens` (`MtpHead::write_kv`): the state a later
     /// `mtp_forward` drafts from is the one a full pass over these rows would leave.
     pub fn mtp_write_kv(&self, state: &mut SeqState, tokens: &[u32], h_in: &[f32]) -> Result<()> {
-        if let Some(d) = self.device.as_ref().filter(|d| d.has_mtp()) {
+        if let Some(d) = self.device_mtp() {
             self.check_context(state, tokens.len())?;
             let pos = state.pos;
             d.mtp_forward(state.device_mut()?, pos, tokens, h_in, false)?;
             state.pos += tokens.len();
             return Ok(());
         }
-        let head = self.mtp_head().ok_or_else(|| EngineError::Config("this model has no MTP head".into()))?;
+        let head = self.mtp_head()?;
         self.check_context(state, tokens.len())?;
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
         head.write_kv(&self.head_ctx(head.file()), state, tokens, h_in)

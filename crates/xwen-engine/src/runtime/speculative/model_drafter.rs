@@ -199,7 +199,6 @@ impl ModelDrafter {
     }
 }
 
-
 impl Drafter for ModelDrafter {
     fn name(&self) -> &'static str {
         "model"
