@@ -45,31 +45,22 @@ fn main() {
             let chunks = ff / 64;
             pool.run(2 * chunks, &|t| {
                 let (m, c) = (t / chunks, t % chunks);
-                let w = QMatrix { ty, rows: ff, cols: h, data: &e[m] };
                 let mut y = vec![0f32; 64];
-                if variant.starts_with("vec_dot") {
-                    let rb = w.row_bytes();
-                    for (i, yi) in y.iter_mut().enumerate() { let r = c * 64 + i; *yi = xwen_kernels::vec_dot(ty, h, &w.data[r * rb..(r + 1) * rb], &xq); }
-                } else {
-                    xwen_kernels::dot_rows(&w, k, &xq, c * 64, &mut y);
-                }
+                run(&QMatrix { ty, rows: ff, cols: h, data: &e[m] }, k, &xq, c * 64, &mut y, variant);
                 out.lock().unwrap()[m * ff + c * 64..m * ff + c * 64 + 64].copy_from_slice(&y);
             });
             let o = out.into_inner().unwrap();
-            for i in 0..ff { let g = o[i]; mid[i] = g / (1.0 + (-g).exp()) * o[ff + i]; }
+            for i in 0..ff {
+                let g = o[i];
+                mid[i] = g / (1.0 + (-g).exp()) * o[ff + i];
+            }
             let mut mq = Vec::new();
             xwen_kernels::quantize_activations(ty, &mid, &mut mq);
             let down = std::sync::Mutex::new(vec![0f32; h]);
             let dch = h / 64;
             pool.run(dch, &|c| {
-                let w = QMatrix { ty, rows: h, cols: ff, data: &e[2] };
                 let mut y = vec![0f32; 64];
-                if variant.starts_with("vec_dot") {
-                    let rb = w.row_bytes();
-                    for (i, yi) in y.iter_mut().enumerate() { let r = c * 64 + i; *yi = xwen_kernels::vec_dot(ty, ff, &w.data[r * rb..(r + 1) * rb], &mq); }
-                } else {
-                    xwen_kernels::dot_rows(&w, k, &mq, c * 64, &mut y);
-                }
+                run(&QMatrix { ty, rows: h, cols: ff, data: &e[2] }, k, &mq, c * 64, &mut y, variant);
                 down.lock().unwrap()[c * 64..c * 64 + 64].copy_from_slice(&y);
             });
             sink += down.into_inner().unwrap()[0];
@@ -77,5 +68,18 @@ fn main() {
         let dt = t0.elapsed().as_secs_f64();
         let bytes = n_exp as f64 * (3 * ff * h / 256 * 144) as f64;
         println!("{variant}: {:.1} us an expert, {:.1} GB/s ({sink:.1})", dt * 1e6 / n_exp as f64, bytes / dt / 1e9);
+    }
+}
+
+/// Rows `r0..r0 + y.len()` of `w` times `act` into `y`: a `vec_dot` a row, or one `dot_rows` run.
+fn run(w: &QMatrix, k: dispatch::RowKernel, act: &[u8], r0: usize, y: &mut [f32], variant: &str) {
+    if variant.starts_with("vec_dot") {
+        let rb = w.row_bytes();
+        for (i, yi) in y.iter_mut().enumerate() {
+            let r = r0 + i;
+            *yi = xwen_kernels::vec_dot(w.ty, w.cols, &w.data[r * rb..(r + 1) * rb], act);
+        }
+    } else {
+        xwen_kernels::dot_rows(w, k, act, r0, y);
     }
 }
