@@ -519,9 +519,7 @@ fn the_mtp_head_on_the_device_drafts_the_plain_greedy_tokens() {
     };
     let load = || Model::load(&trunk, &EngineConfig { max_ctx: CTX, mtp_sidecar: Some(head.clone()), ..Default::default() }).unwrap_or_else(|e| panic!("{e}"));
     let host = load();
-    let mut m = load();
-    xwen_cuda::attach(&mut m, &CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: 4, cpu_experts: 0, read_ahead: false, shard: None })
-        .unwrap_or_else(|e| panic!("{e}"));
+    let m = loaded_on_gpu(&load);
     assert!(m.has_mtp(), "the head went onto the device with the model");
     // "def fibonacci(n):\n    if n < 2:" in the trained models' tokenizer
     let prompt: Vec<u32> = vec![537, 288, 2680, 272, 729, 668, 1113, 286, 258, 353, 326, 718, 220, 17, 25];
@@ -541,7 +539,7 @@ fn the_mtp_head_on_the_device_drafts_the_plain_greedy_tokens() {
     let engine = |parallel: usize, drafted: bool| {
         let mut outs = Vec::new();
         for group in prompts.chunks(parallel) {
-            let mut e = Engine::new(load_on_gpu_again(&load), EngineOptions { parallel, draft: None, prefix: None });
+            let mut e = Engine::new(loaded_on_gpu(&load), EngineOptions { parallel, draft: None, prefix: None });
             for p in group {
                 let d = drafted.then(|| (Box::new(MtpDrafter::new()) as Box<dyn xwen_engine::Drafter>, 3));
                 e.submit(EngineRequest { prefill_chunk: 64, draft: d, ..EngineRequest::new(p.clone(), 40, Vec::new(), SamplerConfig::greedy().resolve(false)) });
@@ -559,8 +557,8 @@ fn the_mtp_head_on_the_device_drafts_the_plain_greedy_tokens() {
     eprintln!("MTP-drafted requests on 1 and 3 slots gave each its tokens alone");
 }
 
-/// A second copy of the model on the GPU (each engine takes its model).
-fn load_on_gpu_again(load: &dyn Fn() -> Model) -> Model {
+/// `load`'s model on the GPU (each engine takes a copy of its own).
+fn loaded_on_gpu(load: &dyn Fn() -> Model) -> Model {
     let mut m = load();
     xwen_cuda::attach(&mut m, &CudaOptions { device: 0, n_ctx: CTX, graph: true, ubatch: 64, vram_budget: None, n_seq: 4, cpu_experts: 0, read_ahead: false, shard: None }).unwrap_or_else(|e| panic!("{e}"));
     m
