@@ -215,9 +215,9 @@ mod with_cuda {
             let table = m.profile(&toks).map_err(|e| anyhow::anyhow!("{e}"))?;
             print_table(&format!("{what} of {n} token(s)"), table);
         }
-        // decode batches: a server's slots decoding at once
+        // decode batches: a server's slots decoding at once, and a verify's size at depth 4
         let max_rows = m.max_decode_rows();
-        for b in [8usize, 16].into_iter().filter(|&b| b <= max_rows) {
+        for b in [5usize, 8, 16].into_iter().filter(|&b| b <= max_rows) {
             let table = m.profile_batch(b).map_err(|e| anyhow::anyhow!("{e}"))?;
             print_table(&format!("decode batch of {b} rows"), table);
         }

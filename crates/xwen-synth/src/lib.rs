@@ -54,6 +54,11 @@ pub enum Preset {
     Qwen35MoeSmall,
     /// A few MB, for smoke tests: the dense graph at toy size.
     Qwen35Tiny,
+    /// Qwen3.5-122B-A10B: 48 layers, hidden 3072, 256 experts of 1024 top-8; about 74 GB.
+    Qwen35Moe122bA10b,
+    /// The same per-token work at a size a 64 GiB disk holds: every layer, width and top-k of
+    /// `Qwen35Moe122bA10b`, 160 experts a layer; about 47 GB.
+    Qwen35Moe122bA10bScaled,
     /// Qwen3-Next-80B-A3B: 48 layers, 512 experts top-10, about 45 GB.
     Qwen3Next80bA3b,
     /// A few MB, for smoke tests: qwen3next's graph (fused DeltaNet projections, grouped V
@@ -80,8 +85,10 @@ pub enum Preset {
 }
 
 impl Preset {
-    pub const ALL: [Preset; 16] = [
+    pub const ALL: [Preset; 18] = [
         Preset::Qwen35Moe35bA3b,
+        Preset::Qwen35Moe122bA10b,
+        Preset::Qwen35Moe122bA10bScaled,
         Preset::Qwen35_27b,
         Preset::Qwen35_4b,
         Preset::Qwen35MoeTiny,
@@ -102,6 +109,8 @@ impl Preset {
     pub fn name(self) -> &'static str {
         match self {
             Preset::Qwen35Moe35bA3b => "qwen35moe-35b-a3b",
+            Preset::Qwen35Moe122bA10b => "qwen35moe-122b-a10b",
+            Preset::Qwen35Moe122bA10bScaled => "qwen35moe-122b-a10b-scaled",
             Preset::Qwen35_27b => "qwen35-27b",
             Preset::Qwen35_4b => "qwen35-4b",
             Preset::Qwen35MoeTiny => "qwen35moe-tiny",
@@ -198,6 +207,24 @@ impl Preset {
                 n_ff_exp: 512,
                 n_ff_shexp: 512,
                 ssm_dt_rank: 32,
+                ..base
+            },
+            // Qwen3.5-122B-A10B as its card gives it: 48 layers (every fourth attention), hidden
+            // 3072, 32 heads / 2 KV of 256, 256 routed experts top-8 and a shared one; the
+            // experts' width (1024) is what the 122B total and 10B active imply; the DeltaNet
+            // widths (16 K-heads, 64 V-heads of 128) our choice where the card is silent.
+            Preset::Qwen35Moe122bA10b | Preset::Qwen35Moe122bA10bScaled => Geometry {
+                arch: "qwen35moe",
+                size_label: if self == Preset::Qwen35Moe122bA10b { "122B-A10B" } else { "122B-A10B-scaled" },
+                n_layer: 48,
+                n_embd: 3072,
+                n_head: 32,
+                n_head_kv: 2,
+                n_expert: if self == Preset::Qwen35Moe122bA10b { 256 } else { 160 },
+                n_expert_used: 8,
+                n_ff_exp: 1024,
+                n_ff_shexp: 1024,
+                ssm_dt_rank: 64,
                 ..base
             },
             Preset::Qwen35_27b => Geometry {

@@ -179,7 +179,13 @@ fn qwen4exp_plans_have_llama_cpp_shapes() {
     assert!((43.0..44.0).contains(&experts), "routed experts {experts} GB");
     assert!((27.5..28.5).contains(&gb(&|t| t.name.starts_with("per_layer"))));
     // the sizes the presets' docs state (the scaled one: half the experts, a quarter of the table)
-    for (p, lo, hi) in [(Preset::Qwen4ExpFlashNext, 74.5, 75.5), (Preset::Qwen4ExpFlashNextScaled, 31.5, 32.5), (Preset::Qwen4ExpSmall, 0.2, 0.3)] {
+    for (p, lo, hi) in [
+        (Preset::Qwen4ExpFlashNext, 74.5, 75.5),
+        (Preset::Qwen4ExpFlashNextScaled, 31.5, 32.5),
+        (Preset::Qwen4ExpSmall, 0.2, 0.3),
+        (Preset::Qwen35Moe122bA10b, 70.0, 78.0),
+        (Preset::Qwen35Moe122bA10bScaled, 44.0, 50.0),
+    ] {
         let b = tensor_plan(&p.geometry()).iter().map(TensorPlan::n_bytes).sum::<u64>() as f64 / 1e9;
         assert!((lo..hi).contains(&b), "{p}: {b} GB");
     }

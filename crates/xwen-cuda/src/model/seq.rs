@@ -58,8 +58,13 @@ pub struct DevSeq {
     pub(super) layers: Vec<SeqLayer>,
     keep: usize,
     past: VecDeque<Past>,
-    /// Kept states let go, for the next ones (at most `keep`).
+    /// Kept states let go, for the next ones (at most `spare_cap`).
     spare: Vec<Vec<(DevBuf, DevBuf)>>,
+    /// The most states kept at once since the sequence was last zeroed: spares are held up
+    /// to it, so a drafter whose depth moves step by step, or that pauses and probes again,
+    /// does not free and allocate a kept state (a recurrent layer's conv and S each, tens of MB
+    /// on a full-size model) every time its depth changes.
+    spare_cap: usize,
     /// Where collecting (`DeviceSeq::collect_hidden`): the final hidden rows (after the output
     /// norm) of the rows fed since they were last taken, rows × hidden.
     pub(super) hidden: Option<Vec<f32>>,
@@ -78,7 +83,7 @@ impl DevSeq {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(DevSeq { gpu: Arc::clone(gpu), shape: shape.clone(), layers, keep: 0, past: VecDeque::new(), spare: Vec::new(), hidden: None })
+        Ok(DevSeq { gpu: Arc::clone(gpu), shape: shape.clone(), layers, keep: 0, past: VecDeque::new(), spare: Vec::new(), spare_cap: 0, hidden: None })
     }
 
     /// Back to position 0: the recurrent states zeroed, nothing kept.
@@ -90,6 +95,8 @@ impl DevSeq {
             }
         }
         self.past.clear();
+        self.spare.clear();
+        self.spare_cap = 0;
         Ok(())
     }
 
@@ -254,12 +261,13 @@ impl DevSeq {
 
     pub(crate) fn keep_history(&mut self, k: usize) {
         self.keep = k;
+        self.spare_cap = self.spare_cap.max(k);
         while self.past.len() > k {
             if let Some(p) = self.past.pop_front() {
                 self.spare.push(p.states);
             }
         }
-        self.spare.truncate(k);
+        self.spare.truncate(self.spare_cap);
     }
 
     /// Whether rows fed one by one keep their states before them.
@@ -354,7 +362,7 @@ impl DevSeq {
         for p in self.past.drain(i..) {
             self.spare.push(p.states);
         }
-        self.spare.truncate(self.keep);
+        self.spare.truncate(self.spare_cap);
         Ok(())
     }
 
