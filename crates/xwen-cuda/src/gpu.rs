@@ -232,11 +232,6 @@ pub struct Knobs {
     /// last block normalizes, rms_norm's bits) instead of launches of their own
     /// (`-DFUSE_NORM=1`; off: 373.4 against 405.3 t/s, all three 342.5, on an H100).
     pub fuse_norm: bool,
-    /// A decode step's router top-k computed by every block of the experts' gate/up launch and
-    /// of their down launch from the router's logits (`route_token`, moe_route_warp's picks bit
-    /// for bit) instead of a launch of its own between the router and the experts
-    /// (`-DROUTE_IN_EXPERTS=1`; the down launch routes before it waits on its predecessor).
-    pub route_in_experts: bool,
     /// Other -D definitions from the environment.
     extra: Vec<String>,
 }
@@ -248,7 +243,7 @@ impl Knobs {
 
     /// The default knobs with `defs` (XWEN_CUDA_DEFINES' form: "-DNAME=VALUE …") applied.
     pub fn with_defines(defs: &str) -> Result<Knobs> {
-        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 2, mv_cols: 8, mv_glu_cols: true, moe_tile: 4, moe_group_rows: 0, mv4_conv: false, fuse_route: false, fuse_mids: false, fuse_norm: false, route_in_experts: false, extra: Vec::new() };
+        let mut k = Knobs { mv_rows: 1, moe_down_rows: 2, moe_glu_rows: 2, mv_cols: 8, mv_glu_cols: true, moe_tile: 4, moe_group_rows: 0, mv4_conv: false, fuse_route: false, fuse_mids: false, fuse_norm: false, extra: Vec::new() };
         for d in defs.split_whitespace() {
             let Some(def) = d.strip_prefix("-D") else {
                 return Err(CudaError::Compile(format!("XWEN_CUDA_DEFINES: '{d}' is not a -DNAME=VALUE definition")));
@@ -267,7 +262,6 @@ impl Knobs {
                 Some(("FUSE_ROUTE", v)) => k.fuse_route = v != "0",
                 Some(("FUSE_MIDS", v)) => k.fuse_mids = v != "0",
                 Some(("FUSE_NORM", v)) => k.fuse_norm = v != "0",
-                Some(("ROUTE_IN_EXPERTS", v)) => k.route_in_experts = v != "0",
                 Some(("MOE_GROUP_ROWS", v)) => {
                     k.moe_group_rows = v.parse::<usize>().map_err(|_| CudaError::Compile(format!("XWEN_CUDA_DEFINES: {d}: MOE_GROUP_ROWS is a row count (0: never)")))?
                 }

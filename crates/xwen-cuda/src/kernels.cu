@@ -941,75 +941,6 @@ extern "C" __global__ void mv_glu_cols(const u8* G, const u8* U, int ty_g, int t
 #undef GLU_COLS_GROUP
 }
 
-// The router's top-k reduction by __reduce_max / __reduce_min (1) or by shuffle rounds (0): the
-// same pick either way (gpu.rs `Knobs`; measured on an H100: 35B-A3B tg128 +2.3%).
-#ifndef ROUTE_REDUX
-#define ROUTE_REDUX 1
-#endif
-
-// moe_route_warp's work for one token, a warp's: its n_expert logits (read through L2: another
-// block of the same grid may have written them, see mv4_route) into k ids and weights.
-__device__ __forceinline__ void route_token(const float* logits, int n_expert, int k, int norm_w, float w_scale, int* ids, float* weights, int lane) {
-    float p[16];
-    float mx = NEG_INF;
-    #pragma unroll
-    for (int e = 0; e < 16; e++) {
-        int i = lane + 32 * e;
-        p[e] = i < n_expert ? __ldcg(logits + i) : NEG_INF;
-        mx = fmaxf(mx, p[e]);
-    }
-    mx = warp_max(mx);
-    double sum = 0.0;
-    #pragma unroll
-    for (int e = 0; e < 16; e++) {
-        int i = lane + 32 * e;
-        p[e] = i < n_expert ? expf(p[e] - mx) : 0.0f;
-        sum += p[e];
-    }
-    sum = warp_sum_d(sum);
-    float inv = (float)(1.0 / sum);
-    #pragma unroll
-    for (int e = 0; e < 16; e++) p[e] = lane + 32 * e < n_expert ? p[e] * inv : NEG_INF;
-    double wsum = 0.0;
-    float picked = 0.0f;
-    for (int r = 0; r < k; r++) {
-        float bv = NEG_INF;
-        int bi = 0x7fffffff;
-        #pragma unroll
-        for (int e = 0; e < 16; e++) {
-            int i = lane + 32 * e;
-            if (p[e] > bv || (p[e] == bv && i < bi)) { bv = p[e]; bi = i; }
-        }
-#if ROUTE_REDUX && __CUDA_ARCH__ >= 800
-        // (a knob, XWEN_CUDA_DEFINES=-DROUTE_REDUX=0 for the shuffle rounds) the warp's best in
-        // two reductions instead of five shuffle rounds, the same pick: probabilities are ≥ 0, so their
-        // bits order as they do (+1: a taken or absent entry ranks below 0.0), then the lowest
-        // index among the lanes that hold that value
-        u32 key = bv >= 0.0f ? __float_as_uint(bv) + 1u : 0u;
-        u32 top = __reduce_max_sync(0xffffffffu, key);
-        bi = (int)__reduce_min_sync(0xffffffffu, key == top ? (u32)bi : 0xffffffffu);
-        bv = top ? __uint_as_float(top - 1u) : NEG_INF;
-#else
-        for (int o = 16; o > 0; o >>= 1) {
-            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
-        }
-#endif
-        #pragma unroll
-        for (int e = 0; e < 16; e++)
-            if (lane + 32 * e == bi) p[e] = NEG_INF;
-        if (lane == r) picked = bv;
-        if (lane == 0) ids[r] = bi;
-        wsum += bv;
-    }
-    // k ≤ 32 (host-checked): lane r holds pick r
-    float w = picked;
-    if (norm_w) w /= fmaxf((float)wsum, 6.103515625e-5f);
-    if (w_scale != 0.0f && w_scale != 1.0f) w *= w_scale;
-    if (lane < k) weights[lane] = w;
-}
-
 // Rows a warp of moe_glu takes (gpu.rs `Knobs` defines it; the launch's grid follows).
 #ifndef MOE_GLU_ROWS
 #define MOE_GLU_ROWS 2
@@ -1025,11 +956,9 @@ __device__ __forceinline__ void route_token(const float* logits, int n_expert, i
 extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u, int rows, i64 rb_g, i64 rb_u, i64 mb_g, i64 mb_u, const int* ids, int k,
                                    const u8* SG, const u8* SU, int ty_sg, int ty_su, int rows_s, i64 rb_sg, i64 rb_su, int cols, const float* x,
                                    const i8* qk, const float2* dk, const i8* qz, const float2* dz, float* h, float* hs, u32* count, int kind,
-                                   i8* hq, float2* hd, int kind_s, i8* hsq, float2* hsd, const float* logits, int n_expert, int norm_w, float w_scale) {
+                                   i8* hq, float2* hd, int kind_s, i8* hsq, float2* hsd) {
     constexpr int R = MOE_GLU_ROWS;
     __shared__ float s_up[2][R];
-    __shared__ int s_ids[32];
-    __shared__ float s_w[32];
     int slot = blockIdx.y, warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     int r0 = (blockIdx.x * 2 + (warp >> 1)) * R;
     bool up = warp & 1, shared = slot == k;
@@ -1054,19 +983,12 @@ extern "C" __global__ void moe_glu(const u8* G, const u8* U, int ty_g, int ty_u,
         prefetch_l2(m_row, live * rb, lane);
     }
     pdl_start();
-    // -DROUTE_IN_EXPERTS=1 (logits given): the block routes its token itself from the router's
-    // logits (route_token, moe_route_warp's picks bit for bit) instead of a launch before it
-    // (block-uniform: a block is all routed slots or all the shared expert's)
-    if (logits && !shared) {
-        if (warp == 0) route_token(logits + (i64)blockIdx.z * n_expert, n_expert, k, norm_w, w_scale, s_ids, s_w, lane);
-        __syncthreads();
-    }
     float v[R];
     #pragma unroll
     for (int r = 0; r < R; r++) v[r] = 0.0f;
     if (live > 0) {
         if (!shared) {
-            i64 e = logits ? s_ids[slot] : ids[slot];
+            i64 e = ids[slot];
             m_row = up ? U + e * mb_u + (i64)r0 * rb : G + e * mb_g + (i64)r0 * rb;
             ty = up ? ty_u : ty_g;
         }
@@ -1672,6 +1594,75 @@ extern "C" __global__ void moe_route(const float* logits, int n_expert, int k, i
     }
 }
 
+// The router's top-k reduction by __reduce_max / __reduce_min (1) or by shuffle rounds (0): the
+// same pick either way (gpu.rs `Knobs`; measured on an H100: 35B-A3B tg128 +2.3%).
+#ifndef ROUTE_REDUX
+#define ROUTE_REDUX 1
+#endif
+
+// moe_route_warp's work for one token, a warp's: its n_expert logits (read through L2: another
+// block of the same grid may have written them, see mv4_route) into k ids and weights.
+__device__ __forceinline__ void route_token(const float* logits, int n_expert, int k, int norm_w, float w_scale, int* ids, float* weights, int lane) {
+    float p[16];
+    float mx = NEG_INF;
+    #pragma unroll
+    for (int e = 0; e < 16; e++) {
+        int i = lane + 32 * e;
+        p[e] = i < n_expert ? __ldcg(logits + i) : NEG_INF;
+        mx = fmaxf(mx, p[e]);
+    }
+    mx = warp_max(mx);
+    double sum = 0.0;
+    #pragma unroll
+    for (int e = 0; e < 16; e++) {
+        int i = lane + 32 * e;
+        p[e] = i < n_expert ? expf(p[e] - mx) : 0.0f;
+        sum += p[e];
+    }
+    sum = warp_sum_d(sum);
+    float inv = (float)(1.0 / sum);
+    #pragma unroll
+    for (int e = 0; e < 16; e++) p[e] = lane + 32 * e < n_expert ? p[e] * inv : NEG_INF;
+    double wsum = 0.0;
+    float picked = 0.0f;
+    for (int r = 0; r < k; r++) {
+        float bv = NEG_INF;
+        int bi = 0x7fffffff;
+        #pragma unroll
+        for (int e = 0; e < 16; e++) {
+            int i = lane + 32 * e;
+            if (p[e] > bv || (p[e] == bv && i < bi)) { bv = p[e]; bi = i; }
+        }
+#if ROUTE_REDUX && __CUDA_ARCH__ >= 800
+        // (a knob, XWEN_CUDA_DEFINES=-DROUTE_REDUX=0 for the shuffle rounds) the warp's best in
+        // two reductions instead of five shuffle rounds, the same pick: probabilities are ≥ 0, so their
+        // bits order as they do (+1: a taken or absent entry ranks below 0.0), then the lowest
+        // index among the lanes that hold that value
+        u32 key = bv >= 0.0f ? __float_as_uint(bv) + 1u : 0u;
+        u32 top = __reduce_max_sync(0xffffffffu, key);
+        bi = (int)__reduce_min_sync(0xffffffffu, key == top ? (u32)bi : 0xffffffffu);
+        bv = top ? __uint_as_float(top - 1u) : NEG_INF;
+#else
+        for (int o = 16; o > 0; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (ov > bv || (ov == bv && oi < bi)) { bv = ov; bi = oi; }
+        }
+#endif
+        #pragma unroll
+        for (int e = 0; e < 16; e++)
+            if (lane + 32 * e == bi) p[e] = NEG_INF;
+        if (lane == r) picked = bv;
+        if (lane == 0) ids[r] = bi;
+        wsum += bv;
+    }
+    // k ≤ 32 (host-checked): lane r holds pick r
+    float w = picked;
+    if (norm_w) w /= fmaxf((float)wsum, 6.103515625e-5f);
+    if (w_scale != 0.0f && w_scale != 1.0f) w *= w_scale;
+    if (lane < k) weights[lane] = w;
+}
+
 // moe_route for up to 512 experts in one warp (16 a lane, in registers): no block barriers
 // between the k picks. The same picks (ties to the lower id) and weights up to the order of
 // the softmax's double sum. One warp a token.
@@ -1742,21 +1733,12 @@ extern "C" __global__ void moe_combine(float* x, const float* ys, const float* w
 #define MDC_ARGS                                                                                                                                     \
     const u8 *D, int ty, int rows, int cols, i64 rb, i64 mb, const int *ids, const float *weights, int k, const float *h, const i8 *qk, const float2 *dk, \
         const i8 *qz, const float2 *dz, const u8 *S, int ty_s, int cols_s, i64 rb_s, const float *hs, const i8 *qks, const float2 *dks, const i8 *qzs,       \
-        const float2 *dzs, const float *sg, float *x, const float *logits, int n_expert, int norm_w, float w_scale
-#define MDC_PASS D, ty, rows, cols, rb, mb, ids, weights, k, h, qk, dk, qz, dz, S, ty_s, cols_s, rb_s, hs, qks, dks, qzs, dzs, sg, x, logits, n_expert, norm_w, w_scale
+        const float2 *dzs, const float *sg, float *x
+#define MDC_PASS D, ty, rows, cols, rb, mb, ids, weights, k, h, qk, dk, qz, dz, S, ty_s, cols_s, rb_s, hs, qks, dks, qzs, dzs, sg, x
 __device__ __forceinline__ void moe_down_combine_body(MDC_ARGS) {
     constexpr int RD = MOE_DOWN_ROWS;
     __shared__ float ys[33][RD];
-    __shared__ int s_ids[32];
-    __shared__ float s_w[32];
     int r0 = blockIdx.x * RD, s = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    // -DROUTE_IN_EXPERTS=1 (logits given): the block routes its row itself, before it waits —
-    // the router's product wrote the logits at least two launches before this one (the gate/up
-    // launch between), so they are there when this grid starts (see ids below)
-    if (logits) {
-        if (s == 0) route_token(logits + (i64)blockIdx.y * n_expert, n_expert, k, norm_w, w_scale, s_ids, s_w, lane);
-        __syncthreads();
-    }
     {
         i64 t = blockIdx.y, xr = t * k * cols, sr = t * cols_s;
         ids += t * k;
@@ -1778,7 +1760,7 @@ __device__ __forceinline__ void moe_down_combine_body(MDC_ARGS) {
     const u8* w = nullptr;
     i64 wb = 0;
     if (s < k) {
-        w = D + (i64)(logits ? s_ids[s] : __ldcg(ids + s)) * mb + (i64)r0 * rb;
+        w = D + (i64)__ldcg(ids + s) * mb + (i64)r0 * rb;
         wb = rb;
     } else if (s == k && S) {
         w = S + (i64)r0 * rb_s;
@@ -1806,8 +1788,7 @@ __device__ __forceinline__ void moe_down_combine_body(MDC_ARGS) {
     int t = threadIdx.x;
     if (t >= live) return;
     float f = 0.0f;
-    const float* wt = logits ? s_w : weights;
-    for (int q = 0; q < k; q++) f = q == 0 ? __fmul_rn(wt[0], ys[0][t]) : __fadd_rn(f, __fmul_rn(wt[q], ys[q][t]));
+    for (int q = 0; q < k; q++) f = q == 0 ? __fmul_rn(weights[0], ys[0][t]) : __fadd_rn(f, __fmul_rn(weights[q], ys[q][t]));
     if (S) {
         float gt = sg ? 1.0f / (1.0f + expf(-sg[0])) : 1.0f;
         f = __fadd_rn(f, __fmul_rn(gt, ys[k][t]));

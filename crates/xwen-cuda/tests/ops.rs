@@ -1565,15 +1565,6 @@ fn fused_quantization_equals_the_quantizer() {
     }
 }
 
-/// The picks and weights moe_route_warp makes of one token's `logits` (k of them, weights
-/// normalized), and the logits on the device: ((ids, weights), logits).
-fn route_of(g: &xwen_cuda::gpu::Gpu, logits: &[f32], k: usize) -> ((xwen_cuda::gpu::DevBuf, xwen_cuda::gpu::DevBuf), xwen_cuda::gpu::DevBuf) {
-    let (lg, ids, wts) = (g.upload_f32(logits).unwrap(), g.zeros(k * 4).unwrap(), g.zeros(k * 4).unwrap());
-    let args = [Arg::Ptr(lg.ptr), Arg::I32(logits.len() as i32), Arg::I32(k as i32), Arg::I32(1), Arg::F32(0.0), Arg::Ptr(ids.ptr), Arg::Ptr(wts.ptr)];
-    g.launch("moe_route_warp", (1, 1), 32, 0, &args).unwrap();
-    ((ids, wts), lg)
-}
-
 /// moe_down_combine (a decode step's expert and shared down products, weighted sum and
 /// residual in one launch) equals `mv` per slot, `mv` of the shared expert and moe_combine,
 /// bit for bit, with and without a shared expert and its gate.
@@ -1689,57 +1680,44 @@ fn the_fused_moe_output_equals_its_three_steps() {
             &[Arg::Ptr(x1.ptr), Arg::Ptr(ys.ptr), Arg::Ptr(wtd.ptr), Arg::I32(k as i32), Arg::I32(rows as i32), Arg::Ptr(sh_ptr), Arg::Ptr(sg_ptr)],
         )
         .unwrap();
-        // one launch: with the picks given (ids, weights), or routing from the router's logits
+        // one launch
+        let x2 = g.upload_f32(&x0).unwrap();
         let s_ptr = if shared > 0 { sd.ptr } else { 0 };
-        let down = |ids: u64, wts: u64, logits: u64| {
-            let x2 = g.upload_f32(&x0).unwrap();
-            g.launch(
-                "moe_down_combine",
-                (rows.div_ceil(g.knobs.moe_down_rows) as u32, 1),
-                32 * (k as u32 + u32::from(shared > 0)),
-                0,
-                &[
-                    Arg::Ptr(wd.ptr),
-                    Arg::I32(ty.id() as i32),
-                    Arg::I32(rows as i32),
-                    Arg::I32(cols as i32),
-                    Arg::I64(rb as i64),
-                    Arg::I64((rows * rb) as i64),
-                    Arg::Ptr(ids),
-                    Arg::Ptr(wts),
-                    Arg::I32(k as i32),
-                    Arg::Ptr(hd.ptr),
-                    Arg::Ptr(hk[0]),
-                    Arg::Ptr(hk[1]),
-                    Arg::Ptr(hk[2]),
-                    Arg::Ptr(hk[3]),
-                    Arg::Ptr(s_ptr),
-                    Arg::I32(ty.id() as i32),
-                    Arg::I32(cols as i32),
-                    Arg::I64(rb as i64),
-                    Arg::Ptr(hsd.ptr),
-                    Arg::Ptr(sk[0]),
-                    Arg::Ptr(sk[1]),
-                    Arg::Ptr(sk[2]),
-                    Arg::Ptr(sk[3]),
-                    Arg::Ptr(sg_ptr),
-                    Arg::Ptr(x2.ptr),
-                    Arg::Ptr(logits),
-                    Arg::I32(n_expert as i32),
-                    Arg::I32(1),
-                    Arg::F32(0.0),
-                ],
-            )
-            .unwrap();
-            x2
-        };
-        let x2 = down(idd.ptr, wtd.ptr, 0);
+        g.launch(
+            "moe_down_combine",
+            (rows.div_ceil(g.knobs.moe_down_rows) as u32, 1),
+            32 * (k as u32 + u32::from(shared > 0)),
+            0,
+            &[
+                Arg::Ptr(wd.ptr),
+                Arg::I32(ty.id() as i32),
+                Arg::I32(rows as i32),
+                Arg::I32(cols as i32),
+                Arg::I64(rb as i64),
+                Arg::I64((rows * rb) as i64),
+                Arg::Ptr(idd.ptr),
+                Arg::Ptr(wtd.ptr),
+                Arg::I32(k as i32),
+                Arg::Ptr(hd.ptr),
+                Arg::Ptr(hk[0]),
+                Arg::Ptr(hk[1]),
+                Arg::Ptr(hk[2]),
+                Arg::Ptr(hk[3]),
+                Arg::Ptr(s_ptr),
+                Arg::I32(ty.id() as i32),
+                Arg::I32(cols as i32),
+                Arg::I64(rb as i64),
+                Arg::Ptr(hsd.ptr),
+                Arg::Ptr(sk[0]),
+                Arg::Ptr(sk[1]),
+                Arg::Ptr(sk[2]),
+                Arg::Ptr(sk[3]),
+                Arg::Ptr(sg_ptr),
+                Arg::Ptr(x2.ptr),
+            ],
+        )
+        .unwrap();
         assert_eq!(g.read_i32(&x1, rows).unwrap(), g.read_i32(&x2, rows).unwrap(), "{} k {k} shared {shared}: fused differs", ty.name());
-        // the launch routing its row itself (-DROUTE_IN_EXPERTS=1's form) equals it given the
-        // picks and weights moe_route_warp makes of the same logits
-        let ((rid, rwt), lg) = route_of(&g, &noise(n_expert, seed + 6), k);
-        let (given, routed) = (down(rid.ptr, rwt.ptr, 0), down(0, 0, lg.ptr));
-        assert_eq!(g.read_i32(&given, rows).unwrap(), g.read_i32(&routed, rows).unwrap(), "{} k {k} shared {shared}: routed in the launch differs", ty.name());
         println!("moe_down_combine {} {n_expert} experts top {k}, shared {shared}: equal to mv + mv + moe_combine, bit for bit", ty.name());
     }
 }
@@ -1811,66 +1789,51 @@ fn the_fused_expert_launches_equal_their_parts() {
         let (h1, hs1, h2, hs2) = (g.zeros(k * eff * 4).unwrap(), g.zeros(s_ff * 4).unwrap(), g.zeros(k * eff * 4).unwrap(), g.zeros(s_ff * 4).unwrap());
         glu(eg.ptr, eu.ptr, ty, eff, rb, idd.ptr, k, h1.ptr);
         glu(sg.ptr, su.ptr, sty, s_ff, srb, 0, 1, hs1.ptr);
-        // with the picks given (ids), or routing from the router's logits
-        let fused = |ids: u64, logits: u64, h: u64, hs: u64| {
-            g.launch(
-                "moe_glu",
-                (eff.max(s_ff).div_ceil(2 * g.knobs.moe_glu_rows) as u32, k as u32 + 1),
-                128,
-                0,
-                &[
-                    Arg::Ptr(eg.ptr),
-                    Arg::Ptr(eu.ptr),
-                    Arg::I32(ty.id() as i32),
-                    Arg::I32(ty.id() as i32),
-                    Arg::I32(eff as i32),
-                    Arg::I64(rb as i64),
-                    Arg::I64(rb as i64),
-                    Arg::I64((eff * rb) as i64),
-                    Arg::I64((eff * rb) as i64),
-                    Arg::Ptr(ids),
-                    Arg::I32(k as i32),
-                    Arg::Ptr(sg.ptr),
-                    Arg::Ptr(su.ptr),
-                    Arg::I32(sty.id() as i32),
-                    Arg::I32(sty.id() as i32),
-                    Arg::I32(s_ff as i32),
-                    Arg::I64(srb as i64),
-                    Arg::I64(srb as i64),
-                    Arg::I32(cols as i32),
-                    Arg::Ptr(xd.ptr),
-                    Arg::Ptr(xk.ptr),
-                    Arg::Ptr(xdk.ptr),
-                    Arg::Ptr(xz.ptr),
-                    Arg::Ptr(xdz.ptr),
-                    Arg::Ptr(h),
-                    Arg::Ptr(hs),
-                    Arg::Ptr(0),
-                    Arg::I32(0),
-                    Arg::Ptr(0),
-                    Arg::Ptr(0),
-                    Arg::I32(0),
-                    Arg::Ptr(0),
-                    Arg::Ptr(0),
-                    Arg::Ptr(logits),
-                    Arg::I32(n_expert as i32),
-                    Arg::I32(1),
-                    Arg::F32(0.0),
-                ],
-            )
-            .unwrap();
-        };
-        fused(idd.ptr, 0, h2.ptr, hs2.ptr);
+        g.launch(
+            "moe_glu",
+            (eff.max(s_ff).div_ceil(2 * g.knobs.moe_glu_rows) as u32, k as u32 + 1),
+            128,
+            0,
+            &[
+                Arg::Ptr(eg.ptr),
+                Arg::Ptr(eu.ptr),
+                Arg::I32(ty.id() as i32),
+                Arg::I32(ty.id() as i32),
+                Arg::I32(eff as i32),
+                Arg::I64(rb as i64),
+                Arg::I64(rb as i64),
+                Arg::I64((eff * rb) as i64),
+                Arg::I64((eff * rb) as i64),
+                Arg::Ptr(idd.ptr),
+                Arg::I32(k as i32),
+                Arg::Ptr(sg.ptr),
+                Arg::Ptr(su.ptr),
+                Arg::I32(sty.id() as i32),
+                Arg::I32(sty.id() as i32),
+                Arg::I32(s_ff as i32),
+                Arg::I64(srb as i64),
+                Arg::I64(srb as i64),
+                Arg::I32(cols as i32),
+                Arg::Ptr(xd.ptr),
+                Arg::Ptr(xk.ptr),
+                Arg::Ptr(xdk.ptr),
+                Arg::Ptr(xz.ptr),
+                Arg::Ptr(xdz.ptr),
+                Arg::Ptr(h2.ptr),
+                Arg::Ptr(hs2.ptr),
+                // no quantization in the launch (-DFUSE_MIDS's count null)
+                Arg::Ptr(0),
+                Arg::I32(0),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+                Arg::I32(0),
+                Arg::Ptr(0),
+                Arg::Ptr(0),
+            ],
+        )
+        .unwrap();
         assert_eq!(g.read_i32(&h1, k * eff).unwrap(), g.read_i32(&h2, k * eff).unwrap(), "moe_glu {}: the experts' rows", ty.name());
         assert_eq!(g.read_i32(&hs1, s_ff).unwrap(), g.read_i32(&hs2, s_ff).unwrap(), "moe_glu {}: the shared expert's rows", sty.name());
-        // routing in the launch (-DROUTE_IN_EXPERTS=1's form): the rows of the picks
-        // moe_route_warp makes of the same logits
-        let ((rid, _), lg) = route_of(&g, &noise(n_expert, seed + 5), k);
-        let (h3, hs3, h4, hs4) = (g.zeros(k * eff * 4).unwrap(), g.zeros(s_ff * 4).unwrap(), g.zeros(k * eff * 4).unwrap(), g.zeros(s_ff * 4).unwrap());
-        fused(rid.ptr, 0, h3.ptr, hs3.ptr);
-        fused(0, lg.ptr, h4.ptr, hs4.ptr);
-        assert_eq!(g.read_i32(&h3, k * eff).unwrap(), g.read_i32(&h4, k * eff).unwrap(), "moe_glu {}: routed in the launch", ty.name());
-        assert_eq!(g.read_i32(&hs3, s_ff).unwrap(), g.read_i32(&hs4, s_ff).unwrap(), "moe_glu {}: the shared rows, routed in the launch", sty.name());
         // the hidden rows: experts' in one kind, the shared row in the other, after them
         let (ka, kb) = if sty == GgmlType::Q8_0 { (0, 1) } else { (1, 0) };
         let ((qa, da), (qb, db)) = (q8(ka, &h1, eff, k), q8(kb, &hs1, s_ff, 1));

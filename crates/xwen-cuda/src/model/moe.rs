@@ -24,19 +24,7 @@ impl CudaModel {
             _ if fuse_route => self.proj_many_routed(&[(&w.router, sc.router.ptr)], x, n, None, route)?,
             _ => self.proj(&w.router, x, sc.router.ptr, None, n, lay)?,
         }
-        // -DROUTE_IN_EXPERTS=1: a resident decode row's experts route it themselves
-        // (moe_decode's launches, from the logits); ids stay unwritten, so only where nothing
-        // else reads them (no VRAM cache, no shard, not grouped, a shared expert's moe_glu)
-        let route_in = rows
-            && !fuse_route
-            && g.knobs.route_in_experts
-            && cache.is_none()
-            && self.shard.is_none()
-            && w.shared.is_some()
-            && k < 32
-            && d.n_expert <= 512
-            && !self.group_decode_experts(n);
-        if !fuse_route && !route_in {
+        if !fuse_route {
             self.route(sc.router.ptr, sc.ids.ptr, sc.weights.ptr, n)?;
         }
         if let Some(sh) = &self.shard {
@@ -92,7 +80,7 @@ impl CudaModel {
             }
             // moe_down_combine's block holds a warp a slot and the shared expert's
             if rows && k < 32 {
-                let normed = self.moe_decode(w, x, kinds, n, norm_after, route_in.then_some(sc.router.ptr))?;
+                let normed = self.moe_decode(w, x, kinds, n, norm_after)?;
                 read_ahead()?;
                 return Ok(normed);
             }
@@ -296,9 +284,7 @@ impl CudaModel {
     /// launch (moe_down_combine: the bits of mv + mv + moe_combine).
     /// With `norm_after`, the norm after the layer applied to each row by the down launch's last
     /// block a row (`moe_down_combine_norm`): that norm's output.
-    /// `logits`: where the router's logits are, for launches that route themselves
-    /// (`Knobs::route_in_experts`); None: the ids and weights are written.
-    fn moe_decode(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, norm_after: Option<NextNorm>, logits: Option<u64>) -> Result<Option<In>> {
+    fn moe_decode(&self, w: &MoeLayer, x: In, kinds: &LayerKinds, n: usize, norm_after: Option<NextNorm>) -> Result<Option<In>> {
         let (g, d, sc) = (&self.gpu, &self.d, &self.sc);
         let (k, h, eff) = (d.n_used, d.hidden, d.expert_ff);
         let ex = &w.experts;
@@ -309,7 +295,7 @@ impl CudaModel {
             Some(s) => {
                 (s_ptr, s_ty, s_cols, s_rb) = (s.down.ptr, s.down.ty, s.down.cols, s.down.row_bytes);
                 fused = if g.knobs.fuse_mids { self.mids(kinds, s.down.cols, n) } else { None };
-                self.moe_glu(ex, s, x, n, fused, logits)?;
+                self.moe_glu(ex, s, x, n, fused)?;
             }
             None => mv_glu(g, ex, Some(sc.ids.ptr), x, h, k, sc.ffn_h.ptr, eff, n * k)?,
         }
@@ -352,7 +338,6 @@ impl CudaModel {
             Arg::Ptr(sg),
             Arg::Ptr(sc.x.ptr),
         ];
-        args.extend(self.route_args(logits));
         let (kernel, normed) = match norm_after {
             Some(next) => {
                 // a row's counter a decode row (COUNT_NORM..)
@@ -472,9 +457,8 @@ impl CudaModel {
     /// expert's (into sh_h) of a decode batch of `n` rows in one launch.
     /// With `mids`, the launch also quantizes those rows for the down products (the last block
     /// of each slot's row: quant_q8_2's bits), into where `mids` says.
-    fn moe_glu(&self, ex: &Glu, s: &Glu, x: In, n: usize, mids: Option<Mids>, logits: Option<u64>) -> Result<()> {
+    fn moe_glu(&self, ex: &Glu, s: &Glu, x: In, n: usize, mids: Option<Mids>) -> Result<()> {
         let (d, sc) = (&self.d, &self.sc);
-        let route = self.route_args(logits);
         let m = mids.unwrap_or_default();
         let count = if mids.is_some() { sc.counts.at(4 * (COUNT_MIDS + self.decode_max)) } else { 0 };
         let (eg, eu, sg, su) = (&ex.gate, &ex.up, &s.gate, &s.up);
@@ -518,20 +502,8 @@ impl CudaModel {
                 Arg::I32(m.kind_s),
                 Arg::Ptr(m.q_s),
                 Arg::Ptr(m.d_s),
-                route[0],
-                route[1],
-                route[2],
-                route[3],
             ],
         )
-    }
-
-    /// The routing arguments of moe_glu and moe_down_combine: the router's logits (null: the
-    /// launch reads the ids and weights written before it), the experts, whether the picks'
-    /// weights are normalized, their scale.
-    fn route_args(&self, logits: Option<u64>) -> [Arg; 4] {
-        let d = &self.d;
-        [Arg::Ptr(logits.unwrap_or(0)), Arg::I32(d.n_expert as i32), Arg::I32(d.norm_w as i32), Arg::F32(d.w_scale)]
     }
 
     /// A decode batch's experts' hidden rows and the shared expert's quantized for their down
