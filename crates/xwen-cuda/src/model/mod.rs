@@ -1110,9 +1110,12 @@ impl CudaModel {
     /// The verifies of 2 to `rows` rows that keep states for a rollback (the engine's) captured
     /// now (a graph a size), so a drafted request's first verify of a size does not pay the
     /// capture mid-request (tens of ms against a few). Like the decode batches', a verify's
-    /// graph serves any sequence. Nothing where the steps run without graphs.
+    /// graph serves any sequence. Where the model's MTP head is on the device, its passes and
+    /// draft chains for that depth too (`capture_mtp`). Nothing where the steps run without
+    /// graphs.
     pub fn capture_verifies(&mut self, rows: usize) -> Result<()> {
-        self.capture_each((2..=rows.min(self.decode_max)).map(|n| Pass::Verify { n, hist: true }))
+        self.capture_each((2..=rows.min(self.decode_max)).map(|n| Pass::Verify { n, hist: true }))?;
+        self.capture_mtp(rows)
     }
 
     /// A decode batch's or verify's table (`forward::rows_table_at`): the rows' tokens, their

@@ -217,21 +217,50 @@ impl CudaModel {
         let m = self.mtp.as_mut().expect("checked above");
         gpu.write(&mut m.chain, &bytes)?;
         gpu.write(&mut m.h_in, as_bytes(h))?;
+        let ios = self.chain_ios(depth)?;
+        self.run_graph((depth, GRAPH_CHAIN), |m| ios.iter().try_for_each(|&io| m.record_mtp(1, true, io)))?;
+        let all = self.gpu.read_f32_at(&self.mtp_head()?.out, 0, depth * (hd + 2))?;
+        Ok(all.chunks_exact(hd + 2).map(|a| (a[hd + 1].to_bits(), a[hd])).collect())
+    }
+
+    /// A draft chain's steps of `depth`: step i reads its token and position from its table
+    /// (the first also its hidden row from h_in), each later step the token and hidden row of
+    /// the step before it from that step's answer.
+    fn chain_ios(&self, depth: usize) -> Result<Vec<MtpIo>> {
+        let m = self.mtp_head()?;
+        let hd = self.d.hidden;
         let (chain, h_in, out) = (m.chain.ptr, m.h_in.ptr, m.out.ptr);
         let step = (hd + 2) * 4;
-        let ios: Vec<MtpIo> = (0..depth)
+        Ok((0..depth)
             .map(|i| {
                 let at = |b: usize| chain + (i * CHAIN_TABLE + b) as u64;
-                // step i reads step i − 1's token and hidden row from its answer
                 let prev = out + ((i.max(1) - 1) * step) as u64;
                 let (ids, hin) = if i == 0 { (at(0), h_in) } else { (prev + (4 * (hd + 1)) as u64, prev) };
                 let st = super::forward::LayerPtrs::one_sequence(at(8), at(4));
                 MtpIo { ids, h_in: hin, st, out: out + (i * step) as u64 }
             })
-            .collect();
-        self.run_graph((depth, GRAPH_CHAIN), |m| ios.iter().try_for_each(|&io| m.record_mtp(1, true, io)))?;
-        let all = self.gpu.read_f32_at(&self.mtp_head()?.out, 0, depth * (hd + 2))?;
-        Ok(all.chunks_exact(hd + 2).map(|a| (a[hd + 1].to_bits(), a[hd])).collect())
+            .collect())
+    }
+
+    /// The head's passes of 1 to `rows` rows (catching up on a verify's kept rows) and its
+    /// draft chains of 1 to `rows − 1` steps captured now, where the model has a head on the
+    /// device, so that a drafted request's first steps of each size do not pay a capture (on a
+    /// small model a capture costs more than the steps it serves: tens of steps of ~0.2 ms).
+    pub(crate) fn capture_mtp(&mut self, rows: usize) -> Result<()> {
+        let Some(head_rows) = self.mtp.as_ref().map(|m| m.rows) else { return Ok(()) };
+        if !self.use_graph {
+            return Ok(());
+        }
+        self.gpu.ctx.bind_to_thread()?;
+        for n in 1..=rows.min(head_rows) {
+            let io = self.rows_io(n)?;
+            self.capture_with((n, GRAPH_MTP), |m| m.record_mtp(n, false, io))?;
+        }
+        for depth in 1..=rows.saturating_sub(1).min(CHAIN_MAX) {
+            let ios = self.chain_ios(depth)?;
+            self.capture_with((depth, GRAPH_CHAIN), |m| ios.iter().try_for_each(|&io| m.record_mtp(1, true, io)))?;
+        }
+        Ok(())
     }
 
     /// The head pass of `n` rows as its table put it (`write_mtp_rows`): its io.

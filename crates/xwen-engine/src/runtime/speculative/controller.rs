@@ -174,7 +174,11 @@ impl Controller {
         }
         self.rate = 0.7 * self.rate + 0.3 * (accepted as f64 / drafted as f64);
         self.depth = if accepted == drafted { (self.depth + 1).min(self.max) } else { (accepted + 1).min(self.max) };
-        if self.drafted_steps >= 4 && self.rate < PAUSE_BELOW {
+        // a drafter paused before and not accepted since is paused again by its first rejected
+        // probe (as `observe_empty` does for empty proposals): a drafter that never agrees then
+        // costs one verify a pause, and the pauses keep doubling
+        let rejected_again = accepted == 0 && self.pause_len > PAUSE_STEPS;
+        if (self.drafted_steps >= 4 && self.rate < PAUSE_BELOW) || rejected_again {
             self.start_pause();
             // on probation after the pause
             self.rate = 0.5;
@@ -333,6 +337,35 @@ mod tests {
         c.observe_empty();
         assert!((0..PAUSE_STEPS).all(|_| c.depth() == 0), "the pause is back to PAUSE_STEPS");
         assert!(c.depth() > 0);
+    }
+
+    #[test]
+    fn a_drafter_that_never_agrees_costs_one_verify_a_pause() {
+        let mut c = Controller::new(4);
+        let mut drafted_steps = Vec::new();
+        for step in 0..1000 {
+            let k = c.depth();
+            if k > 0 {
+                drafted_steps.push(step);
+                c.observe(k, 0);
+            }
+        }
+        // four steps before the first pause, then one probe after each pause (24, 48, … 768)
+        assert_eq!(&drafted_steps[..4], &[0, 1, 2, 3]);
+        let probes = &drafted_steps[4..];
+        assert_eq!(probes.len(), 5, "{drafted_steps:?}");
+        let gaps: Vec<usize> = probes.windows(2).map(|w| w[1] - w[0] - 1).collect();
+        assert_eq!(gaps, vec![48, 96, 192, 384], "{drafted_steps:?}");
+        // an accepted draft ends the run rule: a later rejection alone does not pause
+        let mut c = Controller::new(4);
+        for _ in 0..4 {
+            let k = c.depth();
+            c.observe(k.max(1), 0);
+        }
+        while c.depth() == 0 {}
+        c.observe(1, 1);
+        c.observe(2, 0);
+        assert!(c.depth() > 0, "an accepting drafter is not paused by one rejection");
     }
 
     /// The depth that pays: deep where a verify's rows are cheap and drafts are right, shallow

@@ -48,6 +48,9 @@ pub(crate) fn speculate(
         let st = crate::runtime::generate::generate_observed(model, state, req, sampler, on_prefill, on_token)?;
         return Ok((st, SpecStats::default()));
     }
+    // a device makes its verifies (and an MTP head its passes) ready now, before anything is
+    // timed: a GPU captures each size's graph once, as a server does at start
+    model.prepare_verifies(max_draft + 1)?;
     let mut spec = SpecStats { active: true, ..Default::default() };
     let mut stats = GenStats { prompt_tokens: req.prompt.len(), ..Default::default() };
     for &t in req.prompt {
@@ -86,8 +89,6 @@ pub(crate) fn speculate(
     let greedy_bans = sampler.greedy_bans();
     let mode = if greedy_bans.is_some() { LogitsMode::AllArgmax } else { LogitsMode::All };
     let banned = greedy_bans.unwrap_or_default();
-    // a device makes its verifies ready now (a GPU captures each size's pass), not mid-run
-    model.prepare_verifies(max_draft + 1)?;
     let mut ctl = Controller::new(max_draft);
     ctl.set_timed(sampler.params().temperature <= 0.0);
     // what the drafter spent following the kept rows since its last proposal (an MTP head's
