@@ -64,7 +64,11 @@ pub fn run(a: PlanArgs) -> Result<()> {
     // -ngl 99: the GPU's share, as the CUDA backend would hold it
     let n_layer = file.architecture().and_then(|ar| file.get_u64(&format!("{ar}.block_count"))).unwrap_or(0) as usize;
     let vram = match crate::gpu::placement(a.engine.n_gpu_layers.as_deref(), a.engine.device.as_deref(), n_layer)? {
-        crate::gpu::Placement::Cuda(ordinal) => Some(crate::gpu::vram_plan(&file, ordinal, cfg.max_ctx, a.engine.prefill_chunk())?),
+        crate::gpu::Placement::Cuda(ordinal) => {
+            // the MTP head a run with these flags drafts with goes onto the device too
+            let head = xwen_engine::mtp_head_for_plan(&file, &cfg)?;
+            Some(crate::gpu::vram_plan(&file, ordinal, cfg.max_ctx, a.engine.prefill_chunk(), head.as_ref(), n_seq)?)
+        }
         crate::gpu::Placement::Cpu => None,
     };
     if let (Some(v), false) = (&vram, a.json) {
@@ -83,6 +87,9 @@ pub fn run(a: PlanArgs) -> Result<()> {
                 human_bytes(p.scratch_bytes),
                 human_bytes(p.floor())
             );
+            if v.mtp_bytes > 0 {
+                println!("  the MTP head it drafts with (its block, what it does not share with the trunk, its KV): {} more", human_bytes(v.mtp_bytes));
+            }
             if let Ok((_, free)) = &v.device {
                 let room = xwen_cuda::DevicePlan::checkpoint_room(*free, p.held_bytes(a.engine.vram_budget), a.engine.vram_budget);
                 if room > 0 {
@@ -121,6 +128,7 @@ pub fn run(a: PlanArgs) -> Result<()> {
             "draft_bytes": plan.draft_bytes,
             "budget_bytes": given.then_some(plan.budget),
             "vram_bytes": vram.as_ref().map(|v| v.bytes),
+            "vram_mtp_bytes": vram.as_ref().map(|v| v.mtp_bytes),
             "vram_budget_bytes": a.engine.vram_budget,
             "budget_auto": plan.auto,
             "expert_cache_bytes": plan.cache_bytes,
@@ -276,7 +284,8 @@ impl GpusPlan {
 fn gpus_plan(file: &GgufFile, n: usize, cfg: &xwen_engine::EngineConfig, ubatch: usize, budget: Option<u64>) -> Result<GpusPlan> {
     #[cfg(feature = "cuda")]
     {
-        let v = crate::gpu::vram_plan(file, 0, cfg.max_ctx, ubatch)?;
+        // (an MTP head does not run on a model split over GPUs)
+        let v = crate::gpu::vram_plan(file, 0, cfg.max_ctx, ubatch, None, 1)?;
         let p = &v.parts;
         let plan = xwen_engine::shard::ShardPlan::new(n, p.n_expert, p.trunk_bytes, p.expert_bytes, p.state_bytes + p.scratch_bytes)?;
         let (card, device) = match (budget, v.device) {

@@ -110,24 +110,32 @@ fn cuda_options(opts: &crate::opts::EngineOpts, model: &xwen_engine::Model, ordi
 /// What the CUDA backend would hold on the device (`xwen plan -ngl 99`): the bytes, and the
 /// device's name and free memory where one is present (else why not).
 pub struct VramPlan {
+    /// Everything: the model's parts and the MTP head's (`mtp_bytes`).
     pub bytes: u64,
+    /// What the MTP head a run would draft with adds (0: none).
+    pub mtp_bytes: u64,
     pub device: std::result::Result<(String, u64), String>,
     /// The parts (`xwen_cuda::DevicePlan`), where the backend was built in.
     #[cfg(feature = "cuda")]
     pub parts: xwen_cuda::DevicePlan,
 }
 
-/// The VRAM plan of `file` at `n_ctx` positions and prompt passes of `ubatch`.
+/// The VRAM plan of `file` at `n_ctx` positions and prompt passes of `ubatch`, with the MTP
+/// head `mtp` a run would draft with (its KV for `n_seq` sequences).
 #[cfg(feature = "cuda")]
-pub fn vram_plan(file: &xwen_gguf::GgufFile, ordinal: usize, n_ctx: usize, ubatch: usize) -> Result<VramPlan> {
+pub fn vram_plan(file: &xwen_gguf::GgufFile, ordinal: usize, n_ctx: usize, ubatch: usize, mtp: Option<&xwen_engine::models::mtp::MtpHead>, n_seq: usize) -> Result<VramPlan> {
     let opts = xwen_cuda::CudaOptions { device: ordinal, n_ctx, graph: true, ubatch, vram_budget: None, n_seq: 1, cpu_experts: xwen_cuda::model::default_cpu_experts(), read_ahead: xwen_cuda::model::default_read_ahead(), shard: None };
     let parts = xwen_cuda::device_plan(file, &opts).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mtp_bytes = match mtp {
+        Some(h) => xwen_cuda::mtp_plan_bytes(h, file, &xwen_cuda::CudaOptions { n_seq, ..opts }).map_err(|e| anyhow::anyhow!("{e}"))?,
+        None => 0,
+    };
     let device = xwen_cuda::device_info(ordinal).map(|d| (d.to_string(), d.free_bytes)).map_err(|e| e.to_string());
-    Ok(VramPlan { bytes: parts.total(), device, parts })
+    Ok(VramPlan { bytes: parts.total() + mtp_bytes, mtp_bytes, device, parts })
 }
 
 #[cfg(not(feature = "cuda"))]
-pub fn vram_plan(_file: &xwen_gguf::GgufFile, _ordinal: usize, _n_ctx: usize, _ubatch: usize) -> Result<VramPlan> {
+pub fn vram_plan(_file: &xwen_gguf::GgufFile, _ordinal: usize, _n_ctx: usize, _ubatch: usize, _mtp: Option<&xwen_engine::models::mtp::MtpHead>, _n_seq: usize) -> Result<VramPlan> {
     Err(not_built())
 }
 

@@ -22,4 +22,4 @@ pub mod model;
 pub use device::{attach, attach_group, CudaDevice};
 pub use error::{CudaError, Result};
 pub use gpu::{device_info, DeviceInfo};
-pub use model::{device_bytes_needed, device_plan, rms_norm_threads, CudaModel, CudaOptions, DevicePlan, DeviceShard, ExpertCacheStats};
+pub use model::{device_bytes_needed, device_plan, mtp_plan_bytes, rms_norm_threads, CudaModel, CudaOptions, DevicePlan, DeviceShard, ExpertCacheStats};

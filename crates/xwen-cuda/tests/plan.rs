@@ -55,3 +55,29 @@ fn the_device_plan_adds_up_and_checks_a_vram_budget() {
     let err = device_plan(&fixture("kimi_linear/model-q8_0.gguf"), &opts).unwrap_err().to_string();
     assert!(err.contains("qwen35"), "{err}");
 }
+
+/// The MTP head a run drafts with counts on the device as its block, what it does not share
+/// with the trunk, and its KV rows for each sequence (`mtp_plan_bytes`, what `xwen plan -ngl 99
+/// --draft mtp:HEAD` shows and the head's upload checks against the card).
+#[test]
+fn an_mtp_heads_device_share_is_its_block_and_its_kv() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let trunk_path = root.join("../shared/models/gguf/tiny-qwen35moe-q4_k_m.gguf");
+    if !trunk_path.exists() {
+        eprintln!("SKIPPED: {} is not beside the repository", trunk_path.display());
+        return;
+    }
+    let trunk = std::sync::Arc::new(GgufFile::open(&trunk_path).unwrap());
+    let sidecar = root.join("tests/fixtures/mtp/trained/mtp-tiny-qwen35moe-q8_0.gguf");
+    let cfg = xwen_engine::EngineConfig { mtp_sidecar: Some(sidecar.clone()), ..Default::default() };
+    let head = xwen_engine::mtp_head_for_plan(&trunk, &cfg).unwrap().expect("the sidecar's head");
+    let at = |n_seq: usize| xwen_cuda::mtp_plan_bytes(&head, &trunk, &CudaOptions { n_ctx: 1024, n_seq, ..Default::default() }).unwrap();
+    // one sequence's KV rows: 1024 positions of 2 KV heads of 64, f16 K and V
+    let kv = 1024 * 2 * 64 * 4;
+    assert_eq!(at(2) - at(1), kv, "a sequence more is its KV rows");
+    let weights = at(1) - kv;
+    let file_bytes: u64 = GgufFile::open(&sidecar).unwrap().tensors().iter().map(|t| t.n_bytes).sum();
+    // the block's Q8_0 padded on the device (34 → 36 bytes a block); the sidecar's copies of the
+    // trunk's embedding and output are shared, not counted again
+    assert!(weights > 0 && weights <= file_bytes * 36 / 34, "{weights} of the sidecar's {file_bytes}");
+}

@@ -29,7 +29,7 @@ pub use memory_plan::{MemoryPlan, Reserved};
 pub use experts::store::{ExpertCacheStats, ExpertStore, ResidentExperts};
 pub use experts::streamed::StreamedExperts;
 pub use experts::replay::Route;
-pub use model::{mtp_plan_bytes, supported_archs, LogitsMode, Model, SeqStep, KNOWN_UNIMPLEMENTED_ARCHS};
+pub use model::{mtp_head_for_plan, mtp_plan_bytes, supported_archs, LogitsMode, Model, SeqStep, KNOWN_UNIMPLEMENTED_ARCHS};
 pub use state::{SeqCheckpoint, SeqState, Snapshot};
 pub use runtime::engine::{Engine, EngineObserver, EngineOptions, EngineRequest, Output, RequestId, RequestStats, StepReport, Usage};
 pub use runtime::scheduler::StepShape;

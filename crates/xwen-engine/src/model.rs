@@ -164,6 +164,13 @@ pub fn mtp_plan_bytes(file: &Arc<GgufFile>, cfg: &EngineConfig) -> Result<u64> {
     Ok(mtp_reserve(head.as_ref(), cfg).saturating_add(verify_history_reserve(&*net, head.is_some(), cfg)))
 }
 
+/// The MTP head a run of `file` under `cfg` would draft with — the sidecar's, or the file's own
+/// nextn block — read without loading the model (`xwen plan -ngl 99` sizes its device copy).
+pub fn mtp_head_for_plan(file: &Arc<GgufFile>, cfg: &EngineConfig) -> Result<Option<models::mtp::MtpHead>> {
+    let net = models::load(file)?.net;
+    load_mtp(file, &*net, cfg)
+}
+
 /// The MTP head of the GGUF at `path` for a trunk of width `hidden` and vocabulary `n_vocab`.
 fn load_mtp_sidecar(path: &Path, hidden: usize, n_vocab: usize) -> Result<models::mtp::MtpHead> {
     let f = Arc::new(GgufFile::open(path)?);

@@ -24,7 +24,7 @@ mod seq;
 mod upload;
 
 pub use experts::ExpertCacheStats;
-pub use plan::{device_bytes_needed, device_plan, DevicePlan, MAX_DECODE_ROWS};
+pub use plan::{device_bytes_needed, device_plan, mtp_plan_bytes, DevicePlan, MAX_DECODE_ROWS};
 use experts::ExpertCache;
 use forward::Pass;
 use plan::{decode_rows_for, load_net, max_dense_values, max_tiles, plan_of, q8_width, rows_table_bytes, ubatch_for};

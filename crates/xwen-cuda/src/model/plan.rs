@@ -115,6 +115,16 @@ impl DevicePlan {
     }
 }
 
+/// What the MTP head `head` adds on the device beside `trunk`'s model under `opts`
+/// (`mtp::mtp_device_bytes`: its block, what it does not share with the trunk, its KV rows for
+/// `opts.n_seq` sequences at `opts.n_ctx`); a head the device does not run counts 0.
+pub fn mtp_plan_bytes(head: &xwen_engine::models::mtp::MtpHead, trunk: &GgufFile, opts: &CudaOptions) -> Result<u64> {
+    let xwen_engine::models::mtp::MtpHead::Qwen35(h) = head else { return Ok(0) };
+    let (net, _) = load_net(trunk)?;
+    let kv_values = opts.n_ctx * net.cfg.attn.kv_width();
+    Ok(super::mtp::mtp_device_bytes(&h.weights(), h.file(), trunk, net.layers.len(), kv_values, opts.n_seq))
+}
+
 /// `device_bytes_needed` by part.
 pub fn device_plan(file: &GgufFile, opts: &CudaOptions) -> Result<DevicePlan> {
     let (net, experts) = load_net(file)?;
