@@ -78,12 +78,12 @@ impl CudaModel {
         if !matches!(w.layer.mixer, Mixer::Attn(_)) {
             return Err(CudaError::Unsupported("an MTP head whose layer is not attention".into()));
         }
-        let (own_embed, own_head) = owns_embed_head(w, file, trunk);
+        let (own_embed, own_head) = plan::owns_embed_head(w, file, trunk);
         // what it takes, refused with the sizes where it does not fit
         let free_now = |g: &Gpu| g.ctx.mem_get_info().map_or(0, |(f, _)| f as u64);
         let before = free_now(&self.gpu);
         let kv_width = self.d.n_head_kv * self.d.hd;
-        let need = mtp_device_bytes(w, file, trunk, self.layers.len(), self.n_ctx * kv_width, self.n_seq);
+        let need = plan::mtp_device_bytes(w, file, trunk, self.layers.len(), self.n_ctx * kv_width, self.n_seq);
         if need + (256 << 20) > before {
             return Err(CudaError::TooBig {
                 need_mib: need >> 20,
@@ -317,41 +317,4 @@ impl CudaModel {
         let args = [Arg::Ptr(sc.logits.ptr), Arg::I32(d.n_vocab as i32), Arg::Ptr(sc.token.ptr), Arg::Ptr(sc.xn.ptr), Arg::I32(h as i32), Arg::Ptr(io.out)];
         g.launch("top_prob", (1, 1), 1024, 0, &args)
     }
-}
-
-/// Whether the head's token embedding and its output product are its own (true) or the
-/// trunk's (false): the trunk's output is its output.weight, or its token embedding where tied.
-fn owns_embed_head(w: &MtpWeights<'_>, file: &GgufFile, trunk: &GgufFile) -> (bool, bool) {
-    let trunk_out: &[&str] = if trunk.tensor("output.weight").is_some() { &["output.weight"] } else { &["token_embd.weight"] };
-    (!trunks_tensor(w.embed, file, trunk, &["token_embd.weight"]), !trunks_tensor(w.head, file, trunk, trunk_out))
-}
-
-/// What an MTP head (`w`, from `file`; `trunk`: the model's file of `n_layer` layers) holds on
-/// the device beside the model: its block's tensors, the token embedding and output product it
-/// does not share with the trunk, and its KV rows (`kv_values` a sequence, f16 K and V) for
-/// `n_seq` sequences — what `load_mtp` checks against the card and `xwen plan -ngl 99` shows.
-pub fn mtp_device_bytes(w: &MtpWeights<'_>, file: &GgufFile, trunk: &GgufFile, n_layer: usize, kv_values: usize, n_seq: usize) -> u64 {
-    let (own_embed, own_head) = owns_embed_head(w, file, trunk);
-    let prefix = format!("blk.{n_layer}.");
-    let bytes = |m: &xwen_engine::weights::Mat| plan::device_bytes(m.ty, m.info.n_bytes);
-    let mut need: u64 = file.tensors().iter().filter(|t| t.name.starts_with(&prefix)).map(|t| plan::device_bytes(t.ty, t.n_bytes)).sum();
-    for (m, own) in [(w.embed, own_embed), (w.head, own_head)] {
-        match (own, m.info.name.starts_with(&prefix)) {
-            (true, false) => need += bytes(m),
-            (false, true) => need = need.saturating_sub(bytes(m)),
-            _ => {}
-        }
-    }
-    need + (kv_values * 4) as u64 * n_seq.max(1) as u64
-}
-
-/// Whether `m` (a tensor of `file`) is one of the trunk's tensors `names`: the same tensor of
-/// the same file, or a copy of its very bytes in another (a sidecar's).
-fn trunks_tensor(m: &xwen_engine::weights::Mat, file: &GgufFile, trunk: &GgufFile, names: &[&str]) -> bool {
-    names.iter().filter_map(|n| trunk.tensor(n)).any(|t| {
-        if std::ptr::eq(file, trunk) {
-            return t.name == m.info.name;
-        }
-        t.ty == m.ty && t.n_bytes == m.info.n_bytes && trunk.tensor_data(t) == file.tensor_data(&m.info)
-    })
 }
