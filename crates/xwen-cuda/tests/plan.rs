@@ -81,3 +81,26 @@ fn an_mtp_heads_device_share_is_its_block_and_its_kv() {
     // trunk's embedding and output are shared, not counted again
     assert!(weights > 0 && weights <= file_bytes * 36 / 34, "{weights} of the sidecar's {file_bytes}");
 }
+
+/// A file with its own MTP (nextn) block: the block is not the trunk's (the model goes up
+/// without it), and is the head's share when a run drafts with it.
+#[test]
+fn a_files_own_mtp_block_counts_with_the_head_not_the_trunk() {
+    let file = std::sync::Arc::new(fixture("../rand/qwen3_5/model-q8_0.gguf"));
+    let opts = CudaOptions { n_ctx: 256, ..Default::default() };
+    let plan = device_plan(&file, &opts).unwrap();
+    let dev = |t: &xwen_gguf::TensorInfo| match t.ty {
+        xwen_gguf::GgmlType::Q8_0 => t.n_bytes / 34 * 36,
+        xwen_gguf::GgmlType::Q6_K => t.n_bytes / 210 * 224,
+        _ => t.n_bytes,
+    };
+    // block_count 5 with one nextn layer: blk.4 is the head's
+    let (head_block, all): (u64, u64) = file.tensors().iter().fold((0, 0), |(h, a), t| (h + if t.name.starts_with("blk.4.") { dev(t) } else { 0 }, a + dev(t)));
+    assert!(head_block > 0, "the fixture carries its head's block");
+    assert_eq!(plan.trunk_bytes + plan.expert_bytes, all - head_block, "the trunk without the head's block");
+    let cfg = xwen_engine::EngineConfig::default();
+    let head = xwen_engine::mtp_head_for_plan(&file, &cfg).unwrap().expect("the file's own head");
+    let kv = 256 * file.get_u64("qwen35.attention.head_count_kv").unwrap() * file.get_u64("qwen35.attention.key_length").unwrap() * 4;
+    // the head's block (its embedding and output are the trunk's own tensors: not counted again)
+    assert_eq!(xwen_cuda::mtp_plan_bytes(&head, &file, &opts).unwrap(), head_block + kv);
+}

@@ -12,7 +12,7 @@ pub fn device_bytes_needed(file: &GgufFile, opts: &CudaOptions) -> Result<u64> {
 /// device's layout of the weights (`crate::layout`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DevicePlan {
-    /// Every weight but the routed experts'.
+    /// Every weight but the routed experts' and a file's own MTP block (`mtp_plan_bytes`).
     pub trunk_bytes: u64,
     /// The routed experts' weights (0 for a dense model).
     pub expert_bytes: u64,
@@ -135,7 +135,11 @@ pub fn device_plan(file: &GgufFile, opts: &CudaOptions) -> Result<DevicePlan> {
 /// card's free memory, and `device_plan` reports).
 pub(super) fn plan_of(file: &GgufFile, net: &Hybrid, experts: &[Option<[Mat; 3]>], opts: &CudaOptions) -> DevicePlan {
     let dev = device_bytes;
-    let weights: u64 = file.tensors().iter().map(|t| dev(t.ty, file.tensor_data(t).len() as u64)).sum();
+    // the trunk's tensors: a file's own MTP (nextn) block past its layers goes up only with the
+    // head (`mtp_plan_bytes` counts it then)
+    let n_layer = net.layers.len();
+    let past_trunk = |name: &str| name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|i| i.parse::<usize>().ok()).is_some_and(|i| i >= n_layer);
+    let weights: u64 = file.tensors().iter().filter(|t| !past_trunk(&t.name)).map(|t| dev(t.ty, file.tensor_data(t).len() as u64)).sum();
     let layer_bytes = |m: &[Mat; 3]| m.iter().map(|x| dev(x.ty, x.info.n_bytes)).sum::<u64>();
     let one = |m: &[Mat; 3]| layer_bytes(m) / m[0].n_mats.max(1) as u64;
     // a VRAM cache's slot: the three matrices 256-byte aligned (`upload::slot_layout`)
