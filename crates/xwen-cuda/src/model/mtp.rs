@@ -83,7 +83,7 @@ impl CudaModel {
         let free_now = |g: &Gpu| g.ctx.mem_get_info().map_or(0, |(f, _)| f as u64);
         let before = free_now(&self.gpu);
         let kv_width = self.d.n_head_kv * self.d.hd;
-        let need = plan::mtp_device_bytes(w, file, trunk, self.layers.len(), self.n_ctx * kv_width, self.n_seq);
+        let need = plan::mtp_device_bytes(w, file, (own_embed, own_head), self.layers.len(), self.n_ctx * kv_width, self.n_seq);
         if need + (256 << 20) > before {
             return Err(CudaError::TooBig {
                 need_mib: need >> 20,

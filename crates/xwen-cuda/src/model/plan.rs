@@ -122,7 +122,8 @@ pub fn mtp_plan_bytes(head: &xwen_engine::models::mtp::MtpHead, trunk: &GgufFile
     let xwen_engine::models::mtp::MtpHead::Qwen35(h) = head else { return Ok(0) };
     let (net, _) = load_net(trunk)?;
     let kv_values = opts.n_ctx * net.cfg.attn.kv_width();
-    Ok(mtp_device_bytes(&h.weights(), h.file(), trunk, net.layers.len(), kv_values, opts.n_seq))
+    let w = h.weights();
+    Ok(mtp_device_bytes(&w, h.file(), owns_embed_head(&w, h.file(), trunk), net.layers.len(), kv_values, opts.n_seq))
 }
 
 /// `device_bytes_needed` by part.
@@ -362,8 +363,48 @@ pub(super) fn spans_table(lens: &[usize], max_spans: usize) -> Vec<i32> {
     table
 }
 
+/// Whether the head's token embedding and its output product are its own (true) or the
+/// trunk's (false): the trunk's output is its output.weight, or its token embedding where tied.
+pub(super) fn owns_embed_head(w: &xwen_engine::models::mtp::MtpWeights<'_>, file: &GgufFile, trunk: &GgufFile) -> (bool, bool) {
+    let trunk_out: &[&str] = if trunk.tensor("output.weight").is_some() { &["output.weight"] } else { &["token_embd.weight"] };
+    (!trunks_tensor(w.embed, file, trunk, &["token_embd.weight"]), !trunks_tensor(w.head, file, trunk, trunk_out))
+}
+
+/// What an MTP head (`w`, from `file`; `owns`: `owns_embed_head`'s answer against the trunk of
+/// `n_layer` layers) holds on the device beside the model: its block's tensors, the token
+/// embedding and output product it does not share with the trunk, and its KV rows (`kv_values`
+/// a sequence, f16 K and V) for `n_seq` sequences — what `CudaModel::load_mtp` checks against
+/// the card and `xwen plan -ngl 99` shows.
+pub(super) fn mtp_device_bytes(w: &xwen_engine::models::mtp::MtpWeights<'_>, file: &GgufFile, owns: (bool, bool), n_layer: usize, kv_values: usize, n_seq: usize) -> u64 {
+    let (own_embed, own_head) = owns;
+    let prefix = format!("blk.{n_layer}.");
+    let bytes = |m: &xwen_engine::weights::Mat| device_bytes(m.ty, m.info.n_bytes);
+    let mut need: u64 = file.tensors().iter().filter(|t| t.name.starts_with(&prefix)).map(|t| device_bytes(t.ty, t.n_bytes)).sum();
+    for (m, own) in [(w.embed, own_embed), (w.head, own_head)] {
+        match (own, m.info.name.starts_with(&prefix)) {
+            (true, false) => need += bytes(m),
+            (false, true) => need = need.saturating_sub(bytes(m)),
+            _ => {}
+        }
+    }
+    need + (kv_values * 4) as u64 * n_seq.max(1) as u64
+}
+
+/// Whether `m` (a tensor of `file`) is one of the trunk's tensors `names`: the same tensor of
+/// the same file, or a copy of its very bytes in another (a sidecar's).
+fn trunks_tensor(m: &xwen_engine::weights::Mat, file: &GgufFile, trunk: &GgufFile, names: &[&str]) -> bool {
+    names.iter().filter_map(|n| trunk.tensor(n)).any(|t| {
+        if std::ptr::eq(file, trunk) {
+            return t.name == m.info.name;
+        }
+        t.ty == m.ty && t.n_bytes == m.info.n_bytes && trunk.tensor_data(t) == file.tensor_data(&m.info)
+    })
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn a_span_runs_in_the_fewest_passes_of_equal_size() {
         for (n, ub, want) in [(512, 492, 256), (512, 512, 512), (2048, 492, 410), (20, 492, 20), (1, 64, 1), (0, 64, 1), (1000, 1, 1), (7, 0, 1)] {
@@ -377,8 +418,6 @@ mod tests {
             }
         }
     }
-
-    use super::*;
 
     #[test]
     fn checkpoints_take_half_the_room_left_within_a_ceiling_and_none_under_a_budget() {
@@ -418,41 +457,4 @@ mod tests {
         assert_eq!(&t[last / 4..last / 4 + 3], &[4, 7, 9]);
         assert_eq!(&t[off / 4..], &[0, 1, 2, 3, 4, 0, 1, 2, 0, 1]);
     }
-}
-
-/// Whether the head's token embedding and its output product are its own (true) or the
-/// trunk's (false): the trunk's output is its output.weight, or its token embedding where tied.
-pub(super) fn owns_embed_head(w: &xwen_engine::models::mtp::MtpWeights<'_>, file: &GgufFile, trunk: &GgufFile) -> (bool, bool) {
-    let trunk_out: &[&str] = if trunk.tensor("output.weight").is_some() { &["output.weight"] } else { &["token_embd.weight"] };
-    (!trunks_tensor(w.embed, file, trunk, &["token_embd.weight"]), !trunks_tensor(w.head, file, trunk, trunk_out))
-}
-
-/// What an MTP head (`w`, from `file`; `trunk`: the model's file of `n_layer` layers) holds on
-/// the device beside the model: its block's tensors, the token embedding and output product it
-/// does not share with the trunk, and its KV rows (`kv_values` a sequence, f16 K and V) for
-/// `n_seq` sequences — what `CudaModel::load_mtp` checks against the card and `xwen plan -ngl 99` shows.
-pub fn mtp_device_bytes(w: &xwen_engine::models::mtp::MtpWeights<'_>, file: &GgufFile, trunk: &GgufFile, n_layer: usize, kv_values: usize, n_seq: usize) -> u64 {
-    let (own_embed, own_head) = owns_embed_head(w, file, trunk);
-    let prefix = format!("blk.{n_layer}.");
-    let bytes = |m: &xwen_engine::weights::Mat| device_bytes(m.ty, m.info.n_bytes);
-    let mut need: u64 = file.tensors().iter().filter(|t| t.name.starts_with(&prefix)).map(|t| device_bytes(t.ty, t.n_bytes)).sum();
-    for (m, own) in [(w.embed, own_embed), (w.head, own_head)] {
-        match (own, m.info.name.starts_with(&prefix)) {
-            (true, false) => need += bytes(m),
-            (false, true) => need = need.saturating_sub(bytes(m)),
-            _ => {}
-        }
-    }
-    need + (kv_values * 4) as u64 * n_seq.max(1) as u64
-}
-
-/// Whether `m` (a tensor of `file`) is one of the trunk's tensors `names`: the same tensor of
-/// the same file, or a copy of its very bytes in another (a sidecar's).
-fn trunks_tensor(m: &xwen_engine::weights::Mat, file: &GgufFile, trunk: &GgufFile, names: &[&str]) -> bool {
-    names.iter().filter_map(|n| trunk.tensor(n)).any(|t| {
-        if std::ptr::eq(file, trunk) {
-            return t.name == m.info.name;
-        }
-        t.ty == m.ty && t.n_bytes == m.info.n_bytes && trunk.tensor_data(t) == file.tensor_data(&m.info)
-    })
 }
