@@ -215,8 +215,8 @@ pub struct Knobs {
     /// 813 t/s against 991 / 1225 a slot at a time (docs/bench.md).
     pub moe_group_rows: usize,
     /// A decode step's DeltaNet convolution inside the qkv product's launch (`mv4`'s fused
-    /// epilogue, conv_step's arithmetic) instead of a launch of its own (`-DMV4_CONV=1`; off
-    /// until a GPU measures it).
+    /// epilogue, conv_step's arithmetic) instead of a launch of its own (`-DMV4_CONV=1`; off:
+    /// 0.98–0.99× the default's tg128 on an H100, docs/decisions.md).
     pub mv4_conv: bool,
     /// A decode step's router top-k inside the router product's launch (`mv4_route`: its last
     /// block to finish routes, moe_route_warp's picks bit for bit) instead of a launch of its

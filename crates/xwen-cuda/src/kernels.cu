@@ -764,9 +764,11 @@ __device__ __forceinline__ void col_block(int n_col, int C, int* row_block, int*
 // A column group's width for its live columns (-DCOLS_NARROW=1): the narrowest quarter of
 // MV_COLS that holds them, so a verify of 5 rows does 6 columns' integer work a weight row,
 // not 8. A column's sum is the same expression at any width (dot_rows_q8), so the width
-// changes no bit. 0 (the default until a GPU measures it): every group MV_COLS wide.
+// changes no bit. On an H100 (35B-A3B after 512 tokens) it took a verify of 2 rows from 1.78× to
+// 1.45× one decode and of 4 from 2.18× to 2.02×, and the replay drafter at depth 4 from 1.87× to
+// 1.91× plain (docs/bench.md); 0: every group MV_COLS wide.
 #ifndef COLS_NARROW
-#define COLS_NARROW 0
+#define COLS_NARROW 1
 #endif
 // CALL(W) for the width W of a group of `live` columns.
 #if COLS_NARROW && MV_COLS >= 4 && MV_COLS % 4 == 0

@@ -32,7 +32,7 @@ fn the_kernels_compile_for_ampere_and_hopper_with_every_knob() {
     // SAFETY: the libraries' initialisers only register them.
     let opened: Vec<libloading::Library> = libs.iter().map(|p| unsafe { libloading::Library::new(p) }.unwrap_or_else(|e| panic!("{}: {e}", p.display()))).collect();
     for arch in [(8, 0), (9, 0)] {
-        for defs in ["", "-DMV_ROWS=2 -DMOE_DOWN_ROWS=4 -DMOE_GLU_ROWS=1 -DROUTE_REDUX=0 -DMV_COLS=4 -DMOE_TILE=2 -DMV4_CONV=1 -DCOLS_NARROW=1", "-DMV_ROWS=4 -DMOE_DOWN_ROWS=1 -DMOE_GLU_ROWS=4 -DQ4K_UNROLL=1 -DMV_COLS=16 -DMV_GLU_COLS=0 -DMOE_TILE=1 -DMOE_GROUP_ROWS=0 -DCOLS_NARROW=1", "-DCOLS_NARROW=1"] {
+        for defs in ["", "-DMV_ROWS=2 -DMOE_DOWN_ROWS=4 -DMOE_GLU_ROWS=1 -DROUTE_REDUX=0 -DMV_COLS=4 -DMOE_TILE=2 -DMV4_CONV=1 -DCOLS_NARROW=1", "-DMV_ROWS=4 -DMOE_DOWN_ROWS=1 -DMOE_GLU_ROWS=4 -DQ4K_UNROLL=1 -DMV_COLS=16 -DMV_GLU_COLS=0 -DMOE_TILE=1 -DMOE_GROUP_ROWS=0 -DCOLS_NARROW=1", "-DCOLS_NARROW=0"] {
             let knobs = Knobs::with_defines(defs).unwrap();
             let ptx = compile_kernels(arch, &knobs).unwrap_or_else(|e| panic!("sm_{}{} {defs:?}: {e}", arch.0, arch.1));
             assert!(ptx.to_src().contains(&format!(".target sm_{}{}", arch.0, arch.1)), "sm_{}{}: the PTX's target", arch.0, arch.1);

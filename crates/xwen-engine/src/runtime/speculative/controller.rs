@@ -37,6 +37,8 @@ pub(crate) struct Controller {
     /// Verifies left after a cost pause in which the depth ignores the cost verdict, so the
     /// acceptance counts see current drafts before the next one.
     probation: usize,
+    /// Whether any draft has been accepted since the controller began.
+    agreed: bool,
 }
 
 const PAUSE_BELOW: f64 = 0.25;
@@ -47,6 +49,10 @@ const PAUSE_STEPS: usize = 24;
 const LONGEST_PAUSE: usize = PAUSE_STEPS << 5;
 /// Empty costly proposals in a row before a pause.
 const EMPTY_RUN: usize = 4;
+/// Verifies of a drafter that has never agreed before its first pause: a drafter that is right
+/// at all is seldom wrong on both of its first two (P ≈ (1 − p)² for its first draft's
+/// acceptance p), and each such verify costs a never-agreeing one about half a decode on a GPU.
+const FRESH_REJECTS: usize = 2;
 
 impl Controller {
     pub(crate) fn new(max: usize) -> Self {
@@ -62,6 +68,7 @@ impl Controller {
             pause: 0,
             cost_pause_len: PAUSE_STEPS,
             probation: 0,
+            agreed: false,
         }
     }
 
@@ -171,6 +178,7 @@ impl Controller {
         self.drafted_steps += 1;
         if accepted > 0 {
             self.pause_len = PAUSE_STEPS;
+            self.agreed = true;
         }
         self.rate = 0.7 * self.rate + 0.3 * (accepted as f64 / drafted as f64);
         self.depth = if accepted == drafted { (self.depth + 1).min(self.max) } else { (accepted + 1).min(self.max) };
@@ -178,7 +186,9 @@ impl Controller {
         // probe (as `observe_empty` does for empty proposals): a drafter that never agrees then
         // costs one verify a pause, and the pauses keep doubling
         let rejected_again = accepted == 0 && self.pause_len > PAUSE_STEPS;
-        if (self.drafted_steps >= 4 && self.rate < PAUSE_BELOW) || rejected_again {
+        // and one that has never agreed pauses after its first FRESH_REJECTS verifies
+        let never_agreed = !self.agreed && self.drafted_steps >= FRESH_REJECTS;
+        if (self.drafted_steps >= 4 && self.rate < PAUSE_BELOW) || rejected_again || never_agreed {
             self.start_pause();
             // on probation after the pause
             self.rate = 0.5;
@@ -350,12 +360,18 @@ mod tests {
                 c.observe(k, 0);
             }
         }
-        // four steps before the first pause, then one probe after each pause (24, 48, … 768)
-        assert_eq!(&drafted_steps[..4], &[0, 1, 2, 3]);
-        let probes = &drafted_steps[4..];
+        // two steps before the first pause, then one probe after each pause (24, 48, … 768)
+        assert_eq!(&drafted_steps[..3], &[0, 1, 2 + PAUSE_STEPS], "{drafted_steps:?}");
+        let probes = &drafted_steps[2..];
         assert_eq!(probes.len(), 5, "{drafted_steps:?}");
         let gaps: Vec<usize> = probes.windows(2).map(|w| w[1] - w[0] - 1).collect();
         assert_eq!(gaps, vec![48, 96, 192, 384], "{drafted_steps:?}");
+        // a drafter that has agreed once is paused by low acceptance over four verifies, not
+        // by its first two
+        let mut c = Controller::new(4);
+        c.observe(4, 2);
+        c.observe(3, 0);
+        assert!(c.depth() > 0, "an agreeing drafter's first rejection does not pause it");
         // an accepted draft ends the run rule: a later rejection alone does not pause
         let mut c = Controller::new(4);
         for _ in 0..4 {
