@@ -68,8 +68,7 @@ pub fn run(model: &Model, drafter: &mut dyn Drafter, kind: &str, c: &Config) -> 
         plain_s.push(s0);
         draft_s.push(s1);
         generated += got.len();
-        total.steps += spec.steps;
-        total.tally.add(&spec.tally);
+        total.add(&spec);
     }
     // decode rates exclude the first token (it comes from the prefill's logits)
     let rate = |s: &[f64]| (c.n_gen - 1) as f64 / median(s).max(1e-12);

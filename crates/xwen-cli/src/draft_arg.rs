@@ -185,8 +185,11 @@ pub fn draft_line(name: &str, s: &SpecStats, generated: usize) -> String {
     if !s.active {
         return String::new();
     }
+    let (drafted, plain) = s.step_micros();
+    let drafted = drafted.map_or(String::new(), |(v, d)| format!("; a drafted step {:.0} µs (verify {v:.0}, drafting {d:.0})", v + d));
+    let plain = plain.map_or(String::new(), |p| format!(", a step without drafts {p:.0} µs"));
     format!(
-        "; draft {name}: {} drafted, {} accepted ({:.0}%), {:.2} tokens per step",
+        "; draft {name}: {} drafted, {} accepted ({:.0}%), {:.2} tokens per step{drafted}{plain}",
         s.drafted(),
         s.accepted(),
         100.0 * s.acceptance(),

@@ -542,6 +542,7 @@ impl Scheduler {
                 draft_secs / asks.len() as f64
             };
             ctl.observe_draft_cost(r.drafts.len(), share);
+            r.spec.draft_secs += share;
             if r.drafts.is_empty() && !d.proposes_cheaply() {
                 ctl.observe_empty();
             }
@@ -667,8 +668,10 @@ impl Scheduler {
             Vec::new()
         };
         for (k, n, secs) in costs {
-            if let Some((_, ctl)) = self.running[k].draft.as_mut() {
+            let r = &mut self.running[k];
+            if let Some((_, ctl)) = r.draft.as_mut() {
                 ctl.observe_cost(n, secs);
+                r.spec.time_step(n, secs);
             }
         }
     }

@@ -108,7 +108,9 @@ pub(crate) fn speculate(
         let t_draft = Instant::now();
         let drafts = if k > 0 { drafter.propose_with(model, &context, k)? } else { Vec::new() };
         if k > 0 {
-            ctl.observe_draft_cost(drafts.len().min(k), observe_secs + t_draft.elapsed().as_secs_f64());
+            let secs = observe_secs + t_draft.elapsed().as_secs_f64();
+            ctl.observe_draft_cost(drafts.len().min(k), secs);
+            spec.draft_secs += secs;
             observe_secs = 0.0;
         }
         if k > 0 && drafts.is_empty() && !drafter.proposes_cheaply() {
@@ -127,7 +129,9 @@ pub(crate) fn speculate(
             let mut step = [SeqStep { state: &mut *state, tokens: &span, logits: mode, decode_order: true, hidden: wants_hidden, banned: &banned }];
             model.forward_batch_out(&mut step)?.pop().unwrap_or_default()
         };
-        ctl.observe_cost(span.len(), t_step.elapsed().as_secs_f64());
+        let step_secs = t_step.elapsed().as_secs_f64();
+        ctl.observe_cost(span.len(), step_secs);
+        spec.time_step(span.len(), step_secs);
         let (mut rows, hidden) = (out.logits, out.hidden);
         spec.steps += 1;
         let (i, y, stop) = if out.picks.len() == span.len() {

@@ -53,7 +53,7 @@ impl DraftTally {
 }
 
 /// Counters of one speculative generation.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq)]
 pub struct SpecStats {
     /// Whether drafting ran (false: `max_draft` 0, plain decoding).
     pub active: bool,
@@ -61,9 +61,52 @@ pub struct SpecStats {
     pub steps: usize,
     /// The drafts per draft position (the steps with drafts only).
     pub tally: DraftTally,
+    /// Where the time went: the steps that verified drafts and their forward passes' seconds
+    /// (this sequence's share of a step shared with others), the steps without drafts (a
+    /// paused drafter's) and theirs, and the seconds its drafter spent proposing (an MTP
+    /// head's catch-up on the kept rows included). Steps whose share is not known yet (the
+    /// first of a shared batch) are not counted.
+    pub verify_steps: usize,
+    pub verify_secs: f64,
+    pub plain_steps: usize,
+    pub plain_secs: f64,
+    pub draft_secs: f64,
 }
 
 impl SpecStats {
+    /// A forward step of this sequence of `rows` rows (1 + its drafts) that took `secs`.
+    pub(crate) fn time_step(&mut self, rows: usize, secs: f64) {
+        if rows > 1 {
+            self.verify_steps += 1;
+            self.verify_secs += secs;
+        } else {
+            self.plain_steps += 1;
+            self.plain_secs += secs;
+        }
+    }
+
+    /// Another generation's counters and times added to these.
+    pub fn add(&mut self, o: &SpecStats) {
+        self.active |= o.active;
+        self.steps += o.steps;
+        self.tally.add(&o.tally);
+        self.verify_steps += o.verify_steps;
+        self.verify_secs += o.verify_secs;
+        self.plain_steps += o.plain_steps;
+        self.plain_secs += o.plain_secs;
+        self.draft_secs += o.draft_secs;
+    }
+
+    /// A drafted step's verify and its drafter's proposal, and a step without drafts, each on
+    /// average in µs (None: no step of that kind timed). The drafter's time is spread over the
+    /// drafted steps (a proposal that came back empty is paid there too).
+    pub fn step_micros(&self) -> (Option<(f64, f64)>, Option<f64>) {
+        let per = |secs: f64, n: usize| 1e6 * secs / n as f64;
+        let drafted = (self.verify_steps > 0).then(|| (per(self.verify_secs, self.verify_steps), per(self.draft_secs, self.verify_steps)));
+        let plain = (self.plain_steps > 0).then(|| per(self.plain_secs, self.plain_steps));
+        (drafted, plain)
+    }
+
     /// Tokens drafted (and verified).
     pub fn drafted(&self) -> usize {
         self.tally.drafted() as usize
@@ -79,5 +122,28 @@ impl SpecStats {
             0 => 0.0,
             d => self.accepted() as f64 / d as f64,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn step_times_split_drafted_and_plain_steps_and_add_up() {
+        let mut s = SpecStats { active: true, ..Default::default() };
+        assert_eq!(s.step_micros(), (None, None));
+        s.time_step(5, 400e-6);
+        s.time_step(3, 200e-6);
+        s.time_step(1, 100e-6);
+        s.draft_secs = 120e-6;
+        let (drafted, plain) = s.step_micros();
+        let (v, d) = drafted.expect("two drafted steps");
+        assert!((v - 300.0).abs() < 1e-6 && (d - 60.0).abs() < 1e-6, "{v} {d}");
+        assert!((plain.expect("one plain step") - 100.0).abs() < 1e-6);
+        let mut t = s.clone();
+        t.add(&s);
+        assert_eq!((t.verify_steps, t.plain_steps), (4, 2));
+        assert_eq!(t.step_micros().0, s.step_micros().0);
     }
 }
