@@ -152,6 +152,9 @@ struct Running {
     draft: Option<(Box<dyn Drafter>, Controller)>,
     /// This step's drafts (verified with the pending token).
     drafts: Vec<u32>,
+    /// A paused drafter's shadow proposal for this step (`Controller::shadow_wanted`), judged
+    /// against the step's token.
+    shadow: Option<u32>,
     /// Prompt tokens per forward step (`Request::prefill_chunk`, within a batch's rows).
     chunk: usize,
     /// This sequence's drafting: its decode steps and its drafts per position.
@@ -266,6 +269,7 @@ impl Scheduler {
                     _ => Controller::new(k),
                 };
                 ctl.set_timed(req.sampler.params().temperature <= 0.0);
+                ctl.set_shadowed(d.proposes_cheaply());
                 // a device makes its verifies ready at the first such request, not mid-request
                 model.prepare_verifies(k + 1)?;
                 Some((d, ctl))
@@ -294,6 +298,7 @@ impl Scheduler {
             cached,
             draft,
             drafts: Vec::new(),
+            shadow: None,
             chunk,
             spec,
             greedy_bans,
@@ -483,18 +488,26 @@ impl Scheduler {
         let mut asks: Vec<(usize, Vec<u32>, usize)> = Vec::new(); // (running index, context, depth)
         for (i, r) in self.running.iter_mut().enumerate() {
             r.drafts.clear();
+            r.shadow = None;
             if r.prompt_left {
                 continue;
             }
-            if let Some((_, ctl)) = r.draft.as_mut() {
+            if let Some((d, ctl)) = r.draft.as_mut() {
                 let pos = r.session.state().pos;
                 let room = max_ctx.saturating_sub(pos + 1);
                 let left = r.max_tokens.saturating_sub(r.generated);
                 let k = ctl.depth().min(room).min(left.saturating_sub(1));
-                if k > 0 {
+                let shadow = k == 0 && ctl.shadow_wanted();
+                if k > 0 || shadow {
                     let mut ctx: Vec<u32> = r.session.tokens().to_vec();
                     ctx.extend_from_slice(&r.pending);
-                    asks.push((i, ctx, k));
+                    if k > 0 {
+                        asks.push((i, ctx, k));
+                    } else {
+                        // paused: what it would draft, judged against this step's token
+                        // (a cheap drafter's, so outside the proposals' timing)
+                        r.shadow = d.propose_with(model, &ctx, 1).ok().and_then(|p| p.first().copied());
+                    }
                 }
             }
         }
@@ -740,6 +753,9 @@ impl Scheduler {
                 _ => r.sampler.sample(lg),
             };
             r.sampler.accept(tok);
+            if let (Some(s), Some((_, ctl))) = (r.shadow.take(), r.draft.as_mut()) {
+                ctl.observe_shadow(s == tok);
+            }
             let done = r.processor.as_mut().is_some_and(|p| !p.accept(tok));
             r.generated += 1;
             let logprobs = raw.zip(r.logprobs).map(|(l, k)| Box::new(TokenLogprobs::of(&l, tok, k)));

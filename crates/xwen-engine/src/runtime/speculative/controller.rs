@@ -39,6 +39,13 @@ pub(crate) struct Controller {
     probation: usize,
     /// Whether any draft has been accepted since the controller began.
     agreed: bool,
+    /// Whether the drafter proposes cheaply enough to be asked what it would draft while it
+    /// is paused (`shadow_wanted`, `observe_shadow`).
+    shadowed: bool,
+    /// Whether the pause is for cost (no depth pays) rather than for low acceptance.
+    cost_pause: bool,
+    /// Paused steps since the last shadow proposal.
+    since_shadow: usize,
 }
 
 const PAUSE_BELOW: f64 = 0.25;
@@ -53,6 +60,9 @@ const EMPTY_RUN: usize = 4;
 /// at all is seldom wrong on both of its first two (P ≈ (1 − p)² for its first draft's
 /// acceptance p), and each such verify costs a never-agreeing one about half a decode on a GPU.
 const FRESH_REJECTS: usize = 2;
+/// Paused steps between two shadow proposals: a proposal scans the context (n-gram lookup),
+/// so not every step; an agreement then ends the pause at most this many steps late.
+const SHADOW_EVERY: usize = 4;
 
 impl Controller {
     pub(crate) fn new(max: usize) -> Self {
@@ -69,6 +79,9 @@ impl Controller {
             cost_pause_len: PAUSE_STEPS,
             probation: 0,
             agreed: false,
+            shadowed: false,
+            cost_pause: false,
+            since_shadow: 0,
         }
     }
 
@@ -77,10 +90,14 @@ impl Controller {
         self.max
     }
 
-    /// The depth for this step (0 while paused).
+    /// The depth for this step (0 while paused). A shadowed drafter's pause for low
+    /// acceptance ends when a shadow proposal agrees (`observe_shadow`), not after its steps:
+    /// a drafter that never agrees then costs no verify after its first pause.
     pub(crate) fn depth(&mut self) -> usize {
         if self.pause > 0 {
-            self.pause -= 1;
+            if !self.shadowed || self.cost_pause {
+                self.pause -= 1;
+            }
             return 0;
         }
         if !self.costs.timed {
@@ -107,6 +124,7 @@ impl Controller {
                     self.cost_pause_len = LONGEST_PAUSE;
                 }
                 self.pause = self.cost_pause_len - 1;
+                self.cost_pause = true;
                 self.cost_pause_len = (self.cost_pause_len * 2).min(LONGEST_PAUSE);
                 self.probation = EMPTY_RUN;
                 0
@@ -165,7 +183,42 @@ impl Controller {
     /// so a drafter that is never right costs ever less.
     fn start_pause(&mut self) {
         self.pause = self.pause_len;
+        self.cost_pause = false;
+        self.since_shadow = 0;
         self.pause_len = (self.pause_len * 2).min(LONGEST_PAUSE);
+    }
+
+    /// Whether this step, paused, should ask the drafter what it would draft (one token, never
+    /// verified) and report it with `observe_shadow`: a drafter that proposes cheaply (n-gram
+    /// lookup, replay), paused for low acceptance, every `SHADOW_EVERY` paused steps. Call
+    /// after `depth` returned 0.
+    pub(crate) fn shadow_wanted(&mut self) -> bool {
+        if !self.shadowed || self.cost_pause || self.pause == 0 {
+            return false;
+        }
+        self.since_shadow += 1;
+        if self.since_shadow < SHADOW_EVERY {
+            return false;
+        }
+        self.since_shadow = 0;
+        true
+    }
+
+    /// Whether the drafter proposes cheaply enough to be shadowed while paused (set once, from
+    /// `Drafter::proposes_cheaply`).
+    pub(crate) fn set_shadowed(&mut self, on: bool) {
+        self.shadowed = on;
+    }
+
+    /// A shadow proposal's first token was (`agreed`) or was not the token the step produced.
+    /// An agreement ends the pause: the drafter drafts again at depth 1 on the next step, and
+    /// a rejection there pauses it again as a probe's would (the pauses keep doubling).
+    pub(crate) fn observe_shadow(&mut self, agreed: bool) {
+        if agreed && self.pause > 0 && !self.cost_pause {
+            self.pause = 0;
+            self.rate = 0.5;
+            self.depth = 1;
+        }
     }
 
     pub(crate) fn observe(&mut self, drafted: usize, accepted: usize) {
@@ -382,6 +435,51 @@ mod tests {
         c.observe(1, 1);
         c.observe(2, 0);
         assert!(c.depth() > 0, "an accepting drafter is not paused by one rejection");
+    }
+
+    #[test]
+    fn a_shadowed_drafter_resumes_when_its_shadow_agrees_and_never_probes_otherwise() {
+        // a cheap drafter that never agrees: its first two verifies, then no verify at all
+        let mut c = Controller::new(4);
+        c.set_shadowed(true);
+        let (mut drafted_steps, mut shadows) = (Vec::new(), 0);
+        for step in 0..1000 {
+            let k = c.depth();
+            if k > 0 {
+                drafted_steps.push(step);
+                c.observe(k, 0);
+            } else if c.shadow_wanted() {
+                shadows += 1;
+                c.observe_shadow(false);
+            }
+        }
+        assert_eq!(drafted_steps, vec![0, 1]);
+        assert!((240..=250).contains(&shadows), "a shadow every {SHADOW_EVERY} paused steps: {shadows}");
+        // its shadow agrees at step 100: it drafts again (depth 1) at the next step
+        let mut c = Controller::new(4);
+        c.set_shadowed(true);
+        let mut resumed = None;
+        for step in 0..200 {
+            let k = c.depth();
+            if k > 0 {
+                if step > 1 {
+                    resumed.get_or_insert((step, k));
+                }
+                c.observe(k, if step > 1 { k } else { 0 });
+            } else if c.shadow_wanted() {
+                c.observe_shadow(step >= 100);
+            }
+        }
+        let (at, k) = resumed.expect("resumed");
+        assert!((101..=100 + SHADOW_EVERY).contains(&at) && k == 1, "{at} {k}");
+        // an unshadowed drafter's pause ends after its steps, as before
+        let mut c = Controller::new(4);
+        for _ in 0..2 {
+            let k = c.depth();
+            c.observe(k, 0);
+        }
+        assert!(!c.shadow_wanted());
+        assert!((0..PAUSE_STEPS).all(|_| c.depth() == 0) && c.depth() > 0);
     }
 
     /// The depth that pays: deep where a verify's rows are cheap and drafts are right, shallow

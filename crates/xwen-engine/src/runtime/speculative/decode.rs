@@ -91,6 +91,7 @@ pub(crate) fn speculate(
     let banned = greedy_bans.unwrap_or_default();
     let mut ctl = Controller::new(max_draft);
     ctl.set_timed(sampler.params().temperature <= 0.0);
+    ctl.set_shadowed(drafter.proposes_cheaply());
     // what the drafter spent following the kept rows since its last proposal (an MTP head's
     // KV rows): part of what drafting costs
     let mut observe_secs = 0.0f64;
@@ -107,6 +108,8 @@ pub(crate) fn speculate(
         let k = ctl.depth().min(room).min(left.saturating_sub(1));
         let t_draft = Instant::now();
         let drafts = if k > 0 { drafter.propose_with(model, &context, k)? } else { Vec::new() };
+        // paused: what the drafter would have drafted, judged against this step's token
+        let shadow = if k == 0 && ctl.shadow_wanted() { drafter.propose_with(model, &context, 1).ok().and_then(|p| p.first().copied()) } else { None };
         if k > 0 {
             let secs = observe_secs + t_draft.elapsed().as_secs_f64();
             ctl.observe_draft_cost(drafts.len().min(k), secs);
@@ -142,6 +145,9 @@ pub(crate) fn speculate(
         spec.tally.record(drafts.len(), i);
         context.extend_from_slice(&drafts[..i]);
         ctl.observe(drafts.len(), i);
+        if let Some(s) = shadow {
+            ctl.observe_shadow(s == y);
+        }
         // the state keeps span[..=i]: the tokens whose logits were used
         state.rollback(pos + i + 1)?;
         if wants_hidden {
