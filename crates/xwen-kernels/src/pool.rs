@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 const COUNT_MASK: u64 = 0xffff;
 const OPEN: u64 = 1 << 16;
 const GEN_SHIFT: u32 = 17;
-/// How long an idle worker spins before parking.
+/// How long an idle worker spins before parking, by default (`Pool::try_with_spin` sets it).
 const SPIN: Duration = Duration::from_micros(1000);
 /// Pause instructions between two looks at the control word while spinning: a pause is ~60
 /// cycles on Zen cores, so 64 of them let a job wait ~1 µs for its worker — long beside the
@@ -41,6 +41,8 @@ struct Shared {
     shutdown: AtomicBool,
     sleepers: Mutex<usize>,
     wake: Condvar,
+    /// How long an idle worker spins before parking.
+    spin: Duration,
 }
 
 // SAFETY: `job` is only written while no worker can read it (see `Pool::run`), and the closure
@@ -68,6 +70,14 @@ impl Pool {
     /// `new`, with the system's refusal to start a worker (a thread limit, `-t 50000`) as an
     /// error; the workers already started are stopped again.
     pub fn try_new(n_threads: usize) -> std::io::Result<Pool> {
+        Pool::try_with_spin(n_threads, SPIN)
+    }
+
+    /// `try_new` with idle workers spinning `spin` before they park (the default, 1 ms, suits
+    /// the back-to-back loops of a decode step; a pool whose jobs come with gaps in which its
+    /// caller does other work — the CPU's share of a GPU's layer — may spin less, so that
+    /// its workers leave the cores to that work).
+    pub fn try_with_spin(n_threads: usize, spin: Duration) -> std::io::Result<Pool> {
         let n_threads = n_threads.clamp(1, COUNT_MASK as usize);
         let noop_ref: &'static (dyn Fn(usize) + Sync) = &noop;
         let shared = Arc::new(Shared {
@@ -81,6 +91,7 @@ impl Pool {
             shutdown: AtomicBool::new(false),
             sleepers: Mutex::new(0),
             wake: Condvar::new(),
+            spin,
         });
         let mut pool = Pool {
             shared: shared.clone(),
@@ -144,7 +155,7 @@ impl Pool {
         let mut c = s.ctl.fetch_and(!OPEN, Ordering::AcqRel) & !OPEN;
         let start = Instant::now();
         while c & COUNT_MASK != 0 {
-            if start.elapsed() < SPIN {
+            if start.elapsed() < s.spin {
                 std::hint::spin_loop();
             } else {
                 std::thread::yield_now();
@@ -167,7 +178,7 @@ fn worker(s: &Shared) {
         let start = Instant::now();
         let mut c = s.ctl.load(Ordering::Acquire);
         while c >> GEN_SHIFT == seen && !s.shutdown.load(Ordering::Relaxed) {
-            if start.elapsed() < SPIN {
+            if start.elapsed() < s.spin {
                 for _ in 0..SPIN_PAUSES {
                     std::hint::spin_loop();
                 }
