@@ -254,6 +254,10 @@ impl DeviceSeq for CudaSeq {
         self.0.keep_history(k);
     }
 
+    fn reserve_history(&mut self, k: usize) -> xwen_engine::Result<()> {
+        self.0.reserve_kept(k).map_err(engine_error)
+    }
+
     fn rollback(&mut self, from: usize, to: usize) -> xwen_engine::Result<()> {
         self.0.rollback(from, to).map_err(engine_error)
     }

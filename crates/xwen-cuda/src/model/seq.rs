@@ -270,6 +270,18 @@ impl DevSeq {
         self.spare.truncate(self.spare_cap);
     }
 
+    /// Spare kept states allocated now up to `k` in all (kept and spare), and held as spares
+    /// from now on (`spare_cap`): a verify of k + 1 rows then takes them instead of allocating
+    /// its states on the step (a 35B-A3B's are 63 MB each, sixty buffers).
+    pub(crate) fn reserve_kept(&mut self, k: usize) -> Result<()> {
+        self.spare_cap = self.spare_cap.max(k);
+        while self.spare.len() + self.past.len() < k {
+            let s = self.new_kept()?;
+            self.spare.push(s);
+        }
+        Ok(())
+    }
+
     /// Whether rows fed one by one keep their states before them.
     pub(super) fn keeps(&self) -> bool {
         self.keep > 0

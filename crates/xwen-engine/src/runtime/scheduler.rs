@@ -244,7 +244,7 @@ impl Scheduler {
             req.sampler.accept(t);
         }
         let keep_session = req.session.is_some();
-        let (session, pending, checkpoint_at, cached) = match req.session.take() {
+        let (mut session, pending, checkpoint_at, cached) = match req.session.take() {
             Some(mut s) => {
                 let held = s.prepare(model, &req.prompt)?;
                 let last = req.prompt.len() - 1;
@@ -270,8 +270,10 @@ impl Scheduler {
                 };
                 ctl.set_timed(req.sampler.params().temperature <= 0.0);
                 ctl.set_shadowed(d.proposes_cheaply());
-                // a device makes its verifies ready at the first such request, not mid-request
+                // a device makes its verifies ready at the first such request, not mid-request,
+                // and this sequence's kept states at its admission, not at its first verify
                 model.prepare_verifies(k + 1)?;
+                session.state_mut().reserve_history(k)?;
                 Some((d, ctl))
             }
             _ => None,

@@ -387,6 +387,16 @@ impl SeqState {
         Ok(())
     }
 
+    /// Make room for `k` kept states where they are costly to allocate mid-decode (a device's:
+    /// tens of MB of recurrent state each on a 35B-A3B), before a drafted decode starts, so the
+    /// first verify of each depth does not pay for them. The host's are allocated as needed.
+    pub fn reserve_history(&mut self, k: usize) -> Result<()> {
+        match &mut self.place {
+            Place::Device(d) => d.reserve_history(k),
+            _ => Ok(()),
+        }
+    }
+
     /// Keep the recurrent states before each of the last `k` tokens fed (k × the recurrent
     /// state's bytes), so `rollback` can return to any of those positions without a re-run —
     /// what a speculative verify needs. 0 (the default) keeps none.

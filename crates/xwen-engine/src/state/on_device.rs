@@ -49,6 +49,14 @@ pub trait DeviceSeq: Send + Sync + Any {
     /// spans and decode-order spans), so `rollback` returns to them; 0 keeps none.
     fn keep_history(&mut self, k: usize);
 
+    /// Make room now for `k` kept states (what `keep_history(k)` and a verify of k + 1 rows
+    /// will hold), so the first verify does not allocate them: a drafting sequence reserves
+    /// before its decode starts. Nothing by default.
+    fn reserve_history(&mut self, k: usize) -> Result<()> {
+        let _ = k;
+        Ok(())
+    }
+
     /// Back from position `from` to `to`, one of the kept positions: the recurrent states taken
     /// from before the token at `to` (KV rows past it are simply overwritten later).
     fn rollback(&mut self, from: usize, to: usize) -> Result<()>;

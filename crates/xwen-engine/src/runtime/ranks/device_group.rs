@@ -148,6 +148,10 @@ impl DeviceSeq for GroupSeq {
         }
     }
 
+    fn reserve_history(&mut self, k: usize) -> Result<()> {
+        self.0.iter_mut().try_for_each(|s| s.reserve_history(k))
+    }
+
     fn rollback(&mut self, from: usize, to: usize) -> Result<()> {
         each(&mut self.0, |s| s.rollback(from, to))
     }

@@ -51,6 +51,7 @@ pub(crate) fn speculate(
     // a device makes its verifies (and an MTP head its passes) ready now, before anything is
     // timed: a GPU captures each size's graph once, as a server does at start
     model.prepare_verifies(max_draft + 1)?;
+    state.reserve_history(max_draft)?;
     let mut spec = SpecStats { active: true, ..Default::default() };
     let mut stats = GenStats { prompt_tokens: req.prompt.len(), ..Default::default() };
     for &t in req.prompt {
