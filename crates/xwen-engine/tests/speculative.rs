@@ -256,6 +256,76 @@ fn a_drafter_that_never_agrees_is_paused() {
     let drafted_steps_at_most = s.drafted(); // each drafted step drafts ≥ 1
     assert!(s.accepted() * 10 <= s.drafted().max(1), "{s:?}");
     assert!(drafted_steps_at_most < 40, "the controller did not pause a drafter that never agrees: {s:?}");
+    // a cheap drafter that has never agreed: two verifies (8 drafts, then 1), then paused and
+    // watched by shadow proposals, never verified again
+    assert_eq!((s.tally.verify_steps, s.drafted()), (2, 9), "{s:?}");
+}
+
+/// Wrong for its first `wrong` proposals' contexts, then the target's own continuation.
+struct RightLater {
+    continuation: Vec<u32>,
+    prompt_len: usize,
+    wrong: usize,
+}
+
+impl Drafter for RightLater {
+    fn name(&self) -> &'static str {
+        "right-later"
+    }
+    fn propose(&mut self, ctx: &[u32], max: usize) -> xwen_engine::Result<Vec<u32>> {
+        // ctx ends with the pending token: generated[..g] with g = ctx.len() − prompt_len
+        let g = ctx.len() - self.prompt_len;
+        if g < self.wrong {
+            return Contrary.propose(ctx, max);
+        }
+        Ok(self.continuation[g.min(self.continuation.len())..(g + max).min(self.continuation.len())].to_vec())
+    }
+}
+
+/// A paused cheap drafter that starts agreeing drafts again within a few steps (its shadow
+/// proposals end the pause), alone and on the engine's slots, the tokens plain greedy's.
+#[test]
+fn a_paused_cheap_drafter_resumes_once_it_agrees() {
+    use xwen_engine::{Engine, EngineOptions, EngineRequest, Output, SpecStats};
+    let m = std::sync::Arc::new(Model::load(&fixture("cond/qwen3_5/model-q8_0.gguf"), &cfg(None)).unwrap());
+    let prompt: Vec<u32> = (0..14).map(|i| (i * 7919 + 11) % m.n_vocab() as u32).collect();
+    let n = 120;
+    let want = plain(&m, &prompt, n);
+    let drafter = || RightLater { continuation: want.clone(), prompt_len: prompt.len(), wrong: 40 };
+    // the argmax without being greedy (top-k 1): depths by acceptance alone, not by this
+    // machine's step timings (on the CPU a verify's cost pauses drafting for cost)
+    let argmax = || SamplerConfig { temperature: Some(1.0), top_k: Some(1), top_p: Some(1.0), min_p: Some(0.0), seed: Some(5), ..Default::default() }.resolve(false);
+    let check = |s: &SpecStats, what: &str| {
+        // probed by verifies, the pauses after the first two verifies (24 steps, then 48)
+        // would end near token 76; the shadow proposals end them a few steps after the
+        // drafter starts agreeing (token 40), so most of the remaining 80 tokens come from
+        // accepted drafts (~60 accepted in ~59 steps; ~32 in ~86 without shadows)
+        assert!(s.accepted() >= 50, "{what}: {s:?}");
+        assert!(s.steps < 70, "{what}: {s:?}");
+    };
+    let mut got = Vec::new();
+    let req = GenerateRequest { prompt: &prompt, max_tokens: Some(n), stop_ids: &[], prefill_chunk: 0 };
+    let (_, s) = generate_speculative(&m, &mut m.new_state(), &req, &mut drafter(), 4, &mut Sampler::new(argmax()), &mut |_, _| true, &mut |t| {
+        got.push(t);
+        true
+    })
+    .unwrap();
+    assert_eq!(got, want);
+    check(&s, "alone");
+    let mut e = Engine::new(m.clone(), EngineOptions { parallel: 1, draft: None, prefix: None });
+    let id = e.submit(EngineRequest { draft: Some((Box::new(drafter()), 4)), ..EngineRequest::new(prompt.clone(), n, vec![], argmax()) });
+    let (mut out, mut stats) = (Vec::new(), None);
+    while e.has_work() {
+        for (i, o) in e.step() {
+            match o {
+                Output::Token { id: token, .. } if i == id => out.push(token),
+                Output::Done { stats: st, .. } if i == id => stats = st.drafts,
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(out, want);
+    check(&stats.expect("it drafted"), "on the engine");
 }
 
 /// The engine with drafting sequences (a server's slots): each sequence's tokens are the ones
