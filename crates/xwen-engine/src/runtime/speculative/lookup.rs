@@ -25,23 +25,41 @@ impl Drafter for NgramDrafter {
     }
 
     fn propose(&mut self, ctx: &[u32], max: usize) -> Result<Vec<u32>> {
-        let len = ctx.len();
-        for n in (self.min_n.max(1)..=self.max_n).rev() {
-            if len <= n {
-                continue;
-            }
-            let key = &ctx[len - n..];
-            // latest start j < len - n with ctx[j..j+n] == key and something after it
-            if let Some(j) = (0..len - n).rev().find(|&j| &ctx[j..j + n] == key) {
-                let from = j + n;
-                let end = (from + max).min(len);
-                if from < end {
-                    return Ok(ctx[from..end].to_vec());
-                }
-            }
-        }
-        Ok(Vec::new())
+        Ok(match latest_match(ctx, self.min_n.max(1), self.max_n) {
+            Some(from) => ctx[from..(from + max).min(ctx.len())].to_vec(),
+            None => Vec::new(),
+        })
     }
+}
+
+/// Where the continuation of the context's last n tokens starts at their latest earlier
+/// occurrence, for the largest n in `min_n..=max_n` that occurs (None: none does). One
+/// backward pass over the context: each earlier position holding the last token is a
+/// candidate end of an occurrence, and how far its match reaches back says which n it serves;
+/// the first (latest) candidate whose match reaches `max_n` ends the search. One comparison a
+/// position where the last token does not recur — the lookup runs every drafted step, and on a
+/// paused drafter's shadow steps, over contexts of thousands of tokens.
+fn latest_match(ctx: &[u32], min_n: usize, max_n: usize) -> Option<usize> {
+    let len = ctx.len();
+    if min_n > max_n || len < 2 {
+        return None;
+    }
+    let last = ctx[len - 1];
+    // latest[n - min_n]: the latest end of an occurrence of the last n tokens
+    let mut latest: Vec<Option<usize>> = vec![None; max_n - min_n + 1];
+    for e in (0..len - 1).rev() {
+        if ctx[e] != last {
+            continue;
+        }
+        let reach = (1..max_n.min(e + 1)).take_while(|&k| ctx[e - k] == ctx[len - 1 - k]).count() + 1;
+        for n in min_n..=reach.min(max_n) {
+            latest[n - min_n].get_or_insert(e);
+        }
+        if reach >= max_n {
+            break;
+        }
+    }
+    latest.iter().rev().find_map(|&e| e).map(|e| e + 1)
 }
 
 /// Proposes a known continuation (the target's own greedy output, from an earlier run): every
@@ -112,5 +130,50 @@ mod tests {
         assert_eq!(d.propose(&ctx, 10).unwrap(), vec![7, 8, 6, 2, 3]);
         assert_eq!(d.propose(&[1, 2, 3], 4).unwrap(), Vec::<u32>::new());
         assert_eq!(d.propose(&[5, 5, 5, 5], 2).unwrap(), vec![5]);
+    }
+
+    /// The lookup the one-pass search replaced: each n from the longest down, scanning back.
+    fn scan_each_n(ctx: &[u32], min_n: usize, max_n: usize, max: usize) -> Vec<u32> {
+        let len = ctx.len();
+        for n in (min_n.max(1)..=max_n).rev() {
+            if len <= n {
+                continue;
+            }
+            let key = &ctx[len - n..];
+            if let Some(j) = (0..len - n).rev().find(|&j| &ctx[j..j + n] == key) {
+                let from = j + n;
+                let end = (from + max).min(len);
+                if from < end {
+                    return ctx[from..end].to_vec();
+                }
+            }
+        }
+        Vec::new()
+    }
+
+    #[test]
+    fn ngram_lookup_in_one_pass_proposes_what_scanning_each_n_does() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = |m: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % m
+        };
+        for case in 0..4000 {
+            // small alphabets, so n-grams recur at every length
+            let alphabet = 2 + next(6);
+            let len = next(60) as usize;
+            let ctx: Vec<u32> = (0..len).map(|_| next(alphabet) as u32).collect();
+            let (min_n, max_n) = match case % 4 {
+                0 => (2, 4),
+                1 => (1, 3),
+                2 => (3, 3),
+                _ => (1 + next(3) as usize, 2 + next(5) as usize),
+            };
+            let max = 1 + next(8) as usize;
+            let mut d = NgramDrafter { min_n, max_n };
+            assert_eq!(d.propose(&ctx, max).unwrap(), scan_each_n(&ctx, min_n, max_n, max), "{ctx:?} n {min_n}..={max_n} max {max}");
+        }
     }
 }
