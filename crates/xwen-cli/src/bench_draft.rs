@@ -99,6 +99,9 @@ pub fn run(model: &Model, drafter: &mut dyn Drafter, kind: &str, c: &Config) -> 
             "tokens_per_step": tokens_per_step,
             "drafted_per_pos": total.tally.drafted_at,
             "accepted_per_pos": total.tally.accepted_at,
+            "verify_us": total.step_micros().0.map(|(v, _)| v),
+            "drafting_us": total.step_micros().0.map(|(_, d)| d),
+            "plain_step_us": total.step_micros().1,
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&v)?)
     } else {
@@ -124,6 +127,15 @@ pub fn run(model: &Model, drafter: &mut dyn Drafter, kind: &str, c: &Config) -> 
                     100.0 * total.acceptance(),
                     per_pos.join(" ")
                 )
+            })
+            .and_then(|_| match total.step_micros() {
+                (Some((v, d)), plain) => writeln!(
+                    out,
+                    "\na drafted step {:.0} µs on average (verify {v:.0}, drafting {d:.0}){}",
+                    v + d,
+                    plain.map_or(String::new(), |p| format!("; a step without drafts {p:.0} µs"))
+                ),
+                _ => Ok(()),
             })
             .and_then(|_| writeln!(out, "\nt/s: median over {} repetitions of greedy decoding, plain and drafted alternately; the drafted tokens equal the plain ones in every repetition", c.reps))
     };
