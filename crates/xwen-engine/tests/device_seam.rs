@@ -288,6 +288,8 @@ fn drafted_output_on_the_device_is_plain_greedy() {
             assert!(PICKED_VERIFIES.load(Ordering::Relaxed) > p0, "a greedy verify's rows were not picked on the device");
             // and made its verifies ready when the drafted request came in
             assert_eq!(stand_in.prepared_verifies.load(Ordering::Relaxed), (depth + 1).min(MAX_ROWS), "depth {depth}: the verifies were not prepared");
+            // and the sequence reserved its kept states (made when its state went to the device)
+            assert_eq!(stand_in.room.reserved_kept.load(Ordering::Relaxed), depth, "depth {depth}: the kept states were not reserved");
             if contrary {
                 assert!(ROLLBACKS.load(Ordering::Relaxed) > r0, "wrong drafts were rolled back on the device");
             }

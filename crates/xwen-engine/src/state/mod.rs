@@ -39,6 +39,9 @@ pub struct SeqState {
     cuts: Vec<usize>,
     /// Where the contents live: here, or on the device of a model with one attached.
     place: Place,
+    /// Kept states a drafting sequence asked to have room for (`reserve_history`), made on
+    /// its device when its contents move there (a device state is made at the first pass).
+    reserve_kept: usize,
 }
 
 /// Where a sequence's state lives.
@@ -195,7 +198,7 @@ fn take_recurrent(layers: &mut [LayerState], recurrent: Vec<(usize, DeltaState)>
 impl SeqState {
     /// A fresh sequence at position 0 over `layers`.
     pub fn new(layers: Vec<LayerState>) -> SeqState {
-        SeqState { pos: 0, layers, lineage: NEXT_LINEAGE.fetch_add(1, Ordering::Relaxed), cuts: Vec::new(), place: Place::Host }
+        SeqState { pos: 0, layers, lineage: NEXT_LINEAGE.fetch_add(1, Ordering::Relaxed), cuts: Vec::new(), place: Place::Host, reserve_kept: 0 }
     }
 
     /// Whether the contents live on a device (a model with one attached has fed it).
@@ -224,6 +227,11 @@ impl SeqState {
         });
         if let Some(k) = keep.filter(|&k| k > 0) {
             seq.keep_history(k);
+        }
+        // and the room reserved for them; a device that cannot make it now allocates them at
+        // the first verify, as without a reservation, and reports a failure there
+        if self.reserve_kept > 0 {
+            let _ = seq.reserve_history(self.reserve_kept);
         }
         self.clear_contents();
         self.place = Place::Device(seq);
@@ -273,7 +281,7 @@ impl SeqState {
             Place::Device(d) => {
                 let mut layers = self.layers.clone();
                 d.download(&mut layers, self.pos)?;
-                Ok(SeqState { pos: self.pos, layers, lineage: self.lineage, cuts: self.cuts.clone(), place: Place::Host })
+                Ok(SeqState { pos: self.pos, layers, lineage: self.lineage, cuts: self.cuts.clone(), place: Place::Host, reserve_kept: self.reserve_kept })
             }
             Place::Failed(m) => Err(EngineError::State(m.clone())),
         }
@@ -334,7 +342,7 @@ impl SeqState {
         if ck.pos < self.pos {
             cuts.push(ck.pos);
         }
-        let mut state = SeqState { pos: ck.pos, layers, lineage: self.lineage, cuts, place: Place::Host };
+        let mut state = SeqState { pos: ck.pos, layers, lineage: self.lineage, cuts, place: Place::Host, reserve_kept: self.reserve_kept };
         match &ck.recurrent {
             Recurrent::Host(r) => {
                 put_recurrent(&mut state.layers, r);
@@ -389,8 +397,10 @@ impl SeqState {
 
     /// Make room for `k` kept states where they are costly to allocate mid-decode (a device's:
     /// tens of MB of recurrent state each on a 35B-A3B), before a drafted decode starts, so the
-    /// first verify of each depth does not pay for them. The host's are allocated as needed.
+    /// first verify of each depth does not pay for them; a state whose device part is not made
+    /// yet (it is at the first pass) makes them then. The host's are allocated as needed.
     pub fn reserve_history(&mut self, k: usize) -> Result<()> {
+        self.reserve_kept = self.reserve_kept.max(k);
         match &mut self.place {
             Place::Device(d) => d.reserve_history(k),
             _ => Ok(()),

@@ -33,6 +33,8 @@ pub struct Room {
     pub taken: AtomicUsize,
     /// Snapshots restored by a device copy.
     pub restored: AtomicUsize,
+    /// The most kept states a sequence reserved room for (`DeviceSeq::reserve_history`).
+    pub reserved_kept: AtomicUsize,
 }
 
 impl HostDevice {
@@ -264,6 +266,11 @@ impl DeviceSeq for HostSeq {
 
     fn keep_history(&mut self, k: usize) {
         self.0.keep_history(k);
+    }
+
+    fn reserve_history(&mut self, k: usize) -> xwen_engine::Result<()> {
+        self.1.reserved_kept.fetch_max(k, Ordering::Relaxed);
+        Ok(())
     }
 
     fn rollback(&mut self, from: usize, to: usize) -> xwen_engine::Result<()> {
