@@ -160,6 +160,8 @@ pub fn run(mut a: RunArgs) -> Result<()> {
         StopReason::Caller if stream.stop().is_some() => "stop_string",
         StopReason::Caller | StopReason::Constraint => "stopped",
     };
+    // a drafted step's verify and proposal, and a step without drafts (µs, mean)
+    let (drafted_us, plain_us) = spec.step_micros();
     let json_reply = || {
         json!({
             "text": text,
@@ -181,10 +183,9 @@ pub fn run(mut a: RunArgs) -> Result<()> {
                 // spec_decode_num_{drafted,accepted}_tokens_per_pos_total
                 "drafted_per_pos": spec.tally.drafted_at,
                 "accepted_per_pos": spec.tally.accepted_at,
-                // a drafted step's verify and proposal, and a step without drafts (µs, mean)
-                "verify_us": spec.step_micros().0.map(|(v, _)| v),
-                "drafting_us": spec.step_micros().0.map(|(_, d)| d),
-                "plain_step_us": spec.step_micros().1,
+                "verify_us": drafted_us.map(|(v, _)| v),
+                "drafting_us": drafted_us.map(|(_, d)| d),
+                "plain_step_us": plain_us,
             })),
             "timings": {
                 "load_s": loaded.load_secs,

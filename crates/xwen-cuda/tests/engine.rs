@@ -496,20 +496,9 @@ fn argmax_sampler() -> Sampler {
     Sampler::new(SamplerConfig { temperature: Some(1.0), top_k: Some(1), top_p: Some(1.0), min_p: Some(0.0), seed: Some(7), ..SamplerConfig::default() }.resolve(false))
 }
 
-/// Decoding of `n` tokens after `prompt` by `sampler`, drafted by `draft` (drafter, depth).
-fn drafted_tokens(m: &Model, prompt: &[u32], n: usize, (d, k): (&mut dyn xwen_engine::Drafter, usize), sampler: &mut Sampler) -> (Vec<u32>, SpecStats) {
-    let mut out = Vec::new();
-    let req = GenerateRequest { prompt, max_tokens: Some(n), stop_ids: &[], prefill_chunk: 0 };
-    let mut on_token = |t| {
-        out.push(t);
-        true
-    };
-    let stats = generate_speculative(m, &mut m.new_state(), &req, d, k, sampler, &mut |_, _| true, &mut on_token).map(|(_, s)| s).unwrap_or_else(|e| panic!("{e}"));
-    (out, stats)
-}
-
-/// Greedy decoding of `n` tokens after `prompt`, drafted by `draft` (drafter, depth) or plain.
-fn greedy_tokens(m: &Model, prompt: &[u32], n: usize, draft: Option<(&mut dyn xwen_engine::Drafter, usize)>) -> (Vec<u32>, SpecStats) {
+/// Decoding of `n` tokens after `prompt` by `sampler`, drafted by `draft` (drafter, depth) or
+/// plain.
+fn sampled_tokens(m: &Model, prompt: &[u32], n: usize, draft: Option<(&mut dyn xwen_engine::Drafter, usize)>, sampler: &mut Sampler) -> (Vec<u32>, SpecStats) {
     let mut out = Vec::new();
     let req = GenerateRequest { prompt, max_tokens: Some(n), stop_ids: &[], prefill_chunk: 0 };
     let mut on_token = |t| {
@@ -517,11 +506,16 @@ fn greedy_tokens(m: &Model, prompt: &[u32], n: usize, draft: Option<(&mut dyn xw
         true
     };
     let stats = match draft {
-        Some((d, k)) => generate_speculative(m, &mut m.new_state(), &req, d, k, &mut greedy_sampler(), &mut |_, _| true, &mut on_token).map(|(_, s)| s),
-        None => generate(m, &mut m.new_state(), &req, &mut greedy_sampler(), &mut on_token).map(|_| SpecStats::default()),
+        Some((d, k)) => generate_speculative(m, &mut m.new_state(), &req, d, k, sampler, &mut |_, _| true, &mut on_token).map(|(_, s)| s),
+        None => generate(m, &mut m.new_state(), &req, sampler, &mut on_token).map(|_| SpecStats::default()),
     };
     let stats = stats.unwrap_or_else(|e| panic!("{e}"));
     (out, stats)
+}
+
+/// Greedy decoding of `n` tokens after `prompt`, drafted by `draft` (drafter, depth) or plain.
+fn greedy_tokens(m: &Model, prompt: &[u32], n: usize, draft: Option<(&mut dyn xwen_engine::Drafter, usize)>) -> (Vec<u32>, SpecStats) {
+    sampled_tokens(m, prompt, n, draft, &mut greedy_sampler())
 }
 
 /// The trained MTP head on the device (it goes there with the model: `xwen_cuda::attach`):
@@ -551,9 +545,9 @@ fn the_mtp_head_on_the_device_drafts_the_plain_greedy_tokens() {
     // run's controller chooses depths by its own step timings (the CPU's pause a drafter that
     // cannot pay there), so both run a sampler that takes the argmax (top-k 1) without being
     // greedy, whose depths follow acceptance alone
-    let (same, on_gpu) = drafted_tokens(&m, &prompt, n, (&mut MtpDrafter::new(), 3), &mut argmax_sampler());
+    let (same, on_gpu) = sampled_tokens(&m, &prompt, n, Some((&mut MtpDrafter::new(), 3)), &mut argmax_sampler());
     assert_eq!(same, want, "drafted by the MTP head on the device with a top-k 1 sampler: not plain greedy");
-    let (_, on_cpu) = drafted_tokens(&host, &prompt, n, (&mut MtpDrafter::new(), 3), &mut argmax_sampler());
+    let (_, on_cpu) = sampled_tokens(&host, &prompt, n, Some((&mut MtpDrafter::new(), 3)), &mut argmax_sampler());
     eprintln!(
         "the same depth schedule: on the device {} of {} drafts accepted ({:.2}), on the CPU {} of {} ({:.2})",
         on_gpu.accepted(),

@@ -35,31 +35,32 @@ impl Drafter for NgramDrafter {
 /// Where the continuation of the context's last n tokens starts at their latest earlier
 /// occurrence, for the largest n in `min_n..=max_n` that occurs (None: none does). One
 /// backward pass over the context: each earlier position holding the last token is a
-/// candidate end of an occurrence, and how far its match reaches back says which n it serves;
-/// the first (latest) candidate whose match reaches `max_n` ends the search. One comparison a
-/// position where the last token does not recur — the lookup runs every drafted step, and on a
-/// paused drafter's shadow steps, over contexts of thousands of tokens.
+/// candidate end of an occurrence, and how far its match reaches back (at most `max_n`) says
+/// which n it serves. Scanning back, the first candidate to reach further than every later one
+/// is the latest occurrence of that longer n-gram, so the best so far is one (reach, end) pair;
+/// a reach of `max_n` ends the search. One comparison a position where the last token does not
+/// recur — the lookup runs every drafted step, and on a paused drafter's shadow steps, over
+/// contexts of thousands of tokens.
 fn latest_match(ctx: &[u32], min_n: usize, max_n: usize) -> Option<usize> {
     let len = ctx.len();
     if min_n > max_n || len < 2 {
         return None;
     }
     let last = ctx[len - 1];
-    // latest[n - min_n]: the latest end of an occurrence of the last n tokens
-    let mut latest: Vec<Option<usize>> = vec![None; max_n - min_n + 1];
+    let mut best: Option<(usize, usize)> = None; // (reach, end)
     for e in (0..len - 1).rev() {
         if ctx[e] != last {
             continue;
         }
         let reach = (1..max_n.min(e + 1)).take_while(|&k| ctx[e - k] == ctx[len - 1 - k]).count() + 1;
-        for n in min_n..=reach.min(max_n) {
-            latest[n - min_n].get_or_insert(e);
+        if reach >= min_n && best.is_none_or(|(r, _)| reach > r) {
+            best = Some((reach, e));
         }
         if reach >= max_n {
             break;
         }
     }
-    latest.iter().rev().find_map(|&e| e).map(|e| e + 1)
+    best.map(|(_, e)| e + 1)
 }
 
 /// Proposes a known continuation (the target's own greedy output, from an earlier run): every
