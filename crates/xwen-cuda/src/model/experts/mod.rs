@@ -117,13 +117,17 @@ struct Book {
     pending: Vec<bool>,
 }
 
-/// How long the CPU experts' idle workers spin before parking: `XWEN_CPU_EXPERTS_SPIN_US` µs,
-/// else the pool's default (1 ms, which spans a layer step, so they spin through the GPU's part
-/// of it). For A/B runs on the GPU host: on the 122B-A10B class 8 CPU threads waited 233 µs a
-/// layer step for the router's picks against 59 µs at 4 (docs/bench.md), which spinning
-/// workers beside the thread that queues the GPU's work would explain.
-fn cpu_experts_spin() -> std::time::Duration {
-    std::env::var("XWEN_CPU_EXPERTS_SPIN_US").ok().and_then(|v| v.parse().ok()).map_or(std::time::Duration::from_micros(1000), std::time::Duration::from_micros)
+/// The CPU experts' pool of `threads`: its idle workers spin `XWEN_CPU_EXPERTS_SPIN_US` µs
+/// before parking where that is set, else the pool's default (1 ms, which spans a layer step,
+/// so they spin through the GPU's part of it). For A/B runs on the GPU host: on the 122B-A10B
+/// class 8 CPU threads waited 233 µs a layer step for the router's picks against 59 µs at 4
+/// (docs/bench.md), which spinning workers beside the thread that queues the GPU's work would
+/// explain.
+fn cpu_experts_pool(threads: usize) -> std::io::Result<xwen_kernels::Pool> {
+    match std::env::var("XWEN_CPU_EXPERTS_SPIN_US").ok().and_then(|v| v.parse().ok()) {
+        Some(us) => xwen_kernels::Pool::try_with_spin(threads, std::time::Duration::from_micros(us)),
+        None => xwen_kernels::Pool::try_new(threads),
+    }
 }
 
 /// The read-ahead's own stream, the guesses' scratch (a decode batch's router logits, ids and
@@ -258,7 +262,7 @@ impl ExpertCache {
         };
         // the CPU path takes the types the CPU's dot products take
         let cpu_ok = experts.iter().flatten().flatten().all(|m| xwen_kernels::is_supported_weight(m.ty) && m.cols % m.ty.block_size() == 0);
-        let cpu = if cpu_threads > 0 && cpu_ok { xwen_kernels::Pool::try_with_spin(cpu_threads, cpu_experts_spin()).ok() } else { None };
+        let cpu = if cpu_threads > 0 && cpu_ok { cpu_experts_pool(cpu_threads).ok() } else { None };
         let streamed = matches!(host, HostTier::Store { .. });
         let stats = ExpertCacheStats { slots, n_expert, pinned, streamed, cpu_threads: cpu.as_ref().map_or(0, |p| p.n_threads()), ..Default::default() };
         let read_ahead = if let Some(rows) = read_ahead {
