@@ -15,7 +15,7 @@ use crate::runtime::cost_table::{shares, StepCosts};
 use crate::runtime::generate::{fits_context, StopReason, StopRule};
 use crate::runtime::sampler::Sampler;
 use crate::runtime::session::Session;
-use crate::runtime::speculative::{greedy_verify_rows, sample_verify_rows, Controller, DraftMemory, DraftTally, Drafter, ModelDrafter, SpecStats};
+use crate::runtime::speculative::{greedy_verify_rows, sample_verify_rows, shadow_token, Controller, DraftMemory, DraftTally, Drafter, ModelDrafter, SpecStats};
 use std::collections::HashMap;
 
 /// Prompt tokens one sequence feeds per step (llama.cpp's micro-batch).
@@ -508,7 +508,7 @@ impl Scheduler {
                     } else {
                         // paused: what it would draft, judged against this step's token
                         // (a cheap drafter's, so outside the proposals' timing)
-                        r.shadow = d.propose_with(model, &ctx, 1).ok().and_then(|p| p.first().copied());
+                        r.shadow = shadow_token(d.as_mut(), model, &ctx);
                     }
                 }
             }

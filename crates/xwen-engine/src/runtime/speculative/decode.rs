@@ -110,7 +110,7 @@ pub(crate) fn speculate(
         let t_draft = Instant::now();
         let drafts = if k > 0 { drafter.propose_with(model, &context, k)? } else { Vec::new() };
         // paused: what the drafter would have drafted, judged against this step's token
-        let shadow = if k == 0 && ctl.shadow_wanted() { drafter.propose_with(model, &context, 1).ok().and_then(|p| p.first().copied()) } else { None };
+        let shadow = if k == 0 && ctl.shadow_wanted() { super::shadow_token(drafter, model, &context) } else { None };
         if k > 0 {
             let secs = observe_secs + t_draft.elapsed().as_secs_f64();
             ctl.observe_draft_cost(drafts.len().min(k), secs);

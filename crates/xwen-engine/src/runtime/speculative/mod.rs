@@ -73,3 +73,10 @@ pub trait Drafter: Send {
         None
     }
 }
+
+/// A paused drafter's shadow proposal (`Controller::shadow_wanted`): the first token it would
+/// draft after `context`, never verified; a failed proposal says nothing (None), as an empty
+/// one does.
+pub(crate) fn shadow_token(d: &mut dyn Drafter, target: &Model, context: &[u32]) -> Option<u32> {
+    d.propose_with(target, context, 1).ok().and_then(|p| p.first().copied())
+}
