@@ -210,11 +210,11 @@ impl DeviceModel for CudaDevice {
         Ok(out.map(|(token, prob, hidden)| MtpDraft { token, prob, hidden }))
     }
 
-    /// The chain on the GPU as one graph, of at most 16 steps (`CudaModel::mtp_chain`; a
-    /// drafter asking for more gets that many).
-    fn mtp_draft_chain(&self, seq: &mut dyn DeviceSeq, pos: usize, token: u32, h: &[f32], depth: usize) -> xwen_engine::Result<Vec<(u32, f32)>> {
+    /// The catch-up and the chain on the GPU as one graph, of at most 16 steps
+    /// (`CudaModel::mtp_chain`; a drafter asking for more gets that many).
+    fn mtp_draft_chain(&self, seq: &mut dyn DeviceSeq, pos: usize, lead: (&[u32], &[f32]), token: u32, h: &[f32], depth: usize) -> xwen_engine::Result<Vec<(u32, f32)>> {
         let seq = seq.as_any_mut().downcast_mut::<CudaSeq>().ok_or_else(|| EngineError::Device("a sequence state of another device".into()))?;
-        self.lock().mtp_chain(&mut seq.0, pos, token, h, depth).map_err(engine_error)
+        self.lock().mtp_chain(&mut seq.0, pos, lead, token, h, depth).map_err(engine_error)
     }
 }
 

@@ -128,11 +128,17 @@ pub trait DeviceModel: Send + Sync {
         Err(crate::EngineError::Config(format!("{}: no MTP head on the device", self.describe())))
     }
 
-    /// `depth` draft steps of the MTP head chained from `token` at `pos` with the hidden row
-    /// `h`, each step fed the one before it's draft and hidden row: every step's (token,
-    /// probability). A device chains them on itself (one copy back for the chain); by default,
-    /// step by step through `mtp_forward`.
-    fn mtp_draft_chain(&self, seq: &mut dyn DeviceSeq, pos: usize, token: u32, h: &[f32], depth: usize) -> Result<Vec<(u32, f32)>> {
+    /// The MTP head catching up on `lead` (tokens from `pos`, token k paired with hidden row k
+    /// of the second part: rows kept since its last draft), then `depth` draft steps chained
+    /// from `token` at `pos + lead.len()` with the hidden row `h`, each step fed the one
+    /// before it's draft and hidden row: every step's (token, probability). A device runs the
+    /// catch-up and the chain on itself (one pass and one copy back); by default, pass by pass
+    /// through `mtp_forward`.
+    fn mtp_draft_chain(&self, seq: &mut dyn DeviceSeq, pos: usize, lead: (&[u32], &[f32]), token: u32, h: &[f32], depth: usize) -> Result<Vec<(u32, f32)>> {
+        if !lead.0.is_empty() {
+            self.mtp_forward(seq, pos, lead.0, lead.1, false)?;
+        }
+        let pos = pos + lead.0.len();
         let (mut tok, mut hid) = (token, h.to_vec());
         let mut out = Vec::with_capacity(depth);
         for i in 0..depth {

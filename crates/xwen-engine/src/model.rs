@@ -1150,20 +1150,35 @@ impl Model {
         Ok(crate::device::MtpDraft { token, prob, hidden: o.hidden })
     }
 
-    /// Up to `max` drafts of the MTP head chained from `token` at `state.pos` with the hidden
-    /// row `h` (each step fed the last's draft and hidden row), stopping before the first
-    /// whose probability is below `p_min`. On the device the chain runs there whole (one copy
-    /// back; the steps past a stop run too, and `state` counts them); on the CPU it stops there.
-    pub fn mtp_drafts(&self, state: &mut SeqState, token: u32, h: &[f32], max: usize, p_min: f32) -> Result<Vec<u32>> {
-        if max == 0 {
-            return Ok(Vec::new());
+    /// Up to `max` drafts of the MTP head chained from `token` with the hidden row `h` (each
+    /// step fed the last's draft and hidden row), stopping before the first whose probability
+    /// is below `p_min` — after the head catches up on `lead` (tokens from `state.pos`, token k
+    /// with hidden row k of `lead_h`: the rows kept since its last draft), so `token` sits at
+    /// `state.pos + lead.len()`. On the device the catch-up and the chain run there as one pass
+    /// (one copy back; the steps past a stop run too, and `state` counts them); on the CPU
+    /// the chain stops there.
+    pub fn mtp_drafts(&self, state: &mut SeqState, lead: (&[u32], &[f32]), token: u32, h: &[f32], max: usize, p_min: f32) -> Result<Vec<u32>> {
+        let (lead, lead_h) = lead;
+        if lead_h.len() != lead.len() * self.hidden_width() {
+            return Err(EngineError::Config(format!("an MTP catch-up of {} tokens with {} hidden values", lead.len(), lead_h.len())));
         }
         if let Some(d) = self.device_mtp() {
-            self.check_context(state, max)?;
+            if max == 0 {
+                if !lead.is_empty() {
+                    self.mtp_write_kv(state, lead, lead_h)?;
+                }
+                return Ok(Vec::new());
+            }
+            self.check_context(state, lead.len() + max)?;
             let pos = state.pos;
-            let chain = d.mtp_draft_chain(state.device_mut()?, pos, token, h, max)?;
-            state.pos += chain.len();
+            let chain = d.mtp_draft_chain(state.device_mut()?, pos, (lead, lead_h), token, h, max)?;
+            state.pos += lead.len() + chain.len();
             return Ok(chain.into_iter().take_while(|&(_, p)| p >= p_min).map(|(t, _)| t).collect());
+        }
+        let batch = self.max_batch_rows().max(1);
+        let hw = self.hidden_width();
+        for (toks, hs) in lead.chunks(batch).zip(lead_h.chunks(batch * hw)) {
+            self.mtp_write_kv(state, toks, hs)?;
         }
         let (mut tok, mut hid) = (token, h.to_vec());
         let mut out = Vec::with_capacity(max);

@@ -17,12 +17,18 @@ use xwen_engine::models::mtp::MtpWeights;
 /// Where a graph of the head's pass of n rows is kept (`CudaModel::graphs`): beside the decode
 /// batches' (0) and verifies' (1, 2).
 const GRAPH_MTP: u8 = 8;
-/// A draft chain's graph (by its steps).
+/// A draft chain's graph (by its first pass's rows and its steps: `chain_key`).
 const GRAPH_CHAIN: u8 = 10;
 /// Steps a draft chain takes at most (a drafter's depth; llama.cpp's --draft-max is 16 by default).
 const CHAIN_MAX: usize = 16;
-/// A chain step's table: its token (i32), its position (i32), then the head's K and V caches.
+/// A later chain step's table: a word unused (its token comes from the step before), its
+/// position (i32), then the head's K and V caches.
 const CHAIN_TABLE: usize = 24;
+
+/// The graph of a draft chain whose first pass takes `n` rows, of `depth` steps.
+fn chain_key(n: usize, depth: usize) -> (usize, u8) {
+    (n * (CHAIN_MAX + 1) + depth, GRAPH_CHAIN)
+}
 
 /// Where a head pass reads its tokens and hidden rows, its layer's state pointers, and where a
 /// draft's answer goes.
@@ -178,61 +184,82 @@ impl CudaModel {
         Ok(Some((token, prob, hidden)))
     }
 
-    /// `depth` draft steps chained on the device from `token` at `pos` with the hidden row `h`:
-    /// each step's token and hidden row feed the next without a copy to the host, the whole
-    /// chain one graph, its drafts and their probabilities read back at once. (Every step runs;
-    /// the drafter cuts the chain where a probability falls below its p_min.)
-    pub(crate) fn mtp_chain(&mut self, seq: &mut DevSeq, pos: usize, token: u32, h: &[f32], depth: usize) -> Result<Vec<(u32, f32)>> {
+    /// The head catching up on `lead` (tokens from `pos` with their hidden rows: the rows kept
+    /// since its last draft), then `depth` draft steps from `token` at `pos + lead.len()` with
+    /// the hidden row `h`: the catch-up rows and the first step are one pass of the head (the
+    /// step its last row), each later step fed the token and hidden row of the one before it
+    /// without a copy to the host, the whole one graph, its drafts and their probabilities
+    /// read back at once. (Every step runs; the drafter cuts the chain where a probability
+    /// falls below its p_min.)
+    pub(crate) fn mtp_chain(&mut self, seq: &mut DevSeq, pos: usize, lead: (&[u32], &[f32]), token: u32, h: &[f32], depth: usize) -> Result<Vec<(u32, f32)>> {
         self.gpu.ctx.bind_to_thread()?;
         let hd = self.d.hidden;
         let depth = depth.min(CHAIN_MAX);
-        if depth == 0 || h.len() != hd || self.mtp.is_none() {
-            return Err(CudaError::Unsupported(format!("a draft chain of {depth} from a hidden row of {} (width {hd})", h.len())));
+        let rows = self.mtp_head()?.rows;
+        if depth == 0 || h.len() != hd || lead.1.len() != lead.0.len() * hd {
+            return Err(CudaError::Unsupported(format!("a draft chain of {depth} from a hidden row of {} (width {hd}) after {} rows", h.len(), lead.0.len())));
         }
         let [SeqLayer::Attn { k, v }] = seq.layers.as_slice() else {
             return Err(CudaError::Unsupported("not a state of the MTP head".into()));
         };
-        self.check(pos, &vec![token; depth])?;
-        let mut bytes = vec![0u8; depth * CHAIN_TABLE];
-        for (i, t) in bytes.chunks_exact_mut(CHAIN_TABLE).enumerate() {
-            t[0..4].copy_from_slice(&(token as i32).to_le_bytes());
-            t[4..8].copy_from_slice(&((pos + i) as i32).to_le_bytes());
-            t[8..16].copy_from_slice(&k.ptr.to_le_bytes());
-            t[16..24].copy_from_slice(&v.ptr.to_le_bytes());
+        let (k, v) = (k.ptr, v.ptr);
+        self.check(pos, &vec![token; lead.0.len() + depth])?;
+        // catch-up rows beyond one pass's room first, on their own
+        let first = lead.0.len().saturating_sub(rows - 1);
+        if first > 0 {
+            self.mtp_feed(seq, pos, &lead.0[..first], &lead.1[..first * hd], false)?;
         }
-        let gpu = &self.gpu;
+        let (pos, lead, lead_h) = (pos + first, &lead.0[first..], &lead.1[first * hd..]);
+        let n = lead.len() + 1;
+        let tokens: Vec<u32> = lead.iter().copied().chain([token]).collect();
+        let h_in: Vec<f32> = lead_h.iter().chain(h).copied().collect();
+        self.write_mtp_rows(seq, pos, &tokens, &h_in)?;
+        // the later steps' tables: their positions and the head's K and V caches
+        let pos0 = pos + lead.len();
+        let mut bytes = vec![0u8; (depth - 1) * CHAIN_TABLE];
+        for (i, t) in bytes.chunks_exact_mut(CHAIN_TABLE).enumerate() {
+            t[4..8].copy_from_slice(&((pos0 + 1 + i) as i32).to_le_bytes());
+            t[8..16].copy_from_slice(&k.to_le_bytes());
+            t[16..24].copy_from_slice(&v.to_le_bytes());
+        }
         let m = self.mtp.as_mut().expect("checked above");
-        gpu.write(&mut m.chain, &bytes)?;
-        gpu.write(&mut m.h_in, as_bytes(h))?;
-        let ios = self.chain_ios(depth)?;
-        self.run_graph((depth, GRAPH_CHAIN), |m| ios.iter().try_for_each(|&io| m.record_mtp(1, true, io)))?;
+        self.gpu.write(&mut m.chain, &bytes)?;
+        let (io, ios) = (self.rows_io(n)?, self.chain_ios(depth)?);
+        self.run_graph(chain_key(n, depth), |m| m.record_chain(n, io, &ios))?;
         let all = self.gpu.read_f32_at(&self.mtp_head()?.out, 0, depth * (hd + 2))?;
         Ok(all.chunks_exact(hd + 2).map(|a| (a[hd + 1].to_bits(), a[hd])).collect())
     }
 
-    /// A draft chain's steps of `depth`: step i reads its token and position from its table
-    /// (the first also its hidden row from h_in), each later step the token and hidden row of
-    /// the step before it from that step's answer.
+    /// Enqueues a draft chain: the head's pass of `n` rows (its last row the first step), then
+    /// the later steps (`chain_ios`).
+    fn record_chain(&self, n: usize, io: MtpIo, ios: &[MtpIo]) -> Result<()> {
+        self.record_mtp(n, true, io)?;
+        ios.iter().try_for_each(|&io| self.record_mtp(1, true, io))
+    }
+
+    /// A draft chain's steps after its first, of `depth` in all: step i (from 1) reads its
+    /// position and the head's caches from table i − 1, its token and hidden row from the
+    /// answer of the step before it.
     fn chain_ios(&self, depth: usize) -> Result<Vec<MtpIo>> {
         let m = self.mtp_head()?;
         let hd = self.d.hidden;
-        let (chain, h_in, out) = (m.chain.ptr, m.h_in.ptr, m.out.ptr);
+        let (chain, out) = (m.chain.ptr, m.out.ptr);
         let step = (hd + 2) * 4;
-        Ok((0..depth)
+        Ok((1..depth)
             .map(|i| {
-                let at = |b: usize| chain + (i * CHAIN_TABLE + b) as u64;
-                let prev = out + ((i.max(1) - 1) * step) as u64;
-                let (ids, hin) = if i == 0 { (at(0), h_in) } else { (prev + (4 * (hd + 1)) as u64, prev) };
+                let at = |b: usize| chain + ((i - 1) * CHAIN_TABLE + b) as u64;
+                let prev = out + ((i - 1) * step) as u64;
                 let st = super::forward::LayerPtrs::one_sequence(at(8), at(4));
-                MtpIo { ids, h_in: hin, st, out: out + (i * step) as u64 }
+                MtpIo { ids: prev + (4 * (hd + 1)) as u64, h_in: prev, st, out: out + (i * step) as u64 }
             })
             .collect())
     }
 
-    /// The head's passes of 1 to `rows` rows (catching up on a verify's kept rows) and its
-    /// draft chains of 1 to `rows − 1` steps captured now, where the model has a head on the
-    /// device, so that a drafted request's first steps of each size do not pay a capture (on a
-    /// small model a capture costs more than the steps it serves: tens of steps of ~0.2 ms).
+    /// The head's passes of 1 to `rows` rows (catching up on a verify's kept rows where a
+    /// drafter is paused) and its draft chains of 1 to `rows − 1` steps after 0 to `rows`
+    /// kept rows captured now, where the model has a head on the device, so that a drafted
+    /// request's first steps of each size do not pay a capture (on a small model a capture
+    /// costs more than the steps it serves: tens of steps of ~0.2 ms).
     pub(crate) fn capture_mtp(&mut self, rows: usize) -> Result<()> {
         let Some(head_rows) = self.mtp.as_ref().map(|m| m.rows) else { return Ok(()) };
         if !self.use_graph {
@@ -243,9 +270,11 @@ impl CudaModel {
             let io = self.rows_io(n)?;
             self.capture_with((n, GRAPH_MTP), |m| m.record_mtp(n, false, io))?;
         }
-        for depth in 1..=rows.saturating_sub(1).min(CHAIN_MAX) {
-            let ios = self.chain_ios(depth)?;
-            self.capture_with((depth, GRAPH_CHAIN), |m| ios.iter().try_for_each(|&io| m.record_mtp(1, true, io)))?;
+        for n in 1..=(rows + 1).min(head_rows) {
+            for depth in 1..=rows.saturating_sub(1).min(CHAIN_MAX) {
+                let (io, ios) = (self.rows_io(n)?, self.chain_ios(depth)?);
+                self.capture_with(chain_key(n, depth), |m| m.record_chain(n, io, &ios))?;
+            }
         }
         Ok(())
     }

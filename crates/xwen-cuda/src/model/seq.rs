@@ -363,13 +363,16 @@ impl DevSeq {
         let Some(i) = self.past.iter().position(|p| p.pos == to) else {
             return Err(CudaError::Unsupported(format!("position {to} is not among the kept states (at {from}; keep_history keeps the last rows fed one by one)")));
         };
+        // the kept buffers become the live ones (each pass reads its state's addresses from
+        // its table, so no graph holds the old ones), the live ones spares: no copies — a
+        // 35B-A3B's are 60 of them, ~60 MB, a rejected verify
         let live = self.layers.iter_mut().filter_map(|l| match l {
             SeqLayer::Delta { conv, s } => Some((conv, s)),
             SeqLayer::Attn { .. } => None,
         });
-        for ((conv, s), (c, st)) in live.zip(&self.past[i].states) {
-            self.gpu.copy(conv, c)?;
-            self.gpu.copy(s, st)?;
+        for ((conv, s), (c, st)) in live.zip(self.past[i].states.iter_mut()) {
+            std::mem::swap(conv, c);
+            std::mem::swap(s, st);
         }
         for p in self.past.drain(i..) {
             self.spare.push(p.states);

@@ -37,12 +37,26 @@ impl MtpDrafter {
         Self::default()
     }
 
-    /// Runs the buffered rows through the head: token q with the hidden of q−1 (the row before
-    /// it in the buffer, or the last hidden before the buffer), in batches the model takes —
-    /// their KV rows only: no draft is asked of them (the chain starts from the pending token).
+    /// Runs the buffered rows through the head (`take_buffer`) — their KV rows only: no draft
+    /// is asked of them — in batches the model takes.
     fn flush(&mut self, target: &Model) -> Result<()> {
+        let Some((tokens, h_in)) = self.take_buffer(target)? else { return Ok(()) };
+        let h = target.hidden_width();
+        let batch = target.max_batch_rows().max(1);
+        let st = self.state.as_mut().expect("made by take_buffer");
+        for (toks, hs) in tokens.chunks(batch).zip(h_in.chunks(batch * h)) {
+            target.mtp_write_kv(st, toks, hs)?;
+        }
+        Ok(())
+    }
+
+    /// The buffered rows as the head takes them, the head's state made ready for them: token q
+    /// with the hidden of q−1 (the row before it in the buffer, or the last hidden before the
+    /// buffer); the state cut back to the buffer's first position, or filled up to it. None
+    /// where the buffer is empty.
+    fn take_buffer(&mut self, target: &Model) -> Result<Option<(Vec<u32>, Vec<f32>)>> {
         if self.buf_tokens.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let h = target.hidden_width();
         if self.state.is_none() {
@@ -65,18 +79,10 @@ impl MtpDrafter {
             _ => h_in.resize(h, 0.0),
         }
         h_in.extend_from_slice(&self.buf_hidden[..(m - 1) * h]);
-        let batch = target.max_batch_rows().max(1);
-        let mut at = 0;
-        while at < m {
-            let end = (at + batch).min(m);
-            target.mtp_write_kv(st, &self.buf_tokens[at..end], &h_in[at * h..end * h])?;
-            at = end;
-        }
         self.last_h = self.buf_hidden[(m - 1) * h..].to_vec();
         self.h_pos = Some(pos + m - 1);
-        self.buf_tokens.clear();
         self.buf_hidden.clear();
-        Ok(())
+        Ok(Some((std::mem::take(&mut self.buf_tokens), h_in)))
     }
 }
 
@@ -124,22 +130,24 @@ impl Drafter for MtpDrafter {
     }
 
     fn propose_with(&mut self, target: &Model, ctx: &[u32], max: usize) -> Result<Vec<u32>> {
-        self.flush(target)?;
+        // the rows kept since the last draft run in the same pass as the draft's first step
+        let (lead, lead_h) = self.take_buffer(target)?.unwrap_or_default();
         let (Some(st), Some(hp)) = (self.state.as_mut(), self.h_pos) else {
             return Ok(Vec::new());
         };
-        let Some(&pending) = ctx.last() else {
-            return Ok(Vec::new());
-        };
-        // the pending token sits at h_pos + 1; the head's rows past that are last step's drafts
+        // the pending token sits at h_pos + 1 (take_buffer left the state where the rows it
+        // took end there); without new rows, the head's rows past it are last step's drafts
         let pos0 = hp + 1;
-        if st.pos > pos0 {
+        if lead.is_empty() && st.pos > pos0 {
             st.truncate(pos0)?;
         }
-        if st.pos != pos0 {
+        let pending = ctx.last().copied().filter(|_| st.pos + lead.len() == pos0);
+        let Some(pending) = pending else {
+            // (no draft to make: the rows still go in)
+            target.mtp_drafts(st, (&lead, &lead_h), 0, &[], 0, self.p_min)?;
             return Ok(Vec::new());
-        }
+        };
         let max = max.min(target.max_context().saturating_sub(pos0 + 1));
-        target.mtp_drafts(st, pending, &self.last_h, max, self.p_min)
+        target.mtp_drafts(st, (&lead, &lead_h), pending, &self.last_h, max, self.p_min)
     }
 }
