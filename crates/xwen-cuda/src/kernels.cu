@@ -1887,19 +1887,25 @@ extern "C" __global__ void argmax(const float* v, int n, int* out, float* part_v
 }
 
 // The MTP head's input rows (model/mtp.rs): [rms_norm(e)·enorm | rms_norm(h)·hnorm], 2n values a
-// row, e the tokens' embeddings and h the hidden rows it pairs them with; a block a (row, half).
+// row, e the tokens' embeddings (row ids[row] of the embedding matrix E, of type ty, dequantized
+// here: no launch of its own) and h the hidden rows it pairs them with; a block a (row, half).
 // Drafts only: the verify decides the output, so its bits need not be the CPU's.
-extern "C" __global__ void mtp_concat_norm(const float* e, const float* h, const float* we, const float* wh, float* out, int n, float eps) {
+extern "C" __global__ void mtp_concat_norm(const u8* E, int ty, i64 row_bytes, const int* ids, const float* h, const float* we, const float* wh, float* out,
+                                           int n, float eps) {
     pdl_start();
     int row = blockIdx.x, half = blockIdx.y;
-    const float* x = (half ? h : e) + (i64)row * n;
+    const u8* er = E + (i64)ids[row] * row_bytes;
+    const float* x = h + (i64)row * n;
     const float* w = half ? wh : we;
     float* y = out + (i64)row * 2 * n + (i64)half * n;
     double s = 0.0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) s += (double)(x[i] * x[i]);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = half ? x[i] : deq1(ty, er, i);
+        s += (double)(v * v);
+    }
     s = block_sum_d(s);
     float scale = 1.0f / sqrtf((float)(s / n) + eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = (x[i] * scale) * w[i];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = ((half ? x[i] : deq1(ty, er, i)) * scale) * w[i];
 }
 
 // An MTP draft step's answer in one place, so one copy brings it back: the head's hidden row

@@ -313,9 +313,18 @@ impl CudaModel {
         let (g, sc, d) = (&self.gpu, &self.sc, &self.d);
         let h = d.hidden;
         let embed = m.embed.as_ref().unwrap_or(&self.tok_embd);
-        let args = [Arg::Ptr(embed.ptr), Arg::I32(embed.ty), Arg::I32(h as i32), Arg::I64(embed.row_bytes as i64), Arg::Ptr(io.ids), Arg::Ptr(sc.x.ptr)];
-        g.launch("embed", (h.div_ceil(256) as u32, n as u32), 256, 0, &args)?;
-        let args = [Arg::Ptr(sc.x.ptr), Arg::Ptr(io.h_in), Arg::Ptr(m.enorm.ptr), Arg::Ptr(m.hnorm.ptr), Arg::Ptr(m.cat.ptr), Arg::I32(h as i32), Arg::F32(d.eps)];
+        let args = [
+            Arg::Ptr(embed.ptr),
+            Arg::I32(embed.ty),
+            Arg::I64(embed.row_bytes as i64),
+            Arg::Ptr(io.ids),
+            Arg::Ptr(io.h_in),
+            Arg::Ptr(m.enorm.ptr),
+            Arg::Ptr(m.hnorm.ptr),
+            Arg::Ptr(m.cat.ptr),
+            Arg::I32(h as i32),
+            Arg::F32(d.eps),
+        ];
         g.launch("mtp_concat_norm", (n as u32, 2), 256, 0, &args)?;
         let cat = self.input(m.cat.ptr, 2 * h, n, true, m.eh_kinds)?;
         self.proj(&m.eh_proj, cat, sc.x.ptr, None, n, Layout::Rows)?;
