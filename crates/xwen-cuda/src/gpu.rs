@@ -54,7 +54,7 @@ const KERNELS: &[&str] = &[
     "moe_glu_tiles",
     "mv_tiles",
     "mtp_concat_norm",
-    "top_prob",
+    "argmax_answer",
 ];
 
 /// A kernel argument: device pointers travel as plain 64-bit values.

@@ -1831,6 +1831,26 @@ __device__ void block_argmax(float* bv, int* bi) {
         for (int i = 1; i < nw; i++) arg_better(bv, bi, s_v[i], s_i[i]);
 }
 
+// (m, s) ← the merge of two online-softmax partials: m the larger maximum, s the sum of
+// exp(v − m) over both stretches. An empty stretch is (−inf, 0).
+__device__ __forceinline__ void max_sum_merge(float* m, float* s, float om, float os) {
+    float mn = fmaxf(*m, om);
+    if (mn == NEG_INF) return;
+    *s = *s * expf(*m - mn) + os * expf(om - mn);
+    *m = mn;
+}
+
+// A block's merged (max, sum) of its threads' partials, to thread 0.
+__device__ void block_max_sum(float* m, float* s) {
+    __shared__ float s_m[32], s_s[32];
+    int t = threadIdx.x, lane = t & 31, w = t >> 5, nw = (blockDim.x + 31) >> 5;
+    for (int o = 16; o > 0; o >>= 1) max_sum_merge(m, s, __shfl_xor_sync(0xffffffffu, *m, o), __shfl_xor_sync(0xffffffffu, *s, o));
+    if (lane == 0) { s_m[w] = *m; s_s[w] = *s; }
+    __syncthreads();
+    if (t == 0)
+        for (int i = 1; i < nw; i++) max_sum_merge(m, s, s_m[i], s_s[i]);
+}
+
 // The first index of the largest value (greedy sampling), into out[0]. Each block takes a
 // stretch of v; with more than one block, each writes its best to part_v/part_i, and the last
 // block to finish (count, zero before and after) picks among them in block order — the same
@@ -1838,7 +1858,13 @@ __device__ void block_argmax(float* bv, int* bi) {
 // answer out[y], its parts gridDim.x from y·gridDim.x, its counter count[y]. With bans (n_bans
 // a row, from y·n_bans; negative entries none): the indices a greedy sampler bans are skipped
 // (ops::argmax_except; every index banned: 0).
-extern "C" __global__ void argmax(const float* v, int n, int* out, float* part_v, int* part_i, u32* count, const int* bans, int n_bans) {
+// With `answer` (one row, no bans: an MTP draft step's, model/mtp.rs): also the probability
+// softmax gives the pick, 1 / Σ exp(v − max) (each block's online (max, sum) in part_ms, merged
+// by the last), written into `answer` as the drafter reads it back — the h values of `hidden`,
+// the probability, the token's bits: one copy — without a second pass over the logits (a 248k
+// vocabulary's in one block took ~0.1 ms a draft step).
+__device__ __forceinline__ void argmax_body(const float* v, int n, int* out, float* part_v, int* part_i, u32* count, const int* bans, int n_bans,
+                                            const float* hidden, int h, float* answer, float* part_ms) {
     pdl_start();
     __shared__ int s_bans[MAX_BANS];
     {
@@ -1855,21 +1881,40 @@ extern "C" __global__ void argmax(const float* v, int n, int* out, float* part_v
     __syncthreads();
     __shared__ bool last;
     int per = (n + gridDim.x - 1) / gridDim.x, lo = blockIdx.x * per, hi = min(n, lo + per);
-    float bv = NEG_INF;
+    float bv = NEG_INF, sm = NEG_INF, ss = 0.0f;
     int bi = 0x7fffffff;
     for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         bool banned = false;
         for (int j = 0; j < nb; j++) banned |= s_bans[j] == i;
         if (!banned) arg_better(&bv, &bi, v[i], i);
+        if (answer) max_sum_merge(&sm, &ss, v[i], 1.0f);
     }
     block_argmax(&bv, &bi);
+    if (answer) block_max_sum(&sm, &ss);
+    // the answer's row: the hidden row, then (thread 0, once the pick and the sum are known)
+    // the probability and the token
+    auto put = [&](int tok, float sum) {
+        for (int i = threadIdx.x; i < h; i += blockDim.x) answer[i] = hidden[i];
+        if (threadIdx.x == 0) {
+            answer[h] = sum > 0.0f ? 1.0f / sum : 0.0f;
+            answer[h + 1] = __int_as_float(tok);
+        }
+    };
     if (gridDim.x == 1) {
         if (threadIdx.x == 0) out[0] = bi == 0x7fffffff ? 0 : bi;
+        if (answer) {
+            __shared__ float s_sum;
+            __shared__ int s_tok;
+            if (threadIdx.x == 0) { s_sum = ss; s_tok = bi == 0x7fffffff ? 0 : bi; }
+            __syncthreads();
+            put(s_tok, s_sum);
+        }
         return;
     }
     if (threadIdx.x == 0) {
         part_v[blockIdx.x] = bv;
         part_i[blockIdx.x] = bi;
+        if (answer) { part_ms[2 * blockIdx.x] = sm; part_ms[2 * blockIdx.x + 1] = ss; }
         __threadfence();
         last = atomicAdd(count, 1u) == gridDim.x - 1;
     }
@@ -1878,12 +1923,35 @@ extern "C" __global__ void argmax(const float* v, int n, int* out, float* part_v
     __threadfence();
     bv = NEG_INF;
     bi = 0x7fffffff;
-    for (int b = threadIdx.x; b < gridDim.x; b += blockDim.x) arg_better(&bv, &bi, ((volatile float*)part_v)[b], ((volatile int*)part_i)[b]);
+    sm = NEG_INF;
+    ss = 0.0f;
+    for (int b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
+        arg_better(&bv, &bi, ((volatile float*)part_v)[b], ((volatile int*)part_i)[b]);
+        if (answer) max_sum_merge(&sm, &ss, ((volatile float*)part_ms)[2 * b], ((volatile float*)part_ms)[2 * b + 1]);
+    }
     block_argmax(&bv, &bi);
+    if (answer) block_max_sum(&sm, &ss);
     if (threadIdx.x == 0) {
         out[0] = bi == 0x7fffffff ? 0 : bi;
         *count = 0;
     }
+    if (answer) {
+        __shared__ float s_sum;
+        __shared__ int s_tok;
+        if (threadIdx.x == 0) { s_sum = ss; s_tok = bi == 0x7fffffff ? 0 : bi; }
+        __syncthreads();
+        put(s_tok, s_sum);
+    }
+}
+
+extern "C" __global__ void argmax(const float* v, int n, int* out, float* part_v, int* part_i, u32* count, const int* bans, int n_bans) {
+    argmax_body(v, n, out, part_v, part_i, count, bans, n_bans, nullptr, 0, nullptr, nullptr);
+}
+
+// argmax of one row with an MTP draft step's answer (argmax_body).
+extern "C" __global__ void argmax_answer(const float* v, int n, int* out, float* part_v, int* part_i, u32* count, const float* hidden, int h,
+                                         float* answer, float* part_ms) {
+    argmax_body(v, n, out, part_v, part_i, count, nullptr, 0, hidden, h, answer, part_ms);
 }
 
 // The MTP head's input rows (model/mtp.rs): [rms_norm(e)·enorm | rms_norm(h)·hnorm], 2n values a
@@ -1906,24 +1974,6 @@ extern "C" __global__ void mtp_concat_norm(const u8* E, int ty, i64 row_bytes, c
     s = block_sum_d(s);
     float scale = 1.0f / sqrtf((float)(s / n) + eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = ((half ? x[i] : deq1(ty, er, i)) * scale) * w[i];
-}
-
-// An MTP draft step's answer in one place, so one copy brings it back: the head's hidden row
-// (h values), then the probability softmax gives the argmax `tok[0]` of its n logits,
-// 1 / Σ exp(v − v[tok]) (a drafter's p_min test, `model_drafter::top`), then the token's bits.
-// One block.
-extern "C" __global__ void top_prob(const float* v, int n, const int* tok, const float* hidden, int h, float* out) {
-    pdl_start();
-    for (int i = threadIdx.x; i < h; i += blockDim.x) out[i] = hidden[i];
-    int t = tok[0];
-    float m = v[t];
-    double s = 0.0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) s += (double)expf(v[i] - m);
-    s = block_sum_d(s);
-    if (threadIdx.x == 0) {
-        out[h] = (float)(1.0 / s);
-        out[h + 1] = __int_as_float(t);
-    }
 }
 
 // ---- prompt batches: a warp a row, up to MM_T tokens a pass, each weight dequantized once ----

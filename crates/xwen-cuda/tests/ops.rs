@@ -168,6 +168,45 @@ fn argmax_takes_the_first_largest() {
     println!("argmax over 1, 61, 128 and 7 blocks: the first largest; skipping banned tokens: argmax_except's");
 }
 
+/// An MTP draft step's answer in the argmax launch (`argmax_answer`): the argmax's pick, the
+/// probability softmax gives it against its f64 definition, the hidden row copied — over one
+/// block and many, twice each (the finish counter reset).
+#[test]
+#[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]
+fn the_argmax_answer_gives_the_pick_its_probability_and_the_hidden_row() {
+    let g = gpu();
+    for &(n, scale, blocks) in &[(4096usize, 4.0f32, 1u32), (4096, 4.0, 1), (248_320, 8.0, 61), (248_320, 8.0, 61), (100_003, 0.01, 25)] {
+        let mut v: Vec<f32> = noise(n, n as u64).iter().map(|x| x * scale).collect();
+        v[n / 3] = 3.0 * scale;
+        let hidden = noise(256, 9);
+        let want_tok = xwen_engine::ops::argmax_except(&v, &[]);
+        let m = v.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let want_p = 1.0 / v.iter().map(|&x| (x as f64 - m).exp()).sum::<f64>();
+        let (vd, od, part, hd, ans, ms) =
+            (g.upload_f32(&v).unwrap(), g.zeros(4).unwrap(), g.zeros(8 * 128 + 4).unwrap(), g.upload_f32(&hidden).unwrap(), g.zeros((256 + 2) * 4).unwrap(), g.zeros(2 * 128 * 4).unwrap());
+        let args = [
+            Arg::Ptr(vd.ptr),
+            Arg::I32(n as i32),
+            Arg::Ptr(od.ptr),
+            Arg::Ptr(part.ptr),
+            Arg::Ptr(part.at(4 * 128)),
+            Arg::Ptr(part.at(8 * 128)),
+            Arg::Ptr(hd.ptr),
+            Arg::I32(256),
+            Arg::Ptr(ans.ptr),
+            Arg::Ptr(ms.ptr),
+        ];
+        g.launch("argmax_answer", (blocks, 1), 1024, 0, &args).unwrap();
+        let a = g.read_f32(&ans, 258).unwrap();
+        assert_eq!(g.read_i32(&od, 1).unwrap()[0] as u32, want_tok, "{n} logits over {blocks} blocks: the pick");
+        assert_eq!(a[257].to_bits(), want_tok, "{n} logits over {blocks} blocks: the answer's token");
+        assert!((a[256] as f64 - want_p).abs() <= 1e-5 * want_p, "{n} logits over {blocks} blocks: probability {} vs {want_p}", a[256]);
+        assert_eq!(&a[..256], &hidden[..], "the hidden row");
+        assert_eq!(g.read_i32(&part, 8 * 128 / 4 + 1).unwrap()[8 * 128 / 4], 0, "the counter is reset");
+        println!("argmax_answer {n} over {blocks} blocks: token {want_tok}, probability {} (f64 {want_p:.6})", a[256]);
+    }
+}
+
 /// The causal conv + SiLU of one row and the state shift, against the definition in f64.
 #[test]
 #[ignore = "needs a CUDA GPU (scripts/gpu-check runs it)"]

@@ -57,11 +57,13 @@ pub(super) struct MtpHead {
     /// A pass's hidden rows in (rows × hidden) and eh_proj's input rows (rows × 2·hidden).
     h_in: DevBuf,
     cat: DevBuf,
-    /// A draft step's answer (`top_prob`): the head's hidden row, the draft's probability, its
+    /// A draft step's answer (`argmax_answer`): the head's hidden row, the draft's probability, its
     /// token — one a step of a draft chain (`CHAIN_MAX` of them, each `h + 2` floats).
     out: DevBuf,
-    /// A draft chain's tables, one a step (`CHAIN_TABLE` bytes: token, position, K and V).
+    /// A draft chain's tables, one a step after its first (`CHAIN_TABLE` bytes).
     chain: DevBuf,
+    /// The argmax blocks' online-softmax partials (max, sum) of a draft step (`argmax_answer`).
+    part_ms: DevBuf,
     /// Rows a pass takes (the decode batch's, within the q8 scratch's room for 2·hidden).
     rows: usize,
 }
@@ -129,6 +131,7 @@ impl CudaModel {
             cat: gpu.zeros(rows * 2 * h * 4)?,
             out: gpu.zeros(CHAIN_MAX * (h + 2) * 4)?,
             chain: gpu.zeros(CHAIN_MAX * CHAIN_TABLE)?,
+            part_ms: gpu.zeros(2 * forward::ARGMAX_BLOCKS * 4)?,
             rows,
         };
         gpu.sync()?;
@@ -351,8 +354,21 @@ impl CudaModel {
         // the last row's head: its norm into xn's row 0 (the hidden row a draft chains from)
         let xn = self.rms_norm(sc.x.at((n - 1) * h * 4), m.head_norm.ptr, 1, true, m.head_kinds)?;
         self.proj(m.head.as_ref().unwrap_or(&self.output), xn, sc.logits.ptr, None, 1, Layout::Rows)?;
-        self.argmax(1, false)?;
-        let args = [Arg::Ptr(sc.logits.ptr), Arg::I32(d.n_vocab as i32), Arg::Ptr(sc.token.ptr), Arg::Ptr(sc.xn.ptr), Arg::I32(h as i32), Arg::Ptr(io.out)];
-        g.launch("top_prob", (1, 1), 1024, 0, &args)
+        // the argmax, its probability and the hidden row into the step's answer, in one launch
+        let blocks = d.n_vocab.div_ceil(4096).min(forward::ARGMAX_BLOCKS);
+        let parts = forward::ARGMAX_BLOCKS * self.decode_max;
+        let args = [
+            Arg::Ptr(sc.logits.ptr),
+            Arg::I32(d.n_vocab as i32),
+            Arg::Ptr(sc.token.ptr),
+            Arg::Ptr(sc.argmax_part.ptr),
+            Arg::Ptr(sc.argmax_part.at(4 * parts)),
+            Arg::Ptr(sc.argmax_part.at(8 * parts)),
+            Arg::Ptr(sc.xn.ptr),
+            Arg::I32(h as i32),
+            Arg::Ptr(io.out),
+            Arg::Ptr(m.part_ms.ptr),
+        ];
+        g.launch("argmax_answer", (blocks as u32, 1), 1024, 0, &args)
     }
 }
