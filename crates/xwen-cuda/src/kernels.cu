@@ -1819,18 +1819,6 @@ __device__ __forceinline__ void arg_better(float* v, int* i, float ov, int oi) {
     if (ov > *v || (ov == *v && oi < *i)) { *v = ov; *i = oi; }
 }
 
-// A block's best (value, index) of its threads' (bv, bi), to thread 0.
-__device__ void block_argmax(float* bv, int* bi) {
-    __shared__ float s_v[32];
-    __shared__ int s_i[32];
-    int t = threadIdx.x, lane = t & 31, w = t >> 5, nw = (blockDim.x + 31) >> 5;
-    for (int o = 16; o > 0; o >>= 1) arg_better(bv, bi, __shfl_xor_sync(0xffffffffu, *bv, o), __shfl_xor_sync(0xffffffffu, *bi, o));
-    if (lane == 0) { s_v[w] = *bv; s_i[w] = *bi; }
-    __syncthreads();
-    if (t == 0)
-        for (int i = 1; i < nw; i++) arg_better(bv, bi, s_v[i], s_i[i]);
-}
-
 // (m, s) ← the merge of two online-softmax partials: m the larger maximum, s the sum of
 // exp(v − m) over both stretches. An empty stretch is (−inf, 0).
 __device__ __forceinline__ void max_sum_merge(float* m, float* s, float om, float os) {
@@ -1840,15 +1828,29 @@ __device__ __forceinline__ void max_sum_merge(float* m, float* s, float om, floa
     *m = mn;
 }
 
-// A block's merged (max, sum) of its threads' partials, to thread 0.
-__device__ void block_max_sum(float* m, float* s) {
-    __shared__ float s_m[32], s_s[32];
+// A block's merge of its threads' pairs (a, b) by `merge` — across each warp by shuffles, then
+// over the warps by thread 0 in warp order — to thread 0. (Each merge a type of its own: its
+// shared words are its own.)
+template <typename A, typename B, typename M>
+__device__ __forceinline__ void block_merge(A* a, B* b, M merge) {
+    __shared__ A s_a[32];
+    __shared__ B s_b[32];
     int t = threadIdx.x, lane = t & 31, w = t >> 5, nw = (blockDim.x + 31) >> 5;
-    for (int o = 16; o > 0; o >>= 1) max_sum_merge(m, s, __shfl_xor_sync(0xffffffffu, *m, o), __shfl_xor_sync(0xffffffffu, *s, o));
-    if (lane == 0) { s_m[w] = *m; s_s[w] = *s; }
+    for (int o = 16; o > 0; o >>= 1) merge(a, b, __shfl_xor_sync(0xffffffffu, *a, o), __shfl_xor_sync(0xffffffffu, *b, o));
+    if (lane == 0) { s_a[w] = *a; s_b[w] = *b; }
     __syncthreads();
     if (t == 0)
-        for (int i = 1; i < nw; i++) max_sum_merge(m, s, s_m[i], s_s[i]);
+        for (int i = 1; i < nw; i++) merge(a, b, s_a[i], s_b[i]);
+}
+
+// A block's best (value, index) of its threads' (bv, bi), to thread 0.
+__device__ void block_argmax(float* bv, int* bi) {
+    block_merge(bv, bi, [](float* v, int* i, float ov, int oi) { arg_better(v, i, ov, oi); });
+}
+
+// A block's merged (max, sum) of its threads' partials, to thread 0.
+__device__ void block_max_sum(float* m, float* s) {
+    block_merge(m, s, [](float* m, float* s, float om, float os) { max_sum_merge(m, s, om, os); });
 }
 
 // The first index of the largest value (greedy sampling), into out[0]. Each block takes a
@@ -1891,56 +1893,38 @@ __device__ __forceinline__ void argmax_body(const float* v, int n, int* out, flo
     }
     block_argmax(&bv, &bi);
     if (answer) block_max_sum(&sm, &ss);
-    // the answer's row: the hidden row, then (thread 0, once the pick and the sum are known)
-    // the probability and the token
-    auto put = [&](int tok, float sum) {
-        for (int i = threadIdx.x; i < h; i += blockDim.x) answer[i] = hidden[i];
+    if (gridDim.x > 1) {
+        // each block's best to the parts; the last block to finish picks among them
         if (threadIdx.x == 0) {
-            answer[h] = sum > 0.0f ? 1.0f / sum : 0.0f;
-            answer[h + 1] = __int_as_float(tok);
+            part_v[blockIdx.x] = bv;
+            part_i[blockIdx.x] = bi;
+            if (answer) { part_ms[2 * blockIdx.x] = sm; part_ms[2 * blockIdx.x + 1] = ss; }
+            __threadfence();
+            last = atomicAdd(count, 1u) == gridDim.x - 1;
         }
-    };
-    if (gridDim.x == 1) {
-        if (threadIdx.x == 0) out[0] = bi == 0x7fffffff ? 0 : bi;
-        if (answer) {
-            __shared__ float s_sum;
-            __shared__ int s_tok;
-            if (threadIdx.x == 0) { s_sum = ss; s_tok = bi == 0x7fffffff ? 0 : bi; }
-            __syncthreads();
-            put(s_tok, s_sum);
-        }
-        return;
-    }
-    if (threadIdx.x == 0) {
-        part_v[blockIdx.x] = bv;
-        part_i[blockIdx.x] = bi;
-        if (answer) { part_ms[2 * blockIdx.x] = sm; part_ms[2 * blockIdx.x + 1] = ss; }
-        __threadfence();
-        last = atomicAdd(count, 1u) == gridDim.x - 1;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    bv = NEG_INF;
-    bi = 0x7fffffff;
-    sm = NEG_INF;
-    ss = 0.0f;
-    for (int b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
-        arg_better(&bv, &bi, ((volatile float*)part_v)[b], ((volatile int*)part_i)[b]);
-        if (answer) max_sum_merge(&sm, &ss, ((volatile float*)part_ms)[2 * b], ((volatile float*)part_ms)[2 * b + 1]);
-    }
-    block_argmax(&bv, &bi);
-    if (answer) block_max_sum(&sm, &ss);
-    if (threadIdx.x == 0) {
-        out[0] = bi == 0x7fffffff ? 0 : bi;
-        *count = 0;
-    }
-    if (answer) {
-        __shared__ float s_sum;
-        __shared__ int s_tok;
-        if (threadIdx.x == 0) { s_sum = ss; s_tok = bi == 0x7fffffff ? 0 : bi; }
         __syncthreads();
-        put(s_tok, s_sum);
+        if (!last) return;
+        __threadfence();
+        bv = NEG_INF;
+        bi = 0x7fffffff;
+        sm = NEG_INF;
+        ss = 0.0f;
+        for (int b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
+            arg_better(&bv, &bi, ((volatile float*)part_v)[b], ((volatile int*)part_i)[b]);
+            if (answer) max_sum_merge(&sm, &ss, ((volatile float*)part_ms)[2 * b], ((volatile float*)part_ms)[2 * b + 1]);
+        }
+        block_argmax(&bv, &bi);
+        if (answer) block_max_sum(&sm, &ss);
+        if (threadIdx.x == 0) *count = 0;
+    }
+    int tok = bi == 0x7fffffff ? 0 : bi;
+    if (threadIdx.x == 0) out[0] = tok;
+    if (!answer) return;
+    // the answer's row: the hidden row, then the probability and the token (thread 0's)
+    for (int i = threadIdx.x; i < h; i += blockDim.x) answer[i] = hidden[i];
+    if (threadIdx.x == 0) {
+        answer[h] = ss > 0.0f ? 1.0f / ss : 0.0f;
+        answer[h + 1] = __int_as_float(tok);
     }
 }
 

@@ -1164,9 +1164,7 @@ impl Model {
         }
         if let Some(d) = self.device_mtp() {
             if max == 0 {
-                if !lead.is_empty() {
-                    self.mtp_write_kv(state, lead, lead_h)?;
-                }
+                self.mtp_catch_up(state, lead, lead_h)?;
                 return Ok(Vec::new());
             }
             self.check_context(state, lead.len() + max)?;
@@ -1175,11 +1173,7 @@ impl Model {
             state.pos += lead.len() + chain.len();
             return Ok(chain.into_iter().take_while(|&(_, p)| p >= p_min).map(|(t, _)| t).collect());
         }
-        let batch = self.max_batch_rows().max(1);
-        let hw = self.hidden_width();
-        for (toks, hs) in lead.chunks(batch).zip(lead_h.chunks(batch * hw)) {
-            self.mtp_write_kv(state, toks, hs)?;
-        }
+        self.mtp_catch_up(state, lead, lead_h)?;
         let (mut tok, mut hid) = (token, h.to_vec());
         let mut out = Vec::with_capacity(max);
         while out.len() < max {
@@ -1226,6 +1220,17 @@ impl Model {
         self.check_context(state, tokens.len())?;
         let _guard = self.pool_lock.lock().unwrap_or_else(|p| p.into_inner());
         head.write_kv(&self.head_ctx(head.file()), state, tokens, h_in)
+    }
+
+    /// `mtp_write_kv` over rows a drafter kept since the head last ran (any number of them), in
+    /// batches the model takes.
+    pub fn mtp_catch_up(&self, state: &mut SeqState, tokens: &[u32], h_in: &[f32]) -> Result<()> {
+        let batch = self.max_batch_rows().max(1);
+        let h = self.hidden_width();
+        for (toks, hs) in tokens.chunks(batch).zip(h_in.chunks(batch * h)) {
+            self.mtp_write_kv(state, toks, hs)?;
+        }
+        Ok(())
     }
 
     /// Whether `tokens` can be fed to `state`: some tokens, each in the vocabulary, room in the

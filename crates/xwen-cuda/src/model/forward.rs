@@ -191,26 +191,28 @@ impl CudaModel {
     /// The argmax of the first `rows` rows of the logits into `token`, with each row's banned
     /// tokens (`MAX_BANS` a row, in the argmax scratch after its parts) skipped where `bans`.
     pub(super) fn argmax(&self, rows: usize, bans: bool) -> Result<()> {
+        let (blocks, [a0, a1, a2, a3, a4, a5]) = self.argmax_grid();
+        let args = [a0, a1, a2, a3, a4, a5, Arg::Ptr(if bans { self.bans_at() } else { 0 }), Arg::I32(MAX_BANS as i32)];
+        self.gpu.launch("argmax", (blocks, rows as u32), 1024, 0, &args)
+    }
+
+    /// An argmax launch's blocks over the vocabulary and its first arguments: the logits, their
+    /// count, the picks (`token`) and the scratch's parts and finish counters (`argmax`, and
+    /// the MTP head's `argmax_answer`).
+    pub(super) fn argmax_grid(&self) -> (u32, [Arg; 6]) {
         let (d, sc) = (&self.d, &self.sc);
         // over many blocks: one block reading a 248k vocabulary's logits takes ~0.1 ms
         let blocks = d.n_vocab.div_ceil(4096).min(ARGMAX_BLOCKS);
         let parts = ARGMAX_BLOCKS * self.decode_max;
-        self.gpu.launch(
-            "argmax",
-            (blocks as u32, rows as u32),
-            1024,
-            0,
-            &[
-                Arg::Ptr(sc.logits.ptr),
-                Arg::I32(d.n_vocab as i32),
-                Arg::Ptr(sc.token.ptr),
-                Arg::Ptr(sc.argmax_part.ptr),
-                Arg::Ptr(sc.argmax_part.at(4 * parts)),
-                Arg::Ptr(sc.argmax_part.at(8 * parts)),
-                Arg::Ptr(if bans { self.bans_at() } else { 0 }),
-                Arg::I32(MAX_BANS as i32),
-            ],
-        )
+        let args = [
+            Arg::Ptr(sc.logits.ptr),
+            Arg::I32(d.n_vocab as i32),
+            Arg::Ptr(sc.token.ptr),
+            Arg::Ptr(sc.argmax_part.ptr),
+            Arg::Ptr(sc.argmax_part.at(4 * parts)),
+            Arg::Ptr(sc.argmax_part.at(8 * parts)),
+        ];
+        (blocks as u32, args)
     }
 
     /// Where the rows' banned tokens go in the argmax scratch (after the parts and counters).

@@ -355,20 +355,8 @@ impl CudaModel {
         let xn = self.rms_norm(sc.x.at((n - 1) * h * 4), m.head_norm.ptr, 1, true, m.head_kinds)?;
         self.proj(m.head.as_ref().unwrap_or(&self.output), xn, sc.logits.ptr, None, 1, Layout::Rows)?;
         // the argmax, its probability and the hidden row into the step's answer, in one launch
-        let blocks = d.n_vocab.div_ceil(4096).min(forward::ARGMAX_BLOCKS);
-        let parts = forward::ARGMAX_BLOCKS * self.decode_max;
-        let args = [
-            Arg::Ptr(sc.logits.ptr),
-            Arg::I32(d.n_vocab as i32),
-            Arg::Ptr(sc.token.ptr),
-            Arg::Ptr(sc.argmax_part.ptr),
-            Arg::Ptr(sc.argmax_part.at(4 * parts)),
-            Arg::Ptr(sc.argmax_part.at(8 * parts)),
-            Arg::Ptr(sc.xn.ptr),
-            Arg::I32(h as i32),
-            Arg::Ptr(io.out),
-            Arg::Ptr(m.part_ms.ptr),
-        ];
-        g.launch("argmax_answer", (blocks as u32, 1), 1024, 0, &args)
+        let (blocks, [a0, a1, a2, a3, a4, a5]) = self.argmax_grid();
+        let args = [a0, a1, a2, a3, a4, a5, Arg::Ptr(sc.xn.ptr), Arg::I32(h as i32), Arg::Ptr(io.out), Arg::Ptr(m.part_ms.ptr)];
+        g.launch("argmax_answer", (blocks, 1), 1024, 0, &args)
     }
 }

@@ -38,16 +38,10 @@ impl MtpDrafter {
     }
 
     /// Runs the buffered rows through the head (`take_buffer`) — their KV rows only: no draft
-    /// is asked of them — in batches the model takes.
+    /// is asked of them.
     fn flush(&mut self, target: &Model) -> Result<()> {
         let Some((tokens, h_in)) = self.take_buffer(target)? else { return Ok(()) };
-        let h = target.hidden_width();
-        let batch = target.max_batch_rows().max(1);
-        let st = self.state.as_mut().expect("made by take_buffer");
-        for (toks, hs) in tokens.chunks(batch).zip(h_in.chunks(batch * h)) {
-            target.mtp_write_kv(st, toks, hs)?;
-        }
-        Ok(())
+        target.mtp_catch_up(self.state.as_mut().expect("made by take_buffer"), &tokens, &h_in)
     }
 
     /// The buffered rows as the head takes them, the head's state made ready for them: token q
